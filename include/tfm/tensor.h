@@ -1,0 +1,81 @@
+// tfm/tensor.h — the Tensor: a reference-counted handle to shaped, contiguous storage, plus the
+// autograd metadata (requires_grad, grad, grad_fn) of the define-by-run tape in tfm/autograd.h.
+//
+// Dtypes: Float32 for all math; Bool (one byte, 0/1) for masks. Tensors are always contiguous and
+// row-major; a view (reshape, narrow along dim 0) shares storage at an element offset.
+// Copying a Tensor copies the handle (like torch.Tensor in Python): use clone() for a deep copy.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tfm {
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);  // "(2, 3, 4)"
+int64_t shape_numel(const Shape& s);    // throws on negative dims or int64 overflow
+
+enum class DType : uint8_t { Float32, Bool };
+const char* dtype_name(DType t);
+
+class Node;
+struct TensorImpl;
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: defined() == false
+
+  static Tensor empty(const Shape& shape, DType dtype = DType::Float32);  // uninitialized
+  static Tensor zeros(const Shape& shape, DType dtype = DType::Float32);
+  static Tensor full(const Shape& shape, float value);
+  static Tensor from_vector(const Shape& shape, const std::vector<float>& values);
+  static Tensor from_bool(const Shape& shape, const std::vector<uint8_t>& values);
+
+  bool defined() const { return impl_ != nullptr; }
+  DType dtype() const;
+  const Shape& shape() const;
+  int64_t dim() const;
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const;
+
+  float* data();  // Float32 only (throws otherwise)
+  const float* data() const;
+  uint8_t* data_bool();  // Bool only
+  const uint8_t* data_bool() const;
+  float item() const;  // single-element Float32 tensor
+
+  // Views share storage. reshape: same numel (one dim may be -1). narrow0: rows [start, start+len)
+  // of dim 0. Both are recorded on the autograd tape when needed.
+  Tensor reshape(const Shape& shape) const;
+  Tensor narrow0(int64_t start, int64_t length) const;
+  Tensor clone() const;   // deep copy, no autograd history
+  Tensor detach() const;  // shares storage, no autograd history, requires_grad false
+  void copy_(const Tensor& src);  // element copy, same shape and dtype; not recorded
+  void fill_(float value);
+  bool same(const Tensor& other) const { return impl_ == other.impl_; }  // same handle target
+
+  // ---- autograd ----
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool on = true);  // leaves only
+  bool is_leaf() const;                    // no grad_fn
+  Tensor grad() const;                     // accumulated gradient of a leaf (undefined if none)
+  Tensor& mutable_grad();                  // the slot the engine accumulates into
+  void zero_grad();                        // drops the gradient (as set_to_none=True)
+  const std::shared_ptr<Node>& grad_fn() const;
+  void set_grad_fn(std::shared_ptr<Node> fn);  // used by ops; marks requires_grad
+  // Backpropagate from this tensor: d(sum(self ⊙ grad_output)) into every leaf's grad.
+  // grad_output may be undefined for a single-element tensor (then 1). Frees the tape behind it.
+  void backward(const Tensor& grad_output = Tensor()) const;
+
+  TensorImpl* impl() const { return impl_.get(); }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::string describe(const Tensor& t);  // "Float32(2, 3)" for messages
+
+}  // namespace tfm

@@ -1,0 +1,40 @@
+// src/kernels/cpu.cc — run-time CPU feature detection, the TFM_FORCE_SCALAR switch, and the
+// counter-based random hash used by dropout.
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/kernels.h"
+
+namespace tfm::kernels {
+
+bool force_scalar() {
+  static const bool forced = [] {
+    const char* v = std::getenv("TFM_FORCE_SCALAR");
+    return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
+  }();
+  return forced;
+}
+
+bool cpu_has_avx512() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  }();
+  return has && !force_scalar();
+}
+
+// Two rounds of the splitmix64 finalizer over (seed, counter): a cheap, well-mixed 64-bit hash,
+// so dropout masks are a pure function of (seed, element index).
+uint64_t philox_hash(uint64_t seed, uint64_t counter) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter;
+  for (int round = 0; round < 2; ++round) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z = z ^ (z >> 31);
+  }
+  return z;
+}
+
+}  // namespace tfm::kernels

@@ -1,0 +1,100 @@
+// src/kernels/kernels.h — the kernel layer: free functions over raw pointers and explicit sizes.
+//
+// Rules for everything declared here (docs/ARCHITECTURE.md):
+//   * no tensor objects, no allocation beyond small stack/thread-local scratch, no exceptions;
+//     arguments are checked by the op that calls the kernel, kernels only assert in debug builds.
+//   * every optimized kernel `foo` has a scalar twin `foo_scalar` with the same signature, compiled
+//     into the library: it is the specification, the fallback and the test oracle.
+//   * results do not depend on the thread count: work is split in fixed-size chunks whose reduction
+//     order never changes with the number of threads.
+//   * row-major everywhere; shapes use the legend B batch, T/L target (query) length, S source (key)
+//     length, D model width, H heads, Dh head width, F FFN width, V vocab.
+//
+// To add a kernel: declare `foo` and `foo_scalar` here with the shapes in comments, put the scalar
+// twin in a `*_scalar.cc` or the kernel's own .cc, the SIMD body in `*_avx512.cc` (compiled with
+// AVX-512 flags by CMake), dispatch in `foo` via cpu_has_avx512(), and test both in
+// tests/kernels/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tfm::kernels {
+
+// ---- CPU features and the scalar switch ----------------------------------------------------------
+// TFM_FORCE_SCALAR=1 in the environment makes every dispatching kernel take its scalar twin
+// (for bisecting numerical differences). Read once.
+bool cpu_has_avx512();  // AVX-512F/BW/DQ/VL and not forced scalar
+bool force_scalar();
+
+// ---- GEMM -----------------------------------------------------------------------------------------
+// C(M,N) = alpha * op(A)(M,K) · op(B)(K,N) + beta * C, all row-major.
+// op(A) = A (M,K; lda ≥ K) or Aᵀ where A is (K,M; lda ≥ M); likewise B.
+// beta == 0 overwrites C (C may hold garbage, even NaN); beta == 1 accumulates.
+// Deterministic: the result is bitwise identical for any thread count.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm_scalar(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc);
+
+// ---- Attention ------------------------------------------------------------------------------------
+// Multi-head scaled dot-product attention for one call over all (b, h):
+//   s_ij  = scale · ⟨q_i, k_j⟩ + mask[bh](i, j) + kpm[b](j)   (−inf where causal and j > i)
+//   p_ij  = softmax_j(s_ij);   o_i = Σ_j drop(p_ij) · v_j
+// Element (b, i, h, d) of q lives at q[b*q_sb + i*q_sl + h*Dh + d]; likewise k, v (index j), o.
+// This stride form covers batch_first (B,L,E) (sb = L*row, sl = row), sequence-first (L,B,E)
+// (sb = row, sl = B*row) and packed projections: for a packed (.., 3E) qkv buffer, q = qkv,
+// k = qkv + E, v = qkv + 2E, all with row = 3E.
+// A query row whose keys are all masked (every s_ij = −inf) gets o_i = 0 and lse_i = −inf, never
+// NaN, and contributes no gradient.
+// Dropout on p (training): element (bh, i, j) is dropped iff dropout_keep(seed, offset + ((bh*L + i)*S
+// + j), p) is false; kept values are scaled by 1/(1−p). Recomputed, not stored, in the backward.
+struct AttentionParams {
+  int64_t B = 0, H = 0, L = 0, S = 0, Dh = 0;
+  const float* q = nullptr;
+  int64_t q_sb = 0, q_sl = 0;
+  const float* k = nullptr;
+  int64_t k_sb = 0, k_sl = 0;
+  const float* v = nullptr;
+  int64_t v_sb = 0, v_sl = 0;
+  float* o = nullptr;  // output, same layout rule (o_sb, o_sl)
+  int64_t o_sb = 0, o_sl = 0;
+  // Additive float mask (−inf allowed), (L,S) row-major for each bh = b*H + h at mask + bh*mask_sbh;
+  // mask_sbh = 0 for a 2-D (L,S) mask shared by all, L*S for a 3-D (B*H, L, S) mask. May be null.
+  const float* mask = nullptr;
+  int64_t mask_sbh = 0;
+  const float* kpm = nullptr;  // additive key-padding mask (B,S), or null
+  bool causal = false;         // block j > i (on top of any mask)
+  float scale = 1.0f;          // usually 1/sqrt(Dh)
+  float dropout_p = 0.0f;      // 0 in eval
+  uint64_t seed = 0, offset = 0;
+  float* lse = nullptr;  // (B,H,L) log-sum-exp of s over j, written by forward (may be null in eval)
+};
+
+// Forward: writes o (and lse if non-null). Memory O(L + S) per tile, never (L,S).
+void attention_forward(const AttentionParams& p);
+void attention_forward_scalar(const AttentionParams& p);
+
+// Backward, recomputing p from q, k and the saved lse:
+//   dv_j = Σ_i drop(p_ij) do_i;  dp_ij = ⟨do_i, v_j⟩·keep/(1−p);  D_i = ⟨do_i, o_i⟩
+//   ds_ij = p_ij (dp_ij − D_i);  dq_i = scale Σ_j ds_ij k_j;  dk_j = scale Σ_i ds_ij q_i
+// dout has o's layout; dq, dk, dv have q's, k's, v's layout (same strides) and are OVERWRITTEN on
+// the (b, i, h, ·) elements they address (packed buffers: the three blocks are disjoint).
+void attention_backward(const AttentionParams& p, const float* dout, float* dq, float* dk,
+                        float* dv);
+void attention_backward_scalar(const AttentionParams& p, const float* dout, float* dq, float* dk,
+                               float* dv);
+
+// ---- Random numbers -------------------------------------------------------------------------------
+// Counter-based: the value for index i depends only on (seed, i), so results never depend on
+// thread count or on the order in which elements are visited.
+uint64_t philox_hash(uint64_t seed, uint64_t counter);  // splitmix-style 64-bit mix of (seed, counter)
+inline float uniform01(uint64_t seed, uint64_t counter) {  // [0, 1), 24 random bits
+  return static_cast<float>(philox_hash(seed, counter) >> 40) * (1.0f / 16777216.0f);
+}
+inline bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
+  return uniform01(seed, counter) >= p;
+}
+
+}  // namespace tfm::kernels
