@@ -1,0 +1,198 @@
+// bench/bench_gemm.cc — GEMM backends on the transformer's shapes, in GFLOP/s, 1 and 2 threads.
+//
+//   onednn_sgemm  dnnl_sgemm with oneDNN's own OpenMP threading (NOT thread-count deterministic:
+//                 the `mismatch` counter counts elements that differ from its 1-thread result)
+//   openblas      cblas_sgemm (pthreads build; openblas_set_num_threads)
+//   onednn_matmul the oneDNN matmul primitive, created once outside the timed loop
+//   tfm_gemm      tfm::kernels::gemm: fixed output panels, one serial dnnl_sgemm per panel inside
+//                 our own `omp parallel for` (deterministic; `mismatch` must be 0)
+//   panels/...    gemm_paneled with explicit panel sizes, to choose gemm_panels() by measurement
+//
+// Shapes (D = 512, F = 2048, T·B = 1024 tokens), named after their use:
+//   NT (1024,1536,512) qkv in-proj  y = x·Wᵀ      NT (1024,512,512) out-proj
+//   NT (1024,2048,512) FFN linear1                 NT (1024,512,2048) FFN linear2
+//   NN (1024,1536,512), NN (1024,512,2048) input gradients dx = dy·W
+//   TN (512,512,1024), TN (2048,512,1024) weight gradients dW += dyᵀ·x (beta = 1)
+//   NN/NT (1024, 64..256, 64) small per-head products
+// Run: build/bench/bench_gemm --benchmark_min_time=0.2 [--benchmark_filter=...]
+// To add a backend: write a `run_<name>` with the Shape signature and register it in main().
+#include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <oneapi/dnnl/dnnl.hpp>
+#ifdef TFM_BENCH_OPENBLAS
+#include <cblas.h>
+#endif
+
+#include "kernels/gemm_backend.h"
+#include "kernels/kernels.h"
+
+namespace {
+
+struct Shape {
+  bool ta, tb;
+  int64_t M, N, K;
+  float beta;
+  const char* use;
+};
+
+const Shape kShapes[] = {
+    {false, true, 1024, 1536, 512, 0.f, "qkv"},   {false, true, 1024, 512, 512, 0.f, "out"},
+    {false, true, 1024, 2048, 512, 0.f, "ffn1"},  {false, true, 1024, 512, 2048, 0.f, "ffn2"},
+    {false, false, 1024, 1536, 512, 0.f, "dx"},   {false, false, 1024, 512, 2048, 0.f, "dx"},
+    {true, false, 512, 512, 1024, 1.f, "dW"},     {true, false, 2048, 512, 1024, 1.f, "dW"},
+    {false, false, 1024, 64, 64, 0.f, "small"},   {false, false, 1024, 128, 64, 0.f, "small"},
+    {false, false, 1024, 256, 64, 0.f, "small"},  {false, true, 1024, 256, 64, 0.f, "small"},
+};
+
+// Row-major operands for a shape: A (M,K) or (K,M), B (K,N) or (N,K), C (M,N), minimal strides.
+struct Operands {
+  std::vector<float> A, B, C;
+  int64_t lda, ldb, ldc;
+  explicit Operands(const Shape& s) {
+    lda = s.ta ? s.M : s.K;
+    ldb = s.tb ? s.K : s.N;
+    ldc = s.N;
+    std::mt19937 rng(42);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    A.resize(s.M * s.K);
+    B.resize(s.K * s.N);
+    C.resize(s.M * s.N);
+    for (float& x : A) x = u(rng);
+    for (float& x : B) x = u(rng);
+    for (float& x : C) x = u(rng);
+  }
+};
+
+using Runner = std::function<void(const Shape&, Operands&)>;
+
+// Times `run` on shape s with `threads` OpenMP threads. If check_determinism, also counts the
+// elements of C (beta = 0) that differ bitwise from the same backend's 1-thread result.
+void bench(benchmark::State& state, const Shape& s, int threads, const Runner& run,
+           bool check_determinism) {
+  omp_set_num_threads(threads);
+#ifdef TFM_BENCH_OPENBLAS
+  openblas_set_num_threads(threads);
+#endif
+  Operands op(s);
+  for (auto _ : state) {
+    run(s, op);
+    benchmark::DoNotOptimize(op.C.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(2e-9 * double(s.M) * double(s.N) * double(s.K),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  if (check_determinism && threads > 1) {
+    Shape s0 = s;
+    s0.beta = 0.f;
+    Operands one(s0), many(s0);
+    omp_set_num_threads(1);
+    run(s0, one);
+    omp_set_num_threads(threads);
+    run(s0, many);
+    int64_t mismatch = 0;
+    for (size_t i = 0; i < one.C.size(); ++i)
+      mismatch += std::memcmp(&one.C[i], &many.C[i], sizeof(float)) != 0;
+    state.counters["mismatch"] = double(mismatch);
+  }
+}
+
+void run_onednn_sgemm(const Shape& s, Operands& o) {
+  dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.M, s.N, s.K, 1.f, o.A.data(), o.lda,
+             o.B.data(), o.ldb, s.beta, o.C.data(), o.ldc);
+}
+
+void run_tfm_gemm(const Shape& s, Operands& o) {
+  tfm::kernels::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.f, o.A.data(), o.lda, o.B.data(), o.ldb, s.beta,
+                     o.C.data(), o.ldc);
+}
+
+#ifdef TFM_BENCH_OPENBLAS
+void run_openblas(const Shape& s, Operands& o) {
+  cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
+              s.M, s.N, s.K, 1.f, o.A.data(), o.lda, o.B.data(), o.ldb, s.beta, o.C.data(), o.ldc);
+}
+#endif
+
+// The matmul primitive, built once per benchmark (creation is not timed; a real caller would
+// cache it by shape). Strided memory descriptors express the transposes; beta = 1 is a sum post-op.
+Runner make_onednn_matmul(const Shape& s) {
+  using dnnl::memory;
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  const memory::dims a_str = s.ta ? memory::dims{1, s.M} : memory::dims{s.K, 1};
+  const memory::dims b_str = s.tb ? memory::dims{1, s.K} : memory::dims{s.N, 1};
+  memory::desc a_md({s.M, s.K}, memory::data_type::f32, a_str);
+  memory::desc b_md({s.K, s.N}, memory::data_type::f32, b_str);
+  memory::desc c_md({s.M, s.N}, memory::data_type::f32, memory::dims{s.N, 1});
+  dnnl::primitive_attr attr;
+  if (s.beta != 0.f) {
+    dnnl::post_ops po;
+    po.append_sum(s.beta);
+    attr.set_post_ops(po);
+  }
+  auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, eng);
+  auto prim = std::make_shared<dnnl::matmul>(pd);
+  return [prim, a_md, b_md, c_md](const Shape&, Operands& o) {
+    static dnnl::stream strm(eng);
+    memory a(a_md, eng, o.A.data()), b(b_md, eng, o.B.data()), c(c_md, eng, o.C.data());
+    prim->execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    strm.wait();
+  };
+}
+
+std::string shape_name(const Shape& s) {
+  return std::string(s.ta ? "T" : "N") + (s.tb ? "T" : "N") + "/" + std::to_string(s.M) + "x" +
+         std::to_string(s.N) + "x" + std::to_string(s.K) + "/" + s.use;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int threads : {1, 2}) {
+    const std::string th = "/threads:" + std::to_string(threads);
+    for (const Shape& s : kShapes) {
+      const std::string sh = shape_name(s);
+      benchmark::RegisterBenchmark(("onednn_sgemm/" + sh + th).c_str(), [=](benchmark::State& st) {
+        bench(st, s, threads, run_onednn_sgemm, true);
+      });
+#ifdef TFM_BENCH_OPENBLAS
+      benchmark::RegisterBenchmark(("openblas/" + sh + th).c_str(), [=](benchmark::State& st) {
+        bench(st, s, threads, run_openblas, true);
+      });
+#endif
+      benchmark::RegisterBenchmark(("onednn_matmul/" + sh + th).c_str(), [=](benchmark::State& st) {
+        bench(st, s, threads, make_onednn_matmul(s), true);
+      });
+      benchmark::RegisterBenchmark(("tfm_gemm/" + sh + th).c_str(), [=](benchmark::State& st) {
+        bench(st, s, threads, run_tfm_gemm, true);
+      });
+      // Candidate panel shapes for gemm_panels(): row panels and 2-D tiles.
+      for (auto [mt, nt] : {std::pair<int64_t, int64_t>{64, 0}, {128, 0}, {256, 0}, {512, 0},
+                            {128, 256}, {256, 256}, {256, 512}, {0, 128}, {0, 256}}) {
+        const int64_t m = mt ? std::min(mt, s.M) : s.M, n = nt ? std::min(nt, s.N) : s.N;
+        const std::string name = "panels/" + std::to_string(m) + "x" + std::to_string(n) + "/";
+        benchmark::RegisterBenchmark((name + sh + th).c_str(), [=](benchmark::State& st) {
+          bench(
+              st, s, threads,
+              [m, n](const Shape& sp, Operands& o) {
+                tfm::kernels::gemm_detail::gemm_paneled(sp.ta, sp.tb, sp.M, sp.N, sp.K, 1.f,
+                                                        o.A.data(), o.lda, o.B.data(), o.ldb,
+                                                        sp.beta, o.C.data(), o.ldc, {m, n});
+              },
+              true);
+        });
+      }
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,114 @@
+// src/kernels/gemm.cc — gemm, the fast GEMM: oneDNN's single-threaded sgemm run on fixed output
+// panels in our own OpenMP loop (see gemm_backend.h for why), so results never depend on the
+// thread count. The scalar twin is gemm_scalar (gemm_scalar.cc); TFM_FORCE_SCALAR=1 selects it.
+#include <omp.h>
+
+#include <algorithm>
+#include <cassert>
+
+#include <dnnl.h>
+
+#include "kernels/gemm_backend.h"
+#include "kernels/kernels.h"
+
+namespace tfm::kernels {
+namespace gemm_detail {
+
+namespace {
+
+// Makes oneDNN (OpenMP runtime) see a thread budget of 1 for the lifetime of the scope. oneDNN
+// already runs serially inside an active parallel region (omp_in_parallel()); outside one it
+// asks omp_get_max_threads(), which is this thread's own ICV, so lowering it here and restoring
+// it afterwards affects nobody else.
+class SerialOmpScope {
+ public:
+  SerialOmpScope() {
+    if (!omp_in_parallel()) {
+      saved_ = omp_get_max_threads();
+      if (saved_ > 1) omp_set_num_threads(1);
+    }
+  }
+  ~SerialOmpScope() {
+    if (saved_ > 1) omp_set_num_threads(saved_);
+  }
+  SerialOmpScope(const SerialOmpScope&) = delete;
+  SerialOmpScope& operator=(const SerialOmpScope&) = delete;
+
+ private:
+  int saved_ = 0;
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+GemmPanels gemm_panels(int64_t M, int64_t N, int64_t K) {
+  (void)K;
+  // Provisional: row panels of 128.
+  return {std::min<int64_t>(M, 128), N};
+}
+
+bool onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                         float* C, int64_t ldc) {
+  SerialOmpScope serial;
+  return dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta,
+                    C, ldc) == dnnl_success;
+}
+
+void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                  int64_t ldc, GemmPanels p) {
+  const int64_t n_row = ceil_div(M, p.mt), n_col = ceil_div(N, p.nt);
+  const int64_t n_panels = n_row * n_col;
+  // Panel t covers rows [i0, i0+m) and columns [j0, j0+n) of C; row-major panel order keeps each
+  // thread's static chunk on neighbouring rows (shared op(A) rows).
+  auto run_panel = [&](int64_t t) {
+    const int64_t i0 = (t / n_col) * p.mt, j0 = (t % n_col) * p.nt;
+    const int64_t m = std::min(p.mt, M - i0), n = std::min(p.nt, N - j0);
+    const float* a = trans_a ? A + i0 : A + i0 * lda;  // op(A) rows i0..: columns of a (K,M) A
+    const float* b = trans_b ? B + j0 * ldb : B + j0;  // op(B) cols j0..: rows of an (N,K) B
+    float* c = C + i0 * ldc + j0;
+    if (!onednn_sgemm_serial(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc)) {
+      // oneDNN only rejects malformed arguments, which the calling op has checked; stay correct
+      // (and deterministic) anyway.
+      assert(false && "dnnl_sgemm rejected its arguments");
+      gemm_scalar(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
+  };
+  if (n_panels == 1) {
+    run_panel(0);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < n_panels; ++t) run_panel(t);
+}
+
+}  // namespace gemm_detail
+
+// C(M,N) = alpha · op(A)(M,K) · op(B)(K,N) + beta · C — contract in kernels.h.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (force_scalar()) {
+    gemm_scalar(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  if (M <= 0 || N <= 0) return;
+  // Empty sum or alpha == 0: C = beta·C without touching A, B (BLAS convention, as gemm_ref).
+  // Done here because oneDNN's alpha == 0 path computes 0·C, leaving NaN garbage when beta == 0
+  // (seen on NT panels, tests/kernels/gemm_test.cc).
+  if (K <= 0 || alpha == 0.0f) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  if (M * N * K < gemm_detail::kSerialWork) {
+    gemm_detail::gemm_paneled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                              {M, N});
+    return;
+  }
+  gemm_detail::gemm_paneled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                            gemm_detail::gemm_panels(M, N, K));
+}
+
+}  // namespace tfm::kernels

@@ -1,0 +1,255 @@
+// tests/kernels/gemm_test.cc — gemm (oneDNN on fixed panels) against its scalar twin gemm_scalar,
+// gemm_scalar against gemm_ref<double>, a hand-checked 2×2, the beta = 0 "overwrite even NaN"
+// contract, padded leading dimensions (padding must be neither read nor written), and bitwise
+// thread-count independence.
+//
+// Tolerance (all comparisons). Any summation order of K products in float satisfies
+//   |ŝ − s| ≤ γ_K · Σ_k |a_ik b_kj|,   γ_n = n·u / (1 − n·u),   u = 2^-24 = FLT_EPSILON / 2,
+// and applying alpha (wherever the implementation applies it: once or per product) and adding
+// beta·c adds at most three more roundings, so each float result is within
+//   γ_{K+3} · (|alpha| Σ_k |a_ik b_kj| + |beta c_ij|)
+// of the exact value, and two float implementations differ by at most twice that. Against the
+// double reference only the float side errs: one γ_{K+3}. The magnitudes Σ|a||b| come from
+// gemm_ref<double> on |A|, |B| (exact enough: double's own error is ~2^-29 times smaller).
+// To add a case: append to kShapes or write a TEST with its own derivation.
+#include <omp.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/gemm_scalar.h"
+#include "kernels/kernels.h"
+
+namespace tfm::kernels {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// γ_n for float, n·u/(1 − n·u).
+double gamma_f(int64_t n) {
+  const double u = FLT_EPSILON / 2.0;
+  return double(n) * u / (1.0 - double(n) * u);
+}
+
+// A row-major (rows, cols) matrix stored with leading dimension ld ≥ cols; the padding columns
+// hold `pad` (NaN for inputs, so reading them would poison the result).
+struct Mat {
+  int64_t rows = 0, cols = 0, ld = 0;
+  std::vector<float> v;
+  Mat(int64_t r, int64_t c, int64_t pad_cols, float pad, std::mt19937& rng)
+      : rows(r), cols(c), ld(c + pad_cols), v(size_t(std::max<int64_t>(r * (c + pad_cols), 1)), pad) {
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j) v[i * ld + j] = u(rng);
+  }
+  float& at(int64_t i, int64_t j) { return v[i * ld + j]; }
+};
+
+struct Case {
+  bool ta, tb;
+  int64_t M, N, K, pad;
+  std::string str() const {
+    return std::string(ta ? "T" : "N") + (tb ? "T" : "N") + " M=" + std::to_string(M) +
+           " N=" + std::to_string(N) + " K=" + std::to_string(K) + " pad=" + std::to_string(pad);
+  }
+};
+
+// Σ_k |op(A)_ik| |op(B)_kj| for every (i, j), in double, laid out (M, N) densely.
+std::vector<double> abs_products(const Case& c, const Mat& A, const Mat& B) {
+  std::vector<double> a(A.v.size()), b(B.v.size()), s(size_t(std::max<int64_t>(c.M * c.N, 1)));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = std::isnan(A.v[i]) ? 0.0 : std::fabs(A.v[i]);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = std::isnan(B.v[i]) ? 0.0 : std::fabs(B.v[i]);
+  gemm_ref<double>(c.ta, c.tb, c.M, c.N, c.K, 1.0, a.data(), A.ld, b.data(), B.ld, 0.0, s.data(),
+                   c.N);
+  return s;
+}
+
+// Checks `got` against `want` element by element within factor·γ_{K+3}·(|α|Σ|a||b| + |β c0|);
+// checks the padding of got is untouched (still `pad_value`). Prints the first mismatches.
+void expect_close(const Case& c, float alpha, float beta, const Mat& C0, const Mat& got,
+                  const std::vector<double>& want, const std::vector<double>& absprod,
+                  double factor, const std::string& what) {
+  int bad = 0;
+  double max_err = 0.0;
+  for (int64_t i = 0; i < c.M; ++i) {
+    for (int64_t j = 0; j < c.N; ++j) {
+      const double c0 = beta == 0.f ? 0.0 : std::fabs(double(C0.v[i * C0.ld + j]));
+      const double tol = factor * gamma_f(c.K + 3) *
+                             (std::fabs(alpha) * absprod[i * c.N + j] + std::fabs(beta) * c0) +
+                         FLT_MIN;  // subnormal slack when the bound is 0
+      const double g = got.v[i * got.ld + j], w = want[i * c.N + j];
+      const double err = std::fabs(g - w);
+      if (!(err <= tol)) {  // also catches NaN
+        if (++bad <= 5)
+          ADD_FAILURE() << what << " " << c.str() << " alpha=" << alpha << " beta=" << beta
+                        << " at (" << i << "," << j << "): got " << g << " want " << w
+                        << " err " << err << " tol " << tol;
+      }
+      if (err > max_err) max_err = err;
+    }
+    for (int64_t j = c.N; j < got.ld; ++j) {
+      if (std::memcmp(&got.v[i * got.ld + j], &C0.v[i * C0.ld + j], sizeof(float)) != 0 &&
+          ++bad <= 5)
+        ADD_FAILURE() << what << " " << c.str() << ": padding of C written at (" << i << "," << j
+                      << ")";
+    }
+  }
+  if (bad > 0) ADD_FAILURE() << what << " " << c.str() << ": " << bad << " bad, max err " << max_err;
+}
+
+// Odd sizes (not multiples of any vector width), degenerate 1s, and sizes above the serial
+// threshold so the threaded panel path runs too (65·130·257 ≈ 2.2M, 200·300·150 = 9M multiply-adds).
+const int64_t kShapes[][3] = {{1, 1, 1},    {1, 17, 3},    {3, 1, 33},     {17, 33, 1},
+                              {33, 17, 100}, {100, 3, 17},  {100, 100, 100}, {65, 130, 257},
+                              {200, 300, 150}};
+
+TEST(Gemm, MatchesScalarAllTransposesOddSizesPaddedAlphaBeta) {
+  std::mt19937 rng(1234);
+  for (const auto& s : kShapes) {
+    for (int t = 0; t < 4; ++t) {
+      for (int64_t pad : {0, 5}) {
+        const Case c{bool(t & 1), bool(t & 2), s[0], s[1], s[2], pad};
+        // Stored shapes: A is (M,K) or (K,M), B is (K,N) or (N,K).
+        Mat A(c.ta ? c.K : c.M, c.ta ? c.M : c.K, pad, kNaN, rng);
+        Mat B(c.tb ? c.N : c.K, c.tb ? c.K : c.N, pad, kNaN, rng);
+        const std::vector<double> absprod = abs_products(c, A, B);
+        for (float alpha : {0.f, 1.f, 0.5f}) {
+          for (float beta : {0.f, 1.f, 0.5f}) {
+            // C padding holds a sentinel that must survive; with beta = 0, C is all NaN.
+            Mat C0(c.M, c.N, pad, -7.f, rng);
+            if (beta == 0.f)
+              for (int64_t i = 0; i < c.M; ++i)
+                for (int64_t j = 0; j < c.N; ++j) C0.at(i, j) = kNaN;
+            Mat Cf = C0, Cs = C0;
+            gemm(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta,
+                 Cf.v.data(), Cf.ld);
+            gemm_scalar(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld,
+                        beta, Cs.v.data(), Cs.ld);
+            std::vector<double> scalar(size_t(c.M * c.N));
+            for (int64_t i = 0; i < c.M; ++i)
+              for (int64_t j = 0; j < c.N; ++j) scalar[i * c.N + j] = Cs.at(i, j);
+            // Both float: twice the one-sided bound.
+            expect_close(c, alpha, beta, C0, Cf, scalar, absprod, 2.0, "gemm vs gemm_scalar");
+          }
+        }
+      }
+    }
+  }
+}
+
+// The scalar twin itself against the double-precision instance of the same specification.
+TEST(GemmScalar, MatchesDoubleReference) {
+  std::mt19937 rng(99);
+  for (const auto& s : kShapes) {
+    for (int t = 0; t < 4; ++t) {
+      const Case c{bool(t & 1), bool(t & 2), s[0], s[1], s[2], 3};
+      Mat A(c.ta ? c.K : c.M, c.ta ? c.M : c.K, c.pad, kNaN, rng);
+      Mat B(c.tb ? c.N : c.K, c.tb ? c.K : c.N, c.pad, kNaN, rng);
+      Mat C0(c.M, c.N, c.pad, -7.f, rng);
+      const std::vector<double> absprod = abs_products(c, A, B);
+      const float alpha = 0.5f, beta = 0.5f;
+      std::vector<double> a(A.v.begin(), A.v.end()), b(B.v.begin(), B.v.end()),
+          want(size_t(c.M * c.N));
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t j = 0; j < c.N; ++j) want[i * c.N + j] = C0.at(i, j);
+      gemm_ref<double>(c.ta, c.tb, c.M, c.N, c.K, alpha, a.data(), A.ld, b.data(), B.ld, beta,
+                       want.data(), c.N);
+      Mat Cs = C0;
+      gemm_scalar(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta,
+                  Cs.v.data(), Cs.ld);
+      expect_close(c, alpha, beta, C0, Cs, want, absprod, 1.0, "gemm_scalar vs double");
+    }
+  }
+}
+
+// Hand-checkable:  A = [1 2; 3 4], B = [5 6; 7 8], C = [1 1; 1 1], alpha = 0.5, beta = 2
+//   A·B = [1·5+2·7  1·6+2·8; 3·5+4·7  3·6+4·8] = [19 22; 43 50]
+//   0.5·A·B + 2·C = [9.5+2  11+2; 21.5+2  25+2] = [11.5 13; 23.5 27]   (all exact in float)
+// With trans_a and trans_b, the same numbers stored transposed give the same C.
+TEST(Gemm, HandChecked2x2) {
+  const float A[] = {1, 2, 3, 4}, At[] = {1, 3, 2, 4};
+  const float B[] = {5, 6, 7, 8}, Bt[] = {5, 7, 6, 8};
+  const float want[] = {11.5f, 13.f, 23.5f, 27.f};
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    float Cf[] = {1, 1, 1, 1}, Cs[] = {1, 1, 1, 1};
+    gemm(ta, tb, 2, 2, 2, 0.5f, ta ? At : A, 2, tb ? Bt : B, 2, 2.f, Cf, 2);
+    gemm_scalar(ta, tb, 2, 2, 2, 0.5f, ta ? At : A, 2, tb ? Bt : B, 2, 2.f, Cs, 2);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(Cf[i], want[i]) << "gemm ta=" << ta << " tb=" << tb << " i=" << i;
+      EXPECT_EQ(Cs[i], want[i]) << "gemm_scalar ta=" << ta << " tb=" << tb << " i=" << i;
+    }
+  }
+}
+
+// K = 0: the empty sum leaves C = beta·C, and beta = 0 overwrites NaN with 0.
+TEST(Gemm, EmptyReduction) {
+  const float A[1] = {kNaN}, B[1] = {kNaN};
+  for (auto fn : {&gemm, &gemm_scalar}) {
+    float C0[] = {kNaN, kNaN, kNaN, kNaN, kNaN, kNaN};
+    fn(false, false, 2, 3, 0, 1.f, A, 1, B, 3, 0.f, C0, 3);
+    for (float x : C0) EXPECT_EQ(x, 0.f);
+    float C1[] = {1, 2, 3, 4, 5, 6};
+    fn(false, false, 2, 3, 0, 1.f, A, 1, B, 3, 0.5f, C1, 3);
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(C1[i], 0.5f * float(i + 1));
+  }
+}
+
+// Runs gemm on a fixed problem with `threads` OpenMP threads and returns C.
+std::vector<float> run_with_threads(const Case& c, float beta, int threads) {
+  std::mt19937 rng(7);
+  Mat A(c.ta ? c.K : c.M, c.ta ? c.M : c.K, c.pad, kNaN, rng);
+  Mat B(c.tb ? c.N : c.K, c.tb ? c.K : c.N, c.pad, kNaN, rng);
+  Mat C(c.M, c.N, c.pad, -7.f, rng);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  gemm(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.v.data(), A.ld, B.v.data(), B.ld, beta, C.v.data(), C.ld);
+  omp_set_num_threads(saved);
+  return C.v;
+}
+
+// Bitwise identical results for 1 and 2 threads, on the transformer shapes where oneDNN's own
+// threading was measured to differ (NT 1024×512×2048 splits K), on weight-gradient shapes, and on
+// odd sizes that leave ragged last panels.
+TEST(Gemm, BitwiseIdenticalAcrossThreadCounts) {
+  const Case cases[] = {{false, true, 1024, 512, 2048, 0},
+                        {false, false, 1024, 1536, 512, 0},
+                        {true, false, 512, 512, 1024, 0},
+                        {true, true, 777, 555, 1333, 3}};
+  for (const Case& c : cases) {
+    for (float beta : {0.f, 1.f}) {
+      const std::vector<float> one = run_with_threads(c, beta, 1);
+      const std::vector<float> two = run_with_threads(c, beta, 2);
+      ASSERT_EQ(one.size(), two.size());
+      int64_t diff = 0, first = -1;
+      for (size_t i = 0; i < one.size(); ++i)
+        if (std::memcmp(&one[i], &two[i], sizeof(float)) != 0 && diff++ == 0) first = int64_t(i);
+      EXPECT_EQ(diff, 0) << c.str() << " beta=" << beta << ": first difference at flat index "
+                         << first << " (" << (first >= 0 ? one[first] : 0.f) << " vs "
+                         << (first >= 0 ? two[first] : 0.f) << ")";
+    }
+  }
+}
+
+// gemm called from inside a caller's parallel region (e.g. one call per attention head) must give
+// the same bits as a top-level call.
+TEST(Gemm, SameResultInsideCallerParallelRegion) {
+  const Case c{false, true, 300, 257, 513, 0};
+  const std::vector<float> top = run_with_threads(c, 0.f, 2);
+  std::vector<std::vector<float>> inner(2);
+#pragma omp parallel for num_threads(2) schedule(static)
+  for (int r = 0; r < 2; ++r) inner[r] = run_with_threads(c, 0.f, 2);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(std::memcmp(top.data(), inner[r].data(), top.size() * sizeof(float)), 0) << r;
+}
+
+}  // namespace
+}  // namespace tfm::kernels
