@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tfm {
@@ -71,6 +72,7 @@ class Tensor {
   void backward(const Tensor& grad_output = Tensor()) const;
 
   TensorImpl* impl() const { return impl_.get(); }
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
  private:
   std::shared_ptr<TensorImpl> impl_;

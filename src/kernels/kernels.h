@@ -86,6 +86,53 @@ void attention_backward(const AttentionParams& p, const float* dout, float* dq, 
 void attention_backward_scalar(const AttentionParams& p, const float* dout, float* dq, float* dk,
                                float* dv);
 
+// ---- LayerNorm (PyTorch nn.LayerNorm over the last dim) -----------------------------------------
+// y = (x − μ) · rstd · w + b,  μ = mean(x),  rstd = 1/sqrt(var(x) + eps) (biased variance).
+// x, y (N,D); w (D); b (D) or null; mean, rstd (N) written (may be null in eval). y may alias x.
+void layer_norm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
+                        float* rstd, int64_t N, int64_t D, float eps);
+void layer_norm_forward_scalar(const float* x, const float* w, const float* b, float* y,
+                               float* mean, float* rstd, int64_t N, int64_t D, float eps);
+// With x̂ = (x − μ)·rstd and g = dy ⊙ w:  dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂))  (overwrite);
+// dw += Σ_rows dy ⊙ x̂,  db += Σ_rows dy  (accumulate; db may be null).
+void layer_norm_backward(const float* dy, const float* x, const float* w, const float* mean,
+                         const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t D);
+void layer_norm_backward_scalar(const float* dy, const float* x, const float* w, const float* mean,
+                                const float* rstd, float* dx, float* dw, float* db, int64_t N,
+                                int64_t D);
+
+// ---- Activations ----------------------------------------------------------------------------------
+// Plain: y = f(x), x and y (N,F).  Gated: x (N,2F) = [a | b] per row, y (N,F) = a ⊙ g(b)
+// (F.glu's convention: the gate is the second half).
+enum class ActivationKind : uint8_t {
+  ACT_RELU,       // max(x, 0)
+  ACT_GELU,       // x·Φ(x) = 0.5·x·(1 + erf(x/√2))
+  ACT_GELU_TANH,  // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+  ACT_GLU,        // a·σ(b)
+  ACT_GEGLU,      // a·gelu(b)
+  ACT_SWIGLU,     // a·silu(b) = a·b·σ(b)
+};
+bool activation_is_gated(ActivationKind k);
+// y may alias x for plain activations. The backward overwrites dx (x's shape) from dy (y's shape):
+// relu' = [x > 0]; gelu' = Φ(x) + x·φ(x); glu: da = dy·g(b), db = dy·a·g'(b).
+void activation_forward(ActivationKind k, const float* x, float* y, int64_t N, int64_t F);
+void activation_forward_scalar(ActivationKind k, const float* x, float* y, int64_t N, int64_t F);
+void activation_backward(ActivationKind k, const float* dy, const float* x, float* dx, int64_t N,
+                         int64_t F);
+void activation_backward_scalar(ActivationKind k, const float* dy, const float* x, float* dx,
+                                int64_t N, int64_t F);
+
+// ---- Softmax cross-entropy (PyTorch F.cross_entropy, reduction over rows done by the op) --------
+// logits (N,V), target (N) class ids; rows with target == ignore_index give loss 0 and grad 0.
+// With ε = label_smoothing: loss_n = (1−ε)·(lse − z_t) + ε·(lse − mean_v z_v)
+// Writes loss (N) and lse (N).
+void cross_entropy_forward(const float* logits, const int32_t* target, float* loss, float* lse,
+                           int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
+// dlogits_n = scale_n · (softmax(z) − (1−ε)·onehot(t) − ε/V)  (overwrite; zero for ignored rows).
+void cross_entropy_backward(const float* logits, const int32_t* target, const float* lse,
+                            const float* scale, float* dlogits, int64_t N, int64_t V,
+                            int32_t ignore_index, float label_smoothing);
+
 // ---- Random numbers -------------------------------------------------------------------------------
 // Counter-based: the value for index i depends only on (seed, i), so results never depend on
 // thread count or on the order in which elements are visited.

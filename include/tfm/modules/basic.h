@@ -1,0 +1,63 @@
+// tfm/modules/basic.h — Linear, LayerNorm, Dropout, Embedding and the sinusoidal positional
+// encoding, with PyTorch's constructor arguments, defaults, initialisers and state_dict keys.
+#pragma once
+
+#include "tfm/modules/module.h"
+#include "tfm/random.h"
+
+namespace tfm {
+
+// nn.Linear: weight (out, in), bias (out). Init: U(−1/√in, 1/√in) for both (kaiming_uniform a=√5).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) const;  // (..., in) → (..., out)
+  Tensor weight, bias;                    // bias undefined when bias = false
+  int64_t in_features, out_features;
+};
+
+// nn.LayerNorm(normalized_shape = D, eps, elementwise_affine = true, bias): weight ones, bias zeros.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t d, float eps = 1e-5f, bool bias = true);
+  Tensor forward(const Tensor& x) const;
+  Tensor forward_add(const Tensor& x, const Tensor& r) const;  // LayerNorm(x + r), fused
+  Tensor weight, bias;
+  float eps;
+};
+
+// nn.Dropout(p): active only in training mode.
+class Dropout : public Module {
+ public:
+  explicit Dropout(float p = 0.5f, Generator& gen = default_generator()) : p(p), gen_(&gen) {}
+  Tensor forward(const Tensor& x) const;
+  float p;
+
+ private:
+  Generator* gen_;
+};
+
+// nn.Embedding(num_embeddings, embedding_dim, padding_idx): weight (V, D) ~ N(0, 1), padding row 0.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx = -1,
+            Generator& gen = default_generator());
+  Tensor forward(const std::vector<int32_t>& ids, const Shape& shape) const;  // → (shape..., D)
+  Tensor weight;
+  int64_t padding_idx;
+};
+
+// The sinusoidal table of "Attention Is All You Need": pe[t, 2i] = sin(t / 10000^(2i/D)),
+// pe[t, 2i+1] = cos(t / 10000^(2i/D)). A constant buffer, not a parameter (not in state_dict).
+class PositionalEncoding : public Module {
+ public:
+  PositionalEncoding(int64_t d_model, int64_t max_len = 5000);
+  Tensor forward(const Tensor& x, bool batch_first) const;  // x + pe[:T], x (B,T,D) or (T,B,D)
+  Tensor table;                                             // (max_len, D)
+};
+
+// PyTorch's initialisers over our generator.
+void init_uniform(Tensor& t, float low, float high, Generator& gen);
+void init_xavier_uniform(Tensor& t, Generator& gen);  // U(±√(6/(fan_in+fan_out))), t (out, in)
+
+}  // namespace tfm

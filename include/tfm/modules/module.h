@@ -1,0 +1,56 @@
+// tfm/modules/module.h — the Module base: parameters registered once under their PyTorch names,
+// one recursive visitor reused by state_dict, load_state_dict, zero_grad and the optimizers.
+//
+// Modules are neither copyable nor movable (registrations point at members); hold them by value
+// inside their parent or by std::unique_ptr.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tfm/tensor.h"
+
+namespace tfm {
+
+using NamedTensors = std::map<std::string, Tensor>;
+
+class Module {
+ public:
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  virtual ~Module() = default;
+
+  // Visits every parameter with its full dotted key ("layers.0.self_attn.in_proj_weight"),
+  // in registration order (PyTorch's state_dict order).
+  void visit_parameters(const std::function<void(const std::string&, Tensor&)>& fn,
+                        const std::string& prefix = "");
+  std::vector<std::pair<std::string, Tensor>> named_parameters();
+  std::vector<Tensor> parameters();
+  NamedTensors state_dict();
+  int64_t num_parameters();
+
+  // Strict load: every key must be present with the right shape, and no key may be left over.
+  // Values are copied into the existing parameters. `source` names the file in messages.
+  void load_state_dict(const NamedTensors& state, const std::string& source = "state_dict");
+
+  void zero_grad();
+  void train(bool on = true);  // recursive, like torch
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+ protected:
+  // Parameters are leaves that require grad.
+  void register_parameter(const std::string& name, Tensor& t);
+  void register_module(const std::string& name, Module& m);
+
+ private:
+  std::vector<std::pair<std::string, Tensor*>> params_;
+  std::vector<std::pair<std::string, Module*>> children_;
+  bool training_ = true;
+};
+
+}  // namespace tfm

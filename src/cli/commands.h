@@ -1,0 +1,22 @@
+// src/cli/commands.h — the `tfm` subcommands. Each command file defines one register function that
+// adds its subcommand to the app and sets a callback returning the process exit code.
+// To add a command: write src/cli/<name>_cmd.cc with `void register_<name>(CLI::App&, Runner&)`,
+// declare it here and call it in main.cc.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace tfm::cli {
+
+// The chosen subcommand's body; returns the exit code. Errors are thrown and turned into a
+// one-line message by main.
+using Runner = std::function<int()>;
+
+void register_forward(CLI::App& app, Runner& run);
+
+// Sets the OpenMP thread count from --threads (0 = leave OMP_NUM_THREADS / the default).
+void apply_threads(int threads);
+
+}  // namespace tfm::cli

@@ -1,0 +1,34 @@
+// src/cli/main.cc — the `tfm` command line: parse, dispatch, and turn exceptions into one clear
+// line on stderr and a non-zero exit code. The library never prints or exits; only this file does.
+#include <omp.h>
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+#include "cli/commands.h"
+
+namespace tfm::cli {
+void apply_threads(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+}  // namespace tfm::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"tfm: PyTorch-exact Transformer models on the CPU"};
+  app.set_version_flag("--version", std::string("tfm ") + TFM_VERSION);
+  app.require_subcommand(1);
+  tfm::cli::Runner run;
+  tfm::cli::register_forward(app, run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return run ? run() : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tfm: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,134 @@
+// src/kernels/rowwise.cc — LayerNorm, activations and softmax cross-entropy kernels.
+// Scalar twins instantiate the templates of rowwise_scalar.h; the dispatching entry points
+// parallelize over rows in fixed chunks (row results never depend on the thread count) and use the
+// AVX-512 bodies when available.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/rowwise_scalar.h"
+
+namespace tfm::kernels {
+
+bool activation_is_gated(ActivationKind k) {
+  return k == ActivationKind::ACT_GLU || k == ActivationKind::ACT_GEGLU || k == ActivationKind::ACT_SWIGLU;
+}
+
+void layer_norm_forward_scalar(const float* x, const float* w, const float* b, float* y, float* mean,
+                               float* rstd, int64_t N, int64_t D, float eps) {
+  ref::layer_norm_forward<float>(x, w, b, y, mean, rstd, N, D, eps);
+}
+void layer_norm_backward_scalar(const float* dy, const float* x, const float* w, const float* mean,
+                                const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t D) {
+  ref::layer_norm_backward<float>(dy, x, w, mean, rstd, dx, dw, db, N, D);
+}
+void activation_forward_scalar(ActivationKind k, const float* x, float* y, int64_t N, int64_t F) {
+  ref::activation_forward<float>(k, x, y, N, F);
+}
+void activation_backward_scalar(ActivationKind k, const float* dy, const float* x, float* dx, int64_t N,
+                                int64_t F) {
+  ref::activation_backward<float>(k, dy, x, dx, N, F);
+}
+
+// Rows are processed in chunks of kRowChunk; each chunk is independent, so any schedule gives the
+// same bits. Parameter-gradient reductions (LayerNorm dw, db) sum per-chunk partials in chunk order.
+static constexpr int64_t kRowChunk = 64;
+
+void layer_norm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
+                        float* rstd, int64_t N, int64_t D, float eps) {
+  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+#pragma omp parallel for schedule(static) if (N * D > 32768)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
+    layer_norm_forward_scalar(x + r0 * D, w, b, y + r0 * D, mean ? mean + r0 : nullptr,
+                              rstd ? rstd + r0 : nullptr, rn, D, eps);
+  }
+}
+
+void layer_norm_backward(const float* dy, const float* x, const float* w, const float* mean,
+                         const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t D) {
+  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  if (chunks <= 1) {
+    layer_norm_backward_scalar(dy, x, w, mean, rstd, dx, dw, db, N, D);
+    return;
+  }
+  std::vector<float> part(static_cast<size_t>(chunks * 2 * D), 0.0f);  // per-chunk (dw, db)
+#pragma omp parallel for schedule(static) if (N * D > 32768)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
+    float* pw = part.data() + c * 2 * D;
+    layer_norm_backward_scalar(dy + r0 * D, x + r0 * D, w, mean + r0, rstd + r0, dx + r0 * D, pw,
+                               db ? pw + D : nullptr, rn, D);
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    const float* pw = part.data() + c * 2 * D;
+    for (int64_t d = 0; d < D; ++d) dw[d] += pw[d];
+    if (db)
+      for (int64_t d = 0; d < D; ++d) db[d] += pw[D + d];
+  }
+}
+
+void activation_forward(ActivationKind k, const float* x, float* y, int64_t N, int64_t F) {
+  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  const int64_t in_row = activation_is_gated(k) ? 2 * F : F;
+#pragma omp parallel for schedule(static) if (N * F > 32768)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
+    activation_forward_scalar(k, x + r0 * in_row, y + r0 * F, rn, F);
+  }
+}
+
+void activation_backward(ActivationKind k, const float* dy, const float* x, float* dx, int64_t N, int64_t F) {
+  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  const int64_t in_row = activation_is_gated(k) ? 2 * F : F;
+#pragma omp parallel for schedule(static) if (N * F > 32768)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
+    activation_backward_scalar(k, dy + r0 * F, x + r0 * in_row, dx + r0 * in_row, rn, F);
+  }
+}
+
+void cross_entropy_forward(const float* logits, const int32_t* target, float* loss, float* lse, int64_t N,
+                           int64_t V, int32_t ignore_index, float label_smoothing) {
+#pragma omp parallel for schedule(static) if (N * V > 65536)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* z = logits + n * V;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t v = 0; v < V; ++v) m = std::max(m, z[v]);
+    double s = 0, zsum = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      s += std::exp(static_cast<double>(z[v]) - m);
+      zsum += z[v];
+    }
+    double l = m + std::log(s);
+    lse[n] = static_cast<float>(l);
+    if (target[n] == ignore_index) {
+      loss[n] = 0.0f;
+      continue;
+    }
+    double nll = l - z[target[n]];
+    double smooth = l - zsum / static_cast<double>(V);
+    loss[n] = static_cast<float>((1.0 - label_smoothing) * nll + label_smoothing * smooth);
+  }
+}
+
+void cross_entropy_backward(const float* logits, const int32_t* target, const float* lse, const float* scale,
+                            float* dlogits, int64_t N, int64_t V, int32_t ignore_index, float label_smoothing) {
+#pragma omp parallel for schedule(static) if (N * V > 65536)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* z = logits + n * V;
+    float* dz = dlogits + n * V;
+    if (target[n] == ignore_index) {
+      std::fill(dz, dz + V, 0.0f);
+      continue;
+    }
+    const float s = scale[n], l = lse[n];
+    const float uniform = label_smoothing / static_cast<float>(V);
+    for (int64_t v = 0; v < V; ++v) dz[v] = s * (std::exp(z[v] - l) - uniform);
+    dz[target[n]] -= s * (1.0f - label_smoothing);
+  }
+}
+
+}  // namespace tfm::kernels

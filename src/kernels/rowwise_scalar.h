@@ -1,0 +1,165 @@
+// src/kernels/rowwise_scalar.h — scalar reference templates for the row-wise kernels (LayerNorm,
+// activations). Instantiated with float for the library's *_scalar twins and with double by the
+// finite-difference gradient tests. The contracts are in kernels.h.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace tfm::kernels::ref {
+
+template <typename T>
+void layer_norm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t N,
+                        int64_t D, T eps) {
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + n * D;
+    T* yr = y + n * D;
+    double s = 0;  // two-pass moments in double: exact enough that float rounding dominates
+    for (int64_t d = 0; d < D; ++d) s += xr[d];
+    double mu = s / static_cast<double>(D);
+    double v = 0;
+    for (int64_t d = 0; d < D; ++d) v += (xr[d] - mu) * (xr[d] - mu);
+    v /= static_cast<double>(D);
+    double r = 1.0 / std::sqrt(std::max(v, 0.0) + static_cast<double>(eps));
+    for (int64_t d = 0; d < D; ++d) {
+      double xh = (xr[d] - mu) * r;
+      yr[d] = static_cast<T>(xh * w[d] + (b ? static_cast<double>(b[d]) : 0.0));
+    }
+    if (mean) mean[n] = static_cast<T>(mu);
+    if (rstd) rstd[n] = static_cast<T>(r);
+  }
+}
+
+template <typename T>
+void layer_norm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
+                         T* dw, T* db, int64_t N, int64_t D) {
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + n * D;
+    const T* dyr = dy + n * D;
+    double mu = mean[n], r = rstd[n];
+    double mg = 0, mgx = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      double xh = (xr[d] - mu) * r;
+      double g = static_cast<double>(dyr[d]) * w[d];
+      mg += g;
+      mgx += g * xh;
+      dw[d] += static_cast<T>(dyr[d] * xh);
+      if (db) db[d] += dyr[d];
+    }
+    mg /= static_cast<double>(D);
+    mgx /= static_cast<double>(D);
+    for (int64_t d = 0; d < D; ++d) {
+      double xh = (xr[d] - mu) * r;
+      double g = static_cast<double>(dyr[d]) * w[d];
+      dx[n * D + d] = static_cast<T>(r * (g - mg - xh * mgx));
+    }
+  }
+}
+
+// Scalar activation functions and their derivatives, in T.
+template <typename T>
+T gelu(T x) {
+  return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+}
+template <typename T>
+T gelu_grad(T x) {  // Φ(x) + x·φ(x)
+  T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
+  T pdf = std::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
+  return cdf + x * pdf;
+}
+template <typename T>
+T gelu_tanh(T x) {
+  const T k = T(0.79788456080286535588);  // √(2/π)
+  T inner = k * (x + T(0.044715) * x * x * x);
+  return T(0.5) * x * (T(1) + std::tanh(inner));
+}
+template <typename T>
+T gelu_tanh_grad(T x) {
+  const T k = T(0.79788456080286535588);
+  T inner = k * (x + T(0.044715) * x * x * x);
+  T t = std::tanh(inner);
+  T dinner = k * (T(1) + T(3) * T(0.044715) * x * x);
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
+}
+template <typename T>
+T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+
+template <typename T>
+T act_plain(ActivationKind k, T x) {
+  switch (k) {
+    case ActivationKind::ACT_RELU: return x > T(0) ? x : T(0);
+    case ActivationKind::ACT_GELU: return gelu(x);
+    case ActivationKind::ACT_GELU_TANH: return gelu_tanh(x);
+    default: return x;
+  }
+}
+template <typename T>
+T act_plain_grad(ActivationKind k, T x) {
+  switch (k) {
+    case ActivationKind::ACT_RELU: return x > T(0) ? T(1) : T(0);
+    case ActivationKind::ACT_GELU: return gelu_grad(x);
+    case ActivationKind::ACT_GELU_TANH: return gelu_tanh_grad(x);
+    default: return T(1);
+  }
+}
+// Gate g(b) and g'(b) for the gated kinds.
+template <typename T>
+T gate(ActivationKind k, T b) {
+  switch (k) {
+    case ActivationKind::ACT_GLU: return sigmoid(b);
+    case ActivationKind::ACT_GEGLU: return gelu(b);
+    default: return b * sigmoid(b);  // SwiGLU: silu
+  }
+}
+template <typename T>
+T gate_grad(ActivationKind k, T b) {
+  switch (k) {
+    case ActivationKind::ACT_GLU: {
+      T s = sigmoid(b);
+      return s * (T(1) - s);
+    }
+    case ActivationKind::ACT_GEGLU: return gelu_grad(b);
+    default: {
+      T s = sigmoid(b);
+      return s * (T(1) + b * (T(1) - s));
+    }
+  }
+}
+
+template <typename T>
+void activation_forward(ActivationKind k, const T* x, T* y, int64_t N, int64_t F) {
+  if (!activation_is_gated(k)) {
+    for (int64_t i = 0; i < N * F; ++i) y[i] = act_plain(k, x[i]);
+    return;
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    const T* a = x + n * 2 * F;
+    const T* b = a + F;
+    for (int64_t f = 0; f < F; ++f) y[n * F + f] = a[f] * gate(k, b[f]);
+  }
+}
+
+template <typename T>
+void activation_backward(ActivationKind k, const T* dy, const T* x, T* dx, int64_t N, int64_t F) {
+  if (!activation_is_gated(k)) {
+    for (int64_t i = 0; i < N * F; ++i) dx[i] = dy[i] * act_plain_grad(k, x[i]);
+    return;
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    const T* a = x + n * 2 * F;
+    const T* b = a + F;
+    T* da = dx + n * 2 * F;
+    T* dbp = da + F;
+    for (int64_t f = 0; f < F; ++f) {
+      T g = dy[n * F + f];
+      da[f] = g * gate(k, b[f]);
+      dbp[f] = g * a[f] * gate_grad(k, b[f]);
+    }
+  }
+}
+
+}  // namespace tfm::kernels::ref

@@ -1,0 +1,277 @@
+// src/models/forward_runner.cc — JSON config → module, and the `tfm forward` contract.
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+
+#include "tfm/autograd.h"
+#include "tfm/forward.h"
+#include "tfm/modules/transformer.h"
+
+namespace tfm {
+namespace {
+
+using json = nlohmann::json;
+
+struct ConfigReader {
+  const json& j;
+  std::set<std::string> known{"module"};
+
+  template <typename T>
+  T get(const std::string& key, T fallback) {
+    known.insert(key);
+    if (!j.contains(key) || j.at(key).is_null()) return fallback;
+    const json& v = j.at(key);
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) throw std::invalid_argument("config: '" + key + "' must be a boolean, got " + v.dump());
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!v.is_number_integer()) throw std::invalid_argument("config: '" + key + "' must be an integer, got " + v.dump());
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!v.is_number()) throw std::invalid_argument("config: '" + key + "' must be a number, got " + v.dump());
+    } else {
+      if (!v.is_string()) throw std::invalid_argument("config: '" + key + "' must be a string, got " + v.dump());
+    }
+    return v.get<T>();
+  }
+  template <typename T>
+  T require(const std::string& key) {
+    if (!j.contains(key)) throw std::invalid_argument("config: missing required key '" + key + "'");
+    return get<T>(key, T{});
+  }
+  void ignore(const std::string& key) { known.insert(key); }
+  void finish() {
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (!known.count(it.key())) throw std::invalid_argument("config: unknown key '" + it.key() + "'");
+  }
+};
+
+TransformerLayerOptions layer_options(ConfigReader& r, bool transformer_defaults) {
+  TransformerLayerOptions o;
+  o.d_model = transformer_defaults ? r.get<int64_t>("d_model", 512) : r.require<int64_t>("d_model");
+  o.nhead = transformer_defaults ? r.get<int64_t>("nhead", 8) : r.require<int64_t>("nhead");
+  o.dim_feedforward = r.get<int64_t>("dim_feedforward", 2048);
+  o.dropout = r.get<float>("dropout", 0.1f);
+  o.activation = r.get<std::string>("activation", "relu");
+  o.layer_norm_eps = r.get<float>("layer_norm_eps", 1e-5f);
+  o.batch_first = r.get<bool>("batch_first", false);
+  o.norm_first = r.get<bool>("norm_first", false);
+  o.bias = r.get<bool>("bias", true);
+  o.validate();
+  return o;
+}
+
+const Tensor& opt(const NamedTensors& in, const char* name) {
+  static const Tensor none;
+  auto it = in.find(name);
+  return it == in.end() ? none : it->second;
+}
+const Tensor& req(const NamedTensors& in, const char* name) {
+  auto it = in.find(name);
+  if (it == in.end() || !it->second.defined()) throw std::invalid_argument(std::string("inputs: missing tensor '") + name + "'");
+  return it->second;
+}
+bool flag(const NamedTensors& in, const char* name) {
+  auto it = in.find(name);
+  if (it == in.end()) return false;
+  const Tensor& t = it->second;
+  if (t.dtype() != DType::Bool || t.numel() != 1)
+    throw std::invalid_argument(std::string("inputs: '") + name + "' must be a 0-dimensional BOOL tensor, got " + describe(t));
+  return t.data_bool()[0] != 0;
+}
+void check_names(const NamedTensors& in, std::initializer_list<const char*> allowed) {
+  for (auto& [k, v] : in) {
+    if (k == "grad_output") continue;
+    bool ok = false;
+    for (const char* a : allowed) ok = ok || k == a;
+    if (!ok) {
+      std::string list;
+      for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+      throw std::invalid_argument("inputs: unexpected tensor '" + k + "' (expected some of: " + list + ")");
+    }
+  }
+}
+
+template <typename M>
+struct Holder : ConformanceModule {
+  std::unique_ptr<M> m;
+  Module& module() override { return *m; }
+};
+
+struct MhaHolder : Holder<MultiheadAttention> {
+  std::string name() const override { return "MultiheadAttention"; }
+  std::vector<std::string> differentiable_inputs() const override { return {"query", "key", "value"}; }
+  Tensor forward(const NamedTensors& in) const override {
+    check_names(in, {"query", "key", "value", "attn_mask", "key_padding_mask", "is_causal"});
+    const Tensor& q = req(in, "query");
+    const Tensor& k = in.count("key") ? req(in, "key") : q;
+    const Tensor& v = in.count("value") ? req(in, "value") : k;
+    ops::AttentionMasks masks;
+    masks.attn_mask = opt(in, "attn_mask");
+    masks.key_padding_mask = opt(in, "key_padding_mask");
+    masks.is_causal = flag(in, "is_causal");
+    return m->forward(q, k, v, masks);
+  }
+};
+struct EncLayerHolder : Holder<TransformerEncoderLayer> {
+  std::string name() const override { return "TransformerEncoderLayer"; }
+  std::vector<std::string> differentiable_inputs() const override { return {"src"}; }
+  Tensor forward(const NamedTensors& in) const override {
+    check_names(in, {"src", "src_mask", "src_key_padding_mask", "is_causal"});
+    return m->forward(req(in, "src"), opt(in, "src_mask"), opt(in, "src_key_padding_mask"), flag(in, "is_causal"));
+  }
+};
+struct EncHolder : Holder<TransformerEncoder> {
+  std::string name() const override { return "TransformerEncoder"; }
+  std::vector<std::string> differentiable_inputs() const override { return {"src"}; }
+  Tensor forward(const NamedTensors& in) const override {
+    check_names(in, {"src", "mask", "src_key_padding_mask", "is_causal"});
+    return m->forward(req(in, "src"), opt(in, "mask"), opt(in, "src_key_padding_mask"), flag(in, "is_causal"));
+  }
+};
+template <typename M>
+struct DecHolderT : Holder<M> {
+  std::string label;
+  std::string name() const override { return label; }
+  std::vector<std::string> differentiable_inputs() const override { return {"tgt", "memory"}; }
+  Tensor forward(const NamedTensors& in) const override {
+    check_names(in, {"tgt", "memory", "tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask",
+                     "tgt_is_causal", "memory_is_causal"});
+    return this->m->forward(req(in, "tgt"), req(in, "memory"), opt(in, "tgt_mask"), opt(in, "memory_mask"),
+                            opt(in, "tgt_key_padding_mask"), opt(in, "memory_key_padding_mask"),
+                            flag(in, "tgt_is_causal"), flag(in, "memory_is_causal"));
+  }
+};
+struct TransformerHolder : Holder<Transformer> {
+  std::string name() const override { return "Transformer"; }
+  std::vector<std::string> differentiable_inputs() const override { return {"src", "tgt"}; }
+  Tensor forward(const NamedTensors& in) const override {
+    check_names(in, {"src", "tgt", "src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask",
+                     "tgt_key_padding_mask", "memory_key_padding_mask", "src_is_causal", "tgt_is_causal",
+                     "memory_is_causal"});
+    return m->forward(req(in, "src"), req(in, "tgt"), opt(in, "src_mask"), opt(in, "tgt_mask"), opt(in, "memory_mask"),
+                      opt(in, "src_key_padding_mask"), opt(in, "tgt_key_padding_mask"),
+                      opt(in, "memory_key_padding_mask"), flag(in, "src_is_causal"), flag(in, "tgt_is_causal"),
+                      flag(in, "memory_is_causal"));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ConformanceModule> build_module(const std::string& config_json) {
+  json j;
+  try {
+    j = json::parse(config_json);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument(std::string("config: invalid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw std::invalid_argument("config: top level must be a JSON object");
+  if (!j.contains("module") || !j.at("module").is_string())
+    throw std::invalid_argument("config: missing string key 'module'");
+  const std::string name = j.at("module").get<std::string>();
+  ConfigReader r{j};
+  std::unique_ptr<ConformanceModule> out;
+  if (name == "MultiheadAttention") {
+    const auto E = r.require<int64_t>("embed_dim");
+    const auto H = r.require<int64_t>("num_heads");
+    const float dropout = r.get<float>("dropout", 0.0f);
+    const bool bias = r.get<bool>("bias", true);
+    const bool bf = r.get<bool>("batch_first", false);
+    if (r.get<bool>("add_bias_kv", false)) throw std::invalid_argument("config: 'add_bias_kv' true is not supported");
+    if (r.get<bool>("add_zero_attn", false)) throw std::invalid_argument("config: 'add_zero_attn' true is not supported");
+    for (const char* kd : {"kdim", "vdim"}) {
+      const auto d = r.get<int64_t>(kd, E);
+      if (d != E) throw std::invalid_argument(std::string("config: '") + kd + "' different from embed_dim is not supported");
+    }
+    if (E <= 0 || H <= 0 || E % H != 0)
+      throw std::invalid_argument("config: embed_dim " + std::to_string(E) + " is not divisible by num_heads " +
+                                  std::to_string(H));
+    auto h = std::make_unique<MhaHolder>();
+    h->m = std::make_unique<MultiheadAttention>(E, H, dropout, bias, bf);
+    out = std::move(h);
+  } else if (name == "TransformerEncoderLayer") {
+    auto o = layer_options(r, false);
+    auto h = std::make_unique<EncLayerHolder>();
+    h->m = std::make_unique<TransformerEncoderLayer>(o);
+    out = std::move(h);
+  } else if (name == "TransformerEncoder") {
+    auto o = layer_options(r, false);
+    const auto n = r.require<int64_t>("num_layers");
+    const bool norm = r.get<bool>("norm", false);
+    r.ignore("enable_nested_tensor");
+    r.ignore("mask_check");
+    auto h = std::make_unique<EncHolder>();
+    h->m = std::make_unique<TransformerEncoder>(o, n, norm);
+    out = std::move(h);
+  } else if (name == "TransformerDecoderLayer") {
+    auto o = layer_options(r, false);
+    auto h = std::make_unique<DecHolderT<TransformerDecoderLayer>>();
+    h->label = name;
+    h->m = std::make_unique<TransformerDecoderLayer>(o);
+    out = std::move(h);
+  } else if (name == "TransformerDecoder") {
+    auto o = layer_options(r, false);
+    const auto n = r.require<int64_t>("num_layers");
+    const bool norm = r.get<bool>("norm", false);
+    auto h = std::make_unique<DecHolderT<TransformerDecoder>>();
+    h->label = name;
+    h->m = std::make_unique<TransformerDecoder>(o, n, norm);
+    out = std::move(h);
+  } else if (name == "Transformer") {
+    auto o = layer_options(r, true);
+    const auto ne = r.get<int64_t>("num_encoder_layers", 6);
+    const auto nd = r.get<int64_t>("num_decoder_layers", 6);
+    auto h = std::make_unique<TransformerHolder>();
+    h->m = std::make_unique<Transformer>(o, ne, nd);
+    out = std::move(h);
+  } else {
+    throw std::invalid_argument("config: unknown module '" + name +
+                                "' (expected MultiheadAttention, TransformerEncoderLayer, TransformerEncoder, "
+                                "TransformerDecoderLayer, TransformerDecoder or Transformer)");
+  }
+  r.finish();
+  return out;
+}
+
+NamedTensors run_forward(const std::string& config_json, const NamedTensors& weights, const NamedTensors& inputs,
+                         const std::string& weights_source) {
+  auto cm = build_module(config_json);
+  Module& m = cm->module();
+  m.load_state_dict(weights, weights_source);
+  m.eval();
+  auto go = inputs.find("grad_output");
+  const bool backward = go != inputs.end();
+  NamedTensors in;
+  for (auto& [k, v] : inputs) {
+    if (k == "grad_output") continue;
+    in[k] = v.dtype() == DType::Float32 ? v.detach() : v;  // fresh leaves: each its own gradient
+  }
+  const auto diff = cm->differentiable_inputs();
+  NamedTensors out;
+  if (!backward) {
+    NoGradGuard no_grad;
+    out["output"] = cm->forward(in);
+    return out;
+  }
+  for (const auto& n : diff) {
+    auto it = in.find(n);
+    if (it != in.end() && it->second.dtype() == DType::Float32) it->second.requires_grad_(true);
+  }
+  Tensor y = cm->forward(in);
+  if (go->second.dtype() != DType::Float32 || go->second.shape() != y.shape())
+    throw std::invalid_argument("inputs: 'grad_output' is " + describe(go->second) + ", expected Float32" +
+                                shape_str(y.shape()) + " (the output's shape)");
+  y.backward(go->second);
+  out["output"] = y.detach();
+  m.visit_parameters([&](const std::string& k, Tensor& p) {
+    Tensor g = p.grad();
+    out["grad." + k] = g.defined() ? g : Tensor::zeros(p.shape());
+  });
+  for (const auto& n : diff) {
+    auto it = in.find(n);
+    if (it == in.end() || !it->second.requires_grad()) continue;
+    Tensor g = it->second.grad();
+    out["grad." + n] = g.defined() ? g : Tensor::zeros(it->second.shape());
+  }
+  return out;
+}
+
+}  // namespace tfm

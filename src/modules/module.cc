@@ -1,0 +1,66 @@
+// src/modules/module.cc — parameter registry, state_dict I/O and train/eval for every Module.
+#include "tfm/modules/module.h"
+
+#include <set>
+#include <stdexcept>
+
+namespace tfm {
+
+void Module::register_parameter(const std::string& name, Tensor& t) {
+  if (!t.defined()) return;  // absent optional parameter (bias=false)
+  t.requires_grad_(true);
+  params_.emplace_back(name, &t);
+}
+void Module::register_module(const std::string& name, Module& m) { children_.emplace_back(name, &m); }
+
+void Module::visit_parameters(const std::function<void(const std::string&, Tensor&)>& fn, const std::string& prefix) {
+  for (auto& [name, t] : params_) fn(prefix + name, *t);
+  for (auto& [name, m] : children_) m->visit_parameters(fn, prefix + name + ".");
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() {
+  std::vector<std::pair<std::string, Tensor>> out;
+  visit_parameters([&](const std::string& k, Tensor& t) { out.emplace_back(k, t); });
+  return out;
+}
+std::vector<Tensor> Module::parameters() {
+  std::vector<Tensor> out;
+  visit_parameters([&](const std::string&, Tensor& t) { out.push_back(t); });
+  return out;
+}
+NamedTensors Module::state_dict() {
+  NamedTensors out;
+  visit_parameters([&](const std::string& k, Tensor& t) { out[k] = t; });
+  return out;
+}
+int64_t Module::num_parameters() {
+  int64_t n = 0;
+  visit_parameters([&](const std::string&, Tensor& t) { n += t.numel(); });
+  return n;
+}
+
+void Module::load_state_dict(const NamedTensors& state, const std::string& source) {
+  std::set<std::string> used;
+  visit_parameters([&](const std::string& k, Tensor& t) {
+    auto it = state.find(k);
+    if (it == state.end()) throw std::invalid_argument(source + ": missing key '" + k + "' (expected " + describe(t) + ")");
+    const Tensor& v = it->second;
+    if (!v.defined() || v.dtype() != DType::Float32 || v.shape() != t.shape())
+      throw std::invalid_argument(source + ": key '" + k + "' has " + describe(v) + ", expected " + describe(t));
+    t.copy_(v);
+    used.insert(k);
+  });
+  for (auto& [k, v] : state)
+    if (!used.count(k)) throw std::invalid_argument(source + ": unexpected key '" + k + "' (" + describe(v) + ")");
+}
+
+void Module::zero_grad() {
+  visit_parameters([](const std::string&, Tensor& t) { t.zero_grad(); });
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, m] : children_) m->train(on);
+}
+
+}  // namespace tfm

@@ -1,0 +1,184 @@
+// src/modules/transformer.cc — encoder/decoder layers and stacks, and nn.Transformer.
+#include "tfm/modules/transformer.h"
+
+#include <stdexcept>
+
+namespace tfm {
+
+void TransformerLayerOptions::validate() const {
+  if (d_model <= 0 || nhead <= 0 || dim_feedforward <= 0)
+    throw std::invalid_argument("d_model, nhead and dim_feedforward must be positive (got " + std::to_string(d_model) +
+                                ", " + std::to_string(nhead) + ", " + std::to_string(dim_feedforward) + ")");
+  if (d_model % nhead != 0)
+    throw std::invalid_argument("d_model " + std::to_string(d_model) + " is not divisible by nhead " +
+                                std::to_string(nhead));
+  if (!(dropout >= 0.0f && dropout <= 1.0f))
+    throw std::invalid_argument("dropout must be in [0, 1], got " + std::to_string(dropout));
+  if (!(layer_norm_eps > 0.0f)) throw std::invalid_argument("layer_norm_eps must be positive");
+  ops::activation_from_string(activation);
+}
+
+static const TransformerLayerOptions& validated(const TransformerLayerOptions& o) {
+  o.validate();
+  return o;
+}
+static int64_t ffn_in(const TransformerLayerOptions& o) {
+  return ops::activation_is_gated(ops::activation_from_string(o.activation)) ? 2 * o.dim_feedforward
+                                                                              : o.dim_feedforward;
+}
+static ops::AttentionMasks masks_of(const Tensor& attn_mask, const Tensor& kpm, bool causal) {
+  ops::AttentionMasks m;
+  m.attn_mask = attn_mask;
+  m.key_padding_mask = kpm;
+  m.is_causal = causal;
+  return m;
+}
+
+// ---- encoder layer --------------------------------------------------------------------------------
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& o, Generator& gen)
+    : options(validated(o)),
+      act(ops::activation_from_string(o.activation)),
+      self_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, gen),
+      linear1(o.d_model, ffn_in(o), o.bias, gen),
+      dropout(o.dropout, gen),
+      linear2(o.dim_feedforward, o.d_model, o.bias, gen),
+      norm1(o.d_model, o.layer_norm_eps, o.bias),
+      norm2(o.d_model, o.layer_norm_eps, o.bias),
+      dropout1(o.dropout, gen),
+      dropout2(o.dropout, gen) {
+  register_module("self_attn", self_attn);
+  register_module("linear1", linear1);
+  register_module("dropout", dropout);
+  register_module("linear2", linear2);
+  register_module("norm1", norm1);
+  register_module("norm2", norm2);
+  register_module("dropout1", dropout1);
+  register_module("dropout2", dropout2);
+}
+
+// ff(x) = linear2(dropout(act(linear1(x))))   (dropout2 applied by the caller)
+Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) const {
+  return linear2.forward(dropout.forward(ops::activation(linear1.forward(x), act)));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& kpm,
+                                        bool is_causal) const {
+  const auto m = masks_of(src_mask, kpm, is_causal);
+  if (options.norm_first) {
+    Tensor h = norm1.forward(src);
+    Tensor x = ops::add(src, dropout1.forward(self_attn.forward(h, h, h, m)));
+    return ops::add(x, dropout2.forward(feed_forward(norm2.forward(x))));
+  }
+  Tensor x = norm1.forward_add(src, dropout1.forward(self_attn.forward(src, src, src, m)));
+  return norm2.forward_add(x, dropout2.forward(feed_forward(x)));
+}
+
+TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
+                                       Generator& gen) {
+  if (num_layers < 0) throw std::invalid_argument("num_layers must be non-negative");
+  for (int64_t i = 0; i < num_layers; ++i) {
+    layers.push_back(std::make_unique<TransformerEncoderLayer>(o, gen));
+    register_module("layers." + std::to_string(i), *layers.back());
+  }
+  if (final_norm) {
+    norm = std::make_unique<LayerNorm>(o.d_model, o.layer_norm_eps, o.bias);
+    register_module("norm", *norm);
+  }
+}
+
+Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& kpm, bool is_causal) const {
+  Tensor x = src;
+  for (const auto& layer : layers) x = layer->forward(x, mask, kpm, is_causal);
+  return norm ? norm->forward(x) : x;
+}
+
+// ---- decoder layer --------------------------------------------------------------------------------
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& o, Generator& gen)
+    : options(validated(o)),
+      act(ops::activation_from_string(o.activation)),
+      self_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, gen),
+      multihead_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, gen),
+      linear1(o.d_model, ffn_in(o), o.bias, gen),
+      dropout(o.dropout, gen),
+      linear2(o.dim_feedforward, o.d_model, o.bias, gen),
+      norm1(o.d_model, o.layer_norm_eps, o.bias),
+      norm2(o.d_model, o.layer_norm_eps, o.bias),
+      norm3(o.d_model, o.layer_norm_eps, o.bias),
+      dropout1(o.dropout, gen),
+      dropout2(o.dropout, gen),
+      dropout3(o.dropout, gen) {
+  register_module("self_attn", self_attn);
+  register_module("multihead_attn", multihead_attn);
+  register_module("linear1", linear1);
+  register_module("dropout", dropout);
+  register_module("linear2", linear2);
+  register_module("norm1", norm1);
+  register_module("norm2", norm2);
+  register_module("norm3", norm3);
+  register_module("dropout1", dropout1);
+  register_module("dropout2", dropout2);
+  register_module("dropout3", dropout3);
+}
+
+Tensor TransformerDecoderLayer::feed_forward(const Tensor& x) const {
+  return linear2.forward(dropout.forward(ops::activation(linear1.forward(x), act)));
+}
+
+Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                        const Tensor& memory_mask, const Tensor& tgt_kpm, const Tensor& memory_kpm,
+                                        bool tgt_is_causal, bool memory_is_causal) const {
+  const auto sm = masks_of(tgt_mask, tgt_kpm, tgt_is_causal);
+  const auto mm = masks_of(memory_mask, memory_kpm, memory_is_causal);
+  if (options.norm_first) {
+    Tensor h = norm1.forward(tgt);
+    Tensor x = ops::add(tgt, dropout1.forward(self_attn.forward(h, h, h, sm)));
+    x = ops::add(x, dropout2.forward(multihead_attn.forward(norm2.forward(x), memory, memory, mm)));
+    return ops::add(x, dropout3.forward(feed_forward(norm3.forward(x))));
+  }
+  Tensor x = norm1.forward_add(tgt, dropout1.forward(self_attn.forward(tgt, tgt, tgt, sm)));
+  x = norm2.forward_add(x, dropout2.forward(multihead_attn.forward(x, memory, memory, mm)));
+  return norm3.forward_add(x, dropout3.forward(feed_forward(x)));
+}
+
+TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
+                                       Generator& gen) {
+  if (num_layers < 0) throw std::invalid_argument("num_layers must be non-negative");
+  for (int64_t i = 0; i < num_layers; ++i) {
+    layers.push_back(std::make_unique<TransformerDecoderLayer>(o, gen));
+    register_module("layers." + std::to_string(i), *layers.back());
+  }
+  if (final_norm) {
+    norm = std::make_unique<LayerNorm>(o.d_model, o.layer_norm_eps, o.bias);
+    register_module("norm", *norm);
+  }
+}
+
+Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                   const Tensor& memory_mask, const Tensor& tgt_kpm, const Tensor& memory_kpm,
+                                   bool tgt_is_causal, bool memory_is_causal) const {
+  Tensor x = tgt;
+  for (const auto& layer : layers)
+    x = layer->forward(x, memory, tgt_mask, memory_mask, tgt_kpm, memory_kpm, tgt_is_causal, memory_is_causal);
+  return norm ? norm->forward(x) : x;
+}
+
+// ---- Transformer ----------------------------------------------------------------------------------
+Transformer::Transformer(const TransformerLayerOptions& o, int64_t num_encoder_layers, int64_t num_decoder_layers,
+                         Generator& gen)
+    : encoder(o, num_encoder_layers, true, gen), decoder(o, num_decoder_layers, true, gen) {
+  register_module("encoder", encoder);
+  register_module("decoder", decoder);
+  visit_parameters([&](const std::string&, Tensor& t) {
+    if (t.dim() > 1) init_xavier_uniform(t, gen);
+  });
+}
+
+Tensor Transformer::forward(const Tensor& src, const Tensor& tgt, const Tensor& src_mask, const Tensor& tgt_mask,
+                            const Tensor& memory_mask, const Tensor& src_kpm, const Tensor& tgt_kpm,
+                            const Tensor& memory_kpm, bool src_is_causal, bool tgt_is_causal,
+                            bool memory_is_causal) const {
+  Tensor memory = encoder.forward(src, src_mask, src_kpm, src_is_causal);
+  return decoder.forward(tgt, memory, tgt_mask, memory_mask, tgt_kpm, memory_kpm, tgt_is_causal, memory_is_causal);
+}
+
+}  // namespace tfm

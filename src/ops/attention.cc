@@ -1,0 +1,190 @@
+// src/ops/attention.cc — multi-head attention over projected q, k, v: mask normalisation
+// (PyTorch's bool/float, 2-D/3-D, key padding, causal rules) and the flash-attention kernels.
+#include "tfm/ops/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/kernels.h"
+#include "ops/check.h"
+#include "tfm/autograd.h"
+
+namespace tfm::ops {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// A Bool mask becomes additive 0 / −inf; a Float32 mask is used as is.
+Tensor to_additive(const Tensor& m) {
+  if (m.dtype() == DType::Float32) return m;
+  Tensor f = Tensor::empty(m.shape());
+  const uint8_t* b = m.data_bool();
+  float* p = f.data();
+  for (int64_t i = 0; i < m.numel(); ++i) p[i] = b[i] ? kNegInf : 0.0f;
+  return f;
+}
+
+struct Layout {
+  int64_t B, L, S, E, H;
+  bool batch_first;
+};
+
+// Strides of (b, i) for a (B, T, C) / (T, B, C) source with row width C.
+void strides(const Layout& lo, int64_t C, int64_t T, int64_t& sb, int64_t& sl) {
+  if (lo.batch_first) {
+    sb = T * C;
+    sl = C;
+  } else {
+    sb = C;
+    sl = lo.B * C;
+  }
+}
+
+struct AttentionNode : Node {
+  Layout lo{};
+  int64_t q_col = 0, k_col = 0, v_col = 0;
+  int q_src = 0, k_src = 0, v_src = 0;  // index into inputs of each role's source
+  Tensor mask, kpm;                     // additive forms (undefined when absent)
+  int64_t mask_sbh = 0;
+  bool causal = false;
+  float dropout_p = 0;
+  uint64_t seed = 0, offset = 0;
+  Tensor out, lse;  // saved forward output (B·L·E) and (B, H, L) log-sum-exp
+  const char* name() const override { return "attention"; }
+
+  kernels::AttentionParams params(const float* q, const float* k, const float* v) const {
+    kernels::AttentionParams p;
+    p.B = lo.B;
+    p.H = lo.H;
+    p.L = lo.L;
+    p.S = lo.S;
+    p.Dh = lo.E / lo.H;
+    strides(lo, inputs[q_src].size(-1), lo.L, p.q_sb, p.q_sl);
+    strides(lo, inputs[k_src].size(-1), lo.S, p.k_sb, p.k_sl);
+    strides(lo, inputs[v_src].size(-1), lo.S, p.v_sb, p.v_sl);
+    p.q = q + q_col;
+    p.k = k + k_col;
+    p.v = v + v_col;
+    strides(lo, lo.E, lo.L, p.o_sb, p.o_sl);
+    p.mask = mask.defined() ? mask.data() : nullptr;
+    p.mask_sbh = mask_sbh;
+    p.kpm = kpm.defined() ? kpm.data() : nullptr;
+    p.causal = causal;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(p.Dh));
+    p.dropout_p = dropout_p;
+    p.seed = seed;
+    p.offset = offset;
+    return p;
+  }
+
+  void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
+    // One gradient buffer per distinct source; each role's kernel output lands in its column block.
+    std::vector<Tensor> grads(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) grads[i] = Tensor::zeros(inputs[i].shape());
+    kernels::AttentionParams p =
+        params(inputs[q_src].data(), inputs[k_src].data(), inputs[v_src].data());
+    p.o = const_cast<float*>(out.data());
+    p.lse = const_cast<float*>(lse.data());
+    kernels::attention_backward(p, dy.data(), grads[q_src].data() + q_col, grads[k_src].data() + k_col,
+                                grads[v_src].data() + v_col);
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (din[i]) accumulate_grad(din[i], grads[i]);
+  }
+};
+
+int source_index(std::vector<Tensor>& sources, const Tensor& t) {
+  for (size_t i = 0; i < sources.size(); ++i)
+    if (sources[i].same(t)) return static_cast<int>(i);
+  sources.push_back(t);
+  return static_cast<int>(sources.size() - 1);
+}
+
+}  // namespace
+
+Tensor attention(const AttentionInput& q, const AttentionInput& k, const AttentionInput& v, int64_t num_heads,
+                 int64_t embed_dim, bool batch_first, const AttentionMasks& masks, float dropout_p, bool training,
+                 Generator& gen) {
+  const char* op = "attention";
+  check_float(q.src, op, "query");
+  check_float(k.src, op, "key");
+  check_float(v.src, op, "value");
+  check(q.src.dim() == 3 && k.src.dim() == 3 && v.src.dim() == 3,
+        std::string(op) + ": query, key and value must be 3-D, got " + describe(q.src) + ", " + describe(k.src) +
+            ", " + describe(v.src));
+  check(num_heads > 0 && embed_dim % num_heads == 0,
+        std::string(op) + ": embed_dim " + std::to_string(embed_dim) + " not divisible by num_heads " +
+            std::to_string(num_heads));
+  Layout lo{};
+  lo.batch_first = batch_first;
+  lo.E = embed_dim;
+  lo.H = num_heads;
+  lo.B = batch_first ? q.src.size(0) : q.src.size(1);
+  lo.L = batch_first ? q.src.size(1) : q.src.size(0);
+  lo.S = batch_first ? k.src.size(1) : k.src.size(0);
+  auto check_src = [&](const AttentionInput& in, int64_t T, const char* name) {
+    const int64_t b = batch_first ? in.src.size(0) : in.src.size(1);
+    const int64_t t = batch_first ? in.src.size(1) : in.src.size(0);
+    check(b == lo.B && t == T && in.col >= 0 && in.col + embed_dim <= in.src.size(2),
+          std::string(op) + ": " + name + " " + describe(in.src) + " (columns from " + std::to_string(in.col) +
+              ") does not fit batch " + std::to_string(lo.B) + ", length " + std::to_string(T) + ", width " +
+              std::to_string(embed_dim));
+  };
+  check_src(q, lo.L, "query");
+  check_src(k, lo.S, "key");
+  check_src(v, lo.S, "value");
+
+  auto node = std::make_shared<AttentionNode>();
+  node->lo = lo;
+  node->q_col = q.col;
+  node->k_col = k.col;
+  node->v_col = v.col;
+  node->causal = masks.is_causal;
+  if (masks.attn_mask.defined()) {
+    const Tensor& m = masks.attn_mask;
+    if (m.dim() == 2) {
+      check(m.size(0) == lo.L && m.size(1) == lo.S, "attn_mask: expected shape " + shape_str({lo.L, lo.S}) +
+                                                        ", got " + shape_str(m.shape()));
+      node->mask_sbh = 0;
+    } else {
+      check(m.dim() == 3 && m.size(0) == lo.B * lo.H && m.size(1) == lo.L && m.size(2) == lo.S,
+            "attn_mask: expected shape " + shape_str({lo.L, lo.S}) + " or " + shape_str({lo.B * lo.H, lo.L, lo.S}) +
+                ", got " + shape_str(m.shape()));
+      node->mask_sbh = lo.L * lo.S;
+    }
+    node->mask = to_additive(m);
+  }
+  if (masks.key_padding_mask.defined()) {
+    const Tensor& m = masks.key_padding_mask;
+    check(m.dim() == 2 && m.size(0) == lo.B && m.size(1) == lo.S,
+          "key_padding_mask: expected shape " + shape_str({lo.B, lo.S}) + ", got " + shape_str(m.shape()));
+    node->kpm = to_additive(m);
+  }
+  const bool train_dropout = training && dropout_p > 0.0f;
+  node->dropout_p = train_dropout ? dropout_p : 0.0f;
+  if (train_dropout) {
+    node->seed = gen.seed;
+    node->offset = gen.take(static_cast<uint64_t>(lo.B * lo.H * lo.L * lo.S));
+  }
+
+  std::vector<Tensor> sources;
+  node->q_src = source_index(sources, q.src);
+  node->k_src = source_index(sources, k.src);
+  node->v_src = source_index(sources, v.src);
+  node->inputs = sources;
+
+  Tensor out = Tensor::empty(batch_first ? Shape{lo.B, lo.L, lo.E} : Shape{lo.L, lo.B, lo.E});
+  const bool grad = needs_grad({&q.src, &k.src, &v.src});
+  Tensor lse = grad ? Tensor::empty({lo.B, lo.H, lo.L}) : Tensor();
+  kernels::AttentionParams p = node->params(q.src.data(), k.src.data(), v.src.data());
+  p.o = out.data();
+  p.lse = grad ? lse.data() : nullptr;
+  kernels::attention_forward(p);
+  if (grad) {
+    node->out = out.detach();
+    node->lse = lse;
+    record(out, node);
+  }
+  return out;
+}
+
+}  // namespace tfm::ops

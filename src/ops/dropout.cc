@@ -1,0 +1,52 @@
+// src/ops/dropout.cc — dropout with a counter-based mask, recomputed in the backward.
+#include "tfm/ops/dropout.h"
+
+#include "kernels/kernels.h"
+#include "ops/check.h"
+#include "tfm/autograd.h"
+
+namespace tfm::ops {
+namespace {
+
+// y = x ⊙ keep / (1 − p);  dx = dy ⊙ keep / (1 − p).
+void apply_mask(const float* in, float* out, int64_t n, float p, uint64_t seed, uint64_t offset) {
+  const float scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = kernels::dropout_keep(seed, offset + static_cast<uint64_t>(i), p) ? in[i] * scale : 0.0f;
+}
+
+struct DropoutNode : Node {
+  float p = 0;
+  uint64_t seed = 0, offset = 0;
+  const char* name() const override { return "dropout"; }
+  void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
+    if (!din[0]) return;
+    Tensor dx = Tensor::empty(dy.shape());
+    apply_mask(dy.data(), dx.data(), dy.numel(), p, seed, offset);
+    accumulate_grad(din[0], dx);
+  }
+};
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
+  check(p >= 0.0f && p <= 1.0f, "dropout: probability must be in [0, 1], got " + std::to_string(p));
+  if (!training || p == 0.0f) return x;
+  check_float(x, "dropout", "input");
+  if (p == 1.0f) return Tensor::zeros(x.shape());  // PyTorch: everything dropped
+  const uint64_t offset = gen.take(static_cast<uint64_t>(x.numel()));
+  Tensor y = Tensor::empty(x.shape());
+  apply_mask(x.data(), y.data(), x.numel(), p, gen.seed, offset);
+  if (needs_grad({&x})) {
+    auto node = std::make_shared<DropoutNode>();
+    node->p = p;
+    node->seed = gen.seed;
+    node->offset = offset;
+    node->inputs = {x};
+    record(y, node);
+  }
+  return y;
+}
+
+}  // namespace tfm::ops

@@ -1,0 +1,88 @@
+// src/ops/layer_norm.cc — LayerNorm (and residual-add + LayerNorm) forward and backward.
+#include "tfm/ops/layer_norm.h"
+
+#include "kernels/kernels.h"
+#include "ops/check.h"
+#include "tfm/autograd.h"
+
+namespace tfm::ops {
+namespace {
+
+// inputs: normalized input z (N, D) (x, or x + r for the fused form), weight, bias[, r].
+// The fused form's input z is the saved sum, so the gradient to x and r is the same dz.
+struct LayerNormNode : Node {
+  Tensor mean, rstd;  // (N)
+  bool fused = false;
+  const char* name() const override { return fused ? "add_layer_norm" : "layer_norm"; }
+  void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
+    const Tensor& z = fused ? saved_sum : inputs[0];
+    const Tensor& w = inputs[1];
+    const int64_t D = w.numel(), N = z.numel() / D;
+    Tensor dz = Tensor::empty(z.shape());
+    Tensor* dw = din[1];
+    Tensor* db = din[2];
+    if (dw && !dw->defined()) *dw = Tensor::zeros(w.shape());
+    if (db && !db->defined()) *db = Tensor::zeros({D});
+    Tensor dw_scratch = dw ? Tensor() : Tensor::zeros({D});
+    kernels::layer_norm_backward(dy.data(), z.data(), w.data(), mean.data(), rstd.data(), dz.data(),
+                                 dw ? dw->data() : dw_scratch.data(), db ? db->data() : nullptr, N, D);
+    if (din[0]) accumulate_grad(din[0], dz);
+    if (fused && din[3]) accumulate_grad(din[3], dz);
+  }
+  Tensor saved_sum;
+};
+
+Tensor layer_norm_impl(const Tensor& x, const Tensor* r, const Tensor& weight, const Tensor& bias, float eps) {
+  const char* op = r ? "add_layer_norm" : "layer_norm";
+  check_float(x, op, "input");
+  check_float(weight, op, "weight");
+  const int64_t D = weight.numel();
+  check(weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == D,
+        std::string(op) + ": input " + describe(x) + " does not match normalized shape (" + std::to_string(D) + ",)");
+  if (bias.defined()) check_shape(bias, {D}, op, "bias");
+  Tensor z = x;
+  if (r) {
+    check_float(*r, op, "residual");
+    check_shape(*r, x.shape(), op, "residual");
+    z = Tensor::empty(x.shape());
+    const float* a = x.data();
+    const float* b = r->data();
+    float* s = z.data();
+    for (int64_t i = 0; i < x.numel(); ++i) s[i] = a[i] + b[i];
+  }
+  const int64_t N = x.numel() / std::max<int64_t>(D, 1);
+  Tensor y = Tensor::empty(x.shape());
+  const bool grad = r ? needs_grad({&x, r, &weight, &bias}) : needs_grad({&x, &weight, &bias});
+  Tensor mean, rstd;
+  if (grad) {
+    mean = Tensor::empty({N});
+    rstd = Tensor::empty({N});
+  }
+  kernels::layer_norm_forward(z.data(), weight.data(), bias.defined() ? bias.data() : nullptr, y.data(),
+                              grad ? mean.data() : nullptr, grad ? rstd.data() : nullptr, N, D, eps);
+  if (grad) {
+    auto node = std::make_shared<LayerNormNode>();
+    node->mean = mean;
+    node->rstd = rstd;
+    node->fused = r != nullptr;
+    if (r) {
+      node->saved_sum = z;
+      node->inputs = {x, weight, bias, *r};
+    } else {
+      node->inputs = {x, weight, bias};
+    }
+    record(y, node);
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
+  return layer_norm_impl(x, nullptr, weight, bias, eps);
+}
+Tensor add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, float eps) {
+  return layer_norm_impl(x, &r, weight, bias, eps);
+}
+
+}  // namespace tfm::ops

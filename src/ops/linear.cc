@@ -1,0 +1,81 @@
+// src/ops/linear.cc — Linear forward and backward over the GEMM kernel.
+#include "tfm/ops/linear.h"
+
+#include "kernels/kernels.h"
+#include "ops/check.h"
+#include "tfm/autograd.h"
+
+namespace tfm::ops {
+namespace {
+
+// rows (N) of x (N, in), weight (out, in), bias (out).
+struct LinearNode : Node {
+  bool has_bias = false;
+  const char* name() const override { return "linear"; }
+  void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
+    const Tensor& x = inputs[0];
+    const Tensor& w = inputs[1];
+    const int64_t in = w.size(1), out = w.size(0), N = x.numel() / in;
+    const float* g = dy.data();
+    if (din[0]) {  // dx (N, in) = dy (N, out) · W (out, in)
+      Tensor* slot = din[0];
+      float beta = slot->defined() ? 1.0f : 0.0f;
+      if (!slot->defined()) *slot = Tensor::empty(x.shape());
+      kernels::gemm(false, false, N, in, out, 1.0f, g, out, w.data(), in, beta, slot->data(), in);
+    }
+    if (din[1]) {  // dW (out, in) += dyᵀ (out, N) · x (N, in)
+      Tensor* slot = din[1];
+      float beta = slot->defined() ? 1.0f : 0.0f;
+      if (!slot->defined()) *slot = Tensor::empty(w.shape());
+      kernels::gemm(true, false, out, in, N, 1.0f, g, out, x.data(), in, beta, slot->data(), in);
+    }
+    if (has_bias && din[2]) {  // db (out) += Σ_rows dy
+      Tensor* slot = din[2];
+      if (!slot->defined()) *slot = Tensor::zeros({out});
+      float* db = slot->data();
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < out; ++o) db[o] += g[n * out + o];
+    }
+  }
+};
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_float(x, "linear", "input");
+  check_float(weight, "linear", "weight");
+  check(weight.dim() == 2, "linear: weight must be 2-D (out, in), got " + describe(weight));
+  const int64_t out = weight.size(0), in = weight.size(1);
+  check(x.dim() >= 1 && x.size(-1) == in,
+        "linear: input " + describe(x) + " does not match weight " + describe(weight) + " (last dim " +
+            std::to_string(in) + ")");
+  if (bias.defined()) {
+    check_float(bias, "linear", "bias");
+    check_shape(bias, {out}, "linear", "bias");
+  }
+  Shape ys = x.shape();
+  ys.back() = out;
+  Tensor y = Tensor::empty(ys);
+  const int64_t N = x.numel() / std::max<int64_t>(in, 1);
+  float* yp = y.data();
+  if (bias.defined()) {  // y = 1·x·Wᵀ + 1·(b broadcast)
+    const float* b = bias.data();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < out; ++o) yp[n * out + o] = b[o];
+  }
+  if (in == 0) {
+    if (!bias.defined()) y.fill_(0.0f);
+  } else {
+    kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, bias.defined() ? 1.0f : 0.0f,
+                  yp, out);
+  }
+  if (needs_grad({&x, &weight, &bias})) {
+    auto node = std::make_shared<LinearNode>();
+    node->has_bias = bias.defined();
+    node->inputs = {x, weight, bias};
+    record(y, node);
+  }
+  return y;
+}
+
+}  // namespace tfm::ops

@@ -1,0 +1,366 @@
+// src/tensor.cc — Tensor storage, views and the autograd engine (topological backward).
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tensor_impl.h"
+#include "tfm/autograd.h"
+
+namespace tfm {
+
+// ---- shapes ---------------------------------------------------------------------------------------
+std::string shape_str(const Shape& s) {
+  std::string r = "(";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) r += ", ";
+    r += std::to_string(s[i]);
+  }
+  if (s.size() == 1) r += ",";
+  return r + ")";
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_str(s));
+    if (d != 0 && n > INT64_MAX / d) throw std::overflow_error("shape " + shape_str(s) + " overflows int64");
+    n *= d;
+  }
+  return n;
+}
+
+const char* dtype_name(DType t) { return t == DType::Float32 ? "Float32" : "Bool"; }
+static size_t dtype_size(DType t) { return t == DType::Float32 ? 4 : 1; }
+
+// ---- storage --------------------------------------------------------------------------------------
+Storage::~Storage() {
+  if (!keeper) std::free(ptr);
+}
+
+std::shared_ptr<Storage> allocate_storage(size_t bytes) {
+  auto s = std::make_shared<Storage>();
+  size_t rounded = (bytes + 63) / 64 * 64;
+  if (rounded == 0) rounded = 64;
+  s->ptr = std::aligned_alloc(64, rounded);
+  if (!s->ptr) throw std::bad_alloc();
+  s->bytes = bytes;
+  return s;
+}
+
+static std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->numel = shape_numel(shape);
+  impl->storage = allocate_storage(static_cast<size_t>(impl->numel) * dtype_size(dtype));
+  return impl;
+}
+
+Tensor tensor_from_borrowed(const Shape& shape, DType dtype, void* ptr, std::shared_ptr<void> keeper) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->numel = shape_numel(shape);
+  impl->storage = std::make_shared<Storage>();
+  impl->storage->ptr = ptr;
+  impl->storage->bytes = static_cast<size_t>(impl->numel) * dtype_size(dtype);
+  impl->storage->keeper = std::move(keeper);
+  return Tensor(std::move(impl));
+}
+
+static Tensor wrap(std::shared_ptr<TensorImpl> impl) { return Tensor(std::move(impl)); }
+
+static TensorImpl& need(const TensorImpl* impl, const char* what) {
+  if (!impl) throw std::logic_error(std::string(what) + ": undefined tensor");
+  return *const_cast<TensorImpl*>(impl);
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) { return wrap(make_impl(shape, dtype)); }
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  std::memset(t.impl_->storage->ptr, 0, t.impl_->storage->bytes);
+  return t;
+}
+Tensor Tensor::full(const Shape& shape, float value) {
+  Tensor t = empty(shape);
+  t.fill_(value);
+  return t;
+}
+Tensor Tensor::from_vector(const Shape& shape, const std::vector<float>& values) {
+  Tensor t = empty(shape);
+  if (static_cast<int64_t>(values.size()) != t.numel())
+    throw std::invalid_argument("from_vector: " + std::to_string(values.size()) + " values for shape " +
+                                shape_str(shape));
+  if (!values.empty()) std::memcpy(t.data(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+Tensor Tensor::from_bool(const Shape& shape, const std::vector<uint8_t>& values) {
+  Tensor t = empty(shape, DType::Bool);
+  if (static_cast<int64_t>(values.size()) != t.numel())
+    throw std::invalid_argument("from_bool: " + std::to_string(values.size()) + " values for shape " +
+                                shape_str(shape));
+  for (size_t i = 0; i < values.size(); ++i) t.data_bool()[i] = values[i] ? 1 : 0;
+  return t;
+}
+
+DType Tensor::dtype() const { return need(impl_.get(), "dtype").dtype; }
+const Shape& Tensor::shape() const { return need(impl_.get(), "shape").shape; }
+int64_t Tensor::dim() const { return static_cast<int64_t>(shape().size()); }
+int64_t Tensor::size(int64_t d) const {
+  int64_t n = dim();
+  int64_t i = d < 0 ? d + n : d;
+  if (i < 0 || i >= n)
+    throw std::out_of_range("size(" + std::to_string(d) + ") of a tensor of shape " + shape_str(shape()));
+  return shape()[static_cast<size_t>(i)];
+}
+int64_t Tensor::numel() const { return need(impl_.get(), "numel").numel; }
+
+float* Tensor::data() {
+  auto& impl = need(impl_.get(), "data");
+  if (impl.dtype != DType::Float32) throw std::logic_error("data(): tensor is " + describe(*this));
+  return static_cast<float*>(impl.storage->ptr) + impl.offset;
+}
+const float* Tensor::data() const { return const_cast<Tensor*>(this)->data(); }
+uint8_t* Tensor::data_bool() {
+  auto& impl = need(impl_.get(), "data_bool");
+  if (impl.dtype != DType::Bool) throw std::logic_error("data_bool(): tensor is " + describe(*this));
+  return static_cast<uint8_t*>(impl.storage->ptr) + impl.offset;
+}
+const uint8_t* Tensor::data_bool() const { return const_cast<Tensor*>(this)->data_bool(); }
+float Tensor::item() const {
+  if (numel() != 1) throw std::logic_error("item(): tensor of shape " + shape_str(shape()) + " is not a scalar");
+  return data()[0];
+}
+
+// ---- views ----------------------------------------------------------------------------------------
+namespace {
+struct ReshapeNode : Node {
+  Shape in_shape;
+  const char* name() const override { return "reshape"; }
+  void backward(const Tensor& dout, const std::vector<Tensor*>& din) override {
+    if (din[0]) accumulate_grad(din[0], dout.reshape(in_shape));
+  }
+};
+// Gradient of rows [start, start+len) of dim 0: scatter into zeros of the full shape.
+struct Narrow0Node : Node {
+  Shape in_shape;
+  int64_t start = 0;
+  const char* name() const override { return "narrow0"; }
+  void backward(const Tensor& dout, const std::vector<Tensor*>& din) override {
+    if (!din[0]) return;
+    Tensor* slot = din[0];
+    if (!slot->defined()) *slot = Tensor::zeros(in_shape);
+    int64_t row = dout.numel() / std::max<int64_t>(1, dout.size(0));
+    float* dst = slot->data() + start * row;
+    const float* src = dout.data();
+    for (int64_t i = 0; i < dout.numel(); ++i) dst[i] += src[i];
+  }
+};
+}  // namespace
+
+Tensor Tensor::reshape(const Shape& shape_in) const {
+  auto& impl = need(impl_.get(), "reshape");
+  Shape shape = shape_in;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (infer >= 0) throw std::invalid_argument("reshape: more than one -1 in " + shape_str(shape_in));
+      infer = static_cast<int64_t>(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || impl.numel % known != 0)
+      throw std::invalid_argument("reshape: cannot view " + shape_str(impl.shape) + " as " + shape_str(shape_in));
+    shape[static_cast<size_t>(infer)] = impl.numel / known;
+  }
+  if (shape_numel(shape) != impl.numel)
+    throw std::invalid_argument("reshape: cannot view " + shape_str(impl.shape) + " as " + shape_str(shape_in));
+  auto out = std::make_shared<TensorImpl>();
+  out->shape = shape;
+  out->dtype = impl.dtype;
+  out->numel = impl.numel;
+  out->storage = impl.storage;
+  out->offset = impl.offset;
+  Tensor t = wrap(out);
+  if (needs_grad({this})) {
+    auto node = std::make_shared<ReshapeNode>();
+    node->in_shape = impl.shape;
+    node->inputs = {*this};
+    record(t, node);
+  }
+  return t;
+}
+
+Tensor Tensor::narrow0(int64_t start, int64_t length) const {
+  auto& impl = need(impl_.get(), "narrow0");
+  if (impl.shape.empty() || start < 0 || length < 0 || start + length > impl.shape[0])
+    throw std::out_of_range("narrow0(" + std::to_string(start) + ", " + std::to_string(length) +
+                            ") of shape " + shape_str(impl.shape));
+  int64_t row = impl.shape[0] ? impl.numel / impl.shape[0] : 0;
+  auto out = std::make_shared<TensorImpl>();
+  out->shape = impl.shape;
+  out->shape[0] = length;
+  out->dtype = impl.dtype;
+  out->numel = length * row;
+  out->storage = impl.storage;
+  out->offset = impl.offset + start * row;
+  Tensor t = wrap(out);
+  if (needs_grad({this})) {
+    auto node = std::make_shared<Narrow0Node>();
+    node->in_shape = impl.shape;
+    node->start = start;
+    node->inputs = {*this};
+    record(t, node);
+  }
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  auto& impl = need(impl_.get(), "clone");
+  Tensor t = empty(impl.shape, impl.dtype);
+  t.copy_(*this);
+  return t;
+}
+
+Tensor Tensor::detach() const {
+  auto& impl = need(impl_.get(), "detach");
+  auto out = std::make_shared<TensorImpl>();
+  out->shape = impl.shape;
+  out->dtype = impl.dtype;
+  out->numel = impl.numel;
+  out->storage = impl.storage;
+  out->offset = impl.offset;
+  return wrap(out);
+}
+
+void Tensor::copy_(const Tensor& src) {
+  auto& impl = need(impl_.get(), "copy_");
+  if (src.shape() != impl.shape || src.dtype() != impl.dtype)
+    throw std::invalid_argument("copy_: destination " + describe(*this) + ", source " + describe(src));
+  size_t bytes = static_cast<size_t>(impl.numel) * dtype_size(impl.dtype);
+  const char* s = static_cast<const char*>(src.impl_->storage->ptr) + src.impl_->offset * dtype_size(impl.dtype);
+  char* d = static_cast<char*>(impl.storage->ptr) + impl.offset * dtype_size(impl.dtype);
+  if (bytes) std::memmove(d, s, bytes);
+}
+
+void Tensor::fill_(float value) {
+  if (dtype() == DType::Bool) {
+    std::memset(data_bool(), value != 0.0f ? 1 : 0, static_cast<size_t>(numel()));
+    return;
+  }
+  float* p = data();
+  for (int64_t i = 0; i < numel(); ++i) p[i] = value;
+}
+
+std::string describe(const Tensor& t) {
+  if (!t.defined()) return "undefined";
+  return std::string(dtype_name(t.dtype())) + shape_str(t.shape());
+}
+
+// ---- autograd -------------------------------------------------------------------------------------
+bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
+Tensor& Tensor::requires_grad_(bool on) {
+  auto& impl = need(impl_.get(), "requires_grad_");
+  if (impl.grad_fn) throw std::logic_error("requires_grad_: only leaf tensors can change requires_grad");
+  if (on && impl.dtype != DType::Float32) throw std::logic_error("requires_grad_: only Float32 tensors");
+  impl.requires_grad = on;
+  return *this;
+}
+bool Tensor::is_leaf() const { return !impl_ || !impl_->grad_fn; }
+Tensor Tensor::grad() const { return need(impl_.get(), "grad").grad; }
+Tensor& Tensor::mutable_grad() { return need(impl_.get(), "mutable_grad").grad; }
+void Tensor::zero_grad() { need(impl_.get(), "zero_grad").grad = Tensor(); }
+const std::shared_ptr<Node>& Tensor::grad_fn() const { return need(impl_.get(), "grad_fn").grad_fn; }
+void Tensor::set_grad_fn(std::shared_ptr<Node> fn) {
+  auto& impl = need(impl_.get(), "set_grad_fn");
+  impl.grad_fn = std::move(fn);
+  impl.requires_grad = true;
+}
+
+namespace {
+thread_local bool g_grad_enabled = true;
+}
+bool grad_enabled() { return g_grad_enabled; }
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+
+bool needs_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!g_grad_enabled) return false;
+  for (const Tensor* t : inputs)
+    if (t && t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+void record(Tensor& out, std::shared_ptr<Node> node) { out.set_grad_fn(std::move(node)); }
+
+void accumulate_grad(Tensor* slot, const Tensor& g) {
+  if (!slot->defined()) {
+    // Own the storage: g may alias a tensor someone else holds (e.g. reshape of dout).
+    *slot = g.clone();
+    return;
+  }
+  if (slot->shape() != g.shape())
+    throw std::logic_error("accumulate_grad: gradient " + describe(g) + " for slot " + describe(*slot));
+  float* d = slot->data();
+  const float* s = g.data();
+  for (int64_t i = 0; i < g.numel(); ++i) d[i] += s[i];
+}
+
+void Tensor::backward(const Tensor& grad_output) const {
+  auto& root = need(impl_.get(), "backward");
+  if (!root.requires_grad) throw std::logic_error("backward: tensor does not require grad");
+  Tensor dout = grad_output;
+  if (!dout.defined()) {
+    if (root.numel != 1) throw std::logic_error("backward: grad_output needed for non-scalar " + describe(*this));
+    dout = Tensor::full(root.shape, 1.0f);
+  }
+  if (dout.shape() != root.shape)
+    throw std::invalid_argument("backward: grad_output " + describe(dout) + " for output " + describe(*this));
+  if (!root.grad_fn) {  // a leaf: its gradient is grad_output itself
+    accumulate_grad(&const_cast<Tensor*>(this)->mutable_grad(), dout);
+    return;
+  }
+  // Topological order of nodes (depth-first post-order from the root, iterative).
+  std::vector<Node*> order;
+  std::unordered_set<Node*> seen;
+  std::vector<std::pair<Node*, size_t>> stack{{root.grad_fn.get(), 0}};
+  seen.insert(root.grad_fn.get());
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->inputs.size()) {
+      const Tensor& in = node->inputs[next++];
+      if (in.defined() && in.impl()->grad_fn && !seen.count(in.impl()->grad_fn.get())) {
+        seen.insert(in.impl()->grad_fn.get());
+        stack.push_back({in.impl()->grad_fn.get(), 0});
+      }
+    } else {
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  std::unordered_map<Node*, Tensor> pending;
+  pending[root.grad_fn.get()] = dout;
+  std::vector<Tensor*> slots;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* node = *it;
+    auto found = pending.find(node);
+    if (found == pending.end()) continue;  // no gradient reached this node
+    Tensor g = std::move(found->second);
+    pending.erase(found);
+    slots.assign(node->inputs.size(), nullptr);
+    for (size_t i = 0; i < node->inputs.size(); ++i) {
+      Tensor& in = node->inputs[i];
+      if (!in.defined() || !in.requires_grad()) continue;
+      slots[i] = in.impl()->grad_fn ? &pending[in.impl()->grad_fn.get()] : &in.mutable_grad();
+    }
+    node->backward(g, slots);
+  }
+  // Free the tape behind the root, as PyTorch does without retain_graph.
+  for (Node* node : order) node->inputs.clear();
+}
+
+}  // namespace tfm
