@@ -1,0 +1,75 @@
+// tfm/io/safetensors.h — read and write the safetensors format (huggingface/safetensors), the
+// weight format tfm shares with PyTorch.
+//
+// Format: an 8-byte little-endian u64 header length N, N bytes of UTF-8 JSON header, then the data
+// buffer. The header is an object {name: {"dtype": "F32", "shape": [d0, ..], "data_offsets":
+// [begin, end]}, ..} with an optional "__metadata__": {str: str}; offsets are byte offsets into
+// the data buffer (which starts at 8 + N); tensors are row-major, little-endian.
+//
+// Reading memory-maps the file and trusts nothing in it: every malformed header, range or value
+// raises SafeTensorsError naming the file, the tensor key and expected against actual. Like the
+// reference implementation, the tensors' byte ranges must tile the data buffer exactly (no
+// overlaps, no holes, no trailing bytes), so a file cannot hide data a reader never sees.
+//
+// To support another dtype on read: add a row to the dtype table in src/io/safetensors.cc with
+// its element size and its conversion to Float32 (or Bool), then a fixture in
+// tests/gen/gen_safetensors.py and a case in tests/io/safetensors_test.cc.
+#pragma once
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tfm/tensor.h"
+
+namespace tfm::io {
+
+// Every error from this module: the message is one line that always starts with the file path,
+// e.g. "w.safetensors: tensor 'enc.weight': data_offsets [0, 100] give 100 bytes, expected 256
+// (F32 × (8, 8))". I/O failures (missing file, permission, disk full) come through as well.
+class SafeTensorsError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct LoadedTensor {
+  // Float32 for every numeric dtype, Bool for BOOL; same shape as in the file (shape [] is a
+  // 0-dimensional tensor with one element; a 0 dim gives an empty tensor). Owns its storage: it
+  // does not keep the file mapped.
+  Tensor tensor;
+  std::string dtype;  // the dtype string in the file: "F32", "F16", "BF16", "BOOL", "I64", ...
+};
+
+struct SafeTensorsFile {
+  std::vector<std::string> names;               // tensor names in header order
+  std::map<std::string, LoadedTensor> tensors;  // name -> tensor (same keys as names)
+  std::map<std::string, std::string> metadata;  // the "__metadata__" object (empty when absent)
+  std::string path;                             // as given to load_safetensors
+
+  // Throws SafeTensorsError "<path>: no tensor '<name>' (file has N tensors: a, b, ...)".
+  const LoadedTensor& at(const std::string& name) const;
+  bool contains(const std::string& name) const;
+};
+
+// Loads every tensor of a safetensors file. Conversions, all exact or failing loudly:
+//   F32 copied; F16, BF16 widened exactly; F64 rounded to nearest Float32 (a finite value beyond
+//   the Float32 range throws rather than becoming inf); BOOL -> Bool (bytes must be 0 or 1);
+//   I8, I16, I32, I64, U8, U16, U32, U64 -> Float32, throwing when |v| > 2^24, beyond which
+//   consecutive integers are no longer all representable in Float32's 24-bit significand.
+// FP8 and other dtypes throw "unsupported dtype".
+SafeTensorsFile load_safetensors(const std::string& path);
+
+// Writes tensors (Float32 as "F32", Bool as "BOOL") and optional string metadata atomically: a
+// temporary file in the same directory, fsync, rename. If anything throws (undefined tensor,
+// duplicate or reserved name, I/O error), `path` keeps its previous content.
+// Layout matches the reference implementation: tensors sorted by dtype alignment (F32 before BOOL)
+// then by name, data packed in that order, header keys in that order ("__metadata__" first, only
+// when non-empty), header padded with spaces to a multiple of 8 bytes so the data buffer starts
+// 8-aligned. Tensor names must be unique and not "__metadata__".
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace tfm::io

@@ -1,0 +1,170 @@
+// src/io/file_util.cc — POSIX implementation of the checked file wrapper (see file_util.h).
+#include "io/file_util.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace tfm::io {
+namespace {
+
+// "path: what failed: errno text" — errno captured by the caller right after the failed call.
+[[noreturn]] void throw_errno(const std::string& path, const char* what, int err) {
+  throw IoError(path + ": " + what + " failed: " + std::strerror(err));
+}
+
+// Opens a regular file read-only and returns (fd, size). Refuses directories, FIFOs and devices:
+// their size is meaningless and mmap/read on them would block or fail obscurely.
+int open_regular_readonly(const std::string& path, size_t* size) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) throw_errno(path, "open", errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw_errno(path, "fstat", err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError(path + ": not a regular file");
+  }
+  *size = static_cast<size_t>(st.st_size);
+  return fd;
+}
+
+// Splits "a/b/c.bin" into ("a/b", "c.bin"); "c.bin" into (".", "c.bin"); "/c.bin" into ("/", ..).
+void split_path(const std::string& path, std::string* dir, std::string* base) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) {
+    *dir = ".";
+    *base = path;
+  } else {
+    *dir = slash == 0 ? std::string("/") : path.substr(0, slash);
+    *base = path.substr(slash + 1);
+  }
+}
+
+}  // namespace
+
+std::string read_file(const std::string& path) {
+  size_t size = 0;
+  const int fd = open_regular_readonly(path, &size);
+  std::string out(size, '\0');
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(fd, out.data() + done, size - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      throw_errno(path, "read", err);
+    }
+    if (n == 0) {  // the file shrank between fstat and read
+      ::close(fd);
+      throw IoError(path + ": read failed: file shrank to " + std::to_string(done) +
+                    " bytes while reading (expected " + std::to_string(size) + ")");
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return out;
+}
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  const int fd = open_regular_readonly(path, &size_);
+  if (size_ == 0) {  // mmap(len = 0) is EINVAL; an empty file has nothing to map
+    ::close(fd);
+    return;
+  }
+  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);  // the mapping keeps its own reference to the file
+  if (p == MAP_FAILED) throw_errno(path, "mmap", err);
+  data_ = static_cast<const uint8_t*>(p);
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path) {
+  std::string dir, base;
+  split_path(path, &dir, &base);
+  if (base.empty()) throw IoError(path + ": cannot write: path names a directory");
+  // Unique name in the destination directory: pid + process-wide counter + clock, created with
+  // O_EXCL so two writers (threads or processes) never share a temporary file.
+  static std::atomic<uint64_t> counter{0};
+  for (int attempt = 0;; ++attempt) {
+    const uint64_t stamp = static_cast<uint64_t>(
+        std::chrono::steady_clock::now().time_since_epoch().count());
+    temp_path_ = (dir == "/" ? std::string("/") : dir + "/") + "." + base + ".tmp." +
+                 std::to_string(::getpid()) + "." + std::to_string(counter++) + "." +
+                 std::to_string(stamp % 1000000007u);
+    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd_ >= 0) return;
+    const int err = errno;
+    if ((err == EEXIST || err == EINTR) && attempt < 100) continue;
+    throw IoError(path + ": cannot create temporary file '" + temp_path_ +
+                  "': " + std::strerror(err));
+  }
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (committed_) return;
+  if (fd_ >= 0) ::close(fd_);
+  ::unlink(temp_path_.c_str());
+}
+
+void AtomicFileWriter::write(const void* bytes, size_t n) {
+  if (committed_ || fd_ < 0) throw IoError(path_ + ": write after commit");
+  const char* p = static_cast<const char*>(bytes);
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw_errno(path_, "write", errno);
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void AtomicFileWriter::commit() {
+  if (committed_ || fd_ < 0) throw IoError(path_ + ": commit called twice");
+  if (::fsync(fd_) != 0) throw_errno(path_, "fsync", errno);
+  const int fd = fd_;
+  fd_ = -1;
+  // close can report a deferred write error (NFS); the destructor still unlinks the temp file.
+  if (::close(fd) != 0) throw_errno(path_, "close", errno);
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) throw_errno(path_, "rename", errno);
+  committed_ = true;
+  // Make the rename itself durable. Some file systems cannot fsync a directory (EINVAL): the data
+  // is still whole, only the directory entry's durability is up to the file system then.
+  std::string dir, base;
+  split_path(path_, &dir, &base);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) throw_errno(dir, "open directory", errno);
+  if (::fsync(dfd) != 0 && errno != EINVAL) {
+    const int err = errno;
+    ::close(dfd);
+    throw_errno(dir, "fsync directory", err);
+  }
+  ::close(dfd);
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  AtomicFileWriter w(path);
+  w.write(bytes.data(), bytes.size());
+  w.commit();
+}
+
+}  // namespace tfm::io

@@ -1,0 +1,73 @@
+// src/io/file_util.h — the one checked wrapper for file I/O in tfm (read whole file, read-only
+// memory map, atomic write). Every failure throws IoError whose message starts with the path and
+// names the failed call and the errno text, e.g.
+//   "model.safetensors: open failed: No such file or directory".
+// Nothing else in the library calls open/read/write/mmap/rename directly: add the next operation
+// here (checked, path in the message) and use it from there.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace tfm::io {
+
+class IoError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Reads a whole regular file into a string (binary, no newline conversion).
+std::string read_file(const std::string& path);
+
+// A read-only, private memory map of a whole regular file. A zero-length file is "mapped" as
+// data() == nullptr, size() == 0 (mmap cannot map zero bytes). The mapping stays valid until the
+// object dies; the bytes are untrusted input. If another process truncates the file while it is
+// mapped, touching the lost pages raises SIGBUS: callers copy what they need and drop the map.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Writes a file atomically: bytes go to a fresh temporary file in the destination's directory
+// (so rename stays on one file system), which commit() fsyncs, closes and renames over `path`,
+// then fsyncs the directory. Until commit() returns, `path` keeps its previous content (or stays
+// absent); if the writer is destroyed without commit() (an exception on the way), the temporary
+// file is removed. The new file gets mode 0666 filtered by the umask, like an ordinary create.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::string& path);
+  ~AtomicFileWriter();  // removes the temporary file unless committed; never throws
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* bytes, size_t n);  // appends; retries short writes and EINTR
+  void commit();                            // fsync + close + rename + fsync(dir); once
+
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return temp_path_; }
+
+ private:
+  std::string path_;
+  std::string temp_path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// One-shot form: write_file_atomic(path, s) == AtomicFileWriter w(path); w.write(s); w.commit().
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+}  // namespace tfm::io
