@@ -1,0 +1,69 @@
+// tfm/optim.h — optimizers (torch.optim.SGD, Adam, AdamW), gradient clipping and learning-rate
+// schedules, with PyTorch's update rules.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tfm/modules/module.h"
+
+namespace tfm {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;  // parameters with an undefined grad are skipped, as PyTorch
+  void zero_grad();         // set_to_none semantics
+  void set_lr(float lr) { lr_ = lr; }
+  float lr() const { return lr_; }
+  int64_t steps() const { return steps_; }
+  // Optimizer state for checkpoints: tensors named "<param key>.<slot>" (e.g. "...weight.exp_avg")
+  // plus the step count; load_state restores it exactly (resume equals uninterrupted).
+  virtual NamedTensors state() const = 0;
+  virtual void load_state(const NamedTensors& s, int64_t steps) = 0;
+
+ protected:
+  Optimizer(std::vector<std::pair<std::string, Tensor>> params, float lr) : params_(std::move(params)), lr_(lr) {}
+  std::vector<std::pair<std::string, Tensor>> params_;  // (key, parameter)
+  float lr_;
+  int64_t steps_ = 0;
+};
+
+// torch.optim.SGD: g = grad + wd·p; with momentum: buf = μ·buf + g (buf = g on the first step); p −= lr·buf.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<std::pair<std::string, Tensor>> params, float lr, float momentum = 0, float weight_decay = 0);
+  void step() override;
+  NamedTensors state() const override;
+  void load_state(const NamedTensors& s, int64_t steps) override;
+
+ private:
+  float momentum_, weight_decay_;
+  std::vector<Tensor> buf_;
+};
+
+// torch.optim.Adam / AdamW. Adam: g += wd·p (L2). AdamW: p *= 1 − lr·wd (decoupled).
+// m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²;  p −= lr · (m/(1−β1ᵗ)) / (sqrt(v/(1−β2ᵗ)) + eps)
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<std::pair<std::string, Tensor>> params, float lr = 1e-3f, float beta1 = 0.9f,
+       float beta2 = 0.999f, float eps = 1e-8f, float weight_decay = 0, bool decoupled = false);
+  void step() override;
+  NamedTensors state() const override;
+  void load_state(const NamedTensors& s, int64_t steps) override;
+
+ private:
+  float beta1_, beta2_, eps_, weight_decay_;
+  bool decoupled_;
+  std::vector<Tensor> m_, v_;
+};
+
+// torch.nn.utils.clip_grad_norm_: total 2-norm over all grads; if > max_norm, scale every grad by
+// max_norm / (total + 1e-6). Returns the total norm before clipping.
+float clip_grad_norm(const std::vector<Tensor>& params, float max_norm);
+
+// Learning rate at step s (1-based): linear warmup over `warmup` steps to `base_lr`, then
+// "constant", "inverse_sqrt" (base·sqrt(warmup/s)) or "cosine" (to 0 at total_steps).
+float scheduled_lr(const std::string& schedule, float base_lr, int64_t step, int64_t warmup, int64_t total_steps);
+
+}  // namespace tfm
