@@ -1,0 +1,413 @@
+// parity_test.cc — tfm against PyTorch 1.13 in float64, on the fixtures written by tests/gen/gen_parity.py
+// (see tests/parity/README.md for the cases, the reference and how to regenerate).
+//
+// Every case directory under tests/fixtures/parity holds config.json, weights.safetensors, inputs.safetensors and
+// expected.safetensors (F64 `output` and `grad.*`, metadata "f32_err.<tensor>" = PyTorch float32's own error).
+// A tensor passes when
+//     rel = max|tfm − ref| / max|ref|   ≤   max(2e-5, 20 · f32_err)
+// (denominator 1 when the reference is all zeros). Why this bound: a float32 implementation that rounds differently
+// from PyTorch's lands within a small multiple of PyTorch's own float32 error; 20× leaves room for a different
+// reduction order and fused kernels, and the 2e-5 floor (≈170 ulp of 1.0 in float32) covers cases where PyTorch's
+// error is by luck tiny.
+//
+// Tests:
+//   Fixture/*        tfm::run_forward on each fixture (one test per case, named after its directory)
+//   Threads/*        each fixture with 1 and 2 OpenMP threads: outputs must be bitwise identical
+//   Cli.Forward      the `tfm forward` executable on a few fixtures, reading back its output file
+//   Live.Sample      12 fresh random cases from live PyTorch (seed printed; TFM_PARITY_SEED=N reproduces)
+//
+// To add a case: add it to fixed_cases() in tests/gen/gen_parity.py and regenerate; this file needs no change.
+// expected.safetensors is read by the small reader below (not tfm::io) so the F64 reference keeps its precision
+// and a failure here points at run_forward, not at the loader.
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "tfm/forward.h"
+#include "tfm/tensor.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kFixtureRoot = fs::path(TFM_SOURCE_DIR) / "tests" / "fixtures" / "parity";
+constexpr double kFloor = 2e-5;     // see the file comment
+constexpr double kF32Factor = 20.0;
+
+// ---- a minimal safetensors reader (F64, F32, BOOL) --------------------------------------------------------------
+
+struct StTensor {
+  std::string dtype;           // "F64", "F32" or "BOOL"
+  tfm::Shape shape;            // () for 0-dim
+  std::vector<double> values;  // row-major, converted to double (BOOL as 0/1)
+};
+
+struct StFile {
+  std::map<std::string, StTensor> tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+StFile read_st(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(path.string() + ": cannot open");
+  std::string blob((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (blob.size() < 8) throw std::runtime_error(path.string() + ": shorter than 8 bytes");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(blob[i]);
+  if (n > blob.size() - 8) throw std::runtime_error(path.string() + ": header length beyond end of file");
+  const nlohmann::json header = nlohmann::json::parse(blob.substr(8, n));
+  const char* data = blob.data() + 8 + n;
+  const uint64_t data_size = blob.size() - 8 - n;
+  StFile out;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") {
+      for (const auto& [k, v] : info.items()) out.metadata[k] = v.get<std::string>();
+      continue;
+    }
+    StTensor t;
+    t.dtype = info.at("dtype").get<std::string>();
+    t.shape = info.at("shape").get<tfm::Shape>();
+    const uint64_t begin = info.at("data_offsets")[0].get<uint64_t>();
+    const uint64_t end = info.at("data_offsets")[1].get<uint64_t>();
+    int64_t count = 1;
+    for (int64_t d : t.shape) count *= d;
+    const uint64_t width = t.dtype == "F64" ? 8 : t.dtype == "F32" ? 4 : t.dtype == "BOOL" ? 1 : 0;
+    if (width == 0) throw std::runtime_error(path.string() + ": " + name + ": unsupported dtype " + t.dtype);
+    if (begin > end || end > data_size || end - begin != width * static_cast<uint64_t>(count))
+      throw std::runtime_error(path.string() + ": " + name + ": bad data_offsets");
+    t.values.resize(count);
+    for (int64_t i = 0; i < count; ++i) {
+      const char* p = data + begin + i * width;
+      if (width == 8) {
+        double v;
+        std::memcpy(&v, p, 8);
+        t.values[i] = v;
+      } else if (width == 4) {
+        float v;
+        std::memcpy(&v, p, 4);
+        t.values[i] = v;
+      } else {
+        t.values[i] = static_cast<uint8_t>(*p);
+      }
+    }
+    out.tensors.emplace(name, std::move(t));
+  }
+  return out;
+}
+
+tfm::Tensor to_tensor(const StTensor& t) {
+  if (t.dtype == "BOOL") {
+    std::vector<uint8_t> v(t.values.begin(), t.values.end());
+    return tfm::Tensor::from_bool(t.shape, v);
+  }
+  std::vector<float> v(t.values.begin(), t.values.end());
+  return tfm::Tensor::from_vector(t.shape, v);
+}
+
+tfm::NamedTensors to_named(const StFile& f) {
+  tfm::NamedTensors out;
+  for (const auto& [name, t] : f.tensors) out.emplace(name, to_tensor(t));
+  return out;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error(path.string() + ": cannot open");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// ---- one case ---------------------------------------------------------------------------------------------------
+
+struct ParityCase {
+  std::string name;
+  std::string config;
+  tfm::NamedTensors weights, inputs;
+  StFile expected;
+};
+
+ParityCase load_case(const fs::path& dir) {
+  ParityCase c;
+  c.name = dir.filename().string();
+  c.config = read_text(dir / "config.json");
+  c.weights = to_named(read_st(dir / "weights.safetensors"));
+  c.inputs = to_named(read_st(dir / "inputs.safetensors"));
+  c.expected = read_st(dir / "expected.safetensors");
+  if (c.expected.metadata["format"] != "tfm-parity" || c.expected.metadata["version"] != "1")
+    throw std::runtime_error(dir.string() + ": expected.safetensors is not tfm-parity version 1");
+  return c;
+}
+
+std::vector<std::string> case_names(const fs::path& root) {
+  std::vector<std::string> names;
+  if (!fs::is_directory(root)) return names;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && fs::exists(e.path() / "expected.safetensors")) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string index_str(int64_t flat, const tfm::Shape& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    idx[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+  std::string s = "[";
+  for (size_t i = 0; i < idx.size(); ++i) s += (i ? ", " : "") + std::to_string(idx[i]);
+  return s + "]";
+}
+
+struct TensorResult {
+  std::string name;
+  double rel = 0, bound = 0;
+  bool ok = false;
+  std::string detail;  // on failure: first mismatching index with both values
+};
+
+// Compares tfm's `got` (float values, shape) against the F64 reference.
+TensorResult compare(const std::string& name, const float* got, const tfm::Shape& got_shape, const StTensor& ref,
+                     double f32_err) {
+  TensorResult r;
+  r.name = name;
+  r.bound = std::max(kFloor, kF32Factor * f32_err);
+  if (got_shape != ref.shape) {
+    r.rel = INFINITY;
+    r.detail = "shape " + tfm::shape_str(got_shape) + ", expected " + tfm::shape_str(ref.shape);
+    return r;
+  }
+  const int64_t n = static_cast<int64_t>(ref.values.size());
+  double scale = 0, max_diff = 0;
+  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(ref.values[i]));
+  const double denom = scale > 0 ? scale : 1.0;
+  int64_t first_bad = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const double diff = std::fabs(static_cast<double>(got[i]) - ref.values[i]);
+    const bool bad = !(diff <= r.bound * denom);  // NaN counts as bad
+    if (bad && first_bad < 0) first_bad = i;
+    max_diff = std::isnan(diff) ? INFINITY : std::max(max_diff, diff);
+  }
+  r.rel = max_diff / denom;
+  r.ok = first_bad < 0;
+  if (!r.ok) {
+    std::ostringstream os;
+    os.precision(9);
+    os << "first mismatch at " << index_str(first_bad, ref.shape) << ": tfm " << got[first_bad] << ", ref "
+       << ref.values[first_bad] << " (max|ref| " << scale << ")";
+    r.detail = os.str();
+  }
+  return r;
+}
+
+double f32_err_of(const StFile& expected, const std::string& name) {
+  auto it = expected.metadata.find("f32_err." + name);
+  if (it == expected.metadata.end()) throw std::runtime_error("expected.safetensors lacks f32_err." + name);
+  return std::stod(it->second);
+}
+
+// Checks every expected tensor against `got_float` (name -> (values, shape)) and that tfm produced no tensor the
+// reference lacks. Reports through gtest; returns the number of failing tensors.
+template <typename GetFn>
+int check_all(const std::string& where, const StFile& expected, const std::vector<std::string>& got_names,
+              GetFn get) {
+  int failures = 0;
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& [name, ref] : expected.tensors) {
+    const float* values = nullptr;
+    tfm::Shape shape;
+    if (!get(name, &values, &shape)) {
+      ADD_FAILURE() << where << ": tfm produced no '" << name << "'";
+      ++failures;
+      continue;
+    }
+    const TensorResult r = compare(name, values, shape, ref, f32_err_of(expected, name));
+    if (r.rel / r.bound > worst) worst = r.rel / r.bound, worst_name = name;
+    if (!r.ok) {
+      ++failures;
+      ADD_FAILURE() << where << ": tensor '" << name << "' rel " << r.rel << " > bound " << r.bound << "; "
+                    << r.detail;
+    }
+  }
+  for (const auto& name : got_names)
+    if (!expected.tensors.count(name)) {
+      ADD_FAILURE() << where << ": tfm produced '" << name << "', which the reference does not have";
+      ++failures;
+    }
+  std::cout << "  " << where << ": " << expected.tensors.size() << " tensors, worst rel/bound " << worst << " ("
+            << worst_name << ")\n";
+  return failures;
+}
+
+int check_named(const std::string& where, const StFile& expected, const tfm::NamedTensors& got) {
+  std::vector<std::string> names;
+  for (const auto& kv : got) names.push_back(kv.first);
+  return check_all(where, expected, names, [&](const std::string& name, const float** v, tfm::Shape* s) {
+    auto it = got.find(name);
+    if (it == got.end() || it->second.dtype() != tfm::DType::Float32) return false;
+    *v = it->second.data();
+    *s = it->second.shape();
+    return true;
+  });
+}
+
+int check_file(const std::string& where, const StFile& expected, const StFile& got) {
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<float>> floats;
+  for (const auto& [name, t] : got.tensors) {
+    names.push_back(name);
+    floats[name].assign(t.values.begin(), t.values.end());  // tfm writes F32: exact
+  }
+  return check_all(where, expected, names, [&](const std::string& name, const float** v, tfm::Shape* s) {
+    auto it = got.tensors.find(name);
+    if (it == got.tensors.end()) return false;
+    *v = floats[name].data();
+    *s = it->second.shape;
+    return true;
+  });
+}
+
+// Runs one case through the library and checks it; exceptions become failures naming the case.
+void run_and_check(const fs::path& dir) {
+  ParityCase c;
+  try {
+    c = load_case(dir);
+  } catch (const std::exception& e) {
+    FAIL() << dir.string() << ": cannot load fixture: " << e.what();
+  }
+  tfm::NamedTensors got;
+  try {
+    got = tfm::run_forward(c.config, c.weights, c.inputs, (dir / "weights.safetensors").string());
+  } catch (const std::exception& e) {
+    FAIL() << c.name << ": run_forward threw: " << e.what() << "\n  config: " << c.config;
+  }
+  check_named(c.name, c.expected, got);
+}
+
+// ---- tests ------------------------------------------------------------------------------------------------------
+
+class Fixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Fixture, MatchesPyTorch) { run_and_check(kFixtureRoot / GetParam()); }
+
+// The same case with 1 and 2 threads: every output tensor bitwise identical (reductions must not depend on the
+// thread count).
+class Threads : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Threads, BitwiseIdenticalAcrossThreadCounts) {
+  const ParityCase c = load_case(kFixtureRoot / GetParam());
+  const int saved = omp_get_max_threads();
+  tfm::NamedTensors one, two;
+  try {
+    omp_set_num_threads(1);
+    one = tfm::run_forward(c.config, c.weights, c.inputs);
+    omp_set_num_threads(2);
+    two = tfm::run_forward(c.config, c.weights, c.inputs);
+  } catch (const std::exception& e) {
+    omp_set_num_threads(saved);
+    FAIL() << c.name << ": run_forward threw: " << e.what();
+  }
+  omp_set_num_threads(saved);
+  ASSERT_EQ(one.size(), two.size());
+  for (const auto& [name, a] : one) {
+    auto it = two.find(name);
+    ASSERT_NE(it, two.end()) << name;
+    const tfm::Tensor& b = it->second;
+    ASSERT_EQ(a.shape(), b.shape()) << name;
+    ASSERT_EQ(a.dtype(), tfm::DType::Float32) << name;
+    const float* x = a.data();
+    const float* y = b.data();
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) {
+        ADD_FAILURE() << c.name << ": '" << name << "' differs between 1 and 2 threads at "
+                      << index_str(i, a.shape()) << ": " << x[i] << " vs " << y[i];
+        break;
+      }
+    }
+  }
+}
+
+std::string PrintCaseName(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+
+INSTANTIATE_TEST_SUITE_P(Parity, Fixture, ::testing::ValuesIn(case_names(kFixtureRoot)), PrintCaseName);
+INSTANTIATE_TEST_SUITE_P(Parity, Threads, ::testing::ValuesIn(case_names(kFixtureRoot)), PrintCaseName);
+
+TEST(Parity, FixturesPresent) {
+  // Guards against a silently empty suite (wrong path, fixtures not checked out).
+  EXPECT_GE(case_names(kFixtureRoot).size(), 50u) << kFixtureRoot;
+  EXPECT_TRUE(fs::exists(kFixtureRoot / "notebook_encoder" / "expected.safetensors"));
+}
+
+std::string quote(const fs::path& p) { return "'" + p.string() + "'"; }
+
+// The executable: same contract through files, with --threads.
+TEST(Parity, CliForward) {
+  const std::vector<std::pair<std::string, int>> cases = {
+      {"notebook_encoder", 1}, {"mha_kpm_float_mask_bool", 2}, {"dec_layer_tgt_causal", 2},
+      {"transformer_pre_bf_masks", 1}, {"mha_no_grad", 1}};
+  const fs::path tmp = tfm::testing::temp_dir("parity_cli");
+  for (const auto& [name, threads] : cases) {
+    SCOPED_TRACE(name);
+    const fs::path dir = kFixtureRoot / name;
+    const fs::path out = tmp / (name + ".safetensors");
+    const std::string cmd = std::string("'") + TFM_CLI_PATH + "' forward --config " + quote(dir / "config.json") +
+                            " --weights " + quote(dir / "weights.safetensors") + " --inputs " +
+                            quote(dir / "inputs.safetensors") + " --output " + quote(out) + " --threads " +
+                            std::to_string(threads);
+    std::string log;
+    const int status = tfm::testing::run_command(cmd, &log);
+    ASSERT_EQ(status, 0) << cmd << "\n" << log;
+    StFile got;
+    ASSERT_NO_THROW(got = read_st(out)) << out;
+    const StFile expected = read_st(dir / "expected.safetensors");
+    check_file("cli " + name, expected, got);
+  }
+  fs::remove_all(tmp);
+}
+
+// A fresh random sample against live PyTorch. Seed from the clock (printed), or TFM_PARITY_SEED to reproduce.
+TEST(Parity, LiveSample) {
+  if (tfm::testing::run_command("/usr/bin/python3 -c 'import torch, numpy' ") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy";
+  uint64_t seed = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  if (const char* s = std::getenv("TFM_PARITY_SEED")) seed = std::stoull(s);
+  std::cout << "live sample seed " << seed << " (reproduce: TFM_PARITY_SEED=" << seed
+            << ", or /usr/bin/python3 tests/gen/gen_parity.py --sample 12 --seed " << seed << " --out DIR)\n";
+  RecordProperty("seed", std::to_string(seed));
+  const fs::path tmp = tfm::testing::temp_dir("parity_live");
+  const std::string cmd = std::string("/usr/bin/python3 '") + TFM_SOURCE_DIR + "/tests/gen/gen_parity.py' --sample 12" +
+                          " --seed " + std::to_string(seed) + " --out " + quote(tmp);
+  std::string log;
+  ASSERT_EQ(tfm::testing::run_command(cmd, &log), 0) << "seed " << seed << ": generator failed:\n" << log;
+  const std::vector<std::string> names = case_names(tmp);
+  ASSERT_EQ(names.size(), 12u) << log;
+  for (const auto& name : names) {
+    SCOPED_TRACE("seed " + std::to_string(seed) + " case " + name + " (config " +
+                 read_text(tmp / name / "config.json") + ")");
+    run_and_check(tmp / name);
+  }
+  if (!HasFailure()) fs::remove_all(tmp);
+  else std::cout << "kept the failing sample in " << tmp << "\n";
+}
+
+}  // namespace
