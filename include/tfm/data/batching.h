@@ -1,0 +1,47 @@
+// tfm/data/batching.h — encoded examples, length-bucketed batch plans, and TokenBatch assembly.
+//
+// An epoch's plan is a pure function of (examples' lengths, batch settings, seed, epoch): shuffle
+// the example order (Fisher–Yates from mix_seed(seed, epoch)), cut it into pools of 64 batches'
+// worth, sort each pool by length (stable), cut pools into batches, then shuffle the batch order.
+// Sorting inside a pool keeps similar lengths together, so padding stays small, while the pools keep
+// the order random between epochs. Resuming at (epoch, batch k) recomputes the plan and starts at k.
+// Evaluation plans (shuffle = false) sort the whole set by length and keep the indices, so results
+// can be put back in file order.
+//
+// Batch size: by count (batch_size examples) or, when batch_tokens > 0, as many examples as keep
+// count · (longest side + 1) ≤ batch_tokens (at least one example per batch).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tfm/models/seq2seq.h"
+
+namespace tfm::data {
+
+struct Example {
+  std::vector<int32_t> src;  // (S) ids, no bos/eos
+  std::vector<int32_t> tgt;  // (T) ids, no bos/eos
+};
+
+struct BatchSettings {
+  int64_t batch_size = 128;  // examples per batch (used when batch_tokens == 0)
+  int64_t batch_tokens = 0;  // padded tokens per batch; 0 = use batch_size
+};
+
+using BatchPlan = std::vector<std::vector<int64_t>>;  // batches of example indices
+
+BatchPlan plan_epoch(const std::vector<Example>& examples, const BatchSettings& settings, uint64_t seed,
+                     int64_t epoch);
+BatchPlan plan_eval(const std::vector<Example>& examples, const BatchSettings& settings);
+
+// Pads the chosen examples into a TokenBatch for `arch`:
+//   "encoder": src (B,S) and tgt_out (B,S) (target length must equal source length), T = S.
+//   "seq2seq": src (B,S); tgt_in (B,T) = bos + tgt; tgt_out (B,T) = tgt + eos; T = max len + 1.
+TokenBatch make_batch(const std::vector<Example>& examples, const std::vector<int64_t>& indices,
+                      const std::string& arch, int32_t pad_id, int32_t bos_id, int32_t eos_id);
+
+// Target tokens a batch contributes to the loss (non-pad entries of tgt_out).
+int64_t count_target_tokens(const TokenBatch& batch, int32_t pad_id);
+
+}  // namespace tfm::data

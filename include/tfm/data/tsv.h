@@ -1,0 +1,61 @@
+// tfm/data/tsv.h — reading `source<TAB>target` pair files.
+//
+// Every line is checked; a bad line never crashes the reader. Problems, each with its 1-based line
+// number: blank line (empty or whitespace only), malformed (no tab, more than one tab, an empty side,
+// invalid UTF-8 under char tokenization, source/target lengths differ when equal lengths are
+// required), over-long (more than max_tokens tokens on a side). By default bad lines are skipped and
+// listed in TsvData::problems; with strict the first one throws DataError
+// "<path>:<line>: <what>". A file without a single usable pair always throws (an empty training
+// file is never a silent no-op). A trailing "\r" (CRLF files) is removed before checking.
+//
+// To add a check: a branch in parse_tsv's per-line loop that calls its `problem(...)` helper, and a
+// case in tests/data/tsv_test.cc.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tfm/data/vocab.h"
+
+namespace tfm::data {
+
+// Every data-file error (missing, empty, strict-mode bad line): one line, starting with the path.
+class DataError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TsvOptions {
+  Tokenization src_tokens = Tokenization::CHAR;
+  Tokenization tgt_tokens = Tokenization::CHAR;
+  int64_t max_tokens = 256;    // per side
+  bool strict = false;         // first problem throws
+  bool equal_lengths = false;  // arch "encoder": one target token per source token
+};
+
+struct TextPair {
+  std::vector<std::string> src, tgt;  // tokens
+  int64_t line = 0;                   // 1-based line number in the file
+};
+
+struct TsvProblem {
+  int64_t line = 0;
+  std::string what;  // "blank line", "malformed line: no tab between source and target", ...
+};
+
+struct TsvData {
+  std::string path;
+  std::vector<TextPair> pairs;
+  std::vector<TsvProblem> problems;  // skipped lines, in file order
+  int64_t lines = 0;                 // lines read (a final line without "\n" counts)
+  // "<path>: skipped 2 of 10 lines (line 3: blank line; line 7: ...)" — at most 5 listed.
+  std::string summary() const;
+};
+
+TsvData read_tsv(const std::string& path, const TsvOptions& options);
+// The same on text already in memory; `name` stands for the path in messages.
+TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOptions& options);
+
+}  // namespace tfm::data

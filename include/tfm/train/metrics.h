@@ -1,0 +1,39 @@
+// tfm/train/metrics.h — evaluation metrics for predicted token sequences.
+//
+// For each source the caller gives the prediction and every accepted reference (a source listed on
+// several lines of a TSV file has several). Against the closest reference r* (least edit distance,
+// first on ties):
+//   exact            prediction equals some reference (not necessarily r*: equal means distance 0,
+//                    so r* is then a matching one)
+//   edits            Levenshtein distance(prediction, r*): insertions, deletions, substitutions
+//   correct tokens   #{i < |r*| : i < |pred| and pred[i] = r*[i]}  (position-wise)
+// Corpus figures (sums over examples, not means of ratios):
+//   token_accuracy    = Σ correct / Σ |r*|
+//   sequence_accuracy = #exact / #examples;  sequence_error_rate = 1 − sequence_accuracy
+//   token_error_rate  = Σ edits / Σ |r*|     (can exceed 1 for long wrong predictions)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tfm::train {
+
+using Tokens = std::vector<std::string>;
+
+// Levenshtein distance with unit costs, O(|a|·|b|) time, O(|b|) memory.
+int64_t edit_distance(const Tokens& a, const Tokens& b);
+
+struct Metrics {
+  int64_t examples = 0, exact = 0, correct_tokens = 0, reference_tokens = 0, edits = 0;
+  double token_accuracy() const;  // 0 when there are no reference tokens
+  double sequence_accuracy() const;
+  double sequence_error_rate() const { return examples ? 1.0 - sequence_accuracy() : 0.0; }
+  double token_error_rate() const;
+  // Adds one example. Throws std::invalid_argument when `references` is empty.
+  void add(const Tokens& prediction, const std::vector<Tokens>& references);
+  // {"token_accuracy":..,"sequence_accuracy":..,"token_error_rate":..,"sequence_error_rate":..,"examples":..}
+  std::string to_json() const;
+};
+
+}  // namespace tfm::train

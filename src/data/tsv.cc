@@ -1,0 +1,103 @@
+// src/data/tsv.cc — the TSV pair reader (see tfm/data/tsv.h for the checks and their messages).
+#include "tfm/data/tsv.h"
+
+#include <algorithm>
+
+#include "io/file_util.h"
+
+namespace tfm::data {
+namespace {
+
+bool all_space(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; });
+}
+
+}  // namespace
+
+std::string TsvData::summary() const {
+  std::string s = path + ": skipped " + std::to_string(problems.size()) + " of " + std::to_string(lines) + " lines";
+  if (problems.empty()) return s;
+  s += " (";
+  const size_t shown = std::min<size_t>(problems.size(), 5);
+  for (size_t i = 0; i < shown; ++i) {
+    if (i) s += "; ";
+    s += "line " + std::to_string(problems[i].line) + ": " + problems[i].what;
+  }
+  if (shown < problems.size()) s += "; ...";
+  return s + ")";
+}
+
+TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOptions& options) {
+  TsvData data;
+  data.path = name;
+  if (text.empty()) throw DataError(name + ": file is empty (expected one 'source<TAB>target' pair per line)");
+  auto problem = [&](int64_t line, std::string what) {
+    if (options.strict) throw DataError(name + ":" + std::to_string(line) + ": " + what + " (--strict)");
+    data.problems.push_back({line, std::move(what)});
+  };
+  size_t start = 0;
+  int64_t line_no = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line(text, start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (all_space(line)) {
+      problem(line_no, "blank line");
+      continue;
+    }
+    const size_t tab = line.find('\t');
+    if (tab == std::string::npos) {
+      problem(line_no, "malformed line: no tab between source and target");
+      continue;
+    }
+    if (line.find('\t', tab + 1) != std::string::npos) {
+      problem(line_no, "malformed line: more than one tab");
+      continue;
+    }
+    TextPair pair;
+    pair.line = line_no;
+    try {
+      pair.src = tokenize(line.substr(0, tab), options.src_tokens);
+      pair.tgt = tokenize(line.substr(tab + 1), options.tgt_tokens);
+    } catch (const std::invalid_argument& e) {
+      problem(line_no, std::string("malformed line: ") + e.what());
+      continue;
+    }
+    if (pair.src.empty() || pair.tgt.empty()) {
+      problem(line_no, std::string("malformed line: empty ") + (pair.src.empty() ? "source" : "target"));
+      continue;
+    }
+    const int64_t longest = static_cast<int64_t>(std::max(pair.src.size(), pair.tgt.size()));
+    if (longest > options.max_tokens) {
+      problem(line_no, "over-long line: " + std::to_string(longest) + " tokens, the limit is " +
+                           std::to_string(options.max_tokens));
+      continue;
+    }
+    if (options.equal_lengths && pair.src.size() != pair.tgt.size()) {
+      problem(line_no, "malformed line: source has " + std::to_string(pair.src.size()) + " tokens, target " +
+                           std::to_string(pair.tgt.size()) + " (arch encoder needs one target token per source token)");
+      continue;
+    }
+    data.pairs.push_back(std::move(pair));
+  }
+  data.lines = line_no;
+  if (data.pairs.empty())
+    throw DataError(name + ": no usable pairs in " + std::to_string(line_no) + " lines" +
+                    (data.problems.empty() ? "" : " — " + data.summary().substr(name.size() + 2)));
+  return data;
+}
+
+TsvData read_tsv(const std::string& path, const TsvOptions& options) {
+  std::string text;
+  try {
+    text = io::read_file(path);
+  } catch (const io::IoError& e) {
+    throw DataError(e.what());
+  }
+  return parse_tsv(text, path, options);
+}
+
+}  // namespace tfm::data
