@@ -15,6 +15,9 @@ namespace tfm::cli {
 using Runner = std::function<int()>;
 
 void register_forward(CLI::App& app, Runner& run);
+void register_train(CLI::App& app, Runner& run);
+void register_eval(CLI::App& app, Runner& run);
+void register_translate(CLI::App& app, Runner& run);
 
 // Sets the OpenMP thread count from --threads (0 = leave OMP_NUM_THREADS / the default).
 void apply_threads(int threads);

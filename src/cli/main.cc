@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   tfm::cli::Runner run;
   tfm::cli::register_forward(app, run);
+  tfm::cli::register_train(app, run);
+  tfm::cli::register_eval(app, run);
+  tfm::cli::register_translate(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

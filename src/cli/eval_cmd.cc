@@ -1,0 +1,91 @@
+// src/cli/eval_cmd.cc — `tfm eval`: decode a task's fresh test sequences or a TSV file with a trained
+// model and print token accuracy, sequence accuracy and token error rate (or one JSON object).
+#include <cstdio>
+#include <map>
+
+#include "cli/commands.h"
+#include "tfm/data/tasks.h"
+#include "tfm/data/tsv.h"
+#include "tfm/train/trainer.h"
+
+namespace tfm::cli {
+
+void register_eval(CLI::App& app, Runner& run) {
+  auto* cmd = app.add_subcommand("eval", "Evaluate a trained model on a task or a TSV file");
+  cmd->footer(
+      "Examples:\n"
+      "  tfm eval --model runs/reverse --task reverse\n"
+      "  tfm eval --model runs/mt --data test.tsv --beam 4 --json\n"
+      "A source on several lines of the file has several accepted targets: a prediction is exact if it\n"
+      "matches any, and its edit distance is to the closest.");
+  struct Opts {
+    std::string model, task, data;
+    int beam = 1;
+    bool json = false;
+    int64_t batch_size = 64, count = 1000;
+    uint64_t seed = 0;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--model", o->model, "trained model directory")->required();
+  auto* g = cmd->add_option_group("data", "a built-in task or a TSV file");
+  g->add_option("--task", o->task, "built-in task (fresh test sequences)");
+  g->add_option("--data", o->data, "TSV pairs, one 'source<TAB>target' a line");
+  g->require_option(1);
+  cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
+  cmd->add_flag("--json", o->json, "print one JSON object");
+  cmd->add_option("--batch-size", o->batch_size, "sources decoded together")->capture_default_str();
+  cmd->add_option("--count", o->count, "task sequences to generate")->capture_default_str();
+  auto* seed = cmd->add_option("--seed", o->seed, "task seed (default: the model's training seed)");
+  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  cmd->callback([o, seed, &run] {
+    const bool seed_given = seed->count() > 0;
+    run = [o, seed_given] {
+      apply_threads(o->threads);
+      if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
+      const train::LoadedModel m = train::load_model_dir(o->model);
+      std::vector<train::Tokens> sources;
+      std::vector<std::vector<train::Tokens>> refs;
+      if (!o->task.empty()) {
+        if (!data::is_task(o->task)) throw std::invalid_argument("unknown task '" + o->task + "' (reverse, copy, sort)");
+        if (m.src_vocab.tokens() != data::task_vocab().tokens())
+          throw std::invalid_argument(o->model + " was not trained on a built-in task (its vocabulary differs)");
+        const uint64_t s = seed_given ? o->seed : m.train.seed;
+        const data::Vocab v = data::task_vocab();
+        for (const auto& e : data::make_task_set(o->task, s, data::Split::TEST, o->count)) {
+          train::Tokens src, tgt;
+          for (int32_t t : e.src) src.push_back(v.token(t));
+          for (int32_t t : e.tgt) tgt.push_back(v.token(t));
+          sources.push_back(src);
+          refs.push_back({tgt});
+        }
+      } else {
+        data::TsvOptions opt;
+        opt.src_tokens = m.src_tokens;
+        opt.tgt_tokens = m.tgt_tokens;
+        opt.max_tokens = m.train.max_tokens;
+        const data::TsvData d = data::read_tsv(o->data, opt);
+        if (!d.problems.empty()) std::fprintf(stderr, "%s\n", d.summary().c_str());
+        std::map<train::Tokens, size_t> where;  // source → its example, first-appearance order
+        for (const auto& p : d.pairs) {
+          auto [it, fresh] = where.emplace(p.src, sources.size());
+          if (fresh) sources.push_back(p.src), refs.emplace_back();
+          refs[it->second].push_back(p.tgt);
+        }
+      }
+      const train::Metrics r = train::evaluate_examples(m, sources, refs, o->beam, o->batch_size);
+      if (o->json) {
+        std::printf("%s\n", r.to_json().c_str());
+      } else {
+        std::printf("examples             %lld\n", static_cast<long long>(r.examples));
+        std::printf("token accuracy       %.2f%%\n", 100 * r.token_accuracy());
+        std::printf("sequence accuracy    %.2f%%\n", 100 * r.sequence_accuracy());
+        std::printf("token error rate     %.4f\n", r.token_error_rate());
+        std::printf("sequence error rate  %.2f%%\n", 100 * r.sequence_error_rate());
+      }
+      return 0;
+    };
+  });
+}
+
+}  // namespace tfm::cli

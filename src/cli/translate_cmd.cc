@@ -1,0 +1,63 @@
+// src/cli/translate_cmd.cc — `tfm translate`: sources on stdin, one a line; predictions on stdout
+// in the same order. Input is processed in chunks so arbitrarily long streams need bounded memory.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "cli/commands.h"
+#include "tfm/train/trainer.h"
+
+namespace tfm::cli {
+
+void register_translate(CLI::App& app, Runner& run) {
+  auto* cmd = app.add_subcommand("translate", "Predict targets for sources read from stdin, one a line");
+  cmd->footer(
+      "Examples:\n"
+      "  echo '3 1 4 1 5' | tfm translate --model runs/reverse\n"
+      "  tfm translate --model runs/mt --beam 4 < sources.txt > predictions.txt");
+  struct Opts {
+    std::string model;
+    int beam = 1;
+    int64_t batch_size = 64;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--model", o->model, "trained model directory")->required();
+  cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
+  cmd->add_option("--batch-size", o->batch_size, "sources decoded together")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  cmd->callback([o, &run] {
+    run = [o] {
+      apply_threads(o->threads);
+      if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
+      if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
+      const train::LoadedModel m = train::load_model_dir(o->model);
+      const size_t chunk = static_cast<size_t>(o->batch_size) * 64;
+      std::vector<std::string> lines;
+      std::string line;
+      int64_t done = 0;
+      const auto flush = [&] {
+        std::vector<std::string> out;
+        try {
+          out = train::translate_lines(m, lines, o->beam, o->batch_size);
+        } catch (const std::invalid_argument& e) {
+          // translate_lines numbers lines within the chunk; report the position in the stream.
+          throw std::invalid_argument(std::string(e.what()) + " (chunk starting at input line " + std::to_string(done + 1) + ")");
+        }
+        for (const auto& s : out) std::fwrite(s.data(), 1, s.size(), stdout), std::fputc('\n', stdout);
+        std::fflush(stdout);
+        done += static_cast<int64_t>(lines.size());
+        lines.clear();
+      };
+      while (std::getline(std::cin, line)) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        lines.push_back(line);
+        if (lines.size() == chunk) flush();
+      }
+      if (!lines.empty()) flush();
+      return 0;
+    };
+  });
+}
+
+}  // namespace tfm::cli
