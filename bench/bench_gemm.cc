@@ -6,7 +6,8 @@
 //   onednn_matmul the oneDNN matmul primitive, created once outside the timed loop
 //   tfm_gemm      tfm::kernels::gemm: fixed output panels, one serial dnnl_sgemm per panel inside
 //                 our own `omp parallel for` (deterministic; `mismatch` must be 0)
-//   panels/...    gemm_paneled with explicit panel sizes, to choose gemm_panels() by measurement
+//   panels_sgemm/…, panels_matmul/…  gemm_paneled with explicit panel sizes and backend, to
+//                 choose gemm_plan() by measurement
 //
 // Shapes (D = 512, F = 2048, T·B = 1024 tokens), named after their use:
 //   NT (1024,1536,512) qkv in-proj  y = x·Wᵀ      NT (1024,512,512) out-proj
@@ -15,6 +16,7 @@
 //   TN (512,512,1024), TN (2048,512,1024) weight gradients dW += dyᵀ·x (beta = 1)
 //   NN/NT (1024, 64..256, 64) small per-head products
 // Run: build/bench/bench_gemm --benchmark_min_time=0.2 [--benchmark_filter=...]
+// On a shared machine use --benchmark_repetitions=5 and read the best repetition.
 // To add a backend: write a `run_<name>` with the Shape signature and register it in main().
 #include <omp.h>
 
@@ -173,21 +175,26 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(("tfm_gemm/" + sh + th).c_str(), [=](benchmark::State& st) {
         bench(st, s, threads, run_tfm_gemm, true);
       });
-      // Candidate panel shapes for gemm_panels(): row panels and 2-D tiles.
-      for (auto [mt, nt] : {std::pair<int64_t, int64_t>{64, 0}, {128, 0}, {256, 0}, {512, 0},
-                            {128, 256}, {256, 256}, {256, 512}, {0, 128}, {0, 256}}) {
-        const int64_t m = mt ? std::min(mt, s.M) : s.M, n = nt ? std::min(nt, s.N) : s.N;
-        const std::string name = "panels/" + std::to_string(m) + "x" + std::to_string(n) + "/";
-        benchmark::RegisterBenchmark((name + sh + th).c_str(), [=](benchmark::State& st) {
-          bench(
-              st, s, threads,
-              [m, n](const Shape& sp, Operands& o) {
-                tfm::kernels::gemm_detail::gemm_paneled(sp.ta, sp.tb, sp.M, sp.N, sp.K, 1.f,
-                                                        o.A.data(), o.lda, o.B.data(), o.ldb,
-                                                        sp.beta, o.C.data(), o.ldc, {m, n});
-              },
-              true);
-        });
+      // Candidate plans for gemm_plan(): row panels, 2-D tiles, column panels; both backends.
+      using tfm::kernels::gemm_detail::GemmBackend;
+      for (GemmBackend be : {GemmBackend::ONEDNN_SGEMM, GemmBackend::ONEDNN_MATMUL}) {
+        for (auto [mt, nt] : {std::pair<int64_t, int64_t>{128, 0}, {256, 0}, {512, 0}, {256, 512},
+                              {0, 256}}) {
+          const int64_t m = mt ? std::min(mt, s.M) : s.M, n = nt ? std::min(nt, s.N) : s.N;
+          const std::string name = std::string(be == GemmBackend::ONEDNN_SGEMM ? "panels_sgemm/"
+                                                                                : "panels_matmul/") +
+                                   std::to_string(m) + "x" + std::to_string(n) + "/";
+          benchmark::RegisterBenchmark((name + sh + th).c_str(), [=](benchmark::State& st) {
+            bench(
+                st, s, threads,
+                [m, n, be](const Shape& sp, Operands& o) {
+                  tfm::kernels::gemm_detail::gemm_paneled(sp.ta, sp.tb, sp.M, sp.N, sp.K, 1.f,
+                                                          o.A.data(), o.lda, o.B.data(), o.ldb,
+                                                          sp.beta, o.C.data(), o.ldc, {m, n, be});
+                },
+                true);
+          });
+        }
       }
     }
   }

@@ -106,10 +106,12 @@ void expect_close(const Case& c, float alpha, float beta, const Mat& C0, const M
 }
 
 // Odd sizes (not multiples of any vector width), degenerate 1s, and sizes above the serial
-// threshold so the threaded panel path runs too (65·130·257 ≈ 2.2M, 200·300·150 = 9M multiply-adds).
-const int64_t kShapes[][3] = {{1, 1, 1},    {1, 17, 3},    {3, 1, 33},     {17, 33, 1},
-                              {33, 17, 100}, {100, 3, 17},  {100, 100, 100}, {65, 130, 257},
-                              {200, 300, 150}};
+// threshold (2^21 multiply-adds) so the threaded panel paths run too: row panels (65·130·257,
+// 200·300·150), column panels (M < 128: 40·700·99), and with trans_a the long-lda matmul-primitive
+// backend (M = 1030 ≥ 1024).
+const int64_t kShapes[][3] = {{1, 1, 1},     {1, 17, 3},     {3, 1, 33},      {17, 33, 1},
+                              {33, 17, 100}, {100, 3, 17},   {100, 100, 100}, {65, 130, 257},
+                              {200, 300, 150}, {40, 700, 99}, {1030, 70, 40}};
 
 TEST(Gemm, MatchesScalarAllTransposesOddSizesPaddedAlphaBeta) {
   std::mt19937 rng(1234);
@@ -220,10 +222,9 @@ std::vector<float> run_with_threads(const Case& c, float beta, int threads) {
 // threading was measured to differ (NT 1024×512×2048 splits K), on weight-gradient shapes, and on
 // odd sizes that leave ragged last panels.
 TEST(Gemm, BitwiseIdenticalAcrossThreadCounts) {
-  const Case cases[] = {{false, true, 1024, 512, 2048, 0},
-                        {false, false, 1024, 1536, 512, 0},
-                        {true, false, 512, 512, 1024, 0},
-                        {true, true, 777, 555, 1333, 3}};
+  const Case cases[] = {{false, true, 1024, 512, 2048, 0},  {false, false, 1024, 1536, 512, 0},
+                        {true, false, 512, 512, 1024, 0},   {true, false, 2048, 512, 1024, 0},
+                        {true, true, 777, 555, 1333, 3},    {false, true, 40, 900, 700, 1}};
   for (const Case& c : cases) {
     for (float beta : {0.f, 1.f}) {
       const std::vector<float> one = run_with_threads(c, beta, 1);
