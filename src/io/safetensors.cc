@@ -259,6 +259,17 @@ int64_t read_count(const std::string& path, const std::string& what, const order
   return static_cast<int64_t>(v);
 }
 
+// "[begin, end]". Built by appending: GCC 12 warns falsely (-Wrestrict, PR105651) on
+// "[" + std::to_string(..) chains.
+std::string range_str(uint64_t begin, uint64_t end) {
+  std::string s = "[";
+  s += std::to_string(begin);
+  s += ", ";
+  s += std::to_string(end);
+  s += "]";
+  return s;
+}
+
 struct Entry {
   std::string name;
   const DTypeInfo* dtype = nullptr;
@@ -313,7 +324,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const ordere
     fail(path, who + ": data_offsets must be [begin, end], got " + snippet(jo));
   e.begin = static_cast<uint64_t>(read_count(path, who + ": data_offsets[0]", jo[0]));
   e.end = static_cast<uint64_t>(read_count(path, who + ": data_offsets[1]", jo[1]));
-  const std::string range = "[" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
+  const std::string range = range_str(e.begin, e.end);
   if (e.begin > e.end)
     fail(path, who + ": data_offsets " + range + " have begin > end");
   if (e.end > buffer_size)
@@ -334,9 +345,7 @@ void check_tiling(const std::string& path, std::vector<const Entry*> order, uint
   });
   uint64_t cursor = 0;
   const Entry* prev = nullptr;
-  auto range = [](const Entry* e) {
-    return "[" + std::to_string(e->begin) + ", " + std::to_string(e->end) + "]";
-  };
+  auto range = [](const Entry* e) { return range_str(e->begin, e->end); };
   for (const Entry* e : order) {
     if (e->begin < cursor)
       fail(path, "tensor " + quote(e->name) + ": data_offsets " + range(e) + " overlap tensor " +
