@@ -1,0 +1,604 @@
+// src/kernels/attention_avx512.cc — flash-attention forward and backward for AVX-512 (fp32).
+//
+// Compiled with -mavx512f/bw/dq/vl -mfma (CMake, because of the *_avx512.cc name); the dispatch in
+// attention.cc calls it only when cpu_has_avx512(). The specification is the scalar reference in
+// attention_scalar.h; tests/kernels/attention_test.cc checks this file against it.
+//
+// Algorithm (Dao et al., FlashAttention-2), never materializing the (L,S) score matrix:
+//   forward, per (bh, tile of Br ≤ 64 queries): for each tile of kBc = 64 keys,
+//     Sᵀ(Bc,Br) = K_tile · Q_tileᵀ, then online softmax per query (running max m and sum l),
+//     acc(Br,Dh) = acc·exp(m_old − m_new) + drop(P)·V_tile;  finally o = acc / l, lse = m + log l.
+//     The scores are kept transposed (keys × queries) so the per-query max/sum are lane-wise
+//     vector ops with no horizontal reductions, and Q_tileᵀ is packed once per query tile.
+//   backward, per key tile (dk, dv accumulated in registers/scratch over query tiles in order):
+//     S(Br,Bc) = Q·K_tileᵀ, P = exp(S − lse), dP = dO·V_tileᵀ, dS = P ⊙ (dP − D),
+//     dv += drop(P)ᵀ·dO, dk += scale·dSᵀ·Q, dq += scale·dS·K_tile  (K_tileᵀ, V_tileᵀ packed once).
+// Every product goes through one register-blocked micro-kernel (MR rows × NV·16 columns of C in
+// zmm registers, A broadcast, B loaded as vectors), whose per-element arithmetic is a plain FMA
+// chain in the reduction order — so a score has the same bits in the forward and the backward.
+//
+// Determinism: tile sizes are fixed; forward tiles are independent; in the backward every dk/dv
+// row is reduced over query tiles in increasing order and every dq row over key tiles in
+// increasing order, in both threading schemes (one (b,h) per thread, or key tiles then query tiles
+// in two passes), so the result is bitwise the same for any thread count.
+//
+// To tune: kBc and the backward kBr are fixed constants (changing them changes the rounding, so
+// re-run the bitwise tests); mr_for() picks the micro-kernel height for each width.
+// GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 headers (the deliberately undefined
+// pass-through operand of _mm512_undefined_ps, GCC PR 105593, fixed in GCC 13); silence just that.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include "kernels/attention_scalar.h"
+#include "kernels/kernels.h"
+
+namespace tfm::kernels {
+namespace {
+
+constexpr int64_t kBc = 64;  // keys per tile (4 zmm of scores)
+constexpr int64_t kBr = 64;  // queries per tile in the backward (the forward uses 16·NVQ ≤ 64)
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// ---- thread-local scratch -------------------------------------------------------------------------
+// Grows once to the largest size a thread has needed; 64-byte aligned.
+struct Scratch {
+  float* data = nullptr;
+  size_t cap = 0;
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { std::free(data); }
+  float* get(size_t n) {
+    if (n > cap) {
+      std::free(data);
+      cap = (n + 1023) & ~size_t(1023);
+      data = static_cast<float*>(std::aligned_alloc(64, cap * sizeof(float)));
+      if (data == nullptr) throw std::bad_alloc();
+    }
+    return data;
+  }
+};
+thread_local Scratch tl_scratch;
+
+inline size_t round16(int64_t n) { return (static_cast<size_t>(n) + 15) & ~size_t(15); }
+
+// ---- vector exp -----------------------------------------------------------------------------------
+// exp(x) = 2^n · e^r with n = round(x·log2 e), r = x − n·ln2 (Cody–Waite: ln2 = C1 + C2, C1 with few
+// bits so n·C1 is exact), |r| ≤ ln2/2, e^r by its degree-7 Taylor polynomial (truncation error
+// r^8/8! ≤ 5e-9 relative, far below float's 6e-8 half-ulp), 2^n applied by vscalefps (which
+// also yields 0 / inf / denormals correctly). Inputs are clamped to [−104, 89] (exp(−104) rounds
+// to 0 in float, exp(89) overflows) so ±inf give 0 / inf instead of NaN; NaN stays NaN.
+inline __m512 exp_ps(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  // vmaxps returns its 2nd operand (x) on NaN
+  x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.0f / 5040.0f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 720.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 120.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 24.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 6.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(0.5f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, n);
+}
+
+// ---- dropout --------------------------------------------------------------------------------------
+// philox_hash (cpu.cc) on eight 64-bit counters at once; keep iff uniform01 ≥ p, i.e. iff the top 24
+// bits k of the hash satisfy k·2^-24 ≥ p ⟺ k ≥ ceil(p·2^24) (exact: both sides are exact in double).
+struct Dropout {
+  bool on = false;
+  float inv_keep = 1.0f;  // 1/(1−p), 0 when p ≥ 1
+  uint64_t seed_mul = 0;  // seed · golden ratio, the first step of philox_hash
+  uint64_t threshold = 0;
+  uint64_t offset = 0;
+
+  explicit Dropout(const AttentionParams& p) {
+    on = p.dropout_p > 0.0f;
+    inv_keep = p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
+    seed_mul = p.seed * 0x9E3779B97F4A7C15ull;
+    threshold = on ? static_cast<uint64_t>(std::ceil(static_cast<double>(p.dropout_p) * 16777216.0))
+                   : 0;
+    offset = p.offset;
+  }
+};
+
+inline __m512i mix64(__m512i z) {
+  const __m512i golden = _mm512_set1_epi64(static_cast<int64_t>(0x9E3779B97F4A7C15ull));
+  const __m512i m1 = _mm512_set1_epi64(static_cast<int64_t>(0xBF58476D1CE4E5B9ull));
+  const __m512i m2 = _mm512_set1_epi64(static_cast<int64_t>(0x94D049BB133111EBull));
+  for (int round = 0; round < 2; ++round) {
+    z = _mm512_add_epi64(z, golden);
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), m1);
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), m2);
+    z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+  }
+  return z;
+}
+
+// Keep bits for 16 elements whose counters are base + off_lo[l] (lanes 0-7), base + off_hi[l] (8-15).
+inline __mmask16 keep16(const Dropout& dr, uint64_t base, __m512i off_lo, __m512i off_hi) {
+  const __m512i b = _mm512_set1_epi64(static_cast<int64_t>(dr.seed_mul + base));
+  const __m512i thr = _mm512_set1_epi64(static_cast<int64_t>(dr.threshold));
+  const __m512i zl = _mm512_srli_epi64(mix64(_mm512_add_epi64(b, off_lo)), 40);
+  const __m512i zh = _mm512_srli_epi64(mix64(_mm512_add_epi64(b, off_hi)), 40);
+  const __mmask8 kl = _mm512_cmpge_epu64_mask(zl, thr);
+  const __mmask8 kh = _mm512_cmpge_epu64_mask(zh, thr);
+  return static_cast<__mmask16>(kl | (static_cast<unsigned>(kh) << 8));
+}
+
+inline __mmask16 first_n(int64_t n) {  // lanes [0, n) for n in [0, 16]
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// ---- the micro-kernel -----------------------------------------------------------------------------
+// C(MR, NV·16) (+)= Σ_kk A(r, kk) · B(kk, :) with A(r, kk) = A[r·a_rs + kk·a_ks] (broadcast) and
+// B row kk at B + kk·ldb (vectors); the last vector of each row uses the lane mask `tail`.
+// Per element the arithmetic is c = fma(a, b, c) in increasing kk, starting from 0 or from C.
+template <int MR, int NV, bool ACC>
+inline void micro(int64_t K, const float* A, int64_t a_rs, int64_t a_ks, const float* B,
+                  int64_t ldb, float* C, int64_t ldc, __mmask16 tail) {
+  __m512 c[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      c[r][v] = !ACC           ? _mm512_setzero_ps()
+                : v == NV - 1 ? _mm512_maskz_loadu_ps(tail, C + r * ldc + 16 * v)
+                              : _mm512_loadu_ps(C + r * ldc + 16 * v);
+  for (int64_t kk = 0; kk < K; ++kk) {
+    const float* bk = B + kk * ldb;
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(tail, bk + 16 * v) : _mm512_loadu_ps(bk + 16 * v);
+    const float* ak = A + kk * a_ks;
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512 a = _mm512_set1_ps(ak[r * a_rs]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(a, bv[v], c[r][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      if (v == NV - 1) {
+        _mm512_mask_storeu_ps(C + r * ldc + 16 * v, tail, c[r][v]);
+      } else {
+        _mm512_storeu_ps(C + r * ldc + 16 * v, c[r][v]);
+      }
+    }
+}
+
+// Rows per micro-kernel call for a width of NV vectors: MR·NV ≤ 24 accumulators + NV + 1 registers.
+constexpr int mr_for(int nv) { return nv == 1 ? 8 : nv == 2 ? 12 : nv == 3 ? 8 : 6; }
+
+template <int NV, bool ACC, int R>
+void micro_rest(int64_t rows, int64_t K, const float* A, int64_t a_rs, int64_t a_ks,
+                const float* B, int64_t ldb, float* C, int64_t ldc, __mmask16 tail) {
+  if constexpr (R > 0) {
+    if (rows == R) {
+      micro<R, NV, ACC>(K, A, a_rs, a_ks, B, ldb, C, ldc, tail);
+    } else {
+      micro_rest<NV, ACC, R - 1>(rows, K, A, a_rs, a_ks, B, ldb, C, ldc, tail);
+    }
+  }
+}
+
+template <int NV, bool ACC>
+void rows_of(int64_t M, int64_t K, const float* A, int64_t a_rs, int64_t a_ks, const float* B,
+             int64_t ldb, float* C, int64_t ldc, __mmask16 tail) {
+  constexpr int MR = mr_for(NV);
+  int64_t r = 0;
+  for (; r + MR <= M; r += MR)
+    micro<MR, NV, ACC>(K, A + r * a_rs, a_rs, a_ks, B, ldb, C + r * ldc, ldc, tail);
+  if (r < M)
+    micro_rest<NV, ACC, MR - 1>(M - r, K, A + r * a_rs, a_rs, a_ks, B, ldb, C + r * ldc, ldc, tail);
+}
+
+// C(M,N) (+)= A(M,K) · B(K,N) with the strides above, in column chunks of 64. ACC: add to C,
+// else overwrite. Only the M×N elements of C are touched (masked tail stores).
+template <bool ACC>
+void gemm_small(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_ks,
+                const float* B, int64_t ldb, float* C, int64_t ldc) {
+  for (int64_t c0 = 0; c0 < N; c0 += 64) {
+    const int64_t n = std::min<int64_t>(64, N - c0);
+    const __mmask16 tail = first_n(n - 16 * ((n - 1) / 16));
+    switch ((n + 15) / 16) {
+      case 1: rows_of<1, ACC>(M, K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, tail); break;
+      case 2: rows_of<2, ACC>(M, K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, tail); break;
+      case 3: rows_of<3, ACC>(M, K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, tail); break;
+      default: rows_of<4, ACC>(M, K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, tail); break;
+    }
+  }
+}
+
+// ⟨a, b⟩ over n floats: 16-lane FMA then a fixed-order horizontal sum.
+inline float dot(const float* a, const float* b, int64_t n) {
+  __m512 s = _mm512_setzero_ps();
+  int64_t d = 0;
+  for (; d + 16 <= n; d += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(a + d), _mm512_loadu_ps(b + d), s);
+  if (d < n) {
+    const __mmask16 m = first_n(n - d);
+    s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + d), _mm512_maskz_loadu_ps(m, b + d), s);
+  }
+  return _mm512_reduce_add_ps(s);
+}
+
+// ---- per-(b,h) views ------------------------------------------------------------------------------
+struct Head {
+  int64_t bh, b, h;
+  const float* q;     // row i at q + i·q_sl, (Dh)
+  const float* k;     // row j at k + j·k_sl
+  const float* v;     // row j at v + j·v_sl
+  float* o;           // row i at o + i·o_sl
+  const float* mask;  // (L,S) additive, or null
+  const float* kpm;   // (S) additive, or null
+  Head(const AttentionParams& p, int64_t bh_)
+      : bh(bh_), b(bh_ / p.H), h(bh_ % p.H),
+        q(p.q + b * p.q_sb + h * p.Dh), k(p.k + b * p.k_sb + h * p.Dh),
+        v(p.v + b * p.v_sb + h * p.Dh), o(p.o + b * p.o_sb + h * p.Dh),
+        mask(p.mask ? p.mask + bh_ * p.mask_sbh : nullptr), kpm(p.kpm ? p.kpm + b * p.S : nullptr) {}
+};
+
+// Pack rows [0, n) of src (row stride sl, Dh wide) transposed into dst (Dh, ld), zero for n ≤ col < ld.
+void pack_transposed(const float* src, int64_t sl, int64_t n, int64_t Dh, float* dst, int64_t ld) {
+  for (int64_t d = 0; d < Dh; ++d) std::memset(dst + d * ld + n, 0, sizeof(float) * (ld - n));
+  for (int64_t r = 0; r < n; ++r) {
+    const float* s = src + r * sl;
+    for (int64_t d = 0; d < Dh; ++d) dst[d * ld + r] = s[d];
+  }
+}
+
+// ---- forward --------------------------------------------------------------------------------------
+// One tile of Br = 16·NVQ queries [i0, i0+ni) of head hd.
+template <int NVQ>
+void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, int64_t i0) {
+  constexpr int64_t Br = 16 * NVQ;
+  const int64_t Dh = p.Dh, S = p.S;
+  const int64_t ni = std::min(Br, p.L - i0);
+  float* qt = tl_scratch.get(round16(Dh * Br) + kBc * Br + round16(Br * Dh) + Br);  // (Dh, Br)
+  float* st = qt + round16(Dh * Br);  // (Bc, Br): scores, then dropped probabilities, transposed
+  float* acc = st + kBc * Br;         // (Br, Dh): Σ_j drop(exp(s_ij − m_i)) v_j
+  float* alpha = acc + round16(Br * Dh);  // (Br): exp(m_old − m_new) of the current key tile
+
+  pack_transposed(hd.q + i0 * p.q_sl, p.q_sl, ni, Dh, qt, Br);
+  std::fill(acc, acc + ni * Dh, 0.0f);
+
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i lane_S = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(S)));
+  const __m512i cnt_lo = _mm512_set_epi64(7 * S, 6 * S, 5 * S, 4 * S, 3 * S, 2 * S, S, 0);
+  const __m512i cnt_hi = _mm512_add_epi64(cnt_lo, _mm512_set1_epi64(8 * S));
+  const __m512 scale = _mm512_set1_ps(p.scale);
+  const __m512 neg_inf = _mm512_set1_ps(-kInf);
+  __m512 m[NVQ], l[NVQ];
+  __m512i row[NVQ];  // query index i of each lane (int32)
+  __mmask16 valid[NVQ];
+  for (int v = 0; v < NVQ; ++v) {
+    m[v] = neg_inf;
+    l[v] = _mm512_setzero_ps();
+    row[v] = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(i0 + 16 * v)));
+    valid[v] = first_n(ni - 16 * v > 0 ? ni - 16 * v : 0);
+  }
+
+  const int64_t jend = p.causal ? std::min(S, i0 + ni) : S;  // keys j > every i are skipped
+  for (int64_t j0 = 0; j0 < jend; j0 += kBc) {
+    const int64_t nk = std::min(kBc, jend - j0);
+    gemm_small<false>(nk, Br, Dh, hd.k + j0 * p.k_sl, p.k_sl, 1, qt, Br, st, Br);  // Sᵀ = K·Qᵀ
+    const bool diag = p.causal && j0 + nk - 1 > i0;  // the tile holds some j > i
+    for (int v = 0; v < NVQ; ++v) {
+      // s_ij = scale·⟨q_i,k_j⟩ + mask(i,j) + kpm(j), −inf where causal and j > i; m_tile = max_j.
+      __m512 mt = neg_inf;
+      for (int64_t j = 0; j < nk; ++j) {
+        float* sj = st + j * Br + 16 * v;
+        __m512 s = _mm512_loadu_ps(sj);
+        if (hd.mask) {
+          const __m512 mk = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), valid[v], lane_S,
+                                                     hd.mask + (i0 + 16 * v) * S + j0 + j, 4);
+          s = _mm512_fmadd_ps(s, scale, mk);
+        } else {
+          s = _mm512_mul_ps(s, scale);
+        }
+        if (hd.kpm) s = _mm512_add_ps(s, _mm512_set1_ps(hd.kpm[j0 + j]));
+        if (diag) {
+          const __mmask16 above =
+              _mm512_cmplt_epi32_mask(row[v], _mm512_set1_epi32(static_cast<int>(j0 + j)));
+          s = _mm512_mask_mov_ps(s, above, neg_inf);
+        }
+        _mm512_storeu_ps(sj, s);
+        mt = _mm512_max_ps(mt, s);
+      }
+      // Online softmax: m_new = max(m, m_tile); rescale by exp(m − m_new). While a row has seen only
+      // masked keys m_new = −inf; subtracting 0 instead keeps exp(−inf − 0) = 0 (not NaN).
+      const __m512 m_new = _mm512_max_ps(m[v], mt);
+      const __m512 m_use =
+          _mm512_mask_mov_ps(m_new, _mm512_cmpeq_ps_mask(m_new, neg_inf), _mm512_setzero_ps());
+      const __m512 a = exp_ps(_mm512_sub_ps(m[v], m_use));
+      __m512 lsum = _mm512_setzero_ps();
+      const uint64_t cbase = dr.offset + static_cast<uint64_t>((hd.bh * p.L + i0 + 16 * v) * S + j0);
+      for (int64_t j = 0; j < nk; ++j) {
+        float* sj = st + j * Br + 16 * v;
+        __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(sj), m_use));
+        lsum = _mm512_add_ps(lsum, e);
+        if (dr.on) {
+          const __mmask16 keep = keep16(dr, cbase + j, cnt_lo, cnt_hi);
+          e = _mm512_maskz_mul_ps(keep, e, _mm512_set1_ps(dr.inv_keep));
+        }
+        _mm512_storeu_ps(sj, e);
+      }
+      l[v] = _mm512_fmadd_ps(l[v], a, lsum);
+      m[v] = m_new;
+      _mm512_storeu_ps(alpha + 16 * v, a);
+    }
+    // acc = diag(alpha)·acc + drop(P)·V_tile
+    const __mmask16 dtail = first_n(Dh - 16 * ((Dh - 1) / 16));
+    for (int64_t i = 0; i < ni; ++i) {
+      const __m512 a = _mm512_set1_ps(alpha[i]);
+      float* ai = acc + i * Dh;
+      int64_t d = 0;
+      for (; d + 16 < Dh; d += 16) _mm512_storeu_ps(ai + d, _mm512_mul_ps(a, _mm512_loadu_ps(ai + d)));
+      _mm512_mask_storeu_ps(ai + d, dtail, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(dtail, ai + d)));
+    }
+    gemm_small<true>(ni, Dh, nk, st, 1, Br, hd.v + j0 * p.v_sl, p.v_sl, acc, Dh);
+  }
+
+  // o_i = acc_i / l_i, lse_i = m_i + log l_i; a row with no unmasked key has l_i = 0: o_i = 0, −inf.
+  alignas(64) float mm[64], ll[64];
+  for (int v = 0; v < NVQ; ++v) {
+    _mm512_store_ps(mm + 16 * v, m[v]);
+    _mm512_store_ps(ll + 16 * v, l[v]);
+  }
+  for (int64_t i = 0; i < ni; ++i) {
+    float* oi = hd.o + (i0 + i) * p.o_sl;
+    const float* ai = acc + i * Dh;
+    const bool empty = !(ll[i] > 0.0f);
+    const float inv = empty ? 0.0f : 1.0f / ll[i];
+    for (int64_t d = 0; d < Dh; ++d) oi[d] = ai[d] * inv;
+    if (p.lse) p.lse[hd.bh * p.L + i0 + i] = empty ? -kInf : mm[i] + std::log(ll[i]);
+  }
+}
+
+// ---- backward -------------------------------------------------------------------------------------
+struct BackwardCall {
+  const AttentionParams& p;
+  Dropout dr;
+  const float* dout;
+  float *dq, *dk, *dv;
+};
+
+// Per-thread buffers of the backward for one key tile.
+struct BackwardScratch {
+  float* kt;      // (Dh, Bc) K_tileᵀ
+  float* vt;      // (Dh, Bc) V_tileᵀ
+  float* sb;      // (Br, Bc) scores, then drop(P)
+  float* dpb;     // (Br, Bc) dP, then scale·dS
+  float* dk_acc;  // (Bc, Dh)
+  float* dv_acc;  // (Bc, Dh)
+  float* D;       // (L) D_i = ⟨do_i, o_i⟩
+  BackwardScratch(int64_t Dh, int64_t L) {
+    const size_t t = round16(Dh * kBc);
+    kt = tl_scratch.get(4 * t + 2 * kBr * kBc + round16(L));
+    vt = kt + t;
+    sb = vt + t;
+    dpb = sb + kBr * kBc;
+    dk_acc = dpb + kBr * kBc;
+    dv_acc = dk_acc + t;
+    D = dv_acc + t;
+  }
+};
+
+// D_i = ⟨do_i, o_i⟩ for rows [i_begin, i_end) of head hd (the same function in every scheme).
+void compute_D(const BackwardCall& c, const Head& hd, int64_t i_begin, int64_t i_end, float* D) {
+  const float* dob = c.dout + hd.b * c.p.o_sb + hd.h * c.p.Dh;
+  for (int64_t i = i_begin; i < i_end; ++i)
+    D[i] = dot(dob + i * c.p.o_sl, hd.o + i * c.p.o_sl, c.p.Dh);
+}
+
+// Queries [i0, i0+ni) against keys [j0, j0+nk) (ws.kt, ws.vt hold that key tile). Adds the tile's
+// share to ws.dk_acc/dv_acc when dkdv, and to the dq rows dqb (row i at dqb + i·q_sl) when non-null.
+void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni, int64_t j0,
+                   int64_t nk, const BackwardScratch& ws, bool dkdv, float* dqb) {
+  const AttentionParams& p = c.p;
+  const int64_t Dh = p.Dh, S = p.S;
+  const float* dob = c.dout + hd.b * p.o_sb + hd.h * Dh;
+  // S(ni,Bc) = Q·K_tileᵀ (unscaled), dP(ni,Bc) = dO·V_tileᵀ
+  gemm_small<false>(ni, kBc, Dh, hd.q + i0 * p.q_sl, p.q_sl, 1, ws.kt, kBc, ws.sb, kBc);
+  gemm_small<false>(ni, kBc, Dh, dob + i0 * p.o_sl, p.o_sl, 1, ws.vt, kBc, ws.dpb, kBc);
+
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i cnt_lo = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i cnt_hi = _mm512_add_epi64(cnt_lo, _mm512_set1_epi64(8));
+  const __m512 scale = _mm512_set1_ps(p.scale);
+  const __m512 neg_inf = _mm512_set1_ps(-kInf);
+  const bool diag = p.causal && j0 + nk - 1 > i0;
+  const int64_t nvk = (nk + 15) / 16;
+  for (int64_t i = 0; i < ni; ++i) {
+    const int64_t ia = i0 + i;
+    const float lse = p.lse[hd.bh * p.L + ia];
+    // A row with no unmasked key (lse = −inf) gets p = exp(s − (+inf)) = 0: no gradient, no NaN.
+    const __m512 lse_v = _mm512_set1_ps(lse == -kInf ? kInf : lse);
+    const __m512 Dv = _mm512_set1_ps(ws.D[ia]);
+    const uint64_t cbase = c.dr.offset + static_cast<uint64_t>((hd.bh * p.L + ia) * S + j0);
+    for (int64_t v = 0; v < nvk; ++v) {
+      const __mmask16 jvalid = first_n(nk - 16 * v);
+      float* sp = ws.sb + i * kBc + 16 * v;
+      float* dpp = ws.dpb + i * kBc + 16 * v;
+      __m512 s = _mm512_loadu_ps(sp);
+      if (hd.mask) {
+        s = _mm512_fmadd_ps(s, scale, _mm512_maskz_loadu_ps(jvalid, hd.mask + ia * S + j0 + 16 * v));
+      } else {
+        s = _mm512_mul_ps(s, scale);
+      }
+      if (hd.kpm) s = _mm512_add_ps(s, _mm512_maskz_loadu_ps(jvalid, hd.kpm + j0 + 16 * v));
+      if (diag) {
+        const __m512i col = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(j0 + 16 * v)));
+        const __mmask16 above = _mm512_cmpgt_epi32_mask(col, _mm512_set1_epi32(static_cast<int>(ia)));
+        s = _mm512_mask_mov_ps(s, above, neg_inf);
+      }
+      const __m512 pe = _mm512_maskz_mov_ps(jvalid, exp_ps(_mm512_sub_ps(s, lse_v)));
+      __m512 dp = _mm512_loadu_ps(dpp);
+      __m512 pd = pe;
+      if (c.dr.on) {
+        const __mmask16 keep = keep16(c.dr, cbase + 16 * v, cnt_lo, cnt_hi);
+        const __m512 ik = _mm512_set1_ps(c.dr.inv_keep);
+        pd = _mm512_maskz_mul_ps(keep, pe, ik);
+        dp = _mm512_maskz_mul_ps(keep, dp, ik);
+      }
+      // scale·ds_ij = scale·(p_ij·(dp_ij − D_i))
+      const __m512 ds = _mm512_mul_ps(scale, _mm512_mul_ps(pe, _mm512_sub_ps(dp, Dv)));
+      _mm512_storeu_ps(sp, pd);
+      _mm512_storeu_ps(dpp, ds);
+    }
+  }
+  if (dkdv) {
+    // dv(nk,Dh) += drop(P)ᵀ·dO;  dk(nk,Dh) += (scale·dS)ᵀ·Q
+    gemm_small<true>(nk, Dh, ni, ws.sb, 1, kBc, dob + i0 * p.o_sl, p.o_sl, ws.dv_acc, Dh);
+    gemm_small<true>(nk, Dh, ni, ws.dpb, 1, kBc, hd.q + i0 * p.q_sl, p.q_sl, ws.dk_acc, Dh);
+  }
+  if (dqb) {
+    // dq(ni,Dh) += (scale·dS)·K_tile
+    gemm_small<true>(ni, Dh, nk, ws.dpb, kBc, 1, hd.k + j0 * p.k_sl, p.k_sl, dqb + i0 * p.q_sl,
+                     p.q_sl);
+  }
+}
+
+void pack_key_tile(const AttentionParams& p, const Head& hd, int64_t j0, int64_t nk,
+                   const BackwardScratch& ws) {
+  pack_transposed(hd.k + j0 * p.k_sl, p.k_sl, nk, p.Dh, ws.kt, kBc);
+  pack_transposed(hd.v + j0 * p.v_sl, p.v_sl, nk, p.Dh, ws.vt, kBc);
+}
+
+// First query row that can see key j0 (causal: earlier query tiles are fully masked).
+inline int64_t first_query_tile_row(const AttentionParams& p, int64_t j0) {
+  return p.causal ? (j0 / kBr) * kBr : 0;
+}
+
+// dk, dv of one key tile: Σ over query tiles in increasing order. Adds dq too when dqb != null.
+void backward_key_tile(const BackwardCall& c, const Head& hd, int64_t j0,
+                       const BackwardScratch& ws, float* dqb) {
+  const AttentionParams& p = c.p;
+  const int64_t Dh = p.Dh, nk = std::min(kBc, p.S - j0);
+  pack_key_tile(p, hd, j0, nk, ws);
+  std::fill(ws.dk_acc, ws.dk_acc + nk * Dh, 0.0f);
+  std::fill(ws.dv_acc, ws.dv_acc + nk * Dh, 0.0f);
+  for (int64_t i0 = first_query_tile_row(p, j0); i0 < p.L; i0 += kBr)
+    backward_pair(c, hd, i0, std::min(kBr, p.L - i0), j0, nk, ws, true, dqb);
+  float* dkb = c.dk + hd.b * p.k_sb + hd.h * Dh;
+  float* dvb = c.dv + hd.b * p.v_sb + hd.h * Dh;
+  for (int64_t j = 0; j < nk; ++j) {
+    std::memcpy(dkb + (j0 + j) * p.k_sl, ws.dk_acc + j * Dh, sizeof(float) * Dh);
+    std::memcpy(dvb + (j0 + j) * p.v_sl, ws.dv_acc + j * Dh, sizeof(float) * Dh);
+  }
+}
+
+// Scheme 1: one thread owns head bh and does everything (dq accumulated in place, key tile order).
+void backward_head(const BackwardCall& c, int64_t bh) {
+  const AttentionParams& p = c.p;
+  const Head hd(p, bh);
+  const BackwardScratch ws(p.Dh, p.L);
+  compute_D(c, hd, 0, p.L, ws.D);
+  float* dqb = c.dq + hd.b * p.q_sb + hd.h * p.Dh;
+  for (int64_t i = 0; i < p.L; ++i) std::fill(dqb + i * p.q_sl, dqb + i * p.q_sl + p.Dh, 0.0f);
+  for (int64_t j0 = 0; j0 < p.S; j0 += kBc) backward_key_tile(c, hd, j0, ws, dqb);
+}
+
+// Scheme 2, pass B: dq of one query tile, Σ over key tiles in increasing order (same pairs and
+// same per-pair arithmetic as scheme 1, so the same bits).
+void backward_query_tile(const BackwardCall& c, const Head& hd, int64_t i0) {
+  const AttentionParams& p = c.p;
+  const BackwardScratch ws(p.Dh, p.L);
+  const int64_t ni = std::min(kBr, p.L - i0);
+  compute_D(c, hd, i0, i0 + ni, ws.D);
+  float* dqb = c.dq + hd.b * p.q_sb + hd.h * p.Dh;
+  for (int64_t i = i0; i < i0 + ni; ++i) std::fill(dqb + i * p.q_sl, dqb + i * p.q_sl + p.Dh, 0.0f);
+  for (int64_t j0 = 0; j0 < p.S; j0 += kBc) {
+    if (first_query_tile_row(p, j0) > i0) break;  // the pairs scheme 1 skips
+    const int64_t nk = std::min(kBc, p.S - j0);
+    pack_key_tile(p, hd, j0, nk, ws);
+    backward_pair(c, hd, i0, ni, j0, nk, ws, false, dqb);
+  }
+}
+
+// Below this many multiply-adds (≈ 50 µs on one core) a parallel region costs more than it saves:
+// run on the calling thread. Results do not depend on it.
+inline bool worth_threading(const AttentionParams& p) {
+  return p.B * p.H * p.L * p.S * std::max<int64_t>(p.Dh, 1) >= (int64_t{1} << 21);
+}
+
+}  // namespace
+
+void attention_exp_avx512(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp_ps(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = first_n(n - i);
+    _mm512_mask_storeu_ps(y + i, m, exp_ps(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+void attention_forward_avx512(const AttentionParams& p) {
+  const Dropout dr(p);
+  const int64_t BH = p.B * p.H;
+  // Query tile width: 16·NVQ ≤ 64 rows. Rows are independent in the forward, so the width changes
+  // nothing numerically; short L (decoding) avoids computing padded rows.
+  const int nvq = static_cast<int>(std::clamp<int64_t>((p.L + 15) / 16, 1, 4));
+  const int64_t br = 16 * nvq;
+  const int64_t nqt = (p.L + br - 1) / br;
+  const bool par = worth_threading(p);
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+  for (int64_t t = 0; t < BH * nqt; ++t) {
+    const Head hd(p, t / nqt);
+    const int64_t i0 = (t % nqt) * br;
+    switch (nvq) {
+      case 1: forward_tile<1>(p, dr, hd, i0); break;
+      case 2: forward_tile<2>(p, dr, hd, i0); break;
+      case 3: forward_tile<3>(p, dr, hd, i0); break;
+      default: forward_tile<4>(p, dr, hd, i0); break;
+    }
+  }
+}
+
+void attention_backward_avx512(const AttentionParams& p, const float* dout, float* dq, float* dk,
+                               float* dv) {
+  assert(p.lse != nullptr);
+  const BackwardCall c{p, Dropout(p), dout, dq, dk, dv};
+  const int64_t BH = p.B * p.H;
+  const bool par = worth_threading(p);
+  const int64_t nth = omp_in_parallel() || !par ? 1 : omp_get_max_threads();
+  if (BH % nth == 0 || BH >= 4 * nth) {
+    // Scheme 1: heads spread evenly over the threads (no recomputation).
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+    for (int64_t bh = 0; bh < BH; ++bh) backward_head(c, bh);
+  } else {
+    // Scheme 2: too few heads to share out. Pass A: (bh, key tile) → dk, dv; pass B: (bh, query
+    // tile) → dq. Recomputes S and dP once more, but keeps all threads busy and deterministic.
+    const int64_t nkt = (p.S + kBc - 1) / kBc;
+    const int64_t nqt = (p.L + kBr - 1) / kBr;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t t = 0; t < BH * nkt; ++t) {
+      const Head hd(p, t / nkt);
+      const BackwardScratch ws(p.Dh, p.L);
+      const int64_t j0 = (t % nkt) * kBc;
+      compute_D(c, hd, first_query_tile_row(p, j0), p.L, ws.D);
+      backward_key_tile(c, hd, j0, ws, nullptr);
+    }
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t t = 0; t < BH * nqt; ++t) backward_query_tile(c, Head(p, t / nqt), (t % nqt) * kBr);
+  }
+}
+
+}  // namespace tfm::kernels

@@ -1,0 +1,190 @@
+// src/kernels/attention_scalar.h — the reference (specification) of multi-head scaled dot-product
+// attention, forward and backward, as a template over the arithmetic type T.
+//
+// attention_forward_scalar / attention_backward_scalar (attention.cc) instantiate it with T = float;
+// tests/kernels/attention_test.cc instantiates it with T = double for a finite-difference gradient
+// check. Sizes, strides and flags come from AttentionParams (kernels.h); the tensors come from an
+// AttentionRefTensors<T>, so the same code runs on float or double buffers.
+//
+// It is written to be obviously correct, not fast: every score s_ij is recomputed from q and k
+// whenever it is needed (three passes per query row: max, sum, output), so it needs no scratch
+// memory at all. The fast kernel (attention_avx512.cc) must agree with it up to rounding, and
+// exactly on which elements dropout removes.
+//
+// To add a feature (another mask kind, say): add it to score() below and to the fast kernel's score
+// step, then extend the mask cases in the test.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "kernels/kernels.h"
+
+namespace tfm::kernels {
+
+// The tensors of one attention call, typed T. Layout and strides are those of AttentionParams.
+template <typename T>
+struct AttentionRefTensors {
+  const T* q = nullptr;     // (b, i, h, d) at q[b*q_sb + i*q_sl + h*Dh + d]
+  const T* k = nullptr;     // (b, j, h, d) at k[b*k_sb + j*k_sl + h*Dh + d]
+  const T* v = nullptr;     // (b, j, h, d) at v[b*v_sb + j*v_sl + h*Dh + d]
+  T* o = nullptr;           // (b, i, h, d) at o[b*o_sb + i*o_sl + h*Dh + d]; read by the backward
+  const T* mask = nullptr;  // (L,S) at mask + bh*mask_sbh, additive, or null
+  const T* kpm = nullptr;   // (B,S) additive key-padding mask, or null
+  T* lse = nullptr;         // (B,H,L) log-sum-exp of the scores, or null
+};
+
+inline AttentionRefTensors<float> attention_ref_tensors(const AttentionParams& p) {
+  AttentionRefTensors<float> t;
+  t.q = p.q;
+  t.k = p.k;
+  t.v = p.v;
+  t.o = p.o;
+  t.mask = p.mask;
+  t.kpm = p.kpm;
+  t.lse = p.lse;
+  return t;
+}
+
+namespace attention_ref_detail {
+
+// Everything about one (b, h) pair that the per-row loops need.
+template <typename T>
+struct Head {
+  const AttentionParams& p;
+  const AttentionRefTensors<T>& t;
+  int64_t bh, b, h;
+
+  const T* q(int64_t i) const { return t.q + b * p.q_sb + i * p.q_sl + h * p.Dh; }  // (Dh)
+  const T* k(int64_t j) const { return t.k + b * p.k_sb + j * p.k_sl + h * p.Dh; }  // (Dh)
+  const T* v(int64_t j) const { return t.v + b * p.v_sb + j * p.v_sl + h * p.Dh; }  // (Dh)
+  T* o(int64_t i) const { return t.o + b * p.o_sb + i * p.o_sl + h * p.Dh; }        // (Dh)
+
+  // s_ij = scale·⟨q_i, k_j⟩ + mask[bh](i, j) + kpm[b](j), or −inf when causal and j > i.
+  T score(int64_t i, int64_t j) const {
+    if (p.causal && j > i) return -std::numeric_limits<T>::infinity();
+    const T* qi = q(i);
+    const T* kj = k(j);
+    T dot = 0;
+    for (int64_t d = 0; d < p.Dh; ++d) dot += qi[d] * kj[d];
+    T s = static_cast<T>(p.scale) * dot;
+    if (t.mask != nullptr) s += t.mask[bh * p.mask_sbh + i * p.S + j];
+    if (t.kpm != nullptr) s += t.kpm[b * p.S + j];
+    return s;
+  }
+
+  // log Σ_j exp(s_ij), computed as m + log Σ_j exp(s_ij − m) with m = max_j s_ij; −inf when every
+  // key of row i is masked.
+  T row_lse(int64_t i) const {
+    T m = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < p.S; ++j) m = std::max(m, score(i, j));
+    if (m == -std::numeric_limits<T>::infinity()) return m;
+    T l = 0;
+    for (int64_t j = 0; j < p.S; ++j) l += std::exp(score(i, j) - m);
+    return m + std::log(l);
+  }
+
+  // Dropout decision for element (bh, i, j) — the counter rule of kernels.h.
+  bool keep(int64_t i, int64_t j) const {
+    if (!(p.dropout_p > 0.0f)) return true;
+    const uint64_t counter = p.offset + static_cast<uint64_t>((bh * p.L + i) * p.S + j);
+    return dropout_keep(p.seed, counter, p.dropout_p);
+  }
+};
+
+// 1/(1−p) for kept elements; 0 when p ≥ 1 (then nothing is kept anyway).
+template <typename T>
+T keep_scale(float dropout_p) {
+  return dropout_p < 1.0f ? T(1) / (T(1) - static_cast<T>(dropout_p)) : T(0);
+}
+
+}  // namespace attention_ref_detail
+
+// Forward: o_i = Σ_j drop(p_ij)·v_j with p_ij = exp(s_ij − lse_i); writes o and (if non-null) lse.
+// Matches torch.nn.functional.scaled_dot_product_attention / nn.MultiheadAttention's inner product.
+template <typename T>
+void attention_forward_ref(const AttentionParams& p, const AttentionRefTensors<T>& t) {
+  const T inv_keep = attention_ref_detail::keep_scale<T>(p.dropout_p);
+  for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+    const attention_ref_detail::Head<T> hd{p, t, bh, bh / p.H, bh % p.H};
+    for (int64_t i = 0; i < p.L; ++i) {
+      const T lse = hd.row_lse(i);
+      if (t.lse != nullptr) t.lse[bh * p.L + i] = lse;
+      T* oi = hd.o(i);  // (Dh)
+      for (int64_t d = 0; d < p.Dh; ++d) oi[d] = 0;
+      if (lse == -std::numeric_limits<T>::infinity()) continue;  // all keys masked: o_i = 0
+      for (int64_t j = 0; j < p.S; ++j) {
+        if (!hd.keep(i, j)) continue;
+        const T pij = std::exp(hd.score(i, j) - lse) * inv_keep;
+        const T* vj = hd.v(j);
+        for (int64_t d = 0; d < p.Dh; ++d) oi[d] += pij * vj[d];
+      }
+    }
+  }
+}
+
+// Backward (see kernels.h): with keep_ij ∈ {0, 1/(1−p)} the dropout factor,
+//   dv_j = Σ_i p_ij keep_ij do_i;  dp_ij = keep_ij ⟨do_i, v_j⟩;  D_i = ⟨do_i, o_i⟩ = Σ_j p_ij dp_ij
+//   ds_ij = p_ij (dp_ij − D_i);    dq_i = scale Σ_j ds_ij k_j;  dk_j = scale Σ_i ds_ij q_i
+// dq, dk, dv are overwritten. Reads o (the forward's output) for D_i, and lse when non-null
+// (otherwise it recomputes it). Rows whose keys are all masked contribute nothing.
+template <typename T>
+void attention_backward_ref(const AttentionParams& p, const AttentionRefTensors<T>& t,
+                            const T* dout, T* dq, T* dk, T* dv) {
+  const T inv_keep = attention_ref_detail::keep_scale<T>(p.dropout_p);
+  const T scale = static_cast<T>(p.scale);
+  for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+    const attention_ref_detail::Head<T> hd{p, t, bh, bh / p.H, bh % p.H};
+    const int64_t qoff = hd.b * p.q_sb + hd.h * p.Dh;
+    const int64_t koff = hd.b * p.k_sb + hd.h * p.Dh;
+    const int64_t voff = hd.b * p.v_sb + hd.h * p.Dh;
+    const int64_t ooff = hd.b * p.o_sb + hd.h * p.Dh;
+    for (int64_t i = 0; i < p.L; ++i)
+      for (int64_t d = 0; d < p.Dh; ++d) dq[qoff + i * p.q_sl + d] = 0;
+    for (int64_t j = 0; j < p.S; ++j)
+      for (int64_t d = 0; d < p.Dh; ++d) dk[koff + j * p.k_sl + d] = dv[voff + j * p.v_sl + d] = 0;
+
+    for (int64_t i = 0; i < p.L; ++i) {
+      const T lse = t.lse != nullptr ? t.lse[bh * p.L + i] : hd.row_lse(i);
+      if (lse == -std::numeric_limits<T>::infinity()) continue;  // all keys masked: no gradient
+      const T* doi = dout + ooff + i * p.o_sl;  // (Dh)
+      const T* oi = hd.o(i);                    // (Dh)
+      const T* qi = hd.q(i);                    // (Dh)
+      T* dqi = dq + qoff + i * p.q_sl;          // (Dh)
+      T D = 0;
+      for (int64_t d = 0; d < p.Dh; ++d) D += doi[d] * oi[d];
+      for (int64_t j = 0; j < p.S; ++j) {
+        const T s = hd.score(i, j);
+        if (s == -std::numeric_limits<T>::infinity()) continue;  // p_ij = 0
+        const T pij = std::exp(s - lse);
+        const T* vj = hd.v(j);
+        const T* kj = hd.k(j);
+        T* dkj = dk + koff + j * p.k_sl;  // (Dh)
+        T* dvj = dv + voff + j * p.v_sl;  // (Dh)
+        const bool kept = hd.keep(i, j);
+        T dp = 0;
+        if (kept) {
+          T dot = 0;
+          for (int64_t d = 0; d < p.Dh; ++d) dot += doi[d] * vj[d];
+          dp = dot * inv_keep;
+          const T w = pij * inv_keep;
+          for (int64_t d = 0; d < p.Dh; ++d) dvj[d] += w * doi[d];
+        }
+        const T g = scale * (pij * (dp - D));  // scale·ds_ij
+        for (int64_t d = 0; d < p.Dh; ++d) {
+          dqi[d] += g * kj[d];
+          dkj[d] += g * qi[d];
+        }
+      }
+    }
+  }
+}
+
+// ---- Internal hooks for tests ---------------------------------------------------------------------
+// The AVX-512 kernel's vectorized exp, applied elementwise (defined in attention_avx512.cc; call only
+// when cpu_has_avx512()). Exposed so the test can measure its error in ulp against std::exp.
+void attention_exp_avx512(const float* x, float* y, int64_t n);
+
+}  // namespace tfm::kernels

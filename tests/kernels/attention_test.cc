@@ -1,0 +1,497 @@
+// tests/kernels/attention_test.cc — attention kernels (src/kernels/attention*.cc):
+//   * the AVX-512 flash kernel against its scalar twin, forward (o, lse) and backward (dq, dk, dv),
+//     over head widths, lengths, mask kinds and the three memory layouts;
+//   * the double-precision reference (attention_scalar.h) against central finite differences;
+//   * a hand-checkable L = S = 1 case; fully masked rows; the vector exp in ulp;
+//   * bitwise equality of the fast kernel for 1 and 2 threads (both backward threading schemes).
+// To cover a new feature: add a MaskKind (and its setup in make_case), it then runs in every sweep.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/attention_scalar.h"
+#include "kernels/kernels.h"
+#include "test_util.h"
+
+namespace tfm::kernels {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr double kEps = 1.1920928955078125e-07;  // float machine epsilon, 2^-23
+
+enum class Layout { BATCH_FIRST, SEQ_FIRST, PACKED };
+enum class MaskKind { NONE, MASK_2D, MASK_3D, KEY_PADDING, CAUSAL, CAUSAL_FULLY_MASKED, DROPOUT };
+
+const char* layout_name(Layout l) {
+  return l == Layout::BATCH_FIRST ? "batch_first" : l == Layout::SEQ_FIRST ? "seq_first" : "packed";
+}
+const char* mask_name(MaskKind m) {
+  switch (m) {
+    case MaskKind::NONE: return "none";
+    case MaskKind::MASK_2D: return "mask2d";
+    case MaskKind::MASK_3D: return "mask3d";
+    case MaskKind::KEY_PADDING: return "kpm";
+    case MaskKind::CAUSAL: return "causal";
+    case MaskKind::CAUSAL_FULLY_MASKED: return "causal+fully_masked_rows";
+    case MaskKind::DROPOUT: return "dropout0.3+kpm";
+  }
+  return "?";
+}
+
+// One attention problem with its own buffers; params() points an AttentionParams at them.
+struct Case {
+  int64_t B, H, L, S, Dh;
+  Layout layout;
+  MaskKind kind;
+  std::vector<float> qbuf, kbuf, vbuf;  // q, k, v storage (packed: all three in qbuf, (B, L, 3E))
+  std::vector<float> mask, kpm;         // (L,S) or (B·H,L,S); (B,S)
+  std::vector<float> dout;              // o's layout
+  AttentionParams p;                    // strides and flags; pointers set by bind()
+  std::vector<int64_t> dead_rows;       // (bh·L + i) of rows with every key masked
+
+  int64_t E() const { return H * Dh; }
+  std::string name() const {
+    std::ostringstream os;
+    os << "B=" << B << " H=" << H << " L=" << L << " S=" << S << " Dh=" << Dh << " "
+       << layout_name(layout) << " " << mask_name(kind);
+    return os.str();
+  }
+};
+
+// Strides for a (rows, B, E)-style layout; `row` is the distance between consecutive d-vectors.
+void set_strides(Case& c) {
+  AttentionParams& p = c.p;
+  const int64_t E = c.E();
+  switch (c.layout) {
+    case Layout::BATCH_FIRST:  // q, o (B,L,E); k, v (B,S,E)
+      p.q_sb = p.o_sb = c.L * E;
+      p.q_sl = p.o_sl = E;
+      p.k_sb = p.v_sb = c.S * E;
+      p.k_sl = p.v_sl = E;
+      break;
+    case Layout::SEQ_FIRST:  // q, o (L,B,E); k, v (S,B,E)
+      p.q_sb = p.o_sb = p.k_sb = p.v_sb = E;
+      p.q_sl = p.o_sl = c.B * E;
+      p.k_sl = p.v_sl = c.B * E;
+      break;
+    case Layout::PACKED:  // qkv (B,L,3E), L == S; o (B,L,E)
+      p.q_sb = p.k_sb = p.v_sb = c.L * 3 * E;
+      p.q_sl = p.k_sl = p.v_sl = 3 * E;
+      p.o_sb = c.L * E;
+      p.o_sl = E;
+      break;
+  }
+}
+
+int64_t q_elems(const Case& c) { return c.layout == Layout::PACKED ? c.B * c.L * 3 * c.E() : c.B * c.L * c.E(); }
+int64_t kv_elems(const Case& c) { return c.layout == Layout::PACKED ? 0 : c.B * c.S * c.E(); }
+int64_t o_elems(const Case& c) { return c.B * c.L * c.E(); }
+
+Case make_case(int64_t B, int64_t H, int64_t L, int64_t S, int64_t Dh, Layout layout, MaskKind kind,
+               uint64_t seed) {
+  Case c{B, H, L, S, Dh, layout, kind, {}, {}, {}, {}, {}, {}, {}, {}};
+  AttentionParams& p = c.p;
+  p.B = B, p.H = H, p.L = L, p.S = S, p.Dh = Dh;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(Dh));
+  set_strides(c);
+  c.qbuf = testing::random_values(q_elems(c), seed + 1);
+  c.kbuf = testing::random_values(kv_elems(c), seed + 2);
+  c.vbuf = testing::random_values(kv_elems(c), seed + 3);
+  c.dout = testing::random_values(o_elems(c), seed + 4);
+  // Additive masks: values in [−1, 1), and about one element in seven set to −inf.
+  auto additive = [&](int64_t n, uint64_t s) {
+    std::vector<float> m = testing::random_values(n, s);
+    const std::vector<float> u = testing::random_values(n, s + 100, 0.0f, 1.0f);
+    for (int64_t i = 0; i < n; ++i)
+      if (u[i] < 1.0f / 7.0f) m[i] = -kInf;
+    return m;
+  };
+  switch (kind) {
+    case MaskKind::NONE: break;
+    case MaskKind::MASK_2D:
+      c.mask = additive(L * S, seed + 5);
+      p.mask_sbh = 0;
+      break;
+    case MaskKind::MASK_3D:
+      c.mask = additive(B * H * L * S, seed + 5);
+      p.mask_sbh = L * S;
+      break;
+    case MaskKind::KEY_PADDING:
+      c.kpm = additive(B * S, seed + 6);
+      break;
+    case MaskKind::CAUSAL: p.causal = true; break;
+    case MaskKind::CAUSAL_FULLY_MASKED:
+      // Causal, key 0 of batch 0 padded: query 0 of batch 0 sees only key 0, so it has no key left.
+      // And the 2-D mask blocks every key of query row L/2 (for all b, h).
+      p.causal = true;
+      c.kpm.assign(B * S, 0.0f);
+      c.kpm[0] = -kInf;
+      c.mask.assign(L * S, 0.0f);
+      for (int64_t j = 0; j < S; ++j) c.mask[(L / 2) * S + j] = -kInf;
+      for (int64_t bh = 0; bh < B * H; ++bh) {
+        if (bh / H == 0) c.dead_rows.push_back(bh * L + 0);
+        if (!(bh / H == 0 && L / 2 == 0)) c.dead_rows.push_back(bh * L + L / 2);
+      }
+      break;
+    case MaskKind::DROPOUT:
+      c.kpm = additive(B * S, seed + 6);
+      p.dropout_p = 0.3f;
+      p.seed = 0x5EED0000 + seed;
+      p.offset = 12345;
+      break;
+  }
+  return c;
+}
+
+// Points p at the case's inputs and at the given outputs.
+AttentionParams bind(const Case& c, float* o, float* lse) {
+  AttentionParams p = c.p;
+  const int64_t E = c.E();
+  p.q = c.qbuf.data();
+  p.k = c.layout == Layout::PACKED ? c.qbuf.data() + E : c.kbuf.data();
+  p.v = c.layout == Layout::PACKED ? c.qbuf.data() + 2 * E : c.vbuf.data();
+  p.mask = c.mask.empty() ? nullptr : c.mask.data();
+  p.kpm = c.kpm.empty() ? nullptr : c.kpm.data();
+  p.o = o;
+  p.lse = lse;
+  return p;
+}
+
+// Results of one forward + backward. Outputs are pre-filled with NaN so that an element the
+// kernel forgets to overwrite shows up.
+struct Result {
+  std::vector<float> o, lse, dq, dk, dv;  // dq holds all of dqkv for the packed layout
+};
+
+Result run(const Case& c, bool fast, const Result* forward_from = nullptr) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Result r;
+  r.o.assign(o_elems(c), nan);
+  r.lse.assign(c.B * c.H * c.L, nan);
+  AttentionParams p = bind(c, r.o.data(), r.lse.data());
+  if (fast) {
+    attention_forward(p);
+  } else {
+    attention_forward_scalar(p);
+  }
+  // The backward reads o and lse: use forward_from's when given, so both backwards see the same.
+  Result in = forward_from ? *forward_from : r;
+  p.o = in.o.data();
+  p.lse = in.lse.data();
+  r.dq.assign(q_elems(c), nan);
+  r.dk.assign(kv_elems(c), nan);
+  r.dv.assign(kv_elems(c), nan);
+  const int64_t E = c.E();
+  float* dq = r.dq.data();
+  float* dk = c.layout == Layout::PACKED ? dq + E : r.dk.data();
+  float* dv = c.layout == Layout::PACKED ? dq + 2 * E : r.dv.data();
+  if (fast) {
+    attention_backward(p, c.dout.data(), dq, dk, dv);
+  } else {
+    attention_backward_scalar(p, c.dout.data(), dq, dk, dv);
+  }
+  return r;
+}
+
+// max|a − b| / max|b| with matching infinities treated as equal; NaN anywhere is a failure.
+::testing::AssertionResult close(const std::vector<float>& a, const std::vector<float>& b,
+                                 double bound, const char* what, double floor = 0.0) {
+  double err = 0, mag = floor;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i]))
+      return ::testing::AssertionFailure() << what << ": NaN at [" << i << "] " << a[i] << " vs " << b[i];
+    if (std::isinf(a[i]) || std::isinf(b[i])) {
+      if (a[i] != b[i])
+        return ::testing::AssertionFailure() << what << ": [" << i << "] " << a[i] << " vs " << b[i];
+      continue;
+    }
+    err = std::max(err, std::fabs(double(a[i]) - b[i]));
+    mag = std::max(mag, std::fabs(double(b[i])));
+  }
+  const double rel = err / std::max(mag, 1e-30);
+  if (rel <= bound) return ::testing::AssertionSuccess();
+  std::ostringstream os;
+  os << what << ": rel error " << rel << " > bound " << bound << "; first mismatches:";
+  int shown = 0;
+  for (size_t i = 0; i < a.size() && shown < 5; ++i)
+    if (std::fabs(double(a[i]) - b[i]) > bound * mag) {
+      os << " [" << i << "] " << a[i] << " vs " << b[i];
+      ++shown;
+    }
+  return ::testing::AssertionFailure() << os.str();
+}
+
+// Tolerances, relative to the largest magnitude of the reference output. Both kernels compute in
+// float with different summation orders and exp implementations, so each can be off by its own
+// first-order rounding bound:
+//   * a score s = scale·Σ_d q_d k_d (|q|,|k| < 1, scale = 1/√Dh) has absolute error ≤ Dh·eps·√Dh·…
+//     — we use Dh·eps·|s|max with |s|max ≤ √Dh (+1 for the mask);
+//   * p = exp(s − lse) inherits that absolute error as relative error, plus ≈ S·eps from the sum
+//     of S exponentials in lse and 2 ulp from exp;
+//   * o = Σ_j p_j v_j adds S·eps·max|v| from the accumulation.
+// So |Δo| / max|o| ≲ 2 (twins) · eps · (Dh·(√Dh+1) + 2S + 4) / (max|o| / max|v|). max|o| is a
+// weighted mean of |v| ≤ 1 and can be small; we take max|o|/max|v| ≥ 1/8, valid for the random
+// data used here (checked by the observed errors, which sit 10-100× below the bound).
+// The gradients chain one more product of the same kind (dp = ⟨do, v⟩ over Dh, dq/dk over S or L
+// terms, dv over L), and ds = p·(dp − D) cancels; we allow 4× the forward bound.
+// dq and dk can cancel completely (one key: ds = p·(dp − D) = 0 exactly, so they are pure rounding
+// noise), so their errors are measured relative to max(max|ref|, scale·max|dv_ref|): dv_j = Σ_i
+// p_ij do_i is the same family of products p_ij·(do·v-sized terms) before the cancellation, and
+// q, k, v are O(1) in these tests.
+double forward_bound(const Case& c) {
+  const double dh = static_cast<double>(c.Dh);
+  return 2.0 * kEps * (dh * (std::sqrt(dh) + 1.0) + 2.0 * std::max(c.S, c.L) + 4.0) * 8.0;
+}
+double backward_bound(const Case& c) { return 4.0 * forward_bound(c); }
+
+void check_dead_rows(const Case& c, const Result& r, const char* who) {
+  const int64_t E = c.E();
+  for (int64_t row : c.dead_rows) {
+    const int64_t bh = row / c.L, i = row % c.L, b = bh / c.H, h = bh % c.H;
+    EXPECT_EQ(r.lse[row], -kInf) << who << " lse of fully masked row " << row;
+    for (int64_t d = 0; d < c.Dh; ++d) {
+      EXPECT_EQ(r.o[b * c.p.o_sb + i * c.p.o_sl + h * c.Dh + d], 0.0f) << who << " o row " << row;
+      const float g = r.dq[b * c.p.q_sb + i * c.p.q_sl + h * c.Dh + d];
+      EXPECT_EQ(g, 0.0f) << who << " dq row " << row;
+    }
+  }
+  (void)E;
+}
+
+// Fast vs scalar for every (Dh, L, S, layout) with the given mask kind.
+void sweep(MaskKind kind) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 (or TFM_FORCE_SCALAR): nothing to compare";
+  const int64_t dhs[] = {1, 3, 8, 16, 17, 64};
+  const int64_t lens[] = {1, 5, 16, 33, 100};
+  uint64_t seed = 1000 * static_cast<uint64_t>(kind);
+  for (int64_t Dh : dhs)
+    for (int64_t L : lens)
+      for (int64_t S : lens)
+        for (Layout layout : {Layout::BATCH_FIRST, Layout::SEQ_FIRST, Layout::PACKED}) {
+          if (layout == Layout::PACKED && L != S) continue;  // packed qkv is self-attention
+          const int64_t B = 2, H = (Dh == 64 ? 2 : 3);
+          const Case c = make_case(B, H, L, S, Dh, layout, kind, seed += 10);
+          SCOPED_TRACE(c.name());
+          const Result ref = run(c, false);
+          const Result fast = run(c, true, &ref);  // fast backward on the reference's o and lse
+          const double fb = forward_bound(c), bb = backward_bound(c);
+          ASSERT_TRUE(close(fast.o, ref.o, fb, "o"));
+          ASSERT_TRUE(close(fast.lse, ref.lse, fb, "lse"));
+          double dv_max = 0;
+          const std::vector<float>& dv_ref = layout == Layout::PACKED ? ref.dq : ref.dv;
+          for (float g : dv_ref) dv_max = std::max(dv_max, std::fabs(double(g)));
+          const double floor = c.p.scale * dv_max;
+          ASSERT_TRUE(close(fast.dq, ref.dq, bb, "dq", floor));
+          ASSERT_TRUE(close(fast.dk, ref.dk, bb, "dk", floor));
+          ASSERT_TRUE(close(fast.dv, ref.dv, bb, "dv"));
+          check_dead_rows(c, ref, "scalar");
+          check_dead_rows(c, fast, "fast");
+        }
+}
+
+TEST(AttentionKernel, FastMatchesScalarNoMask) { sweep(MaskKind::NONE); }
+TEST(AttentionKernel, FastMatchesScalarMask2D) { sweep(MaskKind::MASK_2D); }
+TEST(AttentionKernel, FastMatchesScalarMask3D) { sweep(MaskKind::MASK_3D); }
+TEST(AttentionKernel, FastMatchesScalarKeyPadding) { sweep(MaskKind::KEY_PADDING); }
+TEST(AttentionKernel, FastMatchesScalarCausal) { sweep(MaskKind::CAUSAL); }
+TEST(AttentionKernel, FastMatchesScalarCausalFullyMaskedRows) { sweep(MaskKind::CAUSAL_FULLY_MASKED); }
+TEST(AttentionKernel, FastMatchesScalarDropout) { sweep(MaskKind::DROPOUT); }
+
+// Dropout really drops: with p = 0.3 about 30% of the (bh, i, j) counters are dropped, and the
+// fraction kept matches dropout_keep (the same rule both kernels use).
+TEST(AttentionKernel, DropoutRateIsP) {
+  int64_t kept = 0, n = 200000;
+  for (int64_t i = 0; i < n; ++i) kept += dropout_keep(77, 1000 + i, 0.3f);
+  const double rate = 1.0 - static_cast<double>(kept) / n;
+  // Binomial std dev √(p(1−p)/n) = 0.001; allow 5σ.
+  EXPECT_NEAR(rate, 0.3, 0.005);
+}
+
+// L = S = 1, one head, Dh = 2, scale = 0.5: q = (1, 2), k = (3, 4), v = (5, −6), do = (1, 1).
+//   s = 0.5·(1·3 + 2·4) = 5.5; a softmax over one key is 1, so o = v = (5, −6) and lse = s = 5.5.
+//   dv = p·do = (1, 1); dp = ⟨do, v⟩ = −1 = D = ⟨do, o⟩, so ds = 1·(−1 − (−1)) = 0: dq = dk = 0.
+TEST(AttentionKernel, HandCheckedSingleKey) {
+  const float q[2] = {1, 2}, k[2] = {3, 4}, v[2] = {5, -6}, dout[2] = {1, 1};
+  for (bool fast : {false, true}) {
+    if (fast && !cpu_has_avx512()) continue;
+    float o[2], lse[1], dq[2], dk[2], dv[2];
+    AttentionParams p;
+    p.B = p.H = p.L = p.S = 1;
+    p.Dh = 2;
+    p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
+    p.q_sb = p.k_sb = p.v_sb = p.o_sb = 2;
+    p.q_sl = p.k_sl = p.v_sl = p.o_sl = 2;
+    p.scale = 0.5f;
+    if (fast) {
+      attention_forward(p);
+      attention_backward(p, dout, dq, dk, dv);
+    } else {
+      attention_forward_scalar(p);
+      attention_backward_scalar(p, dout, dq, dk, dv);
+    }
+    SCOPED_TRACE(fast ? "fast" : "scalar");
+    EXPECT_EQ(o[0], 5.0f);
+    EXPECT_EQ(o[1], -6.0f);
+    EXPECT_EQ(lse[0], 5.5f);
+    EXPECT_EQ(dv[0], 1.0f);
+    EXPECT_EQ(dv[1], 1.0f);
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_EQ(dq[d], 0.0f);
+      EXPECT_EQ(dk[d], 0.0f);
+    }
+  }
+}
+
+// ---- finite differences in double -----------------------------------------------------------------
+// loss = Σ o ⊙ w for fixed random w; its gradient w.r.t. q, k, v is attention_backward_ref with
+// dout = w. Central differences with h = 1e-5 have truncation error ~h²·|f'''| ≈ 1e-10 and roundoff
+// ~1e-16·|loss|/h ≈ 1e-11, so 1e-7 relative to the largest gradient is a safe bound that still
+// catches any wrong term (those are O(1e-2) or larger here).
+struct DoubleCase {
+  AttentionParams p;
+  std::vector<double> q, k, v, mask, kpm, w;
+};
+
+double loss_of(const DoubleCase& c) {
+  std::vector<double> o(c.p.B * c.p.L * c.p.H * c.p.Dh);
+  AttentionRefTensors<double> t;
+  t.q = c.q.data(), t.k = c.k.data(), t.v = c.v.data(), t.o = o.data();
+  t.mask = c.mask.data(), t.kpm = c.kpm.data();
+  attention_forward_ref<double>(c.p, t);
+  double loss = 0;
+  for (size_t i = 0; i < o.size(); ++i) loss += o[i] * c.w[i];
+  return loss;
+}
+
+void finite_difference_check(float dropout_p) {
+  DoubleCase c;
+  AttentionParams& p = c.p;
+  p.B = 2, p.H = 2, p.L = 4, p.S = 6, p.Dh = 3;
+  const int64_t E = p.H * p.Dh;
+  p.q_sb = p.o_sb = p.L * E, p.q_sl = p.o_sl = E;  // batch-first
+  p.k_sb = p.v_sb = p.S * E, p.k_sl = p.v_sl = E;
+  p.scale = 0.6f;
+  p.causal = true;
+  p.mask_sbh = 0;
+  p.dropout_p = dropout_p;
+  p.seed = 99;
+  auto dvec = [](int64_t n, uint64_t seed) {
+    const std::vector<float> f = testing::random_values(n, seed, -1.5f, 1.5f);
+    return std::vector<double>(f.begin(), f.end());
+  };
+  c.q = dvec(p.B * p.L * E, 1);
+  c.k = dvec(p.B * p.S * E, 2);
+  c.v = dvec(p.B * p.S * E, 3);
+  c.w = dvec(p.B * p.L * E, 4);
+  c.mask = dvec(p.L * p.S, 5);
+  c.mask[1 * p.S + 0] = -std::numeric_limits<double>::infinity();  // query 1 loses key 0
+  c.kpm = dvec(p.B * p.S, 6);
+  c.kpm[1 * p.S + 1] = -std::numeric_limits<double>::infinity();  // batch 1 loses key 1
+  // batch 1, query 0 sees only key 0 (causal); batch 0, query 1 sees only key 1: both still alive.
+
+  std::vector<double> o(c.w.size()), lse(p.B * p.H * p.L);
+  std::vector<double> dq(c.q.size()), dk(c.k.size()), dv(c.v.size());
+  AttentionRefTensors<double> t;
+  t.q = c.q.data(), t.k = c.k.data(), t.v = c.v.data(), t.o = o.data();
+  t.mask = c.mask.data(), t.kpm = c.kpm.data(), t.lse = lse.data();
+  attention_forward_ref<double>(p, t);
+  attention_backward_ref<double>(p, t, c.w.data(), dq.data(), dk.data(), dv.data());
+
+  const double h = 1e-5;
+  auto check = [&](std::vector<double>& x, const std::vector<double>& grad, const char* name) {
+    double gmax = 0, err = 0;
+    int64_t worst = -1;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double x0 = x[i];
+      x[i] = x0 + h;
+      const double up = loss_of(c);
+      x[i] = x0 - h;
+      const double down = loss_of(c);
+      x[i] = x0;
+      const double fd = (up - down) / (2 * h);
+      gmax = std::max(gmax, std::fabs(grad[i]));
+      if (std::fabs(fd - grad[i]) > err) err = std::fabs(fd - grad[i]), worst = static_cast<int64_t>(i);
+    }
+    EXPECT_GT(gmax, 1e-3) << name << " gradient is trivially zero";
+    EXPECT_LE(err, 1e-7 * gmax) << name << ": worst at [" << worst << "] analytic " << grad[worst];
+  };
+  check(c.q, dq, "dq");
+  check(c.k, dk, "dk");
+  check(c.v, dv, "dv");
+}
+
+TEST(AttentionReference, GradientMatchesFiniteDifferencesMasksCausal) { finite_difference_check(0.0f); }
+TEST(AttentionReference, GradientMatchesFiniteDifferencesWithDropout) { finite_difference_check(0.3f); }
+
+// ---- vector exp -----------------------------------------------------------------------------------
+// Over the range where exp(x) is a normal float, the error is ≤ 2 ulp of the correctly rounded
+// result (std::exp in double, rounded): Cody–Waite reduction is exact to ~2^-32, the degree-7
+// polynomial is accurate to 5e-9, and Horner with FMA adds < 1 ulp.
+TEST(AttentionKernel, VectorExpWithinTwoUlp) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512";
+  std::vector<float> x;
+  for (float t = -87.0f; t < 88.5f; t += 0.000731f) x.push_back(t);
+  std::vector<float> y(x.size());
+  attention_exp_avx512(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float ref = static_cast<float>(std::exp(static_cast<double>(x[i])));
+    const double ulp = std::nextafter(ref, kInf) - ref;
+    const double e = std::fabs(static_cast<double>(y[i]) - ref) / ulp;
+    if (e > worst) worst = e, at = i;
+  }
+  EXPECT_LE(worst, 2.0) << "at x = " << x[at] << ": " << y[at];
+  const float special[5] = {-kInf, kInf, 0.0f, -200.0f, std::numeric_limits<float>::quiet_NaN()};
+  float out[5];
+  attention_exp_avx512(special, out, 5);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], kInf);
+  EXPECT_EQ(out[2], 1.0f);
+  EXPECT_EQ(out[3], 0.0f);
+  EXPECT_TRUE(std::isnan(out[4]));
+}
+
+// ---- determinism over thread counts ---------------------------------------------------------------
+// B·H = 1 and 3 with 2 threads use the backward's two-pass scheme while 1 thread uses the per-head
+// scheme; B·H = 4 uses the per-head scheme for both. All must give the same bits. The shapes are
+// above the kernel's threading threshold (B·H·L·S·Dh ≥ 2^21), so 2 threads really run.
+TEST(AttentionKernel, BitwiseSameForOneAndTwoThreads) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512";
+  const int saved = omp_get_max_threads();
+  struct Shape {
+    int64_t B, H, L, S, Dh;
+    MaskKind kind;
+  };
+  const Shape shapes[] = {{1, 1, 200, 170, 64, MaskKind::DROPOUT},
+                          {1, 3, 260, 260, 16, MaskKind::CAUSAL_FULLY_MASKED},
+                          {1, 3, 197, 300, 17, MaskKind::MASK_3D},
+                          {2, 2, 150, 150, 32, MaskKind::CAUSAL}};
+  uint64_t seed = 777;
+  for (const Shape& s : shapes) {
+    const Case c = make_case(s.B, s.H, s.L, s.S, s.Dh, Layout::SEQ_FIRST, s.kind, seed += 10);
+    SCOPED_TRACE(c.name());
+    omp_set_num_threads(1);
+    const Result one = run(c, true);
+    omp_set_num_threads(2);
+    const Result two = run(c, true);
+    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(same(one.o, two.o)) << "o";
+    EXPECT_TRUE(same(one.lse, two.lse)) << "lse";
+    EXPECT_TRUE(same(one.dq, two.dq)) << "dq";
+    EXPECT_TRUE(same(one.dk, two.dk)) << "dk";
+    EXPECT_TRUE(same(one.dv, two.dv)) << "dv";
+  }
+  omp_set_num_threads(saved);
+}
+
+}  // namespace
+}  // namespace tfm::kernels
