@@ -48,8 +48,9 @@ void split_path(const std::string& path, std::string* dir, std::string* base) {
     *dir = ".";
     *base = path;
   } else {
-    *dir = slash == 0 ? std::string("/") : path.substr(0, slash);
-    *base = path.substr(slash + 1);
+    // assign(), not `x = cond ? a : b.substr()`: GCC 12 warns falsely (-Wrestrict) on the latter.
+    dir->assign(path, 0, slash == 0 ? 1 : slash);
+    base->assign(path, slash + 1, std::string::npos);
   }
 }
 
