@@ -19,6 +19,10 @@ class Optimizer {
   int64_t steps() const { return steps_; }
   // Optimizer state for checkpoints: tensors named "<param key>.<slot>" (e.g. "...weight.exp_avg")
   // plus the step count; load_state restores it exactly (resume equals uninterrupted).
+  // Slots follow torch's state dict: SGD "momentum_buffer"; Adam/AdamW "exp_avg", "exp_avg_sq" and
+  // "step" (a 0-dim tensor: torch counts steps per parameter, so bias corrections use that count).
+  // A parameter that never had a gradient has no entries. load_state is strict: a misshapen or
+  // unexpected key throws, naming it, and leaves the optimizer unchanged.
   virtual NamedTensors state() const = 0;
   virtual void load_state(const NamedTensors& s, int64_t steps) = 0;
 
@@ -55,7 +59,8 @@ class Adam : public Optimizer {
  private:
   float beta1_, beta2_, eps_, weight_decay_;
   bool decoupled_;
-  std::vector<Tensor> m_, v_;
+  std::vector<Tensor> m_, v_;   // exp_avg, exp_avg_sq per parameter (undefined until its first grad)
+  std::vector<int64_t> step_;   // per-parameter step count t (torch's state['step'])
 };
 
 // torch.nn.utils.clip_grad_norm_: total 2-norm over all grads; if > max_norm, scale every grad by

@@ -1,0 +1,270 @@
+// src/train/optim.cc — torch.optim.SGD, Adam and AdamW (the single-tensor, non-foreach paths of
+// PyTorch 1.13, which is what runs on the CPU by default), clip_grad_norm_ and the learning-rate
+// schedules.
+//
+// Arithmetic follows PyTorch's order of operations so results agree to a few float32 ulps:
+// scalar coefficients (bias corrections, step size) are computed in double like Python floats and
+// rounded to float once, as ATen does when it applies a Python scalar to a float32 tensor; the
+// element-wise updates run in float32. Everything is a plain sequential loop over each parameter,
+// so results never depend on the thread count.
+//
+// To add an optimizer: derive from Optimizer, keep one state tensor per parameter and slot (lazily
+// created on the first step that sees a gradient, like torch), name the slots as torch's state
+// dict does, and extend tests/gen/gen_optim.py + tests/train/optim_test.cc.
+#include "tfm/optim.h"
+
+#include <cmath>
+#include <set>
+#include <stdexcept>
+
+namespace tfm {
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument(msg); }
+
+void check_hyper(bool ok, const char* opt, const char* name, float value) {
+  if (!ok) fail(std::string(opt) + ": invalid " + name + " " + std::to_string(value));
+}
+
+// The step counter of one parameter, stored as a 0-dim tensor like torch's state['step'].
+Tensor step_tensor(int64_t step) { return Tensor::full({}, static_cast<float>(step)); }
+
+// Reads slot `<key>.<slot>` from a saved state into a fresh tensor of the parameter's shape.
+// Returns an undefined tensor when absent (the parameter had no state yet).
+Tensor take_slot(const NamedTensors& s, const std::string& key, const char* slot, const Tensor& param,
+                 std::set<std::string>& used) {
+  const std::string name = key + "." + slot;
+  auto it = s.find(name);
+  if (it == s.end()) return Tensor();
+  const Tensor& t = it->second;
+  if (!t.defined() || t.dtype() != DType::Float32 || t.shape() != param.shape())
+    fail("optimizer state: '" + name + "' has " + (t.defined() ? describe(t) : std::string("undefined")) +
+         ", expected " + describe(param));
+  used.insert(name);
+  return t.clone();
+}
+
+int64_t take_step(const NamedTensors& s, const std::string& key, std::set<std::string>& used) {
+  const std::string name = key + ".step";
+  auto it = s.find(name);
+  if (it == s.end()) fail("optimizer state: missing '" + name + "'");
+  const Tensor& t = it->second;
+  if (!t.defined() || t.dtype() != DType::Float32 || t.numel() != 1)
+    fail("optimizer state: '" + name + "' must be a single Float32 value");
+  const float v = t.item();
+  if (!(v >= 0.0f) || v != std::floor(v)) fail("optimizer state: '" + name + "' is not a step count");
+  used.insert(name);
+  return static_cast<int64_t>(v);
+}
+
+void reject_unused(const NamedTensors& s, const std::set<std::string>& used) {
+  for (const auto& [k, v] : s)
+    if (!used.count(k)) fail("optimizer state: unexpected key '" + k + "'");
+}
+
+}  // namespace
+
+void Optimizer::zero_grad() {
+  for (auto& [key, p] : params_) p.zero_grad();
+}
+
+// ---- SGD ------------------------------------------------------------------------------------------
+SGD::SGD(std::vector<std::pair<std::string, Tensor>> params, float lr, float momentum, float weight_decay)
+    : Optimizer(std::move(params), lr), momentum_(momentum), weight_decay_(weight_decay) {
+  check_hyper(lr >= 0.0f, "SGD", "lr", lr);
+  check_hyper(momentum >= 0.0f, "SGD", "momentum", momentum);
+  check_hyper(weight_decay >= 0.0f, "SGD", "weight_decay", weight_decay);
+  buf_.resize(params_.size());
+}
+
+// g = grad + wd·p;  buf = μ·buf + g (buf = g on its first step);  p = p − lr·buf   (torch.optim.SGD,
+// dampening 0, no Nesterov).
+void SGD::step() {
+  const float wd = weight_decay_, mu = momentum_, neg_lr = -lr_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i].second;
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    float* pp = p.data();
+    const float* gp = g.data();
+    const int64_t n = p.numel();
+    float* bp = nullptr;
+    const bool first = mu != 0.0f && !buf_[i].defined();
+    if (mu != 0.0f) {
+      if (first) buf_[i] = Tensor::empty(p.shape());
+      bp = buf_[i].data();
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      float d = wd != 0.0f ? gp[j] + wd * pp[j] : gp[j];
+      if (bp) {
+        bp[j] = first ? d : bp[j] * mu + d;
+        d = bp[j];
+      }
+      pp[j] = pp[j] + neg_lr * d;
+    }
+  }
+  ++steps_;
+}
+
+NamedTensors SGD::state() const {
+  NamedTensors s;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (buf_[i].defined()) s[params_[i].first + ".momentum_buffer"] = buf_[i].clone();
+  return s;
+}
+
+void SGD::load_state(const NamedTensors& s, int64_t steps) {
+  std::set<std::string> used;
+  std::vector<Tensor> buf(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i)
+    buf[i] = take_slot(s, params_[i].first, "momentum_buffer", params_[i].second, used);
+  reject_unused(s, used);
+  buf_ = std::move(buf);
+  steps_ = steps;
+}
+
+// ---- Adam / AdamW ---------------------------------------------------------------------------------
+Adam::Adam(std::vector<std::pair<std::string, Tensor>> params, float lr, float beta1, float beta2, float eps,
+           float weight_decay, bool decoupled)
+    : Optimizer(std::move(params), lr),
+      beta1_(beta1),
+      beta2_(beta2),
+      eps_(eps),
+      weight_decay_(weight_decay),
+      decoupled_(decoupled) {
+  const char* name = decoupled ? "AdamW" : "Adam";
+  check_hyper(lr >= 0.0f, name, "lr", lr);
+  check_hyper(beta1 >= 0.0f && beta1 < 1.0f, name, "beta1", beta1);
+  check_hyper(beta2 >= 0.0f && beta2 < 1.0f, name, "beta2", beta2);
+  check_hyper(eps >= 0.0f, name, "eps", eps);
+  check_hyper(weight_decay >= 0.0f, name, "weight_decay", weight_decay);
+  m_.resize(params_.size());
+  v_.resize(params_.size());
+  step_.assign(params_.size(), 0);
+}
+
+// Per parameter with a gradient, t = its own step count (torch keeps state['step'] per parameter):
+//   Adam:  g = grad + wd·p           AdamW: p = p·(1 − lr·wd)
+//   m = β1·m + (1−β1)·g;   v = β2·v + (1−β2)·g·g
+//   p = p − (lr/(1−β1ᵗ)) · m / (sqrt(v)/sqrt(1−β2ᵗ) + eps)
+void Adam::step() {
+  const double lr = lr_, b1 = beta1_, b2 = beta2_;
+  const float beta1 = beta1_, beta2 = beta2_, one_m_b1 = static_cast<float>(1.0 - b1),
+              one_m_b2 = static_cast<float>(1.0 - b2), eps = eps_, wd = weight_decay_;
+  const float decay = static_cast<float>(1.0 - lr * static_cast<double>(weight_decay_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i].second;
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (!m_[i].defined()) {
+      m_[i] = Tensor::zeros(p.shape());
+      v_[i] = Tensor::zeros(p.shape());
+      step_[i] = 0;
+    }
+    const int64_t t = ++step_[i];
+    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
+    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
+    const float neg_step_size = static_cast<float>(-(lr / bc1));
+    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    float* pp = p.data();
+    const float* gp = g.data();
+    float* mp = m_[i].data();
+    float* vp = v_[i].data();
+    const int64_t n = p.numel();
+    for (int64_t j = 0; j < n; ++j) {
+      float gj = gp[j];
+      if (wd != 0.0f) {
+        if (decoupled_)
+          pp[j] = pp[j] * decay;
+        else
+          gj = gj + wd * pp[j];
+      }
+      mp[j] = mp[j] * beta1 + one_m_b1 * gj;
+      vp[j] = vp[j] * beta2 + one_m_b2 * gj * gj;
+      const float denom = std::sqrt(vp[j]) / bc2_sqrt + eps;
+      pp[j] = pp[j] + neg_step_size * (mp[j] / denom);
+    }
+  }
+  ++steps_;
+}
+
+NamedTensors Adam::state() const {
+  NamedTensors s;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!m_[i].defined()) continue;
+    const std::string& key = params_[i].first;
+    s[key + ".exp_avg"] = m_[i].clone();
+    s[key + ".exp_avg_sq"] = v_[i].clone();
+    s[key + ".step"] = step_tensor(step_[i]);
+  }
+  return s;
+}
+
+void Adam::load_state(const NamedTensors& s, int64_t steps) {
+  std::set<std::string> used;
+  std::vector<Tensor> m(params_.size()), v(params_.size());
+  std::vector<int64_t> st(params_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string& key = params_[i].first;
+    m[i] = take_slot(s, key, "exp_avg", params_[i].second, used);
+    v[i] = take_slot(s, key, "exp_avg_sq", params_[i].second, used);
+    if (m[i].defined() != v[i].defined())
+      fail("optimizer state: '" + key + "' has only one of exp_avg and exp_avg_sq");
+    if (m[i].defined()) st[i] = take_step(s, key, used);
+  }
+  reject_unused(s, used);
+  m_ = std::move(m);
+  v_ = std::move(v);
+  step_ = std::move(st);
+  steps_ = steps;
+}
+
+// ---- clipping and schedules -----------------------------------------------------------------------
+// torch.nn.utils.clip_grad_norm_(norm_type=2): total = ‖(‖g_1‖, ‖g_2‖, …)‖; c = max_norm/(total + 1e-6);
+// every grad is multiplied by min(c, 1). Norms accumulate in double and round to float like torch's
+// float32 results.
+float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
+  if (!(max_norm > 0.0f)) fail("clip_grad_norm: max_norm must be positive, got " + std::to_string(max_norm));
+  double sq_total = 0;
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    grads.push_back(g);
+    double sq = 0;
+    const float* gp = g.data();
+    for (int64_t j = 0; j < g.numel(); ++j) sq += static_cast<double>(gp[j]) * gp[j];
+    const double norm = static_cast<float>(std::sqrt(sq));
+    sq_total += norm * norm;
+  }
+  const float total = static_cast<float>(std::sqrt(sq_total));
+  const float coef = max_norm / (total + 1e-6f);
+  if (coef < 1.0f)
+    for (Tensor& g : grads) {
+      float* gp = g.data();
+      for (int64_t j = 0; j < g.numel(); ++j) gp[j] *= coef;
+    }
+  return total;
+}
+
+float scheduled_lr(const std::string& schedule, float base_lr, int64_t step, int64_t warmup, int64_t total_steps) {
+  if (step < 1) fail("scheduled_lr: step is 1-based, got " + std::to_string(step));
+  if (warmup < 0) fail("scheduled_lr: warmup must be non-negative, got " + std::to_string(warmup));
+  const double base = base_lr;
+  if (schedule != "constant" && schedule != "inverse_sqrt" && schedule != "cosine")
+    fail("scheduled_lr: unknown schedule '" + schedule + "' (expected constant, inverse_sqrt or cosine)");
+  if (schedule == "cosine" && total_steps <= warmup)
+    fail("scheduled_lr: cosine needs total_steps > warmup (got " + std::to_string(total_steps) + " and " +
+         std::to_string(warmup) + ")");
+  if (step <= warmup) return static_cast<float>(base * static_cast<double>(step) / static_cast<double>(warmup));
+  if (schedule == "constant") return base_lr;
+  if (schedule == "inverse_sqrt")  // continuous at the end of warmup; base/√s without warmup
+    return static_cast<float>(base * std::sqrt(static_cast<double>(std::max<int64_t>(warmup, 1)) /
+                                               static_cast<double>(step)));
+  // cosine: from base at the end of warmup to 0 at total_steps, then 0.
+  if (step >= total_steps) return 0.0f;
+  const double progress = static_cast<double>(step - warmup) / static_cast<double>(total_steps - warmup);
+  return static_cast<float>(base * 0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
+}  // namespace tfm

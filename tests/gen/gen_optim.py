@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""gen_optim.py — golden values for tests/train/optim_test.cc from torch.optim (PyTorch 1.13).
+
+Writes tests/fixtures/optim/optim.json:
+  {"magic": "tfm-optim-fixture", "version": 1,
+   "params": {name: {"shape": [..], "values": [..]}},        initial parameters (float32)
+   "grads":  [{name: [..] or null}, ...],                     the gradient of each step (null: no grad)
+   "cases":  [{"name", "optimizer", "lr", hyper-parameters..., "expected": [{name: [..]}, ...]}],
+             the parameters after each step
+   "clip":   [{"max_norm", "total_norm", "grads": {name: [..]}}]}  clip_grad_norm_ on grads[0]
+Every number is a float32 value written as the shortest decimal that reads back to the same double,
+so it is exact. Hyper-parameters are rounded to float32 before torch sees them, because tfm's
+optimizers take float arguments: both then start from the same numbers.
+
+Usage: /usr/bin/python3 tests/gen/gen_optim.py [OUT.json]
+To add a case: append to CASES; the C++ test iterates over whatever the file holds.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+STEPS = 6
+SHAPES = {"a.weight": (3, 4), "a.bias": (5,), "late": (2, 3)}  # "late" has no grad on steps 1-2
+CASES = [
+    {"name": "sgd", "optimizer": "sgd", "lr": 0.1, "momentum": 0.0, "weight_decay": 0.0},
+    {"name": "sgd_momentum_wd", "optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01},
+    {"name": "adam", "optimizer": "adam", "lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0},
+    {"name": "adam_l2", "optimizer": "adam", "lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.1},
+    {"name": "adam_betas", "optimizer": "adam", "lr": 3e-3, "beta1": 0.8, "beta2": 0.99, "eps": 1e-6, "weight_decay": 0.0},
+    {"name": "adamw", "optimizer": "adamw", "lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.1},
+]
+
+
+def f32(x):
+    return float(np.float32(x))
+
+
+def values(t):
+    return [float(v) for v in t.detach().numpy().astype(np.float32).reshape(-1)]
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "optim", "optim.json")
+    rng = np.random.default_rng(20240611)
+    init = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
+    grads = []
+    for step in range(STEPS):
+        g = {k: rng.standard_normal(s).astype(np.float32) * np.float32(0.5 + step) for k, s in SHAPES.items()}
+        if step < 2:
+            g["late"] = None
+        grads.append(g)
+
+    cases = []
+    for case in CASES:
+        params = {k: torch.tensor(v, requires_grad=True) for k, v in init.items()}
+        plist = list(params.values())
+        h = {k: f32(v) for k, v in case.items() if k not in ("name", "optimizer")}
+        if case["optimizer"] == "sgd":
+            opt = torch.optim.SGD(plist, lr=h["lr"], momentum=h["momentum"], weight_decay=h["weight_decay"])
+        else:
+            cls = torch.optim.Adam if case["optimizer"] == "adam" else torch.optim.AdamW
+            opt = cls(plist, lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"],
+                      weight_decay=h["weight_decay"])
+        expected = []
+        for g in grads:
+            opt.zero_grad(set_to_none=True)
+            for k, p in params.items():
+                if g[k] is not None:
+                    p.grad = torch.tensor(g[k])
+            opt.step()
+            expected.append({k: values(p) for k, p in params.items()})
+        cases.append({**case, **h, "expected": expected})
+
+    clip = []
+    for max_norm in (1.0, 100.0):
+        params = {k: torch.tensor(v, requires_grad=True) for k, v in init.items()}
+        for k, p in params.items():
+            p.grad = torch.tensor(grads[2][k])
+        total = torch.nn.utils.clip_grad_norm_(list(params.values()), max_norm)
+        clip.append({"max_norm": max_norm, "total_norm": float(total),
+                     "grads": {k: values(p.grad) for k, p in params.items()}})
+
+    doc = {
+        "magic": "tfm-optim-fixture", "version": 1, "torch": torch.__version__,
+        "params": {k: {"shape": list(v.shape), "values": [float(x) for x in v.reshape(-1)]} for k, v in init.items()},
+        "grads": [{k: (None if v is None else [float(x) for x in v.reshape(-1)]) for k, v in g.items()} for g in grads],
+        "cases": cases, "clip": clip,
+    }
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

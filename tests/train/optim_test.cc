@@ -1,0 +1,243 @@
+// tests/train/optim_test.cc — SGD, Adam, AdamW, clip_grad_norm and the schedules against PyTorch.
+//
+// Golden values: tests/fixtures/optim/optim.json, written by tests/gen/gen_optim.py with
+// torch.optim (1.13) from the same initial parameters and per-step gradients (one parameter gets
+// no gradient on the first two steps, so lazy state and torch's per-parameter step count matter).
+//
+// Tolerance. tfm and torch perform the same float32 operations in the same order, but ATen may
+// fuse a multiply-add (FMA, one rounding) where tfm rounds twice, and divides by a scalar through
+// its reciprocal; each such difference is ≤ 1 ulp of an intermediate. Per step, the new parameter
+// p + Δ therefore differs by ≤ ~2 ulp(|p|) (rounding of the sum) plus a few ulp of |Δ| ≤ |p|-scale,
+// and the difference carries into later steps through p, m, v. So after t steps we allow
+// |actual − expected| ≤ 4·t·ε·max(1, |expected|), ε = 2⁻²³. (Measured: within 1·t·ε.)
+// State round trip and determinism are checked bitwise: same operations, same inputs.
+#include "tfm/optim.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+using nlohmann::json;
+using namespace tfm;
+
+namespace {
+
+json load_fixture() {
+  const std::string path = std::string(TFM_SOURCE_DIR) + "/tests/fixtures/optim/optim.json";
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot open " + path);
+  json doc = json::parse(f);
+  if (doc.at("magic") != "tfm-optim-fixture" || doc.at("version") != 1)
+    throw std::runtime_error(path + ": wrong magic or version");
+  return doc;
+}
+
+Tensor from_json(const json& shape, const json& values) {
+  return Tensor::from_vector(shape.get<Shape>(), values.get<std::vector<float>>());
+}
+
+// The parameters of the fixture, in file order, as fresh leaves.
+std::vector<std::pair<std::string, Tensor>> make_params(const json& doc) {
+  std::vector<std::pair<std::string, Tensor>> params;
+  for (auto& [k, v] : doc.at("params").items()) {
+    Tensor t = from_json(v.at("shape"), v.at("values"));
+    t.requires_grad_(true);
+    params.emplace_back(k, t);
+  }
+  return params;
+}
+
+void set_grads(const json& doc, std::vector<std::pair<std::string, Tensor>>& params, size_t step) {
+  const json& g = doc.at("grads").at(step);
+  for (auto& [k, p] : params) {
+    p.zero_grad();
+    if (!g.at(k).is_null()) p.mutable_grad() = Tensor::from_vector(p.shape(), g.at(k).get<std::vector<float>>());
+  }
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const json& c, std::vector<std::pair<std::string, Tensor>> params) {
+  const std::string kind = c.at("optimizer");
+  if (kind == "sgd")
+    return std::make_unique<SGD>(std::move(params), c.at("lr").get<float>(), c.at("momentum").get<float>(),
+                                 c.at("weight_decay").get<float>());
+  return std::make_unique<Adam>(std::move(params), c.at("lr").get<float>(), c.at("beta1").get<float>(),
+                                c.at("beta2").get<float>(), c.at("eps").get<float>(),
+                                c.at("weight_decay").get<float>(), kind == "adamw");
+}
+
+::testing::AssertionResult close_abs_rel(const Tensor& a, const std::vector<float>& e, double tol_factor,
+                                         const std::string& what) {
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double ev = e[static_cast<size_t>(i)], av = a.data()[i];
+    const double tol = tol_factor * std::max(1.0, std::fabs(ev));
+    if (!(std::fabs(av - ev) <= tol))
+      return ::testing::AssertionFailure() << what << "[" << i << "]: " << av << " vs torch " << ev << " (diff "
+                                           << std::fabs(av - ev) << " > " << tol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+constexpr double kEps = 1.1920928955078125e-07;  // 2^-23
+
+TEST(Optim, MatchesTorchStepByStep) {
+  const json doc = load_fixture();
+  const size_t steps = doc.at("grads").size();
+  ASSERT_GT(doc.at("cases").size(), 0u);
+  for (const json& c : doc.at("cases")) {
+    auto params = make_params(doc);
+    auto opt = make_optimizer(c, params);
+    for (size_t s = 0; s < steps; ++s) {
+      set_grads(doc, params, s);
+      opt->step();
+      for (auto& [k, p] : params)
+        ASSERT_TRUE(close_abs_rel(p, c.at("expected").at(s).at(k).get<std::vector<float>>(),
+                                  4.0 * static_cast<double>(s + 1) * kEps,
+                                  c.at("name").get<std::string>() + " step " + std::to_string(s + 1) + " " + k));
+    }
+    EXPECT_EQ(opt->steps(), static_cast<int64_t>(steps));
+  }
+}
+
+// Interrupt after k steps, save state and parameters, rebuild everything from copies, continue:
+// the result is bitwise the uninterrupted run.
+TEST(Optim, StateRoundTripContinuesIdentically) {
+  const json doc = load_fixture();
+  const size_t steps = doc.at("grads").size();
+  for (const json& c : doc.at("cases")) {
+    auto ref_params = make_params(doc);
+    auto ref = make_optimizer(c, ref_params);
+    for (size_t s = 0; s < steps; ++s) {
+      set_grads(doc, ref_params, s);
+      ref->step();
+    }
+    for (size_t k : {size_t{1}, size_t{3}}) {
+      auto params = make_params(doc);
+      auto opt = make_optimizer(c, params);
+      for (size_t s = 0; s < k; ++s) {
+        set_grads(doc, params, s);
+        opt->step();
+      }
+      const NamedTensors saved = opt->state();
+      const int64_t saved_steps = opt->steps();
+      std::vector<std::pair<std::string, Tensor>> params2;
+      for (auto& [name, p] : params) {
+        Tensor q = p.clone();
+        q.requires_grad_(true);
+        params2.emplace_back(name, q);
+      }
+      opt.reset();
+      auto opt2 = make_optimizer(c, params2);
+      opt2->load_state(saved, saved_steps);
+      EXPECT_EQ(opt2->steps(), saved_steps);
+      for (size_t s = k; s < steps; ++s) {
+        set_grads(doc, params2, s);
+        opt2->step();
+      }
+      for (size_t i = 0; i < params2.size(); ++i)
+        EXPECT_TRUE(tfm::testing::bitwise_equal(params2[i].second, ref_params[i].second,
+                                           c.at("name").get<std::string>() + " resumed after " + std::to_string(k) +
+                                               ": " + params2[i].first));
+    }
+  }
+}
+
+TEST(Optim, StateKeysFollowTorch) {
+  const json doc = load_fixture();
+  auto params = make_params(doc);
+  Adam adam(params, 1e-3f);
+  set_grads(doc, params, 0);  // "late" has no grad on step 1: no state for it yet
+  adam.step();
+  const NamedTensors s = adam.state();
+  EXPECT_EQ(s.size(), 6u);
+  EXPECT_TRUE(s.count("a.weight.exp_avg") && s.count("a.weight.exp_avg_sq") && s.count("a.weight.step"));
+  EXPECT_FALSE(s.count("late.exp_avg"));
+  EXPECT_EQ(s.at("a.bias.step").item(), 1.0f);
+
+  auto sgd_params = make_params(doc);
+  SGD sgd(sgd_params, 0.1f, 0.9f);
+  set_grads(doc, sgd_params, 0);
+  sgd.step();
+  EXPECT_TRUE(sgd.state().count("a.weight.momentum_buffer"));
+  EXPECT_EQ(sgd.state().size(), 2u);
+}
+
+TEST(Optim, LoadStateRejectsBadKeys) {
+  const json doc = load_fixture();
+  auto params = make_params(doc);
+  Adam adam(params, 1e-3f);
+  set_grads(doc, params, 0);
+  adam.step();
+  NamedTensors s = adam.state();
+  NamedTensors extra = s;
+  extra["nope.exp_avg"] = Tensor::zeros({1});
+  EXPECT_THROW(adam.load_state(extra, 1), std::invalid_argument);
+  NamedTensors bad_shape = s;
+  bad_shape["a.weight.exp_avg"] = Tensor::zeros({4, 3});
+  EXPECT_THROW(adam.load_state(bad_shape, 1), std::invalid_argument);
+  NamedTensors no_step = s;
+  no_step.erase("a.bias.step");
+  EXPECT_THROW(adam.load_state(no_step, 1), std::invalid_argument);
+  EXPECT_NO_THROW(adam.load_state(s, 1));
+  EXPECT_THROW(Adam(params, 1e-3f, 1.0f), std::invalid_argument);
+  EXPECT_THROW(SGD(params, -1.0f), std::invalid_argument);
+}
+
+TEST(Optim, ZeroGradDropsGradients) {
+  const json doc = load_fixture();
+  auto params = make_params(doc);
+  SGD sgd(params, 0.1f);
+  set_grads(doc, params, 3);
+  sgd.zero_grad();
+  for (auto& [k, p] : params) EXPECT_FALSE(p.grad().defined()) << k;
+  // With no gradients, step changes nothing.
+  const Tensor before = params[0].second.clone();
+  sgd.step();
+  EXPECT_TRUE(tfm::testing::bitwise_equal(params[0].second, before, "no-grad step"));
+}
+
+// Norms are accumulated in double and rounded once per parameter, torch's float32 norm kernels
+// accumulate in float with a different order: ≤ a few ulp of the total, i.e. relative 4ε. The
+// scaled grads inherit that relative error plus one rounding.
+TEST(Optim, ClipGradNormMatchesTorch) {
+  const json doc = load_fixture();
+  for (const json& c : doc.at("clip")) {
+    auto params = make_params(doc);
+    set_grads(doc, params, 2);
+    std::vector<Tensor> ps;
+    for (auto& [k, p] : params) ps.push_back(p);
+    const float total = clip_grad_norm(ps, c.at("max_norm").get<float>());
+    const double expected_total = c.at("total_norm").get<double>();
+    EXPECT_NEAR(total, expected_total, 4 * kEps * expected_total);
+    for (auto& [k, p] : params) {
+      const auto e = c.at("grads").at(k).get<std::vector<float>>();
+      for (size_t i = 0; i < e.size(); ++i)
+        ASSERT_NEAR(p.grad().data()[i], e[i], 6 * kEps * std::fabs(e[i]) + 1e-30) << k << "[" << i << "]";
+    }
+  }
+}
+
+// Hand-checkable values: warmup 4 → 0.25, 0.5, 0.75, 1 × base; inverse_sqrt at s = 16: √(4/16) = 0.5;
+// cosine with warmup 0 and 10 total steps at s = 5: 0.5·(1 + cos(π/2)) = 0.5.
+TEST(Optim, Schedules) {
+  EXPECT_FLOAT_EQ(scheduled_lr("constant", 1e-3f, 1, 4, 100), 0.25e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr("constant", 1e-3f, 3, 4, 100), 0.75e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr("constant", 1e-3f, 4, 4, 100), 1e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr("constant", 1e-3f, 50, 4, 100), 1e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr("inverse_sqrt", 2e-3f, 16, 4, 100), 1e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr("inverse_sqrt", 2e-3f, 4, 4, 100), 2e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr("inverse_sqrt", 2e-3f, 4, 0, 100), 1e-3f);  // no warmup: base/√s
+  EXPECT_FLOAT_EQ(scheduled_lr("cosine", 1.0f, 5, 0, 10), 0.5f);
+  EXPECT_FLOAT_EQ(scheduled_lr("cosine", 1.0f, 2, 2, 12), 1.0f);
+  EXPECT_FLOAT_EQ(scheduled_lr("cosine", 1.0f, 12, 2, 12), 0.0f);
+  EXPECT_FLOAT_EQ(scheduled_lr("cosine", 1.0f, 20, 2, 12), 0.0f);
+  EXPECT_THROW(scheduled_lr("linear", 1.0f, 1, 0, 10), std::invalid_argument);
+  EXPECT_THROW(scheduled_lr("constant", 1.0f, 0, 0, 10), std::invalid_argument);
+  EXPECT_THROW(scheduled_lr("cosine", 1.0f, 5, 10, 10), std::invalid_argument);
+}
+
+}  // namespace
