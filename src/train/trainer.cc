@@ -39,6 +39,9 @@ constexpr const char* kTgtVocabFile = "tgt_vocab.txt";
 constexpr const char* kStateKey = "tfm_trainer_state";
 constexpr int64_t kEvalBatch = 256;  // evaluation batch (examples); no gradients, so memory is small
 constexpr int kFormatVersion = 1;
+// --skip-nonfinite gives up after this many bad batches in a row: the weights themselves are then
+// non-finite (or the data is), and skipping would loop forever without taking a step.
+constexpr int64_t kMaxConsecutiveSkips = 100;
 
 std::string join(const std::string& dir, const char* file) { return (fs::path(dir) / file).string(); }
 
@@ -624,6 +627,7 @@ TrainResult run_training(const TrainConfig& config, const TrainHooks& hooks, boo
   std::string reason;
   auto last_progress = Clock::now() - std::chrono::seconds(10);
   int64_t tokens_session = 0;
+  int64_t consecutive_skips = 0;
   while (reason.empty()) {
     if (c.epochs > 0 && st.epoch >= c.epochs) {
       reason = "epochs";
@@ -665,9 +669,15 @@ TrainResult run_training(const TrainConfig& config, const TrainHooks& hooks, boo
                                  std::to_string(c.warmup) + "), --clip-norm 1.0, or --skip-nonfinite to skip such batches.");
         }
         ++st.skipped;
+        if (++consecutive_skips >= kMaxConsecutiveSkips)
+          throw TrainingDiverged("training diverged: " + std::to_string(consecutive_skips) +
+                                 " consecutive batches had a non-finite loss or gradient (at step " +
+                                 std::to_string(st.step + 1) + "); the model is not recovering. Try a lower --lr (now " +
+                                 std::to_string(c.lr) + "), a longer --warmup or --clip-norm 1.0.");
         note(ProgressEvent::NOTE, "skipped a batch with a non-finite loss or gradient before step " +
                                       std::to_string(st.step + 1) + " (" + std::to_string(st.skipped) + " so far)");
       } else {
+        consecutive_skips = 0;
         opt->step();
         opt->zero_grad();
         ++st.step;

@@ -1,0 +1,122 @@
+// tests/cli/train_cli_test.cc — `tfm train`, `tfm eval` and `tfm translate` end to end through the
+// executable: a TSV task made here, bad and empty files, SIGINT → checkpoint → resume.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "test_util.h"
+
+namespace {
+
+using tfm::testing::run_command;
+using tfm::testing::temp_dir;
+
+const std::string kCli = TFM_CLI_PATH;
+
+// A tiny char-level reversal data set: words over "abcde" of length 2..5, target = reversed word.
+void write_pairs(const std::string& path, int n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::ofstream f(path);
+  for (int i = 0; i < n; ++i) {
+    std::string w;
+    const int len = 2 + static_cast<int>(g() % 4);
+    for (int k = 0; k < len; ++k) w += static_cast<char>('a' + g() % 5);
+    f << w << '\t' << std::string(w.rbegin(), w.rend()) << '\n';
+  }
+}
+
+const char* kTinySeq2seq =
+    " --arch seq2seq --d-model 16 --nhead 2 --layers 1 --dim-feedforward 32 --batch-size 16 --threads 1";
+
+TEST(TrainCli, TsvTrainsEvaluatesAndTranslates) {
+  const std::string d = temp_dir("cli_tsv");
+  write_pairs(d + "/train.tsv", 80, 1);
+  write_pairs(d + "/valid.tsv", 10, 2);
+  // One source with two accepted targets: eval counts it once.
+  { std::ofstream(d + "/valid.tsv", std::ios::app) << "ab\tba\nab\tab\n"; }
+  std::string out;
+  ASSERT_EQ(run_command(kCli + " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv --out " + d + "/run" +
+                            kTinySeq2seq + " --max-steps 30 --eval-every 10",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("validation: sequence accuracy"), std::string::npos) << out;
+  for (const char* f : {"config.json", "model.safetensors", "src_vocab.txt", "tgt_vocab.txt", "metrics.csv", "curves.svg"})
+    EXPECT_TRUE(std::filesystem::exists(d + "/run/" + f)) << f;
+
+  ASSERT_EQ(run_command("(" + kCli + " eval --model " + d + "/run --data " + d + "/valid.tsv --json 2>/dev/null)", &out), 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  for (const char* k : {"token_accuracy", "sequence_accuracy", "token_error_rate", "sequence_error_rate", "examples"})
+    EXPECT_TRUE(j.contains(k)) << k << " missing in " << out;
+  // 10 random words plus "ab" (listed twice) — fewer if the random words repeat a source.
+  EXPECT_LE(j["examples"].get<int>(), 11);
+  EXPECT_GE(j["examples"].get<int>(), 2);
+  EXPECT_NEAR(j["sequence_accuracy"].get<double>() + j["sequence_error_rate"].get<double>(), 1.0, 1e-12);
+
+  ASSERT_EQ(run_command(kCli + " eval --model " + d + "/run --data " + d + "/valid.tsv --beam 2", &out), 0) << out;
+  EXPECT_NE(out.find("token error rate"), std::string::npos) << out;
+
+  ASSERT_EQ(run_command("(printf 'abc\\n\\nedcba\\n' | " + kCli + " translate --model " + d + "/run --batch-size 2 2>/dev/null)",
+                        &out),
+            0)
+      << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;
+}
+
+TEST(TrainCli, BadTsvLinesAreReportedWithLineNumbers) {
+  const std::string d = temp_dir("cli_bad");
+  write_pairs(d + "/valid.tsv", 5, 3);
+  { std::ofstream(d + "/train.tsv") << "ab\tba\ncd\tdc\n\nno tab\nef\tfe\n"; }
+  std::string out;
+  const std::string base =
+      kCli + " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv --out " + d + "/run" + kTinySeq2seq;
+  EXPECT_EQ(run_command(base + " --max-steps 1 --strict", &out), 1) << out;
+  EXPECT_NE(out.find("train.tsv:3: blank line"), std::string::npos) << out;
+  ASSERT_EQ(run_command(base + " --max-steps 1", &out), 0) << out;
+  EXPECT_NE(out.find("train.tsv: skipped 2 of 5 lines (line 3: blank line; line 4: malformed line"), std::string::npos)
+      << out;
+
+  { std::ofstream(d + "/empty.tsv"); }
+  EXPECT_EQ(run_command(kCli + " train --train " + d + "/empty.tsv --valid " + d + "/valid.tsv --out " + d + "/e", &out), 1);
+  EXPECT_NE(out.find("empty.tsv: file is empty"), std::string::npos) << out;
+}
+
+TEST(TrainCli, SigintWritesACheckpointAndResumes) {
+  const std::string d = temp_dir("cli_sigint");
+  const std::string run = d + "/run";
+  // Wait for the first evaluation line (the loop is running, the handler installed), then SIGINT.
+  const std::string script =
+      kCli + " train --task reverse --arch encoder --d-model 16 --nhead 2 --layers 1 --dim-feedforward 32 " +
+      "--batch-size 32 --max-steps 1000000 --eval-every 5 --threads 1 --out " + run + " 2>" + d + "/err & pid=$!; " +
+      "for i in $(seq 600); do grep -q '^eval' " + d + "/err 2>/dev/null && break; sleep 0.1; done; " +
+      "kill -INT $pid; wait $pid; echo rc=$?";
+  std::string out;
+  run_command(script, &out);
+  EXPECT_NE(out.find("rc=130"), std::string::npos) << out;
+  std::string err;
+  run_command("cat " + d + "/err", &err);
+  EXPECT_NE(err.find("interrupted (SIGINT) at step"), std::string::npos) << err;
+  EXPECT_NE(err.find("resume with: tfm train --resume " + run), std::string::npos) << err;
+  EXPECT_TRUE(std::filesystem::exists(run + "/trainer_state.safetensors"));
+  // Resume with a shorter length: no further steps, then the final evaluation.
+  ASSERT_EQ(run_command(kCli + " train --resume " + run + " --max-steps 1 --threads 1", &out), 0) << out;
+  EXPECT_NE(out.find("resuming " + run + " at step"), std::string::npos) << out;
+  EXPECT_NE(out.find("validation: sequence accuracy"), std::string::npos) << out;
+
+  ASSERT_EQ(run_command(kCli + " eval --model " + run + " --task reverse --count 40", &out), 0) << out;
+  EXPECT_NE(out.find("examples             40"), std::string::npos) << out;
+  ASSERT_EQ(run_command("echo '1 2 3' | " + kCli + " translate --model " + run, &out), 0) << out;
+}
+
+TEST(TrainCli, HelpHasExamples) {
+  for (const char* cmd : {"train", "eval", "translate"}) {
+    std::string out;
+    EXPECT_EQ(run_command(kCli + " " + cmd + " --help", &out), 0) << cmd;
+    EXPECT_NE(out.find("Example"), std::string::npos) << cmd << ": " << out;
+  }
+}
+
+}  // namespace
