@@ -6,8 +6,7 @@
 //   onednn_matmul the oneDNN matmul primitive, created once outside the timed loop
 //   tfm_gemm      tfm::kernels::gemm: fixed output panels, one serial dnnl_sgemm per panel inside
 //                 our own `omp parallel for` (deterministic; `mismatch` must be 0)
-//   panels_sgemm/…, panels_matmul/…  gemm_paneled with explicit panel sizes and backend, to
-//                 choose gemm_plan() by measurement
+//   panels/MTxNT  gemm_paneled with explicit (mt × nt) panels, to choose gemm_plan() by measurement
 //
 // Shapes (D = 512, F = 2048, T·B = 1024 tokens), named after their use:
 //   NT (1024,1536,512) qkv in-proj  y = x·Wᵀ      NT (1024,512,512) out-proj
@@ -23,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -158,43 +158,39 @@ std::string shape_name(const Shape& s) {
 
 int main(int argc, char** argv) {
   for (int threads : {1, 2}) {
-    const std::string th = "/threads:" + std::to_string(threads);
+    // Threaded runs: GFLOP/s against wall time (the main thread's CPU time over-reports runs whose
+    // main thread sleeps at a barrier). 1-thread runs: against that thread's CPU time, which equals
+    // wall time on an idle machine and stays meaningful on a loaded one (preemption not counted).
+    auto add = [threads](const std::string& name, const Shape& s, Runner run) {
+      auto* b = benchmark::RegisterBenchmark(
+          (name + "/threads:" + std::to_string(threads)).c_str(),
+          [=](benchmark::State& st) { bench(st, s, threads, run, true); });
+      if (threads > 1) b->UseRealTime();
+    };
     for (const Shape& s : kShapes) {
       const std::string sh = shape_name(s);
-      benchmark::RegisterBenchmark(("onednn_sgemm/" + sh + th).c_str(), [=](benchmark::State& st) {
-        bench(st, s, threads, run_onednn_sgemm, true);
-      });
+      add("onednn_sgemm/" + sh, s, run_onednn_sgemm);
 #ifdef TFM_BENCH_OPENBLAS
-      benchmark::RegisterBenchmark(("openblas/" + sh + th).c_str(), [=](benchmark::State& st) {
-        bench(st, s, threads, run_openblas, true);
-      });
+      add("openblas/" + sh, s, run_openblas);
 #endif
-      benchmark::RegisterBenchmark(("onednn_matmul/" + sh + th).c_str(), [=](benchmark::State& st) {
-        bench(st, s, threads, make_onednn_matmul(s), true);
-      });
-      benchmark::RegisterBenchmark(("tfm_gemm/" + sh + th).c_str(), [=](benchmark::State& st) {
-        bench(st, s, threads, run_tfm_gemm, true);
-      });
-      // Candidate plans for gemm_plan(): row panels, 2-D tiles, column panels; both backends.
-      using tfm::kernels::gemm_detail::GemmBackend;
-      for (GemmBackend be : {GemmBackend::ONEDNN_SGEMM, GemmBackend::ONEDNN_MATMUL}) {
-        for (auto [mt, nt] : {std::pair<int64_t, int64_t>{128, 0}, {256, 0}, {512, 0}, {256, 512},
-                              {0, 256}}) {
-          const int64_t m = mt ? std::min(mt, s.M) : s.M, n = nt ? std::min(nt, s.N) : s.N;
-          const std::string name = std::string(be == GemmBackend::ONEDNN_SGEMM ? "panels_sgemm/"
-                                                                                : "panels_matmul/") +
-                                   std::to_string(m) + "x" + std::to_string(n) + "/";
-          benchmark::RegisterBenchmark((name + sh + th).c_str(), [=](benchmark::State& st) {
-            bench(
-                st, s, threads,
-                [m, n, be](const Shape& sp, Operands& o) {
-                  tfm::kernels::gemm_detail::gemm_paneled(sp.ta, sp.tb, sp.M, sp.N, sp.K, 1.f,
-                                                          o.A.data(), o.lda, o.B.data(), o.ldb,
-                                                          sp.beta, o.C.data(), o.ldc, {m, n, be});
-                },
-                true);
+      // Built lazily inside the benchmark, after its thread count is set (oneDNN fixes a
+      // primitive's thread count when it is created).
+      add("onednn_matmul/" + sh, s,
+          [prim = std::make_shared<Runner>()](const Shape& sp, Operands& o) {
+            if (!*prim) *prim = make_onednn_matmul(sp);
+            (*prim)(sp, o);
           });
-        }
+      add("tfm_gemm/" + sh, s, run_tfm_gemm);
+      // Candidate plans for gemm_plan(): row panels, a 2-D tile, column panels.
+      for (auto [mt, nt] : {std::pair<int64_t, int64_t>{128, 0}, {256, 0}, {512, 0}, {256, 512},
+                            {0, 256}}) {
+        const int64_t m = mt ? std::min(mt, s.M) : s.M, n = nt ? std::min(nt, s.N) : s.N;
+        add("panels/" + std::to_string(m) + "x" + std::to_string(n) + "/" + sh, s,
+            [m, n](const Shape& sp, Operands& o) {
+              tfm::kernels::gemm_detail::gemm_paneled(sp.ta, sp.tb, sp.M, sp.N, sp.K, 1.f,
+                                                      o.A.data(), o.lda, o.B.data(), o.ldb,
+                                                      sp.beta, o.C.data(), o.ldc, {m, n});
+            });
       }
     }
   }

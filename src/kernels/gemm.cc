@@ -1,6 +1,8 @@
-// src/kernels/gemm.cc — gemm, the fast GEMM: oneDNN's single-threaded sgemm run on fixed output
+// src/kernels/gemm.cc — gemm, the fast GEMM: single-threaded oneDNN sgemm calls on fixed output
 // panels in our own OpenMP loop (see gemm_backend.h for why), so results never depend on the
-// thread count. The scalar twin is gemm_scalar (gemm_scalar.cc); TFM_FORCE_SCALAR=1 selects it.
+// thread count. The scalar twin is
+// gemm_scalar (gemm_scalar.cc); TFM_FORCE_SCALAR=1 selects it. To retune: run bench/bench_gemm,
+// compare the panels_* rows with tfm_gemm, and change gemm_plan() — the tests need no change.
 #include <omp.h>
 
 #include <algorithm>
@@ -20,7 +22,9 @@ namespace {
 // runs serially inside an active parallel region (it checks omp_in_parallel()), but outside one,
 // and when a primitive descriptor picks its blocking, it asks omp_get_max_threads(). That is an
 // ICV of the calling task only, so lowering it here and restoring it afterwards affects nobody
-// else, inside or outside our parallel region.
+// else, inside or outside our parallel region. (Verified: a 2-thread top-level dnnl_sgemm of NT
+// 1024×512×2048 differs bitwise from the 1-thread one; the same call inside a 2-thread parallel
+// region equals the 1-thread result.)
 class SerialOmpScope {
  public:
   SerialOmpScope() : saved_(omp_get_max_threads()) {
@@ -36,30 +40,19 @@ class SerialOmpScope {
   int saved_;
 };
 
-// The CPU engine, created on first use and deliberately never destroyed (no static destruction
-// order hazards at exit). Null if oneDNN could not create it.
-dnnl_engine_t cpu_engine() {
-  static dnnl_engine_t engine = [] {
-    dnnl_engine_t e = nullptr;
-    if (dnnl_engine_create(&e, dnnl_cpu, 0) != dnnl_success) e = nullptr;
-    return e;
-  }();
-  return engine;
-}
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // Row panels of at most kMaxPanelRows rows, an even number of them (≥ 2) so two threads share
 // evenly; tall-skinny outputs with few rows (M < 128, e.g. decoding) are cut into column panels
-// instead. Measured on the transformer shapes (bench/bench_gemm.cc): M/2-row panels of 512 match
-// or beat oneDNN's own (non-deterministic) threading on 2 cores; 128-row panels cost up to ~12%.
+// instead. Measured on the transformer shapes (bench/bench_gemm.cc, 2 cores): one 512-row panel
+// runs at the full-matrix single-core speed within noise, 128-row panels lose ~10–30% (A's packing
+// and the kernel's blocking are amortized over fewer rows), and two 512-row panels on 2 threads
+// match oneDNN's own (non-deterministic) threading.
 // TODO(gemm): machines with more than 2 cores want more panels for M = 1024; re-measure there
 // before lowering kMaxPanelRows (the plan must stay a function of the shape only).
 constexpr int64_t kMaxPanelRows = 512, kMinPanelRows = 64, kMaxPanelCols = 1024;
-// trans_a with lda ≥ this goes through the matmul primitive (see GemmBackend).
-constexpr int64_t kMatmulMinLda = 1024;
 
 int64_t even_count(int64_t extent, int64_t max_size) {
   const int64_t n = std::max<int64_t>(2, ceil_div(extent, max_size));
@@ -68,11 +61,9 @@ int64_t even_count(int64_t extent, int64_t max_size) {
 
 }  // namespace
 
-GemmPlan gemm_plan(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda) {
-  (void)trans_b;
-  GemmPlan p{M, N, GemmBackend::ONEDNN_SGEMM};
+GemmPlan gemm_plan(int64_t M, int64_t N, int64_t K) {
+  GemmPlan p{M, N};
   if (M * N * K < kSerialWork) return p;  // one serial call, no thread team
-  if (trans_a && lda >= kMatmulMinLda) p.backend = GemmBackend::ONEDNN_MATMUL;
   if (M >= 2 * kMinPanelRows) {
     p.mt = std::min(M, round_up(ceil_div(M, even_count(M, kMaxPanelRows)), 16));
   } else if (N >= 2 * kMinPanelRows) {
@@ -89,72 +80,6 @@ bool onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
                     C, ldc) == dnnl_success;
 }
 
-bool onednn_matmul_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                          const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                          float* C, int64_t ldc) {
-  SerialOmpScope serial;
-  dnnl_engine_t engine = cpu_engine();
-  if (engine == nullptr) return false;
-  // op(A) (M,K), op(B) (K,N), C (M,N) as strided 2-D views of the caller's buffers.
-  const dnnl_dims_t a_dims = {M, K}, b_dims = {K, N}, c_dims = {M, N};
-  const dnnl_dims_t a_strides = {trans_a ? 1 : lda, trans_a ? lda : 1};
-  const dnnl_dims_t b_strides = {trans_b ? 1 : ldb, trans_b ? ldb : 1};
-  const dnnl_dims_t c_strides = {ldc, 1};
-  dnnl_memory_desc_t a_md, b_md, c_md;
-  dnnl_matmul_desc_t op;
-  if (dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, dnnl_f32, a_strides) != dnnl_success ||
-      dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, dnnl_f32, b_strides) != dnnl_success ||
-      dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_strides) != dnnl_success ||
-      dnnl_matmul_desc_init(&op, &a_md, &b_md, nullptr, &c_md) != dnnl_success)
-    return false;
-  // C = alpha·(A·B) [output scale] + beta·C [sum post-op]; without the post-op C is overwritten.
-  dnnl_primitive_attr_t attr = nullptr;
-  dnnl_post_ops_t post = nullptr;
-  dnnl_primitive_desc_t pd = nullptr;
-  dnnl_primitive_t prim = nullptr;
-  dnnl_memory_t a_mem = nullptr, b_mem = nullptr, c_mem = nullptr;
-  dnnl_stream_t stream = nullptr;
-  bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
-  if (ok && alpha != 1.0f)
-    ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success;
-  if (ok && beta != 0.0f) {
-    ok = dnnl_post_ops_create(&post) == dnnl_success &&
-         dnnl_post_ops_append_sum(post, beta) == dnnl_success &&
-         dnnl_primitive_attr_set_post_ops(attr, post) == dnnl_success;
-  }
-  // The primitive itself comes from oneDNN's (thread-safe) primitive cache after the first call.
-  ok = ok && dnnl_primitive_desc_create(&pd, &op, attr, engine, nullptr) == dnnl_success &&
-       dnnl_primitive_create(&prim, pd) == dnnl_success &&
-       dnnl_memory_create(&a_mem, &a_md, engine, const_cast<float*>(A)) == dnnl_success &&
-       dnnl_memory_create(&b_mem, &b_md, engine, const_cast<float*>(B)) == dnnl_success &&
-       dnnl_memory_create(&c_mem, &c_md, engine, C) == dnnl_success &&
-       dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) == dnnl_success;
-  if (ok) {
-    const dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
-    ok = dnnl_primitive_execute(prim, stream, 3, args) == dnnl_success &&
-         dnnl_stream_wait(stream) == dnnl_success;
-  }
-  if (stream) dnnl_stream_destroy(stream);
-  if (c_mem) dnnl_memory_destroy(c_mem);
-  if (b_mem) dnnl_memory_destroy(b_mem);
-  if (a_mem) dnnl_memory_destroy(a_mem);
-  if (prim) dnnl_primitive_destroy(prim);
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  if (post) dnnl_post_ops_destroy(post);
-  if (attr) dnnl_primitive_attr_destroy(attr);
-  return ok;
-}
-
-// One panel on the chosen backend, serially.
-static bool onednn_panel(GemmBackend backend, bool trans_a, bool trans_b, int64_t M, int64_t N,
-                         int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-                         int64_t ldb, float beta, float* C, int64_t ldc) {
-  return backend == GemmBackend::ONEDNN_MATMUL
-             ? onednn_matmul_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
-             : onednn_sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
 void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                   int64_t ldc, GemmPlan p) {
@@ -168,7 +93,7 @@ void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     const float* a = trans_a ? A + i0 : A + i0 * lda;  // op(A) rows i0..: columns of a (K,M) A
     const float* b = trans_b ? B + j0 * ldb : B + j0;  // op(B) cols j0..: rows of an (N,K) B
     float* c = C + i0 * ldc + j0;
-    if (!onednn_panel(p.backend, trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc)) {
+    if (!onednn_sgemm_serial(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc)) {
       // oneDNN only fails on malformed arguments (checked by the calling op) or out of memory;
       // stay correct (and deterministic) anyway.
       assert(false && "oneDNN rejected a gemm panel");
@@ -202,7 +127,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     return;
   }
   gemm_detail::gemm_paneled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-                            gemm_detail::gemm_plan(trans_a, trans_b, M, N, K, lda));
+                            gemm_detail::gemm_plan(M, N, K));
 }
 
 }  // namespace tfm::kernels

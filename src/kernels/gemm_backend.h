@@ -15,16 +15,9 @@
 
 namespace tfm::kernels::gemm_detail {
 
-// Which oneDNN entry point computes a panel. Both run serially per panel; they differ in speed
-// by shape (bench/bench_gemm.cc): the sgemm is as fast or faster everywhere except trans_a with a
-// long leading dimension (weight gradients dW = dYᵀ·X with F = 2048 rows), where its packing of
-// A is ~1.35× slower than the matmul primitive's.
-enum class GemmBackend : uint8_t { ONEDNN_SGEMM, ONEDNN_MATMUL };
-
-// How C is cut: panels of (mt rows × nt cols), mt ≤ M and nt ≤ N, both ≥ 1, and the backend.
+// How C is cut: panels of (mt rows × nt cols), mt ≤ M and nt ≤ N, both ≥ 1.
 struct GemmPlan {
   int64_t mt = 0, nt = 0;
-  GemmBackend backend = GemmBackend::ONEDNN_SGEMM;
 };
 
 // Below this many multiply-adds (M·N·K) the whole product is one single-threaded call: a thread
@@ -32,8 +25,8 @@ struct GemmPlan {
 // bench/bench_gemm.cc).
 inline constexpr int64_t kSerialWork = int64_t(1) << 21;
 
-// The plan for a product: a function of the shape and layout only, never of the thread count.
-GemmPlan gemm_plan(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda);
+// The plan for a product: a function of the shape only, never of the thread count.
+GemmPlan gemm_plan(int64_t M, int64_t N, int64_t K);
 
 // One oneDNN sgemm on the calling thread only (oneDNN's thread budget is forced to 1 around the
 // call, inside or outside a parallel region). Returns false if oneDNN rejected the call. Same
@@ -41,13 +34,6 @@ GemmPlan gemm_plan(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
 bool onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                          const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                          float* C, int64_t ldc);
-
-// The same product through the oneDNN matmul primitive (strided memory descriptors, alpha as
-// output scale, beta as sum post-op), also forced serial. Builds its primitive per call; oneDNN's
-// primitive cache makes repeats cheap (tens of µs), so the plan uses it only for large panels.
-bool onednn_matmul_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                          const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
-                          float* C, int64_t ldc);
 
 // C = alpha·op(A)·op(B) + beta·C computed panel by panel (plan p), panels distributed over the
 // OpenMP team with a static schedule. Deterministic for a fixed p.

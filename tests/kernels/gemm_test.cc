@@ -106,9 +106,8 @@ void expect_close(const Case& c, float alpha, float beta, const Mat& C0, const M
 }
 
 // Odd sizes (not multiples of any vector width), degenerate 1s, and sizes above the serial
-// threshold (2^21 multiply-adds) so the threaded panel paths run too: row panels (65·130·257,
-// 200·300·150), column panels (M < 128: 40·700·99), and with trans_a the long-lda matmul-primitive
-// backend (M = 1030 ≥ 1024).
+// threshold (2^21 multiply-adds) so the threaded panel paths run too: row panels with a ragged
+// last panel (65·130·257, 200·300·150, 1030·70·40) and column panels (M < 128: 40·700·99).
 const int64_t kShapes[][3] = {{1, 1, 1},     {1, 17, 3},     {3, 1, 33},      {17, 33, 1},
                               {33, 17, 100}, {100, 3, 17},   {100, 100, 100}, {65, 130, 257},
                               {200, 300, 150}, {40, 700, 99}, {1030, 70, 40}};
