@@ -53,7 +53,8 @@ struct Dataset {
   data::Vocab src_vocab, tgt_vocab;
   std::vector<data::Example> train;  // TSV: the whole file; task: regenerated each epoch
   std::vector<data::Example> valid;  // every validation pair (teacher-forced evaluation)
-  // Decoding evaluation: each distinct validation source once, with all its accepted targets.
+  // Decoding evaluation: TSV: each distinct validation source once, with all its accepted targets;
+  // task: every generated sequence (one reference each).
   std::vector<Tokens> valid_sources;
   std::vector<std::vector<Tokens>> valid_references;
   std::vector<std::string> notes;  // skipped-line summaries for the user
@@ -130,7 +131,12 @@ Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const d
       vt.push_back(p.tgt);
     }
   }
-  group_references(vs, vt, ds.valid_sources, ds.valid_references);
+  if (c.task.empty()) {
+    group_references(vs, vt, ds.valid_sources, ds.valid_references);
+  } else {  // every generated sequence counts, repeats included ("accuracy on 1,000 sequences")
+    ds.valid_sources = vs;
+    for (auto& t : vt) ds.valid_references.push_back({std::move(t)});
+  }
   return ds;
 }
 
