@@ -1,10 +1,12 @@
 // src/tensor.cc — Tensor storage, views and the autograd engine (topological backward).
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kernels/rowwise.h"
 #include "tensor_impl.h"
 #include "tfm/autograd.h"
 
@@ -35,19 +37,104 @@ const char* dtype_name(DType t) { return t == DType::Float32 ? "Float32" : "Bool
 static size_t dtype_size(DType t) { return t == DType::Float32 ? 4 : 1; }
 
 // ---- storage --------------------------------------------------------------------------------------
+// The block cache. Sizes are rounded up to a size class (multiples of 64 B up to 4 KiB, then four
+// classes per power of two, so at most 25% slack) and freed blocks wait in a per-class free list.
+// One mutex guards it: tensors are created and destroyed by the op layer on the calling thread,
+// never inside the kernels' parallel loops, so it is uncontended.
+namespace {
+
+size_t size_class(size_t bytes) {
+  if (bytes <= 4096) return bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+  int top = 63 - __builtin_clzll(static_cast<unsigned long long>(bytes));  // 2^top ≤ bytes
+  size_t step = size_t(1) << (top - 2);
+  return (bytes + step - 1) / step * step;
+}
+
+class BlockCache {
+ public:
+  void* get(size_t cls) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(cls);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_ -= cls;
+        ++hits_;
+        return p;
+      }
+      ++mallocs_;
+    }
+    void* p = std::aligned_alloc(64, cls);
+    if (!p) {  // memory may be tied up in idle blocks: release them and try once more
+      release_all();
+      p = std::aligned_alloc(64, cls);
+      if (!p) throw std::bad_alloc();
+    }
+    return p;
+  }
+  void put(void* p, size_t cls) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cached_ + cls <= limit_) {
+        free_[cls].push_back(p);
+        cached_ += cls;
+        return;
+      }
+    }
+    std::free(p);
+  }
+  void release_all() {
+    std::unordered_map<size_t, std::vector<void*>> drop;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      drop.swap(free_);
+      cached_ = 0;
+    }
+    for (auto& [cls, v] : drop)
+      for (void* p : v) std::free(p);
+  }
+  AllocatorStats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {hits_, mallocs_, cached_};
+  }
+
+ private:
+  static size_t read_limit() {
+    const char* v = std::getenv("TFM_ALLOC_CACHE_MB");
+    if (!v || !*v) return size_t(2048) << 20;
+    return static_cast<size_t>(std::strtoull(v, nullptr, 10)) << 20;
+  }
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+  size_t limit_ = read_limit();
+  uint64_t hits_ = 0, mallocs_ = 0;
+};
+
+// Never destroyed: tensors in other static objects may be freed after main returns.
+BlockCache& block_cache() {
+  static BlockCache* cache = new BlockCache();
+  return *cache;
+}
+
+}  // namespace
+
 Storage::~Storage() {
-  if (!keeper) std::free(ptr);
+  if (!keeper && ptr) block_cache().put(ptr, capacity);
 }
 
 std::shared_ptr<Storage> allocate_storage(size_t bytes) {
   auto s = std::make_shared<Storage>();
-  size_t rounded = (bytes + 63) / 64 * 64;
-  if (rounded == 0) rounded = 64;
-  s->ptr = std::aligned_alloc(64, rounded);
-  if (!s->ptr) throw std::bad_alloc();
+  const size_t cls = size_class(bytes);
+  s->ptr = block_cache().get(cls);
   s->bytes = bytes;
+  s->capacity = cls;
   return s;
 }
+
+AllocatorStats allocator_stats() { return block_cache().stats(); }
+void allocator_release_cache() { block_cache().release_all(); }
 
 static std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype) {
   auto impl = std::make_shared<TensorImpl>();
@@ -299,21 +386,26 @@ void record(Tensor& out, std::shared_ptr<Node> node) { out.set_grad_fn(std::move
 
 void accumulate_grad(Tensor* slot, const Tensor& g) {
   if (!slot->defined()) {
-    // Own the storage: g may alias a tensor someone else holds (e.g. reshape of dout).
-    *slot = g.clone();
+    // The slot must own its storage: g may alias a tensor someone else holds (e.g. a reshape of dout).
+    // When g's storage has no other holder (a fresh gradient a node just computed, which the node
+    // drops after handing it over), the slot takes it without a copy. Contract for nodes: a gradient
+    // handed to accumulate_grad is not written afterwards. The engine detaches the user's
+    // grad_output, so it is never taken.
+    const TensorImpl* gi = g.impl();
+    const bool sole = gi && gi->storage && !gi->storage->keeper && gi->offset == 0 && !gi->grad_fn &&
+                      gi->storage.use_count() == 1;
+    *slot = sole ? g.detach() : g.clone();
     return;
   }
   if (slot->shape() != g.shape())
     throw std::logic_error("accumulate_grad: gradient " + describe(g) + " for slot " + describe(*slot));
-  float* d = slot->data();
-  const float* s = g.data();
-  for (int64_t i = 0; i < g.numel(); ++i) d[i] += s[i];
+  kernels::add_forward(slot->data(), g.data(), slot->data(), g.numel());
 }
 
 void Tensor::backward(const Tensor& grad_output) const {
   auto& root = need(impl_.get(), "backward");
   if (!root.requires_grad) throw std::logic_error("backward: tensor does not require grad");
-  Tensor dout = grad_output;
+  Tensor dout = grad_output.defined() ? grad_output.detach() : Tensor();  // never taken by a slot
   if (!dout.defined()) {
     if (root.numel != 1) throw std::logic_error("backward: grad_output needed for non-scalar " + describe(*this));
     dout = Tensor::full(root.shape, 1.0f);

@@ -1,6 +1,8 @@
 // src/tensor_impl.h — what a Tensor handle points to. Internal: ops and I/O may use it, users may not.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "tfm/autograd.h"
@@ -8,15 +10,27 @@
 
 namespace tfm {
 
-// 64-byte aligned bytes. Either owned (freed on destruction) or borrowed from a keeper
-// (e.g. a memory-mapped file) that outlives every tensor pointing into it.
+// 64-byte aligned bytes. Either owned (returned to the block cache on destruction) or borrowed from
+// a keeper (e.g. a memory-mapped file) that outlives every tensor pointing into it.
 struct Storage {
   void* ptr = nullptr;
   size_t bytes = 0;
+  size_t capacity = 0;           // owned: size of the cached block behind ptr (≥ bytes)
   std::shared_ptr<void> keeper;  // set for borrowed memory; null when owned
   ~Storage();
 };
+// Owned storage from the process-wide block cache (src/tensor.cc): freed blocks are kept by size
+// class and handed out again, so the steady state of an inference loop or a training step, which
+// asks for the same sizes every iteration, does not reach malloc or fault in fresh pages.
+// The cache holds at most TFM_ALLOC_CACHE_MB (default 2048) MiB of idle blocks; 0 disables it.
 std::shared_ptr<Storage> allocate_storage(size_t bytes);
+// Statistics for tests and benchmarks: blocks served from the cache vs. from malloc.
+struct AllocatorStats {
+  uint64_t cache_hits = 0, mallocs = 0;
+  size_t cached_bytes = 0;
+};
+AllocatorStats allocator_stats();
+void allocator_release_cache();  // frees every idle block
 
 struct TensorImpl {
   Shape shape;

@@ -1,13 +1,14 @@
-// src/kernels/rowwise.cc — LayerNorm, activations and softmax cross-entropy kernels.
-// Scalar twins instantiate the templates of rowwise_scalar.h; the dispatching entry points
-// parallelize over rows in fixed chunks (row results never depend on the thread count) and use the
-// AVX-512 bodies when available.
+// src/kernels/rowwise.cc — LayerNorm, activations, softmax cross-entropy and the element-wise
+// kernels of rowwise.h. Scalar twins instantiate the templates of rowwise_scalar.h; the dispatching
+// entry points parallelize over rows (or elements) in fixed chunks, so results never depend on the
+// thread count, and run the AVX-512 bodies of rowwise_avx512.cc when cpu_has_avx512().
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/rowwise.h"
 #include "kernels/rowwise_scalar.h"
 
 namespace tfm::kernels {
@@ -32,26 +33,52 @@ void activation_backward_scalar(ActivationKind k, const float* dy, const float* 
   ref::activation_backward<float>(k, dy, x, dx, N, F);
 }
 
+void add_forward_scalar(const float* a, const float* b, float* y, int64_t n) { ref::add_forward<float>(a, b, y, n); }
+void dropout_forward_scalar(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
+  ref::dropout_forward<float>(x, y, n, p, seed, offset);
+}
+void bias_activation_forward_scalar(ActivationKind k, const float* x, const float* bias, float* y, int64_t N,
+                                    int64_t F) {
+  ref::bias_activation_forward<float>(k, x, bias, y, N, F);
+}
+void bias_grad_scalar(const float* dy, float* db, int64_t N, int64_t F) { ref::bias_grad<float>(dy, db, N, F); }
+void add_layer_norm_forward_scalar(const float* x, const float* r, const float* w, const float* b, float* z,
+                                   float* y, float* mean, float* rstd, int64_t N, int64_t D, float eps) {
+  // z = x + r into z (or into y when z is not kept), then LayerNorm of it into y.
+  float* sum = z ? z : y;
+  ref::add_forward<float>(x, r, sum, N * D);
+  ref::layer_norm_forward<float>(sum, w, b, y, mean, rstd, N, D, eps);
+}
+
 // Rows are processed in chunks of kRowChunk; each chunk is independent, so any schedule gives the
 // same bits. Parameter-gradient reductions (LayerNorm dw, db) sum per-chunk partials in chunk order.
 static constexpr int64_t kRowChunk = 64;
 
 void layer_norm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
                         float* rstd, int64_t N, int64_t D, float eps) {
+  const bool simd = cpu_has_avx512();
   const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
 #pragma omp parallel for schedule(static) if (N * D > 32768)
   for (int64_t c = 0; c < chunks; ++c) {
     int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
-    layer_norm_forward_scalar(x + r0 * D, w, b, y + r0 * D, mean ? mean + r0 : nullptr,
-                              rstd ? rstd + r0 : nullptr, rn, D, eps);
+    if (simd)
+      avx512::layer_norm_forward(x + r0 * D, w, b, y + r0 * D, mean ? mean + r0 : nullptr,
+                                 rstd ? rstd + r0 : nullptr, rn, D, eps);
+    else
+      layer_norm_forward_scalar(x + r0 * D, w, b, y + r0 * D, mean ? mean + r0 : nullptr,
+                                rstd ? rstd + r0 : nullptr, rn, D, eps);
   }
 }
 
 void layer_norm_backward(const float* dy, const float* x, const float* w, const float* mean,
                          const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t D) {
+  const bool simd = cpu_has_avx512();
   const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
   if (chunks <= 1) {
-    layer_norm_backward_scalar(dy, x, w, mean, rstd, dx, dw, db, N, D);
+    if (simd)
+      avx512::layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db, N, D);
+    else
+      layer_norm_backward_scalar(dy, x, w, mean, rstd, dx, dw, db, N, D);
     return;
   }
   std::vector<float> part(static_cast<size_t>(chunks * 2 * D), 0.0f);  // per-chunk (dw, db)
@@ -59,8 +86,12 @@ void layer_norm_backward(const float* dy, const float* x, const float* w, const 
   for (int64_t c = 0; c < chunks; ++c) {
     int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
     float* pw = part.data() + c * 2 * D;
-    layer_norm_backward_scalar(dy + r0 * D, x + r0 * D, w, mean + r0, rstd + r0, dx + r0 * D, pw,
-                               db ? pw + D : nullptr, rn, D);
+    if (simd)
+      avx512::layer_norm_backward(dy + r0 * D, x + r0 * D, w, mean + r0, rstd + r0, dx + r0 * D, pw,
+                                  db ? pw + D : nullptr, rn, D);
+    else
+      layer_norm_backward_scalar(dy + r0 * D, x + r0 * D, w, mean + r0, rstd + r0, dx + r0 * D, pw,
+                                 db ? pw + D : nullptr, rn, D);
   }
   for (int64_t c = 0; c < chunks; ++c) {
     const float* pw = part.data() + c * 2 * D;
@@ -71,22 +102,99 @@ void layer_norm_backward(const float* dy, const float* x, const float* w, const 
 }
 
 void activation_forward(ActivationKind k, const float* x, float* y, int64_t N, int64_t F) {
+  bias_activation_forward(k, x, nullptr, y, N, F);
+}
+
+void bias_activation_forward(ActivationKind k, const float* x, const float* bias, float* y, int64_t N, int64_t F) {
+  const bool simd = cpu_has_avx512();
   const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
   const int64_t in_row = activation_is_gated(k) ? 2 * F : F;
 #pragma omp parallel for schedule(static) if (N * F > 32768)
   for (int64_t c = 0; c < chunks; ++c) {
     int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
-    activation_forward_scalar(k, x + r0 * in_row, y + r0 * F, rn, F);
+    if (!simd || !avx512::bias_activation_forward(k, x + r0 * in_row, bias, y + r0 * F, rn, F))
+      bias_activation_forward_scalar(k, x + r0 * in_row, bias, y + r0 * F, rn, F);
   }
 }
 
 void activation_backward(ActivationKind k, const float* dy, const float* x, float* dx, int64_t N, int64_t F) {
+  const bool simd = cpu_has_avx512();
   const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
   const int64_t in_row = activation_is_gated(k) ? 2 * F : F;
 #pragma omp parallel for schedule(static) if (N * F > 32768)
   for (int64_t c = 0; c < chunks; ++c) {
     int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
-    activation_backward_scalar(k, dy + r0 * F, x + r0 * in_row, dx + r0 * in_row, rn, F);
+    if (!simd || !avx512::activation_backward(k, dy + r0 * F, x + r0 * in_row, dx + r0 * in_row, rn, F))
+      activation_backward_scalar(k, dy + r0 * F, x + r0 * in_row, dx + r0 * in_row, rn, F);
+  }
+}
+
+// Element-wise kernels run over fixed chunks of kElemChunk elements (a multiple of 16, so every
+// chunk but the last is whole vectors).
+static constexpr int64_t kElemChunk = 16384;
+
+void add_forward(const float* a, const float* b, float* y, int64_t n) {
+  const bool simd = cpu_has_avx512();
+  const int64_t chunks = (n + kElemChunk - 1) / kElemChunk;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i0 = c * kElemChunk, m = std::min(kElemChunk, n - i0);
+    if (simd)
+      avx512::add_forward(a + i0, b + i0, y + i0, m);
+    else
+      add_forward_scalar(a + i0, b + i0, y + i0, m);
+  }
+}
+
+void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
+  const bool simd = cpu_has_avx512();
+  const int64_t chunks = (n + kElemChunk - 1) / kElemChunk;
+#pragma omp parallel for schedule(static) if (n > 16384)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i0 = c * kElemChunk, m = std::min(kElemChunk, n - i0);
+    const uint64_t off = offset + static_cast<uint64_t>(i0);
+    if (simd)
+      avx512::dropout_forward(x + i0, y + i0, m, p, seed, off);
+    else
+      dropout_forward_scalar(x + i0, y + i0, m, p, seed, off);
+  }
+}
+
+// Columns are split in fixed blocks of kColChunk; each column still sums its rows in order.
+static constexpr int64_t kColChunk = 256;
+
+void bias_grad(const float* dy, float* db, int64_t N, int64_t F) {
+  const bool simd = cpu_has_avx512();
+  const int64_t chunks = (F + kColChunk - 1) / kColChunk;
+#pragma omp parallel for schedule(static) if (N * F > 65536 && chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t f0 = c * kColChunk, m = std::min(kColChunk, F - f0);
+    // The column block is strided in dy (row stride F).
+    if (simd) {
+      avx512::bias_grad(dy + f0, F, db + f0, N, m);
+    } else {
+      for (int64_t n = 0; n < N; ++n) add_forward_scalar(db + f0, dy + n * F + f0, db + f0, m);
+    }
+  }
+}
+
+void add_layer_norm_forward(const float* x, const float* r, const float* w, const float* b, float* z, float* y,
+                            float* mean, float* rstd, int64_t N, int64_t D, float eps) {
+  const bool simd = cpu_has_avx512();
+  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+#pragma omp parallel for schedule(static) if (N * D > 32768)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
+    float* sum = (z ? z : y) + r0 * D;  // the chunk's sum stays in cache for the LayerNorm
+    float* m = mean ? mean + r0 : nullptr;
+    float* s = rstd ? rstd + r0 : nullptr;
+    if (simd) {
+      avx512::add_forward(x + r0 * D, r + r0 * D, sum, rn * D);
+      avx512::layer_norm_forward(sum, w, b, y + r0 * D, m, s, rn, D, eps);
+    } else {
+      add_forward_scalar(x + r0 * D, r + r0 * D, sum, rn * D);
+      layer_norm_forward_scalar(sum, w, b, y + r0 * D, m, s, rn, D, eps);
+    }
   }
 }
 

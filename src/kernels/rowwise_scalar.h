@@ -162,4 +162,45 @@ void activation_backward(ActivationKind k, const T* dy, const T* x, T* dx, int64
   }
 }
 
+// y = a + b.
+template <typename T>
+void add_forward(const T* a, const T* b, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+// y = x·keep/(1 − p), the mask a pure function of (seed, offset + i).
+template <typename T>
+void dropout_forward(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
+  const T scale = T(1) / (T(1) - static_cast<T>(p));
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = dropout_keep(seed, offset + static_cast<uint64_t>(i), p) ? x[i] * scale : T(0);
+}
+
+// y = act(x + bias) row by row; gated kinds read the biased halves [a | b] of each 2F-wide row.
+template <typename T>
+void bias_activation_forward(ActivationKind k, const T* x, const T* bias, T* y, int64_t N, int64_t F) {
+  const bool gated = activation_is_gated(k);
+  const int64_t in_row = gated ? 2 * F : F;
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + n * in_row;
+    T* yr = y + n * F;
+    for (int64_t f = 0; f < F; ++f) {
+      if (gated) {
+        const T a = bias ? xr[f] + bias[f] : xr[f];
+        const T b = bias ? xr[F + f] + bias[F + f] : xr[F + f];
+        yr[f] = a * gate(k, b);
+      } else {
+        yr[f] = act_plain(k, bias ? xr[f] + bias[f] : xr[f]);
+      }
+    }
+  }
+}
+
+// db += Σ_rows dy, each column summed over rows 0..N−1 in order.
+template <typename T>
+void bias_grad(const T* dy, T* db, int64_t N, int64_t F) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t f = 0; f < F; ++f) db[f] += dy[n * F + f];
+}
+
 }  // namespace tfm::kernels::ref

@@ -2,18 +2,16 @@
 #include "tfm/ops/dropout.h"
 
 #include "kernels/kernels.h"
+#include "kernels/rowwise.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
 
 namespace tfm::ops {
 namespace {
 
-// y = x ⊙ keep / (1 − p);  dx = dy ⊙ keep / (1 − p).
+// y = x ⊙ keep / (1 − p);  dx = dy ⊙ keep / (1 − p)  (kernels::dropout_forward, mask recomputed).
 void apply_mask(const float* in, float* out, int64_t n, float p, uint64_t seed, uint64_t offset) {
-  const float scale = 1.0f / (1.0f - p);
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = kernels::dropout_keep(seed, offset + static_cast<uint64_t>(i), p) ? in[i] * scale : 0.0f;
+  kernels::dropout_forward(in, out, n, p, seed, offset);
 }
 
 struct DropoutNode : Node {

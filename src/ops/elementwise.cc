@@ -1,6 +1,7 @@
 // src/ops/elementwise.cc — add, scale, positional-table add, sum.
 #include "tfm/ops/elementwise.h"
 
+#include "kernels/rowwise.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
 
@@ -41,10 +42,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
   check_float(b, "add", "b");
   check_shape(b, a.shape(), "add", "b");
   Tensor y = Tensor::empty(a.shape());
-  const float* pa = a.data();
-  const float* pb = b.data();
-  float* py = y.data();
-  for (int64_t i = 0; i < a.numel(); ++i) py[i] = pa[i] + pb[i];
+  kernels::add_forward(a.data(), b.data(), y.data(), a.numel());
   if (needs_grad({&a, &b})) {
     auto node = std::make_shared<AddNode>();
     node->inputs = {a, b};

@@ -2,6 +2,7 @@
 #include "tfm/ops/layer_norm.h"
 
 #include "kernels/kernels.h"
+#include "kernels/rowwise.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
 
@@ -40,15 +41,9 @@ Tensor layer_norm_impl(const Tensor& x, const Tensor* r, const Tensor& weight, c
   check(weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == D,
         std::string(op) + ": input " + describe(x) + " does not match normalized shape (" + std::to_string(D) + ",)");
   if (bias.defined()) check_shape(bias, {D}, op, "bias");
-  Tensor z = x;
   if (r) {
     check_float(*r, op, "residual");
     check_shape(*r, x.shape(), op, "residual");
-    z = Tensor::empty(x.shape());
-    const float* a = x.data();
-    const float* b = r->data();
-    float* s = z.data();
-    for (int64_t i = 0; i < x.numel(); ++i) s[i] = a[i] + b[i];
   }
   const int64_t N = x.numel() / std::max<int64_t>(D, 1);
   Tensor y = Tensor::empty(x.shape());
@@ -58,8 +53,17 @@ Tensor layer_norm_impl(const Tensor& x, const Tensor* r, const Tensor& weight, c
     mean = Tensor::empty({N});
     rstd = Tensor::empty({N});
   }
-  kernels::layer_norm_forward(z.data(), weight.data(), bias.defined() ? bias.data() : nullptr, y.data(),
-                              grad ? mean.data() : nullptr, grad ? rstd.data() : nullptr, N, D, eps);
+  const float* b = bias.defined() ? bias.data() : nullptr;
+  float* pm = grad ? mean.data() : nullptr;
+  float* ps = grad ? rstd.data() : nullptr;
+  Tensor z = x;  // the normalized input: x, or the sum x + r (kept for the backward when training)
+  if (r) {
+    z = grad ? Tensor::empty(x.shape()) : Tensor();
+    kernels::add_layer_norm_forward(x.data(), r->data(), weight.data(), b, grad ? z.data() : nullptr, y.data(), pm,
+                                    ps, N, D, eps);
+  } else {
+    kernels::layer_norm_forward(x.data(), weight.data(), b, y.data(), pm, ps, N, D, eps);
+  }
   if (grad) {
     auto node = std::make_shared<LayerNormNode>();
     node->mean = mean;

@@ -1,7 +1,10 @@
 // src/ops/linear.cc — Linear forward and backward over the GEMM kernel.
 #include "tfm/ops/linear.h"
 
+#include <cstring>
+
 #include "kernels/kernels.h"
+#include "kernels/rowwise.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
 
@@ -32,9 +35,7 @@ struct LinearNode : Node {
     if (has_bias && din[2]) {  // db (out) += Σ_rows dy
       Tensor* slot = din[2];
       if (!slot->defined()) *slot = Tensor::zeros({out});
-      float* db = slot->data();
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t o = 0; o < out; ++o) db[o] += g[n * out + o];
+      kernels::bias_grad(g, slot->data(), N, out);
     }
   }
 };
@@ -60,8 +61,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   float* yp = y.data();
   if (bias.defined()) {  // y = 1·x·Wᵀ + 1·(b broadcast)
     const float* b = bias.data();
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t o = 0; o < out; ++o) yp[n * out + o] = b[o];
+    for (int64_t n = 0; n < N; ++n) std::memcpy(yp + n * out, b, static_cast<size_t>(out) * sizeof(float));
   }
   if (in == 0) {
     if (!bias.defined()) y.fill_(0.0f);

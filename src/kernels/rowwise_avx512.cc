@@ -1,0 +1,220 @@
+// src/kernels/rowwise_avx512.cc — AVX-512 bodies of the row-wise and element-wise kernels
+// (rowwise.h, kernels.h). Compiled with AVX-512 flags by CMake; called only by the dispatchers in
+// rowwise.cc after cpu_has_avx512(). Each body does what its scalar twin in rowwise_scalar.h does:
+// a 16-lane main loop, then the remainder with a masked load/store in the same function.
+//
+// Precision: LayerNorm accumulates its moments and evaluates its formulas in double, like the scalar
+// template, so the two differ only by the order of the moment sums (and then by at most a rounding of
+// y). Everything else is bitwise equal to its twin.
+//
+// To add a body: write it here against the twin's contract, declare it in rowwise.h (namespace
+// avx512), dispatch in rowwise.cc, test in tests/kernels/rowwise_test.cc.
+// GCC 12's intrinsic headers seed the pass-through operand of _mm512_cvtps_pd and
+// _mm512_extractf64x4_pd with an "undefined" vector, which -Wmaybe-uninitialized reports from inside
+// the header; the value is never read.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "kernels/rowwise.h"
+
+namespace tfm::kernels::avx512 {
+namespace {
+
+inline __mmask16 tail_mask(int64_t rem) {
+  return rem >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << rem) - 1u);
+}
+inline __m512d lo_pd(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
+inline __m512d hi_pd(__m512 v) {
+  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+inline __m512 join_ps(__m512d lo, __m512d hi) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+}
+
+// Vector splitmix hash of kernels::philox_hash for 8 counters at once (64-bit lanes).
+inline __m512i philox_hash8(__m512i seed_mul, __m512i counter) {
+  const __m512i golden = _mm512_set1_epi64(static_cast<long long>(0x9E3779B97F4A7C15ull));
+  const __m512i m1 = _mm512_set1_epi64(static_cast<long long>(0xBF58476D1CE4E5B9ull));
+  const __m512i m2 = _mm512_set1_epi64(static_cast<long long>(0x94D049BB133111EBull));
+  __m512i z = _mm512_add_epi64(seed_mul, counter);
+  for (int round = 0; round < 2; ++round) {
+    z = _mm512_add_epi64(z, golden);
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), m1);
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), m2);
+    z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+  }
+  return z;
+}
+
+}  // namespace
+
+// ---- LayerNorm --------------------------------------------------------------------------------------
+// y = (x − μ)·rstd·w + b, moments in double (two passes), as ref::layer_norm_forward.
+void layer_norm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
+                        float* rstd, int64_t N, int64_t D, float eps) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = x + n * D;
+    float* yr = y + n * D;
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (int64_t d = 0; d < D; d += 16) {
+      const __m512 v = _mm512_maskz_loadu_ps(tail_mask(D - d), xr + d);  // masked lanes read 0
+      s0 = _mm512_add_pd(s0, lo_pd(v));
+      s1 = _mm512_add_pd(s1, hi_pd(v));
+    }
+    const double mu = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / static_cast<double>(D);
+    const __m512d vmu = _mm512_set1_pd(mu);
+    __m512d q0 = _mm512_setzero_pd(), q1 = _mm512_setzero_pd();
+    for (int64_t d = 0; d < D; d += 16) {
+      const int64_t rem = D - d;
+      const __m512 v = _mm512_maskz_loadu_ps(tail_mask(rem), xr + d);
+      // Masked-off lanes hold 0 − μ: zero them so they add nothing.
+      const __mmask8 k0 = static_cast<__mmask8>(tail_mask(rem) & 0xFF);
+      const __mmask8 k1 = static_cast<__mmask8>(tail_mask(rem) >> 8);
+      const __m512d c0 = _mm512_maskz_sub_pd(k0, lo_pd(v), vmu);
+      const __m512d c1 = _mm512_maskz_sub_pd(k1, hi_pd(v), vmu);
+      q0 = _mm512_fmadd_pd(c0, c0, q0);
+      q1 = _mm512_fmadd_pd(c1, c1, q1);
+    }
+    double var = _mm512_reduce_add_pd(_mm512_add_pd(q0, q1)) / static_cast<double>(D);
+    const double r = 1.0 / std::sqrt((var > 0.0 ? var : 0.0) + static_cast<double>(eps));
+    const __m512d vr = _mm512_set1_pd(r);
+    for (int64_t d = 0; d < D; d += 16) {
+      const __mmask16 k = tail_mask(D - d);
+      const __m512 v = _mm512_maskz_loadu_ps(k, xr + d);
+      const __m512 wv = _mm512_maskz_loadu_ps(k, w + d);
+      const __m512 bv = b ? _mm512_maskz_loadu_ps(k, b + d) : _mm512_setzero_ps();
+      const __m512d h0 = _mm512_mul_pd(_mm512_sub_pd(lo_pd(v), vmu), vr);
+      const __m512d h1 = _mm512_mul_pd(_mm512_sub_pd(hi_pd(v), vmu), vr);
+      const __m512d y0 = _mm512_fmadd_pd(h0, lo_pd(wv), lo_pd(bv));
+      const __m512d y1 = _mm512_fmadd_pd(h1, hi_pd(wv), hi_pd(bv));
+      _mm512_mask_storeu_ps(yr + d, k, join_ps(y0, y1));
+    }
+    if (mean) mean[n] = static_cast<float>(mu);
+    if (rstd) rstd[n] = static_cast<float>(r);
+  }
+}
+
+// With x̂ = (x − μ)·rstd, g = dy ⊙ w: dx = rstd·(g − mean(g) − x̂·mean(g ⊙ x̂)); dw += dy ⊙ x̂; db += dy.
+void layer_norm_backward(const float* dy, const float* x, const float* w, const float* mean,
+                         const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t D) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = x + n * D;
+    const float* dyr = dy + n * D;
+    const __m512d vmu = _mm512_set1_pd(static_cast<double>(mean[n]));
+    const __m512d vr = _mm512_set1_pd(static_cast<double>(rstd[n]));
+    __m512d g0 = _mm512_setzero_pd(), g1 = _mm512_setzero_pd();
+    __m512d gx0 = _mm512_setzero_pd(), gx1 = _mm512_setzero_pd();
+    for (int64_t d = 0; d < D; d += 16) {
+      const __mmask16 k = tail_mask(D - d);
+      const __m512 xv = _mm512_maskz_loadu_ps(k, xr + d);
+      const __m512 dv = _mm512_maskz_loadu_ps(k, dyr + d);  // masked lanes: dy = 0 → g = 0
+      const __m512 wv = _mm512_maskz_loadu_ps(k, w + d);
+      const __m512d h0 = _mm512_mul_pd(_mm512_sub_pd(lo_pd(xv), vmu), vr);
+      const __m512d h1 = _mm512_mul_pd(_mm512_sub_pd(hi_pd(xv), vmu), vr);
+      const __m512d dy0 = lo_pd(dv), dy1 = hi_pd(dv);
+      const __m512d q0 = _mm512_mul_pd(dy0, lo_pd(wv)), q1 = _mm512_mul_pd(dy1, hi_pd(wv));
+      g0 = _mm512_add_pd(g0, q0);
+      g1 = _mm512_add_pd(g1, q1);
+      gx0 = _mm512_fmadd_pd(q0, h0, gx0);
+      gx1 = _mm512_fmadd_pd(q1, h1, gx1);
+      // dw += float(dy·x̂) (rounded to float before the add, as the twin); db += dy.
+      const __m512 dwv = _mm512_add_ps(_mm512_maskz_loadu_ps(k, dw + d),
+                                       join_ps(_mm512_mul_pd(dy0, h0), _mm512_mul_pd(dy1, h1)));
+      _mm512_mask_storeu_ps(dw + d, k, dwv);
+      if (db) _mm512_mask_storeu_ps(db + d, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, db + d), dv));
+    }
+    const double mg = _mm512_reduce_add_pd(_mm512_add_pd(g0, g1)) / static_cast<double>(D);
+    const double mgx = _mm512_reduce_add_pd(_mm512_add_pd(gx0, gx1)) / static_cast<double>(D);
+    const __m512d vmg = _mm512_set1_pd(mg), vmgx = _mm512_set1_pd(mgx);
+    for (int64_t d = 0; d < D; d += 16) {
+      const __mmask16 k = tail_mask(D - d);
+      const __m512 xv = _mm512_maskz_loadu_ps(k, xr + d);
+      const __m512 dv = _mm512_maskz_loadu_ps(k, dyr + d);
+      const __m512 wv = _mm512_maskz_loadu_ps(k, w + d);
+      const __m512d h0 = _mm512_mul_pd(_mm512_sub_pd(lo_pd(xv), vmu), vr);
+      const __m512d h1 = _mm512_mul_pd(_mm512_sub_pd(hi_pd(xv), vmu), vr);
+      const __m512d q0 = _mm512_mul_pd(lo_pd(dv), lo_pd(wv)), q1 = _mm512_mul_pd(hi_pd(dv), hi_pd(wv));
+      // r·(g − mg − x̂·mgx)
+      const __m512d o0 = _mm512_mul_pd(vr, _mm512_sub_pd(_mm512_sub_pd(q0, vmg), _mm512_mul_pd(h0, vmgx)));
+      const __m512d o1 = _mm512_mul_pd(vr, _mm512_sub_pd(_mm512_sub_pd(q1, vmg), _mm512_mul_pd(h1, vmgx)));
+      _mm512_mask_storeu_ps(dx + n * D + d, k, join_ps(o0, o1));
+    }
+  }
+}
+
+// ---- activations ------------------------------------------------------------------------------------
+// relu(x + b) = max(x + b, 0): _mm512_max_ps(v, 0) returns 0 for NaN and −0, like `v > 0 ? v : 0`.
+bool bias_activation_forward(ActivationKind k, const float* x, const float* bias, float* y, int64_t N,
+                             int64_t F) {
+  if (k != ActivationKind::ACT_RELU) return false;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = x + n * F;
+    float* yr = y + n * F;
+    for (int64_t f = 0; f < F; f += 16) {
+      const __mmask16 m = tail_mask(F - f);
+      __m512 v = _mm512_maskz_loadu_ps(m, xr + f);
+      if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + f));
+      _mm512_mask_storeu_ps(yr + f, m, _mm512_max_ps(v, zero));
+    }
+  }
+  return true;
+}
+
+// relu: dx = dy · [x > 0] (a multiply by 1 or 0, exactly as the twin, so −0 and NaN match too).
+bool activation_backward(ActivationKind k, const float* dy, const float* x, float* dx, int64_t N,
+                         int64_t F) {
+  if (k != ActivationKind::ACT_RELU) return false;
+  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+  const int64_t n = N * F;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+    const __m512 g = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(xv, zero, _CMP_GT_OQ), one);
+    _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i), g));
+  }
+  return true;
+}
+
+// ---- element-wise -----------------------------------------------------------------------------------
+void add_forward(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+  }
+}
+
+// keep_i = uniform01(seed, offset + i) ≥ p with uniform01 = (hash >> 40)·2⁻²⁴: the 24-bit integer
+// converts to float exactly, so the mask is bitwise the scalar one.
+void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
+  const __m512 scale = _mm512_set1_ps(1.0f / (1.0f - p));
+  const __m512 vp = _mm512_set1_ps(p);
+  const __m512 inv24 = _mm512_set1_ps(1.0f / 16777216.0f);
+  const __m512i seed_mul = _mm512_set1_epi64(static_cast<long long>(seed * 0x9E3779B97F4A7C15ull));
+  const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512i c0 = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(offset + static_cast<uint64_t>(i))), lane);
+    const __m512i c1 = _mm512_add_epi64(c0, _mm512_set1_epi64(8));
+    const __m256 u0 = _mm512_cvtepu64_ps(_mm512_srli_epi64(philox_hash8(seed_mul, c0), 40));
+    const __m256 u1 = _mm512_cvtepu64_ps(_mm512_srli_epi64(philox_hash8(seed_mul, c1), 40));
+    const __m512 u = _mm512_mul_ps(_mm512_insertf32x8(_mm512_castps256_ps512(u0), u1, 1), inv24);
+    const __mmask16 keep = _mm512_cmp_ps_mask(u, vp, _CMP_GE_OQ);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_maskz_mul_ps(keep, v, scale));
+  }
+}
+
+// db += Σ_rows dy, each column in row order (16 columns per vector), bitwise as the twin.
+void bias_grad(const float* dy, int64_t ld, float* db, int64_t N, int64_t F) {
+  for (int64_t f = 0; f < F; f += 16) {
+    const __mmask16 m = tail_mask(F - f);
+    __m512 acc = _mm512_maskz_loadu_ps(m, db + f);
+    for (int64_t n = 0; n < N; ++n) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, dy + n * ld + f));
+    _mm512_mask_storeu_ps(db + f, m, acc);
+  }
+}
+
+}  // namespace tfm::kernels::avx512
