@@ -4,7 +4,8 @@
 // the cached keys/values of earlier positions, cross-attention the memory's keys/values projected
 // once. Without it (use_cache = false) every step re-runs the decoder on the whole prefix; both give
 // the same tokens. Beam search scores hypotheses by log-probability / length^length_penalty; beam = 1
-// is greedy decoding.
+// is greedy decoding. A source stops when its best candidate is eos or at its maximum length
+// (src/models/decode.cc describes the search step by step).
 #pragma once
 
 #include <cstdint>
@@ -21,9 +22,23 @@ struct DecodeOptions {
   bool use_cache = true;
 };
 
-// sources: token ids (no bos/eos). Returns the predicted target ids (without bos/eos) per source, in
+// One decoded target: tokens without bos/eos; logprob = Σ log p of the tokens (and of the eos when
+// the hypothesis ended with one); score = logprob / length^length_penalty, length counting the eos.
+struct Hypothesis {
+  std::vector<int32_t> tokens;
+  float logprob = 0;
+  float score = 0;
+};
+
+// sources: token ids (no bos/eos, no pad). Runs under NoGradGuard and in eval mode (the model's
+// training flag is restored afterwards, so do not decode concurrently with training the same model).
+// pad and bos are never generated. Sources are decoded together in chunks of similar length; a
+// source longer than config.max_len throws. Returns the predicted target ids (without bos/eos) per source, in
 // order. For arch "encoder" this is the argmax at every source position (beam ignored).
 std::vector<std::vector<int32_t>> decode(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources,
                                          const DecodeOptions& options = {});
+// The same search, also returning each best hypothesis' log-probability and score.
+std::vector<Hypothesis> decode_hypotheses(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources,
+                                          const DecodeOptions& options = {});
 
 }  // namespace tfm

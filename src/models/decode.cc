@@ -1,0 +1,450 @@
+// src/models/decode.cc — greedy / beam-search decoding over a step decoder, with or without the
+// key/value cache.
+//
+// Shapes: Bs sources in a chunk, S padded source length, K beam width, N = rows (hypotheses) alive,
+// D model width, E = D, V target vocabulary, t the position being decoded.
+//
+// Beam search (per source, all sources of a chunk advance in lock-step):
+//   * K rows per source; at t = 0 only the first is live (the others score −inf), so K = 1 is greedy.
+//   * Each step: candidates (k, v) score s_k + log p(v | hyp_k), pad and bos excluded; the best 2K
+//     by score (ties: lower k, then lower v). Walking them in order, an eos candidate ranked < K
+//     becomes a finished hypothesis; other candidates fill the K new rows.
+//   * A source stops when its best candidate is an eos (no live hypothesis can beat that raw
+//     log-probability any more), or after its maximum length; then the live rows are finished as
+//     they are (no eos). The answer is the finished hypothesis of highest
+//     score = logprob / length^length_penalty, length counting the eos.
+// The search is deterministic: no randomness, fixed tie-breaking, kernels independent of threads.
+#include "tfm/models/decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+#include "models/decode_internal.h"
+#include "tfm/autograd.h"
+#include "tfm/ops/linear.h"
+
+namespace tfm {
+namespace detail {
+namespace {
+
+// Puts a (const) model in eval mode for the duration of a decode and restores training mode.
+// Decoding therefore must not run concurrently with training on the same model.
+class EvalGuard {
+ public:
+  explicit EvalGuard(const Module& m) : m_(const_cast<Module&>(m)), was_training_(m.is_training()) { m_.eval(); }
+  ~EvalGuard() {
+    if (was_training_) m_.train(true);
+  }
+
+ private:
+  Module& m_;
+  bool was_training_;
+};
+
+// rows (R) of t (N, ...) → (R, ...), a copy (inference only).
+Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows) {
+  Shape s = t.shape();
+  const int64_t N = s[0], row = N ? t.numel() / N : 0;
+  s[0] = static_cast<int64_t>(rows.size());
+  Tensor out = Tensor::empty(s, t.dtype());
+  const size_t bytes = static_cast<size_t>(row) * (t.dtype() == DType::Bool ? 1 : sizeof(float));
+  auto* dst = static_cast<unsigned char*>(t.dtype() == DType::Bool ? static_cast<void*>(out.data_bool())
+                                                                    : static_cast<void*>(out.data()));
+  const auto* src = static_cast<const unsigned char*>(t.dtype() == DType::Bool ? static_cast<const void*>(t.data_bool())
+                                                                                : static_cast<const void*>(t.data()));
+  for (size_t r = 0; r < rows.size(); ++r) std::memcpy(dst + r * bytes, src + static_cast<size_t>(rows[r]) * bytes, bytes);
+  return out;
+}
+
+Tensor rows_of(const Tensor& t, int64_t start, int64_t n) { return t.defined() ? t.narrow0(start, n) : Tensor(); }
+
+// ---- full decoder (no cache) ----------------------------------------------------------------------
+class FullDecoder : public StepDecoder {
+ public:
+  FullDecoder(const Seq2SeqModel& model, const EncodedSources& enc, std::vector<int64_t> row_source)
+      : model_(model), enc_(enc) {
+    row_source_ = std::move(row_source);
+    prefix_.assign(row_source_.size(), {});
+  }
+
+  Tensor step(const std::vector<int32_t>& tokens) override {
+    const auto& m = model_.impl();
+    const int64_t N = static_cast<int64_t>(row_source_.size()), T = position_ + 1;
+    if (static_cast<int64_t>(tokens.size()) != N) throw std::invalid_argument("step: one token per row expected");
+    std::vector<int32_t> ids;
+    ids.reserve(static_cast<size_t>(N * T));
+    for (int64_t n = 0; n < N; ++n) {
+      prefix_[static_cast<size_t>(n)].push_back(tokens[static_cast<size_t>(n)]);
+      ids.insert(ids.end(), prefix_[static_cast<size_t>(n)].begin(), prefix_[static_cast<size_t>(n)].end());
+    }
+    const Tensor tgt = m.embed(*m.tgt_embedding, ids, N, T);      // (N, T, D)
+    const Tensor memory = gather_rows(enc_.memory, row_source_);  // (N, S, D)
+    const Tensor mem_kpm = gather_rows(enc_.kpm, row_source_);    // (N, S)
+    const Tensor h = m.transformer->decoder.forward(tgt, memory, Tensor(), Tensor(), Tensor(), mem_kpm,
+                                                    /*tgt_is_causal=*/true);  // (N, T, D)
+    const int64_t D = h.size(2);
+    Tensor last = Tensor::empty({N, 1, D});  // h[:, T-1, :]
+    for (int64_t n = 0; n < N; ++n)
+      std::memcpy(last.data() + n * D, h.data() + (n * T + T - 1) * D, sizeof(float) * static_cast<size_t>(D));
+    ++position_;
+    const Tensor logits = m.generator->forward(last);  // (N, 1, V)
+    return logits.reshape({N, logits.size(2)});
+  }
+
+  void select_rows(const std::vector<int64_t>& rows) override {
+    std::vector<std::vector<int32_t>> prefix;
+    std::vector<int64_t> src;
+    for (int64_t r : rows) {
+      prefix.push_back(prefix_.at(static_cast<size_t>(r)));
+      src.push_back(row_source_.at(static_cast<size_t>(r)));
+    }
+    prefix_ = std::move(prefix);
+    row_source_ = std::move(src);
+  }
+
+ private:
+  const Seq2SeqModel& model_;
+  const EncodedSources& enc_;
+  std::vector<std::vector<int32_t>> prefix_;  // (N, position_)
+};
+
+// ---- cached decoder -------------------------------------------------------------------------------
+// One decoder layer on one token per row, exactly the operations of TransformerDecoderLayer::forward
+// restricted to the last position: self-attention reads the cache (which now also holds this
+// position, i.e. the causal mask), cross-attention reads the memory's keys/values projected once.
+class CachedDecoder : public StepDecoder {
+ public:
+  CachedDecoder(const Seq2SeqModel& model, const EncodedSources& enc, std::vector<int64_t> row_source,
+                int64_t capacity)
+      : model_(model), enc_(enc) {
+    row_source_ = std::move(row_source);
+    const auto& dec = model.impl().transformer->decoder;
+    const int64_t E = model.config().d_model, N = static_cast<int64_t>(row_source_.size());
+    for (const auto& layer : dec.layers) {
+      const MultiheadAttention& mha = layer->multihead_attn;
+      State st;
+      // memory keys and values: (Bs, S, 2E) = memory · W[E:3E]ᵀ + b[E:3E], as MultiheadAttention's
+      // cross-attention branch computes them.
+      st.mem_kv = ops::linear(enc.memory, rows_of(mha.in_proj_weight, E, 2 * E), rows_of(mha.in_proj_bias, E, 2 * E));
+      st.self.reset(N, std::max<int64_t>(capacity, 1), E);
+      layers_.push_back(std::move(st));
+    }
+  }
+
+  Tensor step(const std::vector<int32_t>& tokens) override {
+    const auto& m = model_.impl();
+    const ModelConfig& c = model_.config();
+    const int64_t N = static_cast<int64_t>(row_source_.size()), E = c.d_model, H = c.nhead;
+    if (static_cast<int64_t>(tokens.size()) != N) throw std::invalid_argument("step: one token per row expected");
+    if (position_ >= c.max_len)
+      throw std::invalid_argument("decode: position " + std::to_string(position_) + " beyond max_len " +
+                                  std::to_string(c.max_len));
+    // x = tgt_embedding(token)·√D + pe[t]   (N, 1, D)
+    Tensor x = m.tgt_embedding->forward(tokens, {N, 1});
+    if (m.embed_scale != 1.0f) x = ops::mul_scalar(x, m.embed_scale);
+    x = ops::add_positional(x, m.pe.table.narrow0(position_, 1), /*batch_first=*/true);
+    const auto& dec = m.transformer->decoder;
+    for (size_t l = 0; l < dec.layers.size(); ++l) {
+      const TransformerDecoderLayer& L = *dec.layers[l];
+      State& st = layers_[l];
+      auto self_attention = [&](const Tensor& h) {  // h (N, 1, D) → out_proj(attn) (N, 1, D)
+        const Tensor qkv = ops::linear(h, L.self_attn.in_proj_weight, L.self_attn.in_proj_bias);  // (N, 1, 3E)
+        st.self.append(qkv, E, 2 * E);
+        return L.self_attn.out_proj.forward(ops::attention_step({qkv, 0}, st.self, H, E));
+      };
+      auto cross_attention = [&](const Tensor& h) {
+        const MultiheadAttention& mha = L.multihead_attn;
+        const Tensor q = ops::linear(h, rows_of(mha.in_proj_weight, 0, E), rows_of(mha.in_proj_bias, 0, E));
+        return mha.out_proj.forward(ops::attention_memory({q, 0}, {st.mem_kv, 0}, {st.mem_kv, E}, row_source_,
+                                                          enc_.lengths, H, E));
+      };
+      auto feed_forward = [&](const Tensor& h) {
+        return L.linear2.forward(ops::activation(L.linear1.forward(h), L.act));
+      };
+      if (L.options.norm_first) {
+        x = ops::add(x, self_attention(L.norm1.forward(x)));
+        x = ops::add(x, cross_attention(L.norm2.forward(x)));
+        x = ops::add(x, feed_forward(L.norm3.forward(x)));
+      } else {
+        x = L.norm1.forward_add(x, self_attention(x));
+        x = L.norm2.forward_add(x, cross_attention(x));
+        x = L.norm3.forward_add(x, feed_forward(x));
+      }
+    }
+    if (dec.norm) x = dec.norm->forward(x);
+    ++position_;
+    const Tensor logits = m.generator->forward(x);  // (N, 1, V)
+    return logits.reshape({N, logits.size(2)});
+  }
+
+  void select_rows(const std::vector<int64_t>& rows) override {
+    for (State& st : layers_) st.self.select_rows(rows);
+    std::vector<int64_t> src;
+    for (int64_t r : rows) src.push_back(row_source_.at(static_cast<size_t>(r)));
+    row_source_ = std::move(src);
+  }
+
+ private:
+  struct State {
+    ops::KVCache self;  // (N, capacity, E) keys and values of positions [0, t)
+    Tensor mem_kv;      // (Bs, S, 2E)
+  };
+  const Seq2SeqModel& model_;
+  const EncodedSources& enc_;
+  std::vector<State> layers_;
+};
+
+}  // namespace
+
+EncodedSources encode_sources(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources) {
+  const ModelConfig& c = model.config();
+  const auto& m = model.impl();
+  EncodedSources e;
+  e.Bs = static_cast<int64_t>(sources.size());
+  int64_t S = 1;  // at least one (padding) column, so an empty source still has a defined memory
+  for (const auto& s : sources) S = std::max<int64_t>(S, static_cast<int64_t>(s.size()));
+  if (S > c.max_len)
+    throw std::invalid_argument("decode: source of length " + std::to_string(S) + " exceeds max_len " +
+                                std::to_string(c.max_len));
+  e.S = S;
+  std::vector<int32_t> ids(static_cast<size_t>(e.Bs * S), c.pad_id);
+  for (int64_t b = 0; b < e.Bs; ++b) {
+    const auto& s = sources[static_cast<size_t>(b)];
+    for (size_t j = 0; j < s.size(); ++j) {
+      if (s[j] == c.pad_id)
+        throw std::invalid_argument("decode: source " + std::to_string(b) + " contains the pad id at position " +
+                                    std::to_string(j));
+      ids[static_cast<size_t>(b * S) + j] = s[j];
+    }
+    e.lengths.push_back(static_cast<int64_t>(s.size()));
+  }
+  e.kpm = padding_mask(ids, e.Bs, S, c.pad_id);
+  const Tensor src = m.embed(*m.src_embedding, ids, e.Bs, S);                     // (Bs, S, D)
+  e.memory = m.transformer->encoder.forward(src, Tensor(), e.kpm, false);       // (Bs, S, D)
+  return e;
+}
+
+std::unique_ptr<StepDecoder> make_cached_decoder(const Seq2SeqModel& model, const EncodedSources& enc,
+                                                 std::vector<int64_t> row_source, int64_t capacity) {
+  return std::make_unique<CachedDecoder>(model, enc, std::move(row_source), capacity);
+}
+std::unique_ptr<StepDecoder> make_full_decoder(const Seq2SeqModel& model, const EncodedSources& enc,
+                                               std::vector<int64_t> row_source) {
+  return std::make_unique<FullDecoder>(model, enc, std::move(row_source));
+}
+
+}  // namespace detail
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+constexpr int64_t kChunk = 64;  // sources decoded together (bounds the caches' memory)
+
+double normalized(double logprob, int64_t length, float penalty) {
+  return logprob / std::pow(static_cast<double>(std::max<int64_t>(length, 1)), static_cast<double>(penalty));
+}
+
+// log_softmax of logits row (V) into out, in double; pad and bos get −inf (never generated).
+void log_softmax_row(const float* z, int64_t V, int32_t pad, int32_t bos, std::vector<double>& out) {
+  out.resize(static_cast<size_t>(V));
+  double mx = kNegInf;
+  for (int64_t v = 0; v < V; ++v)
+    if (v != pad && v != bos) mx = std::max(mx, static_cast<double>(z[v]));
+  double sum = 0;
+  for (int64_t v = 0; v < V; ++v)
+    if (v != pad && v != bos) sum += std::exp(static_cast<double>(z[v]) - mx);
+  const double lse = mx + std::log(sum);
+  for (int64_t v = 0; v < V; ++v) out[static_cast<size_t>(v)] = (v == pad || v == bos) ? kNegInf : z[v] - lse;
+}
+
+struct Live {
+  std::vector<int32_t> tokens;  // generated so far (no bos)
+  double logprob = kNegInf;
+};
+
+std::vector<Hypothesis> search_chunk(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources,
+                                     const DecodeOptions& opt) {
+  const ModelConfig& c = model.config();
+  const int64_t Bs = static_cast<int64_t>(sources.size()), K = opt.beam, V = c.tgt_vocab_size;
+  const detail::EncodedSources enc = detail::encode_sources(model, sources);
+  std::vector<int64_t> limit(static_cast<size_t>(Bs));
+  int64_t longest = 1;
+  for (int64_t b = 0; b < Bs; ++b) {
+    const int64_t want = opt.max_len > 0 ? opt.max_len : 2 * enc.lengths[static_cast<size_t>(b)] + 10;
+    limit[static_cast<size_t>(b)] = std::min<int64_t>(want, c.max_len);  // decoder positions stay < max_len
+    longest = std::max(longest, limit[static_cast<size_t>(b)]);
+  }
+  std::vector<int64_t> row_source;
+  for (int64_t b = 0; b < Bs; ++b)
+    for (int64_t k = 0; k < K; ++k) row_source.push_back(b);
+  std::unique_ptr<detail::StepDecoder> dec =
+      opt.use_cache ? detail::make_cached_decoder(model, enc, row_source, longest)
+                    : detail::make_full_decoder(model, enc, row_source);
+
+  // Per source: its live rows (K, contiguous in the decoder, in `active` order) and finished list.
+  std::vector<std::vector<Live>> live(static_cast<size_t>(Bs), std::vector<Live>(static_cast<size_t>(K)));
+  std::vector<std::vector<Hypothesis>> finished(static_cast<size_t>(Bs));
+  std::vector<int64_t> active(static_cast<size_t>(Bs));
+  std::iota(active.begin(), active.end(), 0);
+  for (auto& l : live) l[0].logprob = 0.0;
+  std::vector<int32_t> tokens(static_cast<size_t>(Bs * K), c.bos_id);
+  std::vector<double> lp;
+  std::vector<std::pair<double, int64_t>> cand;  // (score, k·V + v)
+
+  auto finish = [&](int64_t b, std::vector<int32_t> toks, double logprob, bool with_eos) {
+    const int64_t len = static_cast<int64_t>(toks.size()) + (with_eos ? 1 : 0);
+    Hypothesis h;
+    h.tokens = std::move(toks);
+    h.logprob = static_cast<float>(logprob);
+    h.score = static_cast<float>(normalized(logprob, len, opt.length_penalty));
+    finished[static_cast<size_t>(b)].push_back(std::move(h));
+  };
+
+  for (int64_t t = 0; !active.empty(); ++t) {
+    const Tensor logits = dec->step(tokens);  // (N, V), N = active·K
+    std::vector<int64_t> next_rows, next_active;
+    std::vector<int32_t> next_tokens;
+    for (size_t a = 0; a < active.size(); ++a) {
+      const int64_t b = active[a];
+      auto& beams = live[static_cast<size_t>(b)];
+      cand.clear();
+      for (int64_t k = 0; k < K; ++k) {
+        if (beams[static_cast<size_t>(k)].logprob == kNegInf) continue;
+        log_softmax_row(logits.data() + (static_cast<int64_t>(a) * K + k) * V, V, c.pad_id, c.bos_id, lp);
+        for (int64_t v = 0; v < V; ++v)
+          if (lp[static_cast<size_t>(v)] != kNegInf)
+            cand.emplace_back(beams[static_cast<size_t>(k)].logprob + lp[static_cast<size_t>(v)], k * V + v);
+      }
+      const size_t top = std::min(cand.size(), static_cast<size_t>(2 * K));
+      std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(top), cand.end(),
+                        [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); });
+      std::vector<Live> next;
+      std::vector<int64_t> parents;
+      bool best_is_eos = false;
+      for (size_t r = 0; r < top && static_cast<int64_t>(next.size()) < K; ++r) {
+        const int64_t k = cand[r].second / V;
+        const int32_t v = static_cast<int32_t>(cand[r].second % V);
+        if (v == c.eos_id) {
+          if (r == 0) best_is_eos = true;
+          if (r < static_cast<size_t>(K)) finish(b, beams[static_cast<size_t>(k)].tokens, cand[r].first, true);
+          continue;
+        }
+        Live h;
+        h.tokens = beams[static_cast<size_t>(k)].tokens;
+        h.tokens.push_back(v);
+        h.logprob = cand[r].first;
+        next.push_back(std::move(h));
+        parents.push_back(k);
+      }
+      const bool at_limit = t + 1 >= limit[static_cast<size_t>(b)];
+      if (best_is_eos || at_limit || next.empty()) {
+        if (!best_is_eos)  // stopped by length: the live hypotheses end here without eos
+          for (auto& h : next) finish(b, std::move(h.tokens), h.logprob, false);
+        continue;  // source done: its rows are dropped
+      }
+      while (static_cast<int64_t>(next.size()) < K) {  // fewer candidates than beams (tiny vocab)
+        next.push_back(Live{});
+        parents.push_back(0);
+      }
+      for (int64_t k = 0; k < K; ++k) {
+        next_rows.push_back(static_cast<int64_t>(a) * K + parents[static_cast<size_t>(k)]);
+        next_tokens.push_back(next[static_cast<size_t>(k)].tokens.empty() ? c.bos_id
+                                                                          : next[static_cast<size_t>(k)].tokens.back());
+      }
+      beams = std::move(next);
+      next_active.push_back(b);
+    }
+    active = std::move(next_active);
+    tokens = std::move(next_tokens);
+    if (!active.empty()) dec->select_rows(next_rows);
+  }
+
+  std::vector<Hypothesis> best(static_cast<size_t>(Bs));
+  for (int64_t b = 0; b < Bs; ++b) {
+    const auto& f = finished[static_cast<size_t>(b)];
+    size_t i_best = 0;
+    for (size_t i = 1; i < f.size(); ++i)
+      if (f[i].score > f[i_best].score) i_best = i;
+    if (!f.empty()) best[static_cast<size_t>(b)] = f[i_best];
+  }
+  return best;
+}
+
+// arch "encoder": argmax at every source position (one forward, no search).
+std::vector<Hypothesis> decode_encoder(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources,
+                                       const DecodeOptions& opt) {
+  const ModelConfig& c = model.config();
+  TokenBatch batch;
+  batch.B = static_cast<int64_t>(sources.size());
+  batch.S = 1;
+  for (const auto& s : sources) batch.S = std::max<int64_t>(batch.S, static_cast<int64_t>(s.size()));
+  batch.src.assign(static_cast<size_t>(batch.B * batch.S), c.pad_id);
+  for (int64_t b = 0; b < batch.B; ++b)
+    std::copy(sources[static_cast<size_t>(b)].begin(), sources[static_cast<size_t>(b)].end(),
+              batch.src.begin() + b * batch.S);
+  const Tensor logits = model.forward(batch);  // (B, S, V)
+  const int64_t V = c.tgt_vocab_size;
+  std::vector<Hypothesis> out(sources.size());
+  std::vector<double> lp;
+  for (int64_t b = 0; b < batch.B; ++b) {
+    Hypothesis& h = out[static_cast<size_t>(b)];
+    double total = 0;
+    const int64_t len = static_cast<int64_t>(sources[static_cast<size_t>(b)].size());
+    for (int64_t i = 0; i < len; ++i) {
+      log_softmax_row(logits.data() + (b * batch.S + i) * V, V, -1, -1, lp);
+      const int64_t v = std::max_element(lp.begin(), lp.end()) - lp.begin();  // first maximum
+      h.tokens.push_back(static_cast<int32_t>(v));
+      total += lp[static_cast<size_t>(v)];
+    }
+    h.logprob = static_cast<float>(total);
+    h.score = static_cast<float>(normalized(total, len, opt.length_penalty));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Hypothesis> decode_hypotheses(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources,
+                                          const DecodeOptions& options) {
+  if (options.beam < 1) throw std::invalid_argument("decode: beam must be at least 1, got " + std::to_string(options.beam));
+  if (options.max_len < 0) throw std::invalid_argument("decode: max_len must be non-negative");
+  if (!(options.length_penalty >= 0.0f)) throw std::invalid_argument("decode: length_penalty must be non-negative");
+  NoGradGuard no_grad;
+  detail::EvalGuard eval(model);
+  if (model.config().arch == "encoder") {
+    std::vector<Hypothesis> out;
+    for (size_t i = 0; i < sources.size(); i += kChunk) {
+      const std::vector<std::vector<int32_t>> chunk(sources.begin() + static_cast<std::ptrdiff_t>(i),
+                                                    sources.begin() + static_cast<std::ptrdiff_t>(std::min(sources.size(), i + kChunk)));
+      auto part = decode_encoder(model, chunk, options);
+      out.insert(out.end(), part.begin(), part.end());
+    }
+    return out;
+  }
+  // Longest first, so a chunk holds similar lengths (less padding in memory and encoder).
+  std::vector<size_t> order(sources.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sources[a].size() > sources[b].size(); });
+  std::vector<Hypothesis> out(sources.size());
+  for (size_t i = 0; i < order.size(); i += kChunk) {
+    const size_t end = std::min(order.size(), i + kChunk);
+    std::vector<std::vector<int32_t>> chunk;
+    for (size_t j = i; j < end; ++j) chunk.push_back(sources[order[j]]);
+    auto part = search_chunk(model, chunk, options);
+    for (size_t j = i; j < end; ++j) out[order[j]] = std::move(part[j - i]);
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> decode(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources,
+                                         const DecodeOptions& options) {
+  std::vector<std::vector<int32_t>> out;
+  for (auto& h : decode_hypotheses(model, sources, options)) out.push_back(std::move(h.tokens));
+  return out;
+}
+
+}  // namespace tfm
