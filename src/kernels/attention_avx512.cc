@@ -415,9 +415,10 @@ void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni
   const AttentionParams& p = c.p;
   const int64_t Dh = p.Dh, S = p.S;
   const float* dob = c.dout + hd.b * p.o_sb + hd.h * Dh;
-  // S(ni,Bc) = Q·K_tileᵀ (unscaled), dP(ni,Bc) = dO·V_tileᵀ
-  gemm_small<false>(ni, kBc, Dh, hd.q + i0 * p.q_sl, p.q_sl, 1, ws.kt, kBc, ws.sb, kBc);
-  gemm_small<false>(ni, kBc, Dh, dob + i0 * p.o_sl, p.o_sl, 1, ws.vt, kBc, ws.dpb, kBc);
+  // S(ni,nk) = Q·K_tileᵀ (unscaled), dP(ni,nk) = dO·V_tileᵀ, computed over nk rounded up to 16.
+  const int64_t nk16 = 16 * ((nk + 15) / 16);
+  gemm_small<false>(ni, nk16, Dh, hd.q + i0 * p.q_sl, p.q_sl, 1, ws.kt, kBc, ws.sb, kBc);
+  gemm_small<false>(ni, nk16, Dh, dob + i0 * p.o_sl, p.o_sl, 1, ws.vt, kBc, ws.dpb, kBc);
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i cnt_lo = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
@@ -579,12 +580,13 @@ void attention_backward_avx512(const AttentionParams& p, const float* dout, floa
   const int64_t BH = p.B * p.H;
   const bool par = worth_threading(p);
   const int64_t nth = omp_in_parallel() || !par ? 1 : omp_get_max_threads();
-  if (BH % nth == 0 || BH >= 4 * nth) {
-    // Scheme 1: heads spread evenly over the threads (no recomputation).
+  if (BH >= nth) {
+    // Scheme 1: one head per task, no recomputation. (With BH = 3 on 2 threads the last round
+    // idles one thread, still cheaper than scheme 2's ≈ 1.5× work.)
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int64_t bh = 0; bh < BH; ++bh) backward_head(c, bh);
   } else {
-    // Scheme 2: too few heads to share out. Pass A: (bh, key tile) → dk, dv; pass B: (bh, query
+    // Scheme 2: fewer heads than threads. Pass A: (bh, key tile) → dk, dv; pass B: (bh, query
     // tile) → dq. Recomputes S and dP once more, but keeps all threads busy and deterministic.
     const int64_t nkt = (p.S + kBc - 1) / kBc;
     const int64_t nqt = (p.L + kBr - 1) / kBr;
