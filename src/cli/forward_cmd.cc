@@ -1,22 +1,13 @@
 // src/cli/forward_cmd.cc — `tfm forward`: the conformance contract (see include/tfm/forward.h).
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include "cli/commands.h"
+#include "io/file_util.h"
 #include "tfm/forward.h"
 #include "tfm/io/safetensors.h"
 
 namespace tfm::cli {
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 NamedTensors to_named(const io::SafeTensorsFile& f, bool inputs) {
   NamedTensors out;
@@ -59,8 +50,7 @@ void register_forward(CLI::App& app, Runner& run) {
   cmd->callback([o, &run] {
     run = [o] {
       apply_threads(o->threads);
-      std::string config;
-      config = read_text(o->config);
+      const std::string config = io::read_file(o->config);
       std::unique_ptr<ConformanceModule> probe;
       try {
         probe = build_module(config);
