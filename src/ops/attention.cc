@@ -79,8 +79,19 @@ struct AttentionNode : Node {
 
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
     // One gradient buffer per distinct source; each role's kernel output lands in its column block.
+    // A source whose every column is some role's block (the packed (.., 3E) self-attention projection,
+    // the (.., 2E) key/value one, or a single role) is fully overwritten by the kernel: no zero fill.
     std::vector<Tensor> grads(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) grads[i] = Tensor::zeros(inputs[i].shape());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      int64_t covered = 0;
+      for (auto [src, col] : {std::pair{q_src, q_col}, std::pair{k_src, k_col}, std::pair{v_src, v_col}})
+        if (src == static_cast<int>(i)) covered |= int64_t(1) << (col / lo.E);
+      const int64_t blocks = inputs[i].size(-1) / lo.E;
+      const bool aligned = q_col % lo.E == 0 && k_col % lo.E == 0 && v_col % lo.E == 0;
+      const bool full = aligned && inputs[i].size(-1) % lo.E == 0 && blocks <= 3 &&
+                        covered == (int64_t(1) << blocks) - 1;
+      grads[i] = full ? Tensor::empty(inputs[i].shape()) : Tensor::zeros(inputs[i].shape());
+    }
     kernels::AttentionParams p =
         params(inputs[q_src].data(), inputs[k_src].data(), inputs[v_src].data());
     p.o = const_cast<float*>(out.data());
