@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Writes the small seed corpora of the fuzz targets (fuzz/corpus/<target>/). Run from anywhere:
+    python3 fuzz/make_seeds.py
+Uses only the standard library; the safetensors files are laid out by hand (8-byte little-endian
+header length, JSON header, data), valid ones and a few near-misses that reach deep checks.
+To add a seed: append to SAFETENSORS or CONFIGS below and re-run."""
+import json
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def st(header, data=b"", pad=True):
+    h = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * ((8 - len(h) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def f32(*v):
+    return struct.pack("<%df" % len(v), *v)
+
+
+SAFETENSORS = {
+    "empty_header": st({}),
+    "one_f32": st({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}, f32(1, 2, 3, 4)),
+    "scalar_bool_meta": st({"__metadata__": {"format": "pt"},
+                            "is_causal": {"dtype": "BOOL", "shape": [], "data_offsets": [0, 1]}}, b"\x01"),
+    "mixed_dtypes": st({
+        "a": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]},
+        "b": {"dtype": "BF16", "shape": [2], "data_offsets": [4, 8]},
+        "c": {"dtype": "F64", "shape": [1], "data_offsets": [8, 16]},
+        "d": {"dtype": "I64", "shape": [1], "data_offsets": [16, 24]},
+        "e": {"dtype": "I32", "shape": [1], "data_offsets": [24, 28]},
+        "f": {"dtype": "U8", "shape": [2], "data_offsets": [28, 30]},
+        "g": {"dtype": "BOOL", "shape": [2], "data_offsets": [30, 32]},
+    }, b"\x00\x3c\x00\xc0" + b"\x80\x3f\x00\x40" + struct.pack("<d", 0.5) + struct.pack("<q", -3)
+       + struct.pack("<i", 7) + b"\x01\xff" + b"\x00\x01"),
+    "empty_dim": st({"z": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]}}),
+    "offsets_out_of_range": st({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 64]}}, f32(1, 2, 3, 4)),
+    "overlap": st({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                   "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, f32(1, 2, 3)),
+    "truncated": st({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}, f32(1, 2, 3, 4))[:-5],
+}
+
+CONFIGS = {
+    "mha": {"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2, "bias": False, "batch_first": True},
+    "enc_layer": {"module": "TransformerEncoderLayer", "d_model": 4, "nhead": 2, "dim_feedforward": 8,
+                  "activation": "gelu", "norm_first": True},
+    "encoder": {"module": "TransformerEncoder", "d_model": 4, "nhead": 2, "dim_feedforward": 16,
+                "num_layers": 3, "norm": True, "activation": "swiglu", "dropout": 0.2},
+    "dec_layer": {"module": "TransformerDecoderLayer", "d_model": 6, "nhead": 3, "dim_feedforward": 5,
+                  "activation": "geglu", "layer_norm_eps": 1e-6, "bias": False},
+    "decoder": {"module": "TransformerDecoder", "d_model": 4, "nhead": 1, "num_layers": 2,
+                "dim_feedforward": 4, "activation": "glu"},
+    "transformer": {"module": "Transformer", "d_model": 8, "nhead": 2, "num_encoder_layers": 1,
+                    "num_decoder_layers": 1, "dim_feedforward": 8, "activation": "gelu_tanh"},
+    "bad_divisible": {"module": "TransformerEncoderLayer", "d_model": 5, "nhead": 2},
+}
+
+
+# First byte: option bits for fuzz_tsv (1 source SPACE, 2 target SPACE, 4 strict, 8 equal
+# lengths, high nibble max_tokens - 1); the rest is the file.
+TSV = {
+    "reverse_char": b"\xf8" + b"abc\tcba\nhello\tolleh\n",
+    "words_crlf": b"\xf3" + b"the cat sat\tle chat\r\n\nno tab here\nx\ty\tz\n",
+    "utf8_strict": b"\xf4" + "héllo\twörld\n\u00e9\t\u00e8".encode() + b"\n\xff\xfe\tbad\n",
+    "overlong": b"\x18" + b"abcdefgh\tabcdefgh\nab\tba",
+}
+
+
+def main():
+    for name, blob in TSV.items():
+        d = os.path.join(HERE, "corpus", "tsv")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, name + ".tsv"), "wb") as f:
+            f.write(blob)
+    for name, blob in SAFETENSORS.items():
+        d = os.path.join(HERE, "corpus", "safetensors")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, name + ".safetensors"), "wb") as f:
+            f.write(blob)
+    for name, cfg in CONFIGS.items():
+        d = os.path.join(HERE, "corpus", "config")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, name + ".json"), "w") as f:
+            json.dump(cfg, f)
+    with open(os.path.join(HERE, "corpus", "config", "not_json.json"), "w") as f:
+        f.write('{"module": "TransformerEncoderLayer", "d_model": 4,')
+
+
+if __name__ == "__main__":
+    main()
