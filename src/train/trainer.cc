@@ -473,7 +473,16 @@ TrainConfig TrainConfig::from_json(const std::string& text) {
   get("eval_every", c.eval_every);
   get("skip_nonfinite", c.skip_nonfinite);
   get("out_dir", c.out_dir);
-  if (j.contains("model")) c.model = ModelConfig::from_json(j.at("model").dump());
+  if (j.contains("model")) {
+    // A template (vocabulary sizes 0, filled in from the data by run_training) is not a valid model
+    // on its own: parse it with placeholder sizes, then restore the zeros.
+    json m = j.at("model");
+    const bool template_sizes = m.is_object() && m.value("src_vocab_size", json(0)) == json(0) &&
+                                m.value("tgt_vocab_size", json(0)) == json(0);
+    if (template_sizes) m["src_vocab_size"] = m["tgt_vocab_size"] = 1;
+    c.model = ModelConfig::from_json(m.dump());
+    if (template_sizes) c.model.src_vocab_size = c.model.tgt_vocab_size = 0;
+  }
   return c;
 }
 
