@@ -9,9 +9,13 @@
 //   * Each step: candidates (k, v) score s_k + log p(v | hyp_k), pad and bos excluded; the best 2K
 //     by score (ties: lower k, then lower v). Walking them in order, an eos candidate ranked < K
 //     becomes a finished hypothesis; other candidates fill the K new rows.
-//   * A source stops when its best candidate is an eos (no live hypothesis can beat that raw
-//     log-probability any more), or after its maximum length; then the live rows are finished as
-//     they are (no eos). The answer is the finished hypothesis of highest
+//   * A source stops when (a) it has K finished hypotheses and the K-th best of them scores at least
+//     as well as the best live hypothesis scored at its current length (Hugging Face's rule; with
+//     K = 1 it is greedy's "stop at the first eos", since the eos candidate outranked the others of
+//     the same length); or (b) no live hypothesis can still beat the best finished one: scores only
+//     decrease, so a live log-probability s ≤ 0 ends with a score ≤ s / limit^length_penalty
+//     (limit = the source's maximum length); or (c) at that maximum length, where the live rows are
+//     finished as they are (no eos). The answer is the finished hypothesis of highest
 //     score = logprob / length^length_penalty, length counting the eos.
 // The search is deterministic: no randomness, fixed tie-breaking, kernels independent of threads.
 #include "tfm/models/decode.h"
@@ -324,12 +328,10 @@ std::vector<Hypothesis> search_chunk(const Seq2SeqModel& model, const std::vecto
                         [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); });
       std::vector<Live> next;
       std::vector<int64_t> parents;
-      bool best_is_eos = false;
       for (size_t r = 0; r < top && static_cast<int64_t>(next.size()) < K; ++r) {
         const int64_t k = cand[r].second / V;
         const int32_t v = static_cast<int32_t>(cand[r].second % V);
         if (v == c.eos_id) {
-          if (r == 0) best_is_eos = true;
           if (r < static_cast<size_t>(K)) finish(b, beams[static_cast<size_t>(k)].tokens, cand[r].first, true);
           continue;
         }
@@ -340,11 +342,27 @@ std::vector<Hypothesis> search_chunk(const Seq2SeqModel& model, const std::vecto
         next.push_back(std::move(h));
         parents.push_back(k);
       }
-      const bool at_limit = t + 1 >= limit[static_cast<size_t>(b)];
-      if (best_is_eos || at_limit || next.empty()) {
-        if (!best_is_eos)  // stopped by length: the live hypotheses end here without eos
-          for (auto& h : next) finish(b, std::move(h.tokens), h.logprob, false);
-        continue;  // source done: its rows are dropped
+      const auto& fin = finished[static_cast<size_t>(b)];
+      const int64_t lim = limit[static_cast<size_t>(b)];
+      bool done = next.empty();
+      if (!done && !fin.empty()) {
+        std::vector<double> scores;  // finished scores, best first
+        for (const auto& h : fin) scores.push_back(h.score);
+        std::sort(scores.rbegin(), scores.rend());
+        double live_now = kNegInf, live_bound = kNegInf;
+        for (const auto& h : next) {
+          live_now = std::max(live_now, normalized(h.logprob, t + 1, opt.length_penalty));
+          live_bound = std::max(live_bound, normalized(h.logprob, lim, opt.length_penalty));
+        }
+        // K finished, the K-th best at least as good as the best live one scored at its current
+        // length; or no live one can win even at its longest.
+        done = (static_cast<int64_t>(scores.size()) >= K && scores[static_cast<size_t>(K - 1)] >= live_now) ||
+               scores[0] >= live_bound;
+      }
+      if (done) continue;  // source done: its rows are dropped, live hypotheses discarded
+      if (t + 1 >= lim) {  // stopped by length: the live hypotheses end here without eos
+        for (auto& h : next) finish(b, std::move(h.tokens), h.logprob, false);
+        continue;
       }
       while (static_cast<int64_t>(next.size()) < K) {  // fewer candidates than beams (tiny vocab)
         next.push_back(Live{});
