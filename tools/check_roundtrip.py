@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """check_roundtrip.py — load a tfm model directory into its PyTorch twin (tools/torch_models.py) and compare logits.
 
-    check_roundtrip.py MODEL_DIR INPUTS.safetensors [--tol 2e-5]
+    check_roundtrip.py MODEL_DIR INPUTS.safetensors [MODEL_DIR INPUTS.safetensors ...] [--tol 2e-5]
 
 MODEL_DIR holds config.json (a ModelConfig object, or tfm train's {"model": {...}, ...}) and model.safetensors.
 INPUTS holds "src" (B, S) ids, "tgt_in" (B, T) ids for arch seq2seq, and "logits" — what tfm computed for them.
-The reference is the twin in float64 on the same (float32) weights. Prints one JSON line
+The reference is the twin in float64 on the same (float32) weights. Prints, per pair, one JSON line
     {"max_rel_err": tfm vs reference, "torch_f32_rel_err": PyTorch float32 vs reference, "bound": ..., "ok": ...}
 with rel err = max|a − ref| / max|ref|, and exits 1 when max_rel_err > max(tol, 20 × torch_f32_rel_err) — the
 parity suite's rule: tfm may be as far from the exact result as PyTorch's own float32 is, with a margin.
+Several pairs may be given, to pay for one torch start-up only.
 """
 import argparse
 import json
@@ -23,35 +24,41 @@ import tfm_safetensors  # noqa: E402
 import torch_models  # noqa: E402
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    ap.add_argument("model_dir")
-    ap.add_argument("inputs")
-    ap.add_argument("--tol", type=float, default=2e-5)
-    a = ap.parse_args()
-
-    tensors, _ = tfm_safetensors.load(a.inputs)
+def check(model_dir, inputs, tol):
+    tensors, _ = tfm_safetensors.load(inputs)
     src = torch.from_numpy(np.asarray(tensors["src"]).astype(np.int64))
     tgt = torch.from_numpy(np.asarray(tensors["tgt_in"]).astype(np.int64)) if "tgt_in" in tensors else None
     tfm_logits = np.asarray(tensors["logits"], dtype=np.float64)
 
     outs = {}
     for name, dtype in (("f64", torch.float64), ("f32", torch.float32)):
-        model, cfg = torch_models.load_tfm_model(a.model_dir, dtype)
+        model, cfg = torch_models.load_tfm_model(model_dir, dtype)
         # Gradient mode stays on: torch 1.13's encoder "fast path" (nested tensors, zeros at padded positions) only
         # runs without autograd, and the twin must compute every position like tfm does.
         out = model(src) if cfg["arch"] == "encoder" else model(src, tgt)
         outs[name] = out.detach().double().numpy()
     ref = outs["f64"]
     if ref.shape != tfm_logits.shape:
-        print(json.dumps({"ok": False, "error": f"shape {list(tfm_logits.shape)} vs torch {list(ref.shape)}"}))
-        return 1
+        return {"model": model_dir, "ok": False, "error": f"shape {list(tfm_logits.shape)} vs torch {list(ref.shape)}"}
     mag = max(np.abs(ref).max(), 1e-30)
     err = float(np.abs(tfm_logits - ref).max() / mag)
     err32 = float(np.abs(outs["f32"] - ref).max() / mag)
-    bound = max(a.tol, 20 * err32)
-    ok = bool(err <= bound)
-    print(json.dumps({"max_rel_err": err, "torch_f32_rel_err": err32, "bound": bound, "ok": ok}))
+    bound = max(tol, 20 * err32)
+    return {"model": model_dir, "max_rel_err": err, "torch_f32_rel_err": err32, "bound": bound, "ok": bool(err <= bound)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("pairs", nargs="+", metavar="MODEL_DIR INPUTS")
+    ap.add_argument("--tol", type=float, default=2e-5)
+    a = ap.parse_args()
+    if len(a.pairs) % 2:
+        ap.error("give MODEL_DIR INPUTS.safetensors pairs")
+    ok = True
+    for i in range(0, len(a.pairs), 2):
+        r = check(a.pairs[i], a.pairs[i + 1], a.tol)
+        print(json.dumps(r))
+        ok = ok and r["ok"]
     return 0 if ok else 1
 
 

@@ -16,10 +16,11 @@ Architectures (tfm's src/models/seq2seq.cc explains the choices):
              parameter with more than one dimension.
 Activations: relu, gelu, gelu_tanh (tfm's gated ones have no torch.nn 1.13 counterpart and are refused here).
 
-Run as a script, `torch_models.py train-reverse DIR` reproduces tfm's side of the notebook-config training check
-(tests/models/seq2seq_test.cc): it loads DIR/config.json + DIR/model.safetensors (initial weights) and
-DIR/batches.safetensors (src, tgt_out: (steps, B, S) ids), trains with Adam for every batch in float32 and in
-float64 from the same start, and writes DIR/torch_losses.json = {"float32": [...], "float64": [...]}.
+Run as a script, `torch_models.py train DIR` is PyTorch's side of the training-curve checks
+(tests/models/seq2seq_test.cc): it loads DIR/config.json + DIR/model.safetensors (initial weights, dropout 0) and
+DIR/batches.safetensors (src (steps, B, S), tgt_out (steps, B, S or T), tgt_in (steps, B, T) for seq2seq: ids; the
+metadata "lr"), trains with Adam (lr rounded to float32, like tfm's float argument) on every batch in turn, in
+float32 and in float64 from the same start, and writes DIR/torch_losses.json = {"float32": [...], "float64": [...]}.
 """
 import json
 import math
@@ -150,26 +151,26 @@ def load_tfm_model(model_dir, dtype=torch.float32):
     return model.to(dtype).eval(), cfg
 
 
-def train_reverse(out_dir):
+def train(out_dir):
     """See the module docstring. Dropout must be 0 in the config (the two sides draw different random numbers)."""
     tensors, meta = tfm_safetensors.load(os.path.join(out_dir, "batches.safetensors"))
-    src_all = torch.from_numpy(np.asarray(tensors["src"]).astype(np.int64))
-    tgt_all = torch.from_numpy(np.asarray(tensors["tgt_out"]).astype(np.int64))
+    ids = {k: torch.from_numpy(np.asarray(v).astype(np.int64)) for k, v in tensors.items()}
     lr = float(meta.get("lr", "5e-4"))
     curves = {}
     for name, dtype in (("float32", torch.float32), ("float64", torch.float64)):
         model, cfg = load_tfm_model(out_dir, dtype)
         if cfg["dropout"] != 0:
-            raise ValueError("train-reverse needs dropout 0")
+            raise ValueError("train needs dropout 0")
         model.train()
         opt = torch.optim.Adam(model.parameters(), lr=float(np.float32(lr)))
         losses = []
-        for s in range(src_all.size(0)):
-            src, tgt = src_all[s], tgt_all[s]
-            keep = int((src != cfg["pad_id"]).sum(1).max())  # the batch's own padded width
-            src, tgt = src[:, :keep], tgt[:, :keep]
+        for s in range(ids["src"].size(0)):
             opt.zero_grad(set_to_none=True)
-            loss = model.loss(model(src), tgt)
+            if cfg["arch"] == "encoder":
+                logits = model(ids["src"][s])
+            else:
+                logits = model(ids["src"][s], ids["tgt_in"][s])
+            loss = model.loss(logits, ids["tgt_out"][s])
             loss.backward()
             opt.step()
             losses.append(float(loss))
@@ -179,7 +180,7 @@ def train_reverse(out_dir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "train-reverse":
-        train_reverse(sys.argv[2])
+    if len(sys.argv) == 3 and sys.argv[1] == "train":
+        train(sys.argv[2])
     else:
-        sys.exit("usage: torch_models.py train-reverse DIR")
+        sys.exit("usage: torch_models.py train DIR")

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
@@ -334,6 +335,8 @@ TEST(Seq2SeqModel, TorchRoundTripLogits) {
                              {small_seq2seq(false, false), "seq2seq post-norm"},
                              {small_seq2seq(true, true, "gelu"), "seq2seq pre-norm tied gelu"}};
   uint64_t seed = 10;
+  std::string args;
+  std::vector<std::string> dirs;
   for (auto& cs : cases) {
     Generator g{seed++, 0};
     Seq2SeqModel m(cs.c, g);
@@ -345,73 +348,93 @@ TEST(Seq2SeqModel, TorchRoundTripLogits) {
     std::vector<std::pair<std::string, Tensor>> inputs = {{"src", ids_tensor(b.src, b.B, b.S)}, {"logits", logits}};
     if (cs.c.arch == "seq2seq") inputs.emplace_back("tgt_in", ids_tensor(b.tgt_in, b.B, b.T));
     io::save_safetensors(dir + "/inputs.safetensors", inputs);
-    std::string out;
-    const int rc = tfm::testing::run_command(kPython + " " + tool("check_roundtrip.py") + " " + dir + " " + dir +
-                                                 "/inputs.safetensors --tol 2e-5",
-                                             &out);
-    EXPECT_EQ(rc, 0) << cs.name << ": " << out;
-    std::cout << "[ roundtrip ] " << cs.name << ": " << out;
-    fs::remove_all(dir);
+    args += " " + dir + " " + dir + "/inputs.safetensors";
+    dirs.push_back(dir);
+    if (dirs.size() == 1) {  // the checker must notice an error: the first case again, logits off by 1e-4
+      Tensor off = logits.clone();
+      for (int64_t i = 0; i < off.numel(); ++i) off.data()[i] *= 1.0f + 1e-4f;
+      inputs[1].second = off;
+      io::save_safetensors(dir + "/wrong.safetensors", inputs);
+    }
   }
+  args += " " + dirs[0] + " " + dirs[0] + "/wrong.safetensors";
+  std::string out;
+  const int rc = tfm::testing::run_command(kPython + " " + tool("check_roundtrip.py") + args + " --tol 2e-5", &out);
+  EXPECT_EQ(rc, 1) << "the wrong logits must fail the check: " << out;
+  std::cout << "[ roundtrip ] " << out;
+  // One JSON line per case, each ok, then the deliberately wrong one, not ok.
+  std::istringstream lines(out);
+  std::string line;
+  size_t n = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    const bool expect_ok = n < cases.size();
+    EXPECT_EQ(json::parse(line).at("ok").get<bool>(), expect_ok) << (expect_ok ? cases[n].name : "wrong logits")
+                                                                  << ": " << line;
+    ++n;
+  }
+  EXPECT_EQ(n, cases.size() + 1) << out;
+  for (const auto& d : dirs) fs::remove_all(d);
 }
 
-// The notebook's configuration (arch encoder, 4 layers, d_model 16, 4 heads, FFN 512, Adam lr 5e-4,
-// batch 128, reverse task), dropout 0, trained from the same initial weights on the same batches by
-// tfm and by PyTorch (float32 and float64), 30 steps.
+// Pads every batch to the widest S (and T) among them, so all fit one (steps, B, ·) tensor.
+std::vector<TokenBatch> pad_to_common_width(const std::vector<TokenBatch>& batches, int32_t pad) {
+  int64_t S = 0, T = 0;
+  for (const auto& b : batches) {
+    S = std::max(S, b.S);
+    T = std::max(T, b.T);
+  }
+  std::vector<TokenBatch> out;
+  for (const auto& b : batches) {
+    TokenBatch p;
+    p.B = b.B;
+    p.S = S;
+    p.T = b.tgt_in.empty() ? 0 : T;
+    auto widen = [&](const std::vector<int32_t>& v, int64_t from, int64_t to) {
+      std::vector<int32_t> w(static_cast<size_t>(b.B * to), pad);
+      for (int64_t i = 0; i < b.B; ++i) std::copy(v.begin() + i * from, v.begin() + (i + 1) * from, w.begin() + i * to);
+      return w;
+    };
+    p.src = widen(b.src, b.S, S);
+    if (b.tgt_in.empty()) {
+      p.tgt_out = widen(b.tgt_out, b.S, S);
+    } else {
+      p.tgt_in = widen(b.tgt_in, b.T, T);
+      p.tgt_out = widen(b.tgt_out, b.T, T);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+Tensor stack_ids(const std::vector<TokenBatch>& bs, std::vector<int32_t> TokenBatch::*field, int64_t width) {
+  std::vector<float> v;
+  for (const auto& b : bs) v.insert(v.end(), (b.*field).begin(), (b.*field).end());
+  return Tensor::from_vector({static_cast<int64_t>(bs.size()), bs[0].B, width}, v);
+}
+
+// Trains `m` (dropout 0) with Adam(lr) on `batches` in tfm and, from the same initial weights, in
+// PyTorch float32 and float64 (tools/torch_models.py train), and compares the loss curves.
 // Tolerance: PyTorch float32 itself drifts from the float64 curve by rounding that Adam's
 // normalised steps carry forward; tfm's float32 curve must stay within 20× that drift of the
-// float64 curve (the parity rule applied to the whole curve), floored at 2e-5 relative to the loss.
-// The first loss (identical weights, pure forward) must agree to 2e-5 relative like any forward.
-TEST(Seq2SeqModel, NotebookConfigTrainsLikeTorch) {
-  if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
-  ModelConfig c;
-  c.arch = "encoder";
-  c.src_vocab_size = c.tgt_vocab_size = 20;
-  c.d_model = 16;
-  c.nhead = 4;
-  c.num_encoder_layers = 4;
-  c.dim_feedforward = 512;
-  c.dropout = 0;
-  c.max_len = 64;
-  const int steps = 30, B = 128, Smax = 15;
-  const float lr = 5e-4f;
-  Generator g{2024, 0};
-  Seq2SeqModel m(c, g);
-  const std::string dir = tfm::testing::temp_dir("notebook");
+// float64 curve at every step (the parity rule applied to the whole curve), floored at 2e-5 relative
+// to the loss. The first loss (identical weights, pure forward) must agree to 2e-5 relative like
+// any forward.
+void expect_training_like_torch(Seq2SeqModel& m, const std::vector<TokenBatch>& raw, float lr, const char* what) {
+  const std::vector<TokenBatch> batches = pad_to_common_width(raw, m.config().pad_id);
+  const std::string dir = tfm::testing::temp_dir("curve");
   write_model_dir(dir, m);
-  // Reverse-task batches: lengths uniform in 3..15, tokens uniform in 1..19, 0 = padding, target =
-  // the reversed sequence; stored padded to 15, each batch trimmed to its own widest row below.
-  Lcg r(77);
-  std::vector<float> src_all(steps * B * Smax, 0.0f), tgt_all(steps * B * Smax, 0.0f);
-  std::vector<TokenBatch> batches;
-  for (int s = 0; s < steps; ++s) {
-    std::vector<std::vector<int32_t>> seqs(B);
-    int64_t width = 0;
-    for (int i = 0; i < B; ++i) {
-      const int n = r.uniform(3, 15);
-      for (int j = 0; j < n; ++j) seqs[i].push_back(r.uniform(1, 19));
-      width = std::max<int64_t>(width, n);
-    }
-    TokenBatch b;
-    b.B = B;
-    b.S = width;
-    b.src.assign(B * width, 0);
-    b.tgt_out.assign(B * width, 0);
-    for (int i = 0; i < B; ++i)
-      for (size_t j = 0; j < seqs[i].size(); ++j) {
-        b.src[i * width + j] = seqs[i][j];
-        b.tgt_out[i * width + j] = seqs[i][seqs[i].size() - 1 - j];
-        src_all[(s * B + i) * Smax + j] = static_cast<float>(seqs[i][j]);
-        tgt_all[(s * B + i) * Smax + j] = static_cast<float>(seqs[i][seqs[i].size() - 1 - j]);
-      }
-    batches.push_back(std::move(b));
-  }
-  io::save_safetensors(dir + "/batches.safetensors",
-                       {{"src", Tensor::from_vector({steps, B, Smax}, src_all)},
-                        {"tgt_out", Tensor::from_vector({steps, B, Smax}, tgt_all)}},
-                       {{"lr", "5e-4"}});
+  const bool s2s = m.config().arch == "seq2seq";
+  const int64_t S = batches[0].S, T = batches[0].T;
+  std::vector<std::pair<std::string, Tensor>> tensors = {{"src", stack_ids(batches, &TokenBatch::src, S)},
+                                                         {"tgt_out", stack_ids(batches, &TokenBatch::tgt_out, s2s ? T : S)}};
+  if (s2s) tensors.emplace_back("tgt_in", stack_ids(batches, &TokenBatch::tgt_in, T));
+  std::ostringstream lr_text;
+  lr_text.precision(9);
+  lr_text << lr;
+  io::save_safetensors(dir + "/batches.safetensors", tensors, {{"lr", lr_text.str()}});
   std::string out;
-  const int rc = tfm::testing::run_command(kPython + " " + tool("torch_models.py") + " train-reverse " + dir, &out);
+  const int rc = tfm::testing::run_command(kPython + " " + tool("torch_models.py") + " train " + dir, &out);
   ASSERT_EQ(rc, 0) << out;
 
   m.train();
@@ -436,15 +459,69 @@ TEST(Seq2SeqModel, NotebookConfigTrainsLikeTorch) {
     mag = std::max(mag, std::fabs(t64[i]));
   }
   const double bound = std::max(20 * drift32, 2e-5 * mag);
-  std::cout << "[ notebook ] loss " << ours.front() << " -> " << ours.back() << " (torch64 " << t64.front() << " -> "
-            << t64.back() << "); max |tfm - torch64| " << drift_tfm << ", max |torch32 - torch64| " << drift32
-            << ", bound " << bound << "\n";
-  EXPECT_NEAR(ours[0], t64[0], 2e-5 * std::fabs(t64[0]));
-  EXPECT_LE(drift_tfm, bound);
+  std::cout << "[ curve ] " << what << ": loss " << ours.front() << " -> " << ours.back() << " (torch64 " << t64.front()
+            << " -> " << t64.back() << "); max |tfm - torch64| " << drift_tfm << ", max |torch32 - torch64| "
+            << drift32 << ", bound " << bound << "\n";
+  EXPECT_NEAR(ours[0], t64[0], 2e-5 * std::fabs(t64[0])) << what;
   for (size_t i = 0; i < ours.size(); ++i)
-    EXPECT_NEAR(ours[i], t64[i], bound) << "step " << i + 1 << ": tfm " << ours[i] << ", torch32 " << t32[i];
-  EXPECT_LT(ours.back(), ours.front());  // and it learns
+    EXPECT_NEAR(ours[i], t64[i], bound) << what << " step " << i + 1 << ": tfm " << ours[i] << ", torch32 " << t32[i];
+  EXPECT_LT(ours.back(), ours.front()) << what;  // and it learns
   fs::remove_all(dir);
+}
+
+// The notebook's configuration: arch encoder, 4 layers, d_model 16, 4 heads, FFN 512, Adam lr 5e-4,
+// batch 128, on the reverse task (lengths uniform in 3..15, tokens uniform in 1..19, 0 = padding,
+// target = the reversed sequence), dropout 0, 30 steps.
+TEST(Seq2SeqModel, NotebookConfigTrainsLikeTorch) {
+  if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
+  ModelConfig c;
+  c.arch = "encoder";
+  c.src_vocab_size = c.tgt_vocab_size = 20;
+  c.d_model = 16;
+  c.nhead = 4;
+  c.num_encoder_layers = 4;
+  c.dim_feedforward = 512;
+  c.dropout = 0;
+  c.max_len = 64;
+  const int steps = 30, B = 128;
+  Generator g{2024, 0};
+  Seq2SeqModel m(c, g);
+  Lcg r(77);
+  std::vector<TokenBatch> batches;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<std::vector<int32_t>> seqs(B);
+    int64_t width = 0;
+    for (int i = 0; i < B; ++i) {
+      const int n = r.uniform(3, 15);
+      for (int j = 0; j < n; ++j) seqs[i].push_back(r.uniform(1, 19));
+      width = std::max<int64_t>(width, n);
+    }
+    TokenBatch b;
+    b.B = B;
+    b.S = width;
+    b.src.assign(B * width, 0);
+    b.tgt_out.assign(B * width, 0);
+    for (int i = 0; i < B; ++i)
+      for (size_t j = 0; j < seqs[i].size(); ++j) {
+        b.src[i * width + j] = seqs[i][j];
+        b.tgt_out[i * width + j] = seqs[i][seqs[i].size() - 1 - j];
+      }
+    batches.push_back(std::move(b));
+  }
+  expect_training_like_torch(m, batches, 5e-4f, "notebook encoder");
+}
+
+// The seq2seq architecture (decoder, cross-attention, causal and padding masks, tied embeddings,
+// pre-norm) on random pairs: every gradient of the model feeds the curve.
+TEST(Seq2SeqModel, Seq2SeqTrainsLikeTorch) {
+  if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
+  ModelConfig c = small_seq2seq(true, true, "gelu");
+  c.dropout = 0;
+  Generator g{99, 0};
+  Seq2SeqModel m(c, g);
+  std::vector<TokenBatch> batches;
+  for (int s = 0; s < 15; ++s) batches.push_back(random_batch(c, 16, 500 + s));
+  expect_training_like_torch(m, batches, 2e-3f, "seq2seq pre-norm tied");
 }
 
 }  // namespace
