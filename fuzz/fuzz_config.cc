@@ -5,9 +5,11 @@
 // (a one-line message naming the key); any other exception escaping, a crash or a sanitizer
 // report is a bug. Inputs asking for large models are skipped (return -1, kept out of the
 // corpus): a config with d_model 10^9 is a legitimate request that fails with std::bad_alloc,
-// and building it would only measure the allocator. Every integer in the input is therefore
-// capped at kMaxInt before build_module sees it.
+// and building it would only measure the allocator and the weight initialiser. The size is
+// estimated with PyTorch's defaults for absent keys (Transformer: d_model 512, 6 + 6 layers;
+// every layer: dim_feedforward 2048), so a typo in a key cannot smuggle in a 44M-parameter model.
 // Seeds: fuzz/corpus/config/ (written by fuzz/make_seeds.py).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,18 +21,30 @@
 
 namespace {
 
-// Largest integer accepted anywhere in a config: d_model, nhead, dim_feedforward, num_layers up to
-// 48 build at most ~48 layers × (4·48² + 2·48·96) floats ≈ 4 MB, fast enough for thousands of
-// executions per second.
-constexpr int64_t kMaxInt = 48;
+// Largest accepted estimate of a config's parameter count: ~4 MB of floats, so one build stays
+// well under a millisecond-scale budget even under ASan and thousands of inputs run per second.
+constexpr double kMaxParams = 1e6;
 
+// An integer-valued key of the top-level object, or `fallback` when absent or not an integer
+// (a wrong type makes build_module fail fast, so its size does not matter).
+double size_key(const nlohmann::json& j, const char* key, double fallback) {
+  if (!j.contains(key)) return fallback;
+  const nlohmann::json& v = j.at(key);
+  if (v.is_number_unsigned()) return static_cast<double>(v.get<uint64_t>());
+  if (v.is_number_integer()) return std::max(0.0, static_cast<double>(v.get<int64_t>()));
+  return 0.0;
+}
+
+// Parameters ≈ L · (4·D² + 4·D·F): attention in/out projections, and linear1/linear2 with room
+// for the gated activations' doubled linear1.
 bool small_enough(const nlohmann::json& j) {
-  if (j.is_number_unsigned()) return j.get<uint64_t>() <= static_cast<uint64_t>(kMaxInt);
-  if (j.is_number_integer()) return j.get<int64_t>() <= kMaxInt;  // negatives are bad input, kept
-  if (j.is_structured())
-    for (const auto& v : j)
-      if (!small_enough(v)) return false;
-  return true;
+  if (!j.is_object()) return true;
+  const bool transformer = j.contains("module") && j.at("module") == "Transformer";
+  const double d = std::max(size_key(j, "d_model", transformer ? 512 : 0), size_key(j, "embed_dim", 0));
+  const double f = size_key(j, "dim_feedforward", 2048);
+  const double l = transformer ? size_key(j, "num_encoder_layers", 6) + size_key(j, "num_decoder_layers", 6)
+                               : std::max(1.0, size_key(j, "num_layers", 1));
+  return l * (4 * d * d + 4 * d * f) <= kMaxParams;
 }
 
 }  // namespace

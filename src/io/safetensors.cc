@@ -385,7 +385,7 @@ SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file) {
     HeaderGuard guard(path);
     try {
       header = ordered_json::parse(hbegin, hbegin + header_len, std::ref(guard));
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
       fail(path, std::string("header is not valid JSON: ") + e.what());
     }
   }
