@@ -378,7 +378,9 @@ std::vector<Hypothesis> search_chunk(const Seq2SeqModel& model, const std::vecto
     }
     active = std::move(next_active);
     tokens = std::move(next_tokens);
-    if (!active.empty()) dec->select_rows(next_rows);
+    bool identity = next_rows.size() == static_cast<size_t>(logits.size(0));
+    for (size_t r = 0; identity && r < next_rows.size(); ++r) identity = next_rows[r] == static_cast<int64_t>(r);
+    if (!active.empty() && !identity) dec->select_rows(next_rows);  // greedy rarely needs a copy
   }
 
   std::vector<Hypothesis> best(static_cast<size_t>(Bs));
