@@ -21,8 +21,9 @@ struct GemmPlan {
 };
 
 // Below this many multiply-adds (M·N·K) the whole product is one single-threaded call: a thread
-// team costs more than it saves. 2^21 ≈ 1024×64×32 ≈ 10–20 µs of single-core work (measured in
-// bench/bench_gemm.cc).
+// team costs more than it saves. Measured: the smallest benchmarked shape, 1024×64×64 = 2^22,
+// still gains from 2 threads (≈108 → 148 GFLOP/s); 2^21 (≈20 µs of single-core work) is the
+// conservative side of that. TODO(gemm): add 1024×{16,32}×64 to bench_gemm to pin the break-even.
 inline constexpr int64_t kSerialWork = int64_t(1) << 21;
 
 // The plan for a product: a function of the shape only, never of the thread count.
@@ -36,7 +37,8 @@ bool onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
                          float* C, int64_t ldc);
 
 // C = alpha·op(A)·op(B) + beta·C computed panel by panel (plan p), panels distributed over the
-// OpenMP team with a static schedule. Deterministic for a fixed p.
+// OpenMP team with a static schedule. Deterministic for a fixed p. alpha ≠ 0, K ≥ 1, M, N ≥ 1
+// (gemm handles the degenerate cases itself).
 void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                   int64_t ldc, GemmPlan p);
