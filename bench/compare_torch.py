@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""bench/compare_torch.py — tfm against Debian's PyTorch 1.13, side by side, in one run.
+
+Configs (nn.TransformerEncoderLayer, batch_first, ReLU, dropout 0.1 as PyTorch's default):
+  S   d_model 64,  4 heads, FFN 256,  B 32, N 32
+  M   d_model 512, 8 heads, FFN 2048, B 8,  N 128
+  L   d_model 256, 4 heads, FFN 1024, B 1,  N 2048
+  M6  a 6-layer nn.TransformerEncoder of M layers
+Modes: infer (eval; PyTorch under torch.no_grad, which takes its fused "fast path") and train (one step:
+forward in train mode, MSE against a random target, backward, Adam).
+
+tfm runs through `tfm bench --json` (a fresh process per measurement); PyTorch runs in two long-lived
+worker processes started with /usr/bin/python3:
+  torch-env    the environment exactly as this process inherited it (threads, OPENBLAS_* untouched)
+  torch-tuned  what PyTorch's CPU performance notes suggest for a 2-core machine: one intra-op thread per
+               physical core (torch.set_num_threads(2), OMP_NUM_THREADS=2), OpenBLAS allowed its AVX-512
+               kernels (OPENBLAS_CORETYPE=SkylakeX instead of the Haswell this environment pins) with 2
+               threads.
+For every (config, mode) the three are measured in turn, ROUNDS times, alternating, so drift on the shared
+machine hits them alike; each measurement is the median of ITERS timed iterations after WARMUP, and the
+table shows the median over rounds.
+
+Usage:  python3 bench/compare_torch.py [--tfm build/tfm] [--rounds 3] [--iters 10] [--only S,M]
+        [--modes infer,train] [--markdown]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+PEAK_GFLOPS = 468.0  # measured fp32 FMA peak of this machine with 2 threads (issue 3)
+
+CONFIGS = {
+    # name: (d_model, nhead, dim_feedforward, num_layers or 0 for a single layer, B, N)
+    "S": (64, 4, 256, 0, 32, 32),
+    "M": (512, 8, 2048, 0, 8, 128),
+    "L": (256, 4, 1024, 0, 1, 2048),
+    "M6": (512, 8, 2048, 6, 8, 128),
+}
+
+WORKER = r'''
+import json, sys, time, statistics
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+threads = int(sys.argv[1])
+if threads > 0:
+    torch.set_num_threads(threads)
+torch.manual_seed(0)
+print(json.dumps({"ready": True, "threads": torch.get_num_threads()}), flush=True)
+cache = {}
+for line in sys.stdin:
+    req = json.loads(line)
+    D, H, FF, layers, B, N = req["shape"]
+    key = (tuple(req["shape"]), req["mode"])
+    if key not in cache:
+        layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.1, batch_first=True)
+        model = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False) if layers else layer
+        x = torch.rand(B, N, D) * 2 - 1
+        target = torch.rand(B, N, D) * 2 - 1
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        cache.clear()
+        cache[key] = (model, x, target, opt)
+    model, x, target, opt = cache[key]
+    times = []
+    if req["mode"] == "infer":
+        model.eval()
+        with torch.no_grad():
+            for it in range(req["warmup"] + req["iters"]):
+                t0 = time.perf_counter()
+                y = model(x)
+                t1 = time.perf_counter()
+                if it >= req["warmup"]:
+                    times.append((t1 - t0) * 1e3)
+    else:
+        model.train()
+        for it in range(req["warmup"] + req["iters"]):
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = F.mse_loss(model(x), target)
+            loss.backward()
+            opt.step()
+            t1 = time.perf_counter()
+            if it >= req["warmup"]:
+                times.append((t1 - t0) * 1e3)
+    print(json.dumps({"ms_median": statistics.median(times)}), flush=True)
+'''
+
+
+class TorchWorker:
+    def __init__(self, name, env, threads):
+        self.name = name
+        self.env_desc = "OPENBLAS_CORETYPE=%s OMP_NUM_THREADS=%s" % (
+            env.get("OPENBLAS_CORETYPE", "(unset)"), env.get("OMP_NUM_THREADS", "(unset)"))
+        self.proc = subprocess.Popen(["/usr/bin/python3", "-c", WORKER, str(threads)], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        hello = json.loads(self.proc.stdout.readline())
+        self.threads = hello["threads"]
+
+    def run(self, shape, mode, iters, warmup):
+        self.proc.stdin.write(json.dumps({"shape": shape, "mode": mode, "iters": iters, "warmup": warmup}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("torch worker %s died" % self.name)
+        return json.loads(line)["ms_median"]
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def tfm_run(tfm, cfg_path, shape, mode, iters, warmup, threads):
+    D, H, FF, layers, B, N = shape
+    cmd = [tfm, "bench", "--config", cfg_path, "--batch", str(B), "--seq", str(N), "--mode", mode,
+           "--iters", str(iters), "--warmup", str(warmup), "--threads", str(threads), "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def write_config(tmp, name, shape):
+    D, H, FF, layers, B, N = shape
+    cfg = {"module": "TransformerEncoder" if layers else "TransformerEncoderLayer", "d_model": D, "nhead": H,
+           "dim_feedforward": FF, "dropout": 0.1, "activation": "relu", "batch_first": True}
+    if layers:
+        cfg["num_layers"] = layers
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tfm", default=os.path.join(here, "..", "build", "tfm"), help="path of the tfm executable")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2, help="tfm threads and the tuned PyTorch's threads")
+    ap.add_argument("--only", default="S,M,L,M6")
+    ap.add_argument("--modes", default="infer,train")
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    args = ap.parse_args()
+
+    env_as_set = dict(os.environ)
+    tuned = dict(os.environ)
+    tuned.update({"OPENBLAS_CORETYPE": "SkylakeX", "OMP_NUM_THREADS": str(args.threads),
+                  "OPENBLAS_NUM_THREADS": str(args.threads)})
+    workers = [TorchWorker("torch-env", env_as_set, 0), TorchWorker("torch-tuned", tuned, args.threads)]
+    for w in workers:
+        print("# %s: torch threads %d, %s" % (w.name, w.threads, w.env_desc), file=sys.stderr)
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.only.split(","):
+            shape = list(CONFIGS[name])
+            cfg = write_config(tmp, name, shape)
+            for mode in args.modes.split(","):
+                t_tfm, t_env, t_tuned, gflop = [], [], [], 0.0
+                rss = 0.0
+                for r in range(args.rounds):
+                    res = tfm_run(args.tfm, cfg, shape, mode, args.iters, args.warmup, args.threads)
+                    t_tfm.append(res["ms_median"])
+                    gflop = res["gflop_per_iter"]
+                    rss = max(rss, res["peak_rss_mb"])
+                    t_env.append(workers[0].run(shape, mode, args.iters, args.warmup))
+                    t_tuned.append(workers[1].run(shape, mode, args.iters, args.warmup))
+                m_tfm, m_env, m_tuned = (statistics.median(t) for t in (t_tfm, t_env, t_tuned))
+                row = dict(config=name, mode=mode, gflop=gflop, tfm=m_tfm, env=m_env, tuned=m_tuned,
+                           r_env=m_env / m_tfm, r_tuned=m_tuned / m_tfm,
+                           frac=gflop / (m_tfm / 1e3) / PEAK_GFLOPS,
+                           frac_tuned=gflop / (m_tuned / 1e3) / PEAK_GFLOPS, rss=rss)
+                rows.append(row)
+                print("# %-3s %-5s tfm %8.2f ms  torch-env %8.2f  torch-tuned %8.2f" % (name, mode, m_tfm, m_env,
+                                                                                          m_tuned), file=sys.stderr)
+    for w in workers:
+        w.close()
+
+    hdr = ["config", "mode", "GFLOP", "tfm ms", "torch env ms", "torch tuned ms", "env/tfm", "tuned/tfm",
+           "tfm % peak", "tuned % peak", "tfm RSS MB"]
+    lines = []
+    for r in rows:
+        lines.append([r["config"], r["mode"], "%.2f" % r["gflop"], "%.2f" % r["tfm"], "%.2f" % r["env"],
+                      "%.2f" % r["tuned"], "%.2f" % r["r_env"], "%.2f" % r["r_tuned"], "%.0f%%" % (100 * r["frac"]),
+                      "%.0f%%" % (100 * r["frac_tuned"]), "%.0f" % r["rss"]])
+    if args.markdown:
+        print("| " + " | ".join(hdr) + " |")
+        print("|" + "|".join("---" for _ in hdr) + "|")
+        for l in lines:
+            print("| " + " | ".join(l) + " |")
+    else:
+        widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(hdr)]
+        print("  ".join(h.rjust(w) for h, w in zip(hdr, widths)))
+        for l in lines:
+            print("  ".join(c.rjust(w) for c, w in zip(l, widths)))
+    print("\npeak %.0f GFLOP/s; medians over %d alternating rounds of %d iterations (after %d warm-up); "
+          "torch-env: %s, threads %d; torch-tuned: %s, threads %d" % (
+              PEAK_GFLOPS, args.rounds, args.iters, args.warmup, workers[0].env_desc, workers[0].threads,
+              workers[1].env_desc, workers[1].threads))
+
+
+if __name__ == "__main__":
+    main()
