@@ -77,7 +77,9 @@ bool flag(const NamedTensors& in, const char* name) {
     throw std::invalid_argument(std::string("inputs: '") + name + "' must be a 0-dimensional BOOL tensor, got " + describe(t));
   return t.data_bool()[0] != 0;
 }
-void check_names(const NamedTensors& in, std::initializer_list<const char*> allowed) {
+void check_names(const NamedTensors& in, std::initializer_list<const char*> allowed,
+                 std::initializer_list<const char*> required) {
+  for (const char* r : required) req(in, r);  // a missing argument is reported before a stray one
   for (auto& [k, v] : in) {
     if (k == "grad_output") continue;
     bool ok = false;
@@ -90,6 +92,47 @@ void check_names(const NamedTensors& in, std::initializer_list<const char*> allo
   }
 }
 
+// Shape checks of the forward arguments, each naming the argument: a sequence is (B, T, E) when
+// batch_first, else (T, B, E); masks follow nn.MultiheadAttention's rules.
+struct ShapeChecker {
+  const NamedTensors& in;
+  int64_t E, H;
+  bool batch_first;
+  int64_t B = -1;
+
+  int64_t sequence(const char* name) {  // returns T
+    const Tensor& t = req(in, name);
+    const std::string layout = batch_first ? "(B, T, " : "(T, B, ";
+    if (t.dtype() != DType::Float32)
+      throw std::invalid_argument(std::string("inputs: tensor '") + name + "' must be Float32, got " + describe(t));
+    if (t.dim() != 3 || t.size(2) != E)
+      throw std::invalid_argument(std::string("inputs: tensor '") + name + "' has shape " + shape_str(t.shape()) +
+                                  ", expected " + layout + std::to_string(E) + ")");
+    const int64_t b = batch_first ? t.size(0) : t.size(1);
+    if (B >= 0 && b != B)
+      throw std::invalid_argument(std::string("inputs: tensor '") + name + "' has batch size " + std::to_string(b) +
+                                  ", expected " + std::to_string(B) + " (shape " + shape_str(t.shape()) + ")");
+    B = b;
+    return batch_first ? t.size(1) : t.size(0);
+  }
+  void attn_mask(const char* name, int64_t L, int64_t S) {
+    auto it = in.find(name);
+    if (it == in.end()) return;
+    const Shape& s = it->second.shape();
+    if (s == Shape{L, S} || s == Shape{B * H, L, S}) return;
+    throw std::invalid_argument(std::string("inputs: tensor '") + name + "' has shape " + shape_str(s) +
+                                ", expected " + shape_str({L, S}) + " or " + shape_str({B * H, L, S}));
+  }
+  void padding_mask(const char* name, int64_t S) {
+    auto it = in.find(name);
+    if (it == in.end()) return;
+    const Shape& s = it->second.shape();
+    if (s == Shape{B, S}) return;
+    throw std::invalid_argument(std::string("inputs: tensor '") + name + "' has shape " + shape_str(s) +
+                                ", expected " + shape_str({B, S}));
+  }
+};
+
 template <typename M>
 struct Holder : ConformanceModule {
   std::unique_ptr<M> m;
@@ -100,7 +143,14 @@ struct MhaHolder : Holder<MultiheadAttention> {
   std::string name() const override { return "MultiheadAttention"; }
   std::vector<std::string> differentiable_inputs() const override { return {"query", "key", "value"}; }
   Tensor forward(const NamedTensors& in) const override {
-    check_names(in, {"query", "key", "value", "attn_mask", "key_padding_mask", "is_causal"});
+    check_names(in, {"query", "key", "value", "attn_mask", "key_padding_mask", "is_causal"}, {"query"});
+    ShapeChecker c{in, m->embed_dim, m->num_heads, m->batch_first};
+    const int64_t L = c.sequence("query");
+    const int64_t S = in.count("key") ? c.sequence("key") : L;
+    if (in.count("value") && c.sequence("value") != S)
+      throw std::invalid_argument("inputs: tensors 'key' and 'value' have different lengths");
+    c.attn_mask("attn_mask", L, S);
+    c.padding_mask("key_padding_mask", S);
     const Tensor& q = req(in, "query");
     const Tensor& k = in.count("key") ? req(in, "key") : q;
     const Tensor& v = in.count("value") ? req(in, "value") : k;
@@ -115,7 +165,12 @@ struct EncLayerHolder : Holder<TransformerEncoderLayer> {
   std::string name() const override { return "TransformerEncoderLayer"; }
   std::vector<std::string> differentiable_inputs() const override { return {"src"}; }
   Tensor forward(const NamedTensors& in) const override {
-    check_names(in, {"src", "src_mask", "src_key_padding_mask", "is_causal"});
+    check_names(in, {"src", "src_mask", "src_key_padding_mask", "is_causal"}, {"src"});
+    const auto& o = m->options;
+    ShapeChecker c{in, o.d_model, o.nhead, o.batch_first};
+    const int64_t S = c.sequence("src");
+    c.attn_mask("src_mask", S, S);
+    c.padding_mask("src_key_padding_mask", S);
     return m->forward(req(in, "src"), opt(in, "src_mask"), opt(in, "src_key_padding_mask"), flag(in, "is_causal"));
   }
 };
@@ -123,18 +178,42 @@ struct EncHolder : Holder<TransformerEncoder> {
   std::string name() const override { return "TransformerEncoder"; }
   std::vector<std::string> differentiable_inputs() const override { return {"src"}; }
   Tensor forward(const NamedTensors& in) const override {
-    check_names(in, {"src", "mask", "src_key_padding_mask", "is_causal"});
+    check_names(in, {"src", "mask", "src_key_padding_mask", "is_causal"}, {"src"});
+    if (!m->layers.empty()) {
+      const auto& o = m->layers[0]->options;
+      ShapeChecker c{in, o.d_model, o.nhead, o.batch_first};
+      const int64_t S = c.sequence("src");
+      c.attn_mask("mask", S, S);
+      c.padding_mask("src_key_padding_mask", S);
+    }
     return m->forward(req(in, "src"), opt(in, "mask"), opt(in, "src_key_padding_mask"), flag(in, "is_causal"));
   }
 };
 template <typename M>
 struct DecHolderT : Holder<M> {
   std::string label;
+  const TransformerLayerOptions* options() const {
+    if constexpr (std::is_same_v<M, TransformerDecoderLayer>) {
+      return &this->m->options;
+    } else {
+      return this->m->layers.empty() ? nullptr : &this->m->layers[0]->options;
+    }
+  }
   std::string name() const override { return label; }
   std::vector<std::string> differentiable_inputs() const override { return {"tgt", "memory"}; }
   Tensor forward(const NamedTensors& in) const override {
     check_names(in, {"tgt", "memory", "tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask",
-                     "tgt_is_causal", "memory_is_causal"});
+                     "tgt_is_causal", "memory_is_causal"},
+                {"tgt", "memory"});
+    if (const TransformerLayerOptions* o = options()) {
+      ShapeChecker c{in, o->d_model, o->nhead, o->batch_first};
+      const int64_t T = c.sequence("tgt");
+      const int64_t S = c.sequence("memory");
+      c.attn_mask("tgt_mask", T, T);
+      c.attn_mask("memory_mask", T, S);
+      c.padding_mask("tgt_key_padding_mask", T);
+      c.padding_mask("memory_key_padding_mask", S);
+    }
     return this->m->forward(req(in, "tgt"), req(in, "memory"), opt(in, "tgt_mask"), opt(in, "memory_mask"),
                             opt(in, "tgt_key_padding_mask"), opt(in, "memory_key_padding_mask"),
                             flag(in, "tgt_is_causal"), flag(in, "memory_is_causal"));
@@ -146,7 +225,18 @@ struct TransformerHolder : Holder<Transformer> {
   Tensor forward(const NamedTensors& in) const override {
     check_names(in, {"src", "tgt", "src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask",
                      "tgt_key_padding_mask", "memory_key_padding_mask", "src_is_causal", "tgt_is_causal",
-                     "memory_is_causal"});
+                     "memory_is_causal"},
+                {"src", "tgt"});
+    const auto& o = m->encoder.layers.empty() ? m->decoder.layers.at(0)->options : m->encoder.layers[0]->options;
+    ShapeChecker c{in, o.d_model, o.nhead, o.batch_first};
+    const int64_t S = c.sequence("src");
+    const int64_t T = c.sequence("tgt");
+    c.attn_mask("src_mask", S, S);
+    c.attn_mask("tgt_mask", T, T);
+    c.attn_mask("memory_mask", T, S);
+    c.padding_mask("src_key_padding_mask", S);
+    c.padding_mask("tgt_key_padding_mask", T);
+    c.padding_mask("memory_key_padding_mask", S);
     return m->forward(req(in, "src"), req(in, "tgt"), opt(in, "src_mask"), opt(in, "tgt_mask"), opt(in, "memory_mask"),
                       opt(in, "src_key_padding_mask"), opt(in, "tgt_key_padding_mask"),
                       opt(in, "memory_key_padding_mask"), flag(in, "src_is_causal"), flag(in, "tgt_is_causal"),
