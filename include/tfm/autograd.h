@@ -29,7 +29,9 @@ class Node {
   std::vector<Tensor> inputs;  // the tensors gradients flow to (kept alive by the tape)
 };
 
-// Sets the slot if empty, else adds g into it (g's shape must match).
+// Sets the slot if empty, else adds g into it (g's shape must match). An empty slot takes g's
+// storage without a copy when nobody else holds it, so a gradient handed over here must not be
+// written afterwards by the caller.
 void accumulate_grad(Tensor* slot, const Tensor& g);
 
 bool grad_enabled();

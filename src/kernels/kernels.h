@@ -30,7 +30,8 @@ bool force_scalar();
 // ---- GEMM -----------------------------------------------------------------------------------------
 // C(M,N) = alpha * op(A)(M,K) · op(B)(K,N) + beta * C, all row-major.
 // op(A) = A (M,K; lda ≥ K) or Aᵀ where A is (K,M; lda ≥ M); likewise B.
-// beta == 0 overwrites C (C may hold garbage, even NaN); beta == 1 accumulates.
+// beta == 0 overwrites C (C may hold garbage, even NaN); beta == 1 accumulates. alpha == 0 or
+// K == 0 reads neither A nor B: C ← beta·C, as in BLAS.
 // Deterministic: the result is bitwise identical for any thread count.
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);

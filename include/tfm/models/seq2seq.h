@@ -1,6 +1,6 @@
 // tfm/models/seq2seq.h — the two sequence models of tfm train, built from the torch.nn modules.
 //
-// arch "encoder" (the "reverse a sequence" notebook):  ids (B,S) → embedding (·√D if scale_embedding)
+// arch "encoder" (the "reverse a sequence" notebook):  ids (B,S) → embedding (unscaled, as in that notebook)
 //   → + sinusoidal PE → dropout → TransformerEncoder → generator Linear → logits (B, S, V_tgt);
 //   one prediction per source position (source and target have the same length).
 //   Keys: embedding.weight, encoder.layers.N.*, [encoder.norm.*], generator.weight, generator.bias.
