@@ -1,6 +1,6 @@
 // src/cli/bench_cmd.cc — `tfm bench`: time the module of a `tfm forward` config on random weights and
 // inputs, for inference (eval, no tape) or a training step (forward, MSE loss against a random target,
-// backward, Adam step).
+// backward, tfm::Adam step with torch.optim.Adam's defaults).
 //
 //   tfm bench --config CONFIG.json --batch B --seq N [--src-seq S] [--mode infer|train] [--iters K]
 //             [--warmup W] [--threads T] [--json]
@@ -30,6 +30,7 @@
 #include "tfm/forward.h"
 #include "tfm/modules/module.h"
 #include "tfm/ops/loss.h"
+#include "tfm/optim.h"
 #include "tfm/random.h"
 
 namespace tfm::cli {
@@ -165,44 +166,6 @@ NamedTensors make_inputs(const BenchShape& s, int64_t B, int64_t N, int64_t S, G
   return in;
 }
 
-// torch.optim.Adam (defaults lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight decay):
-// m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²;  p −= lr·(m/(1−β1ᵗ)) / (sqrt(v/(1−β2ᵗ)) + eps).
-// TODO(perf): switch to tfm::Adam (include/tfm/optim.h) once src/train/optim.cc lands.
-class BenchAdam {
- public:
-  explicit BenchAdam(std::vector<Tensor> params) : params_(std::move(params)) {
-    for (auto& p : params_) {
-      m_.push_back(Tensor::zeros(p.shape()));
-      v_.push_back(Tensor::zeros(p.shape()));
-    }
-  }
-  void step() {
-    ++t_;
-    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-    const float bc1 = 1.0f - std::pow(b1, static_cast<float>(t_));
-    const float bc2s = std::sqrt(1.0f - std::pow(b2, static_cast<float>(t_)));
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Tensor g = params_[i].grad();
-      if (!g.defined()) continue;
-      float* p = params_[i].data();
-      float* m = m_[i].data();
-      float* v = v_[i].data();
-      const float* gp = g.data();
-      const int64_t n = params_[i].numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-      for (int64_t k = 0; k < n; ++k) {
-        m[k] = b1 * m[k] + (1.0f - b1) * gp[k];
-        v[k] = b2 * v[k] + (1.0f - b2) * gp[k] * gp[k];
-        p[k] -= lr / bc1 * m[k] / (std::sqrt(v[k]) / bc2s + eps);
-      }
-    }
-  }
-
- private:
-  std::vector<Tensor> params_, m_, v_;
-  int64_t t_ = 0;
-};
-
 double peak_rss_mb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -254,7 +217,7 @@ int run_bench(const Opts& o) {
       Tensor y = cm->forward(inputs);
       target = random_tensor(y.shape(), gen);
     }
-    BenchAdam adam(m.parameters());
+    Adam adam(m.named_parameters());  // torch.optim.Adam defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8
     for (int it = 0; it < o.warmup + o.iters; ++it) {
       const auto t0 = std::chrono::steady_clock::now();
       m.zero_grad();
