@@ -3,6 +3,8 @@
 
 #include <stdexcept>
 
+#include "ops/linear_activation.h"
+
 namespace tfm {
 
 void TransformerLayerOptions::validate() const {
@@ -56,9 +58,10 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
   register_module("dropout2", dropout2);
 }
 
-// ff(x) = linear2(dropout(act(linear1(x))))   (dropout2 applied by the caller)
+// ff(x) = linear2(dropout(act(linear1(x))))   (dropout2 applied by the caller); act(linear1(x)) is
+// one fused op (the bias and activation in one pass after the GEMM, ops/linear_activation.h).
 Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) const {
-  return linear2.forward(dropout.forward(ops::activation(linear1.forward(x), act)));
+  return linear2.forward(dropout.forward(ops::linear_activation(x, linear1.weight, linear1.bias, act)));
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& kpm,
@@ -120,8 +123,9 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
   register_module("dropout3", dropout3);
 }
 
+// ff(x) = linear2(dropout(act(linear1(x)))), as the encoder layer's.
 Tensor TransformerDecoderLayer::feed_forward(const Tensor& x) const {
-  return linear2.forward(dropout.forward(ops::activation(linear1.forward(x), act)));
+  return linear2.forward(dropout.forward(ops::linear_activation(x, linear1.weight, linear1.bias, act)));
 }
 
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,

@@ -3,12 +3,12 @@
 
 #include "kernels/kernels.h"
 #include "ops/check.h"
+#include "ops/linear_activation.h"
 #include "tfm/autograd.h"
 
 namespace tfm::ops {
-namespace {
 
-kernels::ActivationKind to_kernel(Activation a) {
+kernels::ActivationKind activation_kind(Activation a) {
   switch (a) {
     case Activation::RELU: return kernels::ActivationKind::ACT_RELU;
     case Activation::GELU: return kernels::ActivationKind::ACT_GELU;
@@ -20,6 +20,8 @@ kernels::ActivationKind to_kernel(Activation a) {
   return kernels::ActivationKind::ACT_RELU;
 }
 
+namespace {
+
 struct ActivationNode : Node {
   Activation kind = Activation::RELU;
   const char* name() const override { return activation_name(kind); }
@@ -28,7 +30,7 @@ struct ActivationNode : Node {
     const Tensor& x = inputs[0];
     const int64_t F = dy.size(-1), N = dy.numel() / std::max<int64_t>(F, 1);
     Tensor dx = Tensor::empty(x.shape());
-    kernels::activation_backward(to_kernel(kind), dy.data(), x.data(), dx.data(), N, F);
+    kernels::activation_backward(activation_kind(kind), dy.data(), x.data(), dx.data(), N, F);
     accumulate_grad(din[0], dx);
   }
 };
@@ -58,7 +60,7 @@ const char* activation_name(Activation a) {
   return "?";
 }
 
-bool activation_is_gated(Activation a) { return kernels::activation_is_gated(to_kernel(a)); }
+bool activation_is_gated(Activation a) { return kernels::activation_is_gated(activation_kind(a)); }
 
 Tensor activation(const Tensor& x, Activation kind) {
   check_float(x, "activation", "input");
@@ -74,7 +76,7 @@ Tensor activation(const Tensor& x, Activation kind) {
   ys.back() = F;
   Tensor y = Tensor::empty(ys);
   const int64_t N = y.numel() / std::max<int64_t>(F, 1);
-  kernels::activation_forward(to_kernel(kind), x.data(), y.data(), N, F);
+  kernels::activation_forward(activation_kind(kind), x.data(), y.data(), N, F);
   if (needs_grad({&x})) {
     auto node = std::make_shared<ActivationNode>();
     node->kind = kind;

@@ -1,11 +1,13 @@
 // src/ops/linear.cc — Linear forward and backward over the GEMM kernel.
 #include "tfm/ops/linear.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/kernels.h"
 #include "kernels/rowwise.h"
 #include "ops/check.h"
+#include "ops/linear_activation.h"
 #include "tfm/autograd.h"
 
 namespace tfm::ops {
@@ -16,31 +18,34 @@ struct LinearNode : Node {
   bool has_bias = false;
   const char* name() const override { return "linear"; }
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
-    const Tensor& x = inputs[0];
-    const Tensor& w = inputs[1];
-    const int64_t in = w.size(1), out = w.size(0), N = x.numel() / in;
-    const float* g = dy.data();
-    if (din[0]) {  // dx (N, in) = dy (N, out) · W (out, in)
-      Tensor* slot = din[0];
-      float beta = slot->defined() ? 1.0f : 0.0f;
-      if (!slot->defined()) *slot = Tensor::empty(x.shape());
-      kernels::gemm(false, false, N, in, out, 1.0f, g, out, w.data(), in, beta, slot->data(), in);
-    }
-    if (din[1]) {  // dW (out, in) += dyᵀ (out, N) · x (N, in)
-      Tensor* slot = din[1];
-      float beta = slot->defined() ? 1.0f : 0.0f;
-      if (!slot->defined()) *slot = Tensor::empty(w.shape());
-      kernels::gemm(true, false, out, in, N, 1.0f, g, out, x.data(), in, beta, slot->data(), in);
-    }
-    if (has_bias && din[2]) {  // db (out) += Σ_rows dy
-      Tensor* slot = din[2];
-      if (!slot->defined()) *slot = Tensor::zeros({out});
-      kernels::bias_grad(g, slot->data(), N, out);
-    }
+    linear_backward(dy.data(), inputs[0], inputs[1], has_bias, din);
   }
 };
 
 }  // namespace
+
+// dx (N, in) = g (N, out) · W (out, in);  dW (out, in) += gᵀ (out, N) · x (N, in);  db (out) += Σ_rows g.
+void linear_backward(const float* g, const Tensor& x, const Tensor& w, bool has_bias,
+                     const std::vector<Tensor*>& din) {
+  const int64_t in = w.size(1), out = w.size(0), N = x.numel() / std::max<int64_t>(in, 1);
+  if (din[0]) {
+    Tensor* slot = din[0];
+    const float beta = slot->defined() ? 1.0f : 0.0f;
+    if (!slot->defined()) *slot = Tensor::empty(x.shape());
+    kernels::gemm(false, false, N, in, out, 1.0f, g, out, w.data(), in, beta, slot->data(), in);
+  }
+  if (din[1]) {
+    Tensor* slot = din[1];
+    const float beta = slot->defined() ? 1.0f : 0.0f;
+    if (!slot->defined()) *slot = Tensor::empty(w.shape());
+    kernels::gemm(true, false, out, in, N, 1.0f, g, out, x.data(), in, beta, slot->data(), in);
+  }
+  if (has_bias && din[2]) {
+    Tensor* slot = din[2];
+    if (!slot->defined()) *slot = Tensor::zeros({out});
+    kernels::bias_grad(g, slot->data(), N, out);
+  }
+}
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_float(x, "linear", "input");

@@ -1,0 +1,75 @@
+// src/ops/linear_activation.cc — the FFN input projection fused with its bias and activation:
+// y = act(x·Wᵀ + b) with the GEMM writing x·Wᵀ and one pass adding b and applying act in place
+// (kernels::bias_activation_forward). Contract and backward in ops/linear_activation.h.
+#include "ops/linear_activation.h"
+
+#include <algorithm>
+
+#include "kernels/kernels.h"
+#include "kernels/rowwise.h"
+#include "ops/check.h"
+#include "tfm/autograd.h"
+#include "tfm/ops/linear.h"
+
+namespace tfm::ops {
+namespace {
+
+// inputs = {x (N, in), weight (F, in), bias (F) or undefined}; y (N, F) = relu(x·Wᵀ + b), kept
+// detached (no reference cycle through its grad_fn).
+// dz = dy ⊙ [y > 0]  (= relu'(z) since y > 0 ⇔ z > 0, NaN included: relu(NaN) = 0 here), then the
+// Linear backward of dz.
+struct LinearReluNode : Node {
+  bool has_bias = false;
+  Tensor y;  // (N, F)
+  const char* name() const override { return "linear_relu"; }
+  void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
+    const int64_t F = y.size(-1), N = y.numel() / std::max<int64_t>(F, 1);
+    Tensor dz = Tensor::empty(y.shape());
+    kernels::activation_backward(kernels::ActivationKind::ACT_RELU, dy.data(), y.data(), dz.data(), N, F);
+    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din);
+  }
+};
+
+}  // namespace
+
+Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation kind) {
+  check_float(x, "linear_activation", "input");
+  check_float(weight, "linear_activation", "weight");
+  check(weight.dim() == 2, "linear_activation: weight must be 2-D (out, in), got " + describe(weight));
+  const int64_t out = weight.size(0), in = weight.size(1);
+  check(x.dim() >= 1 && x.size(-1) == in, "linear_activation: input " + describe(x) + " does not match weight " +
+                                               describe(weight) + " (last dim " + std::to_string(in) + ")");
+  if (bias.defined()) {
+    check_float(bias, "linear_activation", "bias");
+    check_shape(bias, {out}, "linear_activation", "bias");
+  }
+  const bool gated = activation_is_gated(kind);
+  check(!gated || out % 2 == 0, std::string("linear_activation ") + activation_name(kind) + ": weight " +
+                                    describe(weight) + " must have an even number of rows (two halves [a | b])");
+  const bool grad = needs_grad({&x, &weight, &bias});
+  if (grad && kind != Activation::RELU) return activation(linear(x, weight, bias), kind);
+
+  const int64_t N = x.numel() / std::max<int64_t>(in, 1), F = gated ? out / 2 : out;
+  Shape zs = x.shape();
+  zs.back() = out;
+  Tensor z = Tensor::empty(zs);  // (N, Fin) = x·Wᵀ (K = 0 gives zeros, kernels::gemm's contract)
+  kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, 0.0f, z.data(), out);
+  const float* b = bias.defined() ? bias.data() : nullptr;
+  Tensor y = z;  // plain activations in place
+  if (gated) {
+    Shape ys = x.shape();
+    ys.back() = F;
+    y = Tensor::empty(ys);
+  }
+  kernels::bias_activation_forward(activation_kind(kind), z.data(), b, y.data(), N, F);
+  if (grad) {  // ReLU only (above)
+    auto node = std::make_shared<LinearReluNode>();
+    node->has_bias = bias.defined();
+    node->y = y.detach();
+    node->inputs = {x, weight, bias};
+    record(y, node);
+  }
+  return y;
+}
+
+}  // namespace tfm::ops

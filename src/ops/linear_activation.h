@@ -1,0 +1,33 @@
+// src/ops/linear_activation.h — internal fused ops used by the modules (not public API): the FFN
+// input projection with its bias and activation in one pass after the GEMM, and the Linear
+// backward shared by ops::linear and the fused op.
+#pragma once
+
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "tfm/ops/activation.h"
+#include "tfm/tensor.h"
+
+namespace tfm::ops {
+
+// y = act(x·Wᵀ + b)  — torch: F.<act>(F.linear(x, W, b)) (nn.TransformerEncoderLayer's
+// activation(linear1(x))). x (..., in), weight (Fin, in), bias (Fin) or undefined; y (..., F) with
+// Fin = F (plain) or 2F (gated: [a | b] halves, y = a ⊙ g(b)).
+// Inference, and training with ReLU: the GEMM writes x·Wᵀ, then one pass adds the bias and applies
+// the activation in place (no bias broadcast pass, no second buffer); training keeps only y, since
+// relu'(z) = [z > 0] = [relu(z) > 0]. Other activations in training fall back to
+// activation(linear(x, W, b)), which keeps the pre-activation for the backward.
+// Backward (ReLU): dz = dy ⊙ [y > 0];  dx = dz·W;  dW += dzᵀ·x;  db += Σ_rows dz.
+Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation kind);
+
+// The kernel enum of an op-level activation (defined in activation.cc).
+kernels::ActivationKind activation_kind(Activation a);
+
+// The Linear backward from the gradient g (N, out) of y = x·Wᵀ + b: din[0] (x's shape) gets dx = g·W,
+// din[1] (out, in) gets dW = gᵀ·x, din[2] (out) gets db = Σ_rows g (if has_bias); each slot is set
+// if empty, else accumulated into; null slots are skipped.
+void linear_backward(const float* g, const Tensor& x, const Tensor& weight, bool has_bias,
+                     const std::vector<Tensor*>& din);
+
+}  // namespace tfm::ops
