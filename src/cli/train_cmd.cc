@@ -13,6 +13,15 @@
 namespace tfm::cli {
 namespace {
 
+// Built-in task defaults, measured on `tfm train --task reverse --arch encoder` (d_model 64, 2 layers,
+// 4 heads, FFN 256). Steps cost mostly fixed overhead at this size, so batch 256 learns about twice
+// as fast per second as 128. With lr 2e-3, 100 warmup steps and cosine decay over 1600 steps,
+// validation sequence accuracy reached 100% by step 1200-1400 (seeds 1 and 2; 95.7% after 1000 steps
+// at lr 3e-3, too tight), about 40 ms a step on one core. Dropout only slows this noiseless task.
+constexpr int64_t kTaskSteps = 1600;
+constexpr int64_t kTaskBatch = 256;
+constexpr float kTaskLr = 2e-3f;
+
 std::atomic<int> g_signal{0};
 
 extern "C" void on_stop_signal(int sig) { g_signal.store(sig); }
@@ -103,7 +112,8 @@ void register_train(CLI::App& app, Runner& run) {
       "  tfm train --task reverse --arch encoder --out runs/reverse\n"
       "  tfm train --train pairs.tsv --valid dev.tsv --arch seq2seq --epochs 20 --out runs/mt\n"
       "  tfm train --resume runs/mt            (continue an interrupted run exactly)\n"
-      "Length: without --epochs/--max-steps/--time-budget, tasks train 3000 steps and TSV data 10 epochs.\n"
+      "Defaults for TSV data: 10 epochs, --lr 1e-3, --dropout 0.1, --batch-size 128. For the built-in\n"
+      "tasks: 1600 steps, --lr 2e-3, --dropout 0, --batch-size 256 (reverse: 100% by step ~1300).\n"
       "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and prints how to resume.");
   struct Opts {
     train::TrainConfig c;
@@ -146,14 +156,14 @@ void register_train(CLI::App& app, Runner& run) {
   cmd->add_option("--encoder-layers", o->enc_layers, "encoder layers (default --layers)");
   cmd->add_option("--decoder-layers", o->dec_layers, "decoder layers (default --layers)");
   cmd->add_option("--dim-feedforward", m.dim_feedforward, "feed-forward width")->capture_default_str();
-  cmd->add_option("--dropout", m.dropout, "dropout probability")->capture_default_str();
+  auto* dropout = cmd->add_option("--dropout", m.dropout, "dropout probability (tasks: 0)")->capture_default_str();
   cmd->add_option("--activation", m.activation, "relu | gelu")->capture_default_str();
   cmd->add_flag("--norm-first", m.norm_first, "pre-norm layers (LayerNorm before attention / FFN)");
   cmd->add_flag("--tie-embeddings", m.tie_embeddings, "seq2seq: share target embedding and output projection");
   auto* epochs = cmd->add_option("--epochs", c.epochs, "passes over the training data");
   auto* steps = cmd->add_option("--max-steps", c.max_steps, "optimizer steps");
   auto* budget = cmd->add_option("--time-budget", c.time_budget, "seconds of training");
-  cmd->add_option("--lr", c.lr, "peak learning rate")->capture_default_str();
+  auto* lr = cmd->add_option("--lr", c.lr, "peak learning rate (tasks: 3e-3)")->capture_default_str();
   cmd->add_option("--warmup", c.warmup, "linear warmup steps")->capture_default_str();
   cmd->add_option("--schedule", c.schedule,
                   "after warmup: auto (cosine to 0 when the length is known) | constant | inverse_sqrt | cosine")
@@ -164,18 +174,20 @@ void register_train(CLI::App& app, Runner& run) {
   cmd->add_option("--clip-norm", c.clip_norm, "clip the gradient 2-norm (0 = off)")->capture_default_str();
   cmd->add_option("--seed", c.seed, "seed for data, initialisation and dropout")->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (default: all cores; results do not depend on it)");
-  cmd->add_option("--batch-size", c.batch.batch_size, "examples per batch")->capture_default_str();
-  cmd->add_option("--batch-tokens", c.batch.batch_tokens, "padded tokens per batch (overrides --batch-size)");
+  auto* batch = cmd->add_option("--batch-size", c.batch.batch_size, "examples per batch (tasks: 256)")->capture_default_str();
+  auto* batch_tok = cmd->add_option("--batch-tokens", c.batch.batch_tokens, "padded tokens per batch (overrides --batch-size)");
   cmd->add_option("--eval-every", c.eval_every, "steps between evaluations (default: each epoch, or 10 per run)");
   cmd->add_flag("--skip-nonfinite", c.skip_nonfinite, "skip batches whose loss or gradient is not finite");
   auto* resume = cmd->add_option("--resume", o->resume, "continue the run saved in DIR");
 
-  cmd->callback([o, out, epochs, steps, budget, resume, task, tr, &run] {
+  cmd->callback([o, out, epochs, steps, budget, lr, dropout, batch, batch_tok, resume, task, tr, &run] {
     if (resume->count() == 0 && out->count() == 0) throw CLI::RequiredError("--out");
     if (resume->count() == 0 && task->count() == 0 && tr->count() == 0)
       throw CLI::RequiredError("--task or --train/--valid");
     const bool len_given = epochs->count() + steps->count() + budget->count() > 0;
-    run = [o, len_given] {
+    const bool lr_given = lr->count() > 0, dropout_given = dropout->count() > 0;
+    const bool batch_given = batch->count() + batch_tok->count() > 0;
+    run = [o, len_given, lr_given, dropout_given, batch_given] {
       apply_threads(o->threads);
       train::TrainConfig c = o->c;
       const bool resuming = !o->resume.empty();
@@ -191,7 +203,12 @@ void register_train(CLI::App& app, Runner& run) {
         c.model.arch = o->arch;
         c.model.num_encoder_layers = o->enc_layers >= 0 ? o->enc_layers : o->layers;
         c.model.num_decoder_layers = o->dec_layers >= 0 ? o->dec_layers : o->layers;
-        if (!len_given && !c.task.empty()) c.max_steps = 3000;
+        if (!c.task.empty()) {  // the built-in tasks' measured defaults (see the help footer)
+          if (!len_given) c.max_steps = kTaskSteps;
+          if (!lr_given) c.lr = kTaskLr;
+          if (!dropout_given) c.model.dropout = 0.0f;
+          if (!batch_given) c.batch.batch_size = kTaskBatch;
+        }
       }
       ProgressPrinter printer;
       train::TrainHooks hooks;
