@@ -250,7 +250,7 @@ std::unique_ptr<ConformanceModule> build_module(const std::string& config_json) 
   json j;
   try {
     j = json::parse(config_json);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw std::invalid_argument(std::string("config: invalid JSON: ") + e.what());
   }
   if (!j.is_object()) throw std::invalid_argument("config: top level must be a JSON object");
@@ -274,11 +274,13 @@ std::unique_ptr<ConformanceModule> build_module(const std::string& config_json) 
     if (E <= 0 || H <= 0 || E % H != 0)
       throw std::invalid_argument("config: embed_dim " + std::to_string(E) + " is not divisible by num_heads " +
                                   std::to_string(H));
+    r.finish();  // unknown keys are reported before anything is built
     auto h = std::make_unique<MhaHolder>();
     h->m = std::make_unique<MultiheadAttention>(E, H, dropout, bias, bf);
     out = std::move(h);
   } else if (name == "TransformerEncoderLayer") {
     auto o = layer_options(r, false);
+    r.finish();  // unknown keys are reported before anything is built
     auto h = std::make_unique<EncLayerHolder>();
     h->m = std::make_unique<TransformerEncoderLayer>(o);
     out = std::move(h);
@@ -288,11 +290,13 @@ std::unique_ptr<ConformanceModule> build_module(const std::string& config_json) 
     const bool norm = r.get<bool>("norm", false);
     r.ignore("enable_nested_tensor");
     r.ignore("mask_check");
+    r.finish();  // unknown keys are reported before anything is built
     auto h = std::make_unique<EncHolder>();
     h->m = std::make_unique<TransformerEncoder>(o, n, norm);
     out = std::move(h);
   } else if (name == "TransformerDecoderLayer") {
     auto o = layer_options(r, false);
+    r.finish();  // unknown keys are reported before anything is built
     auto h = std::make_unique<DecHolderT<TransformerDecoderLayer>>();
     h->label = name;
     h->m = std::make_unique<TransformerDecoderLayer>(o);
@@ -301,6 +305,7 @@ std::unique_ptr<ConformanceModule> build_module(const std::string& config_json) 
     auto o = layer_options(r, false);
     const auto n = r.require<int64_t>("num_layers");
     const bool norm = r.get<bool>("norm", false);
+    r.finish();  // unknown keys are reported before anything is built
     auto h = std::make_unique<DecHolderT<TransformerDecoder>>();
     h->label = name;
     h->m = std::make_unique<TransformerDecoder>(o, n, norm);
@@ -309,6 +314,7 @@ std::unique_ptr<ConformanceModule> build_module(const std::string& config_json) 
     auto o = layer_options(r, true);
     const auto ne = r.get<int64_t>("num_encoder_layers", 6);
     const auto nd = r.get<int64_t>("num_decoder_layers", 6);
+    r.finish();  // unknown keys are reported before anything is built
     auto h = std::make_unique<TransformerHolder>();
     h->m = std::make_unique<Transformer>(o, ne, nd);
     out = std::move(h);
@@ -317,7 +323,6 @@ std::unique_ptr<ConformanceModule> build_module(const std::string& config_json) 
                                 "' (expected MultiheadAttention, TransformerEncoderLayer, TransformerEncoder, "
                                 "TransformerDecoderLayer, TransformerDecoder or Transformer)");
   }
-  r.finish();
   return out;
 }
 
