@@ -157,13 +157,13 @@ void register_train(CLI::App& app, Runner& run) {
   cmd->add_option("--decoder-layers", o->dec_layers, "decoder layers (default --layers)");
   cmd->add_option("--dim-feedforward", m.dim_feedforward, "feed-forward width")->capture_default_str();
   auto* dropout = cmd->add_option("--dropout", m.dropout, "dropout probability (tasks: 0)")->capture_default_str();
-  cmd->add_option("--activation", m.activation, "relu | gelu")->capture_default_str();
+  cmd->add_option("--activation", m.activation, "relu | gelu | gelu_tanh | glu | geglu | swiglu")->capture_default_str();
   cmd->add_flag("--norm-first", m.norm_first, "pre-norm layers (LayerNorm before attention / FFN)");
   cmd->add_flag("--tie-embeddings", m.tie_embeddings, "seq2seq: share target embedding and output projection");
   auto* epochs = cmd->add_option("--epochs", c.epochs, "passes over the training data");
   auto* steps = cmd->add_option("--max-steps", c.max_steps, "optimizer steps");
   auto* budget = cmd->add_option("--time-budget", c.time_budget, "seconds of training");
-  auto* lr = cmd->add_option("--lr", c.lr, "peak learning rate (tasks: 3e-3)")->capture_default_str();
+  auto* lr = cmd->add_option("--lr", c.lr, "peak learning rate (tasks: 2e-3)")->capture_default_str();
   cmd->add_option("--warmup", c.warmup, "linear warmup steps")->capture_default_str();
   cmd->add_option("--schedule", c.schedule,
                   "after warmup: auto (cosine to 0 when the length is known) | constant | inverse_sqrt | cosine")
