@@ -198,45 +198,21 @@ void add_layer_norm_forward(const float* x, const float* r, const float* w, cons
   }
 }
 
+// Rows are independent: any schedule gives the same bits.
 void cross_entropy_forward(const float* logits, const int32_t* target, float* loss, float* lse, int64_t N,
                            int64_t V, int32_t ignore_index, float label_smoothing) {
 #pragma omp parallel for schedule(static) if (N * V > 65536)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* z = logits + n * V;
-    float m = -std::numeric_limits<float>::infinity();
-    for (int64_t v = 0; v < V; ++v) m = std::max(m, z[v]);
-    double s = 0, zsum = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      s += std::exp(static_cast<double>(z[v]) - m);
-      zsum += z[v];
-    }
-    double l = m + std::log(s);
-    lse[n] = static_cast<float>(l);
-    if (target[n] == ignore_index) {
-      loss[n] = 0.0f;
-      continue;
-    }
-    double nll = l - z[target[n]];
-    double smooth = l - zsum / static_cast<double>(V);
-    loss[n] = static_cast<float>((1.0 - label_smoothing) * nll + label_smoothing * smooth);
-  }
+  for (int64_t n = 0; n < N; ++n)
+    ref::cross_entropy_forward<float>(logits + n * V, target + n, loss + n, lse + n, 1, V, ignore_index,
+                                      label_smoothing);
 }
 
 void cross_entropy_backward(const float* logits, const int32_t* target, const float* lse, const float* scale,
                             float* dlogits, int64_t N, int64_t V, int32_t ignore_index, float label_smoothing) {
 #pragma omp parallel for schedule(static) if (N * V > 65536)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* z = logits + n * V;
-    float* dz = dlogits + n * V;
-    if (target[n] == ignore_index) {
-      std::fill(dz, dz + V, 0.0f);
-      continue;
-    }
-    const float s = scale[n], l = lse[n];
-    const float uniform = label_smoothing / static_cast<float>(V);
-    for (int64_t v = 0; v < V; ++v) dz[v] = s * (std::exp(z[v] - l) - uniform);
-    dz[target[n]] -= s * (1.0f - label_smoothing);
-  }
+  for (int64_t n = 0; n < N; ++n)
+    ref::cross_entropy_backward<float>(logits + n * V, target + n, lse + n, scale + n, dlogits + n * V, 1, V,
+                                       ignore_index, label_smoothing);
 }
 
 }  // namespace tfm::kernels

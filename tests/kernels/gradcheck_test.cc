@@ -126,6 +126,26 @@ TEST(GradCheck, LinearThroughReferenceGemm) {
   expect_close(db, numeric_grad(b, loss), "db");
 }
 
+// Cross-entropy with label smoothing and an ignored row: ℓ = Σ_n loss_n (scale 1 per row).
+TEST(GradCheck, CrossEntropyWithSmoothingAndIgnoredRow) {
+  const int64_t N = 4, V = 6;
+  const int32_t target[N] = {2, -100, 0, 5};
+  Vec z = rand_vec(N * V, 31, -3, 3), loss(N), lse(N), scale(N, 1.0);
+  for (double eps : {0.0, 0.1}) {
+    auto total = [&] {
+      ref::cross_entropy_forward<double>(z.data(), target, loss.data(), lse.data(), N, V, -100, eps);
+      double t = 0;
+      for (double l : loss) t += l;
+      return t;
+    };
+    total();
+    Vec dz(N * V);
+    ref::cross_entropy_backward<double>(z.data(), target, lse.data(), scale.data(), dz.data(), N, V, -100, eps);
+    expect_close(dz, numeric_grad(z, total), eps == 0.0 ? "dz" : "dz (smoothing 0.1)");
+    for (int64_t v = 0; v < V; ++v) EXPECT_EQ(dz[V + v], 0.0);  // the ignored row
+  }
+}
+
 // A hand-checkable case: LayerNorm of [1, 3] (D = 2): μ = 2, var = 1, rstd = 1/√(1+eps) ≈ 1, so with
 // w = 1, b = 0 the output is [−1, 1]; dy = [1, 0] gives g = [1, 0], mean(g) = 0.5,
 // mean(g·x̂) = −0.5, dx = rstd·(g − 0.5 + x̂·0.5) = [1 − 0.5 − 0.5, 0 − 0.5 + 0.5] = [0, 0].
