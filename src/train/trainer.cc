@@ -25,6 +25,11 @@
 #include "tfm/random.h"
 
 namespace tfm::train {
+
+// EvalRow ↔ JSON for the history kept in trainer_state.safetensors (field names as in metrics.csv).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(EvalRow, step, epoch, lr, train_loss, valid_loss, valid_token_accuracy,
+                                   valid_sequence_accuracy, tokens_per_sec, elapsed_seconds)
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -272,27 +277,6 @@ struct State {
   std::vector<EvalRow> history;
 };
 
-json row_json(const EvalRow& r) {
-  return {{"step", r.step}, {"epoch", r.epoch}, {"lr", r.lr}, {"train_loss", r.train_loss},
-          {"valid_loss", r.valid_loss}, {"valid_token_accuracy", r.valid_token_accuracy},
-          {"valid_sequence_accuracy", r.valid_sequence_accuracy}, {"tokens_per_sec", r.tokens_per_sec},
-          {"elapsed_seconds", r.elapsed_seconds}};
-}
-
-EvalRow row_from_json(const json& j) {
-  EvalRow r;
-  r.step = j.at("step");
-  r.epoch = j.at("epoch");
-  r.lr = j.at("lr");
-  r.train_loss = j.at("train_loss");
-  r.valid_loss = j.at("valid_loss");
-  r.valid_token_accuracy = j.at("valid_token_accuracy");
-  r.valid_sequence_accuracy = j.at("valid_sequence_accuracy");
-  r.tokens_per_sec = j.at("tokens_per_sec");
-  r.elapsed_seconds = j.at("elapsed_seconds");
-  return r;
-}
-
 void write_checkpoint(const std::string& dir, Seq2SeqModel& model, const Optimizer& opt, State& st,
                       const TrainConfig& c) {
   st.checkpoint_step = st.step;
@@ -306,7 +290,7 @@ void write_checkpoint(const std::string& dir, Seq2SeqModel& model, const Optimiz
             {"loss_count", st.loss_count}, {"tokens", st.tokens}, {"skipped", st.skipped},
             {"elapsed", st.elapsed}, {"rng_seed", g.seed}, {"rng_offset", g.offset},
             {"optimizer_steps", opt.steps()}, {"history", json::array()}};
-  for (const auto& r : st.history) s["history"].push_back(row_json(r));
+  for (const auto& r : st.history) s["history"].push_back(json(nlohmann::json(r)));  // json here is ordered_json
   io::save_safetensors(join(dir, kStateFile), all, {{kStateKey, s.dump()}});
   io::write_file_atomic(join(dir, "metrics.csv"), metrics_csv(st.history));
   io::write_file_atomic(join(dir, "curves.svg"), plot_curves_svg(st.history, c.task.empty() ? c.train_path : c.task));
@@ -343,7 +327,7 @@ void read_checkpoint(const std::string& dir, Seq2SeqModel& model, Optimizer& opt
     g.seed = s.at("rng_seed");
     g.offset = s.at("rng_offset");
     st.history.clear();
-    for (const auto& r : s.at("history")) st.history.push_back(row_from_json(r));
+    for (const auto& r : s.at("history")) st.history.push_back(nlohmann::json(r).get<EvalRow>());
   } catch (const json::exception& e) {
     throw std::runtime_error(path + ": bad trainer state: " + e.what());
   }
