@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 
 namespace tfm::io {
 namespace {
@@ -166,6 +167,19 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   AtomicFileWriter w(path);
   w.write(bytes.data(), bytes.size());
   w.commit();
+}
+
+int remove_stale_temp_files(const std::string& path) {
+  std::string dir, base;
+  split_path(path, &dir, &base);
+  const std::string prefix = "." + base + ".tmp.";
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.empty() ? "." : dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && entry.is_regular_file(ec) && std::filesystem::remove(entry.path(), ec)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace tfm::io

@@ -70,4 +70,8 @@ class AtomicFileWriter {
 // One-shot form: write_file_atomic(path, s) == AtomicFileWriter w(path); w.write(s); w.commit().
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// Deletes the temporary files ".<base>.tmp.*" that an AtomicFileWriter for `path` left behind when its
+// process was killed mid-write (the real file is untouched). Returns how many were removed.
+int remove_stale_temp_files(const std::string& path);
+
 }  // namespace tfm::io

@@ -549,6 +549,9 @@ TrainResult run_training(const TrainConfig& config, const TrainHooks& hooks, boo
   const std::vector<Tensor> params = model.parameters();
   State st;
   if (resume) {
+    // A run killed mid-write leaves hidden temporary files beside the complete checkpoint: drop them.
+    for (const char* f : {kModelFile, kStateFile, "metrics.csv", "curves.svg", "config.json"})
+      io::remove_stale_temp_files(join(c.out_dir, f));
     read_checkpoint(c.out_dir, model, *opt, st);
     note(ProgressEvent::NOTE, "resuming " + c.out_dir + " at step " + std::to_string(st.step) + " (epoch " +
                                   std::to_string(st.epoch + 1) + ")");

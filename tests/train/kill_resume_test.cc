@@ -165,7 +165,7 @@ TEST(KillResume, SigkillAtRandomMomentsLeavesALoadableCheckpoint) {
   std::printf("%d kills, checkpoint step %lld, %d temporary file(s) left by kills mid-write\n", kills,
               static_cast<long long>(last_step), temporaries);
 
-  // A final resume runs a few more steps and finishes normally, stale temporaries notwithstanding.
+  // A final resume removes the temporaries the kills left, runs a few more steps and finishes normally.
   std::string out;
   ASSERT_EQ(run_command(kCli + " train --resume " + run + " --max-steps " + std::to_string(last_step + 3) +
                             " --threads 1",
@@ -175,6 +175,9 @@ TEST(KillResume, SigkillAtRandomMomentsLeavesALoadableCheckpoint) {
   EXPECT_NE(out.find("resuming " + run + " at step " + std::to_string(last_step)), std::string::npos) << out;
   EXPECT_EQ(checkpoint_step(run), last_step + 3);
   check_directory(run);
+  for (const auto& e : fs::directory_iterator(run))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
+        << "stale temporary left after resume: " << e.path();
   fs::remove_all(d);
 }
 
