@@ -54,20 +54,26 @@ void add_layer_norm_forward_scalar(const float* x, const float* r, const float* 
 // same bits. Parameter-gradient reductions (LayerNorm dw, db) sum per-chunk partials in chunk order.
 static constexpr int64_t kRowChunk = 64;
 
+// Calls body(c, r0, rn) for chunk c = rows [r0, r0 + rn), in parallel when N·width is large enough to
+// pay for the threads. The chunking depends only on N, never on the thread count.
+template <typename Body>
+static void for_each_row_chunk(int64_t N, int64_t width, const Body& body) {
+  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+#pragma omp parallel for schedule(static) if (N * width > 32768)
+  for (int64_t c = 0; c < chunks; ++c) body(c, c * kRowChunk, std::min(kRowChunk, N - c * kRowChunk));
+}
+
 void layer_norm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
                         float* rstd, int64_t N, int64_t D, float eps) {
   const bool simd = cpu_has_avx512();
-  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
-#pragma omp parallel for schedule(static) if (N * D > 32768)
-  for (int64_t c = 0; c < chunks; ++c) {
-    int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
+  for_each_row_chunk(N, D, [&](int64_t, int64_t r0, int64_t rn) {
     if (simd)
       avx512::layer_norm_forward(x + r0 * D, w, b, y + r0 * D, mean ? mean + r0 : nullptr,
                                  rstd ? rstd + r0 : nullptr, rn, D, eps);
     else
       layer_norm_forward_scalar(x + r0 * D, w, b, y + r0 * D, mean ? mean + r0 : nullptr,
                                 rstd ? rstd + r0 : nullptr, rn, D, eps);
-  }
+  });
 }
 
 void layer_norm_backward(const float* dy, const float* x, const float* w, const float* mean,
@@ -82,9 +88,7 @@ void layer_norm_backward(const float* dy, const float* x, const float* w, const 
     return;
   }
   std::vector<float> part(static_cast<size_t>(chunks * 2 * D), 0.0f);  // per-chunk (dw, db)
-#pragma omp parallel for schedule(static) if (N * D > 32768)
-  for (int64_t c = 0; c < chunks; ++c) {
-    int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
+  for_each_row_chunk(N, D, [&](int64_t c, int64_t r0, int64_t rn) {
     float* pw = part.data() + c * 2 * D;
     if (simd)
       avx512::layer_norm_backward(dy + r0 * D, x + r0 * D, w, mean + r0, rstd + r0, dx + r0 * D, pw,
@@ -92,7 +96,7 @@ void layer_norm_backward(const float* dy, const float* x, const float* w, const 
     else
       layer_norm_backward_scalar(dy + r0 * D, x + r0 * D, w, mean + r0, rstd + r0, dx + r0 * D, pw,
                                  db ? pw + D : nullptr, rn, D);
-  }
+  });
   for (int64_t c = 0; c < chunks; ++c) {
     const float* pw = part.data() + c * 2 * D;
     for (int64_t d = 0; d < D; ++d) dw[d] += pw[d];
@@ -107,26 +111,20 @@ void activation_forward(ActivationKind k, const float* x, float* y, int64_t N, i
 
 void bias_activation_forward(ActivationKind k, const float* x, const float* bias, float* y, int64_t N, int64_t F) {
   const bool simd = cpu_has_avx512();
-  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
   const int64_t in_row = activation_is_gated(k) ? 2 * F : F;
-#pragma omp parallel for schedule(static) if (N * F > 32768)
-  for (int64_t c = 0; c < chunks; ++c) {
-    int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
+  for_each_row_chunk(N, F, [&](int64_t, int64_t r0, int64_t rn) {
     if (!simd || !avx512::bias_activation_forward(k, x + r0 * in_row, bias, y + r0 * F, rn, F))
       bias_activation_forward_scalar(k, x + r0 * in_row, bias, y + r0 * F, rn, F);
-  }
+  });
 }
 
 void activation_backward(ActivationKind k, const float* dy, const float* x, float* dx, int64_t N, int64_t F) {
   const bool simd = cpu_has_avx512();
-  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
   const int64_t in_row = activation_is_gated(k) ? 2 * F : F;
-#pragma omp parallel for schedule(static) if (N * F > 32768)
-  for (int64_t c = 0; c < chunks; ++c) {
-    int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
+  for_each_row_chunk(N, F, [&](int64_t, int64_t r0, int64_t rn) {
     if (!simd || !avx512::activation_backward(k, dy + r0 * F, x + r0 * in_row, dx + r0 * in_row, rn, F))
       activation_backward_scalar(k, dy + r0 * F, x + r0 * in_row, dx + r0 * in_row, rn, F);
-  }
+  });
 }
 
 // Element-wise kernels run over fixed chunks of kElemChunk elements (a multiple of 16, so every
@@ -181,10 +179,7 @@ void bias_grad(const float* dy, float* db, int64_t N, int64_t F) {
 void add_layer_norm_forward(const float* x, const float* r, const float* w, const float* b, float* z, float* y,
                             float* mean, float* rstd, int64_t N, int64_t D, float eps) {
   const bool simd = cpu_has_avx512();
-  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
-#pragma omp parallel for schedule(static) if (N * D > 32768)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t r0 = c * kRowChunk, rn = std::min(kRowChunk, N - r0);
+  for_each_row_chunk(N, D, [&](int64_t, int64_t r0, int64_t rn) {
     float* sum = (z ? z : y) + r0 * D;  // the chunk's sum stays in cache for the LayerNorm
     float* m = mean ? mean + r0 : nullptr;
     float* s = rstd ? rstd + r0 : nullptr;
@@ -195,7 +190,7 @@ void add_layer_norm_forward(const float* x, const float* r, const float* w, cons
       add_forward_scalar(x + r0 * D, r + r0 * D, sum, rn * D);
       layer_norm_forward_scalar(sum, w, b, y + r0 * D, m, s, rn, D, eps);
     }
-  }
+  });
 }
 
 // Rows are independent: any schedule gives the same bits.
