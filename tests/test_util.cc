@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 namespace tfm::testing {
@@ -63,6 +65,17 @@ double rel_error(const Tensor& a, const Tensor& b) { return rel_error(a.data(), 
     if (std::memcmp(&a.data()[i], &b.data()[i], sizeof(float)) != 0)
       return ::testing::AssertionFailure() << what << ": differs at [" << i << "] " << a.data()[i] << " vs " << b.data()[i];
   return ::testing::AssertionSuccess();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void spit(const std::string& path, const std::string& bytes) {
+  std::filesystem::remove(path);
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 int run_command(const std::string& cmd, std::string* output) {

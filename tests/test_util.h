@@ -26,6 +26,12 @@ double rel_error(const Tensor& a, const Tensor& b);
                                      const std::string& what = "");
 ::testing::AssertionResult bitwise_equal(const Tensor& a, const Tensor& b, const std::string& what = "");
 
+// Whole-file bytes for tests that build or corrupt files by hand. spit replaces the file, removing it
+// first: ext4 flushes a file truncated over old data on close (auto_da_alloc), which made the
+// truncation sweeps of the safetensors tests take seconds.
+std::string slurp(const std::string& path);
+void spit(const std::string& path, const std::string& bytes);
+
 // Runs a shell command, returns its exit status and captures stdout+stderr into `output`.
 int run_command(const std::string& cmd, std::string* output = nullptr);
 std::string temp_dir(const std::string& tag);  // a fresh directory under the system temp dir

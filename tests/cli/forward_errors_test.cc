@@ -28,16 +28,8 @@ namespace {
 
 const std::string kFixture = std::string(TFM_SOURCE_DIR) + "/tests/fixtures/parity/enc_layer_defaults";
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void spit(const std::string& path, const std::string& bytes) {
-  fs::remove(path);
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using tfm::testing::slurp;
+using tfm::testing::spit;
 
 // u64 little-endian header length, header text, data bytes: a hand-made safetensors file.
 std::string raw_safetensors(const std::string& header, const std::string& data) {

@@ -8,6 +8,7 @@
 // Error cases are written byte by byte in this file, one per check in the reader; each must raise
 // SafeTensorsError whose message starts with the file path and names the key.
 // To add a case: write the raw file with write_raw() and call expect_load_error().
+#include "test_util.h"
 #include "tfm/io/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -50,18 +51,8 @@ class SafeTensors : public ::testing::Test {
   fs::path dir_;
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-// Replaces the file. Removed first: ext4 flushes a file truncated over old data on close
-// (auto_da_alloc), which made the truncation sweep take seconds.
-void spit(const std::string& path, const std::string& bytes) {
-  fs::remove(path);
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using tfm::testing::slurp;
+using tfm::testing::spit;
 
 // u64 little-endian header length, the header text as given, then the data bytes.
 void write_raw(const std::string& path, const std::string& header, const std::string& data = "") {
