@@ -159,6 +159,23 @@ Tensor tensor_from_borrowed(const Shape& shape, DType dtype, void* ptr, std::sha
 
 static Tensor wrap(std::shared_ptr<TensorImpl> impl) { return Tensor(std::move(impl)); }
 
+// The public face of tensor_from_borrowed: same storage (keeper set, so ~Storage never hands the
+// block to the cache and accumulate_grad never adopts it as a gradient), plus argument checks.
+Tensor Tensor::from_external(const Shape& shape, float* data, std::shared_ptr<void> owner) {
+  const int64_t n = shape_numel(shape);
+  if (n > 0 && data == nullptr)
+    throw std::invalid_argument("from_external: null data for shape " + shape_str(shape));
+  if (reinterpret_cast<uintptr_t>(data) % alignof(float) != 0)
+    throw std::invalid_argument("from_external: data is not " + std::to_string(alignof(float)) +
+                                "-byte aligned");
+  // Storage tells borrowed from owned by a non-null keeper, so the keeper must test true even when
+  // the owner is empty or holds a null pointer: the aliasing constructor shares owner's control
+  // block (none if empty) and points at data (or a sentinel when data is null).
+  static char sentinel;
+  void* mark = data != nullptr ? static_cast<void*>(data) : static_cast<void*>(&sentinel);
+  return tensor_from_borrowed(shape, DType::Float32, data, std::shared_ptr<void>(std::move(owner), mark));
+}
+
 static TensorImpl& need(const TensorImpl* impl, const char* what) {
   if (!impl) throw std::logic_error(std::string(what) + ": undefined tensor");
   return *const_cast<TensorImpl*>(impl);

@@ -34,6 +34,14 @@ class Tensor {
   static Tensor full(const Shape& shape, float value);
   static Tensor from_vector(const Shape& shape, const std::vector<float>& values);
   static Tensor from_bool(const Shape& shape, const std::vector<uint8_t>& values);
+  // A Float32 tensor over memory tfm does not own, without copying: data holds numel(shape)
+  // floats, 4-byte aligned (null only when numel is 0). `owner` (any shared_ptr: a mapped file, a
+  // buffer, or null when the memory outlives every use) is kept alive by this tensor and by every
+  // view, reshape, narrow0 and detach sharing its storage, and released with the last of them; the
+  // allocator never frees or caches `data`. Writes through the tensor (copy_, fill_, an optimizer
+  // step) go to that memory. clone() makes an owned copy. Throws std::invalid_argument on a null
+  // or misaligned pointer.
+  static Tensor from_external(const Shape& shape, float* data, std::shared_ptr<void> owner);
 
   bool defined() const { return impl_ != nullptr; }
   DType dtype() const;

@@ -81,21 +81,29 @@ std::string read_file(const std::string& path) {
   return out;
 }
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+MappedFile::MappedFile(const std::string& path, Access access) : path_(path), access_(access) {
   const int fd = open_regular_readonly(path, &size_);
   if (size_ == 0) {  // mmap(len = 0) is EINVAL; an empty file has nothing to map
     ::close(fd);
     return;
   }
-  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  // PROT_WRITE with MAP_PRIVATE needs only a read-only descriptor: writes go to private copies.
+  const int prot = access == Access::CopyOnWrite ? PROT_READ | PROT_WRITE : PROT_READ;
+  void* p = ::mmap(nullptr, size_, prot, MAP_PRIVATE, fd, 0);
   const int err = errno;
   ::close(fd);  // the mapping keeps its own reference to the file
   if (p == MAP_FAILED) throw_errno(path, "mmap", err);
-  data_ = static_cast<const uint8_t*>(p);
+  data_ = static_cast<uint8_t*>(p);
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ != nullptr) ::munmap(data_, size_);
+}
+
+uint8_t* MappedFile::mutable_data() const {
+  if (access_ != Access::CopyOnWrite)
+    throw IoError(path_ + ": mutable_data() on a read-only mapping (map it CopyOnWrite)");
+  return data_;
 }
 
 AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path) {

@@ -1,4 +1,4 @@
-// src/io/file_util.h — the one checked wrapper for file I/O in tfm (read whole file, read-only
+// src/io/file_util.h — the one checked wrapper for file I/O in tfm (read whole file, private
 // memory map, atomic write). Every failure throws IoError whose message starts with the path and
 // names the failed call and the errno text, e.g.
 //   "model.safetensors: open failed: No such file or directory".
@@ -21,25 +21,33 @@ class IoError : public std::runtime_error {
 // Reads a whole regular file into a string (binary, no newline conversion).
 std::string read_file(const std::string& path);
 
-// A read-only, private memory map of a whole regular file. A zero-length file is "mapped" as
+// A private memory map of a whole regular file. A zero-length file is "mapped" as
 // data() == nullptr, size() == 0 (mmap cannot map zero bytes). The mapping stays valid until the
 // object dies; the bytes are untrusted input. If another process truncates the file while it is
-// mapped, touching the lost pages raises SIGBUS: callers copy what they need and drop the map.
+// mapped, touching the lost pages raises SIGBUS: ReadOnly callers copy what they need and drop the
+// map; CopyOnWrite callers that keep it (zero-copy tensors) document the hazard to their users.
+//   ReadOnly:    PROT_READ, MAP_PRIVATE; writes through the pointer fault.
+//   CopyOnWrite: PROT_READ | PROT_WRITE, MAP_PRIVATE; a write copies the touched page into this
+//                process's private memory, so it never reaches the file or other mappers.
 class MappedFile {
  public:
-  explicit MappedFile(const std::string& path);
+  enum class Access { ReadOnly, CopyOnWrite };
+  explicit MappedFile(const std::string& path, Access access = Access::ReadOnly);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
   const uint8_t* data() const { return data_; }
+  // CopyOnWrite only (throws IoError for a ReadOnly map, whose pages must not be written).
+  uint8_t* mutable_data() const;
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
-  const uint8_t* data_ = nullptr;
+  uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  Access access_ = Access::ReadOnly;
 };
 
 // Writes a file atomically: bytes go to a fresh temporary file in the destination's directory

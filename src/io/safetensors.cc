@@ -2,7 +2,8 @@
 // and the contracts). Reading is three passes over untrusted bytes: (1) the length prefix and the
 // JSON header, parsed with a callback that rejects duplicate keys and deep nesting; (2) each entry's
 // dtype, shape and data_offsets, checked on their own; (3) all byte ranges together, which must
-// tile the data buffer. Only then are bytes converted into tensors.
+// tile the data buffer. Only then are bytes converted into tensors (or, in zero-copy mode, aligned
+// F32 ranges wrapped in place).
 //
 // To add a dtype: one row in kDTypes (name, element size, converter) and a converter below.
 #include "tfm/io/safetensors.h"
@@ -10,8 +11,10 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -363,7 +366,9 @@ void check_tiling(const std::string& path, std::vector<const Entry*> order, uint
                    " trailing bytes belong to no tensor)");
 }
 
-SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file) {
+// `keeper` is the mapping shared with zero-copy tensors; null in copying mode.
+SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file,
+                            const std::shared_ptr<MappedFile>& keeper) {
   const uint64_t file_size = file.size();
   if (file_size < 8)
     fail(path, "file is " + std::to_string(file_size) +
@@ -417,6 +422,17 @@ SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file) {
   check_tiling(path, order, buffer_size);
 
   for (const Entry& e : entries) {
+    // Zero-copy: F32 bytes are the Float32 values already (little-endian, static_assert above);
+    // only alignment can stop a view. Empty tensors have no bytes to share.
+    if (keeper && e.dtype->convert == convert_f32 && e.numel > 0) {
+      uint8_t* at = keeper->mutable_data() + (buffer - file.data()) + e.begin;
+      if (reinterpret_cast<uintptr_t>(at) % alignof(float) == 0) {
+        out.names.push_back(e.name);
+        out.tensors.emplace(e.name, LoadedTensor{Tensor::from_external(e.shape, reinterpret_cast<float*>(at), keeper),
+                                                 e.dtype->name, true});
+        continue;
+      }
+    }
     Tensor t = Tensor::empty(e.shape, e.dtype->target);
     if (e.numel > 0) {
       void* dst = e.dtype->target == DType::Bool ? static_cast<void*>(t.data_bool())
@@ -450,10 +466,16 @@ bool SafeTensorsFile::contains(const std::string& name) const {
   return tensors.find(name) != tensors.end();
 }
 
-SafeTensorsFile load_safetensors(const std::string& path) {
+SafeTensorsFile load_safetensors(const std::string& path) { return load_safetensors(path, LoadOptions{}); }
+
+SafeTensorsFile load_safetensors(const std::string& path, const LoadOptions& options) {
   try {
-    const MappedFile file(path);
-    return load_mapped(path, file);
+    if (!options.zero_copy) {
+      const MappedFile file(path);
+      return load_mapped(path, file, nullptr);
+    }
+    const auto file = std::make_shared<MappedFile>(path, MappedFile::Access::CopyOnWrite);
+    return load_mapped(path, *file, file);
   } catch (const IoError& e) {
     throw SafeTensorsError(e.what());  // already "<path>: <call> failed: <errno text>"
   }

@@ -6,7 +6,8 @@
 // Conversions are exact operations (widening, or one IEEE round-to-nearest for F64, the same one
 // torch does), so every comparison here is bitwise: there is no tolerance to derive.
 // Error cases are written byte by byte in this file, one per check in the reader; each must raise
-// SafeTensorsError whose message starts with the file path and names the key.
+// SafeTensorsError whose message starts with the file path and names the key, in the copying and
+// in the zero-copy mode alike (zero-copy itself: safetensors_zero_copy_test.cc).
 // To add a case: write the raw file with write_raw() and call expect_load_error().
 #include "test_util.h"
 #include "tfm/io/safetensors.h"
@@ -91,9 +92,12 @@ void expect_message(const std::string& msg, const std::string& path,
     EXPECT_NE(msg.find(p), std::string::npos) << "missing \"" << p << "\" in: " << msg;
 }
 
+// Checks both loaders: zero-copy mode must validate exactly as the copying mode does (same message).
 void expect_load_error(const std::string& path, const std::vector<std::string>& parts) {
   const std::string msg = error_of([&] { load_safetensors(path); });
   expect_message(msg, path, parts);
+  const std::string zc = error_of([&] { load_safetensors(path, LoadOptions{.zero_copy = true}); });
+  EXPECT_EQ(zc, msg) << "zero-copy mode reports a different error";
 }
 
 uint32_t bits(float f) {
@@ -505,9 +509,12 @@ TEST_F(SafeTensors, EveryTruncationOfAFixtureIsRejected) {
     spit(p, full.substr(0, n));
     const std::string msg = error_of([&] { load_safetensors(p); });
     ASSERT_EQ(msg.rfind(p + ": ", 0), 0u) << "prefix of " << n << " bytes: " << msg;
+    const std::string zc = error_of([&] { load_safetensors(p, LoadOptions{.zero_copy = true}); });
+    ASSERT_EQ(zc, msg) << "zero-copy mode, prefix of " << n << " bytes";
   }
   spit(p, full);
   EXPECT_EQ(load_safetensors(p).names.size(), 16u);
+  EXPECT_EQ(load_safetensors(p, LoadOptions{.zero_copy = true}).names.size(), 16u);
 }
 
 // ---- the file wrapper -----------------------------------------------------------------------------

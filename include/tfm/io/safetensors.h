@@ -10,6 +10,8 @@
 // raises SafeTensorsError naming the file, the tensor key and expected against actual. Like the
 // reference implementation, the tensors' byte ranges must tile the data buffer exactly (no
 // overlaps, no holes, no trailing bytes), so a file cannot hide data a reader never sees.
+// By default every tensor is copied out and the mapping dropped before load_safetensors returns;
+// LoadOptions::zero_copy keeps it and lets F32 tensors point into it (see there).
 //
 // To support another dtype on read: add a row to the dtype table in src/io/safetensors.cc with
 // its element size and its conversion to Float32 (or Bool), then a fixture in
@@ -36,10 +38,33 @@ class SafeTensorsError : public std::runtime_error {
 
 struct LoadedTensor {
   // Float32 for every numeric dtype, Bool for BOOL; same shape as in the file (shape [] is a
-  // 0-dimensional tensor with one element; a 0 dim gives an empty tensor). Owns its storage: it
-  // does not keep the file mapped.
+  // 0-dimensional tensor with one element; a 0 dim gives an empty tensor). Owns its storage unless
+  // zero_copy is true.
   Tensor tensor;
   std::string dtype;  // the dtype string in the file: "F32", "F16", "BF16", "BOOL", "I64", ...
+  // True when `tensor` points into the file's mapping (LoadOptions::zero_copy, an F32 tensor whose
+  // data is 4-byte aligned); it then keeps the mapping alive (see LoadOptions).
+  bool zero_copy = false;
+};
+
+struct LoadOptions {
+  // Zero-copy loading. When set, the file is mapped copy-on-write (MAP_PRIVATE, PROT_READ |
+  // PROT_WRITE) and every non-empty F32 tensor whose data lies 4-byte aligned in the mapping is a
+  // Tensor::from_external view of it: no copy, no anonymous memory, pages read on first touch.
+  // Other tensors (other dtypes, or F32 data at an offset that is not a multiple of 4, which the
+  // format allows) are converted into owned storage as usual. The mapping is shared by those
+  // views and unmapped when the last of them (and of their reshapes, narrows and detaches) dies,
+  // which may be long after the SafeTensorsFile is gone; clone() one to own it.
+  // Writes to a mapped tensor (an optimizer step, copy_, fill_) change this process's private copy
+  // of the touched pages only: never the file, never another process's view of it.
+  // All validation (header, ranges, values of every tensor) happens before any tensor is handed
+  // out, exactly as in the copying mode, and raises the same errors.
+  // The hazard, and the reason zero-copy is opt-in: the tensors read the file for as long as they
+  // live. If another process truncates the file meanwhile, reading a vanished page raises SIGBUS
+  // and kills the process; a program writing into the file in place (not by rename) changes what
+  // the not-yet-written pages of the tensors read. tfm's own writers (save_safetensors,
+  // checkpoints) replace files by atomic rename, which leaves an existing mapping untouched.
+  bool zero_copy = false;
 };
 
 struct SafeTensorsFile {
@@ -59,7 +84,9 @@ struct SafeTensorsFile {
 //   I8, I16, I32, I64, U8, U16, U32, U64 -> Float32, throwing when |v| > 2^24, beyond which
 //   consecutive integers are no longer all representable in Float32's 24-bit significand.
 // FP8 and other dtypes throw "unsupported dtype".
+// The one-argument form copies every tensor (LoadOptions{} : zero_copy false).
 SafeTensorsFile load_safetensors(const std::string& path);
+SafeTensorsFile load_safetensors(const std::string& path, const LoadOptions& options);
 
 // Writes tensors (Float32 as "F32", Bool as "BOOL") and optional string metadata atomically: a
 // temporary file in the same directory, fsync, rename. If anything throws (undefined tensor,
