@@ -3,7 +3,10 @@
 // backward, tfm::Adam step with torch.optim.Adam's defaults).
 //
 //   tfm bench --config CONFIG.json --batch B --seq N [--src-seq S] [--mode infer|train] [--iters K]
-//             [--warmup W] [--threads T] [--json]
+//             [--warmup W] [--threads T] [--dtype f32|bf16] [--json]
+//
+// Inference runs inside tfm::InferenceMode (weights packed once for the GEMM backend; with
+// --dtype bf16 its Linear matmuls run on bfloat16 inputs, include/tfm/inference.h).
 //
 // Prints the median milliseconds per iteration, tokens/s (B·N per iteration), achieved GFLOP/s and
 // the peak resident memory. FLOPs are counted analytically from the config (flop_count below):
@@ -28,6 +31,7 @@
 #include "cli/commands.h"
 #include "tfm/autograd.h"
 #include "tfm/forward.h"
+#include "tfm/inference.h"
 #include "tfm/modules/module.h"
 #include "tfm/ops/loss.h"
 #include "tfm/optim.h"
@@ -173,7 +177,7 @@ double peak_rss_mb() {
 }
 
 struct Opts {
-  std::string config, mode = "infer";
+  std::string config, mode = "infer", dtype = "f32";
   int64_t batch = 0, seq = 0, src_seq = 0;
   int iters = 10, warmup = 3, threads = 0;
   bool json = false;
@@ -183,6 +187,9 @@ int run_bench(const Opts& o) {
   apply_threads(o.threads);
   if (o.mode != "infer" && o.mode != "train")
     throw std::runtime_error("--mode must be infer or train, got '" + o.mode + "'");
+  const Precision precision = parse_precision(o.dtype);
+  if (precision != Precision::Float32 && o.mode != "infer")
+    throw std::runtime_error("--dtype " + o.dtype + " is for --mode infer only (training is float32)");
   if (o.batch <= 0 || o.seq <= 0) throw std::runtime_error("--batch and --seq must be positive");
   if (o.iters <= 0 || o.warmup < 0) throw std::runtime_error("--iters must be positive, --warmup non-negative");
   const std::string config = read_config(o.config);
@@ -203,7 +210,7 @@ int run_bench(const Opts& o) {
 
   std::vector<double> ms;
   if (!train) {
-    NoGradGuard no_grad;
+    InferenceMode inference(precision);  // packed weights (bf16 with --dtype bf16), no tape
     for (int it = 0; it < o.warmup + o.iters; ++it) {
       const auto t0 = std::chrono::steady_clock::now();
       Tensor y = cm->forward(inputs);
@@ -238,10 +245,11 @@ int run_bench(const Opts& o) {
   if (o.json) {
     json j = {{"ms_median", median}, {"tokens_per_s", tokens_per_s}, {"gflops", gflops}, {"peak_rss_mb", rss},
               {"ms_min", ms.front()}, {"ms_max", ms.back()}, {"gflop_per_iter", flops / 1e9},
-              {"iters", o.iters}, {"mode", o.mode}, {"module", shape.module}};
+              {"iters", o.iters}, {"mode", o.mode}, {"dtype", precision_name(precision)}, {"module", shape.module}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s %s  B=%lld N=%lld S=%lld  iters=%d (warmup %d)\n", shape.module.c_str(), o.mode.c_str(),
+    std::printf("%s %s %s  B=%lld N=%lld S=%lld  iters=%d (warmup %d)\n", shape.module.c_str(), o.mode.c_str(),
+                precision_name(precision),
                 static_cast<long long>(o.batch), static_cast<long long>(o.seq), static_cast<long long>(S), o.iters,
                 o.warmup);
     std::printf("  median %.3f ms  (min %.3f, max %.3f)\n", median, ms.front(), ms.back());
@@ -265,6 +273,7 @@ void register_bench(CLI::App& app, Runner& run) {
   cmd->add_option("--seq", o->seq, "sequence length N (target length for decoders)")->required();
   cmd->add_option("--src-seq", o->src_seq, "source/memory length S (default N)");
   cmd->add_option("--mode", o->mode, "infer (eval, no gradients) or train (forward, MSE, backward, Adam)");
+  cmd->add_option("--dtype", o->dtype, "infer only: f32 (default) or bf16 (bfloat16 Linear matmuls, docs/bf16.md)");
   cmd->add_option("--iters", o->iters, "timed iterations (default 10)");
   cmd->add_option("--warmup", o->warmup, "untimed iterations first (default 3)");
   cmd->add_option("--threads", o->threads, "threads (default: OMP_NUM_THREADS or all cores)");

@@ -19,28 +19,6 @@ namespace gemm_detail {
 
 namespace {
 
-// Makes oneDNN (OpenMP runtime) see a thread budget of 1 for the lifetime of the scope. oneDNN
-// runs serially inside an active parallel region (it checks omp_in_parallel()), but outside one,
-// and when a primitive descriptor picks its blocking, it asks omp_get_max_threads(). That is an
-// ICV of the calling task only, so lowering it here and restoring it afterwards affects nobody
-// else, inside or outside our parallel region. (Verified: a 2-thread top-level dnnl_sgemm of NT
-// 1024×512×2048 differs bitwise from the 1-thread one; the same call inside a 2-thread parallel
-// region equals the 1-thread result.)
-class SerialOmpScope {
- public:
-  SerialOmpScope() : saved_(omp_get_max_threads()) {
-    if (saved_ > 1) omp_set_num_threads(1);
-  }
-  ~SerialOmpScope() {
-    if (saved_ > 1) omp_set_num_threads(saved_);
-  }
-  SerialOmpScope(const SerialOmpScope&) = delete;
-  SerialOmpScope& operator=(const SerialOmpScope&) = delete;
-
- private:
-  int saved_;
-};
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }

@@ -1,5 +1,5 @@
 // src/kernels/gemm_backend.h — internals of the fast gemm (src/kernels/gemm.cc), exposed only to
-// gemm.cc and bench/bench_gemm.cc so the panel choice can be measured against oneDNN's own
+// gemm.cc, gemm_packed.cc and bench/bench_gemm.cc so the panel choice can be measured against oneDNN's own
 // threading. Not part of the kernel interface: ops call gemm() from kernels.h.
 //
 // Determinism scheme. oneDNN's sgemm, when it threads, may split the K reduction between threads
@@ -11,9 +11,33 @@
 // count.
 #pragma once
 
+#include <omp.h>
+
 #include <cstdint>
 
 namespace tfm::kernels::gemm_detail {
+
+// Makes oneDNN (OpenMP runtime) see a thread budget of 1 for the lifetime of the scope. oneDNN
+// runs serially inside an active parallel region (it checks omp_in_parallel()), but outside one,
+// and when a primitive descriptor picks its blocking, it asks omp_get_max_threads(). That is an
+// ICV of the calling task only, so lowering it here and restoring it afterwards affects nobody
+// else, inside or outside our parallel region. (Verified: a 2-thread top-level dnnl_sgemm of NT
+// 1024×512×2048 differs bitwise from the 1-thread one; the same call inside a 2-thread parallel
+// region equals the 1-thread result.)
+class SerialOmpScope {
+ public:
+  SerialOmpScope() : saved_(omp_get_max_threads()) {
+    if (saved_ > 1) omp_set_num_threads(1);
+  }
+  ~SerialOmpScope() {
+    if (saved_ > 1) omp_set_num_threads(saved_);
+  }
+  SerialOmpScope(const SerialOmpScope&) = delete;
+  SerialOmpScope& operator=(const SerialOmpScope&) = delete;
+
+ private:
+  int saved_;
+};
 
 // How C is cut: panels of (mt rows × nt cols), mt ≤ M and nt ≤ N, both ≥ 1.
 struct GemmPlan {

@@ -8,6 +8,7 @@
 #include "kernels/rowwise.h"
 #include "ops/check.h"
 #include "ops/linear_activation.h"
+#include "ops/packed_linear.h"
 #include "tfm/autograd.h"
 
 namespace tfm::ops {
@@ -64,6 +65,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = Tensor::empty(ys);
   const int64_t N = x.numel() / std::max<int64_t>(in, 1);
   float* yp = y.data();
+  const bool grad = needs_grad({&x, &weight, &bias});
+  // Inside an InferenceMode scope: the packed weight, bias added by the GEMM itself.
+  if (!grad && linear_forward_packed(N, x.data(), weight, bias.defined() ? bias.data() : nullptr, yp))
+    return y;
   if (bias.defined()) {  // y = 1·x·Wᵀ + 1·(b broadcast)
     const float* b = bias.data();
     for (int64_t n = 0; n < N; ++n) std::memcpy(yp + n * out, b, static_cast<size_t>(out) * sizeof(float));
@@ -74,7 +79,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, bias.defined() ? 1.0f : 0.0f,
                   yp, out);
   }
-  if (needs_grad({&x, &weight, &bias})) {
+  if (grad) {
     auto node = std::make_shared<LinearNode>();
     node->has_bias = bias.defined();
     node->inputs = {x, weight, bias};

@@ -8,6 +8,7 @@
 #include "kernels/kernels.h"
 #include "kernels/rowwise.h"
 #include "ops/check.h"
+#include "ops/packed_linear.h"
 #include "tfm/autograd.h"
 #include "tfm/ops/linear.h"
 
@@ -53,7 +54,8 @@ Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bi
   Shape zs = x.shape();
   zs.back() = out;
   Tensor z = Tensor::empty(zs);  // (N, Fin) = x·Wᵀ (K = 0 gives zeros, kernels::gemm's contract)
-  kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, 0.0f, z.data(), out);
+  if (grad || !linear_forward_packed(N, x.data(), weight, nullptr, z.data()))  // InferenceMode
+    kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, 0.0f, z.data(), out);
   const float* b = bias.defined() ? bias.data() : nullptr;
   Tensor y = z;  // plain activations in place
   if (gated) {

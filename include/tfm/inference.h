@@ -1,0 +1,58 @@
+// tfm/inference.h — InferenceMode: the scope to run a trained model in.
+//
+// PyTorch analog: `with torch.inference_mode():` (no autograd recording), plus, for
+// Precision::BFloat16, `with torch.autocast("cpu", dtype=torch.bfloat16):` restricted to the
+// matmuls of Linear layers (attention, LayerNorm, softmax, activations stay float32).
+//
+// Inside the scope every Linear weight is packed on first use — reordered into the GEMM backend's
+// blocked layout and, for BFloat16, rounded to bfloat16 — and the packed copy is reused by every
+// later call with the same weight until the outermost scope ends (like autocast's weight cache).
+// What it buys on this machine (bench/RESULTS.md): float32 ≈ 1.2× faster Linear layers, bfloat16
+// ≈ 5–7× (AMX / AVX512-BF16 tiles).
+//
+// Numbers:
+//   Float32  — the same float32 math as outside the scope; only the GEMM's summation order
+//              differs (results agree to float32 rounding, not bitwise).
+//   BFloat16 — each Linear computes bf16(x)·bf16(W)ᵀ + b with float32 sums: inputs and weights
+//              carry 8 significant bits (relative rounding ≤ 2^-9). Documented tolerance against the
+//              float64 reference: docs/bf16.md.
+// Results stay bitwise identical for any thread count in both precisions.
+//
+// Contract: weights must not be modified while a scope is alive (the cache is not invalidated; the
+// packed copies hold the weights' storage alive until the scope ends). Scopes are per thread and
+// nest; an inner scope's precision applies until it ends, and the cache belongs to the outermost.
+//
+//   tfm::InferenceMode scope(tfm::Precision::BFloat16);
+//   tfm::Tensor y = layer.forward(x);
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tfm/autograd.h"
+
+namespace tfm {
+
+enum class Precision { Float32, BFloat16 };
+
+// "f32"/"float32" or "bf16"/"bfloat16" → Precision; throws std::invalid_argument otherwise.
+Precision parse_precision(const std::string& name);
+const char* precision_name(Precision p);  // "f32" or "bf16"
+
+class InferenceMode {
+ public:
+  explicit InferenceMode(Precision precision = Precision::Float32);
+  ~InferenceMode();
+  InferenceMode(const InferenceMode&) = delete;
+  InferenceMode& operator=(const InferenceMode&) = delete;
+
+  // Number of packed weights in the outermost scope's cache (for tests and diagnostics).
+  static size_t cached_weights();
+
+ private:
+  NoGradGuard no_grad_;
+  Precision previous_precision_;
+  bool outermost_;
+};
+
+}  // namespace tfm

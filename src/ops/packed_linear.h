@@ -1,0 +1,17 @@
+// src/ops/packed_linear.h — internal: the Linear forward against InferenceMode's packed weights
+// (include/tfm/inference.h), shared by ops::linear and ops::linear_activation.
+#pragma once
+
+#include <cstdint>
+
+#include "tfm/tensor.h"
+
+namespace tfm::ops {
+
+// When an InferenceMode scope is active on this thread: y (N, out) = x (N, in) · Wᵀ (+ bias (out)
+// if not null) with weight (out, in) packed once per scope, and returns true. Otherwise returns
+// false and touches nothing. The caller has checked the shapes and that no gradient is needed.
+bool linear_forward_packed(int64_t N, const float* x, const Tensor& weight, const float* bias,
+                           float* y);
+
+}  // namespace tfm::ops

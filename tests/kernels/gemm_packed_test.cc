@@ -1,0 +1,212 @@
+// tests/kernels/gemm_packed_test.cc — gemm_packed (oneDNN matmul on packed weights, f32 and bf16)
+// and its scalar twin against a double reference, the bf16 rounding rule, padded strides, the
+// packed copy's independence from W, and bitwise thread-count independence.
+//
+// Tolerance. For one output c_ij = Σ_k â_ik ŵ_jk + b_j, where â, ŵ are the inputs as the precision
+// rounds them (f32: unchanged; bf16: float_to_bf16), every product â·ŵ is exact in float32 (bf16
+// significands have 8 bits, their product 16), and any order of the K sums plus the bias add
+// rounds at most K + 1 times, so
+//   |ĉ − c| ≤ γ_{K+1} · (Σ_k |â_ik ŵ_jk| + |b_j|),   γ_n = n·u/(1 − n·u), u = 2^-24,
+// against c computed in double from the same rounded inputs. That holds for the scalar twin and
+// for oneDNN alike (f32: FMA or separate multiply-add, either within the bound; bf16: AMX/AVX512-BF16
+// dot products accumulate in float32). The inputs are in [−1, 1] and never subnormal, so the
+// bf16 units' flush-to-zero of subnormals plays no part.
+#include <omp.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/gemm_packed.h"
+#include "kernels/kernels.h"
+
+namespace tfm::kernels {
+namespace {
+
+double gamma_f(int64_t n) {
+  const double u = FLT_EPSILON / 2.0;
+  return double(n) * u / (1.0 - double(n) * u);
+}
+
+uint32_t bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+float from_bits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(float_to_bf16(-2.0f), 0xC000);
+  // 1 + 2^-8 is halfway between bf16 1 (0x3F80) and 1 + 2^-7 (0x3F81): ties to the even 0x3F80.
+  EXPECT_EQ(float_to_bf16(from_bits(0x3F808000u)), 0x3F80);
+  // 1 + 3·2^-8 is halfway between 0x3F81 and 0x3F82: ties to the even 0x3F82.
+  EXPECT_EQ(float_to_bf16(from_bits(0x3F818000u)), 0x3F82);
+  // Just above and below the halfway point.
+  EXPECT_EQ(float_to_bf16(from_bits(0x3F808001u)), 0x3F81);
+  EXPECT_EQ(float_to_bf16(from_bits(0x3F817FFFu)), 0x3F81);
+  // Overflow rounds to inf; inf stays inf; NaN stays NaN, even one whose payload is in the low bits
+  // only (adding the rounding bias to it would otherwise produce inf).
+  EXPECT_EQ(float_to_bf16(FLT_MAX), 0x7F80);
+  EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::infinity()), 0x7F80);
+  EXPECT_EQ(float_to_bf16(-std::numeric_limits<float>::infinity()), 0xFF80);
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(from_bits(0x7F800001u)))));
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  // Widening is exact: every bf16 round-trips.
+  for (uint32_t h = 0; h < 0x10000u; h += 7) {
+    const float f = bf16_to_float(static_cast<uint16_t>(h));
+    if (!std::isnan(f)) EXPECT_EQ(float_to_bf16(f), h);
+  }
+  // convert_rows_to_bf16 agrees with the scalar rule on a strided block.
+  std::vector<float> src = {1.0f, from_bits(0x3F818000u), 9.f, -0.5f, 3.14159f, 9.f};
+  std::vector<uint16_t> dst(4);
+  convert_rows_to_bf16(src.data(), 3, 2, 2, dst.data());
+  EXPECT_EQ(dst[0], 0x3F80);
+  EXPECT_EQ(dst[1], 0x3F82);
+  EXPECT_EQ(dst[2], float_to_bf16(-0.5f));
+  EXPECT_EQ(dst[3], float_to_bf16(3.14159f));
+}
+
+struct Problem {
+  int64_t M, N, K, pad;  // pad: extra columns in A's and C's rows and W's rows
+  bool bias;
+  std::string str() const {
+    return "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+           " pad=" + std::to_string(pad) + (bias ? " bias" : "");
+  }
+};
+
+float rounded(float x, MatmulPrecision p) {
+  return p == MatmulPrecision::MATMUL_BF16 ? bf16_to_float(float_to_bf16(x)) : x;
+}
+
+// Checks C (M, N at ldc) against the double reference on the rounded inputs within
+// γ_{K+1}·(Σ|â ŵ| + |b|); the padding of C must still hold `sentinel`.
+void expect_within_bound(const Problem& pb, MatmulPrecision prec, const std::vector<float>& A,
+                         const std::vector<float>& W, const std::vector<float>& b,
+                         const std::vector<float>& C, float sentinel, const std::string& what) {
+  const int64_t ld = pb.K + pb.pad, ldc = pb.N + pb.pad;
+  int bad = 0;
+  for (int64_t i = 0; i < pb.M; ++i) {
+    for (int64_t j = 0; j < pb.N; ++j) {
+      double exact = pb.bias ? double(b[j]) : 0.0, mag = pb.bias ? std::fabs(double(b[j])) : 0.0;
+      for (int64_t k = 0; k < pb.K; ++k) {
+        const double p = double(rounded(A[i * ld + k], prec)) * double(rounded(W[j * ld + k], prec));
+        exact += p;
+        mag += std::fabs(p);
+      }
+      const double err = std::fabs(double(C[i * ldc + j]) - exact);
+      const double tol = gamma_f(pb.K + 1) * mag + FLT_MIN;
+      if (!(err <= tol) && ++bad <= 5)
+        ADD_FAILURE() << what << " " << pb.str() << " at (" << i << "," << j << "): got "
+                      << C[i * ldc + j] << " want " << exact << " err " << err << " tol " << tol;
+    }
+    for (int64_t j = pb.N; j < ldc; ++j)
+      if (bits(C[i * ldc + j]) != bits(sentinel) && ++bad <= 5)
+        ADD_FAILURE() << what << " " << pb.str() << ": padding of C written at (" << i << "," << j << ")";
+  }
+  EXPECT_EQ(bad, 0) << what << " " << pb.str();
+}
+
+// Odd sizes, single rows (decoding), sizes above the serial threshold with a ragged last panel,
+// and the transformer's own widths.
+const Problem kProblems[] = {
+    {1, 1, 1, 0, false},    {1, 17, 3, 2, true},     {5, 33, 70, 3, true},   {16, 64, 64, 0, false},
+    {17, 100, 33, 1, true}, {100, 130, 257, 4, true}, {300, 96, 128, 0, true}, {1000, 70, 40, 5, false},
+    {520, 200, 512, 0, true}, {129, 1536, 512, 0, true}};
+
+std::vector<float> random_matrix(int64_t rows, int64_t cols, int64_t ld, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  // Padding is NaN: reading it would poison the result.
+  std::vector<float> m(static_cast<size_t>(std::max<int64_t>(rows * ld, 1)), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) m[i * ld + j] = u(rng);
+  return m;
+}
+
+TEST(GemmPacked, FastAndScalarTwinWithinBoundOfDoubleReference) {
+  std::mt19937 rng(77);
+  const float sentinel = -7.0f;
+  for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16}) {
+    const std::string name = prec == MatmulPrecision::MATMUL_BF16 ? "bf16" : "f32";
+    for (const Problem& pb : kProblems) {
+      const int64_t ld = pb.K + pb.pad, ldc = pb.N + pb.pad;
+      const std::vector<float> A = random_matrix(pb.M, pb.K, ld, rng);
+      std::vector<float> W = random_matrix(pb.N, pb.K, ld, rng);
+      const std::vector<float> b = random_matrix(1, pb.N, pb.N, rng);
+      const auto packed = pack_weight(W.data(), pb.N, pb.K, ld, prec);
+      // The fast path really is oneDNN's (a silent fallback would still pass the bound).
+      EXPECT_EQ(packed_by_onednn(*packed), !force_scalar()) << name << " " << pb.str();
+      std::vector<float> C(static_cast<size_t>(pb.M * ldc), sentinel), Cs = C;
+      for (int64_t i = 0; i < pb.M; ++i)
+        for (int64_t j = 0; j < pb.N; ++j) C[i * ldc + j] = std::numeric_limits<float>::quiet_NaN();  // overwritten
+      gemm_packed(pb.M, A.data(), ld, *packed, pb.bias ? b.data() : nullptr, C.data(), ldc);
+      expect_within_bound(pb, prec, A, W, b, C, sentinel, name + " gemm_packed");
+      gemm_packed_scalar(pb.M, pb.N, pb.K, A.data(), ld, W.data(), ld, pb.bias ? b.data() : nullptr,
+                         Cs.data(), ldc, prec);
+      expect_within_bound(pb, prec, A, W, b, Cs, sentinel, name + " gemm_packed_scalar");
+      // The packed copy does not refer to W: scribbling over W changes nothing.
+      std::vector<float> C2(C.size(), sentinel);
+      std::fill(W.begin(), W.end(), 1e30f);
+      gemm_packed(pb.M, A.data(), ld, *packed, pb.bias ? b.data() : nullptr, C2.data(), ldc);
+      EXPECT_EQ(std::memcmp(C.data(), C2.data(), C.size() * sizeof(float)), 0) << name << " " << pb.str();
+    }
+  }
+}
+
+TEST(GemmPacked, Bf16DiffersFromF32ByTheRoundingOfItsInputs) {
+  // Guards against a bf16 path that silently computes in float32 (it would pass the bound above
+  // only if the rounding were skipped on both sides; here the two must differ measurably).
+  std::mt19937 rng(5);
+  const int64_t M = 64, N = 64, K = 256;
+  const std::vector<float> A = random_matrix(M, K, K, rng), W = random_matrix(N, K, K, rng);
+  std::vector<float> c32(M * N), c16(M * N);
+  gemm_packed(M, A.data(), K, *pack_weight(W.data(), N, K, K, MatmulPrecision::MATMUL_F32), nullptr, c32.data(), N);
+  gemm_packed(M, A.data(), K, *pack_weight(W.data(), N, K, K, MatmulPrecision::MATMUL_BF16), nullptr, c16.data(), N);
+  double max_diff = 0;
+  for (int64_t i = 0; i < M * N; ++i) max_diff = std::max(max_diff, std::fabs(double(c32[i]) - c16[i]));
+  EXPECT_GT(max_diff, 1e-4);  // bf16 rounding (2^-9 relative) of 256 products of size ~1/3
+  EXPECT_LT(max_diff, 0.5);
+}
+
+TEST(GemmPacked, PanelsAreAFunctionOfTheShapeOnly) {
+  EXPECT_EQ(gemm_packed_panel_rows(1, 512, 512), 1);
+  EXPECT_EQ(gemm_packed_panel_rows(16, 512, 512), 16);
+  EXPECT_EQ(gemm_packed_panel_rows(1024, 2048, 512), 128);  // 8 panels
+  EXPECT_EQ(gemm_packed_panel_rows(100, 512, 512), 64);     // 64 + 36
+  EXPECT_EQ(gemm_packed_panel_rows(8, 8, 8), 8);            // below the serial threshold
+}
+
+TEST(GemmPacked, BitwiseIdenticalForOneAndTwoThreads) {
+  std::mt19937 rng(9);
+  for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16}) {
+    for (const int64_t M : {int64_t(1000), int64_t(100)}) {
+      const int64_t N = 384, K = 200;
+      const std::vector<float> A = random_matrix(M, K, K, rng), W = random_matrix(N, K, K, rng),
+                               b = random_matrix(1, N, N, rng);
+      const auto packed = pack_weight(W.data(), N, K, K, prec);
+      std::vector<float> c1(M * N), c2(M * N);
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(1);
+      gemm_packed(M, A.data(), K, *packed, b.data(), c1.data(), N);
+      omp_set_num_threads(2);
+      gemm_packed(M, A.data(), K, *packed, b.data(), c2.data(), N);
+      omp_set_num_threads(saved);
+      EXPECT_EQ(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)), 0) << "M=" << M;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tfm::kernels
