@@ -57,7 +57,10 @@ void register_forward(CLI::App& app, Runner& run) {
       } catch (const std::exception& e) {
         throw std::runtime_error(o->config + ": " + e.what());
       }
-      auto weights = io::load_safetensors(o->weights);
+      // Zero-copy: load_state_dict copies the weights into the module's parameters straight from
+      // the mapping, skipping an intermediate owned copy of the whole file; nothing reads the
+      // mapping after that (see io::LoadOptions for the hazard, which ends there).
+      auto weights = io::load_safetensors(o->weights, io::LoadOptions{.zero_copy = true});
       auto inputs = io::load_safetensors(o->inputs);
       NamedTensors result;
       try {

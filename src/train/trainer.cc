@@ -301,7 +301,9 @@ void read_checkpoint(const std::string& dir, Seq2SeqModel& model, Optimizer& opt
   if (!fs::exists(path))
     throw std::runtime_error(path + ": no checkpoint to resume from (the run stopped before its first checkpoint; "
                              "start it again without --resume)");
-  const io::SafeTensorsFile f = io::load_safetensors(path);
+  // Zero-copy: load_state_dict and the optimizer copy from the mapping directly (one copy, not
+  // two); the mapping is dropped when this function returns.
+  const io::SafeTensorsFile f = io::load_safetensors(path, io::LoadOptions{.zero_copy = true});
   auto it = f.metadata.find(kStateKey);
   if (it == f.metadata.end()) throw std::runtime_error(path + ": no '" + std::string(kStateKey) + "' metadata");
   NamedTensors weights, optim;
@@ -775,7 +777,8 @@ LoadedModel load_model_dir(const std::string& dir) {
   Generator init{0, 0};
   m.model = std::make_unique<Seq2SeqModel>(mc, init);
   const std::string weights = join(dir, kModelFile);
-  const io::SafeTensorsFile f = io::load_safetensors(weights);
+  // Zero-copy: load_state_dict copies into the parameters from the mapping (one copy, not two).
+  const io::SafeTensorsFile f = io::load_safetensors(weights, io::LoadOptions{.zero_copy = true});
   NamedTensors sd;
   for (const auto& [name, lt] : f.tensors) sd[name] = lt.tensor;
   m.model->load_state_dict(sd, weights);
