@@ -5,6 +5,8 @@
 // no disk traffic. Contract under test: any byte string either loads or throws SafeTensorsError
 // whose message starts with the path; nothing else may escape, and ASan/UBSan must stay silent.
 // A file that loads must be self-consistent (names ↔ tensors, shapes ↔ element counts).
+// Each input is loaded twice, copying and zero-copy (LoadOptions::zero_copy): both must throw the
+// same message, or both load the same names with bitwise-equal tensors.
 // Seeds: fuzz/corpus/safetensors/ (written by fuzz/make_seeds.py).
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "tfm/io/safetensors.h"
@@ -46,8 +49,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   }
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  try {
-    const tfm::io::SafeTensorsFile f = tfm::io::load_safetensors(path);
+  // Loads in one mode; returns the error message ("" on success) and checks the invariants.
+  const auto load = [&](bool zero_copy, tfm::io::SafeTensorsFile* out) -> std::string {
+    try {
+      *out = tfm::io::load_safetensors(path, tfm::io::LoadOptions{.zero_copy = zero_copy});
+    } catch (const tfm::io::SafeTensorsError& e) {
+      const std::string msg = e.what();
+      check(!msg.empty(), "empty error message");
+      check(msg.rfind(path + ": ", 0) == 0, "error message does not start with the path");
+      check(msg.find('\n') == std::string::npos, "error message is not one line");
+      return msg;
+    }
+    const tfm::io::SafeTensorsFile& f = *out;
     check(f.names.size() == f.tensors.size(), "names and tensors differ in size");
     for (const std::string& n : f.names) {
       check(f.contains(n), "a listed name has no tensor");
@@ -55,11 +68,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       int64_t numel = 1;
       for (const int64_t d : t.shape()) numel *= d;
       check(numel == t.numel(), "numel differs from the product of the shape");
+      check(zero_copy || !f.at(n).zero_copy, "the copying loader returned a mapped tensor");
     }
-  } catch (const tfm::io::SafeTensorsError& e) {
-    const std::string msg = e.what();
-    check(msg.rfind(path + ": ", 0) == 0, "error message does not start with the path");
-    check(msg.find('\n') == std::string::npos, "error message is not one line");
+    return "";
+  };
+  tfm::io::SafeTensorsFile copied, mapped;
+  const std::string e1 = load(false, &copied);
+  const std::string e2 = load(true, &mapped);
+  check(e1 == e2, "copying and zero-copy loads disagree on the error");
+  if (!e1.empty()) return 0;
+  check(copied.names == mapped.names, "copying and zero-copy loads disagree on the names");
+  for (const std::string& n : copied.names) {
+    const tfm::Tensor& a = copied.at(n).tensor;
+    const tfm::Tensor& b = mapped.at(n).tensor;
+    check(a.dtype() == b.dtype() && a.shape() == b.shape(), "modes disagree on dtype or shape");
+    const bool f32 = a.dtype() == tfm::DType::Float32;
+    const size_t bytes = static_cast<size_t>(a.numel()) * (f32 ? 4 : 1);
+    const void* pa = f32 ? static_cast<const void*>(a.data()) : a.data_bool();
+    const void* pb = f32 ? static_cast<const void*>(b.data()) : b.data_bool();
+    check(bytes == 0 || std::memcmp(pa, pb, bytes) == 0, "modes disagree on the values");
   }
   return 0;
 }
