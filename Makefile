@@ -1,30 +1,33 @@
 # Top-level entry points. `make run` and `make test` do all set-up on a fresh Debian bookworm machine:
 # install missing packages (when root), configure, build Release, then run / test.
-#   make test-asan   the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan)
-#   make fuzz        builds the libFuzzer targets with clang (build-fuzz), runs each FUZZ_SECONDS
+#   make test-asan   the unit suite under AddressSanitizer + UndefinedBehaviorSanitizer (build-san)
+#   make fuzz        the libFuzzer targets, each for FUZZ_SECONDS (built in the same build-san)
 BUILD ?= build
 JOBS ?= $(shell nproc)
-# clang, libclang-rt-14-dev (libFuzzer, sanitizer runtimes) and libomp-dev serve `make fuzz` only;
-# pkgconf serves the installed-package test.
+# clang, libclang-rt-14-dev (libFuzzer, sanitizer runtimes) and libomp-dev serve the sanitized build
+# (`make test-asan`, `make fuzz`) only; pkgconf serves the installed-package test.
 PACKAGES = build-essential cmake libopenblas-dev libdnnl-dev nlohmann-json3-dev libcli11-dev \
            googletest libgtest-dev libbenchmark-dev python3 python3-numpy python3-torch \
            clang libclang-rt-14-dev libomp-dev pkgconf
 
-ASAN_BUILD ?= build-asan
-# Sanitized build: -O1 keeps the suite fast enough, -g1 gives file:line in reports, and no NDEBUG so
-# debug-only asserts run too.
-ASAN_FLAGS = -DTFM_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-             -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DTFM_BUILD_BENCH=OFF
+# One sanitized build serves both test-asan and fuzz: clang (libFuzzer needs it) with ASan + UBSan
+# and libFuzzer's coverage instrumentation (TFM_FUZZ), tests, examples and fuzz targets together, so
+# CI compiles the sanitized library once instead of twice (gcc for the suite, clang for the fuzzers).
+# -O1 keeps the suite fast enough, -g1 gives file:line in reports, and no NDEBUG so debug-only
+# asserts run too. (Named build-san, not build-asan: an old gcc-configured build-asan would need its
+# cache deleted to switch compiler.)
+ASAN_BUILD ?= build-san
+ASAN_FLAGS = -DCMAKE_CXX_COMPILER=clang++ -DTFM_FUZZ=ON -DTFM_SANITIZE=address,undefined \
+             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DTFM_BUILD_BENCH=OFF
 # Tests left out of the sanitized run (a ctest -E regex), only for time: see .ci/run for the measure.
 ASAN_EXCLUDE ?= ^$$
 export ASAN_OPTIONS ?= detect_leaks=1:strict_string_checks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
-FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS = safetensors config tsv
 
-.PHONY: all deps configure build run test test-asan fuzz bench clean
+.PHONY: all deps configure build run test configure-asan test-asan fuzz bench clean
 
 all: build
 
@@ -45,22 +48,21 @@ run: build
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 900
 
-test-asan: deps
+configure-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) $(ASAN_FLAGS) > $(ASAN_BUILD).configure.log 2>&1 || (cat $(ASAN_BUILD).configure.log; exit 1)
+
+# Builds everything in ASAN_BUILD (the fuzz targets too), then runs the whole suite.
+test-asan: configure-asan
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	@cd $(ASAN_BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 1200 -E '$(ASAN_EXCLUDE)'
 
-fuzz: deps
-	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DTFM_FUZZ=ON -DTFM_SANITIZE=address,undefined \
-	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-	  -DTFM_BUILD_TESTS=OFF -DTFM_BUILD_BENCH=OFF -DTFM_BUILD_EXAMPLES=OFF \
-	  > $(FUZZ_BUILD).configure.log 2>&1 || (cat $(FUZZ_BUILD).configure.log; exit 1)
-	@cmake --build $(FUZZ_BUILD) -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
-	@fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+# After test-asan the targets are up to date and this only runs them; alone it builds just them.
+fuzz: configure-asan
+	@cmake --build $(ASAN_BUILD) -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@fuzz/run.sh $(ASAN_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 bench: build
 	@/usr/bin/python3 bench/compare_torch.py --tfm ./$(BUILD)/tfm
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log $(ASAN_BUILD) $(ASAN_BUILD).configure.log \
-	  $(FUZZ_BUILD) $(FUZZ_BUILD).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log $(ASAN_BUILD) $(ASAN_BUILD).configure.log
