@@ -7,6 +7,7 @@
 #include "tfm/data/tasks.h"
 #include "tfm/data/tsv.h"
 #include "tfm/train/trainer.h"
+#include "quote.h"
 
 namespace tfm::cli {
 
@@ -43,11 +44,12 @@ void register_eval(CLI::App& app, Runner& run) {
     run = [o, seed_given] {
       apply_threads(o->threads);
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
+      if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
       const train::LoadedModel m = train::load_model_dir(o->model);
       std::vector<train::Tokens> sources;
       std::vector<std::vector<train::Tokens>> refs;
       if (!o->task.empty()) {
-        if (!data::is_task(o->task)) throw std::invalid_argument("unknown task '" + o->task + "' (reverse, copy, sort)");
+        if (!data::is_task(o->task)) throw std::invalid_argument("unknown task " + quote_name(o->task) + " (reverse, copy, sort)");
         if (m.src_vocab.tokens() != data::task_vocab().tokens())
           throw std::invalid_argument(o->model + " was not trained on a built-in task (its vocabulary differs)");
         const uint64_t s = seed_given ? o->seed : m.train.seed;

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "io/file_util.h"
+#include "quote.h"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; tfm reads it in place on little-endian CPUs only");
@@ -32,25 +33,6 @@ using ordered_json = nlohmann::ordered_json;  // keeps header order for SafeTens
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
 constexpr int kMaxJsonDepth = 4;    // legit headers reach depth 3: {} -> entry {} -> shape [] -> dim
 constexpr int64_t kMaxExactInt = int64_t{1} << 24;  // Float32 has a 24-bit significand
-constexpr size_t kMaxQuoted = 200;  // longest name or JSON snippet copied into a message
-
-// A name or value for a one-line message: control bytes escaped, long strings cut.
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < kMaxQuoted; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > kMaxQuoted) out += "...";
-  return out + "'";
-}
 
 std::string snippet(const ordered_json& j) {
   std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -227,11 +209,11 @@ class HeaderGuard {
         f.last_key = parsed.get<std::string>();
         if (!f.keys.insert(f.last_key).second) {
           if (open_.size() == 1)
-            fail(path_, "duplicate tensor name " + quote(f.last_key) + " in header");
+            fail(path_, "duplicate tensor name " + quote_name(f.last_key) + " in header");
           std::string where;
           for (size_t i = 0; i + 1 < open_.size(); ++i)
             where += (i ? "." : "") + open_[i].last_key;
-          fail(path_, "entry " + quote(where) + ": duplicate key " + quote(f.last_key));
+          fail(path_, "entry " + quote_name(where) + ": duplicate key " + quote_name(f.last_key));
         }
         break;
       }
@@ -284,7 +266,7 @@ struct Entry {
 // Checks one header entry on its own: types, dtype, shape, offsets inside the buffer, byte count.
 Entry parse_entry(const std::string& path, const std::string& name, const ordered_json& j,
                   uint64_t buffer_size) {
-  const std::string who = "tensor " + quote(name);
+  const std::string who = "tensor " + quote_name(name);
   if (!j.is_object())
     fail(path, who + ": entry must be an object {dtype, shape, data_offsets}, got " +
                    json_kind(j) + " " + snippet(j));
@@ -298,7 +280,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const ordere
   const std::string dname = jd.get<std::string>();
   e.dtype = find_dtype(dname);
   if (e.dtype == nullptr)
-    fail(path, who + ": unsupported dtype " + quote(dname) + " (supported: " + supported_dtypes() +
+    fail(path, who + ": unsupported dtype " + quote_name(dname) + " (supported: " + supported_dtypes() +
                    ")");
 
   const ordered_json& js = j.at("shape");
@@ -351,11 +333,11 @@ void check_tiling(const std::string& path, std::vector<const Entry*> order, uint
   auto range = [](const Entry* e) { return range_str(e->begin, e->end); };
   for (const Entry* e : order) {
     if (e->begin < cursor)
-      fail(path, "tensor " + quote(e->name) + ": data_offsets " + range(e) + " overlap tensor " +
-                     quote(prev->name) + " " + range(prev));
+      fail(path, "tensor " + quote_name(e->name) + ": data_offsets " + range(e) + " overlap tensor " +
+                     quote_name(prev->name) + " " + range(prev));
     if (e->begin > cursor)
       fail(path, "data buffer bytes [" + std::to_string(cursor) + ", " + std::to_string(e->begin) +
-                     ") belong to no tensor (hole before tensor " + quote(e->name) + " " +
+                     ") belong to no tensor (hole before tensor " + quote_name(e->name) + " " +
                      range(e) + ")");
     cursor = e->end;
     prev = e;
@@ -409,7 +391,7 @@ SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file,
                        " " + snippet(*it));
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string())
-          fail(path, "__metadata__ key " + quote(m.key()) + ": value must be a string, got " +
+          fail(path, "__metadata__ key " + quote_name(m.key()) + ": value must be a string, got " +
                          json_kind(*m) + " " + snippet(*m));
         out.metadata[m.key()] = m->get<std::string>();
       }
@@ -440,7 +422,7 @@ SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file,
       std::string bad;
       const int64_t at = e.dtype->convert(buffer + e.begin, e.numel, dst, &bad);
       if (at >= 0)
-        fail(path, "tensor " + quote(e.name) + ": element " + std::to_string(at) + " of " +
+        fail(path, "tensor " + quote_name(e.name) + ": element " + std::to_string(at) + " of " +
                        e.dtype->name + " " + shape_str(e.shape) + " is " + bad);
     }
     out.names.push_back(e.name);
@@ -458,7 +440,7 @@ const LoadedTensor& SafeTensorsFile::at(const std::string& name) const {
   const size_t shown = std::min<size_t>(names.size(), 10);
   for (size_t i = 0; i < shown; ++i) list += (i ? ", " : "") + names[i];
   if (names.size() > shown) list += ", ...";
-  fail(path, "no tensor " + quote(name) + " (file has " + std::to_string(names.size()) +
+  fail(path, "no tensor " + quote_name(name) + " (file has " + std::to_string(names.size()) +
                  " tensors" + (names.empty() ? "" : ": " + list) + ")");
 }
 
@@ -487,7 +469,7 @@ void save_safetensors(const std::string& path,
   // Validate everything before touching the file system.
   std::set<std::string> seen;
   for (const auto& [name, t] : tensors) {
-    const std::string who = "tensor " + quote(name);
+    const std::string who = "tensor " + quote_name(name);
     if (name == "__metadata__") fail(path, who + ": the name is reserved for the metadata");
     if (!seen.insert(name).second) fail(path, who + ": duplicate name in the tensor list");
     if (!t.defined()) fail(path, who + ": undefined tensor");

@@ -6,6 +6,7 @@
 #include "tfm/autograd.h"
 #include "tfm/forward.h"
 #include "tfm/modules/transformer.h"
+#include "quote.h"
 
 namespace tfm {
 namespace {
@@ -40,7 +41,7 @@ struct ConfigReader {
   void ignore(const std::string& key) { known.insert(key); }
   void finish() {
     for (auto it = j.begin(); it != j.end(); ++it)
-      if (!known.count(it.key())) throw std::invalid_argument("config: unknown key '" + it.key() + "'");
+      if (!known.count(it.key())) throw std::invalid_argument("config: unknown key " + quote_name(it.key()));
   }
 };
 
@@ -319,8 +320,8 @@ std::unique_ptr<ConformanceModule> build_module(const std::string& config_json) 
     h->m = std::make_unique<Transformer>(o, ne, nd);
     out = std::move(h);
   } else {
-    throw std::invalid_argument("config: unknown module '" + name +
-                                "' (expected MultiheadAttention, TransformerEncoderLayer, TransformerEncoder, "
+    throw std::invalid_argument("config: unknown module " + quote_name(name) +
+                                " (expected MultiheadAttention, TransformerEncoderLayer, TransformerEncoder, "
                                 "TransformerDecoderLayer, TransformerDecoder or Transformer)");
   }
   return out;

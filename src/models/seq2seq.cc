@@ -16,6 +16,7 @@
 #include "models/seq2seq_impl.h"
 #include "tfm/ops/linear.h"
 #include "tfm/ops/loss.h"
+#include "quote.h"
 
 namespace tfm {
 
@@ -83,7 +84,7 @@ ModelConfig ModelConfig::from_json(const std::string& text) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* k : kKeys) known = known || it.key() == k;
-    if (!known) throw std::invalid_argument("model config: unknown key '" + it.key() + "'");
+    if (!known) throw std::invalid_argument("model config: unknown key " + quote_name(it.key()));
   }
   ModelConfig c;
   read_key(j, "arch", c.arch);

@@ -3,6 +3,7 @@
 
 #include <set>
 #include <stdexcept>
+#include "quote.h"
 
 namespace tfm {
 
@@ -43,15 +44,15 @@ void Module::load_state_dict(const NamedTensors& state, const std::string& sourc
   std::set<std::string> used;
   visit_parameters([&](const std::string& k, Tensor& t) {
     auto it = state.find(k);
-    if (it == state.end()) throw std::invalid_argument(source + ": missing key '" + k + "' (expected " + describe(t) + ")");
+    if (it == state.end()) throw std::invalid_argument(source + ": missing key " + quote_name(k) + " (expected " + describe(t) + ")");
     const Tensor& v = it->second;
     if (!v.defined() || v.dtype() != DType::Float32 || v.shape() != t.shape())
-      throw std::invalid_argument(source + ": key '" + k + "' has " + describe(v) + ", expected " + describe(t));
+      throw std::invalid_argument(source + ": key " + quote_name(k) + " has " + describe(v) + ", expected " + describe(t));
     t.copy_(v);
     used.insert(k);
   });
   for (auto& [k, v] : state)
-    if (!used.count(k)) throw std::invalid_argument(source + ": unexpected key '" + k + "' (" + describe(v) + ")");
+    if (!used.count(k)) throw std::invalid_argument(source + ": unexpected key " + quote_name(k) + " (" + describe(v) + ")");
 }
 
 void Module::zero_grad() {

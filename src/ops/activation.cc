@@ -5,6 +5,7 @@
 #include "ops/check.h"
 #include "ops/linear_activation.h"
 #include "tfm/autograd.h"
+#include "quote.h"
 
 namespace tfm::ops {
 
@@ -44,8 +45,8 @@ Activation activation_from_string(const std::string& name) {
   if (name == "glu") return Activation::GLU;
   if (name == "geglu") return Activation::GEGLU;
   if (name == "swiglu") return Activation::SWIGLU;
-  throw std::invalid_argument("unknown activation '" + name +
-                              "' (expected relu, gelu, gelu_tanh, glu, geglu or swiglu)");
+  throw std::invalid_argument("unknown activation " + quote_name(name) +
+                              " (expected relu, gelu, gelu_tanh, glu, geglu or swiglu)");
 }
 
 const char* activation_name(Activation a) {

@@ -8,6 +8,7 @@
 
 #include "kernels/gemm_packed.h"
 #include "ops/packed_linear.h"
+#include "quote.h"
 
 namespace tfm {
 namespace {
@@ -38,7 +39,7 @@ kernels::MatmulPrecision kernel_precision(Precision p) {
 Precision parse_precision(const std::string& name) {
   if (name == "f32" || name == "float32") return Precision::Float32;
   if (name == "bf16" || name == "bfloat16") return Precision::BFloat16;
-  throw std::invalid_argument("unknown precision '" + name + "' (expected f32 or bf16)");
+  throw std::invalid_argument("unknown precision " + quote_name(name) + " (expected f32 or bf16)");
 }
 
 const char* precision_name(Precision p) { return p == Precision::BFloat16 ? "bf16" : "f32"; }

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <set>
 #include <stdexcept>
+#include "quote.h"
 
 namespace tfm {
 namespace {
@@ -59,7 +60,7 @@ int64_t take_step(const NamedTensors& s, const std::string& key, std::set<std::s
 
 void reject_unused(const NamedTensors& s, const std::set<std::string>& used) {
   for (const auto& [k, v] : s)
-    if (!used.count(k)) fail("optimizer state: unexpected key '" + k + "'");
+    if (!used.count(k)) fail("optimizer state: unexpected key " + quote_name(k));
 }
 
 }  // namespace
@@ -252,7 +253,7 @@ float scheduled_lr(const std::string& schedule, float base_lr, int64_t step, int
   if (warmup < 0) fail("scheduled_lr: warmup must be non-negative, got " + std::to_string(warmup));
   const double base = base_lr;
   if (schedule != "constant" && schedule != "inverse_sqrt" && schedule != "cosine")
-    fail("scheduled_lr: unknown schedule '" + schedule + "' (expected constant, inverse_sqrt or cosine)");
+    fail("scheduled_lr: unknown schedule " + quote_name(schedule) + " (expected constant, inverse_sqrt or cosine)");
   if (schedule == "cosine" && total_steps <= warmup)
     fail("scheduled_lr: cosine needs total_steps > warmup (got " + std::to_string(total_steps) + " and " +
          std::to_string(warmup) + ")");

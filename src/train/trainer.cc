@@ -23,6 +23,7 @@
 #include "tfm/models/decode.h"
 #include "tfm/optim.h"
 #include "tfm/random.h"
+#include "quote.h"
 
 namespace tfm::train {
 
@@ -310,7 +311,7 @@ void read_checkpoint(const std::string& dir, Seq2SeqModel& model, Optimizer& opt
   for (const auto& [name, lt] : f.tensors) {
     if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = lt.tensor;
     else if (name.rfind("optim.", 0) == 0) optim[name.substr(6)] = lt.tensor;
-    else throw std::runtime_error(path + ": unexpected tensor '" + name + "'");
+    else throw std::runtime_error(path + ": unexpected tensor " + quote_name(name));
   }
   model.load_state_dict(weights, path);
   try {
@@ -476,20 +477,20 @@ void TrainConfig::validate() const {
   const auto bad = [](const std::string& field, const std::string& why) {
     throw std::invalid_argument("train config: " + field + " " + why);
   };
-  if (!task.empty() && !data::is_task(task)) bad("task", "'" + task + "' is not a built-in task (reverse, copy, sort)");
+  if (!task.empty() && !data::is_task(task)) bad("task", quote_name(task) + " is not a built-in task (reverse, copy, sort)");
   if (task.empty() && (train_path.empty() || valid_path.empty()))
     bad("data", "needs a task or both a training and a validation file");
   data::tokenization_from_name(src_tokens);
   data::tokenization_from_name(tgt_tokens);
   if (max_tokens < 1) bad("max_tokens", "must be ≥ 1");
   if (task_train_size < 1 || task_valid_size < 1) bad("task_train_size/task_valid_size", "must be ≥ 1");
-  if (model.arch != "encoder" && model.arch != "seq2seq") bad("arch", "must be encoder or seq2seq, got '" + model.arch + "'");
+  if (model.arch != "encoder" && model.arch != "seq2seq") bad("arch", "must be encoder or seq2seq, got " + quote_name(model.arch));
   if (epochs < 0 || max_steps < 0 || !(time_budget >= 0)) bad("epochs/max_steps/time_budget", "must be ≥ 0");
-  if (optimizer != "adam" && optimizer != "adamw") bad("optimizer", "must be adam or adamw, got '" + optimizer + "'");
+  if (optimizer != "adam" && optimizer != "adamw") bad("optimizer", "must be adam or adamw, got " + quote_name(optimizer));
   if (!(lr > 0) || !std::isfinite(lr)) bad("lr", "must be a positive number");
   if (warmup < 0) bad("warmup", "must be ≥ 0");
   if (schedule != "auto" && schedule != "constant" && schedule != "inverse_sqrt" && schedule != "cosine")
-    bad("schedule", "must be auto, constant, inverse_sqrt or cosine, got '" + schedule + "'");
+    bad("schedule", "must be auto, constant, inverse_sqrt or cosine, got " + quote_name(schedule));
   if (!(weight_decay >= 0)) bad("weight_decay", "must be ≥ 0");
   if (!(label_smoothing >= 0 && label_smoothing < 1)) bad("label_smoothing", "must be in [0, 1)");
   if (!(clip_norm >= 0)) bad("clip_norm", "must be ≥ 0");

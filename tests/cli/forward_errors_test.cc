@@ -156,12 +156,14 @@ TEST_F(ForwardErrors, UnknownModule) {
   expect_error({config_, "unknown module 'TransformerEncoderLayre'"});
 }
 // fuzz/regressions/config_newline_in_module_name.json (found by fuzz_config): a name with a control
-// character (JSON "\n") is copied raw into the message, which then spans two lines.
+// character (JSON "\n") is escaped, so the message stays on one line.
 TEST_F(ForwardErrors, ControlCharacterInModuleName) {
-  GTEST_SKIP() << "known gap (docs/errors.md): build_module copies the unknown name raw into the message; "
-                  "src/models/forward_runner.cc should escape control characters as the safetensors reader does";
   spit(config_, R"({"module": "Trans\nformerEncoderLayer", "d_model": 8, "nhead": 2})");
-  expect_error({config_, "unknown module"});
+  expect_error({config_, "unknown module 'Trans\\x0aformerEncoderLayer'"});
+}
+TEST_F(ForwardErrors, ControlCharacterInUnknownKey) {
+  spit(config_, R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "d\u001bmodel": 8})");
+  expect_error({config_, "unknown key 'd\\x1bmodel'"});
 }
 TEST_F(ForwardErrors, UnknownActivation) {
   spit(config_, R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "activation": "tanh"})");

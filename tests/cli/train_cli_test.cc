@@ -184,8 +184,6 @@ TEST_F(TrainCliErrors, TranslateSourceLongerThanMaxLen) {
 }
 
 TEST_F(TrainCliErrors, EvalBatchSizeBelowOne) {
-  GTEST_SKIP() << "known gap (docs/errors.md): tfm eval accepts --batch-size 0 and decodes one source per "
-                  "batch; src/cli/eval_cmd.cc lacks the check translate_cmd.cc has";
   expect_error("eval --model " + *dir_ + "/run --data " + *dir_ + "/valid.tsv --batch-size 0",
                "--batch-size must be ≥ 1");
 }
