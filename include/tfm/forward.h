@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "tfm/inference.h"
 #include "tfm/modules/module.h"
 
 namespace tfm {
@@ -34,8 +35,11 @@ std::unique_ptr<ConformanceModule> build_module(const std::string& config_json);
 // {"output"}; if inputs holds "grad_output" (output's shape), also runs the backward of
 // sum(output ⊙ grad_output) and adds "grad.<param key>" for every parameter and "grad.<name>" for
 // every float input among query, key, value, src, tgt, memory.
-// `weights_source` names the weights file in error messages.
+// `weights_source` names the weights file in error messages. Without "grad_output" the forward
+// runs in an InferenceMode scope of `precision` (weights packed once; BFloat16 rounds the Linear
+// layers' matmul inputs, see docs/bf16.md); with it, `precision` must be Float32 (training math
+// is float32 only) or std::invalid_argument is thrown.
 NamedTensors run_forward(const std::string& config_json, const NamedTensors& weights, const NamedTensors& inputs,
-                         const std::string& weights_source = "weights");
+                         const std::string& weights_source = "weights", Precision precision = Precision::Float32);
 
 }  // namespace tfm

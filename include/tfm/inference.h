@@ -14,7 +14,7 @@
 //   Float32  — the same float32 math as outside the scope; only the GEMM's summation order
 //              differs (results agree to float32 rounding, not bitwise).
 //   BFloat16 — each Linear computes bf16(x)·bf16(W)ᵀ + b with float32 sums: inputs and weights
-//              carry 8 significant bits (relative rounding ≤ 2^-9). Documented tolerance against the
+//              carry 8 significant bits (relative rounding ≤ 2^-8). Documented tolerance against the
 //              float64 reference: docs/bf16.md.
 // Results stay bitwise identical for any thread count in both precisions.
 //
@@ -48,6 +48,9 @@ class InferenceMode {
 
   // Number of packed weights in the outermost scope's cache (for tests and diagnostics).
   static size_t cached_weights();
+  // The innermost active scope's precision on this thread; Float32 when no scope is active. A
+  // library function that opens its own scope passes this on, so a caller's bf16 scope holds.
+  static Precision current_precision();
 
  private:
   NoGradGuard no_grad_;

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "tfm/data/tasks.h"
 #include "tfm/data/tsv.h"
+#include "tfm/inference.h"
 #include "tfm/train/trainer.h"
 #include "quote.h"
 
@@ -26,6 +27,7 @@ void register_eval(CLI::App& app, Runner& run) {
     int64_t batch_size = 64, count = 1000;
     uint64_t seed = 0;
     int threads = 0;
+    std::string dtype = "f32";
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory")->required();
@@ -39,10 +41,12 @@ void register_eval(CLI::App& app, Runner& run) {
   cmd->add_option("--count", o->count, "task sequences to generate")->capture_default_str();
   auto* seed = cmd->add_option("--seed", o->seed, "task seed (default: the model's training seed)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers: f32 or bf16")->capture_default_str();
   cmd->callback([o, seed, &run] {
     const bool seed_given = seed->count() > 0;
     run = [o, seed_given] {
       apply_threads(o->threads);
+      const InferenceMode scope(parse_precision(o->dtype));  // weights packed once for all batches
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
       const train::LoadedModel m = train::load_model_dir(o->model);

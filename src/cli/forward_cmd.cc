@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "io/file_util.h"
+#include "quote.h"
 #include "tfm/forward.h"
 #include "tfm/io/safetensors.h"
 
@@ -16,13 +17,13 @@ NamedTensors to_named(const io::SafeTensorsFile& f, bool inputs) {
       const bool mask = name.find("mask") != std::string::npos;
       const bool causal = name.find("is_causal") != std::string::npos;
       if (causal && lt.dtype != "BOOL")
-        throw std::runtime_error(f.path + ": tensor '" + name + "' must be BOOL, got " + lt.dtype);
+        throw std::runtime_error(f.path + ": tensor " + quote_name(name) + " must be BOOL, got " + lt.dtype);
       if (mask && lt.dtype != "BOOL" && lt.dtype != "F32")
-        throw std::runtime_error(f.path + ": tensor '" + name + "' must be BOOL or F32, got " + lt.dtype);
+        throw std::runtime_error(f.path + ": tensor " + quote_name(name) + " must be BOOL or F32, got " + lt.dtype);
       if (!mask && !causal && lt.dtype != "F32")
-        throw std::runtime_error(f.path + ": tensor '" + name + "' must be F32, got " + lt.dtype);
+        throw std::runtime_error(f.path + ": tensor " + quote_name(name) + " must be F32, got " + lt.dtype);
     } else if (lt.dtype != "F32" && lt.dtype != "F16" && lt.dtype != "BF16" && lt.dtype != "F64") {
-      throw std::runtime_error(f.path + ": tensor '" + name + "' must be floating point, got " + lt.dtype);
+      throw std::runtime_error(f.path + ": tensor " + quote_name(name) + " must be floating point, got " + lt.dtype);
     }
     out[name] = lt.tensor;
   }
@@ -36,9 +37,10 @@ void register_forward(CLI::App& app, Runner& run) {
   cmd->footer(
       "Example:\n  tfm forward --config enc.json --weights enc.safetensors --inputs in.safetensors "
       "--output out.safetensors\n"
-      "If the inputs hold 'grad_output', gradients grad.<key> are written too.");
+      "If the inputs hold 'grad_output', gradients grad.<key> are written too.\n"
+      "--dtype bf16 runs the Linear layers' matmuls in bfloat16 (forward only; see docs/bf16.md).");
   struct Opts {
-    std::string config, weights, inputs, output;
+    std::string config, weights, inputs, output, dtype = "f32";
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -47,9 +49,11 @@ void register_forward(CLI::App& app, Runner& run) {
   cmd->add_option("--inputs", o->inputs, "forward arguments as safetensors")->required();
   cmd->add_option("--output", o->output, "where to write output (and grad.*)")->required();
   cmd->add_option("--threads", o->threads, "threads (default: OMP_NUM_THREADS or all cores)");
+  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers: f32 or bf16")->capture_default_str();
   cmd->callback([o, &run] {
     run = [o] {
       apply_threads(o->threads);
+      const Precision precision = parse_precision(o->dtype);
       const std::string config = io::read_file(o->config);
       std::unique_ptr<ConformanceModule> probe;
       try {
@@ -64,7 +68,7 @@ void register_forward(CLI::App& app, Runner& run) {
       auto inputs = io::load_safetensors(o->inputs);
       NamedTensors result;
       try {
-        result = run_forward(config, to_named(weights, false), to_named(inputs, true), o->weights);
+        result = run_forward(config, to_named(weights, false), to_named(inputs, true), o->weights, precision);
       } catch (const std::invalid_argument& e) {
         std::string msg = e.what();
         if (msg.rfind("inputs:", 0) == 0) msg = o->inputs + ": " + msg.substr(8);

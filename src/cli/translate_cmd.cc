@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "tfm/inference.h"
 #include "tfm/train/trainer.h"
 
 namespace tfm::cli {
@@ -14,21 +15,25 @@ void register_translate(CLI::App& app, Runner& run) {
   cmd->footer(
       "Examples:\n"
       "  echo '3 1 4 1 5' | tfm translate --model runs/reverse\n"
-      "  tfm translate --model runs/mt --beam 4 < sources.txt > predictions.txt");
+      "  tfm translate --model runs/mt --beam 4 < sources.txt > predictions.txt\n"
+      "  tfm translate --model runs/mt --dtype bf16 < sources.txt   # bfloat16 matmuls, docs/bf16.md");
   struct Opts {
     std::string model;
     int beam = 1;
     int64_t batch_size = 64;
     int threads = 0;
+    std::string dtype = "f32";
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory")->required();
   cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "sources decoded together")->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers: f32 or bf16")->capture_default_str();
   cmd->callback([o, &run] {
     run = [o] {
       apply_threads(o->threads);
+      const InferenceMode scope(parse_precision(o->dtype));  // weights packed once for the stream
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
       const train::LoadedModel m = train::load_model_dir(o->model);

@@ -29,6 +29,7 @@
 
 #include "models/decode_internal.h"
 #include "tfm/autograd.h"
+#include "tfm/inference.h"
 #include "tfm/ops/linear.h"
 
 namespace tfm {
@@ -433,7 +434,9 @@ std::vector<Hypothesis> decode_hypotheses(const Seq2SeqModel& model, const std::
   if (options.beam < 1) throw std::invalid_argument("decode: beam must be at least 1, got " + std::to_string(options.beam));
   if (options.max_len < 0) throw std::invalid_argument("decode: max_len must be non-negative");
   if (!(options.length_penalty >= 0.0f)) throw std::invalid_argument("decode: length_penalty must be non-negative");
-  NoGradGuard no_grad;
+  // No tape, and each Linear weight packed once for every step of every hypothesis; a caller's
+  // InferenceMode precision (bf16) carries through, float32 otherwise.
+  InferenceMode scope(InferenceMode::current_precision());
   detail::EvalGuard eval(model);
   if (model.config().arch == "encoder") {
     std::vector<Hypothesis> out;

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "tfm/autograd.h"
+#include "tfm/inference.h"
 #include "tfm/forward.h"
 #include "tfm/modules/transformer.h"
 #include "quote.h"
@@ -328,13 +329,16 @@ std::unique_ptr<ConformanceModule> build_module(const std::string& config_json) 
 }
 
 NamedTensors run_forward(const std::string& config_json, const NamedTensors& weights, const NamedTensors& inputs,
-                         const std::string& weights_source) {
+                         const std::string& weights_source, Precision precision) {
   auto cm = build_module(config_json);
   Module& m = cm->module();
   m.load_state_dict(weights, weights_source);
   m.eval();
   auto go = inputs.find("grad_output");
   const bool backward = go != inputs.end();
+  if (backward && precision != Precision::Float32)
+    throw std::invalid_argument(std::string("inputs: 'grad_output' asks for gradients, which are computed in f32 only (got ") +
+                                precision_name(precision) + ")");
   NamedTensors in;
   for (auto& [k, v] : inputs) {
     if (k == "grad_output") continue;
@@ -343,7 +347,7 @@ NamedTensors run_forward(const std::string& config_json, const NamedTensors& wei
   const auto diff = cm->differentiable_inputs();
   NamedTensors out;
   if (!backward) {
-    NoGradGuard no_grad;
+    InferenceMode scope(precision);  // no tape; each Linear weight packed once
     out["output"] = cm->forward(in);
     return out;
   }

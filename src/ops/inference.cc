@@ -58,6 +58,10 @@ InferenceMode::~InferenceMode() {
 
 size_t InferenceMode::cached_weights() { return g_scope.cache.size(); }
 
+Precision InferenceMode::current_precision() {
+  return g_scope.depth > 0 ? g_scope.precision : Precision::Float32;
+}
+
 namespace ops {
 
 bool linear_forward_packed(int64_t N, const float* x, const Tensor& weight, const float* bias,

@@ -17,6 +17,7 @@
 
 #include "io/file_util.h"
 #include "tfm/autograd.h"
+#include "tfm/inference.h"
 #include "tfm/data/tasks.h"
 #include "tfm/data/tsv.h"
 #include "tfm/io/safetensors.h"
@@ -177,7 +178,7 @@ struct TeacherForced {
 // Teacher-forced loss (plain cross-entropy, no label smoothing, mean over non-pad targets) and
 // argmax accuracies over every validation pair. logits (B, T, V); loss_i = lse(logits_i) − logits_i[y_i].
 TeacherForced evaluate(Seq2SeqModel& model, const std::vector<data::Example>& valid, const ModelConfig& m) {
-  NoGradGuard no_grad;
+  InferenceMode scope;  // float32, weights packed once for all validation batches
   model.eval();
   data::BatchSettings bs;
   bs.batch_size = kEvalBatch;
@@ -228,7 +229,7 @@ Tokens prediction_tokens(const data::Vocab& v, const std::vector<int32_t>& ids, 
 // Decodes sources (ids) in length-sorted batches and returns predictions in input order.
 std::vector<Tokens> decode_all(const Seq2SeqModel& model, const data::Vocab& tgt_vocab,
                                const std::vector<std::vector<int32_t>>& sources, int beam, int64_t batch_size) {
-  NoGradGuard no_grad;
+  InferenceMode scope(InferenceMode::current_precision());  // one weight cache for every batch
   const bool encoder = model.config().arch == "encoder";
   std::vector<data::Example> ex(sources.size());
   for (size_t i = 0; i < sources.size(); ++i) ex[i].src = sources[i];

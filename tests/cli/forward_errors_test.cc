@@ -76,7 +76,8 @@ class ForwardErrors : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string args() const {
-    return "forward --config " + config_ + " --weights " + weights_ + " --inputs " + inputs_ + " --output " + output_;
+    return "forward --config " + config_ + " --weights " + weights_ + " --inputs " + inputs_ + " --output " + output_ +
+           extra_;
   }
 
   // Loads a safetensors file, lets `edit` change the tensor list, writes it back.
@@ -103,7 +104,7 @@ class ForwardErrors : public ::testing::Test {
     EXPECT_FALSE(fs::exists(output_)) << "an output file was written despite the error";
   }
 
-  std::string dir_, config_, weights_, inputs_, output_;
+  std::string dir_, config_, weights_, inputs_, output_, extra_;
 };
 
 // The unbroken case runs, so every failure below is caused by its one change.
@@ -112,6 +113,18 @@ TEST_F(ForwardErrors, ValidRunSucceeds) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_TRUE(tfm::io::load_safetensors(output_).contains("output"));
+}
+// --dtype bf16 runs too, and its output is the f32 output up to bfloat16 rounding (docs/bf16.md).
+TEST_F(ForwardErrors, Bf16RunSucceeds) {
+  ASSERT_EQ(run_cli(args(), dir_).code, 0);
+  const Tensor f32 = tfm::io::load_safetensors(output_).at("output").tensor;
+  extra_ = " --dtype bf16";
+  const Result r = run_cli(args(), dir_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Tensor bf16 = tfm::io::load_safetensors(output_).at("output").tensor;
+  const double rel = tfm::testing::rel_error(bf16, f32);
+  EXPECT_GT(rel, 0.0);
+  EXPECT_LE(rel, 8.0 / 256.0);
 }
 
 // ---- files that do not exist ------------------------------------------------------------------
@@ -164,6 +177,16 @@ TEST_F(ForwardErrors, ControlCharacterInModuleName) {
 TEST_F(ForwardErrors, ControlCharacterInUnknownKey) {
   spit(config_, R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "d\u001bmodel": 8})");
   expect_error({config_, "unknown key 'd\\x1bmodel'"});
+}
+TEST_F(ForwardErrors, UnknownDtype) {
+  extra_ = " --dtype f16";
+  expect_error({"unknown precision 'f16' (expected f32 or bf16)"});
+}
+// bf16 is forward-only: gradients asked for with --dtype bf16 are refused, not silently computed in f32.
+TEST_F(ForwardErrors, Bf16WithGradOutput) {
+  extra_ = " --dtype bf16";
+  rewrite(inputs_, [](auto& list) { list.emplace_back("grad_output", Tensor::zeros({3, 2, 7})); });
+  expect_error({inputs_, "'grad_output' asks for gradients, which are computed in f32 only (got bf16)"});
 }
 TEST_F(ForwardErrors, UnknownActivation) {
   spit(config_, R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "activation": "tanh"})");

@@ -64,6 +64,17 @@ TEST(TrainCli, TsvTrainsEvaluatesAndTranslates) {
             0)
       << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;
+
+  // --dtype bf16 decodes the same sources (bfloat16 matmuls; predictions may differ after 30 steps).
+  ASSERT_EQ(run_command("(printf 'abc\\n\\nedcba\\n' | " + kCli + " translate --model " + d + "/run --dtype bf16 2>/dev/null)",
+                        &out),
+            0)
+      << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;
+  ASSERT_EQ(run_command("(" + kCli + " eval --model " + d + "/run --data " + d + "/valid.tsv --dtype bf16 --json 2>/dev/null)", &out),
+            0)
+      << out;
+  EXPECT_EQ(nlohmann::json::parse(out)["examples"], j["examples"]);
 }
 
 TEST(TrainCli, BadTsvLinesAreReportedWithLineNumbers) {
