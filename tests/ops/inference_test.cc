@@ -59,7 +59,7 @@ void expect_linear_within(const Tensor& got, const Tensor& x, const Linear& lin,
 }
 
 TEST(InferenceMode, Float32LinearWithinRoundingOfExact) {
-  Generator gen(7);
+  Generator gen{7, 0};
   Linear lin(96, 80, true, gen);
   const Tensor x = random_tensor({3, 17, 96}, 11);
   InferenceMode scope;
@@ -69,7 +69,7 @@ TEST(InferenceMode, Float32LinearWithinRoundingOfExact) {
 }
 
 TEST(InferenceMode, BFloat16LinearWithinBf16Bound) {
-  Generator gen(8);
+  Generator gen{8, 0};
   Linear lin(128, 64, true, gen);
   const Tensor x = random_tensor({40, 128}, 12);
   Tensor y, y32;
@@ -98,7 +98,7 @@ TransformerLayerOptions small_layer() {
 }
 
 TEST(InferenceMode, EncoderLayerPacksEachWeightOnceAndRepeatsBitwise) {
-  Generator gen(3);
+  Generator gen{3, 0};
   TransformerEncoderLayer layer(small_layer(), gen);
   layer.eval();
   const Tensor x = random_tensor({2, 9, 64}, 5);
@@ -127,7 +127,7 @@ TEST(InferenceMode, EncoderLayerPacksEachWeightOnceAndRepeatsBitwise) {
 
 TEST(InferenceMode, NestedScopesKeepOuterCacheAndRestorePrecision) {
   EXPECT_EQ(InferenceMode::current_precision(), Precision::Float32);
-  Generator gen(4);
+  Generator gen{4, 0};
   Linear lin(32, 16, true, gen);
   const Tensor x = random_tensor({5, 32}, 6);
   InferenceMode outer;
@@ -148,7 +148,7 @@ TEST(InferenceMode, NestedScopesKeepOuterCacheAndRestorePrecision) {
 }
 
 TEST(InferenceMode, GradientsStillFlowOutsideTheScope) {
-  Generator gen(9);
+  Generator gen{9, 0};
   Linear lin(16, 8, true, gen);
   Tensor x = random_tensor({4, 16}, 2);
   x.requires_grad_(true);
@@ -163,7 +163,7 @@ TEST(InferenceMode, GradientsStillFlowOutsideTheScope) {
 }
 
 TEST(InferenceMode, BFloat16EncoderLayerNormwiseError) {
-  Generator gen(21);
+  Generator gen{21, 0};
   TransformerLayerOptions o = small_layer();
   o.d_model = 128;
   o.dim_feedforward = 256;
