@@ -5,8 +5,10 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 # clang, libclang-rt-14-dev (libFuzzer, sanitizer runtimes) and libomp-dev serve the sanitized build
-# (`make test-asan`, `make fuzz`) only; pkgconf serves the installed-package test.
-PACKAGES = build-essential cmake libopenblas-dev libdnnl-dev nlohmann-json3-dev libcli11-dev \
+# (`make test-asan`, `make fuzz`) only; pkgconf serves the installed-package test. ocl-icd-opencl-dev:
+# Debian's oneDNN CMake package runs find_package(OpenCL REQUIRED) (its GPU runtime is OCL), and apt
+# installs it only as a recommendation of libdnnl-dev, which --no-install-recommends skips.
+PACKAGES = build-essential cmake libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev \
            googletest libgtest-dev libbenchmark-dev python3 python3-numpy python3-torch \
            clang libclang-rt-14-dev libomp-dev pkgconf
 
