@@ -6,8 +6,11 @@ Configs (nn.TransformerEncoderLayer, batch_first, ReLU, dropout 0.1 as PyTorch's
   M   d_model 512, 8 heads, FFN 2048, B 8,  N 128
   L   d_model 256, 4 heads, FFN 1024, B 1,  N 2048
   M6  a 6-layer nn.TransformerEncoder of M layers
-Modes: infer (eval; PyTorch under torch.no_grad, which takes its fused "fast path") and train (one step:
-forward in train mode, MSE against a random target, backward, Adam).
+Modes: infer (eval; PyTorch under torch.no_grad, which takes its fused "fast path"), infer-bf16 (tfm
+`--dtype bf16`: bfloat16 inputs to the Linear matmuls, float32 everywhere else; PyTorch: the module and
+input converted with .bfloat16(), so every op runs in bfloat16 — 1.13's CPU autocast fails in the
+encoder fast path, "expected scalar type BFloat16 but found Float") and train (one step: forward in
+train mode, MSE against a random target, backward, Adam).
 
 tfm runs through `tfm bench --json` (a fresh process per measurement); PyTorch runs in two long-lived
 worker processes started with /usr/bin/python3:
@@ -21,7 +24,7 @@ machine hits them alike; each measurement is the median of ITERS timed iteration
 table shows the median over rounds.
 
 Usage:  python3 bench/compare_torch.py [--tfm build/tfm] [--rounds 3] [--iters 10] [--only S,M]
-        [--modes infer,train] [--markdown]
+        [--modes infer,infer-bf16,train] [--markdown]
 """
 import argparse
 import json
@@ -43,7 +46,7 @@ CONFIGS = {
 }
 
 WORKER = r'''
-import json, sys, time, statistics
+import copy, json, sys, time, statistics
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -56,7 +59,7 @@ cache = {}
 for line in sys.stdin:
     req = json.loads(line)
     D, H, FF, layers, B, N = req["shape"]
-    key = (tuple(req["shape"]), req["mode"])
+    key = (tuple(req["shape"]), "infer" if req["mode"] == "infer-bf16" else req["mode"])
     if key not in cache:
         layer = nn.TransformerEncoderLayer(D, H, FF, dropout=0.1, batch_first=True)
         model = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False) if layers else layer
@@ -67,7 +70,18 @@ for line in sys.stdin:
         cache[key] = (model, x, target, opt)
     model, x, target, opt = cache[key]
     times = []
-    if req["mode"] == "infer":
+    if req["mode"] == "infer-bf16":
+        if "bf16" not in cache:
+            cache["bf16"] = (copy.deepcopy(model).bfloat16().eval(), x.bfloat16())
+        m16, x16 = cache["bf16"]
+        with torch.no_grad():
+            for it in range(req["warmup"] + req["iters"]):
+                t0 = time.perf_counter()
+                y = m16(x16)
+                t1 = time.perf_counter()
+                if it >= req["warmup"]:
+                    times.append((t1 - t0) * 1e3)
+    elif req["mode"] == "infer":
         model.eval()
         with torch.no_grad():
             for it in range(req["warmup"] + req["iters"]):
@@ -116,8 +130,9 @@ class TorchWorker:
 
 def tfm_run(tfm, cfg_path, shape, mode, iters, warmup, threads):
     D, H, FF, layers, B, N = shape
-    cmd = [tfm, "bench", "--config", cfg_path, "--batch", str(B), "--seq", str(N), "--mode", mode,
-           "--iters", str(iters), "--warmup", str(warmup), "--threads", str(threads), "--json"]
+    dtype = "bf16" if mode == "infer-bf16" else "f32"
+    cmd = [tfm, "bench", "--config", cfg_path, "--batch", str(B), "--seq", str(N), "--mode", mode.split("-")[0],
+           "--dtype", dtype, "--iters", str(iters), "--warmup", str(warmup), "--threads", str(threads), "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -143,7 +158,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="tfm threads and the tuned PyTorch's threads")
     ap.add_argument("--only", default="S,M,L,M6")
-    ap.add_argument("--modes", default="infer,train")
+    ap.add_argument("--modes", default="infer,infer-bf16,train")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = ap.parse_args()
 
