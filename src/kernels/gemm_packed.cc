@@ -27,6 +27,7 @@
 
 #include "kernels/gemm_backend.h"
 #include "kernels/kernels.h"
+#include "kernels/rowwise.h"
 
 namespace tfm::kernels {
 
@@ -45,12 +46,18 @@ float bf16_to_float(uint16_t h) {
   return x;
 }
 
-void convert_rows_to_bf16(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst) {
+void convert_rows_to_bf16_scalar(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst) {
   for (int64_t i = 0; i < m; ++i) {
     const float* s = src + i * lds;
     uint16_t* d = dst + i * K;
     for (int64_t k = 0; k < K; ++k) d[k] = float_to_bf16(s[k]);
   }
+}
+
+void convert_rows_to_bf16(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst) {
+  if (!cpu_has_avx512()) return convert_rows_to_bf16_scalar(src, lds, m, K, dst);
+  if (lds == K) return avx512::float_to_bf16(src, dst, m * K);  // dense: one run
+  for (int64_t i = 0; i < m; ++i) avx512::float_to_bf16(src + i * lds, dst + i * K, K);
 }
 
 void gemm_packed_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,

@@ -61,8 +61,9 @@ int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K);
 // to a quiet NaN (0x7FC0 with the sign), ±inf stays ±inf, overflow rounds to ±inf.
 uint16_t float_to_bf16(float x);
 float bf16_to_float(uint16_t h);
-// dst[i*K + k] = float_to_bf16(src[i*lds + k]) for an (m, K) block — plain loop, vectorized by the
-// compiler (it is its own scalar twin).
+// dst[i*K + k] = float_to_bf16(src[i*lds + k]) for an (m, K) block. Single-threaded (callers run it
+// per panel). The AVX-512 body (rowwise_avx512.cc) is bitwise equal to the scalar twin.
 void convert_rows_to_bf16(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst);
+void convert_rows_to_bf16_scalar(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst);
 
 }  // namespace tfm::kernels

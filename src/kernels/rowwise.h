@@ -66,6 +66,8 @@ void add_forward(const float* a, const float* b, float* y, int64_t n);
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset);
 // dy rows at stride ld (≥ F).
 void bias_grad(const float* dy, int64_t ld, float* db, int64_t N, int64_t F);
+// dst[i] = float_to_bf16(src[i]) (gemm_packed.h), bitwise: the same integer rounding, 16 lanes at once.
+void float_to_bf16(const float* src, uint16_t* dst, int64_t n);
 }  // namespace avx512
 
 }  // namespace tfm::kernels

@@ -66,7 +66,9 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
   // Widening is exact: every bf16 round-trips.
   for (uint32_t h = 0; h < 0x10000u; h += 7) {
     const float f = bf16_to_float(static_cast<uint16_t>(h));
-    if (!std::isnan(f)) EXPECT_EQ(float_to_bf16(f), h);
+    if (!std::isnan(f)) {
+      EXPECT_EQ(float_to_bf16(f), h);
+    }
   }
   // convert_rows_to_bf16 agrees with the scalar rule on a strided block.
   std::vector<float> src = {1.0f, from_bits(0x3F818000u), 9.f, -0.5f, 3.14159f, 9.f};
@@ -76,6 +78,33 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
   EXPECT_EQ(dst[1], 0x3F82);
   EXPECT_EQ(dst[2], float_to_bf16(-0.5f));
   EXPECT_EQ(dst[3], float_to_bf16(3.14159f));
+}
+
+// The dispatched conversion (AVX-512 body on this CPU) is bitwise the scalar twin on every kind of
+// float: random bit patterns (NaNs with any payload, ±inf, denormals, halfway cases), dense and
+// strided blocks, widths that are not multiples of 16.
+TEST(Bf16, ConvertRowsMatchesScalarTwinBitwise) {
+  uint64_t state = 12345;
+  auto next = [&state]() {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(state >> 32);
+  };
+  const uint32_t specials[] = {0x7F800000u, 0xFF800000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FC00000u, 0x00000001u,
+                               0x807FFFFFu, 0x3F808000u, 0x3F818000u, 0x7F7FFFFFu, 0x7F7F8000u, 0x00000000u};
+  for (int64_t K : {1, 15, 16, 17, 100}) {
+    for (int64_t lds : {K, K + 3}) {
+      const int64_t m = 7;
+      std::vector<float> src(static_cast<size_t>(m * lds));
+      for (size_t i = 0; i < src.size(); ++i)
+        src[i] = from_bits(i % 5 == 0 ? specials[(i / 5) % std::size(specials)] : next());
+      std::vector<uint16_t> fast(static_cast<size_t>(m * K), 0xAAAA), slow(fast.size(), 0x5555);
+      convert_rows_to_bf16(src.data(), lds, m, K, fast.data());
+      convert_rows_to_bf16_scalar(src.data(), lds, m, K, slow.data());
+      for (size_t i = 0; i < fast.size(); ++i)
+        ASSERT_EQ(fast[i], slow[i]) << "K " << K << " lds " << lds << " element " << i << " bits 0x" << std::hex
+                                    << bits(src[(i / K) * lds + i % K]);
+    }
+  }
 }
 
 struct Problem {
