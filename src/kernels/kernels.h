@@ -96,11 +96,14 @@ void layer_norm_forward_scalar(const float* x, const float* w, const float* b, f
                                float* mean, float* rstd, int64_t N, int64_t D, float eps);
 // With x̂ = (x − μ)·rstd and g = dy ⊙ w:  dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂))  (overwrite);
 // dw += Σ_rows dy ⊙ x̂,  db += Σ_rows dy  (accumulate; db may be null).
-void layer_norm_backward(const float* dy, const float* x, const float* w, const float* mean,
-                         const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t D);
-void layer_norm_backward_scalar(const float* dy, const float* x, const float* w, const float* mean,
-                                const float* rstd, float* dx, float* dw, float* db, int64_t N,
-                                int64_t D);
+// μ and rstd are recomputed from x in double (the forward's exact values), not taken from the
+// forward's float outputs: the formula cancels to O(eps·rstd²) when eps is not negligible against
+// var (e.g. D = 2: dx = rstd·(g₁ − g₂)/2 · eps·rstd²), so a float-rounded rstd (relative error up to
+// 2⁻²⁴) would come back amplified by (var + eps)/eps — 2000× at var 1, eps 1e-3.
+void layer_norm_backward(const float* dy, const float* x, const float* w, float* dx, float* dw,
+                         float* db, int64_t N, int64_t D, float eps);
+void layer_norm_backward_scalar(const float* dy, const float* x, const float* w, float* dx,
+                                float* dw, float* db, int64_t N, int64_t D, float eps);
 
 // ---- Activations ----------------------------------------------------------------------------------
 // Plain: y = f(x), x and y (N,F).  Gated: x (N,2F) = [a | b] per row, y (N,F) = a ⊙ g(b)

@@ -21,9 +21,9 @@ void layer_norm_forward_scalar(const float* x, const float* w, const float* b, f
                                float* rstd, int64_t N, int64_t D, float eps) {
   ref::layer_norm_forward<float>(x, w, b, y, mean, rstd, N, D, eps);
 }
-void layer_norm_backward_scalar(const float* dy, const float* x, const float* w, const float* mean,
-                                const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t D) {
-  ref::layer_norm_backward<float>(dy, x, w, mean, rstd, dx, dw, db, N, D);
+void layer_norm_backward_scalar(const float* dy, const float* x, const float* w, float* dx, float* dw,
+                                float* db, int64_t N, int64_t D, float eps) {
+  ref::layer_norm_backward<float>(dy, x, w, dx, dw, db, N, D, eps);
 }
 void activation_forward_scalar(ActivationKind k, const float* x, float* y, int64_t N, int64_t F) {
   ref::activation_forward<float>(k, x, y, N, F);
@@ -76,26 +76,25 @@ void layer_norm_forward(const float* x, const float* w, const float* b, float* y
   });
 }
 
-void layer_norm_backward(const float* dy, const float* x, const float* w, const float* mean,
-                         const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t D) {
+void layer_norm_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
+                         int64_t N, int64_t D, float eps) {
   const bool simd = cpu_has_avx512();
   const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
   if (chunks <= 1) {
     if (simd)
-      avx512::layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db, N, D);
+      avx512::layer_norm_backward(dy, x, w, dx, dw, db, N, D, eps);
     else
-      layer_norm_backward_scalar(dy, x, w, mean, rstd, dx, dw, db, N, D);
+      layer_norm_backward_scalar(dy, x, w, dx, dw, db, N, D, eps);
     return;
   }
   std::vector<float> part(static_cast<size_t>(chunks * 2 * D), 0.0f);  // per-chunk (dw, db)
   for_each_row_chunk(N, D, [&](int64_t c, int64_t r0, int64_t rn) {
     float* pw = part.data() + c * 2 * D;
     if (simd)
-      avx512::layer_norm_backward(dy + r0 * D, x + r0 * D, w, mean + r0, rstd + r0, dx + r0 * D, pw,
-                                  db ? pw + D : nullptr, rn, D);
+      avx512::layer_norm_backward(dy + r0 * D, x + r0 * D, w, dx + r0 * D, pw, db ? pw + D : nullptr, rn, D,
+                                  eps);
     else
-      layer_norm_backward_scalar(dy + r0 * D, x + r0 * D, w, mean + r0, rstd + r0, dx + r0 * D, pw,
-                                 db ? pw + D : nullptr, rn, D);
+      layer_norm_backward_scalar(dy + r0 * D, x + r0 * D, w, dx + r0 * D, pw, db ? pw + D : nullptr, rn, D, eps);
   });
   for (int64_t c = 0; c < chunks; ++c) {
     const float* pw = part.data() + c * 2 * D;

@@ -55,8 +55,8 @@ void add_layer_norm_forward_scalar(const float* x, const float* r, const float* 
 namespace avx512 {
 void layer_norm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
                         float* rstd, int64_t N, int64_t D, float eps);
-void layer_norm_backward(const float* dy, const float* x, const float* w, const float* mean,
-                         const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t D);
+void layer_norm_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
+                         int64_t N, int64_t D, float eps);
 // Plain activations only for relu; returns false (doing nothing) for kinds it does not handle.
 bool bias_activation_forward(ActivationKind k, const float* x, const float* bias, float* y, int64_t N,
                              int64_t F);

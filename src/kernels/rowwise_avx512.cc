@@ -9,10 +9,11 @@
 //
 // To add a body: write it here against the twin's contract, declare it in rowwise.h (namespace
 // avx512), dispatch in rowwise.cc, test in tests/kernels/rowwise_test.cc.
-// GCC 12's intrinsic headers seed the pass-through operand of _mm512_cvtps_pd and
-// _mm512_extractf64x4_pd with an "undefined" vector, which -Wmaybe-uninitialized reports from inside
-// the header; the value is never read.
+// GCC 12's intrinsic headers seed the pass-through operand of _mm512_cvtps_pd,
+// _mm512_extractf64x4_pd and _mm512_cvtepi32_epi16 with an "undefined" vector, which
+// -Wmaybe-uninitialized / -Wuninitialized report from inside the header; the value is never read.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <cmath>
@@ -51,35 +52,42 @@ inline __m512i philox_hash8(__m512i seed_mul, __m512i counter) {
 }  // namespace
 
 // ---- LayerNorm --------------------------------------------------------------------------------------
+// One row's moments in double, as ref::row_moments (two passes; only the order of the sums differs).
+static void row_moments(const float* xr, int64_t D, float eps, double& mu_out, double& r_out) {
+  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+  for (int64_t d = 0; d < D; d += 16) {
+    const __m512 v = _mm512_maskz_loadu_ps(tail_mask(D - d), xr + d);  // masked lanes read 0
+    s0 = _mm512_add_pd(s0, lo_pd(v));
+    s1 = _mm512_add_pd(s1, hi_pd(v));
+  }
+  const double mu = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / static_cast<double>(D);
+  const __m512d vmu = _mm512_set1_pd(mu);
+  __m512d q0 = _mm512_setzero_pd(), q1 = _mm512_setzero_pd();
+  for (int64_t d = 0; d < D; d += 16) {
+    const int64_t rem = D - d;
+    const __m512 v = _mm512_maskz_loadu_ps(tail_mask(rem), xr + d);
+    // Masked-off lanes hold 0 − μ: zero them so they add nothing.
+    const __mmask8 k0 = static_cast<__mmask8>(tail_mask(rem) & 0xFF);
+    const __mmask8 k1 = static_cast<__mmask8>(tail_mask(rem) >> 8);
+    const __m512d c0 = _mm512_maskz_sub_pd(k0, lo_pd(v), vmu);
+    const __m512d c1 = _mm512_maskz_sub_pd(k1, hi_pd(v), vmu);
+    q0 = _mm512_fmadd_pd(c0, c0, q0);
+    q1 = _mm512_fmadd_pd(c1, c1, q1);
+  }
+  double var = _mm512_reduce_add_pd(_mm512_add_pd(q0, q1)) / static_cast<double>(D);
+  mu_out = mu;
+  r_out = 1.0 / std::sqrt((var > 0.0 ? var : 0.0) + static_cast<double>(eps));
+}
+
 // y = (x − μ)·rstd·w + b, moments in double (two passes), as ref::layer_norm_forward.
 void layer_norm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
                         float* rstd, int64_t N, int64_t D, float eps) {
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = x + n * D;
     float* yr = y + n * D;
-    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
-    for (int64_t d = 0; d < D; d += 16) {
-      const __m512 v = _mm512_maskz_loadu_ps(tail_mask(D - d), xr + d);  // masked lanes read 0
-      s0 = _mm512_add_pd(s0, lo_pd(v));
-      s1 = _mm512_add_pd(s1, hi_pd(v));
-    }
-    const double mu = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / static_cast<double>(D);
-    const __m512d vmu = _mm512_set1_pd(mu);
-    __m512d q0 = _mm512_setzero_pd(), q1 = _mm512_setzero_pd();
-    for (int64_t d = 0; d < D; d += 16) {
-      const int64_t rem = D - d;
-      const __m512 v = _mm512_maskz_loadu_ps(tail_mask(rem), xr + d);
-      // Masked-off lanes hold 0 − μ: zero them so they add nothing.
-      const __mmask8 k0 = static_cast<__mmask8>(tail_mask(rem) & 0xFF);
-      const __mmask8 k1 = static_cast<__mmask8>(tail_mask(rem) >> 8);
-      const __m512d c0 = _mm512_maskz_sub_pd(k0, lo_pd(v), vmu);
-      const __m512d c1 = _mm512_maskz_sub_pd(k1, hi_pd(v), vmu);
-      q0 = _mm512_fmadd_pd(c0, c0, q0);
-      q1 = _mm512_fmadd_pd(c1, c1, q1);
-    }
-    double var = _mm512_reduce_add_pd(_mm512_add_pd(q0, q1)) / static_cast<double>(D);
-    const double r = 1.0 / std::sqrt((var > 0.0 ? var : 0.0) + static_cast<double>(eps));
-    const __m512d vr = _mm512_set1_pd(r);
+    double mu, r;
+    row_moments(xr, D, eps, mu, r);
+    const __m512d vmu = _mm512_set1_pd(mu), vr = _mm512_set1_pd(r);
     for (int64_t d = 0; d < D; d += 16) {
       const __mmask16 k = tail_mask(D - d);
       const __m512 v = _mm512_maskz_loadu_ps(k, xr + d);
@@ -97,13 +105,15 @@ void layer_norm_forward(const float* x, const float* w, const float* b, float* y
 }
 
 // With x̂ = (x − μ)·rstd, g = dy ⊙ w: dx = rstd·(g − mean(g) − x̂·mean(g ⊙ x̂)); dw += dy ⊙ x̂; db += dy.
-void layer_norm_backward(const float* dy, const float* x, const float* w, const float* mean,
-                         const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t D) {
+// μ, rstd recomputed in double (kernels.h says why).
+void layer_norm_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
+                         int64_t N, int64_t D, float eps) {
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = x + n * D;
     const float* dyr = dy + n * D;
-    const __m512d vmu = _mm512_set1_pd(static_cast<double>(mean[n]));
-    const __m512d vr = _mm512_set1_pd(static_cast<double>(rstd[n]));
+    double mu, r;
+    row_moments(xr, D, eps, mu, r);
+    const __m512d vmu = _mm512_set1_pd(mu), vr = _mm512_set1_pd(r);
     __m512d g0 = _mm512_setzero_pd(), g1 = _mm512_setzero_pd();
     __m512d gx0 = _mm512_setzero_pd(), gx1 = _mm512_setzero_pd();
     for (int64_t d = 0; d < D; d += 16) {

@@ -12,19 +12,28 @@
 
 namespace tfm::kernels::ref {
 
+// One row's moments, two-pass in double (exact enough that float rounding dominates):
+// mu = mean(x), r = 1/sqrt(var(x) + eps). Forward and backward both call it, so the backward sees
+// the forward's exact double values.
+template <typename T>
+void row_moments(const T* xr, int64_t D, T eps, double& mu, double& r) {
+  double s = 0;
+  for (int64_t d = 0; d < D; ++d) s += xr[d];
+  mu = s / static_cast<double>(D);
+  double v = 0;
+  for (int64_t d = 0; d < D; ++d) v += (xr[d] - mu) * (xr[d] - mu);
+  v /= static_cast<double>(D);
+  r = 1.0 / std::sqrt(std::max(v, 0.0) + static_cast<double>(eps));
+}
+
 template <typename T>
 void layer_norm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd, int64_t N,
                         int64_t D, T eps) {
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * D;
     T* yr = y + n * D;
-    double s = 0;  // two-pass moments in double: exact enough that float rounding dominates
-    for (int64_t d = 0; d < D; ++d) s += xr[d];
-    double mu = s / static_cast<double>(D);
-    double v = 0;
-    for (int64_t d = 0; d < D; ++d) v += (xr[d] - mu) * (xr[d] - mu);
-    v /= static_cast<double>(D);
-    double r = 1.0 / std::sqrt(std::max(v, 0.0) + static_cast<double>(eps));
+    double mu, r;
+    row_moments(xr, D, eps, mu, r);
     for (int64_t d = 0; d < D; ++d) {
       double xh = (xr[d] - mu) * r;
       yr[d] = static_cast<T>(xh * w[d] + (b ? static_cast<double>(b[d]) : 0.0));
@@ -35,12 +44,13 @@ void layer_norm_forward(const T* x, const T* w, const T* b, T* y, T* mean, T* rs
 }
 
 template <typename T>
-void layer_norm_backward(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
-                         T* dw, T* db, int64_t N, int64_t D) {
+void layer_norm_backward(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, int64_t N,
+                         int64_t D, T eps) {
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * D;
     const T* dyr = dy + n * D;
-    double mu = mean[n], r = rstd[n];
+    double mu, r;
+    row_moments(xr, D, eps, mu, r);
     double mg = 0, mgx = 0;
     for (int64_t d = 0; d < D; ++d) {
       double xh = (xr[d] - mu) * r;

@@ -11,8 +11,10 @@ namespace {
 
 // inputs: normalized input z (N, D) (x, or x + r for the fused form), weight, bias[, r].
 // The fused form's input z is the saved sum, so the gradient to x and r is the same dz.
+// The backward recomputes each row's mean and rstd from z in double (kernels.h says why), so
+// nothing but z is saved.
 struct LayerNormNode : Node {
-  Tensor mean, rstd;  // (N)
+  float eps = 0;
   bool fused = false;
   const char* name() const override { return fused ? "add_layer_norm" : "layer_norm"; }
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
@@ -25,8 +27,8 @@ struct LayerNormNode : Node {
     if (dw && !dw->defined()) *dw = Tensor::zeros(w.shape());
     if (db && !db->defined()) *db = Tensor::zeros({D});
     Tensor dw_scratch = dw ? Tensor() : Tensor::zeros({D});
-    kernels::layer_norm_backward(dy.data(), z.data(), w.data(), mean.data(), rstd.data(), dz.data(),
-                                 dw ? dw->data() : dw_scratch.data(), db ? db->data() : nullptr, N, D);
+    kernels::layer_norm_backward(dy.data(), z.data(), w.data(), dz.data(), dw ? dw->data() : dw_scratch.data(),
+                                 db ? db->data() : nullptr, N, D, eps);
     if (din[0]) accumulate_grad(din[0], dz);
     if (fused && din[3]) accumulate_grad(din[3], dz);
   }
@@ -48,26 +50,18 @@ Tensor layer_norm_impl(const Tensor& x, const Tensor* r, const Tensor& weight, c
   const int64_t N = x.numel() / std::max<int64_t>(D, 1);
   Tensor y = Tensor::empty(x.shape());
   const bool grad = r ? needs_grad({&x, r, &weight, &bias}) : needs_grad({&x, &weight, &bias});
-  Tensor mean, rstd;
-  if (grad) {
-    mean = Tensor::empty({N});
-    rstd = Tensor::empty({N});
-  }
   const float* b = bias.defined() ? bias.data() : nullptr;
-  float* pm = grad ? mean.data() : nullptr;
-  float* ps = grad ? rstd.data() : nullptr;
   Tensor z = x;  // the normalized input: x, or the sum x + r (kept for the backward when training)
   if (r) {
     z = grad ? Tensor::empty(x.shape()) : Tensor();
-    kernels::add_layer_norm_forward(x.data(), r->data(), weight.data(), b, grad ? z.data() : nullptr, y.data(), pm,
-                                    ps, N, D, eps);
+    kernels::add_layer_norm_forward(x.data(), r->data(), weight.data(), b, grad ? z.data() : nullptr, y.data(),
+                                    nullptr, nullptr, N, D, eps);
   } else {
-    kernels::layer_norm_forward(x.data(), weight.data(), b, y.data(), pm, ps, N, D, eps);
+    kernels::layer_norm_forward(x.data(), weight.data(), b, y.data(), nullptr, nullptr, N, D, eps);
   }
   if (grad) {
     auto node = std::make_shared<LayerNormNode>();
-    node->mean = mean;
-    node->rstd = rstd;
+    node->eps = eps;
     node->fused = r != nullptr;
     if (r) {
       node->saved_sum = z;

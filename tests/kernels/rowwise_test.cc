@@ -24,6 +24,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/rowwise.h"
+#include "kernels/rowwise_scalar.h"
 
 namespace tfm::kernels {
 namespace {
@@ -103,10 +104,8 @@ TEST(Rowwise, LayerNormBackwardMatchesScalar) {
     std::vector<float> mean(N), rstd(N), y(N * D);
     layer_norm_forward_scalar(x.data(), w.data(), nullptr, y.data(), mean.data(), rstd.data(), N, D, 1e-5f);
     std::vector<float> dx1(N * D), dx2(N * D), dw1 = rnd(D, 13), dw2 = dw1, db1 = rnd(D, 14), db2 = db1;
-    avx512::layer_norm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx1.data(), dw1.data(),
-                                db1.data(), N, D);
-    layer_norm_backward_scalar(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx2.data(), dw2.data(),
-                               db2.data(), N, D);
+    avx512::layer_norm_backward(dy.data(), x.data(), w.data(), dx1.data(), dw1.data(), db1.data(), N, D, 1e-5f);
+    layer_norm_backward_scalar(dy.data(), x.data(), w.data(), dx2.data(), dw2.data(), db2.data(), N, D, 1e-5f);
     double rmax = 0;
     for (float r : rstd) rmax = std::max(rmax, double(r));
     // scale: rstd·(|g| + |mean g| + |x̂|·|mean g x̂|) with |g| ≤ 4, |x̂| ≤ √D.
@@ -114,6 +113,35 @@ TEST(Rowwise, LayerNormBackwardMatchesScalar) {
     EXPECT_TRUE(near(dx1, dx2, 64.0 * std::ldexp(1.0, -52) * double(D) * scale)) << "dx D=" << D;
     EXPECT_TRUE(bitwise(dw1, dw2)) << "dw D=" << D;
     EXPECT_TRUE(bitwise(db1, db2)) << "db D=" << D;
+  }
+}
+
+// When eps is not negligible against the variance the backward cancels: for D = 2,
+// dx = rstd·(g₁ − g₂)/2 · eps·rstd² per element, a thousandth of its terms at var 1, eps 1e-3. The
+// kernels recompute μ and rstd in double, so dx (both the dispatcher and the scalar twin) stays within
+// float rounding of the double reference; with rstd taken from the forward's float output it was off
+// by up to (var + eps)/eps float roundings (a live parity sample caught it at D = 2, eps 1e-3).
+TEST(Rowwise, LayerNormBackwardAccurateWhenEpsDominates) {
+  const int64_t N = 64;
+  for (int64_t D : {2, 3, 64}) {
+    for (float eps : {1e-3f, 1e-5f}) {
+      auto x = rnd(N * D, 70 + D), w = rnd(D, 71 + D), dy = rnd(N * D, 72 + D);
+      std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), dyd(dy.begin(), dy.end());
+      std::vector<double> dxd(N * D), dwd(D, 0.0);
+      ref::layer_norm_backward<double>(dyd.data(), xd.data(), wd.data(), dxd.data(), dwd.data(), nullptr, N, D,
+                                       double(eps));
+      std::vector<float> ref_f(dxd.begin(), dxd.end());  // the double result rounded once
+      double scale = 0;  // the largest term of the formula, for the double evaluation's own error
+      for (int64_t i = 0; i < N * D; ++i) scale = std::max(scale, 4.0 * std::fabs(double(dy[i])) / std::sqrt(eps));
+      for (int forced : {0, 1}) {
+        std::vector<float> dx(N * D), dw(D, 0.f);
+        if (forced)
+          layer_norm_backward_scalar(dy.data(), x.data(), w.data(), dx.data(), dw.data(), nullptr, N, D, eps);
+        else
+          layer_norm_backward(dy.data(), x.data(), w.data(), dx.data(), dw.data(), nullptr, N, D, eps);
+        EXPECT_TRUE(near(dx, ref_f, 1e-12 * double(D) * scale)) << "D=" << D << " eps=" << eps << " scalar=" << forced;
+      }
+    }
   }
 }
 
@@ -227,8 +255,7 @@ TEST(Rowwise, DispatchersBitwiseAcrossThreadCounts) {
     std::vector<float> out;
     std::vector<float> y(n), mean(N), rstd(N), dx(n), dw(D, 0.f), db(D, 0.f), t(n);
     layer_norm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), N, D, 1e-5f);
-    layer_norm_backward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(), db.data(),
-                        N, D);
+    layer_norm_backward(dy.data(), x.data(), w.data(), dx.data(), dw.data(), db.data(), N, D, 1e-5f);
     out.insert(out.end(), y.begin(), y.end());
     out.insert(out.end(), dx.begin(), dx.end());
     out.insert(out.end(), dw.begin(), dw.end());
