@@ -148,11 +148,48 @@ Adam::Adam(std::vector<std::pair<std::string, Tensor>> params, float lr, float b
 //   Adam:  g = grad + wd·p           AdamW: p = p·(1 − lr·wd)
 //   m = β1·m + (1−β1)·g;   v = β2·v + (1−β2)·g·g
 //   p = p − (lr/(1−β1ᵗ)) · m / (sqrt(v)/sqrt(1−β2ᵗ) + eps)
+namespace {
+
+// One Adam/AdamW update over n elements (torch.optim.Adam's single-tensor formula, in float):
+//   g ← g + wd·p (Adam, L2)   or   p ← p·(1 − lr·wd) (AdamW, decoupled)
+//   m ← β₁·m + (1 − β₁)·g,   v ← β₂·v + (1 − β₂)·g²
+//   p ← p − (lr / bc₁) · m / (√v / √bc₂ + eps)
+// Purely elementwise, so splitting it over threads (fixed static ranges) or vectorizing it gives the
+// same bits as the plain loop; the weight-decay mode is a template argument so the loop has no branch.
+struct AdamScalars {
+  float beta1, beta2, one_m_b1, one_m_b2, eps, wd, decay, neg_step_size, bc2_sqrt;
+};
+enum AdamDecay { kNoDecay, kL2, kDecoupled };
+
+template <AdamDecay kMode>
+void adam_update(float* __restrict pp, const float* __restrict gp, float* __restrict mp, float* __restrict vp,
+                 int64_t n, const AdamScalars& s) {
+  // `simd`: the distinct tensors never alias, and the vector sqrt/div give the scalar bits.
+#pragma omp parallel for simd schedule(static) if (n >= 65536)
+  for (int64_t j = 0; j < n; ++j) {
+    float gj = gp[j];
+    if constexpr (kMode == kL2) gj = gj + s.wd * pp[j];
+    if constexpr (kMode == kDecoupled) pp[j] = pp[j] * s.decay;
+    mp[j] = mp[j] * s.beta1 + s.one_m_b1 * gj;
+    vp[j] = vp[j] * s.beta2 + s.one_m_b2 * gj * gj;
+    const float denom = std::sqrt(vp[j]) / s.bc2_sqrt + s.eps;
+    pp[j] = pp[j] + s.neg_step_size * (mp[j] / denom);
+  }
+}
+
+}  // namespace
+
 void Adam::step() {
   const double lr = lr_, b1 = beta1_, b2 = beta2_;
-  const float beta1 = beta1_, beta2 = beta2_, one_m_b1 = static_cast<float>(1.0 - b1),
-              one_m_b2 = static_cast<float>(1.0 - b2), eps = eps_, wd = weight_decay_;
-  const float decay = static_cast<float>(1.0 - lr * static_cast<double>(weight_decay_));
+  AdamScalars s{};
+  s.beta1 = beta1_;
+  s.beta2 = beta2_;
+  s.one_m_b1 = static_cast<float>(1.0 - b1);
+  s.one_m_b2 = static_cast<float>(1.0 - b2);
+  s.eps = eps_;
+  s.wd = weight_decay_;
+  s.decay = static_cast<float>(1.0 - lr * static_cast<double>(weight_decay_));
+  const AdamDecay mode = s.wd == 0.0f ? kNoDecay : decoupled_ ? kDecoupled : kL2;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i].second;
     const Tensor g = p.grad();
@@ -165,25 +202,17 @@ void Adam::step() {
     const int64_t t = ++step_[i];
     const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
     const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
-    const float neg_step_size = static_cast<float>(-(lr / bc1));
-    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    s.neg_step_size = static_cast<float>(-(lr / bc1));
+    s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
     float* pp = p.data();
     const float* gp = g.data();
     float* mp = m_[i].data();
     float* vp = v_[i].data();
     const int64_t n = p.numel();
-    for (int64_t j = 0; j < n; ++j) {
-      float gj = gp[j];
-      if (wd != 0.0f) {
-        if (decoupled_)
-          pp[j] = pp[j] * decay;
-        else
-          gj = gj + wd * pp[j];
-      }
-      mp[j] = mp[j] * beta1 + one_m_b1 * gj;
-      vp[j] = vp[j] * beta2 + one_m_b2 * gj * gj;
-      const float denom = std::sqrt(vp[j]) / bc2_sqrt + eps;
-      pp[j] = pp[j] + neg_step_size * (mp[j] / denom);
+    switch (mode) {
+      case kNoDecay: adam_update<kNoDecay>(pp, gp, mp, vp, n, s); break;
+      case kL2: adam_update<kL2>(pp, gp, mp, vp, n, s); break;
+      case kDecoupled: adam_update<kDecoupled>(pp, gp, mp, vp, n, s); break;
     }
   }
   ++steps_;
