@@ -1,6 +1,9 @@
 // src/ops/loss.cc — cross-entropy (ignore_index, label smoothing) and MSE with mean reduction.
 #include "tfm/ops/loss.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "kernels/kernels.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
@@ -27,6 +30,33 @@ struct CrossEntropyNode : Node {
   }
 };
 
+// Σ (a_i − b_i)² in double, over fixed chunks summed in chunk order: the same bits for any thread
+// count (and no serial dependency chain through one accumulator).
+double squared_error_sum(const float* a, const float* b, int64_t n) {
+  constexpr int64_t kChunk = 16384;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(static) if (chunks >= 4)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i1 = std::min(n, (c + 1) * kChunk);
+    double acc[4] = {0, 0, 0, 0};  // four interleaved sums, added in a fixed order
+    int64_t i = c * kChunk;
+    for (; i + 4 <= i1; i += 4)
+      for (int k = 0; k < 4; ++k) {
+        const double d = static_cast<double>(a[i + k]) - b[i + k];
+        acc[k] += d * d;
+      }
+    for (; i < i1; ++i) {
+      const double d = static_cast<double>(a[i]) - b[i];
+      acc[0] += d * d;
+    }
+    part[static_cast<size_t>(c)] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  }
+  double s = 0;
+  for (double v : part) s += v;
+  return s;
+}
+
 struct MseNode : Node {
   Tensor target;
   const char* name() const override { return "mse_loss"; }
@@ -38,7 +68,9 @@ struct MseNode : Node {
     const float* px = x.data();
     const float* pt = target.data();
     float* d = dx.data();
-    for (int64_t i = 0; i < x.numel(); ++i) d[i] = s * (px[i] - pt[i]);
+    const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n >= 65536)
+    for (int64_t i = 0; i < n; ++i) d[i] = s * (px[i] - pt[i]);
     accumulate_grad(din[0], dx);
   }
 };
@@ -83,11 +115,9 @@ Tensor mse_loss(const Tensor& input, const Tensor& target) {
   check_float(input, "mse_loss", "input");
   check_float(target, "mse_loss", "target");
   check_shape(target, input.shape(), "mse_loss", "target");
-  double s = 0;
-  const float* a = input.data();
-  const float* b = target.data();
-  for (int64_t i = 0; i < input.numel(); ++i) s += (static_cast<double>(a[i]) - b[i]) * (a[i] - b[i]);
-  Tensor y = Tensor::full({}, input.numel() ? static_cast<float>(s / static_cast<double>(input.numel())) : 0.0f);
+  const int64_t n = input.numel();
+  const double s = squared_error_sum(input.data(), target.data(), n);
+  Tensor y = Tensor::full({}, n ? static_cast<float>(s / static_cast<double>(n)) : 0.0f);
   if (needs_grad({&input})) {
     auto node = std::make_shared<MseNode>();
     node->target = target.detach();
