@@ -26,7 +26,9 @@
 // re-run the bitwise tests); mr_for() picks the micro-kernel height for each width.
 // GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 headers (the deliberately undefined
 // pass-through operand of _mm512_undefined_ps, GCC PR 105593, fixed in GCC 13); silence just that.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no such warning (and would warn about the name)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #include <omp.h>
 

@@ -42,11 +42,19 @@ void bias_activation_forward_scalar(ActivationKind k, const float* x, const floa
   ref::bias_activation_forward<float>(k, x, bias, y, N, F);
 }
 void bias_grad_scalar(const float* dy, float* db, int64_t N, int64_t F) { ref::bias_grad<float>(dy, db, N, F); }
+void add_dropout_forward_scalar(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
+                                uint64_t offset) {
+  ref::add_dropout_forward<float>(a, x, y, n, p, seed, offset);
+}
 void add_layer_norm_forward_scalar(const float* x, const float* r, const float* w, const float* b, float* z,
-                                   float* y, float* mean, float* rstd, int64_t N, int64_t D, float eps) {
-  // z = x + r into z (or into y when z is not kept), then LayerNorm of it into y.
+                                   float* y, float* mean, float* rstd, int64_t N, int64_t D, float eps,
+                                   const DropoutSpec* r_drop) {
+  // z = x + r (or x + dropout(r)) into z (or into y when z is not kept), then LayerNorm of it into y.
   float* sum = z ? z : y;
-  ref::add_forward<float>(x, r, sum, N * D);
+  if (r_drop)
+    ref::add_dropout_forward<float>(x, r, sum, N * D, r_drop->p, r_drop->seed, r_drop->offset);
+  else
+    ref::add_forward<float>(x, r, sum, N * D);
   ref::layer_norm_forward<float>(sum, w, b, y, mean, rstd, N, D, eps);
 }
 
@@ -176,20 +184,44 @@ void bias_grad(const float* dy, float* db, int64_t N, int64_t F) {
 }
 
 void add_layer_norm_forward(const float* x, const float* r, const float* w, const float* b, float* z, float* y,
-                            float* mean, float* rstd, int64_t N, int64_t D, float eps) {
+                            float* mean, float* rstd, int64_t N, int64_t D, float eps, const DropoutSpec* r_drop) {
   const bool simd = cpu_has_avx512();
   for_each_row_chunk(N, D, [&](int64_t, int64_t r0, int64_t rn) {
     float* sum = (z ? z : y) + r0 * D;  // the chunk's sum stays in cache for the LayerNorm
     float* m = mean ? mean + r0 : nullptr;
     float* s = rstd ? rstd + r0 : nullptr;
+    const float* xc = x + r0 * D;
+    const float* rc = r + r0 * D;
+    const uint64_t off = r_drop ? r_drop->offset + static_cast<uint64_t>(r0 * D) : 0;
     if (simd) {
-      avx512::add_forward(x + r0 * D, r + r0 * D, sum, rn * D);
+      if (r_drop)
+        avx512::add_dropout_forward(xc, rc, sum, rn * D, r_drop->p, r_drop->seed, off);
+      else
+        avx512::add_forward(xc, rc, sum, rn * D);
       avx512::layer_norm_forward(sum, w, b, y + r0 * D, m, s, rn, D, eps);
     } else {
-      add_forward_scalar(x + r0 * D, r + r0 * D, sum, rn * D);
+      if (r_drop)
+        add_dropout_forward_scalar(xc, rc, sum, rn * D, r_drop->p, r_drop->seed, off);
+      else
+        add_forward_scalar(xc, rc, sum, rn * D);
       layer_norm_forward_scalar(sum, w, b, y + r0 * D, m, s, rn, D, eps);
     }
   });
+}
+
+void add_dropout_forward(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
+                         uint64_t offset) {
+  const bool simd = cpu_has_avx512();
+  const int64_t chunks = (n + kElemChunk - 1) / kElemChunk;
+#pragma omp parallel for schedule(static) if (n > 16384)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i0 = c * kElemChunk, m = std::min(kElemChunk, n - i0);
+    const uint64_t off = offset + static_cast<uint64_t>(i0);
+    if (simd)
+      avx512::add_dropout_forward(a + i0, x + i0, y + i0, m, p, seed, off);
+    else
+      add_dropout_forward_scalar(a + i0, x + i0, y + i0, m, p, seed, off);
+  }
 }
 
 // Rows are independent: any schedule gives the same bits.

@@ -41,14 +41,30 @@ void bias_activation_forward_scalar(ActivationKind k, const float* x, const floa
 void bias_grad(const float* dy, float* db, int64_t N, int64_t F);
 void bias_grad_scalar(const float* dy, float* db, int64_t N, int64_t F);
 
-// Residual add + LayerNorm in one pass over each chunk of rows: z = x + r, then
-// y = layer_norm(z) (kernels.h layer_norm_forward). z (N,D) is written when non-null (training keeps
-// it for the backward); y may alias x or r. mean, rstd (N) may be null.
+// y = a + x ⊙ keep / (1 − p): the residual add of a dropped-out branch in one pass, bitwise
+// add_forward(a, dropout_forward(x)). y may alias a or x.
+void add_dropout_forward(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
+                         uint64_t offset);
+void add_dropout_forward_scalar(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
+                                uint64_t offset);
+
+// Dropout applied inside a fused kernel: element i of the dropped tensor is kept iff
+// dropout_keep(seed, offset + i, p), kept values scaled by 1/(1 − p) (dropout_forward's rule).
+struct DropoutSpec {
+  float p;
+  uint64_t seed, offset;
+};
+
+// Residual add + LayerNorm in one pass over each chunk of rows: z = x + r, or z = x + dropout(r)
+// when r_drop is non-null (PyTorch's norm(x + dropout(sublayer(x)))), then y = layer_norm(z)
+// (kernels.h layer_norm_forward). Bitwise the unfused composition. z (N,D) is written when non-null
+// (training keeps it for the backward); y may alias x or r. mean, rstd (N) may be null.
 void add_layer_norm_forward(const float* x, const float* r, const float* w, const float* b, float* z,
-                            float* y, float* mean, float* rstd, int64_t N, int64_t D, float eps);
+                            float* y, float* mean, float* rstd, int64_t N, int64_t D, float eps,
+                            const DropoutSpec* r_drop = nullptr);
 void add_layer_norm_forward_scalar(const float* x, const float* r, const float* w, const float* b,
                                    float* z, float* y, float* mean, float* rstd, int64_t N,
-                                   int64_t D, float eps);
+                                   int64_t D, float eps, const DropoutSpec* r_drop = nullptr);
 
 // The AVX-512 bodies (rowwise_avx512.cc, compiled with AVX-512 flags). Single-threaded over the rows
 // or elements they are given; only the dispatchers above call them, and only when cpu_has_avx512().
@@ -64,6 +80,8 @@ bool activation_backward(ActivationKind k, const float* dy, const float* x, floa
                          int64_t F);
 void add_forward(const float* a, const float* b, float* y, int64_t n);
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset);
+void add_dropout_forward(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
+                         uint64_t offset);
 // dy rows at stride ld (≥ F).
 void bias_grad(const float* dy, int64_t ld, float* db, int64_t N, int64_t F);
 // dst[i] = float_to_bf16(src[i]) (gemm_packed.h), bitwise: the same integer rounding, 16 lanes at once.

@@ -12,8 +12,10 @@
 // GCC 12's intrinsic headers seed the pass-through operand of _mm512_cvtps_pd,
 // _mm512_extractf64x4_pd and _mm512_cvtepi32_epi16 with an "undefined" vector, which
 // -Wmaybe-uninitialized / -Wuninitialized report from inside the header; the value is never read.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no such warning (and would warn about the name)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cmath>
@@ -198,7 +200,10 @@ void add_forward(const float* a, const float* b, float* y, int64_t n) {
 
 // keep_i = uniform01(seed, offset + i) ≥ p with uniform01 = (hash >> 40)·2⁻²⁴: the 24-bit integer
 // converts to float exactly, so the mask is bitwise the scalar one.
-void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
+// y = x·keep/(1 − p), or with ADD y = a + x·keep/(1 − p) (the twin's per-element ops, so bitwise).
+template <bool ADD>
+static void dropout_body(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
+                         uint64_t offset) {
   const __m512 scale = _mm512_set1_ps(1.0f / (1.0f - p));
   const __m512 vp = _mm512_set1_ps(p);
   const __m512 inv24 = _mm512_set1_ps(1.0f / 16777216.0f);
@@ -213,8 +218,18 @@ void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed
     const __m512 u = _mm512_mul_ps(_mm512_insertf32x8(_mm512_castps256_ps512(u0), u1, 1), inv24);
     const __mmask16 keep = _mm512_cmp_ps_mask(u, vp, _CMP_GE_OQ);
     const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_maskz_mul_ps(keep, v, scale));
+    __m512 out = _mm512_maskz_mul_ps(keep, v, scale);
+    if constexpr (ADD) out = _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), out);
+    _mm512_mask_storeu_ps(y + i, m, out);
   }
+}
+
+void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
+  dropout_body<false>(nullptr, x, y, n, p, seed, offset);
+}
+void add_dropout_forward(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
+                         uint64_t offset) {
+  dropout_body<true>(a, x, y, n, p, seed, offset);
 }
 
 // db += Σ_rows dy, each column in row order (16 columns per vector), bitwise as the twin.

@@ -188,6 +188,14 @@ void dropout_forward(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64
     y[i] = dropout_keep(seed, offset + static_cast<uint64_t>(i), p) ? x[i] * scale : T(0);
 }
 
+// y = a + x·keep/(1 − p): add_forward(a, dropout_forward(x)) in one pass, the same per-element ops.
+template <typename T>
+void add_dropout_forward(const T* a, const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
+  const T scale = T(1) / (T(1) - static_cast<T>(p));
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = a[i] + (dropout_keep(seed, offset + static_cast<uint64_t>(i), p) ? x[i] * scale : T(0));
+}
+
 // y = act(x + bias) row by row; gated kinds read the biased halves [a | b] of each 2F-wide row.
 template <typename T>
 void bias_activation_forward(ActivationKind k, const T* x, const T* bias, T* y, int64_t N, int64_t F) {

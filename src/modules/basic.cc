@@ -49,7 +49,15 @@ Tensor LayerNorm::forward_add(const Tensor& x, const Tensor& r) const {
   return ops::add_layer_norm(x, r, weight, bias, eps);
 }
 
+Tensor LayerNorm::forward_add(const Tensor& x, const Tensor& r, const Dropout& r_dropout) const {
+  return ops::add_dropout_layer_norm(x, r, r_dropout.p, r_dropout.is_training(), r_dropout.generator(), weight, bias,
+                                     eps);
+}
+
 Tensor Dropout::forward(const Tensor& x) const { return ops::dropout(x, p, is_training(), *gen_); }
+Tensor Dropout::forward_add(const Tensor& x, const Tensor& r) const {
+  return ops::add_dropout(x, r, p, is_training(), *gen_);
+}
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, int64_t padding_idx_, Generator& gen)
     : padding_idx(padding_idx_) {

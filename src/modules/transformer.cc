@@ -69,11 +69,11 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mas
   const auto m = masks_of(src_mask, kpm, is_causal);
   if (options.norm_first) {
     Tensor h = norm1.forward(src);
-    Tensor x = ops::add(src, dropout1.forward(self_attn.forward(h, h, h, m)));
-    return ops::add(x, dropout2.forward(feed_forward(norm2.forward(x))));
+    Tensor x = dropout1.forward_add(src, self_attn.forward(h, h, h, m));
+    return dropout2.forward_add(x, feed_forward(norm2.forward(x)));
   }
-  Tensor x = norm1.forward_add(src, dropout1.forward(self_attn.forward(src, src, src, m)));
-  return norm2.forward_add(x, dropout2.forward(feed_forward(x)));
+  Tensor x = norm1.forward_add(src, self_attn.forward(src, src, src, m), dropout1);
+  return norm2.forward_add(x, feed_forward(x), dropout2);
 }
 
 TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
@@ -135,13 +135,13 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   const auto mm = masks_of(memory_mask, memory_kpm, memory_is_causal);
   if (options.norm_first) {
     Tensor h = norm1.forward(tgt);
-    Tensor x = ops::add(tgt, dropout1.forward(self_attn.forward(h, h, h, sm)));
-    x = ops::add(x, dropout2.forward(multihead_attn.forward(norm2.forward(x), memory, memory, mm)));
-    return ops::add(x, dropout3.forward(feed_forward(norm3.forward(x))));
+    Tensor x = dropout1.forward_add(tgt, self_attn.forward(h, h, h, sm));
+    x = dropout2.forward_add(x, multihead_attn.forward(norm2.forward(x), memory, memory, mm));
+    return dropout3.forward_add(x, feed_forward(norm3.forward(x)));
   }
-  Tensor x = norm1.forward_add(tgt, dropout1.forward(self_attn.forward(tgt, tgt, tgt, sm)));
-  x = norm2.forward_add(x, dropout2.forward(multihead_attn.forward(x, memory, memory, mm)));
-  return norm3.forward_add(x, dropout3.forward(feed_forward(x)));
+  Tensor x = norm1.forward_add(tgt, self_attn.forward(tgt, tgt, tgt, sm), dropout1);
+  x = norm2.forward_add(x, multihead_attn.forward(x, memory, memory, mm), dropout2);
+  return norm3.forward_add(x, feed_forward(x), dropout3);
 }
 
 TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,

@@ -5,6 +5,7 @@
 #include "kernels/rowwise.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
+#include "tfm/ops/elementwise.h"
 
 namespace tfm::ops {
 namespace {
@@ -26,6 +27,21 @@ struct DropoutNode : Node {
   }
 };
 
+// y = x + dropout(r): dx = dy, dr = dropout(dy) with the forward's mask.
+struct AddDropoutNode : Node {
+  float p = 0;
+  uint64_t seed = 0, offset = 0;
+  const char* name() const override { return "add_dropout"; }
+  void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
+    if (din[0]) accumulate_grad(din[0], dy);
+    if (din[1]) {
+      Tensor dr = Tensor::empty(dy.shape());
+      apply_mask(dy.data(), dr.data(), dy.numel(), p, seed, offset);
+      accumulate_grad(din[1], dr);
+    }
+  }
+};
+
 }  // namespace
 
 Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
@@ -42,6 +58,25 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
     node->seed = gen.seed;
     node->offset = offset;
     node->inputs = {x};
+    record(y, node);
+  }
+  return y;
+}
+
+Tensor add_dropout(const Tensor& x, const Tensor& r, float p, bool training, Generator& gen) {
+  if (!training || !(p > 0.0f && p < 1.0f)) return add(x, dropout(r, p, training, gen));
+  check_float(x, "add", "a");
+  check_float(r, "dropout", "input");
+  check_shape(r, x.shape(), "add", "b");
+  const uint64_t offset = gen.take(static_cast<uint64_t>(r.numel()));
+  Tensor y = Tensor::empty(x.shape());
+  kernels::add_dropout_forward(x.data(), r.data(), y.data(), x.numel(), p, gen.seed, offset);
+  if (needs_grad({&x, &r})) {
+    auto node = std::make_shared<AddDropoutNode>();
+    node->p = p;
+    node->seed = gen.seed;
+    node->offset = offset;
+    node->inputs = {x, r};
     record(y, node);
   }
   return y;

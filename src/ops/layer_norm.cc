@@ -5,6 +5,7 @@
 #include "kernels/rowwise.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
+#include "tfm/ops/dropout.h"
 
 namespace tfm::ops {
 namespace {
@@ -16,6 +17,8 @@ namespace {
 struct LayerNormNode : Node {
   float eps = 0;
   bool fused = false;
+  bool r_dropped = false;  // fused with dropout on r: dr = dropout(dz) with the forward's mask
+  kernels::DropoutSpec r_drop{};
   const char* name() const override { return fused ? "add_layer_norm" : "layer_norm"; }
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
     const Tensor& z = fused ? saved_sum : inputs[0];
@@ -30,12 +33,21 @@ struct LayerNormNode : Node {
     kernels::layer_norm_backward(dy.data(), z.data(), w.data(), dz.data(), dw ? dw->data() : dw_scratch.data(),
                                  db ? db->data() : nullptr, N, D, eps);
     if (din[0]) accumulate_grad(din[0], dz);
-    if (fused && din[3]) accumulate_grad(din[3], dz);
+    if (fused && din[3]) {
+      if (r_dropped) {
+        Tensor dr = Tensor::empty(dz.shape());
+        kernels::dropout_forward(dz.data(), dr.data(), dz.numel(), r_drop.p, r_drop.seed, r_drop.offset);
+        accumulate_grad(din[3], dr);
+      } else {
+        accumulate_grad(din[3], dz);
+      }
+    }
   }
   Tensor saved_sum;
 };
 
-Tensor layer_norm_impl(const Tensor& x, const Tensor* r, const Tensor& weight, const Tensor& bias, float eps) {
+Tensor layer_norm_impl(const Tensor& x, const Tensor* r, const Tensor& weight, const Tensor& bias, float eps,
+                       const kernels::DropoutSpec* r_drop = nullptr) {
   const char* op = r ? "add_layer_norm" : "layer_norm";
   check_float(x, op, "input");
   check_float(weight, op, "weight");
@@ -55,13 +67,15 @@ Tensor layer_norm_impl(const Tensor& x, const Tensor* r, const Tensor& weight, c
   if (r) {
     z = grad ? Tensor::empty(x.shape()) : Tensor();
     kernels::add_layer_norm_forward(x.data(), r->data(), weight.data(), b, grad ? z.data() : nullptr, y.data(),
-                                    nullptr, nullptr, N, D, eps);
+                                    nullptr, nullptr, N, D, eps, r_drop);
   } else {
     kernels::layer_norm_forward(x.data(), weight.data(), b, y.data(), nullptr, nullptr, N, D, eps);
   }
   if (grad) {
     auto node = std::make_shared<LayerNormNode>();
     node->eps = eps;
+    node->r_dropped = r_drop != nullptr;
+    if (r_drop) node->r_drop = *r_drop;
     node->fused = r != nullptr;
     if (r) {
       node->saved_sum = z;
@@ -81,6 +95,14 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, flo
 }
 Tensor add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias, float eps) {
   return layer_norm_impl(x, &r, weight, bias, eps);
+}
+Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& r, float p, bool training, Generator& gen,
+                              const Tensor& weight, const Tensor& bias, float eps) {
+  // Only a real dropout (training, 0 < p < 1) is fused; the rest is what ops::dropout does.
+  if (!training || !(p > 0.0f && p < 1.0f)) return add_layer_norm(x, dropout(r, p, training, gen), weight, bias, eps);
+  check_float(r, "dropout", "input");
+  const kernels::DropoutSpec spec{p, gen.seed, gen.take(static_cast<uint64_t>(r.numel()))};
+  return layer_norm_impl(x, &r, weight, bias, eps, &spec);
 }
 
 }  // namespace tfm::ops

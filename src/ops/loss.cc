@@ -69,7 +69,7 @@ struct MseNode : Node {
     const float* pt = target.data();
     float* d = dx.data();
     const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n >= 65536)
+#pragma omp parallel for schedule(static) if (n >= 65536)
     for (int64_t i = 0; i < n; ++i) d[i] = s * (px[i] - pt[i]);
     accumulate_grad(din[0], dx);
   }

@@ -164,8 +164,9 @@ enum AdamDecay { kNoDecay, kL2, kDecoupled };
 template <AdamDecay kMode>
 void adam_update(float* __restrict pp, const float* __restrict gp, float* __restrict mp, float* __restrict vp,
                  int64_t n, const AdamScalars& s) {
-  // `simd`: the distinct tensors never alias, and the vector sqrt/div give the scalar bits.
-#pragma omp parallel for simd schedule(static) if (n >= 65536)
+  // Vectorized by the compiler (__restrict: the tensors never alias; -fno-math-errno, CMakeLists.txt);
+  // vector sqrt/div give the scalar bits.
+#pragma omp parallel for schedule(static) if (n >= 65536)
   for (int64_t j = 0; j < n; ++j) {
     float gj = gp[j];
     if constexpr (kMode == kL2) gj = gj + s.wd * pp[j];

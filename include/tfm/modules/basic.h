@@ -16,12 +16,16 @@ class Linear : public Module {
   int64_t in_features, out_features;
 };
 
+class Dropout;
+
 // nn.LayerNorm(normalized_shape = D, eps, elementwise_affine = true, bias): weight ones, bias zeros.
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t d, float eps = 1e-5f, bool bias = true);
   Tensor forward(const Tensor& x) const;
   Tensor forward_add(const Tensor& x, const Tensor& r) const;  // LayerNorm(x + r), fused
+  // LayerNorm(x + r_dropout(r)), the dropout fused into the same pass (same numbers and draw).
+  Tensor forward_add(const Tensor& x, const Tensor& r, const Dropout& r_dropout) const;
   Tensor weight, bias;
   float eps;
 };
@@ -31,6 +35,9 @@ class Dropout : public Module {
  public:
   explicit Dropout(float p = 0.5f, Generator& gen = default_generator()) : p(p), gen_(&gen) {}
   Tensor forward(const Tensor& x) const;
+  // x + forward(r) in one pass (the residual add of a dropped-out branch; same numbers and draw).
+  Tensor forward_add(const Tensor& x, const Tensor& r) const;
+  Generator& generator() const { return *gen_; }
   float p;
 
  private:

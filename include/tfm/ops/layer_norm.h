@@ -1,11 +1,18 @@
 // tfm/ops/layer_norm.h — torch.nn.functional.layer_norm over the last dimension.
 #pragma once
+#include "tfm/random.h"
 #include "tfm/tensor.h"
 
 namespace tfm::ops {
-// x (..., D), weight (D), bias (D) or undefined → (..., D). Saves mean and rstd (rows) for backward.
+// x (..., D), weight (D), bias (D) or undefined → (..., D). Saves only x: the backward recomputes the
+// row moments in double.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
 // layer_norm(x + r, ...) in one pass (the post-norm residual): returns the normalized sum.
 Tensor add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight, const Tensor& bias,
                       float eps);
+// layer_norm(x + dropout(r, p, training, gen), ...) — PyTorch's post-norm residual
+// norm(x + dropout(sublayer(x))) — with the dropout applied inside the same pass. The same numbers
+// (bitwise) and the same generator draw as the composition; the mask is recomputed in the backward.
+Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& r, float p, bool training, Generator& gen,
+                              const Tensor& weight, const Tensor& bias, float eps);
 }  // namespace tfm::ops
