@@ -41,6 +41,7 @@
 #include <new>
 
 #include "kernels/attention_scalar.h"
+#include "kernels/philox_avx512.h"
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
@@ -117,25 +118,13 @@ struct Dropout {
   }
 };
 
-inline __m512i mix64(__m512i z) {
-  const __m512i golden = _mm512_set1_epi64(static_cast<int64_t>(0x9E3779B97F4A7C15ull));
-  const __m512i m1 = _mm512_set1_epi64(static_cast<int64_t>(0xBF58476D1CE4E5B9ull));
-  const __m512i m2 = _mm512_set1_epi64(static_cast<int64_t>(0x94D049BB133111EBull));
-  for (int round = 0; round < 2; ++round) {
-    z = _mm512_add_epi64(z, golden);
-    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), m1);
-    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), m2);
-    z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
-  }
-  return z;
-}
-
 // Keep bits for 16 elements whose counters are base + off_lo[l] (lanes 0-7), base + off_hi[l] (8-15).
 inline __mmask16 keep16(const Dropout& dr, uint64_t base, __m512i off_lo, __m512i off_hi) {
-  const __m512i b = _mm512_set1_epi64(static_cast<int64_t>(dr.seed_mul + base));
+  const __m512i sm = _mm512_set1_epi64(static_cast<int64_t>(dr.seed_mul));
+  const __m512i b = _mm512_set1_epi64(static_cast<int64_t>(base));
   const __m512i thr = _mm512_set1_epi64(static_cast<int64_t>(dr.threshold));
-  const __m512i zl = _mm512_srli_epi64(mix64(_mm512_add_epi64(b, off_lo)), 40);
-  const __m512i zh = _mm512_srli_epi64(mix64(_mm512_add_epi64(b, off_hi)), 40);
+  const __m512i zl = _mm512_srli_epi64(avx512::philox_hash8(sm, _mm512_add_epi64(b, off_lo)), 40);
+  const __m512i zh = _mm512_srli_epi64(avx512::philox_hash8(sm, _mm512_add_epi64(b, off_hi)), 40);
   const __mmask8 kl = _mm512_cmpge_epu64_mask(zl, thr);
   const __mmask8 kh = _mm512_cmpge_epu64_mask(zh, thr);
   return static_cast<__mmask16>(kl | (static_cast<unsigned>(kh) << 8));

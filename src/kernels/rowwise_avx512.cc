@@ -20,6 +20,7 @@
 
 #include <cmath>
 
+#include "kernels/philox_avx512.h"
 #include "kernels/rowwise.h"
 
 namespace tfm::kernels::avx512 {
@@ -36,20 +37,6 @@ inline __m512 join_ps(__m512d lo, __m512d hi) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
 }
 
-// Vector splitmix hash of kernels::philox_hash for 8 counters at once (64-bit lanes).
-inline __m512i philox_hash8(__m512i seed_mul, __m512i counter) {
-  const __m512i golden = _mm512_set1_epi64(static_cast<long long>(0x9E3779B97F4A7C15ull));
-  const __m512i m1 = _mm512_set1_epi64(static_cast<long long>(0xBF58476D1CE4E5B9ull));
-  const __m512i m2 = _mm512_set1_epi64(static_cast<long long>(0x94D049BB133111EBull));
-  __m512i z = _mm512_add_epi64(seed_mul, counter);
-  for (int round = 0; round < 2; ++round) {
-    z = _mm512_add_epi64(z, golden);
-    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), m1);
-    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), m2);
-    z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
-  }
-  return z;
-}
 
 }  // namespace
 

@@ -225,6 +225,44 @@ TEST(Rowwise, DropoutKeepsAboutOneMinusP) {
   EXPECT_NEAR(double(kept) / double(n), 0.9, 0.005);
 }
 
+// The counter hash behind dropout and initialisation (kernels::uniform01 over consecutive counters,
+// as dropout uses it). n = 2²⁰ draws per seed; the bounds are the 99.99th percentiles of the
+// statistics for truly independent uniforms, so a correct hash fails with probability ~1e-4 per
+// check — and a fixed seed makes the test deterministic:
+//   χ² of 256 equal bins (255 dof): mean 255, sd 22.6 → bound 350
+//   χ² of consecutive pairs on a 16×16 grid (255 dof): bound 350
+//   lag-1 correlation, and correlation between the streams of seeds s and s + 1: |r| < 4/√n
+TEST(Rowwise, HashIsUniformAndUncorrelated) {
+  const int64_t n = int64_t{1} << 20;
+  for (uint64_t seed : {0ull, 1ull, 12345ull}) {
+    std::vector<double> u(n), v(n);
+    for (int64_t i = 0; i < n; ++i) {
+      u[i] = uniform01(seed, static_cast<uint64_t>(i));
+      v[i] = uniform01(seed + 1, static_cast<uint64_t>(i));
+    }
+    std::vector<double> bins(256, 0.0), pairs(256, 0.0);
+    for (int64_t i = 0; i < n; ++i) bins[static_cast<size_t>(u[i] * 256)] += 1;
+    for (int64_t i = 0; i + 1 < n; i += 2) pairs[static_cast<size_t>(u[i] * 16) * 16 + static_cast<size_t>(u[i + 1] * 16)] += 1;
+    auto chi2 = [](const std::vector<double>& h, double expected) {
+      double c = 0;
+      for (double o : h) c += (o - expected) * (o - expected) / expected;
+      return c;
+    };
+    auto corr = [](const double* a, const double* b, int64_t m) {
+      double sa = 0, sb = 0, sab = 0, saa = 0, sbb = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        sa += a[i], sb += b[i], sab += a[i] * b[i], saa += a[i] * a[i], sbb += b[i] * b[i];
+      }
+      const double ma = sa / m, mb = sb / m;
+      return (sab / m - ma * mb) / std::sqrt((saa / m - ma * ma) * (sbb / m - mb * mb));
+    };
+    EXPECT_LT(chi2(bins, n / 256.0), 350.0) << "seed " << seed;
+    EXPECT_LT(chi2(pairs, n / 2 / 256.0), 350.0) << "seed " << seed;
+    EXPECT_LT(std::fabs(corr(u.data(), u.data() + 1, n - 1)), 4.0 / std::sqrt(double(n))) << "seed " << seed;
+    EXPECT_LT(std::fabs(corr(u.data(), v.data(), n)), 4.0 / std::sqrt(double(n))) << "seed " << seed;
+  }
+}
+
 TEST(Rowwise, AddLayerNormEqualsAddThenLayerNorm) {
   const int64_t N = 130, D = 37;
   auto x = rnd(N * D, 50), r = rnd(N * D, 51), w = rnd(D, 52), b = rnd(D, 53);
