@@ -65,9 +65,9 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
 
 Tensor add_dropout(const Tensor& x, const Tensor& r, float p, bool training, Generator& gen) {
   if (!training || !(p > 0.0f && p < 1.0f)) return add(x, dropout(r, p, training, gen));
-  check_float(x, "add", "a");
-  check_float(r, "dropout", "input");
-  check_shape(r, x.shape(), "add", "b");
+  check_float(x, "add_dropout", "x");
+  check_float(r, "add_dropout", "r");
+  check_shape(r, x.shape(), "add_dropout", "r");
   const uint64_t offset = gen.take(static_cast<uint64_t>(r.numel()));
   Tensor y = Tensor::empty(x.shape());
   kernels::add_dropout_forward(x.data(), r.data(), y.data(), x.numel(), p, gen.seed, offset);

@@ -1,6 +1,8 @@
 // src/ops/layer_norm.cc — LayerNorm (and residual-add + LayerNorm) forward and backward.
 #include "tfm/ops/layer_norm.h"
 
+#include <optional>
+
 #include "kernels/kernels.h"
 #include "kernels/rowwise.h"
 #include "ops/check.h"
@@ -17,8 +19,7 @@ namespace {
 struct LayerNormNode : Node {
   float eps = 0;
   bool fused = false;
-  bool r_dropped = false;  // fused with dropout on r: dr = dropout(dz) with the forward's mask
-  kernels::DropoutSpec r_drop{};
+  std::optional<kernels::DropoutSpec> r_drop;  // fused with dropout on r: dr = dropout(dz), same mask
   const char* name() const override { return fused ? "add_layer_norm" : "layer_norm"; }
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
     const Tensor& z = fused ? saved_sum : inputs[0];
@@ -34,9 +35,9 @@ struct LayerNormNode : Node {
                                  db ? db->data() : nullptr, N, D, eps);
     if (din[0]) accumulate_grad(din[0], dz);
     if (fused && din[3]) {
-      if (r_dropped) {
+      if (r_drop) {
         Tensor dr = Tensor::empty(dz.shape());
-        kernels::dropout_forward(dz.data(), dr.data(), dz.numel(), r_drop.p, r_drop.seed, r_drop.offset);
+        kernels::dropout_forward(dz.data(), dr.data(), dz.numel(), r_drop->p, r_drop->seed, r_drop->offset);
         accumulate_grad(din[3], dr);
       } else {
         accumulate_grad(din[3], dz);
@@ -74,7 +75,6 @@ Tensor layer_norm_impl(const Tensor& x, const Tensor* r, const Tensor& weight, c
   if (grad) {
     auto node = std::make_shared<LayerNormNode>();
     node->eps = eps;
-    node->r_dropped = r_drop != nullptr;
     if (r_drop) node->r_drop = *r_drop;
     node->fused = r != nullptr;
     if (r) {
