@@ -70,7 +70,8 @@ struct Scratch {
     return data;
   }
 };
-thread_local Scratch tl_scratch;
+thread_local Scratch tl_scratch;   // per-tile buffers of the thread running the tile
+thread_local Scratch tl_packed;    // the calling thread's packed operands, shared by all its workers
 
 inline size_t round16(int64_t n) { return (static_cast<size_t>(n) + 15) & ~size_t(15); }
 
@@ -230,6 +231,47 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return _mm512_reduce_add_ps(s);
 }
 
+// ---- operand layouts -------------------------------------------------------------------------------
+// A (B, H, rows, Dh) operand: element (b, h, i, d) at base[b·sb + h·sh + i·sl + d]. As the caller
+// passes them, the heads of a token sit side by side (sh = Dh, sl = H·Dh or 3·H·Dh); packed, each
+// head's rows are contiguous (sh = rows·Dh, sl = Dh).
+template <class T>
+struct View {
+  T* base = nullptr;
+  int64_t sb = 0, sh = 0, sl = 0;
+  T* head(int64_t b, int64_t h) const { return base + b * sb + h * sh; }
+};
+
+struct Layout {
+  View<const float> q, k, v, dout;  // dout: the backward's incoming gradient, o's shape
+  View<float> o, dq;                // dq: where the backward accumulates dq
+  explicit Layout(const AttentionParams& p)
+      : q{p.q, p.q_sb, p.Dh, p.q_sl}, k{p.k, p.k_sb, p.Dh, p.k_sl}, v{p.v, p.v_sb, p.Dh, p.v_sl},
+        o{p.o, p.o_sb, p.Dh, p.o_sl} {}
+};
+
+// Why pack: in the caller's layout consecutive rows of one head are H·Dh or 3·H·Dh floats apart
+// (3 KB for config L's packed in-projection). Such a stride maps a head's rows onto a small subset
+// of the cache sets: config L's K and V rows (1 MB together) compete for 512 of L2's 2048 sets, so
+// every query tile re-streamed K and V from L3 (the forward ran at 55% of the FMA peak with its
+// micro-kernels at 96% in L1). Copied once into contiguous (B, H, rows, Dh) blocks, a head's
+// operands stay in L2 across all of its tiles. Short sequences fit either way and skip the copy.
+inline bool worth_packing(const AttentionParams& p) { return p.L * p.S >= 256 * 256; }
+
+// dst (B, H, rows, Dh) ← src (any View), in parallel over (b, h) when `par`; returns the packed view.
+View<const float> pack_heads(const View<const float>& src, const AttentionParams& p, int64_t rows,
+                             float* dst, bool par) {
+  const int64_t Dh = p.Dh;
+  View<const float> out{dst, p.H * rows * Dh, rows * Dh, Dh};
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+    const float* s = src.head(bh / p.H, bh % p.H);
+    float* d = dst + bh * rows * Dh;
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(d + i * Dh, s + i * src.sl, sizeof(float) * Dh);
+  }
+  return out;
+}
+
 // ---- per-(b,h) views ------------------------------------------------------------------------------
 struct Head {
   int64_t bh, b, h;
@@ -237,12 +279,18 @@ struct Head {
   const float* k;     // row j at k + j·k_sl
   const float* v;     // row j at v + j·v_sl
   float* o;           // row i at o + i·o_sl
+  const float* dout;  // row i at dout + i·do_sl (backward only)
+  float* dq;          // row i at dq + i·dq_sl (backward only)
+  int64_t q_sl, k_sl, v_sl, o_sl, do_sl, dq_sl;
   const float* mask;  // (L,S) additive, or null
   const float* kpm;   // (S) additive, or null
-  Head(const AttentionParams& p, int64_t bh_)
+  Head(const AttentionParams& p, const Layout& lt, int64_t bh_)
       : bh(bh_), b(bh_ / p.H), h(bh_ % p.H),
-        q(p.q + b * p.q_sb + h * p.Dh), k(p.k + b * p.k_sb + h * p.Dh),
-        v(p.v + b * p.v_sb + h * p.Dh), o(p.o + b * p.o_sb + h * p.Dh),
+        q(lt.q.head(b, h)), k(lt.k.head(b, h)), v(lt.v.head(b, h)), o(lt.o.head(b, h)),
+        dout(lt.dout.base ? lt.dout.head(b, h) : nullptr),
+        dq(lt.dq.base ? lt.dq.head(b, h) : nullptr),
+        q_sl(lt.q.sl), k_sl(lt.k.sl), v_sl(lt.v.sl), o_sl(lt.o.sl), do_sl(lt.dout.sl),
+        dq_sl(lt.dq.sl),
         mask(p.mask ? p.mask + bh_ * p.mask_sbh : nullptr), kpm(p.kpm ? p.kpm + b * p.S : nullptr) {}
 };
 
@@ -267,7 +315,7 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
   float* acc = st + kBc * Br;         // (Br, Dh): Σ_j drop(exp(s_ij − m_i)) v_j
   float* alpha = acc + round16(Br * Dh);  // (Br): exp(m_old − m_new) of the current key tile
 
-  pack_transposed(hd.q + i0 * p.q_sl, p.q_sl, ni, Dh, qt, Br);
+  pack_transposed(hd.q + i0 * hd.q_sl, hd.q_sl, ni, Dh, qt, Br);
   std::fill(acc, acc + ni * Dh, 0.0f);
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
@@ -289,7 +337,7 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
   const int64_t jend = p.causal ? std::min(S, i0 + ni) : S;  // keys j > every i are skipped
   for (int64_t j0 = 0; j0 < jend; j0 += kBc) {
     const int64_t nk = std::min(kBc, jend - j0);
-    gemm_small<false>(nk, Br, Dh, hd.k + j0 * p.k_sl, p.k_sl, 1, qt, Br, st, Br);  // Sᵀ = K·Qᵀ
+    gemm_small<false>(nk, Br, Dh, hd.k + j0 * hd.k_sl, hd.k_sl, 1, qt, Br, st, Br);  // Sᵀ = K·Qᵀ
     const bool diag = p.causal && j0 + nk - 1 > i0;  // the tile holds some j > i
     for (int v = 0; v < NVQ; ++v) {
       // s_ij = scale·⟨q_i,k_j⟩ + mask(i,j) + kpm(j), −inf where causal and j > i; m_tile = max_j.
@@ -344,7 +392,7 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
       for (; d + 16 < Dh; d += 16) _mm512_storeu_ps(ai + d, _mm512_mul_ps(a, _mm512_loadu_ps(ai + d)));
       _mm512_mask_storeu_ps(ai + d, dtail, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(dtail, ai + d)));
     }
-    gemm_small<true>(ni, Dh, nk, st, 1, Br, hd.v + j0 * p.v_sl, p.v_sl, acc, Dh);
+    gemm_small<true>(ni, Dh, nk, st, 1, Br, hd.v + j0 * hd.v_sl, hd.v_sl, acc, Dh);
   }
 
   // o_i = acc_i / l_i, lse_i = m_i + log l_i; a row with no unmasked key has l_i = 0: o_i = 0, −inf.
@@ -354,7 +402,7 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
     _mm512_store_ps(ll + 16 * v, l[v]);
   }
   for (int64_t i = 0; i < ni; ++i) {
-    float* oi = hd.o + (i0 + i) * p.o_sl;
+    float* oi = hd.o + (i0 + i) * hd.o_sl;
     const float* ai = acc + i * Dh;
     const bool empty = !(ll[i] > 0.0f);
     const float inv = empty ? 0.0f : 1.0f / ll[i];
@@ -366,9 +414,9 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
 // ---- backward -------------------------------------------------------------------------------------
 struct BackwardCall {
   const AttentionParams& p;
+  const Layout& lt;  // q, k, v, dout as read (maybe packed), o, and dq as accumulated
   Dropout dr;
-  const float* dout;
-  float *dq, *dk, *dv;
+  float *dk, *dv;    // written in the caller's layout (p's k and v strides), once per row
 };
 
 // Per-thread buffers of the backward for one key tile.
@@ -394,22 +442,22 @@ struct BackwardScratch {
 
 // D_i = ⟨do_i, o_i⟩ for rows [i_begin, i_end) of head hd (the same function in every scheme).
 void compute_D(const BackwardCall& c, const Head& hd, int64_t i_begin, int64_t i_end, float* D) {
-  const float* dob = c.dout + hd.b * c.p.o_sb + hd.h * c.p.Dh;
   for (int64_t i = i_begin; i < i_end; ++i)
-    D[i] = dot(dob + i * c.p.o_sl, hd.o + i * c.p.o_sl, c.p.Dh);
+    D[i] = dot(hd.dout + i * hd.do_sl, hd.o + i * hd.o_sl, c.p.Dh);
 }
 
 // Queries [i0, i0+ni) against keys [j0, j0+nk) (ws.kt, ws.vt hold that key tile). Adds the tile's
-// share to ws.dk_acc/dv_acc when dkdv, and to the dq rows dqb (row i at dqb + i·q_sl) when non-null.
+// share to ws.dk_acc/dv_acc when dkdv, and to the rows of hd.dq when dq.
 void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni, int64_t j0,
-                   int64_t nk, const BackwardScratch& ws, bool dkdv, float* dqb) {
+                   int64_t nk, const BackwardScratch& ws, bool dkdv, bool dq) {
   const AttentionParams& p = c.p;
   const int64_t Dh = p.Dh, S = p.S;
-  const float* dob = c.dout + hd.b * p.o_sb + hd.h * Dh;
+  const float* qi = hd.q + i0 * hd.q_sl;
+  const float* doi = hd.dout + i0 * hd.do_sl;
   // S(ni,nk) = Q·K_tileᵀ (unscaled), dP(ni,nk) = dO·V_tileᵀ, computed over nk rounded up to 16.
   const int64_t nk16 = 16 * ((nk + 15) / 16);
-  gemm_small<false>(ni, nk16, Dh, hd.q + i0 * p.q_sl, p.q_sl, 1, ws.kt, kBc, ws.sb, kBc);
-  gemm_small<false>(ni, nk16, Dh, dob + i0 * p.o_sl, p.o_sl, 1, ws.vt, kBc, ws.dpb, kBc);
+  gemm_small<false>(ni, nk16, Dh, qi, hd.q_sl, 1, ws.kt, kBc, ws.sb, kBc);
+  gemm_small<false>(ni, nk16, Dh, doi, hd.do_sl, 1, ws.vt, kBc, ws.dpb, kBc);
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i cnt_lo = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
@@ -458,20 +506,20 @@ void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni
   }
   if (dkdv) {
     // dv(nk,Dh) += drop(P)ᵀ·dO;  dk(nk,Dh) += (scale·dS)ᵀ·Q
-    gemm_small<true>(nk, Dh, ni, ws.sb, 1, kBc, dob + i0 * p.o_sl, p.o_sl, ws.dv_acc, Dh);
-    gemm_small<true>(nk, Dh, ni, ws.dpb, 1, kBc, hd.q + i0 * p.q_sl, p.q_sl, ws.dk_acc, Dh);
+    gemm_small<true>(nk, Dh, ni, ws.sb, 1, kBc, doi, hd.do_sl, ws.dv_acc, Dh);
+    gemm_small<true>(nk, Dh, ni, ws.dpb, 1, kBc, qi, hd.q_sl, ws.dk_acc, Dh);
   }
-  if (dqb) {
+  if (dq) {
     // dq(ni,Dh) += (scale·dS)·K_tile
-    gemm_small<true>(ni, Dh, nk, ws.dpb, kBc, 1, hd.k + j0 * p.k_sl, p.k_sl, dqb + i0 * p.q_sl,
-                     p.q_sl);
+    gemm_small<true>(ni, Dh, nk, ws.dpb, kBc, 1, hd.k + j0 * hd.k_sl, hd.k_sl,
+                     hd.dq + i0 * hd.dq_sl, hd.dq_sl);
   }
 }
 
 void pack_key_tile(const AttentionParams& p, const Head& hd, int64_t j0, int64_t nk,
                    const BackwardScratch& ws) {
-  pack_transposed(hd.k + j0 * p.k_sl, p.k_sl, nk, p.Dh, ws.kt, kBc);
-  pack_transposed(hd.v + j0 * p.v_sl, p.v_sl, nk, p.Dh, ws.vt, kBc);
+  pack_transposed(hd.k + j0 * hd.k_sl, hd.k_sl, nk, p.Dh, ws.kt, kBc);
+  pack_transposed(hd.v + j0 * hd.v_sl, hd.v_sl, nk, p.Dh, ws.vt, kBc);
 }
 
 // First query row that can see key j0 (causal: earlier query tiles are fully masked).
@@ -479,16 +527,16 @@ inline int64_t first_query_tile_row(const AttentionParams& p, int64_t j0) {
   return p.causal ? (j0 / kBr) * kBr : 0;
 }
 
-// dk, dv of one key tile: Σ over query tiles in increasing order. Adds dq too when dqb != null.
+// dk, dv of one key tile: Σ over query tiles in increasing order. Adds dq too when dq.
 void backward_key_tile(const BackwardCall& c, const Head& hd, int64_t j0,
-                       const BackwardScratch& ws, float* dqb) {
+                       const BackwardScratch& ws, bool dq) {
   const AttentionParams& p = c.p;
   const int64_t Dh = p.Dh, nk = std::min(kBc, p.S - j0);
   pack_key_tile(p, hd, j0, nk, ws);
   std::fill(ws.dk_acc, ws.dk_acc + nk * Dh, 0.0f);
   std::fill(ws.dv_acc, ws.dv_acc + nk * Dh, 0.0f);
   for (int64_t i0 = first_query_tile_row(p, j0); i0 < p.L; i0 += kBr)
-    backward_pair(c, hd, i0, std::min(kBr, p.L - i0), j0, nk, ws, true, dqb);
+    backward_pair(c, hd, i0, std::min(kBr, p.L - i0), j0, nk, ws, true, dq);
   float* dkb = c.dk + hd.b * p.k_sb + hd.h * Dh;
   float* dvb = c.dv + hd.b * p.v_sb + hd.h * Dh;
   for (int64_t j = 0; j < nk; ++j) {
@@ -500,12 +548,11 @@ void backward_key_tile(const BackwardCall& c, const Head& hd, int64_t j0,
 // Scheme 1: one thread owns head bh and does everything (dq accumulated in place, key tile order).
 void backward_head(const BackwardCall& c, int64_t bh) {
   const AttentionParams& p = c.p;
-  const Head hd(p, bh);
+  const Head hd(p, c.lt, bh);
   const BackwardScratch ws(p.Dh, p.L);
   compute_D(c, hd, 0, p.L, ws.D);
-  float* dqb = c.dq + hd.b * p.q_sb + hd.h * p.Dh;
-  for (int64_t i = 0; i < p.L; ++i) std::fill(dqb + i * p.q_sl, dqb + i * p.q_sl + p.Dh, 0.0f);
-  for (int64_t j0 = 0; j0 < p.S; j0 += kBc) backward_key_tile(c, hd, j0, ws, dqb);
+  for (int64_t i = 0; i < p.L; ++i) std::fill_n(hd.dq + i * hd.dq_sl, p.Dh, 0.0f);
+  for (int64_t j0 = 0; j0 < p.S; j0 += kBc) backward_key_tile(c, hd, j0, ws, true);
 }
 
 // Scheme 2, pass B: dq of one query tile, Σ over key tiles in increasing order (same pairs and
@@ -515,13 +562,12 @@ void backward_query_tile(const BackwardCall& c, const Head& hd, int64_t i0) {
   const BackwardScratch ws(p.Dh, p.L);
   const int64_t ni = std::min(kBr, p.L - i0);
   compute_D(c, hd, i0, i0 + ni, ws.D);
-  float* dqb = c.dq + hd.b * p.q_sb + hd.h * p.Dh;
-  for (int64_t i = i0; i < i0 + ni; ++i) std::fill(dqb + i * p.q_sl, dqb + i * p.q_sl + p.Dh, 0.0f);
+  for (int64_t i = i0; i < i0 + ni; ++i) std::fill_n(hd.dq + i * hd.dq_sl, p.Dh, 0.0f);
   for (int64_t j0 = 0; j0 < p.S; j0 += kBc) {
     if (first_query_tile_row(p, j0) > i0) break;  // the pairs scheme 1 skips
     const int64_t nk = std::min(kBc, p.S - j0);
     pack_key_tile(p, hd, j0, nk, ws);
-    backward_pair(c, hd, i0, ni, j0, nk, ws, false, dqb);
+    backward_pair(c, hd, i0, ni, j0, nk, ws, false, true);
   }
 }
 
@@ -551,9 +597,16 @@ void attention_forward_avx512(const AttentionParams& p) {
   const int64_t br = 16 * nvq;
   const int64_t nqt = (p.L + br - 1) / br;
   const bool par = worth_threading(p);
+  Layout lt(p);
+  if (worth_packing(p)) {
+    const size_t n = static_cast<size_t>(BH * p.S * p.Dh);
+    float* buf = tl_packed.get(2 * n);
+    lt.k = pack_heads(lt.k, p, p.S, buf, par);
+    lt.v = pack_heads(lt.v, p, p.S, buf + n, par);
+  }
 #pragma omp parallel for schedule(dynamic, 1) if (par)
   for (int64_t t = 0; t < BH * nqt; ++t) {
-    const Head hd(p, t / nqt);
+    const Head hd(p, lt, t / nqt);
     const int64_t i0 = (t % nqt) * br;
     switch (nvq) {
       case 1: forward_tile<1>(p, dr, hd, i0); break;
@@ -567,10 +620,23 @@ void attention_forward_avx512(const AttentionParams& p) {
 void attention_backward_avx512(const AttentionParams& p, const float* dout, float* dq, float* dk,
                                float* dv) {
   assert(p.lse != nullptr);
-  const BackwardCall c{p, Dropout(p), dout, dq, dk, dv};
   const int64_t BH = p.B * p.H;
   const bool par = worth_threading(p);
   const int64_t nth = omp_in_parallel() || !par ? 1 : omp_get_max_threads();
+  Layout lt(p);
+  lt.dout = {dout, p.o_sb, p.Dh, p.o_sl};
+  lt.dq = {dq, p.q_sb, p.Dh, p.q_sl};
+  const bool packed = worth_packing(p);
+  if (packed) {  // q, k, v, dout read packed; dq accumulated packed, copied out at the end
+    const size_t nq = static_cast<size_t>(BH * p.L * p.Dh), nk = static_cast<size_t>(BH * p.S * p.Dh);
+    float* buf = tl_packed.get(3 * nq + 2 * nk);
+    lt.q = pack_heads(lt.q, p, p.L, buf, par);
+    lt.dout = pack_heads(lt.dout, p, p.L, buf + nq, par);
+    lt.k = pack_heads(lt.k, p, p.S, buf + 2 * nq, par);
+    lt.v = pack_heads(lt.v, p, p.S, buf + 2 * nq + nk, par);
+    lt.dq = {buf + 2 * nq + 2 * nk, p.H * p.L * p.Dh, p.L * p.Dh, p.Dh};
+  }
+  const BackwardCall c{p, lt, Dropout(p), dk, dv};
   if (BH >= nth) {
     // Scheme 1: one head per task, no recomputation. (With BH = 3 on 2 threads the last round
     // idles one thread, still cheaper than scheme 2's ≈ 1.5× work.)
@@ -583,14 +649,23 @@ void attention_backward_avx512(const AttentionParams& p, const float* dout, floa
     const int64_t nqt = (p.L + kBr - 1) / kBr;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t t = 0; t < BH * nkt; ++t) {
-      const Head hd(p, t / nkt);
+      const Head hd(p, lt, t / nkt);
       const BackwardScratch ws(p.Dh, p.L);
       const int64_t j0 = (t % nkt) * kBc;
       compute_D(c, hd, first_query_tile_row(p, j0), p.L, ws.D);
-      backward_key_tile(c, hd, j0, ws, nullptr);
+      backward_key_tile(c, hd, j0, ws, false);
     }
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t t = 0; t < BH * nqt; ++t) backward_query_tile(c, Head(p, t / nqt), (t % nqt) * kBr);
+    for (int64_t t = 0; t < BH * nqt; ++t)
+      backward_query_tile(c, Head(p, lt, t / nqt), (t % nqt) * kBr);
+  }
+  if (packed) {  // dq (B, H, L, Dh) → the caller's layout
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t bh = 0; bh < BH; ++bh) {
+      const float* s = lt.dq.base + bh * p.L * p.Dh;
+      float* d = dq + (bh / p.H) * p.q_sb + (bh % p.H) * p.Dh;
+      for (int64_t i = 0; i < p.L; ++i) std::memcpy(d + i * p.q_sl, s + i * p.Dh, sizeof(float) * p.Dh);
+    }
   }
 }
 

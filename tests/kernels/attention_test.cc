@@ -264,18 +264,24 @@ void check_dead_rows(const Case& c, const Result& r, const char* who) {
   (void)E;
 }
 
-// Fast vs scalar for every (Dh, L, S, layout) with the given mask kind.
-void sweep(MaskKind kind) {
+// Fast vs scalar for every (Dh, L, S, layout) with the given mask kind. The default lengths run
+// the kernel on the caller's strided rows; `long_lens` (L·S ≥ 256²) take its path that first copies
+// each head's rows into contiguous blocks.
+const int64_t kShortDhs[] = {1, 3, 8, 16, 17, 64};
+const int64_t kShortLens[] = {1, 5, 16, 33, 100};
+const int64_t kLongDhs[] = {17, 64};
+const int64_t kLongLens[] = {257, 300};
+
+template <size_t ND, size_t NL>
+void sweep(MaskKind kind, const int64_t (&dhs)[ND], const int64_t (&lens)[NL], int64_t B) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 (or TFM_FORCE_SCALAR): nothing to compare";
-  const int64_t dhs[] = {1, 3, 8, 16, 17, 64};
-  const int64_t lens[] = {1, 5, 16, 33, 100};
-  uint64_t seed = 1000 * static_cast<uint64_t>(kind);
+  uint64_t seed = 1000 * static_cast<uint64_t>(kind) + 100 * NL;
   for (int64_t Dh : dhs)
     for (int64_t L : lens)
       for (int64_t S : lens)
         for (Layout layout : {Layout::BATCH_FIRST, Layout::SEQ_FIRST, Layout::PACKED}) {
           if (layout == Layout::PACKED && L != S) continue;  // packed qkv is self-attention
-          const int64_t B = 2, H = (Dh == 64 ? 2 : 3);
+          const int64_t H = (Dh == 64 ? 2 : 3);
           const Case c = make_case(B, H, L, S, Dh, layout, kind, seed += 10);
           SCOPED_TRACE(c.name());
           const Result ref = run(c, false);
@@ -295,13 +301,22 @@ void sweep(MaskKind kind) {
         }
 }
 
-TEST(AttentionKernel, FastMatchesScalarNoMask) { sweep(MaskKind::NONE); }
-TEST(AttentionKernel, FastMatchesScalarMask2D) { sweep(MaskKind::MASK_2D); }
-TEST(AttentionKernel, FastMatchesScalarMask3D) { sweep(MaskKind::MASK_3D); }
-TEST(AttentionKernel, FastMatchesScalarKeyPadding) { sweep(MaskKind::KEY_PADDING); }
-TEST(AttentionKernel, FastMatchesScalarCausal) { sweep(MaskKind::CAUSAL); }
-TEST(AttentionKernel, FastMatchesScalarCausalFullyMaskedRows) { sweep(MaskKind::CAUSAL_FULLY_MASKED); }
-TEST(AttentionKernel, FastMatchesScalarDropout) { sweep(MaskKind::DROPOUT); }
+TEST(AttentionKernel, FastMatchesScalarNoMask) { sweep(MaskKind::NONE, kShortDhs, kShortLens, 2); }
+TEST(AttentionKernel, FastMatchesScalarMask2D) { sweep(MaskKind::MASK_2D, kShortDhs, kShortLens, 2); }
+TEST(AttentionKernel, FastMatchesScalarMask3D) { sweep(MaskKind::MASK_3D, kShortDhs, kShortLens, 2); }
+TEST(AttentionKernel, FastMatchesScalarKeyPadding) { sweep(MaskKind::KEY_PADDING, kShortDhs, kShortLens, 2); }
+TEST(AttentionKernel, FastMatchesScalarCausal) { sweep(MaskKind::CAUSAL, kShortDhs, kShortLens, 2); }
+TEST(AttentionKernel, FastMatchesScalarCausalFullyMaskedRows) { sweep(MaskKind::CAUSAL_FULLY_MASKED, kShortDhs, kShortLens, 2); }
+TEST(AttentionKernel, FastMatchesScalarDropout) { sweep(MaskKind::DROPOUT, kShortDhs, kShortLens, 2); }
+
+// The packed-operand path (long sequences), every mask kind.
+TEST(AttentionKernel, FastMatchesScalarLongSequences) {
+  for (MaskKind kind : {MaskKind::NONE, MaskKind::MASK_2D, MaskKind::MASK_3D, MaskKind::KEY_PADDING,
+                        MaskKind::CAUSAL, MaskKind::CAUSAL_FULLY_MASKED, MaskKind::DROPOUT}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    sweep(kind, kLongDhs, kLongLens, 1);
+  }
+}
 
 // Dropout really drops: with p = 0.3 about 30% of the (bh, i, j) counters are dropped, and the
 // fraction kept matches dropout_keep (the same rule both kernels use).
@@ -461,7 +476,8 @@ TEST(AttentionKernel, VectorExpWithinTwoUlp) {
 // ---- determinism over thread counts ---------------------------------------------------------------
 // B·H = 1 with 2 threads uses the backward's two-pass scheme while 1 thread uses the per-head
 // scheme (checked with dropout and with causal + fully masked rows); B·H = 3 and 4 use the
-// per-head scheme for both (uneven and even split). All must give the same bits. The shapes are
+// per-head scheme for both (uneven and even split); L·S ≥ 256² (400², 260·300) also packs the
+// operands into contiguous per-head blocks first. All must give the same bits. The shapes are
 // above the kernel's threading threshold (B·H·L·S·Dh ≥ 2^21), so 2 threads really run.
 TEST(AttentionKernel, BitwiseSameForOneAndTwoThreads) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512";
@@ -473,7 +489,8 @@ TEST(AttentionKernel, BitwiseSameForOneAndTwoThreads) {
   const Shape shapes[] = {{1, 1, 200, 170, 64, MaskKind::DROPOUT},
                           {1, 1, 400, 400, 16, MaskKind::CAUSAL_FULLY_MASKED},
                           {1, 3, 197, 300, 17, MaskKind::MASK_3D},
-                          {2, 2, 150, 150, 32, MaskKind::CAUSAL}};
+                          {2, 2, 150, 150, 32, MaskKind::CAUSAL},
+                          {1, 2, 260, 300, 64, MaskKind::KEY_PADDING}};
   uint64_t seed = 777;
   for (const Shape& s : shapes) {
     const Case c = make_case(s.B, s.H, s.L, s.S, s.Dh, Layout::SEQ_FIRST, s.kind, seed += 10);

@@ -1,0 +1,107 @@
+// bench/bench_attention.cc — the flash-attention kernels alone, forward and backward, in GFLOP/s.
+//
+// FLOPs as in issue 3: forward = QKᵀ + AV in full = 4·B·H·L·S·Dh; backward = 2× forward (the
+// kernel itself does 5 products, not 4, because it recomputes S: its real rate is 5/4 of the
+// figure shown). Causal counts the full square too, so its figure shows what skipping saves.
+//
+// Shapes, batch-first (B, N, H·Dh) packed like the encoder layer's in-projection output:
+//   L  B 1, H 4, N 2048, Dh 64   (config L: attention is ~60% of its training FLOPs)
+//   M  B 8, H 8, N 128,  Dh 64   (config M)
+//   S  B 32, H 4, N 32,  Dh 16   (config S)
+// Run: build/bench/bench_attention --benchmark_min_time=0.3 [--benchmark_filter=L/]
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "kernels/kernels.h"
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t B, H, N, Dh;
+};
+const Shape kShapes[] = {{"L", 1, 4, 2048, 64}, {"M", 8, 8, 128, 64}, {"S", 32, 4, 32, 16}};
+
+// q, k, v, o, dout, dq, dk, dv in the (B, N, 3·E) in-projection layout of one packed buffer each.
+struct Operands {
+  std::vector<float> qkv, o, dout, dqkv, lse;
+  tfm::kernels::AttentionParams p;
+  Operands(const Shape& s, bool causal, float dropout) {
+    const int64_t E = s.H * s.Dh;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    qkv.resize(s.B * s.N * 3 * E);
+    dqkv.resize(qkv.size());
+    o.resize(s.B * s.N * E);
+    dout.resize(o.size());
+    lse.resize(s.B * s.H * s.N);
+    for (float& x : qkv) x = u(rng);
+    for (float& x : dout) x = u(rng);
+    p.B = s.B, p.H = s.H, p.L = s.N, p.S = s.N, p.Dh = s.Dh;
+    p.q = qkv.data(), p.k = qkv.data() + E, p.v = qkv.data() + 2 * E;
+    p.q_sb = p.k_sb = p.v_sb = s.N * 3 * E;
+    p.q_sl = p.k_sl = p.v_sl = 3 * E;
+    p.o = o.data(), p.o_sb = s.N * E, p.o_sl = E;
+    p.causal = causal;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(s.Dh));
+    p.dropout_p = dropout;
+    p.seed = 1;
+    p.lse = lse.data();
+  }
+};
+
+double forward_flop(const Shape& s) { return 4.0 * s.B * s.H * double(s.N) * s.N * s.Dh; }
+
+void forward(benchmark::State& state, const Shape& s, int threads, bool causal, float dropout) {
+  omp_set_num_threads(threads);
+  Operands op(s, causal, dropout);
+  for (auto _ : state) {
+    tfm::kernels::attention_forward(op.p);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPS"] =
+      benchmark::Counter(1e-9 * forward_flop(s), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void backward(benchmark::State& state, const Shape& s, int threads, bool causal, float dropout) {
+  omp_set_num_threads(threads);
+  Operands op(s, causal, dropout);
+  tfm::kernels::attention_forward(op.p);
+  const int64_t E = s.H * s.Dh;
+  float* dq = op.dqkv.data();
+  for (auto _ : state) {
+    tfm::kernels::attention_backward(op.p, op.dout.data(), dq, dq + E, dq + 2 * E);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPS"] =
+      benchmark::Counter(2e-9 * forward_flop(s), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (const Shape& s : kShapes)
+    for (int threads : {1, 2})
+      for (bool causal : {false, true})
+        for (float dropout : {0.0f, 0.1f}) {
+          const std::string tag = std::string(s.name) + "/t" + std::to_string(threads) +
+                                  (causal ? "/causal" : "/full") + (dropout > 0 ? "/drop" : "");
+          benchmark::RegisterBenchmark(("fwd/" + tag).c_str(), forward, s, threads, causal, dropout)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime();
+          benchmark::RegisterBenchmark(("bwd/" + tag).c_str(), backward, s, threads, causal, dropout)
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime();
+        }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
