@@ -41,7 +41,7 @@
 #include <new>
 
 #include "kernels/attention_scalar.h"
-#include "kernels/philox_avx512.h"
+#include "kernels/dropout_hash_avx512.h"
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
@@ -100,36 +100,25 @@ inline __m512 exp_ps(__m512 x) {
 }
 
 // ---- dropout --------------------------------------------------------------------------------------
-// philox_hash (cpu.cc) on eight 64-bit counters at once; keep iff uniform01 ≥ p, i.e. iff the top 24
-// bits k of the hash satisfy k·2^-24 ≥ p ⟺ k ≥ ceil(p·2^24) (exact: both sides are exact in double).
+// Element (bh, i, j) is kept iff dropout_keep(seed, offset + (bh·L + i)·S + j, p) (kernels.h), 16
+// lanes at a time by avx512::DropoutMask16; kept probabilities are scaled by 1/(1 − p).
 struct Dropout {
   bool on = false;
   float inv_keep = 1.0f;  // 1/(1−p), 0 when p ≥ 1
-  uint64_t seed_mul = 0;  // seed · golden ratio, the first step of philox_hash
-  uint64_t threshold = 0;
-  uint64_t offset = 0;
+  uint64_t seed = 0, offset = 0;
+  float p = 0.0f;
 
-  explicit Dropout(const AttentionParams& p) {
-    on = p.dropout_p > 0.0f;
-    inv_keep = p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
-    seed_mul = p.seed * 0x9E3779B97F4A7C15ull;
-    threshold = on ? static_cast<uint64_t>(std::ceil(static_cast<double>(p.dropout_p) * 16777216.0))
-                   : 0;
-    offset = p.offset;
+  explicit Dropout(const AttentionParams& prm)
+      : on(prm.dropout_p > 0.0f),
+        inv_keep(prm.dropout_p < 1.0f ? 1.0f / (1.0f - prm.dropout_p) : 0.0f),
+        seed(prm.seed), offset(prm.offset), p(prm.dropout_p) {}
+  // Lane l's counter is first + l·stride (stride S: 16 queries of one key; 1: 16 keys of a query).
+  avx512::DropoutMask16 lanes(uint64_t stride) const {
+    uint64_t off[16];
+    for (int l = 0; l < 16; ++l) off[l] = static_cast<uint64_t>(l) * stride;
+    return avx512::DropoutMask16(seed, p, off);
   }
 };
-
-// Keep bits for 16 elements whose counters are base + off_lo[l] (lanes 0-7), base + off_hi[l] (8-15).
-inline __mmask16 keep16(const Dropout& dr, uint64_t base, __m512i off_lo, __m512i off_hi) {
-  const __m512i sm = _mm512_set1_epi64(static_cast<int64_t>(dr.seed_mul));
-  const __m512i b = _mm512_set1_epi64(static_cast<int64_t>(base));
-  const __m512i thr = _mm512_set1_epi64(static_cast<int64_t>(dr.threshold));
-  const __m512i zl = _mm512_srli_epi64(avx512::philox_hash8(sm, _mm512_add_epi64(b, off_lo)), 40);
-  const __m512i zh = _mm512_srli_epi64(avx512::philox_hash8(sm, _mm512_add_epi64(b, off_hi)), 40);
-  const __mmask8 kl = _mm512_cmpge_epu64_mask(zl, thr);
-  const __mmask8 kh = _mm512_cmpge_epu64_mask(zh, thr);
-  return static_cast<__mmask16>(kl | (static_cast<unsigned>(kh) << 8));
-}
 
 inline __mmask16 first_n(int64_t n) {  // lanes [0, n) for n in [0, 16]
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
@@ -320,8 +309,7 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i lane_S = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(S)));
-  const __m512i cnt_lo = _mm512_set_epi64(7 * S, 6 * S, 5 * S, 4 * S, 3 * S, 2 * S, S, 0);
-  const __m512i cnt_hi = _mm512_add_epi64(cnt_lo, _mm512_set1_epi64(8 * S));
+  avx512::DropoutMask16 drop_mask = dr.lanes(static_cast<uint64_t>(S));
   const __m512 scale = _mm512_set1_ps(p.scale);
   const __m512 neg_inf = _mm512_set1_ps(-kInf);
   __m512 m[NVQ], l[NVQ];
@@ -374,7 +362,7 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
         __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(sj), m_use));
         lsum = _mm512_add_ps(lsum, e);
         if (dr.on) {
-          const __mmask16 keep = keep16(dr, cbase + j, cnt_lo, cnt_hi);
+          const __mmask16 keep = drop_mask.keep(cbase + j);
           e = _mm512_maskz_mul_ps(keep, e, _mm512_set1_ps(dr.inv_keep));
         }
         _mm512_storeu_ps(sj, e);
@@ -460,8 +448,7 @@ void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni
   gemm_small<false>(ni, nk16, Dh, doi, hd.do_sl, 1, ws.vt, kBc, ws.dpb, kBc);
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512i cnt_lo = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512i cnt_hi = _mm512_add_epi64(cnt_lo, _mm512_set1_epi64(8));
+  avx512::DropoutMask16 drop_mask = c.dr.lanes(1);
   const __m512 scale = _mm512_set1_ps(p.scale);
   const __m512 neg_inf = _mm512_set1_ps(-kInf);
   const bool diag = p.causal && j0 + nk - 1 > i0;
@@ -493,7 +480,7 @@ void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni
       __m512 dp = _mm512_loadu_ps(dpp);
       __m512 pd = pe;
       if (c.dr.on) {
-        const __mmask16 keep = keep16(c.dr, cbase + 16 * v, cnt_lo, cnt_hi);
+        const __mmask16 keep = drop_mask.keep(cbase + 16 * v);
         const __m512 ik = _mm512_set1_ps(c.dr.inv_keep);
         pd = _mm512_maskz_mul_ps(keep, pe, ik);
         dp = _mm512_maskz_mul_ps(keep, dp, ik);

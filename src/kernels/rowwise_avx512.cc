@@ -20,7 +20,7 @@
 
 #include <cmath>
 
-#include "kernels/philox_avx512.h"
+#include "kernels/dropout_hash_avx512.h"
 #include "kernels/rowwise.h"
 
 namespace tfm::kernels::avx512 {
@@ -185,25 +185,17 @@ void add_forward(const float* a, const float* b, float* y, int64_t n) {
   }
 }
 
-// keep_i = uniform01(seed, offset + i) ≥ p with uniform01 = (hash >> 40)·2⁻²⁴: the 24-bit integer
-// converts to float exactly, so the mask is bitwise the scalar one.
+// keep_i = dropout_keep(seed, offset + i, p), sixteen lanes at a time (avx512::DropoutMask16).
 // y = x·keep/(1 − p), or with ADD y = a + x·keep/(1 − p) (the twin's per-element ops, so bitwise).
 template <bool ADD>
 static void dropout_body(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
                          uint64_t offset) {
   const __m512 scale = _mm512_set1_ps(1.0f / (1.0f - p));
-  const __m512 vp = _mm512_set1_ps(p);
-  const __m512 inv24 = _mm512_set1_ps(1.0f / 16777216.0f);
-  const __m512i seed_mul = _mm512_set1_epi64(static_cast<long long>(seed * 0x9E3779B97F4A7C15ull));
-  const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  static constexpr uint64_t kLanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  DropoutMask16 drop_mask(seed, p, kLanes);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
-    const __m512i c0 = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(offset + static_cast<uint64_t>(i))), lane);
-    const __m512i c1 = _mm512_add_epi64(c0, _mm512_set1_epi64(8));
-    const __m256 u0 = _mm512_cvtepu64_ps(_mm512_srli_epi64(philox_hash8(seed_mul, c0), 40));
-    const __m256 u1 = _mm512_cvtepu64_ps(_mm512_srli_epi64(philox_hash8(seed_mul, c1), 40));
-    const __m512 u = _mm512_mul_ps(_mm512_insertf32x8(_mm512_castps256_ps512(u0), u1, 1), inv24);
-    const __mmask16 keep = _mm512_cmp_ps_mask(u, vp, _CMP_GE_OQ);
+    const __mmask16 keep = drop_mask.keep(offset + static_cast<uint64_t>(i));
     const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
     __m512 out = _mm512_maskz_mul_ps(keep, v, scale);
     if constexpr (ADD) out = _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), out);

@@ -17,7 +17,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -196,10 +198,14 @@ TEST(Rowwise, AddDropoutBiasGradBitwise) {
     add_forward_scalar(a.data(), b.data(), y2.data(), n);
     EXPECT_TRUE(bitwise(y1, y2)) << "add n=" << n;
     for (float p : {0.1f, 0.5f}) {
-      const uint64_t seed = 7, offset = 1000 + uint64_t(n);  // an offset not a multiple of 16
-      avx512::dropout_forward(a.data(), y1.data(), n, p, seed, offset);
-      dropout_forward_scalar(a.data(), y2.data(), n, p, seed, offset);
-      EXPECT_TRUE(bitwise(y1, y2)) << "dropout n=" << n << " p=" << p;
+      // Offsets not a multiple of 16, the second one crossing 2³² (where the hash's key changes)
+      // inside a vector of 16 counters.
+      for (uint64_t offset : {uint64_t{1000} + uint64_t(n), (uint64_t{1} << 32) - 21}) {
+        const uint64_t seed = 7;
+        avx512::dropout_forward(a.data(), y1.data(), n, p, seed, offset);
+        dropout_forward_scalar(a.data(), y2.data(), n, p, seed, offset);
+        EXPECT_TRUE(bitwise(y1, y2)) << "dropout n=" << n << " p=" << p << " offset=" << offset;
+      }
     }
     const int64_t N = 9;
     auto dy = rnd(N * n, 42 + n);
@@ -225,41 +231,79 @@ TEST(Rowwise, DropoutKeepsAboutOneMinusP) {
   EXPECT_NEAR(double(kept) / double(n), 0.9, 0.005);
 }
 
-// The counter hash behind dropout and initialisation (kernels::uniform01 over consecutive counters,
-// as dropout uses it). n = 2²⁰ draws per seed; the bounds are the 99.99th percentiles of the
-// statistics for truly independent uniforms, so a correct hash fails with probability ~1e-4 per
-// check — and a fixed seed makes the test deterministic:
+// The counter hashes: kernels::uniform01 (initialisation) and dropout's 24-bit uniform
+// (dropout_hash >> 8)·2⁻²⁴, over counters first + i·stride — stride 1 as rowwise dropout visits
+// them, stride 2048 as attention's forward puts 16 queries of one key in a vector — from 0 and from
+// just below 2³² (dropout's key changes there). n = 2²⁰ draws per seed; the bounds are the 99.99th
+// percentiles of the statistics for truly independent uniforms, so a correct hash fails with
+// probability ~1e-4 per check — and fixed seeds make the test deterministic:
 //   χ² of 256 equal bins (255 dof): mean 255, sd 22.6 → bound 350
 //   χ² of consecutive pairs on a 16×16 grid (255 dof): bound 350
 //   lag-1 correlation, and correlation between the streams of seeds s and s + 1: |r| < 4/√n
-TEST(Rowwise, HashIsUniformAndUncorrelated) {
+void expect_uniform_and_uncorrelated(const std::function<double(uint64_t, uint64_t)>& uniform,
+                                     const char* name) {
   const int64_t n = int64_t{1} << 20;
-  for (uint64_t seed : {0ull, 1ull, 12345ull}) {
-    std::vector<double> u(n), v(n);
-    for (int64_t i = 0; i < n; ++i) {
-      u[i] = uniform01(seed, static_cast<uint64_t>(i));
-      v[i] = uniform01(seed + 1, static_cast<uint64_t>(i));
-    }
-    std::vector<double> bins(256, 0.0), pairs(256, 0.0);
-    for (int64_t i = 0; i < n; ++i) bins[static_cast<size_t>(u[i] * 256)] += 1;
-    for (int64_t i = 0; i + 1 < n; i += 2) pairs[static_cast<size_t>(u[i] * 16) * 16 + static_cast<size_t>(u[i + 1] * 16)] += 1;
-    auto chi2 = [](const std::vector<double>& h, double expected) {
-      double c = 0;
-      for (double o : h) c += (o - expected) * (o - expected) / expected;
-      return c;
-    };
-    auto corr = [](const double* a, const double* b, int64_t m) {
-      double sa = 0, sb = 0, sab = 0, saa = 0, sbb = 0;
-      for (int64_t i = 0; i < m; ++i) {
-        sa += a[i], sb += b[i], sab += a[i] * b[i], saa += a[i] * a[i], sbb += b[i] * b[i];
+  for (uint64_t seed : {0ull, 1ull, 12345ull})
+    for (uint64_t stride : {uint64_t{1}, uint64_t{2048}})
+      for (uint64_t first : {uint64_t{0}, (uint64_t{1} << 32) - (uint64_t{1} << 19) * stride}) {
+        std::vector<double> u(n), v(n);
+        for (int64_t i = 0; i < n; ++i) {
+          u[i] = uniform(seed, first + static_cast<uint64_t>(i) * stride);
+          v[i] = uniform(seed + 1, first + static_cast<uint64_t>(i) * stride);
+        }
+        std::vector<double> bins(256, 0.0), pairs(256, 0.0);
+        for (int64_t i = 0; i < n; ++i) bins[static_cast<size_t>(u[i] * 256)] += 1;
+        for (int64_t i = 0; i + 1 < n; i += 2)
+          pairs[static_cast<size_t>(u[i] * 16) * 16 + static_cast<size_t>(u[i + 1] * 16)] += 1;
+        auto chi2 = [](const std::vector<double>& h, double expected) {
+          double c = 0;
+          for (double o : h) c += (o - expected) * (o - expected) / expected;
+          return c;
+        };
+        auto corr = [](const double* a, const double* b, int64_t m) {
+          double sa = 0, sb = 0, sab = 0, saa = 0, sbb = 0;
+          for (int64_t i = 0; i < m; ++i) {
+            sa += a[i], sb += b[i], sab += a[i] * b[i], saa += a[i] * a[i], sbb += b[i] * b[i];
+          }
+          const double ma = sa / m, mb = sb / m;
+          return (sab / m - ma * mb) / std::sqrt((saa / m - ma * ma) * (sbb / m - mb * mb));
+        };
+        const std::string at = std::string(name) + " seed " + std::to_string(seed) + " stride " +
+                               std::to_string(stride) + " first " + std::to_string(first);
+        EXPECT_LT(chi2(bins, n / 256.0), 350.0) << at;
+        EXPECT_LT(chi2(pairs, n / 2 / 256.0), 350.0) << at;
+        EXPECT_LT(std::fabs(corr(u.data(), u.data() + 1, n - 1)), 4.0 / std::sqrt(double(n))) << at;
+        EXPECT_LT(std::fabs(corr(u.data(), v.data(), n)), 4.0 / std::sqrt(double(n))) << at;
       }
-      const double ma = sa / m, mb = sb / m;
-      return (sab / m - ma * mb) / std::sqrt((saa / m - ma * ma) * (sbb / m - mb * mb));
-    };
-    EXPECT_LT(chi2(bins, n / 256.0), 350.0) << "seed " << seed;
-    EXPECT_LT(chi2(pairs, n / 2 / 256.0), 350.0) << "seed " << seed;
-    EXPECT_LT(std::fabs(corr(u.data(), u.data() + 1, n - 1)), 4.0 / std::sqrt(double(n))) << "seed " << seed;
-    EXPECT_LT(std::fabs(corr(u.data(), v.data(), n)), 4.0 / std::sqrt(double(n))) << "seed " << seed;
+}
+
+TEST(Rowwise, HashIsUniformAndUncorrelated) {
+  expect_uniform_and_uncorrelated([](uint64_t s, uint64_t c) { return double(uniform01(s, c)); },
+                                  "uniform01");
+}
+
+TEST(Rowwise, DropoutHashIsUniformAndUncorrelated) {
+  expect_uniform_and_uncorrelated(
+      [](uint64_t s, uint64_t c) { return double(dropout_hash(s, c) >> 8) / 16777216.0; },
+      "dropout_hash");
+}
+
+// dropout_keep is exactly "24-bit uniform ≥ p": at p = k·2⁻²⁴ the boundary value k is kept and
+// k − 1 dropped; p = 0 keeps everything and p = 1 nothing.
+TEST(Rowwise, DropoutKeepThresholdIsExact) {
+  EXPECT_EQ(dropout_threshold(0.0f), 0u);
+  EXPECT_EQ(dropout_threshold(1.0f), 1u << 24);
+  EXPECT_EQ(dropout_threshold(0.5f), 1u << 23);
+  EXPECT_EQ(dropout_threshold(0.1f), 1677722u);  // ceil(0.100000001490116·2²⁴) = ceil(1677721.6)
+  for (uint64_t c = 0; c < 1000; ++c) {
+    const uint32_t k = dropout_hash(5, c) >> 8;
+    const float p_at = static_cast<float>(k) / 16777216.0f;  // exact
+    EXPECT_TRUE(dropout_keep(5, c, p_at)) << c;
+    if (k + 1 < (1u << 24)) {
+      EXPECT_FALSE(dropout_keep(5, c, static_cast<float>(k + 1) / 16777216.0f)) << c;
+    }
+    EXPECT_TRUE(dropout_keep(5, c, 0.0f));
+    EXPECT_FALSE(dropout_keep(5, c, 1.0f));
   }
 }
 
