@@ -8,7 +8,7 @@
 //                 our own `omp parallel for` (deterministic; `mismatch` must be 0)
 //   panels/MTxNT  gemm_paneled with explicit (mt × nt) panels, to choose gemm_plan() by measurement
 //
-// Shapes (D = 512, F = 2048, T·B = 1024 tokens), named after their use:
+// Shapes (config M: D = 512, F = 2048, T·B = 1024 tokens; and config L's, "L-"), named after their use:
 //   NT (1024,1536,512) qkv in-proj  y = x·Wᵀ      NT (1024,512,512) out-proj
 //   NT (1024,2048,512) FFN linear1                 NT (1024,512,2048) FFN linear2
 //   NN (1024,1536,512), NN (1024,512,2048) input gradients dx = dy·W
@@ -52,6 +52,13 @@ const Shape kShapes[] = {
     {true, false, 512, 512, 1024, 1.f, "dW"},     {true, false, 2048, 512, 1024, 1.f, "dW"},
     {false, false, 1024, 64, 64, 0.f, "small"},   {false, false, 1024, 128, 64, 0.f, "small"},
     {false, false, 1024, 256, 64, 0.f, "small"},  {false, true, 1024, 256, 64, 0.f, "small"},
+    // config L (D = 256, F = 1024, 2048 tokens): forward, input gradients, weight gradients
+    {false, true, 2048, 768, 256, 0.f, "L-qkv"},  {false, true, 2048, 256, 256, 0.f, "L-out"},
+    {false, true, 2048, 1024, 256, 0.f, "L-ffn1"}, {false, true, 2048, 256, 1024, 0.f, "L-ffn2"},
+    {false, false, 2048, 256, 768, 0.f, "L-dx"},  {false, false, 2048, 256, 1024, 0.f, "L-dx"},
+    {false, false, 2048, 1024, 256, 0.f, "L-dx"}, {true, false, 768, 256, 2048, 1.f, "L-dW"},
+    {true, false, 256, 256, 2048, 1.f, "L-dW"},   {true, false, 1024, 256, 2048, 1.f, "L-dW"},
+    {true, false, 256, 1024, 2048, 1.f, "L-dW"},
 };
 
 // Row-major operands for a shape: A (M,K) or (K,M), B (K,N) or (N,K), C (M,N), minimal strides.

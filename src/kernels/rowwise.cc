@@ -46,6 +46,13 @@ void add_dropout_forward_scalar(const float* a, const float* x, float* y, int64_
                                 uint64_t offset) {
   ref::add_dropout_forward<float>(a, x, y, n, p, seed, offset);
 }
+void bias_relu_dropout_forward_scalar(const float* x, const float* bias, float* y, int64_t N, int64_t F,
+                                      const DropoutSpec& drop) {
+  ref::bias_relu_dropout_forward<float>(x, bias, y, N, F, drop.p, drop.seed, drop.offset);
+}
+void relu_dropout_backward_scalar(const float* dy, const float* y, float* dx, int64_t n, float p) {
+  ref::relu_dropout_backward<float>(dy, y, dx, n, p);
+}
 void add_layer_norm_forward_scalar(const float* x, const float* r, const float* w, const float* b, float* z,
                                    float* y, float* mean, float* rstd, int64_t N, int64_t D, float eps,
                                    const DropoutSpec* r_drop) {
@@ -162,6 +169,31 @@ void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed
       avx512::dropout_forward(x + i0, y + i0, m, p, seed, off);
     else
       dropout_forward_scalar(x + i0, y + i0, m, p, seed, off);
+  }
+}
+
+void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int64_t N, int64_t F,
+                               const DropoutSpec& drop) {
+  const bool simd = cpu_has_avx512();
+  for_each_row_chunk(N, F, [&](int64_t, int64_t r0, int64_t rn) {
+    const DropoutSpec d{drop.p, drop.seed, drop.offset + static_cast<uint64_t>(r0 * F)};
+    if (simd)
+      avx512::bias_relu_dropout_forward(x + r0 * F, bias, y + r0 * F, rn, F, d);
+    else
+      bias_relu_dropout_forward_scalar(x + r0 * F, bias, y + r0 * F, rn, F, d);
+  });
+}
+
+void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n, float p) {
+  const bool simd = cpu_has_avx512();
+  const int64_t chunks = (n + kElemChunk - 1) / kElemChunk;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i0 = c * kElemChunk, m = std::min(kElemChunk, n - i0);
+    if (simd)
+      avx512::relu_dropout_backward(dy + i0, y + i0, dx + i0, m, p);
+    else
+      relu_dropout_backward_scalar(dy + i0, y + i0, dx + i0, m, p);
   }
 }
 

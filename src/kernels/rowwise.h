@@ -55,6 +55,20 @@ struct DropoutSpec {
   uint64_t seed, offset;
 };
 
+// The FFN's inner dropout in the bias + ReLU pass after its first GEMM:
+//   y = dropout(relu(x + bias)), element (n, f) kept iff dropout_keep(seed, offset + n·F + f, p):
+// bitwise dropout_forward(bias_activation_forward(ACT_RELU)). x, y (N, F), bias (F) or null; y may
+// alias x. The backward needs only y: where y > 0 the element was kept and relu was open, so
+//   dx = y > 0 ? dy / (1 − p) : 0
+// (PyTorch's threshold_backward selects rather than multiplies, so a NaN dy where relu was shut or
+// the element dropped gives 0 here as in PyTorch).
+void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int64_t N, int64_t F,
+                               const DropoutSpec& drop);
+void bias_relu_dropout_forward_scalar(const float* x, const float* bias, float* y, int64_t N, int64_t F,
+                                      const DropoutSpec& drop);
+void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n, float p);
+void relu_dropout_backward_scalar(const float* dy, const float* y, float* dx, int64_t n, float p);
+
 // Residual add + LayerNorm in one pass over each chunk of rows: z = x + r, or z = x + dropout(r)
 // when r_drop is non-null (PyTorch's norm(x + dropout(sublayer(x)))), then y = layer_norm(z)
 // (kernels.h layer_norm_forward). Bitwise the unfused composition. z (N,D) is written when non-null
@@ -80,6 +94,9 @@ bool activation_backward(ActivationKind k, const float* dy, const float* x, floa
                          int64_t F);
 void add_forward(const float* a, const float* b, float* y, int64_t n);
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset);
+void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int64_t N, int64_t F,
+                               const DropoutSpec& drop);
+void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n, float p);
 void add_dropout_forward(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
                          uint64_t offset);
 // dy rows at stride ld (≥ F).

@@ -206,6 +206,36 @@ static void dropout_body(const float* a, const float* x, float* y, int64_t n, fl
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
   dropout_body<false>(nullptr, x, y, n, p, seed, offset);
 }
+
+// relu(x + b) as bias_activation_forward (max with 0), then dropout_body's keep and multiply.
+void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int64_t N, int64_t F,
+                               const DropoutSpec& drop) {
+  const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(1.0f / (1.0f - drop.p));
+  static constexpr uint64_t kLanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  DropoutMask16 drop_mask(drop.seed, drop.p, kLanes);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = x + n * F;
+    float* yr = y + n * F;
+    const uint64_t row = drop.offset + static_cast<uint64_t>(n * F);
+    for (int64_t f = 0; f < F; f += 16) {
+      const __mmask16 m = tail_mask(F - f);
+      __m512 v = _mm512_maskz_loadu_ps(m, xr + f);
+      if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + f));
+      const __mmask16 keep = drop_mask.keep(row + static_cast<uint64_t>(f));
+      _mm512_mask_storeu_ps(yr + f, m, _mm512_maskz_mul_ps(keep, _mm512_max_ps(v, zero), scale));
+    }
+  }
+}
+
+// dx = y > 0 ? dy·scale : 0 (a masked multiply: dropped or shut lanes get +0 whatever dy holds).
+void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n, float p) {
+  const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(1.0f / (1.0f - p));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __mmask16 open = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, y + i), zero, _CMP_GT_OQ);
+    _mm512_mask_storeu_ps(dx + i, m, _mm512_maskz_mul_ps(open, _mm512_maskz_loadu_ps(m, dy + i), scale));
+  }
+}
 void add_dropout_forward(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
                          uint64_t offset) {
   dropout_body<true>(a, x, y, n, p, seed, offset);

@@ -188,6 +188,27 @@ void dropout_forward(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64
     y[i] = dropout_keep(seed, offset + static_cast<uint64_t>(i), p) ? x[i] * scale : T(0);
 }
 
+// y = relu(x + bias)·keep/(1 − p), keep of element (n, f) from counter offset + n·F + f: the per-element
+// ops of bias_activation_forward(ACT_RELU) then dropout_forward.
+template <typename T>
+void bias_relu_dropout_forward(const T* x, const T* bias, T* y, int64_t N, int64_t F, float p, uint64_t seed,
+                               uint64_t offset) {
+  const T scale = T(1) / (T(1) - static_cast<T>(p));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t f = 0; f < F; ++f) {
+      const int64_t i = n * F + f;
+      const T r = act_plain(ActivationKind::ACT_RELU, bias ? x[i] + bias[f] : x[i]);
+      y[i] = dropout_keep(seed, offset + static_cast<uint64_t>(i), p) ? r * scale : T(0);
+    }
+}
+
+// dx = y > 0 ? dy/(1 − p) : 0 for y = dropout(relu(z)): y > 0 iff kept and z > 0.
+template <typename T>
+void relu_dropout_backward(const T* dy, const T* y, T* dx, int64_t n, float p) {
+  const T scale = T(1) / (T(1) - static_cast<T>(p));
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > T(0) ? dy[i] * scale : T(0);
+}
+
 // y = a + x·keep/(1 − p): add_forward(a, dropout_forward(x)) in one pass, the same per-element ops.
 template <typename T>
 void add_dropout_forward(const T* a, const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t offset) {

@@ -58,10 +58,19 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
   register_module("dropout2", dropout2);
 }
 
-// ff(x) = linear2(dropout(act(linear1(x))))   (dropout2 applied by the caller); act(linear1(x)) is
-// one fused op (the bias and activation in one pass after the GEMM, ops/linear_activation.h).
-Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) const {
+// ff(x) = linear2(dropout(act(linear1(x))))   (the residual's dropout applied by the caller).
+// act(linear1(x)) is one fused op (the bias and activation in one pass after the GEMM); with ReLU
+// the dropout joins that pass too (ops/linear_activation.h). Same numbers as the composition.
+static Tensor feed_forward_of(const Tensor& x, const Linear& linear1, const Dropout& dropout,
+                              const Linear& linear2, ops::Activation act) {
+  if (act == ops::Activation::RELU)
+    return linear2.forward(ops::linear_relu_dropout(x, linear1.weight, linear1.bias, dropout.p,
+                                                    dropout.is_training(), dropout.generator()));
   return linear2.forward(dropout.forward(ops::linear_activation(x, linear1.weight, linear1.bias, act)));
+}
+
+Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) const {
+  return feed_forward_of(x, linear1, dropout, linear2, act);
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& kpm,
@@ -123,9 +132,8 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
   register_module("dropout3", dropout3);
 }
 
-// ff(x) = linear2(dropout(act(linear1(x)))), as the encoder layer's.
 Tensor TransformerDecoderLayer::feed_forward(const Tensor& x) const {
-  return linear2.forward(dropout.forward(ops::linear_activation(x, linear1.weight, linear1.bias, act)));
+  return feed_forward_of(x, linear1, dropout, linear2, act);
 }
 
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,

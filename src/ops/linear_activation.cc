@@ -1,15 +1,19 @@
 // src/ops/linear_activation.cc — the FFN input projection fused with its bias and activation:
 // y = act(x·Wᵀ + b) with the GEMM writing x·Wᵀ and one pass adding b and applying act in place
-// (kernels::bias_activation_forward). Contract and backward in ops/linear_activation.h.
+// (kernels::bias_activation_forward), and with ReLU in training also the FFN's inner dropout
+// (kernels::bias_relu_dropout_forward). Contracts and backwards in ops/linear_activation.h.
 #include "ops/linear_activation.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "kernels/kernels.h"
 #include "kernels/rowwise.h"
 #include "ops/check.h"
 #include "ops/packed_linear.h"
 #include "tfm/autograd.h"
+#include "tfm/ops/dropout.h"
 #include "tfm/ops/linear.h"
 
 namespace tfm::ops {
@@ -31,19 +35,64 @@ struct LinearReluNode : Node {
   }
 };
 
+// inputs as LinearReluNode; y (N, F) = dropout(relu(x·Wᵀ + b)) kept detached.
+// dz = y > 0 ? dy/(1 − p) : 0  (kernels::relu_dropout_backward), then the Linear backward of dz.
+struct LinearReluDropoutNode : Node {
+  bool has_bias = false;
+  float p = 0.0f;
+  Tensor y;  // (N, F)
+  const char* name() const override { return "linear_relu_dropout"; }
+  void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
+    Tensor dz = Tensor::empty(y.shape());
+    kernels::relu_dropout_backward(dy.data(), y.data(), dz.data(), y.numel(), p);
+    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din);
+  }
+};
+
+// Argument checks shared by both ops; returns (out, in).
+std::pair<int64_t, int64_t> check_linear_args(const char* op, const Tensor& x, const Tensor& weight,
+                                              const Tensor& bias) {
+  check_float(x, op, "input");
+  check_float(weight, op, "weight");
+  check(weight.dim() == 2, std::string(op) + ": weight must be 2-D (out, in), got " + describe(weight));
+  const int64_t out = weight.size(0), in = weight.size(1);
+  check(x.dim() >= 1 && x.size(-1) == in, std::string(op) + ": input " + describe(x) + " does not match weight " +
+                                              describe(weight) + " (last dim " + std::to_string(in) + ")");
+  if (bias.defined()) {
+    check_float(bias, op, "bias");
+    check_shape(bias, {out}, op, "bias");
+  }
+  return {out, in};
+}
+
 }  // namespace
 
-Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation kind) {
-  check_float(x, "linear_activation", "input");
-  check_float(weight, "linear_activation", "weight");
-  check(weight.dim() == 2, "linear_activation: weight must be 2-D (out, in), got " + describe(weight));
-  const int64_t out = weight.size(0), in = weight.size(1);
-  check(x.dim() >= 1 && x.size(-1) == in, "linear_activation: input " + describe(x) + " does not match weight " +
-                                               describe(weight) + " (last dim " + std::to_string(in) + ")");
-  if (bias.defined()) {
-    check_float(bias, "linear_activation", "bias");
-    check_shape(bias, {out}, "linear_activation", "bias");
+Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, float p, bool training,
+                           Generator& gen) {
+  if (!training || !(p > 0.0f && p < 1.0f))
+    return dropout(linear_activation(x, weight, bias, Activation::RELU), p, training, gen);
+  const auto [out, in] = check_linear_args("linear_relu_dropout", x, weight, bias);
+  const int64_t N = x.numel() / std::max<int64_t>(in, 1);
+  Shape ys = x.shape();
+  ys.back() = out;
+  Tensor y = Tensor::empty(ys);  // x·Wᵀ, then dropout(relu(· + b)) in place
+  kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, 0.0f, y.data(), out);
+  const uint64_t offset = gen.take(static_cast<uint64_t>(y.numel()));  // ops::dropout's draw
+  kernels::bias_relu_dropout_forward(y.data(), bias.defined() ? bias.data() : nullptr, y.data(), N, out,
+                                     {p, gen.seed, offset});
+  if (needs_grad({&x, &weight, &bias})) {
+    auto node = std::make_shared<LinearReluDropoutNode>();
+    node->has_bias = bias.defined();
+    node->p = p;
+    node->y = y.detach();
+    node->inputs = {x, weight, bias};
+    record(y, node);
   }
+  return y;
+}
+
+Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation kind) {
+  const auto [out, in] = check_linear_args("linear_activation", x, weight, bias);
   const bool gated = activation_is_gated(kind);
   check(!gated || out % 2 == 0, std::string("linear_activation ") + activation_name(kind) + ": weight " +
                                     describe(weight) + " must have an even number of rows (two halves [a | b])");

@@ -7,6 +7,7 @@
 
 #include "kernels/kernels.h"
 #include "tfm/ops/activation.h"
+#include "tfm/random.h"
 #include "tfm/tensor.h"
 
 namespace tfm::ops {
@@ -20,6 +21,15 @@ namespace tfm::ops {
 // activation(linear(x, W, b)), which keeps the pre-activation for the backward.
 // Backward (ReLU): dz = dy ⊙ [y > 0];  dx = dz·W;  dW += dzᵀ·x;  db += Σ_rows dz.
 Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation kind);
+
+// dropout(relu(x·Wᵀ + b), p, training, gen) — nn.TransformerEncoderLayer's dropout(activation(
+// linear1(x))) with ReLU — with the dropout applied in the bias + ReLU pass after the GEMM
+// (kernels::bias_relu_dropout_forward): the same numbers and the same generator draw as
+// ops::dropout(linear_activation(x, W, b, RELU), p, training, gen), one pass and one (N, F) buffer
+// fewer. Backward from the output y alone: dz = y > 0 ? dy/(1 − p) : 0, then the Linear backward.
+// Not training, or p ∉ (0, 1): exactly that composition.
+Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, float p, bool training,
+                           Generator& gen);
 
 // The kernel enum of an op-level activation (defined in activation.cc).
 kernels::ActivationKind activation_kind(Activation a);

@@ -1,6 +1,6 @@
-// tests/ops/dropout_fusion_test.cc — the residual dropouts fused into their neighbour:
-// ops::add_dropout_layer_norm (post-norm: LayerNorm(x + dropout(r))) and ops::add_dropout (pre-norm:
-// x + dropout(r)). The fused kernels apply the same per-element float operations in the same order
+// tests/ops/dropout_fusion_test.cc — the dropouts fused into their neighbour:
+// ops::add_dropout_layer_norm (post-norm: LayerNorm(x + dropout(r))), ops::add_dropout (pre-norm:
+// x + dropout(r)) and ops::linear_relu_dropout (the FFN's dropout(relu(linear1(x)))). The fused kernels apply the same per-element float operations in the same order
 // as the composition they replace (the mask is the same pure function of seed and counter), so the
 // output, every gradient and the generator's position afterwards must be bitwise equal to
 // ops::add_layer_norm(x, ops::dropout(r)) and ops::add(x, ops::dropout(r)).
@@ -8,15 +8,22 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/kernels.h"
 #include "kernels/rowwise.h"
+#include "ops/linear_activation.h"
 #include "test_util.h"
 #include "tfm/autograd.h"
 #include "tfm/ops/dropout.h"
 #include "tfm/ops/elementwise.h"
 #include "tfm/ops/layer_norm.h"
+#include "tfm/ops/linear.h"
 #include "tfm/random.h"
 
 namespace tfm::ops {
@@ -112,6 +119,91 @@ TEST(DropoutFusion, AddDropoutKernelMatchesScalarTwin) {
     for (int64_t i = 0; i < n; ++i) dropped += fast[i] == a.data()[i];
     if (n == 40000) {
       EXPECT_NEAR(dropped / double(n), 0.3, 0.02);  // about p of the branch dropped
+    }
+  }
+}
+
+// The FFN's inner dropout joined to the bias + ReLU pass: output and generator draw bitwise the
+// composition dropout(relu(linear(x))); every gradient too (the composition's relu backward
+// multiplies by [z > 0] where the fused one selects, which differs only in the sign of zeros: the
+// random data here has no zero products, and the GEMMs then see the same values).
+TEST(DropoutFusion, LinearReluDropoutEqualsComposition) {
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    for (auto [N, in, out] : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 7}, {130, 64, 515}, {256, 128, 512}}) {
+      for (bool with_bias : {true, false}) {
+        for (float p : {0.1f, 0.5f}) {
+          auto leaves = [&] {
+            std::vector<Tensor> l{random_tensor({N, in}, 80).requires_grad_(true),
+                                  random_tensor({out, in}, 81).requires_grad_(true),
+                                  with_bias ? random_tensor({out}, 82).requires_grad_(true) : Tensor()};
+            return l;
+          };
+          std::vector<Tensor> f = leaves(), c = leaves();
+          Tensor gy = random_tensor({N, out}, 84);
+          Generator gf{13, 77}, gc{13, 77};
+          Tensor yf = linear_relu_dropout(f[0], f[1], f[2], p, true, gf);
+          Tensor yc = dropout(activation(linear(c[0], c[1], c[2]), Activation::RELU), p, true, gc);
+          SCOPED_TRACE("N " + std::to_string(N) + " out " + std::to_string(out) + " p " + std::to_string(p) +
+                       " threads " + std::to_string(threads) + (with_bias ? " bias" : " no bias"));
+          ASSERT_TRUE(bitwise_equal(yf, yc, "y"));
+          EXPECT_EQ(gf.offset, gc.offset);
+          yf.backward(gy);
+          yc.backward(gy);
+          EXPECT_TRUE(bitwise_equal(f[0].grad(), c[0].grad(), "dx"));
+          EXPECT_TRUE(bitwise_equal(f[1].grad(), c[1].grad(), "dW"));
+          if (with_bias) {
+            EXPECT_TRUE(bitwise_equal(f[2].grad(), c[2].grad(), "db"));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Not training, p = 0 and p = 1: the composition itself (no draw where dropout makes none).
+TEST(DropoutFusion, LinearReluDropoutEdgeCasesFollowDropout) {
+  Tensor x = random_tensor({4, 8}, 90), w = random_tensor({6, 8}, 91), b = random_tensor({6}, 92);
+  const Tensor relu_lin = activation(linear(x, w, b), Activation::RELU);
+  Generator g{3, 0};
+  EXPECT_TRUE(bitwise_equal(linear_relu_dropout(x, w, b, 0.5f, false, g), relu_lin, "eval"));
+  EXPECT_TRUE(bitwise_equal(linear_relu_dropout(x, w, b, 0.0f, true, g), relu_lin, "p = 0"));
+  EXPECT_EQ(g.offset, 0u);
+  EXPECT_TRUE(bitwise_equal(linear_relu_dropout(x, w, b, 1.0f, true, g), Tensor::zeros({4, 6}), "p = 1"));
+}
+
+// The kernels' AVX-512 bodies against their scalar twins, at widths around the vector width, with
+// row offsets crossing 2³²; the backward selects: NaN or inf in dy where y = 0 gives +0.
+TEST(DropoutFusion, ReluDropoutKernelsMatchScalarTwins) {
+  for (int64_t F : {1, 15, 16, 17, 100, 515}) {
+    for (uint64_t offset : {uint64_t{1000}, (uint64_t{1} << 32) - 700}) {
+      const int64_t N = 9, n = N * F;
+      Tensor x = random_tensor({n}, 100), bias = random_tensor({F}, 101), dy = random_tensor({n}, 102);
+      std::vector<float> fast(n), slow(n), dfast(n), dslow(n);
+      const kernels::DropoutSpec d{0.3f, 17, offset};
+      kernels::bias_relu_dropout_forward(x.data(), bias.data(), fast.data(), N, F, d);
+      kernels::bias_relu_dropout_forward_scalar(x.data(), bias.data(), slow.data(), N, F, d);
+      ASSERT_EQ(std::memcmp(fast.data(), slow.data(), sizeof(float) * n), 0) << "forward F " << F;
+      // The composition's forward, bitwise.
+      std::vector<float> comp(n);
+      kernels::bias_activation_forward(kernels::ActivationKind::ACT_RELU, x.data(), bias.data(), comp.data(), N, F);
+      kernels::dropout_forward(comp.data(), comp.data(), n, d.p, d.seed, d.offset);
+      ASSERT_EQ(std::memcmp(fast.data(), comp.data(), sizeof(float) * n), 0) << "composition F " << F;
+      float* g = dy.data();
+      g[0] = std::numeric_limits<float>::quiet_NaN();
+      if (n > 1) g[n - 1] = std::numeric_limits<float>::infinity();
+      kernels::relu_dropout_backward(g, fast.data(), dfast.data(), n, d.p);
+      kernels::relu_dropout_backward_scalar(g, fast.data(), dslow.data(), n, d.p);
+      ASSERT_EQ(std::memcmp(dfast.data(), dslow.data(), sizeof(float) * n), 0) << "backward F " << F;
+      const float scale = 1.0f / (1.0f - d.p);
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = fast[i] > 0.0f ? g[i] * scale : 0.0f;
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(dfast[i]));
+        } else {
+          EXPECT_EQ(dfast[i], want) << i;
+        }
+      }
     }
   }
 }
