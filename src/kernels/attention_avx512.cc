@@ -43,6 +43,7 @@
 #include "kernels/attention_scalar.h"
 #include "kernels/dropout_hash_avx512.h"
 #include "kernels/kernels.h"
+#include "kernels/transpose_avx512.h"
 
 namespace tfm::kernels {
 namespace {
@@ -283,54 +284,12 @@ struct Head {
         mask(p.mask ? p.mask + bh_ * p.mask_sbh : nullptr), kpm(p.kpm ? p.kpm + b * p.S : nullptr) {}
 };
 
-// In-register 16×16 transpose: on return r[c] holds column c of the input rows r[0..15].
-// Four stages of 2×2 block swaps: 32-bit pairs (unpack ps), 64-bit pairs (unpack pd), then 128-bit
-// lanes twice (shuffle_f32x4).
-inline void transpose16x16(__m512 r[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);      // per 128-bit lane k: a(i,4k) a(i+1,4k) a(i,4k+1) a(i+1,4k+1)
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);  // a(i,4k+2) a(i+1,4k+2) a(i,4k+3) a(i+1,4k+3)
-  }
-  for (int i = 0; i < 16; i += 4) {  // lane k of u[i + c]: column 4k + c of rows i..i+3
-    u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-    u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-    u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-    u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-  }
-  // v[c] (c < 4): lanes = column c of rows 0-3, column c+8 of rows 0-3, column c of rows 4-7, c+8 of 4-7;
-  // v[4 + c]: the same for columns c+4, c+12; v[8..15]: rows 8-15.
-  for (int h = 0; h < 16; h += 8)
-    for (int c = 0; c < 4; ++c) {
-      t[h + c] = _mm512_shuffle_f32x4(u[h + c], u[h + 4 + c], 0x88);
-      t[h + 4 + c] = _mm512_shuffle_f32x4(u[h + c], u[h + 4 + c], 0xdd);
-    }
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);           // column c
-    r[c + 8] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xdd);       // column c + 8
-    r[c + 4] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);  // column c + 4
-    r[c + 12] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xdd); // column c + 12
-  }
-}
-
 // Pack rows [0, n) of src (row stride sl, Dh wide) transposed into dst (Dh, ld), zero for n ≤ col < ld
-// (ld a multiple of 16). 16×16 blocks through registers: the scalar element-by-element copy was
-// 15% of a config-M attention backward.
+// 16×16 blocks through registers (avx512::transpose_block): the scalar element-by-element copy was 15%
+// of a config-M attention backward.
 void pack_transposed(const float* src, int64_t sl, int64_t n, int64_t Dh, float* dst, int64_t ld) {
-  const int64_t n16 = 16 * ((n + 15) / 16);
-  for (int64_t d = 0; d < Dh; ++d) std::memset(dst + d * ld + n16, 0, sizeof(float) * (ld - n16));
-  for (int64_t r0 = 0; r0 < n; r0 += 16) {
-    const int64_t rows = std::min<int64_t>(16, n - r0);
-    for (int64_t d0 = 0; d0 < Dh; d0 += 16) {
-      const int64_t cols = std::min<int64_t>(16, Dh - d0);
-      const __mmask16 cm = first_n(cols);
-      __m512 b[16];
-      for (int64_t i = 0; i < 16; ++i)
-        b[i] = i < rows ? _mm512_maskz_loadu_ps(cm, src + (r0 + i) * sl + d0) : _mm512_setzero_ps();
-      transpose16x16(b);
-      for (int64_t c = 0; c < cols; ++c) _mm512_storeu_ps(dst + (d0 + c) * ld + r0, b[c]);
-    }
-  }
+  for (int64_t d = 0; d < Dh; ++d) std::memset(dst + d * ld + n, 0, sizeof(float) * (ld - n));
+  avx512::transpose_block(src, sl, n, Dh, dst, ld);
 }
 
 // ---- forward --------------------------------------------------------------------------------------

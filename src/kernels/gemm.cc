@@ -13,6 +13,7 @@
 
 #include "kernels/gemm_backend.h"
 #include "kernels/kernels.h"
+#include "kernels/rowwise.h"
 
 namespace tfm::kernels {
 namespace gemm_detail {
@@ -53,24 +54,12 @@ bool transpose_a_first(bool trans_a, int64_t lda, int64_t n) {
 
 // Copies op(A)'s panel rows — columns [0, m) of a (K, ≥m) block at stride lda — into a (m, K)
 // row-major thread-local buffer (reused across calls: no allocation in the steady state) and returns
-// it. 16×16 tiles keep both the strided reads and the writes in cache.
+// it; kernels::transpose moves 16×16 blocks through registers.
 const float* transposed_panel(const float* a, int64_t lda, int64_t m, int64_t K) {
   thread_local std::vector<float> buf;
   if (buf.size() < static_cast<size_t>(m * K)) buf.resize(static_cast<size_t>(m * K));
-  float* d = buf.data();
-  constexpr int64_t kTile = 16;
-  for (int64_t k0 = 0; k0 < K; k0 += kTile) {
-    const int64_t kn = std::min(kTile, K - k0);
-    for (int64_t i0 = 0; i0 < m; i0 += kTile) {
-      const int64_t in = std::min(kTile, m - i0);
-      for (int64_t i = i0; i < i0 + in; ++i) {
-        float* dr = d + i * K + k0;
-        const float* sr = a + k0 * lda + i;
-        for (int64_t k = 0; k < kn; ++k) dr[k] = sr[k * lda];
-      }
-    }
-  }
-  return d;
+  transpose(a, lda, K, m, buf.data(), K);
+  return buf.data();
 }
 
 }  // namespace

@@ -42,6 +42,16 @@ void bias_activation_forward_scalar(ActivationKind k, const float* x, const floa
   ref::bias_activation_forward<float>(k, x, bias, y, N, F);
 }
 void bias_grad_scalar(const float* dy, float* db, int64_t N, int64_t F) { ref::bias_grad<float>(dy, db, N, F); }
+void transpose_scalar(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = src[r * sl + c];
+}
+void transpose(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld) {
+  if (cpu_has_avx512())
+    avx512::transpose(src, sl, rows, cols, dst, ld);
+  else
+    transpose_scalar(src, sl, rows, cols, dst, ld);
+}
 void add_dropout_forward_scalar(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
                                 uint64_t offset) {
   ref::add_dropout_forward<float>(a, x, y, n, p, seed, offset);

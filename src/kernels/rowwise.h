@@ -36,6 +36,11 @@ void bias_activation_forward(ActivationKind k, const float* x, const float* bias
 void bias_activation_forward_scalar(ActivationKind k, const float* x, const float* bias, float* y,
                                     int64_t N, int64_t F);
 
+// dst[c·ld + r] = src[r·sl + c] for r < rows, c < cols (a strided block copied transposed; nothing
+// else of dst is written). Pure data movement: bitwise the twin.
+void transpose(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld);
+void transpose_scalar(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld);
+
 // db (F) += Σ_rows dy (N, F)  (accumulate). Each column sums its rows in order 0..N−1, in float, in
 // both the SIMD and the scalar version, so they agree bitwise for any thread count.
 void bias_grad(const float* dy, float* db, int64_t N, int64_t F);
@@ -94,6 +99,7 @@ bool activation_backward(ActivationKind k, const float* dy, const float* x, floa
                          int64_t F);
 void add_forward(const float* a, const float* b, float* y, int64_t n);
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset);
+void transpose(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld);
 void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int64_t N, int64_t F,
                                const DropoutSpec& drop);
 void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n, float p);

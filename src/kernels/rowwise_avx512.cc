@@ -22,6 +22,7 @@
 
 #include "kernels/dropout_hash_avx512.h"
 #include "kernels/rowwise.h"
+#include "kernels/transpose_avx512.h"
 
 namespace tfm::kernels::avx512 {
 namespace {
@@ -205,6 +206,10 @@ static void dropout_body(const float* a, const float* x, float* y, int64_t n, fl
 
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
   dropout_body<false>(nullptr, x, y, n, p, seed, offset);
+}
+
+void transpose(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld) {
+  transpose_block(src, sl, rows, cols, dst, ld);
 }
 
 // relu(x + b) as bias_activation_forward (max with 0), then dropout_body's keep and multiply.

@@ -307,6 +307,24 @@ TEST(Rowwise, DropoutKeepThresholdIsExact) {
   }
 }
 
+// The register transpose against the scalar twin and the definition, at sizes around the 16×16
+// block, with strides wider than the block: dst elements outside the (cols, rows) block keep their
+// sentinel.
+TEST(Rowwise, TransposeMatchesScalarTwin) {
+  for (int64_t rows : {1, 15, 16, 17, 40})
+    for (int64_t cols : {1, 3, 16, 33}) {
+      const int64_t sl = cols + 5, ld = rows + 3;
+      auto src = rnd(rows * sl, 300 + rows * 7 + cols);
+      std::vector<float> fast(cols * ld, -7.0f), slow(cols * ld, -7.0f);
+      transpose(src.data(), sl, rows, cols, fast.data(), ld);
+      transpose_scalar(src.data(), sl, rows, cols, slow.data(), ld);
+      EXPECT_TRUE(bitwise(fast, slow)) << rows << "x" << cols;
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t r = 0; r < ld; ++r)
+          ASSERT_EQ(fast[c * ld + r], r < rows ? src[r * sl + c] : -7.0f) << rows << "x" << cols;
+    }
+}
+
 TEST(Rowwise, AddLayerNormEqualsAddThenLayerNorm) {
   const int64_t N = 130, D = 37;
   auto x = rnd(N * D, 50), r = rnd(N * D, 51), w = rnd(D, 52), b = rnd(D, 53);
