@@ -12,7 +12,6 @@
 #include <cstring>
 #include <limits>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -130,7 +129,11 @@ TEST(DropoutFusion, AddDropoutKernelMatchesScalarTwin) {
 TEST(DropoutFusion, LinearReluDropoutEqualsComposition) {
   for (int threads : {1, 2}) {
     omp_set_num_threads(threads);
-    for (auto [N, in, out] : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 7}, {130, 64, 515}, {256, 128, 512}}) {
+    struct Dims {
+      int64_t N, in, out;
+    };
+    for (const Dims& dims : {Dims{3, 5, 7}, Dims{130, 64, 515}, Dims{256, 128, 512}}) {
+      const int64_t N = dims.N, in = dims.in, out = dims.out;  // (clang 14: lambdas cannot capture bindings)
       for (bool with_bias : {true, false}) {
         for (float p : {0.1f, 0.5f}) {
           auto leaves = [&] {
