@@ -1,8 +1,10 @@
 // src/kernels/kernels.h — the kernel layer: free functions over raw pointers and explicit sizes.
 //
 // Rules for everything declared here (docs/ARCHITECTURE.md):
-//   * no tensor objects, no allocation beyond small stack/thread-local scratch, no exceptions;
-//     arguments are checked by the op that calls the kernel, kernels only assert in debug builds.
+//   * no tensor objects, no allocation beyond thread-local scratch that grows once to the largest
+//     size a thread has needed (attention's tiles and packed operands, the GEMM's transposed
+//     panels: the steady state allocates nothing), no exceptions but std::bad_alloc from that
+//     growth; arguments are checked by the op that calls the kernel, kernels only assert in debug.
 //   * every optimized kernel `foo` has a scalar twin `foo_scalar` with the same signature, compiled
 //     into the library: it is the specification, the fallback and the test oracle.
 //   * results do not depend on the thread count: work is split in fixed-size chunks whose reduction
