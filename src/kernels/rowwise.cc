@@ -152,34 +152,36 @@ void activation_backward(ActivationKind k, const float* dy, const float* x, floa
 }
 
 // Element-wise kernels run over fixed chunks of kElemChunk elements (a multiple of 16, so every
-// chunk but the last is whole vectors).
+// chunk but the last is whole vectors), in parallel above `min_parallel` elements; body(i0, m)
+// handles elements [i0, i0 + m).
 static constexpr int64_t kElemChunk = 16384;
+
+template <typename Body>
+static void for_each_elem_chunk(int64_t n, int64_t min_parallel, const Body& body) {
+  const int64_t chunks = (n + kElemChunk - 1) / kElemChunk;
+#pragma omp parallel for schedule(static) if (n > min_parallel)
+  for (int64_t c = 0; c < chunks; ++c) body(c * kElemChunk, std::min(kElemChunk, n - c * kElemChunk));
+}
 
 void add_forward(const float* a, const float* b, float* y, int64_t n) {
   const bool simd = cpu_has_avx512();
-  const int64_t chunks = (n + kElemChunk - 1) / kElemChunk;
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t i0 = c * kElemChunk, m = std::min(kElemChunk, n - i0);
+  for_each_elem_chunk(n, 65536, [&](int64_t i0, int64_t m) {
     if (simd)
       avx512::add_forward(a + i0, b + i0, y + i0, m);
     else
       add_forward_scalar(a + i0, b + i0, y + i0, m);
-  }
+  });
 }
 
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
   const bool simd = cpu_has_avx512();
-  const int64_t chunks = (n + kElemChunk - 1) / kElemChunk;
-#pragma omp parallel for schedule(static) if (n > 16384)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t i0 = c * kElemChunk, m = std::min(kElemChunk, n - i0);
+  for_each_elem_chunk(n, 16384, [&](int64_t i0, int64_t m) {
     const uint64_t off = offset + static_cast<uint64_t>(i0);
     if (simd)
       avx512::dropout_forward(x + i0, y + i0, m, p, seed, off);
     else
       dropout_forward_scalar(x + i0, y + i0, m, p, seed, off);
-  }
+  });
 }
 
 void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int64_t N, int64_t F,
@@ -196,15 +198,12 @@ void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int6
 
 void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n, float p) {
   const bool simd = cpu_has_avx512();
-  const int64_t chunks = (n + kElemChunk - 1) / kElemChunk;
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t i0 = c * kElemChunk, m = std::min(kElemChunk, n - i0);
+  for_each_elem_chunk(n, 65536, [&](int64_t i0, int64_t m) {
     if (simd)
       avx512::relu_dropout_backward(dy + i0, y + i0, dx + i0, m, p);
     else
       relu_dropout_backward_scalar(dy + i0, y + i0, dx + i0, m, p);
-  }
+  });
 }
 
 // Columns are split in fixed blocks of kColChunk; each column still sums its rows in order.
@@ -254,16 +253,13 @@ void add_layer_norm_forward(const float* x, const float* r, const float* w, cons
 void add_dropout_forward(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
                          uint64_t offset) {
   const bool simd = cpu_has_avx512();
-  const int64_t chunks = (n + kElemChunk - 1) / kElemChunk;
-#pragma omp parallel for schedule(static) if (n > 16384)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t i0 = c * kElemChunk, m = std::min(kElemChunk, n - i0);
+  for_each_elem_chunk(n, 16384, [&](int64_t i0, int64_t m) {
     const uint64_t off = offset + static_cast<uint64_t>(i0);
     if (simd)
       avx512::add_dropout_forward(a + i0, x + i0, y + i0, m, p, seed, off);
     else
       add_dropout_forward_scalar(a + i0, x + i0, y + i0, m, p, seed, off);
-  }
+  });
 }
 
 // Rows are independent: any schedule gives the same bits.
