@@ -16,14 +16,18 @@
 // Every product goes through one register-blocked micro-kernel (MR rows × NV·16 columns of C in
 // zmm registers, A broadcast, B loaded as vectors), whose per-element arithmetic is a plain FMA
 // chain in the reduction order — so a score has the same bits in the forward and the backward.
+// Long sequences (L·S ≥ 256²) first copy each head's operand rows into contiguous blocks
+// (worth_packing explains why); the arithmetic, and so every bit, is the same either way.
 //
 // Determinism: tile sizes are fixed; forward tiles are independent; in the backward every dk/dv
 // row is reduced over query tiles in increasing order and every dq row over key tiles in
 // increasing order, in both threading schemes (one (b,h) per thread, or key tiles then query tiles
 // in two passes), so the result is bitwise the same for any thread count.
 //
-// To tune: kBc and the backward kBr are fixed constants (changing them changes the rounding, so
-// re-run the bitwise tests); mr_for() picks the micro-kernel height for each width.
+// To tune: kBc and the backward kBr are fixed constants (changing kBc changes the forward's
+// rounding; re-run the bitwise tests); mr_for() picks the micro-kernel height for each width;
+// bench/bench_attention.cc times the kernels alone. Measured without gain on config L and M: 32 or
+// 128 keys or queries per tile, and the online-softmax rescale folded into the PV micro-kernel.
 // GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 headers (the deliberately undefined
 // pass-through operand of _mm512_undefined_ps, GCC PR 105593, fixed in GCC 13); silence just that.
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no such warning (and would warn about the name)
@@ -284,7 +288,7 @@ struct Head {
         mask(p.mask ? p.mask + bh_ * p.mask_sbh : nullptr), kpm(p.kpm ? p.kpm + b * p.S : nullptr) {}
 };
 
-// Pack rows [0, n) of src (row stride sl, Dh wide) transposed into dst (Dh, ld), zero for n ≤ col < ld
+// Pack rows [0, n) of src (row stride sl, Dh wide) transposed into dst (Dh, ld), zero for n ≤ col < ld;
 // 16×16 blocks through registers (avx512::transpose_block): the scalar element-by-element copy was 15%
 // of a config-M attention backward.
 void pack_transposed(const float* src, int64_t sl, int64_t n, int64_t Dh, float* dst, int64_t ld) {
