@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "kernels/kernels.h"
 #include "kernels/rowwise.h"
@@ -48,18 +49,23 @@ void linear_backward(const float* g, const Tensor& x, const Tensor& w, bool has_
   }
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_float(x, "linear", "input");
-  check_float(weight, "linear", "weight");
-  check(weight.dim() == 2, "linear: weight must be 2-D (out, in), got " + describe(weight));
+std::pair<int64_t, int64_t> check_linear_args(const char* op, const Tensor& x, const Tensor& weight,
+                                              const Tensor& bias) {
+  check_float(x, op, "input");
+  check_float(weight, op, "weight");
+  check(weight.dim() == 2, std::string(op) + ": weight must be 2-D (out, in), got " + describe(weight));
   const int64_t out = weight.size(0), in = weight.size(1);
-  check(x.dim() >= 1 && x.size(-1) == in,
-        "linear: input " + describe(x) + " does not match weight " + describe(weight) + " (last dim " +
-            std::to_string(in) + ")");
+  check(x.dim() >= 1 && x.size(-1) == in, std::string(op) + ": input " + describe(x) + " does not match weight " +
+                                              describe(weight) + " (last dim " + std::to_string(in) + ")");
   if (bias.defined()) {
-    check_float(bias, "linear", "bias");
-    check_shape(bias, {out}, "linear", "bias");
+    check_float(bias, op, "bias");
+    check_shape(bias, {out}, op, "bias");
   }
+  return {out, in};
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const auto [out, in] = check_linear_args("linear", x, weight, bias);
   Shape ys = x.shape();
   ys.back() = out;
   Tensor y = Tensor::empty(ys);

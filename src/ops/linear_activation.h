@@ -3,6 +3,7 @@
 // backward shared by ops::linear and the fused op.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -33,6 +34,11 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
 
 // The kernel enum of an op-level activation (defined in activation.cc).
 kernels::ActivationKind activation_kind(Activation a);
+
+// The argument checks of every Linear-shaped op (`op` names it in messages): x (..., in) float,
+// weight (out, in) float, bias (out) float or undefined. Returns (out, in).
+std::pair<int64_t, int64_t> check_linear_args(const char* op, const Tensor& x, const Tensor& weight,
+                                              const Tensor& bias);
 
 // The Linear backward from the gradient g (N, out) of y = x·Wᵀ + b: din[0] (x's shape) gets dx = g·W,
 // din[1] (out, in) gets dW = gᵀ·x, din[2] (out) gets db = Σ_rows g (if has_bias); each slot is set
