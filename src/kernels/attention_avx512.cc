@@ -119,9 +119,7 @@ struct Dropout {
         seed(prm.seed), offset(prm.offset), p(prm.dropout_p) {}
   // Lane l's counter is first + l·stride (stride S: 16 queries of one key; 1: 16 keys of a query).
   avx512::DropoutMask16 lanes(uint64_t stride) const {
-    uint64_t off[16];
-    for (int l = 0; l < 16; ++l) off[l] = static_cast<uint64_t>(l) * stride;
-    return avx512::DropoutMask16(seed, p, off);
+    return avx512::DropoutMask16::strided(seed, p, stride);
   }
 };
 
@@ -252,18 +250,28 @@ struct Layout {
 // operands stay in L2 across all of its tiles. Short sequences fit either way and skip the copy.
 inline bool worth_packing(const AttentionParams& p) { return p.L * p.S >= 256 * 256; }
 
-// dst (B, H, rows, Dh) ← src (any View), in parallel over (b, h) when `par`; returns the packed view.
-View<const float> pack_heads(const View<const float>& src, const AttentionParams& p, int64_t rows,
-                             float* dst, bool par) {
-  const int64_t Dh = p.Dh;
-  View<const float> out{dst, p.H * rows * Dh, rows * Dh, Dh};
+// Rows [0, rows) of every head, src → dst (any two layouts), in parallel over (b, h) when `par`.
+void copy_heads(const View<const float>& src, const View<float>& dst, const AttentionParams& p,
+                int64_t rows, bool par) {
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
     const float* s = src.head(bh / p.H, bh % p.H);
-    float* d = dst + bh * rows * Dh;
-    for (int64_t i = 0; i < rows; ++i) std::memcpy(d + i * Dh, s + i * src.sl, sizeof(float) * Dh);
+    float* d = dst.head(bh / p.H, bh % p.H);
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(d + i * dst.sl, s + i * src.sl, sizeof(float) * p.Dh);
   }
-  return out;
+}
+
+// The packed (B, H, rows, Dh) layout at base.
+template <class T>
+View<T> packed_view(T* base, const AttentionParams& p, int64_t rows) {
+  return {base, p.H * rows * p.Dh, rows * p.Dh, p.Dh};
+}
+
+// dst (B, H, rows, Dh) ← src; returns the packed view.
+View<const float> pack_heads(const View<const float>& src, const AttentionParams& p, int64_t rows,
+                             float* dst, bool par) {
+  copy_heads(src, packed_view(dst, p, rows), p, rows, par);
+  return packed_view<const float>(dst, p, rows);
 }
 
 // ---- per-(b,h) views ------------------------------------------------------------------------------
@@ -634,7 +642,7 @@ void attention_backward_avx512(const AttentionParams& p, const float* dout, floa
     lt.dout = pack_heads(lt.dout, p, p.L, buf + nq, par);
     lt.k = pack_heads(lt.k, p, p.S, buf + 2 * nq, par);
     lt.v = pack_heads(lt.v, p, p.S, buf + 2 * nq + nk, par);
-    lt.dq = {buf + 2 * nq + 2 * nk, p.H * p.L * p.Dh, p.L * p.Dh, p.Dh};
+    lt.dq = packed_view(buf + 2 * nq + 2 * nk, p, p.L);
   }
   const BackwardCall c{p, lt, Dropout(p), dk, dv};
   if (BH >= nth) {
@@ -659,14 +667,9 @@ void attention_backward_avx512(const AttentionParams& p, const float* dout, floa
     for (int64_t t = 0; t < BH * nqt; ++t)
       backward_query_tile(c, Head(p, lt, t / nqt), (t % nqt) * kBr);
   }
-  if (packed) {  // dq (B, H, L, Dh) → the caller's layout
-#pragma omp parallel for schedule(static) if (par)
-    for (int64_t bh = 0; bh < BH; ++bh) {
-      const float* s = lt.dq.base + bh * p.L * p.Dh;
-      float* d = dq + (bh / p.H) * p.q_sb + (bh % p.H) * p.Dh;
-      for (int64_t i = 0; i < p.L; ++i) std::memcpy(d + i * p.q_sl, s + i * p.Dh, sizeof(float) * p.Dh);
-    }
-  }
+  if (packed)  // dq (B, H, L, Dh) → the caller's layout
+    copy_heads(packed_view<const float>(lt.dq.base, p, p.L), View<float>{dq, p.q_sb, p.Dh, p.q_sl}, p,
+               p.L, par);
 }
 
 }  // namespace tfm::kernels

@@ -34,6 +34,13 @@ class DropoutMask16 {
     key_ = _mm512_set1_epi32(static_cast<int>(dropout_key(seed, 0)));
   }
 
+  // Lane l's counter is first + l·stride (1: sixteen consecutive elements).
+  static DropoutMask16 strided(uint64_t seed, float p, uint64_t stride) {
+    uint64_t off[16];
+    for (int l = 0; l < 16; ++l) off[l] = static_cast<uint64_t>(l) * stride;
+    return DropoutMask16(seed, p, off);
+  }
+
   __mmask16 keep(uint64_t first) {
     const uint64_t hi = first >> 32;
     __m512i key = key_;

@@ -192,8 +192,7 @@ template <bool ADD>
 static void dropout_body(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
                          uint64_t offset) {
   const __m512 scale = _mm512_set1_ps(1.0f / (1.0f - p));
-  static constexpr uint64_t kLanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  DropoutMask16 drop_mask(seed, p, kLanes);
+  DropoutMask16 drop_mask = DropoutMask16::strided(seed, p, 1);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
     const __mmask16 keep = drop_mask.keep(offset + static_cast<uint64_t>(i));
@@ -216,8 +215,7 @@ void transpose(const float* src, int64_t sl, int64_t rows, int64_t cols, float* 
 void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int64_t N, int64_t F,
                                const DropoutSpec& drop) {
   const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(1.0f / (1.0f - drop.p));
-  static constexpr uint64_t kLanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  DropoutMask16 drop_mask(drop.seed, drop.p, kLanes);
+  DropoutMask16 drop_mask = DropoutMask16::strided(drop.seed, drop.p, 1);
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = x + n * F;
     float* yr = y + n * F;
