@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <vector>
 
 #include <dnnl.h>
@@ -85,7 +86,7 @@ bool onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 
 void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                  int64_t ldc, GemmPlan p) {
+                  int64_t ldc, GemmPlan p, const float* row_init) {
   const int64_t n_row = ceil_div(M, p.mt), n_col = ceil_div(N, p.nt);
   const int64_t n_panels = n_row * n_col;
   // Panel t covers rows [i0, i0+m) and columns [j0, j0+n) of C; row-major panel order keeps each
@@ -96,6 +97,8 @@ void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     const float* a = trans_a ? A + i0 : A + i0 * lda;  // op(A) rows i0..: columns of a (K,M) A
     const float* b = trans_b ? B + j0 * ldb : B + j0;  // op(B) cols j0..: rows of an (N,K) B
     float* c = C + i0 * ldc + j0;
+    if (row_init)
+      for (int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc, row_init + j0, sizeof(float) * n);
     bool ta = trans_a;
     int64_t la = lda;
     if (transpose_a_first(trans_a, lda, n)) {  // op(A) panel copied to (m, K) rows: an NN call
@@ -138,6 +141,20 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   }
   gemm_detail::gemm_paneled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
                             gemm_detail::gemm_plan(M, N, K));
+}
+
+// C = op(A)·op(B) + bias broadcast over rows — contract in kernels.h.
+void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+               int64_t lda, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
+  if (bias == nullptr) return gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+  if (M <= 0 || N <= 0) return;
+  if (force_scalar() || K <= 0) {  // the reference order: preset every row, then accumulate
+    for (int64_t i = 0; i < M; ++i) std::memcpy(C + i * ldc, bias, sizeof(float) * N);
+    gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
+    return;
+  }
+  gemm_detail::gemm_paneled(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc,
+                            gemm_detail::gemm_plan(M, N, K), bias);
 }
 
 }  // namespace tfm::kernels

@@ -62,9 +62,10 @@ bool onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 
 // C = alpha·op(A)·op(B) + beta·C computed panel by panel (plan p), panels distributed over the
 // OpenMP team with a static schedule. Deterministic for a fixed p. alpha ≠ 0, K ≥ 1, M, N ≥ 1
-// (gemm handles the degenerate cases itself).
+// (gemm handles the degenerate cases itself). With row_init (N floats), each panel's rows of C are
+// first set to row_init (the panel's columns) by the thread that computes it (gemm_bias).
 void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                  int64_t ldc, GemmPlan p);
+                  int64_t ldc, GemmPlan p, const float* row_init = nullptr);
 
 }  // namespace tfm::kernels::gemm_detail

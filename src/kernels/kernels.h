@@ -41,6 +41,12 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 void gemm_scalar(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                  int64_t ldc);
+// C(M,N) = op(A)·op(B) + bias, bias (N) added to every row (a Linear layer's y = x·Wᵀ + b); bias
+// may be null (then beta = 0). Bitwise gemm with alpha = beta = 1 onto C rows preset to the bias,
+// but the preset is done panel by panel on the thread that computes the panel, not in a serial
+// pass over C beforehand. Same thread-count independence as gemm.
+void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+               int64_t lda, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc);
 
 // ---- Attention ------------------------------------------------------------------------------------
 // Multi-head scaled dot-product attention for one call over all (b, h):

@@ -75,16 +75,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // Inside an InferenceMode scope: the packed weight, bias added by the GEMM itself.
   if (!grad && linear_forward_packed(N, x.data(), weight, bias.defined() ? bias.data() : nullptr, yp))
     return y;
-  if (bias.defined()) {  // y = 1·x·Wᵀ + 1·(b broadcast)
-    const float* b = bias.data();
-    for (int64_t n = 0; n < N; ++n) std::memcpy(yp + n * out, b, static_cast<size_t>(out) * sizeof(float));
-  }
-  if (in == 0) {
-    if (!bias.defined()) y.fill_(0.0f);
-  } else {
-    kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, bias.defined() ? 1.0f : 0.0f,
-                  yp, out);
-  }
+  // y = x·Wᵀ + b (broadcast over rows); in = 0 gives y = b, or zeros without bias.
+  kernels::gemm_bias(false, true, N, out, in, x.data(), in, weight.data(), in,
+                     bias.defined() ? bias.data() : nullptr, yp, out);
   if (grad) {
     auto node = std::make_shared<LinearNode>();
     node->has_bias = bias.defined();
