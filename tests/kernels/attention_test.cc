@@ -366,6 +366,43 @@ TEST(AttentionKernel, HandCheckedSingleKey) {
   }
 }
 
+// No keys at all (S = 0): every query row is empty, so o = 0, lse = −inf and dq = 0 — written, not
+// left as whatever the buffers held (NaN here), on both paths and with rows enough for two threads.
+TEST(AttentionKernel, NoKeysGivesZeroOutputAndGradient) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t L = 300, Dh = 64;
+  std::vector<float> q(L * Dh, 0.5f), dout(L * Dh, 1.0f);
+  const float none[1] = {nan};
+  for (bool fast : {false, true}) {
+    if (fast && !cpu_has_avx512()) continue;
+    std::vector<float> o(L * Dh, nan), lse(L, nan), dq(L * Dh, nan);
+    AttentionParams p;
+    p.B = p.H = 1;
+    p.L = L;
+    p.S = 0;
+    p.Dh = Dh;
+    p.q = q.data(), p.k = none, p.v = none, p.o = o.data(), p.lse = lse.data();
+    p.q_sb = p.o_sb = L * Dh;
+    p.k_sb = p.v_sb = 0;
+    p.q_sl = p.k_sl = p.v_sl = p.o_sl = Dh;
+    p.scale = 0.125f;
+    float dk[1] = {nan}, dv[1] = {nan};
+    if (fast) {
+      attention_forward(p);
+      attention_backward(p, dout.data(), dq.data(), dk, dv);
+    } else {
+      attention_forward_scalar(p);
+      attention_backward_scalar(p, dout.data(), dq.data(), dk, dv);
+    }
+    SCOPED_TRACE(fast ? "fast" : "scalar");
+    for (int64_t i = 0; i < L * Dh; ++i) {
+      ASSERT_EQ(o[i], 0.0f) << i;
+      ASSERT_EQ(dq[i], 0.0f) << i;
+    }
+    for (int64_t i = 0; i < L; ++i) ASSERT_EQ(lse[i], -std::numeric_limits<float>::infinity()) << i;
+  }
+}
+
 // ---- finite differences in double -----------------------------------------------------------------
 // loss = Σ o ⊙ w for fixed random w; its gradient w.r.t. q, k, v is attention_backward_ref with
 // dout = w. Central differences with h = 1e-5 have truncation error ~h²·|f'''| ≈ 1e-10 and roundoff
