@@ -23,8 +23,13 @@ For every (config, mode) the three are measured in turn, ROUNDS times, alternati
 machine hits them alike; each measurement is the median of ITERS timed iterations after WARMUP, and the
 table shows the median over rounds.
 
-Usage:  python3 bench/compare_torch.py [--tfm build/tfm] [--rounds 3] [--iters 10] [--only S,M]
-        [--modes infer,infer-bf16,train] [--markdown]
+The clock of these shared machines drifts (a config-M step measured 56–69 ms within one hour, PyTorch
+alike). So before every tfm measurement the script also runs build/bench/peak_fma (register-only FMA
+chains on every thread) and reports, per row, the median FMA peak it measured then ("peak now") and tfm's
+fraction of it, next to the fraction of the nominal 468 GFLOP/s the issue's targets are stated in.
+
+Usage:  python3 bench/compare_torch.py [--tfm build/tfm] [--peak-fma build/bench/peak_fma] [--rounds 3]
+        [--iters 10] [--only S,M] [--modes infer,infer-bf16,train] [--markdown]
 """
 import argparse
 import json
@@ -137,6 +142,14 @@ def tfm_run(tfm, cfg_path, shape, mode, iters, warmup, threads):
     return json.loads(out)
 
 
+def peak_now(peak_bin, threads):
+    """The FMA peak measured right now (GFLOP/s), or None without the peak_fma binary."""
+    if not peak_bin or not os.path.exists(peak_bin):
+        return None
+    out = subprocess.run([peak_bin, "--threads", str(threads)], check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["gflops"]
+
+
 def write_config(tmp, name, shape):
     D, H, FF, layers, B, N = shape
     cfg = {"module": "TransformerEncoder" if layers else "TransformerEncoderLayer", "d_model": D, "nhead": H,
@@ -153,6 +166,8 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tfm", default=os.path.join(here, "..", "build", "tfm"), help="path of the tfm executable")
+    ap.add_argument("--peak-fma", default=None,
+                    help="path of build/bench/peak_fma (default: bench/peak_fma beside the tfm executable)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
@@ -161,6 +176,9 @@ def main():
     ap.add_argument("--modes", default="infer,infer-bf16,train")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = ap.parse_args()
+    peak_bin = args.peak_fma or os.path.join(os.path.dirname(os.path.abspath(args.tfm)), "bench", "peak_fma")
+    if not os.path.exists(peak_bin):
+        print("# no %s: the 'peak now' columns stay empty" % peak_bin, file=sys.stderr)
 
     env_as_set = dict(os.environ)
     tuned = dict(os.environ)
@@ -178,7 +196,11 @@ def main():
             for mode in args.modes.split(","):
                 t_tfm, t_env, t_tuned, gflop = [], [], [], 0.0
                 rss = 0.0
+                peaks = []
                 for r in range(args.rounds):
+                    p = peak_now(peak_bin, args.threads)
+                    if p is not None:
+                        peaks.append(p)
                     res = tfm_run(args.tfm, cfg, shape, mode, args.iters, args.warmup, args.threads)
                     t_tfm.append(res["ms_median"])
                     gflop = res["gflop_per_iter"]
@@ -189,7 +211,8 @@ def main():
                 row = dict(config=name, mode=mode, gflop=gflop, tfm=m_tfm, env=m_env, tuned=m_tuned,
                            r_env=m_env / m_tfm, r_tuned=m_tuned / m_tfm,
                            frac=gflop / (m_tfm / 1e3) / PEAK_GFLOPS,
-                           frac_tuned=gflop / (m_tuned / 1e3) / PEAK_GFLOPS, rss=rss)
+                           frac_tuned=gflop / (m_tuned / 1e3) / PEAK_GFLOPS, rss=rss,
+                           peak=statistics.median(peaks) if peaks else None)
                 rows.append(row)
                 print("# %-3s %-5s tfm %8.2f ms  torch-env %8.2f  torch-tuned %8.2f" % (name, mode, m_tfm, m_env,
                                                                                           m_tuned), file=sys.stderr)
@@ -197,12 +220,14 @@ def main():
         w.close()
 
     hdr = ["config", "mode", "GFLOP", "tfm ms", "torch env ms", "torch tuned ms", "env/tfm", "tuned/tfm",
-           "tfm % peak", "tuned % peak", "tfm RSS MB"]
+           "tfm % peak", "tuned % peak", "tfm RSS MB", "peak now", "tfm % peak now"]
     lines = []
     for r in rows:
         lines.append([r["config"], r["mode"], "%.2f" % r["gflop"], "%.2f" % r["tfm"], "%.2f" % r["env"],
                       "%.2f" % r["tuned"], "%.2f" % r["r_env"], "%.2f" % r["r_tuned"], "%.0f%%" % (100 * r["frac"]),
-                      "%.0f%%" % (100 * r["frac_tuned"]), "%.0f" % r["rss"]])
+                      "%.0f%%" % (100 * r["frac_tuned"]), "%.0f" % r["rss"],
+                      "%.0f" % r["peak"] if r["peak"] else "-",
+                      "%.0f%%" % (100 * r["frac"] * PEAK_GFLOPS / r["peak"]) if r["peak"] else "-"])
     if args.markdown:
         print("| " + " | ".join(hdr) + " |")
         print("|" + "|".join("---" for _ in hdr) + "|")
@@ -213,7 +238,7 @@ def main():
         print("  ".join(h.rjust(w) for h, w in zip(hdr, widths)))
         for l in lines:
             print("  ".join(c.rjust(w) for c, w in zip(l, widths)))
-    print("\npeak %.0f GFLOP/s; medians over %d alternating rounds of %d iterations (after %d warm-up); "
+    print("\npeak %.0f GFLOP/s (nominal; 'peak now': build/bench/peak_fma before each tfm run, median); medians over %d alternating rounds of %d iterations (after %d warm-up); "
           "torch-env: %s, threads %d; torch-tuned: %s, threads %d" % (
               PEAK_GFLOPS, args.rounds, args.iters, args.warmup, workers[0].env_desc, workers[0].threads,
               workers[1].env_desc, workers[1].threads))

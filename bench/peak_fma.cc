@@ -1,0 +1,60 @@
+// bench/peak_fma.cc — the machine's fp32 FMA peak right now: every thread runs independent AVX-512
+// FMA chains on registers (no memory traffic), so the rate is issue width × vector width × clock.
+// bench/compare_torch.py runs it before and after its table: the cloud machines here drift by ±10%
+// within an hour, and a drop of this figure says the drift is the clock (or a neighbour on the
+// core), not the code. Prints one JSON object: {"threads": T, "gflops": best-of-trials GFLOP/s}.
+//
+//   build/bench/peak_fma [--threads T]      (default: OMP_NUM_THREADS or all cores)
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+constexpr int kChains = 24;              // ≥ FMA latency × ports (4 × 2) with room to spare
+constexpr long kIters = 20'000'000 / kChains;  // ≈ 30 ms per trial at ≈ 230 GFLOP/s per core
+
+// kChains × kIters FMAs of 16 lanes; returns a value that depends on every chain (keeps them live).
+__attribute__((target("avx512f,fma"))) float fma_chains() {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(0.001f * c);
+  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
+  for (long i = 0; i < kIters; ++i)
+#pragma GCC unroll 24
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], m, a);
+  __m512 s = acc[0];
+  for (int c = 1; c < kChains; ++c) s = _mm512_add_ps(s, acc[c]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  float sum = 0.0f;
+  for (float x : lanes) sum += x;
+  return sum;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = omp_get_max_threads();
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--threads") == 0) threads = std::atoi(argv[i + 1]);
+  if (threads < 1 || !__builtin_cpu_supports("avx512f")) {
+    std::fprintf(stderr, "peak_fma: needs AVX-512F and --threads >= 1\n");
+    return 1;
+  }
+  double best = 0.0;
+  float sink = 0.0f;
+  for (int trial = 0; trial < 7; ++trial) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    sink += fma_chains();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * 16 * kChains * kIters * threads / s / 1e9);
+  }
+  std::printf("{\"threads\": %d, \"gflops\": %.1f, \"checksum\": %g}\n", threads, best, double(sink));
+  return 0;
+}
