@@ -65,6 +65,10 @@ const float* transposed_panel(const float* a, int64_t lda, int64_t m, int64_t K)
 
 }  // namespace
 
+void preset_rows(float* C, int64_t ldc, int64_t m, const float* row, int64_t n) {
+  for (int64_t i = 0; i < m; ++i) std::memcpy(C + i * ldc, row, sizeof(float) * static_cast<size_t>(n));
+}
+
 GemmPlan gemm_plan(int64_t M, int64_t N, int64_t K) {
   GemmPlan p{M, N};
   if (M * N * K < kSerialWork) return p;  // one serial call, no thread team
@@ -97,8 +101,7 @@ void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     const float* a = trans_a ? A + i0 : A + i0 * lda;  // op(A) rows i0..: columns of a (K,M) A
     const float* b = trans_b ? B + j0 * ldb : B + j0;  // op(B) cols j0..: rows of an (N,K) B
     float* c = C + i0 * ldc + j0;
-    if (row_init)
-      for (int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc, row_init + j0, sizeof(float) * n);
+    if (row_init) preset_rows(c, ldc, m, row_init + j0, n);
     bool ta = trans_a;
     int64_t la = lda;
     if (transpose_a_first(trans_a, lda, n)) {  // op(A) panel copied to (m, K) rows: an NN call
@@ -149,7 +152,7 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
   if (bias == nullptr) return gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
   if (M <= 0 || N <= 0) return;
   if (force_scalar() || K <= 0) {  // the reference order: preset every row, then accumulate
-    for (int64_t i = 0; i < M; ++i) std::memcpy(C + i * ldc, bias, sizeof(float) * N);
+    gemm_detail::preset_rows(C, ldc, M, bias, N);
     gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
     return;
   }

@@ -60,6 +60,9 @@ bool onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
                          const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                          float* C, int64_t ldc);
 
+// Rows [0, m) of C (stride ldc) ← row[0, n) (gemm_bias's preset of a bias before accumulating).
+void preset_rows(float* C, int64_t ldc, int64_t m, const float* row, int64_t n);
+
 // C = alpha·op(A)·op(B) + beta·C computed panel by panel (plan p), panels distributed over the
 // OpenMP team with a static schedule. Deterministic for a fixed p. alpha ≠ 0, K ≥ 1, M, N ≥ 1
 // (gemm handles the degenerate cases itself). With row_init (N floats), each panel's rows of C are

@@ -261,10 +261,8 @@ void panel_fallback(int64_t m, const float* a, int64_t lda, const PackedWeight& 
     a = r;
     lda = K;
   }
-  if (bias)
-    for (int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc, bias, static_cast<size_t>(N) * sizeof(float));
   gemm_detail::SerialOmpScope serial;
-  gemm(false, true, m, N, K, 1.0f, a, lda, plain.data(), K, bias ? 1.0f : 0.0f, c, ldc);
+  gemm_bias(false, true, m, N, K, a, lda, plain.data(), K, bias, c, ldc);
 }
 
 void panel_onednn(const PackedWeight::Prim& p, int64_t m, const float* a, int64_t lda,
