@@ -566,8 +566,6 @@ void backward_head(const BackwardCall& c, int64_t bh) {
   const Head hd(p, c.lt, bh);
   const BackwardScratch ws(p.Dh, p.L);
   compute_D(c, hd, 0, p.L, ws.D);
-  if (p.S == 0)  // no key tile to write dq (backward_pair's first tile overwrites it otherwise)
-    for (int64_t i = 0; i < p.L; ++i) std::fill_n(hd.dq + i * hd.dq_sl, p.Dh, 0.0f);
   for (int64_t j0 = 0; j0 < p.S; j0 += kBc) backward_key_tile(c, hd, j0, ws, true);
 }
 
@@ -578,8 +576,6 @@ void backward_query_tile(const BackwardCall& c, const Head& hd, int64_t i0) {
   const BackwardScratch ws(p.Dh, p.L);
   const int64_t ni = std::min(kBr, p.L - i0);
   compute_D(c, hd, i0, i0 + ni, ws.D);
-  if (p.S == 0)
-    for (int64_t i = i0; i < i0 + ni; ++i) std::fill_n(hd.dq + i * hd.dq_sl, p.Dh, 0.0f);
   for (int64_t j0 = 0; j0 < p.S; j0 += kBc) {
     if (first_query_tile_row(p, j0) > i0) break;  // the pairs scheme 1 skips
     const int64_t nk = std::min(kBc, p.S - j0);
@@ -638,6 +634,12 @@ void attention_backward_avx512(const AttentionParams& p, const float* dout, floa
                                float* dv) {
   assert(p.lse != nullptr);
   const int64_t BH = p.B * p.H;
+  if (p.S == 0) {  // no keys: dq = 0 (otherwise key tile 0 writes every dq row, backward_pair)
+    for (int64_t bh = 0; bh < BH; ++bh)
+      for (int64_t i = 0; i < p.L; ++i)
+        std::fill_n(dq + (bh / p.H) * p.q_sb + i * p.q_sl + (bh % p.H) * p.Dh, p.Dh, 0.0f);
+    return;
+  }
   const bool par = worth_threading(p);
   const int64_t nth = omp_in_parallel() || !par ? 1 : omp_get_max_threads();
   Layout lt(p);
