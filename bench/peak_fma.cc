@@ -1,8 +1,8 @@
 // bench/peak_fma.cc — the machine's fp32 FMA peak right now: every thread runs independent AVX-512
 // FMA chains on registers (no memory traffic), so the rate is issue width × vector width × clock.
-// bench/compare_torch.py runs it before and after its table: the cloud machines here drift by ±10%
-// within an hour, and a drop of this figure says the drift is the clock (or a neighbour on the
-// core), not the code. Prints one JSON object: {"threads": T, "gflops": best-of-trials GFLOP/s}.
+// bench/compare_torch.py runs it before every measurement (and waits while it reads low): the cloud
+// machines here drift by ±10% within an hour, and a drop of this figure says the drift is the clock
+// (or a neighbour on the core), not the code. Prints one JSON object: {"threads": T, "gflops": best-of-trials GFLOP/s}.
 //
 //   build/bench/peak_fma [--threads T]      (default: OMP_NUM_THREADS or all cores)
 #include <immintrin.h>

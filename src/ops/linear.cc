@@ -2,7 +2,6 @@
 #include "tfm/ops/linear.h"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "kernels/kernels.h"

@@ -281,8 +281,8 @@ TEST(Gemm, SameResultInsideCallerParallelRegion) {
 
 // gemm_bias is, bit for bit, "set every row of C to the bias, then gemm with alpha = beta = 1" —
 // the unfused composition — for 1 and 2 threads, on row-paneled, column-paneled (M < 128), serial
-// and empty-reduction shapes with padded C (the padding must stay untouched); a null bias is gemm
-// with beta = 0 (C may hold NaN).
+// and empty-reduction shapes with padded C (the padding must stay untouched); C starts as NaN, which
+// must not leak in; a null bias is gemm with beta = 0.
 TEST(GemmBias, BitwiseThePresetThenAccumulateComposition) {
   const Case cases[] = {{false, true, 1024, 1536, 512, 0}, {false, true, 40, 900, 700, 2},
                         {false, false, 65, 130, 257, 1},   {true, true, 17, 33, 9, 3},
@@ -300,19 +300,22 @@ TEST(GemmBias, BitwiseThePresetThenAccumulateComposition) {
     Mat plain(c.M, c.N, c.pad, -7.f, rng);
     gemm(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.v.data(), A.ld, B.v.data(), B.ld, 0.f, plain.v.data(),
          plain.ld);
+    // NaN where C's elements are, the padding as in want and plain.
+    auto garbage_c = [&] {
+      Mat m(c.M, c.N, c.pad, -7.f, rng);
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t j = 0; j < c.N; ++j) m.at(i, j) = kNaN;
+      return m;
+    };
     const int saved = omp_get_max_threads();
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);
-      Mat got(c.M, c.N, c.pad, kNaN, rng);
-      for (int64_t i = 0; i < c.M; ++i)
-        for (int64_t j = c.N; j < got.ld; ++j) got.at(i, j) = -7.f;  // padding as in want
+      Mat got = garbage_c();
       gemm_bias(c.ta, c.tb, c.M, c.N, c.K, A.v.data(), A.ld, B.v.data(), B.ld, bias.v.data(),
                 got.v.data(), got.ld);
       EXPECT_EQ(std::memcmp(got.v.data(), want.v.data(), want.v.size() * sizeof(float)), 0)
           << c.str() << " threads=" << threads;
-      Mat nobias(c.M, c.N, c.pad, kNaN, rng);
-      for (int64_t i = 0; i < c.M; ++i)
-        for (int64_t j = c.N; j < nobias.ld; ++j) nobias.at(i, j) = -7.f;
+      Mat nobias = garbage_c();
       gemm_bias(c.ta, c.tb, c.M, c.N, c.K, A.v.data(), A.ld, B.v.data(), B.ld, nullptr,
                 nobias.v.data(), nobias.ld);
       EXPECT_EQ(std::memcmp(nobias.v.data(), plain.v.data(), plain.v.size() * sizeof(float)), 0)
