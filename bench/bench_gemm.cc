@@ -12,7 +12,8 @@
 //   NT (1024,1536,512) qkv in-proj  y = x·Wᵀ      NT (1024,512,512) out-proj
 //   NT (1024,2048,512) FFN linear1                 NT (1024,512,2048) FFN linear2
 //   NN (1024,1536,512), NN (1024,512,2048) input gradients dx = dy·W
-//   TN (512,512,1024), TN (2048,512,1024) weight gradients dW += dyᵀ·x (beta = 1)
+//   TN (512,512,1024), (2048,512,1024), (1536,512,1024), (512,2048,1024) weight gradients dW = dyᵀ·x
+//      (beta = 0: Linear's backward writes a fresh gradient slot; zero_grad empties .grad)
 //   NN/NT (1024, 64..256, 64) small per-head products
 // Run: build/bench/bench_gemm --benchmark_min_time=0.2 [--benchmark_filter=...]
 // On a shared machine use --benchmark_repetitions=5 and read the best repetition.
@@ -49,16 +50,17 @@ const Shape kShapes[] = {
     {false, true, 1024, 1536, 512, 0.f, "qkv"},   {false, true, 1024, 512, 512, 0.f, "out"},
     {false, true, 1024, 2048, 512, 0.f, "ffn1"},  {false, true, 1024, 512, 2048, 0.f, "ffn2"},
     {false, false, 1024, 1536, 512, 0.f, "dx"},   {false, false, 1024, 512, 2048, 0.f, "dx"},
-    {true, false, 512, 512, 1024, 1.f, "dW"},     {true, false, 2048, 512, 1024, 1.f, "dW"},
+    {true, false, 512, 512, 1024, 0.f, "dW"},     {true, false, 2048, 512, 1024, 0.f, "dW"},
+    {true, false, 1536, 512, 1024, 0.f, "dW"},    {true, false, 512, 2048, 1024, 0.f, "dW"},
     {false, false, 1024, 64, 64, 0.f, "small"},   {false, false, 1024, 128, 64, 0.f, "small"},
     {false, false, 1024, 256, 64, 0.f, "small"},  {false, true, 1024, 256, 64, 0.f, "small"},
     // config L (D = 256, F = 1024, 2048 tokens): forward, input gradients, weight gradients
     {false, true, 2048, 768, 256, 0.f, "L-qkv"},  {false, true, 2048, 256, 256, 0.f, "L-out"},
     {false, true, 2048, 1024, 256, 0.f, "L-ffn1"}, {false, true, 2048, 256, 1024, 0.f, "L-ffn2"},
     {false, false, 2048, 256, 768, 0.f, "L-dx"},  {false, false, 2048, 256, 1024, 0.f, "L-dx"},
-    {false, false, 2048, 1024, 256, 0.f, "L-dx"}, {true, false, 768, 256, 2048, 1.f, "L-dW"},
-    {true, false, 256, 256, 2048, 1.f, "L-dW"},   {true, false, 1024, 256, 2048, 1.f, "L-dW"},
-    {true, false, 256, 1024, 2048, 1.f, "L-dW"},
+    {false, false, 2048, 1024, 256, 0.f, "L-dx"}, {true, false, 768, 256, 2048, 0.f, "L-dW"},
+    {true, false, 256, 256, 2048, 0.f, "L-dW"},   {true, false, 1024, 256, 2048, 0.f, "L-dW"},
+    {true, false, 256, 1024, 2048, 0.f, "L-dW"},
 };
 
 // Row-major operands for a shape: A (M,K) or (K,M), B (K,N) or (N,K), C (M,N), minimal strides.

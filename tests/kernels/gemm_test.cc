@@ -147,29 +147,37 @@ TEST(Gemm, MatchesScalarAllTransposesOddSizesPaddedAlphaBeta) {
 }
 
 // op(A) = Aᵀ with a long leading dimension (lda ≥ 2048, the weight-gradient case dW = dyᵀ·x with
-// out ≥ 2048) and ≥ 256 columns per panel: gemm copies the A panel to rows and runs NN
-// (transposed_panel in gemm.cc). Sizes not multiples of its 16×16 tiles; one serial call
-// (33·257·17), column panels (M < 128: 100·600·70) and row panels (300·260·40), with B plain and
-// transposed. Same bound as above.
+// out ≥ 2048). Two special paths in gemm.cc: with beta = 0 and M ≥ 4N (and enough work) the product
+// runs swapped, Cᵀ = Bᵀ·A into a scratch, transposed into C (gemm_tn_swapped: 1030·70·40, 600·150·50);
+// otherwise panels with ≥ 256 columns copy their A panel to rows and run NN (transposed_panel).
+// Sizes not multiples of 16×16 tiles; one serial call (33·257·17), column panels (M < 128:
+// 100·600·70) and row panels (300·260·40), B plain and transposed, C padded (its padding must
+// survive), alpha 1 and 0.5, beta 0 (C starts as NaN) and 1. Same bound as above.
 TEST(Gemm, LongStrideTransposedAMatchesScalar) {
   std::mt19937 rng(99);
   const Case cases[] = {{true, false, 33, 257, 17, 2048 - 33 + 5}, {true, false, 100, 600, 70, 2048 - 100},
-                        {true, true, 300, 260, 40, 2100 - 300},    {true, false, 300, 260, 40, 2048 - 300}};
+                        {true, true, 300, 260, 40, 2100 - 300},    {true, false, 300, 260, 40, 2048 - 300},
+                        {true, false, 1030, 70, 40, 2048 - 1030 + 3}, {true, false, 600, 150, 50, 2048 - 600}};
   for (const Case& c : cases) {
     Mat A(c.K, c.M, c.pad, kNaN, rng);
     Mat B(c.tb ? c.N : c.K, c.tb ? c.K : c.N, 3, kNaN, rng);
     ASSERT_GE(A.ld, 2048) << c.str();
     const std::vector<double> absprod = abs_products(c, A, B);
-    for (float beta : {0.f, 1.f}) {
-      Mat C0(c.M, c.N, 2, -7.f, rng);
-      Mat Cf = C0, Cs = C0;
-      gemm(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.v.data(), A.ld, B.v.data(), B.ld, beta, Cf.v.data(), Cf.ld);
-      gemm_scalar(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.v.data(), A.ld, B.v.data(), B.ld, beta, Cs.v.data(),
-                  Cs.ld);
-      std::vector<double> scalar(size_t(c.M * c.N));
-      for (int64_t i = 0; i < c.M; ++i)
-        for (int64_t j = 0; j < c.N; ++j) scalar[i * c.N + j] = Cs.at(i, j);
-      expect_close(c, 1.f, beta, C0, Cf, scalar, absprod, 2.0, "long-stride TN vs gemm_scalar");
+    for (float alpha : {1.f, 0.5f}) {
+      for (float beta : {0.f, 1.f}) {
+        Mat C0(c.M, c.N, 2, -7.f, rng);
+        if (beta == 0.f)
+          for (int64_t i = 0; i < c.M; ++i)
+            for (int64_t j = 0; j < c.N; ++j) C0.at(i, j) = kNaN;
+        Mat Cf = C0, Cs = C0;
+        gemm(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta, Cf.v.data(), Cf.ld);
+        gemm_scalar(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta,
+                    Cs.v.data(), Cs.ld);
+        std::vector<double> scalar(size_t(c.M * c.N));
+        for (int64_t i = 0; i < c.M; ++i)
+          for (int64_t j = 0; j < c.N; ++j) scalar[i * c.N + j] = Cs.at(i, j);
+        expect_close(c, alpha, beta, C0, Cf, scalar, absprod, 2.0, "long-stride TN vs gemm_scalar");
+      }
     }
   }
 }
