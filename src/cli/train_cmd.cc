@@ -180,14 +180,27 @@ void register_train(CLI::App& app, Runner& run) {
   cmd->add_flag("--skip-nonfinite", c.skip_nonfinite, "skip batches whose loss or gradient is not finite");
   auto* resume = cmd->add_option("--resume", o->resume, "continue the run saved in DIR");
 
-  cmd->callback([o, out, epochs, steps, budget, lr, dropout, batch, batch_tok, resume, task, tr, &run] {
+  cmd->callback([cmd, data, o, out, epochs, steps, budget, lr, dropout, batch, batch_tok, resume, task, tr, &run] {
     if (resume->count() == 0 && out->count() == 0) throw CLI::RequiredError("--out");
+    // A resumed run continues exactly as saved: only its length and the thread count may be given
+    // (an option silently ignored would look like it had taken effect).
+    std::string fixed;
+    if (resume->count() > 0)
+      for (CLI::App* group : std::initializer_list<CLI::App*>{cmd, data})
+        for (const CLI::Option* opt : group->get_options())
+          if (opt->count() > 0 && opt != resume && opt != epochs && opt != steps && opt != budget &&
+              opt->get_name() != "--threads" && opt->get_name() != "--help")
+            fixed += (fixed.empty() ? "" : ", ") + opt->get_name();
     if (resume->count() == 0 && task->count() == 0 && tr->count() == 0)
       throw CLI::RequiredError("--task or --train/--valid");
     const bool len_given = epochs->count() + steps->count() + budget->count() > 0;
     const bool lr_given = lr->count() > 0, dropout_given = dropout->count() > 0;
     const bool batch_given = batch->count() + batch_tok->count() > 0;
-    run = [o, len_given, lr_given, dropout_given, batch_given] {
+    run = [o, len_given, lr_given, dropout_given, batch_given, fixed] {
+      if (!fixed.empty())
+        throw std::invalid_argument("--resume continues the run with the settings saved in " + o->resume +
+                                    "/config.json; only --epochs, --max-steps, --time-budget and --threads may be "
+                                    "given with it (got " + fixed + ")");
       apply_threads(o->threads);
       train::TrainConfig c = o->c;
       const bool resuming = !o->resume.empty();

@@ -182,6 +182,23 @@ TEST_F(TrainCliErrors, UnknownTask) {
   EXPECT_FALSE(std::filesystem::exists(*dir_ + "/never"));
 }
 
+// A resumed run keeps its saved settings; an option that would be ignored is refused, by name,
+// and the run directory is left as it was.
+TEST_F(TrainCliErrors, ResumeRefusesOptionsItWouldIgnore) {
+  const std::string run = *dir_ + "/run";
+  const std::string before = tfm::testing::slurp(run + "/config.json");
+  const std::string head = "--resume continues the run with the settings saved in " + run +
+                           "/config.json; only --epochs, --max-steps, --time-budget and --threads may be given "
+                           "with it (got ";
+  expect_error("train --resume " + run + " --lr 0.5", head + "--lr)");
+  expect_error("train --resume " + run + " --max-steps 3 --dropout 0.3 --norm-first --threads 1",
+               head + "--dropout, --norm-first)");
+  expect_error("train --resume " + run + " --task reverse", head + "--task)");
+  expect_error("train --resume " + run + " --out " + *dir_ + "/elsewhere", head + "--out)");
+  EXPECT_EQ(tfm::testing::slurp(run + "/config.json"), before);
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/elsewhere"));
+}
+
 TEST_F(TrainCliErrors, TranslateSourceLongerThanMaxLen) {
   // The tiny model keeps the default max_len 512; line 2 has 600 characters (char-level tokens).
   const std::string err = *dir_ + "/stderr.txt";
