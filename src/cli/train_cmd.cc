@@ -173,14 +173,14 @@ void register_train(CLI::App& app, Runner& run) {
   cmd->add_option("--label-smoothing", c.label_smoothing, "label smoothing")->capture_default_str();
   cmd->add_option("--clip-norm", c.clip_norm, "clip the gradient 2-norm (0 = off)")->capture_default_str();
   cmd->add_option("--seed", c.seed, "seed for data, initialisation and dropout")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "threads (default: all cores; results do not depend on it)");
+  auto* threads = cmd->add_option("--threads", o->threads, "threads (default: all cores; results do not depend on it)");
   auto* batch = cmd->add_option("--batch-size", c.batch.batch_size, "examples per batch (tasks: 256)")->capture_default_str();
   auto* batch_tok = cmd->add_option("--batch-tokens", c.batch.batch_tokens, "padded tokens per batch (overrides --batch-size)");
   cmd->add_option("--eval-every", c.eval_every, "steps between evaluations (default: each epoch, or 10 per run)");
   cmd->add_flag("--skip-nonfinite", c.skip_nonfinite, "skip batches whose loss or gradient is not finite");
   auto* resume = cmd->add_option("--resume", o->resume, "continue the run saved in DIR");
 
-  cmd->callback([cmd, data, o, out, epochs, steps, budget, lr, dropout, batch, batch_tok, resume, task, tr, &run] {
+  cmd->callback([cmd, data, o, out, epochs, steps, budget, threads, lr, dropout, batch, batch_tok, resume, task, tr, &run] {
     if (resume->count() == 0 && out->count() == 0) throw CLI::RequiredError("--out");
     // A resumed run continues exactly as saved: only its length and the thread count may be given
     // (an option silently ignored would look like it had taken effect).
@@ -188,8 +188,7 @@ void register_train(CLI::App& app, Runner& run) {
     if (resume->count() > 0)
       for (CLI::App* group : std::initializer_list<CLI::App*>{cmd, data})
         for (const CLI::Option* opt : group->get_options())
-          if (opt->count() > 0 && opt != resume && opt != epochs && opt != steps && opt != budget &&
-              opt->get_name() != "--threads" && opt->get_name() != "--help")
+          if (opt->count() > 0 && opt != resume && opt != epochs && opt != steps && opt != budget && opt != threads)
             fixed += (fixed.empty() ? "" : ", ") + opt->get_name();
     if (resume->count() == 0 && task->count() == 0 && tr->count() == 0)
       throw CLI::RequiredError("--task or --train/--valid");
