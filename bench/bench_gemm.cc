@@ -6,6 +6,8 @@
 //   onednn_matmul the oneDNN matmul primitive, created once outside the timed loop
 //   tfm_gemm      tfm::kernels::gemm: fixed output panels, one serial dnnl_sgemm per panel inside
 //                 our own `omp parallel for` (deterministic; `mismatch` must be 0)
+//   blocked       the own-GEMM experiment (bench/gemm_blocked.h; deterministic): `twin_mismatch`
+//                 counts elements of its first and last 16 rows that differ bitwise from its scalar twin
 //   panels/MTxNT  gemm_paneled with explicit (mt × nt) panels, to choose gemm_plan() by measurement
 //
 // Shapes (config M: D = 512, F = 2048, T·B = 1024 tokens; and config L's, "L-"), named after their use:
@@ -14,12 +16,13 @@
 //   NN (1024,1536,512), NN (1024,512,2048) input gradients dx = dy·W
 //   TN (512,512,1024), (2048,512,1024), (1536,512,1024), (512,2048,1024) weight gradients dW = dyᵀ·x
 //      (beta = 0: Linear's backward writes a fresh gradient slot; zero_grad empties .grad)
-//   NN/NT (1024, 64..256, 64) small per-head products
+//   NN/NT (1024, 64..256, 64) small per-head products; three "odd" shapes with ragged edges
 // Run: build/bench/bench_gemm --benchmark_min_time=0.2 [--benchmark_filter=...]
 // On a shared machine use --benchmark_repetitions=5 and read the best repetition.
 // To add a backend: write a `run_<name>` with the Shape signature and register it in main().
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -34,6 +37,7 @@
 #include <cblas.h>
 #endif
 
+#include "gemm_blocked.h"
 #include "kernels/gemm_backend.h"
 #include "kernels/kernels.h"
 
@@ -61,6 +65,9 @@ const Shape kShapes[] = {
     {false, false, 2048, 1024, 256, 0.f, "L-dx"}, {true, false, 768, 256, 2048, 0.f, "L-dW"},
     {true, false, 256, 256, 2048, 0.f, "L-dW"},   {true, false, 1024, 256, 2048, 0.f, "L-dW"},
     {true, false, 256, 1024, 2048, 0.f, "L-dW"},
+    // ragged edges in every dimension (not multiples of any tile or block size)
+    {false, true, 1001, 999, 700, 0.f, "odd"},    {true, false, 999, 1001, 1300, 0.f, "odd"},
+    {false, false, 1001, 999, 700, 0.f, "odd"},
 };
 
 // Row-major operands for a shape: A (M,K) or (K,M), B (K,N) or (N,K), C (M,N), minimal strides.
@@ -86,13 +93,24 @@ using Runner = std::function<void(const Shape&, Operands&)>;
 
 // Times `run` on shape s with `threads` OpenMP threads. If check_determinism, also counts the
 // elements of C (beta = 0) that differ bitwise from the same backend's 1-thread result.
+// check (optional) returns how many elements of C, just computed by run with beta = 0, differ from
+// the backend's own specification; reported as `twin_mismatch`.
+using Checker = std::function<int64_t(const Shape&, const Operands&)>;
+
 void bench(benchmark::State& state, const Shape& s, int threads, const Runner& run,
-           bool check_determinism) {
+           bool check_determinism, const Checker& check = nullptr) {
   omp_set_num_threads(threads);
 #ifdef TFM_BENCH_OPENBLAS
   openblas_set_num_threads(threads);
 #endif
   Operands op(s);
+  if (check) {
+    Shape s0 = s;
+    s0.beta = 0.f;
+    Operands fresh(s0);
+    run(s0, fresh);
+    state.counters["twin_mismatch"] = double(check(s0, fresh));
+  }
   for (auto _ : state) {
     run(s, op);
     benchmark::DoNotOptimize(op.C.data());
@@ -123,6 +141,27 @@ void run_onednn_sgemm(const Shape& s, Operands& o) {
 void run_tfm_gemm(const Shape& s, Operands& o) {
   tfm::kernels::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.f, o.A.data(), o.lda, o.B.data(), o.ldb, s.beta,
                      o.C.data(), o.ldc);
+}
+
+void run_blocked(const Shape& s, Operands& o) {
+  tfm_bench::blocked::gemm_blocked(s.ta, s.tb, s.M, s.N, s.K, 1.f, o.A.data(), o.lda, o.B.data(),
+                                   o.ldb, s.beta, o.C.data(), o.ldc);
+}
+
+// The first and last 16 rows of C (edge tiles included) against gemm_blocked_scalar, bitwise.
+int64_t check_blocked(const Shape& s, const Operands& o) {
+  int64_t mismatch = 0;
+  std::vector<float> ref(static_cast<size_t>(16 * s.N));
+  for (int64_t i0 : {int64_t(0), std::max<int64_t>(0, s.M - 16)}) {
+    const int64_t rows = std::min<int64_t>(16, s.M - i0);
+    const float* a = s.ta ? o.A.data() + i0 : o.A.data() + i0 * o.lda;
+    tfm_bench::blocked::gemm_blocked_scalar(s.ta, s.tb, rows, s.N, s.K, 1.f, a, o.lda, o.B.data(),
+                                            o.ldb, 0.f, ref.data(), s.N);
+    for (int64_t i = 0; i < rows; ++i)
+      mismatch += std::memcmp(ref.data() + i * s.N, o.C.data() + (i0 + i) * o.ldc,
+                              sizeof(float) * static_cast<size_t>(s.N)) != 0;
+  }
+  return mismatch;
 }
 
 #ifdef TFM_BENCH_OPENBLAS
@@ -170,10 +209,10 @@ int main(int argc, char** argv) {
     // Threaded runs: GFLOP/s against wall time (the main thread's CPU time over-reports runs whose
     // main thread sleeps at a barrier). 1-thread runs: against that thread's CPU time, which equals
     // wall time on an idle machine and stays meaningful on a loaded one (preemption not counted).
-    auto add = [threads](const std::string& name, const Shape& s, Runner run) {
+    auto add = [threads](const std::string& name, const Shape& s, Runner run, Checker check = nullptr) {
       auto* b = benchmark::RegisterBenchmark(
           (name + "/threads:" + std::to_string(threads)).c_str(),
-          [=](benchmark::State& st) { bench(st, s, threads, run, true); });
+          [=](benchmark::State& st) { bench(st, s, threads, run, true, check); });
       if (threads > 1) b->UseRealTime();
     };
     for (const Shape& s : kShapes) {
@@ -190,6 +229,7 @@ int main(int argc, char** argv) {
             (*prim)(sp, o);
           });
       add("tfm_gemm/" + sh, s, run_tfm_gemm);
+      if (__builtin_cpu_supports("avx512f")) add("blocked/" + sh, s, run_blocked, check_blocked);
       // Candidate plans for gemm_plan(): row panels, a 2-D tile, column panels.
       for (auto [mt, nt] : {std::pair<int64_t, int64_t>{128, 0}, {256, 0}, {512, 0}, {256, 512},
                             {0, 256}}) {
