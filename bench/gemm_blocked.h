@@ -7,10 +7,12 @@
 // threads) keep that edge? oneDNN's sgemm splits K between threads (bits change with the thread
 // count), so tfm runs one single-threaded oneDNN call per output panel, and each call packs all of
 // op(B) again: at 2 threads B is packed twice. Here the threads pack each B block once, together.
-// Measured so far (bench/RESULTS.md, "Own GEMM experiment"): on a machine with a 235 GFLOP/s peak,
-// equal to tfm_gemm within the noise per shape, and a config-M training step 3–7% slower with it;
-// so the library keeps oneDNN. Re-run `bench_gemm --benchmark_filter='(blocked|tfm_gemm)/'` on a
-// machine with full-width AVX-512 FMA before deciding otherwise.
+// Measured so far (bench/RESULTS.md, "Own GEMM experiment", a Zen 4 with a 235 GFLOP/s peak): slower
+// than tfm_gemm on 22 of 28 shapes at 2 threads (median −5%; −17 to −25% on 256- and 512-row outputs,
+// whose row tiles split unevenly between the threads), and a config-M training step 2–8% slower
+// with it; so the library keeps oneDNN. Re-run `bench_gemm --benchmark_filter='(blocked|tfm_gemm)/'`
+// on a machine with full-width AVX-512 FMA (where oneDNN reached only 64–77% of peak) before deciding
+// otherwise.
 //
 // The algorithm (Goto / BLIS blocking, row-major C, broadcasting A):
 //   for each column block jc of C (kNC columns):
