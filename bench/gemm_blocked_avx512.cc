@@ -12,46 +12,20 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include "gemm_blocked.h"
+#include "kernels/common_avx512.h"
 #include "kernels/transpose_avx512.h"
 
 namespace tfm_bench::blocked {
 namespace {
 
+using tfm::kernels::avx512::first_n;
+using tfm::kernels::avx512::Scratch;  // grow-only aligned scratch: no allocation in the steady state
 using tfm::kernels::avx512::transpose_block;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The first n lanes (n clamped to [0, 16]).
-__mmask16 lanes(int64_t n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xFFFFu : n <= 0 ? 0u : (1u << n) - 1u);
-}
-
-// A 64-byte aligned float buffer that only grows: no allocation in the steady state.
-class AlignedFloats {
- public:
-  AlignedFloats() = default;
-  AlignedFloats(const AlignedFloats&) = delete;
-  AlignedFloats& operator=(const AlignedFloats&) = delete;
-  ~AlignedFloats() { std::free(p_); }
-  float* get(int64_t n) {
-    if (n > n_) {
-      std::free(p_);
-      p_ = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(ceil_div(n, 16) * 64)));
-      n_ = p_ == nullptr ? 0 : n;
-      if (p_ == nullptr) throw std::bad_alloc();
-    }
-    return p_;
-  }
-
- private:
-  float* p_ = nullptr;
-  int64_t n_ = 0;
-};
 
 // ---- packing ------------------------------------------------------------------------------------
 // One B sliver: op(B)(k, j) for k in [p, p+kc), j in [j0, j0+nr), nr ≤ kNR, stored k-major with
@@ -63,7 +37,7 @@ void pack_b_sliver(bool trans_b, const float* B, int64_t ldb, int64_t p, int64_t
     transpose_block(B + j0 * ldb + p, ldb, nr, kc, dst, kNR);
     return;
   }
-  const __mmask16 m0 = lanes(nr), m1 = lanes(nr - 16);  // op(B)(k, j) = B[k·ldb + j]: row pieces
+  const __mmask16 m0 = first_n(nr), m1 = first_n(nr - 16);  // op(B)(k, j) = B[k·ldb + j]: row pieces
   const float* src = B + p * ldb + j0;
   for (int64_t k = 0; k < kc; ++k, src += ldb, dst += kNR) {
     _mm512_store_ps(dst, _mm512_maskz_loadu_ps(m0, src));
@@ -87,12 +61,12 @@ void pack_a_block(bool trans_a, const float* A, int64_t lda, int64_t i0, int64_t
   }
   // op(A)(i, k) = A[k·lda + i]: row k of A holds the block's mc values contiguously; each sliver
   // takes kMR of them (a masked 16-lane load, stored as kMR lanes; missing rows load as zero).
-  const __mmask16 store = lanes(kMR);
+  const __mmask16 store = first_n(kMR);
   for (int64_t k = 0; k < kc; ++k) {
     const float* src = A + (p + k) * lda + i0;
     for (int64_t q = 0; q < slivers; ++q)
       _mm512_mask_storeu_ps(dst + q * kc * kMR + k * kMR, store,
-                            _mm512_maskz_loadu_ps(lanes(std::min(kMR, mc - q * kMR)), src + q * kMR));
+                            _mm512_maskz_loadu_ps(first_n(std::min(kMR, mc - q * kMR)), src + q * kMR));
   }
 }
 
@@ -122,7 +96,7 @@ void micro_tile(int64_t kc, const float* __restrict a, const float* __restrict b
     }
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  const __mmask16 m0 = lanes(nr), m1 = lanes(nr - 16);
+  const __mmask16 m0 = first_n(nr), m1 = first_n(nr - 16);
 #pragma GCC unroll 14
   for (int i = 0; i < kMR; ++i) {
     if (i >= mr) break;
@@ -145,17 +119,17 @@ void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   // The packed B block, double-buffered so one barrier per block suffices: a thread packing block
   // s+2 into buffer s&1 has passed the barrier after block s+1's packing, which every thread reaches
   // only after it finished computing with block s. Owned by the calling thread, shared by the team.
-  thread_local AlignedFloats b_buffer;
+  thread_local Scratch b_buffer;
   const int64_t kc_max = std::min(K, kKC), nc_max = ceil_div(std::min(N, kNC), kNR) * kNR;
-  float* const b_blocks = b_buffer.get(2 * kc_max * nc_max);
+  float* const b_blocks = b_buffer.get(static_cast<size_t>(2 * kc_max * nc_max));
   const int64_t tiles = ceil_div(M, kMR);
   const int threads = omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), tiles));
 
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
-    thread_local AlignedFloats a_buffer;
-    float* const a_block = a_buffer.get(kMC * kc_max);
+    thread_local Scratch a_buffer;
+    float* const a_block = a_buffer.get(static_cast<size_t>(kMC * kc_max));
     int64_t step = 0;
     for (int64_t jc = 0; jc < N; jc += kNC) {
       const int64_t nc = std::min(kNC, N - jc), slivers = ceil_div(nc, kNR);

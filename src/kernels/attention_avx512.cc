@@ -45,6 +45,7 @@
 #include <new>
 
 #include "kernels/attention_scalar.h"
+#include "kernels/common_avx512.h"
 #include "kernels/dropout_hash_avx512.h"
 #include "kernels/kernels.h"
 #include "kernels/transpose_avx512.h"
@@ -56,25 +57,9 @@ constexpr int64_t kBc = 64;  // keys per tile (4 zmm of scores)
 constexpr int64_t kBr = 64;  // queries per tile in the backward (the forward uses 16·NVQ ≤ 64)
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// ---- thread-local scratch -------------------------------------------------------------------------
-// Grows once to the largest size a thread has needed; 64-byte aligned.
-struct Scratch {
-  float* data = nullptr;
-  size_t cap = 0;
-  Scratch() = default;
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { std::free(data); }
-  float* get(size_t n) {
-    if (n > cap) {
-      std::free(data);
-      cap = (n + 1023) & ~size_t(1023);
-      data = static_cast<float*>(std::aligned_alloc(64, cap * sizeof(float)));
-      if (data == nullptr) throw std::bad_alloc();
-    }
-    return data;
-  }
-};
+// ---- thread-local scratch (avx512::Scratch: 64-byte aligned, grows once) -------------------------
+using avx512::first_n;
+using avx512::Scratch;
 thread_local Scratch tl_scratch;   // per-tile buffers of the thread running the tile
 thread_local Scratch tl_packed;    // the calling thread's packed operands, shared by all its workers
 
@@ -122,10 +107,6 @@ struct Dropout {
     return avx512::DropoutMask16::strided(seed, p, stride);
   }
 };
-
-inline __mmask16 first_n(int64_t n) {  // lanes [0, n) for n in [0, 16]
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
-}
 
 // ---- the micro-kernel -----------------------------------------------------------------------------
 // C(MR, NV·16) (+)= Σ_kk A(r, kk) · B(kk, :) with A(r, kk) = A[r·a_rs + kk·a_ks] (broadcast) and

@@ -20,6 +20,7 @@
 
 #include <cmath>
 
+#include "kernels/common_avx512.h"
 #include "kernels/dropout_hash_avx512.h"
 #include "kernels/rowwise.h"
 #include "kernels/transpose_avx512.h"
@@ -27,9 +28,6 @@
 namespace tfm::kernels::avx512 {
 namespace {
 
-inline __mmask16 tail_mask(int64_t rem) {
-  return rem >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << rem) - 1u);
-}
 inline __m512d lo_pd(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
 inline __m512d hi_pd(__m512 v) {
   return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
@@ -46,7 +44,7 @@ inline __m512 join_ps(__m512d lo, __m512d hi) {
 static void row_moments(const float* xr, int64_t D, float eps, double& mu_out, double& r_out) {
   __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
   for (int64_t d = 0; d < D; d += 16) {
-    const __m512 v = _mm512_maskz_loadu_ps(tail_mask(D - d), xr + d);  // masked lanes read 0
+    const __m512 v = _mm512_maskz_loadu_ps(first_n(D - d), xr + d);  // masked lanes read 0
     s0 = _mm512_add_pd(s0, lo_pd(v));
     s1 = _mm512_add_pd(s1, hi_pd(v));
   }
@@ -55,10 +53,10 @@ static void row_moments(const float* xr, int64_t D, float eps, double& mu_out, d
   __m512d q0 = _mm512_setzero_pd(), q1 = _mm512_setzero_pd();
   for (int64_t d = 0; d < D; d += 16) {
     const int64_t rem = D - d;
-    const __m512 v = _mm512_maskz_loadu_ps(tail_mask(rem), xr + d);
+    const __m512 v = _mm512_maskz_loadu_ps(first_n(rem), xr + d);
     // Masked-off lanes hold 0 − μ: zero them so they add nothing.
-    const __mmask8 k0 = static_cast<__mmask8>(tail_mask(rem) & 0xFF);
-    const __mmask8 k1 = static_cast<__mmask8>(tail_mask(rem) >> 8);
+    const __mmask8 k0 = static_cast<__mmask8>(first_n(rem) & 0xFF);
+    const __mmask8 k1 = static_cast<__mmask8>(first_n(rem) >> 8);
     const __m512d c0 = _mm512_maskz_sub_pd(k0, lo_pd(v), vmu);
     const __m512d c1 = _mm512_maskz_sub_pd(k1, hi_pd(v), vmu);
     q0 = _mm512_fmadd_pd(c0, c0, q0);
@@ -79,7 +77,7 @@ void layer_norm_forward(const float* x, const float* w, const float* b, float* y
     row_moments(xr, D, eps, mu, r);
     const __m512d vmu = _mm512_set1_pd(mu), vr = _mm512_set1_pd(r);
     for (int64_t d = 0; d < D; d += 16) {
-      const __mmask16 k = tail_mask(D - d);
+      const __mmask16 k = first_n(D - d);
       const __m512 v = _mm512_maskz_loadu_ps(k, xr + d);
       const __m512 wv = _mm512_maskz_loadu_ps(k, w + d);
       const __m512 bv = b ? _mm512_maskz_loadu_ps(k, b + d) : _mm512_setzero_ps();
@@ -107,7 +105,7 @@ void layer_norm_backward(const float* dy, const float* x, const float* w, float*
     __m512d g0 = _mm512_setzero_pd(), g1 = _mm512_setzero_pd();
     __m512d gx0 = _mm512_setzero_pd(), gx1 = _mm512_setzero_pd();
     for (int64_t d = 0; d < D; d += 16) {
-      const __mmask16 k = tail_mask(D - d);
+      const __mmask16 k = first_n(D - d);
       const __m512 xv = _mm512_maskz_loadu_ps(k, xr + d);
       const __m512 dv = _mm512_maskz_loadu_ps(k, dyr + d);  // masked lanes: dy = 0 → g = 0
       const __m512 wv = _mm512_maskz_loadu_ps(k, w + d);
@@ -129,7 +127,7 @@ void layer_norm_backward(const float* dy, const float* x, const float* w, float*
     const double mgx = _mm512_reduce_add_pd(_mm512_add_pd(gx0, gx1)) / static_cast<double>(D);
     const __m512d vmg = _mm512_set1_pd(mg), vmgx = _mm512_set1_pd(mgx);
     for (int64_t d = 0; d < D; d += 16) {
-      const __mmask16 k = tail_mask(D - d);
+      const __mmask16 k = first_n(D - d);
       const __m512 xv = _mm512_maskz_loadu_ps(k, xr + d);
       const __m512 dv = _mm512_maskz_loadu_ps(k, dyr + d);
       const __m512 wv = _mm512_maskz_loadu_ps(k, w + d);
@@ -154,7 +152,7 @@ bool bias_activation_forward(ActivationKind k, const float* x, const float* bias
     const float* xr = x + n * F;
     float* yr = y + n * F;
     for (int64_t f = 0; f < F; f += 16) {
-      const __mmask16 m = tail_mask(F - f);
+      const __mmask16 m = first_n(F - f);
       __m512 v = _mm512_maskz_loadu_ps(m, xr + f);
       if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + f));
       _mm512_mask_storeu_ps(yr + f, m, _mm512_max_ps(v, zero));
@@ -170,7 +168,7 @@ bool activation_backward(ActivationKind k, const float* dy, const float* x, floa
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
   const int64_t n = N * F;
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
+    const __mmask16 m = first_n(n - i);
     const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
     const __m512 g = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(xv, zero, _CMP_GT_OQ), one);
     _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i), g));
@@ -181,7 +179,7 @@ bool activation_backward(ActivationKind k, const float* dy, const float* x, floa
 // ---- element-wise -----------------------------------------------------------------------------------
 void add_forward(const float* a, const float* b, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
+    const __mmask16 m = first_n(n - i);
     _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
   }
 }
@@ -194,7 +192,7 @@ static void dropout_body(const float* a, const float* x, float* y, int64_t n, fl
   const __m512 scale = _mm512_set1_ps(1.0f / (1.0f - p));
   DropoutMask16 drop_mask = DropoutMask16::strided(seed, p, 1);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
+    const __mmask16 m = first_n(n - i);
     const __mmask16 keep = drop_mask.keep(offset + static_cast<uint64_t>(i));
     const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
     __m512 out = _mm512_maskz_mul_ps(keep, v, scale);
@@ -221,7 +219,7 @@ void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int6
     float* yr = y + n * F;
     const uint64_t row = drop.offset + static_cast<uint64_t>(n * F);
     for (int64_t f = 0; f < F; f += 16) {
-      const __mmask16 m = tail_mask(F - f);
+      const __mmask16 m = first_n(F - f);
       __m512 v = _mm512_maskz_loadu_ps(m, xr + f);
       if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + f));
       const __mmask16 keep = drop_mask.keep(row + static_cast<uint64_t>(f));
@@ -234,7 +232,7 @@ void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int6
 void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n, float p) {
   const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(1.0f / (1.0f - p));
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
+    const __mmask16 m = first_n(n - i);
     const __mmask16 open = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, y + i), zero, _CMP_GT_OQ);
     _mm512_mask_storeu_ps(dx + i, m, _mm512_maskz_mul_ps(open, _mm512_maskz_loadu_ps(m, dy + i), scale));
   }
@@ -266,7 +264,7 @@ static void bias_grad_strip(const float* dy, int64_t ld, float* db, int64_t N, _
 void bias_grad(const float* dy, int64_t ld, float* db, int64_t N, int64_t F) {
   int64_t f = 0;
   for (; f + 256 <= F; f += 256) bias_grad_strip<16>(dy + f, ld, db + f, N, 0xFFFF);
-  for (; f < F; f += 16) bias_grad_strip<1>(dy + f, ld, db + f, N, tail_mask(F - f));
+  for (; f < F; f += 16) bias_grad_strip<1>(dy + f, ld, db + f, N, first_n(F - f));
 }
 
 // float32 → bfloat16, round to nearest even, as the scalar kernels::float_to_bf16: on the bits u,
@@ -278,7 +276,7 @@ void float_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
   const __m512i bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask(n - i);
+    const __mmask16 m = first_n(n - i);
     const __m512i u = _mm512_maskz_loadu_epi32(m, src + i);
     const __m512i hi = _mm512_srli_epi32(u, 16);
     const __m512i rounded = _mm512_srli_epi32(
