@@ -110,8 +110,9 @@ TEST(SteadyState, TrainingStepDoesNotFaultPagesIn) {
     // Caches and heap reach their working size. glibc's free lists take a while to settle into the
     // pattern of a step's allocations (oneDNN's per-call packing buffers between the autograd's small
     // objects): on a Zen 4 at one thread, 40 steps after 8 of warm-up faulted "406 0 718 0 395 0 166 32
-    // 0 6 321 0 0 207 0 0 0 0 0 0 499 124 0 …" and then never again (the same binary started with a
-    // different argument list: a few steps of 60–150 up to the 25th, then none). So 32 of warm-up.
+    // 0 6 321 0 0 207 0 0 0 0 0 0 499 124 0 …" and none after the 30th step overall (the same binary
+    // started with a different argument list: five steps of 60–150 between the 18th and the 33rd, then
+    // none). So 32 of warm-up; the median of 9 absorbs a straggler or two.
     for (int i = 0; i < 32; ++i) step();
     std::string all;
     EXPECT_LE(median_faults_per_call(9, step, &all), kFaultsPerStep)
