@@ -8,6 +8,10 @@
 //                 our own `omp parallel for` (deterministic; `mismatch` must be 0)
 //   blocked       the own-GEMM experiment (bench/gemm_blocked.h; deterministic): `twin_mismatch`
 //                 counts elements of its first and last 16 rows that differ bitwise from its scalar twin
+//   prepacked     NT only: tfm::kernels::gemm_packed, the oneDNN matmul primitive (brgemm) on W packed
+//                 once, as InferenceMode runs a Linear (deterministic)
+//   repacked      the same with W packed again on every call, as a training step would need it
+//                 (its weights change every step): is the packed kernel worth its packing?
 //   panels/MTxNT  gemm_paneled with explicit (mt × nt) panels, to choose gemm_plan() by measurement
 //
 // Shapes (config M: D = 512, F = 2048, T·B = 1024 tokens; and config L's, "L-"), named after their use:
@@ -39,6 +43,7 @@
 
 #include "gemm_blocked.h"
 #include "kernels/gemm_backend.h"
+#include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -74,6 +79,7 @@ const Shape kShapes[] = {
 struct Operands {
   std::vector<float> A, B, C;
   int64_t lda, ldb, ldc;
+  std::shared_ptr<const tfm::kernels::PackedWeight> packed;  // B packed (prepacked/repacked rows)
   explicit Operands(const Shape& s) {
     lda = s.ta ? s.M : s.K;
     ldb = s.tb ? s.K : s.N;
@@ -138,6 +144,24 @@ void run_onednn_sgemm(const Shape& s, Operands& o) {
 void run_tfm_gemm(const Shape& s, Operands& o) {
   tfm::kernels::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.f, o.A.data(), o.lda, o.B.data(), o.ldb, s.beta,
                      o.C.data(), o.ldc);
+}
+
+// Linear's forward y = x·Wᵀ on the oneDNN matmul primitive with W reordered into its blocked
+// layout (kernels::gemm_packed, fixed row panels). prepacked: W packed once, as InferenceMode does;
+// repacked: W packed again on every call, as a training step would have to (its weights change
+// every step). NT products with beta 0 only.
+const tfm::kernels::PackedWeight& pack_nt(const Shape& s, Operands& o, bool again) {
+  if (!o.packed || again)
+    o.packed = tfm::kernels::pack_weight(o.B.data(), s.N, s.K, o.ldb, tfm::kernels::MatmulPrecision::MATMUL_F32);
+  return *o.packed;
+}
+
+void run_prepacked(const Shape& s, Operands& o) {
+  tfm::kernels::gemm_packed(s.M, o.A.data(), o.lda, pack_nt(s, o, false), nullptr, o.C.data(), o.ldc);
+}
+
+void run_repacked(const Shape& s, Operands& o) {
+  tfm::kernels::gemm_packed(s.M, o.A.data(), o.lda, pack_nt(s, o, true), nullptr, o.C.data(), o.ldc);
 }
 
 void run_blocked(const Shape& s, Operands& o) {
@@ -226,6 +250,10 @@ int main(int argc, char** argv) {
             (*prim)(sp, o);
           });
       add("tfm_gemm/" + sh, s, run_tfm_gemm);
+      if (!s.ta && s.tb && s.beta == 0.f) {
+        add("prepacked/" + sh, s, run_prepacked);
+        add("repacked/" + sh, s, run_repacked);
+      }
       if (__builtin_cpu_supports("avx512f")) add("blocked/" + sh, s, run_blocked, check_blocked);
       // Candidate plans for gemm_plan(): row panels, a 2-D tile, column panels.
       for (auto [mt, nt] : {std::pair<int64_t, int64_t>{128, 0}, {256, 0}, {512, 0}, {256, 512},
