@@ -1,14 +1,14 @@
 // src/cli/eval_cmd.cc — `tfm eval`: decode a task's fresh test sequences or a TSV file with a trained
 // model and print token accuracy, sequence accuracy and token error rate (or one JSON object).
 #include <cstdio>
-#include <map>
 
 #include "cli/commands.h"
 #include "tfm/data/tasks.h"
 #include "tfm/data/tsv.h"
 #include "tfm/inference.h"
+#include "tfm/models/model_dir.h"
+#include "tfm/train/evaluate.h"
 #include "tfm/train/trainer.h"
-#include "quote.h"
 
 namespace tfm::cli {
 
@@ -32,7 +32,7 @@ void register_eval(CLI::App& app, Runner& run) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory")->required();
   auto* g = cmd->add_option_group("data", "a built-in task or a TSV file");
-  g->add_option("--task", o->task, "built-in task (fresh test sequences)");
+  g->add_option("--task", o->task, "built-in task (fresh test sequences): " + enum_choices<data::Task>(" | "));
   g->add_option("--data", o->data, "TSV pairs, one 'source<TAB>target' a line");
   g->require_option(1);
   cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
@@ -49,37 +49,24 @@ void register_eval(CLI::App& app, Runner& run) {
       const InferenceMode scope(parse_precision(o->dtype));  // weights packed once for all batches
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
-      const train::LoadedModel m = train::load_model_dir(o->model);
-      std::vector<train::Tokens> sources;
-      std::vector<std::vector<train::Tokens>> refs;
+      const TrainedModel m = load_model_dir(o->model);
+      train::EvalSet set;
       if (!o->task.empty()) {
-        if (!data::is_task(o->task)) throw std::invalid_argument("unknown task " + quote_name(o->task) + " (reverse, copy, sort)");
+        const data::Task task = enum_from_name<data::Task>(o->task);
         if (m.src_vocab.tokens() != data::task_vocab().tokens())
           throw std::invalid_argument(o->model + " was not trained on a built-in task (its vocabulary differs)");
-        const uint64_t s = seed_given ? o->seed : m.train.seed;
-        const data::Vocab v = data::task_vocab();
-        for (const auto& e : data::make_task_set(o->task, s, data::Split::TEST, o->count)) {
-          train::Tokens src, tgt;
-          for (int32_t t : e.src) src.push_back(v.token(t));
-          for (int32_t t : e.tgt) tgt.push_back(v.token(t));
-          sources.push_back(src);
-          refs.push_back({tgt});
-        }
+        const uint64_t s = seed_given ? o->seed : train::load_train_config(o->model).seed;
+        set = train::task_eval_set(task, s, data::Split::TEST, o->count);
       } else {
         data::TsvOptions opt;
         opt.src_tokens = m.src_tokens;
         opt.tgt_tokens = m.tgt_tokens;
-        opt.max_tokens = m.train.max_tokens;
+        opt.max_tokens = train::load_train_config(o->model).max_tokens;
         const data::TsvData d = data::read_tsv(o->data, opt);
         if (!d.problems.empty()) std::fprintf(stderr, "%s\n", d.summary().c_str());
-        std::map<train::Tokens, size_t> where;  // source → its example, first-appearance order
-        for (const auto& p : d.pairs) {
-          auto [it, fresh] = where.emplace(p.src, sources.size());
-          if (fresh) sources.push_back(p.src), refs.emplace_back();
-          refs[it->second].push_back(p.tgt);
-        }
+        set = train::tsv_eval_set(d);
       }
-      const train::Metrics r = train::evaluate_examples(m, sources, refs, o->beam, o->batch_size);
+      const train::Metrics r = train::evaluate(m, set, o->beam, o->batch_size);
       if (o->json) {
         std::printf("%s\n", r.to_json().c_str());
       } else {

@@ -8,19 +8,13 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "tfm/train/config.h"
 #include "tfm/train/trainer.h"
 
 namespace tfm::cli {
 namespace {
 
-// Built-in task defaults, measured on `tfm train --task reverse --arch encoder` (d_model 64, 2 layers,
-// 4 heads, FFN 256). Steps cost mostly fixed overhead at this size, so batch 256 learns about twice
-// as fast per second as 128. With lr 2e-3, 100 warmup steps and cosine decay over 1600 steps,
-// validation sequence accuracy reached 100% by step 1200-1400 (seeds 1 and 2; 95.7% after 1000 steps
-// at lr 3e-3, too tight), about 40 ms a step on one core. Dropout only slows this noiseless task.
-constexpr int64_t kTaskSteps = 1600;
-constexpr int64_t kTaskBatch = 256;
-constexpr float kTaskLr = 2e-3f;
+using train::TrainConfig;
 
 std::atomic<int> g_signal{0};
 
@@ -103,6 +97,53 @@ class ProgressPrinter {
   double last_plain_ = -1e9;
 };
 
+
+// Each option sets one field of the TrainConfig by its key (train::set_field), on TrainConfig{} or,
+// with --task, on the task's preset: the defaults shown in --help are the library's, and an option
+// not given leaves the library's value. Boolean fields are a flag and its negation.
+struct FieldOption {
+  CLI::Option* option = nullptr;
+  std::vector<std::string> keys;  // fields it sets (--layers sets both layer counts)
+  std::string text;               // the value given (options)
+  bool is_flag = false, on = false;  // flags: --x sets on, --no-x clears it
+};
+
+class Options {
+ public:
+  explicit Options(CLI::App* cmd) : cmd_(cmd) {}
+  CLI::Option* value(const std::string& name, std::vector<std::string> keys, const std::string& help) {
+    auto& f = add(keys);
+    const std::string def = field_text(TrainConfig{}, keys.front());
+    f.option = cmd_->add_option(name, f.text, help);
+    if (!def.empty()) f.option->default_str(def);
+    return f.option;
+  }
+  // "--norm-first" and "--no-norm-first".
+  CLI::Option* flag(const std::string& name, const std::string& key, const std::string& help) {
+    auto& f = add({key});
+    f.is_flag = true;
+    const bool def = field_text(TrainConfig{}, key) == "true";
+    f.option = cmd_->add_flag("--" + name + ",!--no-" + name, f.on, help + (def ? " (default: on)" : " (default: off)"));
+    return f.option;
+  }
+  // Applies every option that was given to `c`.
+  void apply(TrainConfig& c) const {
+    for (const auto& f : fields_)
+      if (f->option->count() > 0)
+        for (const auto& k : f->keys) set_field(c, k, f->is_flag ? (f->on ? "true" : "false") : f->text);
+  }
+  const std::vector<std::unique_ptr<FieldOption>>& fields() const { return fields_; }
+
+ private:
+  FieldOption& add(std::vector<std::string> keys) {
+    fields_.push_back(std::make_unique<FieldOption>());
+    fields_.back()->keys = std::move(keys);
+    return *fields_.back();
+  }
+  CLI::App* cmd_;
+  std::vector<std::unique_ptr<FieldOption>> fields_;
+};
+
 }  // namespace
 
 void register_train(CLI::App& app, Runner& run) {
@@ -112,115 +153,95 @@ void register_train(CLI::App& app, Runner& run) {
       "  tfm train --task reverse --arch encoder --out runs/reverse\n"
       "  tfm train --train pairs.tsv --valid dev.tsv --arch seq2seq --epochs 20 --out runs/mt\n"
       "  tfm train --resume runs/mt            (continue an interrupted run exactly)\n"
-      "Defaults for TSV data: 10 epochs, --lr 1e-3, --dropout 0.1, --batch-size 128. For the built-in\n"
-      "tasks: 1600 steps, --lr 2e-3, --dropout 0, --batch-size 256 (reverse: 100% by step ~1300).\n"
+      "The defaults shown are for TSV data. --task starts from the task's preset instead (train::task_preset:\n"
+      "1600 steps, --lr 2e-3, --dropout 0, --batch-size 256; reverse: 100% by step ~1300); options given\n"
+      "still apply. --epochs, --max-steps and --time-budget replace the run's length together.\n"
       "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and prints how to resume.");
-  struct Opts {
-    train::TrainConfig c;
-    std::string arch = "encoder";
-    int64_t layers = 2, enc_layers = -1, dec_layers = -1;
-    std::string resume;
-    int threads = 0;
-  };
-  auto o = std::make_shared<Opts>();
-  train::TrainConfig& c = o->c;
-  ModelConfig& m = c.model;
-  // Defaults chosen so that `tfm train --task reverse --arch encoder` reaches ≥ 99% sequence accuracy
-  // in well under 3 minutes on 2 cores (measured; see the report in the commit history).
-  m.d_model = 64;
-  m.nhead = 4;
-  m.dim_feedforward = 256;
-  m.dropout = 0.1f;
-  c.lr = 1e-3f;
-  c.warmup = 100;
-  c.clip_norm = 1.0f;
-  c.batch.batch_size = 128;
-
-  auto* data = cmd->add_option_group("data", "a built-in task or a pair of TSV files");
-  auto* task = data->add_option("--task", c.task, "built-in task: reverse | copy | sort");
-  auto* tr = data->add_option("--train", c.train_path, "training pairs, one 'source<TAB>target' a line");
-  auto* va = data->add_option("--valid", c.valid_path, "validation pairs (same format)");
+  auto opts = std::make_shared<Options>(cmd);
+  Options& o = *opts;
+  auto* data_group = cmd->add_option_group("data", "a built-in task or a pair of TSV files");
+  auto task_text = std::make_shared<std::string>();
+  auto* task = data_group->add_option("--task", *task_text, "built-in task: " + enum_choices<data::Task>(" | "));
+  auto* tr = o.value("--train", {"train_path"}, "training pairs, one 'source<TAB>target' a line");
+  auto* va = o.value("--valid", {"valid_path"}, "validation pairs (same format)");
   tr->needs(va);
   va->needs(tr);
   task->excludes(tr);
-  cmd->add_option("--src-tokens", c.src_tokens, "source tokenization: char | space")->capture_default_str();
-  cmd->add_option("--tgt-tokens", c.tgt_tokens, "target tokenization: char | space")->capture_default_str();
-  cmd->add_flag("--strict", c.strict, "a blank, malformed or over-long line is an error (default: skip and count)");
-  cmd->add_option("--max-tokens", c.max_tokens, "longest accepted TSV side, in tokens")->capture_default_str();
-  cmd->add_option("--task-train-size", c.task_train_size, "task examples per epoch (fresh each epoch)")->capture_default_str();
-  cmd->add_option("--arch", o->arch, "encoder | seq2seq")->capture_default_str();
-  auto* out = cmd->add_option("--out", c.out_dir, "output directory");
-  cmd->add_option("--d-model", m.d_model, "model width")->capture_default_str();
-  cmd->add_option("--nhead", m.nhead, "attention heads")->capture_default_str();
-  cmd->add_option("--layers", o->layers, "encoder and decoder layers")->capture_default_str();
-  cmd->add_option("--encoder-layers", o->enc_layers, "encoder layers (default --layers)");
-  cmd->add_option("--decoder-layers", o->dec_layers, "decoder layers (default --layers)");
-  cmd->add_option("--dim-feedforward", m.dim_feedforward, "feed-forward width")->capture_default_str();
-  auto* dropout = cmd->add_option("--dropout", m.dropout, "dropout probability (tasks: 0)")->capture_default_str();
-  cmd->add_option("--activation", m.activation, "relu | gelu | gelu_tanh | glu | geglu | swiglu")->capture_default_str();
-  cmd->add_flag("--norm-first", m.norm_first, "pre-norm layers (LayerNorm before attention / FFN)");
-  cmd->add_flag("--tie-embeddings", m.tie_embeddings, "seq2seq: share target embedding and output projection");
-  auto* epochs = cmd->add_option("--epochs", c.epochs, "passes over the training data");
-  auto* steps = cmd->add_option("--max-steps", c.max_steps, "optimizer steps");
-  auto* budget = cmd->add_option("--time-budget", c.time_budget, "seconds of training");
-  auto* lr = cmd->add_option("--lr", c.lr, "peak learning rate (tasks: 2e-3)")->capture_default_str();
-  cmd->add_option("--warmup", c.warmup, "linear warmup steps")->capture_default_str();
-  cmd->add_option("--schedule", c.schedule,
-                  "after warmup: auto (cosine to 0 when the length is known) | constant | inverse_sqrt | cosine")
-      ->capture_default_str();
-  cmd->add_option("--optimizer", c.optimizer, "adam | adamw")->capture_default_str();
-  cmd->add_option("--weight-decay", c.weight_decay, "weight decay (L2 for adam, decoupled for adamw)")->capture_default_str();
-  cmd->add_option("--label-smoothing", c.label_smoothing, "label smoothing")->capture_default_str();
-  cmd->add_option("--clip-norm", c.clip_norm, "clip the gradient 2-norm (0 = off)")->capture_default_str();
-  cmd->add_option("--seed", c.seed, "seed for data, initialisation and dropout")->capture_default_str();
-  auto* threads = cmd->add_option("--threads", o->threads, "threads (default: all cores; results do not depend on it)");
-  auto* batch = cmd->add_option("--batch-size", c.batch.batch_size, "examples per batch (tasks: 256)")->capture_default_str();
-  auto* batch_tok = cmd->add_option("--batch-tokens", c.batch.batch_tokens, "padded tokens per batch (overrides --batch-size)");
-  cmd->add_option("--eval-every", c.eval_every, "steps between evaluations (default: each epoch, or 10 per run)");
-  cmd->add_flag("--skip-nonfinite", c.skip_nonfinite, "skip batches whose loss or gradient is not finite");
-  auto* resume = cmd->add_option("--resume", o->resume, "continue the run saved in DIR");
+  o.value("--src-tokens", {"src_tokens"}, "source tokenization: " + enum_choices<data::Tokenization>(" | "));
+  o.value("--tgt-tokens", {"tgt_tokens"}, "target tokenization: " + enum_choices<data::Tokenization>(" | "));
+  o.flag("strict", "strict", "a blank, malformed or over-long line is an error (otherwise: skip and count)");
+  o.value("--max-tokens", {"max_tokens"}, "longest accepted TSV side, in tokens");
+  o.value("--task-train-size", {"task_train_size"}, "task examples per epoch (fresh each epoch)");
+  o.value("--arch", {"arch"}, enum_choices<Arch>(" | "));
+  auto* out = o.value("--out", {"out_dir"}, "output directory");
+  o.value("--d-model", {"d_model"}, "model width");
+  o.value("--nhead", {"nhead"}, "attention heads");
+  o.value("--layers", {"num_encoder_layers", "num_decoder_layers"}, "encoder and decoder layers");
+  o.value("--encoder-layers", {"num_encoder_layers"}, "encoder layers (overrides --layers)");
+  o.value("--decoder-layers", {"num_decoder_layers"}, "decoder layers (overrides --layers)");
+  o.value("--dim-feedforward", {"dim_feedforward"}, "feed-forward width");
+  o.value("--dropout", {"dropout"}, "dropout probability");
+  o.value("--activation", {"activation"}, enum_choices<ops::Activation>(" | "));
+  o.flag("norm-first", "norm_first", "pre-norm layers (LayerNorm before attention / FFN)");
+  o.flag("tie-embeddings", "tie_embeddings", "seq2seq: share target embedding and output projection");
+  auto* epochs = o.value("--epochs", {"epochs"}, "passes over the training data (none of the three: 10 epochs)");
+  auto* steps = o.value("--max-steps", {"max_steps"}, "optimizer steps");
+  auto* budget = o.value("--time-budget", {"time_budget"}, "seconds of training");
+  o.value("--lr", {"lr"}, "peak learning rate");
+  o.value("--warmup", {"warmup"}, "linear warmup steps");
+  o.value("--schedule", {"schedule"},
+          "after warmup: " + enum_choices<train::Schedule>(" | ") + " (auto: cosine to 0 when the length is known)");
+  o.value("--optimizer", {"optimizer"}, enum_choices<train::OptimizerKind>(" | "));
+  o.value("--weight-decay", {"weight_decay"}, "weight decay (L2 for adam, decoupled for adamw)");
+  o.value("--label-smoothing", {"label_smoothing"}, "label smoothing");
+  o.value("--clip-norm", {"clip_norm"}, "clip the gradient 2-norm (0 = off)");
+  o.value("--seed", {"seed"}, "seed for data, initialisation and dropout");
+  o.value("--batch-size", {"batch_size"}, "examples per batch");
+  o.value("--batch-tokens", {"batch_tokens"}, "padded tokens per batch (overrides --batch-size)");
+  o.value("--eval-every", {"eval_every"}, "steps between evaluations (0: each epoch, or 10 per run)");
+  o.flag("skip-nonfinite", "skip_nonfinite", "skip batches whose loss or gradient is not finite");
+  auto threads = std::make_shared<int>(0);
+  auto* threads_opt = cmd->add_option("--threads", *threads, "threads (default: all cores; results do not depend on it)");
+  auto resume_dir = std::make_shared<std::string>();
+  auto* resume = cmd->add_option("--resume", *resume_dir, "continue the run saved in DIR");
 
-  cmd->callback([cmd, data, o, out, epochs, steps, budget, threads, lr, dropout, batch, batch_tok, resume, task, tr, &run] {
+  cmd->callback([cmd, data_group, opts, out, epochs, steps, budget, threads_opt, threads, resume, resume_dir, task, task_text,
+                 tr, &run] {
     if (resume->count() == 0 && out->count() == 0) throw CLI::RequiredError("--out");
     // A resumed run continues exactly as saved: only its length and the thread count may be given
     // (an option silently ignored would look like it had taken effect).
     std::string fixed;
     if (resume->count() > 0)
-      for (CLI::App* group : std::initializer_list<CLI::App*>{cmd, data})
+      for (CLI::App* group : std::initializer_list<CLI::App*>{cmd, data_group})
         for (const CLI::Option* opt : group->get_options())
-          if (opt->count() > 0 && opt != resume && opt != epochs && opt != steps && opt != budget && opt != threads)
+          if (opt->count() > 0 && opt != resume && opt != epochs && opt != steps && opt != budget && opt != threads_opt)
             fixed += (fixed.empty() ? "" : ", ") + opt->get_name();
     if (resume->count() == 0 && task->count() == 0 && tr->count() == 0)
       throw CLI::RequiredError("--task or --train/--valid");
     const bool len_given = epochs->count() + steps->count() + budget->count() > 0;
-    const bool lr_given = lr->count() > 0, dropout_given = dropout->count() > 0;
-    const bool batch_given = batch->count() + batch_tok->count() > 0;
-    run = [o, len_given, lr_given, dropout_given, batch_given, fixed] {
+    const bool task_given = task->count() > 0;
+    run = [opts, len_given, task_given, task_text, threads, resume_dir, fixed] {
       if (!fixed.empty())
-        throw std::invalid_argument("--resume continues the run with the settings saved in " + o->resume +
+        throw std::invalid_argument("--resume continues the run with the settings saved in " + *resume_dir +
                                     "/config.json; only --epochs, --max-steps, --time-budget and --threads may be "
                                     "given with it (got " + fixed + ")");
-      apply_threads(o->threads);
-      train::TrainConfig c = o->c;
-      const bool resuming = !o->resume.empty();
+      apply_threads(*threads);
+      // The options as given, on TrainConfig{}: the run's length comes from here when given.
+      TrainConfig given;
+      if (task_given) set_field(given, "task", *task_text);
+      opts->apply(given);
+      TrainConfig c;
+      const bool resuming = !resume_dir->empty();
       if (resuming) {
-        const train::TrainConfig given = c;
-        c = train::load_train_config(o->resume);
-        if (len_given) {  // a longer (or shorter) run may be asked for on resume
-          c.epochs = given.epochs;
-          c.max_steps = given.max_steps;
-          c.time_budget = given.time_budget;
-        }
+        c = train::load_train_config(*resume_dir);
       } else {
-        c.model.arch = o->arch;
-        c.model.num_encoder_layers = o->enc_layers >= 0 ? o->enc_layers : o->layers;
-        c.model.num_decoder_layers = o->dec_layers >= 0 ? o->dec_layers : o->layers;
-        if (!c.task.empty()) {  // the built-in tasks' measured defaults (see the help footer)
-          if (!len_given) c.max_steps = kTaskSteps;
-          if (!lr_given) c.lr = kTaskLr;
-          if (!dropout_given) c.model.dropout = 0.0f;
-          if (!batch_given) c.batch.batch_size = kTaskBatch;
-        }
+        c = task_given ? train::task_preset(*given.task, given.model.arch) : TrainConfig{};
+        opts->apply(c);
+      }
+      if (len_given) {  // the length options replace the run's length together (on resume too)
+        c.epochs = given.epochs;
+        c.max_steps = given.max_steps;
+        c.time_budget = given.time_budget;
       }
       ProgressPrinter printer;
       train::TrainHooks hooks;
@@ -242,7 +263,7 @@ void register_train(CLI::App& app, Runner& run) {
                      static_cast<long long>(r.skipped_nonfinite));
       const train::Metrics& fm = r.final_metrics;
       std::fprintf(stderr, "trained %lld steps in %.1f s (%s); model in %s\n", static_cast<long long>(r.steps), r.seconds,
-                   r.stop_reason.c_str(), c.out_dir.c_str());
+                   std::string(enum_name(r.stop_reason)).c_str(), c.out_dir.c_str());
       std::printf("validation: sequence accuracy %.2f%% (%lld/%lld sequences), token accuracy %.2f%%, token error rate %.4f\n",
                   100 * fm.sequence_accuracy(), static_cast<long long>(fm.exact), static_cast<long long>(fm.examples),
                   100 * fm.token_accuracy(), fm.token_error_rate());

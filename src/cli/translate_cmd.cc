@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "tfm/inference.h"
-#include "tfm/train/trainer.h"
+#include "tfm/models/model_dir.h"
 
 namespace tfm::cli {
 
@@ -36,7 +36,7 @@ void register_translate(CLI::App& app, Runner& run) {
       const InferenceMode scope(parse_precision(o->dtype));  // weights packed once for the stream
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
-      const train::LoadedModel m = train::load_model_dir(o->model);
+      const TrainedModel m = load_model_dir(o->model);
       const size_t chunk = static_cast<size_t>(o->batch_size) * 64;
       std::vector<std::string> lines;
       std::string line;
@@ -44,7 +44,7 @@ void register_translate(CLI::App& app, Runner& run) {
       const auto flush = [&] {
         std::vector<std::string> out;
         try {
-          out = train::translate_lines(m, lines, o->beam, o->batch_size);
+          out = translate_lines(m, lines, o->beam, o->batch_size);
         } catch (const std::invalid_argument& e) {
           // translate_lines numbers lines within the chunk; report the position in the stream.
           throw std::invalid_argument(std::string(e.what()) + " (chunk starting at input line " + std::to_string(done + 1) + ")");

@@ -90,17 +90,16 @@ BatchPlan plan_eval(const std::vector<Example>& examples, const BatchSettings& s
   return plan;
 }
 
-TokenBatch make_batch(const std::vector<Example>& examples, const std::vector<int64_t>& indices, const std::string& arch,
+TokenBatch make_batch(const std::vector<Example>& examples, const std::vector<int64_t>& indices, TargetLayout layout,
                       int32_t pad_id, int32_t bos_id, int32_t eos_id) {
   if (indices.empty()) throw std::invalid_argument("make_batch: no examples");
-  const bool encoder = arch == "encoder";
-  if (!encoder && arch != "seq2seq") throw std::invalid_argument("unknown arch '" + arch + "'");
+  const bool encoder = layout == TargetLayout::PER_POSITION;
   TokenBatch b;
   b.B = static_cast<int64_t>(indices.size());
   for (int64_t i : indices) {
     const Example& e = examples.at(static_cast<size_t>(i));
     if (encoder && e.src.size() != e.tgt.size())
-      throw std::invalid_argument("arch encoder needs equal source and target lengths, example " + std::to_string(i) +
+      throw std::invalid_argument("per-position targets need equal source and target lengths, example " + std::to_string(i) +
                                   " has " + std::to_string(e.src.size()) + " and " + std::to_string(e.tgt.size()));
     b.S = std::max<int64_t>(b.S, static_cast<int64_t>(e.src.size()));
     b.T = std::max<int64_t>(b.T, static_cast<int64_t>(e.tgt.size()) + (encoder ? 0 : 1));

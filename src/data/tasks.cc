@@ -15,18 +15,7 @@ uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c) {
   return g.next();
 }
 
-const std::vector<std::string>& task_names() {
-  static const std::vector<std::string> names = {"reverse", "copy", "sort"};
-  return names;
-}
-
-bool is_task(const std::string& name) {
-  const auto& n = task_names();
-  return std::find(n.begin(), n.end(), name) != n.end();
-}
-
-TaskExample make_task_example(const std::string& task, uint64_t seed, Split split, int64_t index) {
-  if (!is_task(task)) throw std::invalid_argument("unknown task '" + task + "' (expected reverse, copy or sort)");
+TaskExample make_task_example(Task task, uint64_t seed, Split split, int64_t index) {
   SplitMix64 g(mix_seed(seed, static_cast<uint64_t>(split), static_cast<uint64_t>(index)));
   // The notebook: length = randint(3, 15) inclusive, tokens = randint(1, 19) inclusive.
   const int32_t len = kTaskMinLen + static_cast<int32_t>(g.below(kTaskMaxLen - kTaskMinLen + 1));
@@ -34,12 +23,15 @@ TaskExample make_task_example(const std::string& task, uint64_t seed, Split spli
   ex.src.resize(static_cast<size_t>(len));
   for (auto& t : ex.src) t = 1 + static_cast<int32_t>(g.below(kTaskSymbols));
   ex.tgt = ex.src;
-  if (task == "reverse") std::reverse(ex.tgt.begin(), ex.tgt.end());
-  else if (task == "sort") std::sort(ex.tgt.begin(), ex.tgt.end());
+  switch (task) {
+    case Task::REVERSE: std::reverse(ex.tgt.begin(), ex.tgt.end()); break;
+    case Task::SORT: std::sort(ex.tgt.begin(), ex.tgt.end()); break;
+    case Task::COPY: break;
+  }
   return ex;
 }
 
-std::vector<TaskExample> make_task_set(const std::string& task, uint64_t seed, Split split, int64_t count) {
+std::vector<TaskExample> make_task_set(Task task, uint64_t seed, Split split, int64_t count) {
   std::vector<TaskExample> out;
   out.reserve(static_cast<size_t>(std::max<int64_t>(count, 0)));
   for (int64_t i = 0; i < count; ++i) out.push_back(make_task_example(task, seed, split, i));

@@ -36,14 +36,6 @@ size_t utf8_length(const std::string& s, size_t i) {
 
 }  // namespace
 
-Tokenization tokenization_from_name(const std::string& name) {
-  if (name == "char") return Tokenization::CHAR;
-  if (name == "space") return Tokenization::SPACE;
-  throw std::invalid_argument("unknown tokenization '" + name + "' (expected char or space)");
-}
-
-const char* tokenization_name(Tokenization t) { return t == Tokenization::CHAR ? "char" : "space"; }
-
 std::vector<std::string> tokenize(const std::string& text, Tokenization t) {
   std::vector<std::string> out;
   if (t == Tokenization::CHAR) {

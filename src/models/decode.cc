@@ -70,14 +70,13 @@ Tensor rows_of(const Tensor& t, int64_t start, int64_t n) { return t.defined() ?
 // ---- full decoder (no cache) ----------------------------------------------------------------------
 class FullDecoder : public StepDecoder {
  public:
-  FullDecoder(const Seq2SeqModel& model, const EncodedSources& enc, std::vector<int64_t> row_source)
+  FullDecoder(const Model& model, const EncodedSources& enc, std::vector<int64_t> row_source)
       : model_(model), enc_(enc) {
     row_source_ = std::move(row_source);
     prefix_.assign(row_source_.size(), {});
   }
 
   Tensor step(const std::vector<int32_t>& tokens) override {
-    const auto& m = model_.impl();
     const int64_t N = static_cast<int64_t>(row_source_.size()), T = position_ + 1;
     if (static_cast<int64_t>(tokens.size()) != N) throw std::invalid_argument("step: one token per row expected");
     std::vector<int32_t> ids;
@@ -86,17 +85,17 @@ class FullDecoder : public StepDecoder {
       prefix_[static_cast<size_t>(n)].push_back(tokens[static_cast<size_t>(n)]);
       ids.insert(ids.end(), prefix_[static_cast<size_t>(n)].begin(), prefix_[static_cast<size_t>(n)].end());
     }
-    const Tensor tgt = m.embed(*m.tgt_embedding, ids, N, T);      // (N, T, D)
+    const Tensor tgt = model_.embed_target(ids, N, T);            // (N, T, D)
     const Tensor memory = gather_rows(enc_.memory, row_source_);  // (N, S, D)
     const Tensor mem_kpm = gather_rows(enc_.kpm, row_source_);    // (N, S)
-    const Tensor h = m.transformer->decoder.forward(tgt, memory, Tensor(), Tensor(), Tensor(), mem_kpm,
+    const Tensor h = model_.decoder().forward(tgt, memory, Tensor(), Tensor(), Tensor(), mem_kpm,
                                                     /*tgt_is_causal=*/true);  // (N, T, D)
     const int64_t D = h.size(2);
     Tensor last = Tensor::empty({N, 1, D});  // h[:, T-1, :]
     for (int64_t n = 0; n < N; ++n)
       std::memcpy(last.data() + n * D, h.data() + (n * T + T - 1) * D, sizeof(float) * static_cast<size_t>(D));
     ++position_;
-    const Tensor logits = m.generator->forward(last);  // (N, 1, V)
+    const Tensor logits = model_.project(last);  // (N, 1, V)
     return logits.reshape({N, logits.size(2)});
   }
 
@@ -112,7 +111,7 @@ class FullDecoder : public StepDecoder {
   }
 
  private:
-  const Seq2SeqModel& model_;
+  const Model& model_;
   const EncodedSources& enc_;
   std::vector<std::vector<int32_t>> prefix_;  // (N, position_)
 };
@@ -123,11 +122,11 @@ class FullDecoder : public StepDecoder {
 // position, i.e. the causal mask), cross-attention reads the memory's keys/values projected once.
 class CachedDecoder : public StepDecoder {
  public:
-  CachedDecoder(const Seq2SeqModel& model, const EncodedSources& enc, std::vector<int64_t> row_source,
+  CachedDecoder(const Model& model, const EncodedSources& enc, std::vector<int64_t> row_source,
                 int64_t capacity)
       : model_(model), enc_(enc) {
     row_source_ = std::move(row_source);
-    const auto& dec = model.impl().transformer->decoder;
+    const auto& dec = model.decoder();
     const int64_t E = model.config().d_model, N = static_cast<int64_t>(row_source_.size());
     for (const auto& layer : dec.layers) {
       const MultiheadAttention& mha = layer->multihead_attn;
@@ -141,7 +140,6 @@ class CachedDecoder : public StepDecoder {
   }
 
   Tensor step(const std::vector<int32_t>& tokens) override {
-    const auto& m = model_.impl();
     const ModelConfig& c = model_.config();
     const int64_t N = static_cast<int64_t>(row_source_.size()), E = c.d_model, H = c.nhead;
     if (static_cast<int64_t>(tokens.size()) != N) throw std::invalid_argument("step: one token per row expected");
@@ -149,10 +147,8 @@ class CachedDecoder : public StepDecoder {
       throw std::invalid_argument("decode: position " + std::to_string(position_) + " beyond max_len " +
                                   std::to_string(c.max_len));
     // x = tgt_embedding(token)·√D + pe[t]   (N, 1, D)
-    Tensor x = m.tgt_embedding->forward(tokens, {N, 1});
-    if (m.embed_scale != 1.0f) x = ops::mul_scalar(x, m.embed_scale);
-    x = ops::add_positional(x, m.pe.table.narrow0(position_, 1), /*batch_first=*/true);
-    const auto& dec = m.transformer->decoder;
+    Tensor x = model_.embed_target(tokens, N, 1, position_);
+    const auto& dec = model_.decoder();
     for (size_t l = 0; l < dec.layers.size(); ++l) {
       const TransformerDecoderLayer& L = *dec.layers[l];
       State& st = layers_[l];
@@ -182,7 +178,7 @@ class CachedDecoder : public StepDecoder {
     }
     if (dec.norm) x = dec.norm->forward(x);
     ++position_;
-    const Tensor logits = m.generator->forward(x);  // (N, 1, V)
+    const Tensor logits = model_.project(x);  // (N, 1, V)
     return logits.reshape({N, logits.size(2)});
   }
 
@@ -198,16 +194,15 @@ class CachedDecoder : public StepDecoder {
     ops::KVCache self;  // (N, capacity, E) keys and values of positions [0, t)
     Tensor mem_kv;      // (Bs, S, 2E)
   };
-  const Seq2SeqModel& model_;
+  const Model& model_;
   const EncodedSources& enc_;
   std::vector<State> layers_;
 };
 
 }  // namespace
 
-EncodedSources encode_sources(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources) {
+EncodedSources encode_sources(const Model& model, const std::vector<std::vector<int32_t>>& sources) {
   const ModelConfig& c = model.config();
-  const auto& m = model.impl();
   EncodedSources e;
   e.Bs = static_cast<int64_t>(sources.size());
   int64_t S = 1;  // at least one (padding) column, so an empty source still has a defined memory
@@ -227,17 +222,15 @@ EncodedSources encode_sources(const Seq2SeqModel& model, const std::vector<std::
     }
     e.lengths.push_back(static_cast<int64_t>(s.size()));
   }
-  e.kpm = padding_mask(ids, e.Bs, S, c.pad_id);
-  const Tensor src = m.embed(*m.src_embedding, ids, e.Bs, S);                     // (Bs, S, D)
-  e.memory = m.transformer->encoder.forward(src, Tensor(), e.kpm, false);       // (Bs, S, D)
+  e.memory = model.encode(ids, e.Bs, S, &e.kpm);  // (Bs, S, D), kpm (Bs, S)
   return e;
 }
 
-std::unique_ptr<StepDecoder> make_cached_decoder(const Seq2SeqModel& model, const EncodedSources& enc,
+std::unique_ptr<StepDecoder> make_cached_decoder(const Model& model, const EncodedSources& enc,
                                                  std::vector<int64_t> row_source, int64_t capacity) {
   return std::make_unique<CachedDecoder>(model, enc, std::move(row_source), capacity);
 }
-std::unique_ptr<StepDecoder> make_full_decoder(const Seq2SeqModel& model, const EncodedSources& enc,
+std::unique_ptr<StepDecoder> make_full_decoder(const Model& model, const EncodedSources& enc,
                                                std::vector<int64_t> row_source) {
   return std::make_unique<FullDecoder>(model, enc, std::move(row_source));
 }
@@ -271,7 +264,7 @@ struct Live {
   double logprob = kNegInf;
 };
 
-std::vector<Hypothesis> search_chunk(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources,
+std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                      const DecodeOptions& opt) {
   const ModelConfig& c = model.config();
   const int64_t Bs = static_cast<int64_t>(sources.size()), K = opt.beam, V = c.tgt_vocab_size;
@@ -395,11 +388,11 @@ std::vector<Hypothesis> search_chunk(const Seq2SeqModel& model, const std::vecto
   return best;
 }
 
-// arch "encoder": argmax at every source position (one forward, no search).
-std::vector<Hypothesis> decode_encoder(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources,
+// Without a decoder: argmax at every source position (one forward, no search).
+std::vector<Hypothesis> decode_encoder(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                        const DecodeOptions& opt) {
   const ModelConfig& c = model.config();
-  TokenBatch batch;
+  data::TokenBatch batch;
   batch.B = static_cast<int64_t>(sources.size());
   batch.S = 1;
   for (const auto& s : sources) batch.S = std::max<int64_t>(batch.S, static_cast<int64_t>(s.size()));
@@ -429,7 +422,7 @@ std::vector<Hypothesis> decode_encoder(const Seq2SeqModel& model, const std::vec
 
 }  // namespace
 
-std::vector<Hypothesis> decode_hypotheses(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources,
+std::vector<Hypothesis> decode_hypotheses(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                           const DecodeOptions& options) {
   if (options.beam < 1) throw std::invalid_argument("decode: beam must be at least 1, got " + std::to_string(options.beam));
   if (options.max_len < 0) throw std::invalid_argument("decode: max_len must be non-negative");
@@ -438,7 +431,7 @@ std::vector<Hypothesis> decode_hypotheses(const Seq2SeqModel& model, const std::
   // InferenceMode precision (bf16) carries through, float32 otherwise.
   InferenceMode scope(InferenceMode::current_precision());
   detail::EvalGuard eval(model);
-  if (model.config().arch == "encoder") {
+  if (!model.has_decoder()) {
     std::vector<Hypothesis> out;
     for (size_t i = 0; i < sources.size(); i += kChunk) {
       const std::vector<std::vector<int32_t>> chunk(sources.begin() + static_cast<std::ptrdiff_t>(i),
@@ -463,7 +456,7 @@ std::vector<Hypothesis> decode_hypotheses(const Seq2SeqModel& model, const std::
   return out;
 }
 
-std::vector<std::vector<int32_t>> decode(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources,
+std::vector<std::vector<int32_t>> decode(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                          const DecodeOptions& options) {
   std::vector<std::vector<int32_t>> out;
   for (auto& h : decode_hypotheses(model, sources, options)) out.push_back(std::move(h.tokens));

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "models/seq2seq_impl.h"
+#include "tfm/models/model.h"
 #include "tfm/ops/attention_cache.h"
 
 namespace tfm::detail {
@@ -23,7 +23,7 @@ struct EncodedSources {
   Tensor memory;                 // (Bs, S, D) encoder output (final norm applied)
   Tensor kpm;                    // (Bs, S) Bool, true at padding
 };
-EncodedSources encode_sources(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources);
+EncodedSources encode_sources(const Model& model, const std::vector<std::vector<int32_t>>& sources);
 
 class StepDecoder {
  public:
@@ -39,10 +39,10 @@ class StepDecoder {
 };
 
 // With the key/value cache: each step runs the decoder layers on one token per row.
-std::unique_ptr<StepDecoder> make_cached_decoder(const Seq2SeqModel& model, const EncodedSources& enc,
+std::unique_ptr<StepDecoder> make_cached_decoder(const Model& model, const EncodedSources& enc,
                                                  std::vector<int64_t> row_source, int64_t capacity);
 // Without: each step re-runs the full decoder (causal mask) on the whole prefix of every row.
-std::unique_ptr<StepDecoder> make_full_decoder(const Seq2SeqModel& model, const EncodedSources& enc,
+std::unique_ptr<StepDecoder> make_full_decoder(const Model& model, const EncodedSources& enc,
                                                std::vector<int64_t> row_source);
 
 }  // namespace tfm::detail

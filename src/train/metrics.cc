@@ -9,7 +9,7 @@ namespace tfm::train {
 
 // Wagner–Fischer: row[j] = distance(a[0..i), b[0..j)), updated one i at a time:
 //   d(i, j) = min(d(i−1, j) + 1, d(i, j−1) + 1, d(i−1, j−1) + [a[i−1] ≠ b[j−1]]).
-int64_t edit_distance(const Tokens& a, const Tokens& b) {
+int64_t edit_distance(const data::Tokens& a, const data::Tokens& b) {
   std::vector<int64_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = static_cast<int64_t>(j);
   for (size_t i = 1; i <= a.size(); ++i) {
@@ -34,7 +34,7 @@ double Metrics::token_error_rate() const {
   return reference_tokens ? static_cast<double>(edits) / static_cast<double>(reference_tokens) : 0.0;
 }
 
-void Metrics::add(const Tokens& prediction, const std::vector<Tokens>& references) {
+void Metrics::add(const data::Tokens& prediction, const std::vector<data::Tokens>& references) {
   if (references.empty()) throw std::invalid_argument("metrics: an example needs at least one reference");
   size_t best = 0;
   int64_t best_d = edit_distance(prediction, references[0]);
@@ -42,7 +42,7 @@ void Metrics::add(const Tokens& prediction, const std::vector<Tokens>& reference
     const int64_t d = edit_distance(prediction, references[r]);
     if (d < best_d) best = r, best_d = d;
   }
-  const Tokens& ref = references[best];
+  const data::Tokens& ref = references[best];
   int64_t correct = 0;
   for (size_t i = 0; i < ref.size() && i < prediction.size(); ++i) correct += prediction[i] == ref[i];
   ++examples;

@@ -15,9 +15,22 @@
 #include <cstdint>
 #include <vector>
 
-#include "tfm/models/seq2seq.h"
+#include <string>
 
 namespace tfm::data {
+
+// A batch of token ids, row-major, padded with pad_id.
+struct TokenBatch {
+  int64_t B = 0, S = 0, T = 0;
+  std::vector<int32_t> src;      // (B, S)
+  std::vector<int32_t> tgt_in;   // (B, T): bos + target (SHIFTED); empty for PER_POSITION
+  std::vector<int32_t> tgt_out;  // (B, T): target + eos (SHIFTED); (B, S) targets for PER_POSITION
+};
+
+// How targets sit against the model's input.
+//   PER_POSITION  one target per source position (an encoder): target length = source length, T = S.
+//   SHIFTED       a decoder reads bos + target and predicts target + eos: T = longest target + 1.
+enum class TargetLayout { PER_POSITION, SHIFTED };
 
 struct Example {
   std::vector<int32_t> src;  // (S) ids, no bos/eos
@@ -35,11 +48,10 @@ BatchPlan plan_epoch(const std::vector<Example>& examples, const BatchSettings& 
                      int64_t epoch);
 BatchPlan plan_eval(const std::vector<Example>& examples, const BatchSettings& settings);
 
-// Pads the chosen examples into a TokenBatch for `arch`:
-//   "encoder": src (B,S) and tgt_out (B,S) (target length must equal source length), T = S.
-//   "seq2seq": src (B,S); tgt_in (B,T) = bos + tgt; tgt_out (B,T) = tgt + eos; T = max len + 1.
+// Pads the chosen examples into a TokenBatch laid out as `layout` says (PER_POSITION throws naming
+// the example when its target and source lengths differ).
 TokenBatch make_batch(const std::vector<Example>& examples, const std::vector<int64_t>& indices,
-                      const std::string& arch, int32_t pad_id, int32_t bos_id, int32_t eos_id);
+                      TargetLayout layout, int32_t pad_id, int32_t bos_id, int32_t eos_id);
 
 // Target tokens a batch contributes to the loss (non-pad entries of tgt_out).
 int64_t count_target_tokens(const TokenBatch& batch, int32_t pad_id);

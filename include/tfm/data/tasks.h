@@ -12,7 +12,7 @@
 // 20 "<bos>", 21 "<eos>" (used by arch seq2seq only). Sources and targets are written as
 // space-separated numbers ("3 17 5") for tfm translate.
 //
-// To add a task: a name in task_names(), a branch in make_task_example, a test in
+// To add a task: a Task enumerator and its name, a case in make_task_example, a test in
 // tests/data/tasks_test.cc.
 #pragma once
 
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tfm/data/vocab.h"
+#include "tfm/enum_names.h"
 
 namespace tfm::data {
 
@@ -33,10 +34,9 @@ struct TaskExample {
 
 constexpr int32_t kTaskMinLen = 3, kTaskMaxLen = 15, kTaskSymbols = 19;
 
-const std::vector<std::string>& task_names();  // {"reverse", "copy", "sort"}
-bool is_task(const std::string& name);
-TaskExample make_task_example(const std::string& task, uint64_t seed, Split split, int64_t index);
-std::vector<TaskExample> make_task_set(const std::string& task, uint64_t seed, Split split, int64_t count);
+enum class Task { REVERSE, COPY, SORT };
+TaskExample make_task_example(Task task, uint64_t seed, Split split, int64_t index);
+std::vector<TaskExample> make_task_set(Task task, uint64_t seed, Split split, int64_t count);
 Vocab task_vocab();
 
 // splitmix64 (Steele, Lea, Flood 2014): the data side's generator — tiny, full-period, and its whole
@@ -57,3 +57,13 @@ struct SplitMix64 {
 uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c = 0);
 
 }  // namespace tfm::data
+
+namespace tfm {
+template <>
+struct EnumNames<data::Task> {
+  static constexpr const char* key = "task";
+  static constexpr const char* noun = "a built-in task";
+  static constexpr std::array<std::pair<data::Task, std::string_view>, 3> names{
+      {{data::Task::REVERSE, "reverse"}, {data::Task::COPY, "copy"}, {data::Task::SORT, "sort"}}};
+};
+}  // namespace tfm

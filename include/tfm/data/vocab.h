@@ -7,8 +7,8 @@
 // specials are instead of assuming 0..3. Saved as one token per line (line i = id i); on load the
 // specials are found by their spelling.
 //
-// To add a tokenization: a Tokenization enumerator, a case in tokenize/detokenize and in
-// tokenization_from_name, and a case in tests/data/vocab_test.cc.
+// To add a tokenization: a Tokenization enumerator and its name, a case in tokenize/detokenize, and a
+// case in tests/data/vocab_test.cc.
 #pragma once
 
 #include <cstdint>
@@ -16,11 +16,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tfm/enum_names.h"
+
 namespace tfm::data {
 
+// A sequence of tokens (strings), as read from text or decoded.
+using Tokens = std::vector<std::string>;
+
 enum class Tokenization { CHAR, SPACE };
-Tokenization tokenization_from_name(const std::string& name);  // "char" | "space"; throws otherwise
-const char* tokenization_name(Tokenization t);
 
 // CHAR: every UTF-8 code point is a token (throws std::invalid_argument on invalid UTF-8).
 // SPACE: maximal runs of non-whitespace (space, tab, \r, \n, \v, \f separate).
@@ -66,3 +69,13 @@ class Vocab {
 };
 
 }  // namespace tfm::data
+
+namespace tfm {
+template <>
+struct EnumNames<data::Tokenization> {
+  static constexpr const char* key = "tokens";
+  static constexpr const char* noun = "a tokenization";
+  static constexpr std::array<std::pair<data::Tokenization, std::string_view>, 2> names{
+      {{data::Tokenization::CHAR, "char"}, {data::Tokenization::SPACE, "space"}}};
+};
+}  // namespace tfm

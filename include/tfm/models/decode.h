@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tfm/models/seq2seq.h"
+#include "tfm/models/model.h"
 
 namespace tfm {
 
@@ -35,10 +35,10 @@ struct Hypothesis {
 // pad and bos are never generated. Sources are decoded together in chunks of similar length; a
 // source longer than config.max_len throws. Returns the predicted target ids (without bos/eos) per source, in
 // order. For arch "encoder" this is the argmax at every source position (beam ignored).
-std::vector<std::vector<int32_t>> decode(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources,
+std::vector<std::vector<int32_t>> decode(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                          const DecodeOptions& options = {});
 // The same search, also returning each best hypothesis' log-probability and score.
-std::vector<Hypothesis> decode_hypotheses(const Seq2SeqModel& model, const std::vector<std::vector<int32_t>>& sources,
+std::vector<Hypothesis> decode_hypotheses(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                           const DecodeOptions& options = {});
 
 }  // namespace tfm

@@ -17,12 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "tfm/data/vocab.h"
+
 namespace tfm::train {
 
-using Tokens = std::vector<std::string>;
 
 // Levenshtein distance with unit costs, O(|a|·|b|) time, O(|b|) memory.
-int64_t edit_distance(const Tokens& a, const Tokens& b);
+int64_t edit_distance(const data::Tokens& a, const data::Tokens& b);
 
 struct Metrics {
   int64_t examples = 0, exact = 0, correct_tokens = 0, reference_tokens = 0, edits = 0;
@@ -31,7 +32,7 @@ struct Metrics {
   double sequence_error_rate() const { return examples ? 1.0 - sequence_accuracy() : 0.0; }
   double token_error_rate() const;
   // Adds one example. Throws std::invalid_argument when `references` is empty.
-  void add(const Tokens& prediction, const std::vector<Tokens>& references);
+  void add(const data::Tokens& prediction, const std::vector<data::Tokens>& references);
   // {"token_accuracy":..,"sequence_accuracy":..,"token_error_rate":..,"sequence_error_rate":..,"examples":..}
   std::string to_json() const;
 };

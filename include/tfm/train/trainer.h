@@ -1,5 +1,9 @@
-// tfm/train/trainer.h — the training loop as a library: configuration, run with a progress
-// callback, checkpoints that resume exactly, and loading a trained model directory for use.
+// tfm/train/trainer.h — the training loop as a library: run a TrainConfig (tfm/train/config.h) with a
+// progress callback, checkpoints that resume exactly. The trained directory is a model directory
+// (tfm/models/model_dir.h): load it for decoding there, evaluate it with tfm/train/evaluate.h.
+//
+// The loop's parts live in src/train/: the data (dataset.cc), one optimisation step (step.cc),
+// evaluation (evaluate.cc), checkpoints (checkpoint.cc), and the loop driving them (trainer.cc).
 //
 // The library never prints: everything a user should see arrives through the ProgressFn, and
 // failures throw (DataError for input files, TrainingDiverged for a non-finite loss, std::runtime_error
@@ -18,7 +22,7 @@
 //   metrics.csv, curves.svg   one row / point per evaluation
 //
 // Exact resume: the data plan of an epoch is a pure function of (seed, epoch), dropout draws come
-// from the counter-based default generator whose (seed, offset) is saved, and the optimizer state
+// from the run's counter-based generator whose (seed, offset) is saved, and the optimizer state
 // is saved bit for bit; so a run interrupted at any step and resumed produces the same weights as
 // the uninterrupted one. Same seed, same numbers for any thread count (the kernels' contract).
 #pragma once
@@ -30,49 +34,11 @@
 #include <string>
 #include <vector>
 
-#include "tfm/data/batching.h"
-#include "tfm/data/vocab.h"
-#include "tfm/models/seq2seq.h"
+#include "tfm/enum_names.h"
+#include "tfm/train/config.h"
 #include "tfm/train/metrics.h"
 
 namespace tfm::train {
-
-struct TrainConfig {
-  // ---- data: a built-in task, or a pair of TSV files ----
-  std::string task;                         // "reverse" | "copy" | "sort", or empty
-  std::string train_path, valid_path;       // TSV files when task is empty
-  std::string src_tokens = "char", tgt_tokens = "char";  // TSV tokenization: "char" | "space"
-  bool strict = false;                      // a bad TSV line is an error instead of skipped
-  int64_t max_tokens = 256;                 // longer TSV lines are over-long
-  int64_t task_train_size = 20000;          // task examples per epoch (fresh ones every epoch)
-  int64_t task_valid_size = 1000;           // task validation sequences
-
-  // ---- model (vocab sizes and special ids are filled in from the data) ----
-  ModelConfig model;
-
-  // ---- length of the run: whichever limit is reached first; none set → epochs = 10 ----
-  int64_t epochs = 0, max_steps = 0;
-  double time_budget = 0;                   // seconds of training (evaluation included), 0 = none
-
-  // ---- optimisation ----
-  std::string optimizer = "adam";           // "adam" | "adamw"
-  float lr = 1e-3f;
-  int64_t warmup = 0;                       // linear warmup steps
-  std::string schedule = "auto";            // "constant" | "inverse_sqrt" | "cosine" | "auto"
-                                            // (auto: cosine when the step count is known, else inverse_sqrt)
-  float weight_decay = 0.0f, label_smoothing = 0.0f;
-  float clip_norm = 0.0f;                   // 0 = no clipping
-  data::BatchSettings batch;
-  uint64_t seed = 0;
-  int64_t eval_every = 0;                   // steps between evaluations; 0 = each epoch (or 10 per run)
-  bool skip_nonfinite = false;              // skip batches with a non-finite loss or gradient
-
-  std::string out_dir;
-
-  std::string to_json() const;              // pretty JSON, every field
-  static TrainConfig from_json(const std::string& text);  // missing keys keep their defaults
-  void validate() const;                    // throws std::invalid_argument naming the bad field
-};
 
 // One row of metrics.csv.
 struct EvalRow {
@@ -86,7 +52,7 @@ std::string metrics_csv(const std::vector<EvalRow>& rows);  // header + one line
 std::string plot_curves_svg(const std::vector<EvalRow>& rows, const std::string& title);
 
 struct ProgressEvent {
-  enum Kind { STEP, EVAL, CHECKPOINT, NOTE } kind = STEP;
+  enum class Kind { STEP, EVAL, CHECKPOINT, NOTE } kind = Kind::STEP;
   int64_t step = 0, total_steps = 0;        // total 0 = unknown
   int64_t epoch = 0;                        // 1-based epoch being trained
   double loss = 0;                          // running mean training loss since the last evaluation
@@ -104,10 +70,13 @@ struct TrainHooks {
   std::function<bool(int64_t step)> should_stop;
 };
 
+// Why a run ended.
+enum class StopReason { EPOCHS, MAX_STEPS, TIME_BUDGET, INTERRUPTED };
+
 struct TrainResult {
   int64_t steps = 0, epochs_completed = 0;
   bool interrupted = false;                 // stopped by should_stop (checkpoint written)
-  std::string stop_reason;                  // "max-steps" | "epochs" | "time-budget" | "interrupted"
+  StopReason stop_reason = StopReason::EPOCHS;
   int64_t skipped_nonfinite = 0;
   std::vector<EvalRow> history;
   Metrics final_metrics;                    // decoded (greedy) on the validation set; empty if interrupted
@@ -122,27 +91,24 @@ class TrainingDiverged : public std::runtime_error {
 };
 
 // Trains from scratch (resume = false) or continues the checkpoint in config.out_dir (resume = true;
-// `config` should then come from load_train_config, possibly with a longer run).
+// `config` should then come from load_train_config, possibly with a longer run). Touches no
+// process-wide state: initialisation and dropout draw from the run's own generator, seeded by
+// config.seed and saved in its checkpoints.
 TrainResult run_training(const TrainConfig& config, const TrainHooks& hooks = {}, bool resume = false);
 // The TrainConfig saved in DIR/config.json.
 TrainConfig load_train_config(const std::string& dir);
 
-// A trained model directory, ready for decoding.
-struct LoadedModel {
-  TrainConfig train;
-  std::unique_ptr<Seq2SeqModel> model;  // in eval mode
-  data::Vocab src_vocab, tgt_vocab;
-  data::Tokenization src_tokens = data::Tokenization::SPACE, tgt_tokens = data::Tokenization::SPACE;
-};
-LoadedModel load_model_dir(const std::string& dir);
-
-// Source texts → predicted target texts (greedy or beam), in order, `batch_size` at a time.
-// Unknown source tokens become <unk> (or throw, for a vocabulary without one, naming the line).
-std::vector<std::string> translate_lines(const LoadedModel& m, const std::vector<std::string>& sources, int beam,
-                                         int64_t batch_size);
-
-// Decodes every (source, references) example and accumulates the metrics.
-Metrics evaluate_examples(const LoadedModel& m, const std::vector<Tokens>& sources,
-                          const std::vector<std::vector<Tokens>>& references, int beam, int64_t batch_size);
-
 }  // namespace tfm::train
+
+namespace tfm {
+template <>
+struct EnumNames<train::StopReason> {
+  static constexpr const char* key = "stop_reason";
+  static constexpr const char* noun = "a stop reason";
+  static constexpr std::array<std::pair<train::StopReason, std::string_view>, 4> names{
+      {{train::StopReason::EPOCHS, "epochs"},
+       {train::StopReason::MAX_STEPS, "max-steps"},
+       {train::StopReason::TIME_BUDGET, "time-budget"},
+       {train::StopReason::INTERRUPTED, "interrupted"}}};
+};
+}  // namespace tfm

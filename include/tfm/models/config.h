@@ -1,0 +1,128 @@
+// tfm/models/config.h — the description a trainable model is assembled from (tfm/models/model.h).
+//
+// Architectures (Arch):
+//   ENCODER  the "reverse a sequence" notebook: ids (B, S) → embedding → + positions → dropout →
+//            TransformerEncoder → generator Linear → logits (B, S, V_tgt); one prediction per source
+//            position (source and target have the same length).
+//            Keys: embedding.weight, encoder.layers.N.*, [encoder.norm.*], generator.weight, generator.bias.
+//   SEQ2SEQ  the "build_transformer" notebook: src/tgt embeddings (scaled by √D), + positions, dropout,
+//            nn.Transformer (both final norms) with a causal target mask and padding masks, generator
+//            Linear; Xavier-uniform initialisation of every matrix. Optional tied target embedding and
+//            generator. Keys: src_embedding.weight, tgt_embedding.weight, transformer.encoder.*,
+//            transformer.decoder.*, generator.weight (absent when tied), generator.bias.
+// Token conventions: pad_id is ignored everywhere (padding masks, loss). Sources carry no bos/eos; the
+// decoder input is bos + target, the decoder output target + eos.
+//
+// To add a field: a member with its default here and one line in fields(); its check in validate().
+// JSON reading and writing (config.json's "model") follow from fields().
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tfm/data/batching.h"
+#include "tfm/enum_names.h"
+#include "tfm/ops/activation.h"
+
+namespace tfm {
+
+enum class Arch { ENCODER, SEQ2SEQ };
+template <>
+struct EnumNames<Arch> {
+  static constexpr const char* key = "arch";
+  static constexpr const char* noun = "an architecture";
+  static constexpr std::array<std::pair<Arch, std::string_view>, 2> names{
+      {{Arch::ENCODER, "encoder"}, {Arch::SEQ2SEQ, "seq2seq"}}};
+};
+
+// Where the model's positions come from. SINUSOIDAL: the fixed table of "Attention Is All You Need"
+// (a buffer, no key).
+enum class Positional { SINUSOIDAL };
+template <>
+struct EnumNames<Positional> {
+  static constexpr const char* key = "positional";
+  static constexpr const char* noun = "a positional encoding";
+  static constexpr std::array<std::pair<Positional, std::string_view>, 1> names{{{Positional::SINUSOIDAL, "sinusoidal"}}};
+};
+
+// The normalisation of every layer and stack. LAYER_NORM: nn.LayerNorm (keys weight, bias).
+enum class NormType { LAYER_NORM };
+template <>
+struct EnumNames<NormType> {
+  static constexpr const char* key = "norm_type";
+  static constexpr const char* noun = "a norm type";
+  static constexpr std::array<std::pair<NormType, std::string_view>, 1> names{{{NormType::LAYER_NORM, "layer_norm"}}};
+};
+
+template <>
+struct EnumNames<ops::Activation> {
+  static constexpr const char* key = "activation";
+  static constexpr const char* noun = "an activation";
+  static constexpr std::array<std::pair<ops::Activation, std::string_view>, 6> names{
+      {{ops::Activation::RELU, "relu"},
+       {ops::Activation::GELU, "gelu"},
+       {ops::Activation::GELU_TANH, "gelu_tanh"},
+       {ops::Activation::GLU, "glu"},
+       {ops::Activation::GEGLU, "geglu"},
+       {ops::Activation::SWIGLU, "swiglu"}}};
+};
+
+struct ModelConfig {
+  Arch arch = Arch::ENCODER;
+  int64_t src_vocab_size = 0, tgt_vocab_size = 0;  // filled in from the data by the trainer
+  int64_t d_model = 64, nhead = 4, num_encoder_layers = 2, num_decoder_layers = 2, dim_feedforward = 256;
+  float dropout = 0.1f;
+  ops::Activation activation = ops::Activation::RELU;
+  bool norm_first = false;
+  NormType norm_type = NormType::LAYER_NORM;
+  float layer_norm_eps = 1e-5f;
+  Positional positional = Positional::SINUSOIDAL;
+  // Embeddings ·√D or not; unset: the architecture's choice (SEQ2SEQ scales, ENCODER does not: it
+  // adds the positional table to the raw N(0, 1) embedding, whose entries are already O(1) like the
+  // table's, while √D lifts Xavier-initialised embeddings, O(1/√D), to that scale).
+  std::optional<bool> scale_embeddings;
+  bool tie_embeddings = false;   // SEQ2SEQ only: generator.weight shares tgt_embedding.weight
+  int64_t max_len = 512;         // positional table length
+  int32_t pad_id = 0, bos_id = 1, eos_id = 2;
+
+  bool has_decoder() const { return arch == Arch::SEQ2SEQ; }
+  // How a batch's targets sit against the input: one per source position, or shifted for a decoder.
+  data::TargetLayout target_layout() const {
+    return has_decoder() ? data::TargetLayout::SHIFTED : data::TargetLayout::PER_POSITION;
+  }
+  bool scales_embeddings() const { return scale_embeddings.value_or(arch == Arch::SEQ2SEQ); }
+
+  template <typename Self, typename Visit>
+  static void fields(Self& c, Visit&& visit) {
+    visit("arch", c.arch);
+    visit("src_vocab_size", c.src_vocab_size);
+    visit("tgt_vocab_size", c.tgt_vocab_size);
+    visit("d_model", c.d_model);
+    visit("nhead", c.nhead);
+    visit("num_encoder_layers", c.num_encoder_layers);
+    visit("num_decoder_layers", c.num_decoder_layers);
+    visit("dim_feedforward", c.dim_feedforward);
+    visit("dropout", c.dropout);
+    visit("activation", c.activation);
+    visit("norm_first", c.norm_first);
+    visit("norm_type", c.norm_type);
+    visit("layer_norm_eps", c.layer_norm_eps);
+    visit("positional", c.positional);
+    visit("scale_embeddings", c.scale_embeddings);
+    visit("tie_embeddings", c.tie_embeddings);
+    visit("max_len", c.max_len);
+    visit("pad_id", c.pad_id);
+    visit("bos_id", c.bos_id);
+    visit("eos_id", c.eos_id);
+  }
+
+  std::string to_json() const;  // pretty JSON object, every field
+  // Missing keys keep their defaults; unknown keys and wrong types throw naming the key.
+  // With `validate_sizes` false the vocabulary sizes may be 0 (a template the trainer fills in).
+  static ModelConfig from_json(const std::string& text, bool validate_sizes = true);
+  // Throws std::invalid_argument "model config: ..." naming the bad field.
+  void validate(bool check_sizes = true) const;
+};
+
+}  // namespace tfm

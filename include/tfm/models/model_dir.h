@@ -1,0 +1,60 @@
+// tfm/models/model_dir.h — a trained model directory: its files, loading it, and decoding with it.
+//
+// Directory (written by tfm::train, every file atomically: temporary file + rename):
+//   config.json               {"format": "tfm-train", "version": 1, "model": ModelConfig,
+//                              "train": TrainConfig, "vocab": {"src", "tgt", "src_size", "tgt_size",
+//                              "src_tokens", "tgt_tokens"}}
+//   src_vocab.txt, tgt_vocab.txt   one token per line, line i = id i
+//   model.safetensors         the model's state_dict (PyTorch keys)
+//   trainer_state.safetensors, metrics.csv, curves.svg   the training run (tfm/train/trainer.h)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tfm/data/vocab.h"
+#include "tfm/models/decode.h"
+#include "tfm/models/model.h"
+
+namespace tfm {
+
+namespace model_dir {
+inline constexpr const char* CONFIG = "config.json";
+inline constexpr const char* MODEL = "model.safetensors";
+inline constexpr const char* SRC_VOCAB = "src_vocab.txt";
+inline constexpr const char* TGT_VOCAB = "tgt_vocab.txt";
+inline constexpr int FORMAT_VERSION = 1;
+
+std::string path(const std::string& dir, const char* file);  // dir/file
+
+// config.json's text from its parts (`train_json`: the "train" object as JSON text).
+std::string config_json(const ModelConfig& model, const std::string& train_json, const data::Vocab& src_vocab,
+                        const data::Vocab& tgt_vocab, data::Tokenization src_tokens, data::Tokenization tgt_tokens);
+// One object of DIR/config.json ("model", "train" or "vocab") as JSON text, after checking the
+// format and version; throws std::runtime_error naming the file.
+std::string read_config_section(const std::string& dir, const char* section);
+}  // namespace model_dir
+
+// A trained model directory, ready for decoding.
+struct TrainedModel {
+  std::unique_ptr<Model> model;  // in eval mode
+  data::Vocab src_vocab, tgt_vocab;
+  data::Tokenization src_tokens = data::Tokenization::SPACE, tgt_tokens = data::Tokenization::SPACE;
+};
+TrainedModel load_model_dir(const std::string& dir);
+
+// Source ids (no bos/eos/pad) → predicted target tokens (greedy or beam), in input order, decoded
+// in length-sorted batches of `batch_size` under one InferenceMode scope of the caller's precision.
+// Empty sources predict nothing. A decoder's prediction ends at eos; an encoder's is one token per
+// source position, padding dropped.
+std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
+                                  const std::vector<std::vector<int32_t>>& sources, int beam, int64_t batch_size);
+
+// Source texts → predicted target texts: tokenized, predicted, detokenized. An untokenizable line
+// throws naming its line number.
+std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources, int beam,
+                                         int64_t batch_size);
+
+}  // namespace tfm

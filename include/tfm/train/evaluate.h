@@ -1,0 +1,46 @@
+// tfm/train/evaluate.h — what a model is judged on: sources with their accepted references, decoded
+// and scored (tfm/train/metrics.h), and the teacher-forced loss and accuracies of training.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tfm/data/batching.h"
+#include "tfm/data/tasks.h"
+#include "tfm/data/tsv.h"
+#include "tfm/models/model.h"
+#include "tfm/models/model_dir.h"
+#include "tfm/train/metrics.h"
+
+namespace tfm::train {
+
+// Each source once, with every reference it has.
+struct EvalSet {
+  std::vector<data::Tokens> sources;
+  std::vector<std::vector<data::Tokens>> references;  // (sources) each non-empty
+};
+
+// Groups (source, target) pairs by source in first-appearance order: a source on several lines of a
+// file has several accepted targets.
+EvalSet group_references(const std::vector<data::Tokens>& sources, const std::vector<data::Tokens>& targets);
+// `count` examples of a task's split, each its own entry (repeats included), in the task vocabulary's
+// tokens.
+EvalSet task_eval_set(data::Task task, uint64_t seed, data::Split split, int64_t count);
+// The pairs of a TSV file, grouped by source.
+EvalSet tsv_eval_set(const data::TsvData& tsv);
+
+// Decodes every source (greedy or beam) and scores it against its references.
+Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, const EvalSet& set,
+                 int beam, int64_t batch_size);
+Metrics evaluate(const TrainedModel& m, const EvalSet& set, int beam, int64_t batch_size);
+
+// Teacher-forced figures over every pair, without label smoothing: loss = mean over non-pad targets
+// of lse(logits) − logits[y] (computed in double), token and sequence accuracy of the argmax.
+struct TeacherForced {
+  double loss = 0, token_accuracy = 0, sequence_accuracy = 0;
+};
+// Runs in eval mode inside an InferenceMode scope and restores training mode afterwards.
+TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size);
+
+}  // namespace tfm::train

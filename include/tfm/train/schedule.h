@@ -1,0 +1,37 @@
+// tfm/train/schedule.h — learning-rate schedules: a linear warmup, then the schedule's shape.
+#pragma once
+
+#include <cstdint>
+
+#include "tfm/enum_names.h"
+
+namespace tfm::train {
+
+// The learning rate after the linear warmup. AUTO (a config value, resolved once per run by
+// resolve_schedule): COSINE when the run's step count is known, else INVERSE_SQRT after a warmup,
+// else CONSTANT.
+enum class Schedule { AUTO, CONSTANT, INVERSE_SQRT, COSINE };
+
+// AUTO → the concrete schedule for a run of total_steps (0 = unknown); others unchanged.
+Schedule resolve_schedule(Schedule s, int64_t warmup, int64_t total_steps);
+
+// Learning rate at step s (1-based): base_lr·s/warmup during the warmup, then CONSTANT (base_lr),
+// INVERSE_SQRT (base_lr·√(max(warmup, 1)/s), continuous at the end of warmup) or COSINE
+// (base_lr·½(1 + cos(π·(s − warmup)/(total − warmup))), 0 from total_steps on). Throws
+// std::invalid_argument for AUTO, a step below 1, a negative warmup, or COSINE with total ≤ warmup.
+float scheduled_lr(Schedule schedule, float base_lr, int64_t step, int64_t warmup, int64_t total_steps);
+
+}  // namespace tfm::train
+
+namespace tfm {
+template <>
+struct EnumNames<train::Schedule> {
+  static constexpr const char* key = "schedule";
+  static constexpr const char* noun = "a schedule";
+  static constexpr std::array<std::pair<train::Schedule, std::string_view>, 4> names{
+      {{train::Schedule::AUTO, "auto"},
+       {train::Schedule::CONSTANT, "constant"},
+       {train::Schedule::INVERSE_SQRT, "inverse_sqrt"},
+       {train::Schedule::COSINE, "cosine"}}};
+};
+}  // namespace tfm

@@ -1,0 +1,114 @@
+// src/json_fields.h — one definition of a config's fields serves JSON writing and reading.
+//
+// A config struct lists its fields once, in a `fields(self, visit)` template that calls
+// visit("key", self.member) for each (tfm/models/config.h, tfm/train/config.h). JsonWriter and
+// JsonReader are such visitors: the writer puts every field in a JSON object; the reader takes the
+// keys that are present (missing keys keep the struct's defaults), checks each value's JSON type
+// against the field's C++ type (enums by their EnumNames), and finish() rejects keys that no field
+// claimed. Errors are std::invalid_argument "<what>: key 'k' has the wrong type: <value>",
+// "<what>: unknown key 'k'", or the enum's own "<key> 'x' is not ..." prefixed with "<what>: ".
+// Internal: the library's config files only.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "quote.h"
+#include "tfm/enum_names.h"
+
+namespace tfm {
+
+using ordered_json = nlohmann::ordered_json;
+
+class JsonWriter {
+ public:
+  template <typename T>
+  void operator()(const char* key, const std::optional<T>& value) {
+    if (value) (*this)(key, *value);
+    else j[key] = nullptr;
+  }
+  template <typename T>
+  void operator()(const char* key, const T& value) {
+    if constexpr (std::is_enum_v<T>) j[key] = std::string(enum_name(value));
+    else j[key] = value;
+  }
+  ordered_json j = ordered_json::object();
+};
+
+class JsonReader {
+ public:
+  // `what` prefixes every message ("model config", "train config").
+  JsonReader(const ordered_json& j, std::string what) : j_(j), what_(std::move(what)) {
+    if (!j_.is_object()) throw std::invalid_argument(what_ + ": expected a JSON object, got " + j_.dump());
+  }
+
+  // null or missing: unset.
+  template <typename T>
+  void operator()(const char* key, std::optional<T>& out) {
+    auto it = j_.find(key);
+    if (it == j_.end() || it->is_null()) {
+      known_.insert(key);
+      return;
+    }
+    T value{};
+    (*this)(key, value);
+    out = value;
+  }
+  template <typename T>
+  void operator()(const char* key, T& out) {
+    known_.insert(key);
+    auto it = j_.find(key);
+    if (it == j_.end()) return;  // missing: keep the default
+    const ordered_json& v = *it;
+    if constexpr (std::is_enum_v<T>) {
+      if (!v.is_string()) wrong_type(key, v);
+      try {
+        out = enum_from_name<T>(v.get<std::string>(), key);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(what_ + ": " + e.what());
+      }
+      return;
+    } else {
+      bool ok;
+      if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+      else if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
+      else if constexpr (std::is_floating_point_v<T>) ok = v.is_number();
+      else if constexpr (std::is_unsigned_v<T>) ok = v.is_number_unsigned();
+      else ok = v.is_number_integer();
+      if (!ok) wrong_type(key, v);
+      out = v.get<T>();
+    }
+  }
+
+  bool has(const char* key) const { return j_.contains(key); }
+  void ignore(const char* key) { known_.insert(key); }
+
+  // Every key of the object must have been claimed by a field (or ignore()d).
+  void finish() const {
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (!known_.count(it.key())) throw std::invalid_argument(what_ + ": unknown key " + quote_name(it.key()));
+  }
+
+ private:
+  [[noreturn]] void wrong_type(const char* key, const ordered_json& v) const {
+    throw std::invalid_argument(what_ + ": key '" + key + "' has the wrong type: " + v.dump());
+  }
+  const ordered_json& j_;
+  std::string what_;
+  std::set<std::string> known_;
+};
+
+// Parses text as JSON, throwing "<what>: bad JSON: ..." on a syntax error.
+inline ordered_json parse_json(const std::string& text, const std::string& what) {
+  try {
+    return ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(what + ": bad JSON: " + e.what());
+  }
+}
+
+}  // namespace tfm

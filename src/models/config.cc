@@ -1,0 +1,67 @@
+// src/models/config.cc — ModelConfig: architecture defaults, JSON through fields(), validation.
+#include "tfm/models/config.h"
+
+#include <stdexcept>
+
+#include "json_fields.h"
+#include "tfm/modules/transformer.h"
+
+namespace tfm {
+
+std::string ModelConfig::to_json() const {
+  JsonWriter w;
+  fields(*this, w);
+  return w.j.dump(2);
+}
+
+ModelConfig ModelConfig::from_json(const std::string& text, bool validate_sizes) {
+  const ordered_json j = parse_json(text, "model config");
+  ModelConfig c;
+  JsonReader r(j, "model config");
+  fields(c, r);
+  r.finish();
+  c.validate(validate_sizes);
+  return c;
+}
+
+void ModelConfig::validate(bool check_sizes) const {
+  auto fail = [](const std::string& m) { throw std::invalid_argument("model config: " + m); };
+  enum_name(arch);  // a value outside the enum throws
+  if (check_sizes && (src_vocab_size <= 0 || tgt_vocab_size <= 0))
+    fail("src_vocab_size and tgt_vocab_size must be positive (got " + std::to_string(src_vocab_size) + ", " +
+         std::to_string(tgt_vocab_size) + ")");
+  if (num_encoder_layers < 1) fail("num_encoder_layers must be at least 1, got " + std::to_string(num_encoder_layers));
+  if (arch == Arch::SEQ2SEQ && num_decoder_layers < 1)
+    fail("num_decoder_layers must be at least 1, got " + std::to_string(num_decoder_layers));
+  if (max_len < 1) fail("max_len must be positive, got " + std::to_string(max_len));
+  if (!(dropout >= 0.0f && dropout < 1.0f)) fail("dropout must be in [0, 1), got " + std::to_string(dropout));
+  if (tie_embeddings && arch != Arch::SEQ2SEQ) fail("tie_embeddings needs arch \"seq2seq\"");
+  if (check_sizes) {
+    auto in_vocab = [&](int32_t id, int64_t v, const char* name, const char* vocab) {
+      if (id < 0 || id >= v)
+        fail(std::string(name) + " " + std::to_string(id) + " is outside the " + vocab + " vocabulary [0, " +
+             std::to_string(v) + ")");
+    };
+    in_vocab(pad_id, src_vocab_size, "pad_id", "source");
+    in_vocab(pad_id, tgt_vocab_size, "pad_id", "target");
+    if (arch == Arch::SEQ2SEQ) {
+      in_vocab(bos_id, tgt_vocab_size, "bos_id", "target");
+      in_vocab(eos_id, tgt_vocab_size, "eos_id", "target");
+      if (bos_id == pad_id || eos_id == pad_id) fail("bos_id and eos_id must differ from pad_id");
+    }
+  }
+  TransformerLayerOptions o;
+  o.d_model = d_model;
+  o.nhead = nhead;
+  o.dim_feedforward = dim_feedforward;
+  o.dropout = dropout;
+  o.activation = ops::activation_name(activation);
+  o.layer_norm_eps = layer_norm_eps;
+  try {
+    o.validate();
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+}
+
+}  // namespace tfm

@@ -1,0 +1,135 @@
+// src/models/model_dir.cc — reading a trained model directory and decoding with it
+// (tfm/models/model_dir.h describes the files).
+#include "tfm/models/model_dir.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+
+#include "io/file_util.h"
+#include "json_fields.h"
+#include "tfm/data/batching.h"
+#include "tfm/inference.h"
+#include "tfm/io/safetensors.h"
+#include "tfm/random.h"
+
+namespace tfm {
+
+namespace model_dir {
+
+std::string path(const std::string& dir, const char* file) { return (std::filesystem::path(dir) / file).string(); }
+
+std::string config_json(const ModelConfig& model, const std::string& train_json, const data::Vocab& src_vocab,
+                        const data::Vocab& tgt_vocab, data::Tokenization src_tokens, data::Tokenization tgt_tokens) {
+  ordered_json j;
+  j["format"] = "tfm-train";
+  j["version"] = FORMAT_VERSION;
+  j["model"] = ordered_json::parse(model.to_json());
+  j["train"] = ordered_json::parse(train_json);
+  j["vocab"] = {{"src", SRC_VOCAB},
+                {"tgt", TGT_VOCAB},
+                {"src_size", src_vocab.size()},
+                {"tgt_size", tgt_vocab.size()},
+                {"src_tokens", enum_name(src_tokens)},
+                {"tgt_tokens", enum_name(tgt_tokens)}};
+  return j.dump(2) + "\n";
+}
+
+std::string read_config_section(const std::string& dir, const char* section) {
+  const std::string file = path(dir, CONFIG);
+  ordered_json j;
+  try {
+    j = ordered_json::parse(io::read_file(file));
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(file + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || j.value("format", "") != "tfm-train")
+    throw std::runtime_error(file + ": not a tfm training directory config (\"format\": \"tfm-train\" missing)");
+  if (j.value("version", 0) != FORMAT_VERSION)
+    throw std::runtime_error(file + ": unsupported version " + j.value("version", ordered_json(0)).dump());
+  if (!j.contains("model") || !j.contains("train"))
+    throw std::runtime_error(file + ": missing \"model\" or \"train\"");
+  if (!j.contains(section)) throw std::runtime_error(file + ": missing \"" + section + "\"");
+  return j.at(section).dump();
+}
+
+}  // namespace model_dir
+
+TrainedModel load_model_dir(const std::string& dir) {
+  TrainedModel m;
+  const ModelConfig mc = ModelConfig::from_json(model_dir::read_config_section(dir, "model"));
+  const ordered_json vocab = ordered_json::parse(model_dir::read_config_section(dir, "vocab"));
+  const std::string config_file = model_dir::path(dir, model_dir::CONFIG);
+  try {
+    m.src_tokens = enum_from_name<data::Tokenization>(vocab.at("src_tokens").get<std::string>(), "src_tokens");
+    m.tgt_tokens = enum_from_name<data::Tokenization>(vocab.at("tgt_tokens").get<std::string>(), "tgt_tokens");
+  } catch (const std::exception& e) {
+    throw std::runtime_error(config_file + ": bad \"vocab\": " + e.what());
+  }
+  m.src_vocab = data::Vocab::load(model_dir::path(dir, model_dir::SRC_VOCAB));
+  m.tgt_vocab = data::Vocab::load(model_dir::path(dir, model_dir::TGT_VOCAB));
+  if (m.src_vocab.size() != mc.src_vocab_size || m.tgt_vocab.size() != mc.tgt_vocab_size)
+    throw std::runtime_error(dir + ": vocabulary files have " + std::to_string(m.src_vocab.size()) + "/" +
+                             std::to_string(m.tgt_vocab.size()) + " entries, config.json says " +
+                             std::to_string(mc.src_vocab_size) + "/" + std::to_string(mc.tgt_vocab_size));
+  Generator init{0, 0};  // the initial draws are overwritten by the saved weights
+  m.model = std::make_unique<Model>(mc, init);
+  const std::string weights = model_dir::path(dir, model_dir::MODEL);
+  // Zero-copy: load_state_dict copies into the parameters from the mapping (one copy, not two).
+  const io::SafeTensorsFile f = io::load_safetensors(weights, io::LoadOptions{.zero_copy = true});
+  NamedTensors sd;
+  for (const auto& [name, lt] : f.tensors) sd[name] = lt.tensor;
+  m.model->load_state_dict(sd, weights);
+  m.model->eval();
+  return m;
+}
+
+std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
+                                  const std::vector<std::vector<int32_t>>& sources, int beam, int64_t batch_size) {
+  InferenceMode scope(InferenceMode::current_precision());  // one weight cache for every batch
+  std::vector<data::Example> ex(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) ex[i].src = sources[i];
+  data::BatchSettings bs;
+  bs.batch_size = std::max<int64_t>(1, batch_size);
+  std::vector<data::Tokens> out(sources.size());
+  DecodeOptions opt;
+  opt.beam = std::max(1, beam);
+  for (const auto& idx : data::plan_eval(ex, bs)) {
+    std::vector<std::vector<int32_t>> batch;
+    std::vector<int64_t> which;
+    for (int64_t i : idx)
+      if (!sources[static_cast<size_t>(i)].empty()) batch.push_back(sources[static_cast<size_t>(i)]), which.push_back(i);
+    if (batch.empty()) continue;  // empty sources predict nothing
+    const auto pred = decode(model, batch, opt);
+    for (size_t k = 0; k < which.size(); ++k) {
+      data::Tokens& t = out[static_cast<size_t>(which[k])];
+      if (model.has_decoder()) {
+        t = tgt_vocab.decode(pred[k]);  // stops at eos
+      } else {
+        for (int32_t id : pred[k])
+          if (id != tgt_vocab.pad_id()) t.push_back(tgt_vocab.token(id));
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources, int beam,
+                                         int64_t batch_size) {
+  std::vector<std::vector<int32_t>> ids;
+  ids.reserve(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    try {
+      ids.push_back(m.src_vocab.encode(data::tokenize(sources[i], m.src_tokens)));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("input line " + std::to_string(i + 1) + ": " + e.what());
+    }
+  }
+  const auto pred = predict(*m.model, m.tgt_vocab, ids, beam, batch_size);
+  std::vector<std::string> out;
+  out.reserve(pred.size());
+  for (const auto& p : pred) out.push_back(data::detokenize(p, m.tgt_tokens));
+  return out;
+}
+
+}  // namespace tfm

@@ -1,0 +1,79 @@
+// src/train/checkpoint.cc — writing and reading a run's checkpoint (src/train/checkpoint.h).
+#include "train/checkpoint.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "io/file_util.h"
+#include "quote.h"
+#include "tfm/io/safetensors.h"
+#include "tfm/models/model_dir.h"
+
+namespace tfm::train {
+
+// EvalRow ↔ JSON for the history kept in trainer_state.safetensors (field names as in metrics.csv).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(EvalRow, step, epoch, lr, train_loss, valid_loss, valid_token_accuracy,
+                                   valid_sequence_accuracy, tokens_per_sec, elapsed_seconds)
+
+namespace {
+using json = nlohmann::ordered_json;
+constexpr const char* kStateKey = "tfm_trainer_state";  // the metadata entry holding State as JSON
+}  // namespace
+
+void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt, const Generator& gen, State& st,
+                      const std::string& title) {
+  st.checkpoint_step = st.step;
+  auto params = model.named_parameters();
+  io::save_safetensors(model_dir::path(dir, model_dir::MODEL), params, {{"format", "pt"}});
+  std::vector<std::pair<std::string, Tensor>> all;
+  for (auto& [k, t] : params) all.emplace_back("model." + k, t);
+  for (auto& [k, t] : opt.state()) all.emplace_back("optim." + k, t);
+  json s = {{"step", st.step}, {"epoch", st.epoch}, {"batch", st.batch}, {"loss_sum", st.loss_sum},
+            {"loss_count", st.loss_count}, {"tokens", st.tokens}, {"skipped", st.skipped},
+            {"elapsed", st.elapsed}, {"rng_seed", gen.seed}, {"rng_offset", gen.offset},
+            {"optimizer_steps", opt.steps()}, {"history", json::array()}};
+  for (const auto& r : st.history) s["history"].push_back(json(nlohmann::json(r)));
+  io::save_safetensors(model_dir::path(dir, STATE_FILE), all, {{kStateKey, s.dump()}});
+  io::write_file_atomic(model_dir::path(dir, METRICS_FILE), metrics_csv(st.history));
+  io::write_file_atomic(model_dir::path(dir, CURVES_FILE), plot_curves_svg(st.history, title));
+}
+
+void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Generator& gen, State& st) {
+  const std::string path = model_dir::path(dir, STATE_FILE);
+  if (!std::filesystem::exists(path))
+    throw std::runtime_error(path + ": no checkpoint to resume from (the run stopped before its first checkpoint; "
+                             "start it again without --resume)");
+  // Zero-copy: load_state_dict and the optimizer copy from the mapping directly (one copy, not
+  // two); the mapping is dropped when this function returns.
+  const io::SafeTensorsFile f = io::load_safetensors(path, io::LoadOptions{.zero_copy = true});
+  auto it = f.metadata.find(kStateKey);
+  if (it == f.metadata.end()) throw std::runtime_error(path + ": no '" + std::string(kStateKey) + "' metadata");
+  NamedTensors weights, optim;
+  for (const auto& [name, lt] : f.tensors) {
+    if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = lt.tensor;
+    else if (name.rfind("optim.", 0) == 0) optim[name.substr(6)] = lt.tensor;
+    else throw std::runtime_error(path + ": unexpected tensor " + quote_name(name));
+  }
+  model.load_state_dict(weights, path);
+  try {
+    const json s = json::parse(it->second);
+    opt.load_state(optim, s.at("optimizer_steps").get<int64_t>());
+    st.step = s.at("step");
+    st.epoch = s.at("epoch");
+    st.batch = s.at("batch");
+    st.loss_sum = s.at("loss_sum");
+    st.loss_count = s.at("loss_count");
+    st.tokens = s.at("tokens");
+    st.skipped = s.at("skipped");
+    st.elapsed = s.at("elapsed");
+    st.checkpoint_step = st.step;
+    gen.seed = s.at("rng_seed");
+    gen.offset = s.at("rng_offset");
+    st.history.clear();
+    for (const auto& r : s.at("history")) st.history.push_back(nlohmann::json(r).get<EvalRow>());
+  } catch (const json::exception& e) {
+    throw std::runtime_error(path + ": bad trainer state: " + e.what());
+  }
+}
+
+}  // namespace tfm::train

@@ -1,0 +1,151 @@
+// src/train/config.cc — TrainConfig: JSON through fields(), validation, the task preset.
+#include "tfm/train/config.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <stdexcept>
+
+#include "json_fields.h"
+
+namespace tfm::train {
+
+std::string TrainConfig::to_json(bool with_model) const {
+  JsonWriter w;
+  fields(*this, w);
+  if (with_model) w.j["model"] = ordered_json::parse(model.to_json());
+  return w.j.dump(2);
+}
+
+TrainConfig TrainConfig::from_json(const std::string& text) {
+  ordered_json j = parse_json(text, "train config");
+  if (!j.is_object()) throw std::invalid_argument("train config: expected a JSON object, got " + j.dump());
+  // Run directories write "task": "" for TSV data; "task" absent or null says the same.
+  if (j.contains("task") && j["task"] == "") j.erase("task");
+  TrainConfig c;
+  JsonReader r(j, "train config");
+  fields(c, r);
+  r.ignore("model");
+  r.finish();
+  // The model may be a template whose vocabulary sizes the trainer fills in from the data.
+  if (j.contains("model")) c.model = ModelConfig::from_json(j.at("model").dump(), /*validate_sizes=*/false);
+  return c;
+}
+
+void TrainConfig::validate() const {
+  const auto bad = [](const std::string& field, const std::string& why) {
+    throw std::invalid_argument("train config: " + field + " " + why);
+  };
+  if (!task && (train_path.empty() || valid_path.empty())) bad("data", "needs a task or both a training and a validation file");
+  if (max_tokens < 1) bad("max_tokens", "must be ≥ 1");
+  if (task_train_size < 1 || task_valid_size < 1) bad("task_train_size/task_valid_size", "must be ≥ 1");
+  if (epochs < 0 || max_steps < 0 || !(time_budget >= 0)) bad("epochs/max_steps/time_budget", "must be ≥ 0");
+  if (!(lr > 0) || !std::isfinite(lr)) bad("lr", "must be a positive number");
+  if (warmup < 0) bad("warmup", "must be ≥ 0");
+  if (!(weight_decay >= 0)) bad("weight_decay", "must be ≥ 0");
+  if (!(label_smoothing >= 0 && label_smoothing < 1)) bad("label_smoothing", "must be in [0, 1)");
+  if (!(clip_norm >= 0)) bad("clip_norm", "must be ≥ 0");
+  if (batch.batch_tokens < 0 || (batch.batch_tokens == 0 && batch.batch_size < 1))
+    bad("batch_size/batch_tokens", "need batch_size ≥ 1 or batch_tokens ≥ 1");
+  if (eval_every < 0) bad("eval_every", "must be ≥ 0");
+  if (out_dir.empty()) bad("out_dir", "is required");
+  model.validate(/*check_sizes=*/false);
+}
+
+TrainConfig task_preset(data::Task task, Arch arch) {
+  TrainConfig c;
+  c.task = task;
+  c.model.arch = arch;
+  c.max_steps = 1600;
+  c.lr = 2e-3f;
+  c.model.dropout = 0.0f;
+  c.batch.batch_size = 256;
+  return c;
+}
+
+}  // namespace tfm::train
+
+namespace tfm::train {
+namespace {
+
+// Sets the field named `key` from its command-line text; `found` tells whether a field matched.
+class TextSetter {
+ public:
+  TextSetter(const std::string& key, const std::string& text) : key_(key), text_(text) {}
+  template <typename T>
+  void operator()(const char* key, std::optional<T>& out) {
+    if (key_ != key) return;
+    T v{};
+    (*this)(key, v);
+    out = v;
+  }
+  template <typename T>
+  void operator()(const char* key, T& out) {
+    if (key_ != key) return;
+    found = true;
+    if constexpr (std::is_enum_v<T>) {
+      try {
+        out = enum_from_name<T>(text_, key);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("train config: ") + e.what());
+      }
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      out = text_;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (text_ != "true" && text_ != "false") wrong("true or false");
+      out = text_ == "true";
+    } else {
+      // The whole text must be the number, and it must fit the field.
+      size_t used = 0;
+      try {
+        if constexpr (std::is_floating_point_v<T>) {
+          const double v = std::stod(text_, &used);
+          out = static_cast<T>(v);
+        } else if constexpr (std::is_unsigned_v<T>) {
+          if (!text_.empty() && text_[0] == '-') wrong("a non-negative integer");
+          out = static_cast<T>(std::stoull(text_, &used));
+        } else {
+          const long long v = std::stoll(text_, &used);
+          if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) wrong("an integer in range");
+          out = static_cast<T>(v);
+        }
+      } catch (const std::logic_error&) {
+        wrong(std::is_floating_point_v<T> ? "a number" : "an integer");
+      }
+      if (used != text_.size()) wrong(std::is_floating_point_v<T> ? "a number" : "an integer");
+    }
+  }
+  bool found = false;
+
+ private:
+  [[noreturn]] void wrong(const char* expected) const {
+    throw std::invalid_argument("train config: " + key_ + " must be " + expected + ", got " + quote_name(text_));
+  }
+  const std::string& key_;
+  const std::string& text_;
+};
+
+}  // namespace
+
+void set_field(TrainConfig& c, const std::string& key, const std::string& text) {
+  TextSetter set(key, text);
+  TrainConfig::fields(c, set);
+  ModelConfig::fields(c.model, set);
+  if (!set.found) throw std::invalid_argument("train config: unknown key " + quote_name(key));
+}
+
+std::string field_text(const TrainConfig& c, const std::string& key) {
+  JsonWriter w;
+  TrainConfig::fields(c, w);
+  ModelConfig::fields(c.model, w);
+  if (!w.j.contains(key)) throw std::invalid_argument("train config: unknown key " + quote_name(key));
+  const ordered_json& v = w.j.at(key);
+  if (v.is_number_float()) {  // the float as written on a command line: 0.001, not 0.0010000000474974513
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v.get<double>());
+    return buf;
+  }
+  return v.is_string() ? v.get<std::string>() : v.is_null() ? std::string() : v.dump();
+}
+
+}  // namespace tfm::train

@@ -1,0 +1,109 @@
+// src/train/evaluate.cc — evaluation sets, decoded metrics and the teacher-forced figures
+// (tfm/train/evaluate.h).
+#include "tfm/train/evaluate.h"
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "tfm/inference.h"
+
+namespace tfm::train {
+
+EvalSet group_references(const std::vector<data::Tokens>& sources, const std::vector<data::Tokens>& targets) {
+  if (sources.size() != targets.size()) throw std::invalid_argument("group_references: sources and targets differ in count");
+  EvalSet set;
+  std::map<data::Tokens, size_t> where;  // source → its entry
+  for (size_t i = 0; i < sources.size(); ++i) {
+    auto [it, fresh] = where.emplace(sources[i], set.sources.size());
+    if (fresh) {
+      set.sources.push_back(sources[i]);
+      set.references.emplace_back();
+    }
+    set.references[it->second].push_back(targets[i]);
+  }
+  return set;
+}
+
+EvalSet task_eval_set(data::Task task, uint64_t seed, data::Split split, int64_t count) {
+  const data::Vocab v = data::task_vocab();
+  const auto strings = [&](const std::vector<int32_t>& ids) {
+    data::Tokens t;
+    for (int32_t id : ids) t.push_back(v.token(id));
+    return t;
+  };
+  EvalSet set;
+  for (const auto& e : data::make_task_set(task, seed, split, count)) {
+    set.sources.push_back(strings(e.src));
+    set.references.push_back({strings(e.tgt)});
+  }
+  return set;
+}
+
+EvalSet tsv_eval_set(const data::TsvData& tsv) {
+  std::vector<data::Tokens> s, t;
+  for (const auto& p : tsv.pairs) s.push_back(p.src), t.push_back(p.tgt);
+  return group_references(s, t);
+}
+
+Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, const EvalSet& set,
+                 int beam, int64_t batch_size) {
+  if (set.sources.size() != set.references.size())
+    throw std::invalid_argument("evaluate: sources and references differ in count");
+  std::vector<std::vector<int32_t>> ids;
+  ids.reserve(set.sources.size());
+  for (const auto& s : set.sources) ids.push_back(src_vocab.encode(s));
+  const auto pred = predict(model, tgt_vocab, ids, beam, batch_size);
+  Metrics m;
+  for (size_t i = 0; i < set.sources.size(); ++i) m.add(pred[i], set.references[i]);
+  return m;
+}
+
+Metrics evaluate(const TrainedModel& m, const EvalSet& set, int beam, int64_t batch_size) {
+  return evaluate(*m.model, m.src_vocab, m.tgt_vocab, set, beam, batch_size);
+}
+
+// logits (B, T, V); per target loss_i = lse(logits_i) − logits_i[y_i], the lse taken around the row's
+// maximum (the argmax, which the accuracies need too) in double.
+TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size) {
+  InferenceMode scope;  // float32, weights packed once for all batches
+  model.eval();
+  const ModelConfig& m = model.config();
+  data::BatchSettings bs;
+  bs.batch_size = batch_size;
+  double loss_sum = 0;
+  int64_t tokens = 0, correct = 0, seqs = 0, seq_ok = 0;
+  for (const auto& idx : data::plan_eval(examples, bs)) {
+    const data::TokenBatch b = data::make_batch(examples, idx, m.target_layout(), m.pad_id, m.bos_id, m.eos_id);
+    const Tensor logits = model.forward(b);  // (B, T, V)
+    const int64_t V = logits.size(-1);
+    const float* lp = logits.data();
+    for (int64_t r = 0; r < b.B; ++r) {
+      bool all = true;
+      for (int64_t t = 0; t < b.T; ++t) {
+        const int32_t y = b.tgt_out[static_cast<size_t>(r * b.T + t)];
+        if (y == m.pad_id) continue;
+        const float* row = lp + (r * b.T + t) * V;
+        int64_t arg = 0;
+        for (int64_t v = 1; v < V; ++v)
+          if (row[v] > row[arg]) arg = v;
+        double s = 0;
+        for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(row[v]) - row[arg]);
+        loss_sum += std::log(s) + row[arg] - row[y];
+        ++tokens;
+        correct += arg == y;
+        all = all && arg == y;
+      }
+      ++seqs;
+      seq_ok += all;
+    }
+  }
+  model.train();
+  TeacherForced r;
+  r.loss = tokens ? loss_sum / static_cast<double>(tokens) : 0.0;
+  r.token_accuracy = tokens ? static_cast<double>(correct) / static_cast<double>(tokens) : 0.0;
+  r.sequence_accuracy = seqs ? static_cast<double>(seq_ok) / static_cast<double>(seqs) : 0.0;
+  return r;
+}
+
+}  // namespace tfm::train

@@ -1,0 +1,41 @@
+// src/train/schedule.cc — learning-rate schedules (tfm/train/schedule.h).
+#include "tfm/train/schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace tfm::train {
+
+Schedule resolve_schedule(Schedule s, int64_t warmup, int64_t total_steps) {
+  if (s != Schedule::AUTO) return s;
+  if (total_steps > warmup) return Schedule::COSINE;
+  return warmup > 0 ? Schedule::INVERSE_SQRT : Schedule::CONSTANT;
+}
+
+float scheduled_lr(Schedule schedule, float base_lr, int64_t step, int64_t warmup, int64_t total_steps) {
+  const auto fail = [](const std::string& m) { throw std::invalid_argument("scheduled_lr: " + m); };
+  if (step < 1) fail("step is 1-based, got " + std::to_string(step));
+  if (warmup < 0) fail("warmup must be non-negative, got " + std::to_string(warmup));
+  if (schedule == Schedule::AUTO) fail("AUTO is resolved per run (resolve_schedule) before use");
+  if (schedule == Schedule::COSINE && total_steps <= warmup)
+    fail("cosine needs total_steps > warmup (got " + std::to_string(total_steps) + " and " + std::to_string(warmup) + ")");
+  const double base = base_lr;
+  if (step <= warmup) return static_cast<float>(base * static_cast<double>(step) / static_cast<double>(warmup));
+  switch (schedule) {
+    case Schedule::CONSTANT:
+      return base_lr;
+    case Schedule::INVERSE_SQRT:
+      return static_cast<float>(base * std::sqrt(static_cast<double>(std::max<int64_t>(warmup, 1)) /
+                                                 static_cast<double>(step)));
+    case Schedule::COSINE:
+    case Schedule::AUTO:
+      break;
+  }
+  if (step >= total_steps) return 0.0f;
+  const double progress = static_cast<double>(step - warmup) / static_cast<double>(total_steps - warmup);
+  return static_cast<float>(base * 0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
+}  // namespace tfm::train
