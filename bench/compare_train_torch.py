@@ -59,7 +59,7 @@ def run_torch(model_dir, steps, threads):
         train_cfg = json.load(f).get("train", {})
     batch = int(train_cfg.get("batch_size", 256))
     lr = float(train_cfg.get("lr", 2e-3))
-    model = tm.Seq2SeqModel(cfg).train()
+    model = tm.Model(cfg).train()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(0)
     batches = [reverse_batch(gen, batch, cfg["pad_id"]) for _ in range(steps + 10)]

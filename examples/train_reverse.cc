@@ -4,15 +4,18 @@
 //   train_reverse [OUT_DIR]        (default: a fresh directory under the system temp dir)
 //
 // The steps a program takes to train with tfm:
-//   1. fill a tfm::train::TrainConfig (data, model, run length, optimiser, output directory);
+//   1. take a tfm::train::TrainConfig — here the reverse task's preset, the one `tfm train --task
+//      reverse` uses — and change what this run needs (length, output directory);
 //   2. call tfm::train::run_training with a progress callback (the library itself never prints);
-//   3. tfm::train::load_model_dir(OUT_DIR) gives back the model, in eval mode, with its vocabularies;
+//   3. tfm::load_model_dir(OUT_DIR) gives back the model, in eval mode, with its vocabularies;
 //   4. tfm::decode turns source token ids into predicted target ids.
 // The run is deliberately tiny (a few seconds on one thread): the model will not be perfect, but its
 // loss must go down — the program exits non-zero otherwise. `tfm train --task reverse` runs the
 // full-size version of the same thing from the command line.
 #include <tfm/data/tasks.h>
 #include <tfm/models/decode.h>
+#include <tfm/models/model_dir.h>
+#include <tfm/train/config.h>
 #include <tfm/train/trainer.h>
 
 #include <chrono>
@@ -51,23 +54,18 @@ int main(int argc, char** argv) {
 
   try {
     // ---- 1. configuration -------------------------------------------------------------------------
-    tfm::train::TrainConfig config;
-    config.task = "reverse";         // built-in task: reverse a sequence of 3..15 numbers in 1..19
+    // Built-in task: reverse a sequence of 3..15 numbers in 1..19. Arch ENCODER: the notebook's
+    // model — one prediction per source position, so the target (the reversed source) has the
+    // source's length. Vocabulary sizes are filled in from the task. The preset is `tfm train
+    // --task reverse --arch encoder`'s configuration (d_model 64, 2 layers, no dropout, ...).
+    tfm::train::TrainConfig config = tfm::train::task_preset(tfm::data::Task::REVERSE, tfm::Arch::ENCODER);
     config.task_train_size = 2000;   // fresh training examples each epoch
     config.task_valid_size = 200;    // validation sequences (evaluated at every eval_every steps)
-    // arch "encoder": the notebook's model — one prediction per source position, so the target
-    // (the reversed source) has the source's length. Vocabulary sizes are filled in from the task.
-    config.model.arch = "encoder";
-    config.model.d_model = 64;
-    config.model.nhead = 4;
-    config.model.num_encoder_layers = 2;
     config.model.dim_feedforward = 128;
-    config.model.dropout = 0.0f;     // a short run: regularisation only slows it down
     config.max_steps = 600;          // the run length (the schedule decays to 0 at this step)
     config.eval_every = 150;         // evaluate + checkpoint every 150 steps
     config.lr = 4e-3f;
     config.warmup = 20;              // linear warmup, then cosine decay ("auto" schedule)
-    config.clip_norm = 1.0f;
     config.batch.batch_size = 64;
     config.seed = 1;
     config.out_dir = out_dir;        // config.json, vocabularies, weights, checkpoint, metrics.csv
@@ -76,7 +74,7 @@ int main(int argc, char** argv) {
     double first_loss = -1;  // mean training loss of the first step reported
     tfm::train::TrainHooks hooks;
     hooks.progress = [&](const tfm::train::ProgressEvent& e) {
-      using E = tfm::train::ProgressEvent;
+      using E = tfm::train::ProgressEvent::Kind;
       if (e.kind == E::STEP) {  // at most every 0.25 s; the first one comes after step 1
         if (first_loss < 0) first_loss = e.loss;
         std::printf("step %4lld/%lld  loss %.4f  lr %.2e  %.0f tok/s\n", static_cast<long long>(e.step),
@@ -92,7 +90,7 @@ int main(int argc, char** argv) {
     };
     const tfm::train::TrainResult result = tfm::train::run_training(config, hooks);
     std::printf("trained %lld steps in %.1f s (%s); greedy validation: sequence accuracy %.3f\n",
-                static_cast<long long>(result.steps), result.seconds, result.stop_reason.c_str(),
+                static_cast<long long>(result.steps), result.seconds, std::string(tfm::enum_name(result.stop_reason)).c_str(),
                 result.final_metrics.sequence_accuracy());
 
     // The demo's check: training made the model better. The first reported loss is one batch of an
@@ -111,13 +109,13 @@ int main(int argc, char** argv) {
 
     // ---- 3. reload the saved model directory -----------------------------------------------------
     // run_training saved everything in out_dir; load it back as a fresh program would.
-    const tfm::train::LoadedModel loaded = tfm::train::load_model_dir(out_dir);
+    const tfm::TrainedModel loaded = tfm::load_model_dir(out_dir);
     std::printf("reloaded %s: %lld parameters\n", out_dir.c_str(),
                 static_cast<long long>(loaded.model->num_parameters()));
 
     // ---- 4. decode a few unseen sequences ------------------------------------------------------------
     // The test split is drawn independently of the training data.
-    const auto examples = tfm::data::make_task_set("reverse", /*seed=*/7, tfm::data::Split::TEST, 5);
+    const auto examples = tfm::data::make_task_set(tfm::data::Task::REVERSE, /*seed=*/7, tfm::data::Split::TEST, 5);
     std::vector<std::vector<int32_t>> sources;
     for (const auto& ex : examples) sources.push_back(ex.src);
     const std::vector<std::vector<int32_t>> predicted = tfm::decode(*loaded.model, sources);  // (greedy)

@@ -17,6 +17,8 @@
 //   * every log-probability is ≤ 0 and score = logprob / length (length_penalty 1).
 #include <tfm/data/tasks.h>
 #include <tfm/models/decode.h>
+#include <tfm/models/model_dir.h>
+#include <tfm/train/config.h>
 #include <tfm/train/trainer.h>
 
 #include <chrono>
@@ -71,22 +73,19 @@ int main(int argc, char** argv) {
 
   try {
     // ---- a small seq2seq model, trained briefly ------------------------------------------------------
-    tfm::train::TrainConfig config;
-    config.task = "reverse";
+    // Encoder + decoder: the target is generated token by token.
+    tfm::train::TrainConfig config = tfm::train::task_preset(tfm::data::Task::REVERSE, tfm::Arch::SEQ2SEQ);
     config.task_train_size = 2000;
     config.task_valid_size = 50;
-    config.model.arch = "seq2seq";  // encoder + decoder; the target is generated token by token
     config.model.d_model = 32;
     config.model.nhead = 4;
     config.model.num_encoder_layers = 1;
     config.model.num_decoder_layers = 1;
     config.model.dim_feedforward = 64;
-    config.model.dropout = 0.0f;
     config.max_steps = 150;
     config.eval_every = 150;  // one evaluation (and checkpoint) at the end
     config.lr = 3e-3f;
     config.warmup = 10;
-    config.clip_norm = 1.0f;
     config.batch.batch_size = 64;
     config.seed = 3;
     config.out_dir = out_dir;
@@ -94,11 +93,11 @@ int main(int argc, char** argv) {
     std::printf("trained %lld steps in %.1f s, last training loss %.3f\n", static_cast<long long>(result.steps),
                 result.seconds, result.history.empty() ? -1.0 : result.history.back().train_loss);
 
-    const tfm::train::LoadedModel loaded = tfm::train::load_model_dir(out_dir);
-    const tfm::Seq2SeqModel& model = *loaded.model;
+    const tfm::TrainedModel loaded = tfm::load_model_dir(out_dir);
+    const tfm::Model& model = *loaded.model;
 
     // ---- decode a few unseen sources -----------------------------------------------------------------
-    const auto examples = tfm::data::make_task_set("reverse", /*seed=*/5, tfm::data::Split::TEST, 6);
+    const auto examples = tfm::data::make_task_set(tfm::data::Task::REVERSE, /*seed=*/5, tfm::data::Split::TEST, 6);
     std::vector<std::vector<int32_t>> sources;
     for (const auto& ex : examples) sources.push_back(ex.src);
 

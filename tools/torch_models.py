@@ -17,7 +17,7 @@ Architectures (tfm's src/models/seq2seq.cc explains the choices):
 Activations: relu, gelu, gelu_tanh (tfm's gated ones have no torch.nn 1.13 counterpart and are refused here).
 
 Run as a script, `torch_models.py train DIR` is PyTorch's side of the training-curve checks
-(tests/models/seq2seq_test.cc): it loads DIR/config.json + DIR/model.safetensors (initial weights, dropout 0) and
+(tests/models/model_test.cc): it loads DIR/config.json + DIR/model.safetensors (initial weights, dropout 0) and
 DIR/batches.safetensors (src (steps, B, S), tgt_out (steps, B, S or T), tgt_in (steps, B, T) for seq2seq: ids; the
 metadata "lr"), trains with Adam (lr rounded to float32, like tfm's float argument) on every batch in turn, in
 float32 and in float64 from the same start, and writes DIR/torch_losses.json = {"float32": [...], "float64": [...]}.
@@ -35,10 +35,13 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tfm_safetensors  # noqa: E402
 
+# tfm's ModelConfig defaults (include/tfm/models/config.h). scale_embeddings None: the architecture's
+# choice (seq2seq scales by sqrt(D), encoder does not).
 DEFAULTS = {
-    "arch": "seq2seq", "src_vocab_size": 0, "tgt_vocab_size": 0, "d_model": 128, "nhead": 4,
-    "num_encoder_layers": 3, "num_decoder_layers": 3, "dim_feedforward": 512, "dropout": 0.1,
-    "activation": "relu", "norm_first": False, "layer_norm_eps": 1e-5, "tie_embeddings": False,
+    "arch": "encoder", "src_vocab_size": 0, "tgt_vocab_size": 0, "d_model": 64, "nhead": 4,
+    "num_encoder_layers": 2, "num_decoder_layers": 2, "dim_feedforward": 256, "dropout": 0.1,
+    "activation": "relu", "norm_first": False, "norm_type": "layer_norm", "layer_norm_eps": 1e-5,
+    "positional": "sinusoidal", "scale_embeddings": None, "tie_embeddings": False,
     "max_len": 512, "pad_id": 0, "bos_id": 1, "eos_id": 2,
 }
 
@@ -69,10 +72,14 @@ class PositionalEncoding(nn.Module):
         return x + self.table[: x.size(1)].to(x.dtype)
 
 
-class Seq2SeqModel(nn.Module):
+class Model(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         c = {**DEFAULTS, **cfg}
+        if c["norm_type"] != "layer_norm" or c["positional"] != "sinusoidal":
+            raise ValueError(f"unsupported norm_type {c['norm_type']!r} or positional {c['positional']!r}")
+        if c["scale_embeddings"] is None:
+            c["scale_embeddings"] = c["arch"] == "seq2seq"
         self.cfg = c
         D = c["d_model"]
         common = dict(d_model=D, nhead=c["nhead"], dim_feedforward=c["dim_feedforward"], dropout=c["dropout"],
@@ -111,11 +118,12 @@ class Seq2SeqModel(nn.Module):
         pad = self.cfg["pad_id"]
         src_kpm = src == pad
         if self.cfg["arch"] == "encoder":
-            h = self.encoder(self._embed(self.embedding, src, False), src_key_padding_mask=src_kpm)
+            h = self.encoder(self._embed(self.embedding, src, self.cfg["scale_embeddings"]), src_key_padding_mask=src_kpm)
             return self.generator(h)
         T = tgt_in.size(1)
         causal = torch.triu(torch.full((T, T), float("-inf"), dtype=self.generator.bias.dtype), diagonal=1)
-        h = self.transformer(self._embed(self.src_embedding, src, True), self._embed(self.tgt_embedding, tgt_in, True),
+        scale = self.cfg["scale_embeddings"]
+        h = self.transformer(self._embed(self.src_embedding, src, scale), self._embed(self.tgt_embedding, tgt_in, scale),
                              tgt_mask=causal, src_key_padding_mask=src_kpm, tgt_key_padding_mask=tgt_in == pad,
                              memory_key_padding_mask=src_kpm)
         return self.generator(h)
@@ -141,7 +149,7 @@ def load_tfm_model(model_dir, dtype=torch.float32):
     """Builds the twin of a tfm model directory and loads its weights strictly (only generator.weight may be absent,
     and only when tied). Returns (model in eval mode, config dict)."""
     cfg = read_model_config(model_dir)
-    model = Seq2SeqModel(cfg)
+    model = Model(cfg)
     tensors, _ = tfm_safetensors.load(os.path.join(model_dir, "model.safetensors"))
     state = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in tensors.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)

@@ -44,11 +44,10 @@ void ModelConfig::validate(bool check_sizes) const {
     };
     in_vocab(pad_id, src_vocab_size, "pad_id", "source");
     in_vocab(pad_id, tgt_vocab_size, "pad_id", "target");
-    if (arch == Arch::SEQ2SEQ) {
-      in_vocab(bos_id, tgt_vocab_size, "bos_id", "target");
-      in_vocab(eos_id, tgt_vocab_size, "eos_id", "target");
-      if (bos_id == pad_id || eos_id == pad_id) fail("bos_id and eos_id must differ from pad_id");
-    }
+    // Every target vocabulary has its specials (an encoder's predictions use none but pad).
+    in_vocab(bos_id, tgt_vocab_size, "bos_id", "target");
+    in_vocab(eos_id, tgt_vocab_size, "eos_id", "target");
+    if (bos_id == pad_id || eos_id == pad_id) fail("bos_id and eos_id must differ from pad_id");
   }
   TransformerLayerOptions o;
   o.d_model = d_model;

@@ -12,7 +12,7 @@ namespace tfm::data {
 namespace {
 
 TEST(Tasks, ReverseMatchesTheNotebookDistribution) {
-  const auto set = make_task_set("reverse", 7, Split::TRAIN, 20000);
+  const auto set = make_task_set(Task::REVERSE, 7, Split::TRAIN, 20000);
   std::vector<int64_t> len_count(16, 0), tok_count(20, 0);
   for (const auto& e : set) {
     ASSERT_GE(e.src.size(), 3u);
@@ -36,17 +36,17 @@ TEST(Tasks, ReverseMatchesTheNotebookDistribution) {
 }
 
 TEST(Tasks, DeterministicPerIndexAndSplitsDiffer) {
-  const auto a = make_task_example("copy", 3, Split::VALID, 41);
-  const auto set = make_task_set("copy", 3, Split::VALID, 50);
+  const auto a = make_task_example(Task::COPY, 3, Split::VALID, 41);
+  const auto set = make_task_set(Task::COPY, 3, Split::VALID, 50);
   EXPECT_EQ(a.src, set[41].src);
   EXPECT_EQ(a.tgt, a.src);
   int same = 0;
   for (int i = 0; i < 50; ++i)
-    same += make_task_example("copy", 3, Split::TRAIN, i).src == set[static_cast<size_t>(i)].src;
+    same += make_task_example(Task::COPY, 3, Split::TRAIN, i).src == set[static_cast<size_t>(i)].src;
   EXPECT_LE(same, 2);  // a length-3 collision is possible (1/13 · 1/19³ per pair), not more
-  const auto s = make_task_example("sort", 3, Split::TRAIN, 5);
+  const auto s = make_task_example(Task::SORT, 3, Split::TRAIN, 5);
   EXPECT_TRUE(std::is_sorted(s.tgt.begin(), s.tgt.end()));
-  EXPECT_THROW(make_task_example("rot13", 0, Split::TRAIN, 0), std::invalid_argument);
+  EXPECT_THROW(enum_from_name<Task>("rot13"), std::invalid_argument);
 }
 
 TEST(Tasks, VocabIdsAreTokenValues) {
@@ -62,7 +62,7 @@ TEST(Tasks, VocabIdsAreTokenValues) {
 
 std::vector<Example> examples(int n, uint64_t seed) {
   std::vector<Example> out;
-  for (const auto& e : make_task_set("reverse", seed, Split::TRAIN, n)) out.push_back({e.src, e.tgt});
+  for (const auto& e : make_task_set(Task::REVERSE, seed, Split::TRAIN, n)) out.push_back({e.src, e.tgt});
   return out;
 }
 
@@ -110,20 +110,20 @@ TEST(Batching, TokenBudget) {
 
 TEST(Batching, MakeBatchLayouts) {
   const std::vector<Example> ex = {{{5, 6, 7}, {7, 6, 5}}, {{8}, {9}}};
-  const TokenBatch e = make_batch(ex, {0, 1}, "encoder", 0, 20, 21);
+  const TokenBatch e = make_batch(ex, {0, 1}, TargetLayout::PER_POSITION, 0, 20, 21);
   EXPECT_EQ(e.S, 3);
   EXPECT_EQ(e.T, 3);
   EXPECT_EQ(e.src, (std::vector<int32_t>{5, 6, 7, 8, 0, 0}));
   EXPECT_EQ(e.tgt_out, (std::vector<int32_t>{7, 6, 5, 9, 0, 0}));
   EXPECT_TRUE(e.tgt_in.empty());
-  const TokenBatch s = make_batch(ex, {1, 0}, "seq2seq", 0, 20, 21);
+  const TokenBatch s = make_batch(ex, {1, 0}, TargetLayout::SHIFTED, 0, 20, 21);
   EXPECT_EQ(s.T, 4);  // bos + 3 targets
   EXPECT_EQ(s.src, (std::vector<int32_t>{8, 0, 0, 5, 6, 7}));
   EXPECT_EQ(s.tgt_in, (std::vector<int32_t>{20, 9, 0, 0, 20, 7, 6, 5}));
   EXPECT_EQ(s.tgt_out, (std::vector<int32_t>{9, 21, 0, 0, 7, 6, 5, 21}));
   EXPECT_EQ(count_target_tokens(s, 0), 6);
   const std::vector<Example> bad = {{{1, 2}, {3}}};
-  EXPECT_THROW(make_batch(bad, {0}, "encoder", 0, 20, 21), std::invalid_argument);
+  EXPECT_THROW(make_batch(bad, {0}, TargetLayout::PER_POSITION, 0, 20, 21), std::invalid_argument);
 }
 
 }  // namespace

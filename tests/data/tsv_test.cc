@@ -32,7 +32,7 @@ TEST(Tokenize, SpaceSplitsOnRuns) {
   const auto t = tokenize("  the  cat\tsat ", Tokenization::SPACE);
   EXPECT_EQ(t, (std::vector<std::string>{"the", "cat", "sat"}));
   EXPECT_EQ(detokenize(t, Tokenization::SPACE), "the cat sat");
-  EXPECT_THROW(tokenization_from_name("word"), std::invalid_argument);
+  EXPECT_THROW(enum_from_name<Tokenization>("word"), std::invalid_argument);
 }
 
 TEST(Vocab, BuildOrdersSpecialsThenFrequencyThenBytes) {

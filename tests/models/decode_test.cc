@@ -35,7 +35,7 @@ struct Lcg {
 
 ModelConfig config(bool norm_first, const std::string& act = "relu", bool tie = false) {
   ModelConfig c;
-  c.arch = "seq2seq";
+  c.arch = Arch::SEQ2SEQ;
   c.src_vocab_size = 12;
   c.tgt_vocab_size = 9;
   c.d_model = 16;
@@ -44,7 +44,7 @@ ModelConfig config(bool norm_first, const std::string& act = "relu", bool tie = 
   c.num_decoder_layers = 2;
   c.dim_feedforward = 40;
   c.dropout = 0.1f;
-  c.activation = act;
+  c.activation = ops::activation_from_string(act);
   c.norm_first = norm_first;
   c.tie_embeddings = tie;
   c.max_len = 40;
@@ -62,10 +62,10 @@ std::vector<std::vector<int32_t>> sources(int n, uint64_t seed, int max_len = 9,
 }
 
 // Teacher-forced log p(target + eos | source) with the full model (the training forward).
-double sequence_logprob(const Seq2SeqModel& m, const std::vector<int32_t>& src, const std::vector<int32_t>& tgt,
+double sequence_logprob(const Model& m, const std::vector<int32_t>& src, const std::vector<int32_t>& tgt,
                         bool with_eos) {
   const ModelConfig& c = m.config();
-  TokenBatch b;
+  data::TokenBatch b;
   b.B = 1;
   b.S = std::max<int64_t>(1, static_cast<int64_t>(src.size()));
   b.src = src;
@@ -96,7 +96,7 @@ double sequence_logprob(const Seq2SeqModel& m, const std::vector<int32_t>& src, 
 TEST(Decode, CachedStepMatchesFullDecoder) {
   for (bool norm_first : {false, true}) {
     Generator g{static_cast<uint64_t>(10 + norm_first), 0};
-    Seq2SeqModel m(config(norm_first, norm_first ? "gelu" : "relu", norm_first), g);
+    Model m(config(norm_first, norm_first ? "gelu" : "relu", norm_first), g);
     m.eval();
     NoGradGuard ng;
     const auto src = sources(5, 3);
@@ -136,7 +136,7 @@ TEST(Decode, CachedStepMatchesFullDecoder) {
 TEST(Decode, CacheAndNoCacheGiveSameTokens) {
   for (bool norm_first : {false, true}) {
     Generator g{static_cast<uint64_t>(20 + norm_first), 0};
-    Seq2SeqModel m(config(norm_first), g);
+    Model m(config(norm_first), g);
     const auto src = sources(9, 5);
     for (int beam : {1, 3}) {
       DecodeOptions o;
@@ -157,7 +157,7 @@ TEST(Decode, CacheAndNoCacheGiveSameTokens) {
 // pad/bos, stop at eos or the length limit. decode(beam = 1) must produce exactly that.
 TEST(Decode, GreedyEqualsBeamOneAndHandGreedy) {
   Generator g{30, 0};
-  Seq2SeqModel m(config(false), g);
+  Model m(config(false), g);
   m.eval();
   const ModelConfig& c = m.config();
   const auto src = sources(6, 8);
@@ -167,7 +167,7 @@ TEST(Decode, GreedyEqualsBeamOneAndHandGreedy) {
   for (size_t i = 0; i < src.size(); ++i) {
     std::vector<int32_t> out;
     while (static_cast<int64_t>(out.size()) < o.max_len) {
-      TokenBatch b;
+      data::TokenBatch b;
       b.B = 1;
       b.S = static_cast<int64_t>(src[i].size());
       b.src = src[i];
@@ -204,7 +204,7 @@ TEST(Decode, BeamBeatsGreedyAndScoresAreTrue) {
     Generator g{seed, 0};
     ModelConfig c = config(seed % 2 == 1);
     c.tgt_vocab_size = 6;  // few tokens, long hypotheses: room for beam search to differ
-    Seq2SeqModel m(c, g);
+    Model m(c, g);
     m.eval();  // for sequence_logprob; decode switches to eval itself
     const auto src = sources(12, seed);
     for (float penalty : {0.0f, 1.0f}) {
@@ -245,7 +245,7 @@ TEST(Decode, BeamIsExhaustiveWhenWide) {
     Generator g{seed, 0};
     ModelConfig c = config(seed % 2 == 0);
     c.tgt_vocab_size = 5;  // pad, bos, eos, 3, 4
-    Seq2SeqModel m(c, g);
+    Model m(c, g);
     m.eval();
     const auto src = sources(3, seed);
     for (float penalty : {0.0f, 0.6f, 1.0f}) {
@@ -280,20 +280,20 @@ TEST(Decode, BeamIsExhaustiveWhenWide) {
 
 TEST(Decode, EncoderArchIsArgmaxPerPosition) {
   ModelConfig c;
-  c.arch = "encoder";
+  c.arch = Arch::ENCODER;
   c.src_vocab_size = c.tgt_vocab_size = 20;
   c.d_model = 16;
   c.nhead = 2;
   c.num_encoder_layers = 2;
   c.dim_feedforward = 32;
   Generator g{50, 0};
-  Seq2SeqModel m(c, g);
+  Model m(c, g);
   const auto src = sources(5, 9, 9, 20);
   const auto out = decode(m, src);
   EXPECT_TRUE(m.is_training());  // decode restored the mode it switched off
   m.eval();
   for (size_t i = 0; i < src.size(); ++i) {
-    TokenBatch b;
+    data::TokenBatch b;
     b.B = 1;
     b.S = static_cast<int64_t>(src[i].size());
     b.src = src[i];
@@ -309,7 +309,7 @@ TEST(Decode, EncoderArchIsArgmaxPerPosition) {
 
 TEST(Decode, LimitsAndErrors) {
   Generator g{60, 0};
-  Seq2SeqModel m(config(false), g);
+  Model m(config(false), g);
   const auto src = sources(4, 2);
   DecodeOptions o;
   o.max_len = 3;
@@ -333,7 +333,7 @@ TEST(Decode, LimitsAndErrors) {
 // does not flip these random models' choices).
 TEST(Decode, BatchIndependent) {
   Generator g{70, 0};
-  Seq2SeqModel m(config(true), g);
+  Model m(config(true), g);
   const auto src = sources(7, 4);
   DecodeOptions o;
   o.beam = 2;

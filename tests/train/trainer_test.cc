@@ -2,6 +2,9 @@
 // exact resume, thread-count independence, divergence handling, and a trained model directory.
 #include "tfm/train/trainer.h"
 
+#include "tfm/models/model_dir.h"
+#include "tfm/train/evaluate.h"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -15,8 +18,8 @@
 namespace tfm::train {
 namespace {
 
-Tokens chars(const std::string& s) {
-  Tokens t;
+data::Tokens chars(const std::string& s) {
+  data::Tokens t;
   for (char c : s) t.emplace_back(1, c);
   return t;
 }
@@ -100,10 +103,10 @@ TEST(Plot, CsvAndSvgAreWellFormed) {
 // the RNG stream matters, evaluation every 10 steps.
 TrainConfig tiny(const std::string& out) {
   TrainConfig c;
-  c.task = "reverse";
+  c.task = data::Task::REVERSE;
   c.task_train_size = 200;
   c.task_valid_size = 50;
-  c.model.arch = "encoder";
+  c.model.arch = Arch::ENCODER;
   c.model.d_model = 16;
   c.model.nhead = 2;
   c.model.num_encoder_layers = 1;
@@ -127,7 +130,7 @@ TEST(Trainer, InterruptedAndResumedEqualsUninterrupted) {
   const std::string a = testing::temp_dir("train_a"), b = testing::temp_dir("train_b");
   const TrainResult ra = run_training(tiny(a));
   EXPECT_EQ(ra.steps, 40);
-  EXPECT_EQ(ra.stop_reason, "max-steps");
+  EXPECT_EQ(ra.stop_reason, StopReason::MAX_STEPS);
   ASSERT_EQ(ra.history.size(), 4u);
 
   TrainHooks stop;
@@ -188,7 +191,7 @@ TEST(Trainer, DivergenceNamesTheStepAndSkipGivesUp) {
   c.lr = 1e30f;  // Adam moves every weight by ≈ lr on the first step: the next loss overflows
   c.clip_norm = 0;
   c.warmup = 0;
-  c.schedule = "constant";
+  c.schedule = Schedule::CONSTANT;
   try {
     run_training(c);
     FAIL() << "lr 1e30 did not diverge";
@@ -212,29 +215,30 @@ TEST(Trainer, LoadedModelTranslatesAndEvaluates) {
   TrainConfig c = tiny(a);
   c.max_steps = 5;
   run_training(c);
-  const LoadedModel m = load_model_dir(a);
-  EXPECT_EQ(m.model->config().arch, "encoder");
+  const TrainedModel m = load_model_dir(a);
+  EXPECT_EQ(m.model->config().arch, Arch::ENCODER);
   const auto out = translate_lines(m, {"3 1 4", "", "19 18 17 16 15"}, 1, 2);
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(std::count(out[0].begin(), out[0].end(), ' '), 2);  // encoder: one token per source token
   EXPECT_EQ(out[1], "");
   EXPECT_THROW(translate_lines(m, {"1 99"}, 1, 2), std::invalid_argument);  // 99 is not a task token
-  const Metrics r = evaluate_examples(m, {{"1", "2"}}, {{{"2", "1"}}}, 1, 4);
+  const Metrics r = evaluate(m, EvalSet{{{"1", "2"}}, {{{"2", "1"}}}}, 1, 4);
   EXPECT_EQ(r.examples, 1);
   EXPECT_EQ(r.reference_tokens, 2);
 }
 
 TEST(TrainConfig, JsonRoundTripAndValidation) {
   TrainConfig c = tiny("/tmp/x");
-  c.optimizer = "adamw";
+  c.optimizer = OptimizerKind::ADAMW;
   c.label_smoothing = 0.1f;
   const TrainConfig d = TrainConfig::from_json(c.to_json());
   EXPECT_EQ(d.to_json(), c.to_json());
+  // An optimizer outside the closed set cannot be stored: it is refused where it is read.
+  EXPECT_THROW(TrainConfig::from_json(R"({"optimizer": "sgd"})"), std::invalid_argument);
   TrainConfig bad = c;
-  bad.optimizer = "sgd";
-  EXPECT_THROW(bad.validate(), std::invalid_argument);
+  EXPECT_THROW(set_field(bad, "optimizer", "sgd"), std::invalid_argument);
   bad = c;
-  bad.task = "";
+  bad.task.reset();
   EXPECT_THROW(bad.validate(), std::invalid_argument);
   EXPECT_THROW(TrainConfig::from_json("{\"lr\": \"fast\"}"), std::invalid_argument);
 }

@@ -1,4 +1,4 @@
-// tests/models/seq2seq_test.cc — ModelConfig, Seq2SeqModel's keys and forward, training on a tiny
+// tests/models/model_test.cc — ModelConfig, Model's keys and forward, training on a tiny
 // task, and the PyTorch round trips (tools/torch_models.py, tools/check_roundtrip.py).
 //
 // PyTorch checks run /usr/bin/python3 with torch 1.13 and are skipped only when torch is missing.
@@ -9,7 +9,7 @@
 //    forward is a chain of ~10·L dot products of length ≤ F, whose float32 rounding error grows like
 //    √F·ε per product in practice (F = 64 → 8ε), and LayerNorm/softmax re-normalise after each.
 //  * training curves: see NotebookConfigTrainsLikeTorch.
-#include "tfm/models/seq2seq.h"
+#include "tfm/models/model.h"
 
 #include <gtest/gtest.h>
 
@@ -52,7 +52,7 @@ struct Lcg {
 
 ModelConfig small_seq2seq(bool norm_first = false, bool tie = false, const std::string& act = "relu") {
   ModelConfig c;
-  c.arch = "seq2seq";
+  c.arch = Arch::SEQ2SEQ;
   c.src_vocab_size = 11;
   c.tgt_vocab_size = 13;
   c.d_model = 16;
@@ -61,7 +61,7 @@ ModelConfig small_seq2seq(bool norm_first = false, bool tie = false, const std::
   c.num_decoder_layers = 2;
   c.dim_feedforward = 40;
   c.dropout = 0.1f;
-  c.activation = act;
+  c.activation = ops::activation_from_string(act);
   c.norm_first = norm_first;
   c.tie_embeddings = tie;
   c.max_len = 64;
@@ -70,7 +70,7 @@ ModelConfig small_seq2seq(bool norm_first = false, bool tie = false, const std::
 
 ModelConfig small_encoder(bool norm_first = false) {
   ModelConfig c;
-  c.arch = "encoder";
+  c.arch = Arch::ENCODER;
   c.src_vocab_size = 20;
   c.tgt_vocab_size = 20;
   c.d_model = 16;
@@ -85,9 +85,9 @@ ModelConfig small_encoder(bool norm_first = false) {
 
 // A batch of variable-length sequences padded at the end. seq2seq: target = source tokens mapped
 // into the target vocabulary, tgt_in = bos + target, tgt_out = target + eos.
-TokenBatch random_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
+data::TokenBatch random_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
   Lcg r(seed);
-  TokenBatch b;
+  data::TokenBatch b;
   b.B = B;
   std::vector<std::vector<int32_t>> src(B), tgt(B);
   for (int64_t i = 0; i < B; ++i) {
@@ -100,7 +100,7 @@ TokenBatch random_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
   }
   b.src.assign(B * b.S, c.pad_id);
   for (int64_t i = 0; i < B; ++i) std::copy(src[i].begin(), src[i].end(), b.src.begin() + i * b.S);
-  if (c.arch == "encoder") {  // one target per source position: the reversed source
+  if (c.arch == Arch::ENCODER) {  // one target per source position: the reversed source
     b.T = 0;
     b.tgt_out.assign(B * b.S, c.pad_id);
     for (int64_t i = 0; i < B; ++i) std::copy(src[i].rbegin(), src[i].rend(), b.tgt_out.begin() + i * b.S);
@@ -124,7 +124,7 @@ Tensor ids_tensor(const std::vector<int32_t>& ids, int64_t rows, int64_t cols) {
   return Tensor::from_vector({rows, cols}, f);
 }
 
-void write_model_dir(const std::string& dir, Seq2SeqModel& model) {
+void write_model_dir(const std::string& dir, Model& model) {
   std::ofstream(dir + "/config.json") << model.config().to_json();
   io::save_safetensors(dir + "/model.safetensors", model.named_parameters());
 }
@@ -136,14 +136,14 @@ TEST(ModelConfig, JsonRoundTrip) {
   c.bos_id = 5;
   const ModelConfig d = ModelConfig::from_json(c.to_json());
   EXPECT_EQ(d.to_json(), c.to_json());
-  EXPECT_EQ(d.arch, "seq2seq");
+  EXPECT_EQ(d.arch, Arch::SEQ2SEQ);
   EXPECT_TRUE(d.tie_embeddings && d.norm_first);
   EXPECT_EQ(d.bos_id, 5);
   EXPECT_FLOAT_EQ(d.layer_norm_eps, 1e-6f);
   // Missing keys take the defaults.
   const ModelConfig e = ModelConfig::from_json(R"({"src_vocab_size": 7, "tgt_vocab_size": 9})");
   EXPECT_EQ(e.d_model, ModelConfig{}.d_model);
-  EXPECT_EQ(e.arch, "seq2seq");
+  EXPECT_EQ(e.arch, ModelConfig{}.arch);
 }
 
 void expect_config_error(const std::string& text, const std::string& needle) {
@@ -171,17 +171,17 @@ TEST(ModelConfig, ErrorsNameTheKey) {
 }
 
 // ---- keys -----------------------------------------------------------------------------------------
-TEST(Seq2SeqModel, StateDictKeys) {
+TEST(Model, StateDictKeys) {
   Generator g{1, 0};
-  Seq2SeqModel enc(small_encoder(), g);
+  Model enc(small_encoder(), g);
   const NamedTensors se = enc.state_dict();
   EXPECT_TRUE(se.count("embedding.weight") && se.count("generator.weight") && se.count("generator.bias"));
   EXPECT_TRUE(se.count("encoder.layers.1.self_attn.in_proj_weight"));
   EXPECT_FALSE(se.count("encoder.norm.weight"));  // post-norm: no final norm
-  Seq2SeqModel enc_pre(small_encoder(true), g);
+  Model enc_pre(small_encoder(true), g);
   EXPECT_TRUE(enc_pre.state_dict().count("encoder.norm.weight"));
 
-  Seq2SeqModel s2s(small_seq2seq(), g);
+  Model s2s(small_seq2seq(), g);
   const NamedTensors ss = s2s.state_dict();
   for (const char* k : {"src_embedding.weight", "tgt_embedding.weight", "generator.weight", "generator.bias",
                         "transformer.encoder.layers.0.linear1.weight", "transformer.encoder.norm.weight",
@@ -191,7 +191,7 @@ TEST(Seq2SeqModel, StateDictKeys) {
   EXPECT_EQ(ss.at("generator.weight").shape(), (Shape{13, 16}));
   for (const auto& [k, t] : ss) EXPECT_EQ(k.find("positional"), std::string::npos) << k;  // a buffer, not saved
 
-  Seq2SeqModel tied(small_seq2seq(false, true), g);
+  Model tied(small_seq2seq(false, true), g);
   const NamedTensors st = tied.state_dict();
   EXPECT_FALSE(st.count("generator.weight"));
   EXPECT_TRUE(st.count("generator.bias"));
@@ -199,9 +199,9 @@ TEST(Seq2SeqModel, StateDictKeys) {
 }
 
 // seq2seq: every matrix is xavier-uniform, |w| ≤ √(6/(fan_in + fan_out)); biases keep their inits.
-TEST(Seq2SeqModel, XavierInitialisation) {
+TEST(Model, XavierInitialisation) {
   Generator g{2, 0};
-  Seq2SeqModel m(small_seq2seq(), g);
+  Model m(small_seq2seq(), g);
   for (auto& [k, t] : m.named_parameters()) {
     if (t.dim() < 2) continue;
     const double a = std::sqrt(6.0 / static_cast<double>(t.size(0) + t.size(1)));
@@ -212,12 +212,12 @@ TEST(Seq2SeqModel, XavierInitialisation) {
   }
 }
 
-TEST(Seq2SeqModel, TiedEmbeddingSharesStorageAndGradient) {
+TEST(Model, TiedEmbeddingSharesStorageAndGradient) {
   Generator g{3, 0};
   ModelConfig c = small_seq2seq(false, true);
   c.dropout = 0;
-  Seq2SeqModel m(c, g);
-  const TokenBatch b = random_batch(c, 3, 7);
+  Model m(c, g);
+  const data::TokenBatch b = random_batch(c, 3, 7);
   m.loss(b).backward();
   Tensor w = m.state_dict().at("tgt_embedding.weight");
   ASSERT_TRUE(w.grad().defined());
@@ -234,20 +234,20 @@ TEST(Seq2SeqModel, TiedEmbeddingSharesStorageAndGradient) {
   EXPECT_GT(s, 0.0);
 }
 
-TEST(Seq2SeqModel, ForwardShapesAndBadBatches) {
+TEST(Model, ForwardShapesAndBadBatches) {
   Generator g{4, 0};
-  Seq2SeqModel m(small_seq2seq(), g);
+  Model m(small_seq2seq(), g);
   m.eval();
-  TokenBatch b = random_batch(m.config(), 3, 1);
+  data::TokenBatch b = random_batch(m.config(), 3, 1);
   EXPECT_EQ(m.forward(b).shape(), (Shape{3, b.T, 13}));
-  TokenBatch bad = b;
+  data::TokenBatch bad = b;
   bad.tgt_in.pop_back();
   EXPECT_THROW(m.forward(bad), std::invalid_argument);
   bad = b;
   bad.src[0] = 11;  // outside the source vocabulary
   EXPECT_THROW(m.forward(bad), std::invalid_argument);
-  Seq2SeqModel e(small_encoder(), g);
-  TokenBatch eb = random_batch(e.config(), 2, 1);
+  Model e(small_encoder(), g);
+  data::TokenBatch eb = random_batch(e.config(), 2, 1);
   EXPECT_EQ(e.forward(eb).shape(), (Shape{2, eb.S, 20}));
   eb.tgt_out.push_back(0);
   EXPECT_THROW(e.loss(eb), std::invalid_argument);
@@ -256,19 +256,19 @@ TEST(Seq2SeqModel, ForwardShapesAndBadBatches) {
 // Padding is invisible: a sequence's logits do not change when the batch is padded wider
 // (up to rounding: different padding changes nothing but the number of masked keys, which add exact
 // zeros, so the values agree to float rounding of the same operations — allow 1e-6 relative).
-TEST(Seq2SeqModel, PaddingIsMasked) {
+TEST(Model, PaddingIsMasked) {
   Generator g{5, 0};
   for (const char* arch : {"encoder", "seq2seq"}) {
-    Seq2SeqModel m(std::string(arch) == "encoder" ? small_encoder() : small_seq2seq(), g);
+    Model m(std::string(arch) == "encoder" ? small_encoder() : small_seq2seq(), g);
     m.eval();
     const ModelConfig& c = m.config();
-    TokenBatch one = random_batch(c, 1, 11);
-    TokenBatch wide = one;
+    data::TokenBatch one = random_batch(c, 1, 11);
+    data::TokenBatch wide = one;
     const int64_t extra = 3;
     wide.S = one.S + extra;
     wide.src.assign(wide.S, c.pad_id);
     std::copy(one.src.begin(), one.src.end(), wide.src.begin());
-    if (c.arch == "seq2seq") {
+    if (c.arch == Arch::SEQ2SEQ) {
       wide.T = one.T + extra;
       wide.tgt_in.assign(wide.T, c.pad_id);
       std::copy(one.tgt_in.begin(), one.tgt_in.end(), wide.tgt_in.begin());
@@ -286,7 +286,7 @@ TEST(Seq2SeqModel, PaddingIsMasked) {
 // ---- training -------------------------------------------------------------------------------------
 // A tiny copy task (target = source) with Adam: the mean loss of the last 5 steps must fall below
 // 40% of the first step's (ln 10 ≈ 2.3 at start; a model that learned nothing stays near 2).
-TEST(Seq2SeqModel, LossDecreasesOnCopyTask) {
+TEST(Model, LossDecreasesOnCopyTask) {
   Generator g{6, 0};
   ModelConfig c = small_seq2seq();
   c.src_vocab_size = c.tgt_vocab_size = 10;
@@ -294,11 +294,11 @@ TEST(Seq2SeqModel, LossDecreasesOnCopyTask) {
   c.dim_feedforward = 64;
   c.num_encoder_layers = c.num_decoder_layers = 1;
   c.dropout = 0;
-  Seq2SeqModel m(c, g);
+  Model m(c, g);
   Adam opt(m.named_parameters(), 3e-3f);
   std::vector<float> losses;
   for (int step = 0; step < 80; ++step) {
-    TokenBatch b = random_batch(c, 32, 1000 + step);
+    data::TokenBatch b = random_batch(c, 32, 1000 + step);
     // copy: target = source
     b.T = b.S + 1;
     b.tgt_in.assign(b.B * b.T, c.pad_id);
@@ -324,7 +324,7 @@ TEST(Seq2SeqModel, LossDecreasesOnCopyTask) {
 }
 
 // ---- PyTorch round trip ---------------------------------------------------------------------------
-TEST(Seq2SeqModel, TorchRoundTripLogits) {
+TEST(Model, TorchRoundTripLogits) {
   if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
   struct Case {
     ModelConfig c;
@@ -339,14 +339,14 @@ TEST(Seq2SeqModel, TorchRoundTripLogits) {
   std::vector<std::string> dirs;
   for (auto& cs : cases) {
     Generator g{seed++, 0};
-    Seq2SeqModel m(cs.c, g);
+    Model m(cs.c, g);
     m.eval();
-    const TokenBatch b = random_batch(cs.c, 4, seed);
+    const data::TokenBatch b = random_batch(cs.c, 4, seed);
     const Tensor logits = m.forward(b);
     const std::string dir = tfm::testing::temp_dir("roundtrip");
     write_model_dir(dir, m);
     std::vector<std::pair<std::string, Tensor>> inputs = {{"src", ids_tensor(b.src, b.B, b.S)}, {"logits", logits}};
-    if (cs.c.arch == "seq2seq") inputs.emplace_back("tgt_in", ids_tensor(b.tgt_in, b.B, b.T));
+    if (cs.c.arch == Arch::SEQ2SEQ) inputs.emplace_back("tgt_in", ids_tensor(b.tgt_in, b.B, b.T));
     io::save_safetensors(dir + "/inputs.safetensors", inputs);
     args += " " + dir + " " + dir + "/inputs.safetensors";
     dirs.push_back(dir);
@@ -378,15 +378,15 @@ TEST(Seq2SeqModel, TorchRoundTripLogits) {
 }
 
 // Pads every batch to the widest S (and T) among them, so all fit one (steps, B, ·) tensor.
-std::vector<TokenBatch> pad_to_common_width(const std::vector<TokenBatch>& batches, int32_t pad) {
+std::vector<data::TokenBatch> pad_to_common_width(const std::vector<data::TokenBatch>& batches, int32_t pad) {
   int64_t S = 0, T = 0;
   for (const auto& b : batches) {
     S = std::max(S, b.S);
     T = std::max(T, b.T);
   }
-  std::vector<TokenBatch> out;
+  std::vector<data::TokenBatch> out;
   for (const auto& b : batches) {
-    TokenBatch p;
+    data::TokenBatch p;
     p.B = b.B;
     p.S = S;
     p.T = b.tgt_in.empty() ? 0 : T;
@@ -407,7 +407,7 @@ std::vector<TokenBatch> pad_to_common_width(const std::vector<TokenBatch>& batch
   return out;
 }
 
-Tensor stack_ids(const std::vector<TokenBatch>& bs, std::vector<int32_t> TokenBatch::*field, int64_t width) {
+Tensor stack_ids(const std::vector<data::TokenBatch>& bs, std::vector<int32_t> data::TokenBatch::*field, int64_t width) {
   std::vector<float> v;
   for (const auto& b : bs) v.insert(v.end(), (b.*field).begin(), (b.*field).end());
   return Tensor::from_vector({static_cast<int64_t>(bs.size()), bs[0].B, width}, v);
@@ -420,15 +420,15 @@ Tensor stack_ids(const std::vector<TokenBatch>& bs, std::vector<int32_t> TokenBa
 // float64 curve at every step (the parity rule applied to the whole curve), floored at 2e-5 relative
 // to the loss. The first loss (identical weights, pure forward) must agree to 2e-5 relative like
 // any forward.
-void expect_training_like_torch(Seq2SeqModel& m, const std::vector<TokenBatch>& raw, float lr, const char* what) {
-  const std::vector<TokenBatch> batches = pad_to_common_width(raw, m.config().pad_id);
+void expect_training_like_torch(Model& m, const std::vector<data::TokenBatch>& raw, float lr, const char* what) {
+  const std::vector<data::TokenBatch> batches = pad_to_common_width(raw, m.config().pad_id);
   const std::string dir = tfm::testing::temp_dir("curve");
   write_model_dir(dir, m);
-  const bool s2s = m.config().arch == "seq2seq";
+  const bool s2s = m.config().arch == Arch::SEQ2SEQ;
   const int64_t S = batches[0].S, T = batches[0].T;
-  std::vector<std::pair<std::string, Tensor>> tensors = {{"src", stack_ids(batches, &TokenBatch::src, S)},
-                                                         {"tgt_out", stack_ids(batches, &TokenBatch::tgt_out, s2s ? T : S)}};
-  if (s2s) tensors.emplace_back("tgt_in", stack_ids(batches, &TokenBatch::tgt_in, T));
+  std::vector<std::pair<std::string, Tensor>> tensors = {{"src", stack_ids(batches, &data::TokenBatch::src, S)},
+                                                         {"tgt_out", stack_ids(batches, &data::TokenBatch::tgt_out, s2s ? T : S)}};
+  if (s2s) tensors.emplace_back("tgt_in", stack_ids(batches, &data::TokenBatch::tgt_in, T));
   std::ostringstream lr_text;
   lr_text.precision(9);
   lr_text << lr;
@@ -440,7 +440,7 @@ void expect_training_like_torch(Seq2SeqModel& m, const std::vector<TokenBatch>& 
   m.train();
   Adam opt(m.named_parameters(), lr);
   std::vector<double> ours;
-  for (const TokenBatch& b : batches) {
+  for (const data::TokenBatch& b : batches) {
     opt.zero_grad();
     Tensor loss = m.loss(b);
     loss.backward();
@@ -472,10 +472,10 @@ void expect_training_like_torch(Seq2SeqModel& m, const std::vector<TokenBatch>& 
 // The notebook's configuration: arch encoder, 4 layers, d_model 16, 4 heads, FFN 512, Adam lr 5e-4,
 // batch 128, on the reverse task (lengths uniform in 3..15, tokens uniform in 1..19, 0 = padding,
 // target = the reversed sequence), dropout 0, 30 steps.
-TEST(Seq2SeqModel, NotebookConfigTrainsLikeTorch) {
+TEST(Model, NotebookConfigTrainsLikeTorch) {
   if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
   ModelConfig c;
-  c.arch = "encoder";
+  c.arch = Arch::ENCODER;
   c.src_vocab_size = c.tgt_vocab_size = 20;
   c.d_model = 16;
   c.nhead = 4;
@@ -485,9 +485,9 @@ TEST(Seq2SeqModel, NotebookConfigTrainsLikeTorch) {
   c.max_len = 64;
   const int steps = 30, B = 128;
   Generator g{2024, 0};
-  Seq2SeqModel m(c, g);
+  Model m(c, g);
   Lcg r(77);
-  std::vector<TokenBatch> batches;
+  std::vector<data::TokenBatch> batches;
   for (int s = 0; s < steps; ++s) {
     std::vector<std::vector<int32_t>> seqs(B);
     int64_t width = 0;
@@ -496,7 +496,7 @@ TEST(Seq2SeqModel, NotebookConfigTrainsLikeTorch) {
       for (int j = 0; j < n; ++j) seqs[i].push_back(r.uniform(1, 19));
       width = std::max<int64_t>(width, n);
     }
-    TokenBatch b;
+    data::TokenBatch b;
     b.B = B;
     b.S = width;
     b.src.assign(B * width, 0);
@@ -513,13 +513,13 @@ TEST(Seq2SeqModel, NotebookConfigTrainsLikeTorch) {
 
 // The seq2seq architecture (decoder, cross-attention, causal and padding masks, tied embeddings,
 // pre-norm) on random pairs: every gradient of the model feeds the curve.
-TEST(Seq2SeqModel, Seq2SeqTrainsLikeTorch) {
+TEST(Model, Seq2SeqTrainsLikeTorch) {
   if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
   ModelConfig c = small_seq2seq(true, true, "gelu");
   c.dropout = 0;
   Generator g{99, 0};
-  Seq2SeqModel m(c, g);
-  std::vector<TokenBatch> batches;
+  Model m(c, g);
+  std::vector<data::TokenBatch> batches;
   for (int s = 0; s < 15; ++s) batches.push_back(random_batch(c, 16, 500 + s));
   expect_training_like_torch(m, batches, 2e-3f, "seq2seq pre-norm tied");
 }
