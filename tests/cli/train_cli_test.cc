@@ -8,6 +8,7 @@
 #include <random>
 
 #include "test_util.h"
+#include "tfm/train/config.h"
 
 namespace {
 
@@ -214,6 +215,44 @@ TEST_F(TrainCliErrors, TranslateSourceLongerThanMaxLen) {
 TEST_F(TrainCliErrors, EvalBatchSizeBelowOne) {
   expect_error("eval --model " + *dir_ + "/run --data " + *dir_ + "/valid.tsv --batch-size 0",
                "--batch-size must be ≥ 1");
+}
+
+// `tfm train --task reverse` trains the library's preset: the CLI holds no defaults of its own. Options
+// given still apply, and every boolean option has its negative form.
+TEST(TrainCli, TaskRunIsTheLibrarysPresetPlusTheOptionsGiven) {
+  const std::string d = temp_dir("cli_preset");
+  std::string out;
+  ASSERT_EQ(run_command(kCli + " train --task reverse --arch seq2seq --out " + d + "/a --max-steps 2 --threads 1" +
+                            " --task-train-size 64 --norm-first --tie-embeddings --no-tie-embeddings --d-model 32",
+                        &out),
+            0)
+      << out;
+  const auto j = nlohmann::json::parse(tfm::testing::slurp(d + "/a/config.json"));
+  tfm::train::TrainConfig expect = tfm::train::task_preset(tfm::data::Task::REVERSE, tfm::Arch::SEQ2SEQ);
+  expect.task_train_size = 64;
+  expect.max_steps = 2;
+  expect.model.norm_first = true;
+  expect.model.d_model = 32;
+  const tfm::train::TrainConfig got = tfm::train::TrainConfig::from_json(j.at("train").dump());
+  const tfm::ModelConfig model = tfm::ModelConfig::from_json(j.at("model").dump());
+  EXPECT_EQ(got.lr, expect.lr);
+  EXPECT_EQ(got.warmup, expect.warmup);
+  EXPECT_EQ(got.clip_norm, expect.clip_norm);
+  EXPECT_EQ(got.schedule, expect.schedule);
+  EXPECT_EQ(got.batch.batch_size, expect.batch.batch_size);
+  EXPECT_EQ(got.max_steps, expect.max_steps);
+  EXPECT_EQ(got.epochs, expect.epochs);
+  EXPECT_EQ(got.task_train_size, expect.task_train_size);
+  EXPECT_EQ(model.arch, expect.model.arch);
+  EXPECT_EQ(model.d_model, expect.model.d_model);
+  EXPECT_EQ(model.nhead, expect.model.nhead);
+  EXPECT_EQ(model.num_encoder_layers, expect.model.num_encoder_layers);
+  EXPECT_EQ(model.num_decoder_layers, expect.model.num_decoder_layers);
+  EXPECT_EQ(model.dim_feedforward, expect.model.dim_feedforward);
+  EXPECT_EQ(model.dropout, expect.model.dropout);
+  EXPECT_EQ(model.activation, expect.model.activation);
+  EXPECT_TRUE(model.norm_first);
+  EXPECT_FALSE(model.tie_embeddings);  // --no-tie-embeddings came last
 }
 
 TEST(TrainCli, HelpHasExamples) {

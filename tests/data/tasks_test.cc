@@ -1,12 +1,9 @@
-// tests/data/tasks_test.cc — built-in tasks (the notebook's distribution) and batch plans.
+// tests/data/tasks_test.cc — built-in tasks: the notebook's distribution, determinism, vocabulary.
 #include "tfm/data/tasks.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <set>
-
-#include "tfm/data/batching.h"
 
 namespace tfm::data {
 namespace {
@@ -58,72 +55,6 @@ TEST(Tasks, VocabIdsAreTokenValues) {
   EXPECT_EQ(v.eos_id(), 21);
   EXPECT_EQ(v.unk_id(), -1);
   EXPECT_THROW(v.id("20"), std::invalid_argument);
-}
-
-std::vector<Example> examples(int n, uint64_t seed) {
-  std::vector<Example> out;
-  for (const auto& e : make_task_set(Task::REVERSE, seed, Split::TRAIN, n)) out.push_back({e.src, e.tgt});
-  return out;
-}
-
-TEST(Batching, EpochPlanCoversEveryExampleOnceAndIsDeterministic) {
-  const auto ex = examples(1000, 1);
-  BatchSettings s;
-  s.batch_size = 32;
-  const BatchPlan p = plan_epoch(ex, s, 9, 0);
-  std::vector<int> seen(ex.size(), 0);
-  for (const auto& b : p) {
-    ASSERT_LE(b.size(), 32u);
-    for (int64_t i : b) ++seen[static_cast<size_t>(i)];
-  }
-  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
-  EXPECT_EQ(plan_epoch(ex, s, 9, 0), p);
-  EXPECT_NE(plan_epoch(ex, s, 9, 1), p);
-  EXPECT_NE(plan_epoch(ex, s, 10, 0), p);
-}
-
-TEST(Batching, BucketingKeepsPaddingSmall) {
-  const auto ex = examples(4096, 2);
-  BatchSettings s;
-  s.batch_size = 32;
-  int64_t real = 0, padded = 0;
-  for (const auto& b : plan_epoch(ex, s, 0, 0)) {
-    size_t longest = 0;
-    for (int64_t i : b) longest = std::max(longest, ex[static_cast<size_t>(i)].src.size()), real += static_cast<int64_t>(ex[static_cast<size_t>(i)].src.size());
-    padded += static_cast<int64_t>(longest * b.size());
-  }
-  // Pools of 64 batches over 13 lengths put ~5 batches on each length: padding nearly vanishes,
-  // where random batches would pad to ~15 for a mean of 9 (efficiency ≈ 0.6).
-  EXPECT_GT(static_cast<double>(real) / static_cast<double>(padded), 0.95);
-}
-
-TEST(Batching, TokenBudget) {
-  const auto ex = examples(500, 3);
-  BatchSettings s;
-  s.batch_tokens = 100;
-  for (const auto& b : plan_epoch(ex, s, 0, 0)) {
-    size_t longest = 0;
-    for (int64_t i : b) longest = std::max(longest, ex[static_cast<size_t>(i)].src.size() + 1);
-    EXPECT_LE(static_cast<int64_t>(longest * b.size()), 100);
-  }
-}
-
-TEST(Batching, MakeBatchLayouts) {
-  const std::vector<Example> ex = {{{5, 6, 7}, {7, 6, 5}}, {{8}, {9}}};
-  const TokenBatch e = make_batch(ex, {0, 1}, TargetLayout::PER_POSITION, 0, 20, 21);
-  EXPECT_EQ(e.S, 3);
-  EXPECT_EQ(e.T, 3);
-  EXPECT_EQ(e.src, (std::vector<int32_t>{5, 6, 7, 8, 0, 0}));
-  EXPECT_EQ(e.tgt_out, (std::vector<int32_t>{7, 6, 5, 9, 0, 0}));
-  EXPECT_TRUE(e.tgt_in.empty());
-  const TokenBatch s = make_batch(ex, {1, 0}, TargetLayout::SHIFTED, 0, 20, 21);
-  EXPECT_EQ(s.T, 4);  // bos + 3 targets
-  EXPECT_EQ(s.src, (std::vector<int32_t>{8, 0, 0, 5, 6, 7}));
-  EXPECT_EQ(s.tgt_in, (std::vector<int32_t>{20, 9, 0, 0, 20, 7, 6, 5}));
-  EXPECT_EQ(s.tgt_out, (std::vector<int32_t>{9, 21, 0, 0, 7, 6, 5, 21}));
-  EXPECT_EQ(count_target_tokens(s, 0), 6);
-  const std::vector<Example> bad = {{{1, 2}, {3}}};
-  EXPECT_THROW(make_batch(bad, {0}, TargetLayout::PER_POSITION, 0, 20, 21), std::invalid_argument);
 }
 
 }  // namespace

@@ -18,85 +18,6 @@
 namespace tfm::train {
 namespace {
 
-data::Tokens chars(const std::string& s) {
-  data::Tokens t;
-  for (char c : s) t.emplace_back(1, c);
-  return t;
-}
-
-TEST(Metrics, EditDistanceByHand) {
-  // kitten → sitting: substitute k→s, substitute e→i, insert g = 3.
-  EXPECT_EQ(edit_distance(chars("kitten"), chars("sitting")), 3);
-  EXPECT_EQ(edit_distance(chars(""), chars("abc")), 3);  // three insertions
-  EXPECT_EQ(edit_distance(chars("abc"), chars("")), 3);  // three deletions
-  EXPECT_EQ(edit_distance(chars("abc"), chars("abc")), 0);
-  // "ab" vs "ba": two substitutions (or delete + insert) = 2, no transposition operation.
-  EXPECT_EQ(edit_distance(chars("ab"), chars("ba")), 2);
-}
-
-TEST(Metrics, CorpusFiguresByHand) {
-  Metrics m;
-  // Example 1: "kitten" against "sitting": 3 edits; position-wise k/s ✗ i/i ✓ t/t ✓ t/t ✓ e/i ✗ n/n ✓
-  // → 4 correct of 7 reference tokens; not exact.
-  m.add(chars("kitten"), {chars("sitting")});
-  // Example 2: "abc" with accepted answers "abd" and "abc": the closest is "abc" (distance 0) →
-  // exact, 3 correct of 3, 0 edits.
-  m.add(chars("abc"), {chars("abd"), chars("abc")});
-  EXPECT_EQ(m.examples, 2);
-  EXPECT_EQ(m.exact, 1);
-  EXPECT_EQ(m.edits, 3);
-  EXPECT_EQ(m.correct_tokens, 7);
-  EXPECT_EQ(m.reference_tokens, 10);
-  EXPECT_DOUBLE_EQ(m.token_accuracy(), 0.7);       // 7 / 10
-  EXPECT_DOUBLE_EQ(m.token_error_rate(), 0.3);     // 3 / 10
-  EXPECT_DOUBLE_EQ(m.sequence_accuracy(), 0.5);    // 1 / 2
-  EXPECT_DOUBLE_EQ(m.sequence_error_rate(), 0.5);
-  // Example 3: empty prediction against "xy": 2 deletions... of the reference, i.e. 2 insertions
-  // needed; 0 correct. Totals: edits 5, ref tokens 12 → TER 5/12.
-  m.add({}, {chars("xy")});
-  EXPECT_DOUBLE_EQ(m.token_error_rate(), 5.0 / 12.0);
-  const std::string j = m.to_json();
-  for (const char* key : {"token_accuracy", "sequence_accuracy", "token_error_rate", "sequence_error_rate", "examples"})
-    EXPECT_NE(j.find(std::string("\"") + key + "\""), std::string::npos) << j;
-  EXPECT_THROW(m.add(chars("a"), {}), std::invalid_argument);
-}
-
-TEST(Metrics, ClosestReferenceDecidesTokenAccuracy) {
-  Metrics m;
-  // "abcd" vs {"xbcd" (1 edit), "abcdef" (2 edits)}: the closest is "xbcd" → 3 of 4 correct.
-  m.add(chars("abcd"), {chars("abcdef"), chars("xbcd")});
-  EXPECT_EQ(m.edits, 1);
-  EXPECT_EQ(m.correct_tokens, 3);
-  EXPECT_EQ(m.reference_tokens, 4);
-}
-
-TEST(Plot, CsvAndSvgAreWellFormed) {
-  std::vector<EvalRow> rows;
-  for (int i = 1; i <= 5; ++i) {
-    EvalRow r;
-    r.step = 100 * i;
-    r.epoch = i;
-    r.train_loss = 3.0 / i;
-    r.valid_loss = 3.2 / i;
-    r.valid_token_accuracy = 0.2 * i;
-    r.valid_sequence_accuracy = 0.15 * i;
-    rows.push_back(r);
-  }
-  const std::string csv = metrics_csv(rows);
-  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 6);  // header + 5 rows
-  EXPECT_EQ(csv.rfind("step,epoch,lr,train_loss,valid_loss,valid_token_accuracy,valid_sequence_accuracy", 0), 0u);
-  const std::string svg = plot_curves_svg(rows, "a<b");
-  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
-  EXPECT_NE(svg.find("</svg>"), std::string::npos);
-  EXPECT_NE(svg.find("a&lt;b"), std::string::npos);  // escaped title
-  EXPECT_EQ(std::count(svg.begin(), svg.end(), '<') - std::count(svg.begin(), svg.end(), '>'), 0);
-  for (const char* label : {"training step", "training loss", "validation loss", "token accuracy", "sequence accuracy",
-                            "100%", ">500<"})
-    EXPECT_NE(svg.find(label), std::string::npos) << label;
-  EXPECT_EQ(svg.find("nan"), std::string::npos);  // no NaN coordinates
-  EXPECT_NE(plot_curves_svg({}, "x").find("no evaluations yet"), std::string::npos);
-}
-
 // ---- the loop (needs the model) ---------------------------------------------------------------------
 
 // A tiny reverse-task run: 7 batches an epoch (200 examples / 32), 40 steps ≈ 6 epochs, dropout on so
@@ -225,22 +146,6 @@ TEST(Trainer, LoadedModelTranslatesAndEvaluates) {
   const Metrics r = evaluate(m, EvalSet{{{"1", "2"}}, {{{"2", "1"}}}}, 1, 4);
   EXPECT_EQ(r.examples, 1);
   EXPECT_EQ(r.reference_tokens, 2);
-}
-
-TEST(TrainConfig, JsonRoundTripAndValidation) {
-  TrainConfig c = tiny("/tmp/x");
-  c.optimizer = OptimizerKind::ADAMW;
-  c.label_smoothing = 0.1f;
-  const TrainConfig d = TrainConfig::from_json(c.to_json());
-  EXPECT_EQ(d.to_json(), c.to_json());
-  // An optimizer outside the closed set cannot be stored: it is refused where it is read.
-  EXPECT_THROW(TrainConfig::from_json(R"({"optimizer": "sgd"})"), std::invalid_argument);
-  TrainConfig bad = c;
-  EXPECT_THROW(set_field(bad, "optimizer", "sgd"), std::invalid_argument);
-  bad = c;
-  bad.task.reset();
-  EXPECT_THROW(bad.validate(), std::invalid_argument);
-  EXPECT_THROW(TrainConfig::from_json("{\"lr\": \"fast\"}"), std::invalid_argument);
 }
 
 }  // namespace

@@ -1,0 +1,39 @@
+// tests/train/plot_test.cc — metrics.csv and curves.svg are well-formed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "tfm/train/trainer.h"
+
+namespace tfm::train {
+namespace {
+
+TEST(Plot, CsvAndSvgAreWellFormed) {
+  std::vector<EvalRow> rows;
+  for (int i = 1; i <= 5; ++i) {
+    EvalRow r;
+    r.step = 100 * i;
+    r.epoch = i;
+    r.train_loss = 3.0 / i;
+    r.valid_loss = 3.2 / i;
+    r.valid_token_accuracy = 0.2 * i;
+    r.valid_sequence_accuracy = 0.15 * i;
+    rows.push_back(r);
+  }
+  const std::string csv = metrics_csv(rows);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 6);  // header + 5 rows
+  EXPECT_EQ(csv.rfind("step,epoch,lr,train_loss,valid_loss,valid_token_accuracy,valid_sequence_accuracy", 0), 0u);
+  const std::string svg = plot_curves_svg(rows, "a<b");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_NE(svg.find("a&lt;b"), std::string::npos);  // escaped title
+  EXPECT_EQ(std::count(svg.begin(), svg.end(), '<') - std::count(svg.begin(), svg.end(), '>'), 0);
+  for (const char* label : {"training step", "training loss", "validation loss", "token accuracy", "sequence accuracy",
+                            "100%", ">500<"})
+    EXPECT_NE(svg.find(label), std::string::npos) << label;
+  EXPECT_EQ(svg.find("nan"), std::string::npos);  // no NaN coordinates
+  EXPECT_NE(plot_curves_svg({}, "x").find("no evaluations yet"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tfm::train
