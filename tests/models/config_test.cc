@@ -8,21 +8,6 @@
 namespace tfm {
 namespace {
 
-ModelConfig small_seq2seq() {
-  ModelConfig c;
-  c.arch = Arch::SEQ2SEQ;
-  c.src_vocab_size = 11;
-  c.tgt_vocab_size = 13;
-  c.d_model = 16;
-  c.nhead = 4;
-  c.dim_feedforward = 40;
-  c.activation = ops::Activation::GELU;
-  c.norm_first = true;
-  c.tie_embeddings = true;
-  c.max_len = 64;
-  return c;
-}
-
 void expect_config_error(const std::string& text, const std::string& needle) {
   try {
     ModelConfig::from_json(text);
@@ -32,9 +17,13 @@ void expect_config_error(const std::string& text, const std::string& needle) {
   }
 }
 
-// ---- config ---------------------------------------------------------------------------------------
 TEST(ModelConfig, JsonRoundTrip) {
-  ModelConfig c = small_seq2seq();
+  ModelConfig c;
+  c.arch = Arch::SEQ2SEQ;
+  c.src_vocab_size = 11;
+  c.tgt_vocab_size = 13;
+  c.activation = ops::Activation::GELU;
+  c.norm_first = c.tie_embeddings = true;
   c.layer_norm_eps = 1e-6f;
   c.bos_id = 5;
   const ModelConfig d = ModelConfig::from_json(c.to_json());

@@ -7,23 +7,9 @@
 namespace tfm::train {
 namespace {
 
-// A tiny reverse-task configuration (the trainer tests' own).
-TrainConfig tiny(const std::string& out) {
-  TrainConfig c;
-  c.task = data::Task::REVERSE;
-  c.task_train_size = 200;
-  c.task_valid_size = 50;
-  c.model.arch = Arch::ENCODER;
-  c.model.d_model = 16;
-  c.model.nhead = 2;
-  c.model.dim_feedforward = 32;
-  c.max_steps = 40;
-  c.out_dir = out;
-  return c;
-}
-
 TEST(TrainConfig, JsonRoundTripAndValidation) {
-  TrainConfig c = tiny("/tmp/x");
+  TrainConfig c = task_preset(data::Task::REVERSE, Arch::ENCODER);
+  c.out_dir = "/tmp/x";
   c.optimizer = OptimizerKind::ADAMW;
   c.label_smoothing = 0.1f;
   const TrainConfig d = TrainConfig::from_json(c.to_json());
