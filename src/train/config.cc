@@ -96,23 +96,23 @@ class TextSetter {
       out = text_ == "true";
     } else {
       // The whole text must be the number, and it must fit the field.
+      using Wide = std::conditional_t<std::is_floating_point_v<T>, double,
+                                      std::conditional_t<std::is_unsigned_v<T>, unsigned long long, long long>>;
+      const char* expected = std::is_floating_point_v<T> ? "a number" : "an integer";
+      if (std::is_unsigned_v<T> && !text_.empty() && text_[0] == '-') wrong("a non-negative integer");
       size_t used = 0;
+      Wide v{};
       try {
-        if constexpr (std::is_floating_point_v<T>) {
-          const double v = std::stod(text_, &used);
-          out = static_cast<T>(v);
-        } else if constexpr (std::is_unsigned_v<T>) {
-          if (!text_.empty() && text_[0] == '-') wrong("a non-negative integer");
-          out = static_cast<T>(std::stoull(text_, &used));
-        } else {
-          const long long v = std::stoll(text_, &used);
-          if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) wrong("an integer in range");
-          out = static_cast<T>(v);
-        }
-      } catch (const std::logic_error&) {
-        wrong(std::is_floating_point_v<T> ? "a number" : "an integer");
+        if constexpr (std::is_floating_point_v<T>) v = std::stod(text_, &used);
+        else if constexpr (std::is_unsigned_v<T>) v = std::stoull(text_, &used);
+        else v = std::stoll(text_, &used);
+      } catch (const std::logic_error&) {  // no number, or beyond the widest type
+        wrong(expected);
       }
-      if (used != text_.size()) wrong(std::is_floating_point_v<T> ? "a number" : "an integer");
+      if (used != text_.size()) wrong(expected);
+      if constexpr (std::is_integral_v<T>)
+        if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) wrong("an integer in range");
+      out = static_cast<T>(v);
     }
   }
   bool found = false;
