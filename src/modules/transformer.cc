@@ -62,7 +62,10 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
 
 // ff(x) = linear2(dropout(act(linear1(x))))   (the residual's dropout applied by the caller).
 // act(linear1(x)) is one fused op (the bias and activation in one pass after the GEMM); with ReLU
-// the dropout joins that pass too (ops/linear_activation.h). Same numbers as the composition.
+// the dropout joins that pass too (ops/linear_activation.h). Inside InferenceMode, where decoding
+// runs, the packed Linear adds its bias after the GEMM too (oneDNN's bias epilogue), so this is
+// bitwise activation(linear1(x)); outside, ops::linear starts the GEMM from the bias, which may
+// round differently.
 static Tensor feed_forward_of(const Tensor& x, const Linear& linear1, const Dropout& dropout,
                               const Linear& linear2, ops::Activation act) {
   if (act == ops::Activation::RELU)

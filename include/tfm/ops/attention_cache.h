@@ -17,7 +17,7 @@ namespace tfm::ops {
 // The keys and values of positions [0, length) of N decoding rows (hypotheses), for one
 // self-attention layer. Storage grows by doubling; rows are independent.
 struct KVCache {
-  Tensor k, v;  // (N, capacity, E)
+  Tensor k, v;  // (N, capacity, E), E the width of the projected keys and values (H·Dh)
   int64_t length = 0;
 
   void reset(int64_t N, int64_t capacity, int64_t E);  // empty cache
