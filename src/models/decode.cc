@@ -2,7 +2,7 @@
 // key/value cache.
 //
 // Shapes: Bs sources in a chunk, S padded source length, K beam width, N = rows (hypotheses) alive,
-// D model width, E = D, V target vocabulary, t the position being decoded.
+// D model width, V target vocabulary, t the position being decoded.
 //
 // Beam search (per source, all sources of a chunk advance in lock-step):
 //   * K rows per source; at t = 0 only the first is live (the others score −inf), so K = 1 is greedy.
@@ -30,7 +30,7 @@
 #include "models/decode_internal.h"
 #include "tfm/autograd.h"
 #include "tfm/inference.h"
-#include "tfm/ops/linear.h"
+#include "tfm/ops/elementwise.h"
 
 namespace tfm {
 namespace detail {
@@ -64,8 +64,6 @@ Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows) {
   for (size_t r = 0; r < rows.size(); ++r) std::memcpy(dst + r * bytes, src + static_cast<size_t>(rows[r]) * bytes, bytes);
   return out;
 }
-
-Tensor rows_of(const Tensor& t, int64_t start, int64_t n) { return t.defined() ? t.narrow0(start, n) : Tensor(); }
 
 // ---- full decoder (no cache) ----------------------------------------------------------------------
 class FullDecoder : public StepDecoder {
@@ -117,86 +115,48 @@ class FullDecoder : public StepDecoder {
 };
 
 // ---- cached decoder -------------------------------------------------------------------------------
-// One decoder layer on one token per row, exactly the operations of TransformerDecoderLayer::forward
-// restricted to the last position: self-attention reads the cache (which now also holds this
-// position, i.e. the causal mask), cross-attention reads the memory's keys/values projected once.
+// Embeds one token per row and runs the decoder stack's own forward with its cache: self-attention
+// reads the keys/values of the earlier positions (the causal mask), cross-attention the memory's
+// keys/values projected at the first step; row n reads source row_source[n] of the encoded batch.
 class CachedDecoder : public StepDecoder {
  public:
   CachedDecoder(const Model& model, const EncodedSources& enc, std::vector<int64_t> row_source,
                 int64_t capacity)
-      : model_(model), enc_(enc) {
+      : model_(model),
+        enc_(enc),
+        cache_(model.decoder().layers.size(), std::max<int64_t>(capacity, 1), row_source,
+               enc.lengths) {
     row_source_ = std::move(row_source);
-    const auto& dec = model.decoder();
-    const int64_t E = model.config().d_model, N = static_cast<int64_t>(row_source_.size());
-    for (const auto& layer : dec.layers) {
-      const MultiheadAttention& mha = layer->multihead_attn;
-      State st;
-      // memory keys and values: (Bs, S, 2E) = memory · W[E:3E]ᵀ + b[E:3E], as MultiheadAttention's
-      // cross-attention branch computes them.
-      st.mem_kv = ops::linear(enc.memory, rows_of(mha.in_proj_weight, E, 2 * E), rows_of(mha.in_proj_bias, E, 2 * E));
-      st.self.reset(N, std::max<int64_t>(capacity, 1), E);
-      layers_.push_back(std::move(st));
-    }
   }
 
   Tensor step(const std::vector<int32_t>& tokens) override {
     const ModelConfig& c = model_.config();
-    const int64_t N = static_cast<int64_t>(row_source_.size()), E = c.d_model, H = c.nhead;
+    const int64_t N = static_cast<int64_t>(row_source_.size());
     if (static_cast<int64_t>(tokens.size()) != N) throw std::invalid_argument("step: one token per row expected");
     if (position_ >= c.max_len)
       throw std::invalid_argument("decode: position " + std::to_string(position_) + " beyond max_len " +
                                   std::to_string(c.max_len));
     // x = tgt_embedding(token)·√D + pe[t]   (N, 1, D)
-    Tensor x = model_.embed_target(tokens, N, 1, position_);
-    const auto& dec = model_.decoder();
-    for (size_t l = 0; l < dec.layers.size(); ++l) {
-      const TransformerDecoderLayer& L = *dec.layers[l];
-      State& st = layers_[l];
-      auto self_attention = [&](const Tensor& h) {  // h (N, 1, D) → out_proj(attn) (N, 1, D)
-        const Tensor qkv = ops::linear(h, L.self_attn.in_proj_weight, L.self_attn.in_proj_bias);  // (N, 1, 3E)
-        st.self.append(qkv, E, 2 * E);
-        return L.self_attn.out_proj.forward(ops::attention_step({qkv, 0}, st.self, H, E));
-      };
-      auto cross_attention = [&](const Tensor& h) {
-        const MultiheadAttention& mha = L.multihead_attn;
-        const Tensor q = ops::linear(h, rows_of(mha.in_proj_weight, 0, E), rows_of(mha.in_proj_bias, 0, E));
-        return mha.out_proj.forward(ops::attention_memory({q, 0}, {st.mem_kv, 0}, {st.mem_kv, E}, row_source_,
-                                                          enc_.lengths, H, E));
-      };
-      auto feed_forward = [&](const Tensor& h) {
-        return L.linear2.forward(ops::activation(L.linear1.forward(h), L.act));
-      };
-      if (L.options.norm_first) {
-        x = ops::add(x, self_attention(L.norm1.forward(x)));
-        x = ops::add(x, cross_attention(L.norm2.forward(x)));
-        x = ops::add(x, feed_forward(L.norm3.forward(x)));
-      } else {
-        x = L.norm1.forward_add(x, self_attention(x));
-        x = L.norm2.forward_add(x, cross_attention(x));
-        x = L.norm3.forward_add(x, feed_forward(x));
-      }
-    }
-    if (dec.norm) x = dec.norm->forward(x);
+    const Tensor x = model_.embed_target(tokens, N, 1, position_);
+    const Tensor h = model_.decoder().forward(x, enc_.memory, Tensor(), Tensor(), Tensor(), Tensor(),
+                                              /*tgt_is_causal=*/true, /*memory_is_causal=*/false,
+                                              &cache_);  // (N, 1, D)
     ++position_;
-    const Tensor logits = model_.project(x);  // (N, 1, V)
+    const Tensor logits = model_.project(h);  // (N, 1, V)
     return logits.reshape({N, logits.size(2)});
   }
 
   void select_rows(const std::vector<int64_t>& rows) override {
-    for (State& st : layers_) st.self.select_rows(rows);
+    cache_.select_rows(rows);
     std::vector<int64_t> src;
     for (int64_t r : rows) src.push_back(row_source_.at(static_cast<size_t>(r)));
     row_source_ = std::move(src);
   }
 
  private:
-  struct State {
-    ops::KVCache self;  // (N, capacity, E) keys and values of positions [0, t)
-    Tensor mem_kv;      // (Bs, S, 2E)
-  };
   const Model& model_;
   const EncodedSources& enc_;
-  std::vector<State> layers_;
+  TransformerDecoderCache cache_;  // per layer: keys/values (N, capacity, D), memory's (Bs, S, 2D)
 };
 
 }  // namespace

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "tfm/models/model.h"
-#include "tfm/ops/attention_cache.h"
 
 namespace tfm::detail {
 
@@ -38,7 +37,8 @@ class StepDecoder {
   int64_t position_ = 0;
 };
 
-// With the key/value cache: each step runs the decoder layers on one token per row.
+// With the key/value cache: each step runs the decoder stack's forward on one token per row, with a
+// TransformerDecoderCache (tfm/modules/transformer.h).
 std::unique_ptr<StepDecoder> make_cached_decoder(const Model& model, const EncodedSources& enc,
                                                  std::vector<int64_t> row_source, int64_t capacity);
 // Without: each step re-runs the full decoder (causal mask) on the whole prefix of every row.

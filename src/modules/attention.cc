@@ -1,9 +1,30 @@
-// src/modules/attention.cc — nn.MultiheadAttention: packed input projection, attention, out_proj.
+// src/modules/attention.cc — nn.MultiheadAttention: packed input projection, attention, out_proj;
+// with an AttentionCache, the same projections feed the single-position attention of incremental
+// decoding (ops/attention_cache.h) instead of ops::attention.
 #include "tfm/modules/attention.h"
+
+#include <numeric>
+#include <stdexcept>
 
 #include "tfm/ops/linear.h"
 
 namespace tfm {
+
+void AttentionCache::select_rows(const std::vector<int64_t>& rows) {
+  if (kv.k.defined()) kv.select_rows(rows);
+  if (row_source.empty()) {  // identity: new row r reads memory row rows[r]
+    row_source = rows;
+    return;
+  }
+  std::vector<int64_t> src(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (rows[r] < 0 || rows[r] >= static_cast<int64_t>(row_source.size()))
+      throw std::invalid_argument("AttentionCache::select_rows: row " + std::to_string(rows[r]) +
+                                  " out of range [0, " + std::to_string(row_source.size()) + ")");
+    src[r] = row_source[static_cast<size_t>(rows[r])];
+  }
+  row_source = std::move(src);
+}
 
 MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, float dropout_, bool bias,
                                        bool batch_first_, Generator& gen)
@@ -16,10 +37,10 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, f
   if (num_heads <= 0 || embed_dim % num_heads != 0)
     throw std::invalid_argument("MultiheadAttention: embed_dim " + std::to_string(embed_dim) +
                                 " must be divisible by num_heads " + std::to_string(num_heads));
-  in_proj_weight = Tensor::empty({3 * embed_dim, embed_dim});
+  in_proj_weight = Tensor::empty({3 * proj_dim(), embed_dim});
   init_xavier_uniform(in_proj_weight, gen);
   if (bias) {
-    in_proj_bias = Tensor::zeros({3 * embed_dim});
+    in_proj_bias = Tensor::zeros({3 * proj_dim()});
     out_proj.bias.fill_(0.0f);
   }
   register_parameter("in_proj_weight", in_proj_weight);
@@ -28,27 +49,82 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, f
 }
 
 Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
-                                   const ops::AttentionMasks& masks) const {
-  const int64_t E = embed_dim;
+                                   const ops::AttentionMasks& masks, AttentionCache* cache) const {
+  const int64_t A = proj_dim();
   auto rows = [&](int64_t start, int64_t n, const Tensor& t) { return t.defined() ? t.narrow0(start, n) : Tensor(); };
+  const bool self = query.same(key) && key.same(value);
+  if (cache) {
+    const char* why = nullptr;
+    if (!self && !key.same(value)) why = "key and value must be one tensor (self- or cross-attention)";
+    else if (masks.attn_mask.defined() || masks.key_padding_mask.defined())
+      why = self ? "the cache holds exactly the earlier positions, so no attn_mask or key_padding_mask"
+                 : "no attn_mask or key_padding_mask (the cache's memory_len marks the padding)";
+    else if (masks.is_causal != self)
+      why = self ? "self-attention with a cache is causal: set is_causal" : "cross-attention cannot be causal";
+    else if (is_training() && dropout > 0.0f) why = "attention dropout does not run with a cache: call eval()";
+    if (why) throw std::invalid_argument(std::string("MultiheadAttention with a cache: ") + why);
+  }
   ops::AttentionInput q, k, v;
-  if (query.same(key) && key.same(value)) {  // self-attention: one (.., 3E) projection
+  if (self) {  // self-attention: one (.., 3A) projection
     Tensor qkv = ops::linear(query, in_proj_weight, in_proj_bias);
     q = {qkv, 0};
-    k = {qkv, E};
-    v = {qkv, 2 * E};
-  } else if (key.same(value)) {  // cross-attention: q, and one (.., 2E) projection of memory
-    q = {ops::linear(query, rows(0, E, in_proj_weight), rows(0, E, in_proj_bias)), 0};
-    Tensor kv = ops::linear(key, rows(E, 2 * E, in_proj_weight), rows(E, 2 * E, in_proj_bias));
+    k = {qkv, A};
+    v = {qkv, 2 * A};
+  } else if (key.same(value)) {  // cross-attention: q, and one (.., 2A) projection of memory
+    q = {ops::linear(query, rows(0, A, in_proj_weight), rows(0, A, in_proj_bias)), 0};
+    Tensor kv;
+    if (cache && cache->memory_kv.defined()) {
+      if (!cache->memory.same(key))
+        throw std::invalid_argument(
+            "MultiheadAttention with a cache: the memory differs from the one whose keys and values the cache holds");
+      kv = cache->memory_kv;
+    } else {
+      kv = ops::linear(key, rows(A, 2 * A, in_proj_weight), rows(A, 2 * A, in_proj_bias));
+      if (cache) {
+        cache->memory = key;
+        cache->memory_kv = kv;
+      }
+    }
     k = {kv, 0};
-    v = {kv, E};
+    v = {kv, A};
   } else {
-    q = {ops::linear(query, rows(0, E, in_proj_weight), rows(0, E, in_proj_bias)), 0};
-    k = {ops::linear(key, rows(E, E, in_proj_weight), rows(E, E, in_proj_bias)), 0};
-    v = {ops::linear(value, rows(2 * E, E, in_proj_weight), rows(2 * E, E, in_proj_bias)), 0};
+    q = {ops::linear(query, rows(0, A, in_proj_weight), rows(0, A, in_proj_bias)), 0};
+    k = {ops::linear(key, rows(A, A, in_proj_weight), rows(A, A, in_proj_bias)), 0};
+    v = {ops::linear(value, rows(2 * A, A, in_proj_weight), rows(2 * A, A, in_proj_bias)), 0};
   }
-  Tensor o = ops::attention(q, k, v, num_heads, E, batch_first, masks, dropout, is_training(), *gen_);
+  const Tensor o = cache ? forward_step(query, q, k, v, self, *cache)
+                         : ops::attention(q, k, v, num_heads, A, batch_first, masks, dropout, is_training(), *gen_);
   return out_proj.forward(o);
+}
+
+// One position per row: query (N, 1, E) batch_first or (1, N, E), the same N rows in memory either
+// way, so the projections are viewed as (N, 1, C) and the result is returned in query's layout.
+Tensor MultiheadAttention::forward_step(const Tensor& query, const ops::AttentionInput& q,
+                                        const ops::AttentionInput& k, const ops::AttentionInput& v, bool self,
+                                        AttentionCache& cache) const {
+  const int64_t A = proj_dim();
+  if (query.dim() != 3 || query.size(batch_first ? 1 : 0) != 1)
+    throw std::invalid_argument(std::string("MultiheadAttention with a cache: query must hold one position per row, ") +
+                                (batch_first ? "(N, 1, E)" : "(1, N, E)") + ", got " + shape_str(query.shape()));
+  const int64_t N = query.size(batch_first ? 0 : 1);
+  auto as_rows = [&](const Tensor& t) { return batch_first ? t : t.reshape({N, 1, t.size(2)}); };
+  Tensor o;  // (N, 1, A)
+  if (self) {
+    const Tensor qkv = as_rows(q.src);  // (N, 1, 3A)
+    if (!cache.kv.k.defined()) cache.kv.reset(N, cache.capacity, A);
+    cache.kv.append(qkv, k.col, v.col);
+    o = ops::attention_step({qkv, q.col}, cache.kv, num_heads, A);
+  } else {
+    const int64_t Bm = k.src.size(batch_first ? 0 : 1), S = k.src.size(batch_first ? 1 : 0);
+    if (cache.row_source.empty()) {
+      cache.row_source.resize(static_cast<size_t>(N));
+      std::iota(cache.row_source.begin(), cache.row_source.end(), int64_t{0});
+    }
+    if (cache.memory_len.empty()) cache.memory_len.assign(static_cast<size_t>(Bm), S);
+    o = ops::attention_memory({as_rows(q.src), q.col}, k, v, cache.row_source, cache.memory_len, num_heads, A,
+                              batch_first);
+  }
+  return batch_first ? o : o.reshape({1, N, A});
 }
 
 }  // namespace tfm

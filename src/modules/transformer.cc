@@ -1,4 +1,6 @@
-// src/modules/transformer.cc — encoder/decoder layers and stacks, and nn.Transformer.
+// src/modules/transformer.cc — encoder/decoder layers and stacks, their decoding caches, and
+// nn.Transformer. Each layer's forward is written once: a cache changes what its attention modules
+// read (tfm/modules/attention.h), not the residual and norm order around them.
 #include "tfm/modules/transformer.h"
 
 #include <stdexcept>
@@ -60,7 +62,10 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
 
 // ff(x) = linear2(dropout(act(linear1(x))))   (the residual's dropout applied by the caller).
 // act(linear1(x)) is one fused op (the bias and activation in one pass after the GEMM); with ReLU
-// the dropout joins that pass too (ops/linear_activation.h). Same numbers as the composition.
+// the dropout joins that pass too (ops/linear_activation.h). Inside InferenceMode, where decoding
+// runs, the packed Linear adds its bias after the GEMM too (oneDNN's bias epilogue), so this is
+// bitwise activation(linear1(x)); outside, ops::linear starts the GEMM from the bias, which may
+// round differently.
 static Tensor feed_forward_of(const Tensor& x, const Linear& linear1, const Dropout& dropout,
                               const Linear& linear2, ops::Activation act) {
   if (act == ops::Activation::RELU)
@@ -73,16 +78,32 @@ Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) const {
   return feed_forward_of(x, linear1, dropout, linear2, act);
 }
 
+// In eval mode the dropouts are identities: forward_add is ops::add (pre-norm) and the fused
+// residual + LayerNorm ops::add_layer_norm (post-norm), with or without a cache.
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& kpm,
-                                        bool is_causal) const {
+                                        bool is_causal, AttentionCache* cache) const {
   const auto m = masks_of(src_mask, kpm, is_causal);
   if (options.norm_first) {
     Tensor h = norm1.forward(src);
-    Tensor x = dropout1.forward_add(src, self_attn.forward(h, h, h, m));
+    Tensor x = dropout1.forward_add(src, self_attn.forward(h, h, h, m, cache));
     return dropout2.forward_add(x, feed_forward(norm2.forward(x)));
   }
-  Tensor x = norm1.forward_add(src, self_attn.forward(src, src, src, m), dropout1);
+  Tensor x = norm1.forward_add(src, self_attn.forward(src, src, src, m, cache), dropout1);
   return norm2.forward_add(x, feed_forward(x), dropout2);
+}
+
+TransformerEncoderCache::TransformerEncoderCache(size_t num_layers, int64_t capacity) : layers(num_layers) {
+  for (AttentionCache& c : layers) c.capacity = capacity;
+}
+
+void TransformerEncoderCache::select_rows(const std::vector<int64_t>& rows) {
+  for (AttentionCache& c : layers) c.select_rows(rows);
+}
+
+static void check_cache_layers(const char* module, size_t cache_layers, size_t layers) {
+  if (cache_layers != layers)
+    throw std::invalid_argument(std::string(module) + ": the cache has " + std::to_string(cache_layers) +
+                                " layers, the module " + std::to_string(layers));
 }
 
 TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
@@ -98,9 +119,12 @@ TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& o, int64_t
   }
 }
 
-Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& kpm, bool is_causal) const {
+Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& kpm, bool is_causal,
+                                  TransformerEncoderCache* cache) const {
+  if (cache) check_cache_layers("TransformerEncoder", cache->layers.size(), layers.size());
   Tensor x = src;
-  for (const auto& layer : layers) x = layer->forward(x, mask, kpm, is_causal);
+  for (size_t l = 0; l < layers.size(); ++l)
+    x = layers[l]->forward(x, mask, kpm, is_causal, cache ? &cache->layers[l] : nullptr);
   return norm ? norm->forward(x) : x;
 }
 
@@ -136,20 +160,43 @@ Tensor TransformerDecoderLayer::feed_forward(const Tensor& x) const {
   return feed_forward_of(x, linear1, dropout, linear2, act);
 }
 
+// Eval mode, with or without a cache: as TransformerEncoderLayer::forward.
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
                                         const Tensor& memory_mask, const Tensor& tgt_kpm, const Tensor& memory_kpm,
-                                        bool tgt_is_causal, bool memory_is_causal) const {
+                                        bool tgt_is_causal, bool memory_is_causal, DecoderLayerCache* cache) const {
   const auto sm = masks_of(tgt_mask, tgt_kpm, tgt_is_causal);
   const auto mm = masks_of(memory_mask, memory_kpm, memory_is_causal);
+  AttentionCache* sc = cache ? &cache->self_attn : nullptr;
+  AttentionCache* mc = cache ? &cache->multihead_attn : nullptr;
   if (options.norm_first) {
     Tensor h = norm1.forward(tgt);
-    Tensor x = dropout1.forward_add(tgt, self_attn.forward(h, h, h, sm));
-    x = dropout2.forward_add(x, multihead_attn.forward(norm2.forward(x), memory, memory, mm));
+    Tensor x = dropout1.forward_add(tgt, self_attn.forward(h, h, h, sm, sc));
+    x = dropout2.forward_add(x, multihead_attn.forward(norm2.forward(x), memory, memory, mm, mc));
     return dropout3.forward_add(x, feed_forward(norm3.forward(x)));
   }
-  Tensor x = norm1.forward_add(tgt, self_attn.forward(tgt, tgt, tgt, sm), dropout1);
-  x = norm2.forward_add(x, multihead_attn.forward(x, memory, memory, mm), dropout2);
+  Tensor x = norm1.forward_add(tgt, self_attn.forward(tgt, tgt, tgt, sm, sc), dropout1);
+  x = norm2.forward_add(x, multihead_attn.forward(x, memory, memory, mm, mc), dropout2);
   return norm3.forward_add(x, feed_forward(x), dropout3);
+}
+
+void DecoderLayerCache::select_rows(const std::vector<int64_t>& rows) {
+  self_attn.select_rows(rows);
+  multihead_attn.select_rows(rows);
+}
+
+TransformerDecoderCache::TransformerDecoderCache(size_t num_layers, int64_t capacity,
+                                                 const std::vector<int64_t>& row_source,
+                                                 const std::vector<int64_t>& memory_len)
+    : layers(num_layers) {
+  for (DecoderLayerCache& c : layers) {
+    c.self_attn.capacity = capacity;
+    c.multihead_attn.row_source = row_source;
+    c.multihead_attn.memory_len = memory_len;
+  }
+}
+
+void TransformerDecoderCache::select_rows(const std::vector<int64_t>& rows) {
+  for (DecoderLayerCache& c : layers) c.select_rows(rows);
 }
 
 TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
@@ -167,10 +214,12 @@ TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& o, int64_t
 
 Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
                                    const Tensor& memory_mask, const Tensor& tgt_kpm, const Tensor& memory_kpm,
-                                   bool tgt_is_causal, bool memory_is_causal) const {
+                                   bool tgt_is_causal, bool memory_is_causal, TransformerDecoderCache* cache) const {
+  if (cache) check_cache_layers("TransformerDecoder", cache->layers.size(), layers.size());
   Tensor x = tgt;
-  for (const auto& layer : layers)
-    x = layer->forward(x, memory, tgt_mask, memory_mask, tgt_kpm, memory_kpm, tgt_is_causal, memory_is_causal);
+  for (size_t l = 0; l < layers.size(); ++l)
+    x = layers[l]->forward(x, memory, tgt_mask, memory_mask, tgt_kpm, memory_kpm, tgt_is_causal, memory_is_causal,
+                           cache ? &cache->layers[l] : nullptr);
   return norm ? norm->forward(x) : x;
 }
 

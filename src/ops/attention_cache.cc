@@ -111,7 +111,7 @@ Tensor attention_step(const AttentionInput& q, const KVCache& cache, int64_t num
 
 Tensor attention_memory(const AttentionInput& q, const AttentionInput& k, const AttentionInput& v,
                         const std::vector<int64_t>& row_source, const std::vector<int64_t>& memory_len,
-                        int64_t num_heads, int64_t embed_dim) {
+                        int64_t num_heads, int64_t embed_dim, bool batch_first) {
   const char* op = "attention_memory";
   check(num_heads > 0 && embed_dim % num_heads == 0, std::string(op) + ": embed_dim not divisible by num_heads");
   check_query(q, embed_dim, op);
@@ -122,7 +122,12 @@ Tensor attention_memory(const AttentionInput& q, const AttentionInput& k, const 
         std::string(op) + ": key " + describe(k.src) + " and value " + describe(v.src) + " do not fit width " +
             std::to_string(embed_dim));
   check_inference({&q.src, &k.src, &v.src}, op);
-  const int64_t N = q.src.size(0), C = q.src.size(2), Bm = k.src.size(0), S = k.src.size(1);
+  const int64_t N = q.src.size(0), C = q.src.size(2);
+  const int64_t Bm = k.src.size(batch_first ? 0 : 1), S = k.src.size(batch_first ? 1 : 0);
+  // Memory row b, key j: element (b, j) of k.src starts at b·k_b + j·k_j (likewise v).
+  const int64_t Ck = k.src.size(2), Cv = v.src.size(2);
+  const int64_t k_b = batch_first ? S * Ck : Ck, k_j = batch_first ? Ck : Bm * Ck;
+  const int64_t v_b = batch_first ? S * Cv : Cv, v_j = batch_first ? Cv : Bm * Cv;
   check(static_cast<int64_t>(row_source.size()) == N && static_cast<int64_t>(memory_len.size()) == Bm,
         std::string(op) + ": row_source needs " + std::to_string(N) + " entries and memory_len " + std::to_string(Bm));
   Tensor out = Tensor::zeros({N, 1, embed_dim});
@@ -144,12 +149,12 @@ Tensor attention_memory(const AttentionInput& q, const AttentionInput& k, const 
       p.q = q.src.data() + n0 * C + q.col;
       p.q_sb = C;
       p.q_sl = C;
-      p.k = k.src.data() + b * S * k.src.size(2) + k.col;  // every row of the group reads the same memory
+      p.k = k.src.data() + b * k_b + k.col;  // every row of the group reads the same memory
       p.k_sb = 0;
-      p.k_sl = k.src.size(2);
-      p.v = v.src.data() + b * S * v.src.size(2) + v.col;
+      p.k_sl = k_j;
+      p.v = v.src.data() + b * v_b + v.col;
       p.v_sb = 0;
-      p.v_sl = v.src.size(2);
+      p.v_sl = v_j;
       p.o = out.data() + n0 * embed_dim;
       p.o_sb = embed_dim;
       p.o_sl = embed_dim;

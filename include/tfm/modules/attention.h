@@ -1,12 +1,47 @@
-// tfm/modules/attention.h — nn.MultiheadAttention (need_weights=False path).
+// tfm/modules/attention.h — nn.MultiheadAttention (need_weights=False path), and the cache that lets
+// the same forward run incremental decoding one position at a time.
+//
+// Shapes: B batch, L query length, S key length, E = embed_dim, H heads, Dh head width,
+// A = H·Dh the width of the projected queries, keys and values (A = E here, as in PyTorch), N rows
+// decoded together (hypotheses), Bm memory rows.
 #pragma once
+
+#include <vector>
 
 #include "tfm/modules/basic.h"
 #include "tfm/ops/attention.h"
+#include "tfm/ops/attention_cache.h"
 
 namespace tfm {
 
-// Keys: in_proj_weight (3E, E), in_proj_bias (3E), out_proj.weight (E, E), out_proj.bias (E).
+// What a MultiheadAttention keeps between the steps of incremental decoding, where each forward
+// feeds one new position for each of N rows. Inference only (no autograd, no attention dropout).
+// Which half a cache uses is decided by the forward it is passed to:
+//   self-attention (query, key and value one tensor): the step's keys and values are appended to
+//     `kv`, and the query attends to every position fed so far — the causal mask of the full forward;
+//   cross-attention (key and value one memory tensor): the memory's keys and values are projected
+//     at the first step and read at every later one.
+struct AttentionCache {
+  // Self-attention.
+  int64_t capacity = 1;  // positions `kv` holds when created; it doubles when full
+  ops::KVCache kv;       // keys, values (N, capacity, A) of positions [0, kv.length); made by the first step
+
+  // Cross-attention. Row n attends to memory row row_source[n] and to its keys [0, memory_len[b])
+  // (b = row_source[n]): memory rows are padded at the end, so the lengths stand for
+  // memory_key_padding_mask. Empty row_source: row n reads memory row n; empty memory_len: all S
+  // keys are real. Both are filled in by the first step.
+  std::vector<int64_t> row_source;  // (N)
+  std::vector<int64_t> memory_len;  // (Bm)
+  Tensor memory;     // (Bm, S, E) batch_first / (S, Bm, E): the memory memory_kv was projected from
+  Tensor memory_kv;  // (Bm, S, 2A) / (S, Bm, 2A): [keys | values] = memory·W[A:3A]ᵀ + b[A:3A]
+
+  int64_t length() const { return kv.length; }  // positions fed (self-attention)
+  // Row r becomes old row rows[r] (beam search reorders, duplicates and drops rows); the projected
+  // memory is shared, only row_source is remapped.
+  void select_rows(const std::vector<int64_t>& rows);
+};
+
+// Keys: in_proj_weight (3A, E), in_proj_bias (3A), out_proj.weight (E, A), out_proj.bias (E).
 // Init as PyTorch: xavier_uniform in_proj_weight, zero biases, out_proj.weight like Linear.
 class MultiheadAttention : public Module {
  public:
@@ -14,8 +49,17 @@ class MultiheadAttention : public Module {
                      bool batch_first = false, Generator& gen = default_generator());
   // query (B, L, E) / (L, B, E); key, value (B, S, E) / (S, B, E) → attn_output like query.
   // When key and value (or all three) are the same tensor, their projections run as one GEMM.
+  //
+  // With a cache: one decoding step, inference only. query (N, 1, E) / (1, N, E), one new position
+  // per row → (N, 1, E) / (1, N, E), the same numbers the full forward computes at that position.
+  //   Self-attention: query, key and value the same tensor, masks.is_causal set and no other mask.
+  //   Cross-attention: key and value the same memory (Bm, S, E) / (S, Bm, E) at every step (its
+  //   projection is kept), no mask (the cache's memory_len stands for the key padding mask).
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,
-                 const ops::AttentionMasks& masks = {}) const;
+                 const ops::AttentionMasks& masks = {}, AttentionCache* cache = nullptr) const;
+
+  int64_t head_dim() const { return embed_dim / num_heads; }  // Dh
+  int64_t proj_dim() const { return num_heads * head_dim(); }  // A = H·Dh
 
   int64_t embed_dim, num_heads;
   float dropout;
@@ -24,6 +68,8 @@ class MultiheadAttention : public Module {
   Linear out_proj;
 
  private:
+  Tensor forward_step(const Tensor& query, const ops::AttentionInput& q, const ops::AttentionInput& k,
+                      const ops::AttentionInput& v, bool self, AttentionCache& cache) const;
   Generator* gen_;
 };
 

@@ -17,7 +17,7 @@ namespace tfm::ops {
 // The keys and values of positions [0, length) of N decoding rows (hypotheses), for one
 // self-attention layer. Storage grows by doubling; rows are independent.
 struct KVCache {
-  Tensor k, v;  // (N, capacity, E)
+  Tensor k, v;  // (N, capacity, E), E the width of the projected keys and values (H·Dh)
   int64_t length = 0;
 
   void reset(int64_t N, int64_t capacity, int64_t E);  // empty cache
@@ -36,12 +36,13 @@ struct KVCache {
 Tensor attention_step(const AttentionInput& q, const KVCache& cache, int64_t num_heads, int64_t embed_dim);
 
 // Cross-attention of N single queries q.src (N, 1, C) against projected memory shared by the rows
-// of one source: k.src, v.src (Bm, S, Ck) batch-first, row n reads memory row_source[n] and its keys
-// [0, memory_len[row_source[n]]) (the unpadded part: sources are padded at the end, so this is the
-// key_padding_mask of the full model). A row whose memory is empty gets zeros, like an all-masked
-// row in ops::attention. Consecutive rows of the same source run as one kernel call. → (N, 1, E).
+// of one source: k.src, v.src (Bm, S, Ck) when batch_first, else (S, Bm, Ck); row n reads memory
+// row row_source[n] and its keys [0, memory_len[row_source[n]]) (the unpadded part: sources are
+// padded at the end, so this is the key_padding_mask of the full model). A row whose memory is
+// empty gets zeros, like an all-masked row in ops::attention. Consecutive rows of the same source
+// run as one kernel call. → (N, 1, E).
 Tensor attention_memory(const AttentionInput& q, const AttentionInput& k, const AttentionInput& v,
                         const std::vector<int64_t>& row_source, const std::vector<int64_t>& memory_len,
-                        int64_t num_heads, int64_t embed_dim);
+                        int64_t num_heads, int64_t embed_dim, bool batch_first = true);
 
 }  // namespace tfm::ops
