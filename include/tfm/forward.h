@@ -80,15 +80,16 @@ ModuleConfig parse_module_config(const std::string& config_json);
 ModuleConfig read_module_config(const std::string& path);
 
 // A module built from its config, holding its weights, called on named inputs as often as needed.
-// forward() runs in inference mode (InferenceMode: no autograd tape, eval-mode dropout) and packs
-// each Linear weight once, into a cache the handle keeps for its lifetime (in `precision`; see
-// tfm/inference.h for float32 against bfloat16). forward_backward() runs the float32 training math
-// and returns gradients. One call at a time: a handle is not safe to call from two threads at once.
+// forward() runs in inference mode (an InferenceMode scope: no autograd tape) and packs each Linear
+// weight once, into a cache the handle keeps for its lifetime (in `precision`; see tfm/inference.h
+// for float32 against bfloat16). forward_backward() runs the float32 training math and returns
+// gradients. The module is in eval mode (dropout off) unless module().train() is called. One call
+// at a time: a handle is not safe to call from two threads at once.
 class LoadedModule {
  public:
   // Builds the module with PyTorch's initialisers drawing from `gen` (which the module keeps for
-  // its dropout, so it must outlive the handle), in eval mode. Throws std::invalid_argument on a
-  // config that parse_module_config would reject.
+  // its dropout, so it must outlive the handle), in eval mode. Throws std::invalid_argument when
+  // the module's constructor refuses the options (a config from parse_module_config is valid).
   explicit LoadedModule(const ModuleConfig& config, Precision precision = Precision::Float32,
                         Generator& gen = default_generator());
   ~LoadedModule();

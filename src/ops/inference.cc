@@ -1,5 +1,5 @@
-// src/ops/inference.cc — InferenceMode (include/tfm/inference.h) and its per-scope cache of packed
-// Linear weights (src/ops/packed_linear.h).
+// src/ops/inference.cc — InferenceMode (include/tfm/inference.h), its per-scope cache of packed
+// Linear weights (src/ops/packed_linear.h), and PackedWeightCache, the cache a caller keeps across scopes.
 #include "tfm/inference.h"
 
 #include <map>
