@@ -41,13 +41,11 @@ int main(int argc, char** argv) {
     tfm::TransformerEncoder encoder(o, /*num_layers=*/3, /*final_norm=*/false);
 
     const tfm::io::SafeTensorsFile weights = tfm::io::load_safetensors(dir + "/weights.safetensors");
-    tfm::NamedTensors state;
-    for (const auto& [name, loaded] : weights.tensors) state[name] = loaded.tensor;
-    encoder.load_state_dict(state, weights.path);
+    encoder.load_state_dict(weights.tensors, weights.path);
     encoder.eval();  // dropout off, as module.eval() in PyTorch
 
     const tfm::io::SafeTensorsFile inputs = tfm::io::load_safetensors(dir + "/inputs.safetensors");
-    const tfm::Tensor& src = inputs.at("src").tensor;  // (B, S, D)
+    const tfm::Tensor& src = inputs.at("src");  // (B, S, D)
     tfm::Tensor out;                                    // (B, S, D)
     {
       tfm::NoGradGuard no_grad;  // inference: no autograd tape
@@ -64,7 +62,7 @@ int main(int argc, char** argv) {
     if (FILE* f = std::fopen(expected_path.c_str(), "rb")) {
       std::fclose(f);
       const tfm::io::SafeTensorsFile expected = tfm::io::load_safetensors(expected_path);
-      const tfm::Tensor& ref = expected.at("output").tensor;  // float64 in the file, read as float32
+      const tfm::Tensor& ref = expected.at("output");  // float64 in the file, read as float32
       if (ref.shape() != out.shape()) {
         std::fprintf(stderr, "output %s but PyTorch gave %s\n", tfm::describe(out).c_str(),
                      tfm::describe(ref).c_str());

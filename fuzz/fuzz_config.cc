@@ -1,19 +1,19 @@
-// fuzz/fuzz_config.cc — libFuzzer target for the JSON module config parser (tfm::build_module),
-// the first thing `tfm forward --config` does with a user's file.
+// fuzz/fuzz_config.cc — libFuzzer target for the JSON module config parser
+// (tfm::parse_module_config) and the module built from it (tfm::LoadedModule), the first things
+// `tfm forward --config` does with a user's file.
 //
-// Contract under test: any byte string either builds a module or throws std::invalid_argument
-// (a one-line message naming the key); any other exception escaping, a crash or a sanitizer
-// report is a bug. Inputs asking for large models are skipped (return -1, kept out of the
-// corpus): a config with d_model 10^9 is a legitimate request that fails with std::bad_alloc,
-// and building it would only measure the allocator and the weight initialiser. The size is
-// estimated with PyTorch's defaults for absent keys (Transformer: d_model 512, 6 + 6 layers;
-// every layer: dim_feedforward 2048), so a typo in a key cannot smuggle in a 44M-parameter model.
+// Contract under test: any byte string either parses into a ModuleConfig from which a module
+// builds, or throws std::invalid_argument (a one-line message naming the key); any other exception
+// escaping, a crash or a sanitizer report is a bug. Configs asking for large models are skipped
+// after parsing (return -1, kept out of the corpus): a config with d_model 10^9 is a legitimate
+// request that fails with std::bad_alloc, and building it would only measure the allocator and
+// the weight initialiser. The size is estimated from the parsed config, whose absent keys already
+// hold PyTorch's defaults, so a typo in a key cannot smuggle in a 44M-parameter model.
 // Seeds: fuzz/corpus/config/ (written by fuzz/make_seeds.py).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 
@@ -25,49 +25,50 @@ namespace {
 // well under a millisecond-scale budget even under ASan and thousands of inputs run per second.
 constexpr double kMaxParams = 1e6;
 
-// An integer-valued key of the top-level object, or `fallback` when absent or not an integer
-// (a wrong type makes build_module fail fast, so its size does not matter).
-double size_key(const nlohmann::json& j, const char* key, double fallback) {
-  if (!j.contains(key)) return fallback;
-  const nlohmann::json& v = j.at(key);
-  if (v.is_number_unsigned()) return static_cast<double>(v.get<uint64_t>());
-  if (v.is_number_integer()) return std::max(0.0, static_cast<double>(v.get<int64_t>()));
-  return 0.0;
-}
-
 // Parameters ≈ L · (4·D² + 4·D·F): attention in/out projections, and linear1/linear2 with room
 // for the gated activations' doubled linear1.
-bool small_enough(const nlohmann::json& j) {
-  if (!j.is_object()) return true;
-  const bool transformer = j.contains("module") && j.at("module") == "Transformer";
-  const double d = std::max(size_key(j, "d_model", transformer ? 512 : 0), size_key(j, "embed_dim", 0));
-  const double f = size_key(j, "dim_feedforward", 2048);
-  const double l = transformer ? size_key(j, "num_encoder_layers", 6) + size_key(j, "num_decoder_layers", 6)
-                               : std::max(1.0, size_key(j, "num_layers", 1));
+bool small_enough(const tfm::ModuleConfig& c) {
+  if (c.kind == tfm::ModuleKind::MULTIHEAD_ATTENTION) {
+    const double d = static_cast<double>(c.attention.embed_dim);
+    return 4 * d * d <= kMaxParams;
+  }
+  const double d = static_cast<double>(c.layer.d_model), f = static_cast<double>(c.layer.dim_feedforward);
+  double l = 1;
+  if (c.kind == tfm::ModuleKind::TRANSFORMER_ENCODER || c.kind == tfm::ModuleKind::TRANSFORMER_DECODER)
+    l = std::max(1.0, static_cast<double>(c.num_layers));
+  if (c.kind == tfm::ModuleKind::TRANSFORMER)
+    l = std::max(0.0, static_cast<double>(c.num_encoder_layers)) + std::max(0.0, static_cast<double>(c.num_decoder_layers));
   return l * (4 * d * d + 4 * d * f) <= kMaxParams;
+}
+
+void check_one_line(const std::exception& e) {
+  const std::string msg = e.what();
+  if (msg.empty() || msg.find('\n') != std::string::npos) {
+    std::fprintf(stderr, "error message is empty or not one line: %s\n", msg.c_str());
+    std::abort();
+  }
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  // Pre-scan only to apply the size cap; invalid JSON goes through to build_module untouched.
-  const nlohmann::json pre = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!pre.is_discarded() && !small_enough(pre)) return -1;
+  tfm::ModuleConfig config;
   try {
-    const auto m = tfm::build_module(text);
-    if (!m) {
-      std::fprintf(stderr, "build_module returned null\n");
-      std::abort();
-    }
-    (void)m->name();
-    (void)m->differentiable_inputs();
+    config = tfm::parse_module_config(text);
   } catch (const std::invalid_argument& e) {
-    const std::string msg = e.what();
-    if (msg.empty() || msg.find('\n') != std::string::npos) {
-      std::fprintf(stderr, "error message is empty or not one line: %s\n", msg.c_str());
+    check_one_line(e);
+    return 0;
+  }
+  if (!small_enough(config)) return -1;
+  try {
+    const tfm::LoadedModule m(config);
+    if (m.config().kind != config.kind || m.differentiable_inputs().empty()) {
+      std::fprintf(stderr, "the built module does not match its config\n");
       std::abort();
     }
+  } catch (const std::invalid_argument& e) {
+    check_one_line(e);
   }
   return 0;
 }

@@ -4,7 +4,7 @@
 // one anonymous in-memory file (memfd) and loaded through /proc/self/fd/N: the real mmap path,
 // no disk traffic. Contract under test: any byte string either loads or throws SafeTensorsError
 // whose message starts with the path; nothing else may escape, and ASan/UBSan must stay silent.
-// A file that loads must be self-consistent (names ↔ tensors, shapes ↔ element counts).
+// A file that loads must be self-consistent (tensors ↔ dtypes, shapes ↔ element counts).
 // Each input is loaded twice, copying and zero-copy (LoadOptions::zero_copy): both must throw the
 // same message, or both load the same names with bitwise-equal tensors.
 // Seeds: fuzz/corpus/safetensors/ (written by fuzz/make_seeds.py).
@@ -61,14 +61,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return msg;
     }
     const tfm::io::SafeTensorsFile& f = *out;
-    check(f.names.size() == f.tensors.size(), "names and tensors differ in size");
-    for (const std::string& n : f.names) {
-      check(f.contains(n), "a listed name has no tensor");
-      const tfm::Tensor& t = f.at(n).tensor;
+    check(f.dtypes.size() == f.tensors.size(), "dtypes and tensors differ in size");
+    for (const auto& [n, t] : f.tensors) {
+      check(f.contains(n) && f.dtypes.count(n), "a listed name has no tensor or no dtype");
       int64_t numel = 1;
       for (const int64_t d : t.shape()) numel *= d;
       check(numel == t.numel(), "numel differs from the product of the shape");
-      check(zero_copy || !f.at(n).zero_copy, "the copying loader returned a mapped tensor");
+      check(zero_copy || !f.mapped.count(n), "the copying loader returned a mapped tensor");
     }
     return "";
   };
@@ -77,10 +76,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string e2 = load(true, &mapped);
   check(e1 == e2, "copying and zero-copy loads disagree on the error");
   if (!e1.empty()) return 0;
-  check(copied.names == mapped.names, "copying and zero-copy loads disagree on the names");
-  for (const std::string& n : copied.names) {
-    const tfm::Tensor& a = copied.at(n).tensor;
-    const tfm::Tensor& b = mapped.at(n).tensor;
+  check(copied.tensors.names() == mapped.tensors.names(), "copying and zero-copy loads disagree on the names");
+  for (const auto& [n, a] : copied.tensors) {
+    const tfm::Tensor& b = mapped.at(n);
     check(a.dtype() == b.dtype() && a.shape() == b.shape(), "modes disagree on dtype or shape");
     const bool f32 = a.dtype() == tfm::DType::Float32;
     const size_t bytes = static_cast<size_t>(a.numel()) * (f32 ? 4 : 1);

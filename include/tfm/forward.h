@@ -1,44 +1,161 @@
-// tfm/forward.h — the `tfm forward` conformance contract as a library call, and the builder of
-// modules from their PyTorch constructor arguments in JSON.
+// tfm/forward.h — run a module exported from PyTorch: its typed description (ModuleConfig, parsed
+// once from the JSON that tools/export_torch.py writes), a handle holding the module built from it
+// with its weights (LoadedModule), and the `tfm forward` contract on top of the handle (run_forward).
 //
-// Config: {"module": NAME, ...}, NAME one of MultiheadAttention, TransformerEncoderLayer,
+//   tfm::LoadedModule enc = tfm::load_module("enc.json", "enc.safetensors");  // config + weights, once
+//   tfm::NamedTensors out = enc.forward({{"src", x}});                        // as often as needed
+//   const tfm::Tensor& y = out.at("output");
+//
+// Config JSON: {"module": NAME, ...}, NAME one of MultiheadAttention, TransformerEncoderLayer,
 // TransformerEncoder, TransformerDecoderLayer, TransformerDecoder, Transformer, with the module's
 // PyTorch constructor arguments by their PyTorch names (missing keys take PyTorch's defaults), plus
 // num_layers / norm for the stacks and num_encoder_layers / num_decoder_layers for Transformer.
 // Unknown keys and wrong types are errors that name the key.
+//
+// Inputs carry the names of the arguments of PyTorch's forward:
+//   MultiheadAttention        query, key, value, attn_mask, key_padding_mask, is_causal
+//   TransformerEncoderLayer   src, src_mask, src_key_padding_mask, is_causal
+//   TransformerEncoder        src, mask, src_key_padding_mask, is_causal
+//   TransformerDecoderLayer,  tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+//   TransformerDecoder          memory_key_padding_mask, tgt_is_causal, memory_is_causal
+//   Transformer               src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask,
+//                               tgt_key_padding_mask, memory_key_padding_mask, src_is_causal,
+//                               tgt_is_causal, memory_is_causal
+// Sequences are Float32 (B, T, D) with batch_first, else (T, B, D) (key and value default to the
+// query); masks are Bool (true = blocked) or Float32 (added); causal flags are 0-dim Bool tensors.
+//
+// To add a module kind: an enumerator in ModuleKind and its name in module_kind_name, its keys in
+// parse_module_config (src/models/module_config.cc), its inputs in src/models/forward_runner.cc and
+// its matmuls in bench_flop_count (src/models/bench.cc).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tfm/inference.h"
 #include "tfm/modules/module.h"
+#include "tfm/modules/transformer.h"
+#include "tfm/named_tensors.h"
+#include "tfm/random.h"
 
 namespace tfm {
 
-// A built module with a uniform call: inputs by PyTorch forward-argument names.
-class ConformanceModule {
- public:
-  virtual ~ConformanceModule() = default;
-  virtual Module& module() = 0;
-  virtual std::string name() const = 0;
-  // Inputs (names as in PyTorch's forward; causal flags as 0-dim Bool tensors) → output.
-  virtual Tensor forward(const NamedTensors& inputs) const = 0;
-  // The float inputs that receive gradients ("query", "src", ...).
-  virtual std::vector<std::string> differentiable_inputs() const = 0;
+enum class ModuleKind {
+  MULTIHEAD_ATTENTION,
+  TRANSFORMER_ENCODER_LAYER,
+  TRANSFORMER_ENCODER,
+  TRANSFORMER_DECODER_LAYER,
+  TRANSFORMER_DECODER,
+  TRANSFORMER,
+};
+const char* module_kind_name(ModuleKind kind);  // PyTorch's class name, the config's "module"
+
+// nn.MultiheadAttention's constructor arguments as far as tfm supports them (kdim = vdim =
+// embed_dim, no add_bias_kv, no add_zero_attn).
+struct AttentionOptions {
+  int64_t embed_dim = 0;  // E; required
+  int64_t num_heads = 0;  // H; required, E % H == 0
+  float dropout = 0.0f;
+  bool bias = true;
+  bool batch_first = false;
 };
 
-// Throws std::invalid_argument naming the offending key on a bad config.
-std::unique_ptr<ConformanceModule> build_module(const std::string& config_json);
+// One module's description. Fields that do not belong to `kind` keep their defaults.
+struct ModuleConfig {
+  ModuleKind kind = ModuleKind::TRANSFORMER;
+  AttentionOptions attention;      // MULTIHEAD_ATTENTION
+  TransformerLayerOptions layer;   // every other kind: the arguments of each layer
+  int64_t num_layers = 0;          // TRANSFORMER_ENCODER, TRANSFORMER_DECODER (required there)
+  bool norm = false;               // TRANSFORMER_ENCODER, TRANSFORMER_DECODER: a final LayerNorm
+  int64_t num_encoder_layers = 6;  // TRANSFORMER
+  int64_t num_decoder_layers = 6;  // TRANSFORMER
+};
 
-// Builds the module, loads `weights` strictly, runs forward in eval mode (dropout off) and returns
-// {"output"}; if inputs holds "grad_output" (output's shape), also runs the backward of
-// sum(output ⊙ grad_output) and adds "grad.<param key>" for every parameter and "grad.<name>" for
-// every float input among query, key, value, src, tgt, memory.
-// `weights_source` names the weights file in error messages. Without "grad_output" the forward
-// runs in an InferenceMode scope of `precision` (weights packed once; BFloat16 rounds the Linear
-// layers' matmul inputs, see docs/bf16.md); with it, `precision` must be Float32 (training math
-// is float32 only) or std::invalid_argument is thrown.
+// Parses and validates a config's JSON text. Throws std::invalid_argument naming the offending
+// key ("config: unknown key 'n_head'", "config: 'd_model' must be an integer, got \"8\"", ...).
+ModuleConfig parse_module_config(const std::string& config_json);
+// Reads and parses a config file; errors start with the path ("enc.json: config: ...").
+ModuleConfig read_module_config(const std::string& path);
+
+// A module built from its config, holding its weights, called on named inputs as often as needed.
+// forward() runs in inference mode (an InferenceMode scope: no autograd tape) and packs each Linear
+// weight once, into a cache the handle keeps for its lifetime (in `precision`; see tfm/inference.h
+// for float32 against bfloat16). forward_backward() runs the float32 training math and returns
+// gradients. The module is in eval mode (dropout off) unless module().train() is called. One call
+// at a time: a handle is not safe to call from two threads at once.
+class LoadedModule {
+ public:
+  // Builds the module with PyTorch's initialisers drawing from `gen` (which the module keeps for
+  // its dropout, so it must outlive the handle), in eval mode. Throws std::invalid_argument when
+  // the module's constructor refuses the options (a config from parse_module_config is valid).
+  explicit LoadedModule(const ModuleConfig& config, Precision precision = Precision::Float32,
+                        Generator& gen = default_generator());
+  ~LoadedModule();
+  LoadedModule(LoadedModule&&) noexcept;
+  LoadedModule& operator=(LoadedModule&&) noexcept;
+
+  const ModuleConfig& config() const;
+  Precision precision() const;
+  void set_precision(Precision precision);  // for later forward() calls; drops packed weights
+
+  // Strict load (Module::load_state_dict): every parameter key present with its shape, no key
+  // left over; `source` names the weights in messages. Drops packed weights.
+  void load_weights(const NamedTensors& weights, const std::string& source = "weights");
+
+  // Inference: {"output": the module's output}. Inputs are checked by name, dtype and shape first;
+  // errors start with `source` ("inputs: missing tensor 'src'"), so a caller reading them from a
+  // file passes its path.
+  NamedTensors forward(const NamedTensors& inputs, const std::string& source = "inputs");
+
+  // Training math in float32, whatever precision() says, with dropout as the module's mode has it
+  // (off after construction): runs forward with autograd and the backward of
+  // sum(output ⊙ grad_output), grad_output of the output's shape, and returns "output",
+  // "grad.<param key>" for every parameter and "grad.<name>" for every differentiable input given
+  // (zeros where no gradient reached). Parameter gradients are cleared before and after.
+  NamedTensors forward_backward(const NamedTensors& inputs, const Tensor& grad_output,
+                                const std::string& source = "inputs");
+
+  // The module's forward on named inputs and nothing around it: no scope opened, inputs used as
+  // given (gradients flow into those that require them), the module's own train/eval mode. For
+  // callers that arrange modes themselves, e.g. a training step: module().train(), an optimizer
+  // over module().named_parameters(), then call() under autograd.
+  Tensor call(const NamedTensors& inputs, const std::string& source = "inputs") const;
+
+  // The Float32 inputs forward_backward differentiates, in order: query, key, value; src; tgt,
+  // memory; or src, tgt.
+  const std::vector<std::string>& differentiable_inputs() const;
+
+  // The module itself: parameters (state_dict, named_parameters), train()/eval(). After changing
+  // parameters through it, call clear_packed_weights() before the next forward().
+  Module& module();
+  void clear_packed_weights();
+  size_t packed_weights() const;  // Linear weights packed so far (diagnostics and tests)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads the config (read_module_config), builds the module, and loads the weights file strictly:
+// every tensor must be stored as a floating-point dtype (F32, F16, BF16, F64). Errors start with
+// the file they are about. The file is read zero-copy and released before returning.
+LoadedModule load_module(const std::string& config_path, const std::string& weights_path,
+                         Precision precision = Precision::Float32);
+
+// Reads a `tfm forward` inputs file: masks ("*mask*") BOOL or F32, causal flags ("*is_causal*")
+// BOOL, everything else F32 (grad_output included). Errors start with the path.
+NamedTensors read_forward_inputs(const std::string& path);
+
+// The `tfm forward` contract on a loaded module: without "grad_output" among the inputs,
+// module.forward(inputs); with it, module.forward_backward(the other inputs, grad_output), which
+// needs precision() Float32 (gradients are float32 only) or throws std::invalid_argument.
+NamedTensors run_forward(LoadedModule& module, const NamedTensors& inputs, const std::string& source = "inputs");
+
+// The same contract from a config's JSON text and weights in memory, building a fresh module:
+// LoadedModule(parse_module_config(config_json), precision), load_weights(weights,
+// weights_source), run_forward(module, inputs).
 NamedTensors run_forward(const std::string& config_json, const NamedTensors& weights, const NamedTensors& inputs,
                          const std::string& weights_source = "weights", Precision precision = Precision::Float32);
 

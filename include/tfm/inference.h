@@ -39,14 +39,37 @@ enum class Precision { Float32, BFloat16 };
 Precision parse_precision(const std::string& name);
 const char* precision_name(Precision p);  // "f32" or "bf16"
 
+// Packed Linear weights kept beyond one scope. An InferenceMode opened with a cache packs into it
+// (instead of the outermost scope's own cache) and leaves what it packed there when it ends, so a
+// module called many times packs each weight once (tfm::LoadedModule holds one per module). The
+// contract is the scope's, for as long as the cache holds a weight: the weight must not change
+// (clear() after changing it). A cache belongs to one thread at a time.
+class PackedWeightCache {
+ public:
+  PackedWeightCache();
+  ~PackedWeightCache();
+  PackedWeightCache(const PackedWeightCache&) = delete;
+  PackedWeightCache& operator=(const PackedWeightCache&) = delete;
+  size_t size() const;  // packed weights held
+  void clear();         // drops them, and the weights' storage they keep alive
+
+ private:
+  friend class InferenceMode;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 class InferenceMode {
  public:
   explicit InferenceMode(Precision precision = Precision::Float32);
+  // A scope whose packed weights go into, and are reused from, `cache` (see PackedWeightCache);
+  // scopes nested inside it use the same cache.
+  InferenceMode(Precision precision, PackedWeightCache& cache);
   ~InferenceMode();
   InferenceMode(const InferenceMode&) = delete;
   InferenceMode& operator=(const InferenceMode&) = delete;
 
-  // Number of packed weights in the outermost scope's cache (for tests and diagnostics).
+  // Number of packed weights in the cache the innermost scope packs into (for tests and diagnostics).
   static size_t cached_weights();
   // The innermost active scope's precision on this thread; Float32 when no scope is active. A
   // library function that opens its own scope passes this on, so a caller's bf16 scope holds.

@@ -5,7 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "tfm/modules/module.h"
+#include "tfm/named_tensors.h"
+#include "tfm/tensor.h"
 
 namespace tfm {
 
@@ -27,8 +28,10 @@ class Optimizer {
   virtual void load_state(const NamedTensors& s, int64_t steps) = 0;
 
  protected:
-  Optimizer(std::vector<std::pair<std::string, Tensor>> params, float lr) : params_(std::move(params)), lr_(lr) {}
-  std::vector<std::pair<std::string, Tensor>> params_;  // (key, parameter)
+  // Takes the parameters (Module::named_parameters(): the tensors themselves, updated in place).
+  Optimizer(const NamedTensors& params, float lr);
+  std::vector<std::string> keys_;  // parameter keys, for state() and load_state()
+  std::vector<Tensor> params_;     // the parameters, in the order of keys_ (and of every slot vector)
   float lr_;
   int64_t steps_ = 0;
 };
@@ -36,7 +39,7 @@ class Optimizer {
 // torch.optim.SGD: g = grad + wd·p; with momentum: buf = μ·buf + g (buf = g on the first step); p −= lr·buf.
 class SGD : public Optimizer {
  public:
-  SGD(std::vector<std::pair<std::string, Tensor>> params, float lr, float momentum = 0, float weight_decay = 0);
+  SGD(const NamedTensors& params, float lr, float momentum = 0, float weight_decay = 0);
   void step() override;
   NamedTensors state() const override;
   void load_state(const NamedTensors& s, int64_t steps) override;
@@ -50,7 +53,7 @@ class SGD : public Optimizer {
 // m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²;  p −= lr · (m/(1−β1ᵗ)) / (sqrt(v/(1−β2ᵗ)) + eps)
 class Adam : public Optimizer {
  public:
-  Adam(std::vector<std::pair<std::string, Tensor>> params, float lr = 1e-3f, float beta1 = 0.9f,
+  Adam(const NamedTensors& params, float lr = 1e-3f, float beta1 = 0.9f,
        float beta2 = 0.999f, float eps = 1e-8f, float weight_decay = 0, bool decoupled = false);
   void step() override;
   NamedTensors state() const override;
@@ -66,9 +69,5 @@ class Adam : public Optimizer {
 // torch.nn.utils.clip_grad_norm_: total 2-norm over all grads; if > max_norm, scale every grad by
 // max_norm / (total + 1e-6). Returns the total norm before clipping.
 float clip_grad_norm(const std::vector<Tensor>& params, float max_norm);
-
-// Learning rate at step s (1-based): linear warmup over `warmup` steps to `base_lr`, then
-// "constant", "inverse_sqrt" (base·sqrt(warmup/s)) or "cosine" (to 0 at total_steps).
-float scheduled_lr(const std::string& schedule, float base_lr, int64_t step, int64_t warmup, int64_t total_steps);
 
 }  // namespace tfm

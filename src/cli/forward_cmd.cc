@@ -1,36 +1,10 @@
-// src/cli/forward_cmd.cc — `tfm forward`: the conformance contract (see include/tfm/forward.h).
-#include <stdexcept>
-
+// src/cli/forward_cmd.cc — `tfm forward`: the conformance contract (include/tfm/forward.h) on files:
+// load the module, read the inputs, run, write the outputs.
 #include "cli/commands.h"
-#include "io/file_util.h"
-#include "quote.h"
 #include "tfm/forward.h"
 #include "tfm/io/safetensors.h"
 
 namespace tfm::cli {
-namespace {
-
-NamedTensors to_named(const io::SafeTensorsFile& f, bool inputs) {
-  NamedTensors out;
-  for (auto& [name, lt] : f.tensors) {
-    if (inputs) {
-      const bool mask = name.find("mask") != std::string::npos;
-      const bool causal = name.find("is_causal") != std::string::npos;
-      if (causal && lt.dtype != "BOOL")
-        throw std::runtime_error(f.path + ": tensor " + quote_name(name) + " must be BOOL, got " + lt.dtype);
-      if (mask && lt.dtype != "BOOL" && lt.dtype != "F32")
-        throw std::runtime_error(f.path + ": tensor " + quote_name(name) + " must be BOOL or F32, got " + lt.dtype);
-      if (!mask && !causal && lt.dtype != "F32")
-        throw std::runtime_error(f.path + ": tensor " + quote_name(name) + " must be F32, got " + lt.dtype);
-    } else if (lt.dtype != "F32" && lt.dtype != "F16" && lt.dtype != "BF16" && lt.dtype != "F64") {
-      throw std::runtime_error(f.path + ": tensor " + quote_name(name) + " must be floating point, got " + lt.dtype);
-    }
-    out[name] = lt.tensor;
-  }
-  return out;
-}
-
-}  // namespace
 
 void register_forward(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand("forward", "Run a module exported from PyTorch on given inputs (and its backward)");
@@ -40,7 +14,7 @@ void register_forward(CLI::App& app, Runner& run) {
       "If the inputs hold 'grad_output', gradients grad.<key> are written too.\n"
       "--dtype bf16 runs the Linear layers' matmuls in bfloat16 (forward only; see docs/bf16.md).");
   struct Opts {
-    std::string config, weights, inputs, output, dtype = "f32";
+    std::string config, weights, inputs, output, dtype = precision_name(Precision::Float32);
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -54,28 +28,9 @@ void register_forward(CLI::App& app, Runner& run) {
     run = [o] {
       apply_threads(o->threads);
       const Precision precision = parse_precision(o->dtype);
-      const std::string config = io::read_file(o->config);
-      std::unique_ptr<ConformanceModule> probe;
-      try {
-        probe = build_module(config);
-      } catch (const std::exception& e) {
-        throw std::runtime_error(o->config + ": " + e.what());
-      }
-      // Zero-copy: load_state_dict copies the weights into the module's parameters straight from
-      // the mapping, skipping an intermediate owned copy of the whole file; nothing reads the
-      // mapping after that (see io::LoadOptions for the hazard, which ends there).
-      auto weights = io::load_safetensors(o->weights, io::LoadOptions{.zero_copy = true});
-      auto inputs = io::load_safetensors(o->inputs);
-      NamedTensors result;
-      try {
-        result = run_forward(config, to_named(weights, false), to_named(inputs, true), o->weights, precision);
-      } catch (const std::invalid_argument& e) {
-        std::string msg = e.what();
-        if (msg.rfind("inputs:", 0) == 0) msg = o->inputs + ": " + msg.substr(8);
-        throw std::runtime_error(msg);
-      }
-      std::vector<std::pair<std::string, Tensor>> list(result.begin(), result.end());
-      io::save_safetensors(o->output, list);
+      LoadedModule module = load_module(o->config, o->weights, precision);
+      const NamedTensors inputs = read_forward_inputs(o->inputs);
+      io::save_safetensors(o->output, run_forward(module, inputs, o->inputs));
       return 0;
     };
   });

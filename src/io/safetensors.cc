@@ -28,7 +28,7 @@ static_assert(std::endian::native == std::endian::little,
 namespace tfm::io {
 namespace {
 
-using ordered_json = nlohmann::ordered_json;  // keeps header order for SafeTensorsFile::names
+using ordered_json = nlohmann::ordered_json;  // keeps header order for SafeTensorsFile::tensors
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
 constexpr int kMaxJsonDepth = 4;    // legit headers reach depth 3: {} -> entry {} -> shape [] -> dim
@@ -409,9 +409,9 @@ SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file,
     if (keeper && e.dtype->convert == convert_f32 && e.numel > 0) {
       uint8_t* at = keeper->mutable_data() + (buffer - file.data()) + e.begin;
       if (reinterpret_cast<uintptr_t>(at) % alignof(float) == 0) {
-        out.names.push_back(e.name);
-        out.tensors.emplace(e.name, LoadedTensor{Tensor::from_external(e.shape, reinterpret_cast<float*>(at), keeper),
-                                                 e.dtype->name, true});
+        out.tensors.insert(e.name, Tensor::from_external(e.shape, reinterpret_cast<float*>(at), keeper));
+        out.dtypes.emplace(e.name, e.dtype->name);
+        out.mapped.insert(e.name);
         continue;
       }
     }
@@ -425,28 +425,27 @@ SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file,
         fail(path, "tensor " + quote_name(e.name) + ": element " + std::to_string(at) + " of " +
                        e.dtype->name + " " + shape_str(e.shape) + " is " + bad);
     }
-    out.names.push_back(e.name);
-    out.tensors.emplace(e.name, LoadedTensor{std::move(t), e.dtype->name});
+    out.tensors.insert(e.name, std::move(t));
+    out.dtypes.emplace(e.name, e.dtype->name);
   }
   return out;
 }
 
 }  // namespace
 
-const LoadedTensor& SafeTensorsFile::at(const std::string& name) const {
+const Tensor& SafeTensorsFile::at(const std::string& name) const {
   const auto it = tensors.find(name);
   if (it != tensors.end()) return it->second;
   std::string list;
-  const size_t shown = std::min<size_t>(names.size(), 10);
-  for (size_t i = 0; i < shown; ++i) list += (i ? ", " : "") + names[i];
-  if (names.size() > shown) list += ", ...";
-  fail(path, "no tensor " + quote_name(name) + " (file has " + std::to_string(names.size()) +
-                 " tensors" + (names.empty() ? "" : ": " + list) + ")");
+  const size_t shown = std::min<size_t>(tensors.size(), 10);
+  size_t i = 0;
+  for (auto t = tensors.begin(); i < shown; ++t, ++i) list += (i ? ", " : "") + t->first;
+  if (tensors.size() > shown) list += ", ...";
+  fail(path, "no tensor " + quote_name(name) + " (file has " + std::to_string(tensors.size()) +
+                 " tensors" + (tensors.empty() ? "" : ": " + list) + ")");
 }
 
-bool SafeTensorsFile::contains(const std::string& name) const {
-  return tensors.find(name) != tensors.end();
-}
+bool SafeTensorsFile::contains(const std::string& name) const { return tensors.contains(name); }
 
 SafeTensorsFile load_safetensors(const std::string& path) { return load_safetensors(path, LoadOptions{}); }
 
@@ -463,21 +462,18 @@ SafeTensorsFile load_safetensors(const std::string& path, const LoadOptions& opt
   }
 }
 
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  // Validate everything before touching the file system.
-  std::set<std::string> seen;
+  // Validate everything before touching the file system (names are unique by NamedTensors' rule).
   for (const auto& [name, t] : tensors) {
     const std::string who = "tensor " + quote_name(name);
     if (name == "__metadata__") fail(path, who + ": the name is reserved for the metadata");
-    if (!seen.insert(name).second) fail(path, who + ": duplicate name in the tensor list");
     if (!t.defined()) fail(path, who + ": undefined tensor");
     if (t.dtype() != DType::Float32 && t.dtype() != DType::Bool)
       fail(path, who + ": unsupported dtype " + dtype_name(t.dtype()));
   }
   // Reference order: larger dtype alignment first (F32 before BOOL), then by name.
-  std::vector<const std::pair<std::string, Tensor>*> order;
+  std::vector<const NamedTensors::value_type*> order;
   for (const auto& p : tensors) order.push_back(&p);
   std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
     const bool af = a->second.dtype() == DType::Float32, bf = b->second.dtype() == DType::Float32;

@@ -77,9 +77,7 @@ TrainedModel load_model_dir(const std::string& dir) {
   const std::string weights = model_dir::path(dir, model_dir::MODEL);
   // Zero-copy: load_state_dict copies into the parameters from the mapping (one copy, not two).
   const io::SafeTensorsFile f = io::load_safetensors(weights, io::LoadOptions{.zero_copy = true});
-  NamedTensors sd;
-  for (const auto& [name, lt] : f.tensors) sd[name] = lt.tensor;
-  m.model->load_state_dict(sd, weights);
+  m.model->load_state_dict(f.tensors, weights);
   m.model->eval();
   return m;
 }

@@ -19,9 +19,9 @@ void Module::visit_parameters(const std::function<void(const std::string&, Tenso
   for (auto& [name, m] : children_) m->visit_parameters(fn, prefix + name + ".");
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_parameters() {
-  std::vector<std::pair<std::string, Tensor>> out;
-  visit_parameters([&](const std::string& k, Tensor& t) { out.emplace_back(k, t); });
+NamedTensors Module::named_parameters() {
+  NamedTensors out;
+  visit_parameters([&](const std::string& k, Tensor& t) { out.insert(k, t); });
   return out;
 }
 std::vector<Tensor> Module::parameters() {
@@ -29,11 +29,7 @@ std::vector<Tensor> Module::parameters() {
   visit_parameters([&](const std::string&, Tensor& t) { out.push_back(t); });
   return out;
 }
-NamedTensors Module::state_dict() {
-  NamedTensors out;
-  visit_parameters([&](const std::string& k, Tensor& t) { out[k] = t; });
-  return out;
-}
+NamedTensors Module::state_dict() { return named_parameters(); }
 int64_t Module::num_parameters() {
   int64_t n = 0;
   visit_parameters([&](const std::string&, Tensor& t) { n += t.numel(); });

@@ -1,10 +1,11 @@
-// src/ops/inference.cc — InferenceMode (include/tfm/inference.h) and its per-scope cache of packed
-// Linear weights (src/ops/packed_linear.h).
+// src/ops/inference.cc — InferenceMode (include/tfm/inference.h), its per-scope cache of packed
+// Linear weights (src/ops/packed_linear.h), and PackedWeightCache, the cache a caller keeps across scopes.
 #include "tfm/inference.h"
 
 #include <map>
 #include <stdexcept>
 #include <tuple>
+#include <vector>
 
 #include "kernels/gemm_packed.h"
 #include "ops/packed_linear.h"
@@ -25,7 +26,8 @@ using Cache = std::map<Key, Entry>;
 struct ScopeState {
   int depth = 0;
   Precision precision = Precision::Float32;
-  Cache cache;  // owned by the outermost scope, cleared when it ends
+  Cache own;                  // the outermost scope's cache, cleared when it ends
+  std::vector<Cache*> cache;  // per open scope, innermost last: where it packs (own or a PackedWeightCache)
 };
 thread_local ScopeState g_scope;
 
@@ -44,8 +46,24 @@ Precision parse_precision(const std::string& name) {
 
 const char* precision_name(Precision p) { return p == Precision::BFloat16 ? "bf16" : "f32"; }
 
+struct PackedWeightCache::Impl {
+  Cache entries;
+};
+PackedWeightCache::PackedWeightCache() : impl_(std::make_unique<Impl>()) {}
+PackedWeightCache::~PackedWeightCache() = default;
+size_t PackedWeightCache::size() const { return impl_->entries.size(); }
+void PackedWeightCache::clear() { impl_->entries.clear(); }
+
 InferenceMode::InferenceMode(Precision precision)
     : previous_precision_(g_scope.precision), outermost_(g_scope.depth == 0) {
+  g_scope.cache.push_back(outermost_ ? &g_scope.own : g_scope.cache.back());
+  ++g_scope.depth;
+  g_scope.precision = precision;
+}
+
+InferenceMode::InferenceMode(Precision precision, PackedWeightCache& cache)
+    : previous_precision_(g_scope.precision), outermost_(g_scope.depth == 0) {
+  g_scope.cache.push_back(&cache.impl_->entries);
   ++g_scope.depth;
   g_scope.precision = precision;
 }
@@ -53,10 +71,11 @@ InferenceMode::InferenceMode(Precision precision)
 InferenceMode::~InferenceMode() {
   --g_scope.depth;
   g_scope.precision = previous_precision_;
-  if (outermost_) g_scope.cache.clear();
+  g_scope.cache.pop_back();
+  if (outermost_) g_scope.own.clear();
 }
 
-size_t InferenceMode::cached_weights() { return g_scope.cache.size(); }
+size_t InferenceMode::cached_weights() { return g_scope.cache.empty() ? 0 : g_scope.cache.back()->size(); }
 
 Precision InferenceMode::current_precision() {
   return g_scope.depth > 0 ? g_scope.precision : Precision::Float32;
@@ -70,10 +89,11 @@ bool linear_forward_packed(int64_t N, const float* x, const Tensor& weight, cons
   const int64_t out = weight.size(0), in = weight.size(1);
   if (out == 0 || in == 0) return false;  // degenerate: the plain path handles it
   const Key key{weight.data(), out, in, g_scope.precision};
-  auto it = g_scope.cache.find(key);
-  if (it == g_scope.cache.end()) {
+  Cache& cache = *g_scope.cache.back();
+  auto it = cache.find(key);
+  if (it == cache.end()) {
     Entry e{weight, kernels::pack_weight(weight.data(), out, in, in, kernel_precision(g_scope.precision))};
-    it = g_scope.cache.emplace(key, std::move(e)).first;
+    it = cache.emplace(key, std::move(e)).first;
   }
   kernels::gemm_packed(N, x, in, *it->second.packed, bias, y, out);
   return true;

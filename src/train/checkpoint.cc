@@ -25,9 +25,9 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
   st.checkpoint_step = st.step;
   auto params = model.named_parameters();
   io::save_safetensors(model_dir::path(dir, model_dir::MODEL), params, {{"format", "pt"}});
-  std::vector<std::pair<std::string, Tensor>> all;
-  for (auto& [k, t] : params) all.emplace_back("model." + k, t);
-  for (auto& [k, t] : opt.state()) all.emplace_back("optim." + k, t);
+  NamedTensors all;
+  for (auto& [k, t] : params) all.insert("model." + k, t);
+  for (auto& [k, t] : opt.state()) all.insert("optim." + k, t);
   json s = {{"step", st.step}, {"epoch", st.epoch}, {"batch", st.batch}, {"loss_sum", st.loss_sum},
             {"loss_count", st.loss_count}, {"tokens", st.tokens}, {"skipped", st.skipped},
             {"elapsed", st.elapsed}, {"rng_seed", gen.seed}, {"rng_offset", gen.offset},
@@ -49,9 +49,9 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
   auto it = f.metadata.find(kStateKey);
   if (it == f.metadata.end()) throw std::runtime_error(path + ": no '" + std::string(kStateKey) + "' metadata");
   NamedTensors weights, optim;
-  for (const auto& [name, lt] : f.tensors) {
-    if (name.rfind("model.", 0) == 0) weights[name.substr(6)] = lt.tensor;
-    else if (name.rfind("optim.", 0) == 0) optim[name.substr(6)] = lt.tensor;
+  for (const auto& [name, t] : f.tensors) {
+    if (name.rfind("model.", 0) == 0) weights.insert(name.substr(6), t);
+    else if (name.rfind("optim.", 0) == 0) optim.insert(name.substr(6), t);
     else throw std::runtime_error(path + ": unexpected tensor " + quote_name(name));
   }
   model.load_state_dict(weights, path);

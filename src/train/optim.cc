@@ -65,13 +65,22 @@ void reject_unused(const NamedTensors& s, const std::set<std::string>& used) {
 
 }  // namespace
 
+Optimizer::Optimizer(const NamedTensors& params, float lr) : lr_(lr) {
+  keys_.reserve(params.size());
+  params_.reserve(params.size());
+  for (const auto& [key, p] : params) {
+    keys_.push_back(key);
+    params_.push_back(p);
+  }
+}
+
 void Optimizer::zero_grad() {
-  for (auto& [key, p] : params_) p.zero_grad();
+  for (Tensor& p : params_) p.zero_grad();
 }
 
 // ---- SGD ------------------------------------------------------------------------------------------
-SGD::SGD(std::vector<std::pair<std::string, Tensor>> params, float lr, float momentum, float weight_decay)
-    : Optimizer(std::move(params), lr), momentum_(momentum), weight_decay_(weight_decay) {
+SGD::SGD(const NamedTensors& params, float lr, float momentum, float weight_decay)
+    : Optimizer(params, lr), momentum_(momentum), weight_decay_(weight_decay) {
   check_hyper(lr >= 0.0f, "SGD", "lr", lr);
   check_hyper(momentum >= 0.0f, "SGD", "momentum", momentum);
   check_hyper(weight_decay >= 0.0f, "SGD", "weight_decay", weight_decay);
@@ -83,7 +92,7 @@ SGD::SGD(std::vector<std::pair<std::string, Tensor>> params, float lr, float mom
 void SGD::step() {
   const float wd = weight_decay_, mu = momentum_, neg_lr = -lr_;
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i].second;
+    Tensor& p = params_[i];
     const Tensor g = p.grad();
     if (!g.defined()) continue;
     float* pp = p.data();
@@ -110,7 +119,7 @@ void SGD::step() {
 NamedTensors SGD::state() const {
   NamedTensors s;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (buf_[i].defined()) s[params_[i].first + ".momentum_buffer"] = buf_[i].clone();
+    if (buf_[i].defined()) s.insert(keys_[i] + ".momentum_buffer", buf_[i].clone());
   return s;
 }
 
@@ -118,16 +127,16 @@ void SGD::load_state(const NamedTensors& s, int64_t steps) {
   std::set<std::string> used;
   std::vector<Tensor> buf(params_.size());
   for (size_t i = 0; i < params_.size(); ++i)
-    buf[i] = take_slot(s, params_[i].first, "momentum_buffer", params_[i].second, used);
+    buf[i] = take_slot(s, keys_[i], "momentum_buffer", params_[i], used);
   reject_unused(s, used);
   buf_ = std::move(buf);
   steps_ = steps;
 }
 
 // ---- Adam / AdamW ---------------------------------------------------------------------------------
-Adam::Adam(std::vector<std::pair<std::string, Tensor>> params, float lr, float beta1, float beta2, float eps,
+Adam::Adam(const NamedTensors& params, float lr, float beta1, float beta2, float eps,
            float weight_decay, bool decoupled)
-    : Optimizer(std::move(params), lr),
+    : Optimizer(params, lr),
       beta1_(beta1),
       beta2_(beta2),
       eps_(eps),
@@ -192,7 +201,7 @@ void Adam::step() {
   s.decay = static_cast<float>(1.0 - lr * static_cast<double>(weight_decay_));
   const AdamDecay mode = s.wd == 0.0f ? kNoDecay : decoupled_ ? kDecoupled : kL2;
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i].second;
+    Tensor& p = params_[i];
     const Tensor g = p.grad();
     if (!g.defined()) continue;
     if (!m_[i].defined()) {
@@ -223,10 +232,10 @@ NamedTensors Adam::state() const {
   NamedTensors s;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!m_[i].defined()) continue;
-    const std::string& key = params_[i].first;
-    s[key + ".exp_avg"] = m_[i].clone();
-    s[key + ".exp_avg_sq"] = v_[i].clone();
-    s[key + ".step"] = step_tensor(step_[i]);
+    const std::string& key = keys_[i];
+    s.insert(key + ".exp_avg", m_[i].clone());
+    s.insert(key + ".exp_avg_sq", v_[i].clone());
+    s.insert(key + ".step", step_tensor(step_[i]));
   }
   return s;
 }
@@ -236,9 +245,9 @@ void Adam::load_state(const NamedTensors& s, int64_t steps) {
   std::vector<Tensor> m(params_.size()), v(params_.size());
   std::vector<int64_t> st(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) {
-    const std::string& key = params_[i].first;
-    m[i] = take_slot(s, key, "exp_avg", params_[i].second, used);
-    v[i] = take_slot(s, key, "exp_avg_sq", params_[i].second, used);
+    const std::string& key = keys_[i];
+    m[i] = take_slot(s, key, "exp_avg", params_[i], used);
+    v[i] = take_slot(s, key, "exp_avg_sq", params_[i], used);
     if (m[i].defined() != v[i].defined())
       fail("optimizer state: '" + key + "' has only one of exp_avg and exp_avg_sq");
     if (m[i].defined()) st[i] = take_step(s, key, used);
@@ -276,26 +285,6 @@ float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
       for (int64_t j = 0; j < g.numel(); ++j) gp[j] *= coef;
     }
   return total;
-}
-
-float scheduled_lr(const std::string& schedule, float base_lr, int64_t step, int64_t warmup, int64_t total_steps) {
-  if (step < 1) fail("scheduled_lr: step is 1-based, got " + std::to_string(step));
-  if (warmup < 0) fail("scheduled_lr: warmup must be non-negative, got " + std::to_string(warmup));
-  const double base = base_lr;
-  if (schedule != "constant" && schedule != "inverse_sqrt" && schedule != "cosine")
-    fail("scheduled_lr: unknown schedule " + quote_name(schedule) + " (expected constant, inverse_sqrt or cosine)");
-  if (schedule == "cosine" && total_steps <= warmup)
-    fail("scheduled_lr: cosine needs total_steps > warmup (got " + std::to_string(total_steps) + " and " +
-         std::to_string(warmup) + ")");
-  if (step <= warmup) return static_cast<float>(base * static_cast<double>(step) / static_cast<double>(warmup));
-  if (schedule == "constant") return base_lr;
-  if (schedule == "inverse_sqrt")  // continuous at the end of warmup; base/√s without warmup
-    return static_cast<float>(base * std::sqrt(static_cast<double>(std::max<int64_t>(warmup, 1)) /
-                                               static_cast<double>(step)));
-  // cosine: from base at the end of warmup to 0 at total_steps, then 0.
-  if (step >= total_steps) return 0.0f;
-  const double progress = static_cast<double>(step - warmup) / static_cast<double>(total_steps - warmup);
-  return static_cast<float>(base * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
 }  // namespace tfm

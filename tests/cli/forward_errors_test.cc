@@ -81,10 +81,8 @@ class ForwardErrors : public ::testing::Test {
   }
 
   // Loads a safetensors file, lets `edit` change the tensor list, writes it back.
-  void rewrite(const std::string& path, const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit) {
-    const auto f = tfm::io::load_safetensors(path);
-    std::vector<std::pair<std::string, Tensor>> list;
-    for (const auto& n : f.names) list.emplace_back(n, f.at(n).tensor);
+  void rewrite(const std::string& path, const std::function<void(tfm::NamedTensors&)>& edit) {
+    tfm::NamedTensors list = tfm::io::load_safetensors(path).tensors;
     edit(list);
     tfm::io::save_safetensors(path, list);
   }
@@ -117,11 +115,11 @@ TEST_F(ForwardErrors, ValidRunSucceeds) {
 // --dtype bf16 runs too, and its output is the f32 output up to bfloat16 rounding (docs/bf16.md).
 TEST_F(ForwardErrors, Bf16RunSucceeds) {
   ASSERT_EQ(run_cli(args(), dir_).code, 0);
-  const Tensor f32 = tfm::io::load_safetensors(output_).at("output").tensor;
+  const Tensor f32 = tfm::io::load_safetensors(output_).at("output");
   extra_ = " --dtype bf16";
   const Result r = run_cli(args(), dir_);
   ASSERT_EQ(r.code, 0) << r.err;
-  const Tensor bf16 = tfm::io::load_safetensors(output_).at("output").tensor;
+  const Tensor bf16 = tfm::io::load_safetensors(output_).at("output");
   const double rel = tfm::testing::rel_error(bf16, f32);
   EXPECT_GT(rel, 0.0);
   EXPECT_LE(rel, 8.0 / 256.0);
@@ -185,7 +183,7 @@ TEST_F(ForwardErrors, UnknownDtype) {
 // bf16 is forward-only: gradients asked for with --dtype bf16 are refused, not silently computed in f32.
 TEST_F(ForwardErrors, Bf16WithGradOutput) {
   extra_ = " --dtype bf16";
-  rewrite(inputs_, [](auto& list) { list.emplace_back("grad_output", Tensor::zeros({3, 2, 7})); });
+  rewrite(inputs_, [](auto& list) { list.insert("grad_output", Tensor::zeros({3, 2, 7})); });
   expect_error({inputs_, "'grad_output' asks for gradients, which are computed in f32 only (got bf16)"});
 }
 TEST_F(ForwardErrors, UnknownActivation) {
@@ -280,13 +278,11 @@ TEST_F(ForwardErrors, UnsupportedDtypeInFile) {
 
 // ---- the weights' content ---------------------------------------------------------------------
 TEST_F(ForwardErrors, MissingWeightKey) {
-  rewrite(weights_, [](auto& list) {
-    std::erase_if(list, [](const auto& p) { return p.first == "linear2.bias"; });
-  });
+  rewrite(weights_, [](auto& list) { list.erase("linear2.bias"); });
   expect_error({weights_, "missing key 'linear2.bias'"});
 }
 TEST_F(ForwardErrors, UnexpectedWeightKey) {
-  rewrite(weights_, [](auto& list) { list.emplace_back("decoder.norm.weight", Tensor::zeros({8})); });
+  rewrite(weights_, [](auto& list) { list.insert("decoder.norm.weight", Tensor::zeros({8})); });
   expect_error({weights_, "unexpected key 'decoder.norm.weight'"});
 }
 TEST_F(ForwardErrors, MisshapenWeight) {
@@ -312,54 +308,54 @@ TEST_F(ForwardErrors, WeightIntegerBeyondFloat) {
 
 // ---- the inputs -------------------------------------------------------------------------------
 TEST_F(ForwardErrors, MissingInput) {
-  rewrite(inputs_, [](auto& list) { list.clear(); list.emplace_back("src_mask", Tensor::zeros({3, 3})); });
+  rewrite(inputs_, [](auto& list) { list.clear(); list.insert("src_mask", Tensor::zeros({3, 3})); });
   expect_error({inputs_, "missing tensor 'src'"});
 }
 TEST_F(ForwardErrors, UnexpectedInput) {
-  rewrite(inputs_, [](auto& list) { list.emplace_back("tgt", Tensor::zeros({3, 2, 8})); });
+  rewrite(inputs_, [](auto& list) { list.insert("tgt", Tensor::zeros({3, 2, 8})); });
   expect_error({inputs_, "unexpected tensor 'tgt'"});
 }
 TEST_F(ForwardErrors, InputWrongDtype) {
   rewrite(inputs_, [](auto& list) {
     list.clear();
-    list.emplace_back("src", Tensor::from_bool({3, 2, 8}, std::vector<uint8_t>(48, 1)));
+    list.insert("src", Tensor::from_bool({3, 2, 8}, std::vector<uint8_t>(48, 1)));
   });
   expect_error({inputs_, "'src'", "F32", "BOOL"});
 }
 TEST_F(ForwardErrors, CausalFlagNotBool) {
-  rewrite(inputs_, [](auto& list) { list.emplace_back("is_causal", Tensor::zeros({})); });
+  rewrite(inputs_, [](auto& list) { list.insert("is_causal", Tensor::zeros({})); });
   expect_error({inputs_, "'is_causal'", "BOOL"});
 }
 TEST_F(ForwardErrors, CausalFlagNotScalar) {
-  rewrite(inputs_, [](auto& list) { list.emplace_back("is_causal", Tensor::from_bool({2}, {1, 1})); });
+  rewrite(inputs_, [](auto& list) { list.insert("is_causal", Tensor::from_bool({2}, {1, 1})); });
   expect_error({inputs_, "'is_causal'", "0-dimensional"});
 }
 TEST_F(ForwardErrors, InputWrongWidth) {
   rewrite(inputs_, [](auto& list) {
     list.clear();
-    list.emplace_back("src", Tensor::zeros({3, 2, 5}));
+    list.insert("src", Tensor::zeros({3, 2, 5}));
   });
   expect_error({inputs_, "'src'", "(3, 2, 5)"});
 }
 TEST_F(ForwardErrors, InputWrongRank) {
   rewrite(inputs_, [](auto& list) {
     list.clear();
-    list.emplace_back("src", Tensor::zeros({6, 8}));
+    list.insert("src", Tensor::zeros({6, 8}));
   });
   expect_error({inputs_, "'src'", "(6, 8)"});
 }
 TEST_F(ForwardErrors, MaskWrongShape) {
-  rewrite(inputs_, [](auto& list) { list.emplace_back("src_mask", Tensor::zeros({3, 4})); });
+  rewrite(inputs_, [](auto& list) { list.insert("src_mask", Tensor::zeros({3, 4})); });
   expect_error({inputs_, "'src_mask'", "(3, 4)"});
 }
 TEST_F(ForwardErrors, KeyPaddingMaskWrongShape) {
   rewrite(inputs_, [](auto& list) {
-    list.emplace_back("src_key_padding_mask", Tensor::from_bool({3, 2}, std::vector<uint8_t>(6, 0)));
+    list.insert("src_key_padding_mask", Tensor::from_bool({3, 2}, std::vector<uint8_t>(6, 0)));
   });
   expect_error({inputs_, "'src_key_padding_mask'", "(3, 2)"});
 }
 TEST_F(ForwardErrors, GradOutputWrongShape) {
-  rewrite(inputs_, [](auto& list) { list.emplace_back("grad_output", Tensor::zeros({3, 2, 7})); });
+  rewrite(inputs_, [](auto& list) { list.insert("grad_output", Tensor::zeros({3, 2, 7})); });
   expect_error({inputs_, "'grad_output'", "(3, 2, 7)"});
 }
 

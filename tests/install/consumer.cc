@@ -15,8 +15,8 @@ int main(int argc, char** argv) {
     const std::string config =
         R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "dim_feedforward": 16,
             "batch_first": true})";
-    auto m = tfm::build_module(config);
-    tfm::NamedTensors weights = m->module().state_dict();  // PyTorch keys, initialised weights
+    tfm::LoadedModule m(tfm::parse_module_config(config));
+    tfm::NamedTensors weights = m.module().state_dict();  // PyTorch keys, initialised weights
 
     std::vector<float> x(2 * 3 * 8);
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) / 7.0f - 0.5f;
@@ -30,14 +30,14 @@ int main(int argc, char** argv) {
 
     tfm::io::save_safetensors(out_path, {{"output", y}});
     const auto back = tfm::io::load_safetensors(out_path);
-    const tfm::Tensor& z = back.at("output").tensor;
+    const tfm::Tensor& z = back.at("output");
     for (int64_t i = 0; i < y.numel(); ++i)
       if (z.data()[i] != y.data()[i]) {
         std::fprintf(stderr, "round trip changed element %lld\n", static_cast<long long>(i));
         return 1;
       }
-    std::printf("consumer ok: %s %s, %lld parameters\n", m->name().c_str(), tfm::describe(y).c_str(),
-                static_cast<long long>(m->module().num_parameters()));
+    std::printf("consumer ok: %s %s, %lld parameters\n", tfm::module_kind_name(m.config().kind), tfm::describe(y).c_str(),
+                static_cast<long long>(m.module().num_parameters()));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "consumer: %s\n", e.what());

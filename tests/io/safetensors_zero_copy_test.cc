@@ -94,20 +94,20 @@ TEST_F(ZeroCopy, AlignedF32PointsIntoTheMapping) {
   const std::string path = write_model();
   const SafeTensorsFile zc = load_safetensors(path, kZeroCopy);
   const SafeTensorsFile copy = load_safetensors(path);
-  ASSERT_EQ(zc.names, copy.names);
+  ASSERT_EQ(zc.tensors.names(), copy.tensors.names());
   ASSERT_FALSE(mappings_of(path).empty()) << "the zero-copy load dropped the mapping";
   for (const char* name : {"w", "b", "s"}) {
-    const LoadedTensor& t = zc.at(name);
-    EXPECT_TRUE(t.zero_copy) << name;
-    EXPECT_TRUE(inside_mapping_of(t.tensor.data(), path)) << name << " was copied";
-    EXPECT_FALSE(copy.at(name).zero_copy) << name;
-    EXPECT_FALSE(inside_mapping_of(copy.at(name).tensor.data(), path)) << name;
-    EXPECT_TRUE(bitwise_equal(t.tensor, copy.at(name).tensor, name));
+    const Tensor& t = zc.at(name);
+    EXPECT_TRUE(zc.mapped.count(name)) << name;
+    EXPECT_TRUE(inside_mapping_of(t.data(), path)) << name << " was copied";
+    EXPECT_FALSE(copy.mapped.count(name)) << name;
+    EXPECT_FALSE(inside_mapping_of(copy.at(name).data(), path)) << name;
+    EXPECT_TRUE(bitwise_equal(t, copy.at(name), name));
   }
   // BOOL is converted (0/1 checked) into owned storage.
-  EXPECT_FALSE(zc.at("mask").zero_copy);
-  EXPECT_FALSE(inside_mapping_of(zc.at("mask").tensor.data_bool(), path));
-  EXPECT_EQ(zc.at("mask").tensor.data_bool()[2], 1);
+  EXPECT_FALSE(zc.mapped.count("mask"));
+  EXPECT_FALSE(inside_mapping_of(zc.at("mask").data_bool(), path));
+  EXPECT_EQ(zc.at("mask").data_bool()[2], 1);
   EXPECT_EQ(zc.metadata, copy.metadata);
 }
 
@@ -115,7 +115,7 @@ TEST_F(ZeroCopy, CopyingLoaderKeepsNoMapping) {
   const std::string path = write_model();
   const SafeTensorsFile copy = load_safetensors(path);
   EXPECT_TRUE(mappings_of(path).empty());
-  EXPECT_EQ(copy.at("s").tensor.item(), -1.25f);
+  EXPECT_EQ(copy.at("s").item(), -1.25f);
 }
 
 TEST_F(ZeroCopy, MisalignedAndOtherDtypesAreConverted) {
@@ -124,24 +124,24 @@ TEST_F(ZeroCopy, MisalignedAndOtherDtypesAreConverted) {
   const std::string path = fixture("dtypes.safetensors");
   const SafeTensorsFile zc = load_safetensors(path, kZeroCopy);
   const SafeTensorsFile copy = load_safetensors(path);
-  ASSERT_EQ(zc.names, copy.names);
-  for (const std::string& name : zc.names) {
-    const LoadedTensor& t = zc.at(name);
-    EXPECT_EQ(t.dtype, copy.at(name).dtype);
-    if (t.tensor.dtype() == DType::Bool) {  // bitwise_equal reads Float32 only
-      const Tensor& c = copy.at(name).tensor;
-      ASSERT_EQ(t.tensor.shape(), c.shape());
-      EXPECT_EQ(std::memcmp(t.tensor.data_bool(), c.data_bool(), static_cast<size_t>(c.numel())), 0);
+  ASSERT_EQ(zc.tensors.names(), copy.tensors.names());
+  EXPECT_EQ(zc.dtypes, copy.dtypes);
+  for (const std::string& name : zc.tensors.names()) {
+    const Tensor& t = zc.at(name);
+    if (t.dtype() == DType::Bool) {  // bitwise_equal reads Float32 only
+      const Tensor& c = copy.at(name);
+      ASSERT_EQ(t.shape(), c.shape());
+      EXPECT_EQ(std::memcmp(t.data_bool(), c.data_bool(), static_cast<size_t>(c.numel())), 0);
     } else {
-      EXPECT_TRUE(bitwise_equal(t.tensor, copy.at(name).tensor, name));
+      EXPECT_TRUE(bitwise_equal(t, copy.at(name), name));
     }
-    if (t.dtype != "F32" || t.tensor.numel() == 0) {
-      EXPECT_FALSE(t.zero_copy) << name;
+    if (zc.dtypes.at(name) != "F32" || t.numel() == 0) {
+      EXPECT_FALSE(zc.mapped.count(name)) << name;
     }
   }
-  EXPECT_FALSE(zc.at("f32").zero_copy) << "odd offset: must be copied";
-  EXPECT_FALSE(inside_mapping_of(zc.at("f32").tensor.data(), path));
-  EXPECT_FALSE(zc.at("empty").zero_copy);
+  EXPECT_FALSE(zc.mapped.count("f32")) << "odd offset: must be copied";
+  EXPECT_FALSE(inside_mapping_of(zc.at("f32").data(), path));
+  EXPECT_FALSE(zc.mapped.count("empty"));
 
   // Hand-made: an F16 tensor first shifts the F32 data to buffer offset 2 (header length 64, so the
   // data buffer starts at 72, 4-aligned; the F32 begins at 74).
@@ -152,19 +152,19 @@ TEST_F(ZeroCopy, MisalignedAndOtherDtypesAreConverted) {
   header.resize(((header.size() + 7) / 8) * 8, ' ');
   write_raw(p, header, std::string("\x00\x3c", 2) + std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8));
   const SafeTensorsFile s = load_safetensors(p, kZeroCopy);
-  EXPECT_FALSE(s.at("x").zero_copy);
-  EXPECT_FALSE(inside_mapping_of(s.at("x").tensor.data(), p));
-  EXPECT_EQ(s.at("x").tensor.data()[0], 1.0f);
-  EXPECT_EQ(s.at("x").tensor.data()[1], -2.0f);
-  EXPECT_EQ(s.at("h").tensor.data()[0], 1.0f);  // F16 0x3c00
+  EXPECT_FALSE(s.mapped.count("x"));
+  EXPECT_FALSE(inside_mapping_of(s.at("x").data(), p));
+  EXPECT_EQ(s.at("x").data()[0], 1.0f);
+  EXPECT_EQ(s.at("x").data()[1], -2.0f);
+  EXPECT_EQ(s.at("h").data()[0], 1.0f);  // F16 0x3c00
 }
 
 TEST_F(ZeroCopy, WritesNeverReachTheFile) {
   const std::string path = write_model();
   const std::string before = slurp(path);
   const SafeTensorsFile zc = load_safetensors(path, kZeroCopy);
-  Tensor w = zc.at("w").tensor;
-  ASSERT_TRUE(zc.at("w").zero_copy);
+  Tensor w = zc.at("w");
+  ASSERT_TRUE(zc.mapped.count("w"));
   const float old = w.data()[5];
   w.fill_(42.0f);  // as an optimizer step would: in place
   w.data()[5] = 7.0f;
@@ -173,18 +173,18 @@ TEST_F(ZeroCopy, WritesNeverReachTheFile) {
   EXPECT_EQ(slurp(path), before) << "a write to a zero-copy tensor reached the file";
   // A second mapping of the same file, in this process, still sees the file's bytes.
   const SafeTensorsFile again = load_safetensors(path, kZeroCopy);
-  EXPECT_EQ(again.at("w").tensor.data()[5], old);
-  EXPECT_NE(again.at("w").tensor.data(), w.data());
+  EXPECT_EQ(again.at("w").data()[5], old);
+  EXPECT_NE(again.at("w").data(), w.data());
 }
 
 TEST_F(ZeroCopy, TensorsOutliveTheFileObjectAndKeepTheMapping) {
   const std::string path = write_model();
-  const Tensor ref = load_safetensors(path).at("w").tensor;  // copying loader
+  const Tensor ref = load_safetensors(path).at("w");  // copying loader
   const std::vector<float> want(ref.data(), ref.data() + ref.numel());
   Tensor w, view, narrow, detached, cloned;
   {
     const SafeTensorsFile zc = load_safetensors(path, kZeroCopy);
-    w = zc.at("w").tensor;
+    w = zc.at("w");
   }  // the SafeTensorsFile and its map entries are gone; `w` holds the mapping
   ASSERT_FALSE(mappings_of(path).empty());
   view = w.reshape({8, 16});
@@ -222,7 +222,7 @@ TEST_F(ZeroCopy, GradientsNeverAliasTheMapping) {
   // leaves the mapped values alone.
   const std::string path = write_model();
   const SafeTensorsFile zc = load_safetensors(path, kZeroCopy);
-  const Tensor g = zc.at("b").tensor;
+  const Tensor g = zc.at("b");
   const float g0 = g.data()[0];
   Tensor leaf = Tensor::zeros({8});
   leaf.requires_grad_(true);
@@ -234,7 +234,7 @@ TEST_F(ZeroCopy, GradientsNeverAliasTheMapping) {
   EXPECT_EQ(g.data()[0], g0);
 
   // A mapped tensor can itself be a trainable leaf.
-  Tensor p = zc.at("w").tensor;
+  Tensor p = zc.at("w");
   p.requires_grad_(true);
   p.reshape({128}).backward(Tensor::full({128}, 1.0f));
   EXPECT_EQ(p.grad().shape(), (Shape{16, 8}));

@@ -134,26 +134,26 @@ TEST(Model, StateDictKeys) {
   Generator g{1, 0};
   Model enc(small_encoder(), g);
   const NamedTensors se = enc.state_dict();
-  EXPECT_TRUE(se.count("embedding.weight") && se.count("generator.weight") && se.count("generator.bias"));
-  EXPECT_TRUE(se.count("encoder.layers.1.self_attn.in_proj_weight"));
-  EXPECT_FALSE(se.count("encoder.norm.weight"));  // post-norm: no final norm
+  EXPECT_TRUE(se.contains("embedding.weight") && se.contains("generator.weight") && se.contains("generator.bias"));
+  EXPECT_TRUE(se.contains("encoder.layers.1.self_attn.in_proj_weight"));
+  EXPECT_FALSE(se.contains("encoder.norm.weight"));  // post-norm: no final norm
   Model enc_pre(small_encoder(true), g);
-  EXPECT_TRUE(enc_pre.state_dict().count("encoder.norm.weight"));
+  EXPECT_TRUE(enc_pre.state_dict().contains("encoder.norm.weight"));
 
   Model s2s(small_seq2seq(), g);
   const NamedTensors ss = s2s.state_dict();
   for (const char* k : {"src_embedding.weight", "tgt_embedding.weight", "generator.weight", "generator.bias",
                         "transformer.encoder.layers.0.linear1.weight", "transformer.encoder.norm.weight",
                         "transformer.decoder.layers.1.multihead_attn.in_proj_weight", "transformer.decoder.norm.bias"})
-    EXPECT_TRUE(ss.count(k)) << k;
+    EXPECT_TRUE(ss.contains(k)) << k;
   EXPECT_EQ(ss.at("tgt_embedding.weight").shape(), (Shape{13, 16}));
   EXPECT_EQ(ss.at("generator.weight").shape(), (Shape{13, 16}));
   for (const auto& [k, t] : ss) EXPECT_EQ(k.find("positional"), std::string::npos) << k;  // a buffer, not saved
 
   Model tied(small_seq2seq(false, true), g);
   const NamedTensors st = tied.state_dict();
-  EXPECT_FALSE(st.count("generator.weight"));
-  EXPECT_TRUE(st.count("generator.bias"));
+  EXPECT_FALSE(st.contains("generator.weight"));
+  EXPECT_TRUE(st.contains("generator.bias"));
   EXPECT_EQ(tied.num_parameters() + 13 * 16, s2s.num_parameters());
 }
 
@@ -304,15 +304,15 @@ TEST(Model, TorchRoundTripLogits) {
     const Tensor logits = m.forward(b);
     const std::string dir = tfm::testing::temp_dir("roundtrip");
     write_model_dir(dir, m);
-    std::vector<std::pair<std::string, Tensor>> inputs = {{"src", ids_tensor(b.src, b.B, b.S)}, {"logits", logits}};
-    if (cs.c.arch == Arch::SEQ2SEQ) inputs.emplace_back("tgt_in", ids_tensor(b.tgt_in, b.B, b.T));
+    NamedTensors inputs = {{"src", ids_tensor(b.src, b.B, b.S)}, {"logits", logits}};
+    if (cs.c.arch == Arch::SEQ2SEQ) inputs.insert("tgt_in", ids_tensor(b.tgt_in, b.B, b.T));
     io::save_safetensors(dir + "/inputs.safetensors", inputs);
     args += " " + dir + " " + dir + "/inputs.safetensors";
     dirs.push_back(dir);
     if (dirs.size() == 1) {  // the checker must notice an error: the first case again, logits off by 1e-4
       Tensor off = logits.clone();
       for (int64_t i = 0; i < off.numel(); ++i) off.data()[i] *= 1.0f + 1e-4f;
-      inputs[1].second = off;
+      inputs.at("logits") = off;
       io::save_safetensors(dir + "/wrong.safetensors", inputs);
     }
   }
@@ -385,9 +385,9 @@ void expect_training_like_torch(Model& m, const std::vector<data::TokenBatch>& r
   write_model_dir(dir, m);
   const bool s2s = m.config().arch == Arch::SEQ2SEQ;
   const int64_t S = batches[0].S, T = batches[0].T;
-  std::vector<std::pair<std::string, Tensor>> tensors = {{"src", stack_ids(batches, &data::TokenBatch::src, S)},
-                                                         {"tgt_out", stack_ids(batches, &data::TokenBatch::tgt_out, s2s ? T : S)}};
-  if (s2s) tensors.emplace_back("tgt_in", stack_ids(batches, &data::TokenBatch::tgt_in, T));
+  NamedTensors tensors = {{"src", stack_ids(batches, &data::TokenBatch::src, S)},
+                          {"tgt_out", stack_ids(batches, &data::TokenBatch::tgt_out, s2s ? T : S)}};
+  if (s2s) tensors.insert("tgt_in", stack_ids(batches, &data::TokenBatch::tgt_in, T));
   std::ostringstream lr_text;
   lr_text.precision(9);
   lr_text << lr;

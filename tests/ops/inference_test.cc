@@ -194,12 +194,11 @@ TEST(InferenceMode, BFloat16EncoderLayerNormwiseError) {
 TEST(InferenceMode, RunForwardRejectsBf16Gradients) {
   const std::string config = R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2,
                                  "dim_feedforward": 16, "batch_first": true})";
-  auto cm = build_module(config);
-  NamedTensors weights;
-  cm->module().visit_parameters([&](const std::string& k, Tensor& p) { weights[k] = p; });
+  LoadedModule m(parse_module_config(config));
+  const NamedTensors weights = m.module().state_dict();
   NamedTensors inputs{{"src", random_tensor({1, 3, 8}, 1)}};
   EXPECT_NO_THROW(run_forward(config, weights, inputs, "w", Precision::BFloat16));
-  inputs["grad_output"] = random_tensor({1, 3, 8}, 2);
+  inputs.insert("grad_output", random_tensor({1, 3, 8}, 2));
   EXPECT_THROW(run_forward(config, weights, inputs, "w", Precision::BFloat16), std::invalid_argument);
   EXPECT_NO_THROW(run_forward(config, weights, inputs, "w", Precision::Float32));
 }

@@ -123,7 +123,7 @@ tfm::Tensor to_tensor(const StTensor& t) {
 
 tfm::NamedTensors to_named(const StFile& f) {
   tfm::NamedTensors out;
-  for (const auto& [name, t] : f.tensors) out.emplace(name, to_tensor(t));
+  for (const auto& [name, t] : f.tensors) out.insert(name, to_tensor(t));
   return out;
 }
 

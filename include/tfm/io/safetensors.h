@@ -19,11 +19,11 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
-#include <utility>
-#include <vector>
 
+#include "tfm/named_tensors.h"
 #include "tfm/tensor.h"
 
 namespace tfm::io {
@@ -34,17 +34,6 @@ namespace tfm::io {
 class SafeTensorsError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
-};
-
-struct LoadedTensor {
-  // Float32 for every numeric dtype, Bool for BOOL; same shape as in the file (shape [] is a
-  // 0-dimensional tensor with one element; a 0 dim gives an empty tensor). Owns its storage unless
-  // zero_copy is true.
-  Tensor tensor;
-  std::string dtype;  // the dtype string in the file: "F32", "F16", "BF16", "BOOL", "I64", ...
-  // True when `tensor` points into the file's mapping (LoadOptions::zero_copy, an F32 tensor whose
-  // data is 4-byte aligned); it then keeps the mapping alive (see LoadOptions).
-  bool zero_copy = false;
 };
 
 struct LoadOptions {
@@ -68,13 +57,21 @@ struct LoadOptions {
 };
 
 struct SafeTensorsFile {
-  std::vector<std::string> names;               // tensor names in header order
-  std::map<std::string, LoadedTensor> tensors;  // name -> tensor (same keys as names)
+  // Every tensor, in header order: Float32 for every numeric dtype, Bool for BOOL; same shape as
+  // in the file (shape [] is a 0-dimensional tensor with one element; a 0 dim gives an empty
+  // tensor). Each owns its storage unless its name is in `mapped`.
+  NamedTensors tensors;
+  // Name -> the dtype string in the file ("F32", "F16", "BF16", "BOOL", "I64", ...), for callers
+  // whose contract is about the stored type (`tfm forward` accepts only floating-point weights).
+  std::map<std::string, std::string> dtypes;
+  // Names of the tensors that point into the file's mapping (LoadOptions::zero_copy, F32 data
+  // 4-byte aligned); each keeps the mapping alive (see LoadOptions).
+  std::set<std::string> mapped;
   std::map<std::string, std::string> metadata;  // the "__metadata__" object (empty when absent)
   std::string path;                             // as given to load_safetensors
 
   // Throws SafeTensorsError "<path>: no tensor '<name>' (file has N tensors: a, b, ...)".
-  const LoadedTensor& at(const std::string& name) const;
+  const Tensor& at(const std::string& name) const;
   bool contains(const std::string& name) const;
 };
 
@@ -90,13 +87,13 @@ SafeTensorsFile load_safetensors(const std::string& path, const LoadOptions& opt
 
 // Writes tensors (Float32 as "F32", Bool as "BOOL") and optional string metadata atomically: a
 // temporary file in the same directory, fsync, rename. If anything throws (undefined tensor,
-// duplicate or reserved name, I/O error), `path` keeps its previous content.
+// reserved name, I/O error), `path` keeps its previous content.
 // Layout matches the reference implementation: tensors sorted by dtype alignment (F32 before BOOL)
 // then by name, data packed in that order, header keys in that order ("__metadata__" first, only
 // when non-empty), header padded with spaces to a multiple of 8 bytes so the data buffer starts
-// 8-aligned. Tensor names must be unique and not "__metadata__".
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+// 8-aligned; the order of `tensors` does not matter. No tensor may be called "__metadata__" (names
+// are unique by NamedTensors' own rule).
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace tfm::io

@@ -6,16 +6,14 @@
 #pragma once
 
 #include <functional>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "tfm/named_tensors.h"
 #include "tfm/tensor.h"
 
 namespace tfm {
-
-using NamedTensors = std::map<std::string, Tensor>;
 
 class Module {
  public:
@@ -28,7 +26,9 @@ class Module {
   // in registration order (PyTorch's state_dict order).
   void visit_parameters(const std::function<void(const std::string&, Tensor&)>& fn,
                         const std::string& prefix = "");
-  std::vector<std::pair<std::string, Tensor>> named_parameters();
+  // The parameters themselves (not copies) under their keys, in registration order: what the
+  // optimizers take. state_dict() is the same list, under the name PyTorch's save/load use.
+  NamedTensors named_parameters();
   std::vector<Tensor> parameters();
   NamedTensors state_dict();
   int64_t num_parameters();

@@ -1,0 +1,213 @@
+// src/models/bench.cc — run_bench and its parts (include/tfm/models/bench.h): inputs and the
+// analytic FLOP count from the typed ModuleConfig, the timing loops for inference and a training
+// step, peak RSS.
+#include "tfm/models/bench.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <vector>
+
+#include "quote.h"
+#include "tfm/autograd.h"
+#include "tfm/ops/activation.h"
+#include "tfm/ops/loss.h"
+#include "tfm/optim.h"
+
+namespace tfm {
+namespace {
+
+// FLOPs of one iteration. rows = tokens through a Linear; `dx` says whether the Linear's input needs
+// a gradient (then its backward computes dx as well as dW).
+struct FlopCounter {
+  bool train = false;
+  double total = 0;
+  void linear(double rows, double in, double out, bool dx) {
+    const double f = 2.0 * rows * in * out;
+    total += f;
+    if (train) total += f + (dx ? f : 0.0);
+  }
+  void attention(double B, double L, double S, double D) {
+    const double f = 2.0 * (2.0 * B * L * S * D);  // QKᵀ and AV
+    total += train ? 3.0 * f : f;
+  }
+};
+
+Tensor random_tensor(const Shape& shape, Generator& gen) {
+  Tensor t = Tensor::empty(shape);
+  float* p = t.data();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = 2.0f * gen.uniform() - 1.0f;
+  return t;
+}
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+bool batch_first(const ModuleConfig& c) {
+  return c.kind == ModuleKind::MULTIHEAD_ATTENTION ? c.attention.batch_first : c.layer.batch_first;
+}
+
+void check_options(const BenchOptions& o) {
+  if (o.batch <= 0 || o.seq <= 0)
+    throw std::invalid_argument("bench: batch and seq must be positive, got " + std::to_string(o.batch) + " and " +
+                                std::to_string(o.seq));
+  if (o.src_seq < 0) throw std::invalid_argument("bench: src_seq must be non-negative, got " + std::to_string(o.src_seq));
+  if (o.iters <= 0 || o.warmup < 0)
+    throw std::invalid_argument("bench: iters must be positive and warmup non-negative, got " +
+                                std::to_string(o.iters) + " and " + std::to_string(o.warmup));
+  if (o.precision != Precision::Float32 && o.mode != BenchMode::INFER)
+    throw std::invalid_argument(std::string("bench: precision ") + precision_name(o.precision) +
+                                " is for mode infer only (training is float32)");
+}
+
+}  // namespace
+
+BenchMode bench_mode_from_string(const std::string& name) {
+  if (name == "infer") return BenchMode::INFER;
+  if (name == "train") return BenchMode::TRAIN;
+  throw std::invalid_argument("unknown bench mode " + quote_name(name) + " (expected infer or train)");
+}
+
+const char* bench_mode_name(BenchMode mode) { return mode == BenchMode::TRAIN ? "train" : "infer"; }
+
+double bench_flop_count(const ModuleConfig& config, int64_t B, int64_t N, int64_t S, BenchMode mode) {
+  FlopCounter c{mode == BenchMode::TRAIN};
+  const double rows_t = static_cast<double>(B * N), rows_s = static_cast<double>(B * S);
+  if (config.kind == ModuleKind::MULTIHEAD_ATTENTION) {  // self-attention on one input that needs no gradient
+    const double D = static_cast<double>(config.attention.embed_dim);
+    c.linear(rows_t, D, 3 * D, false);
+    c.attention(B, N, N, D);
+    c.linear(rows_t, D, D, true);
+    return c.total;
+  }
+  const TransformerLayerOptions& o = config.layer;
+  const double D = static_cast<double>(o.d_model), F = static_cast<double>(o.dim_feedforward);
+  const double F_in = ops::activation_is_gated(ops::activation_from_string(o.activation)) ? 2 * F : F;  // linear1's outputs
+  int64_t enc_layers = 0, dec_layers = 0;
+  switch (config.kind) {
+    case ModuleKind::TRANSFORMER_ENCODER_LAYER: enc_layers = 1; break;
+    case ModuleKind::TRANSFORMER_ENCODER: enc_layers = config.num_layers; break;
+    case ModuleKind::TRANSFORMER_DECODER_LAYER: dec_layers = 1; break;
+    case ModuleKind::TRANSFORMER_DECODER: dec_layers = config.num_layers; break;
+    case ModuleKind::TRANSFORMER:
+      enc_layers = config.num_encoder_layers;
+      dec_layers = config.num_decoder_layers;
+      break;
+    case ModuleKind::MULTIHEAD_ATTENTION: break;
+  }
+  auto ffn = [&](double rows) {
+    c.linear(rows, D, F_in, true);
+    c.linear(rows, F, D, true);
+  };
+  // The first layer's projection of a raw input needs no dx, unless pre-norm put a LayerNorm
+  // (with trainable weights) in front of it.
+  const bool transformer = config.kind == ModuleKind::TRANSFORMER;
+  const double enc_rows = transformer ? rows_s : rows_t;
+  const double enc_len = static_cast<double>(transformer ? S : N);
+  for (int64_t l = 0; l < enc_layers; ++l) {
+    c.linear(enc_rows, D, 3 * D, l > 0 || o.norm_first);
+    c.attention(B, enc_len, enc_len, D);
+    c.linear(enc_rows, D, D, true);
+    ffn(enc_rows);
+  }
+  // Memory needs a gradient only when it comes from the encoder (Transformer).
+  for (int64_t l = 0; l < dec_layers; ++l) {
+    c.linear(rows_t, D, 3 * D, l > 0 || o.norm_first);
+    c.attention(B, N, N, D);
+    c.linear(rows_t, D, D, true);
+    c.linear(rows_t, D, D, true);             // cross-attention query projection
+    c.linear(rows_s, D, 2 * D, transformer);  // key/value projection of memory
+    c.attention(B, N, S, D);
+    c.linear(rows_t, D, D, true);
+    ffn(rows_t);
+  }
+  return c.total;
+}
+
+NamedTensors bench_inputs(const ModuleConfig& config, int64_t B, int64_t N, int64_t S, Generator& gen) {
+  const int64_t D = config.kind == ModuleKind::MULTIHEAD_ATTENTION ? config.attention.embed_dim : config.layer.d_model;
+  auto seq = [&](int64_t len) { return batch_first(config) ? Shape{B, len, D} : Shape{len, B, D}; };
+  NamedTensors in;
+  switch (config.kind) {
+    case ModuleKind::MULTIHEAD_ATTENTION:
+      in.insert("query", random_tensor(seq(N), gen));  // key and value default to the same tensor
+      break;
+    case ModuleKind::TRANSFORMER_ENCODER_LAYER:
+    case ModuleKind::TRANSFORMER_ENCODER:
+      in.insert("src", random_tensor(seq(N), gen));
+      break;
+    case ModuleKind::TRANSFORMER:
+      in.insert("src", random_tensor(seq(S), gen));
+      in.insert("tgt", random_tensor(seq(N), gen));
+      break;
+    case ModuleKind::TRANSFORMER_DECODER_LAYER:
+    case ModuleKind::TRANSFORMER_DECODER:
+      in.insert("tgt", random_tensor(seq(N), gen));
+      in.insert("memory", random_tensor(seq(S), gen));
+      break;
+  }
+  return in;
+}
+
+BenchResult run_bench(const ModuleConfig& config, const BenchOptions& options) {
+  check_options(options);
+  const int64_t B = options.batch, N = options.seq, S = options.src_seq > 0 ? options.src_seq : options.seq;
+  const bool train = options.mode == BenchMode::TRAIN;
+  LoadedModule m(config, options.precision);
+  Generator gen{1234, 0};
+  const NamedTensors inputs = bench_inputs(config, B, N, S, gen);
+  Module& module = m.module();
+  module.train(train);
+
+  using clock = std::chrono::steady_clock;
+  auto ms_since = [](clock::time_point t0, clock::time_point t1) {
+    return std::chrono::duration<double, std::milli>(t1 - t0).count();
+  };
+  std::vector<double> ms;
+  if (!train) {
+    for (int it = 0; it < options.warmup + options.iters; ++it) {
+      const auto t0 = clock::now();
+      NamedTensors y = m.forward(inputs);  // packs the weights in the first call, reuses them after
+      const auto t1 = clock::now();
+      if (it >= options.warmup) ms.push_back(ms_since(t0, t1));
+    }
+  } else {
+    Tensor target;
+    {
+      NoGradGuard no_grad;
+      Tensor y = m.call(inputs);
+      target = random_tensor(y.shape(), gen);
+    }
+    Adam adam(module.named_parameters());  // torch.optim.Adam defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8
+    for (int it = 0; it < options.warmup + options.iters; ++it) {
+      const auto t0 = clock::now();
+      module.zero_grad();
+      Tensor loss = ops::mse_loss(m.call(inputs), target);
+      loss.backward();
+      adam.step();
+      const auto t1 = clock::now();
+      if (it >= options.warmup) ms.push_back(ms_since(t0, t1));
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  BenchResult r;
+  r.module = module_kind_name(config.kind);
+  r.src_seq = S;
+  r.ms_median = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  r.ms_min = ms.front();
+  r.ms_max = ms.back();
+  r.tokens_per_s = static_cast<double>(B * N) / (r.ms_median / 1000.0);
+  const double flops = bench_flop_count(config, B, N, S, options.mode);
+  r.gflop_per_iter = flops / 1e9;
+  r.gflops = flops / (r.ms_median / 1000.0) / 1e9;
+  r.peak_rss_mb = peak_rss_mb();
+  return r;
+}
+
+}  // namespace tfm

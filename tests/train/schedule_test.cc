@@ -1,0 +1,40 @@
+// tests/train/schedule_test.cc — learning-rate schedules, checked by hand, and AUTO's resolution.
+#include "tfm/train/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+namespace tfm::train {
+namespace {
+
+// Hand-checkable values: warmup 4 → 0.25, 0.5, 0.75, 1 × base; inverse_sqrt at s = 16: √(4/16) = 0.5;
+// cosine with warmup 0 and 10 total steps at s = 5: 0.5·(1 + cos(π/2)) = 0.5.
+TEST(Schedule, WarmupThenShape) {
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::CONSTANT, 1e-3f, 1, 4, 100), 0.25e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::CONSTANT, 1e-3f, 3, 4, 100), 0.75e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::CONSTANT, 1e-3f, 4, 4, 100), 1e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::CONSTANT, 1e-3f, 50, 4, 100), 1e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::INVERSE_SQRT, 2e-3f, 16, 4, 100), 1e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::INVERSE_SQRT, 2e-3f, 4, 4, 100), 2e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::INVERSE_SQRT, 2e-3f, 4, 0, 100), 1e-3f);  // no warmup: base/√s
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::COSINE, 1.0f, 5, 0, 10), 0.5f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::COSINE, 1.0f, 2, 2, 12), 1.0f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::COSINE, 1.0f, 12, 2, 12), 0.0f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::COSINE, 1.0f, 20, 2, 12), 0.0f);
+  EXPECT_THROW(enum_from_name<Schedule>("linear"), std::invalid_argument);
+  EXPECT_THROW(scheduled_lr(Schedule::CONSTANT, 1.0f, 0, 0, 10), std::invalid_argument);
+  EXPECT_THROW(scheduled_lr(Schedule::COSINE, 1.0f, 5, 10, 10), std::invalid_argument);
+}
+
+TEST(Schedule, AutoIsCosineForAKnownLengthElseInverseSqrtOrConstant) {
+  EXPECT_EQ(resolve_schedule(Schedule::AUTO, 100, 1600), Schedule::COSINE);
+  EXPECT_EQ(resolve_schedule(Schedule::AUTO, 100, 0), Schedule::INVERSE_SQRT);  // length unknown
+  EXPECT_EQ(resolve_schedule(Schedule::AUTO, 0, 0), Schedule::CONSTANT);
+  EXPECT_EQ(resolve_schedule(Schedule::AUTO, 100, 50), Schedule::INVERSE_SQRT);  // warmup beyond the run
+  EXPECT_EQ(resolve_schedule(Schedule::CONSTANT, 100, 1600), Schedule::CONSTANT);
+  EXPECT_THROW(scheduled_lr(Schedule::AUTO, 1.0f, 1, 0, 10), std::invalid_argument);  // resolved first
+}
+
+}  // namespace
+}  // namespace tfm::train
