@@ -7,9 +7,8 @@
 // Prints the median milliseconds per iteration, tokens/s (B·N per iteration), achieved GFLOP/s and
 // the peak resident memory, as text or (--json) one JSON object that bench/compare_torch.py reads.
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
-#include "cli/commands.h"
+#include "commands.h"
 #include "tfm/forward.h"
 #include "tfm/inference.h"
 #include "tfm/models/bench.h"
@@ -34,13 +33,7 @@ int run_bench_cmd(Opts o) {
   const BenchResult r = run_bench(config, o.bench);
   const BenchOptions& b = o.bench;
   if (o.json) {
-    const nlohmann::json j = {{"ms_median", r.ms_median},   {"tokens_per_s", r.tokens_per_s},
-                              {"gflops", r.gflops},         {"peak_rss_mb", r.peak_rss_mb},
-                              {"ms_min", r.ms_min},         {"ms_max", r.ms_max},
-                              {"gflop_per_iter", r.gflop_per_iter}, {"iters", b.iters},
-                              {"mode", bench_mode_name(b.mode)}, {"dtype", precision_name(b.precision)},
-                              {"module", r.module}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", bench_json(r, b).c_str());
   } else {
     std::printf("%s %s %s  B=%lld N=%lld S=%lld  iters=%d (warmup %d)\n", r.module.c_str(), bench_mode_name(b.mode),
                 precision_name(b.precision), static_cast<long long>(b.batch), static_cast<long long>(b.seq),

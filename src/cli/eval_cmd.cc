@@ -2,7 +2,7 @@
 // model and print token accuracy, sequence accuracy and token error rate (or one JSON object).
 #include <cstdio>
 
-#include "cli/commands.h"
+#include "commands.h"
 #include "tfm/data/tasks.h"
 #include "tfm/data/tsv.h"
 #include "tfm/inference.h"

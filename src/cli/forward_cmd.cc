@@ -1,6 +1,6 @@
 // src/cli/forward_cmd.cc — `tfm forward`: the conformance contract (include/tfm/forward.h) on files:
 // load the module, read the inputs, run, write the outputs.
-#include "cli/commands.h"
+#include "commands.h"
 #include "tfm/forward.h"
 #include "tfm/io/safetensors.h"
 

@@ -6,7 +6,7 @@
 #include <exception>
 #include <iostream>
 
-#include "cli/commands.h"
+#include "commands.h"
 
 namespace tfm::cli {
 void apply_threads(int threads) {

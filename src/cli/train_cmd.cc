@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-#include "cli/commands.h"
+#include "commands.h"
 #include "tfm/train/config.h"
 #include "tfm/train/trainer.h"
 

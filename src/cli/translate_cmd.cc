@@ -4,7 +4,7 @@
 #include <iostream>
 #include <string>
 
-#include "cli/commands.h"
+#include "commands.h"
 #include "tfm/inference.h"
 #include "tfm/models/model_dir.h"
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <vector>
 
@@ -208,6 +209,16 @@ BenchResult run_bench(const ModuleConfig& config, const BenchOptions& options) {
   r.gflops = flops / (r.ms_median / 1000.0) / 1e9;
   r.peak_rss_mb = peak_rss_mb();
   return r;
+}
+
+std::string bench_json(const BenchResult& r, const BenchOptions& o) {
+  const nlohmann::ordered_json j = {{"ms_median", r.ms_median},   {"tokens_per_s", r.tokens_per_s},
+                                    {"gflops", r.gflops},         {"peak_rss_mb", r.peak_rss_mb},
+                                    {"ms_min", r.ms_min},         {"ms_max", r.ms_max},
+                                    {"gflop_per_iter", r.gflop_per_iter}, {"iters", o.iters},
+                                    {"mode", bench_mode_name(o.mode)}, {"dtype", precision_name(o.precision)},
+                                    {"module", r.module}};
+  return j.dump();
 }
 
 }  // namespace tfm

@@ -56,6 +56,10 @@ struct BenchResult {
 // Throws std::invalid_argument naming the option on bad options.
 BenchResult run_bench(const ModuleConfig& config, const BenchOptions& options);
 
+// One JSON object (bench/compare_torch.py reads it): ms_median, tokens_per_s, gflops, peak_rss_mb,
+// ms_min, ms_max, gflop_per_iter, iters, mode, dtype, module.
+std::string bench_json(const BenchResult& result, const BenchOptions& options);
+
 // FLOPs of one iteration at batch B, sequence length N and source length S (the rule above).
 double bench_flop_count(const ModuleConfig& config, int64_t B, int64_t N, int64_t S, BenchMode mode);
 
