@@ -5,9 +5,9 @@
 //   run_module CONFIG.json WEIGHTS.safetensors INPUTS.safetensors [EXPECTED.safetensors]
 //
 // INPUTS holds "src" (the encoder's forward argument; other modules take other names, see
-// tfm/forward.h); EXPECTED, when given, PyTorch's "output" to compare against. The test suite runs
+// tfm/models/forward.h); EXPECTED, when given, PyTorch's "output" to compare against. The test suite runs
 // it on tests/fixtures/parity/notebook_encoder (a 3-layer TransformerEncoder, float64 reference).
-#include <tfm/forward.h>
+#include <tfm/models/forward.h>
 #include <tfm/io/safetensors.h>
 
 #include <algorithm>

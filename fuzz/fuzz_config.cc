@@ -17,7 +17,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tfm/forward.h"
+#include "tfm/models/forward.h"
 
 namespace {
 

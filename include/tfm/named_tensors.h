@@ -1,7 +1,7 @@
 // tfm/named_tensors.h — NamedTensors: tensors by name, in insertion order. The one container of
 // named tensors in tfm: a module's state_dict and named_parameters, an optimizer's state, what
 // io::load_safetensors reads and io::save_safetensors writes, and the named inputs and outputs of
-// a loaded module (tfm/forward.h).
+// a loaded module (tfm/models/forward.h).
 //
 // Order is insertion order (a state_dict lists parameters as PyTorch registers them, a loaded file
 // as its header lists them), lookup is by name, and a name appears at most once: insert() throws

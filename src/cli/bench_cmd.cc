@@ -9,7 +9,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "tfm/forward.h"
+#include "tfm/models/forward.h"
 #include "tfm/inference.h"
 #include "tfm/models/bench.h"
 

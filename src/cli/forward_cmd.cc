@@ -1,7 +1,7 @@
-// src/cli/forward_cmd.cc — `tfm forward`: the conformance contract (include/tfm/forward.h) on files:
+// src/cli/forward_cmd.cc — `tfm forward`: the conformance contract (include/tfm/models/forward.h) on files:
 // load the module, read the inputs, run, write the outputs.
 #include "commands.h"
-#include "tfm/forward.h"
+#include "tfm/models/forward.h"
 #include "tfm/io/safetensors.h"
 
 namespace tfm::cli {

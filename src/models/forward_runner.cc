@@ -1,4 +1,4 @@
-// src/models/forward_runner.cc — LoadedModule (include/tfm/forward.h): a ModuleConfig built into its
+// src/models/forward_runner.cc — LoadedModule (include/tfm/models/forward.h): a ModuleConfig built into its
 // module, called on named inputs; and the `tfm forward` contract on top (load_module,
 // read_forward_inputs, run_forward).
 //
@@ -9,7 +9,7 @@
 
 #include "quote.h"
 #include "tfm/autograd.h"
-#include "tfm/forward.h"
+#include "tfm/models/forward.h"
 #include "tfm/inference.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/modules/transformer.h"

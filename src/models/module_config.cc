@@ -1,4 +1,4 @@
-// src/models/module_config.cc — a module config's JSON text → ModuleConfig (include/tfm/forward.h),
+// src/models/module_config.cc — a module config's JSON text → ModuleConfig (include/tfm/models/forward.h),
 // parsed and validated in one place. Every key is read once, with its type checked and its default
 // taken from the option struct it fills (TransformerLayerOptions, AttentionOptions, ModuleConfig),
 // so PyTorch's defaults are written only there. Keys are read in a fixed order and unknown keys are
@@ -9,7 +9,7 @@
 
 #include "io/file_util.h"
 #include "quote.h"
-#include "tfm/forward.h"
+#include "tfm/models/forward.h"
 
 namespace tfm {
 namespace {

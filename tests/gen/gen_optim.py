@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gen_optim.py — golden values for tests/train/optim_test.cc from torch.optim (PyTorch 1.13).
+"""gen_optim.py — golden values for tests/optim_test.cc from torch.optim (PyTorch 1.13).
 
 Writes tests/fixtures/optim/optim.json:
   {"magic": "tfm-optim-fixture", "version": 1,

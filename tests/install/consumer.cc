@@ -1,7 +1,7 @@
 // tests/install/consumer.cc — a user's program against an installed tfm: builds a module from its
 // PyTorch constructor arguments, runs the `tfm forward` contract in memory, and round-trips the
 // output through safetensors. Exits non-zero (with a message) on any mismatch.
-#include <tfm/forward.h>
+#include <tfm/models/forward.h>
 #include <tfm/io/safetensors.h>
 
 #include <cstdio>

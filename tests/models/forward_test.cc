@@ -1,4 +1,4 @@
-// tests/models/forward_test.cc — the module handle (include/tfm/forward.h): ModuleConfig parsing,
+// tests/models/forward_test.cc — the module handle (include/tfm/models/forward.h): ModuleConfig parsing,
 // LoadedModule called repeatedly against run_forward, and load_module / read_forward_inputs.
 //
 // Method: one parity fixture per module kind (tests/fixtures/parity, PyTorch's weights and inputs;
@@ -14,7 +14,7 @@
 #include <stdexcept>
 
 #include "test_util.h"
-#include "tfm/forward.h"
+#include "tfm/models/forward.h"
 #include "tfm/io/safetensors.h"
 
 namespace tfm {

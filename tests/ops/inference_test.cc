@@ -21,7 +21,7 @@
 
 #include "test_util.h"
 #include "tfm/autograd.h"
-#include "tfm/forward.h"
+#include "tfm/models/forward.h"
 #include "tfm/inference.h"
 #include "tfm/modules/basic.h"
 #include "tfm/modules/transformer.h"

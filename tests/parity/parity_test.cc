@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "test_util.h"
-#include "tfm/forward.h"
+#include "tfm/models/forward.h"
 #include "tfm/tensor.h"
 
 namespace fs = std::filesystem;

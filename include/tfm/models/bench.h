@@ -1,4 +1,4 @@
-// tfm/models/bench.h — time a module of a `tfm forward` config (tfm/forward.h) on random weights
+// tfm/models/bench.h — time a module of a `tfm forward` config (tfm/models/forward.h) on random weights
 // and inputs: the library behind `tfm bench`.
 //
 // Two modes: INFER runs LoadedModule::forward (eval, no tape, each Linear weight packed once, in
@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tfm/forward.h"
+#include "tfm/models/forward.h"
 #include "tfm/inference.h"
 #include "tfm/named_tensors.h"
 #include "tfm/random.h"

@@ -1,4 +1,4 @@
-// tfm/forward.h — run a module exported from PyTorch: its typed description (ModuleConfig, parsed
+// tfm/models/forward.h — run a module exported from PyTorch: its typed description (ModuleConfig, parsed
 // once from the JSON that tools/export_torch.py writes), a handle holding the module built from it
 // with its weights (LoadedModule), and the `tfm forward` contract on top of the handle (run_forward).
 //

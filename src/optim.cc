@@ -1,4 +1,4 @@
-// src/train/optim.cc — torch.optim.SGD, Adam and AdamW (the single-tensor, non-foreach paths of
+// src/optim.cc — torch.optim.SGD, Adam and AdamW (the single-tensor, non-foreach paths of
 // PyTorch 1.13, which is what runs on the CPU by default), clip_grad_norm_ and the learning-rate
 // schedules.
 //
@@ -10,7 +10,7 @@
 //
 // To add an optimizer: derive from Optimizer, keep one state tensor per parameter and slot (lazily
 // created on the first step that sees a gradient, like torch), name the slots as torch's state
-// dict does, and extend tests/gen/gen_optim.py + tests/train/optim_test.cc.
+// dict does, and extend tests/gen/gen_optim.py + tests/optim_test.cc.
 #include "tfm/optim.h"
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// tests/train/optim_test.cc — SGD, Adam, AdamW, clip_grad_norm and the schedules against PyTorch.
+// tests/optim_test.cc — SGD, Adam, AdamW and clip_grad_norm against PyTorch.
 //
 // Golden values: tests/fixtures/optim/optim.json, written by tests/gen/gen_optim.py with
 // torch.optim (1.13) from the same initial parameters and per-step gradients (one parameter gets
