@@ -44,7 +44,6 @@
 #include <limits>
 #include <new>
 
-#include "kernels/attention_scalar.h"
 #include "kernels/common_avx512.h"
 #include "kernels/dropout_hash_avx512.h"
 #include "kernels/kernels.h"
@@ -57,9 +56,7 @@ constexpr int64_t kBc = 64;  // keys per tile (4 zmm of scores)
 constexpr int64_t kBr = 64;  // queries per tile in the backward (the forward uses 16·NVQ ≤ 64)
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// ---- thread-local scratch (avx512::Scratch: 64-byte aligned, grows once) -------------------------
-using avx512::first_n;
-using avx512::Scratch;
+// ---- thread-local scratch (Scratch, common_avx512.h: 64-byte aligned, grows once) ----------------
 thread_local Scratch tl_scratch;   // per-tile buffers of the thread running the tile
 thread_local Scratch tl_packed;    // the calling thread's packed operands, shared by all its workers
 
@@ -91,7 +88,7 @@ inline __m512 exp_ps(__m512 x) {
 
 // ---- dropout --------------------------------------------------------------------------------------
 // Element (bh, i, j) is kept iff dropout_keep(seed, offset + (bh·L + i)·S + j, p) (kernels.h), 16
-// lanes at a time by avx512::DropoutMask16; kept probabilities are scaled by 1/(1 − p).
+// lanes at a time by DropoutMask16; kept probabilities are scaled by 1/(1 − p).
 struct Dropout {
   bool on = false;
   float inv_keep = 1.0f;  // 1/(1−p), 0 when p ≥ 1
@@ -103,8 +100,8 @@ struct Dropout {
         inv_keep(prm.dropout_p < 1.0f ? 1.0f / (1.0f - prm.dropout_p) : 0.0f),
         seed(prm.seed), offset(prm.offset), p(prm.dropout_p) {}
   // Lane l's counter is first + l·stride (stride S: 16 queries of one key; 1: 16 keys of a query).
-  avx512::DropoutMask16 lanes(uint64_t stride) const {
-    return avx512::DropoutMask16::strided(seed, p, stride);
+  DropoutMask16 lanes(uint64_t stride) const {
+    return DropoutMask16::strided(seed, p, stride);
   }
 };
 
@@ -283,7 +280,7 @@ struct Head {
 void pack_transposed(const float* src, int64_t sl, int64_t n, int64_t Dh, float* dst, int64_t ld) {
   if (n < ld)
     for (int64_t d = 0; d < Dh; ++d) std::memset(dst + d * ld + n, 0, sizeof(float) * (ld - n));
-  avx512::transpose_block(src, sl, n, Dh, dst, ld);
+  transpose_block(src, sl, n, Dh, dst, ld);
 }
 
 // ---- forward --------------------------------------------------------------------------------------
@@ -303,7 +300,7 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i lane_S = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(S)));
-  avx512::DropoutMask16 drop_mask = dr.lanes(static_cast<uint64_t>(S));
+  DropoutMask16 drop_mask = dr.lanes(static_cast<uint64_t>(S));
   const __m512 scale = _mm512_set1_ps(p.scale);
   const __m512 neg_inf = _mm512_set1_ps(-kInf);
   __m512 m[NVQ], l[NVQ];
@@ -444,7 +441,7 @@ void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni
   gemm_small<false>(ni, nk16, Dh, doi, hd.do_sl, 1, ws.vt, kBc, ws.dpb, kBc);
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  avx512::DropoutMask16 drop_mask = c.dr.lanes(1);
+  DropoutMask16 drop_mask = c.dr.lanes(1);
   const __m512 scale = _mm512_set1_ps(p.scale);
   const __m512 neg_inf = _mm512_set1_ps(-kInf);
   const bool diag = p.causal && j0 + nk - 1 > i0;

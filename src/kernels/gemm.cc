@@ -16,7 +16,6 @@
 
 #include "kernels/gemm_backend.h"
 #include "kernels/kernels.h"
-#include "kernels/rowwise.h"
 
 namespace tfm::kernels {
 namespace gemm_detail {
@@ -193,7 +192,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     return;
   }
   if (M <= 0 || N <= 0) return;
-  // Empty sum or alpha == 0: C = beta·C without touching A, B (BLAS convention, as gemm_ref).
+  // Empty sum or alpha == 0: C = beta·C without touching A, B (BLAS convention, as gemm_scalar).
   // Done here because oneDNN's alpha == 0 path computes 0·C, leaving NaN garbage when beta == 0
   // (seen on NT panels, tests/kernels/gemm_test.cc).
   if (K <= 0 || alpha == 0.0f) {

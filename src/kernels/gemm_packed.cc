@@ -27,7 +27,6 @@
 
 #include "kernels/gemm_backend.h"
 #include "kernels/kernels.h"
-#include "kernels/rowwise.h"
 
 namespace tfm::kernels {
 
@@ -56,8 +55,8 @@ void convert_rows_to_bf16_scalar(const float* src, int64_t lds, int64_t m, int64
 
 void convert_rows_to_bf16(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst) {
   if (!cpu_has_avx512()) return convert_rows_to_bf16_scalar(src, lds, m, K, dst);
-  if (lds == K) return avx512::float_to_bf16(src, dst, m * K);  // dense: one run
-  for (int64_t i = 0; i < m; ++i) avx512::float_to_bf16(src + i * lds, dst + i * K, K);
+  if (lds == K) return float_to_bf16_avx512(src, dst, m * K);  // dense: one run
+  for (int64_t i = 0; i < m; ++i) float_to_bf16_avx512(src + i * lds, dst + i * K, K);
 }
 
 void gemm_packed_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
