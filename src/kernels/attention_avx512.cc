@@ -26,8 +26,8 @@
 //
 // To tune: kBc and the backward kBr are fixed constants (changing kBc changes the forward's
 // rounding; re-run the bitwise tests); mr_for() picks the micro-kernel height for each width;
-// bench/bench_attention.cc times the kernels alone. Measured without gain on config L and M: 32 or
-// 128 keys or queries per tile, and the online-softmax rescale folded into the PV micro-kernel.
+// bench/bench_attention.cc times the kernels alone; bench/RESULTS.md ("Design measurements behind the
+// kernels") lists the variants that brought no gain.
 // GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 headers (the deliberately undefined
 // pass-through operand of _mm512_undefined_ps, GCC PR 105593, fixed in GCC 13); silence just that.
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no such warning (and would warn about the name)
@@ -223,9 +223,10 @@ struct Layout {
 // Why pack: in the caller's layout consecutive rows of one head are H·Dh or 3·H·Dh floats apart
 // (3 KB for config L's packed in-projection). Such a stride maps a head's rows onto a small subset
 // of the cache sets: config L's K and V rows (1 MB together) compete for 512 of L2's 2048 sets, so
-// every query tile re-streamed K and V from L3 (the forward ran at 55% of the FMA peak with its
-// micro-kernels at 96% in L1). Copied once into contiguous (B, H, rows, Dh) blocks, a head's
-// operands stay in L2 across all of its tiles. Short sequences fit either way and skip the copy.
+// without the copy every query tile re-streams K and V from L3 and the forward runs far below its
+// micro-kernels' in-cache rate (bench/RESULTS.md, "Design measurements behind the kernels"). Copied
+// once into contiguous (B, H, rows, Dh) blocks, a head's operands stay in L2 across all of its tiles.
+// Short sequences fit either way and skip the copy.
 inline bool worth_packing(const AttentionParams& p) { return p.L * p.S >= 256 * 256; }
 
 // Rows [0, rows) of every head, src → dst (any two layouts), in parallel over (b, h) when `par`.
@@ -275,8 +276,9 @@ struct Head {
 };
 
 // Pack rows [0, n) of src (row stride sl, Dh wide) transposed into dst (Dh, ld), zero for n ≤ col < ld;
-// 16×16 blocks through registers (avx512::transpose_block): the scalar element-by-element copy was 15%
-// of a config-M attention backward.
+// 16×16 blocks through registers (transpose_block, transpose_avx512.h): an element-by-element copy
+// is a sizeable part of the attention backward (bench/RESULTS.md, "Design measurements behind the
+// kernels").
 void pack_transposed(const float* src, int64_t sl, int64_t n, int64_t Dh, float* dst, int64_t ld) {
   if (n < ld)
     for (int64_t d = 0; d < Dh; ++d) std::memset(dst + d * ld + n, 0, sizeof(float) * (ld - n));

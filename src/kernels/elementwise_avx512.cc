@@ -59,7 +59,7 @@ void add_dropout_forward_avx512(const float* a, const float* x, float* y, int64_
 }
 
 // db(NV·16 columns) += Σ_rows dy with NV accumulators in registers: one pass over the rows reads
-// NV·64 contiguous bytes of each (a 16-column strip per pass walked the rows at stride ld, which
+// NV·64 contiguous bytes of each (a 16-column strip per pass would walk the rows at stride ld, which
 // the prefetcher follows poorly: 4 KB–8 KB apart for the FFN widths).
 template <int NV>
 static void bias_grad_strip(const float* dy, int64_t ld, float* db, int64_t N, __mmask16 last) {

@@ -4,9 +4,8 @@
 // plain row-major operands. Inference multiplies the same weights again and again, so it pays to
 // reorder each weight once into the GEMM backend's blocked layout (oneDNN's matmul primitive with
 // `format_tag::any` weights) and, when asked, to round it to bfloat16 so the matmul runs on
-// AVX512-BF16 / AMX tiles. Measured here (bench/bench_gemm.cc, 1024×2048×512, 2 threads):
-// dnnl_sgemm on plain operands ≈ 185 GFLOP/s, the f32 matmul on packed weights ≈ 230, the bf16
-// matmul ≈ 1,500.
+// AVX512-BF16 / AMX tiles. bench/bench_gemm.cc times both against dnnl_sgemm on plain operands
+// (the figures are in bench/RESULTS.md, "Design measurements behind the kernels").
 //
 // Precisions (the scalar twin gemm_packed_scalar is their specification):
 //   MATMUL_F32:  C = A·Wᵀ (+ b) in float32, like kernels::gemm (only the summation order differs).

@@ -6,19 +6,23 @@
 //     size a thread has needed (attention's tiles and packed operands, the GEMM's transposed
 //     panels: the steady state allocates nothing), no exceptions but std::bad_alloc from that
 //     growth; arguments are checked by the op that calls the kernel, kernels only assert in debug.
-//   * every optimized kernel `<op>_forward` / `<op>_backward` (the dispatching entry point) has a
-//     scalar twin `<same>_scalar` with the same signature, compiled into the library: it is the
-//     specification, the fallback and the test oracle. Its AVX-512 body is `<same>_avx512`.
+//   * names put the op first: the dispatching entry point is `<op>_forward` / `<op>_backward`, its
+//     scalar twin `<same>_scalar` has the same signature and is compiled into the library (the
+//     specification, the fallback and the test oracle), its AVX-512 body is `<same>_avx512`. Kernels
+//     that are not one direction of an op (gemm, gemm_bias, bias_grad, transpose) are named by the
+//     noun alone, with the same suffixes. No sub-namespaces: everything is tfm::kernels::<name>.
 //   * results do not depend on the thread count: work is split in fixed-size chunks whose reduction
 //     order never changes with the number of threads.
 //   * row-major everywhere; shapes use the legend B batch, T/L target (query) length, S source (key)
 //     length, D model width, H heads, Dh head width, F FFN width, V vocab, N rows.
 //
 // Files are named for their op: src/kernels/<op>.cc holds the dispatching entry points and the
-// float twins, <op>_scalar.h the scalar specification (templates over float and double, so the
-// gradient checks run it in double), <op>_avx512.cc the AVX-512 bodies (compiled with AVX-512 flags
-// because of the name; see CMakeLists.txt). Ops: gemm (gemm_packed.h for packed weights), attention,
-// layer_norm, activation, cross_entropy, elementwise (add, dropout, bias gradient, transpose).
+// float twins, <op>_scalar.h the scalar specification (templates over T with the twin's name, so the
+// gradient checks run the same code in double), <op>_avx512.cc the AVX-512 bodies (compiled with
+// AVX-512 flags because of the name; see CMakeLists.txt). Ops: gemm (gemm_scalar.*, gemm_backend.h;
+// gemm_packed.* for packed inference weights), attention, layer_norm, activation, cross_entropy,
+// elementwise (add, dropout, bias gradient, transpose). Shared pieces: parallel_chunks.h (the fixed
+// work split), *_avx512.h (helpers for AVX-512 files only), cpu.cc (dispatch switch, hash).
 //
 // To add a kernel `foo_forward`: declare it and `foo_forward_scalar` here with the shapes in
 // comments (and `foo_forward_avx512` at the end), write the scalar template in foo_scalar.h, the
@@ -234,8 +238,9 @@ inline float uniform01(uint64_t seed, uint64_t counter) {  // [0, 1), 24 random 
 }
 
 // Dropout's own hash, 32 bits per (seed, counter), built for 32-bit SIMD lanes: it is evaluated for
-// every attention probability in the forward and again in the backward, and philox_hash's 64-bit
-// lanes (8 per vector, two 64-bit multiplies each) cost 10–15% of a long-sequence training step.
+// every attention probability in the forward and again in the backward, where philox_hash's 64-bit
+// lanes (8 per vector, two 64-bit multiplies each) would be a sizeable share of a long-sequence
+// training step (bench/RESULTS.md, "Design measurements behind the kernels").
 // counter = hi·2³² + lo: a key per (seed, hi) from philox_hash, then Wellons' "lowbias32" integer
 // mix of lo with the key xored in after its first multiply (xoring it into the input instead would
 // make two seeds' masks permutations of each other). Statistics: tests/kernels/elementwise_test.cc.

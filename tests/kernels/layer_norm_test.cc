@@ -91,8 +91,8 @@ TEST(LayerNormKernel, BackwardMatchesScalar) {
 // When eps is not negligible against the variance the backward cancels: for D = 2,
 // dx = rstd·(g₁ − g₂)/2 · eps·rstd² per element, a thousandth of its terms at var 1, eps 1e-3. The
 // kernels recompute μ and rstd in double, so dx (both the dispatcher and the scalar twin) stays within
-// float rounding of the double reference; with rstd taken from the forward's float output it was off
-// by up to (var + eps)/eps float roundings (a live parity sample caught it at D = 2, eps 1e-3).
+// float rounding of the double reference; with rstd taken from the forward's float output it would be
+// off by up to (var + eps)/eps float roundings, enough to fail parity at D = 2, eps 1e-3.
 TEST(LayerNormKernel, BackwardAccurateWhenEpsDominates) {
   const int64_t N = 64;
   for (int64_t D : {2, 3, 64}) {
