@@ -1,8 +1,9 @@
 // src/kernels/elementwise_avx512.cc — AVX-512 bodies of the element-wise kernels (contracts in
 // kernels.h): add, dropout, add + dropout, the bias gradient and the strided transpose. Compiled with
-// AVX-512 flags by CMake; called only by the dispatchers in elementwise.cc (and gemm.cc's transposes)
-// after cpu_has_avx512(). Each is bitwise equal to its scalar twin in elementwise_scalar.h: a 16-lane
-// main loop, then the remainder with a masked load/store in the same function.
+// AVX-512 flags by CMake; called only by the dispatchers (elementwise.cc, and layer_norm.cc's fused
+// residual add) after cpu_has_avx512(). Each is bitwise equal to its scalar twin (elementwise_scalar.h,
+// transpose_scalar): a 16-lane main loop, then the remainder with a masked load/store in the same
+// function.
 // GCC 12's intrinsic headers seed the pass-through operand of the unpack/shuffle intrinsics (the
 // register transpose) with an "undefined" vector that -Wmaybe-uninitialized reports from inside the
 // header; the value is never read.

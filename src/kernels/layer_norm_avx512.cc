@@ -36,7 +36,8 @@ inline __m512 join_ps(__m512d lo, __m512d hi) {
 }  // namespace
 
 // ---- LayerNorm --------------------------------------------------------------------------------------
-// One row's moments in double, as layer_norm_scalar_detail::row_moments (two passes; only the order of the sums differs).
+// One row's moments in double, as layer_norm_scalar_detail::row_moments (two passes; only the order
+// of the sums differs).
 static void row_moments(const float* xr, int64_t D, float eps, double& mu_out, double& r_out) {
   __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
   for (int64_t d = 0; d < D; d += 16) {
