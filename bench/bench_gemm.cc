@@ -165,8 +165,8 @@ void run_repacked(const Shape& s, Operands& o) {
 }
 
 void run_blocked(const Shape& s, Operands& o) {
-  tfm_bench::blocked::gemm_blocked(s.ta, s.tb, s.M, s.N, s.K, 1.f, o.A.data(), o.lda, o.B.data(),
-                                   o.ldb, s.beta, o.C.data(), o.ldc);
+  tfm_bench::blocked::gemm_blocked_avx512(s.ta, s.tb, s.M, s.N, s.K, 1.f, o.A.data(), o.lda,
+                                          o.B.data(), o.ldb, s.beta, o.C.data(), o.ldc);
 }
 
 // The first and last 16 rows of C (edge tiles included) against gemm_blocked_scalar, bitwise.

@@ -25,8 +25,9 @@ namespace {
 
 // C(MR, 16·NV) (row stride ldc) += A·B over K, A and B packed as above.
 template <int MR, int NV>
-__attribute__((target("avx512f,fma"), noinline)) void micro(int64_t K, const float* a, const float* b,
-                                                              float* c, int64_t ldc) {
+__attribute__((target("avx512f,fma"), noinline)) void microkernel_avx512(int64_t K, const float* a,
+                                                                           const float* b, float* c,
+                                                                           int64_t ldc) {
   __m512 acc[MR][NV];
   for (int i = 0; i < MR; ++i)
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
@@ -49,7 +50,8 @@ __attribute__((target("avx512f,fma"), noinline)) void micro(int64_t K, const flo
 }
 
 // The scalar twin: the same packed layouts, one multiply-add at a time.
-void micro_scalar(int mr, int nv, int64_t K, const float* a, const float* b, float* c, int64_t ldc) {
+void microkernel_scalar(int mr, int nv, int64_t K, const float* a, const float* b, float* c,
+                        int64_t ldc) {
   const int nr = 16 * nv;
   for (int64_t k = 0; k < K; ++k)
     for (int i = 0; i < mr; ++i)
@@ -77,8 +79,8 @@ void BM_micro(benchmark::State& state) {
   float* C = aligned_floats(static_cast<size_t>(MC * NC), 0.0f);
   // Check the kernel against its twin once, on the first tile, before timing.
   std::vector<float> ref(static_cast<size_t>(MR * NC), 0.0f), got(ref);
-  micro_scalar(MR, NV, K, A, B, ref.data(), NC);
-  micro<MR, NV>(K, A, B, got.data(), NC);
+  microkernel_scalar(MR, NV, K, A, B, ref.data(), NC);
+  microkernel_avx512<MR, NV>(K, A, B, got.data(), NC);
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < 16 * NV; ++j) {
       const float r = ref[i * NC + j], g = got[i * NC + j];
@@ -89,7 +91,8 @@ void BM_micro(benchmark::State& state) {
     }
   for (auto _ : state) {
     for (int64_t j = 0; j < NC; j += 16 * NV)
-      for (int64_t i = 0; i < MC; i += MR) micro<MR, NV>(K, A + i * K, B + j * K, C + i * NC + j, NC);
+      for (int64_t i = 0; i < MC; i += MR)
+        microkernel_avx512<MR, NV>(K, A + i * K, B + j * K, C + i * NC + j, NC);
     benchmark::ClobberMemory();
   }
   benchmark::DoNotOptimize(C[0]);

@@ -22,7 +22,7 @@
 //         pack op(A)[rows, p] into kMR-tall slivers, k-major               (kKC × kMR per sliver)
 //         for each B sliver, for each A sliver: the kMR × kNR micro-kernel, acc in 28 zmm registers
 //
-// Numerical contract, the same for gemm_blocked and gemm_blocked_scalar (bitwise, checked by the
+// Numerical contract, the same for gemm_blocked_avx512 and gemm_blocked_scalar (bitwise, checked by the
 // benchmark before it times): K is cut into blocks [0, kKC), [kKC, 2·kKC), …; for each element,
 // block p's products are summed with fused multiply-adds in ascending k: acc_p = fma(a, b, acc_p);
 //   p = 0:  C = alpha·acc_0  (beta == 0: C is not read)   or   C = fma(beta, C, alpha·acc_0)
@@ -42,9 +42,9 @@ inline constexpr int64_t kNC = 4096;      // columns per packed B block (shared 
 
 // C(M,N) = alpha·op(A)·op(B) + beta·C, the arguments of tfm::kernels::gemm (kernels.h), with
 // alpha ≠ 0, K ≥ 1, M, N ≥ 1. Uses omp_get_max_threads() threads (one inside a parallel region).
-void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                  int64_t ldc);
+void gemm_blocked_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                         float* C, int64_t ldc);
 // The scalar twin: the contract above, element by element.
 void gemm_blocked_scalar(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                          const float* A, int64_t lda, const float* B, int64_t ldb, float beta,

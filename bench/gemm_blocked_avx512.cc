@@ -3,7 +3,7 @@
 // (bench/CMakeLists.txt); only bench_gemm links it.
 // GCC 12's intrinsic headers seed the pass-through operand of the unpack/shuffle intrinsics (the
 // register transposes) with an "undefined" vector that -Wmaybe-uninitialized reports from inside the
-// header; the value is never read (as in src/kernels/rowwise_avx512.cc).
+// header; the value is never read (as in src/kernels/elementwise_avx512.cc).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -21,9 +21,9 @@
 namespace tfm_bench::blocked {
 namespace {
 
-using tfm::kernels::avx512::first_n;
-using tfm::kernels::avx512::Scratch;  // grow-only aligned scratch: no allocation in the steady state
-using tfm::kernels::avx512::transpose_block;
+using tfm::kernels::first_n;
+using tfm::kernels::Scratch;  // grow-only aligned scratch: no allocation in the steady state
+using tfm::kernels::transpose_block;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -113,9 +113,9 @@ void micro_tile(int64_t kc, const float* __restrict a, const float* __restrict b
 
 }  // namespace
 
-void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                  int64_t ldc) {
+void gemm_blocked_avx512(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                         const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                         float* C, int64_t ldc) {
   // The packed B block, double-buffered so one barrier per block suffices: a thread packing block
   // s+2 into buffer s&1 has passed the barrier after block s+1's packing, which every thread reaches
   // only after it finished computing with block s. Owned by the calling thread, shared by the team.

@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "kernels/rowwise.h"
+#include "kernels/kernels.h"
 #include "tensor_impl.h"
 #include "tfm/autograd.h"
 

@@ -7,8 +7,9 @@
 // Inside the scope every Linear weight is packed on first use — reordered into the GEMM backend's
 // blocked layout and, for BFloat16, rounded to bfloat16 — and the packed copy is reused by every
 // later call with the same weight until the outermost scope ends (like autocast's weight cache).
-// What it buys (bench/RESULTS.md): float32 packing ≈ 1.2× faster Linear layers; bfloat16 about 2× more
-// on AVX512-BF16 (config M inference 17.7 → 10.5 ms), more where AMX tiles exist.
+// What it buys: faster Linear layers from float32 packing, and bfloat16 faster again on AVX512-BF16,
+// more where AMX tiles exist (the figures are in bench/RESULTS.md, "Design measurements behind the
+// kernels").
 //
 // Numbers:
 //   Float32  — the same float32 math as outside the scope; only the GEMM's summation order

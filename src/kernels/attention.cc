@@ -1,7 +1,7 @@
 // src/kernels/attention.cc — multi-head scaled dot-product attention: the scalar twins and the
-// run-time dispatch to the AVX-512 flash-attention kernel (attention_avx512.cc).
+// run-time dispatch to the AVX-512 flash-attention bodies (attention_avx512.cc).
 //
-// The scalar twins are the float instantiation of the reference in attention_scalar.h. The fast
+// The scalar twins are the float instantiation of the specification in attention_scalar.h. The fast
 // kernel handles every shape; the twin is taken when AVX-512 is missing, when TFM_FORCE_SCALAR is
 // set, or when the backward has no saved lse (the fast backward recomputes p from it).
 #include <cassert>
@@ -11,18 +11,13 @@
 
 namespace tfm::kernels {
 
-// Defined in attention_avx512.cc (compiled with AVX-512 flags); call only when cpu_has_avx512().
-void attention_forward_avx512(const AttentionParams& p);
-void attention_backward_avx512(const AttentionParams& p, const float* dout, float* dq, float* dk,
-                               float* dv);
-
 void attention_forward_scalar(const AttentionParams& p) {
-  attention_forward_ref<float>(p, attention_ref_tensors(p));
+  attention_forward_scalar<float>(p, attention_scalar_tensors(p));
 }
 
 void attention_backward_scalar(const AttentionParams& p, const float* dout, float* dq, float* dk,
                                float* dv) {
-  attention_backward_ref<float>(p, attention_ref_tensors(p), dout, dq, dk, dv);
+  attention_backward_scalar<float>(p, attention_scalar_tensors(p), dout, dq, dk, dv);
 }
 
 void attention_forward(const AttentionParams& p) {

@@ -26,8 +26,8 @@
 //
 // To tune: kBc and the backward kBr are fixed constants (changing kBc changes the forward's
 // rounding; re-run the bitwise tests); mr_for() picks the micro-kernel height for each width;
-// bench/bench_attention.cc times the kernels alone. Measured without gain on config L and M: 32 or
-// 128 keys or queries per tile, and the online-softmax rescale folded into the PV micro-kernel.
+// bench/bench_attention.cc times the kernels alone; bench/RESULTS.md ("Design measurements behind the
+// kernels") lists the variants that brought no gain.
 // GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 headers (the deliberately undefined
 // pass-through operand of _mm512_undefined_ps, GCC PR 105593, fixed in GCC 13); silence just that.
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no such warning (and would warn about the name)
@@ -44,7 +44,6 @@
 #include <limits>
 #include <new>
 
-#include "kernels/attention_scalar.h"
 #include "kernels/common_avx512.h"
 #include "kernels/dropout_hash_avx512.h"
 #include "kernels/kernels.h"
@@ -57,9 +56,7 @@ constexpr int64_t kBc = 64;  // keys per tile (4 zmm of scores)
 constexpr int64_t kBr = 64;  // queries per tile in the backward (the forward uses 16·NVQ ≤ 64)
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// ---- thread-local scratch (avx512::Scratch: 64-byte aligned, grows once) -------------------------
-using avx512::first_n;
-using avx512::Scratch;
+// ---- thread-local scratch (Scratch, common_avx512.h: 64-byte aligned, grows once) ----------------
 thread_local Scratch tl_scratch;   // per-tile buffers of the thread running the tile
 thread_local Scratch tl_packed;    // the calling thread's packed operands, shared by all its workers
 
@@ -91,7 +88,7 @@ inline __m512 exp_ps(__m512 x) {
 
 // ---- dropout --------------------------------------------------------------------------------------
 // Element (bh, i, j) is kept iff dropout_keep(seed, offset + (bh·L + i)·S + j, p) (kernels.h), 16
-// lanes at a time by avx512::DropoutMask16; kept probabilities are scaled by 1/(1 − p).
+// lanes at a time by DropoutMask16; kept probabilities are scaled by 1/(1 − p).
 struct Dropout {
   bool on = false;
   float inv_keep = 1.0f;  // 1/(1−p), 0 when p ≥ 1
@@ -103,8 +100,8 @@ struct Dropout {
         inv_keep(prm.dropout_p < 1.0f ? 1.0f / (1.0f - prm.dropout_p) : 0.0f),
         seed(prm.seed), offset(prm.offset), p(prm.dropout_p) {}
   // Lane l's counter is first + l·stride (stride S: 16 queries of one key; 1: 16 keys of a query).
-  avx512::DropoutMask16 lanes(uint64_t stride) const {
-    return avx512::DropoutMask16::strided(seed, p, stride);
+  DropoutMask16 lanes(uint64_t stride) const {
+    return DropoutMask16::strided(seed, p, stride);
   }
 };
 
@@ -226,9 +223,10 @@ struct Layout {
 // Why pack: in the caller's layout consecutive rows of one head are H·Dh or 3·H·Dh floats apart
 // (3 KB for config L's packed in-projection). Such a stride maps a head's rows onto a small subset
 // of the cache sets: config L's K and V rows (1 MB together) compete for 512 of L2's 2048 sets, so
-// every query tile re-streamed K and V from L3 (the forward ran at 55% of the FMA peak with its
-// micro-kernels at 96% in L1). Copied once into contiguous (B, H, rows, Dh) blocks, a head's
-// operands stay in L2 across all of its tiles. Short sequences fit either way and skip the copy.
+// without the copy every query tile re-streams K and V from L3 and the forward runs far below its
+// micro-kernels' in-cache rate (bench/RESULTS.md, "Design measurements behind the kernels"). Copied
+// once into contiguous (B, H, rows, Dh) blocks, a head's operands stay in L2 across all of its tiles.
+// Short sequences fit either way and skip the copy.
 inline bool worth_packing(const AttentionParams& p) { return p.L * p.S >= 256 * 256; }
 
 // Rows [0, rows) of every head, src → dst (any two layouts), in parallel over (b, h) when `par`.
@@ -278,12 +276,13 @@ struct Head {
 };
 
 // Pack rows [0, n) of src (row stride sl, Dh wide) transposed into dst (Dh, ld), zero for n ≤ col < ld;
-// 16×16 blocks through registers (avx512::transpose_block): the scalar element-by-element copy was 15%
-// of a config-M attention backward.
+// 16×16 blocks through registers (transpose_block, transpose_avx512.h): an element-by-element copy
+// is a sizeable part of the attention backward (bench/RESULTS.md, "Design measurements behind the
+// kernels").
 void pack_transposed(const float* src, int64_t sl, int64_t n, int64_t Dh, float* dst, int64_t ld) {
   if (n < ld)
     for (int64_t d = 0; d < Dh; ++d) std::memset(dst + d * ld + n, 0, sizeof(float) * (ld - n));
-  avx512::transpose_block(src, sl, n, Dh, dst, ld);
+  transpose_block(src, sl, n, Dh, dst, ld);
 }
 
 // ---- forward --------------------------------------------------------------------------------------
@@ -303,7 +302,7 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i lane_S = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(S)));
-  avx512::DropoutMask16 drop_mask = dr.lanes(static_cast<uint64_t>(S));
+  DropoutMask16 drop_mask = dr.lanes(static_cast<uint64_t>(S));
   const __m512 scale = _mm512_set1_ps(p.scale);
   const __m512 neg_inf = _mm512_set1_ps(-kInf);
   __m512 m[NVQ], l[NVQ];
@@ -444,7 +443,7 @@ void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni
   gemm_small<false>(ni, nk16, Dh, doi, hd.do_sl, 1, ws.vt, kBc, ws.dpb, kBc);
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  avx512::DropoutMask16 drop_mask = c.dr.lanes(1);
+  DropoutMask16 drop_mask = c.dr.lanes(1);
   const __m512 scale = _mm512_set1_ps(p.scale);
   const __m512 neg_inf = _mm512_set1_ps(-kInf);
   const bool diag = p.causal && j0 + nk - 1 > i0;

@@ -1,10 +1,11 @@
-// src/kernels/attention_scalar.h — the reference (specification) of multi-head scaled dot-product
-// attention, forward and backward, as a template over the arithmetic type T.
+// src/kernels/attention_scalar.h — the scalar specification of multi-head scaled dot-product
+// attention, forward and backward, as templates over the arithmetic type T.
 //
-// attention_forward_scalar / attention_backward_scalar (attention.cc) instantiate it with T = float;
-// tests/kernels/attention_test.cc instantiates it with T = double for a finite-difference gradient
-// check. Sizes, strides and flags come from AttentionParams (kernels.h); the tensors come from an
-// AttentionRefTensors<T>, so the same code runs on float or double buffers.
+// The float twins attention_forward_scalar / attention_backward_scalar (kernels.h, attention.cc)
+// instantiate them with T = float; tests/kernels/attention_test.cc instantiates them with T = double
+// for a finite-difference gradient check. Sizes, strides and flags come from AttentionParams
+// (kernels.h); the tensors come from an AttentionScalarTensors<T>, so the same code runs on float or
+// double buffers.
 //
 // It is written to be obviously correct, not fast: every score s_ij is recomputed from q and k
 // whenever it is needed (three passes per query row: max, sum, output), so it needs no scratch
@@ -26,7 +27,7 @@ namespace tfm::kernels {
 
 // The tensors of one attention call, typed T. Layout and strides are those of AttentionParams.
 template <typename T>
-struct AttentionRefTensors {
+struct AttentionScalarTensors {
   const T* q = nullptr;     // (b, i, h, d) at q[b*q_sb + i*q_sl + h*Dh + d]
   const T* k = nullptr;     // (b, j, h, d) at k[b*k_sb + j*k_sl + h*Dh + d]
   const T* v = nullptr;     // (b, j, h, d) at v[b*v_sb + j*v_sl + h*Dh + d]
@@ -36,8 +37,8 @@ struct AttentionRefTensors {
   T* lse = nullptr;         // (B,H,L) log-sum-exp of the scores, or null
 };
 
-inline AttentionRefTensors<float> attention_ref_tensors(const AttentionParams& p) {
-  AttentionRefTensors<float> t;
+inline AttentionScalarTensors<float> attention_scalar_tensors(const AttentionParams& p) {
+  AttentionScalarTensors<float> t;
   t.q = p.q;
   t.k = p.k;
   t.v = p.v;
@@ -48,13 +49,13 @@ inline AttentionRefTensors<float> attention_ref_tensors(const AttentionParams& p
   return t;
 }
 
-namespace attention_ref_detail {
+namespace attention_scalar_detail {
 
 // Everything about one (b, h) pair that the per-row loops need.
 template <typename T>
 struct Head {
   const AttentionParams& p;
-  const AttentionRefTensors<T>& t;
+  const AttentionScalarTensors<T>& t;
   int64_t bh, b, h;
 
   const T* q(int64_t i) const { return t.q + b * p.q_sb + i * p.q_sl + h * p.Dh; }  // (Dh)
@@ -100,15 +101,15 @@ T keep_scale(float dropout_p) {
   return dropout_p < 1.0f ? T(1) / (T(1) - static_cast<T>(dropout_p)) : T(0);
 }
 
-}  // namespace attention_ref_detail
+}  // namespace attention_scalar_detail
 
 // Forward: o_i = Σ_j drop(p_ij)·v_j with p_ij = exp(s_ij − lse_i); writes o and (if non-null) lse.
 // Matches torch.nn.functional.scaled_dot_product_attention / nn.MultiheadAttention's inner product.
 template <typename T>
-void attention_forward_ref(const AttentionParams& p, const AttentionRefTensors<T>& t) {
-  const T inv_keep = attention_ref_detail::keep_scale<T>(p.dropout_p);
+void attention_forward_scalar(const AttentionParams& p, const AttentionScalarTensors<T>& t) {
+  const T inv_keep = attention_scalar_detail::keep_scale<T>(p.dropout_p);
   for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
-    const attention_ref_detail::Head<T> hd{p, t, bh, bh / p.H, bh % p.H};
+    const attention_scalar_detail::Head<T> hd{p, t, bh, bh / p.H, bh % p.H};
     for (int64_t i = 0; i < p.L; ++i) {
       const T lse = hd.row_lse(i);
       if (t.lse != nullptr) t.lse[bh * p.L + i] = lse;
@@ -131,12 +132,12 @@ void attention_forward_ref(const AttentionParams& p, const AttentionRefTensors<T
 // dq, dk, dv are overwritten. Reads o (the forward's output) for D_i, and lse when non-null
 // (otherwise it recomputes it). Rows whose keys are all masked contribute nothing.
 template <typename T>
-void attention_backward_ref(const AttentionParams& p, const AttentionRefTensors<T>& t,
-                            const T* dout, T* dq, T* dk, T* dv) {
-  const T inv_keep = attention_ref_detail::keep_scale<T>(p.dropout_p);
+void attention_backward_scalar(const AttentionParams& p, const AttentionScalarTensors<T>& t,
+                               const T* dout, T* dq, T* dk, T* dv) {
+  const T inv_keep = attention_scalar_detail::keep_scale<T>(p.dropout_p);
   const T scale = static_cast<T>(p.scale);
   for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
-    const attention_ref_detail::Head<T> hd{p, t, bh, bh / p.H, bh % p.H};
+    const attention_scalar_detail::Head<T> hd{p, t, bh, bh / p.H, bh % p.H};
     const int64_t qoff = hd.b * p.q_sb + hd.h * p.Dh;
     const int64_t koff = hd.b * p.k_sb + hd.h * p.Dh;
     const int64_t voff = hd.b * p.v_sb + hd.h * p.Dh;
@@ -181,10 +182,5 @@ void attention_backward_ref(const AttentionParams& p, const AttentionRefTensors<
     }
   }
 }
-
-// ---- Internal hooks for tests ---------------------------------------------------------------------
-// The AVX-512 kernel's vectorized exp, applied elementwise (defined in attention_avx512.cc; call only
-// when cpu_has_avx512()). Exposed so the test can measure its error in ulp against std::exp.
-void attention_exp_avx512(const float* x, float* y, int64_t n);
 
 }  // namespace tfm::kernels

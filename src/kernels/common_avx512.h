@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <new>
 
-namespace tfm::kernels::avx512 {
+namespace tfm::kernels {
 
 // Lanes [0, n) of a 16-lane vector, n clamped to [0, 16]: the mask of a row's tail.
 inline __mmask16 first_n(int64_t n) {
@@ -39,4 +39,4 @@ struct Scratch {
   }
 };
 
-}  // namespace tfm::kernels::avx512
+}  // namespace tfm::kernels

@@ -8,7 +8,7 @@
 
 #include "kernels/kernels.h"
 
-namespace tfm::kernels::avx512 {
+namespace tfm::kernels {
 
 // dropout_mix lane by lane (32-bit lanes): bitwise the scalar function.
 inline __m512i dropout_mix16(__m512i lo, __m512i key) {
@@ -66,4 +66,4 @@ class DropoutMask16 {
   uint64_t hi_;
 };
 
-}  // namespace tfm::kernels::avx512
+}  // namespace tfm::kernels

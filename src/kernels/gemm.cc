@@ -1,8 +1,8 @@
-// src/kernels/gemm.cc — gemm, the fast GEMM: single-threaded oneDNN sgemm calls on fixed output
-// panels in our own OpenMP loop (see gemm_backend.h for why), so results never depend on the
-// thread count. The scalar twin is
-// gemm_scalar (gemm_scalar.cc); TFM_FORCE_SCALAR=1 selects it. To retune: run bench/bench_gemm,
-// compare the panels_* rows with tfm_gemm, and change gemm_plan() — the tests need no change.
+// src/kernels/gemm.cc — gemm and gemm_bias, the fast GEMM: single-threaded oneDNN sgemm calls on
+// fixed output panels in our own OpenMP loop (see gemm_backend.h for why), so results never depend
+// on the thread count. The scalar twin is gemm_scalar (gemm_scalar.cc); TFM_FORCE_SCALAR=1 selects
+// it. To retune: run bench/bench_gemm, compare the panels_* rows with tfm_gemm, and change
+// gemm_plan() — the tests need no change.
 #include <omp.h>
 
 #include <algorithm>
@@ -16,7 +16,6 @@
 
 #include "kernels/gemm_backend.h"
 #include "kernels/kernels.h"
-#include "kernels/rowwise.h"
 
 namespace tfm::kernels {
 namespace gemm_detail {
@@ -29,10 +28,10 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // Row panels of at most kMaxPanelRows rows, an even number of them (≥ 2) so two threads share
 // evenly; tall-skinny outputs with few rows (M < 128, e.g. decoding) are cut into column panels
-// instead. Measured on the transformer shapes (bench/bench_gemm.cc, 2 cores): one 512-row panel
-// runs at the full-matrix single-core speed within noise, 128-row panels lose ~10–30% (A's packing
-// and the kernel's blocking are amortized over fewer rows), and two 512-row panels on 2 threads
-// match oneDNN's own (non-deterministic) threading.
+// instead. At most 512 rows: a 512-row panel runs at the full-matrix single-core speed, smaller
+// panels amortize A's packing and the kernel's blocking over fewer rows, and two 512-row panels on
+// 2 threads match oneDNN's own (non-deterministic) threading (bench/bench_gemm.cc on the transformer
+// shapes; the figures are in bench/RESULTS.md, "Design measurements behind the kernels").
 // TODO(gemm): machines with more than 2 cores want more panels for M = 1024; re-measure there
 // before lowering kMaxPanelRows (the plan must stay a function of the shape only).
 constexpr int64_t kMaxPanelRows = 512, kMinPanelRows = 64, kMaxPanelCols = 1024;
@@ -43,12 +42,11 @@ int64_t even_count(int64_t extent, int64_t max_size) {
 }
 
 // Weight gradients dW = dyᵀ·x are TN products whose A = dy (N, out) has lda = out. oneDNN's
-// transposed-A packing slows down on long power-of-two strides (cache-set conflicts): measured
-// single-core, panel 512×512×1024 (CPU time, best of 80, load ≈ 7): lda 2048: TN 7.3 ms, copy to
-// (m, K) rows + NN 6.1 ms (the copy 0.6 ms); lda 1024: 7.1 vs 6.7; lda 1536: 6.7 vs 6.7; lda 512:
-// TN 6.0 vs 6.8 (the copy is slower there). So only lda ≥ 2048 takes the copy, and only when the
-// panel has enough columns (n ≥ 256) to amortize it. The choice depends on the shape only, so the
-// result stays independent of the thread count.
+// transposed-A packing slows down on long power-of-two strides (cache-set conflicts), so a panel
+// with lda ≥ 2048 first copies its op(A) rows to (m, K) and runs an NN call; at shorter strides the
+// copy costs more than it saves, and it needs enough panel columns (n ≥ 256) to amortize it
+// (single-core timings per lda in bench/RESULTS.md, "Design measurements behind the kernels"). The
+// choice depends on the shape only, so the result stays independent of the thread count.
 constexpr int64_t kTransposeMinLda = 2048, kTransposeMinCols = 256;
 
 bool transpose_a_first(bool trans_a, int64_t lda, int64_t n) {
@@ -67,14 +65,13 @@ const float* transposed_panel(const float* a, int64_t lda, int64_t m, int64_t K)
 
 // oneDNN's sgemm allocates its packing buffers for A and B (2–4 MB at transformer shapes) with
 // posix_memalign and frees them before it returns, on every call. Under glibc's default, adaptive
-// thresholds that memory goes back to the kernel on free (the heap top is trimmed, or the block was
-// mmap'ed) and is faulted in again, page by page, by the next call: measured 2,600 page faults per
-// config-M training step at one thread, and the step 153 → 118 ms (median of 10, four alternating
-// runs) once they stop. (At two threads the worker's arena happened not to trim; no change there.)
-// So, once, before the first oneDNN call: blocks below 32 MB (glibc's largest mmap threshold) come
-// from the heap, and up to 256 MB of free heap top is kept. Process-wide, hence documented in the
-// README; left alone when the user tunes malloc through GLIBC_TUNABLES, and a no-op under allocators
-// that are not glibc's (mallopt then returns 0 and changes nothing).
+// thresholds that memory goes back to the kernel on free (the heap top is trimmed, or the block is
+// mmap'ed) and is faulted in again, page by page, by the next call: thousands of page faults per
+// training step, a large share of its time at one thread (bench/RESULTS.md, "Design measurements
+// behind the kernels"). So, once, before the first oneDNN call: blocks below 32 MB (glibc's largest
+// mmap threshold) come from the heap, and up to 256 MB of free heap top is kept. Process-wide, hence
+// documented in the README; left alone when the user tunes malloc through GLIBC_TUNABLES, and a
+// no-op under allocators that are not glibc's (mallopt then returns 0 and changes nothing).
 void keep_gemm_buffers_resident() {
   static const bool done = [] {
     const char* tunables = std::getenv("GLIBC_TUNABLES");
@@ -90,12 +87,13 @@ void keep_gemm_buffers_resident() {
 // scratch Cᵀ (N, M), then transposed into C. For TN weight gradients dW = dyᵀ·x with a long-stride dy
 // and many more output rows than columns — FFN1's dW (2048, 512) = dz (1024, 2048)ᵀ · x (1024, 512):
 // the swapped product reads x, the short-stride operand, as its transposed A, which oneDNN packs
-// fast, and moves 4 MB once instead of copying dz's panels to rows (transpose_a_first). Measured,
-// 2 threads, one binary: TN 2048×512×1024 335–340 GFLOP/s swapped vs 311–326 (bench/bench_gemm.cc,
-// tfm_gemm vs panels/512x512); config-M training step 0.7–1.4 ms faster in 5 of 6 alternating pairs.
-// Config L's FFN1 dW (1024×256×2048, stride 1024) was not faster swapped (its swapped product has
-// only 256 rows, two 128-row panels), hence the stride condition. Only for beta = 0 (a gradient slot
-// written, not accumulated), which is how Linear's backward calls it after zero_grad.
+// fast, and moves 4 MB once instead of copying dz's panels to rows (transpose_a_first). It pays when
+// the stride is long and the swapped product keeps enough rows to panel well: config L's FFN1 dW
+// (1024×256×2048, stride 1024) gains nothing swapped (its swapped product has only 256 rows, two
+// 128-row panels), hence the stride and ratio conditions (bench/bench_gemm.cc, tfm_gemm against
+// panels/512x512; the figures are in bench/RESULTS.md, "Design measurements behind the kernels").
+// Only for beta = 0 (a gradient slot written, not accumulated), which is how Linear's backward calls
+// it after zero_grad.
 constexpr int64_t kSwapMinRatio = 4;
 
 bool swap_tn_operands(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, int64_t lda,
@@ -193,7 +191,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     return;
   }
   if (M <= 0 || N <= 0) return;
-  // Empty sum or alpha == 0: C = beta·C without touching A, B (BLAS convention, as gemm_ref).
+  // Empty sum or alpha == 0: C = beta·C without touching A, B (BLAS convention, as gemm_scalar).
   // Done here because oneDNN's alpha == 0 path computes 0·C, leaving NaN garbage when beta == 0
   // (seen on NT panels, tests/kernels/gemm_test.cc).
   if (K <= 0 || alpha == 0.0f) {

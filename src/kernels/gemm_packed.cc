@@ -4,9 +4,9 @@
 //
 // oneDNN specifics relied on (2.6):
 //   * weights: dst (m, N) = src (m, K) · wei (K, N). Our W (N, K) row-major is wei with strides
-//     {1, ldw}. The blocked layout chosen for `any` weights was checked to be the same for every
-//     panel height m (1 … 1024) on this machine; if a primitive for another m rejects it, the
-//     weight is unpacked once (reorder back) and that call takes the fallback.
+//     {1, ldw}. The blocked layout chosen for `any` weights is the same for every panel height m
+//     (checked for 1 … 1024); if a primitive for another m rejects it, the weight is unpacked once
+//     (reorder back) and that call takes the fallback.
 //   * threads: a primitive created and executed while omp_get_max_threads() == 1 (SerialOmpScope)
 //     or inside a parallel region runs on the calling thread only.
 //   * scratchpad: user-managed (thread-local buffers), so two threads may execute one primitive
@@ -27,7 +27,6 @@
 
 #include "kernels/gemm_backend.h"
 #include "kernels/kernels.h"
-#include "kernels/rowwise.h"
 
 namespace tfm::kernels {
 
@@ -56,8 +55,8 @@ void convert_rows_to_bf16_scalar(const float* src, int64_t lds, int64_t m, int64
 
 void convert_rows_to_bf16(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst) {
   if (!cpu_has_avx512()) return convert_rows_to_bf16_scalar(src, lds, m, K, dst);
-  if (lds == K) return avx512::float_to_bf16(src, dst, m * K);  // dense: one run
-  for (int64_t i = 0; i < m; ++i) avx512::float_to_bf16(src + i * lds, dst + i * K, K);
+  if (lds == K) return float_to_bf16_avx512(src, dst, m * K);  // dense: one run
+  for (int64_t i = 0; i < m; ++i) float_to_bf16_avx512(src + i * lds, dst + i * K, K);
 }
 
 void gemm_packed_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
@@ -238,8 +237,9 @@ std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64
 bool packed_by_onednn(const PackedWeight& W) { return W.packed; }
 
 int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K) {
-  // Measured single-core (f32 packed, N 2048, K 512): 16–256-row panels run at 125–128 GFLOP/s,
-  // 512 and more at ~119. Small products stay one serial call (gemm_backend.h: kSerialWork).
+  // At most 128 rows per panel: single-core, panels of 16–256 rows run faster than panels of 512
+  // or more (bench/RESULTS.md, "Design measurements behind the kernels"). Small products stay one
+  // serial call (gemm_backend.h: kSerialWork).
   constexpr int64_t kMaxRows = 128, kAlign = 16;
   if (M <= kAlign || M * N * K < gemm_detail::kSerialWork) return std::max<int64_t>(M, 1);
   int64_t n = std::max<int64_t>(2, ceil_div(M, kMaxRows));

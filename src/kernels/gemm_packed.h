@@ -4,9 +4,8 @@
 // plain row-major operands. Inference multiplies the same weights again and again, so it pays to
 // reorder each weight once into the GEMM backend's blocked layout (oneDNN's matmul primitive with
 // `format_tag::any` weights) and, when asked, to round it to bfloat16 so the matmul runs on
-// AVX512-BF16 / AMX tiles. Measured here (bench/bench_gemm.cc, 1024×2048×512, 2 threads):
-// dnnl_sgemm on plain operands ≈ 185 GFLOP/s, the f32 matmul on packed weights ≈ 230, the bf16
-// matmul ≈ 1,500.
+// AVX512-BF16 / AMX tiles. bench/bench_gemm.cc times both against dnnl_sgemm on plain operands
+// (the figures are in bench/RESULTS.md, "Design measurements behind the kernels").
 //
 // Precisions (the scalar twin gemm_packed_scalar is their specification):
 //   MATMUL_F32:  C = A·Wᵀ (+ b) in float32, like kernels::gemm (only the summation order differs).
@@ -62,8 +61,12 @@ int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K);
 uint16_t float_to_bf16(float x);
 float bf16_to_float(uint16_t h);
 // dst[i*K + k] = float_to_bf16(src[i*lds + k]) for an (m, K) block. Single-threaded (callers run it
-// per panel). The AVX-512 body (rowwise_avx512.cc) is bitwise equal to the scalar twin.
+// per panel). Runs float_to_bf16_avx512 over the rows when cpu_has_avx512(), bitwise equal to the
+// scalar twin.
 void convert_rows_to_bf16(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst);
 void convert_rows_to_bf16_scalar(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst);
+// dst[i] = float_to_bf16(src[i]) for n floats, 16 lanes at once with the same integer rounding
+// (gemm_packed_avx512.cc, compiled with AVX-512 flags; call only when cpu_has_avx512()).
+void float_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n);
 
 }  // namespace tfm::kernels

@@ -1,6 +1,6 @@
 // src/kernels/gemm_scalar.cc — gemm_scalar, the scalar twin of gemm: the specification, the
-// TFM_FORCE_SCALAR path and the test oracle. The loops live in gemm_scalar.h (gemm_ref<T>) so tests
-// can run the very same specification in double.
+// TFM_FORCE_SCALAR path and the test oracle. The loops live in gemm_scalar.h (the template
+// gemm_scalar<T>) so tests can run the very same specification in double.
 #include "kernels/gemm_scalar.h"
 
 #include "kernels/kernels.h"
@@ -11,7 +11,7 @@ namespace tfm::kernels {
 void gemm_scalar(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                  int64_t ldc) {
-  gemm_ref<float>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm_scalar<float>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace tfm::kernels

@@ -1,26 +1,40 @@
-// src/kernels/kernels.h — the kernel layer: free functions over raw pointers and explicit sizes.
+// src/kernels/kernels.h — the kernel layer's contract: free functions over raw pointers and explicit
+// sizes, each with its formula, shapes, aliasing and whether it overwrites or accumulates.
 //
 // Rules for everything declared here (docs/ARCHITECTURE.md):
 //   * no tensor objects, no allocation beyond thread-local scratch that grows once to the largest
 //     size a thread has needed (attention's tiles and packed operands, the GEMM's transposed
 //     panels: the steady state allocates nothing), no exceptions but std::bad_alloc from that
 //     growth; arguments are checked by the op that calls the kernel, kernels only assert in debug.
-//   * every optimized kernel `foo` has a scalar twin `foo_scalar` with the same signature, compiled
-//     into the library: it is the specification, the fallback and the test oracle.
+//   * names put the op first: the dispatching entry point is `<op>_forward` / `<op>_backward`, its
+//     scalar twin `<same>_scalar` has the same signature and is compiled into the library (the
+//     specification, the fallback and the test oracle), its AVX-512 body is `<same>_avx512`. Kernels
+//     that are not one direction of an op (gemm, gemm_bias, bias_grad, transpose) are named by the
+//     noun alone, with the same suffixes. No sub-namespaces: everything is tfm::kernels::<name>.
 //   * results do not depend on the thread count: work is split in fixed-size chunks whose reduction
 //     order never changes with the number of threads.
 //   * row-major everywhere; shapes use the legend B batch, T/L target (query) length, S source (key)
-//     length, D model width, H heads, Dh head width, F FFN width, V vocab.
+//     length, D model width, H heads, Dh head width, F FFN width, V vocab, N rows.
 //
-// To add a kernel: declare `foo` and `foo_scalar` here with the shapes in comments, put the scalar
-// twin in a `*_scalar.cc` or the kernel's own .cc, the SIMD body in `*_avx512.cc` (compiled with
-// AVX-512 flags by CMake), dispatch in `foo` via cpu_has_avx512(), and test both in
-// tests/kernels/.
+// Files are named for their op: src/kernels/<op>.cc holds the dispatching entry points and the
+// float twins, <op>_scalar.h the scalar specification (templates over T with the twin's name, so the
+// gradient checks run the same code in double), <op>_avx512.cc the AVX-512 bodies (compiled with
+// AVX-512 flags because of the name; see CMakeLists.txt). Ops: gemm (gemm_scalar.*, gemm_backend.h;
+// gemm_packed.* for packed inference weights), attention, layer_norm, activation, cross_entropy,
+// elementwise (add, dropout, bias gradient, transpose). Shared pieces: parallel_chunks.h (the fixed
+// work split), *_avx512.h (helpers for AVX-512 files only), cpu.cc (dispatch switch, hash).
+//
+// To add a kernel `foo_forward`: declare it and `foo_forward_scalar` here with the shapes in
+// comments (and `foo_forward_avx512` at the end), write the scalar template in foo_scalar.h, the
+// SIMD body in foo_avx512.cc, dispatch in foo.cc via cpu_has_avx512(), and test SIMD against the
+// twin in tests/kernels/foo_test.cc on sizes that are not multiples of 16.
 #pragma once
 
 #include <cstddef>
 #include <cmath>
 #include <cstdint>
+
+#include "tfm/activation.h"
 
 namespace tfm::kernels {
 
@@ -96,6 +110,14 @@ void attention_backward(const AttentionParams& p, const float* dout, float* dq, 
 void attention_backward_scalar(const AttentionParams& p, const float* dout, float* dq, float* dk,
                                float* dv);
 
+// ---- Dropout inside fused kernels -------------------------------------------------------------------
+// Element i of the dropped tensor is kept iff dropout_keep(seed, offset + i, p) (below), kept values
+// scaled by 1/(1 − p) (dropout_forward's rule).
+struct DropoutSpec {
+  float p;
+  uint64_t seed, offset;
+};
+
 // ---- LayerNorm (PyTorch nn.LayerNorm over the last dim) -----------------------------------------
 // y = (x − μ) · rstd · w + b,  μ = mean(x),  rstd = 1/sqrt(var(x) + eps) (biased variance).
 // x, y (N,D); w (D); b (D) or null; mean, rstd (N) written (may be null in eval). y may alias x.
@@ -114,31 +136,92 @@ void layer_norm_backward(const float* dy, const float* x, const float* w, float*
 void layer_norm_backward_scalar(const float* dy, const float* x, const float* w, float* dx,
                                 float* dw, float* db, int64_t N, int64_t D, float eps);
 
-// ---- Activations ----------------------------------------------------------------------------------
+// Residual add + LayerNorm in one pass over each chunk of rows: z = x + r, or z = x + dropout(r)
+// when r_drop is non-null (PyTorch's norm(x + dropout(sublayer(x)))), then y = layer_norm(z)
+// (layer_norm_forward above). Bitwise the unfused composition. z (N,D) is written when non-null
+// (training keeps it for the backward); y may alias x or r. mean, rstd (N) may be null.
+void add_layer_norm_forward(const float* x, const float* r, const float* w, const float* b, float* z,
+                            float* y, float* mean, float* rstd, int64_t N, int64_t D, float eps,
+                            const DropoutSpec* r_drop = nullptr);
+void add_layer_norm_forward_scalar(const float* x, const float* r, const float* w, const float* b,
+                                   float* z, float* y, float* mean, float* rstd, int64_t N,
+                                   int64_t D, float eps, const DropoutSpec* r_drop = nullptr);
+
+// ---- Activations (tfm::Activation, tfm/activation.h) ----------------------------------------------
 // Plain: y = f(x), x and y (N,F).  Gated: x (N,2F) = [a | b] per row, y (N,F) = a ⊙ g(b)
 // (F.glu's convention: the gate is the second half).
-enum class ActivationKind : uint8_t {
-  ACT_RELU,       // max(x, 0)
-  ACT_GELU,       // x·Φ(x) = 0.5·x·(1 + erf(x/√2))
-  ACT_GELU_TANH,  // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-  ACT_GLU,        // a·σ(b)
-  ACT_GEGLU,      // a·gelu(b)
-  ACT_SWIGLU,     // a·silu(b) = a·b·σ(b)
-};
-bool activation_is_gated(ActivationKind k);
+//   RELU       max(x, 0)
+//   GELU       x·Φ(x) = 0.5·x·(1 + erf(x/√2))
+//   GELU_TANH  0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+//   GLU        a·σ(b)
+//   GEGLU      a·gelu(b)
+//   SWIGLU     a·silu(b) = a·b·σ(b)
 // y may alias x for plain activations. The backward overwrites dx (x's shape) from dy (y's shape):
 // relu' = [x > 0]; gelu' = Φ(x) + x·φ(x); glu: da = dy·g(b), db = dy·a·g'(b).
-void activation_forward(ActivationKind k, const float* x, float* y, int64_t N, int64_t F);
-void activation_forward_scalar(ActivationKind k, const float* x, float* y, int64_t N, int64_t F);
-void activation_backward(ActivationKind k, const float* dy, const float* x, float* dx, int64_t N,
+void activation_forward(Activation k, const float* x, float* y, int64_t N, int64_t F);
+void activation_forward_scalar(Activation k, const float* x, float* y, int64_t N, int64_t F);
+void activation_backward(Activation k, const float* dy, const float* x, float* dx, int64_t N,
                          int64_t F);
-void activation_backward_scalar(ActivationKind k, const float* dy, const float* x, float* dx,
+void activation_backward_scalar(Activation k, const float* dy, const float* x, float* dx,
                                 int64_t N, int64_t F);
+
+// Bias + activation in one pass after a GEMM: x (N, Fin) with Fin = F (plain) or 2F (gated),
+// bias (Fin) or null; y (N, F) = act(x + bias) (gated: a ⊙ g(b) of the biased halves).
+// y may alias x for plain activations.
+void bias_activation_forward(Activation k, const float* x, const float* bias, float* y, int64_t N,
+                             int64_t F);
+void bias_activation_forward_scalar(Activation k, const float* x, const float* bias, float* y,
+                                    int64_t N, int64_t F);
+
+// The FFN's inner dropout in the bias + ReLU pass after its first GEMM:
+//   y = dropout(relu(x + bias)), element (n, f) kept iff dropout_keep(seed, offset + n·F + f, p):
+// bitwise dropout_forward(bias_activation_forward(RELU)). x, y (N, F), bias (F) or null; y may
+// alias x. The backward needs only y: where y > 0 the element was kept and relu was open, so
+//   dx = y > 0 ? dy / (1 − p) : 0
+// (PyTorch's threshold_backward selects rather than multiplies, so a NaN dy where relu was shut or
+// the element dropped gives 0 here as in PyTorch).
+void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int64_t N, int64_t F,
+                               const DropoutSpec& drop);
+void bias_relu_dropout_forward_scalar(const float* x, const float* bias, float* y, int64_t N,
+                                      int64_t F, const DropoutSpec& drop);
+void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n, float p);
+void relu_dropout_backward_scalar(const float* dy, const float* y, float* dx, int64_t n, float p);
+
+// ---- Element-wise: add, dropout, bias gradient, transpose ------------------------------------------
+// y = a + b over n elements. y may alias a or b.
+void add_forward(const float* a, const float* b, float* y, int64_t n);
+void add_forward_scalar(const float* a, const float* b, float* y, int64_t n);
+
+// y = x ⊙ keep / (1 − p),  keep_i = dropout_keep(seed, offset + i, p)   (0 ≤ p < 1).
+// The backward is the same map applied to dy. y may alias x. Bitwise equal to the scalar twin
+// (integer hash, exact conversion of 24 bits, one multiply).
+void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset);
+void dropout_forward_scalar(const float* x, float* y, int64_t n, float p, uint64_t seed,
+                            uint64_t offset);
+
+// y = a + x ⊙ keep / (1 − p): the residual add of a dropped-out branch in one pass, bitwise
+// add_forward(a, dropout_forward(x)). y may alias a or x.
+void add_dropout_forward(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
+                         uint64_t offset);
+void add_dropout_forward_scalar(const float* a, const float* x, float* y, int64_t n, float p,
+                                uint64_t seed, uint64_t offset);
+
+// db (F) += Σ_rows dy (N, F)  (accumulate). Each column sums its rows in order 0..N−1, in float, in
+// both the SIMD and the scalar version, so they agree bitwise for any thread count.
+void bias_grad(const float* dy, float* db, int64_t N, int64_t F);
+void bias_grad_scalar(const float* dy, float* db, int64_t N, int64_t F);
+
+// dst[c·ld + r] = src[r·sl + c] for r < rows, c < cols (a strided block copied transposed; nothing
+// else of dst is written). Pure data movement: bitwise the twin.
+void transpose(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld);
+void transpose_scalar(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst,
+                      int64_t ld);
 
 // ---- Softmax cross-entropy (PyTorch F.cross_entropy, reduction over rows done by the op) --------
 // logits (N,V), target (N) class ids; rows with target == ignore_index give loss 0 and grad 0.
 // With ε = label_smoothing: loss_n = (1−ε)·(lse − z_t) + ε·(lse − mean_v z_v)
-// Writes loss (N) and lse (N).
+// Writes loss (N) and lse (N). Scalar code (cross_entropy_scalar.h) run over rows in parallel; the row
+// statistics are accumulated in double.
 void cross_entropy_forward(const float* logits, const int32_t* target, float* loss, float* lse,
                            int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
 // dlogits_n = scale_n · (softmax(z) − (1−ε)·onehot(t) − ε/V)  (overwrite; zero for ignored rows).
@@ -155,11 +238,12 @@ inline float uniform01(uint64_t seed, uint64_t counter) {  // [0, 1), 24 random 
 }
 
 // Dropout's own hash, 32 bits per (seed, counter), built for 32-bit SIMD lanes: it is evaluated for
-// every attention probability in the forward and again in the backward, and philox_hash's 64-bit
-// lanes (8 per vector, two 64-bit multiplies each) cost 10–15% of a long-sequence training step.
+// every attention probability in the forward and again in the backward, where philox_hash's 64-bit
+// lanes (8 per vector, two 64-bit multiplies each) would be a sizeable share of a long-sequence
+// training step (bench/RESULTS.md, "Design measurements behind the kernels").
 // counter = hi·2³² + lo: a key per (seed, hi) from philox_hash, then Wellons' "lowbias32" integer
 // mix of lo with the key xored in after its first multiply (xoring it into the input instead would
-// make two seeds' masks permutations of each other). Statistics: tests/kernels/rowwise_test.cc.
+// make two seeds' masks permutations of each other). Statistics: tests/kernels/elementwise_test.cc.
 constexpr uint32_t kDropoutMul1 = 0x7feb352du, kDropoutMul2 = 0x846ca68bu;
 inline uint32_t dropout_key(uint64_t seed, uint64_t hi) {
   return static_cast<uint32_t>(philox_hash(seed, hi) >> 32);
@@ -183,5 +267,39 @@ inline uint32_t dropout_threshold(float p) {
 inline bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
   return (dropout_hash(seed, counter) >> 8) >= dropout_threshold(p);
 }
+
+// ---- AVX-512 bodies ---------------------------------------------------------------------------------
+// Defined in the <op>_avx512.cc files (compiled with AVX-512 flags). Only the dispatching entry points
+// above and the tests call them, and only when cpu_has_avx512(). Each has the contract of the entry
+// point it is named after, run single-threaded over the rows or elements it is given.
+void layer_norm_forward_avx512(const float* x, const float* w, const float* b, float* y, float* mean,
+                               float* rstd, int64_t N, int64_t D, float eps);
+void layer_norm_backward_avx512(const float* dy, const float* x, const float* w, float* dx, float* dw,
+                                float* db, int64_t N, int64_t D, float eps);
+// Plain activations only for relu; return false (doing nothing) for kinds they do not handle, and
+// the entry point then runs the scalar twin.
+bool bias_activation_forward_avx512(Activation k, const float* x, const float* bias, float* y,
+                                    int64_t N, int64_t F);
+bool activation_backward_avx512(Activation k, const float* dy, const float* x, float* dx, int64_t N,
+                                int64_t F);
+void bias_relu_dropout_forward_avx512(const float* x, const float* bias, float* y, int64_t N,
+                                      int64_t F, const DropoutSpec& drop);
+void relu_dropout_backward_avx512(const float* dy, const float* y, float* dx, int64_t n, float p);
+void add_forward_avx512(const float* a, const float* b, float* y, int64_t n);
+void dropout_forward_avx512(const float* x, float* y, int64_t n, float p, uint64_t seed,
+                            uint64_t offset);
+void add_dropout_forward_avx512(const float* a, const float* x, float* y, int64_t n, float p,
+                                uint64_t seed, uint64_t offset);
+// dy rows at stride ld (≥ F).
+void bias_grad_avx512(const float* dy, int64_t ld, float* db, int64_t N, int64_t F);
+void transpose_avx512(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst,
+                      int64_t ld);
+// Flash attention (attention_avx512.cc); the backward needs p.lse.
+void attention_forward_avx512(const AttentionParams& p);
+void attention_backward_avx512(const AttentionParams& p, const float* dout, float* dq, float* dk,
+                               float* dv);
+// The attention kernel's vectorized exp, applied elementwise: exposed so the test can measure its
+// error in ulp against std::exp.
+void attention_exp_avx512(const float* x, float* y, int64_t n);
 
 }  // namespace tfm::kernels

@@ -1,6 +1,7 @@
 // src/kernels/transpose_avx512.h — matrix transposes through AVX-512 registers, for the *_avx512.cc
-// kernels (include only from files compiled with AVX-512 flags). The scalar twin is
-// kernels::transpose_scalar (rowwise.h); tests/kernels/rowwise_test.cc compares them.
+// kernels (include only from files compiled with AVX-512 flags). transpose_block is the body of
+// transpose_avx512 (elementwise_avx512.cc), whose scalar twin is transpose_scalar (kernels.h);
+// tests/kernels/elementwise_test.cc compares them.
 #pragma once
 
 #include <immintrin.h>
@@ -8,7 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
-namespace tfm::kernels::avx512 {
+namespace tfm::kernels {
 
 // In-register 16×16 transpose: on return r[c] holds column c of the input rows r[0..15].
 // Four stages of 2×2 block swaps: 32-bit pairs (unpack ps), 64-bit pairs (unpack pd), then 128-bit
@@ -60,4 +61,4 @@ inline void transpose_block(const float* src, int64_t sl, int64_t rows, int64_t 
   }
 }
 
-}  // namespace tfm::kernels::avx512
+}  // namespace tfm::kernels

@@ -3,23 +3,10 @@
 
 #include "kernels/kernels.h"
 #include "ops/check.h"
-#include "ops/linear_activation.h"
 #include "tfm/autograd.h"
 #include "quote.h"
 
 namespace tfm::ops {
-
-kernels::ActivationKind activation_kind(Activation a) {
-  switch (a) {
-    case Activation::RELU: return kernels::ActivationKind::ACT_RELU;
-    case Activation::GELU: return kernels::ActivationKind::ACT_GELU;
-    case Activation::GELU_TANH: return kernels::ActivationKind::ACT_GELU_TANH;
-    case Activation::GLU: return kernels::ActivationKind::ACT_GLU;
-    case Activation::GEGLU: return kernels::ActivationKind::ACT_GEGLU;
-    case Activation::SWIGLU: return kernels::ActivationKind::ACT_SWIGLU;
-  }
-  return kernels::ActivationKind::ACT_RELU;
-}
 
 namespace {
 
@@ -31,7 +18,7 @@ struct ActivationNode : Node {
     const Tensor& x = inputs[0];
     const int64_t F = dy.size(-1), N = dy.numel() / std::max<int64_t>(F, 1);
     Tensor dx = Tensor::empty(x.shape());
-    kernels::activation_backward(activation_kind(kind), dy.data(), x.data(), dx.data(), N, F);
+    kernels::activation_backward(kind, dy.data(), x.data(), dx.data(), N, F);
     accumulate_grad(din[0], dx);
   }
 };
@@ -61,8 +48,6 @@ const char* activation_name(Activation a) {
   return "?";
 }
 
-bool activation_is_gated(Activation a) { return kernels::activation_is_gated(activation_kind(a)); }
-
 Tensor activation(const Tensor& x, Activation kind) {
   check_float(x, "activation", "input");
   check(x.dim() >= 1, "activation: input must have at least one dimension");
@@ -77,7 +62,7 @@ Tensor activation(const Tensor& x, Activation kind) {
   ys.back() = F;
   Tensor y = Tensor::empty(ys);
   const int64_t N = y.numel() / std::max<int64_t>(F, 1);
-  kernels::activation_forward(activation_kind(kind), x.data(), y.data(), N, F);
+  kernels::activation_forward(kind, x.data(), y.data(), N, F);
   if (needs_grad({&x})) {
     auto node = std::make_shared<ActivationNode>();
     node->kind = kind;

@@ -2,7 +2,6 @@
 #include "tfm/ops/dropout.h"
 
 #include "kernels/kernels.h"
-#include "kernels/rowwise.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
 #include "tfm/ops/elementwise.h"

@@ -1,7 +1,7 @@
 // src/ops/elementwise.cc — add, scale, positional-table add, sum.
 #include "tfm/ops/elementwise.h"
 
-#include "kernels/rowwise.h"
+#include "kernels/kernels.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
 

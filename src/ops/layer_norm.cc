@@ -4,7 +4,6 @@
 #include <optional>
 
 #include "kernels/kernels.h"
-#include "kernels/rowwise.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
 #include "tfm/ops/dropout.h"

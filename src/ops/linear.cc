@@ -5,7 +5,6 @@
 #include <string>
 
 #include "kernels/kernels.h"
-#include "kernels/rowwise.h"
 #include "ops/check.h"
 #include "ops/linear_activation.h"
 #include "ops/packed_linear.h"

@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "kernels/kernels.h"
-#include "kernels/rowwise.h"
 #include "ops/check.h"
 #include "ops/packed_linear.h"
 #include "tfm/autograd.h"
@@ -30,7 +29,7 @@ struct LinearReluNode : Node {
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
     const int64_t F = y.size(-1), N = y.numel() / std::max<int64_t>(F, 1);
     Tensor dz = Tensor::empty(y.shape());
-    kernels::activation_backward(kernels::ActivationKind::ACT_RELU, dy.data(), y.data(), dz.data(), N, F);
+    kernels::activation_backward(Activation::RELU, dy.data(), y.data(), dz.data(), N, F);
     linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din);
   }
 };
@@ -96,7 +95,7 @@ Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bi
     ys.back() = F;
     y = Tensor::empty(ys);
   }
-  kernels::bias_activation_forward(activation_kind(kind), z.data(), b, y.data(), N, F);
+  kernels::bias_activation_forward(kind, z.data(), b, y.data(), N, F);
   if (grad) {  // ReLU only (above)
     auto node = std::make_shared<LinearReluNode>();
     node->has_bias = bias.defined();

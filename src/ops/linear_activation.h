@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/kernels.h"
 #include "tfm/ops/activation.h"
 #include "tfm/random.h"
 #include "tfm/tensor.h"
@@ -31,9 +30,6 @@ Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bi
 // Not training, or p ∉ (0, 1): exactly that composition.
 Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, float p, bool training,
                            Generator& gen);
-
-// The kernel enum of an op-level activation (defined in activation.cc).
-kernels::ActivationKind activation_kind(Activation a);
 
 // The argument checks of every Linear-shaped op (`op` names it in messages): x (..., in) float,
 // weight (out, in) float, bias (out) float or undefined. Returns (out, in).

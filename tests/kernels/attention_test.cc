@@ -404,8 +404,8 @@ TEST(AttentionKernel, NoKeysGivesZeroOutputAndGradient) {
 }
 
 // ---- finite differences in double -----------------------------------------------------------------
-// loss = Σ o ⊙ w for fixed random w; its gradient w.r.t. q, k, v is attention_backward_ref with
-// dout = w. Central differences with h = 1e-5 have truncation error ~h²·|f'''| ≈ 1e-10 and roundoff
+// loss = Σ o ⊙ w for fixed random w; its gradient w.r.t. q, k, v is attention_backward_scalar<double>
+// with dout = w. Central differences with h = 1e-5 have truncation error ~h²·|f'''| ≈ 1e-10 and roundoff
 // ~1e-16·|loss|/h ≈ 1e-11, so 1e-7 relative to the largest gradient is a safe bound that still
 // catches any wrong term (those are O(1e-2) or larger here).
 struct DoubleCase {
@@ -415,10 +415,10 @@ struct DoubleCase {
 
 double loss_of(const DoubleCase& c) {
   std::vector<double> o(c.p.B * c.p.L * c.p.H * c.p.Dh);
-  AttentionRefTensors<double> t;
+  AttentionScalarTensors<double> t;
   t.q = c.q.data(), t.k = c.k.data(), t.v = c.v.data(), t.o = o.data();
   t.mask = c.mask.data(), t.kpm = c.kpm.data();
-  attention_forward_ref<double>(c.p, t);
+  attention_forward_scalar<double>(c.p, t);
   double loss = 0;
   for (size_t i = 0; i < o.size(); ++i) loss += o[i] * c.w[i];
   return loss;
@@ -452,11 +452,11 @@ void finite_difference_check(float dropout_p) {
 
   std::vector<double> o(c.w.size()), lse(p.B * p.H * p.L);
   std::vector<double> dq(c.q.size()), dk(c.k.size()), dv(c.v.size());
-  AttentionRefTensors<double> t;
+  AttentionScalarTensors<double> t;
   t.q = c.q.data(), t.k = c.k.data(), t.v = c.v.data(), t.o = o.data();
   t.mask = c.mask.data(), t.kpm = c.kpm.data(), t.lse = lse.data();
-  attention_forward_ref<double>(p, t);
-  attention_backward_ref<double>(p, t, c.w.data(), dq.data(), dk.data(), dv.data());
+  attention_forward_scalar<double>(p, t);
+  attention_backward_scalar<double>(p, t, c.w.data(), dq.data(), dk.data(), dv.data());
 
   const double h = 1e-5;
   auto check = [&](std::vector<double>& x, const std::vector<double>& grad, const char* name) {

@@ -1,5 +1,5 @@
 // tests/kernels/gemm_test.cc — gemm (oneDNN on fixed panels) against its scalar twin gemm_scalar,
-// gemm_scalar against gemm_ref<double>, a hand-checked 2×2, the beta = 0 "overwrite even NaN"
+// gemm_scalar against gemm_scalar<double>, a hand-checked 2×2, the beta = 0 "overwrite even NaN"
 // contract, padded leading dimensions (padding must be neither read nor written), and bitwise
 // thread-count independence.
 //
@@ -10,7 +10,7 @@
 //   γ_{K+3} · (|alpha| Σ_k |a_ik b_kj| + |beta c_ij|)
 // of the exact value, and two float implementations differ by at most twice that. Against the
 // double reference only the float side errs: one γ_{K+3}. The magnitudes Σ|a||b| come from
-// gemm_ref<double> on |A|, |B| (exact enough: double's own error is ~2^-29 times smaller).
+// gemm_scalar<double> on |A|, |B| (exact enough: double's own error is ~2^-29 times smaller).
 // To add a case: append to kShapes or write a TEST with its own derivation.
 #include <omp.h>
 
@@ -67,8 +67,8 @@ std::vector<double> abs_products(const Case& c, const Mat& A, const Mat& B) {
   std::vector<double> a(A.v.size()), b(B.v.size()), s(size_t(std::max<int64_t>(c.M * c.N, 1)));
   for (size_t i = 0; i < a.size(); ++i) a[i] = std::isnan(A.v[i]) ? 0.0 : std::fabs(A.v[i]);
   for (size_t i = 0; i < b.size(); ++i) b[i] = std::isnan(B.v[i]) ? 0.0 : std::fabs(B.v[i]);
-  gemm_ref<double>(c.ta, c.tb, c.M, c.N, c.K, 1.0, a.data(), A.ld, b.data(), B.ld, 0.0, s.data(),
-                   c.N);
+  gemm_scalar<double>(c.ta, c.tb, c.M, c.N, c.K, 1.0, a.data(), A.ld, b.data(), B.ld, 0.0, s.data(),
+                      c.N);
   return s;
 }
 
@@ -197,8 +197,8 @@ TEST(GemmScalar, MatchesDoubleReference) {
           want(size_t(c.M * c.N));
       for (int64_t i = 0; i < c.M; ++i)
         for (int64_t j = 0; j < c.N; ++j) want[i * c.N + j] = C0.at(i, j);
-      gemm_ref<double>(c.ta, c.tb, c.M, c.N, c.K, alpha, a.data(), A.ld, b.data(), B.ld, beta,
-                       want.data(), c.N);
+      gemm_scalar<double>(c.ta, c.tb, c.M, c.N, c.K, alpha, a.data(), A.ld, b.data(), B.ld, beta,
+                          want.data(), c.N);
       Mat Cs = C0;
       gemm_scalar(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta,
                   Cs.v.data(), Cs.ld);

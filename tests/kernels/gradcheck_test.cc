@@ -1,6 +1,7 @@
 // tests/kernels/gradcheck_test.cc — finite-difference gradient checks in double precision for the
-// backward rules of the row-wise kernels (LayerNorm, every activation) and of Linear (expressed with
-// the reference GEMM). The attention backward has its own check in attention_test.cc.
+// backward rules of the LayerNorm, activation (every kind) and cross-entropy kernels — their scalar
+// templates (*_scalar.h) instantiated with double — and of Linear (expressed with
+// gemm_scalar<double>). The attention backward has its own check in attention_test.cc.
 //
 // Method: for a scalar loss ℓ(x) = Σ w ⊙ f(x) with fixed random weights w, compare the analytic
 // gradient from the backward kernel with the central difference (ℓ(x+h·e_i) − ℓ(x−h·e_i)) / 2h.
@@ -13,8 +14,10 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/activation_scalar.h"
+#include "kernels/cross_entropy_scalar.h"
 #include "kernels/gemm_scalar.h"
-#include "kernels/rowwise_scalar.h"
+#include "kernels/layer_norm_scalar.h"
 #include "test_util.h"
 
 namespace tfm::kernels {
@@ -69,40 +72,40 @@ TEST(GradCheck, LayerNormInputWeightBias) {
   Vec x = rand_vec(N * D, 1), w = rand_vec(D, 2), b = rand_vec(D, 3), dy = rand_vec(N * D, 4);
   Vec y(N * D), mean(N), rstd(N);
   auto loss = [&] {
-    ref::layer_norm_forward<double>(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), N, D, 1e-5);
+    layer_norm_forward_scalar<double>(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), N, D, 1e-5);
     return dot(y, dy);
   };
   loss();
   Vec dx(N * D), dw(D, 0.0), db(D, 0.0);
-  ref::layer_norm_backward<double>(dy.data(), x.data(), w.data(), dx.data(), dw.data(), db.data(), N, D, 1e-5);
+  layer_norm_backward_scalar<double>(dy.data(), x.data(), w.data(), dx.data(), dw.data(), db.data(), N, D, 1e-5);
   expect_close(dx, numeric_grad(x, loss), "dx");
   expect_close(dw, numeric_grad(w, loss), "dw");
   expect_close(db, numeric_grad(b, loss), "db");
 }
 
-class ActivationGrad : public ::testing::TestWithParam<ActivationKind> {};
+class ActivationGrad : public ::testing::TestWithParam<Activation> {};
 
 TEST_P(ActivationGrad, MatchesCentralDifferences) {
-  const ActivationKind k = GetParam();
+  const Activation k = GetParam();
   const int64_t N = 4, F = 5, in_row = activation_is_gated(k) ? 2 * F : F;
   Vec x = rand_vec(N * in_row, 11), dy = rand_vec(N * F, 12), y(N * F);
   // Keep ReLU's inputs away from its kink at 0, where the derivative is undefined.
-  if (k == ActivationKind::ACT_RELU)
+  if (k == Activation::RELU)
     for (double& v : x)
       if (std::fabs(v) < 1e-3) v = 0.5;
   auto loss = [&] {
-    ref::activation_forward<double>(k, x.data(), y.data(), N, F);
+    activation_forward_scalar<double>(k, x.data(), y.data(), N, F);
     return dot(y, dy);
   };
   Vec dx(N * in_row);
-  ref::activation_backward<double>(k, dy.data(), x.data(), dx.data(), N, F);
+  activation_backward_scalar<double>(k, dy.data(), x.data(), dx.data(), N, F);
   expect_close(dx, numeric_grad(x, loss), "dx");
 }
 
 INSTANTIATE_TEST_SUITE_P(All, ActivationGrad,
-                         ::testing::Values(ActivationKind::ACT_RELU, ActivationKind::ACT_GELU,
-                                           ActivationKind::ACT_GELU_TANH, ActivationKind::ACT_GLU,
-                                           ActivationKind::ACT_GEGLU, ActivationKind::ACT_SWIGLU));
+                         ::testing::Values(Activation::RELU, Activation::GELU,
+                                           Activation::GELU_TANH, Activation::GLU,
+                                           Activation::GEGLU, Activation::SWIGLU));
 
 // Linear y = x·Wᵀ + b with the backward rules used by ops::linear: dx = dy·W, dW = dyᵀ·x, db = Σ dy.
 TEST(GradCheck, LinearThroughReferenceGemm) {
@@ -112,12 +115,12 @@ TEST(GradCheck, LinearThroughReferenceGemm) {
   auto loss = [&] {
     for (int64_t n = 0; n < N; ++n)
       for (int64_t o = 0; o < out; ++o) y[n * out + o] = b[o];
-    gemm_ref<double>(false, true, N, out, in, 1.0, x.data(), in, W.data(), in, 1.0, y.data(), out);
+    gemm_scalar<double>(false, true, N, out, in, 1.0, x.data(), in, W.data(), in, 1.0, y.data(), out);
     return dot(y, dy);
   };
   Vec dx(N * in), dW(out * in), db(out, 0.0);
-  gemm_ref<double>(false, false, N, in, out, 1.0, dy.data(), out, W.data(), in, 0.0, dx.data(), in);
-  gemm_ref<double>(true, false, out, in, N, 1.0, dy.data(), out, x.data(), in, 0.0, dW.data(), in);
+  gemm_scalar<double>(false, false, N, in, out, 1.0, dy.data(), out, W.data(), in, 0.0, dx.data(), in);
+  gemm_scalar<double>(true, false, out, in, N, 1.0, dy.data(), out, x.data(), in, 0.0, dW.data(), in);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t o = 0; o < out; ++o) db[o] += dy[n * out + o];
   expect_close(dx, numeric_grad(x, loss), "dx");
@@ -132,14 +135,14 @@ TEST(GradCheck, CrossEntropyWithSmoothingAndIgnoredRow) {
   Vec z = rand_vec(N * V, 31, -3, 3), loss(N), lse(N), scale(N, 1.0);
   for (double eps : {0.0, 0.1}) {
     auto total = [&] {
-      ref::cross_entropy_forward<double>(z.data(), target, loss.data(), lse.data(), N, V, -100, eps);
+      cross_entropy_forward_scalar<double>(z.data(), target, loss.data(), lse.data(), N, V, -100, eps);
       double t = 0;
       for (double l : loss) t += l;
       return t;
     };
     total();
     Vec dz(N * V);
-    ref::cross_entropy_backward<double>(z.data(), target, lse.data(), scale.data(), dz.data(), N, V, -100, eps);
+    cross_entropy_backward_scalar<double>(z.data(), target, lse.data(), scale.data(), dz.data(), N, V, -100, eps);
     expect_close(dz, numeric_grad(z, total), eps == 0.0 ? "dz" : "dz (smoothing 0.1)");
     for (int64_t v = 0; v < V; ++v) EXPECT_EQ(dz[V + v], 0.0);  // the ignored row
   }
@@ -150,10 +153,10 @@ TEST(GradCheck, CrossEntropyWithSmoothingAndIgnoredRow) {
 // mean(g·x̂) = −0.5, dx = rstd·(g − 0.5 + x̂·0.5) = [1 − 0.5 − 0.5, 0 − 0.5 + 0.5] = [0, 0].
 TEST(GradCheck, LayerNormHandChecked) {
   double x[2] = {1, 3}, w[2] = {1, 1}, y[2], mean, rstd, dy[2] = {1, 0}, dx[2], dw[2] = {0, 0};
-  ref::layer_norm_forward<double>(x, w, nullptr, y, &mean, &rstd, 1, 2, 0.0);
+  layer_norm_forward_scalar<double>(x, w, nullptr, y, &mean, &rstd, 1, 2, 0.0);
   EXPECT_DOUBLE_EQ(y[0], -1.0);
   EXPECT_DOUBLE_EQ(y[1], 1.0);
-  ref::layer_norm_backward<double>(dy, x, w, dx, dw, nullptr, 1, 2, 0.0);
+  layer_norm_backward_scalar<double>(dy, x, w, dx, dw, nullptr, 1, 2, 0.0);
   EXPECT_NEAR(dx[0], 0.0, 1e-15);
   EXPECT_NEAR(dx[1], 0.0, 1e-15);
   EXPECT_DOUBLE_EQ(dw[0], -1.0);  // dy·x̂ = 1·(−1)

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "kernels/kernels.h"
-#include "kernels/rowwise.h"
 #include "ops/linear_activation.h"
 #include "test_util.h"
 #include "tfm/autograd.h"
@@ -189,7 +188,7 @@ TEST(DropoutFusion, ReluDropoutKernelsMatchScalarTwins) {
       ASSERT_EQ(std::memcmp(fast.data(), slow.data(), sizeof(float) * n), 0) << "forward F " << F;
       // The composition's forward, bitwise.
       std::vector<float> comp(n);
-      kernels::bias_activation_forward(kernels::ActivationKind::ACT_RELU, x.data(), bias.data(), comp.data(), N, F);
+      kernels::bias_activation_forward(Activation::RELU, x.data(), bias.data(), comp.data(), N, F);
       kernels::dropout_forward(comp.data(), comp.data(), n, d.p, d.seed, d.offset);
       ASSERT_EQ(std::memcmp(fast.data(), comp.data(), sizeof(float) * n), 0) << "composition F " << F;
       float* g = dy.data();

@@ -1,0 +1,79 @@
+// src/kernels/activation.cc — the activation kernels' dispatching entry points (activation_forward,
+// activation_backward, bias_activation_forward, bias_relu_dropout_forward, relu_dropout_backward)
+// and their float scalar twins. The twins instantiate the templates of activation_scalar.h; the entry
+// points run fixed chunks of rows or elements (parallel_chunks.h), so results never depend on the
+// thread count, on the AVX-512 bodies of activation_avx512.cc when cpu_has_avx512() and the kind has
+// one (relu). Contracts in kernels.h.
+#include "kernels/activation_scalar.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel_chunks.h"
+
+namespace tfm::kernels {
+
+void activation_forward_scalar(Activation k, const float* x, float* y, int64_t N, int64_t F) {
+  activation_forward_scalar<float>(k, x, y, N, F);
+}
+void activation_backward_scalar(Activation k, const float* dy, const float* x, float* dx, int64_t N,
+                                int64_t F) {
+  activation_backward_scalar<float>(k, dy, x, dx, N, F);
+}
+
+void bias_activation_forward_scalar(Activation k, const float* x, const float* bias, float* y, int64_t N,
+                                    int64_t F) {
+  bias_activation_forward_scalar<float>(k, x, bias, y, N, F);
+}
+void bias_relu_dropout_forward_scalar(const float* x, const float* bias, float* y, int64_t N, int64_t F,
+                                      const DropoutSpec& drop) {
+  bias_relu_dropout_forward_scalar<float>(x, bias, y, N, F, drop.p, drop.seed, drop.offset);
+}
+void relu_dropout_backward_scalar(const float* dy, const float* y, float* dx, int64_t n, float p) {
+  relu_dropout_backward_scalar<float>(dy, y, dx, n, p);
+}
+
+void activation_forward(Activation k, const float* x, float* y, int64_t N, int64_t F) {
+  bias_activation_forward(k, x, nullptr, y, N, F);
+}
+
+void bias_activation_forward(Activation k, const float* x, const float* bias, float* y, int64_t N,
+                             int64_t F) {
+  const bool simd = cpu_has_avx512();
+  const int64_t in_row = activation_is_gated(k) ? 2 * F : F;
+  for_each_row_chunk(N, F, [&](int64_t, int64_t r0, int64_t rn) {
+    if (!simd || !bias_activation_forward_avx512(k, x + r0 * in_row, bias, y + r0 * F, rn, F))
+      bias_activation_forward_scalar(k, x + r0 * in_row, bias, y + r0 * F, rn, F);
+  });
+}
+
+void activation_backward(Activation k, const float* dy, const float* x, float* dx, int64_t N,
+                         int64_t F) {
+  const bool simd = cpu_has_avx512();
+  const int64_t in_row = activation_is_gated(k) ? 2 * F : F;
+  for_each_row_chunk(N, F, [&](int64_t, int64_t r0, int64_t rn) {
+    if (!simd || !activation_backward_avx512(k, dy + r0 * F, x + r0 * in_row, dx + r0 * in_row, rn, F))
+      activation_backward_scalar(k, dy + r0 * F, x + r0 * in_row, dx + r0 * in_row, rn, F);
+  });
+}
+
+void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int64_t N, int64_t F,
+                               const DropoutSpec& drop) {
+  const bool simd = cpu_has_avx512();
+  for_each_row_chunk(N, F, [&](int64_t, int64_t r0, int64_t rn) {
+    const DropoutSpec d{drop.p, drop.seed, drop.offset + static_cast<uint64_t>(r0 * F)};
+    if (simd)
+      bias_relu_dropout_forward_avx512(x + r0 * F, bias, y + r0 * F, rn, F, d);
+    else
+      bias_relu_dropout_forward_scalar(x + r0 * F, bias, y + r0 * F, rn, F, d);
+  });
+}
+
+void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n, float p) {
+  const bool simd = cpu_has_avx512();
+  for_each_elem_chunk(n, 65536, [&](int64_t i0, int64_t m) {
+    if (simd)
+      relu_dropout_backward_avx512(dy + i0, y + i0, dx + i0, m, p);
+    else
+      relu_dropout_backward_scalar(dy + i0, y + i0, dx + i0, m, p);
+  });
+}
+
+}  // namespace tfm::kernels

@@ -1,0 +1,90 @@
+// src/kernels/elementwise.cc — the element-wise kernels' dispatching entry points (add_forward,
+// dropout_forward, add_dropout_forward, bias_grad, transpose) and their float scalar twins. The twins
+// instantiate the templates of elementwise_scalar.h; the entry points run fixed chunks
+// (parallel_chunks.h), so results never depend on the thread count, on the AVX-512 bodies of
+// elementwise_avx512.cc when cpu_has_avx512(). Contracts in kernels.h.
+#include <algorithm>
+
+#include "kernels/elementwise_scalar.h"
+#include "kernels/kernels.h"
+#include "kernels/parallel_chunks.h"
+
+namespace tfm::kernels {
+
+void add_forward_scalar(const float* a, const float* b, float* y, int64_t n) {
+  add_forward_scalar<float>(a, b, y, n);
+}
+void dropout_forward_scalar(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
+  dropout_forward_scalar<float>(x, y, n, p, seed, offset);
+}
+void bias_grad_scalar(const float* dy, float* db, int64_t N, int64_t F) {
+  bias_grad_scalar<float>(dy, db, N, F);
+}
+void transpose_scalar(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ld + r] = src[r * sl + c];
+}
+void add_dropout_forward_scalar(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
+                                uint64_t offset) {
+  add_dropout_forward_scalar<float>(a, x, y, n, p, seed, offset);
+}
+
+void transpose(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld) {
+  if (cpu_has_avx512())
+    transpose_avx512(src, sl, rows, cols, dst, ld);
+  else
+    transpose_scalar(src, sl, rows, cols, dst, ld);
+}
+
+void add_forward(const float* a, const float* b, float* y, int64_t n) {
+  const bool simd = cpu_has_avx512();
+  for_each_elem_chunk(n, 65536, [&](int64_t i0, int64_t m) {
+    if (simd)
+      add_forward_avx512(a + i0, b + i0, y + i0, m);
+    else
+      add_forward_scalar(a + i0, b + i0, y + i0, m);
+  });
+}
+
+void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
+  const bool simd = cpu_has_avx512();
+  for_each_elem_chunk(n, 16384, [&](int64_t i0, int64_t m) {
+    const uint64_t off = offset + static_cast<uint64_t>(i0);
+    if (simd)
+      dropout_forward_avx512(x + i0, y + i0, m, p, seed, off);
+    else
+      dropout_forward_scalar(x + i0, y + i0, m, p, seed, off);
+  });
+}
+
+// Columns are split in fixed blocks of kColChunk; each column still sums its rows in order.
+static constexpr int64_t kColChunk = 256;
+
+void bias_grad(const float* dy, float* db, int64_t N, int64_t F) {
+  const bool simd = cpu_has_avx512();
+  const int64_t chunks = (F + kColChunk - 1) / kColChunk;
+#pragma omp parallel for schedule(static) if (N * F > 65536 && chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t f0 = c * kColChunk, m = std::min(kColChunk, F - f0);
+    // The column block is strided in dy (row stride F).
+    if (simd) {
+      bias_grad_avx512(dy + f0, F, db + f0, N, m);
+    } else {
+      for (int64_t n = 0; n < N; ++n) add_forward_scalar(db + f0, dy + n * F + f0, db + f0, m);
+    }
+  }
+}
+
+void add_dropout_forward(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
+                         uint64_t offset) {
+  const bool simd = cpu_has_avx512();
+  for_each_elem_chunk(n, 16384, [&](int64_t i0, int64_t m) {
+    const uint64_t off = offset + static_cast<uint64_t>(i0);
+    if (simd)
+      add_dropout_forward_avx512(a + i0, x + i0, y + i0, m, p, seed, off);
+    else
+      add_dropout_forward_scalar(a + i0, x + i0, y + i0, m, p, seed, off);
+  });
+}
+
+}  // namespace tfm::kernels

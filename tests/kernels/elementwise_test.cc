@@ -1,0 +1,190 @@
+// tests/kernels/elementwise_test.cc — the element-wise kernels (elementwise.cc, elementwise_avx512.cc)
+// and the counter hashes behind dropout and initialisation (kernels.h, cpu.cc): the AVX-512 bodies of
+// add, dropout and the bias gradient against their scalar twins on sizes that are not multiples of
+// the 16-float vector, the register transpose against its twin, the dropout rate, the statistics of
+// the hashes, the exactness of the keep threshold, and the dispatchers' thread-count independence.
+//
+// Expected agreement: every SIMD body here performs the same float operations in the same order per
+// element as its twin (the transpose only moves data) → bitwise equal.
+// The SIMD comparisons are skipped (with a message) when the CPU has no AVX-512.
+// To add a kernel: a TEST comparing foo_avx512 with foo_scalar over kSizes, bitwise.
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernel_test_util.h"
+#include "kernels/kernels.h"
+
+namespace tfm::kernels {
+namespace {
+
+using test::bitwise;
+using test::kSizes;
+using test::rnd;
+
+TEST(ElementwiseKernel, AddDropoutBiasGradBitwise) {
+  SKIP_WITHOUT_AVX512();
+  for (int64_t n : kSizes) {
+    auto a = rnd(n, 40 + n), b = rnd(n, 41 + n);
+    std::vector<float> y1(n), y2(n);
+    add_forward_avx512(a.data(), b.data(), y1.data(), n);
+    add_forward_scalar(a.data(), b.data(), y2.data(), n);
+    EXPECT_TRUE(bitwise(y1, y2)) << "add n=" << n;
+    for (float p : {0.1f, 0.5f}) {
+      // Offsets not a multiple of 16, the second one crossing 2³² (where the hash's key changes)
+      // inside a vector of 16 counters.
+      for (uint64_t offset : {uint64_t{1000} + uint64_t(n), (uint64_t{1} << 32) - 21}) {
+        const uint64_t seed = 7;
+        dropout_forward_avx512(a.data(), y1.data(), n, p, seed, offset);
+        dropout_forward_scalar(a.data(), y2.data(), n, p, seed, offset);
+        EXPECT_TRUE(bitwise(y1, y2)) << "dropout n=" << n << " p=" << p << " offset=" << offset;
+      }
+    }
+    const int64_t N = 9;
+    auto dy = rnd(N * n, 42 + n);
+    std::vector<float> db1 = rnd(n, 43), db2 = db1;
+    bias_grad_avx512(dy.data(), n, db1.data(), N, n);
+    bias_grad_scalar(dy.data(), db2.data(), N, n);
+    EXPECT_TRUE(bitwise(db1, db2)) << "bias_grad F=" << n;
+  }
+}
+
+TEST(ElementwiseKernel, DropoutKeepsAboutOneMinusP) {
+  // 100000 Bernoulli(0.9) draws: mean 0.9, std √(0.09/1e5) ≈ 9.5e-4; 5 std ≈ 0.005.
+  const int64_t n = 100000;
+  std::vector<float> x(n, 1.0f), y(n);
+  dropout_forward(x.data(), y.data(), n, 0.1f, 3, 0);
+  int64_t kept = 0;
+  for (float v : y) {
+    if (v != 0.0f) {
+      ++kept;
+      EXPECT_FLOAT_EQ(v, 1.0f / 0.9f);
+    }
+  }
+  EXPECT_NEAR(double(kept) / double(n), 0.9, 0.005);
+}
+
+// The counter hashes: kernels::uniform01 (initialisation) and dropout's 24-bit uniform
+// (dropout_hash >> 8)·2⁻²⁴, over counters first + i·stride — stride 1 as dropout_forward visits
+// them, stride 2048 as attention's forward puts 16 queries of one key in a vector — from 0 and from
+// just below 2³² (dropout's key changes there). n = 2²⁰ draws per seed; the bounds are the 99.99th
+// percentiles of the statistics for truly independent uniforms, so a correct hash fails with
+// probability ~1e-4 per check — and fixed seeds make the test deterministic:
+//   χ² of 256 equal bins (255 dof): mean 255, sd 22.6 → bound 350
+//   χ² of consecutive pairs on a 16×16 grid (255 dof): bound 350
+//   lag-1 correlation, and correlation between the streams of seeds s and s + 1: |r| < 4/√n
+void expect_uniform_and_uncorrelated(const std::function<double(uint64_t, uint64_t)>& uniform,
+                                     const char* name) {
+  const int64_t n = int64_t{1} << 20;
+  for (uint64_t seed : {0ull, 1ull, 12345ull})
+    for (uint64_t stride : {uint64_t{1}, uint64_t{2048}})
+      for (uint64_t first : {uint64_t{0}, (uint64_t{1} << 32) - (uint64_t{1} << 19) * stride}) {
+        std::vector<double> u(n), v(n);
+        for (int64_t i = 0; i < n; ++i) {
+          u[i] = uniform(seed, first + static_cast<uint64_t>(i) * stride);
+          v[i] = uniform(seed + 1, first + static_cast<uint64_t>(i) * stride);
+        }
+        std::vector<double> bins(256, 0.0), pairs(256, 0.0);
+        for (int64_t i = 0; i < n; ++i) bins[static_cast<size_t>(u[i] * 256)] += 1;
+        for (int64_t i = 0; i + 1 < n; i += 2)
+          pairs[static_cast<size_t>(u[i] * 16) * 16 + static_cast<size_t>(u[i + 1] * 16)] += 1;
+        auto chi2 = [](const std::vector<double>& h, double expected) {
+          double c = 0;
+          for (double o : h) c += (o - expected) * (o - expected) / expected;
+          return c;
+        };
+        auto corr = [](const double* a, const double* b, int64_t m) {
+          double sa = 0, sb = 0, sab = 0, saa = 0, sbb = 0;
+          for (int64_t i = 0; i < m; ++i) {
+            sa += a[i], sb += b[i], sab += a[i] * b[i], saa += a[i] * a[i], sbb += b[i] * b[i];
+          }
+          const double ma = sa / m, mb = sb / m;
+          return (sab / m - ma * mb) / std::sqrt((saa / m - ma * ma) * (sbb / m - mb * mb));
+        };
+        const std::string at = std::string(name) + " seed " + std::to_string(seed) + " stride " +
+                               std::to_string(stride) + " first " + std::to_string(first);
+        EXPECT_LT(chi2(bins, n / 256.0), 350.0) << at;
+        EXPECT_LT(chi2(pairs, n / 2 / 256.0), 350.0) << at;
+        EXPECT_LT(std::fabs(corr(u.data(), u.data() + 1, n - 1)), 4.0 / std::sqrt(double(n))) << at;
+        EXPECT_LT(std::fabs(corr(u.data(), v.data(), n)), 4.0 / std::sqrt(double(n))) << at;
+      }
+}
+
+TEST(ElementwiseKernel, HashIsUniformAndUncorrelated) {
+  expect_uniform_and_uncorrelated([](uint64_t s, uint64_t c) { return double(uniform01(s, c)); },
+                                  "uniform01");
+}
+
+TEST(ElementwiseKernel, DropoutHashIsUniformAndUncorrelated) {
+  expect_uniform_and_uncorrelated(
+      [](uint64_t s, uint64_t c) { return double(dropout_hash(s, c) >> 8) / 16777216.0; },
+      "dropout_hash");
+}
+
+// dropout_keep is exactly "24-bit uniform ≥ p": at p = k·2⁻²⁴ the boundary value k is kept and
+// k − 1 dropped; p = 0 keeps everything and p = 1 nothing.
+TEST(ElementwiseKernel, DropoutKeepThresholdIsExact) {
+  EXPECT_EQ(dropout_threshold(0.0f), 0u);
+  EXPECT_EQ(dropout_threshold(1.0f), 1u << 24);
+  EXPECT_EQ(dropout_threshold(0.5f), 1u << 23);
+  EXPECT_EQ(dropout_threshold(0.1f), 1677722u);  // ceil(0.100000001490116·2²⁴) = ceil(1677721.6)
+  for (uint64_t c = 0; c < 1000; ++c) {
+    const uint32_t k = dropout_hash(5, c) >> 8;
+    const float p_at = static_cast<float>(k) / 16777216.0f;  // exact
+    EXPECT_TRUE(dropout_keep(5, c, p_at)) << c;
+    if (k + 1 < (1u << 24)) {
+      EXPECT_FALSE(dropout_keep(5, c, static_cast<float>(k + 1) / 16777216.0f)) << c;
+    }
+    EXPECT_TRUE(dropout_keep(5, c, 0.0f));
+    EXPECT_FALSE(dropout_keep(5, c, 1.0f));
+  }
+}
+
+// The register transpose against the scalar twin and the definition, at sizes around the 16×16
+// block, with strides wider than the block: dst elements outside the (cols, rows) block keep their
+// sentinel.
+TEST(ElementwiseKernel, TransposeMatchesScalarTwin) {
+  for (int64_t rows : {1, 15, 16, 17, 40})
+    for (int64_t cols : {1, 3, 16, 33}) {
+      const int64_t sl = cols + 5, ld = rows + 3;
+      auto src = rnd(rows * sl, 300 + rows * 7 + cols);
+      std::vector<float> fast(cols * ld, -7.0f), slow(cols * ld, -7.0f);
+      transpose(src.data(), sl, rows, cols, fast.data(), ld);
+      transpose_scalar(src.data(), sl, rows, cols, slow.data(), ld);
+      EXPECT_TRUE(bitwise(fast, slow)) << rows << "x" << cols;
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t r = 0; r < ld; ++r)
+          ASSERT_EQ(fast[c * ld + r], r < rows ? src[r * sl + c] : -7.0f) << rows << "x" << cols;
+    }
+}
+
+TEST(ElementwiseKernel, DispatchersBitwiseAcrossThreadCounts) {
+  const int64_t N = 300, D = 515, n = N * D;
+  auto x = rnd(n, 60), r = rnd(n, 61), dy = rnd(n, 64);
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    std::vector<float> out;
+    std::vector<float> t(n);
+    dropout_forward(x.data(), t.data(), n, 0.2f, 5, 17);
+    out.insert(out.end(), t.begin(), t.end());
+    add_forward(x.data(), r.data(), t.data(), n);
+    out.insert(out.end(), t.begin(), t.end());
+    std::vector<float> g(D, 0.f);
+    bias_grad(dy.data(), g.data(), N, D);
+    out.insert(out.end(), g.begin(), g.end());
+    return out;
+  };
+  const int saved = omp_get_max_threads();
+  auto one = run(1), two = run(2);
+  omp_set_num_threads(saved);
+  EXPECT_TRUE(bitwise(one, two));
+}
+
+}  // namespace
+}  // namespace tfm::kernels
