@@ -80,7 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const auto& [n, a] : copied.tensors) {
     const tfm::Tensor& b = mapped.at(n);
     check(a.dtype() == b.dtype() && a.shape() == b.shape(), "modes disagree on dtype or shape");
-    const bool f32 = a.dtype() == tfm::DType::Float32;
+    const bool f32 = a.dtype() == tfm::DType::FLOAT32;
     const size_t bytes = static_cast<size_t>(a.numel()) * (f32 ? 4 : 1);
     const void* pa = f32 ? static_cast<const void*>(a.data()) : a.data_bool();
     const void* pb = f32 ? static_cast<const void*>(b.data()) : b.data_bool();

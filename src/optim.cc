@@ -38,7 +38,7 @@ Tensor take_slot(const NamedTensors& s, const std::string& key, const char* slot
   auto it = s.find(name);
   if (it == s.end()) return Tensor();
   const Tensor& t = it->second;
-  if (!t.defined() || t.dtype() != DType::Float32 || t.shape() != param.shape())
+  if (!t.defined() || t.dtype() != DType::FLOAT32 || t.shape() != param.shape())
     fail("optimizer state: '" + name + "' has " + (t.defined() ? describe(t) : std::string("undefined")) +
          ", expected " + describe(param));
   used.insert(name);
@@ -50,7 +50,7 @@ int64_t take_step(const NamedTensors& s, const std::string& key, std::set<std::s
   auto it = s.find(name);
   if (it == s.end()) fail("optimizer state: missing '" + name + "'");
   const Tensor& t = it->second;
-  if (!t.defined() || t.dtype() != DType::Float32 || t.numel() != 1)
+  if (!t.defined() || t.dtype() != DType::FLOAT32 || t.numel() != 1)
     fail("optimizer state: '" + name + "' must be a single Float32 value");
   const float v = t.item();
   if (!(v >= 0.0f) || v != std::floor(v)) fail("optimizer state: '" + name + "' is not a step count");

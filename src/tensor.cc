@@ -33,8 +33,8 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
-const char* dtype_name(DType t) { return t == DType::Float32 ? "Float32" : "Bool"; }
-static size_t dtype_size(DType t) { return t == DType::Float32 ? 4 : 1; }
+const char* dtype_name(DType t) { return t == DType::FLOAT32 ? "Float32" : "Bool"; }
+static size_t dtype_size(DType t) { return t == DType::FLOAT32 ? 4 : 1; }
 
 // ---- storage --------------------------------------------------------------------------------------
 // The block cache. Sizes are rounded up to a size class (multiples of 64 B up to 4 KiB, then four
@@ -173,7 +173,7 @@ Tensor Tensor::from_external(const Shape& shape, float* data, std::shared_ptr<vo
   // block (none if empty) and points at data (or a sentinel when data is null).
   static char sentinel;
   void* mark = data != nullptr ? static_cast<void*>(data) : static_cast<void*>(&sentinel);
-  return tensor_from_borrowed(shape, DType::Float32, data, std::shared_ptr<void>(std::move(owner), mark));
+  return tensor_from_borrowed(shape, DType::FLOAT32, data, std::shared_ptr<void>(std::move(owner), mark));
 }
 
 static TensorImpl& need(const TensorImpl* impl, const char* what) {
@@ -201,7 +201,7 @@ Tensor Tensor::from_vector(const Shape& shape, const std::vector<float>& values)
   return t;
 }
 Tensor Tensor::from_bool(const Shape& shape, const std::vector<uint8_t>& values) {
-  Tensor t = empty(shape, DType::Bool);
+  Tensor t = empty(shape, DType::BOOL);
   if (static_cast<int64_t>(values.size()) != t.numel())
     throw std::invalid_argument("from_bool: " + std::to_string(values.size()) + " values for shape " +
                                 shape_str(shape));
@@ -223,13 +223,13 @@ int64_t Tensor::numel() const { return need(impl_.get(), "numel").numel; }
 
 float* Tensor::data() {
   auto& impl = need(impl_.get(), "data");
-  if (impl.dtype != DType::Float32) throw std::logic_error("data(): tensor is " + describe(*this));
+  if (impl.dtype != DType::FLOAT32) throw std::logic_error("data(): tensor is " + describe(*this));
   return static_cast<float*>(impl.storage->ptr) + impl.offset;
 }
 const float* Tensor::data() const { return const_cast<Tensor*>(this)->data(); }
 uint8_t* Tensor::data_bool() {
   auto& impl = need(impl_.get(), "data_bool");
-  if (impl.dtype != DType::Bool) throw std::logic_error("data_bool(): tensor is " + describe(*this));
+  if (impl.dtype != DType::BOOL) throw std::logic_error("data_bool(): tensor is " + describe(*this));
   return static_cast<uint8_t*>(impl.storage->ptr) + impl.offset;
 }
 const uint8_t* Tensor::data_bool() const { return const_cast<Tensor*>(this)->data_bool(); }
@@ -352,7 +352,7 @@ void Tensor::copy_(const Tensor& src) {
 }
 
 void Tensor::fill_(float value) {
-  if (dtype() == DType::Bool) {
+  if (dtype() == DType::BOOL) {
     std::memset(data_bool(), value != 0.0f ? 1 : 0, static_cast<size_t>(numel()));
     return;
   }
@@ -370,7 +370,7 @@ bool Tensor::requires_grad() const { return impl_ && impl_->requires_grad; }
 Tensor& Tensor::requires_grad_(bool on) {
   auto& impl = need(impl_.get(), "requires_grad_");
   if (impl.grad_fn) throw std::logic_error("requires_grad_: only leaf tensors can change requires_grad");
-  if (on && impl.dtype != DType::Float32) throw std::logic_error("requires_grad_: only Float32 tensors");
+  if (on && impl.dtype != DType::FLOAT32) throw std::logic_error("requires_grad_: only Float32 tensors");
   impl.requires_grad = on;
   return *this;
 }

@@ -34,7 +34,7 @@ void allocator_release_cache();  // frees every idle block
 
 struct TensorImpl {
   Shape shape;
-  DType dtype = DType::Float32;
+  DType dtype = DType::FLOAT32;
   int64_t numel = 0;
   std::shared_ptr<Storage> storage;
   int64_t offset = 0;  // in elements

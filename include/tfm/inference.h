@@ -1,7 +1,7 @@
 // tfm/inference.h — InferenceMode: the scope to run a trained model in.
 //
 // PyTorch analog: `with torch.inference_mode():` (no autograd recording), plus, for
-// Precision::BFloat16, `with torch.autocast("cpu", dtype=torch.bfloat16):` restricted to the
+// Precision::BFLOAT16, `with torch.autocast("cpu", dtype=torch.bfloat16):` restricted to the
 // matmuls of Linear layers (attention, LayerNorm, softmax, activations stay float32).
 //
 // Inside the scope every Linear weight is packed on first use — reordered into the GEMM backend's
@@ -23,7 +23,7 @@
 // packed copies hold the weights' storage alive until the scope ends). Scopes are per thread and
 // nest; an inner scope's precision applies until it ends, and the cache belongs to the outermost.
 //
-//   tfm::InferenceMode scope(tfm::Precision::BFloat16);
+//   tfm::InferenceMode scope(tfm::Precision::BFLOAT16);
 //   tfm::Tensor y = layer.forward(x);
 #pragma once
 
@@ -34,7 +34,7 @@
 
 namespace tfm {
 
-enum class Precision { Float32, BFloat16 };
+enum class Precision { FLOAT32, BFLOAT16 };
 
 // "f32"/"float32" or "bf16"/"bfloat16" → Precision; throws std::invalid_argument otherwise.
 Precision parse_precision(const std::string& name);
@@ -62,7 +62,7 @@ class PackedWeightCache {
 
 class InferenceMode {
  public:
-  explicit InferenceMode(Precision precision = Precision::Float32);
+  explicit InferenceMode(Precision precision = Precision::FLOAT32);
   // A scope whose packed weights go into, and are reused from, `cache` (see PackedWeightCache);
   // scopes nested inside it use the same cache.
   InferenceMode(Precision precision, PackedWeightCache& cache);

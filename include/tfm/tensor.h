@@ -19,7 +19,7 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);  // "(2, 3, 4)"
 int64_t shape_numel(const Shape& s);    // throws on negative dims or int64 overflow
 
-enum class DType : uint8_t { Float32, Bool };
+enum class DType : uint8_t { FLOAT32, BOOL };
 const char* dtype_name(DType t);
 
 class Node;
@@ -29,8 +29,8 @@ class Tensor {
  public:
   Tensor() = default;  // undefined: defined() == false
 
-  static Tensor empty(const Shape& shape, DType dtype = DType::Float32);  // uninitialized
-  static Tensor zeros(const Shape& shape, DType dtype = DType::Float32);
+  static Tensor empty(const Shape& shape, DType dtype = DType::FLOAT32);  // uninitialized
+  static Tensor zeros(const Shape& shape, DType dtype = DType::FLOAT32);
   static Tensor full(const Shape& shape, float value);
   static Tensor from_vector(const Shape& shape, const std::vector<float>& values);
   static Tensor from_bool(const Shape& shape, const std::vector<uint8_t>& values);

@@ -14,7 +14,7 @@ void register_forward(CLI::App& app, Runner& run) {
       "If the inputs hold 'grad_output', gradients grad.<key> are written too.\n"
       "--dtype bf16 runs the Linear layers' matmuls in bfloat16 (forward only; see docs/bf16.md).");
   struct Opts {
-    std::string config, weights, inputs, output, dtype = precision_name(Precision::Float32);
+    std::string config, weights, inputs, output, dtype = precision_name(Precision::FLOAT32);
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();

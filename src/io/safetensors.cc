@@ -158,19 +158,19 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {"F32", 4, DType::Float32, convert_f32},
-    {"F16", 2, DType::Float32, convert_f16},
-    {"BF16", 2, DType::Float32, convert_bf16},
-    {"F64", 8, DType::Float32, convert_f64},
-    {"I8", 1, DType::Float32, convert_int<int8_t>},
-    {"I16", 2, DType::Float32, convert_int<int16_t>},
-    {"I32", 4, DType::Float32, convert_int<int32_t>},
-    {"I64", 8, DType::Float32, convert_int<int64_t>},
-    {"U8", 1, DType::Float32, convert_int<uint8_t>},
-    {"U16", 2, DType::Float32, convert_int<uint16_t>},
-    {"U32", 4, DType::Float32, convert_int<uint32_t>},
-    {"U64", 8, DType::Float32, convert_int<uint64_t>},
-    {"BOOL", 1, DType::Bool, convert_bool},
+    {"F32", 4, DType::FLOAT32, convert_f32},
+    {"F16", 2, DType::FLOAT32, convert_f16},
+    {"BF16", 2, DType::FLOAT32, convert_bf16},
+    {"F64", 8, DType::FLOAT32, convert_f64},
+    {"I8", 1, DType::FLOAT32, convert_int<int8_t>},
+    {"I16", 2, DType::FLOAT32, convert_int<int16_t>},
+    {"I32", 4, DType::FLOAT32, convert_int<int32_t>},
+    {"I64", 8, DType::FLOAT32, convert_int<int64_t>},
+    {"U8", 1, DType::FLOAT32, convert_int<uint8_t>},
+    {"U16", 2, DType::FLOAT32, convert_int<uint16_t>},
+    {"U32", 4, DType::FLOAT32, convert_int<uint32_t>},
+    {"U64", 8, DType::FLOAT32, convert_int<uint64_t>},
+    {"BOOL", 1, DType::BOOL, convert_bool},
 };
 
 const DTypeInfo* find_dtype(const std::string& name) {
@@ -417,7 +417,7 @@ SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file,
     }
     Tensor t = Tensor::empty(e.shape, e.dtype->target);
     if (e.numel > 0) {
-      void* dst = e.dtype->target == DType::Bool ? static_cast<void*>(t.data_bool())
+      void* dst = e.dtype->target == DType::BOOL ? static_cast<void*>(t.data_bool())
                                                  : static_cast<void*>(t.data());
       std::string bad;
       const int64_t at = e.dtype->convert(buffer + e.begin, e.numel, dst, &bad);
@@ -469,14 +469,14 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     const std::string who = "tensor " + quote_name(name);
     if (name == "__metadata__") fail(path, who + ": the name is reserved for the metadata");
     if (!t.defined()) fail(path, who + ": undefined tensor");
-    if (t.dtype() != DType::Float32 && t.dtype() != DType::Bool)
+    if (t.dtype() != DType::FLOAT32 && t.dtype() != DType::BOOL)
       fail(path, who + ": unsupported dtype " + dtype_name(t.dtype()));
   }
   // Reference order: larger dtype alignment first (F32 before BOOL), then by name.
   std::vector<const NamedTensors::value_type*> order;
   for (const auto& p : tensors) order.push_back(&p);
   std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
-    const bool af = a->second.dtype() == DType::Float32, bf = b->second.dtype() == DType::Float32;
+    const bool af = a->second.dtype() == DType::FLOAT32, bf = b->second.dtype() == DType::FLOAT32;
     return af != bf ? af : a->first < b->first;
   });
 
@@ -489,7 +489,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   uint64_t offset = 0;
   for (const auto* p : order) {
     const Tensor& t = p->second;
-    const bool is_f32 = t.dtype() == DType::Float32;
+    const bool is_f32 = t.dtype() == DType::FLOAT32;
     const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * (is_f32 ? 4 : 1);
     ordered_json e = ordered_json::object();
     e["dtype"] = is_f32 ? "F32" : "BOOL";
@@ -514,7 +514,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     for (const auto* p : order) {
       const Tensor& t = p->second;
       if (t.numel() == 0) continue;
-      if (t.dtype() == DType::Float32)
+      if (t.dtype() == DType::FLOAT32)
         w.write(t.data(), static_cast<size_t>(t.numel()) * 4);
       else
         w.write(t.data_bool(), static_cast<size_t>(t.numel()));

@@ -61,7 +61,7 @@ void check_options(const BenchOptions& o) {
   if (o.iters <= 0 || o.warmup < 0)
     throw std::invalid_argument("bench: iters must be positive and warmup non-negative, got " +
                                 std::to_string(o.iters) + " and " + std::to_string(o.warmup));
-  if (o.precision != Precision::Float32 && o.mode != BenchMode::INFER)
+  if (o.precision != Precision::FLOAT32 && o.mode != BenchMode::INFER)
     throw std::invalid_argument(std::string("bench: precision ") + precision_name(o.precision) +
                                 " is for mode infer only (training is float32)");
 }

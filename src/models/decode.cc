@@ -56,10 +56,10 @@ Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows) {
   const int64_t N = s[0], row = N ? t.numel() / N : 0;
   s[0] = static_cast<int64_t>(rows.size());
   Tensor out = Tensor::empty(s, t.dtype());
-  const size_t bytes = static_cast<size_t>(row) * (t.dtype() == DType::Bool ? 1 : sizeof(float));
-  auto* dst = static_cast<unsigned char*>(t.dtype() == DType::Bool ? static_cast<void*>(out.data_bool())
+  const size_t bytes = static_cast<size_t>(row) * (t.dtype() == DType::BOOL ? 1 : sizeof(float));
+  auto* dst = static_cast<unsigned char*>(t.dtype() == DType::BOOL ? static_cast<void*>(out.data_bool())
                                                                     : static_cast<void*>(out.data()));
-  const auto* src = static_cast<const unsigned char*>(t.dtype() == DType::Bool ? static_cast<const void*>(t.data_bool())
+  const auto* src = static_cast<const unsigned char*>(t.dtype() == DType::BOOL ? static_cast<const void*>(t.data_bool())
                                                                                 : static_cast<const void*>(t.data()));
   for (size_t r = 0; r < rows.size(); ++r) std::memcpy(dst + r * bytes, src + static_cast<size_t>(rows[r]) * bytes, bytes);
   return out;

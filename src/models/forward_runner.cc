@@ -38,7 +38,7 @@ struct Inputs {
     auto it = in.find(name);
     if (it == in.end()) return false;
     const Tensor& t = it->second;
-    if (t.dtype() != DType::Bool || t.numel() != 1)
+    if (t.dtype() != DType::BOOL || t.numel() != 1)
       throw std::invalid_argument(source + ": '" + name + "' must be a 0-dimensional BOOL tensor, got " + describe(t));
     return t.data_bool()[0] != 0;
   }
@@ -67,7 +67,7 @@ struct ShapeChecker {
   int64_t sequence(const char* name) {  // returns T
     const Tensor& t = in.req(name);
     const std::string layout = batch_first ? "(B, T, " : "(T, B, ";
-    if (t.dtype() != DType::Float32)
+    if (t.dtype() != DType::FLOAT32)
       throw std::invalid_argument(in.source + ": tensor '" + name + "' must be Float32, got " + describe(t));
     if (t.dim() != 3 || t.size(2) != E)
       throw std::invalid_argument(in.source + ": tensor '" + name + "' has shape " + shape_str(t.shape()) +
@@ -307,13 +307,13 @@ NamedTensors LoadedModule::forward_backward(const NamedTensors& inputs, const Te
   Module& m = module();
   m.zero_grad();
   NamedTensors in;
-  for (const auto& [k, v] : inputs) in.insert(k, v.dtype() == DType::Float32 ? v.detach() : v);  // fresh leaves
+  for (const auto& [k, v] : inputs) in.insert(k, v.dtype() == DType::FLOAT32 ? v.detach() : v);  // fresh leaves
   for (const auto& n : impl_->differentiable_inputs) {
     auto it = in.find(n);
-    if (it != in.end() && it->second.dtype() == DType::Float32) it->second.requires_grad_(true);
+    if (it != in.end() && it->second.dtype() == DType::FLOAT32) it->second.requires_grad_(true);
   }
   Tensor y = call(in, source);
-  if (!grad_output.defined() || grad_output.dtype() != DType::Float32 || grad_output.shape() != y.shape())
+  if (!grad_output.defined() || grad_output.dtype() != DType::FLOAT32 || grad_output.shape() != y.shape())
     throw std::invalid_argument(source + ": 'grad_output' is " + describe(grad_output) + ", expected Float32" +
                                 shape_str(y.shape()) + " (the output's shape)");
   y.backward(grad_output);
@@ -374,7 +374,7 @@ NamedTensors read_forward_inputs(const std::string& path) {
 NamedTensors run_forward(LoadedModule& module, const NamedTensors& inputs, const std::string& source) {
   auto go = inputs.find("grad_output");
   if (go == inputs.end()) return module.forward(inputs, source);
-  if (module.precision() != Precision::Float32)
+  if (module.precision() != Precision::FLOAT32)
     throw std::invalid_argument(source + ": 'grad_output' asks for gradients, which are computed in f32 only (got " +
                                 precision_name(module.precision()) + ")");
   NamedTensors rest;

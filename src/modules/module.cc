@@ -42,7 +42,7 @@ void Module::load_state_dict(const NamedTensors& state, const std::string& sourc
     auto it = state.find(k);
     if (it == state.end()) throw std::invalid_argument(source + ": missing key " + quote_name(k) + " (expected " + describe(t) + ")");
     const Tensor& v = it->second;
-    if (!v.defined() || v.dtype() != DType::Float32 || v.shape() != t.shape())
+    if (!v.defined() || v.dtype() != DType::FLOAT32 || v.shape() != t.shape())
       throw std::invalid_argument(source + ": key " + quote_name(k) + " has " + describe(v) + ", expected " + describe(t));
     t.copy_(v);
     used.insert(k);

@@ -16,7 +16,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // A Bool mask becomes additive 0 / −inf; a Float32 mask is used as is.
 Tensor to_additive(const Tensor& m) {
-  if (m.dtype() == DType::Float32) return m;
+  if (m.dtype() == DType::FLOAT32) return m;
   Tensor f = Tensor::empty(m.shape());
   const uint8_t* b = m.data_bool();
   float* p = f.data();

@@ -14,7 +14,7 @@ inline void check(bool ok, const std::string& msg) {
 }
 inline void check_float(const Tensor& t, const char* op, const char* name) {
   check(t.defined(), std::string(op) + ": " + name + " is undefined");
-  check(t.dtype() == DType::Float32,
+  check(t.dtype() == DType::FLOAT32,
         std::string(op) + ": " + name + " must be Float32, got " + describe(t));
 }
 inline void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name) {

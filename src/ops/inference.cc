@@ -25,26 +25,26 @@ using Cache = std::map<Key, Entry>;
 
 struct ScopeState {
   int depth = 0;
-  Precision precision = Precision::Float32;
+  Precision precision = Precision::FLOAT32;
   Cache own;                  // the outermost scope's cache, cleared when it ends
   std::vector<Cache*> cache;  // per open scope, innermost last: where it packs (own or a PackedWeightCache)
 };
 thread_local ScopeState g_scope;
 
 kernels::MatmulPrecision kernel_precision(Precision p) {
-  return p == Precision::BFloat16 ? kernels::MatmulPrecision::MATMUL_BF16
+  return p == Precision::BFLOAT16 ? kernels::MatmulPrecision::MATMUL_BF16
                                   : kernels::MatmulPrecision::MATMUL_F32;
 }
 
 }  // namespace
 
 Precision parse_precision(const std::string& name) {
-  if (name == "f32" || name == "float32") return Precision::Float32;
-  if (name == "bf16" || name == "bfloat16") return Precision::BFloat16;
+  if (name == "f32" || name == "float32") return Precision::FLOAT32;
+  if (name == "bf16" || name == "bfloat16") return Precision::BFLOAT16;
   throw std::invalid_argument("unknown precision " + quote_name(name) + " (expected f32 or bf16)");
 }
 
-const char* precision_name(Precision p) { return p == Precision::BFloat16 ? "bf16" : "f32"; }
+const char* precision_name(Precision p) { return p == Precision::BFLOAT16 ? "bf16" : "f32"; }
 
 struct PackedWeightCache::Impl {
   Cache entries;
@@ -78,7 +78,7 @@ InferenceMode::~InferenceMode() {
 size_t InferenceMode::cached_weights() { return g_scope.cache.empty() ? 0 : g_scope.cache.back()->size(); }
 
 Precision InferenceMode::current_precision() {
-  return g_scope.depth > 0 ? g_scope.precision : Precision::Float32;
+  return g_scope.depth > 0 ? g_scope.precision : Precision::FLOAT32;
 }
 
 namespace ops {

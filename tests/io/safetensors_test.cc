@@ -115,7 +115,7 @@ void expect_same_tensor(const Tensor& a, const Tensor& b, const std::string& wha
                                   << tfm::shape_str(b.shape());
   int reported = 0;
   for (int64_t i = 0; i < a.numel() && reported < 5; ++i) {
-    if (a.dtype() == DType::Float32) {
+    if (a.dtype() == DType::FLOAT32) {
       if (bits(a.data()[i]) != bits(b.data()[i])) {
         ++reported;
         ADD_FAILURE() << what << "[" << i << "]: " << a.data()[i] << " vs " << b.data()[i];
@@ -184,7 +184,7 @@ TEST_F(SafeTensors, EveryDtypeMatchesTorchConversion) {
   EXPECT_EQ(got.at("i8").data()[0], -128.0f);
   EXPECT_EQ(got.at("u8").data()[1], 255.0f);
   EXPECT_EQ(got.at("f64").data()[3], 3.4028234663852886e38f);
-  EXPECT_EQ(got.at("mask").dtype(), DType::Bool);
+  EXPECT_EQ(got.at("mask").dtype(), DType::BOOL);
 }
 
 TEST_F(SafeTensors, ScalarAndEmptyTensors) {
@@ -220,7 +220,7 @@ TEST_F(SafeTensors, RoundTripIsBitwise) {
       {"mask", Tensor::from_bool({3, 2}, {1, 0, 0, 1, 1, 1})},
       {"a.scalar", Tensor::full({}, -3.5f)},
       {"empty", Tensor::empty({4, 0, 2})},
-      {"empty_mask", Tensor::empty({0}, DType::Bool)},
+      {"empty_mask", Tensor::empty({0}, DType::BOOL)},
       {"unicode.ß", Tensor::from_vector({1}, {42.0f})},
   };
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"epoch", "3"}};
@@ -233,7 +233,7 @@ TEST_F(SafeTensors, RoundTripIsBitwise) {
   EXPECT_EQ(f.tensors.names(), (std::vector<std::string>{"a.scalar", "empty", "unicode.ß", "z.weight",
                                                "empty_mask", "mask"}));
   for (const auto& [name, t] : tensors) {
-    EXPECT_EQ(f.dtypes.at(name), t.dtype() == DType::Float32 ? "F32" : "BOOL");
+    EXPECT_EQ(f.dtypes.at(name), t.dtype() == DType::FLOAT32 ? "F32" : "BOOL");
     expect_same_tensor(f.at(name), t, name);
   }
   // Header padded with spaces to a multiple of 8, so the data buffer starts 8-aligned.

@@ -128,7 +128,7 @@ TEST_F(ZeroCopy, MisalignedAndOtherDtypesAreConverted) {
   EXPECT_EQ(zc.dtypes, copy.dtypes);
   for (const std::string& name : zc.tensors.names()) {
     const Tensor& t = zc.at(name);
-    if (t.dtype() == DType::Bool) {  // bitwise_equal reads Float32 only
+    if (t.dtype() == DType::BOOL) {  // bitwise_equal reads Float32 only
       const Tensor& c = copy.at(name);
       ASSERT_EQ(t.shape(), c.shape());
       EXPECT_EQ(std::memcmp(t.data_bool(), c.data_bool(), static_cast<size_t>(c.numel())), 0);

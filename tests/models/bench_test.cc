@@ -101,7 +101,7 @@ TEST(Bench, OptionsAreChecked) {
   EXPECT_NE(error_of(o).find("iters must be positive"), std::string::npos);
   o.iters = 1;
   o.mode = BenchMode::TRAIN;
-  o.precision = Precision::BFloat16;
+  o.precision = Precision::BFLOAT16;
   EXPECT_NE(error_of(o).find("bf16 is for mode infer only"), std::string::npos);
   EXPECT_EQ(bench_mode_from_string("train"), BenchMode::TRAIN);
   EXPECT_STREQ(bench_mode_name(BenchMode::INFER), "infer");

@@ -96,11 +96,11 @@ INSTANTIATE_TEST_SUITE_P(Kinds, Handle, ::testing::ValuesIn(kCases));
 
 TEST(LoadedModule, PrecisionIsTheHandles) {
   const Case c = load_case("enc_layer_defaults");
-  const Tensor want = run_forward(c.config, c.weights, c.inputs, "weights", Precision::BFloat16).at("output");
+  const Tensor want = run_forward(c.config, c.weights, c.inputs, "weights", Precision::BFLOAT16).at("output");
   LoadedModule m(parse_module_config(c.config));
   m.load_weights(c.weights);
   const Tensor f32 = m.forward(c.inputs).at("output");
-  m.set_precision(Precision::BFloat16);
+  m.set_precision(Precision::BFLOAT16);
   EXPECT_EQ(m.packed_weights(), 0u) << "weights packed in f32 kept after switching to bf16";
   EXPECT_TRUE(tfm::testing::bitwise_equal(m.forward(c.inputs).at("output"), want, "bf16"));
   EXPECT_GT(tfm::testing::rel_error(want, f32), 0.0) << "bf16 must change the numbers";

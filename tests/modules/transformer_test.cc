@@ -73,9 +73,9 @@ Tensor gather(const Tensor& x, const std::vector<int64_t>& rows) {
   const int64_t row = x.numel() / s[0];
   s[0] = static_cast<int64_t>(rows.size());
   Tensor out = Tensor::empty(s, x.dtype());
-  const size_t bytes = static_cast<size_t>(row) * (x.dtype() == DType::Bool ? 1 : sizeof(float));
-  const auto* src = x.dtype() == DType::Bool ? static_cast<const void*>(x.data_bool()) : x.data();
-  auto* dst = x.dtype() == DType::Bool ? static_cast<void*>(out.data_bool()) : out.data();
+  const size_t bytes = static_cast<size_t>(row) * (x.dtype() == DType::BOOL ? 1 : sizeof(float));
+  const auto* src = x.dtype() == DType::BOOL ? static_cast<const void*>(x.data_bool()) : x.data();
+  auto* dst = x.dtype() == DType::BOOL ? static_cast<void*>(out.data_bool()) : out.data();
   for (size_t r = 0; r < rows.size(); ++r)
     std::memcpy(static_cast<char*>(dst) + r * bytes, static_cast<const char*>(src) + rows[r] * bytes, bytes);
   return out;
@@ -159,7 +159,7 @@ TEST(TransformerCache, DecoderLayerSteppedEqualsCausalForward) {
       layer.eval();
       NoGradGuard ng;
       const Tensor memory = random_tensor(batch_first ? Shape{B, S, D} : Shape{S, B, D}, 300);
-      Tensor kpm = Tensor::empty({B, S}, DType::Bool);
+      Tensor kpm = Tensor::empty({B, S}, DType::BOOL);
       for (int64_t b = 0; b < B; ++b)
         for (int64_t j = 0; j < S; ++j) kpm.data_bool()[b * S + j] = j >= len[static_cast<size_t>(b)];
       DecoderLayerCache cache;
@@ -188,7 +188,7 @@ TEST(TransformerCache, DecoderStackWithRowSourceAndReorder) {
     dec.eval();
     NoGradGuard ng;
     const Tensor memory = random_tensor({Bm, S, D}, 500);
-    Tensor kpm = Tensor::empty({Bm, S}, DType::Bool);
+    Tensor kpm = Tensor::empty({Bm, S}, DType::BOOL);
     for (int64_t b = 0; b < Bm; ++b)
       for (int64_t j = 0; j < S; ++j) kpm.data_bool()[b * S + j] = j >= len[static_cast<size_t>(b)];
     std::vector<int64_t> row_source = {0, 0, 1, 2, 2};
@@ -251,7 +251,7 @@ TEST(TransformerCache, ErrorsSayWhatTheCacheNeeds) {
   }
   {
     DecoderLayerCache c;
-    const Tensor kpm = Tensor::zeros({2, 3}, DType::Bool);
+    const Tensor kpm = Tensor::zeros({2, 3}, DType::BOOL);
     expect_throw([&] { layer.forward(x, memory, {}, {}, {}, kpm, true, false, &c); }, "memory_len");
   }
   {

@@ -74,7 +74,7 @@ TEST(InferenceMode, BFloat16LinearWithinBf16Bound) {
   const Tensor x = random_tensor({40, 128}, 12);
   Tensor y, y32;
   {
-    InferenceMode scope(Precision::BFloat16);
+    InferenceMode scope(Precision::BFLOAT16);
     y = lin.forward(x);
   }
   {
@@ -126,7 +126,7 @@ TEST(InferenceMode, EncoderLayerPacksEachWeightOnceAndRepeatsBitwise) {
 }
 
 TEST(InferenceMode, NestedScopesKeepOuterCacheAndRestorePrecision) {
-  EXPECT_EQ(InferenceMode::current_precision(), Precision::Float32);
+  EXPECT_EQ(InferenceMode::current_precision(), Precision::FLOAT32);
   Generator gen{4, 0};
   Linear lin(32, 16, true, gen);
   const Tensor x = random_tensor({5, 32}, 6);
@@ -134,16 +134,16 @@ TEST(InferenceMode, NestedScopesKeepOuterCacheAndRestorePrecision) {
   lin.forward(x);
   EXPECT_EQ(InferenceMode::cached_weights(), 1u);
   {
-    InferenceMode inner(Precision::BFloat16);
-    EXPECT_EQ(InferenceMode::current_precision(), Precision::BFloat16);
+    InferenceMode inner(Precision::BFLOAT16);
+    EXPECT_EQ(InferenceMode::current_precision(), Precision::BFLOAT16);
     lin.forward(x);
     EXPECT_EQ(InferenceMode::cached_weights(), 2u) << "bf16 packing is a separate cache entry";
     {
       InferenceMode inherit(InferenceMode::current_precision());
-      EXPECT_EQ(InferenceMode::current_precision(), Precision::BFloat16);
+      EXPECT_EQ(InferenceMode::current_precision(), Precision::BFLOAT16);
     }
   }
-  EXPECT_EQ(InferenceMode::current_precision(), Precision::Float32);
+  EXPECT_EQ(InferenceMode::current_precision(), Precision::FLOAT32);
   EXPECT_EQ(InferenceMode::cached_weights(), 2u) << "an inner scope must not clear the outer cache";
 }
 
@@ -176,7 +176,7 @@ TEST(InferenceMode, BFloat16EncoderLayerNormwiseError) {
     ref = layer.forward(x);
   }
   {
-    InferenceMode scope(Precision::BFloat16);
+    InferenceMode scope(Precision::BFLOAT16);
     got = layer.forward(x);
   }
   double num = 0, den = 0;
@@ -197,17 +197,17 @@ TEST(InferenceMode, RunForwardRejectsBf16Gradients) {
   LoadedModule m(parse_module_config(config));
   const NamedTensors weights = m.module().state_dict();
   NamedTensors inputs{{"src", random_tensor({1, 3, 8}, 1)}};
-  EXPECT_NO_THROW(run_forward(config, weights, inputs, "w", Precision::BFloat16));
+  EXPECT_NO_THROW(run_forward(config, weights, inputs, "w", Precision::BFLOAT16));
   inputs.insert("grad_output", random_tensor({1, 3, 8}, 2));
-  EXPECT_THROW(run_forward(config, weights, inputs, "w", Precision::BFloat16), std::invalid_argument);
-  EXPECT_NO_THROW(run_forward(config, weights, inputs, "w", Precision::Float32));
+  EXPECT_THROW(run_forward(config, weights, inputs, "w", Precision::BFLOAT16), std::invalid_argument);
+  EXPECT_NO_THROW(run_forward(config, weights, inputs, "w", Precision::FLOAT32));
 }
 
 TEST(InferenceMode, ParsePrecision) {
-  EXPECT_EQ(parse_precision("bf16"), Precision::BFloat16);
-  EXPECT_EQ(parse_precision("float32"), Precision::Float32);
+  EXPECT_EQ(parse_precision("bf16"), Precision::BFLOAT16);
+  EXPECT_EQ(parse_precision("float32"), Precision::FLOAT32);
   EXPECT_THROW(parse_precision("f16"), std::invalid_argument);
-  EXPECT_STREQ(precision_name(Precision::BFloat16), "bf16");
+  EXPECT_STREQ(precision_name(Precision::BFLOAT16), "bf16");
 }
 
 }  // namespace

@@ -262,7 +262,7 @@ int check_named(const std::string& where, const StFile& expected, const tfm::Nam
   for (const auto& kv : got) names.push_back(kv.first);
   return check_all(where, expected, names, [&](const std::string& name, const float** v, tfm::Shape* s) {
     auto it = got.find(name);
-    if (it == got.end() || it->second.dtype() != tfm::DType::Float32) return false;
+    if (it == got.end() || it->second.dtype() != tfm::DType::FLOAT32) return false;
     *v = it->second.data();
     *s = it->second.shape();
     return true;
@@ -332,7 +332,7 @@ TEST_P(Threads, BitwiseIdenticalAcrossThreadCounts) {
     ASSERT_NE(it, two.end()) << name;
     const tfm::Tensor& b = it->second;
     ASSERT_EQ(a.shape(), b.shape()) << name;
-    ASSERT_EQ(a.dtype(), tfm::DType::Float32) << name;
+    ASSERT_EQ(a.dtype(), tfm::DType::FLOAT32) << name;
     const float* x = a.data();
     const float* y = b.data();
     for (int64_t i = 0; i < a.numel(); ++i) {

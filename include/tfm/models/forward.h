@@ -90,7 +90,7 @@ class LoadedModule {
   // Builds the module with PyTorch's initialisers drawing from `gen` (which the module keeps for
   // its dropout, so it must outlive the handle), in eval mode. Throws std::invalid_argument when
   // the module's constructor refuses the options (a config from parse_module_config is valid).
-  explicit LoadedModule(const ModuleConfig& config, Precision precision = Precision::Float32,
+  explicit LoadedModule(const ModuleConfig& config, Precision precision = Precision::FLOAT32,
                         Generator& gen = default_generator());
   ~LoadedModule();
   LoadedModule(LoadedModule&&) noexcept;
@@ -142,7 +142,7 @@ class LoadedModule {
 // every tensor must be stored as a floating-point dtype (F32, F16, BF16, F64). Errors start with
 // the file they are about. The file is read zero-copy and released before returning.
 LoadedModule load_module(const std::string& config_path, const std::string& weights_path,
-                         Precision precision = Precision::Float32);
+                         Precision precision = Precision::FLOAT32);
 
 // Reads a `tfm forward` inputs file: masks ("*mask*") BOOL or F32, causal flags ("*is_causal*")
 // BOOL, everything else F32 (grad_output included). Errors start with the path.
@@ -157,6 +157,6 @@ NamedTensors run_forward(LoadedModule& module, const NamedTensors& inputs, const
 // LoadedModule(parse_module_config(config_json), precision), load_weights(weights,
 // weights_source), run_forward(module, inputs).
 NamedTensors run_forward(const std::string& config_json, const NamedTensors& weights, const NamedTensors& inputs,
-                         const std::string& weights_source = "weights", Precision precision = Precision::Float32);
+                         const std::string& weights_source = "weights", Precision precision = Precision::FLOAT32);
 
 }  // namespace tfm
