@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     o.nhead = 2;
     o.dim_feedforward = 64;
     o.dropout = 0.2f;
-    o.activation = "gelu";
+    o.activation = tfm::Activation::GELU;
     o.batch_first = true;
     o.norm_first = true;
     tfm::TransformerEncoder encoder(o, /*num_layers=*/3, /*final_norm=*/false);

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
     const tfm::NamedTensors first = module.forward({{"src", src}});  // packs the Linear weights
     const tfm::NamedTensors again = module.forward({{"src", src}});  // reuses them: nothing is rebuilt
     const tfm::Tensor& y = first.at("output");
-    std::printf("%s, %lld parameters: output %s\n", tfm::module_kind_name(module.config().kind),
+    std::printf("%s, %lld parameters: output %s\n", std::string(tfm::enum_name(module.config().kind)).c_str(),
                 static_cast<long long>(module.module().num_parameters()), tfm::describe(y).c_str());
     for (int64_t i = 0; i < y.numel(); ++i)
       if (again.at("output").data()[i] != y.data()[i]) {

@@ -7,13 +7,12 @@
 
 namespace tfm::detail {
 
-void throw_bad_enum_name(const char* key, const char* noun, std::string_view got, const std::string& choices) {
-  throw std::invalid_argument(std::string(key) + " " + quote_name(std::string(got)) + " is not " + noun + " (" +
-                              choices + ")");
+void throw_bad_enum_name(const char* noun, std::string_view got, const std::string& expected) {
+  throw std::invalid_argument(std::string("unknown ") + noun + " " + quote_name(got) + " (expected " + expected + ")");
 }
 
-void throw_bad_enum_value(const char* key, int value) {
-  throw std::logic_error(std::string(key) + ": enumerator " + std::to_string(value) + " has no name");
+void throw_bad_enum_value(const char* noun, int value) {
+  throw std::logic_error(std::string(noun) + ": enumerator " + std::to_string(value) + " has no name");
 }
 
 }  // namespace tfm::detail

@@ -6,7 +6,8 @@
 // keys that are present (missing keys keep the struct's defaults), checks each value's JSON type
 // against the field's C++ type (enums by their EnumNames), and finish() rejects keys that no field
 // claimed. Errors are std::invalid_argument "<what>: key 'k' has the wrong type: <value>",
-// "<what>: unknown key 'k'", or the enum's own "<key> 'x' is not ..." prefixed with "<what>: ".
+// "<what>: unknown key 'k'", or the enum's own "unknown <noun> 'x' (expected ...)" prefixed with
+// "<what>: " (and the key, where the noun does not name it).
 // Internal: the library's config files only.
 #pragma once
 
@@ -23,6 +24,13 @@
 namespace tfm {
 
 using ordered_json = nlohmann::ordered_json;
+
+// "key: " when the config key does not already say the closed set's noun ("src_tokens: unknown
+// tokenization ..."), else "" ("unknown task ...").
+template <typename E>
+std::string enum_key_prefix(const char* key) {
+  return std::string_view(key) == EnumNames<E>::noun ? std::string() : std::string(key) + ": ";
+}
 
 class JsonWriter {
  public:
@@ -67,9 +75,9 @@ class JsonReader {
     if constexpr (std::is_enum_v<T>) {
       if (!v.is_string()) wrong_type(key, v);
       try {
-        out = enum_from_name<T>(v.get<std::string>(), key);
+        out = enum_from_name<T>(v.get<std::string>());
       } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument(what_ + ": " + e.what());
+        throw std::invalid_argument(what_ + ": " + enum_key_prefix<T>(key) + e.what());
       }
       return;
     } else {

@@ -2,8 +2,8 @@
 //
 // It sits below everything (no tfm includes) so that the kernels (src/kernels, which never include
 // ops headers) and the ops, modules and configs above them name an activation with one enum. The
-// op-level functions (activation_from_string, activation_name, the activation op itself) are in
-// tfm/ops/activation.h, which re-exports this enum as tfm::ops::Activation.
+// names (EnumNames<Activation>: "relu", "gelu", ...) and the activation op itself are in
+// tfm/ops/activation.h.
 //
 // Plain kinds map x (..., F) → (..., F); gated kinds map x (..., 2F) = [a | b] → a ⊙ g(b) (..., F),
 // F.glu's convention (the gate is the second half). Formulas: src/kernels/kernels.h.

@@ -3,14 +3,14 @@
 // its names once, in a specialisation of EnumNames beside its declaration:
 //
 //   template <> struct EnumNames<Arch> {
-//     static constexpr const char* key = "arch";             // the config key, for messages
-//     static constexpr const char* noun = "an architecture";  // "'x' is not <noun>"
+//     static constexpr const char* noun = "architecture";  // "unknown <noun> 'x' (expected ...)"
 //     static constexpr std::array<std::pair<Arch, std::string_view>, 2> names{{
 //         {Arch::ENCODER, "encoder"}, {Arch::SEQ2SEQ, "seq2seq"}}};
 //   };
 //
 // and enum_name / enum_from_name / enum_choices then work for it, as do the JSON config readers
-// and the CLI's option parsing. Adding a value to a closed set is one enumerator and one name.
+// and the CLI's option parsing. Adding a value to a closed set is one enumerator and one name. A
+// value may have further spellings (aliases) after its first, which is the one written.
 #pragma once
 
 #include <array>
@@ -24,18 +24,27 @@ template <typename E>
 struct EnumNames;  // specialised per enum, as above
 
 namespace detail {
-[[noreturn]] void throw_bad_enum_name(const char* key, const char* noun, std::string_view got,
-                                      const std::string& choices);
-[[noreturn]] void throw_bad_enum_value(const char* key, int value);
+[[noreturn]] void throw_bad_enum_name(const char* noun, std::string_view got, const std::string& expected);
+[[noreturn]] void throw_bad_enum_value(const char* noun, int value);
 }  // namespace detail
 
-// "a, b, c" (or with another separator).
+// The first name of each value joined by `sep`, the last by `last_sep`: "a | b | c", "a, b or c".
 template <typename E>
-std::string enum_choices(std::string_view sep = ", ") {
+std::string enum_choices(std::string_view sep = " | ", std::string_view last_sep = " | ") {
+  const auto& names = EnumNames<E>::names;
   std::string s;
-  for (const auto& [value, name] : EnumNames<E>::names) {
-    if (!s.empty()) s += sep;
-    s += name;
+  for (size_t i = 0; i < names.size(); ++i) {
+    bool alias = false;
+    for (size_t k = 0; k < i; ++k) alias = alias || names[k].first == names[i].first;
+    if (alias) continue;
+    bool more = false;  // another value follows
+    for (size_t k = i + 1; k < names.size(); ++k) {
+      bool seen = false;
+      for (size_t m = 0; m < k; ++m) seen = seen || names[m].first == names[k].first;
+      more = more || !seen;
+    }
+    if (!s.empty()) s += more ? sep : last_sep;
+    s += names[i].second;
   }
   return s;
 }
@@ -44,16 +53,15 @@ template <typename E>
 std::string_view enum_name(E value) {
   for (const auto& [v, name] : EnumNames<E>::names)
     if (v == value) return name;
-  detail::throw_bad_enum_value(EnumNames<E>::key, static_cast<int>(value));
+  detail::throw_bad_enum_value(EnumNames<E>::noun, static_cast<int>(value));
 }
 
-// Throws std::invalid_argument "<key> 'x' is not <noun> (a, b, c)"; `key` names the config field
-// or option (default: the enum's own key).
+// Throws std::invalid_argument "unknown <noun> 'x' (expected a, b or c)".
 template <typename E>
-E enum_from_name(std::string_view name, const char* key = EnumNames<E>::key) {
+E enum_from_name(std::string_view name) {
   for (const auto& [v, n] : EnumNames<E>::names)
     if (n == name) return v;
-  detail::throw_bad_enum_name(key, EnumNames<E>::noun, name, enum_choices<E>());
+  detail::throw_bad_enum_name(EnumNames<E>::noun, name, enum_choices<E>(", ", " or "));
 }
 
 }  // namespace tfm

@@ -31,14 +31,19 @@
 #include <string>
 
 #include "tfm/autograd.h"
+#include "tfm/enum_names.h"
 
 namespace tfm {
 
 enum class Precision { FLOAT32, BFLOAT16 };
-
-// "f32"/"float32" or "bf16"/"bfloat16" → Precision; throws std::invalid_argument otherwise.
-Precision parse_precision(const std::string& name);
-const char* precision_name(Precision p);  // "f32" or "bf16"
+template <>
+struct EnumNames<Precision> {
+  static constexpr const char* noun = "precision";
+  static constexpr std::array<std::pair<Precision, std::string_view>, 4> names{{{Precision::FLOAT32, "f32"},
+                                                                               {Precision::BFLOAT16, "bf16"},
+                                                                               {Precision::FLOAT32, "float32"},
+                                                                               {Precision::BFLOAT16, "bfloat16"}}};
+};
 
 // Packed Linear weights kept beyond one scope. An InferenceMode opened with a cache packs into it
 // (instead of the outermost scope's own cache) and leaves what it packed there when it ends, so a

@@ -19,24 +19,24 @@ namespace {
 struct Opts {
   std::string config;
   BenchOptions bench;  // --batch, --seq, --src-seq, --iters, --warmup; its defaults are the library's
-  std::string mode = bench_mode_name(BenchOptions{}.mode);
-  std::string dtype = precision_name(BenchOptions{}.precision);
+  std::string mode{enum_name(BenchOptions{}.mode)};
+  std::string dtype{enum_name(BenchOptions{}.precision)};
   int threads = 0;
   bool json = false;
 };
 
 int run_bench_cmd(Opts o) {
   apply_threads(o.threads);
-  o.bench.mode = bench_mode_from_string(o.mode);
-  o.bench.precision = parse_precision(o.dtype);
+  o.bench.mode = enum_from_name<BenchMode>(o.mode);
+  o.bench.precision = enum_from_name<Precision>(o.dtype);
   const ModuleConfig config = read_module_config(o.config);
   const BenchResult r = run_bench(config, o.bench);
   const BenchOptions& b = o.bench;
   if (o.json) {
     std::printf("%s\n", bench_json(r, b).c_str());
   } else {
-    std::printf("%s %s %s  B=%lld N=%lld S=%lld  iters=%d (warmup %d)\n", r.module.c_str(), bench_mode_name(b.mode),
-                precision_name(b.precision), static_cast<long long>(b.batch), static_cast<long long>(b.seq),
+    std::printf("%s %s %s  B=%lld N=%lld S=%lld  iters=%d (warmup %d)\n", r.module.c_str(), enum_name(b.mode).data(),
+                enum_name(b.precision).data(), static_cast<long long>(b.batch), static_cast<long long>(b.seq),
                 static_cast<long long>(r.src_seq), b.iters, b.warmup);
     std::printf("  median %.3f ms  (min %.3f, max %.3f)\n", r.ms_median, r.ms_min, r.ms_max);
     std::printf("  %.0f tokens/s   %.1f GFLOP/s (%.3f GFLOP per iteration)\n", r.tokens_per_s, r.gflops,

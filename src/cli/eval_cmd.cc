@@ -46,7 +46,7 @@ void register_eval(CLI::App& app, Runner& run) {
     const bool seed_given = seed->count() > 0;
     run = [o, seed_given] {
       apply_threads(o->threads);
-      const InferenceMode scope(parse_precision(o->dtype));  // weights packed once for all batches
+      const InferenceMode scope(enum_from_name<Precision>(o->dtype));  // weights packed once for all batches
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
       const TrainedModel m = load_model_dir(o->model);

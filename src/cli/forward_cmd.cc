@@ -14,7 +14,7 @@ void register_forward(CLI::App& app, Runner& run) {
       "If the inputs hold 'grad_output', gradients grad.<key> are written too.\n"
       "--dtype bf16 runs the Linear layers' matmuls in bfloat16 (forward only; see docs/bf16.md).");
   struct Opts {
-    std::string config, weights, inputs, output, dtype = precision_name(Precision::FLOAT32);
+    std::string config, weights, inputs, output, dtype{enum_name(Precision::FLOAT32)};
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -27,7 +27,7 @@ void register_forward(CLI::App& app, Runner& run) {
   cmd->callback([o, &run] {
     run = [o] {
       apply_threads(o->threads);
-      const Precision precision = parse_precision(o->dtype);
+      const Precision precision = enum_from_name<Precision>(o->dtype);
       LoadedModule module = load_module(o->config, o->weights, precision);
       const NamedTensors inputs = read_forward_inputs(o->inputs);
       io::save_safetensors(o->output, run_forward(module, inputs, o->inputs));

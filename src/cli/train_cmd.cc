@@ -181,7 +181,7 @@ void register_train(CLI::App& app, Runner& run) {
   o.value("--decoder-layers", {"num_decoder_layers"}, "decoder layers (overrides --layers)");
   o.value("--dim-feedforward", {"dim_feedforward"}, "feed-forward width");
   o.value("--dropout", {"dropout"}, "dropout probability");
-  o.value("--activation", {"activation"}, enum_choices<ops::Activation>(" | "));
+  o.value("--activation", {"activation"}, enum_choices<Activation>());
   o.flag("norm-first", "norm_first", "pre-norm layers (LayerNorm before attention / FFN)");
   o.flag("tie-embeddings", "tie_embeddings", "seq2seq: share target embedding and output projection");
   auto* epochs = o.value("--epochs", {"epochs"}, "passes over the training data (none of the three: 10 epochs)");

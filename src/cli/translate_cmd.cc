@@ -33,7 +33,7 @@ void register_translate(CLI::App& app, Runner& run) {
   cmd->callback([o, &run] {
     run = [o] {
       apply_threads(o->threads);
-      const InferenceMode scope(parse_precision(o->dtype));  // weights packed once for the stream
+      const InferenceMode scope(enum_from_name<Precision>(o->dtype));  // weights packed once for the stream
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
       const TrainedModel m = load_model_dir(o->model);

@@ -62,19 +62,11 @@ void check_options(const BenchOptions& o) {
     throw std::invalid_argument("bench: iters must be positive and warmup non-negative, got " +
                                 std::to_string(o.iters) + " and " + std::to_string(o.warmup));
   if (o.precision != Precision::FLOAT32 && o.mode != BenchMode::INFER)
-    throw std::invalid_argument(std::string("bench: precision ") + precision_name(o.precision) +
+    throw std::invalid_argument("bench: precision " + std::string(enum_name(o.precision)) +
                                 " is for mode infer only (training is float32)");
 }
 
 }  // namespace
-
-BenchMode bench_mode_from_string(const std::string& name) {
-  if (name == "infer") return BenchMode::INFER;
-  if (name == "train") return BenchMode::TRAIN;
-  throw std::invalid_argument("unknown bench mode " + quote_name(name) + " (expected infer or train)");
-}
-
-const char* bench_mode_name(BenchMode mode) { return mode == BenchMode::TRAIN ? "train" : "infer"; }
 
 double bench_flop_count(const ModuleConfig& config, int64_t B, int64_t N, int64_t S, BenchMode mode) {
   FlopCounter c{mode == BenchMode::TRAIN};
@@ -88,7 +80,7 @@ double bench_flop_count(const ModuleConfig& config, int64_t B, int64_t N, int64_
   }
   const TransformerLayerOptions& o = config.layer;
   const double D = static_cast<double>(o.d_model), F = static_cast<double>(o.dim_feedforward);
-  const double F_in = ops::activation_is_gated(ops::activation_from_string(o.activation)) ? 2 * F : F;  // linear1's outputs
+  const double F_in = activation_is_gated(o.activation) ? 2 * F : F;  // linear1's outputs
   int64_t enc_layers = 0, dec_layers = 0;
   switch (config.kind) {
     case ModuleKind::TRANSFORMER_ENCODER_LAYER: enc_layers = 1; break;
@@ -198,7 +190,7 @@ BenchResult run_bench(const ModuleConfig& config, const BenchOptions& options) {
   std::sort(ms.begin(), ms.end());
   const size_t n = ms.size();
   BenchResult r;
-  r.module = module_kind_name(config.kind);
+  r.module = enum_name(config.kind);
   r.src_seq = S;
   r.ms_median = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
   r.ms_min = ms.front();
@@ -216,7 +208,7 @@ std::string bench_json(const BenchResult& r, const BenchOptions& o) {
                                     {"gflops", r.gflops},         {"peak_rss_mb", r.peak_rss_mb},
                                     {"ms_min", r.ms_min},         {"ms_max", r.ms_max},
                                     {"gflop_per_iter", r.gflop_per_iter}, {"iters", o.iters},
-                                    {"mode", bench_mode_name(o.mode)}, {"dtype", precision_name(o.precision)},
+                                    {"mode", enum_name(o.mode)}, {"dtype", enum_name(o.precision)},
                                     {"module", r.module}};
   return j.dump();
 }

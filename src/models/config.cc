@@ -54,7 +54,7 @@ void ModelConfig::validate(bool check_sizes) const {
   o.nhead = nhead;
   o.dim_feedforward = dim_feedforward;
   o.dropout = dropout;
-  o.activation = ops::activation_name(activation);
+  o.activation = activation;
   o.layer_norm_eps = layer_norm_eps;
   try {
     o.validate();

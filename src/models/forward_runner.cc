@@ -376,7 +376,7 @@ NamedTensors run_forward(LoadedModule& module, const NamedTensors& inputs, const
   if (go == inputs.end()) return module.forward(inputs, source);
   if (module.precision() != Precision::FLOAT32)
     throw std::invalid_argument(source + ": 'grad_output' asks for gradients, which are computed in f32 only (got " +
-                                precision_name(module.precision()) + ")");
+                                std::string(enum_name(module.precision())) + ")");
   NamedTensors rest;
   for (const auto& [k, v] : inputs)
     if (k != "grad_output") rest.insert(k, v);

@@ -50,7 +50,7 @@ TransformerLayerOptions layer_options(const ModelConfig& c) {
   o.nhead = c.nhead;
   o.dim_feedforward = c.dim_feedforward;
   o.dropout = c.dropout;
-  o.activation = ops::activation_name(c.activation);
+  o.activation = c.activation;
   o.layer_norm_eps = c.layer_norm_eps;
   o.batch_first = true;
   o.norm_first = c.norm_first;

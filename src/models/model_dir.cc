@@ -61,8 +61,8 @@ TrainedModel load_model_dir(const std::string& dir) {
   const ordered_json vocab = ordered_json::parse(model_dir::read_config_section(dir, "vocab"));
   const std::string config_file = model_dir::path(dir, model_dir::CONFIG);
   try {
-    m.src_tokens = enum_from_name<data::Tokenization>(vocab.at("src_tokens").get<std::string>(), "src_tokens");
-    m.tgt_tokens = enum_from_name<data::Tokenization>(vocab.at("tgt_tokens").get<std::string>(), "tgt_tokens");
+    m.src_tokens = enum_from_name<data::Tokenization>(vocab.at("src_tokens").get<std::string>());
+    m.tgt_tokens = enum_from_name<data::Tokenization>(vocab.at("tgt_tokens").get<std::string>());
   } catch (const std::exception& e) {
     throw std::runtime_error(config_file + ": bad \"vocab\": " + e.what());
   }

@@ -56,7 +56,7 @@ TransformerLayerOptions layer_options(ConfigReader& r, bool transformer_defaults
   o.nhead = transformer_defaults ? r.get<int64_t>("nhead", o.nhead) : r.require<int64_t>("nhead");
   o.dim_feedforward = r.get<int64_t>("dim_feedforward", o.dim_feedforward);
   o.dropout = r.get<float>("dropout", o.dropout);
-  o.activation = r.get<std::string>("activation", o.activation);
+  o.activation = enum_from_name<Activation>(r.get<std::string>("activation", std::string(enum_name(o.activation))));
   o.layer_norm_eps = r.get<float>("layer_norm_eps", o.layer_norm_eps);
   o.batch_first = r.get<bool>("batch_first", o.batch_first);
   o.norm_first = r.get<bool>("norm_first", o.norm_first);
@@ -85,23 +85,7 @@ AttentionOptions attention_options(ConfigReader& r) {
   return a;
 }
 
-constexpr ModuleKind kKinds[] = {ModuleKind::MULTIHEAD_ATTENTION,       ModuleKind::TRANSFORMER_ENCODER_LAYER,
-                                 ModuleKind::TRANSFORMER_ENCODER,       ModuleKind::TRANSFORMER_DECODER_LAYER,
-                                 ModuleKind::TRANSFORMER_DECODER,       ModuleKind::TRANSFORMER};
-
 }  // namespace
-
-const char* module_kind_name(ModuleKind kind) {
-  switch (kind) {
-    case ModuleKind::MULTIHEAD_ATTENTION: return "MultiheadAttention";
-    case ModuleKind::TRANSFORMER_ENCODER_LAYER: return "TransformerEncoderLayer";
-    case ModuleKind::TRANSFORMER_ENCODER: return "TransformerEncoder";
-    case ModuleKind::TRANSFORMER_DECODER_LAYER: return "TransformerDecoderLayer";
-    case ModuleKind::TRANSFORMER_DECODER: return "TransformerDecoder";
-    case ModuleKind::TRANSFORMER: return "Transformer";
-  }
-  throw std::invalid_argument("module_kind_name: not a ModuleKind");
-}
 
 ModuleConfig parse_module_config(const std::string& config_json) {
   json j;
@@ -115,13 +99,11 @@ ModuleConfig parse_module_config(const std::string& config_json) {
     throw std::invalid_argument("config: missing string key 'module'");
   const std::string name = j.at("module").get<std::string>();
   ModuleConfig c;
-  bool found = false;
-  for (ModuleKind k : kKinds)
-    if (name == module_kind_name(k)) c.kind = k, found = true;
-  if (!found)
-    throw std::invalid_argument("config: unknown module " + quote_name(name) +
-                                " (expected MultiheadAttention, TransformerEncoderLayer, TransformerEncoder, "
-                                "TransformerDecoderLayer, TransformerDecoder or Transformer)");
+  try {
+    c.kind = enum_from_name<ModuleKind>(name);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("config: ") + e.what());
+  }
   ConfigReader r{j};
   switch (c.kind) {
     case ModuleKind::MULTIHEAD_ATTENTION:

@@ -19,7 +19,6 @@ void TransformerLayerOptions::validate() const {
   if (!(dropout >= 0.0f && dropout <= 1.0f))
     throw std::invalid_argument("dropout must be in [0, 1], got " + std::to_string(dropout));
   if (!(layer_norm_eps > 0.0f)) throw std::invalid_argument("layer_norm_eps must be positive");
-  ops::activation_from_string(activation);
 }
 
 static const TransformerLayerOptions& validated(const TransformerLayerOptions& o) {
@@ -27,8 +26,7 @@ static const TransformerLayerOptions& validated(const TransformerLayerOptions& o
   return o;
 }
 static int64_t ffn_in(const TransformerLayerOptions& o) {
-  return ops::activation_is_gated(ops::activation_from_string(o.activation)) ? 2 * o.dim_feedforward
-                                                                              : o.dim_feedforward;
+  return activation_is_gated(o.activation) ? 2 * o.dim_feedforward : o.dim_feedforward;
 }
 static ops::AttentionMasks masks_of(const Tensor& attn_mask, const Tensor& kpm, bool causal) {
   ops::AttentionMasks m;
@@ -41,7 +39,6 @@ static ops::AttentionMasks masks_of(const Tensor& attn_mask, const Tensor& kpm, 
 // ---- encoder layer --------------------------------------------------------------------------------
 TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& o, Generator& gen)
     : options(validated(o)),
-      act(ops::activation_from_string(o.activation)),
       self_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, gen),
       linear1(o.d_model, ffn_in(o), o.bias, gen),
       dropout(o.dropout, gen),
@@ -67,15 +64,15 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
 // bitwise activation(linear1(x)); outside, ops::linear starts the GEMM from the bias, which may
 // round differently.
 static Tensor feed_forward_of(const Tensor& x, const Linear& linear1, const Dropout& dropout,
-                              const Linear& linear2, ops::Activation act) {
-  if (act == ops::Activation::RELU)
+                              const Linear& linear2, Activation act) {
+  if (act == Activation::RELU)
     return linear2.forward(ops::linear_relu_dropout(x, linear1.weight, linear1.bias, dropout.p,
                                                     dropout.is_training(), dropout.generator()));
   return linear2.forward(dropout.forward(ops::linear_activation(x, linear1.weight, linear1.bias, act)));
 }
 
 Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) const {
-  return feed_forward_of(x, linear1, dropout, linear2, act);
+  return feed_forward_of(x, linear1, dropout, linear2, options.activation);
 }
 
 // In eval mode the dropouts are identities: forward_add is ops::add (pre-norm) and the fused
@@ -131,7 +128,6 @@ Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const 
 // ---- decoder layer --------------------------------------------------------------------------------
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& o, Generator& gen)
     : options(validated(o)),
-      act(ops::activation_from_string(o.activation)),
       self_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, gen),
       multihead_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, gen),
       linear1(o.d_model, ffn_in(o), o.bias, gen),
@@ -157,7 +153,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
 }
 
 Tensor TransformerDecoderLayer::feed_forward(const Tensor& x) const {
-  return feed_forward_of(x, linear1, dropout, linear2, act);
+  return feed_forward_of(x, linear1, dropout, linear2, options.activation);
 }
 
 // Eval mode, with or without a cache: as TransformerEncoderLayer::forward.

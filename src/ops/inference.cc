@@ -38,14 +38,6 @@ kernels::MatmulPrecision kernel_precision(Precision p) {
 
 }  // namespace
 
-Precision parse_precision(const std::string& name) {
-  if (name == "f32" || name == "float32") return Precision::FLOAT32;
-  if (name == "bf16" || name == "bfloat16") return Precision::BFLOAT16;
-  throw std::invalid_argument("unknown precision " + quote_name(name) + " (expected f32 or bf16)");
-}
-
-const char* precision_name(Precision p) { return p == Precision::BFLOAT16 ? "bf16" : "f32"; }
-
 struct PackedWeightCache::Impl {
   Cache entries;
 };

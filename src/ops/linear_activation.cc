@@ -77,7 +77,7 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
 Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation kind) {
   const auto [out, in] = check_linear_args("linear_activation", x, weight, bias);
   const bool gated = activation_is_gated(kind);
-  check(!gated || out % 2 == 0, std::string("linear_activation ") + activation_name(kind) + ": weight " +
+  check(!gated || out % 2 == 0, "linear_activation " + std::string(enum_name(kind)) + ": weight " +
                                     describe(weight) + " must have an even number of rows (two halves [a | b])");
   const bool grad = needs_grad({&x, &weight, &bias});
   if (grad && kind != Activation::RELU) return activation(linear(x, weight, bias), kind);

@@ -85,9 +85,9 @@ class TextSetter {
     found = true;
     if constexpr (std::is_enum_v<T>) {
       try {
-        out = enum_from_name<T>(text_, key);
+        out = enum_from_name<T>(text_);
       } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument(std::string("train config: ") + e.what());
+        throw std::invalid_argument("train config: " + enum_key_prefix<T>(key) + e.what());
       }
     } else if constexpr (std::is_same_v<T, std::string>) {
       out = text_;

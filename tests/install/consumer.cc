@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "round trip changed element %lld\n", static_cast<long long>(i));
         return 1;
       }
-    std::printf("consumer ok: %s %s, %lld parameters\n", tfm::module_kind_name(m.config().kind), tfm::describe(y).c_str(),
+    std::printf("consumer ok: %s %s, %lld parameters\n", std::string(tfm::enum_name(m.config().kind)).c_str(), tfm::describe(y).c_str(),
                 static_cast<long long>(m.module().num_parameters()));
     return 0;
   } catch (const std::exception& e) {

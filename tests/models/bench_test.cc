@@ -17,7 +17,7 @@ ModuleConfig encoder_layer(int64_t d, int64_t nhead, int64_t ff, const std::stri
   c.layer.d_model = d;
   c.layer.nhead = nhead;
   c.layer.dim_feedforward = ff;
-  c.layer.activation = activation;
+  c.layer.activation = enum_from_name<Activation>(activation);
   c.layer.batch_first = true;
   return c;
 }
@@ -103,9 +103,9 @@ TEST(Bench, OptionsAreChecked) {
   o.mode = BenchMode::TRAIN;
   o.precision = Precision::BFLOAT16;
   EXPECT_NE(error_of(o).find("bf16 is for mode infer only"), std::string::npos);
-  EXPECT_EQ(bench_mode_from_string("train"), BenchMode::TRAIN);
-  EXPECT_STREQ(bench_mode_name(BenchMode::INFER), "infer");
-  EXPECT_THROW(bench_mode_from_string("Train"), std::invalid_argument);
+  EXPECT_EQ(enum_from_name<BenchMode>("train"), BenchMode::TRAIN);
+  EXPECT_EQ(enum_name(BenchMode::INFER), "infer");
+  EXPECT_THROW(enum_from_name<BenchMode>("Train"), std::invalid_argument);
 }
 
 TEST(Bench, TinyRunsAreConsistent) {

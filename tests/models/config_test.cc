@@ -22,7 +22,7 @@ TEST(ModelConfig, JsonRoundTrip) {
   c.arch = Arch::SEQ2SEQ;
   c.src_vocab_size = 11;
   c.tgt_vocab_size = 13;
-  c.activation = ops::Activation::GELU;
+  c.activation = Activation::GELU;
   c.norm_first = c.tie_embeddings = true;
   c.layer_norm_eps = 1e-6f;
   c.bos_id = 5;

@@ -44,7 +44,7 @@ ModelConfig config(bool norm_first, const std::string& act = "relu", bool tie = 
   c.num_decoder_layers = 2;
   c.dim_feedforward = 40;
   c.dropout = 0.1f;
-  c.activation = ops::activation_from_string(act);
+  c.activation = enum_from_name<Activation>(act);
   c.norm_first = norm_first;
   c.tie_embeddings = tie;
   c.max_len = 40;

@@ -174,7 +174,7 @@ TEST(ModuleConfig, DefaultsComeFromTheOptionStructs) {
   EXPECT_EQ(e.kind, ModuleKind::TRANSFORMER_ENCODER);
   EXPECT_EQ(e.num_layers, 3);
   EXPECT_TRUE(e.norm);
-  EXPECT_EQ(e.layer.activation, "swiglu");
+  EXPECT_EQ(e.layer.activation, Activation::SWIGLU);
   EXPECT_TRUE(e.layer.batch_first);
 
   const ModuleConfig a = parse_module_config(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 4,
@@ -195,7 +195,7 @@ TEST(ModuleConfig, EveryKindByItsPyTorchName) {
       {ModuleKind::TRANSFORMER_DECODER, R"("d_model": 4, "nhead": 2, "num_layers": 1)"},
       {ModuleKind::TRANSFORMER, R"("d_model": 4, "nhead": 2)"}};
   for (const auto& [kind, args] : sizes) {
-    const std::string json = std::string(R"({"module": ")") + module_kind_name(kind) + R"(", )" + args + "}";
+    const std::string json = std::string(R"({"module": ")") + std::string(enum_name(kind)) + R"(", )" + args + "}";
     EXPECT_EQ(parse_module_config(json).kind, kind) << json;
     EXPECT_EQ(LoadedModule(parse_module_config(json)).config().kind, kind) << json;
   }

@@ -44,7 +44,7 @@ TransformerLayerOptions options(bool norm_first, bool batch_first, const std::st
   o.nhead = H;
   o.dim_feedforward = F;
   o.dropout = 0.1f;
-  o.activation = act;
+  o.activation = enum_from_name<Activation>(act);
   o.batch_first = batch_first;
   o.norm_first = norm_first;
   return o;

@@ -204,10 +204,10 @@ TEST(InferenceMode, RunForwardRejectsBf16Gradients) {
 }
 
 TEST(InferenceMode, ParsePrecision) {
-  EXPECT_EQ(parse_precision("bf16"), Precision::BFLOAT16);
-  EXPECT_EQ(parse_precision("float32"), Precision::FLOAT32);
-  EXPECT_THROW(parse_precision("f16"), std::invalid_argument);
-  EXPECT_STREQ(precision_name(Precision::BFLOAT16), "bf16");
+  EXPECT_EQ(enum_from_name<Precision>("bf16"), Precision::BFLOAT16);
+  EXPECT_EQ(enum_from_name<Precision>("float32"), Precision::FLOAT32);
+  EXPECT_THROW(enum_from_name<Precision>("f16"), std::invalid_argument);
+  EXPECT_EQ(enum_name(Precision::BFLOAT16), "bf16");
 }
 
 }  // namespace

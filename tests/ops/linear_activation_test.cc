@@ -63,7 +63,7 @@ TEST(LinearActivation, InferenceMatchesComposition) {
         // |gelu'| ≤ 1.13, so 1e-4 of max|y| is a loose check that the fused path computes the same
         // function; its exactness is covered by the parity suite against PyTorch.
         ASSERT_EQ(fused.shape(), composed.shape());
-        EXPECT_TRUE(tfm::testing::close_rel(fused, composed, 1e-4, activation_name(act)));
+        EXPECT_TRUE(tfm::testing::close_rel(fused, composed, 1e-4, std::string(enum_name(act))));
       }
     }
   }

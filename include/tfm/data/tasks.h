@@ -61,8 +61,7 @@ uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c = 0);
 namespace tfm {
 template <>
 struct EnumNames<data::Task> {
-  static constexpr const char* key = "task";
-  static constexpr const char* noun = "a built-in task";
+  static constexpr const char* noun = "task";
   static constexpr std::array<std::pair<data::Task, std::string_view>, 3> names{
       {{data::Task::REVERSE, "reverse"}, {data::Task::COPY, "copy"}, {data::Task::SORT, "sort"}}};
 };

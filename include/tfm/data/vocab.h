@@ -73,8 +73,7 @@ class Vocab {
 namespace tfm {
 template <>
 struct EnumNames<data::Tokenization> {
-  static constexpr const char* key = "tokens";
-  static constexpr const char* noun = "a tokenization";
+  static constexpr const char* noun = "tokenization";
   static constexpr std::array<std::pair<data::Tokenization, std::string_view>, 2> names{
       {{data::Tokenization::CHAR, "char"}, {data::Tokenization::SPACE, "space"}}};
 };

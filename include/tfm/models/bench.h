@@ -27,9 +27,12 @@
 namespace tfm {
 
 enum class BenchMode { INFER, TRAIN };
-// "infer" / "train"; throws std::invalid_argument naming the value otherwise.
-BenchMode bench_mode_from_string(const std::string& name);
-const char* bench_mode_name(BenchMode mode);
+template <>
+struct EnumNames<BenchMode> {
+  static constexpr const char* noun = "bench mode";
+  static constexpr std::array<std::pair<BenchMode, std::string_view>, 2> names{
+      {{BenchMode::INFER, "infer"}, {BenchMode::TRAIN, "train"}}};
+};
 
 struct BenchOptions {
   int64_t batch = 0;    // B; must be positive

@@ -30,8 +30,7 @@ namespace tfm {
 enum class Arch { ENCODER, SEQ2SEQ };
 template <>
 struct EnumNames<Arch> {
-  static constexpr const char* key = "arch";
-  static constexpr const char* noun = "an architecture";
+  static constexpr const char* noun = "architecture";
   static constexpr std::array<std::pair<Arch, std::string_view>, 2> names{
       {{Arch::ENCODER, "encoder"}, {Arch::SEQ2SEQ, "seq2seq"}}};
 };
@@ -41,8 +40,7 @@ struct EnumNames<Arch> {
 enum class Positional { SINUSOIDAL };
 template <>
 struct EnumNames<Positional> {
-  static constexpr const char* key = "positional";
-  static constexpr const char* noun = "a positional encoding";
+  static constexpr const char* noun = "positional encoding";
   static constexpr std::array<std::pair<Positional, std::string_view>, 1> names{{{Positional::SINUSOIDAL, "sinusoidal"}}};
 };
 
@@ -50,22 +48,8 @@ struct EnumNames<Positional> {
 enum class NormType { LAYER_NORM };
 template <>
 struct EnumNames<NormType> {
-  static constexpr const char* key = "norm_type";
-  static constexpr const char* noun = "a norm type";
+  static constexpr const char* noun = "norm type";
   static constexpr std::array<std::pair<NormType, std::string_view>, 1> names{{{NormType::LAYER_NORM, "layer_norm"}}};
-};
-
-template <>
-struct EnumNames<ops::Activation> {
-  static constexpr const char* key = "activation";
-  static constexpr const char* noun = "an activation";
-  static constexpr std::array<std::pair<ops::Activation, std::string_view>, 6> names{
-      {{ops::Activation::RELU, "relu"},
-       {ops::Activation::GELU, "gelu"},
-       {ops::Activation::GELU_TANH, "gelu_tanh"},
-       {ops::Activation::GLU, "glu"},
-       {ops::Activation::GEGLU, "geglu"},
-       {ops::Activation::SWIGLU, "swiglu"}}};
 };
 
 struct ModelConfig {
@@ -73,7 +57,7 @@ struct ModelConfig {
   int64_t src_vocab_size = 0, tgt_vocab_size = 0;  // filled in from the data by the trainer
   int64_t d_model = 64, nhead = 4, num_encoder_layers = 2, num_decoder_layers = 2, dim_feedforward = 256;
   float dropout = 0.1f;
-  ops::Activation activation = ops::Activation::RELU;
+  Activation activation = Activation::RELU;
   bool norm_first = false;
   NormType norm_type = NormType::LAYER_NORM;
   float layer_norm_eps = 1e-5f;

@@ -24,7 +24,7 @@
 // Sequences are Float32 (B, T, D) with batch_first, else (T, B, D) (key and value default to the
 // query); masks are Bool (true = blocked) or Float32 (added); causal flags are 0-dim Bool tensors.
 //
-// To add a module kind: an enumerator in ModuleKind and its name in module_kind_name, its keys in
+// To add a module kind: an enumerator in ModuleKind and its name in EnumNames<ModuleKind>, its keys in
 // parse_module_config (src/models/module_config.cc), its inputs in src/models/forward_runner.cc and
 // its matmuls in bench_flop_count (src/models/bench.cc).
 #pragma once
@@ -50,7 +50,17 @@ enum class ModuleKind {
   TRANSFORMER_DECODER,
   TRANSFORMER,
 };
-const char* module_kind_name(ModuleKind kind);  // PyTorch's class name, the config's "module"
+template <>
+struct EnumNames<ModuleKind> {  // PyTorch's class names, the config's "module"
+  static constexpr const char* noun = "module";
+  static constexpr std::array<std::pair<ModuleKind, std::string_view>, 6> names{
+      {{ModuleKind::MULTIHEAD_ATTENTION, "MultiheadAttention"},
+       {ModuleKind::TRANSFORMER_ENCODER_LAYER, "TransformerEncoderLayer"},
+       {ModuleKind::TRANSFORMER_ENCODER, "TransformerEncoder"},
+       {ModuleKind::TRANSFORMER_DECODER_LAYER, "TransformerDecoderLayer"},
+       {ModuleKind::TRANSFORMER_DECODER, "TransformerDecoder"},
+       {ModuleKind::TRANSFORMER, "Transformer"}}};
+};
 
 // nn.MultiheadAttention's constructor arguments as far as tfm supports them (kdim = vdim =
 // embed_dim, no add_bias_kv, no add_zero_attn).

@@ -29,7 +29,7 @@ struct TransformerLayerOptions {
   int64_t nhead = 8;
   int64_t dim_feedforward = 2048;
   float dropout = 0.1f;
-  std::string activation = "relu";  // relu, gelu, gelu_tanh, glu, geglu, swiglu
+  Activation activation = Activation::RELU;
   float layer_norm_eps = 1e-5f;
   bool batch_first = false;
   bool norm_first = false;
@@ -47,7 +47,6 @@ class TransformerEncoderLayer : public Module {
   Tensor forward(const Tensor& src, const Tensor& src_mask = {}, const Tensor& src_key_padding_mask = {},
                  bool is_causal = false, AttentionCache* cache = nullptr) const;
   TransformerLayerOptions options;
-  ops::Activation act;
   MultiheadAttention self_attn;
   Linear linear1;
   Dropout dropout;
@@ -101,7 +100,6 @@ class TransformerDecoderLayer : public Module {
                  const Tensor& memory_key_padding_mask = {}, bool tgt_is_causal = false,
                  bool memory_is_causal = false, DecoderLayerCache* cache = nullptr) const;
   TransformerLayerOptions options;
-  ops::Activation act;
   MultiheadAttention self_attn, multihead_attn;
   Linear linear1;
   Dropout dropout;

@@ -105,8 +105,7 @@ std::string field_text(const TrainConfig& c, const std::string& key);
 namespace tfm {
 template <>
 struct EnumNames<train::OptimizerKind> {
-  static constexpr const char* key = "optimizer";
-  static constexpr const char* noun = "an optimizer";
+  static constexpr const char* noun = "optimizer";
   static constexpr std::array<std::pair<train::OptimizerKind, std::string_view>, 2> names{
       {{train::OptimizerKind::ADAM, "adam"}, {train::OptimizerKind::ADAMW, "adamw"}}};
 };

@@ -26,8 +26,7 @@ float scheduled_lr(Schedule schedule, float base_lr, int64_t step, int64_t warmu
 namespace tfm {
 template <>
 struct EnumNames<train::Schedule> {
-  static constexpr const char* key = "schedule";
-  static constexpr const char* noun = "a schedule";
+  static constexpr const char* noun = "schedule";
   static constexpr std::array<std::pair<train::Schedule, std::string_view>, 4> names{
       {{train::Schedule::AUTO, "auto"},
        {train::Schedule::CONSTANT, "constant"},

@@ -103,8 +103,7 @@ TrainConfig load_train_config(const std::string& dir);
 namespace tfm {
 template <>
 struct EnumNames<train::StopReason> {
-  static constexpr const char* key = "stop_reason";
-  static constexpr const char* noun = "a stop reason";
+  static constexpr const char* noun = "stop reason";
   static constexpr std::array<std::pair<train::StopReason, std::string_view>, 4> names{
       {{train::StopReason::EPOCHS, "epochs"},
        {train::StopReason::MAX_STEPS, "max-steps"},
