@@ -1,14 +1,13 @@
 // src/cli/eval_cmd.cc — `tfm eval`: decode a task's fresh test sequences or a TSV file with a trained
 // model and print token accuracy, sequence accuracy and token error rate (or one JSON object).
 #include <cstdio>
+#include <optional>
 
 #include "commands.h"
 #include "tfm/data/tasks.h"
-#include "tfm/data/tsv.h"
 #include "tfm/inference.h"
 #include "tfm/models/model_dir.h"
 #include "tfm/train/evaluate.h"
-#include "tfm/train/trainer.h"
 
 namespace tfm::cli {
 
@@ -52,19 +51,12 @@ void register_eval(CLI::App& app, Runner& run) {
       const TrainedModel m = load_model_dir(o->model);
       train::EvalSet set;
       if (!o->task.empty()) {
-        const data::Task task = enum_from_name<data::Task>(o->task);
-        if (m.src_vocab.tokens() != data::task_vocab().tokens())
-          throw std::invalid_argument(o->model + " was not trained on a built-in task (its vocabulary differs)");
-        const uint64_t s = seed_given ? o->seed : train::load_train_config(o->model).seed;
-        set = train::task_eval_set(task, s, data::Split::TEST, o->count);
+        set = train::task_test_set(m, enum_from_name<data::Task>(o->task),
+                                   seed_given ? std::optional<uint64_t>(o->seed) : std::nullopt, o->count);
       } else {
-        data::TsvOptions opt;
-        opt.src_tokens = m.src_tokens;
-        opt.tgt_tokens = m.tgt_tokens;
-        opt.max_tokens = train::load_train_config(o->model).max_tokens;
-        const data::TsvData d = data::read_tsv(o->data, opt);
-        if (!d.problems.empty()) std::fprintf(stderr, "%s\n", d.summary().c_str());
-        set = train::tsv_eval_set(d);
+        std::string note;
+        set = train::tsv_test_set(m, o->data, &note);
+        if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
       }
       const train::Metrics r = train::evaluate(m, set, o->beam, o->batch_size);
       if (o->json) {

@@ -57,6 +57,7 @@ std::string read_config_section(const std::string& dir, const char* section) {
 
 TrainedModel load_model_dir(const std::string& dir) {
   TrainedModel m;
+  m.dir = dir;
   const ModelConfig mc = ModelConfig::from_json(model_dir::read_config_section(dir, "model"));
   const ordered_json vocab = ordered_json::parse(model_dir::read_config_section(dir, "vocab"));
   const std::string config_file = model_dir::path(dir, model_dir::CONFIG);

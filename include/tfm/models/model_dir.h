@@ -39,6 +39,7 @@ std::string read_config_section(const std::string& dir, const char* section);
 
 // A trained model directory, ready for decoding.
 struct TrainedModel {
+  std::string dir;               // where it was loaded from
   std::unique_ptr<Model> model;  // in eval mode
   data::Vocab src_vocab, tgt_vocab;
   data::Tokenization src_tokens = data::Tokenization::SPACE, tgt_tokens = data::Tokenization::SPACE;

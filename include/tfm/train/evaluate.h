@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,13 @@ EvalSet group_references(const std::vector<data::Tokens>& sources, const std::ve
 EvalSet task_eval_set(data::Task task, uint64_t seed, data::Split split, int64_t count);
 // The pairs of a TSV file, grouped by source.
 EvalSet tsv_eval_set(const data::TsvData& tsv);
+
+// A trained model's test sets (`tfm eval`). A task's: `count` fresh TEST-split sequences, drawn with
+// `seed` or else the run's own seed; throws when the model was not trained on a built-in task. A TSV
+// file's: read with the model's tokenizations and the run's max_tokens; skipped lines are summarised
+// in *note (empty when none).
+EvalSet task_test_set(const TrainedModel& m, data::Task task, std::optional<uint64_t> seed, int64_t count);
+EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string* note);
 
 // Decodes every source (greedy or beam) and scores it against its references.
 Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, const EvalSet& set,
