@@ -97,7 +97,6 @@ class ProgressPrinter {
   double last_plain_ = -1e9;
 };
 
-
 // Each option sets one field of the TrainConfig by its key (train::set_field), on TrainConfig{} or,
 // with --task, on the task's preset: the defaults shown in --help are the library's, and an option
 // not given leaves the library's value. Boolean fields are a flag and its negation.
@@ -132,7 +131,6 @@ class Options {
       if (f->option->count() > 0)
         for (const auto& k : f->keys) set_field(c, k, f->is_flag ? (f->on ? "true" : "false") : f->text);
   }
-  const std::vector<std::unique_ptr<FieldOption>>& fields() const { return fields_; }
 
  private:
   FieldOption& add(std::vector<std::string> keys) {
