@@ -11,7 +11,7 @@ As a library (torch and numpy only):
     export(enc, {}, "model")                # -> model.json, model.safetensors
     tfm forward --config model.json --weights model.safetensors --inputs in.safetensors --output out.safetensors
 
-config_dict: constructor arguments in tfm's config format (see issue 2, section 5). Arguments that can be read back
+config_dict: constructor arguments in the config format of `tfm forward` (include/tfm/models/forward.h). Arguments that can be read back
 from a torch.nn module (d_model, nhead, dim_feedforward, dropout, layer_norm_eps, batch_first, norm_first, bias,
 activation when it is relu / gelu, num_layers, norm, ...) are filled in when absent; give the others (e.g. "activation":
 "swiglu" for a custom module) explicitly. Values in config_dict win over inferred ones.
