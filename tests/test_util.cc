@@ -14,17 +14,80 @@
 namespace tfm::testing {
 
 std::vector<float> random_values(int64_t n, uint64_t seed, float lo, float hi) {
+  Rng rng(seed);
   std::vector<float> v(static_cast<size_t>(n));
-  uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = lo + (hi - lo) * static_cast<float>((s >> 40) * (1.0 / 16777216.0));
-  }
+  for (auto& x : v) x = rng.uniform(lo, hi);
   return v;
 }
 
 Tensor random_tensor(const Shape& shape, uint64_t seed, float lo, float hi) {
   return Tensor::from_vector(shape, random_values(shape_numel(shape), seed, lo, hi));
+}
+
+std::span<const float> values(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return {};
+  return {t.data(), static_cast<size_t>(t.numel())};
+}
+
+std::string index_str(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> idx(std::max<size_t>(shape.size(), 1), flat);
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+  std::string s(1, '[');
+  for (size_t i = 0; i < idx.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(idx[i]);
+  }
+  s += ']';
+  return s;
+}
+
+Mismatches::Mismatches(std::string what, Shape shape) : what_(std::move(what)), shape_(std::move(shape)) {}
+
+bool Mismatches::check(int64_t i, double actual, double expected, double tol) {
+  if (actual == expected) return true;  // also two equal infinities
+  const double err = std::fabs(actual - expected);  // NaN when either is NaN
+  if (err <= tol) {
+    max_error_ = std::max(max_error_, err);
+    return true;
+  }
+  keep(i, actual, expected, std::isfinite(err) ? err : INFINITY, tol);
+  return false;
+}
+
+void Mismatches::record(int64_t i, double actual, double expected) {
+  const double err = std::fabs(actual - expected);
+  keep(i, actual, expected, std::isnan(err) ? INFINITY : err, -1.0);
+}
+
+void Mismatches::keep(int64_t i, double actual, double expected, double err, double tol) {
+  ++count_;
+  max_error_ = std::max(max_error_, err);
+  if (static_cast<int>(shown_.size()) >= kShown) return;
+  std::ostringstream os;
+  os.precision(9);
+  os << index_str(i, shape_) << " " << actual << " vs " << expected << " (err " << err;
+  if (tol >= 0) os << ", tol " << tol;
+  os << ")";
+  shown_.push_back(os.str());
+}
+
+::testing::AssertionResult Mismatches::failure(const std::string& headline) const {
+  std::ostringstream os;
+  os.precision(9);
+  os << what_ << (what_.empty() ? "" : ": ");
+  if (!headline.empty()) os << headline << "; ";
+  os << count_ << " element" << (count_ == 1 ? "" : "s") << " differ" << (count_ == 1 ? "s" : "");
+  if (!shown_.empty()) os << ", first:";
+  for (const auto& s : shown_) os << "\n  " << s;
+  os << "\n  max error " << max_error_;
+  return ::testing::AssertionFailure() << os.str();
+}
+
+::testing::AssertionResult Mismatches::result() const {
+  return count_ == 0 ? ::testing::AssertionSuccess() : failure("");
 }
 
 double rel_error(const float* a, const float* b, int64_t n) {
@@ -33,38 +96,55 @@ double rel_error(const float* a, const float* b, int64_t n) {
     err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
     mag = std::max(mag, std::fabs(static_cast<double>(b[i])));
   }
-  return err / std::max(mag, 1e-30);
+  return err / std::max(mag, kTinyMagnitude);
 }
 
 double rel_error(const Tensor& a, const Tensor& b) { return rel_error(a.data(), b.data(), a.numel()); }
 
-::testing::AssertionResult close_rel(const Tensor& actual, const Tensor& expected, double bound, const std::string& what) {
-  if (actual.shape() != expected.shape())
-    return ::testing::AssertionFailure() << what << ": shape " << shape_str(actual.shape()) << " vs expected "
-                                         << shape_str(expected.shape());
-  const double rel = rel_error(actual, expected);
-  if (rel <= bound) return ::testing::AssertionSuccess();
-  double mag = 0;
-  for (int64_t i = 0; i < expected.numel(); ++i) mag = std::max(mag, std::fabs(double(expected.data()[i])));
+std::string number_str(double x) {
   std::ostringstream os;
-  os << what << ": rel error " << rel << " > bound " << bound << "; first mismatches:";
-  int shown = 0;
-  for (int64_t i = 0; i < actual.numel() && shown < 5; ++i) {
-    double d = std::fabs(double(actual.data()[i]) - expected.data()[i]);
-    if (d > bound * mag) {
-      os << " [" << i << "] " << actual.data()[i] << " vs " << expected.data()[i];
-      ++shown;
-    }
-  }
-  return ::testing::AssertionFailure() << os.str();
+  os.precision(9);
+  os << x;
+  return os.str();
+}
+
+bool same_float32_shape(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.dtype() == DType::FLOAT32 && b.dtype() == DType::FLOAT32 &&
+         a.shape() == b.shape();
+}
+
+::testing::AssertionResult size_mismatch(const std::string& what, size_t actual, size_t expected) {
+  return ::testing::AssertionFailure() << what << (what.empty() ? "" : ": ") << actual << " elements, expected "
+                                       << expected;
+}
+
+namespace {
+std::string dtype_and_shape(const Tensor& t) {
+  if (!t.defined()) return "undefined";
+  return std::string(t.dtype() == DType::BOOL ? "bool " : "float32 ") + shape_str(t.shape());
+}
+}  // namespace
+
+::testing::AssertionResult shape_mismatch(const std::string& what, const Tensor& actual, const Tensor& expected) {
+  return ::testing::AssertionFailure() << what << (what.empty() ? "" : ": ") << dtype_and_shape(actual) << ", expected "
+                                       << dtype_and_shape(expected);
+}
+
+::testing::AssertionResult close_rel(const Tensor& actual, const Tensor& expected, double bound,
+                                     const std::string& what, double floor) {
+  if (!same_float32_shape(actual, expected)) return shape_mismatch(what, actual, expected);
+  return close_rel(values(actual), values(expected), bound, what, floor, actual.shape());
 }
 
 ::testing::AssertionResult bitwise_equal(const Tensor& a, const Tensor& b, const std::string& what) {
-  if (a.shape() != b.shape()) return ::testing::AssertionFailure() << what << ": shapes differ";
-  for (int64_t i = 0; i < a.numel(); ++i)
-    if (std::memcmp(&a.data()[i], &b.data()[i], sizeof(float)) != 0)
-      return ::testing::AssertionFailure() << what << ": differs at [" << i << "] " << a.data()[i] << " vs " << b.data()[i];
-  return ::testing::AssertionSuccess();
+  if (!a.defined() || !b.defined() || a.shape() != b.shape() || a.dtype() != b.dtype())
+    return shape_mismatch(what, a, b);
+  if (a.dtype() == DType::BOOL) {
+    const std::span<const uint8_t> x(a.data_bool(), static_cast<size_t>(a.numel()));
+    const std::span<const uint8_t> y(b.data_bool(), static_cast<size_t>(b.numel()));
+    return bitwise_equal(x, y, what, a.shape());
+  }
+  return bitwise_equal(values(a), values(b), what, a.shape());
 }
 
 std::string slurp(const std::string& path) {

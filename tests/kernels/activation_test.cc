@@ -17,7 +17,7 @@
 namespace tfm::kernels {
 namespace {
 
-using test::bitwise;
+using testing::bitwise_equal;
 using test::kSizes;
 using test::rnd;
 
@@ -30,14 +30,14 @@ TEST(ActivationKernel, ReluBiasForwardAndBackwardBitwise) {
     std::vector<float> y1(N * F), y2(N * F);
     ASSERT_TRUE(bias_activation_forward_avx512(Activation::RELU, x.data(), b.data(), y1.data(), N, F));
     bias_activation_forward_scalar(Activation::RELU, x.data(), b.data(), y2.data(), N, F);
-    EXPECT_TRUE(bitwise(y1, y2)) << "bias+relu F=" << F;
+    EXPECT_TRUE(bitwise_equal(y1, y2)) << "bias+relu F=" << F;
     ASSERT_TRUE(bias_activation_forward_avx512(Activation::RELU, x.data(), nullptr, y1.data(), N, F));
     activation_forward_scalar(Activation::RELU, x.data(), y2.data(), N, F);
-    EXPECT_TRUE(bitwise(y1, y2)) << "relu F=" << F;
+    EXPECT_TRUE(bitwise_equal(y1, y2)) << "relu F=" << F;
     std::vector<float> d1(N * F), d2(N * F);
     ASSERT_TRUE(activation_backward_avx512(Activation::RELU, dy.data(), x.data(), d1.data(), N, F));
     activation_backward_scalar(Activation::RELU, dy.data(), x.data(), d2.data(), N, F);
-    EXPECT_TRUE(bitwise(d1, d2)) << "relu backward F=" << F;
+    EXPECT_TRUE(bitwise_equal(d1, d2)) << "relu backward F=" << F;
   }
 }
 
@@ -52,13 +52,13 @@ TEST(ActivationKernel, BiasActivationDispatchMatchesScalarForEveryKind) {
       std::vector<float> y1(N * F), y2(N * F);
       bias_activation_forward(k, x.data(), b.data(), y1.data(), N, F);
       bias_activation_forward_scalar(k, x.data(), b.data(), y2.data(), N, F);
-      EXPECT_TRUE(bitwise(y1, y2)) << "kind " << int(k) << " F=" << F;
+      EXPECT_TRUE(bitwise_equal(y1, y2)) << "kind " << int(k) << " F=" << F;
       // bias_activation with the bias pre-added equals activation_forward on the sum.
       std::vector<float> xb(x);
       for (int64_t n = 0; n < N; ++n)
         for (int64_t f = 0; f < in_row; ++f) xb[n * in_row + f] += b[f];
       activation_forward(k, xb.data(), y1.data(), N, F);
-      EXPECT_TRUE(bitwise(y1, y2)) << "pre-added bias, kind " << int(k) << " F=" << F;
+      EXPECT_TRUE(bitwise_equal(y1, y2)) << "pre-added bias, kind " << int(k) << " F=" << F;
     }
   }
 }

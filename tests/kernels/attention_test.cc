@@ -22,6 +22,9 @@
 namespace tfm::kernels {
 namespace {
 
+using testing::bitwise_equal;
+using testing::close_rel;
+
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr double kEps = 1.1920928955078125e-07;  // float machine epsilon, 2^-23
 
@@ -202,34 +205,6 @@ Result run(const Case& c, bool fast, const Result* forward_from = nullptr) {
   return r;
 }
 
-// max|a − b| / max|b| with matching infinities treated as equal; NaN anywhere is a failure.
-::testing::AssertionResult close(const std::vector<float>& a, const std::vector<float>& b,
-                                 double bound, const char* what, double floor = 0.0) {
-  double err = 0, mag = floor;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) || std::isnan(b[i]))
-      return ::testing::AssertionFailure() << what << ": NaN at [" << i << "] " << a[i] << " vs " << b[i];
-    if (std::isinf(a[i]) || std::isinf(b[i])) {
-      if (a[i] != b[i])
-        return ::testing::AssertionFailure() << what << ": [" << i << "] " << a[i] << " vs " << b[i];
-      continue;
-    }
-    err = std::max(err, std::fabs(double(a[i]) - b[i]));
-    mag = std::max(mag, std::fabs(double(b[i])));
-  }
-  const double rel = err / std::max(mag, 1e-30);
-  if (rel <= bound) return ::testing::AssertionSuccess();
-  std::ostringstream os;
-  os << what << ": rel error " << rel << " > bound " << bound << "; first mismatches:";
-  int shown = 0;
-  for (size_t i = 0; i < a.size() && shown < 5; ++i)
-    if (std::fabs(double(a[i]) - b[i]) > bound * mag) {
-      os << " [" << i << "] " << a[i] << " vs " << b[i];
-      ++shown;
-    }
-  return ::testing::AssertionFailure() << os.str();
-}
-
 // Tolerances, relative to the largest magnitude of the reference output. Both kernels compute in
 // float with different summation orders and exp implementations, so each can be off by its own
 // first-order rounding bound:
@@ -290,15 +265,15 @@ void sweep(MaskKind kind, const int64_t (&dhs)[ND], const int64_t (&lens)[NL], i
           const Result ref = run(c, false);
           const Result fast = run(c, true, &ref);  // fast backward on the reference's o and lse
           const double fb = forward_bound(c), bb = backward_bound(c);
-          ASSERT_TRUE(close(fast.o, ref.o, fb, "o"));
-          ASSERT_TRUE(close(fast.lse, ref.lse, fb, "lse"));
+          ASSERT_TRUE(close_rel(fast.o, ref.o, fb, "o"));
+          ASSERT_TRUE(close_rel(fast.lse, ref.lse, fb, "lse"));
           double dv_max = 0;
           const std::vector<float>& dv_ref = layout == Layout::PACKED ? ref.dq : ref.dv;
           for (float g : dv_ref) dv_max = std::max(dv_max, std::fabs(double(g)));
-          const double floor = c.p.scale * dv_max;
-          ASSERT_TRUE(close(fast.dq, ref.dq, bb, "dq", floor));
-          ASSERT_TRUE(close(fast.dk, ref.dk, bb, "dk", floor));
-          ASSERT_TRUE(close(fast.dv, ref.dv, bb, "dv"));
+          const double floor = std::max(c.p.scale * dv_max, testing::kTinyMagnitude);
+          ASSERT_TRUE(close_rel(fast.dq, ref.dq, bb, "dq", floor));
+          ASSERT_TRUE(close_rel(fast.dk, ref.dk, bb, "dk", floor));
+          ASSERT_TRUE(close_rel(fast.dv, ref.dv, bb, "dv"));
           check_dead_rows(c, ref, "scalar");
           check_dead_rows(c, fast, "fast");
         }
@@ -460,8 +435,8 @@ void finite_difference_check(float dropout_p) {
 
   const double h = 1e-5;
   auto check = [&](std::vector<double>& x, const std::vector<double>& grad, const char* name) {
-    double gmax = 0, err = 0;
-    int64_t worst = -1;
+    double gmax = 0;
+    std::vector<double> fd(x.size());
     for (size_t i = 0; i < x.size(); ++i) {
       const double x0 = x[i];
       x[i] = x0 + h;
@@ -469,12 +444,12 @@ void finite_difference_check(float dropout_p) {
       x[i] = x0 - h;
       const double down = loss_of(c);
       x[i] = x0;
-      const double fd = (up - down) / (2 * h);
+      fd[i] = (up - down) / (2 * h);
       gmax = std::max(gmax, std::fabs(grad[i]));
-      if (std::fabs(fd - grad[i]) > err) err = std::fabs(fd - grad[i]), worst = static_cast<int64_t>(i);
     }
     EXPECT_GT(gmax, 1e-3) << name << " gradient is trivially zero";
-    EXPECT_LE(err, 1e-7 * gmax) << name << ": worst at [" << worst << "] analytic " << grad[worst];
+    // max|fd − analytic| ≤ 1e-7·max|analytic|.
+    EXPECT_TRUE(close_rel(fd, grad, 1e-7, std::string(name) + ": finite differences vs analytic"));
   };
   check(c.q, dq, "dq");
   check(c.k, dk, "dk");
@@ -539,14 +514,11 @@ TEST(AttentionKernel, BitwiseSameForOneAndTwoThreads) {
     const Result one = run(c, true);
     omp_set_num_threads(2);
     const Result two = run(c, true);
-    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-    };
-    EXPECT_TRUE(same(one.o, two.o)) << "o";
-    EXPECT_TRUE(same(one.lse, two.lse)) << "lse";
-    EXPECT_TRUE(same(one.dq, two.dq)) << "dq";
-    EXPECT_TRUE(same(one.dk, two.dk)) << "dk";
-    EXPECT_TRUE(same(one.dv, two.dv)) << "dv";
+    EXPECT_TRUE(bitwise_equal(one.o, two.o, "o"));
+    EXPECT_TRUE(bitwise_equal(one.lse, two.lse, "lse"));
+    EXPECT_TRUE(bitwise_equal(one.dq, two.dq, "dq"));
+    EXPECT_TRUE(bitwise_equal(one.dk, two.dk, "dk"));
+    EXPECT_TRUE(bitwise_equal(one.dv, two.dv, "dv"));
   }
   omp_set_num_threads(saved);
 }

@@ -24,7 +24,7 @@
 namespace tfm::kernels {
 namespace {
 
-using test::bitwise;
+using testing::bitwise_equal;
 using test::kSizes;
 using test::rnd;
 
@@ -35,7 +35,7 @@ TEST(ElementwiseKernel, AddDropoutBiasGradBitwise) {
     std::vector<float> y1(n), y2(n);
     add_forward_avx512(a.data(), b.data(), y1.data(), n);
     add_forward_scalar(a.data(), b.data(), y2.data(), n);
-    EXPECT_TRUE(bitwise(y1, y2)) << "add n=" << n;
+    EXPECT_TRUE(bitwise_equal(y1, y2)) << "add n=" << n;
     for (float p : {0.1f, 0.5f}) {
       // Offsets not a multiple of 16, the second one crossing 2³² (where the hash's key changes)
       // inside a vector of 16 counters.
@@ -43,7 +43,7 @@ TEST(ElementwiseKernel, AddDropoutBiasGradBitwise) {
         const uint64_t seed = 7;
         dropout_forward_avx512(a.data(), y1.data(), n, p, seed, offset);
         dropout_forward_scalar(a.data(), y2.data(), n, p, seed, offset);
-        EXPECT_TRUE(bitwise(y1, y2)) << "dropout n=" << n << " p=" << p << " offset=" << offset;
+        EXPECT_TRUE(bitwise_equal(y1, y2)) << "dropout n=" << n << " p=" << p << " offset=" << offset;
       }
     }
     const int64_t N = 9;
@@ -51,7 +51,7 @@ TEST(ElementwiseKernel, AddDropoutBiasGradBitwise) {
     std::vector<float> db1 = rnd(n, 43), db2 = db1;
     bias_grad_avx512(dy.data(), n, db1.data(), N, n);
     bias_grad_scalar(dy.data(), db2.data(), N, n);
-    EXPECT_TRUE(bitwise(db1, db2)) << "bias_grad F=" << n;
+    EXPECT_TRUE(bitwise_equal(db1, db2)) << "bias_grad F=" << n;
   }
 }
 
@@ -157,7 +157,7 @@ TEST(ElementwiseKernel, TransposeMatchesScalarTwin) {
       std::vector<float> fast(cols * ld, -7.0f), slow(cols * ld, -7.0f);
       transpose(src.data(), sl, rows, cols, fast.data(), ld);
       transpose_scalar(src.data(), sl, rows, cols, slow.data(), ld);
-      EXPECT_TRUE(bitwise(fast, slow)) << rows << "x" << cols;
+      EXPECT_TRUE(bitwise_equal(fast, slow)) << rows << "x" << cols;
       for (int64_t c = 0; c < cols; ++c)
         for (int64_t r = 0; r < ld; ++r)
           ASSERT_EQ(fast[c * ld + r], r < rows ? src[r * sl + c] : -7.0f) << rows << "x" << cols;
@@ -183,7 +183,7 @@ TEST(ElementwiseKernel, DispatchersBitwiseAcrossThreadCounts) {
   const int saved = omp_get_max_threads();
   auto one = run(1), two = run(2);
   omp_set_num_threads(saved);
-  EXPECT_TRUE(bitwise(one, two));
+  EXPECT_TRUE(bitwise_equal(one, two));
 }
 
 }  // namespace

@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -26,20 +25,20 @@
 
 #include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
+#include "test_util.h"
 
 namespace tfm::kernels {
 namespace {
+
+using testing::bitwise_equal;
+using testing::close_abs;
+using testing::Rng;
 
 double gamma_f(int64_t n) {
   const double u = FLT_EPSILON / 2.0;
   return double(n) * u / (1.0 - double(n) * u);
 }
 
-uint32_t bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
 float from_bits(uint32_t u) {
   float x;
   std::memcpy(&x, &u, 4);
@@ -84,11 +83,7 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
 // float: random bit patterns (NaNs with any payload, ±inf, denormals, halfway cases), dense and
 // strided blocks, widths that are not multiples of 16.
 TEST(Bf16, ConvertRowsMatchesScalarTwinBitwise) {
-  uint64_t state = 12345;
-  auto next = [&state]() {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<uint32_t>(state >> 32);
-  };
+  Rng rng(12345);
   const uint32_t specials[] = {0x7F800000u, 0xFF800000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FC00000u, 0x00000001u,
                                0x807FFFFFu, 0x3F808000u, 0x3F818000u, 0x7F7FFFFFu, 0x7F7F8000u, 0x00000000u};
   for (int64_t K : {1, 15, 16, 17, 100}) {
@@ -96,13 +91,11 @@ TEST(Bf16, ConvertRowsMatchesScalarTwinBitwise) {
       const int64_t m = 7;
       std::vector<float> src(static_cast<size_t>(m * lds));
       for (size_t i = 0; i < src.size(); ++i)
-        src[i] = from_bits(i % 5 == 0 ? specials[(i / 5) % std::size(specials)] : next());
+        src[i] = from_bits(i % 5 == 0 ? specials[(i / 5) % std::size(specials)] : rng.bits());
       std::vector<uint16_t> fast(static_cast<size_t>(m * K), 0xAAAA), slow(fast.size(), 0x5555);
       convert_rows_to_bf16(src.data(), lds, m, K, fast.data());
       convert_rows_to_bf16_scalar(src.data(), lds, m, K, slow.data());
-      for (size_t i = 0; i < fast.size(); ++i)
-        ASSERT_EQ(fast[i], slow[i]) << "K " << K << " lds " << lds << " element " << i << " bits 0x" << std::hex
-                                    << bits(src[(i / K) * lds + i % K]);
+      ASSERT_TRUE(bitwise_equal(fast, slow, "K " + std::to_string(K) + " lds " + std::to_string(lds), {m, K}));
     }
   }
 }
@@ -126,26 +119,25 @@ void expect_within_bound(const Problem& pb, MatmulPrecision prec, const std::vec
                          const std::vector<float>& W, const std::vector<float>& b,
                          const std::vector<float>& C, float sentinel, const std::string& what) {
   const int64_t ld = pb.K + pb.pad, ldc = pb.N + pb.pad;
-  int bad = 0;
+  std::vector<float> got, padding;
+  std::vector<double> exact, tol;
   for (int64_t i = 0; i < pb.M; ++i) {
     for (int64_t j = 0; j < pb.N; ++j) {
-      double exact = pb.bias ? double(b[j]) : 0.0, mag = pb.bias ? std::fabs(double(b[j])) : 0.0;
+      double e = pb.bias ? double(b[j]) : 0.0, mag = pb.bias ? std::fabs(double(b[j])) : 0.0;
       for (int64_t k = 0; k < pb.K; ++k) {
         const double p = double(rounded(A[i * ld + k], prec)) * double(rounded(W[j * ld + k], prec));
-        exact += p;
+        e += p;
         mag += std::fabs(p);
       }
-      const double err = std::fabs(double(C[i * ldc + j]) - exact);
-      const double tol = gamma_f(pb.K + 1) * mag + FLT_MIN;
-      if (!(err <= tol) && ++bad <= 5)
-        ADD_FAILURE() << what << " " << pb.str() << " at (" << i << "," << j << "): got "
-                      << C[i * ldc + j] << " want " << exact << " err " << err << " tol " << tol;
+      got.push_back(C[i * ldc + j]);
+      exact.push_back(e);
+      tol.push_back(gamma_f(pb.K + 1) * mag + FLT_MIN);
     }
-    for (int64_t j = pb.N; j < ldc; ++j)
-      if (bits(C[i * ldc + j]) != bits(sentinel) && ++bad <= 5)
-        ADD_FAILURE() << what << " " << pb.str() << ": padding of C written at (" << i << "," << j << ")";
+    padding.insert(padding.end(), C.begin() + i * ldc + pb.N, C.begin() + (i + 1) * ldc);
   }
-  EXPECT_EQ(bad, 0) << what << " " << pb.str();
+  EXPECT_TRUE(close_abs(got, exact, tol, what + " " + pb.str(), {pb.M, pb.N}));
+  EXPECT_TRUE(bitwise_equal(padding, std::vector<float>(padding.size(), sentinel),
+                            what + " " + pb.str() + ": padding of C"));
 }
 
 // Odd sizes, single rows (decoding), sizes above the serial threshold with a ragged last panel,
@@ -155,17 +147,16 @@ const Problem kProblems[] = {
     {17, 100, 33, 1, true}, {100, 130, 257, 4, true}, {300, 96, 128, 0, true}, {1000, 70, 40, 5, false},
     {520, 200, 512, 0, true}, {129, 1536, 512, 0, true}};
 
-std::vector<float> random_matrix(int64_t rows, int64_t cols, int64_t ld, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
+std::vector<float> random_matrix(int64_t rows, int64_t cols, int64_t ld, Rng& rng) {
   // Padding is NaN: reading it would poison the result.
   std::vector<float> m(static_cast<size_t>(std::max<int64_t>(rows * ld, 1)), std::numeric_limits<float>::quiet_NaN());
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) m[i * ld + j] = u(rng);
+    for (int64_t j = 0; j < cols; ++j) m[i * ld + j] = rng.uniform(-1.f, 1.f);
   return m;
 }
 
 TEST(GemmPacked, FastAndScalarTwinWithinBoundOfDoubleReference) {
-  std::mt19937 rng(77);
+  Rng rng(77);
   const float sentinel = -7.0f;
   for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16}) {
     const std::string name = prec == MatmulPrecision::MATMUL_BF16 ? "bf16" : "f32";
@@ -189,7 +180,7 @@ TEST(GemmPacked, FastAndScalarTwinWithinBoundOfDoubleReference) {
       std::vector<float> C2(C.size(), sentinel);
       std::fill(W.begin(), W.end(), 1e30f);
       gemm_packed(pb.M, A.data(), ld, *packed, pb.bias ? b.data() : nullptr, C2.data(), ldc);
-      EXPECT_EQ(std::memcmp(C.data(), C2.data(), C.size() * sizeof(float)), 0) << name << " " << pb.str();
+      EXPECT_TRUE(bitwise_equal(C, C2, name + " " + pb.str() + ": W overwritten after packing"));
     }
   }
 }
@@ -197,7 +188,7 @@ TEST(GemmPacked, FastAndScalarTwinWithinBoundOfDoubleReference) {
 TEST(GemmPacked, Bf16DiffersFromF32ByTheRoundingOfItsInputs) {
   // Guards against a bf16 path that silently computes in float32 (it would pass the bound above
   // only if the rounding were skipped on both sides; here the two must differ measurably).
-  std::mt19937 rng(5);
+  Rng rng(5);
   const int64_t M = 64, N = 64, K = 256;
   const std::vector<float> A = random_matrix(M, K, K, rng), W = random_matrix(N, K, K, rng);
   std::vector<float> c32(M * N), c16(M * N);
@@ -218,7 +209,7 @@ TEST(GemmPacked, PanelsAreAFunctionOfTheShapeOnly) {
 }
 
 TEST(GemmPacked, BitwiseIdenticalForOneAndTwoThreads) {
-  std::mt19937 rng(9);
+  Rng rng(9);
   for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16}) {
     for (const int64_t M : {int64_t(1000), int64_t(100)}) {
       const int64_t N = 384, K = 200;
@@ -232,7 +223,7 @@ TEST(GemmPacked, BitwiseIdenticalForOneAndTwoThreads) {
       omp_set_num_threads(2);
       gemm_packed(M, A.data(), K, *packed, b.data(), c2.data(), N);
       omp_set_num_threads(saved);
-      EXPECT_EQ(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)), 0) << "M=" << M;
+      EXPECT_TRUE(bitwise_equal(c1, c2, "M=" + std::to_string(M)));
     }
   }
 }

@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -27,9 +26,14 @@
 
 #include "kernels/gemm_scalar.h"
 #include "kernels/kernels.h"
+#include "test_util.h"
 
 namespace tfm::kernels {
 namespace {
+
+using testing::bitwise_equal;
+using testing::close_abs;
+using testing::Rng;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
@@ -44,13 +48,23 @@ double gamma_f(int64_t n) {
 struct Mat {
   int64_t rows = 0, cols = 0, ld = 0;
   std::vector<float> v;
-  Mat(int64_t r, int64_t c, int64_t pad_cols, float pad, std::mt19937& rng)
+  Mat(int64_t r, int64_t c, int64_t pad_cols, float pad, Rng& rng)
       : rows(r), cols(c), ld(c + pad_cols), v(size_t(std::max<int64_t>(r * (c + pad_cols), 1)), pad) {
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
     for (int64_t i = 0; i < r; ++i)
-      for (int64_t j = 0; j < c; ++j) v[i * ld + j] = u(rng);
+      for (int64_t j = 0; j < c; ++j) v[i * ld + j] = rng.uniform(-1.f, 1.f);
   }
   float& at(int64_t i, int64_t j) { return v[i * ld + j]; }
+  // The (rows, cols) elements, densely, and the padding columns after them, row by row.
+  std::vector<float> elements() const {
+    std::vector<float> out;
+    for (int64_t i = 0; i < rows; ++i) out.insert(out.end(), v.begin() + i * ld, v.begin() + i * ld + cols);
+    return out;
+  }
+  std::vector<float> padding() const {
+    std::vector<float> out;
+    for (int64_t i = 0; i < rows; ++i) out.insert(out.end(), v.begin() + i * ld + cols, v.begin() + (i + 1) * ld);
+    return out;
+  }
 };
 
 struct Case {
@@ -72,37 +86,20 @@ std::vector<double> abs_products(const Case& c, const Mat& A, const Mat& B) {
   return s;
 }
 
-// Checks `got` against `want` element by element within factor·γ_{K+3}·(|α|Σ|a||b| + |β c0|);
-// checks the padding of got is untouched (still `pad_value`). Prints the first mismatches.
+// Checks `got` against `want` element by element within factor·γ_{K+3}·(|α|Σ|a||b| + |β c0|), and
+// that the padding of got is untouched (still C0's).
 void expect_close(const Case& c, float alpha, float beta, const Mat& C0, const Mat& got,
                   const std::vector<double>& want, const std::vector<double>& absprod,
                   double factor, const std::string& what) {
-  int bad = 0;
-  double max_err = 0.0;
-  for (int64_t i = 0; i < c.M; ++i) {
-    for (int64_t j = 0; j < c.N; ++j) {
-      const double c0 = beta == 0.f ? 0.0 : std::fabs(double(C0.v[i * C0.ld + j]));
-      const double tol = factor * gamma_f(c.K + 3) *
-                             (std::fabs(alpha) * absprod[i * c.N + j] + std::fabs(beta) * c0) +
-                         FLT_MIN;  // subnormal slack when the bound is 0
-      const double g = got.v[i * got.ld + j], w = want[i * c.N + j];
-      const double err = std::fabs(g - w);
-      if (!(err <= tol)) {  // also catches NaN
-        if (++bad <= 5)
-          ADD_FAILURE() << what << " " << c.str() << " alpha=" << alpha << " beta=" << beta
-                        << " at (" << i << "," << j << "): got " << g << " want " << w
-                        << " err " << err << " tol " << tol;
-      }
-      if (err > max_err) max_err = err;
-    }
-    for (int64_t j = c.N; j < got.ld; ++j) {
-      if (std::memcmp(&got.v[i * got.ld + j], &C0.v[i * C0.ld + j], sizeof(float)) != 0 &&
-          ++bad <= 5)
-        ADD_FAILURE() << what << " " << c.str() << ": padding of C written at (" << i << "," << j
-                      << ")";
-    }
-  }
-  if (bad > 0) ADD_FAILURE() << what << " " << c.str() << ": " << bad << " bad, max err " << max_err;
+  const std::vector<float> c0 = C0.elements();
+  auto tol = [&](int64_t ij) {
+    const double c0_ij = beta == 0.f ? 0.0 : std::fabs(double(c0[ij]));
+    return factor * gamma_f(c.K + 3) * (std::fabs(alpha) * absprod[ij] + std::fabs(beta) * c0_ij) +
+           FLT_MIN;  // subnormal slack when the bound is 0
+  };
+  const std::string at = what + " " + c.str() + " alpha=" + std::to_string(alpha) + " beta=" + std::to_string(beta);
+  EXPECT_TRUE(close_abs(got.elements(), want, tol, at, {c.M, c.N}));
+  EXPECT_TRUE(bitwise_equal(got.padding(), C0.padding(), at + ": padding of C"));
 }
 
 // Odd sizes (not multiples of any vector width), degenerate 1s, and sizes above the serial
@@ -113,7 +110,7 @@ const int64_t kShapes[][3] = {{1, 1, 1},     {1, 17, 3},     {3, 1, 33},      {1
                               {200, 300, 150}, {40, 700, 99}, {1030, 70, 40}};
 
 TEST(Gemm, MatchesScalarAllTransposesOddSizesPaddedAlphaBeta) {
-  std::mt19937 rng(1234);
+  Rng rng(1234);
   for (const auto& s : kShapes) {
     for (int t = 0; t < 4; ++t) {
       for (int64_t pad : {0, 5}) {
@@ -154,7 +151,7 @@ TEST(Gemm, MatchesScalarAllTransposesOddSizesPaddedAlphaBeta) {
 // 100·600·70) and row panels (300·260·40), B plain and transposed, C padded (its padding must
 // survive), alpha 1 and 0.5, beta 0 (C starts as NaN) and 1. Same bound as above.
 TEST(Gemm, LongStrideTransposedAMatchesScalar) {
-  std::mt19937 rng(99);
+  Rng rng(99);
   const Case cases[] = {{true, false, 33, 257, 17, 2048 - 33 + 5}, {true, false, 100, 600, 70, 2048 - 100},
                         {true, true, 300, 260, 40, 2100 - 300},    {true, false, 300, 260, 40, 2048 - 300},
                         {true, false, 1030, 70, 40, 2048 - 1030 + 3}, {true, false, 600, 150, 50, 2048 - 600}};
@@ -184,7 +181,7 @@ TEST(Gemm, LongStrideTransposedAMatchesScalar) {
 
 // The scalar twin itself against the double-precision instance of the same specification.
 TEST(GemmScalar, MatchesDoubleReference) {
-  std::mt19937 rng(99);
+  Rng rng(99);
   for (const auto& s : kShapes) {
     for (int t = 0; t < 4; ++t) {
       const Case c{bool(t & 1), bool(t & 2), s[0], s[1], s[2], 3};
@@ -242,7 +239,7 @@ TEST(Gemm, EmptyReduction) {
 
 // Runs gemm on a fixed problem with `threads` OpenMP threads and returns C.
 std::vector<float> run_with_threads(const Case& c, float beta, int threads) {
-  std::mt19937 rng(7);
+  Rng rng(7);
   Mat A(c.ta ? c.K : c.M, c.ta ? c.M : c.K, c.pad, kNaN, rng);
   Mat B(c.tb ? c.N : c.K, c.tb ? c.K : c.N, c.pad, kNaN, rng);
   Mat C(c.M, c.N, c.pad, -7.f, rng);
@@ -264,13 +261,7 @@ TEST(Gemm, BitwiseIdenticalAcrossThreadCounts) {
     for (float beta : {0.f, 1.f}) {
       const std::vector<float> one = run_with_threads(c, beta, 1);
       const std::vector<float> two = run_with_threads(c, beta, 2);
-      ASSERT_EQ(one.size(), two.size());
-      int64_t diff = 0, first = -1;
-      for (size_t i = 0; i < one.size(); ++i)
-        if (std::memcmp(&one[i], &two[i], sizeof(float)) != 0 && diff++ == 0) first = int64_t(i);
-      EXPECT_EQ(diff, 0) << c.str() << " beta=" << beta << ": first difference at flat index "
-                         << first << " (" << (first >= 0 ? one[first] : 0.f) << " vs "
-                         << (first >= 0 ? two[first] : 0.f) << ")";
+      EXPECT_TRUE(bitwise_equal(one, two, c.str() + " beta=" + std::to_string(beta)));
     }
   }
 }
@@ -283,8 +274,7 @@ TEST(Gemm, SameResultInsideCallerParallelRegion) {
   std::vector<std::vector<float>> inner(2);
 #pragma omp parallel for num_threads(2) schedule(static)
   for (int r = 0; r < 2; ++r) inner[r] = run_with_threads(c, 0.f, 2);
-  for (int r = 0; r < 2; ++r)
-    EXPECT_EQ(std::memcmp(top.data(), inner[r].data(), top.size() * sizeof(float)), 0) << r;
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(bitwise_equal(top, inner[r], "caller's thread " + std::to_string(r)));
 }
 
 // gemm_bias is, bit for bit, "set every row of C to the bias, then gemm with alpha = beta = 1" —
@@ -296,7 +286,7 @@ TEST(GemmBias, BitwiseThePresetThenAccumulateComposition) {
                         {false, false, 65, 130, 257, 1},   {true, true, 17, 33, 9, 3},
                         {false, true, 5, 7, 0, 1}};
   for (const Case& c : cases) {
-    std::mt19937 rng(11);
+    Rng rng(11);
     Mat A(c.ta ? c.K : c.M, c.ta ? c.M : c.K, c.pad, kNaN, rng);
     Mat B(c.tb ? c.N : c.K, c.tb ? c.K : c.N, c.pad, kNaN, rng);
     Mat bias(1, c.N, 0, 0.f, rng);
@@ -321,13 +311,11 @@ TEST(GemmBias, BitwiseThePresetThenAccumulateComposition) {
       Mat got = garbage_c();
       gemm_bias(c.ta, c.tb, c.M, c.N, c.K, A.v.data(), A.ld, B.v.data(), B.ld, bias.v.data(),
                 got.v.data(), got.ld);
-      EXPECT_EQ(std::memcmp(got.v.data(), want.v.data(), want.v.size() * sizeof(float)), 0)
-          << c.str() << " threads=" << threads;
+      EXPECT_TRUE(bitwise_equal(got.v, want.v, c.str() + " threads=" + std::to_string(threads)));
       Mat nobias = garbage_c();
       gemm_bias(c.ta, c.tb, c.M, c.N, c.K, A.v.data(), A.ld, B.v.data(), B.ld, nullptr,
                 nobias.v.data(), nobias.ld);
-      EXPECT_EQ(std::memcmp(nobias.v.data(), plain.v.data(), plain.v.size() * sizeof(float)), 0)
-          << c.str() << " threads=" << threads << " (no bias)";
+      EXPECT_TRUE(bitwise_equal(nobias.v, plain.v, c.str() + " threads=" + std::to_string(threads) + " (no bias)"));
     }
     omp_set_num_threads(saved);
   }

@@ -30,10 +30,16 @@
 namespace tfm::kernels {
 namespace {
 
-using test::bitwise;
+using testing::bitwise_equal;
 using test::kSizes;
-using test::near;
 using test::rnd;
+
+// The tolerance derived above, element by element: one float ulp of the reference, 2^-23·|ref_i|,
+// plus the absolute term `abs_tol`.
+::testing::AssertionResult near(const std::vector<float>& a, const std::vector<float>& ref, double abs_tol) {
+  return testing::close_abs(a, ref,
+                            [&](int64_t i) { return std::ldexp(std::fabs(double(ref[size_t(i)])), -23) + abs_tol; });
+}
 
 TEST(LayerNormKernel, HandChecked) {
   // x = [1, 2, 3, 4]: μ = 2.5, var = (2.25 + 0.25 + 0.25 + 2.25)/4 = 1.25, rstd = 1/√(1.25 + 0) (eps 0)
@@ -83,8 +89,8 @@ TEST(LayerNormKernel, BackwardMatchesScalar) {
     // scale: rstd·(|g| + |mean g| + |x̂|·|mean g x̂|) with |g| ≤ 4, |x̂| ≤ √D.
     const double scale = rmax * (8.0 + 4.0 * double(D));
     EXPECT_TRUE(near(dx1, dx2, 64.0 * std::ldexp(1.0, -52) * double(D) * scale)) << "dx D=" << D;
-    EXPECT_TRUE(bitwise(dw1, dw2)) << "dw D=" << D;
-    EXPECT_TRUE(bitwise(db1, db2)) << "db D=" << D;
+    EXPECT_TRUE(bitwise_equal(dw1, dw2)) << "dw D=" << D;
+    EXPECT_TRUE(bitwise_equal(db1, db2)) << "db D=" << D;
   }
 }
 
@@ -125,13 +131,13 @@ TEST(LayerNormKernel, AddLayerNormEqualsAddThenLayerNorm) {
                          1e-5f);
   add_forward(x.data(), r.data(), sum.data(), N * D);
   layer_norm_forward(sum.data(), w.data(), b.data(), y2.data(), m2.data(), s2.data(), N, D, 1e-5f);
-  EXPECT_TRUE(bitwise(z, sum));
-  EXPECT_TRUE(bitwise(y1, y2));
-  EXPECT_TRUE(bitwise(m1, m2));
+  EXPECT_TRUE(bitwise_equal(z, sum));
+  EXPECT_TRUE(bitwise_equal(y1, y2));
+  EXPECT_TRUE(bitwise_equal(m1, m2));
   // In place (y aliases x, no z): same bits.
   std::vector<float> xi(x);
   add_layer_norm_forward(xi.data(), r.data(), w.data(), b.data(), nullptr, xi.data(), nullptr, nullptr, N, D, 1e-5f);
-  EXPECT_TRUE(bitwise(xi, y2));
+  EXPECT_TRUE(bitwise_equal(xi, y2));
   // The scalar twin agrees within the LayerNorm tolerance derived above.
   std::vector<float> y3(N * D);
   add_layer_norm_forward_scalar(x.data(), r.data(), w.data(), b.data(), nullptr, y3.data(), nullptr, nullptr, N, D,
@@ -157,7 +163,7 @@ TEST(LayerNormKernel, DispatchersBitwiseAcrossThreadCounts) {
   const int saved = omp_get_max_threads();
   auto one = run(1), two = run(2);
   omp_set_num_threads(saved);
-  EXPECT_TRUE(bitwise(one, two));
+  EXPECT_TRUE(bitwise_equal(one, two));
 }
 
 }  // namespace

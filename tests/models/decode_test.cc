@@ -16,6 +16,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "model_configs.h"
 #include "models/decode_internal.h"
 #include "test_util.h"
 #include "tfm/autograd.h"
@@ -24,39 +25,22 @@ using namespace tfm;
 
 namespace {
 
-struct Lcg {
-  uint64_t s;
-  explicit Lcg(uint64_t seed) : s(seed * 6364136223846793005ull + 1442695040888963407ull) {}
-  int32_t uniform(int32_t lo, int32_t hi) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    return lo + static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(hi - lo + 1));
-  }
-};
-
+// The shared small seq2seq (model_configs.h) over the vocabularies these tests decode: 12 source and
+// 9 target tokens, max_len 40 (LimitsAndErrors crosses both).
 ModelConfig config(bool norm_first, const std::string& act = "relu", bool tie = false) {
-  ModelConfig c;
-  c.arch = Arch::SEQ2SEQ;
+  ModelConfig c = tfm::testing::small_seq2seq(norm_first, tie, act);
   c.src_vocab_size = 12;
   c.tgt_vocab_size = 9;
-  c.d_model = 16;
-  c.nhead = 4;
-  c.num_encoder_layers = 2;
-  c.num_decoder_layers = 2;
-  c.dim_feedforward = 40;
-  c.dropout = 0.1f;
-  c.activation = enum_from_name<Activation>(act);
-  c.norm_first = norm_first;
-  c.tie_embeddings = tie;
   c.max_len = 40;
   return c;
 }
 
 std::vector<std::vector<int32_t>> sources(int n, uint64_t seed, int max_len = 9, int32_t vocab = 12) {
-  Lcg r(seed);
+  tfm::testing::Rng r(seed);
   std::vector<std::vector<int32_t>> s(n);
   for (auto& x : s) {
-    const int len = r.uniform(1, max_len);
-    for (int j = 0; j < len; ++j) x.push_back(r.uniform(3, vocab - 1));
+    const int len = r.uniform_int(1, max_len);
+    for (int j = 0; j < len; ++j) x.push_back(r.uniform_int(3, vocab - 1));
   }
   return s;
 }

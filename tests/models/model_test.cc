@@ -19,6 +19,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "model_configs.h"
 #include "test_util.h"
 #include "tfm/autograd.h"
 #include "tfm/io/safetensors.h"
@@ -39,34 +40,8 @@ bool have_torch() {
 
 std::string tool(const std::string& name) { return std::string(TFM_SOURCE_DIR) + "/tools/" + name; }
 
-// A tiny deterministic LCG for test data.
-struct Lcg {
-  uint64_t s;
-  explicit Lcg(uint64_t seed) : s(seed * 6364136223846793005ull + 1442695040888963407ull) {}
-  uint32_t next() {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<uint32_t>(s >> 33);
-  }
-  int32_t uniform(int32_t lo, int32_t hi) { return lo + static_cast<int32_t>(next() % static_cast<uint32_t>(hi - lo + 1)); }
-};
-
-ModelConfig small_seq2seq(bool norm_first = false, bool tie = false, const std::string& act = "relu") {
-  ModelConfig c;
-  c.arch = Arch::SEQ2SEQ;
-  c.src_vocab_size = 11;
-  c.tgt_vocab_size = 13;
-  c.d_model = 16;
-  c.nhead = 4;
-  c.num_encoder_layers = 2;
-  c.num_decoder_layers = 2;
-  c.dim_feedforward = 40;
-  c.dropout = 0.1f;
-  c.activation = enum_from_name<Activation>(act);
-  c.norm_first = norm_first;
-  c.tie_embeddings = tie;
-  c.max_len = 64;
-  return c;
-}
+using tfm::testing::Rng;
+using tfm::testing::small_seq2seq;
 
 ModelConfig small_encoder(bool norm_first = false) {
   ModelConfig c;
@@ -86,15 +61,15 @@ ModelConfig small_encoder(bool norm_first = false) {
 // A batch of variable-length sequences padded at the end. seq2seq: target = source tokens mapped
 // into the target vocabulary, tgt_in = bos + target, tgt_out = target + eos.
 data::TokenBatch random_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
-  Lcg r(seed);
+  Rng r(seed);
   data::TokenBatch b;
   b.B = B;
   std::vector<std::vector<int32_t>> src(B), tgt(B);
   for (int64_t i = 0; i < B; ++i) {
-    const int n = r.uniform(1, 7);
-    for (int j = 0; j < n; ++j) src[i].push_back(r.uniform(3, static_cast<int32_t>(c.src_vocab_size) - 1));
-    const int m = r.uniform(1, 6);
-    for (int j = 0; j < m; ++j) tgt[i].push_back(r.uniform(3, static_cast<int32_t>(c.tgt_vocab_size) - 1));
+    const int n = r.uniform_int(1, 7);
+    for (int j = 0; j < n; ++j) src[i].push_back(r.uniform_int(3, static_cast<int32_t>(c.src_vocab_size) - 1));
+    const int m = r.uniform_int(1, 6);
+    for (int j = 0; j < m; ++j) tgt[i].push_back(r.uniform_int(3, static_cast<int32_t>(c.tgt_vocab_size) - 1));
     b.S = std::max<int64_t>(b.S, n);
     b.T = std::max<int64_t>(b.T, m + 1);
   }
@@ -445,14 +420,14 @@ TEST(Model, NotebookConfigTrainsLikeTorch) {
   const int steps = 30, B = 128;
   Generator g{2024, 0};
   Model m(c, g);
-  Lcg r(77);
+  Rng r(77);
   std::vector<data::TokenBatch> batches;
   for (int s = 0; s < steps; ++s) {
     std::vector<std::vector<int32_t>> seqs(B);
     int64_t width = 0;
     for (int i = 0; i < B; ++i) {
-      const int n = r.uniform(3, 15);
-      for (int j = 0; j < n; ++j) seqs[i].push_back(r.uniform(1, 19));
+      const int n = r.uniform_int(3, 15);
+      for (int j = 0; j < n; ++j) seqs[i].push_back(r.uniform_int(1, 19));
       width = std::max<int64_t>(width, n);
     }
     data::TokenBatch b;

@@ -112,7 +112,7 @@ TEST(DropoutFusion, AddDropoutKernelMatchesScalarTwin) {
     std::vector<float> fast(static_cast<size_t>(n)), slow(static_cast<size_t>(n));
     kernels::add_dropout_forward(a.data(), x.data(), fast.data(), n, 0.3f, 11, 1000);
     kernels::add_dropout_forward_scalar(a.data(), x.data(), slow.data(), n, 0.3f, 11, 1000);
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(fast[i], slow[i]) << "n " << n << " i " << i;
+    ASSERT_TRUE(tfm::testing::close_abs(fast, slow, 0.0, "n " + std::to_string(n)));  // equal values
     int dropped = 0;
     for (int64_t i = 0; i < n; ++i) dropped += fast[i] == a.data()[i];
     if (n == 40000) {
@@ -185,18 +185,18 @@ TEST(DropoutFusion, ReluDropoutKernelsMatchScalarTwins) {
       const kernels::DropoutSpec d{0.3f, 17, offset};
       kernels::bias_relu_dropout_forward(x.data(), bias.data(), fast.data(), N, F, d);
       kernels::bias_relu_dropout_forward_scalar(x.data(), bias.data(), slow.data(), N, F, d);
-      ASSERT_EQ(std::memcmp(fast.data(), slow.data(), sizeof(float) * n), 0) << "forward F " << F;
+      ASSERT_TRUE(bitwise_equal(fast, slow, "forward F " + std::to_string(F)));
       // The composition's forward, bitwise.
       std::vector<float> comp(n);
       kernels::bias_activation_forward(Activation::RELU, x.data(), bias.data(), comp.data(), N, F);
       kernels::dropout_forward(comp.data(), comp.data(), n, d.p, d.seed, d.offset);
-      ASSERT_EQ(std::memcmp(fast.data(), comp.data(), sizeof(float) * n), 0) << "composition F " << F;
+      ASSERT_TRUE(bitwise_equal(fast, comp, "composition F " + std::to_string(F)));
       float* g = dy.data();
       g[0] = std::numeric_limits<float>::quiet_NaN();
       if (n > 1) g[n - 1] = std::numeric_limits<float>::infinity();
       kernels::relu_dropout_backward(g, fast.data(), dfast.data(), n, d.p);
       kernels::relu_dropout_backward_scalar(g, fast.data(), dslow.data(), n, d.p);
-      ASSERT_EQ(std::memcmp(dfast.data(), dslow.data(), sizeof(float) * n), 0) << "backward F " << F;
+      ASSERT_TRUE(bitwise_equal(dfast, dslow, "backward F " + std::to_string(F)));
       const float scale = 1.0f / (1.0f - d.p);
       for (int64_t i = 0; i < n; ++i) {
         const float want = fast[i] > 0.0f ? g[i] * scale : 0.0f;

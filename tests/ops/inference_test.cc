@@ -18,6 +18,7 @@
 #include <cfloat>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "test_util.h"
 #include "tfm/autograd.h"
@@ -43,19 +44,18 @@ void expect_linear_within(const Tensor& got, const Tensor& x, const Linear& lin,
   const int64_t K = lin.in_features, F = lin.out_features, N = x.numel() / K;
   const float* xp = x.data();
   const float* wp = lin.weight.data();
-  int bad = 0;
+  std::vector<double> exact, tol;
   for (int64_t i = 0; i < N; ++i)
     for (int64_t j = 0; j < F; ++j) {
-      double exact = lin.bias.data()[j], s = std::fabs(lin.bias.data()[j]);
+      double e = lin.bias.data()[j], s = std::fabs(lin.bias.data()[j]);
       for (int64_t k = 0; k < K; ++k) {
-        exact += double(xp[i * K + k]) * wp[j * K + k];
+        e += double(xp[i * K + k]) * wp[j * K + k];
         s += std::fabs(double(xp[i * K + k]) * wp[j * K + k]);
       }
-      const double err = std::fabs(got.data()[i * F + j] - exact);
-      if (!(err <= coef * s + FLT_MIN) && ++bad <= 5)
-        ADD_FAILURE() << what << " (" << i << "," << j << "): got " << got.data()[i * F + j] << " exact " << exact
-                      << " err " << err << " bound " << coef * s;
+      exact.push_back(e);
+      tol.push_back(coef * s + FLT_MIN);
     }
+  EXPECT_TRUE(tfm::testing::close_abs(tfm::testing::values(got), exact, tol, what, {N, F}));
 }
 
 TEST(InferenceMode, Float32LinearWithinRoundingOfExact) {
