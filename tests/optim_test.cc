@@ -70,16 +70,13 @@ std::unique_ptr<Optimizer> make_optimizer(const json& c, const NamedTensors& par
                                 c.at("weight_decay").get<float>(), kind == "adamw");
 }
 
+// |a_i − e_i| ≤ tol_factor·max(1, |e_i|) for every i.
 ::testing::AssertionResult close_abs_rel(const Tensor& a, const std::vector<float>& e, double tol_factor,
                                          const std::string& what) {
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double ev = e[static_cast<size_t>(i)], av = a.data()[i];
-    const double tol = tol_factor * std::max(1.0, std::fabs(ev));
-    if (!(std::fabs(av - ev) <= tol))
-      return ::testing::AssertionFailure() << what << "[" << i << "]: " << av << " vs torch " << ev << " (diff "
-                                           << std::fabs(av - ev) << " > " << tol << ")";
-  }
-  return ::testing::AssertionSuccess();
+  return tfm::testing::close_abs(
+      tfm::testing::values(a), e,
+      [&](int64_t i) { return tol_factor * std::max(1.0, std::fabs(double(e[static_cast<size_t>(i)]))); },
+      what + " vs torch", a.shape());
 }
 
 constexpr double kEps = 1.1920928955078125e-07;  // 2^-23
@@ -216,8 +213,9 @@ TEST(Optim, ClipGradNormMatchesTorch) {
     EXPECT_NEAR(total, expected_total, 4 * kEps * expected_total);
     for (auto& [k, p] : params) {
       const auto e = c.at("grads").at(k).get<std::vector<float>>();
-      for (size_t i = 0; i < e.size(); ++i)
-        ASSERT_NEAR(p.grad().data()[i], e[i], 6 * kEps * std::fabs(e[i]) + 1e-30) << k << "[" << i << "]";
+      ASSERT_TRUE(tfm::testing::close_abs(
+          tfm::testing::values(p.grad()), e,
+          [&](int64_t i) { return 6 * kEps * std::fabs(e[static_cast<size_t>(i)]) + 1e-30; }, k, p.shape()));
     }
   }
 }

@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "test_util.h"
 #include "tfm/train/config.h"
@@ -19,12 +18,12 @@ const std::string kCli = TFM_CLI_PATH;
 
 // A tiny char-level reversal data set: words over "abcde" of length 2..5, target = reversed word.
 void write_pairs(const std::string& path, int n, unsigned seed) {
-  std::mt19937 g(seed);
+  tfm::testing::Rng g(seed);
   std::ofstream f(path);
   for (int i = 0; i < n; ++i) {
     std::string w;
-    const int len = 2 + static_cast<int>(g() % 4);
-    for (int k = 0; k < len; ++k) w += static_cast<char>('a' + g() % 5);
+    const int len = g.uniform_int(2, 5);
+    for (int k = 0; k < len; ++k) w += static_cast<char>('a' + g.uniform_int(0, 4));
     f << w << '\t' << std::string(w.rbegin(), w.rend()) << '\n';
   }
 }

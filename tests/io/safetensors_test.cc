@@ -21,7 +21,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <random>
 
 #include "io/file_util.h"
 
@@ -53,6 +52,7 @@ class SafeTensors : public ::testing::Test {
   fs::path dir_;
 };
 
+using tfm::testing::bitwise_equal;
 using tfm::testing::slurp;
 using tfm::testing::spit;
 
@@ -107,27 +107,6 @@ uint32_t bits(float f) {
   return u;
 }
 
-// Bitwise equality of two tensors (so NaN == NaN and -0 != +0), first mismatches reported.
-void expect_same_tensor(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_TRUE(a.defined() && b.defined()) << what;
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  ASSERT_EQ(a.shape(), b.shape()) << what << ": " << tfm::shape_str(a.shape()) << " vs "
-                                  << tfm::shape_str(b.shape());
-  int reported = 0;
-  for (int64_t i = 0; i < a.numel() && reported < 5; ++i) {
-    if (a.dtype() == DType::FLOAT32) {
-      if (bits(a.data()[i]) != bits(b.data()[i])) {
-        ++reported;
-        ADD_FAILURE() << what << "[" << i << "]: " << a.data()[i] << " vs " << b.data()[i];
-      }
-    } else if (a.data_bool()[i] != b.data_bool()[i]) {
-      ++reported;
-      ADD_FAILURE() << what << "[" << i << "]: " << int(a.data_bool()[i]) << " vs "
-                    << int(b.data_bool()[i]);
-    }
-  }
-}
-
 const char* kOneTensorData = "\x00\x00\x80\x3f\x00\x00\x00\x40";  // F32 1.0, 2.0
 
 }  // namespace
@@ -141,7 +120,7 @@ TEST_F(SafeTensors, HandCheckedF32) {
   ASSERT_EQ(t.shape(), (Shape{2, 3}));
   // Written as float32 [[1.5, -2, 0.25], [3, -0.0, 1e-3]] at an odd offset (unaligned read).
   const std::vector<float> want = {1.5f, -2.0f, 0.25f, 3.0f, -0.0f, 1e-3f};
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(bits(t.data()[i]), bits(want[i])) << i;
+  EXPECT_TRUE(bitwise_equal(tfm::testing::values(t), want, "f32"));
 }
 
 TEST_F(SafeTensors, HeaderOrderAndMetadata) {
@@ -170,7 +149,7 @@ TEST_F(SafeTensors, EveryDtypeMatchesTorchConversion) {
       {"i64_matrix", "I64"}};
   for (const std::string& name : got.tensors.names()) {
     EXPECT_EQ(got.dtypes.at(name), dtype_of.at(name)) << name;
-    expect_same_tensor(got.at(name), want.at(name), name);
+    EXPECT_TRUE(bitwise_equal(got.at(name), want.at(name), name));
   }
   // Spot checks that need no oracle: F16 specials, BF16, integer extremes.
   const float* h = got.at("f16").data();
@@ -207,10 +186,7 @@ TEST_F(SafeTensors, MissingKeyNamesFileAndKey) {
 // ---- writing --------------------------------------------------------------------------------------
 
 TEST_F(SafeTensors, RoundTripIsBitwise) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal;
-  std::vector<float> w(5 * 7);
-  for (float& v : w) v = normal(rng);
+  std::vector<float> w = tfm::testing::random_values(5 * 7, 7, -3.0f, 3.0f);
   w[0] = NAN;
   w[1] = -INFINITY;
   w[2] = -0.0f;
@@ -234,7 +210,7 @@ TEST_F(SafeTensors, RoundTripIsBitwise) {
                                                "empty_mask", "mask"}));
   for (const auto& [name, t] : tensors) {
     EXPECT_EQ(f.dtypes.at(name), t.dtype() == DType::FLOAT32 ? "F32" : "BOOL");
-    expect_same_tensor(f.at(name), t, name);
+    EXPECT_TRUE(bitwise_equal(f.at(name), t, name));
   }
   // Header padded with spaces to a multiple of 8, so the data buffer starts 8-aligned.
   const std::string raw = slurp(path);

@@ -165,17 +165,6 @@ std::vector<std::string> case_names(const fs::path& root) {
   return names;
 }
 
-std::string index_str(int64_t flat, const tfm::Shape& shape) {
-  std::vector<int64_t> idx(shape.size());
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    idx[d] = shape[d] ? flat % shape[d] : 0;
-    flat = shape[d] ? flat / shape[d] : 0;
-  }
-  std::string s = "[";
-  for (size_t i = 0; i < idx.size(); ++i) s += (i ? ", " : "") + std::to_string(idx[i]);
-  return s + "]";
-}
-
 struct TensorResult {
   std::string name;
   double rel = 0, bound = 0;
@@ -195,25 +184,15 @@ TensorResult compare(const std::string& name, const float* got, const tfm::Shape
     return r;
   }
   const int64_t n = static_cast<int64_t>(ref.values.size());
-  double scale = 0, max_diff = 0;
+  double scale = 0;
   for (int64_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(ref.values[i]));
   const double denom = scale > 0 ? scale : 1.0;
-  int64_t first_bad = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    const double diff = std::fabs(static_cast<double>(got[i]) - ref.values[i]);
-    const bool bad = !(diff <= r.bound * denom);  // NaN counts as bad
-    if (bad && first_bad < 0) first_bad = i;
-    max_diff = std::isnan(diff) ? INFINITY : std::max(max_diff, diff);
-  }
-  r.rel = max_diff / denom;
-  r.ok = first_bad < 0;
-  if (!r.ok) {
-    std::ostringstream os;
-    os.precision(9);
-    os << "first mismatch at " << index_str(first_bad, ref.shape) << ": tfm " << got[first_bad] << ", ref "
-       << ref.values[first_bad] << " (max|ref| " << scale << ")";
-    r.detail = os.str();
-  }
+  // Element by element |tfm − ref| ≤ bound·denom (NaN fails), which is rel ≤ bound.
+  tfm::testing::Mismatches m("tfm vs ref", ref.shape);
+  for (int64_t i = 0; i < n; ++i) m.check(i, static_cast<double>(got[i]), ref.values[i], r.bound * denom);
+  r.rel = m.max_error() / denom;
+  r.ok = m.count() == 0;
+  if (!r.ok) r.detail = m.failure("max|ref| " + tfm::testing::number_str(scale)).message();
   return r;
 }
 
@@ -331,17 +310,8 @@ TEST_P(Threads, BitwiseIdenticalAcrossThreadCounts) {
     auto it = two.find(name);
     ASSERT_NE(it, two.end()) << name;
     const tfm::Tensor& b = it->second;
-    ASSERT_EQ(a.shape(), b.shape()) << name;
     ASSERT_EQ(a.dtype(), tfm::DType::FLOAT32) << name;
-    const float* x = a.data();
-    const float* y = b.data();
-    for (int64_t i = 0; i < a.numel(); ++i) {
-      if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) {
-        ADD_FAILURE() << c.name << ": '" << name << "' differs between 1 and 2 threads at "
-                      << index_str(i, a.shape()) << ": " << x[i] << " vs " << y[i];
-        break;
-      }
-    }
+    EXPECT_TRUE(tfm::testing::bitwise_equal(a, b, c.name + ": '" + name + "' with 1 vs 2 threads"));
   }
 }
 

@@ -23,7 +23,6 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -123,8 +122,7 @@ TEST(KillResume, SigkillAtRandomMomentsLeavesALoadableCheckpoint) {
   }
 
   // First run: wait for its first checkpoint, then kill it after a short random delay.
-  std::mt19937 rng(20261122);  // fixed: the same kill schedule on every run of the test
-  std::uniform_int_distribution<int> delay(0, 600);
+  tfm::testing::Rng rng(20261122);  // fixed: the same kill schedule on every run of the test
   int kills = 0, temporaries = 0;
   int64_t last_step = 0;
   const int kIterations = 10;
@@ -141,7 +139,7 @@ TEST(KillResume, SigkillAtRandomMomentsLeavesALoadableCheckpoint) {
       for (int i = 0; i < 300 && !fs::exists(run + "/trainer_state.safetensors"); ++i) sleep_ms(10);
       ASSERT_TRUE(fs::exists(run + "/trainer_state.safetensors")) << "no checkpoint within 3 s";
     }
-    const int ms = delay(rng);
+    const int ms = rng.uniform_int(0, 600);
     sleep_ms(ms);
     const bool killed = kill9(pid);
     EXPECT_TRUE(killed) << "iteration " << it << ": the run ended before the kill";
