@@ -1,4 +1,5 @@
-// tests/io/safetensors_test.cc — safetensors reader/writer and the checked file wrapper.
+// tests/io/safetensors_test.cc — safetensors reader/writer (the checked file wrapper under it:
+// file_util_test.cc).
 //
 // Fixtures come from tests/gen/gen_safetensors.py (torch 1.13 + numpy, format written by hand):
 // dtypes.safetensors holds one tensor per readable dtype and dtypes_expected.safetensors the values
@@ -21,8 +22,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-
-#include "io/file_util.h"
 
 namespace fs = std::filesystem;
 using tfm::DType;
@@ -495,34 +494,4 @@ TEST_F(SafeTensors, EveryTruncationOfAFixtureIsRejected) {
   spit(p, full);
   EXPECT_EQ(load_safetensors(p).tensors.size(), 16u);
   EXPECT_EQ(load_safetensors(p, LoadOptions{.zero_copy = true}).tensors.size(), 16u);
-}
-
-// ---- the file wrapper -----------------------------------------------------------------------------
-
-TEST_F(SafeTensors, FileUtilReadAndAtomicWrite) {
-  const std::string p = tmp("f.bin");
-  write_file_atomic(p, std::string("a\0b", 3));
-  EXPECT_EQ(read_file(p), std::string("a\0b", 3));
-  const MappedFile m(p);
-  ASSERT_EQ(m.size(), 3u);
-  EXPECT_EQ(m.data()[2], 'b');
-  write_file_atomic(p, "");
-  EXPECT_EQ(read_file(p), "");
-  const MappedFile empty(p);
-  EXPECT_EQ(empty.size(), 0u);
-  EXPECT_EQ(empty.data(), nullptr);
-  try {
-    read_file(tmp("missing"));
-    ADD_FAILURE() << "no exception";
-  } catch (const IoError& e) {
-    EXPECT_EQ(std::string(e.what()), tmp("missing") + ": open failed: " + std::strerror(ENOENT));
-  }
-  {  // an abandoned writer removes its temporary file and leaves the target alone
-    AtomicFileWriter w(p);
-    w.write("xyz", 3);
-    EXPECT_TRUE(fs::exists(w.temp_path()));
-    EXPECT_EQ(fs::path(w.temp_path()).parent_path(), dir_);
-  }
-  EXPECT_EQ(read_file(p), "");
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
 }

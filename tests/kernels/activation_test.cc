@@ -1,12 +1,16 @@
 // tests/kernels/activation_test.cc — the activation kernels (activation.cc, activation_avx512.cc):
 // the AVX-512 relu bodies against their scalar twins on sizes that are not multiples of the 16-float
 // vector, and the dispatcher against the twin for every kind (the kinds without a SIMD body take
-// the twin). Every comparison is bitwise: the SIMD body performs the same float operations in the
-// same order per element as the twin. The fused bias + relu + dropout kernels are tested with their
-// op in tests/ops/dropout_fusion_test.cc; the finite-difference checks of every backward are in
+// the twin), and the fused bias + relu + dropout kernels against their twins and the composition
+// (bias_activation_forward, then dropout_forward). Every comparison is bitwise: the SIMD body performs
+// the same float operations in the same order per element as the twin. The fused op itself is tested
+// in tests/ops/linear_activation_test.cc; the finite-difference checks of every backward are in
 // gradcheck_test.cc.
 // To add a SIMD body: a TEST comparing foo_avx512 with foo_scalar over kSizes, bitwise.
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -59,6 +63,43 @@ TEST(ActivationKernel, BiasActivationDispatchMatchesScalarForEveryKind) {
         for (int64_t f = 0; f < in_row; ++f) xb[n * in_row + f] += b[f];
       activation_forward(k, xb.data(), y1.data(), N, F);
       EXPECT_TRUE(bitwise_equal(y1, y2)) << "pre-added bias, kind " << int(k) << " F=" << F;
+    }
+  }
+}
+
+// The kernels' AVX-512 bodies against their scalar twins, at widths around the vector width, with
+// row offsets crossing 2³²; the backward selects: NaN or inf in dy where y = 0 gives +0.
+TEST(ActivationKernel, ReluDropoutMatchesScalarTwins) {
+  for (int64_t F : {1, 15, 16, 17, 100, 515}) {
+    for (uint64_t offset : {uint64_t{1000}, (uint64_t{1} << 32) - 700}) {
+      const int64_t N = 9, n = N * F;
+      const auto x = testing::random_values(n, 100), bias = testing::random_values(F, 101);
+      auto dy = testing::random_values(n, 102);
+      std::vector<float> fast(n), slow(n), dfast(n), dslow(n);
+      const DropoutSpec d{0.3f, 17, offset};
+      bias_relu_dropout_forward(x.data(), bias.data(), fast.data(), N, F, d);
+      bias_relu_dropout_forward_scalar(x.data(), bias.data(), slow.data(), N, F, d);
+      ASSERT_TRUE(bitwise_equal(fast, slow, "forward F " + std::to_string(F)));
+      // The composition's forward, bitwise.
+      std::vector<float> comp(n);
+      bias_activation_forward(Activation::RELU, x.data(), bias.data(), comp.data(), N, F);
+      dropout_forward(comp.data(), comp.data(), n, d.p, d.seed, d.offset);
+      ASSERT_TRUE(bitwise_equal(fast, comp, "composition F " + std::to_string(F)));
+      float* g = dy.data();
+      g[0] = std::numeric_limits<float>::quiet_NaN();
+      if (n > 1) g[n - 1] = std::numeric_limits<float>::infinity();
+      relu_dropout_backward(g, fast.data(), dfast.data(), n, d.p);
+      relu_dropout_backward_scalar(g, fast.data(), dslow.data(), n, d.p);
+      ASSERT_TRUE(bitwise_equal(dfast, dslow, "backward F " + std::to_string(F)));
+      const float scale = 1.0f / (1.0f - d.p);
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = fast[i] > 0.0f ? g[i] * scale : 0.0f;
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(dfast[i]));
+        } else {
+          EXPECT_EQ(dfast[i], want) << i;
+        }
+      }
     }
   }
 }

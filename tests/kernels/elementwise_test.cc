@@ -1,7 +1,7 @@
 // tests/kernels/elementwise_test.cc — the element-wise kernels (elementwise.cc, elementwise_avx512.cc)
 // and the counter hashes behind dropout and initialisation (kernels.h, cpu.cc): the AVX-512 bodies of
 // add, dropout and the bias gradient against their scalar twins on sizes that are not multiples of
-// the 16-float vector, the register transpose against its twin, the dropout rate, the statistics of
+// the 16-float vector, the fused residual add + dropout against its twin, the register transpose against its twin, the dropout rate, the statistics of
 // the hashes, the exactness of the keep threshold, and the dispatchers' thread-count independence.
 //
 // Expected agreement: every SIMD body here performs the same float operations in the same order per
@@ -52,6 +52,22 @@ TEST(ElementwiseKernel, AddDropoutBiasGradBitwise) {
     bias_grad_avx512(dy.data(), n, db1.data(), N, n);
     bias_grad_scalar(dy.data(), db2.data(), N, n);
     EXPECT_TRUE(bitwise_equal(db1, db2)) << "bias_grad F=" << n;
+  }
+}
+
+// The kernel's AVX-512 body against its scalar twin, at sizes around the vector width.
+TEST(ElementwiseKernel, AddDropoutMatchesScalarTwin) {
+  for (int64_t n : {1, 15, 16, 17, 100, 40000}) {
+    const auto a = testing::random_values(n, 70), x = testing::random_values(n, 71);
+    std::vector<float> fast(static_cast<size_t>(n)), slow(static_cast<size_t>(n));
+    kernels::add_dropout_forward(a.data(), x.data(), fast.data(), n, 0.3f, 11, 1000);
+    kernels::add_dropout_forward_scalar(a.data(), x.data(), slow.data(), n, 0.3f, 11, 1000);
+    ASSERT_TRUE(testing::close_abs(fast, slow, 0.0, "n " + std::to_string(n)));  // equal values
+    int dropped = 0;
+    for (int64_t i = 0; i < n; ++i) dropped += fast[i] == a[i];
+    if (n == 40000) {
+      EXPECT_NEAR(dropped / double(n), 0.3, 0.02);  // about p of the branch dropped
+    }
   }
 }
 

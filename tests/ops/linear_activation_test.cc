@@ -7,17 +7,25 @@
 // (relu is 1-Lipschitz). Backward (ReLU): dz = dy ⊙ [y > 0] in the fused op and dy ⊙ [z > 0] in the
 // composition; where the two pre-activations have the same sign (checked) dz is bitwise the same
 // and both then run the same GEMMs and bias sum, so dx, dW, db must be bitwise equal.
+// ops::linear_relu_dropout, the FFN's dropout(relu(linear1(x))) in training, applies the same
+// per-element float operations in the same order as dropout(activation(linear(x, W, b), RELU)) (the
+// mask is the same pure function of seed and counter): output, gradients and the generator's
+// position bitwise equal.
 // To add a case: another activation or shape in the loops below.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cfloat>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "ops/linear_activation.h"
 #include "test_util.h"
 #include "tfm/autograd.h"
+#include "tfm/ops/dropout.h"
 #include "tfm/ops/linear.h"
+#include "tfm/random.h"
 
 namespace tfm::ops {
 namespace {
@@ -108,6 +116,59 @@ TEST(LinearActivation, ErrorsNameTheTensor) {
   EXPECT_THROW(linear_activation(x, random_tensor({6, 8}, 2), random_tensor({5}, 3), Activation::RELU),
                std::invalid_argument);
   EXPECT_THROW(linear_activation(x, random_tensor({7, 8}, 2), Tensor(), Activation::GLU), std::invalid_argument);
+}
+
+// The FFN's inner dropout joined to the bias + ReLU pass: output and generator draw bitwise the
+// composition dropout(relu(linear(x))); every gradient too (the composition's relu backward
+// multiplies by [z > 0] where the fused one selects, which differs only in the sign of zeros: the
+// random data here has no zero products, and the GEMMs then see the same values).
+TEST(LinearActivation, LinearReluDropoutEqualsComposition) {
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    struct Dims {
+      int64_t N, in, out;
+    };
+    for (const Dims& dims : {Dims{3, 5, 7}, Dims{130, 64, 515}, Dims{256, 128, 512}}) {
+      const int64_t N = dims.N, in = dims.in, out = dims.out;  // (clang 14: lambdas cannot capture bindings)
+      for (bool with_bias : {true, false}) {
+        for (float p : {0.1f, 0.5f}) {
+          auto leaves = [&] {
+            std::vector<Tensor> l{random_tensor({N, in}, 80).requires_grad_(true),
+                                  random_tensor({out, in}, 81).requires_grad_(true),
+                                  with_bias ? random_tensor({out}, 82).requires_grad_(true) : Tensor()};
+            return l;
+          };
+          std::vector<Tensor> f = leaves(), c = leaves();
+          Tensor gy = random_tensor({N, out}, 84);
+          Generator gf{13, 77}, gc{13, 77};
+          Tensor yf = linear_relu_dropout(f[0], f[1], f[2], p, true, gf);
+          Tensor yc = dropout(activation(linear(c[0], c[1], c[2]), Activation::RELU), p, true, gc);
+          SCOPED_TRACE("N " + std::to_string(N) + " out " + std::to_string(out) + " p " + std::to_string(p) +
+                       " threads " + std::to_string(threads) + (with_bias ? " bias" : " no bias"));
+          ASSERT_TRUE(bitwise_equal(yf, yc, "y"));
+          EXPECT_EQ(gf.offset, gc.offset);
+          yf.backward(gy);
+          yc.backward(gy);
+          EXPECT_TRUE(bitwise_equal(f[0].grad(), c[0].grad(), "dx"));
+          EXPECT_TRUE(bitwise_equal(f[1].grad(), c[1].grad(), "dW"));
+          if (with_bias) {
+            EXPECT_TRUE(bitwise_equal(f[2].grad(), c[2].grad(), "db"));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Not training, p = 0 and p = 1: the composition itself (no draw where dropout makes none).
+TEST(LinearActivation, LinearReluDropoutEdgeCasesFollowDropout) {
+  Tensor x = random_tensor({4, 8}, 90), w = random_tensor({6, 8}, 91), b = random_tensor({6}, 92);
+  const Tensor relu_lin = activation(linear(x, w, b), Activation::RELU);
+  Generator g{3, 0};
+  EXPECT_TRUE(bitwise_equal(linear_relu_dropout(x, w, b, 0.5f, false, g), relu_lin, "eval"));
+  EXPECT_TRUE(bitwise_equal(linear_relu_dropout(x, w, b, 0.0f, true, g), relu_lin, "p = 0"));
+  EXPECT_EQ(g.offset, 0u);
+  EXPECT_TRUE(bitwise_equal(linear_relu_dropout(x, w, b, 1.0f, true, g), Tensor::zeros({4, 6}), "p = 1"));
 }
 
 }  // namespace

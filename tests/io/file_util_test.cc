@@ -1,0 +1,56 @@
+// tests/io/file_util_test.cc — the checked file wrapper (src/io/file_util.h): whole-file read, the
+// private map of an empty file, the error message (path, failed call, errno text), and the atomic
+// writer, which commits only on finish and removes its temporary file when abandoned. The
+// failures of save_safetensors built on it (full disk, missing directory) are in
+// safetensors_test.cc.
+// To add a case: a TEST in a fresh temp_dir, removed at its end.
+#include "io/file_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iterator>
+#include <string>
+
+#include "test_util.h"
+
+namespace tfm::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(FileUtil, ReadAndAtomicWrite) {
+  const fs::path dir = testing::temp_dir("file_util");
+  const std::string p = (dir / "f.bin").string();
+  write_file_atomic(p, std::string("a\0b", 3));
+  EXPECT_EQ(read_file(p), std::string("a\0b", 3));
+  const MappedFile m(p);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m.data()[2], 'b');
+  write_file_atomic(p, "");
+  EXPECT_EQ(read_file(p), "");
+  const MappedFile empty(p);
+  EXPECT_EQ(empty.size(), 0u);
+  EXPECT_EQ(empty.data(), nullptr);
+  const std::string missing = (dir / "missing").string();
+  try {
+    read_file(missing);
+    ADD_FAILURE() << "no exception";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), missing + ": open failed: " + std::strerror(ENOENT));
+  }
+  {  // an abandoned writer removes its temporary file and leaves the target alone
+    AtomicFileWriter w(p);
+    w.write("xyz", 3);
+    EXPECT_TRUE(fs::exists(w.temp_path()));
+    EXPECT_EQ(fs::path(w.temp_path()).parent_path(), dir);
+  }
+  EXPECT_EQ(read_file(p), "");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tfm::io
