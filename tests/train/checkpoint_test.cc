@@ -1,5 +1,5 @@
-// tests/train/kill_resume_test.cc — SIGKILL at arbitrary moments never costs the last complete
-// checkpoint: `tfm train` is killed (kill -9: no handler, no cleanup) at several pseudo-random
+// tests/train/checkpoint_test.cc — the run's checkpoint (src/train/checkpoint.cc) survives SIGKILL at
+// arbitrary moments: `tfm train` is killed (kill -9: no handler, no cleanup) at several pseudo-random
 // moments, and after each kill the output directory must still hold a readable checkpoint that
 // `tfm eval` accepts and that the next `tfm train --resume` continues from.
 //
