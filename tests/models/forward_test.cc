@@ -6,7 +6,7 @@
 // builds a fresh module per call: the handle runs the same operations on the same inputs, so every
 // comparison is bitwise. "Not rebuilt" is observed directly: the parameters keep their storage
 // across calls, and the packed-weight cache is filled by the first forward and only reused after.
-// Error cases of the contract on files are in tests/cli/forward_errors_test.cc.
+// Error cases of the contract on files are in tests/cli/forward_cmd_test.cc.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -1,4 +1,4 @@
-// tests/cli/train_cli_test.cc — `tfm train`, `tfm eval` and `tfm translate` end to end through the
+// tests/cli/train_cmd_test.cc — `tfm train`, `tfm eval` and `tfm translate` end to end through the
 // executable: a TSV task made here, bad and empty files, SIGINT → checkpoint → resume.
 #include <gtest/gtest.h>
 

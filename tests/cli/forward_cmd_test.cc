@@ -1,4 +1,4 @@
-// tests/cli/forward_errors_test.cc — every bad input to `tfm forward` (issue 2, and docs/errors.md)
+// tests/cli/forward_cmd_test.cc — every bad input to `tfm forward` (issue 2, and docs/errors.md)
 // exits non-zero with ONE line on stderr naming the file and the key, never by a signal, and
 // leaves no output file behind.
 //

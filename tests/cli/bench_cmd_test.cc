@@ -1,4 +1,4 @@
-// tests/cli/bench_cli_test.cc — `tfm bench` as bench/compare_torch.py uses it: --json prints one
+// tests/cli/bench_cmd_test.cc — `tfm bench` as bench/compare_torch.py uses it: --json prints one
 // JSON object with the keys that script reads, the text mode four lines, and a bad option exits
 // non-zero with one line naming it. Timings are not checked (one tiny iteration), only the surface.
 #include <gtest/gtest.h>
