@@ -9,7 +9,6 @@
 // double-precision checks in tests/kernels/gradcheck_test.cc and attention_test.cc.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <functional>
 #include <vector>
 

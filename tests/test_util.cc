@@ -1,3 +1,4 @@
+// tests/test_util.cc — the shared test helpers declared, and explained, in test_util.h.
 #include "test_util.h"
 
 #include <algorithm>
@@ -5,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>

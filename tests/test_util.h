@@ -3,8 +3,7 @@
 //
 // Random data: Rng, a 64-bit LCG (Knuth's MMIX constants), and random_values / random_tensor over
 // it. Tests need data that is the same on every platform, compiler and standard library (the
-// std::*_distribution classes are implementation-defined), not statistical quality; a test whose
-// data must have a property (no exact zeros, no ties) says so and checks it.
+// std::*_distribution classes are implementation-defined), not statistical quality.
 //
 // Comparisons, each an AssertionResult for EXPECT_TRUE / ASSERT_TRUE:
 //   close_rel(actual, expected, bound)  normwise: max_i |a_i − e_i| / max(max_i |e_i|, floor) ≤ bound
@@ -72,7 +71,7 @@ Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float 
 
 // A contiguous run of numbers: std::vector<float>, std::vector<double>, std::span<const float>, …
 template <class R>
-concept Values = std::ranges::contiguous_range<R> && std::is_arithmetic_v<std::ranges::range_value_t<R>>;
+concept NumberRange = std::ranges::contiguous_range<R> && std::is_arithmetic_v<std::ranges::range_value_t<R>>;
 
 // A float32 tensor's elements, for comparing a tensor with a vector.
 std::span<const float> values(const Tensor& t);
@@ -124,7 +123,7 @@ bool same_float32_shape(const Tensor& a, const Tensor& b);  // both defined, flo
 // Normwise relative check: rel = max_i |a_i − e_i| / max(max_i |e_i| over finite e_i, floor) ≤ bound.
 // `floor` keeps the denominator away from zero (or at a scale the caller derives); `shape`, when
 // given, prints indices as [i, j, …].
-template <Values A, Values E>
+template <NumberRange A, NumberRange E>
 ::testing::AssertionResult close_rel(const A& actual, const E& expected, double bound, const std::string& what = "",
                                      double floor = kTinyMagnitude, const Shape& shape = {}) {
   const auto n = std::ranges::size(actual);
@@ -149,12 +148,12 @@ template <Values A, Values E>
 
 // Elementwise check: |a_i − e_i| ≤ tol_i for every i. `tol` is a number (the same for all), a run of
 // per-element tolerances, or a function int64_t i → double.
-template <Values A, Values E, class Tol>
+template <NumberRange A, NumberRange E, class Tol>
 ::testing::AssertionResult close_abs(const A& actual, const E& expected, const Tol& tol, const std::string& what = "",
                                      const Shape& shape = {}) {
   const auto n = std::ranges::size(actual);
   if (n != std::ranges::size(expected)) return size_mismatch(what, n, std::ranges::size(expected));
-  if constexpr (Values<Tol>) {
+  if constexpr (NumberRange<Tol>) {
     if (std::ranges::size(tol) != n) return size_mismatch(what + " (tolerances)", std::ranges::size(tol), n);
   }
   const auto* a = std::ranges::data(actual);
@@ -164,7 +163,7 @@ template <Values A, Values E, class Tol>
     double t;
     if constexpr (std::is_arithmetic_v<Tol>) {
       t = static_cast<double>(tol);
-    } else if constexpr (Values<Tol>) {
+    } else if constexpr (NumberRange<Tol>) {
       t = static_cast<double>(std::ranges::data(tol)[i]);
     } else {
       static_assert(std::invocable<const Tol&, int64_t>, "tol: a number, a run of numbers or a function of i");
@@ -183,7 +182,7 @@ template <class Tol>
 }
 
 // The same bits, element by element (floats compared as bit patterns: −0 ≠ +0, a NaN equals itself).
-template <Values A, Values B>
+template <NumberRange A, NumberRange B>
   requires(std::same_as<std::ranges::range_value_t<A>, std::ranges::range_value_t<B>>)
 ::testing::AssertionResult bitwise_equal(const A& a, const B& b, const std::string& what = "",
                                          const Shape& shape = {}) {

@@ -9,7 +9,6 @@
 #include <omp.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <sstream>
 #include <string>
