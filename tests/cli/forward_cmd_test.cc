@@ -373,8 +373,9 @@ TEST_F(ForwardErrors, OutputDirectoryMissing) {
 
 }  // namespace
 
-// ---- the CLI's own surface (issue 5): --version, and an example in every command's --help ----
-// (Kept beside the forward error cases: both check what a user sees from the `tfm` binary.)
+// ---- the CLI's own surface: --version, and an example in every command's --help ----
+// (Kept beside the forward error cases: both check what a user sees from the `tfm` binary, through
+// the same run_cli helper.)
 namespace {
 
 TEST(CliSurface, Version) {

@@ -191,18 +191,6 @@ TEST(InferenceMode, BFloat16EncoderLayerNormwiseError) {
   RecordProperty("bf16_layer_rel_rms", std::to_string(rel));
 }
 
-TEST(InferenceMode, RunForwardRejectsBf16Gradients) {
-  const std::string config = R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2,
-                                 "dim_feedforward": 16, "batch_first": true})";
-  LoadedModule m(parse_module_config(config));
-  const NamedTensors weights = m.module().state_dict();
-  NamedTensors inputs{{"src", random_tensor({1, 3, 8}, 1)}};
-  EXPECT_NO_THROW(run_forward(config, weights, inputs, "w", Precision::BFLOAT16));
-  inputs.insert("grad_output", random_tensor({1, 3, 8}, 2));
-  EXPECT_THROW(run_forward(config, weights, inputs, "w", Precision::BFLOAT16), std::invalid_argument);
-  EXPECT_NO_THROW(run_forward(config, weights, inputs, "w", Precision::FLOAT32));
-}
-
 TEST(InferenceMode, ParsePrecision) {
   EXPECT_EQ(enum_from_name<Precision>("bf16"), Precision::BFLOAT16);
   EXPECT_EQ(enum_from_name<Precision>("float32"), Precision::FLOAT32);

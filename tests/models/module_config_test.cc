@@ -1,0 +1,81 @@
+// tests/models/module_config_test.cc — ModuleConfig (src/models/module_config.cc): defaults from the
+// modules' option structs, every kind by its PyTorch class name, errors that name the key.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <stdexcept>
+
+#include "tfm/models/forward.h"
+
+namespace tfm {
+namespace {
+
+// ---- ModuleConfig ---------------------------------------------------------------------------------
+TEST(ModuleConfig, DefaultsComeFromTheOptionStructs) {
+  const ModuleConfig t = parse_module_config(R"({"module": "Transformer"})");
+  const TransformerLayerOptions o;
+  EXPECT_EQ(t.kind, ModuleKind::TRANSFORMER);
+  EXPECT_EQ(t.layer.d_model, o.d_model);
+  EXPECT_EQ(t.layer.nhead, o.nhead);
+  EXPECT_EQ(t.layer.dim_feedforward, o.dim_feedforward);
+  EXPECT_EQ(t.layer.activation, o.activation);
+  EXPECT_EQ(t.num_encoder_layers, 6);  // nn.Transformer's defaults
+  EXPECT_EQ(t.num_decoder_layers, 6);
+
+  const ModuleConfig e = parse_module_config(
+      R"({"module": "TransformerEncoder", "d_model": 8, "nhead": 2, "num_layers": 3, "norm": true,
+          "activation": "swiglu", "batch_first": true, "enable_nested_tensor": false})");
+  EXPECT_EQ(e.kind, ModuleKind::TRANSFORMER_ENCODER);
+  EXPECT_EQ(e.num_layers, 3);
+  EXPECT_TRUE(e.norm);
+  EXPECT_EQ(e.layer.activation, Activation::SWIGLU);
+  EXPECT_TRUE(e.layer.batch_first);
+
+  const ModuleConfig a = parse_module_config(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 4,
+                                                 "kdim": 8, "bias": false})");
+  EXPECT_EQ(a.kind, ModuleKind::MULTIHEAD_ATTENTION);
+  EXPECT_EQ(a.attention.embed_dim, 8);
+  EXPECT_EQ(a.attention.num_heads, 4);
+  EXPECT_FALSE(a.attention.bias);
+  EXPECT_EQ(a.attention.dropout, 0.0f);
+}
+
+TEST(ModuleConfig, EveryKindByItsPyTorchName) {
+  const std::map<ModuleKind, std::string> sizes = {
+      {ModuleKind::MULTIHEAD_ATTENTION, R"("embed_dim": 4, "num_heads": 2)"},
+      {ModuleKind::TRANSFORMER_ENCODER_LAYER, R"("d_model": 4, "nhead": 2)"},
+      {ModuleKind::TRANSFORMER_ENCODER, R"("d_model": 4, "nhead": 2, "num_layers": 1)"},
+      {ModuleKind::TRANSFORMER_DECODER_LAYER, R"("d_model": 4, "nhead": 2)"},
+      {ModuleKind::TRANSFORMER_DECODER, R"("d_model": 4, "nhead": 2, "num_layers": 1)"},
+      {ModuleKind::TRANSFORMER, R"("d_model": 4, "nhead": 2)"}};
+  for (const auto& [kind, args] : sizes) {
+    const std::string json = std::string(R"({"module": ")") + std::string(enum_name(kind)) + R"(", )" + args + "}";
+    EXPECT_EQ(parse_module_config(json).kind, kind) << json;
+    EXPECT_EQ(LoadedModule(parse_module_config(json)).config().kind, kind) << json;
+  }
+}
+
+TEST(ModuleConfig, ErrorsNameTheKey) {
+  auto error_of = [](const std::string& json) -> std::string {
+    try {
+      parse_module_config(json);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "n_head": 2})"),
+            "config: unknown key 'n_head'");
+  EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": "8", "nhead": 2})"),
+            "config: 'd_model' must be an integer, got \"8\"");
+  EXPECT_EQ(error_of(R"({"module": "TransformerEncoder", "d_model": 8, "nhead": 2})"),
+            "config: missing required key 'num_layers'");
+  EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2, "vdim": 4})"),
+            "config: 'vdim' different from embed_dim is not supported");
+  // A wrong type is reported before an unknown key, whatever their order in the file.
+  EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "zz": 1, "d_model": 8, "nhead": 2, "bias": 1})"),
+            "config: 'bias' must be a boolean, got 1");
+}
+
+}  // namespace
+}  // namespace tfm
