@@ -20,7 +20,7 @@
 // float twins, <op>_scalar.h the scalar specification (templates over T with the twin's name, so the
 // gradient checks run the same code in double), <op>_avx512.cc the AVX-512 bodies (compiled with
 // AVX-512 flags because of the name; see CMakeLists.txt). Ops: gemm (gemm_scalar.*, gemm_backend.h;
-// gemm_packed.* for packed inference weights), attention, layer_norm, activation, cross_entropy,
+// gemm_packed.* for packed inference weights), attention, layer_norm, rms_norm, activation, cross_entropy,
 // elementwise (add, dropout, bias gradient, transpose). Shared pieces: parallel_chunks.h (the fixed
 // work split), *_avx512.h (helpers for AVX-512 files only), cpu.cc (dispatch switch, hash).
 //
@@ -146,6 +146,28 @@ void add_layer_norm_forward(const float* x, const float* r, const float* w, cons
 void add_layer_norm_forward_scalar(const float* x, const float* r, const float* w, const float* b,
                                    float* z, float* y, float* mean, float* rstd, int64_t N,
                                    int64_t D, float eps, const DropoutSpec* r_drop = nullptr);
+
+// ---- RMSNorm (root-mean-square normalisation over the last dim; no mean, no bias) ----------------
+// y = x · rstd · w,  rstd = 1/sqrt(mean(x²) + eps). Reference: the formula in float64 (PyTorch 1.13
+// has no nn.RMSNorm; it matches torch.nn.RMSNorm of later versions with elementwise_affine).
+// x, y (N,D); w (D); rstd (N) written for the backward (may be null in eval). y may alias x.
+// Σx² is accumulated in double.
+void rms_norm_forward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t D, float eps);
+void rms_norm_forward_scalar(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t D,
+                             float eps);
+// Derivative: with r = rstd, x̂ = x·r, g = dy ⊙ w, ∂r/∂x_j = −r³·x_j/D, so
+//   dx_j = Σ_i g_i ∂(x_i r)/∂x_j = r·g_j − r³·x_j·(Σ_i g_i x_i)/D = r·(g_j − x̂_j · mean(g ⊙ x̂))  (overwrite);
+//   dw += Σ_rows dy ⊙ x̂  (accumulate).
+// dy, x, dx (N,D); w, dw (D); rstd (N) the forward's output (eps enters only through it). dx may
+// alias dy. Sums in double. Using the forward's float rstd rather than recomputing it (as LayerNorm's
+// backward must) costs at most a float rounding of the terms: the formula cancels only along x̂
+// (⟨dx, x̂⟩ = r·⟨g, x̂⟩·eps/(mean(x²) + eps), tiny next to its terms), and that direction is all of dx
+// only when D = 1; for D ≥ 2 the rest of dx does not cancel, so the error stays a few float roundings
+// of r·(|g| + |x̂|·|mean(g ⊙ x̂)|) (tests/ops/rms_norm_test.cc bounds it against float64).
+void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
+                       int64_t N, int64_t D);
+void rms_norm_backward_scalar(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                              float* dw, int64_t N, int64_t D);
 
 // ---- Activations (tfm::Activation, tfm/activation.h) ----------------------------------------------
 // Plain: y = f(x), x and y (N,F).  Gated: x (N,2F) = [a | b] per row, y (N,F) = a ⊙ g(b)
@@ -276,6 +298,10 @@ void layer_norm_forward_avx512(const float* x, const float* w, const float* b, f
                                float* rstd, int64_t N, int64_t D, float eps);
 void layer_norm_backward_avx512(const float* dy, const float* x, const float* w, float* dx, float* dw,
                                 float* db, int64_t N, int64_t D, float eps);
+void rms_norm_forward_avx512(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t D,
+                             float eps);
+void rms_norm_backward_avx512(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                              float* dw, int64_t N, int64_t D);
 // Plain activations only for relu; return false (doing nothing) for kinds they do not handle, and
 // the entry point then runs the scalar twin.
 bool bias_activation_forward_avx512(Activation k, const float* x, const float* bias, float* y,

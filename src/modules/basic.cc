@@ -1,4 +1,4 @@
-// src/modules/basic.cc — Linear, LayerNorm, Dropout, Embedding, PositionalEncoding.
+// src/modules/basic.cc — Linear, LayerNorm, RMSNorm, Dropout, Embedding, PositionalEncoding.
 #include "tfm/modules/basic.h"
 
 #include <cmath>
@@ -9,6 +9,7 @@
 #include "tfm/ops/embedding.h"
 #include "tfm/ops/layer_norm.h"
 #include "tfm/ops/linear.h"
+#include "tfm/ops/rms_norm.h"
 
 namespace tfm {
 
@@ -53,6 +54,12 @@ Tensor LayerNorm::forward_add(const Tensor& x, const Tensor& r, const Dropout& r
   return ops::add_dropout_layer_norm(x, r, r_dropout.p, r_dropout.is_training(), r_dropout.generator(), weight, bias,
                                      eps);
 }
+
+RMSNorm::RMSNorm(int64_t d, float eps_) : eps(eps_) {
+  weight = Tensor::full({d}, 1.0f);
+  register_parameter("weight", weight);
+}
+Tensor RMSNorm::forward(const Tensor& x) const { return ops::rms_norm(x, weight, eps); }
 
 Tensor Dropout::forward(const Tensor& x) const { return ops::dropout(x, p, is_training(), *gen_); }
 Tensor Dropout::forward_add(const Tensor& x, const Tensor& r) const {

@@ -1,5 +1,5 @@
 // tests/kernels/gradcheck_test.cc — finite-difference gradient checks in double precision for the
-// backward rules of the LayerNorm, activation (every kind) and cross-entropy kernels — their scalar
+// backward rules of the LayerNorm, RMSNorm, activation (every kind) and cross-entropy kernels — their scalar
 // templates (*_scalar.h) instantiated with double — and of Linear (expressed with
 // gemm_scalar<double>). The attention backward has its own check in attention_test.cc.
 //
@@ -18,6 +18,7 @@
 #include "kernels/cross_entropy_scalar.h"
 #include "kernels/gemm_scalar.h"
 #include "kernels/layer_norm_scalar.h"
+#include "kernels/rms_norm_scalar.h"
 #include "test_util.h"
 
 namespace tfm::kernels {
@@ -71,6 +72,27 @@ TEST(GradCheck, LayerNormInputWeightBias) {
   expect_close(dx, numeric_grad(x, loss), "dx");
   expect_close(dw, numeric_grad(w, loss), "dw");
   expect_close(db, numeric_grad(b, loss), "db");
+}
+
+// RMSNorm's backward takes the forward's rstd: the loss re-runs the forward, so the analytic gradient
+// is evaluated at the unperturbed x with its own rstd. The backward sees eps only through rstd; eps
+// 1e-3 as well as 1e-5 checks the formula where eps is a visible share of mean(x²) + eps (rows of
+// 7 values in [−1.5, 1.5)), so a rule exact only for eps = 0 fails.
+TEST(GradCheck, RMSNormInputWeight) {
+  const int64_t N = 3, D = 7;
+  for (double eps : {1e-5, 1e-3}) {
+    Vec x = rand_vec(N * D, 5), w = rand_vec(D, 6), dy = rand_vec(N * D, 7);
+    Vec y(N * D), rstd(N);
+    auto loss = [&] {
+      rms_norm_forward_scalar<double>(x.data(), w.data(), y.data(), rstd.data(), N, D, eps);
+      return dot(y, dy);
+    };
+    loss();
+    Vec dx(N * D), dw(D, 0.0);
+    rms_norm_backward_scalar<double>(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), N, D);
+    expect_close(dx, numeric_grad(x, loss), eps == 1e-5 ? "dx" : "dx (eps 1e-3)");
+    expect_close(dw, numeric_grad(w, loss), eps == 1e-5 ? "dw" : "dw (eps 1e-3)");
+  }
 }
 
 class ActivationGrad : public ::testing::TestWithParam<Activation> {};

@@ -1,4 +1,4 @@
-// tfm/modules/basic.h — Linear, LayerNorm, Dropout, Embedding and the sinusoidal positional
+// tfm/modules/basic.h — Linear, LayerNorm, RMSNorm, Dropout, Embedding and the sinusoidal positional
 // encoding, with PyTorch's constructor arguments, defaults, initialisers and state_dict keys.
 #pragma once
 
@@ -27,6 +27,18 @@ class LayerNorm : public Module {
   // LayerNorm(x + r_dropout(r)), the dropout fused into the same pass (same numbers and draw).
   Tensor forward_add(const Tensor& x, const Tensor& r, const Dropout& r_dropout) const;
   Tensor weight, bias;
+  float eps;
+};
+
+// RMSNorm over the last dim (D): y = x / sqrt(mean(x²) + eps) · weight, weight (D) ones, no bias
+// (state_dict key `weight` only). PyTorch 1.13 has no nn.RMSNorm; this is later versions'
+// nn.RMSNorm(D, eps) with elementwise_affine. eps defaults to LayerNorm's 1e-5 (the layers pass their
+// layer_norm_eps), not to torch's None (the dtype's machine epsilon).
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t d, float eps = 1e-5f);
+  Tensor forward(const Tensor& x) const;  // (..., D) → (..., D)
+  Tensor weight;                          // (D)
   float eps;
 };
 
