@@ -152,20 +152,22 @@ void add_layer_norm_forward_scalar(const float* x, const float* r, const float* 
 // has no nn.RMSNorm; it matches torch.nn.RMSNorm of later versions with elementwise_affine).
 // x, y (N,D); w (D); rstd (N) written for the backward (may be null in eval). y may alias x.
 // Σx² is accumulated in double.
-void rms_norm_forward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t D, float eps);
+void rms_norm_forward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t D,
+                      float eps);
 void rms_norm_forward_scalar(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t D,
                              float eps);
-// Derivative: with r = rstd, x̂ = x·r, g = dy ⊙ w, ∂r/∂x_j = −r³·x_j/D, so
-//   dx_j = Σ_i g_i ∂(x_i r)/∂x_j = r·g_j − r³·x_j·(Σ_i g_i x_i)/D = r·(g_j − x̂_j · mean(g ⊙ x̂))  (overwrite);
-//   dw += Σ_rows dy ⊙ x̂  (accumulate).
+// Derivative: with r = rstd, x̂ = x·r, g = dy ⊙ w and ∂r/∂x_j = −r³·x_j/D,
+//   dx_j = Σ_i g_i·∂(x_i·r)/∂x_j = r·g_j − r³·x_j·(Σ_i g_i·x_i)/D = r·(g_j − x̂_j·mean(g ⊙ x̂))
+//   (overwrite);  dw += Σ_rows dy ⊙ x̂  (accumulate).
 // dy, x, dx (N,D); w, dw (D); rstd (N) the forward's output (eps enters only through it). dx may
-// alias dy. Sums in double. Using the forward's float rstd rather than recomputing it (as LayerNorm's
-// backward must) costs at most a float rounding of the terms: the formula cancels only along x̂
-// (⟨dx, x̂⟩ = r·⟨g, x̂⟩·eps/(mean(x²) + eps), tiny next to its terms), and that direction is all of dx
-// only when D = 1; for D ≥ 2 the rest of dx does not cancel, so the error stays a few float roundings
-// of r·(|g| + |x̂|·|mean(g ⊙ x̂)|) (tests/ops/rms_norm_test.cc bounds it against float64).
-void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
-                       int64_t N, int64_t D);
+// alias dy. Sums in double. Taking the forward's float rstd (relative error ≤ 2⁻²⁴) rather than
+// recomputing it in double, as LayerNorm's backward must, moves dx by at most
+// 2⁻²⁴·r·(|g| + 3·|x̂|·|mean(g ⊙ x̂)|) to first order: a float rounding of its terms. That is large
+// against dx only where dx cancels, which happens along x̂ alone (⟨dx, x̂⟩ = r·⟨g, x̂⟩·eps/(mean(x²) +
+// eps)), all of dx only when D = 1: unlike LayerNorm at D = 2, no width ≥ 2 loses the rest of dx.
+// The bound is checked against float64 in tests/ops/rms_norm_test.cc.
+void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                       float* dw, int64_t N, int64_t D);
 void rms_norm_backward_scalar(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
                               float* dw, int64_t N, int64_t D);
 
