@@ -7,7 +7,7 @@
 // Algorithm (Dao et al., FlashAttention-2), never materializing the (L,S) score matrix:
 //   forward, per (bh, tile of Br ≤ 64 queries): for each tile of kBc = 64 keys,
 //     Sᵀ(Bc,Br) = K_tile · Q_tileᵀ, then online softmax per query (running max m and sum l),
-//     acc(Br,Dh) = acc·exp(m_old − m_new) + drop(P)·V_tile;  finally o = acc / l, lse = m + log l.
+//     acc(Br,Dv) = acc·exp(m_old − m_new) + drop(P)·V_tile;  finally o = acc / l, lse = m + log l.
 //     The scores are kept transposed (keys × queries) so the per-query max/sum are lane-wise
 //     vector ops with no horizontal reductions, and Q_tileᵀ is packed once per query tile.
 //   backward, per key tile (dk, dv accumulated in registers/scratch over query tiles in order):
@@ -202,13 +202,14 @@ inline float dot(const float* a, const float* b, int64_t n) {
 }
 
 // ---- operand layouts -------------------------------------------------------------------------------
-// A (B, H, rows, Dh) operand: element (b, h, i, d) at base[b·sb + h·sh + i·sl + d]. As the caller
-// passes them, the heads of a token sit side by side (sh = Dh, sl = H·Dh or 3·H·Dh); packed, each
-// head's rows are contiguous (sh = rows·Dh, sl = Dh).
+// A (B, H, rows, W) operand, W = Dh for q and k, Dv for v, o and their gradients: element (b, h, i, d)
+// at base[b·sb + h·sh + i·sl + d]. As the caller passes them, the heads of a token sit side by side
+// (sh = W, sl = H·W or the packed projection's row); packed, each head's rows are contiguous
+// (sh = rows·W, sl = W).
 template <class T>
 struct View {
   T* base = nullptr;
-  int64_t sb = 0, sh = 0, sl = 0;
+  int64_t sb = 0, sh = 0, sl = 0;  // sh is also the row width W
   T* head(int64_t b, int64_t h) const { return base + b * sb + h * sh; }
 };
 
@@ -216,8 +217,8 @@ struct Layout {
   View<const float> q, k, v, dout;  // dout: the backward's incoming gradient, o's shape
   View<float> o, dq;                // dq: where the backward accumulates dq
   explicit Layout(const AttentionParams& p)
-      : q{p.q, p.q_sb, p.Dh, p.q_sl}, k{p.k, p.k_sb, p.Dh, p.k_sl}, v{p.v, p.v_sb, p.Dh, p.v_sl},
-        o{p.o, p.o_sb, p.Dh, p.o_sl} {}
+      : q{p.q, p.q_sb, p.Dh, p.q_sl}, k{p.k, p.k_sb, p.Dh, p.k_sl}, v{p.v, p.v_sb, p.dv(), p.v_sl},
+        o{p.o, p.o_sb, p.dv(), p.o_sl} {}
 };
 
 // Why pack: in the caller's layout consecutive rows of one head are H·Dh or 3·H·Dh floats apart
@@ -229,28 +230,28 @@ struct Layout {
 // Short sequences fit either way and skip the copy.
 inline bool worth_packing(const AttentionParams& p) { return p.L * p.S >= 256 * 256; }
 
-// Rows [0, rows) of every head, src → dst (any two layouts), in parallel over (b, h) when `par`.
+// Rows [0, rows) of every head, W wide, src → dst (any two layouts), in parallel over (b, h) when `par`.
 void copy_heads(const View<const float>& src, const View<float>& dst, const AttentionParams& p,
-                int64_t rows, bool par) {
+                int64_t rows, int64_t W, bool par) {
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
     const float* s = src.head(bh / p.H, bh % p.H);
     float* d = dst.head(bh / p.H, bh % p.H);
-    for (int64_t i = 0; i < rows; ++i) std::memcpy(d + i * dst.sl, s + i * src.sl, sizeof(float) * p.Dh);
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(d + i * dst.sl, s + i * src.sl, sizeof(float) * W);
   }
 }
 
-// The packed (B, H, rows, Dh) layout at base.
+// The packed (B, H, rows, W) layout at base.
 template <class T>
-View<T> packed_view(T* base, const AttentionParams& p, int64_t rows) {
-  return {base, p.H * rows * p.Dh, rows * p.Dh, p.Dh};
+View<T> packed_view(T* base, const AttentionParams& p, int64_t rows, int64_t W) {
+  return {base, p.H * rows * W, rows * W, W};
 }
 
-// dst (B, H, rows, Dh) ← src; returns the packed view.
+// dst (B, H, rows, W) ← src (W = src.sh); returns the packed view.
 View<const float> pack_heads(const View<const float>& src, const AttentionParams& p, int64_t rows,
                              float* dst, bool par) {
-  copy_heads(src, packed_view(dst, p, rows), p, rows, par);
-  return packed_view<const float>(dst, p, rows);
+  copy_heads(src, packed_view(dst, p, rows, src.sh), p, rows, src.sh, par);
+  return packed_view<const float>(dst, p, rows, src.sh);
 }
 
 // ---- per-(b,h) views ------------------------------------------------------------------------------
@@ -258,8 +259,8 @@ struct Head {
   int64_t bh, b, h;
   const float* q;     // row i at q + i·q_sl, (Dh)
   const float* k;     // row j at k + j·k_sl
-  const float* v;     // row j at v + j·v_sl
-  float* o;           // row i at o + i·o_sl
+  const float* v;     // row j at v + j·v_sl, (Dv)
+  float* o;           // row i at o + i·o_sl, (Dv)
   const float* dout;  // row i at dout + i·do_sl (backward only)
   float* dq;          // row i at dq + i·dq_sl (backward only)
   int64_t q_sl, k_sl, v_sl, o_sl, do_sl, dq_sl;
@@ -290,15 +291,15 @@ void pack_transposed(const float* src, int64_t sl, int64_t n, int64_t Dh, float*
 template <int NVQ>
 void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, int64_t i0) {
   constexpr int64_t Br = 16 * NVQ;
-  const int64_t Dh = p.Dh, S = p.S;
+  const int64_t Dh = p.Dh, Dv = p.dv(), S = p.S;
   const int64_t ni = std::min(Br, p.L - i0);
-  float* qt = tl_scratch.get(round16(Dh * Br) + kBc * Br + round16(Br * Dh) + Br);  // (Dh, Br)
+  float* qt = tl_scratch.get(round16(Dh * Br) + kBc * Br + round16(Br * Dv) + Br);  // (Dh, Br)
   float* st = qt + round16(Dh * Br);  // (Bc, Br): scores, then dropped probabilities, transposed
-  float* acc = st + kBc * Br;         // (Br, Dh): Σ_j drop(exp(s_ij − m_i)) v_j
-  float* alpha = acc + round16(Br * Dh);  // (Br): exp(m_old − m_new) of the current key tile
+  float* acc = st + kBc * Br;         // (Br, Dv): Σ_j drop(exp(s_ij − m_i)) v_j
+  float* alpha = acc + round16(Br * Dv);  // (Br): exp(m_old − m_new) of the current key tile
 
   pack_transposed(hd.q + i0 * hd.q_sl, hd.q_sl, ni, Dh, qt, Br);
-  std::fill(acc, acc + ni * Dh, 0.0f);
+  std::fill(acc, acc + ni * Dv, 0.0f);
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i lane_S = _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(S)));
@@ -365,15 +366,15 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
       _mm512_storeu_ps(alpha + 16 * v, a);
     }
     // acc = diag(alpha)·acc + drop(P)·V_tile
-    const __mmask16 dtail = first_n(Dh - 16 * ((Dh - 1) / 16));
+    const __mmask16 dtail = first_n(Dv - 16 * ((Dv - 1) / 16));
     for (int64_t i = 0; i < ni; ++i) {
       const __m512 a = _mm512_set1_ps(alpha[i]);
-      float* ai = acc + i * Dh;
+      float* ai = acc + i * Dv;
       int64_t d = 0;
-      for (; d + 16 < Dh; d += 16) _mm512_storeu_ps(ai + d, _mm512_mul_ps(a, _mm512_loadu_ps(ai + d)));
+      for (; d + 16 < Dv; d += 16) _mm512_storeu_ps(ai + d, _mm512_mul_ps(a, _mm512_loadu_ps(ai + d)));
       _mm512_mask_storeu_ps(ai + d, dtail, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(dtail, ai + d)));
     }
-    gemm_small<true>(ni, Dh, nk, st, 1, Br, hd.v + j0 * hd.v_sl, hd.v_sl, acc, Dh);
+    gemm_small<true>(ni, Dv, nk, st, 1, Br, hd.v + j0 * hd.v_sl, hd.v_sl, acc, Dv);
   }
 
   // o_i = acc_i / l_i, lse_i = m_i + log l_i; a row with no unmasked key has l_i = 0: o_i = 0, −inf.
@@ -384,10 +385,10 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
   }
   for (int64_t i = 0; i < ni; ++i) {
     float* oi = hd.o + (i0 + i) * hd.o_sl;
-    const float* ai = acc + i * Dh;
+    const float* ai = acc + i * Dv;
     const bool empty = !(ll[i] > 0.0f);
     const float inv = empty ? 0.0f : 1.0f / ll[i];
-    for (int64_t d = 0; d < Dh; ++d) oi[d] = ai[d] * inv;
+    for (int64_t d = 0; d < Dv; ++d) oi[d] = ai[d] * inv;
     if (p.lse) p.lse[hd.bh * p.L + i0 + i] = empty ? -kInf : mm[i] + std::log(ll[i]);
   }
 }
@@ -403,28 +404,28 @@ struct BackwardCall {
 // Per-thread buffers of the backward for one key tile.
 struct BackwardScratch {
   float* kt;      // (Dh, Bc) K_tileᵀ
-  float* vt;      // (Dh, Bc) V_tileᵀ
+  float* vt;      // (Dv, Bc) V_tileᵀ
   float* sb;      // (Br, Bc) scores, then drop(P)
   float* dpb;     // (Br, Bc) dP, then scale·dS
   float* dk_acc;  // (Bc, Dh)
-  float* dv_acc;  // (Bc, Dh)
+  float* dv_acc;  // (Bc, Dv)
   float* D;       // (L) D_i = ⟨do_i, o_i⟩
-  BackwardScratch(int64_t Dh, int64_t L) {
-    const size_t t = round16(Dh * kBc);
-    kt = tl_scratch.get(4 * t + 2 * kBr * kBc + round16(L));
+  explicit BackwardScratch(const AttentionParams& p) {
+    const size_t t = round16(p.Dh * kBc), tv = round16(p.dv() * kBc);
+    kt = tl_scratch.get(2 * t + 2 * tv + 2 * kBr * kBc + round16(p.L));
     vt = kt + t;
-    sb = vt + t;
+    sb = vt + tv;
     dpb = sb + kBr * kBc;
     dk_acc = dpb + kBr * kBc;
     dv_acc = dk_acc + t;
-    D = dv_acc + t;
+    D = dv_acc + tv;
   }
 };
 
 // D_i = ⟨do_i, o_i⟩ for rows [i_begin, i_end) of head hd (the same function in every scheme).
 void compute_D(const BackwardCall& c, const Head& hd, int64_t i_begin, int64_t i_end, float* D) {
   for (int64_t i = i_begin; i < i_end; ++i)
-    D[i] = dot(hd.dout + i * hd.do_sl, hd.o + i * hd.o_sl, c.p.Dh);
+    D[i] = dot(hd.dout + i * hd.do_sl, hd.o + i * hd.o_sl, c.p.dv());
 }
 
 // Queries [i0, i0+ni) against keys [j0, j0+nk) (ws.kt, ws.vt hold that key tile). Adds the tile's
@@ -434,13 +435,13 @@ enum class DkDv { kNone, kFirst, kAccumulate };
 void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni, int64_t j0,
                    int64_t nk, const BackwardScratch& ws, DkDv dkdv, bool dq) {
   const AttentionParams& p = c.p;
-  const int64_t Dh = p.Dh, S = p.S;
+  const int64_t Dh = p.Dh, Dv = p.dv(), S = p.S;
   const float* qi = hd.q + i0 * hd.q_sl;
   const float* doi = hd.dout + i0 * hd.do_sl;
   // S(ni,nk) = Q·K_tileᵀ (unscaled), dP(ni,nk) = dO·V_tileᵀ, computed over nk rounded up to 16.
   const int64_t nk16 = 16 * ((nk + 15) / 16);
   gemm_small<false>(ni, nk16, Dh, qi, hd.q_sl, 1, ws.kt, kBc, ws.sb, kBc);
-  gemm_small<false>(ni, nk16, Dh, doi, hd.do_sl, 1, ws.vt, kBc, ws.dpb, kBc);
+  gemm_small<false>(ni, nk16, Dv, doi, hd.do_sl, 1, ws.vt, kBc, ws.dpb, kBc);
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   DropoutMask16 drop_mask = c.dr.lanes(1);
@@ -487,11 +488,11 @@ void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni
     }
   }
   if (dkdv == DkDv::kFirst) {  // the same FMA chains as accumulating onto zeros
-    gemm_small<false>(nk, Dh, ni, ws.sb, 1, kBc, doi, hd.do_sl, ws.dv_acc, Dh);
+    gemm_small<false>(nk, Dv, ni, ws.sb, 1, kBc, doi, hd.do_sl, ws.dv_acc, Dv);
     gemm_small<false>(nk, Dh, ni, ws.dpb, 1, kBc, qi, hd.q_sl, ws.dk_acc, Dh);
   } else if (dkdv == DkDv::kAccumulate) {
-    // dv(nk,Dh) += drop(P)ᵀ·dO;  dk(nk,Dh) += (scale·dS)ᵀ·Q
-    gemm_small<true>(nk, Dh, ni, ws.sb, 1, kBc, doi, hd.do_sl, ws.dv_acc, Dh);
+    // dv(nk,Dv) += drop(P)ᵀ·dO;  dk(nk,Dh) += (scale·dS)ᵀ·Q
+    gemm_small<true>(nk, Dv, ni, ws.sb, 1, kBc, doi, hd.do_sl, ws.dv_acc, Dv);
     gemm_small<true>(nk, Dh, ni, ws.dpb, 1, kBc, qi, hd.q_sl, ws.dk_acc, Dh);
   }
   if (dq) {
@@ -510,7 +511,7 @@ void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni
 void pack_key_tile(const AttentionParams& p, const Head& hd, int64_t j0, int64_t nk,
                    const BackwardScratch& ws) {
   pack_transposed(hd.k + j0 * hd.k_sl, hd.k_sl, nk, p.Dh, ws.kt, kBc);
-  pack_transposed(hd.v + j0 * hd.v_sl, hd.v_sl, nk, p.Dh, ws.vt, kBc);
+  pack_transposed(hd.v + j0 * hd.v_sl, hd.v_sl, nk, p.dv(), ws.vt, kBc);
 }
 
 // First query row that can see key j0 (causal: earlier query tiles are fully masked).
@@ -522,7 +523,7 @@ inline int64_t first_query_tile_row(const AttentionParams& p, int64_t j0) {
 void backward_key_tile(const BackwardCall& c, const Head& hd, int64_t j0,
                        const BackwardScratch& ws, bool dq) {
   const AttentionParams& p = c.p;
-  const int64_t Dh = p.Dh, nk = std::min(kBc, p.S - j0);
+  const int64_t Dh = p.Dh, Dv = p.dv(), nk = std::min(kBc, p.S - j0);
   pack_key_tile(p, hd, j0, nk, ws);
   const int64_t i_first = first_query_tile_row(p, j0);
   for (int64_t i0 = i_first; i0 < p.L; i0 += kBr)
@@ -530,13 +531,13 @@ void backward_key_tile(const BackwardCall& c, const Head& hd, int64_t j0,
                   i0 == i_first ? DkDv::kFirst : DkDv::kAccumulate, dq);
   if (i_first >= p.L) {  // no query sees these keys (causal, S > L): zero gradients
     std::fill(ws.dk_acc, ws.dk_acc + nk * Dh, 0.0f);
-    std::fill(ws.dv_acc, ws.dv_acc + nk * Dh, 0.0f);
+    std::fill(ws.dv_acc, ws.dv_acc + nk * Dv, 0.0f);
   }
   float* dkb = c.dk + hd.b * p.k_sb + hd.h * Dh;
-  float* dvb = c.dv + hd.b * p.v_sb + hd.h * Dh;
+  float* dvb = c.dv + hd.b * p.v_sb + hd.h * Dv;
   for (int64_t j = 0; j < nk; ++j) {
     std::memcpy(dkb + (j0 + j) * p.k_sl, ws.dk_acc + j * Dh, sizeof(float) * Dh);
-    std::memcpy(dvb + (j0 + j) * p.v_sl, ws.dv_acc + j * Dh, sizeof(float) * Dh);
+    std::memcpy(dvb + (j0 + j) * p.v_sl, ws.dv_acc + j * Dv, sizeof(float) * Dv);
   }
 }
 
@@ -544,7 +545,7 @@ void backward_key_tile(const BackwardCall& c, const Head& hd, int64_t j0,
 void backward_head(const BackwardCall& c, int64_t bh) {
   const AttentionParams& p = c.p;
   const Head hd(p, c.lt, bh);
-  const BackwardScratch ws(p.Dh, p.L);
+  const BackwardScratch ws(p);
   compute_D(c, hd, 0, p.L, ws.D);
   for (int64_t j0 = 0; j0 < p.S; j0 += kBc) backward_key_tile(c, hd, j0, ws, true);
 }
@@ -553,7 +554,7 @@ void backward_head(const BackwardCall& c, int64_t bh) {
 // same per-pair arithmetic as scheme 1, so the same bits).
 void backward_query_tile(const BackwardCall& c, const Head& hd, int64_t i0) {
   const AttentionParams& p = c.p;
-  const BackwardScratch ws(p.Dh, p.L);
+  const BackwardScratch ws(p);
   const int64_t ni = std::min(kBr, p.L - i0);
   compute_D(c, hd, i0, i0 + ni, ws.D);
   for (int64_t j0 = 0; j0 < p.S; j0 += kBc) {
@@ -592,10 +593,10 @@ void attention_forward_avx512(const AttentionParams& p) {
   const bool par = worth_threading(p);
   Layout lt(p);
   if (worth_packing(p)) {
-    const size_t n = static_cast<size_t>(BH * p.S * p.Dh);
-    float* buf = tl_packed.get(2 * n);
+    const size_t nk = static_cast<size_t>(BH * p.S * p.Dh), nv = static_cast<size_t>(BH * p.S * p.dv());
+    float* buf = tl_packed.get(nk + nv);
     lt.k = pack_heads(lt.k, p, p.S, buf, par);
-    lt.v = pack_heads(lt.v, p, p.S, buf + n, par);
+    lt.v = pack_heads(lt.v, p, p.S, buf + nk, par);
   }
 #pragma omp parallel for schedule(dynamic, 1) if (par)
   for (int64_t t = 0; t < BH * nqt; ++t) {
@@ -623,17 +624,19 @@ void attention_backward_avx512(const AttentionParams& p, const float* dout, floa
   const bool par = worth_threading(p);
   const int64_t nth = omp_in_parallel() || !par ? 1 : omp_get_max_threads();
   Layout lt(p);
-  lt.dout = {dout, p.o_sb, p.Dh, p.o_sl};
+  lt.dout = {dout, p.o_sb, p.dv(), p.o_sl};
   lt.dq = {dq, p.q_sb, p.Dh, p.q_sl};
   const bool packed = worth_packing(p);
   if (packed) {  // q, k, v, dout read packed; dq accumulated packed, copied out at the end
-    const size_t nq = static_cast<size_t>(BH * p.L * p.Dh), nk = static_cast<size_t>(BH * p.S * p.Dh);
-    float* buf = tl_packed.get(3 * nq + 2 * nk);
+    // q, dq (B,H,L,Dh), dout (B,H,L,Dv), k (B,H,S,Dh), v (B,H,S,Dv)
+    const size_t nq = static_cast<size_t>(BH * p.L * p.Dh), ndo = static_cast<size_t>(BH * p.L * p.dv());
+    const size_t nk = static_cast<size_t>(BH * p.S * p.Dh), nv = static_cast<size_t>(BH * p.S * p.dv());
+    float* buf = tl_packed.get(2 * nq + ndo + nk + nv);
     lt.q = pack_heads(lt.q, p, p.L, buf, par);
     lt.dout = pack_heads(lt.dout, p, p.L, buf + nq, par);
-    lt.k = pack_heads(lt.k, p, p.S, buf + 2 * nq, par);
-    lt.v = pack_heads(lt.v, p, p.S, buf + 2 * nq + nk, par);
-    lt.dq = packed_view(buf + 2 * nq + 2 * nk, p, p.L);
+    lt.k = pack_heads(lt.k, p, p.S, buf + nq + ndo, par);
+    lt.v = pack_heads(lt.v, p, p.S, buf + nq + ndo + nk, par);
+    lt.dq = packed_view(buf + nq + ndo + nk + nv, p, p.L, p.Dh);
   }
   const BackwardCall c{p, lt, Dropout(p), dk, dv};
   if (BH >= nth) {
@@ -649,7 +652,7 @@ void attention_backward_avx512(const AttentionParams& p, const float* dout, floa
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t t = 0; t < BH * nkt; ++t) {
       const Head hd(p, lt, t / nkt);
-      const BackwardScratch ws(p.Dh, p.L);
+      const BackwardScratch ws(p);
       const int64_t j0 = (t % nkt) * kBc;
       compute_D(c, hd, first_query_tile_row(p, j0), p.L, ws.D);
       backward_key_tile(c, hd, j0, ws, false);
@@ -659,8 +662,8 @@ void attention_backward_avx512(const AttentionParams& p, const float* dout, floa
       backward_query_tile(c, Head(p, lt, t / nqt), (t % nqt) * kBr);
   }
   if (packed)  // dq (B, H, L, Dh) → the caller's layout
-    copy_heads(packed_view<const float>(lt.dq.base, p, p.L), View<float>{dq, p.q_sb, p.Dh, p.q_sl}, p,
-               p.L, par);
+    copy_heads(packed_view<const float>(lt.dq.base, p, p.L, p.Dh), View<float>{dq, p.q_sb, p.Dh, p.q_sl}, p,
+               p.L, p.Dh, par);
 }
 
 }  // namespace tfm::kernels

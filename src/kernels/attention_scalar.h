@@ -30,8 +30,8 @@ template <typename T>
 struct AttentionScalarTensors {
   const T* q = nullptr;     // (b, i, h, d) at q[b*q_sb + i*q_sl + h*Dh + d]
   const T* k = nullptr;     // (b, j, h, d) at k[b*k_sb + j*k_sl + h*Dh + d]
-  const T* v = nullptr;     // (b, j, h, d) at v[b*v_sb + j*v_sl + h*Dh + d]
-  T* o = nullptr;           // (b, i, h, d) at o[b*o_sb + i*o_sl + h*Dh + d]; read by the backward
+  const T* v = nullptr;     // (b, j, h, d) at v[b*v_sb + j*v_sl + h*Dv + d]
+  T* o = nullptr;           // (b, i, h, d) at o[b*o_sb + i*o_sl + h*Dv + d]; read by the backward
   const T* mask = nullptr;  // (L,S) at mask + bh*mask_sbh, additive, or null
   const T* kpm = nullptr;   // (B,S) additive key-padding mask, or null
   T* lse = nullptr;         // (B,H,L) log-sum-exp of the scores, or null
@@ -60,8 +60,8 @@ struct Head {
 
   const T* q(int64_t i) const { return t.q + b * p.q_sb + i * p.q_sl + h * p.Dh; }  // (Dh)
   const T* k(int64_t j) const { return t.k + b * p.k_sb + j * p.k_sl + h * p.Dh; }  // (Dh)
-  const T* v(int64_t j) const { return t.v + b * p.v_sb + j * p.v_sl + h * p.Dh; }  // (Dh)
-  T* o(int64_t i) const { return t.o + b * p.o_sb + i * p.o_sl + h * p.Dh; }        // (Dh)
+  const T* v(int64_t j) const { return t.v + b * p.v_sb + j * p.v_sl + h * p.dv(); }  // (Dv)
+  T* o(int64_t i) const { return t.o + b * p.o_sb + i * p.o_sl + h * p.dv(); }        // (Dv)
 
   // s_ij = scale·⟨q_i, k_j⟩ + mask[bh](i, j) + kpm[b](j), or −inf when causal and j > i.
   T score(int64_t i, int64_t j) const {
@@ -108,19 +108,20 @@ T keep_scale(float dropout_p) {
 template <typename T>
 void attention_forward_scalar(const AttentionParams& p, const AttentionScalarTensors<T>& t) {
   const T inv_keep = attention_scalar_detail::keep_scale<T>(p.dropout_p);
+  const int64_t Dv = p.dv();
   for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
     const attention_scalar_detail::Head<T> hd{p, t, bh, bh / p.H, bh % p.H};
     for (int64_t i = 0; i < p.L; ++i) {
       const T lse = hd.row_lse(i);
       if (t.lse != nullptr) t.lse[bh * p.L + i] = lse;
-      T* oi = hd.o(i);  // (Dh)
-      for (int64_t d = 0; d < p.Dh; ++d) oi[d] = 0;
+      T* oi = hd.o(i);  // (Dv)
+      for (int64_t d = 0; d < Dv; ++d) oi[d] = 0;
       if (lse == -std::numeric_limits<T>::infinity()) continue;  // all keys masked: o_i = 0
       for (int64_t j = 0; j < p.S; ++j) {
         if (!hd.keep(i, j)) continue;
         const T pij = std::exp(hd.score(i, j) - lse) * inv_keep;
         const T* vj = hd.v(j);
-        for (int64_t d = 0; d < p.Dh; ++d) oi[d] += pij * vj[d];
+        for (int64_t d = 0; d < Dv; ++d) oi[d] += pij * vj[d];
       }
     }
   }
@@ -136,26 +137,29 @@ void attention_backward_scalar(const AttentionParams& p, const AttentionScalarTe
                                const T* dout, T* dq, T* dk, T* dv) {
   const T inv_keep = attention_scalar_detail::keep_scale<T>(p.dropout_p);
   const T scale = static_cast<T>(p.scale);
+  const int64_t Dv = p.dv();
   for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
     const attention_scalar_detail::Head<T> hd{p, t, bh, bh / p.H, bh % p.H};
     const int64_t qoff = hd.b * p.q_sb + hd.h * p.Dh;
     const int64_t koff = hd.b * p.k_sb + hd.h * p.Dh;
-    const int64_t voff = hd.b * p.v_sb + hd.h * p.Dh;
-    const int64_t ooff = hd.b * p.o_sb + hd.h * p.Dh;
+    const int64_t voff = hd.b * p.v_sb + hd.h * Dv;
+    const int64_t ooff = hd.b * p.o_sb + hd.h * Dv;
     for (int64_t i = 0; i < p.L; ++i)
       for (int64_t d = 0; d < p.Dh; ++d) dq[qoff + i * p.q_sl + d] = 0;
-    for (int64_t j = 0; j < p.S; ++j)
-      for (int64_t d = 0; d < p.Dh; ++d) dk[koff + j * p.k_sl + d] = dv[voff + j * p.v_sl + d] = 0;
+    for (int64_t j = 0; j < p.S; ++j) {
+      for (int64_t d = 0; d < p.Dh; ++d) dk[koff + j * p.k_sl + d] = 0;
+      for (int64_t d = 0; d < Dv; ++d) dv[voff + j * p.v_sl + d] = 0;
+    }
 
     for (int64_t i = 0; i < p.L; ++i) {
       const T lse = t.lse != nullptr ? t.lse[bh * p.L + i] : hd.row_lse(i);
       if (lse == -std::numeric_limits<T>::infinity()) continue;  // all keys masked: no gradient
-      const T* doi = dout + ooff + i * p.o_sl;  // (Dh)
-      const T* oi = hd.o(i);                    // (Dh)
+      const T* doi = dout + ooff + i * p.o_sl;  // (Dv)
+      const T* oi = hd.o(i);                    // (Dv)
       const T* qi = hd.q(i);                    // (Dh)
       T* dqi = dq + qoff + i * p.q_sl;          // (Dh)
       T D = 0;
-      for (int64_t d = 0; d < p.Dh; ++d) D += doi[d] * oi[d];
+      for (int64_t d = 0; d < Dv; ++d) D += doi[d] * oi[d];
       for (int64_t j = 0; j < p.S; ++j) {
         const T s = hd.score(i, j);
         if (s == -std::numeric_limits<T>::infinity()) continue;  // p_ij = 0
@@ -163,15 +167,15 @@ void attention_backward_scalar(const AttentionParams& p, const AttentionScalarTe
         const T* vj = hd.v(j);
         const T* kj = hd.k(j);
         T* dkj = dk + koff + j * p.k_sl;  // (Dh)
-        T* dvj = dv + voff + j * p.v_sl;  // (Dh)
+        T* dvj = dv + voff + j * p.v_sl;  // (Dv)
         const bool kept = hd.keep(i, j);
         T dp = 0;
         if (kept) {
           T dot = 0;
-          for (int64_t d = 0; d < p.Dh; ++d) dot += doi[d] * vj[d];
+          for (int64_t d = 0; d < Dv; ++d) dot += doi[d] * vj[d];
           dp = dot * inv_keep;
           const T w = pij * inv_keep;
-          for (int64_t d = 0; d < p.Dh; ++d) dvj[d] += w * doi[d];
+          for (int64_t d = 0; d < Dv; ++d) dvj[d] += w * doi[d];
         }
         const T g = scale * (pij * (dp - D));  // scale·ds_ij
         for (int64_t d = 0; d < p.Dh; ++d) {

@@ -66,7 +66,8 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
 // Multi-head scaled dot-product attention for one call over all (b, h):
 //   s_ij  = scale · ⟨q_i, k_j⟩ + mask[bh](i, j) + kpm[b](j)   (−inf where causal and j > i)
 //   p_ij  = softmax_j(s_ij);   o_i = Σ_j drop(p_ij) · v_j
-// Element (b, i, h, d) of q lives at q[b*q_sb + i*q_sl + h*Dh + d]; likewise k, v (index j), o.
+// Element (b, i, h, d) of q lives at q[b*q_sb + i*q_sl + h*Dh + d]; likewise k (index j). Values
+// and the output have their own head width Dv: v[b*v_sb + j*v_sl + h*Dv + d], o likewise (index i).
 // This stride form covers batch_first (B,L,E) (sb = L*row, sl = row), sequence-first (L,B,E)
 // (sb = row, sl = B*row) and packed projections: for a packed (.., 3E) qkv buffer, q = qkv,
 // k = qkv + E, v = qkv + 2E, all with row = 3E.
@@ -76,6 +77,8 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
 // + j), p) is false; kept values are scaled by 1/(1−p). Recomputed, not stored, in the backward.
 struct AttentionParams {
   int64_t B = 0, H = 0, L = 0, S = 0, Dh = 0;
+  int64_t Dv = 0;  // value (and output) head width; 0 means Dh
+  int64_t dv() const { return Dv > 0 ? Dv : Dh; }
   const float* q = nullptr;
   int64_t q_sb = 0, q_sl = 0;
   const float* k = nullptr;
@@ -90,7 +93,7 @@ struct AttentionParams {
   int64_t mask_sbh = 0;
   const float* kpm = nullptr;  // additive key-padding mask (B,S), or null
   bool causal = false;         // block j > i (on top of any mask)
-  float scale = 1.0f;          // usually 1/sqrt(Dh)
+  float scale = 1.0f;          // 1/sqrt(Dh) unless the module sets attn_scale
   float dropout_p = 0.0f;      // 0 in eval
   uint64_t seed = 0, offset = 0;
   float* lse = nullptr;  // (B,H,L) log-sum-exp of s over j, written by forward (may be null in eval)

@@ -30,11 +30,18 @@ struct FlopCounter {
     total += f;
     if (train) total += f + (dx ? f : 0.0);
   }
-  void attention(double B, double L, double S, double D) {
-    const double f = 2.0 * (2.0 * B * L * S * D);  // QKᵀ and AV
+  // A = H·Dh (the width of QKᵀ's inner product), Av = H·Dv (that of P·V).
+  void attention(double B, double L, double S, double A, double Av) {
+    const double f = 2.0 * B * L * S * A + 2.0 * B * L * S * Av;  // QKᵀ and PV
     total += train ? 3.0 * f : f;
   }
 };
+
+// The projected widths A = H·Dh and Av = H·Dv of an attention with these arguments.
+std::pair<double, double> attention_widths(int64_t D, int64_t H, const AttentionVariant& v) {
+  const int64_t Dh = v.head_dim.value_or(D / H);
+  return {static_cast<double>(H * Dh), static_cast<double>(H * v.v_head_dim.value_or(Dh))};
+}
 
 Tensor random_tensor(const Shape& shape, Generator& gen) {
   Tensor t = Tensor::empty(shape);
@@ -73,13 +80,15 @@ double bench_flop_count(const ModuleConfig& config, int64_t B, int64_t N, int64_
   const double rows_t = static_cast<double>(B * N), rows_s = static_cast<double>(B * S);
   if (config.kind == ModuleKind::MULTIHEAD_ATTENTION) {  // self-attention on one input that needs no gradient
     const double D = static_cast<double>(config.attention.embed_dim);
-    c.linear(rows_t, D, 3 * D, false);
-    c.attention(B, N, N, D);
-    c.linear(rows_t, D, D, true);
+    const auto [A, Av] = attention_widths(config.attention.embed_dim, config.attention.num_heads, config.attention.variant);
+    c.linear(rows_t, D, 2 * A + Av, false);
+    c.attention(B, N, N, A, Av);
+    c.linear(rows_t, Av, D, true);
     return c.total;
   }
   const TransformerLayerOptions& o = config.layer;
   const double D = static_cast<double>(o.d_model), F = static_cast<double>(o.dim_feedforward);
+  const auto [A, Av] = attention_widths(o.d_model, o.nhead, o.attention);
   const double F_in = activation_is_gated(o.activation) ? 2 * F : F;  // linear1's outputs
   int64_t enc_layers = 0, dec_layers = 0;
   switch (config.kind) {
@@ -103,20 +112,20 @@ double bench_flop_count(const ModuleConfig& config, int64_t B, int64_t N, int64_
   const double enc_rows = transformer ? rows_s : rows_t;
   const double enc_len = static_cast<double>(transformer ? S : N);
   for (int64_t l = 0; l < enc_layers; ++l) {
-    c.linear(enc_rows, D, 3 * D, l > 0 || o.norm_first);
-    c.attention(B, enc_len, enc_len, D);
-    c.linear(enc_rows, D, D, true);
+    c.linear(enc_rows, D, 2 * A + Av, l > 0 || o.norm_first);
+    c.attention(B, enc_len, enc_len, A, Av);
+    c.linear(enc_rows, Av, D, true);
     ffn(enc_rows);
   }
   // Memory needs a gradient only when it comes from the encoder (Transformer).
   for (int64_t l = 0; l < dec_layers; ++l) {
-    c.linear(rows_t, D, 3 * D, l > 0 || o.norm_first);
-    c.attention(B, N, N, D);
-    c.linear(rows_t, D, D, true);
-    c.linear(rows_t, D, D, true);             // cross-attention query projection
-    c.linear(rows_s, D, 2 * D, transformer);  // key/value projection of memory
-    c.attention(B, N, S, D);
-    c.linear(rows_t, D, D, true);
+    c.linear(rows_t, D, 2 * A + Av, l > 0 || o.norm_first);
+    c.attention(B, N, N, A, Av);
+    c.linear(rows_t, Av, D, true);
+    c.linear(rows_t, D, A, true);              // cross-attention query projection
+    c.linear(rows_s, D, A + Av, transformer);  // key/value projection of memory
+    c.attention(B, N, S, A, Av);
+    c.linear(rows_t, Av, D, true);
     ffn(rows_t);
   }
   return c.total;

@@ -218,7 +218,7 @@ std::unique_ptr<Runner> make_runner(const ModuleConfig& c, Generator& gen) {
     case ModuleKind::MULTIHEAD_ATTENTION: {
       const AttentionOptions& a = c.attention;
       return std::make_unique<MhaRunner>(
-          std::make_unique<MultiheadAttention>(a.embed_dim, a.num_heads, a.dropout, a.bias, a.batch_first, gen));
+          std::make_unique<MultiheadAttention>(a.embed_dim, a.num_heads, a.dropout, a.bias, a.batch_first, a.variant, gen));
     }
     case ModuleKind::TRANSFORMER_ENCODER_LAYER:
       return std::make_unique<EncLayerRunner>(std::make_unique<TransformerEncoderLayer>(c.layer, gen));

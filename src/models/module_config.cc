@@ -3,7 +3,9 @@
 // taken from the option struct it fills (TransformerLayerOptions, AttentionOptions, ModuleConfig),
 // so PyTorch's defaults are written only there. Keys are read in a fixed order and unknown keys are
 // reported last, so a config with several faults always reports the same one.
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -41,12 +43,37 @@ struct ConfigReader {
     if (!j.contains(key)) throw std::invalid_argument("config: missing required key '" + key + "'");
     return get<T>(key, T{});
   }
+  // An optional key: unset when absent or null (the option struct derives its default).
+  template <typename T>
+  std::optional<T> get_optional(const std::string& key) {
+    known.insert(key);
+    if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
+    return get<T>(key, T{});
+  }
   void ignore(const std::string& key) { known.insert(key); }
   void finish() {
     for (auto it = j.begin(); it != j.end(); ++it)
       if (!known.count(it.key())) throw std::invalid_argument("config: unknown key " + quote_name(it.key()));
   }
 };
+
+// The attention variant keys (tfm/modules/attention.h), checked with errors naming the key. The width
+// must be divisible by the heads only when head_dim is unset: the caller checks that.
+AttentionVariant attention_variant(ConfigReader& r) {
+  AttentionVariant v;
+  v.head_dim = r.get_optional<int64_t>("head_dim");
+  v.v_head_dim = r.get_optional<int64_t>("v_head_dim");
+  v.qkv_bias = r.get_optional<bool>("qkv_bias");
+  v.out_bias = r.get_optional<bool>("out_bias");
+  v.attn_scale = r.get_optional<float>("attn_scale");
+  for (auto [key, value] : {std::pair{"head_dim", v.head_dim}, std::pair{"v_head_dim", v.v_head_dim}})
+    if (value && *value <= 0)
+      throw std::invalid_argument(std::string("config: '") + key + "' must be positive, got " + std::to_string(*value));
+  if (v.attn_scale && !(std::isfinite(*v.attn_scale) && *v.attn_scale > 0.0f))
+    throw std::invalid_argument("config: 'attn_scale' must be a finite positive number, got " +
+                                std::to_string(*v.attn_scale));
+  return v;
+}
 
 // The layer arguments shared by every Transformer* module. nn.Transformer has defaults for d_model
 // and nhead; the layers and stacks require them.
@@ -61,6 +88,7 @@ TransformerLayerOptions layer_options(ConfigReader& r, bool transformer_defaults
   o.batch_first = r.get<bool>("batch_first", o.batch_first);
   o.norm_first = r.get<bool>("norm_first", o.norm_first);
   o.bias = r.get<bool>("bias", o.bias);
+  o.attention = attention_variant(r);
   o.validate();
   return o;
 }
@@ -79,7 +107,8 @@ AttentionOptions attention_options(ConfigReader& r) {
     if (d != a.embed_dim)
       throw std::invalid_argument(std::string("config: '") + kd + "' different from embed_dim is not supported");
   }
-  if (a.embed_dim <= 0 || a.num_heads <= 0 || a.embed_dim % a.num_heads != 0)
+  a.variant = attention_variant(r);
+  if (a.embed_dim <= 0 || a.num_heads <= 0 || (!a.variant.head_dim && a.embed_dim % a.num_heads != 0))
     throw std::invalid_argument("config: embed_dim " + std::to_string(a.embed_dim) + " is not divisible by num_heads " +
                                 std::to_string(a.num_heads));
   return a;

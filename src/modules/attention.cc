@@ -3,6 +3,7 @@
 // decoding (ops/attention_cache.h) instead of ops::attention.
 #include "tfm/modules/attention.h"
 
+#include <cmath>
 #include <numeric>
 #include <stdexcept>
 
@@ -26,23 +27,54 @@ void AttentionCache::select_rows(const std::vector<int64_t>& rows) {
   row_source = std::move(src);
 }
 
+void AttentionVariant::validate(int64_t embed_dim, int64_t num_heads) const {
+  if (num_heads <= 0 || embed_dim <= 0)
+    throw std::invalid_argument("MultiheadAttention: embed_dim " + std::to_string(embed_dim) + " and num_heads " +
+                                std::to_string(num_heads) + " must be positive");
+  if (head_dim && *head_dim <= 0)
+    throw std::invalid_argument("MultiheadAttention: head_dim must be positive, got " + std::to_string(*head_dim));
+  if (v_head_dim && *v_head_dim <= 0)
+    throw std::invalid_argument("MultiheadAttention: v_head_dim must be positive, got " +
+                                std::to_string(*v_head_dim));
+  if (attn_scale && !(std::isfinite(*attn_scale) && *attn_scale > 0.0f))
+    throw std::invalid_argument("MultiheadAttention: attn_scale must be finite and positive, got " +
+                                std::to_string(*attn_scale));
+  if (!head_dim && embed_dim % num_heads != 0)
+    throw std::invalid_argument("MultiheadAttention: embed_dim " + std::to_string(embed_dim) +
+                                " must be divisible by num_heads " + std::to_string(num_heads) +
+                                " (or head_dim given)");
+}
+
+namespace {
+const AttentionVariant& validated(const AttentionVariant& v, int64_t embed_dim, int64_t num_heads) {
+  v.validate(embed_dim, num_heads);
+  return v;
+}
+}  // namespace
+
 MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, float dropout_, bool bias,
                                        bool batch_first_, Generator& gen)
+    : MultiheadAttention(embed_dim_, num_heads_, dropout_, bias, batch_first_, AttentionVariant{}, gen) {}
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, float dropout_, bool bias,
+                                       bool batch_first_, const AttentionVariant& variant, Generator& gen)
     : embed_dim(embed_dim_),
       num_heads(num_heads_),
       dropout(dropout_),
       batch_first(batch_first_),
-      out_proj(embed_dim_, embed_dim_, bias, gen),
+      out_proj(num_heads_ * validated(variant, embed_dim_, num_heads_)
+                                .v_head_dim.value_or(variant.head_dim.value_or(embed_dim_ / num_heads_)),
+               embed_dim_, variant.out_bias.value_or(bias), gen),
       gen_(&gen) {
-  if (num_heads <= 0 || embed_dim % num_heads != 0)
-    throw std::invalid_argument("MultiheadAttention: embed_dim " + std::to_string(embed_dim) +
-                                " must be divisible by num_heads " + std::to_string(num_heads));
-  in_proj_weight = Tensor::empty({3 * proj_dim(), embed_dim});
+  const int64_t Dh = variant.head_dim.value_or(embed_dim / num_heads);
+  heads_.num_heads = num_heads;
+  heads_.head_dim = Dh;
+  heads_.v_head_dim = variant.v_head_dim.value_or(Dh);
+  heads_.scale = variant.attn_scale.value_or(1.0f / std::sqrt(static_cast<float>(Dh)));
+  in_proj_weight = Tensor::empty({2 * proj_dim() + v_proj_dim(), embed_dim});
   init_xavier_uniform(in_proj_weight, gen);
-  if (bias) {
-    in_proj_bias = Tensor::zeros({3 * proj_dim()});
-    out_proj.bias.fill_(0.0f);
-  }
+  if (variant.qkv_bias.value_or(bias)) in_proj_bias = Tensor::zeros({2 * proj_dim() + v_proj_dim()});
+  if (out_proj.bias.defined()) out_proj.bias.fill_(0.0f);
   register_parameter("in_proj_weight", in_proj_weight);
   register_parameter("in_proj_bias", in_proj_bias);
   register_module("out_proj", out_proj);
@@ -50,7 +82,7 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, f
 
 Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                    const ops::AttentionMasks& masks, AttentionCache* cache) const {
-  const int64_t A = proj_dim();
+  const int64_t A = proj_dim(), Av = v_proj_dim();
   auto rows = [&](int64_t start, int64_t n, const Tensor& t) { return t.defined() ? t.narrow0(start, n) : Tensor(); };
   const bool self = query.same(key) && key.same(value);
   if (cache) {
@@ -65,12 +97,12 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
     if (why) throw std::invalid_argument(std::string("MultiheadAttention with a cache: ") + why);
   }
   ops::AttentionInput q, k, v;
-  if (self) {  // self-attention: one (.., 3A) projection
+  if (self) {  // self-attention: one (.., 2A+Av) projection
     Tensor qkv = ops::linear(query, in_proj_weight, in_proj_bias);
     q = {qkv, 0};
     k = {qkv, A};
     v = {qkv, 2 * A};
-  } else if (key.same(value)) {  // cross-attention: q, and one (.., 2A) projection of memory
+  } else if (key.same(value)) {  // cross-attention: q, and one (.., A+Av) projection of memory
     q = {ops::linear(query, rows(0, A, in_proj_weight), rows(0, A, in_proj_bias)), 0};
     Tensor kv;
     if (cache && cache->memory_kv.defined()) {
@@ -79,7 +111,7 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
             "MultiheadAttention with a cache: the memory differs from the one whose keys and values the cache holds");
       kv = cache->memory_kv;
     } else {
-      kv = ops::linear(key, rows(A, 2 * A, in_proj_weight), rows(A, 2 * A, in_proj_bias));
+      kv = ops::linear(key, rows(A, A + Av, in_proj_weight), rows(A, A + Av, in_proj_bias));
       if (cache) {
         cache->memory = key;
         cache->memory_kv = kv;
@@ -90,10 +122,10 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   } else {
     q = {ops::linear(query, rows(0, A, in_proj_weight), rows(0, A, in_proj_bias)), 0};
     k = {ops::linear(key, rows(A, A, in_proj_weight), rows(A, A, in_proj_bias)), 0};
-    v = {ops::linear(value, rows(2 * A, A, in_proj_weight), rows(2 * A, A, in_proj_bias)), 0};
+    v = {ops::linear(value, rows(2 * A, Av, in_proj_weight), rows(2 * A, Av, in_proj_bias)), 0};
   }
   const Tensor o = cache ? forward_step(query, q, k, v, self, *cache)
-                         : ops::attention(q, k, v, num_heads, A, batch_first, masks, dropout, is_training(), *gen_);
+                         : ops::attention(q, k, v, heads_, batch_first, masks, dropout, is_training(), *gen_);
   return out_proj.forward(o);
 }
 
@@ -102,18 +134,18 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
 Tensor MultiheadAttention::forward_step(const Tensor& query, const ops::AttentionInput& q,
                                         const ops::AttentionInput& k, const ops::AttentionInput& v, bool self,
                                         AttentionCache& cache) const {
-  const int64_t A = proj_dim();
+  const int64_t A = proj_dim(), Av = v_proj_dim();
   if (query.dim() != 3 || query.size(batch_first ? 1 : 0) != 1)
     throw std::invalid_argument(std::string("MultiheadAttention with a cache: query must hold one position per row, ") +
                                 (batch_first ? "(N, 1, E)" : "(1, N, E)") + ", got " + shape_str(query.shape()));
   const int64_t N = query.size(batch_first ? 0 : 1);
   auto as_rows = [&](const Tensor& t) { return batch_first ? t : t.reshape({N, 1, t.size(2)}); };
-  Tensor o;  // (N, 1, A)
+  Tensor o;  // (N, 1, Av)
   if (self) {
-    const Tensor qkv = as_rows(q.src);  // (N, 1, 3A)
-    if (!cache.kv.k.defined()) cache.kv.reset(N, cache.capacity, A);
+    const Tensor qkv = as_rows(q.src);  // (N, 1, 2A+Av)
+    if (!cache.kv.k.defined()) cache.kv.reset(N, cache.capacity, A, Av);
     cache.kv.append(qkv, k.col, v.col);
-    o = ops::attention_step({qkv, q.col}, cache.kv, num_heads, A);
+    o = ops::attention_step({qkv, q.col}, cache.kv, heads_);
   } else {
     const int64_t Bm = k.src.size(batch_first ? 0 : 1), S = k.src.size(batch_first ? 1 : 0);
     if (cache.row_source.empty()) {
@@ -121,10 +153,10 @@ Tensor MultiheadAttention::forward_step(const Tensor& query, const ops::Attentio
       std::iota(cache.row_source.begin(), cache.row_source.end(), int64_t{0});
     }
     if (cache.memory_len.empty()) cache.memory_len.assign(static_cast<size_t>(Bm), S);
-    o = ops::attention_memory({as_rows(q.src), q.col}, k, v, cache.row_source, cache.memory_len, num_heads, A,
+    o = ops::attention_memory({as_rows(q.src), q.col}, k, v, cache.row_source, cache.memory_len, heads_,
                               batch_first);
   }
-  return batch_first ? o : o.reshape({1, N, A});
+  return batch_first ? o : o.reshape({1, N, Av});
 }
 
 }  // namespace tfm

@@ -13,9 +13,10 @@ void TransformerLayerOptions::validate() const {
   if (d_model <= 0 || nhead <= 0 || dim_feedforward <= 0)
     throw std::invalid_argument("d_model, nhead and dim_feedforward must be positive (got " + std::to_string(d_model) +
                                 ", " + std::to_string(nhead) + ", " + std::to_string(dim_feedforward) + ")");
-  if (d_model % nhead != 0)
+  if (d_model % nhead != 0 && !attention.head_dim)
     throw std::invalid_argument("d_model " + std::to_string(d_model) + " is not divisible by nhead " +
                                 std::to_string(nhead));
+  attention.validate(d_model, nhead);
   if (!(dropout >= 0.0f && dropout <= 1.0f))
     throw std::invalid_argument("dropout must be in [0, 1], got " + std::to_string(dropout));
   if (!(layer_norm_eps > 0.0f)) throw std::invalid_argument("layer_norm_eps must be positive");
@@ -39,7 +40,7 @@ static ops::AttentionMasks masks_of(const Tensor& attn_mask, const Tensor& kpm, 
 // ---- encoder layer --------------------------------------------------------------------------------
 TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& o, Generator& gen)
     : options(validated(o)),
-      self_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, gen),
+      self_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, o.attention, gen),
       linear1(o.d_model, ffn_in(o), o.bias, gen),
       dropout(o.dropout, gen),
       linear2(o.dim_feedforward, o.d_model, o.bias, gen),
@@ -128,8 +129,8 @@ Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const 
 // ---- decoder layer --------------------------------------------------------------------------------
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& o, Generator& gen)
     : options(validated(o)),
-      self_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, gen),
-      multihead_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, gen),
+      self_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, o.attention, gen),
+      multihead_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, o.attention, gen),
       linear1(o.d_model, ffn_in(o), o.bias, gen),
       dropout(o.dropout, gen),
       linear2(o.dim_feedforward, o.d_model, o.bias, gen),

@@ -2,8 +2,11 @@
 // (PyTorch's bool/float, 2-D/3-D, key padding, causal rules) and the flash-attention kernels.
 #include "tfm/ops/attention.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "kernels/kernels.h"
 #include "ops/check.h"
@@ -25,7 +28,8 @@ Tensor to_additive(const Tensor& m) {
 }
 
 struct Layout {
-  int64_t B, L, S, E, H;
+  int64_t B, L, S;
+  AttentionHeads heads;
   bool batch_first;
 };
 
@@ -55,22 +59,23 @@ struct AttentionNode : Node {
   kernels::AttentionParams params(const float* q, const float* k, const float* v) const {
     kernels::AttentionParams p;
     p.B = lo.B;
-    p.H = lo.H;
+    p.H = lo.heads.num_heads;
     p.L = lo.L;
     p.S = lo.S;
-    p.Dh = lo.E / lo.H;
+    p.Dh = lo.heads.head_dim;
+    p.Dv = lo.heads.v_head_dim;
     strides(lo, inputs[q_src].size(-1), lo.L, p.q_sb, p.q_sl);
     strides(lo, inputs[k_src].size(-1), lo.S, p.k_sb, p.k_sl);
     strides(lo, inputs[v_src].size(-1), lo.S, p.v_sb, p.v_sl);
     p.q = q + q_col;
     p.k = k + k_col;
     p.v = v + v_col;
-    strides(lo, lo.E, lo.L, p.o_sb, p.o_sl);
+    strides(lo, lo.heads.v_width(), lo.L, p.o_sb, p.o_sl);
     p.mask = mask.defined() ? mask.data() : nullptr;
     p.mask_sbh = mask_sbh;
     p.kpm = kpm.defined() ? kpm.data() : nullptr;
     p.causal = causal;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(p.Dh));
+    p.scale = lo.heads.scale;
     p.dropout_p = dropout_p;
     p.seed = seed;
     p.offset = offset;
@@ -79,17 +84,24 @@ struct AttentionNode : Node {
 
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
     // One gradient buffer per distinct source; each role's kernel output lands in its column block.
-    // A source whose every column is some role's block (the packed (.., 3E) self-attention projection,
-    // the (.., 2E) key/value one, or a single role) is fully overwritten by the kernel: no zero fill.
+    // A source whose columns the roles' blocks tile exactly (the packed (.., 2·H·Dh + H·Dv)
+    // self-attention projection, the key/value one, or a single role) is fully overwritten by the
+    // kernel: no zero fill.
+    const int64_t wq = lo.heads.qk_width(), wv = lo.heads.v_width();
     std::vector<Tensor> grads(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
-      int64_t covered = 0;
-      for (auto [src, col] : {std::pair{q_src, q_col}, std::pair{k_src, k_col}, std::pair{v_src, v_col}})
-        if (src == static_cast<int>(i)) covered |= int64_t(1) << (col / lo.E);
-      const int64_t blocks = inputs[i].size(-1) / lo.E;
-      const bool aligned = q_col % lo.E == 0 && k_col % lo.E == 0 && v_col % lo.E == 0;
-      const bool full = aligned && inputs[i].size(-1) % lo.E == 0 && blocks <= 3 &&
-                        covered == (int64_t(1) << blocks) - 1;
+      std::array<std::pair<int64_t, int64_t>, 3> blocks{};  // [col, col + width) of each role reading source i
+      size_t n = 0;
+      for (auto [src, col, w] : {std::tuple{q_src, q_col, wq}, std::tuple{k_src, k_col, wq}, std::tuple{v_src, v_col, wv}})
+        if (src == static_cast<int>(i)) blocks[n++] = {col, col + w};
+      std::sort(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(n));
+      int64_t end = 0;
+      bool full = true;
+      for (size_t r = 0; r < n; ++r) {
+        full = full && blocks[r].first == end;
+        end = blocks[r].second;
+      }
+      full = full && end == inputs[i].size(-1);
       grads[i] = full ? Tensor::empty(inputs[i].shape()) : Tensor::zeros(inputs[i].shape());
     }
     kernels::AttentionParams p =
@@ -112,9 +124,17 @@ int source_index(std::vector<Tensor>& sources, const Tensor& t) {
 
 }  // namespace
 
-Tensor attention(const AttentionInput& q, const AttentionInput& k, const AttentionInput& v, int64_t num_heads,
-                 int64_t embed_dim, bool batch_first, const AttentionMasks& masks, float dropout_p, bool training,
-                 Generator& gen) {
+AttentionHeads AttentionHeads::standard(int64_t num_heads, int64_t embed_dim) {
+  check(num_heads > 0 && embed_dim > 0 && embed_dim % num_heads == 0,
+        "attention: embed_dim " + std::to_string(embed_dim) + " not divisible by num_heads " +
+            std::to_string(num_heads));
+  const int64_t Dh = embed_dim / num_heads;
+  return {num_heads, Dh, Dh, 1.0f / std::sqrt(static_cast<float>(Dh))};
+}
+
+Tensor attention(const AttentionInput& q, const AttentionInput& k, const AttentionInput& v,
+                 const AttentionHeads& heads, bool batch_first, const AttentionMasks& masks, float dropout_p,
+                 bool training, Generator& gen) {
   const char* op = "attention";
   check_float(q.src, op, "query");
   check_float(k.src, op, "key");
@@ -122,27 +142,28 @@ Tensor attention(const AttentionInput& q, const AttentionInput& k, const Attenti
   check(q.src.dim() == 3 && k.src.dim() == 3 && v.src.dim() == 3,
         std::string(op) + ": query, key and value must be 3-D, got " + describe(q.src) + ", " + describe(k.src) +
             ", " + describe(v.src));
-  check(num_heads > 0 && embed_dim % num_heads == 0,
-        std::string(op) + ": embed_dim " + std::to_string(embed_dim) + " not divisible by num_heads " +
-            std::to_string(num_heads));
+  check(heads.num_heads > 0 && heads.head_dim > 0 && heads.v_head_dim > 0,
+        std::string(op) + ": num_heads, head_dim and v_head_dim must be positive, got " +
+            std::to_string(heads.num_heads) + ", " + std::to_string(heads.head_dim) + ", " +
+            std::to_string(heads.v_head_dim));
   Layout lo{};
   lo.batch_first = batch_first;
-  lo.E = embed_dim;
-  lo.H = num_heads;
+  lo.heads = heads;
+  const int64_t H = heads.num_heads;
   lo.B = batch_first ? q.src.size(0) : q.src.size(1);
   lo.L = batch_first ? q.src.size(1) : q.src.size(0);
   lo.S = batch_first ? k.src.size(1) : k.src.size(0);
-  auto check_src = [&](const AttentionInput& in, int64_t T, const char* name) {
+  auto check_src = [&](const AttentionInput& in, int64_t T, int64_t width, const char* name) {
     const int64_t b = batch_first ? in.src.size(0) : in.src.size(1);
     const int64_t t = batch_first ? in.src.size(1) : in.src.size(0);
-    check(b == lo.B && t == T && in.col >= 0 && in.col + embed_dim <= in.src.size(2),
+    check(b == lo.B && t == T && in.col >= 0 && in.col + width <= in.src.size(2),
           std::string(op) + ": " + name + " " + describe(in.src) + " (columns from " + std::to_string(in.col) +
               ") does not fit batch " + std::to_string(lo.B) + ", length " + std::to_string(T) + ", width " +
-              std::to_string(embed_dim));
+              std::to_string(width));
   };
-  check_src(q, lo.L, "query");
-  check_src(k, lo.S, "key");
-  check_src(v, lo.S, "value");
+  check_src(q, lo.L, heads.qk_width(), "query");
+  check_src(k, lo.S, heads.qk_width(), "key");
+  check_src(v, lo.S, heads.v_width(), "value");
 
   auto node = std::make_shared<AttentionNode>();
   node->lo = lo;
@@ -157,8 +178,8 @@ Tensor attention(const AttentionInput& q, const AttentionInput& k, const Attenti
                                                         ", got " + shape_str(m.shape()));
       node->mask_sbh = 0;
     } else {
-      check(m.dim() == 3 && m.size(0) == lo.B * lo.H && m.size(1) == lo.L && m.size(2) == lo.S,
-            "attn_mask: expected shape " + shape_str({lo.L, lo.S}) + " or " + shape_str({lo.B * lo.H, lo.L, lo.S}) +
+      check(m.dim() == 3 && m.size(0) == lo.B * H && m.size(1) == lo.L && m.size(2) == lo.S,
+            "attn_mask: expected shape " + shape_str({lo.L, lo.S}) + " or " + shape_str({lo.B * H, lo.L, lo.S}) +
                 ", got " + shape_str(m.shape()));
       node->mask_sbh = lo.L * lo.S;
     }
@@ -174,7 +195,7 @@ Tensor attention(const AttentionInput& q, const AttentionInput& k, const Attenti
   node->dropout_p = train_dropout ? dropout_p : 0.0f;
   if (train_dropout) {
     node->seed = gen.seed;
-    node->offset = gen.take(static_cast<uint64_t>(lo.B * lo.H * lo.L * lo.S));
+    node->offset = gen.take(static_cast<uint64_t>(lo.B * H * lo.L * lo.S));
   }
 
   std::vector<Tensor> sources;
@@ -183,9 +204,10 @@ Tensor attention(const AttentionInput& q, const AttentionInput& k, const Attenti
   node->v_src = source_index(sources, v.src);
   node->inputs = sources;
 
-  Tensor out = Tensor::empty(batch_first ? Shape{lo.B, lo.L, lo.E} : Shape{lo.L, lo.B, lo.E});
+  const int64_t Ev = heads.v_width();
+  Tensor out = Tensor::empty(batch_first ? Shape{lo.B, lo.L, Ev} : Shape{lo.L, lo.B, Ev});
   const bool grad = needs_grad({&q.src, &k.src, &v.src});
-  Tensor lse = grad ? Tensor::empty({lo.B, lo.H, lo.L}) : Tensor();
+  Tensor lse = grad ? Tensor::empty({lo.B, H, lo.L}) : Tensor();
   kernels::AttentionParams p = node->params(q.src.data(), k.src.data(), v.src.data());
   p.o = out.data();
   p.lse = grad ? lse.data() : nullptr;

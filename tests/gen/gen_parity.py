@@ -100,24 +100,42 @@ CAUSAL = {
 }
 
 
+# The attention variant keys (tfm only; nn.MultiheadAttention has none of them). Unset, each takes the value that
+# makes the attention nn.MultiheadAttention's: head_dim = d_model / nhead, v_head_dim = head_dim, qkv_bias =
+# out_bias = bias, attn_scale = 1/sqrt(head_dim).
+VARIANT_KEYS = ("head_dim", "v_head_dim", "qkv_bias", "out_bias", "attn_scale")
+
+
 def full_config(cfg):
     c = dict(DEFAULTS[cfg["module"]])
     c.update(cfg)
     if c["module"] == "MultiheadAttention":
         c["d_model"], c["nhead"] = c["embed_dim"], c["num_heads"]
+    c.setdefault("head_dim", c["d_model"] // c["nhead"])
+    c.setdefault("v_head_dim", c["head_dim"])
+    c.setdefault("qkv_bias", c["bias"])
+    c.setdefault("out_bias", c["bias"])
     return c
+
+
+def is_variant(c):
+    """True when an attention option makes the attention something nn.MultiheadAttention cannot express."""
+    return (c["head_dim"] * c["nhead"] != c["d_model"] or c["v_head_dim"] != c["head_dim"] or "attn_scale" in c
+            or c["qkv_bias"] != c["bias"] or c["out_bias"] != c["bias"])
 
 
 # ------------------------------------------------------------------------------------------------------------------
 # Parameters: PyTorch state_dict keys and shapes (bias=False drops every Linear / projection / LayerNorm bias, as
 # PyTorch >= 2.1 does). D = d_model, F = dim_feedforward; a gated activation doubles linear1's outputs.
 
-def spec_mha(pre, d, bias):
-    out = [(pre + "in_proj_weight", (3 * d, d), "w")]
-    if bias:
-        out.append((pre + "in_proj_bias", (3 * d,), "b"))
-    out.append((pre + "out_proj.weight", (d, d), "w"))
-    if bias:
+def spec_mha(pre, c):
+    """in_proj (2A + Av, D) with the q, k, v rows in that order, out_proj (D, Av); A = H*Dh, Av = H*Dv."""
+    d, a, av = c["d_model"], c["nhead"] * c["head_dim"], c["nhead"] * c["v_head_dim"]
+    out = [(pre + "in_proj_weight", (2 * a + av, d), "w")]
+    if c["qkv_bias"]:
+        out.append((pre + "in_proj_bias", (2 * a + av,), "b"))
+    out.append((pre + "out_proj.weight", (d, av), "w"))
+    if c["out_bias"]:
         out.append((pre + "out_proj.bias", (d,), "b"))
     return out
 
@@ -133,9 +151,9 @@ def spec_linear(pre, n_out, n_in, bias):
 def spec_layer(pre, c, decoder):
     d, f, bias = c["d_model"], c["dim_feedforward"], c["bias"]
     f1 = 2 * f if c["activation"] in GATED else f
-    out = spec_mha(pre + "self_attn.", d, bias)
+    out = spec_mha(pre + "self_attn.", c)
     if decoder:
-        out += spec_mha(pre + "multihead_attn.", d, bias)
+        out += spec_mha(pre + "multihead_attn.", c)
     out += spec_linear(pre + "linear1.", f1, d, bias) + spec_linear(pre + "linear2.", d, f, bias)
     for i in range(1, 4 if decoder else 3):
         out += spec_ln(pre + f"norm{i}.", d, bias)
@@ -145,7 +163,7 @@ def spec_layer(pre, c, decoder):
 def param_spec(c):
     m, bias, d = c["module"], c["bias"], c["d_model"]
     if m == "MultiheadAttention":
-        return spec_mha("", d, bias)
+        return spec_mha("", c)
     if m == "TransformerEncoderLayer":
         return spec_layer("", c, False)
     if m == "TransformerDecoderLayer":
@@ -216,21 +234,24 @@ def combined_mask(attn_mask, kpm, causal, b, h, lq, lk, dtype):
     return total.expand(b * h, lq, lk)
 
 
-def fn_mha(p, pre, query, key, value, d, h, batch_first, attn_mask=None, kpm=None, causal=False, safe=False):
-    """out = out_proj(concat_h softmax(q_h k_hᵀ / sqrt(Dh) + mask) v_h). safe: fully-masked query rows get zero
-    attention weights (tfm's rule) instead of NaN."""
+def fn_mha(p, pre, query, key, value, c, batch_first, attn_mask=None, kpm=None, causal=False, safe=False):
+    """out = out_proj(concat_h softmax(scale * q_h k_hᵀ + mask) v_h), scale = attn_scale or 1/sqrt(Dh); q, k, v
+    from the packed in_proj rows [0, A), [A, 2A), [2A, 2A + Av) (A = H*Dh, Av = H*Dv). safe: fully-masked query
+    rows get zero attention weights (tfm's rule) instead of NaN."""
     if batch_first:
         query, key, value = (x.transpose(0, 1) for x in (query, key, value))
     lq, b, _ = query.shape  # (L, B, D)
     lk = key.shape[0]  # (S, B, D)
-    dh = d // h
-    w = p[pre + "in_proj_weight"]  # (3D, D)
+    h, dh, dv = c["nhead"], c["head_dim"], c["v_head_dim"]
+    a = h * dh
+    w = p[pre + "in_proj_weight"]  # (2A + Av, D)
     bias = p.get(pre + "in_proj_bias")
-    bq, bk, bv = bias.chunk(3) if bias is not None else (None, None, None)
-    q = F.linear(query, w[:d], bq).reshape(lq, b * h, dh).transpose(0, 1)  # (B*H, L, Dh)
-    k = F.linear(key, w[d:2 * d], bk).reshape(lk, b * h, dh).transpose(0, 1)  # (B*H, S, Dh)
-    v = F.linear(value, w[2 * d:], bv).reshape(lk, b * h, dh).transpose(0, 1)  # (B*H, S, Dh)
-    scores = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(dh)  # (B*H, L, S)
+    bq, bk, bv = (bias[:a], bias[a:2 * a], bias[2 * a:]) if bias is not None else (None, None, None)
+    q = F.linear(query, w[:a], bq).reshape(lq, b * h, dh).transpose(0, 1)  # (B*H, L, Dh)
+    k = F.linear(key, w[a:2 * a], bk).reshape(lk, b * h, dh).transpose(0, 1)  # (B*H, S, Dh)
+    v = F.linear(value, w[2 * a:], bv).reshape(lk, b * h, dv).transpose(0, 1)  # (B*H, S, Dv)
+    scores = torch.bmm(q, k.transpose(1, 2))  # (B*H, L, S)
+    scores = scores * c["attn_scale"] if "attn_scale" in c else scores / math.sqrt(dh)
     mask = combined_mask(attn_mask, kpm, causal, b, h, lq, lk, scores.dtype)
     if mask is not None:
         scores = scores + mask
@@ -239,7 +260,7 @@ def fn_mha(p, pre, query, key, value, d, h, batch_first, attn_mask=None, kpm=Non
         probs = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
     else:
         probs = torch.softmax(scores, dim=-1)
-    o = torch.bmm(probs, v).transpose(0, 1).reshape(lq, b, d)  # (L, B, D)
+    o = torch.bmm(probs, v).transpose(0, 1).reshape(lq, b, h * dv)  # (L, B, Av)
     o = F.linear(o, p[pre + "out_proj.weight"], p.get(pre + "out_proj.bias"))
     return o.transpose(0, 1) if batch_first else o
 
@@ -271,10 +292,10 @@ def fn_ffn(p, pre, c, x):
 
 
 def fn_encoder_layer(p, pre, c, x, mask, kpm, causal, safe=False):
-    d, h, bf, eps = c["d_model"], c["nhead"], c["batch_first"], c["layer_norm_eps"]
+    bf, eps = c["batch_first"], c["layer_norm_eps"]
 
     def sa(y):
-        return fn_mha(p, pre + "self_attn.", y, y, y, d, h, bf, mask, kpm, causal, safe)
+        return fn_mha(p, pre + "self_attn.", y, y, y, c, bf, mask, kpm, causal, safe)
 
     if c["norm_first"]:
         x = x + sa(fn_ln(p, pre + "norm1.", x, eps))
@@ -284,13 +305,13 @@ def fn_encoder_layer(p, pre, c, x, mask, kpm, causal, safe=False):
 
 
 def fn_decoder_layer(p, pre, c, x, mem, tmask, mmask, tkpm, mkpm, tcausal, mcausal, safe=False):
-    d, h, bf, eps = c["d_model"], c["nhead"], c["batch_first"], c["layer_norm_eps"]
+    bf, eps = c["batch_first"], c["layer_norm_eps"]
 
     def sa(y):
-        return fn_mha(p, pre + "self_attn.", y, y, y, d, h, bf, tmask, tkpm, tcausal, safe)
+        return fn_mha(p, pre + "self_attn.", y, y, y, c, bf, tmask, tkpm, tcausal, safe)
 
     def ca(y):
-        return fn_mha(p, pre + "multihead_attn.", y, mem, mem, d, h, bf, mmask, mkpm, mcausal, safe)
+        return fn_mha(p, pre + "multihead_attn.", y, mem, mem, c, bf, mmask, mkpm, mcausal, safe)
 
     if c["norm_first"]:
         x = x + sa(fn_ln(p, pre + "norm1.", x, eps))
@@ -317,7 +338,7 @@ def fn_forward(c, p, x, safe=False):
     """x: the inputs dict (float tensors, masks, python bool causal flags). Returns the output tensor."""
     m, g = c["module"], x.get
     if m == "MultiheadAttention":
-        return fn_mha(p, "", x["query"], x["key"], x["value"], c["d_model"], c["nhead"], c["batch_first"],
+        return fn_mha(p, "", x["query"], x["key"], x["value"], c, c["batch_first"],
                       g("attn_mask"), g("key_padding_mask"), g("is_causal", False), safe)
     if m == "TransformerEncoderLayer":
         return fn_encoder_layer(p, "", c, x["src"], g("src_mask"), g("src_key_padding_mask"), g("is_causal", False),
@@ -452,7 +473,7 @@ def seq_lengths(c, x):
 
 def nn_exact(c, case):
     """True when 1.13's torch.nn expresses this case as is (then nn is the reference)."""
-    if case.safe or any(case.causal.values()):
+    if case.safe or any(case.causal.values()) or is_variant(c):
         return False
     if c["module"] != "MultiheadAttention" and (not c["bias"] or c["activation"] in GATED):
         return False
@@ -469,6 +490,8 @@ def nn_exact(c, case):
 
 
 def nn_twin_possible(c):
+    if is_variant(c):  # no nn twin: the functional attention is checked on the non-variant cases
+        return False
     return c["activation"] in ("relu", "gelu", "gelu_tanh") if c["module"] != "MultiheadAttention" else True
 
 
@@ -809,6 +832,23 @@ def fixed_cases():
         Case("transformer_no_grad", layer(T, d=16, h=4, f=24, act="swiglu", bf=True, num_encoder_layers=1,
                                           num_decoder_layers=1), grad=False, L=9, S=9,
              masks={"tgt_mask": "float", "memory_key_padding_mask": "float"}),
+        # ---- attention variants (head widths independent of d_model, bias switches, scale): functional reference
+        Case("enc_layer_head_dim16_post_noqkvbias", layer(E, d=16, h=4, f=32, head_dim=16, qkv_bias=False,
+                                                          out_bias=False), L=6,
+             note="inner width 64 on d_model 16; biased FFN and norms"),
+        Case("enc_layer_head_dim16_pre_noqkvbias", layer(E, d=16, h=4, f=32, act="gelu", nf=True, bf=True,
+                                                         head_dim=16, qkv_bias=False, out_bias=False), L=6,
+             masks={"src_key_padding_mask": "bool"}),
+        Case("dec_layer_v_head_dim_scale_masks", layer(DL, d=8, h=2, f=16, head_dim=3, v_head_dim=5, attn_scale=0.3),
+             B=3, L=5, S=6, masks={"tgt_mask": "bool", "memory_mask": "float", "tgt_key_padding_mask": "bool",
+                                   "memory_key_padding_mask": "bool"}),
+        Case("dec_layer_v_head_dim_scale_causal_pre", layer(DL, d=8, h=2, f=16, nf=True, head_dim=6, v_head_dim=2,
+                                                            attn_scale=0.7, out_bias=False), L=6, S=4,
+             masks={"memory_key_padding_mask": "bool"}, causal={"tgt_is_causal": True}),
+        Case("mha_head_dim", mha(e=8, h=2, head_dim=6), masks={"attn_mask": "bool", "key_padding_mask": "bool"}),
+        Case("mha_head_dim_v_head_dim_out_bias_only", mha(e=8, h=2, bias=False, bf=True, head_dim=5, v_head_dim=7,
+                                                          out_bias=True, attn_scale=0.25), L=6, S=6, same_qkv=True,
+             causal={"is_causal": True}),
     ]
     names = [c.name for c in cs]
     assert len(names) == len(set(names))
@@ -850,6 +890,16 @@ def sample_cases(k, seed):
         same = m == "MultiheadAttention" and rng.random() < 0.2
         if same:
             S = L
+        # The attention variants, drawn last so the draws above keep their meaning.
+        if rng.random() < 0.3:
+            cfg["head_dim"] = int(rng.choice([1, 2, 3, 5, 8]))
+        if rng.random() < 0.2:
+            cfg["v_head_dim"] = int(rng.choice([1, 2, 3, 5, 8]))
+        if rng.random() < 0.2:
+            cfg["attn_scale"] = float(rng.uniform(0.1, 1.0))
+        for key in ("qkv_bias", "out_bias"):
+            if rng.random() < 0.2:
+                cfg[key] = bool(rng.integers(2))
         out.append(Case(f"sample_{seed}_{i:03d}", cfg, B=B, L=L, S=S, masks=masks, causal=causal,
                         grad=bool(rng.random() < 0.85), same_qkv=same))
     return out

@@ -48,19 +48,20 @@ const char* mask_name(MaskKind m) {
 
 // One attention problem with its own buffers; params() points an AttentionParams at them.
 struct Case {
-  int64_t B, H, L, S, Dh;
+  int64_t B, H, L, S, Dh, Dv;  // Dv: value and output head width
   Layout layout;
   MaskKind kind;
-  std::vector<float> qbuf, kbuf, vbuf;  // q, k, v storage (packed: all three in qbuf, (B, L, 3E))
+  std::vector<float> qbuf, kbuf, vbuf;  // q, k, v storage (packed: all three in qbuf, (B, L, 2E + Ev))
   std::vector<float> mask, kpm;         // (L,S) or (B·H,L,S); (B,S)
   std::vector<float> dout;              // o's layout
   AttentionParams p;                    // strides and flags; pointers set by bind()
   std::vector<int64_t> dead_rows;       // (bh·L + i) of rows with every key masked
 
-  int64_t E() const { return H * Dh; }
+  int64_t E() const { return H * Dh; }   // q and k row width
+  int64_t Ev() const { return H * Dv; }  // v and o row width
   std::string name() const {
     std::ostringstream os;
-    os << "B=" << B << " H=" << H << " L=" << L << " S=" << S << " Dh=" << Dh << " "
+    os << "B=" << B << " H=" << H << " L=" << L << " S=" << S << " Dh=" << Dh << " Dv=" << Dv << " "
        << layout_name(layout) << " " << mask_name(kind);
     return os.str();
   }
@@ -69,42 +70,49 @@ struct Case {
 // Strides for a (rows, B, E)-style layout; `row` is the distance between consecutive d-vectors.
 void set_strides(Case& c) {
   AttentionParams& p = c.p;
-  const int64_t E = c.E();
+  const int64_t E = c.E(), Ev = c.Ev();
   switch (c.layout) {
-    case Layout::BATCH_FIRST:  // q, o (B,L,E); k, v (B,S,E)
-      p.q_sb = p.o_sb = c.L * E;
-      p.q_sl = p.o_sl = E;
-      p.k_sb = p.v_sb = c.S * E;
-      p.k_sl = p.v_sl = E;
+    case Layout::BATCH_FIRST:  // q (B,L,E), o (B,L,Ev); k (B,S,E), v (B,S,Ev)
+      p.q_sb = c.L * E;
+      p.o_sb = c.L * Ev;
+      p.q_sl = p.k_sl = E;
+      p.o_sl = p.v_sl = Ev;
+      p.k_sb = c.S * E;
+      p.v_sb = c.S * Ev;
       break;
-    case Layout::SEQ_FIRST:  // q, o (L,B,E); k, v (S,B,E)
-      p.q_sb = p.o_sb = p.k_sb = p.v_sb = E;
-      p.q_sl = p.o_sl = c.B * E;
-      p.k_sl = p.v_sl = c.B * E;
+    case Layout::SEQ_FIRST:  // q (L,B,E), o (L,B,Ev); k (S,B,E), v (S,B,Ev)
+      p.q_sb = p.k_sb = E;
+      p.o_sb = p.v_sb = Ev;
+      p.q_sl = p.k_sl = c.B * E;
+      p.o_sl = p.v_sl = c.B * Ev;
       break;
-    case Layout::PACKED:  // qkv (B,L,3E), L == S; o (B,L,E)
-      p.q_sb = p.k_sb = p.v_sb = c.L * 3 * E;
-      p.q_sl = p.k_sl = p.v_sl = 3 * E;
-      p.o_sb = c.L * E;
-      p.o_sl = E;
+    case Layout::PACKED:  // qkv (B,L,2E+Ev), L == S; o (B,L,Ev)
+      p.q_sb = p.k_sb = p.v_sb = c.L * (2 * E + Ev);
+      p.q_sl = p.k_sl = p.v_sl = 2 * E + Ev;
+      p.o_sb = c.L * Ev;
+      p.o_sl = Ev;
       break;
   }
 }
 
-int64_t q_elems(const Case& c) { return c.layout == Layout::PACKED ? c.B * c.L * 3 * c.E() : c.B * c.L * c.E(); }
-int64_t kv_elems(const Case& c) { return c.layout == Layout::PACKED ? 0 : c.B * c.S * c.E(); }
-int64_t o_elems(const Case& c) { return c.B * c.L * c.E(); }
+int64_t q_elems(const Case& c) {
+  return c.layout == Layout::PACKED ? c.B * c.L * (2 * c.E() + c.Ev()) : c.B * c.L * c.E();
+}
+int64_t k_elems(const Case& c) { return c.layout == Layout::PACKED ? 0 : c.B * c.S * c.E(); }
+int64_t v_elems(const Case& c) { return c.layout == Layout::PACKED ? 0 : c.B * c.S * c.Ev(); }
+int64_t o_elems(const Case& c) { return c.B * c.L * c.Ev(); }
 
+// Dv = 0: the value heads as wide as the query/key heads (Dv = Dh, AttentionParams::Dv left 0).
 Case make_case(int64_t B, int64_t H, int64_t L, int64_t S, int64_t Dh, Layout layout, MaskKind kind,
-               uint64_t seed) {
-  Case c{B, H, L, S, Dh, layout, kind, {}, {}, {}, {}, {}, {}, {}, {}};
+               uint64_t seed, int64_t Dv = 0) {
+  Case c{B, H, L, S, Dh, Dv > 0 ? Dv : Dh, layout, kind, {}, {}, {}, {}, {}, {}, {}, {}};
   AttentionParams& p = c.p;
-  p.B = B, p.H = H, p.L = L, p.S = S, p.Dh = Dh;
+  p.B = B, p.H = H, p.L = L, p.S = S, p.Dh = Dh, p.Dv = Dv;
   p.scale = 1.0f / std::sqrt(static_cast<float>(Dh));
   set_strides(c);
   c.qbuf = testing::random_values(q_elems(c), seed + 1);
-  c.kbuf = testing::random_values(kv_elems(c), seed + 2);
-  c.vbuf = testing::random_values(kv_elems(c), seed + 3);
+  c.kbuf = testing::random_values(k_elems(c), seed + 2);
+  c.vbuf = testing::random_values(v_elems(c), seed + 3);
   c.dout = testing::random_values(o_elems(c), seed + 4);
   // Additive masks: values in [−1, 1), and about one element in seven set to −inf.
   auto additive = [&](int64_t n, uint64_t s) {
@@ -190,8 +198,8 @@ Result run(const Case& c, bool fast, const Result* forward_from = nullptr) {
   p.o = in.o.data();
   p.lse = in.lse.data();
   r.dq.assign(q_elems(c), nan);
-  r.dk.assign(kv_elems(c), nan);
-  r.dv.assign(kv_elems(c), nan);
+  r.dk.assign(k_elems(c), nan);
+  r.dv.assign(v_elems(c), nan);
   const int64_t E = c.E();
   float* dq = r.dq.data();
   float* dk = c.layout == Layout::PACKED ? dq + E : r.dk.data();
@@ -232,8 +240,9 @@ void check_dead_rows(const Case& c, const Result& r, const char* who) {
   for (int64_t row : c.dead_rows) {
     const int64_t bh = row / c.L, i = row % c.L, b = bh / c.H, h = bh % c.H;
     EXPECT_EQ(r.lse[row], -kInf) << who << " lse of fully masked row " << row;
+    for (int64_t d = 0; d < c.Dv; ++d)
+      EXPECT_EQ(r.o[b * c.p.o_sb + i * c.p.o_sl + h * c.Dv + d], 0.0f) << who << " o row " << row;
     for (int64_t d = 0; d < c.Dh; ++d) {
-      EXPECT_EQ(r.o[b * c.p.o_sb + i * c.p.o_sl + h * c.Dh + d], 0.0f) << who << " o row " << row;
       const float g = r.dq[b * c.p.q_sb + i * c.p.q_sl + h * c.Dh + d];
       EXPECT_EQ(g, 0.0f) << who << " dq row " << row;
     }
@@ -249,8 +258,10 @@ const int64_t kShortLens[] = {1, 5, 16, 33, 100};
 const int64_t kLongDhs[] = {17, 64};
 const int64_t kLongLens[] = {257, 300};
 
+// dv_of(Dh): the value head width to pair with Dh (null: Dv = Dh).
 template <size_t ND, size_t NL>
-void sweep(MaskKind kind, const int64_t (&dhs)[ND], const int64_t (&lens)[NL], int64_t B) {
+void sweep(MaskKind kind, const int64_t (&dhs)[ND], const int64_t (&lens)[NL], int64_t B,
+           int64_t (*dv_of)(int64_t) = nullptr) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 (or TFM_FORCE_SCALAR): nothing to compare";
   uint64_t seed = 1000 * static_cast<uint64_t>(kind) + 100 * NL;
   for (int64_t Dh : dhs)
@@ -259,7 +270,7 @@ void sweep(MaskKind kind, const int64_t (&dhs)[ND], const int64_t (&lens)[NL], i
         for (Layout layout : {Layout::BATCH_FIRST, Layout::SEQ_FIRST, Layout::PACKED}) {
           if (layout == Layout::PACKED && L != S) continue;  // packed qkv is self-attention
           const int64_t H = (Dh == 64 ? 2 : 3);
-          const Case c = make_case(B, H, L, S, Dh, layout, kind, seed += 10);
+          const Case c = make_case(B, H, L, S, Dh, layout, kind, seed += 10, dv_of ? dv_of(Dh) : 0);
           SCOPED_TRACE(c.name());
           const Result ref = run(c, false);
           const Result fast = run(c, true, &ref);  // fast backward on the reference's o and lse
@@ -293,6 +304,19 @@ TEST(AttentionKernel, FastMatchesScalarLongSequences) {
     SCOPED_TRACE(static_cast<int>(kind));
     sweep(kind, kLongDhs, kLongLens, 1);
   }
+}
+
+// Value heads of another width than the query/key heads (Dv ≠ Dh), narrower and wider, on every
+// mask kind, on the strided and (long sequences) the packed-operand paths.
+int64_t other_dv(int64_t Dh) { return Dh == 16 ? 7 : Dh == 17 ? 40 : Dh == 64 ? 5 : Dh + 2; }
+TEST(AttentionKernel, FastMatchesScalarValueHeadWidth) {
+  for (MaskKind kind : {MaskKind::NONE, MaskKind::MASK_3D, MaskKind::KEY_PADDING, MaskKind::CAUSAL_FULLY_MASKED,
+                        MaskKind::DROPOUT}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    sweep(kind, kShortDhs, kShortLens, 2, other_dv);
+  }
+  const int64_t dhs[] = {17};
+  sweep(MaskKind::CAUSAL, dhs, kLongLens, 1, other_dv);
 }
 
 // Dropout really drops: with p = 0.3 about 30% of the (bh, i, j) counters are dropped, and the
@@ -388,7 +412,7 @@ struct DoubleCase {
 };
 
 double loss_of(const DoubleCase& c) {
-  std::vector<double> o(c.p.B * c.p.L * c.p.H * c.p.Dh);
+  std::vector<double> o(c.p.B * c.p.L * c.p.H * c.p.dv());
   AttentionScalarTensors<double> t;
   t.q = c.q.data(), t.k = c.k.data(), t.v = c.v.data(), t.o = o.data();
   t.mask = c.mask.data(), t.kpm = c.kpm.data();
@@ -398,13 +422,16 @@ double loss_of(const DoubleCase& c) {
   return loss;
 }
 
-void finite_difference_check(float dropout_p) {
+// Dv: the value head width (0: Dh).
+void finite_difference_check(float dropout_p, int64_t Dv = 0) {
   DoubleCase c;
   AttentionParams& p = c.p;
-  p.B = 2, p.H = 2, p.L = 4, p.S = 6, p.Dh = 3;
-  const int64_t E = p.H * p.Dh;
-  p.q_sb = p.o_sb = p.L * E, p.q_sl = p.o_sl = E;  // batch-first
-  p.k_sb = p.v_sb = p.S * E, p.k_sl = p.v_sl = E;
+  p.B = 2, p.H = 2, p.L = 4, p.S = 6, p.Dh = 3, p.Dv = Dv;
+  const int64_t E = p.H * p.Dh, Ev = p.H * p.dv();
+  p.q_sb = p.L * E, p.q_sl = E;  // batch-first
+  p.o_sb = p.L * Ev, p.o_sl = Ev;
+  p.k_sb = p.S * E, p.k_sl = E;
+  p.v_sb = p.S * Ev, p.v_sl = Ev;
   p.scale = 0.6f;
   p.causal = true;
   p.mask_sbh = 0;
@@ -416,8 +443,8 @@ void finite_difference_check(float dropout_p) {
   };
   c.q = dvec(p.B * p.L * E, 1);
   c.k = dvec(p.B * p.S * E, 2);
-  c.v = dvec(p.B * p.S * E, 3);
-  c.w = dvec(p.B * p.L * E, 4);
+  c.v = dvec(p.B * p.S * Ev, 3);
+  c.w = dvec(p.B * p.L * Ev, 4);
   c.mask = dvec(p.L * p.S, 5);
   c.mask[1 * p.S + 0] = -std::numeric_limits<double>::infinity();  // query 1 loses key 0
   c.kpm = dvec(p.B * p.S, 6);
@@ -457,6 +484,10 @@ void finite_difference_check(float dropout_p) {
 
 TEST(AttentionReference, GradientMatchesFiniteDifferencesMasksCausal) { finite_difference_check(0.0f); }
 TEST(AttentionReference, GradientMatchesFiniteDifferencesWithDropout) { finite_difference_check(0.3f); }
+TEST(AttentionReference, GradientMatchesFiniteDifferencesValueHeadWidth) {
+  finite_difference_check(0.0f, 5);
+  finite_difference_check(0.3f, 1);
+}
 
 // ---- vector exp -----------------------------------------------------------------------------------
 // Over the range where exp(x) is a normal float, the error is ≤ 2 ulp of the correctly rounded

@@ -213,6 +213,48 @@ TEST(TransformerCache, DecoderStackWithRowSourceAndReorder) {
   }
 }
 
+// The attention variants through the cache: query/key heads 16 wide on d_model 16 (inner width 64),
+// value heads of another width, no projection biases and a scale of its own — in every attention of
+// a decoder stack (self-attention cache of H·Dh keys and H·Dv values; cross-attention memory
+// projected to H·Dh + H·Dv) and an encoder layer run causally.
+TEST(TransformerCache, AttentionVariantsSteppedEqualsCausalForward) {
+  const int64_t S = 5;
+  const std::vector<int64_t> len = {3, S};
+  const int64_t Bm = static_cast<int64_t>(len.size());
+  for (bool norm_first : {false, true}) {
+    TransformerLayerOptions o = options(norm_first, norm_first, "gelu");
+    o.attention.head_dim = 16;
+    o.attention.v_head_dim = norm_first ? 8 : 16;
+    o.attention.qkv_bias = false;
+    o.attention.out_bias = norm_first;
+    o.attention.attn_scale = 0.2f;
+    Generator g{static_cast<uint64_t>(40 + norm_first), 0};
+    TransformerDecoder dec(o, 2, /*final_norm=*/true, g);
+    TransformerEncoderLayer enc(o, g);
+    dec.eval();
+    enc.eval();
+    EXPECT_EQ(dec.layers[0]->self_attn.in_proj_weight.shape(), (Shape{2 * 64 + H * *o.attention.v_head_dim, D}));
+    EXPECT_FALSE(dec.layers[0]->multihead_attn.in_proj_bias.defined());
+    NoGradGuard ng;
+    const bool bf = o.batch_first;
+    const Tensor memory = random_tensor(bf ? Shape{Bm, S, D} : Shape{S, Bm, D}, 700);
+    Tensor kpm = Tensor::empty({Bm, S}, DType::BOOL);
+    for (int64_t b = 0; b < Bm; ++b)
+      for (int64_t j = 0; j < S; ++j) kpm.data_bool()[b * S + j] = j >= len[static_cast<size_t>(b)];
+    TransformerDecoderCache cache(dec.layers.size(), 2, {}, len);
+    const double worst = compare_steps(
+        Bm, bf, 6, 800, [&](const Tensor& x) { return dec.forward(x, memory, {}, {}, {}, {}, true, false, &cache); },
+        [&](const Tensor& x, int64_t) { return dec.forward(x, memory, {}, {}, {}, kpm, true, false); });
+    EXPECT_EQ(cache.length(), 6);
+    AttentionCache enc_cache;
+    const double worst_enc = compare_steps(
+        3, bf, 5, 900, [&](const Tensor& x) { return enc.forward(x, {}, {}, true, &enc_cache); },
+        [&](const Tensor& x, int64_t) { return enc.forward(x, {}, {}, true); });
+    std::cout << "[ cache ] attention variants norm_first=" << norm_first << ": decoder stack max rel error " << worst
+              << ", encoder layer " << worst_enc << "\n";
+  }
+}
+
 TEST(TransformerCache, SelectRowsComposesRowSource) {
   AttentionCache c;  // empty row_source: the identity
   c.select_rows({2, 0, 2});

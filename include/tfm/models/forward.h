@@ -70,6 +70,7 @@ struct AttentionOptions {
   float dropout = 0.0f;
   bool bias = true;
   bool batch_first = false;
+  AttentionVariant variant;  // head_dim, v_head_dim, qkv_bias, out_bias, attn_scale (E % H == 0 only when head_dim unset)
 };
 
 // One module's description. Fields that do not belong to `kind` keep their defaults.

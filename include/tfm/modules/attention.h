@@ -1,11 +1,13 @@
 // tfm/modules/attention.h — nn.MultiheadAttention (need_weights=False path), and the cache that lets
 // the same forward run incremental decoding one position at a time.
 //
-// Shapes: B batch, L query length, S key length, E = embed_dim, H heads, Dh head width,
-// A = H·Dh the width of the projected queries, keys and values (A = E here, as in PyTorch), N rows
-// decoded together (hypotheses), Bm memory rows.
+// Shapes: B batch, L query length, S key length, E = embed_dim, H heads, Dh query/key head width,
+// Dv value head width, A = H·Dh the width of the projected queries and keys, Av = H·Dv that of the
+// projected values (A = Av = E with PyTorch's arguments), N rows decoded together (hypotheses),
+// Bm memory rows.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "tfm/modules/basic.h"
@@ -33,7 +35,7 @@ struct AttentionCache {
   std::vector<int64_t> row_source;  // (N)
   std::vector<int64_t> memory_len;  // (Bm)
   Tensor memory;     // (Bm, S, E) batch_first / (S, Bm, E): the memory memory_kv was projected from
-  Tensor memory_kv;  // (Bm, S, 2A) / (S, Bm, 2A): [keys | values] = memory·W[A:3A]ᵀ + b[A:3A]
+  Tensor memory_kv;  // (Bm, S, A+Av) / (S, Bm, A+Av): [keys | values] = memory·W[A:2A+Av]ᵀ + b[A:2A+Av]
 
   int64_t length() const { return kv.length; }  // positions fed (self-attention)
   // Row r becomes old row rows[r] (beam search reorders, duplicates and drops rows); the projected
@@ -41,12 +43,28 @@ struct AttentionCache {
   void select_rows(const std::vector<int64_t>& rows);
 };
 
-// Keys: in_proj_weight (3A, E), in_proj_bias (3A), out_proj.weight (E, A), out_proj.bias (E).
+// The attention variants beyond nn.MultiheadAttention's arguments. Each one unset keeps PyTorch's
+// behaviour: the layout, initialisation and numbers of nn.MultiheadAttention.
+struct AttentionVariant {
+  std::optional<int64_t> head_dim;    // Dh; unset: embed_dim / num_heads
+  std::optional<int64_t> v_head_dim;  // Dv; unset: Dh
+  std::optional<bool> qkv_bias;       // in_proj_bias present; unset: `bias`
+  std::optional<bool> out_bias;       // out_proj.bias present; unset: `bias`
+  std::optional<float> attn_scale;    // the scores' factor; unset: 1/√Dh
+  // Throws std::invalid_argument naming the option: Dh or Dv not positive, a scale not finite and
+  // positive, or (head_dim unset) embed_dim not divisible by num_heads.
+  void validate(int64_t embed_dim, int64_t num_heads) const;
+};
+
+// Keys: in_proj_weight (2A+Av, E) with the q, k, v rows in that order, in_proj_bias (2A+Av),
+// out_proj.weight (E, Av), out_proj.bias (E); a bias switched off has no key.
 // Init as PyTorch: xavier_uniform in_proj_weight, zero biases, out_proj.weight like Linear.
 class MultiheadAttention : public Module {
  public:
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, float dropout = 0.0f, bool bias = true,
                      bool batch_first = false, Generator& gen = default_generator());
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, float dropout, bool bias, bool batch_first,
+                     const AttentionVariant& variant, Generator& gen = default_generator());
   // query (B, L, E) / (L, B, E); key, value (B, S, E) / (S, B, E) → attn_output like query.
   // When key and value (or all three) are the same tensor, their projections run as one GEMM.
   //
@@ -58,8 +76,11 @@ class MultiheadAttention : public Module {
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,
                  const ops::AttentionMasks& masks = {}, AttentionCache* cache = nullptr) const;
 
-  int64_t head_dim() const { return embed_dim / num_heads; }  // Dh
-  int64_t proj_dim() const { return num_heads * head_dim(); }  // A = H·Dh
+  int64_t head_dim() const { return heads_.head_dim; }        // Dh
+  int64_t v_head_dim() const { return heads_.v_head_dim; }    // Dv
+  int64_t proj_dim() const { return heads_.qk_width(); }      // A = H·Dh
+  int64_t v_proj_dim() const { return heads_.v_width(); }     // Av = H·Dv
+  const ops::AttentionHeads& heads() const { return heads_; }  // H, Dh, Dv and the scale
 
   int64_t embed_dim, num_heads;
   float dropout;
@@ -70,6 +91,7 @@ class MultiheadAttention : public Module {
  private:
   Tensor forward_step(const Tensor& query, const ops::AttentionInput& q, const ops::AttentionInput& k,
                       const ops::AttentionInput& v, bool self, AttentionCache& cache) const;
+  ops::AttentionHeads heads_;
   Generator* gen_;
 };
 

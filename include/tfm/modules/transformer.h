@@ -34,7 +34,8 @@ struct TransformerLayerOptions {
   bool batch_first = false;
   bool norm_first = false;
   bool bias = true;  // false: no bias in any Linear, attention projection or LayerNorm
-  void validate() const;  // throws on d_model % nhead != 0, unknown activation, bad sizes
+  AttentionVariant attention;  // head widths, projection biases and scale of every attention of the layer
+  void validate() const;  // throws on d_model % nhead != 0 (head_dim unset), bad sizes or attention variant
 };
 
 // Gated activations double linear1's outputs: (2·dim_feedforward, d_model).

@@ -19,18 +19,31 @@ struct AttentionMasks {
   bool is_causal = false;
 };
 
-// One of q, k, v: columns [col, col + E) of the last dim of src, where src is (B, L, C) when
-// batch_first else (L, B, C). A packed projection (C = 3E) serves as q, k and v at cols 0, E, 2E
-// without copies; the backward writes each block of d(src).
+// The heads' geometry: H heads, queries and keys Dh wide and values (hence the output) Dv wide per
+// head, scores scaled by `scale`. nn.MultiheadAttention's is standard(H, E): Dh = Dv = E/H, 1/√Dh.
+struct AttentionHeads {
+  int64_t num_heads = 1;   // H
+  int64_t head_dim = 1;    // Dh
+  int64_t v_head_dim = 1;  // Dv
+  float scale = 1.0f;
+  int64_t qk_width() const { return num_heads * head_dim; }   // H·Dh, the columns of q and of k
+  int64_t v_width() const { return num_heads * v_head_dim; }  // H·Dv, the columns of v and of the output
+  static AttentionHeads standard(int64_t num_heads, int64_t embed_dim);  // throws unless H divides E
+};
+
+// One of q, k, v: columns [col, col + W) of the last dim of src (W = H·Dh for q and k, H·Dv for v),
+// where src is (B, L, C) when batch_first else (L, B, C). A packed projection (C = 2·H·Dh + H·Dv)
+// serves as q, k and v at cols 0, H·Dh, 2·H·Dh without copies; the backward writes each block of
+// d(src).
 struct AttentionInput {
   Tensor src;
   int64_t col = 0;
 };
 
-// Returns (B, L, E) if batch_first else (L, B, E): softmax(q·kᵀ/√Dh + masks)·v per head,
-// heads concatenated (E = H·Dh). Dropout p on the attention probabilities when training.
+// Returns (B, L, H·Dv) if batch_first else (L, B, H·Dv): softmax(scale·q·kᵀ + masks)·v per head,
+// heads concatenated. Dropout p on the attention probabilities when training.
 Tensor attention(const AttentionInput& q, const AttentionInput& k, const AttentionInput& v,
-                 int64_t num_heads, int64_t embed_dim, bool batch_first, const AttentionMasks& masks,
-                 float dropout_p, bool training, Generator& gen);
+                 const AttentionHeads& heads, bool batch_first, const AttentionMasks& masks, float dropout_p,
+                 bool training, Generator& gen);
 
 }  // namespace tfm::ops
