@@ -77,5 +77,46 @@ TEST(ModuleConfig, ErrorsNameTheKey) {
             "config: 'bias' must be a boolean, got 1");
 }
 
+// The attention variant keys: unset they stay unset (the modules derive PyTorch's values), set they
+// are carried to every attention; bad values and a width the heads do not divide name the key.
+TEST(ModuleConfig, AttentionVariantKeys) {
+  const ModuleConfig d = parse_module_config(R"({"module": "TransformerDecoderLayer", "d_model": 8, "nhead": 2})");
+  EXPECT_FALSE(d.layer.attention.head_dim || d.layer.attention.v_head_dim || d.layer.attention.qkv_bias ||
+               d.layer.attention.out_bias || d.layer.attention.attn_scale);
+  const ModuleConfig v = parse_module_config(
+      R"({"module": "TransformerEncoderLayer", "d_model": 16, "nhead": 4, "head_dim": 16, "v_head_dim": 8,
+          "qkv_bias": false, "out_bias": true, "attn_scale": 0.5})");
+  EXPECT_EQ(v.layer.attention.head_dim, 16);
+  EXPECT_EQ(v.layer.attention.v_head_dim, 8);
+  EXPECT_EQ(v.layer.attention.qkv_bias, false);
+  EXPECT_EQ(v.layer.attention.out_bias, true);
+  EXPECT_EQ(v.layer.attention.attn_scale, 0.5f);
+  // head_dim frees d_model from being a multiple of nhead.
+  const ModuleConfig a = parse_module_config(
+      R"({"module": "MultiheadAttention", "embed_dim": 6, "num_heads": 4, "head_dim": 3})");
+  EXPECT_EQ(a.attention.variant.head_dim, 3);
+  LoadedModule m(a);
+  EXPECT_EQ(m.module().state_dict().at("in_proj_weight").shape(), (Shape{36, 6}));
+
+  auto error_of = [](const std::string& json) -> std::string {
+    try {
+      parse_module_config(json);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "head_dim": 0})"),
+            "config: 'head_dim' must be positive, got 0");
+  EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2, "v_head_dim": -2})"),
+            "config: 'v_head_dim' must be positive, got -2");
+  EXPECT_EQ(error_of(R"({"module": "Transformer", "attn_scale": 0})"),
+            "config: 'attn_scale' must be a finite positive number, got 0.000000");
+  EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "qkv_bias": 1})"),
+            "config: 'qkv_bias' must be a boolean, got 1");
+  EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 6, "num_heads": 4})"),
+            "config: embed_dim 6 is not divisible by num_heads 4");
+}
+
 }  // namespace
 }  // namespace tfm

@@ -27,6 +27,7 @@
 
 #include "test_util.h"
 #include "tfm/autograd.h"
+#include "tfm/inference.h"
 
 namespace tfm {
 namespace {
@@ -252,6 +253,33 @@ TEST(TransformerCache, AttentionVariantsSteppedEqualsCausalForward) {
         [&](const Tensor& x, int64_t) { return enc.forward(x, {}, {}, true); });
     std::cout << "[ cache ] attention variants norm_first=" << norm_first << ": decoder stack max rel error " << worst
               << ", encoder layer " << worst_enc << "\n";
+  }
+}
+
+// The same decoder stack with the attention variants, stepped and run in full inside an InferenceMode
+// scope (packed Linear weights, including the narrowed rows of the cross-attention's in_proj), in
+// float32 and in bfloat16: both paths round the same operands the same way, so the step still
+// equals the full forward to the float32 tolerance.
+TEST(TransformerCache, AttentionVariantsSteppedInInferenceMode) {
+  const int64_t S = 4;
+  TransformerLayerOptions o = options(true, true, "relu");
+  o.attention.head_dim = 16;
+  o.attention.v_head_dim = 12;
+  o.attention.qkv_bias = false;
+  o.attention.attn_scale = 0.3f;
+  Generator g{60, 0};
+  TransformerDecoder dec(o, 2, /*final_norm=*/true, g);
+  dec.eval();
+  const Tensor memory = random_tensor({3, S, D}, 1000);
+  for (Precision precision : {Precision::FLOAT32, Precision::BFLOAT16}) {
+    InferenceMode scope(precision);
+    TransformerDecoderCache cache(dec.layers.size(), 2);
+    const double worst = compare_steps(
+        3, true, 5, 1100, [&](const Tensor& x) { return dec.forward(x, memory, {}, {}, {}, {}, true, false, &cache); },
+        [&](const Tensor& x, int64_t) { return dec.forward(x, memory, {}, {}, {}, {}, true, false); });
+    EXPECT_GT(InferenceMode::cached_weights(), 0u);
+    std::cout << "[ cache ] attention variants in InferenceMode " << enum_name(precision) << ": max rel error "
+              << worst << "\n";
   }
 }
 
