@@ -69,8 +69,8 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
 // Element (b, i, h, d) of q lives at q[b*q_sb + i*q_sl + h*Dh + d]; likewise k (index j). Values
 // and the output have their own head width Dv: v[b*v_sb + j*v_sl + h*Dv + d], o likewise (index i).
 // This stride form covers batch_first (B,L,E) (sb = L*row, sl = row), sequence-first (L,B,E)
-// (sb = row, sl = B*row) and packed projections: for a packed (.., 3E) qkv buffer, q = qkv,
-// k = qkv + E, v = qkv + 2E, all with row = 3E.
+// (sb = row, sl = B*row) and packed projections: for a packed (.., 2E + Ev) qkv buffer (E = H·Dh,
+// Ev = H·Dv), q = qkv, k = qkv + E, v = qkv + 2E, all with row = 2E + Ev.
 // A query row whose keys are all masked (every s_ij = −inf) gets o_i = 0 and lse_i = −inf, never
 // NaN, and contributes no gradient.
 // Dropout on p (training): element (bh, i, j) is dropped iff dropout_keep(seed, offset + ((bh*L + i)*S

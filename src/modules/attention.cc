@@ -46,9 +46,10 @@ void AttentionVariant::validate(int64_t embed_dim, int64_t num_heads) const {
 }
 
 namespace {
-const AttentionVariant& validated(const AttentionVariant& v, int64_t embed_dim, int64_t num_heads) {
+// Av = H·Dv for these arguments, once they are checked (out_proj, the first member built, needs it).
+int64_t checked_value_width(const AttentionVariant& v, int64_t embed_dim, int64_t num_heads) {
   v.validate(embed_dim, num_heads);
-  return v;
+  return num_heads * v.v_head_dim.value_or(v.head_dim.value_or(embed_dim / num_heads));
 }
 }  // namespace
 
@@ -62,9 +63,7 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, f
       num_heads(num_heads_),
       dropout(dropout_),
       batch_first(batch_first_),
-      out_proj(num_heads_ * validated(variant, embed_dim_, num_heads_)
-                                .v_head_dim.value_or(variant.head_dim.value_or(embed_dim_ / num_heads_)),
-               embed_dim_, variant.out_bias.value_or(bias), gen),
+      out_proj(checked_value_width(variant, embed_dim_, num_heads_), embed_dim_, variant.out_bias.value_or(bias), gen),
       gen_(&gen) {
   const int64_t Dh = variant.head_dim.value_or(embed_dim / num_heads);
   heads_.num_heads = num_heads;

@@ -124,14 +124,6 @@ int source_index(std::vector<Tensor>& sources, const Tensor& t) {
 
 }  // namespace
 
-AttentionHeads AttentionHeads::standard(int64_t num_heads, int64_t embed_dim) {
-  check(num_heads > 0 && embed_dim > 0 && embed_dim % num_heads == 0,
-        "attention: embed_dim " + std::to_string(embed_dim) + " not divisible by num_heads " +
-            std::to_string(num_heads));
-  const int64_t Dh = embed_dim / num_heads;
-  return {num_heads, Dh, Dh, 1.0f / std::sqrt(static_cast<float>(Dh))};
-}
-
 Tensor attention(const AttentionInput& q, const AttentionInput& k, const AttentionInput& v,
                  const AttentionHeads& heads, bool batch_first, const AttentionMasks& masks, float dropout_p,
                  bool training, Generator& gen) {

@@ -19,7 +19,9 @@ layers, the gated FFNs glu/geglu/swiglu, is_causal flags, a float key_padding_ma
 ORs it as if bool — and the zero rows for fully-masked queries), the reference is the functional re-statement below
 (`fn_*`), which is itself asserted equal to torch.nn on every case: directly when nn is the reference, and otherwise
 on an nn-expressible twin (biases zeroed for bias=False, causal and padding masks folded into one explicit float
-(B*nhead, L, S) attn_mask). Gated FFNs have no nn twin; their attention/norm parts are the checked code.
+(B*nhead, L, S) attn_mask). Gated FFNs have no nn twin; their attention/norm parts are the checked code. Nor have
+the attention variants (VARIANT_KEYS: head widths independent of d_model, bias switches, attn_scale); fn_mha, which
+every other case checks against torch.nn, is their reference, with the widths and scale taken from the config.
 
 Relative error of a tensor: max|x - ref| / max|ref| (denominator 1 when ref is all zeros, e.g. grad.key with one
 key). f32_err is that measure for PyTorch's own float32 run of the same reference path on the same inputs; the C++

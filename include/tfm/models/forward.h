@@ -66,11 +66,11 @@ struct EnumNames<ModuleKind> {  // PyTorch's class names, the config's "module"
 // embed_dim, no add_bias_kv, no add_zero_attn).
 struct AttentionOptions {
   int64_t embed_dim = 0;  // E; required
-  int64_t num_heads = 0;  // H; required, E % H == 0
+  int64_t num_heads = 0;  // H; required, E % H == 0 unless variant.head_dim is set
   float dropout = 0.0f;
   bool bias = true;
   bool batch_first = false;
-  AttentionVariant variant;  // head_dim, v_head_dim, qkv_bias, out_bias, attn_scale (E % H == 0 only when head_dim unset)
+  AttentionVariant variant;  // head_dim, v_head_dim, qkv_bias, out_bias, attn_scale (tfm/modules/attention.h)
 };
 
 // One module's description. Fields that do not belong to `kind` keep their defaults.

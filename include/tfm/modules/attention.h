@@ -26,7 +26,7 @@ namespace tfm {
 struct AttentionCache {
   // Self-attention.
   int64_t capacity = 1;  // positions `kv` holds when created; it doubles when full
-  ops::KVCache kv;       // keys, values (N, capacity, A) of positions [0, kv.length); made by the first step
+  ops::KVCache kv;       // keys (N, capacity, A), values (N, capacity, Av) of positions [0, kv.length); made by the first step
 
   // Cross-attention. Row n attends to memory row row_source[n] and to its keys [0, memory_len[b])
   // (b = row_source[n]): memory rows are padded at the end, so the lengths stand for

@@ -20,7 +20,7 @@ struct AttentionMasks {
 };
 
 // The heads' geometry: H heads, queries and keys Dh wide and values (hence the output) Dv wide per
-// head, scores scaled by `scale`. nn.MultiheadAttention's is standard(H, E): Dh = Dv = E/H, 1/√Dh.
+// head, scores scaled by `scale`. nn.MultiheadAttention's is Dh = Dv = E/H, scale = 1/√Dh.
 struct AttentionHeads {
   int64_t num_heads = 1;   // H
   int64_t head_dim = 1;    // Dh
@@ -28,7 +28,6 @@ struct AttentionHeads {
   float scale = 1.0f;
   int64_t qk_width() const { return num_heads * head_dim; }   // H·Dh, the columns of q and of k
   int64_t v_width() const { return num_heads * v_head_dim; }  // H·Dv, the columns of v and of the output
-  static AttentionHeads standard(int64_t num_heads, int64_t embed_dim);  // throws unless H divides E
 };
 
 // One of q, k, v: columns [col, col + W) of the last dim of src (W = H·Dh for q and k, H·Dv for v),
