@@ -22,18 +22,6 @@
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
-namespace {
-
-// float ↔ double halves of a 16-float vector.
-inline __m512d lo_pd(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
-inline __m512d hi_pd(__m512 v) {
-  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-}
-inline __m512 join_ps(__m512d lo, __m512d hi) {
-  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
-}
-
-}  // namespace
 
 // ---- LayerNorm --------------------------------------------------------------------------------------
 // One row's moments in double, as layer_norm_scalar_detail::row_moments (two passes; only the order

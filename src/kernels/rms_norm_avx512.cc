@@ -23,18 +23,6 @@
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
-namespace {
-
-// float ↔ double halves of a 16-float vector.
-inline __m512d lo_pd(__m512 v) { return _mm512_cvtps_pd(_mm512_castps512_ps256(v)); }
-inline __m512d hi_pd(__m512 v) {
-  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-}
-inline __m512 join_ps(__m512d lo, __m512d hi) {
-  return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
-}
-
-}  // namespace
 
 // y = x·rstd·w with rstd = 1/sqrt(mean(x²) + eps), Σx² in double, as rms_norm_forward_scalar.
 void rms_norm_forward_avx512(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t D,
