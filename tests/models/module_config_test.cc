@@ -10,6 +10,16 @@
 namespace tfm {
 namespace {
 
+// The message parse_module_config throws for `json`, or "(no error)".
+std::string error_of(const std::string& json) {
+  try {
+    parse_module_config(json);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 // ---- ModuleConfig ---------------------------------------------------------------------------------
 TEST(ModuleConfig, DefaultsComeFromTheOptionStructs) {
   const ModuleConfig t = parse_module_config(R"({"module": "Transformer"})");
@@ -56,14 +66,6 @@ TEST(ModuleConfig, EveryKindByItsPyTorchName) {
 }
 
 TEST(ModuleConfig, ErrorsNameTheKey) {
-  auto error_of = [](const std::string& json) -> std::string {
-    try {
-      parse_module_config(json);
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-    return "(no error)";
-  };
   EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "n_head": 2})"),
             "config: unknown key 'n_head'");
   EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": "8", "nhead": 2})"),
@@ -98,14 +100,6 @@ TEST(ModuleConfig, AttentionVariantKeys) {
   LoadedModule m(a);
   EXPECT_EQ(m.module().state_dict().at("in_proj_weight").shape(), (Shape{36, 6}));
 
-  auto error_of = [](const std::string& json) -> std::string {
-    try {
-      parse_module_config(json);
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-    return "(no error)";
-  };
   EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "head_dim": 0})"),
             "config: 'head_dim' must be positive, got 0");
   EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2, "v_head_dim": -2})"),
