@@ -1,6 +1,7 @@
 // src/models/config.cc — ModelConfig: architecture defaults, JSON through fields(), validation.
 #include "tfm/models/config.h"
 
+#include <cmath>
 #include <stdexcept>
 
 #include "json_fields.h"
@@ -33,7 +34,10 @@ void ModelConfig::validate(bool check_sizes) const {
   if (num_encoder_layers < 1) fail("num_encoder_layers must be at least 1, got " + std::to_string(num_encoder_layers));
   if (arch == Arch::SEQ2SEQ && num_decoder_layers < 1)
     fail("num_decoder_layers must be at least 1, got " + std::to_string(num_decoder_layers));
-  if (max_len < 1) fail("max_len must be positive, got " + std::to_string(max_len));
+  if (max_len < 1)
+    fail("max_len must be positive" +
+         std::string(positional == Positional::LEARNED ? " (the rows of the learned position table)" : "") +
+         ", got " + std::to_string(max_len));
   if (!(dropout >= 0.0f && dropout < 1.0f)) fail("dropout must be in [0, 1), got " + std::to_string(dropout));
   if (tie_embeddings && arch != Arch::SEQ2SEQ) fail("tie_embeddings needs arch \"seq2seq\"");
   if (check_sizes) {
@@ -49,6 +53,21 @@ void ModelConfig::validate(bool check_sizes) const {
     in_vocab(eos_id, tgt_vocab_size, "eos_id", "target");
     if (bos_id == pad_id || eos_id == pad_id) fail("bos_id and eos_id must differ from pad_id");
   }
+  enum_name(positional);
+  if (!(drop_path >= 0.0f && drop_path < 1.0f)) fail("drop_path must be in [0, 1), got " + std::to_string(drop_path));
+  if (head_dim && *head_dim <= 0) fail("head_dim must be positive, got " + std::to_string(*head_dim));
+  if (v_head_dim && *v_head_dim <= 0) fail("v_head_dim must be positive, got " + std::to_string(*v_head_dim));
+  if (attn_scale && !(std::isfinite(*attn_scale) && *attn_scale > 0.0f))
+    fail("attn_scale must be finite and positive, got " + std::to_string(*attn_scale));
+  // The layer's own checks (sizes, divisibility, norm and bias combinations), prefixed with ours.
+  try {
+    layer_options().validate();
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+}
+
+TransformerLayerOptions ModelConfig::layer_options() const {
   TransformerLayerOptions o;
   o.d_model = d_model;
   o.nhead = nhead;
@@ -56,11 +75,15 @@ void ModelConfig::validate(bool check_sizes) const {
   o.dropout = dropout;
   o.activation = activation;
   o.layer_norm_eps = layer_norm_eps;
-  try {
-    o.validate();
-  } catch (const std::exception& e) {
-    fail(e.what());
-  }
+  o.batch_first = true;
+  o.norm_first = norm_first;
+  o.bias = bias;
+  o.attention.head_dim = head_dim;
+  o.attention.v_head_dim = v_head_dim;
+  o.attention.qkv_bias = qkv_bias;
+  o.attention.out_bias = out_bias;
+  o.attention.attn_scale = attn_scale;
+  return o;
 }
 
 }  // namespace tfm
