@@ -79,7 +79,7 @@ struct ModuleConfig {
   AttentionOptions attention;      // MULTIHEAD_ATTENTION
   TransformerLayerOptions layer;   // every other kind: the arguments of each layer
   int64_t num_layers = 0;          // TRANSFORMER_ENCODER, TRANSFORMER_DECODER (required there)
-  bool norm = false;               // TRANSFORMER_ENCODER, TRANSFORMER_DECODER: a final LayerNorm
+  bool norm = false;               // TRANSFORMER_ENCODER, TRANSFORMER_DECODER: a final norm (layer.norm_type)
   int64_t num_encoder_layers = 6;  // TRANSFORMER
   int64_t num_decoder_layers = 6;  // TRANSFORMER
 };
