@@ -32,6 +32,7 @@
 
 #include "tfm/data/batching.h"
 #include "tfm/enum_names.h"
+#include "tfm/modules/basic.h"  // NormType
 #include "tfm/ops/activation.h"
 
 namespace tfm {
@@ -60,14 +61,6 @@ struct EnumNames<Positional> {
   static constexpr const char* noun = "positional encoding";
   static constexpr std::array<std::pair<Positional, std::string_view>, 3> names{
       {{Positional::SINUSOIDAL, "sinusoidal"}, {Positional::LEARNED, "learned"}, {Positional::NONE, "none"}}};
-};
-
-// The normalisation of every layer and stack. LAYER_NORM: nn.LayerNorm (keys weight, bias).
-enum class NormType { LAYER_NORM };
-template <>
-struct EnumNames<NormType> {
-  static constexpr const char* noun = "norm type";
-  static constexpr std::array<std::pair<NormType, std::string_view>, 1> names{{{NormType::LAYER_NORM, "layer_norm"}}};
 };
 
 struct ModelConfig {
