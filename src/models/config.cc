@@ -1,7 +1,6 @@
 // src/models/config.cc — ModelConfig: architecture defaults, JSON through fields(), validation.
 #include "tfm/models/config.h"
 
-#include <cmath>
 #include <stdexcept>
 
 #include "json_fields.h"
@@ -54,12 +53,8 @@ void ModelConfig::validate(bool check_sizes) const {
     if (bos_id == pad_id || eos_id == pad_id) fail("bos_id and eos_id must differ from pad_id");
   }
   enum_name(positional);
-  if (!(drop_path >= 0.0f && drop_path < 1.0f)) fail("drop_path must be in [0, 1), got " + std::to_string(drop_path));
-  if (head_dim && *head_dim <= 0) fail("head_dim must be positive, got " + std::to_string(*head_dim));
-  if (v_head_dim && *v_head_dim <= 0) fail("v_head_dim must be positive, got " + std::to_string(*v_head_dim));
-  if (attn_scale && !(std::isfinite(*attn_scale) && *attn_scale > 0.0f))
-    fail("attn_scale must be finite and positive, got " + std::to_string(*attn_scale));
-  // The layer's own checks (sizes, divisibility, norm and bias combinations), prefixed with ours.
+  // The layer's own checks name the option (sizes, divisibility, head widths, scale, norm_bias with
+  // rms_norm, drop_path), prefixed with ours.
   try {
     layer_options().validate();
   } catch (const std::exception& e) {
@@ -83,6 +78,11 @@ TransformerLayerOptions ModelConfig::layer_options() const {
   o.attention.qkv_bias = qkv_bias;
   o.attention.out_bias = out_bias;
   o.attention.attn_scale = attn_scale;
+  o.ffn_bias = ffn_bias;
+  o.norm_bias = norm_bias;
+  o.norm_type = norm_type;
+  o.share_layers = share_layers;
+  o.drop_path = drop_path;
   return o;
 }
 

@@ -56,9 +56,9 @@ const ModelConfig& validated(const ModelConfig& c) {
 //
 // Without a decoder (ENCODER): nn.Embedding → PositionalEncoding (with dropout) →
 //   nn.TransformerEncoder → nn.Linear, PyTorch's default initialisation for each. The stack has a
-//   final LayerNorm (key encoder.norm.*) only with norm_first, where the residual stream is otherwise
-//   never normalised; post-norm layers end normalised already (nn.TransformerEncoder's default
-//   norm=None).
+//   final norm (key encoder.norm.*, of the layers' norm_type) only with norm_first, where the residual
+//   stream is otherwise never normalised; post-norm layers end normalised already
+//   (nn.TransformerEncoder's default norm=None).
 // With a decoder (SEQ2SEQ): nn.Transformer, the two embeddings, the generator nn.Linear; then
 //   xavier_uniform_ on every parameter with more than one dimension (embeddings and generator
 //   included), as the build_transformer notebook does over model.parameters().

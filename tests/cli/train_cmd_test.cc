@@ -290,7 +290,7 @@ TEST(TrainCli, LayerVariantOptionsReachTheModelConfig) {
   ASSERT_EQ(run_command(kCli + " eval --model " + d + "/enc --task reverse --count 8", &out), 0) << out;
 
   ASSERT_EQ(run_command(kCli + " train" + common + " --arch seq2seq --out " + d + "/s2s --positional learned"
-                            " --no-scale-embeddings --no-qkv-bias --no-out-bias --norm-first",
+                            " --no-scale-embeddings --no-qkv-bias --no-out-bias --norm-first --norm-type rms_norm --share-layers",
                         &out),
             0)
       << out;
@@ -301,7 +301,8 @@ TEST(TrainCli, LayerVariantOptionsReachTheModelConfig) {
   EXPECT_EQ(s.out_bias, false);
   EXPECT_FALSE(s.head_dim || s.v_head_dim || s.ffn_bias || s.norm_bias || s.attn_scale);  // not given: unset
   EXPECT_TRUE(s.bias);
-  EXPECT_FALSE(s.share_layers);
+  EXPECT_EQ(s.norm_type, tfm::NormType::RMS_NORM);
+  EXPECT_TRUE(s.share_layers);
   EXPECT_EQ(s.drop_path, 0.0f);
   ASSERT_EQ(run_command("echo '1 2 3' | " + kCli + " translate --model " + d + "/s2s --beam 2", &out), 0) << out;
   ASSERT_EQ(run_command(kCli + " eval --model " + d + "/s2s --task reverse --count 8", &out), 0) << out;
@@ -311,6 +312,10 @@ TEST(TrainCli, LayerVariantOptionsReachTheModelConfig) {
   EXPECT_NE(out.find("head_dim"), std::string::npos) << out;
   EXPECT_EQ(run_command(kCli + " train" + common + " --arch encoder --out " + d + "/bad --positional rope", &out), 1);
   EXPECT_NE(out.find("rope"), std::string::npos) << out;
+  EXPECT_EQ(run_command(kCli + " train" + common + " --arch encoder --out " + d + "/bad --norm-type rms_norm --norm-bias",
+                        &out),
+            1);
+  EXPECT_NE(out.find("norm_bias"), std::string::npos) << out;
   std::filesystem::remove_all(d);
 }
 

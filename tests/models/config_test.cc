@@ -90,6 +90,9 @@ TEST(ModelConfig, ErrorsNameTheKey) {
   expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "positional": "rope"})", "rope");
   expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "positional": "learned", "max_len": 0})",
                       "learned position table");
+  expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "norm_type": "rms_norm", "norm_bias": true})",
+                      "norm_bias");
+  expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "norm_type": "batch_norm"})", "batch_norm");
   expect_config_error("[1, 2]", "object");
   expect_config_error("{", "JSON");
 }

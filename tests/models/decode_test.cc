@@ -77,7 +77,7 @@ double sequence_logprob(const Model& m, const std::vector<int32_t>& src, const s
 
 // Step both decoders with the same tokens (the cached decoder's greedy choices, and a beam-like row
 // reordering halfway) and compare the logits of every step.
-// Case 2 has the layer variants and learned positions, whose table is scaled up so that a step
+// Case 2 has the layer variants (head widths, no attention biases, RMSNorm, shared layers) and learned positions, whose table is scaled up so that a step
 // reading the wrong row (not its offset) would move the logits far beyond the tolerance.
 TEST(Decode, CachedStepMatchesFullDecoder) {
   for (int variant : {0, 1, 2}) {
@@ -90,6 +90,8 @@ TEST(Decode, CachedStepMatchesFullDecoder) {
       c.v_head_dim = 8;
       c.qkv_bias = false;
       c.out_bias = false;
+      c.norm_type = NormType::RMS_NORM;
+      c.share_layers = true;  // the cache still has one entry per application of the layer
     }
     Model m(c, g);
     if (variant == 2)

@@ -92,6 +92,24 @@ ModelConfig learned_seq2seq() {
   return c;
 }
 
+// RMSNorm everywhere (the encoder's final norm too: pre-norm) with one shared layer per stack.
+ModelConfig rms_shared_encoder() {
+  ModelConfig c = small_encoder(true);
+  c.num_encoder_layers = 3;
+  c.norm_type = NormType::RMS_NORM;
+  c.share_layers = true;
+  return c;
+}
+// The same on a seq2seq (both stacks shared, both final norms RMS), post-norm, with bias-free FFN.
+ModelConfig rms_shared_seq2seq() {
+  ModelConfig c = small_seq2seq(false, false, "gelu");
+  c.norm_type = NormType::RMS_NORM;
+  c.share_layers = true;
+  c.num_decoder_layers = 3;
+  c.ffn_bias = false;
+  return c;
+}
+
 // A batch of variable-length sequences padded at the end. seq2seq: target = source tokens mapped
 // into the target vocabulary, tgt_in = bos + target, tgt_out = target + eos.
 data::TokenBatch random_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
@@ -194,11 +212,46 @@ TEST(Model, VariantStateDictKeys) {
     EXPECT_NEAR(std::sqrt(ss / t.numel()), 0.02, 0.002) << k;
   }
 
+  // Shared layers: one layer's keys under layers.0., RMS norms have a weight only.
+  Model rs(rms_shared_seq2seq(), g);
+  const NamedTensors sr = rs.state_dict();
+  EXPECT_TRUE(sr.contains("transformer.encoder.layers.0.norm1.weight"));
+  EXPECT_FALSE(sr.contains("transformer.encoder.layers.0.norm1.bias"));
+  EXPECT_FALSE(sr.contains("transformer.encoder.layers.1.linear1.weight"));
+  EXPECT_FALSE(sr.contains("transformer.decoder.layers.1.self_attn.in_proj_weight"));
+  EXPECT_TRUE(sr.contains("transformer.decoder.norm.weight") && !sr.contains("transformer.decoder.norm.bias"));
+  EXPECT_FALSE(sr.contains("transformer.decoder.layers.0.linear1.bias"));
+  EXPECT_TRUE(sr.contains("transformer.decoder.layers.0.self_attn.in_proj_bias"));
+  Model re(rms_shared_encoder(), g);
+  EXPECT_TRUE(re.state_dict().contains("encoder.norm.weight"));
+  EXPECT_FALSE(re.state_dict().contains("encoder.norm.bias"));
+  EXPECT_FALSE(re.state_dict().contains("encoder.layers.1.norm1.weight"));
+
   ModelConfig none = small_encoder();
   none.positional = Positional::NONE;
   Model mn(none, g);
   Model md(small_encoder(), g);
   EXPECT_EQ(mn.num_parameters(), md.num_parameters());
+}
+
+// Stochastic depth acts in training only: in eval mode a model with drop_path 0.5 computes what the
+// same weights compute without it, and in training the per-sample drops change the logits.
+TEST(Model, DropPathTrainingOnly) {
+  Generator g{9, 0};
+  ModelConfig c = small_encoder(true);
+  c.dropout = 0;
+  c.drop_path = 0.5f;
+  Model with(c, g);
+  c.drop_path = 0;
+  Model without(c, g);
+  without.load_state_dict(with.state_dict());
+  const data::TokenBatch b = random_batch(c, 8, 3);
+  with.eval();
+  without.eval();
+  EXPECT_TRUE(tfm::testing::close_rel(with.forward(b), without.forward(b), 0.0, "eval"));
+  with.train();
+  without.train();
+  EXPECT_GT(tfm::testing::rel_error(with.forward(b), without.forward(b)), 1e-3);
 }
 
 // Positions matter (sinusoidal and learned move the logits of a permuted sequence's tokens), and with
@@ -373,7 +426,9 @@ TEST(Model, TorchRoundTripLogits) {
                              {learned_encoder(), "encoder learned positions, scaled"},
                              {learned_seq2seq(), "seq2seq learned positions, tied"},
                              {none_scaled, "encoder no positions, scaled"},
-                             {unscaled_s2s, "seq2seq unscaled, Dh 8, Dv 6, scale 0.2, only qkv biases"}};
+                             {unscaled_s2s, "seq2seq unscaled, Dh 8, Dv 6, scale 0.2, only qkv biases"},
+                             {rms_shared_encoder(), "encoder rms_norm, shared layers, pre-norm"},
+                             {rms_shared_seq2seq(), "seq2seq rms_norm, shared layers, no FFN bias"}};
   uint64_t seed = 10;
   std::string args;
   std::vector<std::string> dirs;
@@ -583,6 +638,23 @@ TEST(Model, LearnedPositionsTrainLikeTorch) {
   std::vector<data::TokenBatch> batches;
   for (int i = 0; i < 15; ++i) batches.push_back(random_batch(s, 16, 600 + i));
   expect_training_like_torch(ms, batches, 2e-3f, "seq2seq learned positions tied");
+}
+
+// RMSNorm with shared layers: the one layer's gradients add up over its L uses.
+TEST(Model, RmsNormSharedLayersTrainLikeTorch) {
+  if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
+  ModelConfig c = rms_shared_encoder();
+  c.dropout = 0;
+  Generator g{41, 0};
+  Model m(c, g);
+  expect_training_like_torch(m, reverse_batches(15, 32, 80), 2e-3f, "encoder rms_norm shared");
+  ModelConfig s = rms_shared_seq2seq();
+  s.dropout = 0;
+  s.norm_bias = false;
+  Model ms(s, g);
+  std::vector<data::TokenBatch> batches;
+  for (int i = 0; i < 15; ++i) batches.push_back(random_batch(s, 16, 650 + i));
+  expect_training_like_torch(ms, batches, 2e-3f, "seq2seq rms_norm shared");
 }
 
 // Notebook 5's seq2seq: bias-free attention, pre-norm, scaled embeddings, both final norms.
