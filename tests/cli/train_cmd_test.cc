@@ -305,6 +305,7 @@ TEST(TrainCli, LayerVariantOptionsReachTheModelConfig) {
   EXPECT_TRUE(s.share_layers);
   EXPECT_EQ(s.drop_path, 0.0f);
   ASSERT_EQ(run_command("echo '1 2 3' | " + kCli + " translate --model " + d + "/s2s --beam 2", &out), 0) << out;
+  ASSERT_EQ(run_command("echo '1 2 3' | " + kCli + " translate --model " + d + "/s2s --dtype bf16", &out), 0) << out;
   ASSERT_EQ(run_command(kCli + " eval --model " + d + "/s2s --task reverse --count 8", &out), 0) << out;
 
   // A bad value names its option's key.

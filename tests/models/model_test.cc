@@ -406,6 +406,7 @@ TEST(Model, TorchRoundTripLogits) {
   struct Case {
     ModelConfig c;
     const char* name;
+    const char* twin;  // torch_models.py's twin: torch.nn's classes, or the functional layers for the variants
   };
   ModelConfig none_scaled = small_encoder();
   none_scaled.positional = Positional::NONE;
@@ -417,18 +418,19 @@ TEST(Model, TorchRoundTripLogits) {
   unscaled_s2s.attn_scale = 0.2f;
   unscaled_s2s.bias = false;
   unscaled_s2s.qkv_bias = true;
-  std::vector<Case> cases = {{small_encoder(false), "encoder post-norm"},
-                             {small_encoder(true), "encoder pre-norm"},
-                             {small_seq2seq(false, false), "seq2seq post-norm"},
-                             {small_seq2seq(true, true, "gelu"), "seq2seq pre-norm tied gelu"},
-                             {notebook4_encoder(), "notebook 4: head_dim 16 on d_model 16, no attention biases"},
-                             {notebook5_seq2seq(), "notebook 5: seq2seq bias-free attention, pre-norm, scaled"},
-                             {learned_encoder(), "encoder learned positions, scaled"},
-                             {learned_seq2seq(), "seq2seq learned positions, tied"},
-                             {none_scaled, "encoder no positions, scaled"},
-                             {unscaled_s2s, "seq2seq unscaled, Dh 8, Dv 6, scale 0.2, only qkv biases"},
-                             {rms_shared_encoder(), "encoder rms_norm, shared layers, pre-norm"},
-                             {rms_shared_seq2seq(), "seq2seq rms_norm, shared layers, no FFN bias"}};
+  std::vector<Case> cases = {{small_encoder(false), "encoder post-norm", "torch.nn"},
+                             {small_encoder(true), "encoder pre-norm", "torch.nn"},
+                             {small_seq2seq(false, false), "seq2seq post-norm", "torch.nn"},
+                             {small_seq2seq(true, true, "gelu"), "seq2seq pre-norm tied gelu", "torch.nn"},
+                             {notebook4_encoder(), "notebook 4: head_dim 16 on d_model 16, no attention biases",
+                              "functional"},
+                             {notebook5_seq2seq(), "notebook 5: seq2seq bias-free attention, pre-norm, scaled", "functional"},
+                             {learned_encoder(), "encoder learned positions, scaled", "torch.nn"},
+                             {learned_seq2seq(), "seq2seq learned positions, tied", "torch.nn"},
+                             {none_scaled, "encoder no positions, scaled", "torch.nn"},
+                             {unscaled_s2s, "seq2seq unscaled, Dh 8, Dv 6, scale 0.2, only qkv biases", "functional"},
+                             {rms_shared_encoder(), "encoder rms_norm, shared layers, pre-norm", "functional"},
+                             {rms_shared_seq2seq(), "seq2seq rms_norm, shared layers, no FFN bias", "functional"}};
   uint64_t seed = 10;
   std::string args;
   std::vector<std::string> dirs;
@@ -464,8 +466,9 @@ TEST(Model, TorchRoundTripLogits) {
   while (std::getline(lines, line)) {
     if (line.empty() || line[0] != '{') continue;
     const bool expect_ok = n < cases.size();
-    EXPECT_EQ(json::parse(line).at("ok").get<bool>(), expect_ok) << (expect_ok ? cases[n].name : "wrong logits")
-                                                                  << ": " << line;
+    const json r = json::parse(line);
+    EXPECT_EQ(r.at("ok").get<bool>(), expect_ok) << (expect_ok ? cases[n].name : "wrong logits") << ": " << line;
+    if (expect_ok) EXPECT_EQ(r.at("twin").get<std::string>(), cases[n].twin) << cases[n].name;
     ++n;
   }
   EXPECT_EQ(n, cases.size() + 1) << out;
