@@ -62,9 +62,9 @@ const ModelConfig& validated(const ModelConfig& c) {
 // With a decoder (SEQ2SEQ): nn.Transformer, the two embeddings, the generator nn.Linear; then
 //   xavier_uniform_ on every parameter with more than one dimension (embeddings and generator
 //   included), as the build_transformer notebook does over model.parameters().
-// Learned position tables come last, after that loop, N(0, 0.02) in both architectures (the
-//   notebooks have none; GPT-2's wpe init, and the table's entries stay small next to the token
-//   embedding's, as the sinusoidal table's ±1 do next to √D-scaled ones).
+// Learned position tables come last, after that loop, N(0, 0.02) in both architectures: the
+//   notebooks have none, so the init is GPT-2's wpe, a table that starts near zero (the model
+//   starts nearly position-blind) and learns its own scale; tools/torch_models.py does the same.
 Model::Model(const ModelConfig& config, Generator& gen)
     : config_(validated(config)),
       pe_(config.positional == Positional::SINUSOIDAL ? config.d_model : 0,
