@@ -468,7 +468,9 @@ TEST(Model, TorchRoundTripLogits) {
     const bool expect_ok = n < cases.size();
     const json r = json::parse(line);
     EXPECT_EQ(r.at("ok").get<bool>(), expect_ok) << (expect_ok ? cases[n].name : "wrong logits") << ": " << line;
-    if (expect_ok) EXPECT_EQ(r.at("twin").get<std::string>(), cases[n].twin) << cases[n].name;
+    if (expect_ok) {
+      EXPECT_EQ(r.at("twin").get<std::string>(), cases[n].twin) << cases[n].name;
+    }
     ++n;
   }
   EXPECT_EQ(n, cases.size() + 1) << out;
