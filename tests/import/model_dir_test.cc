@@ -2,6 +2,11 @@
 // tools/import_torch.py into `tfm train` model directories: tfm::load_model_dir + Model::forward
 // against the PyTorch re-statement's logits (tests/import/gen_model_dirs.py writes both sides).
 //
+// The first 50 steps of training notebook 4's imported model (dropout 0) with Adam(5e-4) on the
+// reverse task must follow the module's own curve from the same weights and batches, with the rule
+// of tests/models/model_test.cc (expect_training_like_torch): within 20× PyTorch float32's drift
+// from its float64 curve at every step, floored at 2e-5 relative to the loss.
+//
 // Bound: the parity suite's. rel = max|tfm − ref| / max|ref| must be <= max(2e-5, 20·f32_err), the
 // reference being the module in float64 on the same float32 weights and f32_err the module's own
 // float32 error on the same batch. The generator also checks the reverse direction (the model
@@ -13,11 +18,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "test_util.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/model_dir.h"
+#include "tfm/optim.h"
 
 using namespace tfm;
 
@@ -25,18 +34,15 @@ namespace {
 
 const std::string kPython = "/usr/bin/python3";
 
-// The generated directory, once per test binary run.
-const std::string& fixtures() {
-  static const std::string dir = [] {
-    const std::string d = tfm::testing::temp_dir("import_model_dir");
-    std::string out;
-    const int rc = tfm::testing::run_command(kPython + " '" + TFM_SOURCE_DIR + "/tests/import/gen_model_dirs.py' --out '" +
-                                                 d + "' 2>&1",
-                                             &out);
-    if (rc != 0) ADD_FAILURE() << "gen_model_dirs.py failed (" << rc << "):\n" << out;
-    return d;
-  }();
-  return dir;
+// A fresh directory with one part of gen_model_dirs.py's output ("nb4", "nb5" or "nb4_train").
+std::string generate(const std::string& part) {
+  const std::string d = tfm::testing::temp_dir("import_model_dir");
+  std::string out;
+  const int rc = tfm::testing::run_command(kPython + " '" + TFM_SOURCE_DIR + "/tests/import/gen_model_dirs.py' --out '" +
+                                               d + "' --only " + part + " 2>&1",
+                                           &out);
+  EXPECT_EQ(rc, 0) << "gen_model_dirs.py --only " << part << " failed:\n" << out;
+  return d;
 }
 
 bool have_torch() {
@@ -53,9 +59,9 @@ std::vector<int32_t> ids(const Tensor& t) {
 
 // Logits of the model directory `name` on its batch, checked against the module's.
 void check_logits(const std::string& name) {
-  const std::string dir = fixtures() + "/" + name;
-  const TrainedModel m = load_model_dir(dir);
-  const io::SafeTensorsFile f = io::load_safetensors(fixtures() + "/" + name + ".batch.safetensors");
+  const std::string root = generate(name);
+  const TrainedModel m = load_model_dir(root + "/" + name);
+  const io::SafeTensorsFile f = io::load_safetensors(root + "/" + name + ".batch.safetensors");
   data::TokenBatch b;
   const Tensor& src = f.at("src");
   b.B = src.size(0);
@@ -83,6 +89,7 @@ void check_logits(const std::string& name) {
   EXPECT_LE(rel, bound) << name << ": logits rel " << rel << " at flat index " << worst << " (tfm " << y[worst]
                         << ", module " << r[worst] << ")";
   std::printf("%s: logits rel %.3g, bound %.3g\n", name.c_str(), rel, bound);
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
@@ -90,6 +97,55 @@ void check_logits(const std::string& name) {
 TEST(ImportModelDir, Notebook4ReverseModelLogitsMatchModule) {
   if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy";
   check_logits("nb4");
+}
+
+TEST(ImportModelDir, Notebook4TrainsLikeItsModule) {
+  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy";
+  const std::string root = generate("nb4_train");
+  TrainedModel m = load_model_dir(root + "/nb4_train");
+  const io::SafeTensorsFile f = io::load_safetensors(root + "/nb4_train.batches.safetensors");
+  const Tensor& src = f.at("src");      // (steps, B, S)
+  const Tensor& tgt = f.at("tgt_out");  // (steps, B, S)
+  const int64_t steps = src.size(0), B = src.size(1), S = src.size(2);
+  const float lr = std::stof(f.metadata.at("lr"));
+  Model& model = *m.model;
+  model.train();
+  Adam opt(model.named_parameters(), lr);
+  std::vector<double> ours;
+  for (int64_t s = 0; s < steps; ++s) {
+    data::TokenBatch b;
+    b.B = B;
+    b.S = S;
+    for (int64_t i = 0; i < B * S; ++i) {
+      b.src.push_back(static_cast<int32_t>(src.data()[s * B * S + i]));
+      b.tgt_out.push_back(static_cast<int32_t>(tgt.data()[s * B * S + i]));
+    }
+    opt.zero_grad();
+    Tensor loss = model.loss(b);
+    loss.backward();
+    opt.step();
+    ours.push_back(loss.item());
+  }
+  std::ifstream in(root + "/nb4_train.losses.json");
+  const nlohmann::json curves = nlohmann::json::parse(in);
+  const auto t32 = curves.at("float32").get<std::vector<double>>();
+  const auto t64 = curves.at("float64").get<std::vector<double>>();
+  ASSERT_EQ(t64.size(), ours.size());
+  double drift32 = 0, mag = 0, drift = 0;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    drift32 = std::max(drift32, std::fabs(t32[i] - t64[i]));
+    drift = std::max(drift, std::fabs(ours[i] - t64[i]));
+    mag = std::max(mag, std::fabs(t64[i]));
+  }
+  const double bound = std::max(20 * drift32, 2e-5 * mag);
+  std::printf("nb4 curve: loss %.6g -> %.6g (module float64 %.6g -> %.6g), max |tfm - module64| %.3g, "
+              "max |module32 - module64| %.3g, bound %.3g\n",
+              ours.front(), ours.back(), t64.front(), t64.back(), drift, drift32, bound);
+  EXPECT_NEAR(ours[0], t64[0], 2e-5 * std::fabs(t64[0]));
+  for (size_t i = 0; i < ours.size(); ++i)
+    EXPECT_NEAR(ours[i], t64[i], bound) << "step " << i + 1 << ": tfm " << ours[i] << ", module float32 " << t32[i];
+  EXPECT_LT(ours.back(), ours.front());  // and it learns
+  std::filesystem::remove_all(root);
 }
 
 TEST(ImportModelDir, Notebook5BuildTransformerLogitsMatchModule) {
