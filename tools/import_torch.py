@@ -90,12 +90,12 @@ _MODEL_DEFAULTS = {"d_model": 64, "nhead": 4, "num_encoder_layers": 2, "num_deco
 _FORWARD_DEFAULTS = {"d_model": 512, "nhead": 8, "num_encoder_layers": 6, "num_decoder_layers": 6}
 
 
-class ImportError_(Exception):
+class MappingError(Exception):
     """A mapping or tensor problem; main() prints it as one line."""
 
 
 def fail(msg):
-    raise ImportError_(msg)
+    raise MappingError(msg)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -571,7 +571,7 @@ def main(argv=None):
             save_state(a.out, out)
             print(f"wrote {a.out} ({len(out)} tensors)")
         return 0
-    except ImportError_ as e:
+    except MappingError as e:
         print(f"import_torch.py: error: {e}", file=sys.stderr)
         return 1
     except (OSError, json.JSONDecodeError, ValueError) as e:

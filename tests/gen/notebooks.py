@@ -53,7 +53,6 @@ import math
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 def sinusoidal_table(max_len, d_model):

@@ -377,7 +377,7 @@ def check_case(case, tfm, work):
     mapped = {"output": got["output"].astype(np.float64)}
     try:
         back = it.reverse_state(it.load_mapping(case.mapping), case.target, config, param_grads, grad=True)
-    except it.ImportError_ as e:
+    except it.MappingError as e:
         return failures + [f"mapping the gradients back: {e}"]
     mapped.update({"grad." + k: v for k, v in back.items()})
     mapped.update({"grad." + k: got["grad." + k].astype(np.float64) for k in case.differentiable})
