@@ -106,8 +106,9 @@ double bench_flop_count(const ModuleConfig& config, int64_t B, int64_t N, int64_
     c.linear(rows, D, F_in, true);
     c.linear(rows, F, D, true);
   };
-  // The first layer's projection of a raw input needs no dx, unless pre-norm put a LayerNorm
-  // (with trainable weights) in front of it.
+  // Layers are counted per application: a stack with share_layers runs its one layer num_layers
+  // times, the same matmuls as num_layers distinct layers. The first layer's projection of a raw
+  // input needs no dx, unless pre-norm put a norm (with a trainable weight) in front of it.
   const bool transformer = config.kind == ModuleKind::TRANSFORMER;
   const double enc_rows = transformer ? rows_s : rows_t;
   const double enc_len = static_cast<double>(transformer ? S : N);

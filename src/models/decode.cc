@@ -124,7 +124,7 @@ class CachedDecoder : public StepDecoder {
                 int64_t capacity)
       : model_(model),
         enc_(enc),
-        cache_(model.decoder().layers.size(), std::max<int64_t>(capacity, 1), row_source,
+        cache_(static_cast<size_t>(model.decoder().num_layers()), std::max<int64_t>(capacity, 1), row_source,
                enc.lengths) {
     row_source_ = std::move(row_source);
   }

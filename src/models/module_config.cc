@@ -76,8 +76,9 @@ AttentionVariant attention_variant(ConfigReader& r) {
 }
 
 // The layer arguments shared by every Transformer* module. nn.Transformer has defaults for d_model
-// and nhead; the layers and stacks require them.
-TransformerLayerOptions layer_options(ConfigReader& r, bool transformer_defaults) {
+// and nhead; the layers and stacks require them. share_layers belongs to the stacks (and Transformer):
+// on a single layer the key is an error.
+TransformerLayerOptions layer_options(ConfigReader& r, bool transformer_defaults, bool stack) {
   TransformerLayerOptions o;
   o.d_model = transformer_defaults ? r.get<int64_t>("d_model", o.d_model) : r.require<int64_t>("d_model");
   o.nhead = transformer_defaults ? r.get<int64_t>("nhead", o.nhead) : r.require<int64_t>("nhead");
@@ -89,6 +90,23 @@ TransformerLayerOptions layer_options(ConfigReader& r, bool transformer_defaults
   o.norm_first = r.get<bool>("norm_first", o.norm_first);
   o.bias = r.get<bool>("bias", o.bias);
   o.attention = attention_variant(r);
+  o.ffn_bias = r.get_optional<bool>("ffn_bias");
+  o.norm_bias = r.get_optional<bool>("norm_bias");
+  try {
+    o.norm_type = enum_from_name<NormType>(r.get<std::string>("norm_type", std::string(enum_name(o.norm_type))));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("config: 'norm_type': ") + e.what());
+  }
+  if (o.norm_type == NormType::RMS_NORM && o.norm_bias.value_or(false))
+    throw std::invalid_argument("config: 'norm_bias' true with norm_type 'rms_norm' (an RMSNorm has no bias)");
+  if (stack)
+    o.share_layers = r.get<bool>("share_layers", o.share_layers);
+  else if (r.j.contains("share_layers"))
+    throw std::invalid_argument("config: 'share_layers' applies to TransformerEncoder, TransformerDecoder and "
+                                "Transformer, not to a single layer");
+  o.drop_path = r.get<float>("drop_path", o.drop_path);
+  if (!(o.drop_path >= 0.0f && o.drop_path < 1.0f))
+    throw std::invalid_argument("config: 'drop_path' must be in [0, 1), got " + std::to_string(o.drop_path));
   o.validate();
   return o;
 }
@@ -140,11 +158,11 @@ ModuleConfig parse_module_config(const std::string& config_json) {
       break;
     case ModuleKind::TRANSFORMER_ENCODER_LAYER:
     case ModuleKind::TRANSFORMER_DECODER_LAYER:
-      c.layer = layer_options(r, false);
+      c.layer = layer_options(r, false, false);
       break;
     case ModuleKind::TRANSFORMER_ENCODER:
     case ModuleKind::TRANSFORMER_DECODER:
-      c.layer = layer_options(r, false);
+      c.layer = layer_options(r, false, true);
       c.num_layers = r.require<int64_t>("num_layers");
       c.norm = r.get<bool>("norm", c.norm);
       if (c.kind == ModuleKind::TRANSFORMER_ENCODER) {  // nn.TransformerEncoder's fast-path switches
@@ -153,7 +171,7 @@ ModuleConfig parse_module_config(const std::string& config_json) {
       }
       break;
     case ModuleKind::TRANSFORMER:
-      c.layer = layer_options(r, true);
+      c.layer = layer_options(r, true, true);
       c.num_encoder_layers = r.get<int64_t>("num_encoder_layers", c.num_encoder_layers);
       c.num_decoder_layers = r.get<int64_t>("num_decoder_layers", c.num_decoder_layers);
       break;

@@ -1,7 +1,9 @@
-// src/modules/basic.cc — Linear, LayerNorm, RMSNorm, Dropout, Embedding, PositionalEncoding.
+// src/modules/basic.cc — Linear, LayerNorm, RMSNorm, Norm, Dropout, DropPath, Embedding,
+// PositionalEncoding.
 #include "tfm/modules/basic.h"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "kernels/kernels.h"
 #include "tfm/ops/dropout.h"
@@ -60,6 +62,28 @@ RMSNorm::RMSNorm(int64_t d, float eps_) : eps(eps_) {
   register_parameter("weight", weight);
 }
 Tensor RMSNorm::forward(const Tensor& x) const { return ops::rms_norm(x, weight, eps); }
+
+Norm::Norm(NormType type_, int64_t d, float eps_, bool has_bias) : type(type_), eps(eps_) {
+  if (type == NormType::RMS_NORM && has_bias) throw std::invalid_argument("Norm: rms_norm has no bias");
+  weight = Tensor::full({d}, 1.0f);
+  if (has_bias) bias = Tensor::zeros({d});
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+Tensor Norm::forward(const Tensor& x) const {
+  return type == NormType::RMS_NORM ? ops::rms_norm(x, weight, eps) : ops::layer_norm(x, weight, bias, eps);
+}
+Tensor Norm::forward_add(const Tensor& x, const Tensor& r) const {
+  if (type == NormType::RMS_NORM) return ops::rms_norm(ops::add(x, r), weight, eps);
+  return ops::add_layer_norm(x, r, weight, bias, eps);
+}
+Tensor Norm::forward_add(const Tensor& x, const Tensor& r, const Dropout& r_dropout) const {
+  if (type == NormType::RMS_NORM) return ops::rms_norm(r_dropout.forward_add(x, r), weight, eps);
+  return ops::add_dropout_layer_norm(x, r, r_dropout.p, r_dropout.is_training(), r_dropout.generator(), weight, bias,
+                                     eps);
+}
+
+Tensor DropPath::forward(const Tensor& x) const { return ops::drop_path(x, p, sample_dim, is_training(), *gen_); }
 
 Tensor Dropout::forward(const Tensor& x) const { return ops::dropout(x, p, is_training(), *gen_); }
 Tensor Dropout::forward_add(const Tensor& x, const Tensor& r) const {

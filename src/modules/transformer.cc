@@ -3,6 +3,7 @@
 // read (tfm/modules/attention.h), not the residual and norm order around them.
 #include "tfm/modules/transformer.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "ops/linear_activation.h"
@@ -20,6 +21,10 @@ void TransformerLayerOptions::validate() const {
   if (!(dropout >= 0.0f && dropout <= 1.0f))
     throw std::invalid_argument("dropout must be in [0, 1], got " + std::to_string(dropout));
   if (!(layer_norm_eps > 0.0f)) throw std::invalid_argument("layer_norm_eps must be positive");
+  if (norm_type == NormType::RMS_NORM && norm_bias.value_or(false))
+    throw std::invalid_argument("norm_bias: rms_norm has no bias (expected norm_bias false or unset)");
+  if (!(drop_path >= 0.0f && drop_path < 1.0f))
+    throw std::invalid_argument("drop_path must be in [0, 1), got " + std::to_string(drop_path));
 }
 
 static const TransformerLayerOptions& validated(const TransformerLayerOptions& o) {
@@ -37,17 +42,32 @@ static ops::AttentionMasks masks_of(const Tensor& attn_mask, const Tensor& kpm, 
   return m;
 }
 
+// x + drop_path(r_dropout(r)), the pre-norm residual. Without an active drop_path this is the fused
+// ops::add_dropout (the same numbers and draw as ops::add(x, dropout(r))).
+static Tensor residual(const Tensor& x, const Tensor& r, const Dropout& r_dropout, const DropPath& drop_path) {
+  if (!drop_path.active()) return r_dropout.forward_add(x, r);
+  return ops::add(x, drop_path.forward(r_dropout.forward(r)));
+}
+// norm(x + drop_path(r_dropout(r))), the post-norm residual; without an active drop_path Norm's
+// fused forward_add.
+static Tensor norm_residual(const Norm& norm, const Tensor& x, const Tensor& r, const Dropout& r_dropout,
+                            const DropPath& drop_path) {
+  if (!drop_path.active()) return norm.forward_add(x, r, r_dropout);
+  return norm.forward(ops::add(x, drop_path.forward(r_dropout.forward(r))));
+}
+
 // ---- encoder layer --------------------------------------------------------------------------------
 TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& o, Generator& gen)
     : options(validated(o)),
       self_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, o.attention, gen),
-      linear1(o.d_model, ffn_in(o), o.bias, gen),
+      linear1(o.d_model, ffn_in(o), o.has_ffn_bias(), gen),
       dropout(o.dropout, gen),
-      linear2(o.dim_feedforward, o.d_model, o.bias, gen),
-      norm1(o.d_model, o.layer_norm_eps, o.bias),
-      norm2(o.d_model, o.layer_norm_eps, o.bias),
+      linear2(o.dim_feedforward, o.d_model, o.has_ffn_bias(), gen),
+      norm1(o.norm_type, o.d_model, o.layer_norm_eps, o.has_norm_bias()),
+      norm2(o.norm_type, o.d_model, o.layer_norm_eps, o.has_norm_bias()),
       dropout1(o.dropout, gen),
-      dropout2(o.dropout, gen) {
+      dropout2(o.dropout, gen),
+      drop_path(o.drop_path, o.sample_dim(), gen) {
   register_module("self_attn", self_attn);
   register_module("linear1", linear1);
   register_module("dropout", dropout);
@@ -56,6 +76,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
   register_module("norm2", norm2);
   register_module("dropout1", dropout1);
   register_module("dropout2", dropout2);
+  register_module("drop_path", drop_path);
 }
 
 // ff(x) = linear2(dropout(act(linear1(x))))   (the residual's dropout applied by the caller).
@@ -76,18 +97,18 @@ Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) const {
   return feed_forward_of(x, linear1, dropout, linear2, options.activation);
 }
 
-// In eval mode the dropouts are identities: forward_add is ops::add (pre-norm) and the fused
-// residual + LayerNorm ops::add_layer_norm (post-norm), with or without a cache.
+// In eval mode the dropouts and drop_path are identities: the residual is ops::add (pre-norm) and the
+// fused residual + LayerNorm ops::add_layer_norm (post-norm), with or without a cache.
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& kpm,
                                         bool is_causal, AttentionCache* cache) const {
   const auto m = masks_of(src_mask, kpm, is_causal);
   if (options.norm_first) {
     Tensor h = norm1.forward(src);
-    Tensor x = dropout1.forward_add(src, self_attn.forward(h, h, h, m, cache));
-    return dropout2.forward_add(x, feed_forward(norm2.forward(x)));
+    Tensor x = residual(src, self_attn.forward(h, h, h, m, cache), dropout1, drop_path);
+    return residual(x, feed_forward(norm2.forward(x)), dropout2, drop_path);
   }
-  Tensor x = norm1.forward_add(src, self_attn.forward(src, src, src, m, cache), dropout1);
-  return norm2.forward_add(x, feed_forward(x), dropout2);
+  Tensor x = norm_residual(norm1, src, self_attn.forward(src, src, src, m, cache), dropout1, drop_path);
+  return norm_residual(norm2, x, feed_forward(x), dropout2, drop_path);
 }
 
 TransformerEncoderCache::TransformerEncoderCache(size_t num_layers, int64_t capacity) : layers(num_layers) {
@@ -98,31 +119,34 @@ void TransformerEncoderCache::select_rows(const std::vector<int64_t>& rows) {
   for (AttentionCache& c : layers) c.select_rows(rows);
 }
 
-static void check_cache_layers(const char* module, size_t cache_layers, size_t layers) {
-  if (cache_layers != layers)
+static void check_cache_layers(const char* module, size_t cache_layers, int64_t layers) {
+  if (cache_layers != static_cast<size_t>(layers))
     throw std::invalid_argument(std::string(module) + ": the cache has " + std::to_string(cache_layers) +
                                 " layers, the module " + std::to_string(layers));
 }
 
 TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
-                                       Generator& gen) {
+                                       Generator& gen)
+    : num_layers_(num_layers), shared_(o.share_layers) {
+  o.validate();
   if (num_layers < 0) throw std::invalid_argument("num_layers must be non-negative");
-  for (int64_t i = 0; i < num_layers; ++i) {
+  const int64_t distinct = shared_ ? std::min<int64_t>(num_layers, 1) : num_layers;
+  for (int64_t i = 0; i < distinct; ++i) {
     layers.push_back(std::make_unique<TransformerEncoderLayer>(o, gen));
     register_module("layers." + std::to_string(i), *layers.back());
   }
   if (final_norm) {
-    norm = std::make_unique<LayerNorm>(o.d_model, o.layer_norm_eps, o.bias);
+    norm = std::make_unique<Norm>(o.norm_type, o.d_model, o.layer_norm_eps, o.has_norm_bias());
     register_module("norm", *norm);
   }
 }
 
 Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& kpm, bool is_causal,
                                   TransformerEncoderCache* cache) const {
-  if (cache) check_cache_layers("TransformerEncoder", cache->layers.size(), layers.size());
+  if (cache) check_cache_layers("TransformerEncoder", cache->layers.size(), num_layers_);
   Tensor x = src;
-  for (size_t l = 0; l < layers.size(); ++l)
-    x = layers[l]->forward(x, mask, kpm, is_causal, cache ? &cache->layers[l] : nullptr);
+  for (int64_t l = 0; l < num_layers_; ++l)
+    x = layer(l).forward(x, mask, kpm, is_causal, cache ? &cache->layers[static_cast<size_t>(l)] : nullptr);
   return norm ? norm->forward(x) : x;
 }
 
@@ -131,15 +155,16 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
     : options(validated(o)),
       self_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, o.attention, gen),
       multihead_attn(o.d_model, o.nhead, o.dropout, o.bias, o.batch_first, o.attention, gen),
-      linear1(o.d_model, ffn_in(o), o.bias, gen),
+      linear1(o.d_model, ffn_in(o), o.has_ffn_bias(), gen),
       dropout(o.dropout, gen),
-      linear2(o.dim_feedforward, o.d_model, o.bias, gen),
-      norm1(o.d_model, o.layer_norm_eps, o.bias),
-      norm2(o.d_model, o.layer_norm_eps, o.bias),
-      norm3(o.d_model, o.layer_norm_eps, o.bias),
+      linear2(o.dim_feedforward, o.d_model, o.has_ffn_bias(), gen),
+      norm1(o.norm_type, o.d_model, o.layer_norm_eps, o.has_norm_bias()),
+      norm2(o.norm_type, o.d_model, o.layer_norm_eps, o.has_norm_bias()),
+      norm3(o.norm_type, o.d_model, o.layer_norm_eps, o.has_norm_bias()),
       dropout1(o.dropout, gen),
       dropout2(o.dropout, gen),
-      dropout3(o.dropout, gen) {
+      dropout3(o.dropout, gen),
+      drop_path(o.drop_path, o.sample_dim(), gen) {
   register_module("self_attn", self_attn);
   register_module("multihead_attn", multihead_attn);
   register_module("linear1", linear1);
@@ -151,6 +176,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
   register_module("dropout1", dropout1);
   register_module("dropout2", dropout2);
   register_module("dropout3", dropout3);
+  register_module("drop_path", drop_path);
 }
 
 Tensor TransformerDecoderLayer::feed_forward(const Tensor& x) const {
@@ -167,13 +193,13 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   AttentionCache* mc = cache ? &cache->multihead_attn : nullptr;
   if (options.norm_first) {
     Tensor h = norm1.forward(tgt);
-    Tensor x = dropout1.forward_add(tgt, self_attn.forward(h, h, h, sm, sc));
-    x = dropout2.forward_add(x, multihead_attn.forward(norm2.forward(x), memory, memory, mm, mc));
-    return dropout3.forward_add(x, feed_forward(norm3.forward(x)));
+    Tensor x = residual(tgt, self_attn.forward(h, h, h, sm, sc), dropout1, drop_path);
+    x = residual(x, multihead_attn.forward(norm2.forward(x), memory, memory, mm, mc), dropout2, drop_path);
+    return residual(x, feed_forward(norm3.forward(x)), dropout3, drop_path);
   }
-  Tensor x = norm1.forward_add(tgt, self_attn.forward(tgt, tgt, tgt, sm, sc), dropout1);
-  x = norm2.forward_add(x, multihead_attn.forward(x, memory, memory, mm, mc), dropout2);
-  return norm3.forward_add(x, feed_forward(x), dropout3);
+  Tensor x = norm_residual(norm1, tgt, self_attn.forward(tgt, tgt, tgt, sm, sc), dropout1, drop_path);
+  x = norm_residual(norm2, x, multihead_attn.forward(x, memory, memory, mm, mc), dropout2, drop_path);
+  return norm_residual(norm3, x, feed_forward(x), dropout3, drop_path);
 }
 
 void DecoderLayerCache::select_rows(const std::vector<int64_t>& rows) {
@@ -197,14 +223,17 @@ void TransformerDecoderCache::select_rows(const std::vector<int64_t>& rows) {
 }
 
 TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
-                                       Generator& gen) {
+                                       Generator& gen)
+    : num_layers_(num_layers), shared_(o.share_layers) {
+  o.validate();
   if (num_layers < 0) throw std::invalid_argument("num_layers must be non-negative");
-  for (int64_t i = 0; i < num_layers; ++i) {
+  const int64_t distinct = shared_ ? std::min<int64_t>(num_layers, 1) : num_layers;
+  for (int64_t i = 0; i < distinct; ++i) {
     layers.push_back(std::make_unique<TransformerDecoderLayer>(o, gen));
     register_module("layers." + std::to_string(i), *layers.back());
   }
   if (final_norm) {
-    norm = std::make_unique<LayerNorm>(o.d_model, o.layer_norm_eps, o.bias);
+    norm = std::make_unique<Norm>(o.norm_type, o.d_model, o.layer_norm_eps, o.has_norm_bias());
     register_module("norm", *norm);
   }
 }
@@ -212,11 +241,11 @@ TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& o, int64_t
 Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
                                    const Tensor& memory_mask, const Tensor& tgt_kpm, const Tensor& memory_kpm,
                                    bool tgt_is_causal, bool memory_is_causal, TransformerDecoderCache* cache) const {
-  if (cache) check_cache_layers("TransformerDecoder", cache->layers.size(), layers.size());
+  if (cache) check_cache_layers("TransformerDecoder", cache->layers.size(), num_layers_);
   Tensor x = tgt;
-  for (size_t l = 0; l < layers.size(); ++l)
-    x = layers[l]->forward(x, memory, tgt_mask, memory_mask, tgt_kpm, memory_kpm, tgt_is_causal, memory_is_causal,
-                           cache ? &cache->layers[l] : nullptr);
+  for (int64_t l = 0; l < num_layers_; ++l)
+    x = layer(l).forward(x, memory, tgt_mask, memory_mask, tgt_kpm, memory_kpm, tgt_is_causal, memory_is_causal,
+                         cache ? &cache->layers[static_cast<size_t>(l)] : nullptr);
   return norm ? norm->forward(x) : x;
 }
 

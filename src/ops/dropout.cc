@@ -1,4 +1,4 @@
-// src/ops/dropout.cc — dropout with a counter-based mask, recomputed in the backward.
+// src/ops/dropout.cc — dropout and drop_path with counter-based masks, recomputed in the backward.
 #include "tfm/ops/dropout.h"
 
 #include "kernels/kernels.h"
@@ -41,7 +41,62 @@ struct AddDropoutNode : Node {
   }
 };
 
+// A per-sample scale: y = x ⊙ s_j, j the element's index along the sample dim, s_j = keep_j/(1 − p).
+// x viewed as (outer, n, inner) with n samples. y may alias x.
+void apply_sample_mask(const float* in, float* out, int64_t outer, int64_t n, int64_t inner, float p, uint64_t seed,
+                       uint64_t offset) {
+  const float scale = 1.0f / (1.0f - p);
+  for (int64_t s = 0; s < n; ++s) {
+    const float m = kernels::dropout_keep(seed, offset + static_cast<uint64_t>(s), p) ? scale : 0.0f;
+    for (int64_t o = 0; o < outer; ++o) {
+      const int64_t base = (o * n + s) * inner;
+      for (int64_t i = 0; i < inner; ++i) out[base + i] = in[base + i] * m;
+    }
+  }
+}
+
+// y = x ⊙ m/(1 − p) per sample: dx = dy ⊙ m/(1 − p).
+struct DropPathNode : Node {
+  float p = 0;
+  uint64_t seed = 0, offset = 0;
+  int64_t outer = 0, n = 0, inner = 0;
+  const char* name() const override { return "drop_path"; }
+  void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
+    if (!din[0]) return;
+    Tensor dx = Tensor::empty(dy.shape());
+    apply_sample_mask(dy.data(), dx.data(), outer, n, inner, p, seed, offset);
+    accumulate_grad(din[0], dx);
+  }
+};
+
 }  // namespace
+
+Tensor drop_path(const Tensor& x, float p, int64_t sample_dim, bool training, Generator& gen) {
+  check(p >= 0.0f && p < 1.0f, "drop_path: probability must be in [0, 1), got " + std::to_string(p));
+  if (!training || p == 0.0f) return x;
+  check_float(x, "drop_path", "input");
+  check(sample_dim >= 0 && sample_dim < x.dim(), "drop_path: sample dim " + std::to_string(sample_dim) +
+                                                     " out of range for a tensor of rank " + std::to_string(x.dim()));
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < sample_dim; ++d) outer *= x.size(d);
+  for (int64_t d = sample_dim + 1; d < x.dim(); ++d) inner *= x.size(d);
+  const int64_t n = x.size(sample_dim);
+  const uint64_t offset = gen.take(static_cast<uint64_t>(n));
+  Tensor y = Tensor::empty(x.shape());
+  apply_sample_mask(x.data(), y.data(), outer, n, inner, p, gen.seed, offset);
+  if (needs_grad({&x})) {
+    auto node = std::make_shared<DropPathNode>();
+    node->p = p;
+    node->seed = gen.seed;
+    node->offset = offset;
+    node->outer = outer;
+    node->n = n;
+    node->inner = inner;
+    node->inputs = {x};
+    record(y, node);
+  }
+  return y;
+}
 
 Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
   check(p >= 0.0f && p <= 1.0f, "dropout: probability must be in [0, 1], got " + std::to_string(p));

@@ -5,6 +5,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "tfm/models/bench.h"
 #include "tfm/models/forward.h"
 
 namespace tfm {
@@ -110,6 +111,66 @@ TEST(ModuleConfig, AttentionVariantKeys) {
             "config: 'qkv_bias' must be a boolean, got 1");
   EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 6, "num_heads": 4})"),
             "config: embed_dim 6 is not divisible by num_heads 4");
+}
+
+// The layer variant keys: defaults leave the option structs' values; set, they reach every layer (and
+// the stacks' share_layers); bad values and combinations name the key.
+TEST(ModuleConfig, LayerVariantKeys) {
+  const ModuleConfig d = parse_module_config(R"({"module": "TransformerEncoder", "d_model": 8, "nhead": 2,
+                                                 "num_layers": 2})");
+  const TransformerLayerOptions o;
+  EXPECT_FALSE(d.layer.ffn_bias || d.layer.norm_bias);
+  EXPECT_EQ(d.layer.norm_type, NormType::LAYER_NORM);
+  EXPECT_FALSE(d.layer.share_layers);
+  EXPECT_EQ(d.layer.drop_path, o.drop_path);
+
+  const ModuleConfig t = parse_module_config(
+      R"({"module": "Transformer", "d_model": 8, "nhead": 2, "num_encoder_layers": 3, "num_decoder_layers": 2,
+          "norm_type": "rms_norm", "ffn_bias": false, "norm_bias": false, "share_layers": true, "drop_path": 0.1,
+          "qkv_bias": false})");
+  EXPECT_EQ(t.layer.norm_type, NormType::RMS_NORM);
+  EXPECT_EQ(t.layer.ffn_bias, false);
+  EXPECT_EQ(t.layer.norm_bias, false);
+  EXPECT_TRUE(t.layer.share_layers);
+  EXPECT_EQ(t.layer.drop_path, 0.1f);
+  LoadedModule m(t);
+  NamedTensors sd = m.module().state_dict();
+  EXPECT_TRUE(sd.contains("encoder.layers.0.norm1.weight"));
+  EXPECT_FALSE(sd.contains("encoder.layers.0.norm1.bias"));
+  EXPECT_FALSE(sd.contains("encoder.layers.1.norm1.weight"));
+  EXPECT_FALSE(sd.contains("decoder.layers.0.linear1.bias"));
+  EXPECT_TRUE(sd.contains("decoder.layers.0.self_attn.out_proj.bias"));
+  EXPECT_FALSE(sd.contains("decoder.layers.0.self_attn.in_proj_bias"));
+  EXPECT_TRUE(sd.contains("decoder.norm.weight"));
+  EXPECT_FALSE(sd.contains("decoder.norm.bias"));
+  const ModuleConfig l = parse_module_config(
+      R"({"module": "TransformerDecoderLayer", "d_model": 8, "nhead": 2, "bias": false, "norm_bias": true})");
+  EXPECT_TRUE(LoadedModule(l).module().state_dict().contains("norm3.bias"));
+  EXPECT_FALSE(LoadedModule(l).module().state_dict().contains("linear1.bias"));
+
+  // A shared stack runs the same matmuls as distinct layers: the same FLOP count.
+  ModuleConfig distinct = t;
+  distinct.layer.share_layers = false;
+  for (BenchMode mode : {BenchMode::INFER, BenchMode::TRAIN})
+    EXPECT_EQ(bench_flop_count(t, 2, 5, 7, mode), bench_flop_count(distinct, 2, 5, 7, mode));
+
+  const std::string layer = R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, )";
+  EXPECT_EQ(error_of(layer + R"("norm_type": "batch_norm"})"),
+            "config: 'norm_type': unknown norm type 'batch_norm' (expected layer_norm or rms_norm)");
+  EXPECT_EQ(error_of(layer + R"("norm_type": "rms_norm", "norm_bias": true})"),
+            "config: 'norm_bias' true with norm_type 'rms_norm' (an RMSNorm has no bias)");
+  EXPECT_EQ(error_of(layer + R"("share_layers": true})"),
+            "config: 'share_layers' applies to TransformerEncoder, TransformerDecoder and Transformer, not to a "
+            "single layer");
+  EXPECT_EQ(error_of(layer + R"("drop_path": 1})"), "config: 'drop_path' must be in [0, 1), got 1.000000");
+  EXPECT_EQ(error_of(layer + R"("drop_path": -0.5})"), "config: 'drop_path' must be in [0, 1), got -0.500000");
+  EXPECT_EQ(error_of(layer + R"("ffn_bias": "no"})"), "config: 'ffn_bias' must be a boolean, got \"no\"");
+  EXPECT_EQ(error_of(layer + R"("norm_bias": 0})"), "config: 'norm_bias' must be a boolean, got 0");
+  EXPECT_EQ(error_of(R"({"module": "TransformerDecoder", "d_model": 8, "nhead": 2, "num_layers": 1,
+                        "share_layers": 1})"),
+            "config: 'share_layers' must be a boolean, got 1");
+  EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2, "norm_type": "rms_norm"})"),
+            "config: unknown key 'norm_type'");
 }
 
 }  // namespace

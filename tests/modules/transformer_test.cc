@@ -23,6 +23,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 
 #include "test_util.h"
@@ -280,6 +281,62 @@ TEST(TransformerCache, AttentionVariantsSteppedInInferenceMode) {
     EXPECT_GT(InferenceMode::cached_weights(), 0u);
     std::cout << "[ cache ] attention variants in InferenceMode " << enum_name(precision) << ": max rel error "
               << worst << "\n";
+  }
+}
+
+// The layer variants through the cache: RMSNorm everywhere (final norms too), one shared layer per
+// stack (a cache entry per application: num_layers(), not layers.size()), no bias in the attention
+// projections or norms, a bias-free or biased FFN, drop_path set (an identity in eval). Decoder and
+// encoder stacks, outside and inside InferenceMode in both precisions, with a beam-style reorder.
+TEST(TransformerCache, LayerVariantsSteppedEqualsCausalForward) {
+  const int64_t S = 5;
+  const std::vector<int64_t> len = {S, 2};
+  for (bool norm_first : {false, true}) {
+    TransformerLayerOptions o = options(norm_first, true, norm_first ? "gelu" : "relu");
+    o.norm_type = NormType::RMS_NORM;
+    o.share_layers = true;
+    o.bias = false;
+    o.ffn_bias = norm_first;
+    o.drop_path = 0.2f;
+    Generator g{static_cast<uint64_t>(70 + norm_first), 0};
+    TransformerDecoder dec(o, 3, /*final_norm=*/true, g);
+    TransformerEncoder enc(o, 2, /*final_norm=*/true, g);
+    dec.eval();
+    enc.eval();
+    ASSERT_EQ(dec.layers.size(), 1u);
+    ASSERT_EQ(dec.num_layers(), 3);
+    EXPECT_EQ(dec.layers[0]->linear1.bias.defined(), norm_first);
+    const Tensor memory = random_tensor({2, S, D}, 1200);
+    Tensor kpm = Tensor::empty({2, S}, DType::BOOL);
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t j = 0; j < S; ++j) kpm.data_bool()[b * S + j] = j >= len[static_cast<size_t>(b)];
+    for (int precision = -1; precision < 2; ++precision) {  // -1: outside InferenceMode
+      std::unique_ptr<InferenceMode> scope;
+      if (precision >= 0) scope = std::make_unique<InferenceMode>(static_cast<Precision>(precision));
+      NoGradGuard ng;
+      std::vector<int64_t> row_source = {0, 1, 1};
+      TransformerDecoderCache cache(static_cast<size_t>(dec.num_layers()), 2, row_source, len);
+      const double worst = compare_steps(
+          3, true, 6, 1300, [&](const Tensor& x) { return dec.forward(x, memory, {}, {}, {}, {}, true, false, &cache); },
+          [&](const Tensor& x, int64_t) {
+            return dec.forward(x, gather(memory, row_source), {}, {}, {}, gather(kpm, row_source), true, false);
+          },
+          [&](const std::vector<int64_t>& rows) {
+            cache.select_rows(rows);
+            std::vector<int64_t> src;
+            for (int64_t r : rows) src.push_back(row_source[static_cast<size_t>(r)]);
+            row_source = src;
+          },
+          2, {2, 2, 0});
+      EXPECT_EQ(cache.length(), 6);
+      TransformerEncoderCache enc_cache(static_cast<size_t>(enc.num_layers()), 1);
+      const double worst_enc = compare_steps(
+          2, true, 5, 1400, [&](const Tensor& x) { return enc.forward(x, {}, {}, true, &enc_cache); },
+          [&](const Tensor& x, int64_t) { return enc.forward(x, {}, {}, true); });
+      std::cout << "[ cache ] layer variants norm_first=" << norm_first << " precision "
+                << (precision < 0 ? "none" : enum_name(static_cast<Precision>(precision)))
+                << ": decoder stack max rel error " << worst << ", encoder stack " << worst_enc << "\n";
+    }
   }
 }
 

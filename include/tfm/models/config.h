@@ -23,6 +23,7 @@
 
 #include "tfm/data/batching.h"
 #include "tfm/enum_names.h"
+#include "tfm/modules/basic.h"  // NormType
 #include "tfm/ops/activation.h"
 
 namespace tfm {
@@ -42,14 +43,6 @@ template <>
 struct EnumNames<Positional> {
   static constexpr const char* noun = "positional encoding";
   static constexpr std::array<std::pair<Positional, std::string_view>, 1> names{{{Positional::SINUSOIDAL, "sinusoidal"}}};
-};
-
-// The normalisation of every layer and stack. LAYER_NORM: nn.LayerNorm (keys weight, bias).
-enum class NormType { LAYER_NORM };
-template <>
-struct EnumNames<NormType> {
-  static constexpr const char* noun = "norm type";
-  static constexpr std::array<std::pair<NormType, std::string_view>, 1> names{{{NormType::LAYER_NORM, "layer_norm"}}};
 };
 
 struct ModelConfig {

@@ -1,11 +1,27 @@
-// tfm/modules/basic.h — Linear, LayerNorm, RMSNorm, Dropout, Embedding and the sinusoidal positional
-// encoding, with PyTorch's constructor arguments, defaults, initialisers and state_dict keys.
+// tfm/modules/basic.h — Linear, LayerNorm, RMSNorm, Norm (either, chosen by NormType), Dropout,
+// DropPath, Embedding and the sinusoidal positional encoding, with PyTorch's constructor arguments,
+// defaults, initialisers and state_dict keys.
 #pragma once
 
+#include <array>
+#include <string_view>
+#include <utility>
+
+#include "tfm/enum_names.h"
 #include "tfm/modules/module.h"
 #include "tfm/random.h"
 
 namespace tfm {
+
+// The normalisation of every layer and stack. LAYER_NORM: nn.LayerNorm (keys weight [, bias]);
+// RMS_NORM: RMSNorm (key weight).
+enum class NormType { LAYER_NORM, RMS_NORM };
+template <>
+struct EnumNames<NormType> {
+  static constexpr const char* noun = "norm type";
+  static constexpr std::array<std::pair<NormType, std::string_view>, 2> names{
+      {{NormType::LAYER_NORM, "layer_norm"}, {NormType::RMS_NORM, "rms_norm"}}};
+};
 
 // nn.Linear: weight (out, in), bias (out). Init: U(−1/√in, 1/√in) for both (kaiming_uniform a=√5).
 class Linear : public Module {
@@ -42,6 +58,22 @@ class RMSNorm : public Module {
   float eps;
 };
 
+// The norm of a Transformer layer or stack: LayerNorm or RMSNorm over the last dim (D), with
+// LayerNorm's or RMSNorm's keys and numbers (the same ops). weight (D) ones; bias (D) zeros, present
+// only for LAYER_NORM with `bias` (RMS_NORM with `bias` throws std::invalid_argument).
+class Norm : public Module {
+ public:
+  Norm(NormType type, int64_t d, float eps = 1e-5f, bool bias = true);
+  Tensor forward(const Tensor& x) const;                       // (..., D) → (..., D)
+  Tensor forward_add(const Tensor& x, const Tensor& r) const;  // norm(x + r); LayerNorm's fused op
+  // norm(x + r_dropout(r)): for LAYER_NORM the dropout fused into LayerNorm's pass, for RMS_NORM
+  // rms_norm(r_dropout.forward_add(x, r)) (the same numbers and draw as the composition either way).
+  Tensor forward_add(const Tensor& x, const Tensor& r, const Dropout& r_dropout) const;
+  NormType type;
+  Tensor weight, bias;  // (D); bias undefined without one
+  float eps;
+};
+
 // nn.Dropout(p): active only in training mode.
 class Dropout : public Module {
  public:
@@ -51,6 +83,22 @@ class Dropout : public Module {
   Tensor forward_add(const Tensor& x, const Tensor& r) const;
   Generator& generator() const { return *gen_; }
   float p;
+
+ private:
+  Generator* gen_;
+};
+
+// Stochastic depth (timm's DropPath, "Deep Networks with Stochastic Depth"): in training each sample
+// of x, indexed along sample_dim, is multiplied by 0 with probability p and by 1/(1−p) otherwise
+// (ops::drop_path); an identity with no generator draw in eval mode or with p = 0.
+class DropPath : public Module {
+ public:
+  explicit DropPath(float p = 0.0f, int64_t sample_dim = 0, Generator& gen = default_generator())
+      : p(p), sample_dim(sample_dim), gen_(&gen) {}
+  Tensor forward(const Tensor& x) const;
+  bool active() const { return is_training() && p > 0.0f; }  // false: forward returns x itself
+  float p;
+  int64_t sample_dim;
 
  private:
   Generator* gen_;

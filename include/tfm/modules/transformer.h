@@ -5,6 +5,10 @@
 // Pre-norm  (norm_first=true):   x = x + sa(norm1(x));  x = x + ff(norm2(x))
 // sa(x) = dropout1(self_attn(x, x, x)),  ff(x) = dropout2(linear2(dropout(act(linear1(x)))))
 // Decoder adds mha(x, mem) = dropout2(multihead_attn(x, mem, mem)) between them, and norm3/dropout3.
+// With drop_path p > 0 each residual branch is also dropped per sample in training (stochastic
+// depth): x + drop_path(sa(...)), norm1(x + drop_path(sa(x))), and likewise for ff and mha.
+// Norms are LayerNorm or RMSNorm (options.norm_type); a stack with share_layers applies one layer,
+// registered as layers.0, num_layers times.
 //
 // Incremental decoding runs the same forward with a cache (AttentionCache per attention module,
 // tfm/modules/attention.h): each call feeds one new position per row, in eval mode, and returns
@@ -15,6 +19,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,7 +40,21 @@ struct TransformerLayerOptions {
   bool norm_first = false;
   bool bias = true;  // false: no bias in any Linear, attention projection or LayerNorm
   AttentionVariant attention;  // head widths, projection biases and scale of every attention of the layer
-  void validate() const;  // throws on d_model % nhead != 0 (head_dim unset), bad sizes or attention variant
+  std::optional<bool> ffn_bias;   // linear1.bias, linear2.bias present; unset: `bias`
+  std::optional<bool> norm_bias;  // every LayerNorm's bias present; unset: `bias` (false for RMS_NORM,
+                                  // with which true is an error)
+  NormType norm_type = NormType::LAYER_NORM;  // every norm of the layer and of the stacks' final norm
+  bool share_layers = false;  // read by the stacks: one layer's weights used num_layers times (keys
+                              // once, under layers.0.; the gradients of all uses add up)
+  float drop_path = 0.0f;     // stochastic depth on every residual branch, per sample, training only
+
+  bool has_ffn_bias() const { return ffn_bias.value_or(bias); }
+  bool has_norm_bias() const { return norm_bias.value_or(bias && norm_type == NormType::LAYER_NORM); }
+  int64_t sample_dim() const { return batch_first ? 0 : 1; }  // the batch dim of (B, T, D) / (T, B, D)
+  // Throws std::invalid_argument naming the option: sizes not positive, d_model % nhead != 0 (head_dim
+  // unset), a bad attention variant, dropout outside [0, 1], layer_norm_eps not positive, norm_bias
+  // true with rms_norm, drop_path outside [0, 1).
+  void validate() const;
 };
 
 // Gated activations double linear1's outputs: (2·dim_feedforward, d_model).
@@ -52,8 +71,9 @@ class TransformerEncoderLayer : public Module {
   Linear linear1;
   Dropout dropout;
   Linear linear2;
-  LayerNorm norm1, norm2;
+  Norm norm1, norm2;
   Dropout dropout1, dropout2;
+  DropPath drop_path;  // of every residual branch; no parameters
 
  private:
   Tensor feed_forward(const Tensor& x) const;
@@ -63,6 +83,7 @@ class TransformerEncoderLayer : public Module {
 struct TransformerEncoderCache {
   TransformerEncoderCache() = default;
   // capacity: positions each layer's buffers hold before they grow (AttentionCache::capacity).
+  // num_layers: the stack's num_layers() (one cache per application of a shared layer).
   TransformerEncoderCache(size_t num_layers, int64_t capacity);
   std::vector<AttentionCache> layers;  // (L)
 
@@ -70,16 +91,24 @@ struct TransformerEncoderCache {
   void select_rows(const std::vector<int64_t>& rows);                         // every layer's rows
 };
 
+// num_layers layers, each its own weights (layers.0 … layers.L−1) or, with o.share_layers, one layer
+// (layers.0) applied num_layers times.
 class TransformerEncoder : public Module {
  public:
   TransformerEncoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
                      Generator& gen = default_generator());
-  // With a cache: every layer steps with its own cache (TransformerEncoderLayer::forward's rules);
-  // the cache must have one entry per layer.
+  // With a cache: every application of a layer steps with its own cache
+  // (TransformerEncoderLayer::forward's rules); the cache must have num_layers() entries.
   Tensor forward(const Tensor& src, const Tensor& mask = {}, const Tensor& src_key_padding_mask = {},
                  bool is_causal = false, TransformerEncoderCache* cache = nullptr) const;
-  std::vector<std::unique_ptr<TransformerEncoderLayer>> layers;
-  std::unique_ptr<LayerNorm> norm;  // null when final_norm is false
+  int64_t num_layers() const { return num_layers_; }  // L, the layers applied (layers.size() is 1 when shared)
+  const TransformerEncoderLayer& layer(int64_t l) const { return *layers[shared_ ? 0 : l]; }  // the l-th applied
+  std::vector<std::unique_ptr<TransformerEncoderLayer>> layers;  // (L), or (1) when shared
+  std::unique_ptr<Norm> norm;  // null when final_norm is false
+
+ private:
+  int64_t num_layers_ = 0;
+  bool shared_ = false;
 };
 
 // What a TransformerDecoderLayer keeps between decoding steps, named after its attention modules.
@@ -105,8 +134,9 @@ class TransformerDecoderLayer : public Module {
   Linear linear1;
   Dropout dropout;
   Linear linear2;
-  LayerNorm norm1, norm2, norm3;
+  Norm norm1, norm2, norm3;
   Dropout dropout1, dropout2, dropout3;
+  DropPath drop_path;  // of every residual branch; no parameters
 
  private:
   Tensor feed_forward(const Tensor& x) const;
@@ -126,22 +156,29 @@ struct TransformerDecoderCache {
   void select_rows(const std::vector<int64_t>& rows);  // every layer's rows and row_source
 };
 
+// As TransformerEncoder: num_layers layers, or one shared layer applied num_layers times.
 class TransformerDecoder : public Module {
  public:
   TransformerDecoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
                      Generator& gen = default_generator());
-  // With a cache: every layer steps with its own cache (TransformerDecoderLayer::forward's rules);
-  // the cache must have one entry per layer.
+  // With a cache: every application of a layer steps with its own cache
+  // (TransformerDecoderLayer::forward's rules); the cache must have num_layers() entries.
   Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = {},
                  const Tensor& memory_mask = {}, const Tensor& tgt_key_padding_mask = {},
                  const Tensor& memory_key_padding_mask = {}, bool tgt_is_causal = false,
                  bool memory_is_causal = false, TransformerDecoderCache* cache = nullptr) const;
-  std::vector<std::unique_ptr<TransformerDecoderLayer>> layers;
-  std::unique_ptr<LayerNorm> norm;
+  int64_t num_layers() const { return num_layers_; }  // L, the layers applied (layers.size() is 1 when shared)
+  const TransformerDecoderLayer& layer(int64_t l) const { return *layers[shared_ ? 0 : l]; }  // the l-th applied
+  std::vector<std::unique_ptr<TransformerDecoderLayer>> layers;  // (L), or (1) when shared
+  std::unique_ptr<Norm> norm;  // null when final_norm is false
+
+ private:
+  int64_t num_layers_ = 0;
+  bool shared_ = false;
 };
 
-// nn.Transformer: encoder.* and decoder.*, both with their final norms. Init: xavier_uniform on every
-// matrix (as Transformer._reset_parameters).
+// nn.Transformer: encoder.* and decoder.*, both with their final norms; the options (share_layers
+// included) apply to both stacks. Init: xavier_uniform on every matrix (as Transformer._reset_parameters).
 class Transformer : public Module {
  public:
   Transformer(const TransformerLayerOptions& o, int64_t num_encoder_layers = 6, int64_t num_decoder_layers = 6,
