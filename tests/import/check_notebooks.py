@@ -192,7 +192,7 @@ def nb3_cases():
         block = nb.NB3Block(32, 8, qkv_bias=qkv_bias, qk_scale=qk_scale, drop=0.1, attn_drop=0.1, drop_path=0.1)
         randomize(block, 31 + qkv_bias)
         x = {"src": _seq(rng, 2, 6, 32)}
-        over = {"nhead": 8}
+        over = {"nhead": 8, "drop_path": 0.1}  # stochastic depth: training only, so the eval output ignores it
         if qk_scale is not None:
             over["attn_scale"] = qk_scale
         twin = None if qkv_bias else nb3_twin()
