@@ -14,7 +14,8 @@ generator computes (the log-softmax only subtracts a per-row constant).
 
 DIR/nb4_train (the first 50 training steps, see train_nb4): notebook 4's model with dropout 0 imported, the batches,
 and the module's own loss curve under Adam(lr 5e-4) in float32 and float64 from the same initial weights, for the
-training-curve check.
+training-curve check. With --check-trained, instead: DIR/trained (that model after training in tfm, written by the
+test) reversed into the module, whose logits must match DIR/trained.logits.safetensors (tfm's).
 
 It also checks, and exits 1 on failure: the reverse direction (import_torch.py reverse --model-dir) gives back the
 module's state_dict bit for bit (nb5's sinusoidal buffers recomputed), and refuses a per-feature norm gain in nb5,
@@ -178,11 +179,37 @@ def train_nb4(out, rng, failures, steps=50, batch=32, lr=5e-4):
         json.dump(curves, f)
 
 
+def check_trained(out):
+    """OUT/trained (notebook 4's model after training in tfm) reversed into the module's state_dict and loaded
+    strictly into NB4Model: its logits on OUT/trained.logits.safetensors's src, in float64, against tfm's, with the
+    parity bound max(2e-5, 20·f32_err)."""
+    back = os.path.join(out, "trained.back.pt")
+    rc, err = cn.cli(["reverse", "--map", "nb4_reverse", "--target", "model", "--model-dir",
+                      os.path.join(out, "trained"), "--out", back])
+    if rc:
+        print(f"FAIL reverse: {err}", file=sys.stderr)
+        return 1
+    m = nb.NB4Model(vocab_size=20, d_model=16, num_heads=4, d_k=16, d_v=16, d_ff=512, num_layers=4, dropout=0.0,
+                    max_len=64)
+    m.load_state_dict(torch.load(back), strict=True)
+    t, _ = st.load(os.path.join(out, "trained.logits.safetensors"))
+    src = t["src"].astype(np.int32)
+    ref, e32 = module_logits(m, logits_nb4, [src])
+    e, bound = cn.rel_err(t["logits"].astype(np.float64), ref), max(2e-5, 20 * e32)
+    print(f"trained nb4 reversed into its module: logits rel {e:.3g}, bound {bound:.3g}", file=sys.stderr)
+    return 0 if e <= bound else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", choices=["nb4", "nb5", "nb4_train"], help="one part (default: all)")
+    ap.add_argument("--check-trained", action="store_true",
+                    help="instead: reverse OUT/trained into notebook 4's module and compare its logits with "
+                         "OUT/trained.logits.safetensors (what tfm computed)")
     a = ap.parse_args()
+    if a.check_trained:
+        return check_trained(a.out)
     torch.set_num_threads(1)
     os.makedirs(a.out, exist_ok=True)
     failures = []

@@ -5,7 +5,8 @@
 // The first 50 steps of training notebook 4's imported model (dropout 0) with Adam(5e-4) on the
 // reverse task must follow the module's own curve from the same weights and batches, with the rule
 // of tests/models/model_test.cc (expect_training_like_torch): within 20× PyTorch float32's drift
-// from its float64 curve at every step, floored at 2e-5 relative to the loss.
+// from its float64 curve at every step, floored at 2e-5 relative to the loss. The trained weights
+// then go back into the module (import_torch.py reverse), whose logits must match tfm's (same bound).
 //
 // Bound: the parity suite's. rel = max|tfm − ref| / max|ref| must be <= max(2e-5, 20·f32_err), the
 // reference being the module in float64 on the same float32 weights and f32_err the module's own
@@ -145,7 +146,31 @@ TEST(ImportModelDir, Notebook4TrainsLikeItsModule) {
   for (size_t i = 0; i < ours.size(); ++i)
     EXPECT_NEAR(ours[i], t64[i], bound) << "step " << i + 1 << ": tfm " << ours[i] << ", module float32 " << t32[i];
   EXPECT_LT(ours.back(), ours.front());  // and it learns
-  std::filesystem::remove_all(root);
+
+  // The trained model back into the module (import_torch.py reverse): same logits. The last batch's
+  // logits in eval mode go to the checker with a copy of the directory holding the trained weights.
+  namespace fs = std::filesystem;
+  const std::string trained = root + "/trained";
+  fs::create_directories(trained);
+  for (const char* f : {"config.json", "src_vocab.txt", "tgt_vocab.txt"})
+    fs::copy_file(root + "/nb4_train/" + f, trained + "/" + f);
+  io::save_safetensors(trained + "/model.safetensors", model.named_parameters());
+  model.eval();
+  data::TokenBatch last;
+  last.B = B;
+  last.S = S;
+  for (int64_t i = 0; i < B * S; ++i) last.src.push_back(static_cast<int32_t>(src.data()[(steps - 1) * B * S + i]));
+  const Tensor logits = model.forward(last);  // (B, S, V)
+  std::vector<float> src_ids(last.src.begin(), last.src.end());
+  io::save_safetensors(root + "/trained.logits.safetensors",
+                       {{"src", Tensor::from_vector({B, S}, src_ids)}, {"logits", logits}});
+  std::string out;
+  const int rc = tfm::testing::run_command(kPython + " '" + TFM_SOURCE_DIR + "/tests/import/gen_model_dirs.py' --out '" +
+                                               root + "' --check-trained 2>&1",
+                                           &out);
+  EXPECT_EQ(rc, 0) << "the trained model reversed into the module gives other logits:\n" << out;
+  std::printf("%s", out.c_str());
+  fs::remove_all(root);
 }
 
 TEST(ImportModelDir, Notebook5BuildTransformerLogitsMatchModule) {
