@@ -48,8 +48,9 @@ The mapping file:
     {"to": T, "heads": [Wq, Wk, Wv]}            per-head (H, D, Dh) tensors used as einsum("btd,hdk->bhtk", x, W):
                                                   in_proj rows of head h = W[h]ᵀ, q then k then v
     {"to": T, "from": S, "broadcast": true}     a (1,) gain or shift, broadcast to (d_model,)
-    {"from": S, "sinusoidal": "CONFIG_KEY"}     a stored sinusoidal table (1, L, D) or (L, D): checked against tfm's
-                                                  own table (not a tfm tensor); L is the config's CONFIG_KEY
+    {"from": S, "sinusoidal": "CONFIG_KEY"}     a stored sinusoidal table (1, L, D) (with "no_batch_dim": true,
+                                                  (L, D)): checked against tfm's own table on import (it is not a
+                                                  tfm tensor) and recomputed by reverse; L is the config's CONFIG_KEY
     {"group": NAME, "from_prefix": P, "to_prefix": Q [, "shared": CONFIG_KEY]}
                                                 the group's rules under those prefixes; "{i}" in P and Q is a layer
                                                 index. With "shared", the module repeats one layer instance
@@ -235,9 +236,10 @@ def _forward_rule(r, src, config, fkey, tkey):
         length = config.get(r["sinusoidal"])
         d = _width(config)
         want = sinusoidal_table(length, d)
-        if a.reshape(-1, a.shape[-1]).shape != want.shape:
-            fail(f"source '{names[0]}': shape {_shape(a)}, expected (1, {length}, {d}) or ({length}, {d}) "
-                 f"({r['sinusoidal']} {length}, d_model {d})")
+        shape = want.shape if r.get("no_batch_dim") else (1,) + want.shape
+        if a.shape != shape:
+            fail(f"source '{names[0]}': shape {_shape(a)}, expected {shape} ({r['sinusoidal']} {length}, "
+                 f"d_model {d})")
         err = float(np.max(np.abs(a.reshape(want.shape) - want)))
         if err > 1e-5:
             fail(f"source '{names[0]}' is not the sinusoidal table tfm computes (max difference {err:.3g})")
@@ -269,7 +271,7 @@ def _forward_rule(r, src, config, fkey, tkey):
     return to, a
 
 
-def _reverse_rule(r, tfm, config, fkey, tkey, grad, module_len):
+def _reverse_rule(r, tfm, config, fkey, tkey, grad):
     """tfm tensor → [(module key, tensor)]."""
     to = tkey(r["to"]) if "to" in r else None
     names = [fkey(s) for s in _sources(r)]
@@ -278,7 +280,7 @@ def _reverse_rule(r, tfm, config, fkey, tkey, grad, module_len):
             return []
         length = config.get(r["sinusoidal"])
         table = sinusoidal_table(length, _width(config))
-        return [(names[0], table[None] if module_len.get(names[0], 3) == 3 else table)]
+        return [(names[0], table if r.get("no_batch_dim") else table[None])]
     if to not in tfm:
         fail(f"tfm weights have no tensor '{to}' (needed for '{names[0]}')")
     a = np.asarray(tfm[to], dtype=np.float32 if not grad else tfm[to].dtype)
@@ -409,9 +411,8 @@ def import_state(mapping, target, src, overrides=None):
     return config, out
 
 
-def reverse_state(mapping, target, config, tfm, grad=False, module_len=None):
-    """tfm tensors {key: array} (or gradients with grad=True) → the module's state_dict {key: array}.
-    module_len: optional {module key: ndim} for tables stored without a leading 1."""
+def reverse_state(mapping, target, config, tfm, grad=False):
+    """tfm tensors {key: array} (or gradients with grad=True) → the module's state_dict {key: array}."""
     name, t = _target(mapping, target)
     rules = _expand(t["rules"], mapping["groups"], where=f"target '{name}'")
     out, used = {}, set()
@@ -430,7 +431,7 @@ def reverse_state(mapping, target, config, tfm, grad=False, module_len=None):
             tkey = (lambda s, ti=ti: (r["_tp"] if ti is None else r["_tp"].replace("{i}", str(ti))) + s)
             if "to" in r and tkey(r["to"]) not in tfm and r.get("optional"):
                 continue
-            for k, v in _reverse_rule(r, tfm, config, fkey, tkey, grad, module_len or {}):
+            for k, v in _reverse_rule(r, tfm, config, fkey, tkey, grad):
                 out[k] = v
             if "to" in r:
                 used.add(tkey(r["to"]))
