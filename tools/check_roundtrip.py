@@ -4,9 +4,14 @@
     check_roundtrip.py MODEL_DIR INPUTS.safetensors [MODEL_DIR INPUTS.safetensors ...] [--tol 2e-5]
 
 MODEL_DIR holds config.json (a ModelConfig object, or tfm train's {"model": {...}, ...}) and model.safetensors.
+Every ModelConfig option is understood: with the layer variants (head_dim, v_head_dim, bias, qkv_bias, out_bias,
+ffn_bias, norm_bias, attn_scale, norm_type rms_norm, share_layers, drop_path) the twin is torch_models.py's functional
+re-statement of the layers, otherwise torch.nn's own classes; positional sinusoidal, learned or none and
+scale_embeddings either way.
 INPUTS holds "src" (B, S) ids, "tgt_in" (B, T) ids for arch seq2seq, and "logits" — what tfm computed for them.
 The reference is the twin in float64 on the same (float32) weights. Prints, per pair, one JSON line
-    {"max_rel_err": tfm vs reference, "torch_f32_rel_err": PyTorch float32 vs reference, "bound": ..., "ok": ...}
+    {"model": ..., "twin": "torch.nn" | "functional", "max_rel_err": tfm vs reference,
+     "torch_f32_rel_err": PyTorch float32 vs reference, "bound": ..., "ok": ...}
 with rel err = max|a − ref| / max|ref|, and exits 1 when max_rel_err > max(tol, 20 × torch_f32_rel_err) — the
 parity suite's rule: tfm may be as far from the exact result as PyTorch's own float32 is, with a margin.
 Several pairs may be given, to pay for one torch start-up only.
@@ -31,20 +36,23 @@ def check(model_dir, inputs, tol):
     tfm_logits = np.asarray(tensors["logits"], dtype=np.float64)
 
     outs = {}
+    twin = None
     for name, dtype in (("f64", torch.float64), ("f32", torch.float32)):
         model, cfg = torch_models.load_tfm_model(model_dir, dtype)
         # Gradient mode stays on: torch 1.13's encoder "fast path" (nested tensors, zeros at padded positions) only
         # runs without autograd, and the twin must compute every position like tfm does.
         out = model(src) if cfg["arch"] == "encoder" else model(src, tgt)
         outs[name] = out.detach().double().numpy()
+        twin = "functional" if torch_models.uses_variants(cfg) else "torch.nn"
     ref = outs["f64"]
     if ref.shape != tfm_logits.shape:
-        return {"model": model_dir, "ok": False, "error": f"shape {list(tfm_logits.shape)} vs torch {list(ref.shape)}"}
+        return {"model": model_dir, "twin": twin, "ok": False,
+                "error": f"shape {list(tfm_logits.shape)} vs torch {list(ref.shape)}"}
     mag = max(np.abs(ref).max(), 1e-30)
     err = float(np.abs(tfm_logits - ref).max() / mag)
     err32 = float(np.abs(outs["f32"] - ref).max() / mag)
     bound = max(tol, 20 * err32)
-    return {"model": model_dir, "max_rel_err": err, "torch_f32_rel_err": err32, "bound": bound, "ok": bool(err <= bound)}
+    return {"model": model_dir, "twin": twin, "max_rel_err": err, "torch_f32_rel_err": err32, "bound": bound, "ok": bool(err <= bound)}
 
 
 def main():

@@ -8,12 +8,19 @@ attribute names and therefore the same state_dict keys, plus helpers to load a t
     logits = model(src_ids)                              # arch "encoder": (B, S, V)
     logits = model(src_ids, tgt_in_ids)                  # arch "seq2seq": (B, T, V)
 
-Architectures (tfm's src/models/seq2seq.cc explains the choices):
-  encoder  — embedding → + sinusoidal table → dropout → nn.TransformerEncoder (final norm only with norm_first)
-             → generator Linear. No √D scaling.
-  seq2seq  — src/tgt embeddings · √D → + table → dropout → nn.Transformer (both final norms; causal target mask;
+Architectures (tfm's src/models/model.cc explains the choices):
+  encoder  — embedding → + positions → dropout → nn.TransformerEncoder (final norm only with norm_first)
+             → generator Linear. No √D scaling unless scale_embeddings.
+  seq2seq  — src/tgt embeddings · √D → + positions → dropout → nn.Transformer (both final norms; causal target mask;
              padding masks) → generator Linear (optionally tied to tgt_embedding.weight); xavier_uniform_ on every
              parameter with more than one dimension.
+Positions: positional "sinusoidal" (a buffer), "learned" (nn.Embedding(max_len, D) tables pos_embedding, or
+src_pos_embedding and tgt_pos_embedding, created after the xavier loop and initialised N(0, 0.02) as in tfm), "none".
+Layer variants (head_dim, v_head_dim, bias, qkv_bias, out_bias, ffn_bias, norm_bias, attn_scale, norm_type rms_norm,
+share_layers, drop_path): torch 1.13's nn.Transformer* classes have none of them, so a config that sets any runs
+functional re-statements of the same layers (Attention, Norm, EncoderLayer, DecoderLayer, Encoder, Decoder,
+Transformer below) with the same attribute names, hence the same state_dict keys; with every variant at its default
+the torch.nn classes themselves run.
 Activations: relu, gelu, gelu_tanh (tfm's gated ones have no torch.nn 1.13 counterpart and are refused here).
 
 Run as a script, `torch_models.py train DIR` is PyTorch's side of the training-curve checks
@@ -43,7 +50,14 @@ DEFAULTS = {
     "activation": "relu", "norm_first": False, "norm_type": "layer_norm", "layer_norm_eps": 1e-5,
     "positional": "sinusoidal", "scale_embeddings": None, "tie_embeddings": False,
     "max_len": 512, "pad_id": 0, "bos_id": 1, "eos_id": 2,
+    "head_dim": None, "v_head_dim": None, "bias": True, "qkv_bias": None, "out_bias": None, "ffn_bias": None,
+    "norm_bias": None, "attn_scale": None, "share_layers": False, "drop_path": 0.0,
 }
+
+# The layer variants and the value of each that is torch.nn's layer (None: derived from the others).
+VARIANTS = {"head_dim": None, "v_head_dim": None, "bias": True, "qkv_bias": None, "out_bias": None,
+            "ffn_bias": None, "norm_bias": None, "attn_scale": None, "norm_type": "layer_norm",
+            "share_layers": False, "drop_path": 0.0}
 
 
 def _activation(name):
@@ -52,6 +66,186 @@ def _activation(name):
     if name == "gelu_tanh":
         return lambda x: F.gelu(x, approximate="tanh")
     raise ValueError(f"activation '{name}' has no torch.nn 1.13 equivalent here")
+
+
+# ---- functional re-statements of the layers, for the variants torch.nn 1.13 lacks ------------------------------------
+# Shapes: B batch, T query length, S key length, D width, H heads, Dh query/key head width, Dv value head width,
+# A = H·Dh, Av = H·Dv. batch_first throughout (the models' layout).
+
+def layer_variant(c):
+    """The resolved layer options of a model config: every variant with its default filled in."""
+    v = {k: c[k] for k in VARIANTS}
+    h = c["nhead"]
+    if v["head_dim"] is None:
+        if c["d_model"] % h:
+            raise ValueError(f"d_model {c['d_model']} not divisible by nhead {h} (and no head_dim)")
+        v["head_dim"] = c["d_model"] // h
+    if v["v_head_dim"] is None:
+        v["v_head_dim"] = v["head_dim"]
+    for k in ("qkv_bias", "out_bias", "ffn_bias"):
+        if v[k] is None:
+            v[k] = v["bias"]
+    if v["norm_bias"] is None:
+        v["norm_bias"] = v["bias"] and v["norm_type"] == "layer_norm"
+    if v["norm_type"] == "rms_norm" and v["norm_bias"]:
+        raise ValueError("norm_bias true with norm_type rms_norm")
+    if v["attn_scale"] is None:
+        v["attn_scale"] = 1.0 / math.sqrt(v["head_dim"])
+    return v
+
+
+def uses_variants(c):
+    return any(c[k] != d for k, d in VARIANTS.items())
+
+
+class Attention(nn.Module):
+    """nn.MultiheadAttention's keys and numbers (need_weights=False) with independent head widths, bias switches
+    and scale: in_proj_weight (2A + Av, D) with the q, k, v rows in that order, in_proj_bias, out_proj (D, Av)."""
+
+    def __init__(self, d, h, dh, dv, dropout, qkv_bias, out_bias, scale):
+        super().__init__()
+        self.h, self.dh, self.dv, self.p, self.scale = h, dh, dv, dropout, scale
+        self.in_proj_weight = nn.Parameter(torch.empty(2 * h * dh + h * dv, d))
+        nn.init.xavier_uniform_(self.in_proj_weight)
+        self.in_proj_bias = nn.Parameter(torch.zeros(2 * h * dh + h * dv)) if qkv_bias else None
+        self.out_proj = nn.Linear(h * dv, d, bias=out_bias)
+        if out_bias:
+            nn.init.zeros_(self.out_proj.bias)
+
+    def forward(self, query, key, value, attn_mask=None, key_padding_mask=None):
+        """query (B, T, D), key/value (B, S, D); attn_mask (T, S) additive; key_padding_mask (B, S) bool."""
+        b, t, _ = query.shape
+        s = key.shape[1]
+        a = self.h * self.dh
+        w, bias = self.in_proj_weight, self.in_proj_bias
+        bq, bk, bv = (bias[:a], bias[a:2 * a], bias[2 * a:]) if bias is not None else (None, None, None)
+        q = F.linear(query, w[:a], bq).reshape(b, t, self.h, self.dh).transpose(1, 2)  # (B, H, T, Dh)
+        k = F.linear(key, w[a:2 * a], bk).reshape(b, s, self.h, self.dh).transpose(1, 2)  # (B, H, S, Dh)
+        v = F.linear(value, w[2 * a:], bv).reshape(b, s, self.h, self.dv).transpose(1, 2)  # (B, H, S, Dv)
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # (B, H, T, S)
+        if attn_mask is not None:
+            scores = scores + attn_mask.to(scores.dtype)
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        probs = F.dropout(torch.softmax(scores, dim=-1), self.p, self.training)
+        o = torch.matmul(probs, v).transpose(1, 2).reshape(b, t, self.h * self.dv)  # (B, T, Av)
+        return self.out_proj(o)
+
+
+class Norm(nn.Module):
+    """layer_norm: nn.LayerNorm (weight, optional bias); rms_norm: y = x / sqrt(mean(x²) + eps) · weight."""
+
+    def __init__(self, d, eps, norm_type, bias):
+        super().__init__()
+        self.eps, self.norm_type = eps, norm_type
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d)) if bias else None
+
+    def forward(self, x):
+        if self.norm_type == "layer_norm":
+            return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def drop_path(x, p, training):
+    """Stochastic depth: each sample's branch (B, ...) kept with probability 1 − p and scaled by 1/(1 − p)."""
+    if not training or p == 0:
+        return x
+    keep = (torch.rand((x.shape[0],) + (1,) * (x.dim() - 1), dtype=x.dtype) >= p).to(x.dtype)
+    return x * keep / (1 - p)
+
+
+class _Layer(nn.Module):
+    def _build(self, c, v, attn_names, norms):
+        d, h = c["d_model"], c["nhead"]
+        for name in attn_names:
+            setattr(self, name, Attention(d, h, v["head_dim"], v["v_head_dim"], c["dropout"], v["qkv_bias"],
+                                          v["out_bias"], v["attn_scale"]))
+        self.linear1 = nn.Linear(d, c["dim_feedforward"], bias=v["ffn_bias"])
+        self.dropout = nn.Dropout(c["dropout"])
+        self.linear2 = nn.Linear(c["dim_feedforward"], d, bias=v["ffn_bias"])
+        for i in range(1, norms + 1):
+            setattr(self, f"norm{i}", Norm(d, c["layer_norm_eps"], v["norm_type"], v["norm_bias"]))
+            setattr(self, f"dropout{i}", nn.Dropout(c["dropout"]))
+        self.act = _activation(c["activation"])
+        self.norm_first, self.p_path = c["norm_first"], v["drop_path"]
+
+    def _ff(self, x):
+        act = self.act if callable(self.act) else getattr(F, self.act)
+        return self.linear2(self.dropout(act(self.linear1(x))))
+
+    def _residual(self, x, i, branch):
+        """Post-norm: norm_i(x + path(drop_i(f(x)))); pre-norm: x + path(drop_i(f(norm_i(x))))."""
+        norm, drop = getattr(self, f"norm{i}"), getattr(self, f"dropout{i}")
+        if self.norm_first:
+            return x + drop_path(drop(branch(norm(x))), self.p_path, self.training)
+        return norm(x + drop_path(drop(branch(x)), self.p_path, self.training))
+
+
+class EncoderLayer(_Layer):
+    def __init__(self, c, v):
+        super().__init__()
+        self._build(c, v, ["self_attn"], 2)
+
+    def forward(self, x, mask=None, key_padding_mask=None):
+        x = self._residual(x, 1, lambda y: self.self_attn(y, y, y, mask, key_padding_mask))
+        return self._residual(x, 2, self._ff)
+
+
+class DecoderLayer(_Layer):
+    def __init__(self, c, v):
+        super().__init__()
+        self._build(c, v, ["self_attn", "multihead_attn"], 3)
+
+    def forward(self, x, mem, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
+        x = self._residual(x, 1, lambda y: self.self_attn(y, y, y, tgt_mask, tgt_key_padding_mask))
+        x = self._residual(x, 2, lambda y: self.multihead_attn(y, mem, mem, None, memory_key_padding_mask))
+        return self._residual(x, 3, self._ff)
+
+
+class _Stack(nn.Module):
+    """layers.0 .. layers.L−1, or with share_layers one layer (keys under layers.0.) run L times; optional norm."""
+
+    def __init__(self, layer_cls, c, v, num_layers, final_norm):
+        super().__init__()
+        self.num_layers = num_layers
+        self.layers = nn.ModuleList([layer_cls(c, v) for _ in range(1 if v["share_layers"] else num_layers)])
+        self.norm = Norm(c["d_model"], c["layer_norm_eps"], v["norm_type"], v["norm_bias"]) if final_norm else None
+
+    def _run(self, x, *args):
+        for i in range(self.num_layers):
+            x = self.layers[i % len(self.layers)](x, *args)
+        return self.norm(x) if self.norm is not None else x
+
+
+class Encoder(_Stack):
+    def __init__(self, c, v, num_layers, final_norm):
+        super().__init__(EncoderLayer, c, v, num_layers, final_norm)
+
+    def forward(self, x, mask=None, src_key_padding_mask=None):
+        return self._run(x, mask, src_key_padding_mask)
+
+
+class Decoder(_Stack):
+    def __init__(self, c, v, num_layers, final_norm):
+        super().__init__(DecoderLayer, c, v, num_layers, final_norm)
+
+    def forward(self, x, mem, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
+        return self._run(x, mem, tgt_mask, tgt_key_padding_mask, memory_key_padding_mask)
+
+
+class Transformer(nn.Module):
+    """nn.Transformer's encoder.* and decoder.*, both final norms, batch_first."""
+
+    def __init__(self, c, v):
+        super().__init__()
+        self.encoder = Encoder(c, v, c["num_encoder_layers"], True)
+        self.decoder = Decoder(c, v, c["num_decoder_layers"], True)
+
+    def forward(self, src, tgt, tgt_mask=None, src_key_padding_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None):
+        mem = self.encoder(src, None, src_key_padding_mask)
+        return self.decoder(tgt, mem, tgt_mask, tgt_key_padding_mask, memory_key_padding_mask)
 
 
 class PositionalEncoding(nn.Module):
@@ -76,7 +270,7 @@ class Model(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         c = {**DEFAULTS, **cfg}
-        if c["norm_type"] != "layer_norm" or c["positional"] != "sinusoidal":
+        if c["norm_type"] not in ("layer_norm", "rms_norm") or c["positional"] not in ("sinusoidal", "learned", "none"):
             raise ValueError(f"unsupported norm_type {c['norm_type']!r} or positional {c['positional']!r}")
         if c["scale_embeddings"] is None:
             c["scale_embeddings"] = c["arch"] == "seq2seq"
@@ -85,15 +279,24 @@ class Model(nn.Module):
         common = dict(d_model=D, nhead=c["nhead"], dim_feedforward=c["dim_feedforward"], dropout=c["dropout"],
                       activation=_activation(c["activation"]), layer_norm_eps=c["layer_norm_eps"], batch_first=True,
                       norm_first=c["norm_first"])
+        functional = uses_variants(c)
+        v = layer_variant(c)
         if c["arch"] == "encoder":
             self.embedding = nn.Embedding(c["src_vocab_size"], D)
-            layer = nn.TransformerEncoderLayer(**common)
-            norm = nn.LayerNorm(D, eps=c["layer_norm_eps"]) if c["norm_first"] else None
-            self.encoder = nn.TransformerEncoder(layer, c["num_encoder_layers"], norm=norm, enable_nested_tensor=False)
+            if functional:
+                self.encoder = Encoder(c, v, c["num_encoder_layers"], c["norm_first"])
+            else:
+                layer = nn.TransformerEncoderLayer(**common)
+                norm = nn.LayerNorm(D, eps=c["layer_norm_eps"]) if c["norm_first"] else None
+                self.encoder = nn.TransformerEncoder(layer, c["num_encoder_layers"], norm=norm,
+                                                     enable_nested_tensor=False)
             self.generator = nn.Linear(D, c["tgt_vocab_size"])
         elif c["arch"] == "seq2seq":
-            self.transformer = nn.Transformer(num_encoder_layers=c["num_encoder_layers"],
-                                              num_decoder_layers=c["num_decoder_layers"], **common)
+            if functional:
+                self.transformer = Transformer(c, v)
+            else:
+                self.transformer = nn.Transformer(num_encoder_layers=c["num_encoder_layers"],
+                                                  num_decoder_layers=c["num_decoder_layers"], **common)
             self.src_embedding = nn.Embedding(c["src_vocab_size"], D)
             self.tgt_embedding = nn.Embedding(c["tgt_vocab_size"], D)
             self.generator = nn.Linear(D, c["tgt_vocab_size"])
@@ -104,26 +307,39 @@ class Model(nn.Module):
                     nn.init.xavier_uniform_(p)
         else:
             raise ValueError(f"unknown arch {c['arch']!r}")
-        self.positional_encoding = PositionalEncoding(D, c["max_len"])
+        if c["positional"] == "learned":  # after the xavier loop, N(0, 0.02) (tfm's ModelConfig documents why)
+            names = ["pos_embedding"] if c["arch"] == "encoder" else ["src_pos_embedding", "tgt_pos_embedding"]
+            for name in names:
+                setattr(self, name, nn.Embedding(c["max_len"], D))
+                nn.init.normal_(getattr(self, name).weight, std=0.02)
+        if c["positional"] == "sinusoidal":
+            self.positional_encoding = PositionalEncoding(D, c["max_len"])
         self.dropout = nn.Dropout(c["dropout"])
 
-    def _embed(self, emb, ids, scale):
+    def _embed(self, emb, ids, scale, pos=None):
+        """ids (B, T) → dropout(emb(ids)·scale + positions) (B, T, D); pos: the learned table, when learned."""
         x = emb(ids)
         if scale:
             x = x * math.sqrt(self.cfg["d_model"])
-        return self.dropout(self.positional_encoding(x))
+        if self.cfg["positional"] == "sinusoidal":
+            x = self.positional_encoding(x)
+        elif self.cfg["positional"] == "learned":
+            x = x + pos(torch.arange(ids.size(1)))[None]
+        return self.dropout(x)
 
     def forward(self, src, tgt_in=None):
         """src (B, S), tgt_in (B, T) int64 ids → logits (B, S, V) for encoder, (B, T, V) for seq2seq."""
         pad = self.cfg["pad_id"]
         src_kpm = src == pad
         if self.cfg["arch"] == "encoder":
-            h = self.encoder(self._embed(self.embedding, src, self.cfg["scale_embeddings"]), src_key_padding_mask=src_kpm)
+            x = self._embed(self.embedding, src, self.cfg["scale_embeddings"], getattr(self, "pos_embedding", None))
+            h = self.encoder(x, src_key_padding_mask=src_kpm)
             return self.generator(h)
         T = tgt_in.size(1)
         causal = torch.triu(torch.full((T, T), float("-inf"), dtype=self.generator.bias.dtype), diagonal=1)
         scale = self.cfg["scale_embeddings"]
-        h = self.transformer(self._embed(self.src_embedding, src, scale), self._embed(self.tgt_embedding, tgt_in, scale),
+        h = self.transformer(self._embed(self.src_embedding, src, scale, getattr(self, "src_pos_embedding", None)),
+                             self._embed(self.tgt_embedding, tgt_in, scale, getattr(self, "tgt_pos_embedding", None)),
                              tgt_mask=causal, src_key_padding_mask=src_kpm, tgt_key_padding_mask=tgt_in == pad,
                              memory_key_padding_mask=src_kpm)
         return self.generator(h)
@@ -167,8 +383,8 @@ def train(out_dir):
     curves = {}
     for name, dtype in (("float32", torch.float32), ("float64", torch.float64)):
         model, cfg = load_tfm_model(out_dir, dtype)
-        if cfg["dropout"] != 0:
-            raise ValueError("train needs dropout 0")
+        if cfg["dropout"] != 0 or cfg["drop_path"] != 0:
+            raise ValueError("train needs dropout 0 and drop_path 0")
         model.train()
         opt = torch.optim.Adam(model.parameters(), lr=float(np.float32(lr)))
         losses = []

@@ -121,8 +121,10 @@ class Options {
   CLI::Option* flag(const std::string& name, const std::string& key, const std::string& help) {
     auto& f = add({key});
     f.is_flag = true;
-    const bool def = field_text(TrainConfig{}, key) == "true";
-    f.option = cmd_->add_flag("--" + name + ",!--no-" + name, f.on, help + (def ? " (default: on)" : " (default: off)"));
+    // An optional field unset by default has its default in `help`.
+    const std::string def = field_text(TrainConfig{}, key);
+    f.option = cmd_->add_flag("--" + name + ",!--no-" + name, f.on,
+                              help + (def == "true" ? " (default: on)" : def == "false" ? " (default: off)" : ""));
     return f.option;
   }
   // Applies every option that was given to `c`.
@@ -151,6 +153,9 @@ void register_train(CLI::App& app, Runner& run) {
       "  tfm train --task reverse --arch encoder --out runs/reverse\n"
       "  tfm train --train pairs.tsv --valid dev.tsv --arch seq2seq --epochs 20 --out runs/mt\n"
       "  tfm train --resume runs/mt            (continue an interrupted run exactly)\n"
+      "  tfm train --task reverse --arch encoder --d-model 16 --nhead 4 --head-dim 16 --no-qkv-bias \\\n"
+      "      --no-out-bias --dim-feedforward 512 --layers 4 --max-steps 3000 --out runs/nb4\n"
+      "                                        (the reverse notebook's own layers: 4 heads of width 16 on width 16)\n"
       "The defaults shown are for TSV data. --task starts from the task's preset instead (train::task_preset:\n"
       "1600 steps, --lr 2e-3, --dropout 0, --batch-size 256; reverse: 100% by step ~1300); options given\n"
       "still apply. --epochs, --max-steps and --time-budget replace the run's length together.\n"
@@ -182,6 +187,19 @@ void register_train(CLI::App& app, Runner& run) {
   o.value("--activation", {"activation"}, enum_choices<Activation>());
   o.flag("norm-first", "norm_first", "pre-norm layers (LayerNorm before attention / FFN)");
   o.flag("tie-embeddings", "tie_embeddings", "seq2seq: share target embedding and output projection");
+  o.value("--head-dim", {"head_dim"}, "query/key width per head (unset: d_model / nhead)");
+  o.value("--v-head-dim", {"v_head_dim"}, "value width per head (unset: the head dim)");
+  o.flag("bias", "bias", "biases in every Linear, attention projection and norm of the layers");
+  o.flag("qkv-bias", "qkv_bias", "attention q/k/v projection bias (unset: --bias)");
+  o.flag("out-bias", "out_bias", "attention output projection bias (unset: --bias)");
+  o.flag("ffn-bias", "ffn_bias", "feed-forward biases (unset: --bias)");
+  o.flag("norm-bias", "norm_bias", "norm biases (unset: --bias; none with rms_norm)");
+  o.value("--attn-scale", {"attn_scale"}, "attention scores' factor (unset: 1/sqrt(head dim))");
+  o.value("--norm-type", {"norm_type"}, enum_choices<NormType>(" | "));
+  o.flag("share-layers", "share_layers", "one set of layer weights used by every layer of a stack");
+  o.value("--drop-path", {"drop_path"}, "stochastic depth: probability of dropping a residual branch per sample");
+  o.value("--positional", {"positional"}, enum_choices<Positional>(" | "));
+  o.flag("scale-embeddings", "scale_embeddings", "multiply embeddings by sqrt(d_model) (unset: seq2seq yes, encoder no)");
   auto* epochs = o.value("--epochs", {"epochs"}, "passes over the training data (none of the three: 10 epochs)");
   auto* steps = o.value("--max-steps", {"max_steps"}, "optimizer steps");
   auto* budget = o.value("--time-budget", {"time_budget"}, "seconds of training");

@@ -33,7 +33,10 @@ void ModelConfig::validate(bool check_sizes) const {
   if (num_encoder_layers < 1) fail("num_encoder_layers must be at least 1, got " + std::to_string(num_encoder_layers));
   if (arch == Arch::SEQ2SEQ && num_decoder_layers < 1)
     fail("num_decoder_layers must be at least 1, got " + std::to_string(num_decoder_layers));
-  if (max_len < 1) fail("max_len must be positive, got " + std::to_string(max_len));
+  if (max_len < 1)
+    fail("max_len must be positive" +
+         std::string(positional == Positional::LEARNED ? " (the rows of the learned position table)" : "") +
+         ", got " + std::to_string(max_len));
   if (!(dropout >= 0.0f && dropout < 1.0f)) fail("dropout must be in [0, 1), got " + std::to_string(dropout));
   if (tie_embeddings && arch != Arch::SEQ2SEQ) fail("tie_embeddings needs arch \"seq2seq\"");
   if (check_sizes) {
@@ -49,6 +52,17 @@ void ModelConfig::validate(bool check_sizes) const {
     in_vocab(eos_id, tgt_vocab_size, "eos_id", "target");
     if (bos_id == pad_id || eos_id == pad_id) fail("bos_id and eos_id must differ from pad_id");
   }
+  enum_name(positional);
+  // The layer's own checks name the option (sizes, divisibility, head widths, scale, norm_bias with
+  // rms_norm, drop_path), prefixed with ours.
+  try {
+    layer_options().validate();
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+}
+
+TransformerLayerOptions ModelConfig::layer_options() const {
   TransformerLayerOptions o;
   o.d_model = d_model;
   o.nhead = nhead;
@@ -56,11 +70,20 @@ void ModelConfig::validate(bool check_sizes) const {
   o.dropout = dropout;
   o.activation = activation;
   o.layer_norm_eps = layer_norm_eps;
-  try {
-    o.validate();
-  } catch (const std::exception& e) {
-    fail(e.what());
-  }
+  o.batch_first = true;
+  o.norm_first = norm_first;
+  o.bias = bias;
+  o.attention.head_dim = head_dim;
+  o.attention.v_head_dim = v_head_dim;
+  o.attention.qkv_bias = qkv_bias;
+  o.attention.out_bias = out_bias;
+  o.attention.attn_scale = attn_scale;
+  o.ffn_bias = ffn_bias;
+  o.norm_bias = norm_bias;
+  o.norm_type = norm_type;
+  o.share_layers = share_layers;
+  o.drop_path = drop_path;
+  return o;
 }
 
 }  // namespace tfm

@@ -44,19 +44,6 @@ Tensor padding_mask(const std::vector<int32_t>& ids, int64_t B, int64_t T, int32
 
 namespace {
 
-TransformerLayerOptions layer_options(const ModelConfig& c) {
-  TransformerLayerOptions o;
-  o.d_model = c.d_model;
-  o.nhead = c.nhead;
-  o.dim_feedforward = c.dim_feedforward;
-  o.dropout = c.dropout;
-  o.activation = c.activation;
-  o.layer_norm_eps = c.layer_norm_eps;
-  o.batch_first = true;
-  o.norm_first = c.norm_first;
-  return o;
-}
-
 const ModelConfig& validated(const ModelConfig& c) {
   c.validate();
   return c;
@@ -69,16 +56,22 @@ const ModelConfig& validated(const ModelConfig& c) {
 //
 // Without a decoder (ENCODER): nn.Embedding → PositionalEncoding (with dropout) →
 //   nn.TransformerEncoder → nn.Linear, PyTorch's default initialisation for each. The stack has a
-//   final LayerNorm (key encoder.norm.*) only with norm_first, where the residual stream is otherwise
-//   never normalised; post-norm layers end normalised already (nn.TransformerEncoder's default
-//   norm=None).
+//   final norm (key encoder.norm.*, of the layers' norm_type) only with norm_first, where the residual
+//   stream is otherwise never normalised; post-norm layers end normalised already
+//   (nn.TransformerEncoder's default norm=None).
 // With a decoder (SEQ2SEQ): nn.Transformer, the two embeddings, the generator nn.Linear; then
 //   xavier_uniform_ on every parameter with more than one dimension (embeddings and generator
 //   included), as the build_transformer notebook does over model.parameters().
+// Learned position tables come last, after that loop, N(0, 0.02) in both architectures: the
+//   notebooks have none, so the init is GPT-2's wpe, a table that starts near zero (the model
+//   starts nearly position-blind) and learns its own scale; tools/torch_models.py does the same.
 Model::Model(const ModelConfig& config, Generator& gen)
-    : config_(validated(config)), pe_(config.d_model, config.max_len), dropout_(config.dropout, gen) {
+    : config_(validated(config)),
+      pe_(config.positional == Positional::SINUSOIDAL ? config.d_model : 0,
+          config.positional == Positional::SINUSOIDAL ? config.max_len : 0),
+      dropout_(config.dropout, gen) {
   const ModelConfig& c = config_;
-  const TransformerLayerOptions o = layer_options(c);
+  const TransformerLayerOptions o = c.layer_options();
   if (has_decoder()) {
     transformer_ = std::make_unique<Transformer>(o, c.num_encoder_layers, c.num_decoder_layers, gen);
     src_embedding_ = std::make_unique<Embedding>(c.src_vocab_size, c.d_model, -1, gen);
@@ -104,6 +97,18 @@ Model::Model(const ModelConfig& config, Generator& gen)
     visit_parameters([&](const std::string&, Tensor& t) {
       if (t.dim() > 1) init_xavier_uniform(t, gen);
     });
+  if (c.positional == Positional::LEARNED) {
+    // nn.Embedding(max_len, D) then normal_(std=0.02): N(0, 1) draws scaled once.
+    auto table = [&](const char* key) {
+      auto e = std::make_unique<Embedding>(c.max_len, c.d_model, -1, gen);
+      float* p = e->weight.data();
+      for (int64_t i = 0; i < e->weight.numel(); ++i) p[i] *= 0.02f;
+      register_module(key, *e);
+      return e;
+    };
+    src_pos_embedding_ = table(has_decoder() ? "src_pos_embedding" : "pos_embedding");
+    if (has_decoder()) tgt_pos_embedding_ = table("tgt_pos_embedding");
+  }
 }
 
 Model::~Model() = default;
@@ -117,25 +122,40 @@ const TransformerDecoder& Model::decoder() const {
 
 Tensor Model::project(const Tensor& h) const { return generator_->forward(h); }
 
-Tensor Model::embed(const Embedding& emb, const std::vector<int32_t>& ids, int64_t B, int64_t T, int64_t offset) const {
+Tensor Model::embed(const Embedding& emb, const Embedding* pos, const std::vector<int32_t>& ids, int64_t B, int64_t T,
+                    int64_t offset) const {
   if (offset + T > config_.max_len)
     throw std::invalid_argument("model: position " + std::to_string(offset + T - 1) + " beyond max_len " +
                                 std::to_string(config_.max_len));
   Tensor x = emb.forward(ids, {B, T});  // (B, T, D)
   if (embed_scale_ != 1.0f) x = ops::mul_scalar(x, embed_scale_);
-  return dropout_.forward(ops::add_positional(x, pe_.table.narrow0(offset, T), /*batch_first=*/true));
+  switch (config_.positional) {
+    case Positional::SINUSOIDAL:
+      return dropout_.forward(ops::add_positional(x, pe_.table.narrow0(offset, T), /*batch_first=*/true));
+    case Positional::LEARNED: {
+      // The table's rows offset .. offset + T − 1 for every row of the batch, looked up like ids so
+      // that the gradient of each row accumulates over the batch.
+      std::vector<int32_t> positions(static_cast<size_t>(B * T));
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) positions[b * T + t] = static_cast<int32_t>(offset + t);
+      return dropout_.forward(ops::add(x, pos->forward(positions, {B, T})));  // (B, T, D)
+    }
+    case Positional::NONE:
+      return dropout_.forward(x);
+  }
+  throw std::logic_error("model: unhandled positional encoding");
 }
 
 Tensor Model::encode(const std::vector<int32_t>& src, int64_t B, int64_t S, Tensor* key_padding_mask) const {
   const Tensor kpm = padding_mask(src, B, S, config_.pad_id);            // (B, S)
   if (key_padding_mask) *key_padding_mask = kpm;
-  const Tensor x = embed(*src_embedding_, src, B, S, 0);                 // (B, S, D)
+  const Tensor x = embed(*src_embedding_, src_pos_embedding_.get(), src, B, S, 0);                 // (B, S, D)
   return encoder().forward(x, Tensor(), kpm, /*is_causal=*/false);      // (B, S, D)
 }
 
 Tensor Model::embed_target(const std::vector<int32_t>& ids, int64_t B, int64_t T, int64_t offset) const {
   if (!tgt_embedding_) throw std::invalid_argument("model: arch " + std::string(enum_name(config_.arch)) + " has no target embedding");
-  return embed(*tgt_embedding_, ids, B, T, offset);
+  return embed(*tgt_embedding_, tgt_pos_embedding_.get(), ids, B, T, offset);
 }
 
 namespace {
@@ -167,12 +187,12 @@ Tensor Model::forward(const data::TokenBatch& b) const {
   const int32_t pad = config_.pad_id;
   const Tensor src_kpm = padding_mask(b.src, b.B, b.S, pad);  // (B, S)
   if (!has_decoder()) {
-    const Tensor x = embed(*src_embedding_, b.src, b.B, b.S, 0);        // (B, S, D)
+    const Tensor x = embed(*src_embedding_, src_pos_embedding_.get(), b.src, b.B, b.S, 0);        // (B, S, D)
     const Tensor h = encoder_->forward(x, Tensor(), src_kpm, false);   // (B, S, D)
     return generator_->forward(h);                                      // (B, S, V)
   }
-  const Tensor src = embed(*src_embedding_, b.src, b.B, b.S, 0);     // (B, S, D)
-  const Tensor tgt = embed(*tgt_embedding_, b.tgt_in, b.B, b.T, 0);  // (B, T, D)
+  const Tensor src = embed(*src_embedding_, src_pos_embedding_.get(), b.src, b.B, b.S, 0);     // (B, S, D)
+  const Tensor tgt = embed(*tgt_embedding_, tgt_pos_embedding_.get(), b.tgt_in, b.B, b.T, 0);  // (B, T, D)
   const Tensor tgt_kpm = padding_mask(b.tgt_in, b.B, b.T, pad);      // (B, T)
   const Tensor h = transformer_->forward(src, tgt, Tensor(), Tensor(), Tensor(), src_kpm, tgt_kpm, src_kpm,
                                          /*src_is_causal=*/false, /*tgt_is_causal=*/true);  // (B, T, D)

@@ -254,6 +254,72 @@ TEST(TrainCli, TaskRunIsTheLibrarysPresetPlusTheOptionsGiven) {
   EXPECT_FALSE(model.tie_embeddings);  // --no-tie-embeddings came last
 }
 
+// Every layer-variant option sets its ModelConfig field (both forms of each flag; the last one given
+// wins), the trained directory loads for eval and translate (a seq2seq with learned positions decodes
+// through the cache), and an option not given leaves the field unset (null in config.json).
+TEST(TrainCli, LayerVariantOptionsReachTheModelConfig) {
+  const std::string d = temp_dir("cli_variants");
+  std::string out;
+  const std::string common = " --task reverse --max-steps 2 --threads 1 --task-train-size 64 --d-model 16 --nhead 2"
+                             " --layers 2 --dim-feedforward 32 --batch-size 16";
+  ASSERT_EQ(run_command(kCli + " train" + common + " --arch encoder --out " + d + "/enc" +
+                            " --head-dim 12 --v-head-dim 6 --no-bias --qkv-bias --no-out-bias --ffn-bias"
+                            " --no-norm-bias --norm-bias --no-norm-bias --attn-scale 0.25 --norm-type layer_norm"
+                            " --share-layers --drop-path 0.1 --positional learned --scale-embeddings",
+                        &out),
+            0)
+      << out;
+  auto model_of = [&](const std::string& run) {
+    const auto j = nlohmann::json::parse(tfm::testing::slurp(d + "/" + run + "/config.json"));
+    return tfm::ModelConfig::from_json(j.at("model").dump());
+  };
+  const tfm::ModelConfig e = model_of("enc");
+  EXPECT_EQ(e.head_dim, 12);
+  EXPECT_EQ(e.v_head_dim, 6);
+  EXPECT_FALSE(e.bias);
+  EXPECT_EQ(e.qkv_bias, true);
+  EXPECT_EQ(e.out_bias, false);
+  EXPECT_EQ(e.ffn_bias, true);
+  EXPECT_EQ(e.norm_bias, false);  // --no-norm-bias came last
+  EXPECT_EQ(e.attn_scale, 0.25f);
+  EXPECT_EQ(e.norm_type, tfm::NormType::LAYER_NORM);
+  EXPECT_TRUE(e.share_layers);
+  EXPECT_FLOAT_EQ(e.drop_path, 0.1f);
+  EXPECT_EQ(e.positional, tfm::Positional::LEARNED);
+  EXPECT_EQ(e.scale_embeddings, true);
+  ASSERT_EQ(run_command(kCli + " eval --model " + d + "/enc --task reverse --count 8", &out), 0) << out;
+
+  ASSERT_EQ(run_command(kCli + " train" + common + " --arch seq2seq --out " + d + "/s2s --positional learned"
+                            " --no-scale-embeddings --no-qkv-bias --no-out-bias --norm-first --norm-type rms_norm --share-layers",
+                        &out),
+            0)
+      << out;
+  const tfm::ModelConfig s = model_of("s2s");
+  EXPECT_EQ(s.positional, tfm::Positional::LEARNED);
+  EXPECT_EQ(s.scale_embeddings, false);
+  EXPECT_EQ(s.qkv_bias, false);
+  EXPECT_EQ(s.out_bias, false);
+  EXPECT_FALSE(s.head_dim || s.v_head_dim || s.ffn_bias || s.norm_bias || s.attn_scale);  // not given: unset
+  EXPECT_TRUE(s.bias);
+  EXPECT_EQ(s.norm_type, tfm::NormType::RMS_NORM);
+  EXPECT_TRUE(s.share_layers);
+  EXPECT_EQ(s.drop_path, 0.0f);
+  ASSERT_EQ(run_command("echo '1 2 3' | " + kCli + " translate --model " + d + "/s2s --beam 2", &out), 0) << out;
+  ASSERT_EQ(run_command("echo '1 2 3' | " + kCli + " translate --model " + d + "/s2s --dtype bf16", &out), 0) << out;
+  ASSERT_EQ(run_command(kCli + " eval --model " + d + "/s2s --task reverse --count 8", &out), 0) << out;
+
+  // A bad value names its option's key.
+  EXPECT_EQ(run_command(kCli + " train" + common + " --arch encoder --out " + d + "/bad --head-dim 0", &out), 1);
+  EXPECT_NE(out.find("head_dim"), std::string::npos) << out;
+  EXPECT_EQ(run_command(kCli + " train" + common + " --arch encoder --out " + d + "/bad --positional rope", &out), 1);
+  EXPECT_NE(out.find("rope"), std::string::npos) << out;
+  EXPECT_EQ(run_command(kCli + " train" + common + " --arch encoder --out " + d + "/bad --norm-type rms_norm --norm-bias",
+                        &out),
+            1);
+  EXPECT_NE(out.find("norm_bias"), std::string::npos) << out;
+  std::filesystem::remove_all(d);
+}
+
 TEST(TrainCli, HelpHasExamples) {
   for (const char* cmd : {"train", "eval", "translate"}) {
     std::string out;

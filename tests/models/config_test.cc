@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "tfm/modules/transformer.h"
+
 namespace tfm {
 namespace {
 
@@ -32,10 +34,40 @@ TEST(ModelConfig, JsonRoundTrip) {
   EXPECT_TRUE(d.tie_embeddings && d.norm_first);
   EXPECT_EQ(d.bos_id, 5);
   EXPECT_FLOAT_EQ(d.layer_norm_eps, 1e-6f);
+  // The layer variants round-trip; unset optionals are written as null and read back unset.
+  c.head_dim = 12;
+  c.qkv_bias = false;
+  c.bias = false;
+  c.ffn_bias = true;
+  c.attn_scale = 0.5f;
+  c.share_layers = true;
+  c.drop_path = 0.25f;
+  c.positional = Positional::LEARNED;
+  c.scale_embeddings = false;
+  const ModelConfig v = ModelConfig::from_json(c.to_json());
+  EXPECT_EQ(v.to_json(), c.to_json());
+  EXPECT_EQ(v.head_dim, 12);
+  EXPECT_FALSE(v.v_head_dim.has_value());
+  EXPECT_EQ(v.qkv_bias, false);
+  EXPECT_FALSE(v.out_bias.has_value());
+  EXPECT_EQ(v.ffn_bias, true);
+  EXPECT_FALSE(v.norm_bias.has_value());
+  EXPECT_EQ(v.attn_scale, 0.5f);
+  EXPECT_TRUE(v.share_layers && !v.bias);
+  EXPECT_EQ(v.drop_path, 0.25f);
+  EXPECT_EQ(v.positional, Positional::LEARNED);
+  EXPECT_EQ(v.scale_embeddings, false);
   // Missing keys take the defaults.
   const ModelConfig e = ModelConfig::from_json(R"({"src_vocab_size": 7, "tgt_vocab_size": 9})");
   EXPECT_EQ(e.d_model, ModelConfig{}.d_model);
   EXPECT_EQ(e.arch, ModelConfig{}.arch);
+  // A config.json written before the layer variants existed: every variant at its default.
+  EXPECT_FALSE(e.head_dim || e.v_head_dim || e.qkv_bias || e.out_bias || e.ffn_bias || e.norm_bias || e.attn_scale);
+  EXPECT_TRUE(e.bias);
+  EXPECT_FALSE(e.share_layers);
+  EXPECT_EQ(e.drop_path, 0.0f);
+  EXPECT_EQ(e.positional, Positional::SINUSOIDAL);
+  EXPECT_EQ(e.layer_options().attention.head_dim, std::nullopt);
 }
 
 TEST(ModelConfig, ErrorsNameTheKey) {
@@ -49,6 +81,18 @@ TEST(ModelConfig, ErrorsNameTheKey) {
   expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "eos_id": 9})", "eos_id");
   expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "arch": "encoder", "tie_embeddings": true})",
                       "tie_embeddings");
+  expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "head_dim": 0})", "head_dim");
+  expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "v_head_dim": -2})", "v_head_dim");
+  expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "attn_scale": 0})", "attn_scale");
+  expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "drop_path": 1})", "drop_path");
+  expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "drop_path": -0.1})", "drop_path");
+  expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "qkv_bias": 1})", "qkv_bias");
+  expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "positional": "rope"})", "rope");
+  expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "positional": "learned", "max_len": 0})",
+                      "learned position table");
+  expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "norm_type": "rms_norm", "norm_bias": true})",
+                      "norm_bias");
+  expect_config_error(R"({"src_vocab_size": 7, "tgt_vocab_size": 9, "norm_type": "batch_norm"})", "batch_norm");
   expect_config_error("[1, 2]", "object");
   expect_config_error("{", "JSON");
 }

@@ -77,10 +77,28 @@ double sequence_logprob(const Model& m, const std::vector<int32_t>& src, const s
 
 // Step both decoders with the same tokens (the cached decoder's greedy choices, and a beam-like row
 // reordering halfway) and compare the logits of every step.
+// Case 2 has the layer variants (head widths, no attention biases, RMSNorm, shared layers) and learned positions, whose table is scaled up so that a step
+// reading the wrong row (not its offset) would move the logits far beyond the tolerance.
 TEST(Decode, CachedStepMatchesFullDecoder) {
-  for (bool norm_first : {false, true}) {
-    Generator g{static_cast<uint64_t>(10 + norm_first), 0};
-    Model m(config(norm_first, norm_first ? "gelu" : "relu", norm_first), g);
+  for (int variant : {0, 1, 2}) {
+    const bool norm_first = variant == 1;
+    Generator g{static_cast<uint64_t>(10 + variant), 0};
+    ModelConfig c = config(norm_first, norm_first ? "gelu" : "relu", norm_first);
+    if (variant == 2) {
+      c.positional = Positional::LEARNED;
+      c.head_dim = 12;
+      c.v_head_dim = 8;
+      c.qkv_bias = false;
+      c.out_bias = false;
+      c.norm_type = NormType::RMS_NORM;
+      c.share_layers = true;  // the cache still has one entry per application of the layer
+    }
+    Model m(c, g);
+    if (variant == 2)
+      for (const char* k : {"src_pos_embedding.weight", "tgt_pos_embedding.weight"}) {
+        Tensor t = m.state_dict().at(k);
+        for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] *= 50.0f;
+      }
     m.eval();
     NoGradGuard ng;
     const auto src = sources(5, 3);
@@ -113,7 +131,7 @@ TEST(Decode, CachedStepMatchesFullDecoder) {
         EXPECT_EQ(cached->row_source(), (std::vector<int64_t>{4, 0, 0, 2, 1}));
       }
     }
-    std::cout << "[ cache ] norm_first=" << norm_first << ": max rel error cached vs full " << worst << "\n";
+    std::cout << "[ cache ] case " << variant << ": max rel error cached vs full " << worst << "\n";
   }
 }
 

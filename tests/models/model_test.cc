@@ -58,6 +58,58 @@ ModelConfig small_encoder(bool norm_first = false) {
   return c;
 }
 
+// Notebook 4's layers ("Transformer implementation"): 4 heads of width 16 on d_model 16 (inner width
+// 64), no attention biases, FFN with bias, post-norm, unscaled embedding, sinusoidal positions.
+ModelConfig notebook4_encoder(int64_t layers = 2) {
+  ModelConfig c = small_encoder(false);
+  c.num_encoder_layers = layers;
+  c.head_dim = 16;
+  c.qkv_bias = false;
+  c.out_bias = false;
+  return c;
+}
+
+// Notebook 5's ("build_transformer"): w_q, w_k, w_v, w_o without bias, FFN with bias, pre-norm,
+// embeddings ·√D, both final norms (the seq2seq arch has them).
+ModelConfig notebook5_seq2seq() {
+  ModelConfig c = small_seq2seq(true, false);
+  c.qkv_bias = false;
+  c.out_bias = false;
+  c.scale_embeddings = true;
+  return c;
+}
+
+// Learned positions on an encoder (pre-norm, scaled embeddings) and on a seq2seq.
+ModelConfig learned_encoder() {
+  ModelConfig c = small_encoder(true);
+  c.positional = Positional::LEARNED;
+  c.scale_embeddings = true;
+  return c;
+}
+ModelConfig learned_seq2seq() {
+  ModelConfig c = small_seq2seq(false, true);
+  c.positional = Positional::LEARNED;
+  return c;
+}
+
+// RMSNorm everywhere (the encoder's final norm too: pre-norm) with one shared layer per stack.
+ModelConfig rms_shared_encoder() {
+  ModelConfig c = small_encoder(true);
+  c.num_encoder_layers = 3;
+  c.norm_type = NormType::RMS_NORM;
+  c.share_layers = true;
+  return c;
+}
+// The same on a seq2seq (both stacks shared, both final norms RMS), post-norm, with bias-free FFN.
+ModelConfig rms_shared_seq2seq() {
+  ModelConfig c = small_seq2seq(false, false, "gelu");
+  c.norm_type = NormType::RMS_NORM;
+  c.share_layers = true;
+  c.num_decoder_layers = 3;
+  c.ffn_bias = false;
+  return c;
+}
+
 // A batch of variable-length sequences padded at the end. seq2seq: target = source tokens mapped
 // into the target vocabulary, tgt_in = bos + target, tgt_out = target + eos.
 data::TokenBatch random_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
@@ -130,6 +182,97 @@ TEST(Model, StateDictKeys) {
   EXPECT_FALSE(st.contains("generator.weight"));
   EXPECT_TRUE(st.contains("generator.bias"));
   EXPECT_EQ(tied.num_parameters() + 13 * 16, s2s.num_parameters());
+}
+
+// The variants' keys: absent biases have none, the head width sets the projections' shapes, learned
+// tables are (max_len, D) under their names, and the defaults have no new key.
+TEST(Model, VariantStateDictKeys) {
+  Generator g{1, 0};
+  Model nb4(notebook4_encoder(), g);
+  const NamedTensors s4 = nb4.state_dict();
+  EXPECT_EQ(s4.at("encoder.layers.0.self_attn.in_proj_weight").shape(), (Shape{3 * 64, 16}));
+  EXPECT_EQ(s4.at("encoder.layers.0.self_attn.out_proj.weight").shape(), (Shape{16, 64}));
+  EXPECT_FALSE(s4.contains("encoder.layers.0.self_attn.in_proj_bias"));
+  EXPECT_FALSE(s4.contains("encoder.layers.0.self_attn.out_proj.bias"));
+  EXPECT_TRUE(s4.contains("encoder.layers.0.linear1.bias") && s4.contains("encoder.layers.0.norm1.bias"));
+  EXPECT_FALSE(s4.contains("pos_embedding.weight"));
+
+  Model le(learned_encoder(), g);
+  EXPECT_EQ(le.state_dict().at("pos_embedding.weight").shape(), (Shape{32, 16}));
+  Model ls(learned_seq2seq(), g);
+  const NamedTensors sl = ls.state_dict();
+  EXPECT_EQ(sl.at("src_pos_embedding.weight").shape(), (Shape{64, 16}));
+  EXPECT_EQ(sl.at("tgt_pos_embedding.weight").shape(), (Shape{64, 16}));
+  EXPECT_FALSE(sl.contains("pos_embedding.weight"));
+  // N(0, 0.02), not Xavier: the sample standard deviation of 1024 draws is within 10% of 0.02.
+  for (const char* k : {"src_pos_embedding.weight", "tgt_pos_embedding.weight"}) {
+    const Tensor& t = sl.at(k);
+    double ss = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) ss += double(t.data()[i]) * t.data()[i];
+    EXPECT_NEAR(std::sqrt(ss / t.numel()), 0.02, 0.002) << k;
+  }
+
+  // Shared layers: one layer's keys under layers.0., RMS norms have a weight only.
+  Model rs(rms_shared_seq2seq(), g);
+  const NamedTensors sr = rs.state_dict();
+  EXPECT_TRUE(sr.contains("transformer.encoder.layers.0.norm1.weight"));
+  EXPECT_FALSE(sr.contains("transformer.encoder.layers.0.norm1.bias"));
+  EXPECT_FALSE(sr.contains("transformer.encoder.layers.1.linear1.weight"));
+  EXPECT_FALSE(sr.contains("transformer.decoder.layers.1.self_attn.in_proj_weight"));
+  EXPECT_TRUE(sr.contains("transformer.decoder.norm.weight") && !sr.contains("transformer.decoder.norm.bias"));
+  EXPECT_FALSE(sr.contains("transformer.decoder.layers.0.linear1.bias"));
+  EXPECT_TRUE(sr.contains("transformer.decoder.layers.0.self_attn.in_proj_bias"));
+  Model re(rms_shared_encoder(), g);
+  EXPECT_TRUE(re.state_dict().contains("encoder.norm.weight"));
+  EXPECT_FALSE(re.state_dict().contains("encoder.norm.bias"));
+  EXPECT_FALSE(re.state_dict().contains("encoder.layers.1.norm1.weight"));
+
+  ModelConfig none = small_encoder();
+  none.positional = Positional::NONE;
+  Model mn(none, g);
+  Model md(small_encoder(), g);
+  EXPECT_EQ(mn.num_parameters(), md.num_parameters());
+}
+
+// Stochastic depth acts in training only: in eval mode a model with drop_path 0.5 computes what the
+// same weights compute without it, and in training the per-sample drops change the logits.
+TEST(Model, DropPathTrainingOnly) {
+  Generator g{9, 0};
+  ModelConfig c = small_encoder(true);
+  c.dropout = 0;
+  c.drop_path = 0.5f;
+  Model with(c, g);
+  c.drop_path = 0;
+  Model without(c, g);
+  without.load_state_dict(with.state_dict());
+  const data::TokenBatch b = random_batch(c, 8, 3);
+  with.eval();
+  without.eval();
+  EXPECT_TRUE(tfm::testing::close_rel(with.forward(b), without.forward(b), 0.0, "eval"));
+  with.train();
+  without.train();
+  EXPECT_GT(tfm::testing::rel_error(with.forward(b), without.forward(b)), 1e-3);
+}
+
+// Positions matter (sinusoidal and learned move the logits of a permuted sequence's tokens), and with
+// positional none the encoder is permutation-equivariant: token i's logits do not depend on where it sits.
+TEST(Model, PositionalNoneIsPermutationEquivariant) {
+  Generator g{8, 0};
+  ModelConfig c = small_encoder();
+  c.positional = Positional::NONE;
+  Model m(c, g);
+  m.eval();
+  data::TokenBatch a;
+  a.B = 1;
+  a.S = 4;
+  a.src = {3, 7, 9, 12};
+  data::TokenBatch b = a;
+  b.src = {12, 9, 7, 3};
+  const Tensor la = m.forward(a), lb = m.forward(b);  // (1, 4, V)
+  const int64_t V = la.size(2);
+  for (int64_t t = 0; t < 4; ++t)
+    for (int64_t v = 0; v < V; ++v)
+      EXPECT_NEAR(la.data()[t * V + v], lb.data()[(3 - t) * V + v], 1e-5) << t << " " << v;
 }
 
 // seq2seq: every matrix is xavier-uniform, |w| ≤ √(6/(fan_in + fan_out)); biases keep their inits.
@@ -263,11 +406,31 @@ TEST(Model, TorchRoundTripLogits) {
   struct Case {
     ModelConfig c;
     const char* name;
+    const char* twin;  // torch_models.py's twin: torch.nn's classes, or the functional layers for the variants
   };
-  std::vector<Case> cases = {{small_encoder(false), "encoder post-norm"},
-                             {small_encoder(true), "encoder pre-norm"},
-                             {small_seq2seq(false, false), "seq2seq post-norm"},
-                             {small_seq2seq(true, true, "gelu"), "seq2seq pre-norm tied gelu"}};
+  ModelConfig none_scaled = small_encoder();
+  none_scaled.positional = Positional::NONE;
+  none_scaled.scale_embeddings = true;
+  ModelConfig unscaled_s2s = small_seq2seq(false, false);
+  unscaled_s2s.scale_embeddings = false;
+  unscaled_s2s.head_dim = 8;
+  unscaled_s2s.v_head_dim = 6;
+  unscaled_s2s.attn_scale = 0.2f;
+  unscaled_s2s.bias = false;
+  unscaled_s2s.qkv_bias = true;
+  std::vector<Case> cases = {{small_encoder(false), "encoder post-norm", "torch.nn"},
+                             {small_encoder(true), "encoder pre-norm", "torch.nn"},
+                             {small_seq2seq(false, false), "seq2seq post-norm", "torch.nn"},
+                             {small_seq2seq(true, true, "gelu"), "seq2seq pre-norm tied gelu", "torch.nn"},
+                             {notebook4_encoder(), "notebook 4: head_dim 16 on d_model 16, no attention biases",
+                              "functional"},
+                             {notebook5_seq2seq(), "notebook 5: seq2seq bias-free attention, pre-norm, scaled", "functional"},
+                             {learned_encoder(), "encoder learned positions, scaled", "torch.nn"},
+                             {learned_seq2seq(), "seq2seq learned positions, tied", "torch.nn"},
+                             {none_scaled, "encoder no positions, scaled", "torch.nn"},
+                             {unscaled_s2s, "seq2seq unscaled, Dh 8, Dv 6, scale 0.2, only qkv biases", "functional"},
+                             {rms_shared_encoder(), "encoder rms_norm, shared layers, pre-norm", "functional"},
+                             {rms_shared_seq2seq(), "seq2seq rms_norm, shared layers, no FFN bias", "functional"}};
   uint64_t seed = 10;
   std::string args;
   std::vector<std::string> dirs;
@@ -303,8 +466,9 @@ TEST(Model, TorchRoundTripLogits) {
   while (std::getline(lines, line)) {
     if (line.empty() || line[0] != '{') continue;
     const bool expect_ok = n < cases.size();
-    EXPECT_EQ(json::parse(line).at("ok").get<bool>(), expect_ok) << (expect_ok ? cases[n].name : "wrong logits")
-                                                                  << ": " << line;
+    const json r = json::parse(line);
+    EXPECT_EQ(r.at("ok").get<bool>(), expect_ok) << (expect_ok ? cases[n].name : "wrong logits") << ": " << line;
+    if (expect_ok) EXPECT_EQ(r.at("twin").get<std::string>(), cases[n].twin) << cases[n].name;
     ++n;
   }
   EXPECT_EQ(n, cases.size() + 1) << out;
@@ -403,24 +567,10 @@ void expect_training_like_torch(Model& m, const std::vector<data::TokenBatch>& r
   fs::remove_all(dir);
 }
 
-// The notebook's configuration: arch encoder, 4 layers, d_model 16, 4 heads, FFN 512, Adam lr 5e-4,
-// batch 128, on the reverse task (lengths uniform in 3..15, tokens uniform in 1..19, 0 = padding,
-// target = the reversed sequence), dropout 0, 30 steps.
-TEST(Model, NotebookConfigTrainsLikeTorch) {
-  if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
-  ModelConfig c;
-  c.arch = Arch::ENCODER;
-  c.src_vocab_size = c.tgt_vocab_size = 20;
-  c.d_model = 16;
-  c.nhead = 4;
-  c.num_encoder_layers = 4;
-  c.dim_feedforward = 512;
-  c.dropout = 0;
-  c.max_len = 64;
-  const int steps = 30, B = 128;
-  Generator g{2024, 0};
-  Model m(c, g);
-  Rng r(77);
+// `steps` batches of the reverse task as the notebook draws them: B sequences, lengths uniform in
+// 3..15, tokens uniform in 1..19, 0 = padding, target = the reversed sequence.
+std::vector<data::TokenBatch> reverse_batches(int steps, int B, uint64_t seed) {
+  Rng r(seed);
   std::vector<data::TokenBatch> batches;
   for (int s = 0; s < steps; ++s) {
     std::vector<std::vector<int32_t>> seqs(B);
@@ -442,7 +592,84 @@ TEST(Model, NotebookConfigTrainsLikeTorch) {
       }
     batches.push_back(std::move(b));
   }
-  expect_training_like_torch(m, batches, 5e-4f, "notebook encoder");
+  return batches;
+}
+
+// The notebook's configuration with torch.nn's layers: arch encoder, 4 layers, d_model 16, 4 heads,
+// FFN 512, Adam lr 5e-4, batch 128, on the reverse task, dropout 0, 30 steps.
+TEST(Model, NotebookConfigTrainsLikeTorch) {
+  if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
+  ModelConfig c;
+  c.arch = Arch::ENCODER;
+  c.src_vocab_size = c.tgt_vocab_size = 20;
+  c.d_model = 16;
+  c.nhead = 4;
+  c.num_encoder_layers = 4;
+  c.dim_feedforward = 512;
+  c.dropout = 0;
+  c.max_len = 64;
+  Generator g{2024, 0};
+  Model m(c, g);
+  expect_training_like_torch(m, reverse_batches(30, 128, 77), 5e-4f, "notebook encoder");
+}
+
+// Notebook 4's own layers (the acceptance check): as above with 4 heads of width 16 (inner
+// width 64) and no attention biases, 50 steps against the functional PyTorch re-statement.
+TEST(Model, Notebook4VariantTrainsLikeTorch) {
+  if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
+  ModelConfig c = notebook4_encoder(4);
+  c.dim_feedforward = 512;
+  c.dropout = 0;
+  c.max_len = 64;
+  Generator g{2025, 0};
+  Model m(c, g);
+  expect_training_like_torch(m, reverse_batches(50, 128, 78), 5e-4f, "notebook 4 head_dim 16, no attention biases");
+}
+
+// Learned positions train (the tables' gradients accumulate over the batch) like PyTorch's
+// nn.Embedding lookup broadcast over it.
+TEST(Model, LearnedPositionsTrainLikeTorch) {
+  if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
+  ModelConfig c = learned_encoder();
+  c.dropout = 0;
+  Generator g{31, 0};
+  Model m(c, g);
+  expect_training_like_torch(m, reverse_batches(15, 32, 79), 2e-3f, "encoder learned positions");
+  ModelConfig s = learned_seq2seq();
+  s.dropout = 0;
+  Model ms(s, g);
+  std::vector<data::TokenBatch> batches;
+  for (int i = 0; i < 15; ++i) batches.push_back(random_batch(s, 16, 600 + i));
+  expect_training_like_torch(ms, batches, 2e-3f, "seq2seq learned positions tied");
+}
+
+// RMSNorm with shared layers: the one layer's gradients add up over its L uses.
+TEST(Model, RmsNormSharedLayersTrainLikeTorch) {
+  if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
+  ModelConfig c = rms_shared_encoder();
+  c.dropout = 0;
+  Generator g{41, 0};
+  Model m(c, g);
+  expect_training_like_torch(m, reverse_batches(15, 32, 80), 2e-3f, "encoder rms_norm shared");
+  ModelConfig s = rms_shared_seq2seq();
+  s.dropout = 0;
+  s.norm_bias = false;
+  Model ms(s, g);
+  std::vector<data::TokenBatch> batches;
+  for (int i = 0; i < 15; ++i) batches.push_back(random_batch(s, 16, 650 + i));
+  expect_training_like_torch(ms, batches, 2e-3f, "seq2seq rms_norm shared");
+}
+
+// Notebook 5's seq2seq: bias-free attention, pre-norm, scaled embeddings, both final norms.
+TEST(Model, Notebook5VariantTrainsLikeTorch) {
+  if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
+  ModelConfig c = notebook5_seq2seq();
+  c.dropout = 0;
+  Generator g{55, 0};
+  Model m(c, g);
+  std::vector<data::TokenBatch> batches;
+  for (int s = 0; s < 15; ++s) batches.push_back(random_batch(c, 16, 700 + s));
+  expect_training_like_torch(m, batches, 2e-3f, "notebook 5 seq2seq");
 }
 
 // The seq2seq architecture (decoder, cross-attention, causal and padding masks, tied embeddings,

@@ -2,9 +2,12 @@
 // modules' option structs, every kind by its PyTorch class name, errors that name the key.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <map>
 #include <stdexcept>
 
+#include "test_util.h"
+#include "tfm/io/safetensors.h"
 #include "tfm/models/bench.h"
 #include "tfm/models/forward.h"
 
@@ -171,6 +174,26 @@ TEST(ModuleConfig, LayerVariantKeys) {
             "config: 'share_layers' must be a boolean, got 1");
   EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2, "norm_type": "rms_norm"})"),
             "config: unknown key 'norm_type'");
+}
+
+// bf16 inference with every layer variant at once (RMSNorm, one shared layer per stack, no attention
+// or norm biases, a biased FFN): the parity fixture transformer_shared_rms_nobias_pre, whose float32 run
+// the parity suite checks against PyTorch, in bfloat16. Bound (docs/bf16.md): ≤ 8·u_b per layer
+// normwise, u_b = 2⁻⁸; four layers applied (two encoder, two decoder) → 32·u_b = 0.125, here on the
+// largest element error over the largest |output|; and > 0, so bf16 really ran.
+TEST(ModuleConfig, LayerVariantsRunInBf16) {
+  const std::string dir = std::string(TFM_SOURCE_DIR) + "/tests/fixtures/parity/transformer_shared_rms_nobias_pre/";
+  const std::string config = tfm::testing::slurp(dir + "config.json");
+  const NamedTensors weights = io::load_safetensors(dir + "weights.safetensors").tensors;
+  NamedTensors inputs;
+  for (const auto& [k, t] : io::load_safetensors(dir + "inputs.safetensors").tensors)
+    if (k != "grad_output") inputs.insert(k, t);
+  const Tensor f32 = run_forward(config, weights, inputs).at("output");
+  const Tensor bf16 = run_forward(config, weights, inputs, "weights", Precision::BFLOAT16).at("output");
+  const double err = tfm::testing::rel_error(bf16, f32);
+  EXPECT_GT(err, 0.0);
+  EXPECT_LE(err, 32.0 / 256.0);
+  std::cout << "[ bf16 ] layer variants: rel error " << err << "\n";
 }
 
 }  // namespace

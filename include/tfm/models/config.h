@@ -4,12 +4,21 @@
 //   ENCODER  the "reverse a sequence" notebook: ids (B, S) → embedding → + positions → dropout →
 //            TransformerEncoder → generator Linear → logits (B, S, V_tgt); one prediction per source
 //            position (source and target have the same length).
-//            Keys: embedding.weight, encoder.layers.N.*, [encoder.norm.*], generator.weight, generator.bias.
+//            Keys: embedding.weight, [pos_embedding.weight], encoder.layers.N.*, [encoder.norm.*],
+//            generator.weight, generator.bias.
 //   SEQ2SEQ  the "build_transformer" notebook: src/tgt embeddings (scaled by √D), + positions, dropout,
 //            nn.Transformer (both final norms) with a causal target mask and padding masks, generator
-//            Linear; Xavier-uniform initialisation of every matrix. Optional tied target embedding and
-//            generator. Keys: src_embedding.weight, tgt_embedding.weight, transformer.encoder.*,
-//            transformer.decoder.*, generator.weight (absent when tied), generator.bias.
+//            Linear; Xavier-uniform initialisation of every matrix (but the learned position tables).
+//            Optional tied target embedding and generator. Keys: src_embedding.weight,
+//            tgt_embedding.weight, [src_pos_embedding.weight, tgt_pos_embedding.weight],
+//            transformer.encoder.*, transformer.decoder.*, generator.weight (absent when tied),
+//            generator.bias.
+// Layer variants (each unset or at its default: torch.nn's layer exactly): the attention's head widths,
+// biases and scale (head_dim, v_head_dim, qkv_bias, out_bias, attn_scale), a bias switch for all of a
+// layer's projections and norms (bias) with per-part overrides (ffn_bias, norm_bias), the norm type,
+// one set of layer weights shared by every layer of a stack (share_layers), stochastic depth
+// (drop_path). They apply to every layer of the model, the decoder's two attentions alike
+// (TransformerLayerOptions, tfm/modules/transformer.h, holds their meaning).
 // Token conventions: pad_id is ignored everywhere (padding masks, loss). Sources carry no bos/eos; the
 // decoder input is bos + target, the decoder output target + eos.
 //
@@ -28,6 +37,8 @@
 
 namespace tfm {
 
+struct TransformerLayerOptions;
+
 enum class Arch { ENCODER, SEQ2SEQ };
 template <>
 struct EnumNames<Arch> {
@@ -36,13 +47,20 @@ struct EnumNames<Arch> {
       {{Arch::ENCODER, "encoder"}, {Arch::SEQ2SEQ, "seq2seq"}}};
 };
 
-// Where the model's positions come from. SINUSOIDAL: the fixed table of "Attention Is All You Need"
-// (a buffer, no key).
-enum class Positional { SINUSOIDAL };
+// Where the model's positions come from, added to the (scaled) embedding before the dropout.
+//   SINUSOIDAL  the fixed table of "Attention Is All You Need" (a buffer, no key).
+//   LEARNED     a trained (max_len, D) table, one per embedding: an nn.Embedding(max_len, D) looked up
+//               at positions [offset, offset + T), initialised N(0, 0.02) as GPT-2's wpe (in SEQ2SEQ
+//               too: the Xavier loop leaves the tables alone, so both architectures start alike).
+//               Keys pos_embedding.weight (ENCODER), src_pos_embedding.weight and
+//               tgt_pos_embedding.weight (SEQ2SEQ).
+//   NONE        no positions: the embedding alone.
+enum class Positional { SINUSOIDAL, LEARNED, NONE };
 template <>
 struct EnumNames<Positional> {
   static constexpr const char* noun = "positional encoding";
-  static constexpr std::array<std::pair<Positional, std::string_view>, 1> names{{{Positional::SINUSOIDAL, "sinusoidal"}}};
+  static constexpr std::array<std::pair<Positional, std::string_view>, 3> names{
+      {{Positional::SINUSOIDAL, "sinusoidal"}, {Positional::LEARNED, "learned"}, {Positional::NONE, "none"}}};
 };
 
 struct ModelConfig {
@@ -60,7 +78,15 @@ struct ModelConfig {
   // table's, while √D lifts Xavier-initialised embeddings, O(1/√D), to that scale).
   std::optional<bool> scale_embeddings;
   bool tie_embeddings = false;   // SEQ2SEQ only: generator.weight shares tgt_embedding.weight
-  int64_t max_len = 512;         // positional table length
+  int64_t max_len = 512;         // positional table length, the longest sequence (any positional)
+  // Layer variants (TransformerLayerOptions and AttentionVariant say what each does).
+  std::optional<int64_t> head_dim, v_head_dim;  // Dh (unset: d_model / nhead), Dv (unset: Dh)
+  bool bias = true;                             // every Linear, attention projection and norm of the layers
+  std::optional<bool> qkv_bias, out_bias;       // attention in_proj_bias / out_proj.bias; unset: bias
+  std::optional<bool> ffn_bias, norm_bias;      // linear1/linear2 biases / the norms' biases; unset: bias
+  std::optional<float> attn_scale;              // the scores' factor; unset: 1/√Dh
+  bool share_layers = false;                    // each stack: one layer's weights used by every layer
+  float drop_path = 0.0f;                       // stochastic depth of every residual branch, training only
   int32_t pad_id = 0, bos_id = 1, eos_id = 2;
 
   bool has_decoder() const { return arch == Arch::SEQ2SEQ; }
@@ -69,6 +95,8 @@ struct ModelConfig {
     return has_decoder() ? data::TargetLayout::SHIFTED : data::TargetLayout::PER_POSITION;
   }
   bool scales_embeddings() const { return scale_embeddings.value_or(arch == Arch::SEQ2SEQ); }
+  // The options every layer of the model is built with (batch_first; the layer variants above).
+  TransformerLayerOptions layer_options() const;
 
   template <typename Self, typename Visit>
   static void fields(Self& c, Visit&& visit) {
@@ -92,6 +120,16 @@ struct ModelConfig {
     visit("pad_id", c.pad_id);
     visit("bos_id", c.bos_id);
     visit("eos_id", c.eos_id);
+    visit("head_dim", c.head_dim);
+    visit("v_head_dim", c.v_head_dim);
+    visit("bias", c.bias);
+    visit("qkv_bias", c.qkv_bias);
+    visit("out_bias", c.out_bias);
+    visit("ffn_bias", c.ffn_bias);
+    visit("norm_bias", c.norm_bias);
+    visit("attn_scale", c.attn_scale);
+    visit("share_layers", c.share_layers);
+    visit("drop_path", c.drop_path);
   }
 
   std::string to_json() const;  // pretty JSON object, every field

@@ -9,7 +9,10 @@
 // Config JSON: {"module": NAME, ...}, NAME one of MultiheadAttention, TransformerEncoderLayer,
 // TransformerEncoder, TransformerDecoderLayer, TransformerDecoder, Transformer, with the module's
 // PyTorch constructor arguments by their PyTorch names (missing keys take PyTorch's defaults), plus
-// num_layers / norm for the stacks and num_encoder_layers / num_decoder_layers for Transformer.
+// num_layers / norm for the stacks and num_encoder_layers / num_decoder_layers for Transformer, and
+// the variants beyond torch.nn, each off by default: head_dim, v_head_dim, qkv_bias, out_bias,
+// attn_scale (every module), ffn_bias, norm_bias, norm_type, drop_path (layers, stacks, Transformer),
+// share_layers (stacks, Transformer) — TransformerLayerOptions and AttentionVariant say what each does.
 // Unknown keys and wrong types are errors that name the key.
 //
 // Inputs carry the names of the arguments of PyTorch's forward:
@@ -79,7 +82,7 @@ struct ModuleConfig {
   AttentionOptions attention;      // MULTIHEAD_ATTENTION
   TransformerLayerOptions layer;   // every other kind: the arguments of each layer
   int64_t num_layers = 0;          // TRANSFORMER_ENCODER, TRANSFORMER_DECODER (required there)
-  bool norm = false;               // TRANSFORMER_ENCODER, TRANSFORMER_DECODER: a final LayerNorm
+  bool norm = false;               // TRANSFORMER_ENCODER, TRANSFORMER_DECODER: a final norm (layer.norm_type)
   int64_t num_encoder_layers = 6;  // TRANSFORMER
   int64_t num_decoder_layers = 6;  // TRANSFORMER
 };

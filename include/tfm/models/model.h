@@ -8,9 +8,13 @@
 //   decoder            TransformerDecoder        inside "transformer" (SEQ2SEQ)
 //   generator          Linear (V_tgt, D), bias   "generator" (weight tied to the target embedding
 //                                                when tie_embeddings: no generator.weight key)
-// plus one positional table and one dropout shared by every embedding (no parameters).
+//   position tables    Embedding (max_len, D)    positional LEARNED: "pos_embedding" (ENCODER) or
+//                                                "src_pos_embedding" and "tgt_pos_embedding"
+// plus one dropout shared by every embedding, and with positional SINUSOIDAL one fixed table shared
+// by every embedding (a buffer, no parameters).
 // Each embedding computes dropout(embedding(ids)·scale + pe[t]) with scale √D when
-// scale_embeddings, else 1.
+// scale_embeddings, else 1, and pe[t] the row t of the sinusoidal or learned table (nothing with
+// positional NONE).
 //
 // To add an architecture: its Arch and defaults (config.h), the parts it needs built in the
 // constructor, its path through forward(), and its twin in tools/torch_models.py.
@@ -51,8 +55,10 @@ class Model : public Module {
   Tensor project(const Tensor& h) const;      // the generator: (..., D) → (..., V_tgt)
 
  private:
-  // ids (B, T) → dropout(emb(ids)·scale + pe[offset : offset + T])   (B, T, D)
-  Tensor embed(const Embedding& emb, const std::vector<int32_t>& ids, int64_t B, int64_t T, int64_t offset) const;
+  // ids (B, T) → dropout(emb(ids)·scale + pe[offset : offset + T])   (B, T, D); `pos` the learned
+  // table of this embedding (positional LEARNED), else null.
+  Tensor embed(const Embedding& emb, const Embedding* pos, const std::vector<int32_t>& ids, int64_t B, int64_t T,
+               int64_t offset) const;
   const TransformerEncoder& encoder() const;
 
   ModelConfig config_;
@@ -61,7 +67,9 @@ class Model : public Module {
   std::unique_ptr<TransformerEncoder> encoder_;  // without a decoder
   std::unique_ptr<Transformer> transformer_;     // with a decoder: encoder and decoder, both final norms
   std::unique_ptr<OutputProjection> generator_;  // (V_tgt, D)
-  PositionalEncoding pe_;                        // table (max_len, D), a buffer
+  std::unique_ptr<Embedding> src_pos_embedding_; // (max_len, D), positional LEARNED
+  std::unique_ptr<Embedding> tgt_pos_embedding_; // (max_len, D), positional LEARNED with a decoder
+  PositionalEncoding pe_;                        // table (max_len, D) with positional SINUSOIDAL, a buffer
   Dropout dropout_;                              // after the positional encoding
   float embed_scale_ = 1.0f;                     // √D or 1
 };

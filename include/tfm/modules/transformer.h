@@ -38,7 +38,7 @@ struct TransformerLayerOptions {
   float layer_norm_eps = 1e-5f;
   bool batch_first = false;
   bool norm_first = false;
-  bool bias = true;  // false: no bias in any Linear, attention projection or LayerNorm
+  bool bias = true;  // the default of attention.qkv_bias, attention.out_bias, ffn_bias and norm_bias
   AttentionVariant attention;  // head widths, projection biases and scale of every attention of the layer
   std::optional<bool> ffn_bias;   // linear1.bias, linear2.bias present; unset: `bias`
   std::optional<bool> norm_bias;  // every LayerNorm's bias present; unset: `bias` (false for RMS_NORM,
