@@ -436,7 +436,8 @@ def check_case(case, tfm, work):
 
 
 def check_errors(work):
-    """Missing and misshapen source tensors: one-line errors naming the key."""
+    """Missing, misshapen and unmapped source tensors, a value only --set can give: one-line errors naming the
+    key. And the vocabularies of a model_dir target."""
     failures = []
     enc = nb.NB4EncoderLayer(8, 2, 4, 4, 16)
     sd = {k: v.detach().numpy() for k, v in enc.state_dict().items()}
@@ -457,6 +458,30 @@ def check_errors(work):
     rc, err = cli(["import", "--map", "nb3_vit_block", "--input", path, "--out", os.path.join(work, "x")])
     if rc == 0 or "--set nhead=" not in err or "\n" in err:
         failures.append(f"nb3 without --set nhead: {err!r}")
+    # model_dir vocabularies: given as files (checked against the embedding's rows), or spelled from the ids
+    m4 = nb.NB4Model(vocab_size=6, d_model=8, num_heads=2, d_k=4, d_v=4, d_ff=16, num_layers=1)
+    path = os.path.join(work, "nb4_small.pt")
+    torch.save(m4.state_dict(), path)
+    vocab = os.path.join(work, "vocab.txt")
+    for tokens, ok in ((["<pad>", "a", "b", "c", "d", "e"], True), (["<pad>", "a"], False)):
+        with open(vocab, "w") as f:
+            f.write("".join(t + "\n" for t in tokens))
+        out = os.path.join(work, "nb4_small")
+        rc, err = cli(["import", "--map", "nb4_reverse", "--target", "model", "--input", path, "--out", out,
+                       "--src-vocab", vocab, "--tgt-vocab", vocab])
+        if ok:
+            with open(os.path.join(out, "src_vocab.txt")) as f:
+                got = f.read().split("\n")[:-1]
+            with open(os.path.join(out, "tgt_vocab.txt")) as f:
+                if rc != 0 or got != tokens or f.read().split("\n")[:-1] != tokens:
+                    failures.append(f"--src-vocab/--tgt-vocab not written as given: rc {rc} {err!r}")
+        elif rc == 0 or "vocab.txt: 2 tokens" not in err:
+            failures.append(f"a vocabulary file of the wrong size: expected an error naming it, got {err!r}")
+    rc, err = cli(["import", "--map", "nb4_reverse", "--target", "model", "--input", path, "--out",
+                   os.path.join(work, "nb4_ids")])
+    with open(os.path.join(work, "nb4_ids", "src_vocab.txt")) as f:
+        if rc != 0 or f.read().split() != ["<pad>", "1", "2", "3", "4", "5"]:
+            failures.append(f"default vocabulary: expected <pad> then the ids spelled out ({err!r})")
     print(f"{'errors':28s} {'FAIL' if failures else 'ok'}")
     return failures
 
