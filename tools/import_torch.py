@@ -74,7 +74,6 @@ The import is exact for a module with the standard formula (tests/gen/notebooks.
 import argparse
 import fnmatch
 import json
-import math
 import os
 import re
 import sys
@@ -208,17 +207,6 @@ def _width(config):
     return config.get("d_model", config.get("embed_dim"))
 
 
-def sinusoidal_table(max_len, d_model):
-    """tfm's PositionalEncoding table: pe[t, 2i] = sin(t·10000^(−2i/D)), pe[t, 2i+1] = cos(...), float64 rounded."""
-    t = np.arange(max_len, dtype=np.float64)[:, None]
-    i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]
-    angle = t * np.exp(-math.log(10000.0) * i / float(d_model))
-    pe = np.zeros((max_len, d_model), dtype=np.float64)
-    pe[:, 0::2] = np.sin(angle)
-    pe[:, 1::2] = np.cos(angle)[:, : d_model // 2]
-    return pe.astype(np.float32)
-
-
 def _shape(a):
     return "(" + ", ".join(str(s) for s in a.shape) + ("," if a.ndim == 1 else "") + ")"
 
@@ -235,6 +223,7 @@ def _forward_rule(r, src, config, fkey, tkey):
         a = ts[0]
         length = config.get(r["sinusoidal"])
         d = _width(config)
+        from torch_models import sinusoidal_table  # tfm's table; imports torch
         want = sinusoidal_table(length, d)
         shape = want.shape if r.get("no_batch_dim") else (1,) + want.shape
         if a.shape != shape:
@@ -279,6 +268,7 @@ def _reverse_rule(r, tfm, config, fkey, tkey, grad):
         if grad:
             return []
         length = config.get(r["sinusoidal"])
+        from torch_models import sinusoidal_table  # tfm's table; imports torch
         table = sinusoidal_table(length, _width(config))
         return [(names[0], table if r.get("no_batch_dim") else table[None])]
     if to not in tfm:

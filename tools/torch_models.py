@@ -248,19 +248,25 @@ class Transformer(nn.Module):
         return self.decoder(tgt, mem, tgt_mask, tgt_key_padding_mask, memory_key_padding_mask)
 
 
+def sinusoidal_table(max_len, d_model):
+    """tfm's PositionalEncoding table (max_len, D) as float32: pe[t, 2i] = sin(t·10000^(−2i/D)),
+    pe[t, 2i+1] = cos(...), computed in float64 in the same order as tfm and rounded once."""
+    t = np.arange(max_len, dtype=np.float64)[:, None]
+    i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]
+    angle = t * np.exp(-math.log(10000.0) * i / float(d_model))
+    pe = np.zeros((max_len, d_model), dtype=np.float64)
+    pe[:, 0::2] = np.sin(angle)
+    pe[:, 1::2] = np.cos(angle)[:, : d_model // 2]
+    return pe.astype(np.float32)
+
+
 class PositionalEncoding(nn.Module):
     """pe[t, 2i] = sin(t·10000^(−2i/D)), pe[t, 2i+1] = cos(...), computed in float64 in the same order as tfm's
     PositionalEncoding and rounded once. A non-persistent buffer: not in the state_dict, like tfm's."""
 
     def __init__(self, d_model, max_len):
         super().__init__()
-        t = np.arange(max_len, dtype=np.float64)[:, None]
-        i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]
-        angle = t * np.exp(-math.log(10000.0) * i / float(d_model))
-        pe = np.zeros((max_len, d_model), dtype=np.float64)
-        pe[:, 0::2] = np.sin(angle)
-        pe[:, 1::2] = np.cos(angle)[:, : d_model // 2]
-        self.register_buffer("table", torch.from_numpy(pe.astype(np.float32)), persistent=False)
+        self.register_buffer("table", torch.from_numpy(sinusoidal_table(max_len, d_model)), persistent=False)
 
     def forward(self, x):  # x (B, T, D)
         return x + self.table[: x.size(1)].to(x.dtype)

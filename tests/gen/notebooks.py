@@ -49,21 +49,20 @@ LayerNorm/encoder layers in torch.nn for the nb1 check (the re-statement against
 """
 
 import math
+import os
+import sys
 
 import numpy as np
 import torch
 import torch.nn as nn
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools"))
+import torch_models  # noqa: E402
+
 
 def sinusoidal_table(max_len, d_model):
-    """pe[t, 2i] = sin(t·10000^(−2i/D)), pe[t, 2i+1] = cos(...), in float64, rounded to float32 once."""
-    t = np.arange(max_len, dtype=np.float64)[:, None]
-    i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]
-    angle = t * np.exp(-math.log(10000.0) * i / float(d_model))
-    pe = np.zeros((max_len, d_model), dtype=np.float64)
-    pe[:, 0::2] = np.sin(angle)
-    pe[:, 1::2] = np.cos(angle)[:, : d_model // 2]
-    return torch.from_numpy(pe.astype(np.float32))
+    """The sinusoidal table of "Attention Is All You Need" (max_len, D), as tfm computes it."""
+    return torch.from_numpy(torch_models.sinusoidal_table(max_len, d_model))
 
 
 # ---------------------------------------------------------------------------------------------------------------
