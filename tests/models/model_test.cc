@@ -146,6 +146,13 @@ data::TokenBatch random_batch(const ModelConfig& c, int64_t B, uint64_t seed) {
   return b;
 }
 
+// n random batches of B rows, seeds first_seed, first_seed + 1, ...
+std::vector<data::TokenBatch> random_batches(const ModelConfig& c, int n, int64_t B, uint64_t first_seed) {
+  std::vector<data::TokenBatch> batches;
+  for (int i = 0; i < n; ++i) batches.push_back(random_batch(c, B, first_seed + static_cast<uint64_t>(i)));
+  return batches;
+}
+
 Tensor ids_tensor(const std::vector<int32_t>& ids, int64_t rows, int64_t cols) {
   std::vector<float> f(ids.begin(), ids.end());
   return Tensor::from_vector({rows, cols}, f);
@@ -640,9 +647,7 @@ TEST(Model, LearnedPositionsTrainLikeTorch) {
   ModelConfig s = learned_seq2seq();
   s.dropout = 0;
   Model ms(s, g);
-  std::vector<data::TokenBatch> batches;
-  for (int i = 0; i < 15; ++i) batches.push_back(random_batch(s, 16, 600 + i));
-  expect_training_like_torch(ms, batches, 2e-3f, "seq2seq learned positions tied");
+  expect_training_like_torch(ms, random_batches(s, 15, 16, 600), 2e-3f, "seq2seq learned positions tied");
 }
 
 // RMSNorm with shared layers: the one layer's gradients add up over its L uses.
@@ -657,9 +662,7 @@ TEST(Model, RmsNormSharedLayersTrainLikeTorch) {
   s.dropout = 0;
   s.norm_bias = false;
   Model ms(s, g);
-  std::vector<data::TokenBatch> batches;
-  for (int i = 0; i < 15; ++i) batches.push_back(random_batch(s, 16, 650 + i));
-  expect_training_like_torch(ms, batches, 2e-3f, "seq2seq rms_norm shared");
+  expect_training_like_torch(ms, random_batches(s, 15, 16, 650), 2e-3f, "seq2seq rms_norm shared");
 }
 
 // Notebook 5's seq2seq: bias-free attention, pre-norm, scaled embeddings, both final norms.
@@ -669,9 +672,7 @@ TEST(Model, Notebook5VariantTrainsLikeTorch) {
   c.dropout = 0;
   Generator g{55, 0};
   Model m(c, g);
-  std::vector<data::TokenBatch> batches;
-  for (int s = 0; s < 15; ++s) batches.push_back(random_batch(c, 16, 700 + s));
-  expect_training_like_torch(m, batches, 2e-3f, "notebook 5 seq2seq");
+  expect_training_like_torch(m, random_batches(c, 15, 16, 700), 2e-3f, "notebook 5 seq2seq");
 }
 
 // The seq2seq architecture (decoder, cross-attention, causal and padding masks, tied embeddings,
