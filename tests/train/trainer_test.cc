@@ -264,7 +264,14 @@ TEST(Trainer, InitFromErrorsNameTheFieldFileKeyOrToken) {
   io::save_safetensors(d + "/noweights/model.safetensors", w.tensors);
   const std::string e2 = error_of(fine_tune(d + "/noweights", d + "/out3"));
   EXPECT_NE(e2.find(d + "/noweights/model.safetensors"), std::string::npos) << e2;
-  EXPECT_NE(e2.find(dropped), std::string::npos) << e2;
+  EXPECT_EQ(e2.rfind(d + "/noweights/model.safetensors: missing key '" + dropped + "'", 0), 0u) << e2;
+  // Vocabulary files that do not fit the model's config.json.
+  fs::create_directories(d + "/badvocab");
+  for (const char* f : {"config.json", "model.safetensors", "tgt_vocab.txt"}) fs::copy_file(a + "/" + f, d + "/badvocab/" + f);
+  { std::ofstream(d + "/badvocab/src_vocab.txt") << file(a, "src_vocab.txt") << "extra\n"; }
+  const std::string e3 = error_of(fine_tune(d + "/badvocab", d + "/out5"));
+  EXPECT_EQ(e3.rfind(d + "/badvocab/src_vocab.txt and " + d + "/badvocab/tgt_vocab.txt: ", 0), 0u) << e3;
+  EXPECT_NE(e3.find("entries, but the model's config.json says"), std::string::npos) << e3;
 
   // Data is encoded with the directory's vocabulary, which here has no <unk>: an unknown token is a
   // one-line error naming the file, line and token.
@@ -273,6 +280,18 @@ TEST(Trainer, InitFromErrorsNameTheFieldFileKeyOrToken) {
   c.task.reset();
   c.train_path = c.valid_path = d + "/t.tsv";
   EXPECT_EQ(error_of(c), d + "/t.tsv:2: source token '99' is not in the vocabulary (which has no <unk>)");
+  // A sequence longer than the model's position table (max_len 512 here) is refused before training.
+  {
+    std::ofstream f(d + "/long.tsv");
+    for (int i = 0; i < 600; ++i) f << (i ? " " : "") << 1 + i % 9;
+    f << "\t";
+    for (int i = 0; i < 600; ++i) f << (i ? " " : "") << 1 + (599 - i) % 9;
+    f << "\n";
+  }
+  c.train_path = c.valid_path = d + "/long.tsv";
+  c.max_tokens = 1000;
+  EXPECT_EQ(error_of(c), d + "/long.tsv / " + d + "/long.tsv: a sequence needs 600 positions, but the model of " + a +
+                             " has max_len 512 (a lower --max-tokens skips longer lines)");
   fs::remove_all(a);
   fs::remove_all(d);
 }
