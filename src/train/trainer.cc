@@ -158,13 +158,13 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
   if (c_.epochs == 0 && c_.max_steps == 0 && c_.time_budget == 0) c_.epochs = kDefaultEpochs;
   c_.validate();
 
-  // The vocabularies: the run's own when resuming, the model directory's when starting from one.
   const bool init = !c_.init_from.empty();
   if (init && !resume) {  // config.json first: a directory that is not a model directory fails on it
     mc_ = init_model_config(c_);
     c_.model = mc_;  // the data's layout (equal lengths without a decoder) follows the model
     read_tokenizations(c_.init_from, c_.src_tokens, c_.tgt_tokens);
   }
+  // The vocabularies: the run's own when resuming, the model directory's when starting from one.
   std::unique_ptr<data::Vocab> saved_src, saved_tgt;
   if (resume || init) {
     const std::string& dir = resume ? c_.out_dir : c_.init_from;

@@ -292,6 +292,16 @@ TEST(Trainer, InitFromErrorsNameTheFieldFileKeyOrToken) {
   c.max_tokens = 1000;
   EXPECT_EQ(error_of(c), d + "/long.tsv / " + d + "/long.tsv: a sequence needs 600 positions, but the model of " + a +
                              " has max_len 512 (a lower --max-tokens skips longer lines)");
+  // A task needs the tasks' vocabulary: a model trained on TSV tokens cannot be fine-tuned on one.
+  TrainConfig tsv = tiny(d + "/tsvrun");
+  tsv.task.reset();
+  tsv.train_path = tsv.valid_path = d + "/t.tsv";
+  tsv.max_tokens = 256;
+  tsv.max_steps = 1;
+  run_training(tsv);
+  EXPECT_EQ(error_of(fine_tune(d + "/tsvrun", d + "/out6")),
+            d + "/tsvrun/src_vocab.txt and " + d +
+                "/tsvrun/tgt_vocab.txt: not the built-in tasks' vocabulary, so the task reverse cannot be encoded with them");
   fs::remove_all(a);
   fs::remove_all(d);
 }
