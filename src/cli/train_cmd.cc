@@ -2,6 +2,7 @@
 // → a final checkpoint and a resume hint. The loop itself is tfm::train::run_training.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -127,6 +128,15 @@ class Options {
                               help + (def == "true" ? " (default: on)" : def == "false" ? " (default: off)" : ""));
     return f.option;
   }
+  // The names of the options given that set a field train::fixed_by_init_from refuses.
+  std::string given_fixed_by_init_from() const {
+    std::string names;
+    for (const auto& f : fields_)
+      if (f->option->count() > 0 &&
+          std::any_of(f->keys.begin(), f->keys.end(), [](const std::string& k) { return train::fixed_by_init_from(k); }))
+        names += (names.empty() ? "" : ", ") + f->option->get_name();
+    return names;
+  }
   // Applies every option that was given to `c`.
   void apply(TrainConfig& c) const {
     for (const auto& f : fields_)
@@ -153,6 +163,8 @@ void register_train(CLI::App& app, Runner& run) {
       "  tfm train --task reverse --arch encoder --out runs/reverse\n"
       "  tfm train --train pairs.tsv --valid dev.tsv --arch seq2seq --epochs 20 --out runs/mt\n"
       "  tfm train --resume runs/mt            (continue an interrupted run exactly)\n"
+      "  tfm train --init-from runs/mt --train more.tsv --valid dev.tsv --lr 1e-4 --out runs/mt2\n"
+      "                                        (fine-tune a model directory: its model, weights, vocabularies)\n"
       "  tfm train --task reverse --arch encoder --d-model 16 --nhead 4 --head-dim 16 --no-qkv-bias \\\n"
       "      --no-out-bias --dim-feedforward 512 --layers 4 --max-steps 3000 --out runs/nb4\n"
       "                                        (the reverse notebook's own layers: 4 heads of width 16 on width 16)\n"
@@ -177,6 +189,9 @@ void register_train(CLI::App& app, Runner& run) {
   o.value("--task-train-size", {"task_train_size"}, "task examples per epoch (fresh each epoch)");
   o.value("--arch", {"arch"}, enum_choices<Arch>(" | "));
   auto* out = o.value("--out", {"out_dir"}, "output directory");
+  auto* init_from = o.value("--init-from", {"init_from"},
+                            "fine-tune: start from the model, weights and vocabularies of this model directory "
+                            "(model options other than --dropout and --drop-path are refused)");
   o.value("--d-model", {"d_model"}, "model width");
   o.value("--nhead", {"nhead"}, "attention heads");
   o.value("--layers", {"num_encoder_layers", "num_decoder_layers"}, "encoder and decoder layers");
@@ -222,7 +237,7 @@ void register_train(CLI::App& app, Runner& run) {
   auto* resume = cmd->add_option("--resume", *resume_dir, "continue the run saved in DIR");
 
   cmd->callback([cmd, data_group, opts, out, epochs, steps, budget, threads_opt, threads, resume, resume_dir, task, task_text,
-                 tr, &run] {
+                 tr, init_from, &run] {
     if (resume->count() == 0 && out->count() == 0) throw CLI::RequiredError("--out");
     // A resumed run continues exactly as saved: only its length and the thread count may be given
     // (an option silently ignored would look like it had taken effect).
@@ -232,11 +247,17 @@ void register_train(CLI::App& app, Runner& run) {
         for (const CLI::Option* opt : group->get_options())
           if (opt->count() > 0 && opt != resume && opt != epochs && opt != steps && opt != budget && opt != threads_opt)
             fixed += (fixed.empty() ? "" : ", ") + opt->get_name();
+    // A run started from a model directory takes the model from it: a model option would be ignored.
+    const std::string model_given = init_from->count() > 0 && resume->count() == 0 ? opts->given_fixed_by_init_from() : "";
     if (resume->count() == 0 && task->count() == 0 && tr->count() == 0)
       throw CLI::RequiredError("--task or --train/--valid");
     const bool len_given = epochs->count() + steps->count() + budget->count() > 0;
     const bool task_given = task->count() > 0;
-    run = [opts, len_given, task_given, task_text, threads, resume_dir, fixed] {
+    run = [opts, len_given, task_given, task_text, threads, resume_dir, fixed, model_given] {
+      if (!model_given.empty())
+        throw std::invalid_argument("--init-from takes the model (and its tokenizations) from the model directory; "
+                                    "only --dropout and --drop-path of the model options may be given with it (got " +
+                                    model_given + ")");
       if (!fixed.empty())
         throw std::invalid_argument("--resume continues the run with the settings saved in " + *resume_dir +
                                     "/config.json; only --epochs, --max-steps, --time-budget and --threads may be "

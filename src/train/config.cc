@@ -148,4 +148,13 @@ std::string field_text(const TrainConfig& c, const std::string& key) {
   return v.is_string() ? v.get<std::string>() : v.is_null() ? std::string() : v.dump();
 }
 
+bool fixed_by_init_from(const std::string& key) {
+  if (key == "dropout" || key == "drop_path") return false;
+  if (key == "src_tokens" || key == "tgt_tokens") return true;
+  const ModelConfig defaults;
+  JsonWriter w;
+  ModelConfig::fields(defaults, w);
+  return w.j.contains(key);
+}
+
 }  // namespace tfm::train

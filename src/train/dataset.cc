@@ -36,7 +36,7 @@ Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const d
   const data::TsvData valid = data::read_tsv(c.valid_path, o);
   for (const auto* d : {&train, &valid})
     if (!d->problems.empty()) ds.notes.push_back(d->summary());
-  if (src_vocab && tgt_vocab) {  // resuming: the saved vocabularies, never rebuilt
+  if (src_vocab && tgt_vocab) {  // resuming or starting from a model directory: its vocabularies, never rebuilt
     ds.src_vocab = *src_vocab;
     ds.tgt_vocab = *tgt_vocab;
   } else {
@@ -45,8 +45,21 @@ Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const d
     ds.src_vocab = data::Vocab::build(s);
     ds.tgt_vocab = data::Vocab::build(t);
   }
-  for (const auto& p : train.pairs) ds.train.push_back({ds.src_vocab.encode(p.src), ds.tgt_vocab.encode(p.tgt)});
-  for (const auto& p : valid.pairs) ds.valid.push_back({ds.src_vocab.encode(p.src), ds.tgt_vocab.encode(p.tgt)});
+  // A token outside a given vocabulary without <unk> is an error naming where it is.
+  const auto encode_side = [](const data::Vocab& v, const data::Tokens& t, const data::TsvData& d, int64_t line,
+                               const char* side) {
+    try {
+      return v.encode(t);
+    } catch (const std::invalid_argument& e) {
+      throw data::DataError(d.path + ":" + std::to_string(line) + ": " + side + " " + e.what());
+    }
+  };
+  const auto encode = [&](const data::TsvData& d, const data::TextPair& p) {
+    return data::Example{encode_side(ds.src_vocab, p.src, d, p.line, "source"),
+                         encode_side(ds.tgt_vocab, p.tgt, d, p.line, "target")};
+  };
+  for (const auto& p : train.pairs) ds.train.push_back(encode(train, p));
+  for (const auto& p : valid.pairs) ds.valid.push_back(encode(valid, p));
   ds.valid_set = tsv_eval_set(valid);
   return ds;
 }

@@ -20,8 +20,10 @@ struct Dataset {
   std::vector<std::string> notes;    // skipped-line summaries for the user
 };
 
-// Reads (TSV) or generates (task) the data. Resuming passes the run's saved vocabularies, which are
-// then used as they are; otherwise they are built from the training file.
+// Reads (TSV) or generates (task) the data. Resuming (or starting from a model directory) passes the
+// saved vocabularies, which are then used as they are; otherwise they are built from the training
+// file. A TSV token that a given vocabulary lacks maps to its <unk>, or without one throws DataError
+// "<path>:<line>: ..." naming the token.
 Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const data::Vocab* tgt_vocab);
 
 // A task's training examples for one epoch: fresh ones every epoch, a pure function of (seed, epoch).

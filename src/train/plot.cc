@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -95,12 +96,15 @@ void draw_panel(std::string& svg, const Panel& p, const std::vector<EvalRow>& ro
   for (size_t s = 0; s < series.size(); ++s) {
     const Series& se = series[s];
     std::string pts;
-    for (const auto& r : rows) pts += fmt("%.1f", p.px(static_cast<double>(r.step))) + "," + fmt("%.1f", p.py(se.y(r))) + " ";
+    // A value that is not finite has no point (the training loss of a step-0 row: no step taken yet).
+    for (const auto& r : rows)
+      if (std::isfinite(se.y(r))) pts += fmt("%.1f", p.px(static_cast<double>(r.step))) + "," + fmt("%.1f", p.py(se.y(r))) + " ";
     svg += "<polyline fill=\"none\" stroke=\"" + se.color + "\" stroke-width=\"2\"" +
            (se.dashed ? " stroke-dasharray=\"6,4\"" : "") + " points=\"" + pts + "\"/>\n";
     for (const auto& r : rows)
-      svg += "<circle cx=\"" + fmt("%.1f", p.px(static_cast<double>(r.step))) + "\" cy=\"" + fmt("%.1f", p.py(se.y(r))) +
-             "\" r=\"2.5\" fill=\"" + se.color + "\"/>\n";
+      if (std::isfinite(se.y(r)))
+        svg += "<circle cx=\"" + fmt("%.1f", p.px(static_cast<double>(r.step))) + "\" cy=\"" + fmt("%.1f", p.py(se.y(r))) +
+               "\" r=\"2.5\" fill=\"" + se.color + "\"/>\n";
     const double ly = p.y0 + 14 + 18 * static_cast<double>(s);
     svg += "<line x1=\"" + fmt("%.1f", p.x0 + p.w - 150) + "\" y1=\"" + fmt("%.1f", ly - 4) + "\" x2=\"" +
            fmt("%.1f", p.x0 + p.w - 126) + "\" y2=\"" + fmt("%.1f", ly - 4) + "\" stroke=\"" + se.color +
@@ -144,7 +148,8 @@ std::string plot_curves_svg(const std::vector<EvalRow>& rows, const std::string&
   const Panel loss{70, 60, 360, 290, 0, xmax, 0, ltop};
   const Panel acc{560, 60, 360, 290, 0, xmax, 0, 1};
   draw_panel(svg, loss, rows,
-             {{"training loss", "#1f77b4", false, [](const EvalRow& r) { return r.train_loss; }},
+             {{"training loss", "#1f77b4", false,
+               [](const EvalRow& r) { return r.step > 0 ? r.train_loss : std::numeric_limits<double>::quiet_NaN(); }},
               {"validation loss", "#d62728", true, [](const EvalRow& r) { return r.valid_loss; }}},
              "Loss (cross-entropy)", "loss", false);
   draw_panel(svg, acc, rows,

@@ -9,6 +9,8 @@
 #include <filesystem>
 
 #include "io/file_util.h"
+#include "json_fields.h"
+#include "tfm/io/safetensors.h"
 #include "tfm/models/model_dir.h"
 #include "tfm/train/evaluate.h"
 #include "tfm/train/schedule.h"
@@ -43,6 +45,53 @@ ModelConfig model_config_for(const TrainConfig& c, const Dataset& ds) {
   m.max_len = std::max(m.max_len, need);
   m.scale_embeddings = m.scales_embeddings();
   return m;
+}
+
+// The model of a run started from the model directory c.init_from: DIR/config.json's, with the run's
+// dropout and drop_path. Every other field of c.model must have been left at ModelConfig{}'s value
+// (throws naming the fields that were not, since they would be ignored).
+ModelConfig init_model_config(const TrainConfig& c) {
+  const ModelConfig defaults;
+  JsonWriter given, def;
+  ModelConfig::fields(c.model, given);
+  ModelConfig::fields(defaults, def);
+  std::string set;
+  for (const auto& [key, value] : given.j.items())
+    if (fixed_by_init_from(key) && value != def.j.at(key)) set += (set.empty() ? "" : ", ") + key;
+  if (!set.empty())
+    throw std::invalid_argument("train config: init_from takes the model from " +
+                                model_dir::path(c.init_from, model_dir::CONFIG) +
+                                "; only dropout and drop_path of the model may be set with it (got " + set + ")");
+  ModelConfig m = ModelConfig::from_json(model_dir::read_config_section(c.init_from, "model"));
+  m.dropout = c.model.dropout;
+  m.drop_path = c.model.drop_path;
+  return m;
+}
+
+// The tokenizations of DIR's vocabularies (config.json "vocab": "src_tokens", "tgt_tokens").
+void read_tokenizations(const std::string& dir, data::Tokenization& src, data::Tokenization& tgt) {
+  const ordered_json vocab = ordered_json::parse(model_dir::read_config_section(dir, "vocab"));
+  try {
+    src = enum_from_name<data::Tokenization>(vocab.at("src_tokens").get<std::string>());
+    tgt = enum_from_name<data::Tokenization>(vocab.at("tgt_tokens").get<std::string>());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(model_dir::path(dir, model_dir::CONFIG) + ": bad \"vocab\": " + e.what());
+  }
+}
+
+// A run started from a model directory trains its model as it is, so every sequence of the data must
+// fit the model's position table.
+void check_fits(const ModelConfig& m, const Dataset& ds, const TrainConfig& c) {
+  const int64_t extra = m.has_decoder() ? 1 : 0;  // bos before the target input, eos after its output
+  int64_t longest = c.task ? data::kTaskMaxLen + extra : 0;
+  for (const auto* set : {&ds.train, &ds.valid})
+    for (const auto& e : *set)
+      longest = std::max({longest, static_cast<int64_t>(e.src.size()), static_cast<int64_t>(e.tgt.size()) + extra});
+  if (longest > m.max_len)
+    throw std::invalid_argument((c.task ? "task " + std::string(enum_name(*c.task)) : c.train_path + " / " + c.valid_path) +
+                                ": a sequence needs " + std::to_string(longest) + " positions, but the model of " +
+                                c.init_from + " has max_len " + std::to_string(m.max_len) +
+                                " (a lower --max-tokens skips longer lines)");
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, Model& model) {
@@ -109,15 +158,51 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
   if (c_.epochs == 0 && c_.max_steps == 0 && c_.time_budget == 0) c_.epochs = kDefaultEpochs;
   c_.validate();
 
+  const bool init = !c_.init_from.empty();
+  if (init && !resume) {  // config.json first: a directory that is not a model directory fails on it
+    mc_ = init_model_config(c_);
+    c_.model = mc_;  // the data's layout (equal lengths without a decoder) follows the model
+    read_tokenizations(c_.init_from, c_.src_tokens, c_.tgt_tokens);
+  }
+  // The vocabularies: the run's own when resuming, the model directory's when starting from one.
   std::unique_ptr<data::Vocab> saved_src, saved_tgt;
-  if (resume) {
-    saved_src = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::path(c_.out_dir, model_dir::SRC_VOCAB)));
-    saved_tgt = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::path(c_.out_dir, model_dir::TGT_VOCAB)));
+  if (resume || init) {
+    const std::string& dir = resume ? c_.out_dir : c_.init_from;
+    saved_src = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::path(dir, model_dir::SRC_VOCAB)));
+    saved_tgt = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::path(dir, model_dir::TGT_VOCAB)));
+  }
+  if (init && !resume) {
+    const std::string vocab_files =
+        model_dir::path(c_.init_from, model_dir::SRC_VOCAB) + " and " + model_dir::path(c_.init_from, model_dir::TGT_VOCAB);
+    if (saved_src->size() != mc_.src_vocab_size || saved_tgt->size() != mc_.tgt_vocab_size)
+      throw std::runtime_error(vocab_files + ": " + std::to_string(saved_src->size()) + " and " +
+                               std::to_string(saved_tgt->size()) + " entries, but the model's config.json says " +
+                               std::to_string(mc_.src_vocab_size) + " and " + std::to_string(mc_.tgt_vocab_size));
+    if (saved_src->pad_id() != mc_.pad_id || saved_tgt->pad_id() != mc_.pad_id)
+      throw std::runtime_error(vocab_files + ": <pad> is not at the model's pad_id " + std::to_string(mc_.pad_id));
+    if (c_.task && (saved_src->tokens() != data::task_vocab().tokens() || saved_tgt->tokens() != data::task_vocab().tokens()))
+      throw std::invalid_argument(vocab_files + ": not the built-in tasks' vocabulary, so the task " +
+                                  std::string(enum_name(*c_.task)) + " cannot be encoded with them");
   }
   ds_ = load_dataset(c_, saved_src.get(), saved_tgt.get());
   for (const auto& n : ds_.notes) note(ProgressEvent::Kind::NOTE, n);
-  mc_ = model_config_for(c_, ds_);
+  // A run started from a model directory keeps that model's configuration (saved whole in the run's
+  // config.json, so a resume reads it back as it is); otherwise the data sizes the model.
+  if (init && resume) mc_ = c_.model;
+  else if (!init) mc_ = model_config_for(c_, ds_);
+  if (init) check_fits(mc_, ds_, c_);
   mc_.validate();
+
+  // The model, before the output directory is written: a model directory's weights that do not load
+  // leave nothing behind.
+  gen_ = Generator{c_.seed, 0};
+  model_ = std::make_unique<Model>(mc_, gen_);
+  if (init && !resume) {
+    const std::string weights = model_dir::path(c_.init_from, model_dir::MODEL);
+    const io::SafeTensorsFile f = io::load_safetensors(weights, io::LoadOptions{.zero_copy = true});
+    model_->load_state_dict(f.tensors, weights);  // strict: every key, every shape
+    note(ProgressEvent::Kind::NOTE, "starting from the model in " + c_.init_from);
+  }
 
   std::error_code ec;
   std::filesystem::create_directories(c_.out_dir, ec);
@@ -130,8 +215,6 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
                                                  c_.src_tokens, c_.tgt_tokens));
   }
 
-  gen_ = Generator{c_.seed, 0};
-  model_ = std::make_unique<Model>(mc_, gen_);
   model_->train();
   opt_ = make_optimizer(c_, *model_);
   params_ = model_->parameters();
@@ -225,6 +308,8 @@ TrainResult Run::train() {
   std::optional<StopReason> reason;
   auto last_progress = Clock::now() - std::chrono::seconds(10);
   int64_t consecutive_skips = 0;
+  // A run started from a model directory first scores that model, as its step-0 row.
+  if (!c_.init_from.empty() && st_.step == 0 && st_.history.empty()) evaluate_and_record();
   while (!reason) {
     if (c_.epochs > 0 && st_.epoch >= c_.epochs) {
       reason = StopReason::EPOCHS;

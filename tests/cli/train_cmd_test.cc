@@ -199,6 +199,21 @@ TEST_F(TrainCliErrors, ResumeRefusesOptionsItWouldIgnore) {
   EXPECT_FALSE(std::filesystem::exists(*dir_ + "/elsewhere"));
 }
 
+TEST_F(TrainCliErrors, InitFromRefusesModelOptions) {
+  const std::string run = *dir_ + "/run";
+  const std::string data = " --train " + *dir_ + "/train.tsv --valid " + *dir_ + "/valid.tsv --out " + *dir_ + "/tuned";
+  const std::string head = "--init-from takes the model (and its tokenizations) from the model directory; only "
+                           "--dropout and --drop-path of the model options may be given with it (got ";
+  expect_error("train --init-from " + run + data + " --d-model 8", head + "--d-model)");
+  expect_error("train --init-from " + run + data + " --dropout 0 --arch encoder --no-qkv-bias --src-tokens space",
+               head + "--src-tokens, --arch, --qkv-bias)");
+  expect_error("train --resume " + run + " --init-from " + run,
+               "--resume continues the run with the settings saved in " + run +
+                   "/config.json; only --epochs, --max-steps, --time-budget and --threads may be given with it (got "
+                   "--init-from)");
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/tuned"));
+}
+
 TEST_F(TrainCliErrors, TranslateSourceLongerThanMaxLen) {
   // The tiny model keeps the default max_len 512; line 2 has 600 characters (char-level tokens).
   const std::string err = *dir_ + "/stderr.txt";

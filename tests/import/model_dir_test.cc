@@ -14,6 +14,11 @@
 // directory back into the module's state_dict, bit for bit, and the refusal of a per-feature gain
 // where the module holds one scalar); it exits non-zero when those fail.
 //
+// Notebook 4's imported directory is also fine-tuned with `tfm train --init-from` on a TSV of reversed
+// sequences spelled in its vocabulary: the run's step-0 row must be the imported model's own figures on
+// that validation file (teacher-forced loss through the library, token accuracy through `tfm eval`),
+// and its validation loss must fall.
+//
 // Skipped only when /usr/bin/python3 cannot import torch.
 #include <gtest/gtest.h>
 
@@ -22,12 +27,15 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "test_util.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/model_dir.h"
+#include "tfm/data/tsv.h"
 #include "tfm/optim.h"
+#include "tfm/train/evaluate.h"
 
 using namespace tfm;
 
@@ -176,4 +184,71 @@ TEST(ImportModelDir, Notebook4TrainsLikeItsModule) {
 TEST(ImportModelDir, Notebook5BuildTransformerLogitsMatchModule) {
   if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy";
   check_logits("nb5");
+}
+
+// Reversal pairs over notebook 4's tokens ("1" .. "19", space-separated), lengths 3..10.
+void write_reverse_tsv(const std::string& path, int n, uint64_t seed) {
+  tfm::testing::Rng g(seed);
+  std::ofstream f(path);
+  for (int i = 0; i < n; ++i) {
+    std::vector<int> w(static_cast<size_t>(g.uniform_int(3, 10)));
+    for (int& t : w) t = g.uniform_int(1, 19);
+    for (size_t k = 0; k < w.size(); ++k) f << (k ? " " : "") << w[k];
+    f << '\t';
+    for (size_t k = 0; k < w.size(); ++k) f << (k ? " " : "") << w[w.size() - 1 - k];
+    f << '\n';
+  }
+}
+
+TEST(ImportModelDir, Notebook4FineTunesWithInitFrom) {
+  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy";
+  const std::string root = generate("nb4");
+  const std::string dir = root + "/nb4", run = root + "/tuned";
+  write_reverse_tsv(root + "/t.tsv", 256, 1);
+  write_reverse_tsv(root + "/v.tsv", 64, 2);
+  std::string out;
+  ASSERT_EQ(tfm::testing::run_command(std::string(TFM_CLI_PATH) + " train --init-from " + dir + " --train " + root +
+                                          "/t.tsv --valid " + root + "/v.tsv --max-steps 20 --eval-every 10 --lr 1e-3 "
+                                          "--warmup 2 --batch-size 32 --dropout 0 --threads 1 --out " + run,
+                                      &out),
+            0)
+      << out;
+  // metrics.csv: the rows at steps 0, 10, 20 (step, epoch, lr, train_loss, valid_loss, token acc, ...).
+  std::ifstream csv(run + "/metrics.csv");
+  std::string line;
+  std::getline(csv, line);
+  std::vector<std::vector<double>> rows;
+  while (std::getline(csv, line)) {
+    std::vector<double> r;
+    std::stringstream ss(line);
+    for (std::string v; std::getline(ss, v, ',');) r.push_back(std::stod(v));
+    rows.push_back(r);
+  }
+  ASSERT_EQ(rows.size(), 3u) << out;
+  EXPECT_EQ(rows[0][0], 0);
+
+  // The imported model's own teacher-forced loss on v.tsv, as metrics.csv prints it (%.6f).
+  const TrainedModel m = load_model_dir(dir);
+  data::TsvOptions o;
+  o.src_tokens = o.tgt_tokens = data::Tokenization::SPACE;
+  o.equal_lengths = true;
+  std::vector<data::Example> valid;
+  for (const auto& p : data::read_tsv(root + "/v.tsv", o).pairs)
+    valid.push_back({m.src_vocab.encode(p.src), m.tgt_vocab.encode(p.tgt)});
+  const train::TeacherForced tf = train::evaluate_teacher_forced(*m.model, valid, 256);
+  char want[32];
+  std::snprintf(want, sizeof want, "%.6f", tf.loss);
+  EXPECT_EQ(rows[0][4], std::stod(want)) << "step-0 validation loss " << rows[0][4] << ", imported model " << tf.loss;
+  // and its token accuracy as `tfm eval` decodes it (an encoder predicts one token per position).
+  ASSERT_EQ(tfm::testing::run_command("(" + std::string(TFM_CLI_PATH) + " eval --model " + dir + " --data " + root +
+                                          "/v.tsv --json --threads 1 2>/dev/null)",
+                                      &out),
+            0)
+      << out;
+  const double eval_acc = nlohmann::json::parse(out).at("token_accuracy").get<double>();
+  EXPECT_NEAR(rows[0][5], eval_acc, 5e-7) << "step-0 token accuracy vs tfm eval";
+  std::printf("nb4 fine-tune: valid loss %.6f -> %.6f -> %.6f (imported model %.6f), token acc %.4f -> %.4f\n",
+              rows[0][4], rows[1][4], rows[2][4], tf.loss, rows[0][5], rows[2][5]);
+  EXPECT_LT(rows[2][4], rows[0][4]) << "fine-tuning did not lower the validation loss";
+  std::filesystem::remove_all(root);
 }

@@ -102,5 +102,19 @@ TEST(TrainConfig, TaskPresetChangesOnlyWhatTheTasksNeed) {
   EXPECT_EQ(p.clip_norm, base.clip_norm);
 }
 
+// init_from is a saved field (a resumed run knows where its weights came from), and the keys it fixes
+// are the model's, its tokenizations, and none of the training options.
+TEST(TrainConfig, InitFromIsSavedAndFixesTheModelFields) {
+  TrainConfig c;
+  set_field(c, "init_from", "runs/nb4");
+  EXPECT_EQ(TrainConfig::from_json(c.to_json()).init_from, "runs/nb4");
+  EXPECT_EQ(TrainConfig::from_json("{}").init_from, "");
+  for (const char* k : {"d_model", "arch", "head_dim", "positional", "scale_embeddings", "max_len", "pad_id", "norm_first",
+                        "share_layers", "src_tokens", "tgt_tokens"})
+    EXPECT_TRUE(fixed_by_init_from(k)) << k;
+  for (const char* k : {"dropout", "drop_path", "lr", "max_steps", "batch_size", "init_from", "out_dir", "task", "seed"})
+    EXPECT_FALSE(fixed_by_init_from(k)) << k;
+}
+
 }  // namespace
 }  // namespace tfm::train

@@ -35,5 +35,25 @@ TEST(Plot, CsvAndSvgAreWellFormed) {
   EXPECT_NE(plot_curves_svg({}, "x").find("no evaluations yet"), std::string::npos);
 }
 
+// A run started from a model directory has a step-0 row without a training loss: the validation
+// curves get its point, the training-loss curve does not.
+TEST(Plot, StepZeroRowHasNoTrainingLossPoint) {
+  std::vector<EvalRow> rows(2);
+  rows[0].valid_loss = 2.0;
+  rows[1].step = 10;
+  rows[1].train_loss = 1.5;
+  rows[1].valid_loss = 1.4;
+  const std::string svg = plot_curves_svg(rows, "t");
+  const auto circles = [&](const std::string& color) {
+    int64_t n = 0;
+    for (size_t at = svg.find("fill=\"" + color + "\""); at != std::string::npos; at = svg.find("fill=\"" + color + "\"", at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(circles("#1f77b4"), 1);  // training loss: step 10 only
+  EXPECT_EQ(circles("#d62728"), 2);  // validation loss: steps 0 and 10
+  EXPECT_EQ(svg.find("nan"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tfm::train

@@ -11,9 +11,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "io/file_util.h"
 #include "test_util.h"
+#include "tfm/data/tsv.h"
+#include "tfm/io/safetensors.h"
 
 namespace tfm::train {
 namespace {
@@ -146,6 +149,161 @@ TEST(Trainer, LoadedModelTranslatesAndEvaluates) {
   const Metrics r = evaluate(m, EvalSet{{{"1", "2"}}, {{{"2", "1"}}}}, 1, 4);
   EXPECT_EQ(r.examples, 1);
   EXPECT_EQ(r.reference_tokens, 2);
+}
+
+
+// ---- fine-tuning from a model directory (TrainConfig::init_from) ----------------------------------
+
+// A run on the reverse task started from the model in `from`: same task data as tiny() (same seed).
+TrainConfig fine_tune(const std::string& from, const std::string& out) {
+  TrainConfig c;
+  c.task = data::Task::REVERSE;
+  c.task_train_size = 200;
+  c.task_valid_size = 50;
+  c.init_from = from;
+  c.model.dropout = 0.0f;  // the run's, not the source's 0.1
+  c.max_steps = 6;
+  c.eval_every = 3;
+  c.lr = 3e-3f;
+  c.warmup = 2;
+  c.batch.batch_size = 32;
+  c.seed = 11;
+  c.out_dir = out;
+  return c;
+}
+
+TEST(Trainer, InitFromStartsFromTheModelDirectoryAndResumesFromItsOwnCheckpoint) {
+  const std::string a = testing::temp_dir("init_src"), b = testing::temp_dir("init_b"), b2 = testing::temp_dir("init_b2");
+  TrainConfig src = tiny(a);
+  src.max_steps = 5;
+  const TrainResult ra = run_training(src);
+
+  const TrainResult rb = run_training(fine_tune(a, b));
+  EXPECT_EQ(rb.steps, 6);
+  // The first row (step 0) scores the source model as loaded: bit for bit its own last evaluation
+  // and the teacher-forced figures of load_model_dir's model on the same validation data.
+  ASSERT_EQ(rb.history.size(), 3u);
+  EXPECT_EQ(rb.history[0].step, 0);
+  EXPECT_EQ(rb.history[0].valid_loss, ra.history.back().valid_loss);
+  EXPECT_EQ(rb.history[0].valid_token_accuracy, ra.history.back().valid_token_accuracy);
+  const TrainedModel m = load_model_dir(a);
+  std::vector<data::Example> valid;
+  for (auto& e : data::make_task_set(data::Task::REVERSE, 11, data::Split::VALID, 50))
+    valid.push_back({std::move(e.src), std::move(e.tgt)});
+  const TeacherForced tf = evaluate_teacher_forced(*m.model, valid, 256);
+  EXPECT_EQ(rb.history[0].valid_loss, tf.loss);
+  EXPECT_EQ(rb.history[0].valid_token_accuracy, tf.token_accuracy);
+  EXPECT_EQ(rb.history[0].valid_sequence_accuracy, tf.sequence_accuracy);
+  // Then it trains: other weights, another validation loss.
+  EXPECT_NE(rb.history.back().valid_loss, rb.history[0].valid_loss);
+  EXPECT_FALSE(file(a, "model.safetensors") == file(b, "model.safetensors"));
+
+  // The run's directory is an ordinary run's: the source's model with the run's dropout, its
+  // vocabularies, and init_from saved.
+  const TrainedModel mb = load_model_dir(b);
+  EXPECT_EQ(mb.model->config().d_model, 16);
+  EXPECT_EQ(mb.model->config().arch, Arch::ENCODER);
+  EXPECT_EQ(mb.model->config().dropout, 0.0f);
+  EXPECT_EQ(file(a, "src_vocab.txt"), file(b, "src_vocab.txt"));
+  EXPECT_EQ(load_train_config(b).init_from, a);
+
+  // Interrupted and resumed equals uninterrupted, and the resume reads its own checkpoint: the source
+  // directory is gone by then.
+  TrainHooks stop;
+  stop.should_stop = [](int64_t step) { return step == 2; };
+  EXPECT_TRUE(run_training(fine_tune(a, b2), stop).interrupted);
+  std::filesystem::remove_all(a);
+  const TrainResult rb2 = run_training(load_train_config(b2), {}, /*resume=*/true);
+  EXPECT_EQ(rb2.steps, 6);
+  EXPECT_TRUE(file(b, "model.safetensors") == file(b2, "model.safetensors")) << "weights differ after resume";
+  ASSERT_EQ(rb2.history.size(), rb.history.size());
+  for (size_t i = 0; i < rb.history.size(); ++i) EXPECT_EQ(rb.history[i].valid_loss, rb2.history[i].valid_loss) << i;
+  std::filesystem::remove_all(b);
+  std::filesystem::remove_all(b2);
+}
+
+// Runs `c` and returns the error's message ("" when it did not throw).
+std::string error_of(const TrainConfig& c) {
+  try {
+    run_training(c);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Trainer, InitFromErrorsNameTheFieldFileKeyOrToken) {
+  namespace fs = std::filesystem;
+  const std::string a = testing::temp_dir("init_err_src"), d = testing::temp_dir("init_err");
+  TrainConfig src = tiny(a);
+  src.max_steps = 1;
+  run_training(src);
+
+  // A model field besides dropout / drop_path would be ignored: refused by name.
+  TrainConfig c = fine_tune(a, d + "/out");
+  c.model.d_model = 32;
+  c.model.norm_first = true;
+  EXPECT_EQ(error_of(c), "train config: init_from takes the model from " + a +
+                             "/config.json; only dropout and drop_path of the model may be set with it (got d_model, "
+                             "norm_first)");
+  c = fine_tune(a, d + "/out");
+  c.model.drop_path = 0.1f;
+  c.max_steps = 1;
+  EXPECT_EQ(error_of(c), "");  // drop_path is the run's
+
+  // Not a model directory, no weights, a missing key: each names the file (and the key).
+  EXPECT_NE(error_of(fine_tune(d + "/nowhere", d + "/out1")).find(d + "/nowhere/config.json"), std::string::npos);
+  fs::create_directories(d + "/noweights");
+  for (const char* f : {"config.json", "src_vocab.txt", "tgt_vocab.txt"}) fs::copy_file(a + "/" + f, d + "/noweights/" + f);
+  const std::string e1 = error_of(fine_tune(d + "/noweights", d + "/out2"));
+  EXPECT_NE(e1.find(d + "/noweights/model.safetensors"), std::string::npos) << e1;
+  EXPECT_FALSE(fs::exists(d + "/out2")) << "a failed start wrote its output directory";
+  io::SafeTensorsFile w = io::load_safetensors(a + "/model.safetensors");
+  const std::string dropped = w.tensors.names().back();
+  w.tensors.erase(dropped);
+  io::save_safetensors(d + "/noweights/model.safetensors", w.tensors);
+  const std::string e2 = error_of(fine_tune(d + "/noweights", d + "/out3"));
+  EXPECT_NE(e2.find(d + "/noweights/model.safetensors"), std::string::npos) << e2;
+  EXPECT_EQ(e2.rfind(d + "/noweights/model.safetensors: missing key '" + dropped + "'", 0), 0u) << e2;
+  // Vocabulary files that do not fit the model's config.json.
+  fs::create_directories(d + "/badvocab");
+  for (const char* f : {"config.json", "model.safetensors", "tgt_vocab.txt"}) fs::copy_file(a + "/" + f, d + "/badvocab/" + f);
+  { std::ofstream(d + "/badvocab/src_vocab.txt") << file(a, "src_vocab.txt") << "extra\n"; }
+  const std::string e3 = error_of(fine_tune(d + "/badvocab", d + "/out5"));
+  EXPECT_EQ(e3.rfind(d + "/badvocab/src_vocab.txt and " + d + "/badvocab/tgt_vocab.txt: ", 0), 0u) << e3;
+  EXPECT_NE(e3.find("entries, but the model's config.json says"), std::string::npos) << e3;
+
+  // Data is encoded with the directory's vocabulary, which here has no <unk>: an unknown token is a
+  // one-line error naming the file, line and token.
+  { std::ofstream(d + "/t.tsv") << "1 2 3\t3 2 1\n4 5 99\t99 5 4\n"; }
+  c = fine_tune(a, d + "/out4");
+  c.task.reset();
+  c.train_path = c.valid_path = d + "/t.tsv";
+  EXPECT_EQ(error_of(c), d + "/t.tsv:2: source token '99' is not in the vocabulary (which has no <unk>)");
+  // A sequence longer than the model's position table (max_len 512 here) is refused before training.
+  {
+    std::ofstream f(d + "/long.tsv");
+    for (int i = 0; i < 600; ++i) f << (i ? " " : "") << 1 + i % 9;
+    f << "\t";
+    for (int i = 0; i < 600; ++i) f << (i ? " " : "") << 1 + (599 - i) % 9;
+    f << "\n";
+  }
+  c.train_path = c.valid_path = d + "/long.tsv";
+  c.max_tokens = 1000;
+  EXPECT_EQ(error_of(c), d + "/long.tsv / " + d + "/long.tsv: a sequence needs 600 positions, but the model of " + a +
+                             " has max_len 512 (a lower --max-tokens skips longer lines)");
+  // A task needs the tasks' vocabulary: a model trained on TSV tokens cannot be fine-tuned on one.
+  TrainConfig tsv = tiny(d + "/tsvrun");
+  tsv.task.reset();
+  tsv.train_path = tsv.valid_path = d + "/t.tsv";
+  tsv.max_tokens = 256;
+  tsv.max_steps = 1;
+  run_training(tsv);
+  EXPECT_EQ(error_of(fine_tune(d + "/tsvrun", d + "/out6")),
+            d + "/tsvrun/src_vocab.txt and " + d +
+                "/tsvrun/tgt_vocab.txt: not the built-in tasks' vocabulary, so the task reverse cannot be encoded with them");
+  fs::remove_all(a);
+  fs::remove_all(d);
 }
 
 }  // namespace

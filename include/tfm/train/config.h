@@ -51,6 +51,15 @@ struct TrainConfig {
 
   std::string out_dir;
 
+  // ---- fine-tuning: start from a model directory (tfm/models/model_dir.h) instead of fresh weights ----
+  // DIR's config.json "model" is the run's model (every field but dropout and drop_path, which are the
+  // run's: regularisation is a training choice), DIR/model.safetensors its initial weights (strict
+  // load), DIR's vocabularies and tokenizations encode the data (never rebuilt from it). `model` must
+  // then keep ModelConfig{}'s values for every other field. The optimizer starts fresh and the first
+  // evaluation (step 0) scores DIR's model as loaded. A resumed run takes its weights from its own
+  // checkpoint, never from DIR again. "" = fresh weights.
+  std::string init_from;
+
   // The keys of config.json's "train" object (the model is its own object, "model").
   template <typename Self, typename Visit>
   static void fields(Self& c, Visit&& visit) {
@@ -79,6 +88,7 @@ struct TrainConfig {
     visit("eval_every", c.eval_every);
     visit("skip_nonfinite", c.skip_nonfinite);
     visit("out_dir", c.out_dir);
+    visit("init_from", c.init_from);
   }
 
   std::string to_json(bool with_model = true) const;  // pretty JSON: every field (and "model")
@@ -99,6 +109,10 @@ TrainConfig task_preset(data::Task task, Arch arch);
 // key or a value that does not parse or fit; field_text gives "" for an unset optional field.
 void set_field(TrainConfig& c, const std::string& key, const std::string& text);
 std::string field_text(const TrainConfig& c, const std::string& key);
+
+// True for the keys a run with init_from takes from the model directory, so that setting them too is
+// refused: every ModelConfig field except dropout and drop_path, and src_tokens / tgt_tokens.
+bool fixed_by_init_from(const std::string& key);
 
 }  // namespace tfm::train
 

@@ -19,7 +19,8 @@
 //                              and in its metadata the step, data position (epoch, batch), RNG state,
 //                              optimizer step count, loss accumulators and the metrics history.
 //                              A kill at any moment leaves the previous one intact.
-//   metrics.csv, curves.svg   one row / point per evaluation
+//   metrics.csv, curves.svg   one row / point per evaluation (with TrainConfig::init_from, the first at
+//                              step 0: the starting model's)
 //
 // Exact resume: the data plan of an epoch is a pure function of (seed, epoch), dropout draws come
 // from the run's counter-based generator whose (seed, offset) is saved, and the optimizer state
@@ -43,7 +44,9 @@ namespace tfm::train {
 // One row of metrics.csv.
 struct EvalRow {
   int64_t step = 0, epoch = 0;
-  double lr = 0, train_loss = 0, valid_loss = 0;   // train_loss: mean over the steps since the last row
+  // train_loss: mean over the steps since the last row (0 in the step-0 row of a run with init_from,
+  // which scores the starting model before any step; curves.svg draws no training point there)
+  double lr = 0, train_loss = 0, valid_loss = 0;
   double valid_token_accuracy = 0, valid_sequence_accuracy = 0;  // teacher-forced
   double tokens_per_sec = 0, elapsed_seconds = 0;
 };
