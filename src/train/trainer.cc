@@ -160,6 +160,10 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
 
   const bool init = !c_.init_from.empty();
   if (init && !resume) {  // config.json first: a directory that is not a model directory fails on it
+    std::error_code ec;
+    if (std::filesystem::equivalent(c_.init_from, c_.out_dir, ec))
+      throw std::invalid_argument("train config: out_dir " + c_.out_dir + " is the init_from directory; " +
+                                  "a fine-tuning run writes into a new directory (its source stays as it is)");
     mc_ = init_model_config(c_);
     c_.model = mc_;  // the data's layout (equal lengths without a decoder) follows the model
     read_tokenizations(c_.init_from, c_.src_tokens, c_.tgt_tokens);

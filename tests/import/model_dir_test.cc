@@ -240,11 +240,9 @@ TEST(ImportModelDir, Notebook4FineTunesWithInitFrom) {
   std::snprintf(want, sizeof want, "%.6f", tf.loss);
   EXPECT_EQ(rows[0][4], std::stod(want)) << "step-0 validation loss " << rows[0][4] << ", imported model " << tf.loss;
   // and its token accuracy as `tfm eval` decodes it (an encoder predicts one token per position).
-  ASSERT_EQ(tfm::testing::run_command("(" + std::string(TFM_CLI_PATH) + " eval --model " + dir + " --data " + root +
-                                          "/v.tsv --json --threads 1 2>/dev/null)",
-                                      &out),
-            0)
-      << out;
+  std::string eval_cmd = TFM_CLI_PATH;
+  eval_cmd += " eval --model " + dir + " --data " + root + "/v.tsv --json --threads 1 2>/dev/null";
+  ASSERT_EQ(tfm::testing::run_command(eval_cmd, &out), 0) << out;
   const double eval_acc = nlohmann::json::parse(out).at("token_accuracy").get<double>();
   EXPECT_NEAR(rows[0][5], eval_acc, 5e-7) << "step-0 token accuracy vs tfm eval";
   std::printf("nb4 fine-tune: valid loss %.6f -> %.6f -> %.6f (imported model %.6f), token acc %.4f -> %.4f\n",

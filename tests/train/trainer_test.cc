@@ -251,6 +251,11 @@ TEST(Trainer, InitFromErrorsNameTheFieldFileKeyOrToken) {
   c.max_steps = 1;
   EXPECT_EQ(error_of(c), "");  // drop_path is the run's
 
+  // Fine-tuning into the source directory would overwrite the model it starts from.
+  EXPECT_EQ(error_of(fine_tune(a, a)), "train config: out_dir " + a +
+                                           " is the init_from directory; a fine-tuning run writes into a new "
+                                           "directory (its source stays as it is)");
+
   // Not a model directory, no weights, a missing key: each names the file (and the key).
   EXPECT_NE(error_of(fine_tune(d + "/nowhere", d + "/out1")).find(d + "/nowhere/config.json"), std::string::npos);
   fs::create_directories(d + "/noweights");
