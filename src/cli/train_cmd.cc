@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -54,7 +55,8 @@ std::string rate(double tps) {
 // line at every evaluation and at most every 10 s otherwise.
 class ProgressPrinter {
  public:
-  ProgressPrinter() : tty_(isatty(STDERR_FILENO) == 1) {}
+  // lm: a language model's line shows the validation loss instead of the token accuracy.
+  explicit ProgressPrinter(bool lm = false) : tty_(isatty(STDERR_FILENO) == 1), lm_(lm) {}
   void operator()(const train::ProgressEvent& e) {
     using K = train::ProgressEvent::Kind;
     if (e.kind == K::NOTE || e.kind == K::CHECKPOINT) {
@@ -66,8 +68,13 @@ class ProgressPrinter {
     char line[256];
     std::string step = std::to_string(e.step) + (e.total_steps > 0 ? "/" + std::to_string(e.total_steps) : "");
     std::string val = e.has_eval ? std::to_string(e.last_eval.valid_token_accuracy * 100).substr(0, 5) + "%" : "-";
-    std::snprintf(line, sizeof line, "step %s | epoch %lld | loss %.4f | val acc %s | %s tok/s | ETA %s", step.c_str(),
-                  static_cast<long long>(e.epoch), e.loss, val.c_str(), rate(e.tokens_per_sec).c_str(),
+    if (lm_) {
+      char v[32] = "-";
+      if (e.has_eval) std::snprintf(v, sizeof v, "%.4f", e.last_eval.valid_loss);
+      val = v;
+    }
+    std::snprintf(line, sizeof line, "step %s | epoch %lld | loss %.4f | val %s %s | %s tok/s | ETA %s", step.c_str(),
+                  static_cast<long long>(e.epoch), e.loss, lm_ ? "loss" : "acc", val.c_str(), rate(e.tokens_per_sec).c_str(),
                   duration(e.eta_seconds).c_str());
     if (e.kind == K::EVAL) {
       clear();
@@ -94,6 +101,7 @@ class ProgressPrinter {
 
  private:
   bool tty_;
+  bool lm_;
   bool open_ = false;
   double last_plain_ = -1e9;
 };
@@ -157,11 +165,13 @@ class Options {
 }  // namespace
 
 void register_train(CLI::App& app, Runner& run) {
-  auto* cmd = app.add_subcommand("train", "Train a sequence model on a built-in task or on TSV pairs");
+  auto* cmd = app.add_subcommand("train", "Train a sequence model on a built-in task or on TSV pairs, or a language model on text");
   cmd->footer(
       "Examples:\n"
       "  tfm train --task reverse --arch encoder --out runs/reverse\n"
       "  tfm train --train pairs.tsv --valid dev.tsv --arch seq2seq --epochs 20 --out runs/mt\n"
+      "  tfm train --text t.txt --valid-text v.txt --arch decoder --tokens char --block-size 64 --out runs/lm\n"
+      "                                        (a character-level language model)\n"
       "  tfm train --resume runs/mt            (continue an interrupted run exactly)\n"
       "  tfm train --init-from runs/mt --train more.tsv --valid dev.tsv --lr 1e-4 --out runs/mt2\n"
       "                                        (fine-tune a model directory: its model, weights, vocabularies)\n"
@@ -182,11 +192,29 @@ void register_train(CLI::App& app, Runner& run) {
   tr->needs(va);
   va->needs(tr);
   task->excludes(tr);
-  o.value("--src-tokens", {"src_tokens"}, "source tokenization: " + enum_choices<data::Tokenization>(" | "));
-  o.value("--tgt-tokens", {"tgt_tokens"}, "target tokenization: " + enum_choices<data::Tokenization>(" | "));
+  auto* src_tokens = o.value("--src-tokens", {"src_tokens"}, "source tokenization: " + enum_choices<data::Tokenization>(" | "));
+  auto* tgt_tokens = o.value("--tgt-tokens", {"tgt_tokens"}, "target tokenization: " + enum_choices<data::Tokenization>(" | "));
   o.flag("strict", "strict", "a blank, malformed or over-long line is an error (otherwise: skip and count)");
   o.value("--max-tokens", {"max_tokens"}, "longest accepted TSV side, in tokens");
   o.value("--task-train-size", {"task_train_size"}, "task examples per epoch (fresh each epoch)");
+  // Language-model data (tfm/data/text.h).
+  auto* text = o.value("--text", {"text_path"}, "language model: train on this text file (UTF-8 for --tokens char)");
+  auto* valid_text = o.value("--valid-text", {"valid_text_path"}, "language model: validation text (else --valid-fraction)");
+  auto* valid_fraction =
+      o.value("--valid-fraction", {"valid_fraction"}, "language model: share of --text's tokens, at its end, held out for validation");
+  auto* block_size = o.value("--block-size", {"block_size"}, "language model: context length (windows of N+1 tokens)");
+  auto* sequential = o.flag("sequential", "sequential", "language model: consecutive windows in order, not at random positions");
+  auto* tokens = o.value("--tokens", {"src_tokens", "tgt_tokens"},
+                         "tokenization of the text (or of both TSV sides): " + enum_choices<data::Tokenization>(" | "));
+  tokens->excludes(src_tokens);
+  tokens->excludes(tgt_tokens);
+  text->excludes(task);
+  text->excludes(tr);
+  valid_text->needs(text);
+  valid_fraction->needs(text);
+  valid_text->excludes(valid_fraction);
+  block_size->needs(text);
+  sequential->needs(text);
   o.value("--arch", {"arch"}, enum_choices<Arch>(" | "));
   auto* out = o.value("--out", {"out_dir"}, "output directory");
   auto* init_from = o.value("--init-from", {"init_from"},
@@ -237,7 +265,7 @@ void register_train(CLI::App& app, Runner& run) {
   auto* resume = cmd->add_option("--resume", *resume_dir, "continue the run saved in DIR");
 
   cmd->callback([cmd, data_group, opts, out, epochs, steps, budget, threads_opt, threads, resume, resume_dir, task, task_text,
-                 tr, init_from, &run] {
+                 tr, text, init_from, &run] {
     if (resume->count() == 0 && out->count() == 0) throw CLI::RequiredError("--out");
     // A resumed run continues exactly as saved: only its length and the thread count may be given
     // (an option silently ignored would look like it had taken effect).
@@ -249,8 +277,8 @@ void register_train(CLI::App& app, Runner& run) {
             fixed += (fixed.empty() ? "" : ", ") + opt->get_name();
     // A run started from a model directory takes the model from it: a model option would be ignored.
     const std::string model_given = init_from->count() > 0 && resume->count() == 0 ? opts->given_fixed_by_init_from() : "";
-    if (resume->count() == 0 && task->count() == 0 && tr->count() == 0)
-      throw CLI::RequiredError("--task or --train/--valid");
+    if (resume->count() == 0 && task->count() == 0 && tr->count() == 0 && text->count() == 0)
+      throw CLI::RequiredError("--task or --train/--valid or --text");
     const bool len_given = epochs->count() + steps->count() + budget->count() > 0;
     const bool task_given = task->count() > 0;
     run = [opts, len_given, task_given, task_text, threads, resume_dir, fixed, model_given] {
@@ -280,7 +308,7 @@ void register_train(CLI::App& app, Runner& run) {
         c.max_steps = given.max_steps;
         c.time_budget = given.time_budget;
       }
-      ProgressPrinter printer;
+      ProgressPrinter printer(c.text());
       train::TrainHooks hooks;
       hooks.progress = [&printer](const train::ProgressEvent& e) { printer(e); };
       hooks.should_stop = [](int64_t) { return g_signal.load() != 0; };
@@ -298,9 +326,14 @@ void register_train(CLI::App& app, Runner& run) {
       if (r.skipped_nonfinite > 0)
         std::fprintf(stderr, "skipped %lld batches with a non-finite loss or gradient\n",
                      static_cast<long long>(r.skipped_nonfinite));
-      const train::Metrics& fm = r.final_metrics;
       std::fprintf(stderr, "trained %lld steps in %.1f s (%s); model in %s\n", static_cast<long long>(r.steps), r.seconds,
                    std::string(enum_name(r.stop_reason)).c_str(), c.out_dir.c_str());
+      if (c.text()) {  // a language model: the last evaluation's loss per token
+        const double loss = r.history.empty() ? 0.0 : r.history.back().valid_loss;
+        std::printf("validation: loss %.4f, perplexity %.3f, %.4f bits per token\n", loss, std::exp(loss), loss / std::log(2.0));
+        return 0;
+      }
+      const train::Metrics& fm = r.final_metrics;
       std::printf("validation: sequence accuracy %.2f%% (%lld/%lld sequences), token accuracy %.2f%%, token error rate %.4f\n",
                   100 * fm.sequence_accuracy(), static_cast<long long>(fm.exact), static_cast<long long>(fm.examples),
                   100 * fm.token_accuracy(), fm.token_error_rate());

@@ -262,13 +262,14 @@ TextCorpus TextCorpus::from_ids(const std::vector<int32_t>& ids, int64_t vocab_s
   return c;
 }
 
-TextCorpus TextCorpus::slice(int64_t begin, int64_t end) const {
+TextCorpus TextCorpus::slice(int64_t begin, int64_t end, const std::string& name) const {
   if (begin < 0 || end < begin || end > size_)
     throw std::out_of_range("TextCorpus::slice [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
                             std::to_string(size_) + " tokens");
   TextCorpus c = *this;
   c.begin_ = begin_ + begin;
   c.size_ = end - begin;
+  if (!name.empty()) c.name_ = name;
   return c;
 }
 

@@ -32,6 +32,7 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
             {"loss_count", st.loss_count}, {"tokens", st.tokens}, {"skipped", st.skipped},
             {"elapsed", st.elapsed}, {"rng_seed", gen.seed}, {"rng_offset", gen.offset},
             {"optimizer_steps", opt.steps()}, {"history", json::array()}};
+  if (!st.text_hash.empty()) s["text_hash"] = st.text_hash;
   for (const auto& r : st.history) s["history"].push_back(json(nlohmann::json(r)));
   io::save_safetensors(model_dir::path(dir, STATE_FILE), all, {{kStateKey, s.dump()}});
   io::write_file_atomic(model_dir::path(dir, METRICS_FILE), metrics_csv(st.history));
@@ -67,6 +68,7 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
     st.skipped = s.at("skipped");
     st.elapsed = s.at("elapsed");
     st.checkpoint_step = st.step;
+    st.text_hash = s.value("text_hash", "");
     gen.seed = s.at("rng_seed");
     gen.offset = s.at("rng_offset");
     st.history.clear();

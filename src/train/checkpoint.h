@@ -25,6 +25,7 @@ struct State {
   int64_t skipped = 0;           // non-finite batches skipped
   double elapsed = 0;            // seconds over all sessions, at the last save
   int64_t checkpoint_step = -1;  // step of the last complete checkpoint
+  std::string text_hash;         // text data: data::text_file_hash of the training text ("" otherwise)
   std::vector<EvalRow> history;
 };
 

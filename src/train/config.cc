@@ -36,7 +36,20 @@ void TrainConfig::validate() const {
   const auto bad = [](const std::string& field, const std::string& why) {
     throw std::invalid_argument("train config: " + field + " " + why);
   };
-  if (!task && (train_path.empty() || valid_path.empty())) bad("data", "needs a task or both a training and a validation file");
+  if (text()) {
+    if (task || !train_path.empty() || !valid_path.empty())
+      bad("text_path", "is a language model's data; it excludes a task and TSV files");
+    if (tgt_tokens == data::Tokenization::SPACE) bad("tgt_tokens", "must be char or byte for text data (not space)");
+    if (src_tokens != tgt_tokens) bad("src_tokens", "must equal tgt_tokens for text data (one vocabulary)");
+    if (block_size < 1) bad("block_size", "must be ≥ 1");
+    if (valid_text_path.empty() && !(valid_fraction > 0 && valid_fraction < 1))
+      bad("valid_fraction", "must be in (0, 1) when there is no validation text");
+    if (batch.batch_tokens != 0) bad("batch_tokens", "does not apply to text data (a batch is batch_size windows)");
+  } else {
+    if (!valid_text_path.empty()) bad("valid_text_path", "needs text_path");
+    if (!task && (train_path.empty() || valid_path.empty()))
+      bad("data", "needs a task, both a training and a validation file, or a text");
+  }
   if (!task && (src_tokens == data::Tokenization::BYTE) != (tgt_tokens == data::Tokenization::BYTE))
     bad("src_tokens/tgt_tokens", "byte on one side needs byte on the other (the two vocabularies share the <pad> id)");
   if (max_tokens < 1) bad("max_tokens", "must be ≥ 1");

@@ -1,6 +1,9 @@
 // src/train/dataset.cc — the training run's data (src/train/dataset.h).
 #include "train/dataset.h"
 
+#include <cmath>
+#include <cstdio>
+
 #include "tfm/data/tasks.h"
 #include "tfm/data/tsv.h"
 
@@ -16,8 +19,39 @@ std::vector<data::Example> task_epoch(const TrainConfig& c, int64_t epoch) {
   return out;
 }
 
+namespace {
+
+// Text data: the vocabulary, the training tokens and the validation tokens (a file, or the last
+// valid_fraction of the training file's tokens), each big enough for its windows.
+void load_text(const TrainConfig& c, const data::Vocab* tgt_vocab, Dataset& ds) {
+  ds.tgt_vocab = tgt_vocab ? *tgt_vocab : data::build_text_vocab(c.text_path, c.tgt_tokens);
+  ds.src_vocab = ds.tgt_vocab;
+  const data::TextCorpus all = data::TextCorpus::read(c.text_path, ds.tgt_vocab, c.tgt_tokens);
+  if (!c.valid_text_path.empty()) {
+    ds.text_train = all;
+    ds.text_valid = data::TextCorpus::read(c.valid_text_path, ds.tgt_vocab, c.tgt_tokens);
+  } else {
+    const auto n = all.size();
+    const auto valid = static_cast<int64_t>(std::llround(static_cast<double>(n) * c.valid_fraction));
+    char pct[32];
+    std::snprintf(pct, sizeof pct, "%g%%", 100 * c.valid_fraction);
+    ds.text_train = all.slice(0, n - valid, c.text_path + " (its first " + std::to_string(n - valid) + " tokens, for training)");
+    ds.text_valid = all.slice(n - valid, n, c.text_path + " (its last " + std::string(pct) + " for validation)");
+  }
+  data::check_windows(ds.text_train, c.block_size);
+  if (ds.text_valid.size() < 2)
+    throw data::DataError(ds.text_valid.name() + ": " + std::to_string(ds.text_valid.size()) +
+                          " tokens, too few to validate on (at least 2: a token and its successor)");
+}
+
+}  // namespace
+
 Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const data::Vocab* tgt_vocab) {
   Dataset ds;
+  if (c.text()) {
+    load_text(c, tgt_vocab, ds);
+    return ds;
+  }
   if (c.task) {
     ds.src_vocab = ds.tgt_vocab = data::task_vocab();
     for (auto& e : data::make_task_set(*c.task, c.seed, data::Split::VALID, c.task_valid_size))

@@ -1,11 +1,12 @@
-// src/train/dataset.h — the training run's data: a built-in task or a pair of TSV files, encoded
-// with the run's vocabularies. Internal to the trainer.
+// src/train/dataset.h — the training run's data: a built-in task, a pair of TSV files, or a text
+// for a language model, encoded with the run's vocabularies. Internal to the trainer.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "tfm/data/batching.h"
+#include "tfm/data/text.h"
 #include "tfm/data/vocab.h"
 #include "tfm/train/config.h"
 #include "tfm/train/evaluate.h"
@@ -18,11 +19,14 @@ struct Dataset {
   std::vector<data::Example> valid;  // every validation pair (teacher-forced evaluation)
   EvalSet valid_set;                 // the validation sources with their references (decoded evaluation)
   std::vector<std::string> notes;    // skipped-line summaries for the user
+  // Text data: the training and validation tokens (train, valid and valid_set stay empty). The
+  // vocabulary is tgt_vocab (src_vocab is the same).
+  data::TextCorpus text_train, text_valid;
 };
 
 // Reads (TSV) or generates (task) the data. Resuming (or starting from a model directory) passes the
 // saved vocabularies, which are then used as they are; otherwise they are built from the training
-// file. A TSV token that a given vocabulary lacks maps to its <unk>, or without one throws DataError
+// file (text data: from the text file, or byte_vocab()). A TSV token that a given vocabulary lacks maps to its <unk>, or without one throws DataError
 // "<path>:<line>: ..." naming the token.
 Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const data::Vocab* tgt_vocab);
 

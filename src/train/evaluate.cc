@@ -80,26 +80,22 @@ Metrics evaluate(const TrainedModel& m, const EvalSet& set, int beam, int64_t ba
   return evaluate(*m.model, m.src_vocab, m.tgt_vocab, set, beam, batch_size);
 }
 
-// logits (B, T, V); per target loss_i = lse(logits_i) − logits_i[y_i], the lse taken around the row's
-// maximum (the argmax, which the accuracies need too) in double.
-TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size) {
-  InferenceMode scope;  // float32, weights packed once for all batches
-  model.eval();
-  const ModelConfig& m = model.config();
-  data::BatchSettings bs;
-  bs.batch_size = batch_size;
+namespace {
+
+// Teacher-forced sums over batches. logits (B, T, V); per target loss_i = lse(logits_i) − logits_i[y_i],
+// the lse taken around the row's maximum (the argmax, which the accuracies need too) in double.
+struct TeacherForcedSums {
   double loss_sum = 0;
   int64_t tokens = 0, correct = 0, seqs = 0, seq_ok = 0;
-  for (const auto& idx : data::plan_eval(examples, bs)) {
-    const data::TokenBatch b = data::make_batch(examples, idx, m.target_layout(), m.pad_id, m.bos_id, m.eos_id);
-    const Tensor logits = model.forward(b);  // (B, T, V)
+
+  void add(const data::TokenBatch& b, const Tensor& logits, int32_t pad_id) {
     const int64_t V = logits.size(-1);
     const float* lp = logits.data();
     for (int64_t r = 0; r < b.B; ++r) {
       bool all = true;
       for (int64_t t = 0; t < b.T; ++t) {
         const int32_t y = b.tgt_out[static_cast<size_t>(r * b.T + t)];
-        if (y == m.pad_id) continue;
+        if (y == pad_id) continue;
         const float* row = lp + (r * b.T + t) * V;
         int64_t arg = 0;
         for (int64_t v = 1; v < V; ++v)
@@ -115,12 +111,43 @@ TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Exam
       seq_ok += all;
     }
   }
+  TeacherForced result() const {
+    TeacherForced r;
+    r.loss = tokens ? loss_sum / static_cast<double>(tokens) : 0.0;
+    r.token_accuracy = tokens ? static_cast<double>(correct) / static_cast<double>(tokens) : 0.0;
+    r.sequence_accuracy = seqs ? static_cast<double>(seq_ok) / static_cast<double>(seqs) : 0.0;
+    return r;
+  }
+};
+
+}  // namespace
+
+TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size) {
+  InferenceMode scope;  // float32, weights packed once for all batches
+  model.eval();
+  const ModelConfig& m = model.config();
+  data::BatchSettings bs;
+  bs.batch_size = batch_size;
+  TeacherForcedSums sums;
+  for (const auto& idx : data::plan_eval(examples, bs)) {
+    const data::TokenBatch b = data::make_batch(examples, idx, m.target_layout(), m.pad_id, m.bos_id, m.eos_id);
+    sums.add(b, model.forward(b), m.pad_id);  // logits (B, T, V)
+  }
   model.train();
-  TeacherForced r;
-  r.loss = tokens ? loss_sum / static_cast<double>(tokens) : 0.0;
-  r.token_accuracy = tokens ? static_cast<double>(correct) / static_cast<double>(tokens) : 0.0;
-  r.sequence_accuracy = seqs ? static_cast<double>(seq_ok) / static_cast<double>(seqs) : 0.0;
-  return r;
+  return sums.result();
+}
+
+TeacherForced evaluate_text(Model& model, const data::TextCorpus& corpus, int64_t block_size, int64_t batch_size) {
+  InferenceMode scope;
+  model.eval();
+  TeacherForcedSums sums;
+  const int64_t batches = data::validation_batch_count(corpus, block_size, batch_size);
+  for (int64_t k = 0; k < batches; ++k) {
+    const data::TokenBatch b = data::validation_windows(corpus, block_size, batch_size, k);
+    sums.add(b, model.forward(b), model.config().pad_id);  // logits (B, T, V)
+  }
+  model.train();
+  return sums.result();
 }
 
 }  // namespace tfm::train

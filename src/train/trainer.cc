@@ -41,8 +41,12 @@ ModelConfig model_config_for(const TrainConfig& c, const Dataset& ds) {
   m.bos_id = ds.tgt_vocab.bos_id();
   m.eos_id = ds.tgt_vocab.eos_id();
   if (ds.src_vocab.pad_id() != m.pad_id) throw std::invalid_argument("source and target vocabularies disagree on <pad>");
-  const int64_t need = (c.task ? data::kTaskMaxLen : c.max_tokens) + 2;
-  m.max_len = std::max(m.max_len, need);
+  if (c.text()) {
+    m.max_len = c.block_size;  // a language model's positions are its context
+  } else {
+    const int64_t need = (c.task ? data::kTaskMaxLen : c.max_tokens) + 2;
+    m.max_len = std::max(m.max_len, need);
+  }
   m.scale_embeddings = m.scales_embeddings();
   return m;
 }
@@ -82,6 +86,12 @@ void read_tokenizations(const std::string& dir, data::Tokenization& src, data::T
 // A run started from a model directory trains its model as it is, so every sequence of the data must
 // fit the model's position table.
 void check_fits(const ModelConfig& m, const Dataset& ds, const TrainConfig& c) {
+  if (c.text()) {
+    if (c.block_size > m.max_len)
+      throw std::invalid_argument("train config: block_size " + std::to_string(c.block_size) + " exceeds the context of the model of " +
+                                  c.init_from + " (max_len " + std::to_string(m.max_len) + ")");
+    return;
+  }
   const int64_t extra = m.has_decoder() ? 1 : 0;  // bos before the target input, eos after its output
   int64_t longest = c.task ? data::kTaskMaxLen + extra : 0;
   for (const auto* set : {&ds.train, &ds.valid})
@@ -122,6 +132,8 @@ class Run {
   ProgressEvent event(ProgressEvent::Kind kind) const;  // the fields every event shares
   void load_epoch(int64_t e);
   const std::vector<data::Example>& train_set() const { return c_.task ? epoch_examples_ : ds_.train; }
+  int64_t epoch_batches() const { return c_.text() ? text_batches_ : static_cast<int64_t>(plan_.size()); }
+  data::TokenBatch next_batch();  // the batch at (epoch, batch); text windows may draw from gen_
   void evaluate_and_record();
   void checkpoint();
   double elapsed() const { return elapsed_before_ + seconds_since(session_start_); }
@@ -143,6 +155,7 @@ class Run {
   int64_t plan_epoch_ = -1;
   std::vector<data::Example> epoch_examples_;
   data::BatchPlan plan_;
+  int64_t text_batches_ = 0;  // text data: batches per epoch (windows of the training text / batch size)
 
   int64_t total_steps_ = 0;  // 0 = unknown
   Schedule schedule_ = Schedule::CONSTANT;
@@ -214,7 +227,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
   if (!resume) {
     // JSON vocabulary files for text data (any character, newline included) and whenever a token
     // needs them; the one-token-a-line files otherwise.
-    const bool json_vocab = ds_.src_vocab.needs_json() || ds_.tgt_vocab.needs_json();
+    const bool json_vocab = c_.text() || ds_.src_vocab.needs_json() || ds_.tgt_vocab.needs_json();
     model_dir::save_vocabs(c_.out_dir, ds_.src_vocab, ds_.tgt_vocab, json_vocab);
     io::write_file_atomic(model_dir::path(c_.out_dir, model_dir::CONFIG),
                           model_dir::config_json(mc_, c_.to_json(/*with_model=*/false), ds_.src_vocab, ds_.tgt_vocab,
@@ -229,14 +242,20 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
     for (const char* f : {model_dir::MODEL, STATE_FILE, METRICS_FILE, CURVES_FILE, model_dir::CONFIG})
       io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
     read_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_);
+    if (c_.text() && st_.text_hash != ds_.text_train.hash())
+      throw std::invalid_argument(c_.text_path + ": not the training text this run started with (its hash is " +
+                                  ds_.text_train.hash() + ", " + model_dir::path(c_.out_dir, STATE_FILE) + " says " +
+                                  (st_.text_hash.empty() ? std::string("none") : st_.text_hash) +
+                                  "); resume with the original text, or start a new run");
     note(ProgressEvent::Kind::NOTE, "resuming " + c_.out_dir + " at step " + std::to_string(st_.step) + " (epoch " +
                                         std::to_string(st_.epoch + 1) + ")");
   }
+  if (c_.text()) st_.text_hash = ds_.text_train.hash();
   elapsed_before_ = st_.elapsed;
   session_first_step_ = st_.step;
 
   load_epoch(st_.epoch);
-  const int64_t per_epoch = static_cast<int64_t>(plan_.size());  // exact for TSV and batch_size; an estimate otherwise
+  const int64_t per_epoch = epoch_batches();  // exact for text, TSV and batch_size; an estimate otherwise
   total_steps_ = c_.epochs > 0 ? c_.epochs * per_epoch : 0;
   if (c_.max_steps > 0) total_steps_ = total_steps_ > 0 ? std::min(total_steps_, c_.max_steps) : c_.max_steps;
   schedule_ = resolve_schedule(c_.schedule, c_.warmup, total_steps_);
@@ -271,13 +290,27 @@ ProgressEvent Run::event(ProgressEvent::Kind kind) const {
 
 void Run::load_epoch(int64_t e) {
   if (plan_epoch_ == e) return;
+  if (c_.text()) {  // the same count every epoch: random windows need no plan, sequential ones are in order
+    text_batches_ = data::sequential_batch_count(ds_.text_train, c_.block_size, c_.batch.batch_size);
+    plan_epoch_ = e;
+    return;
+  }
   if (c_.task) epoch_examples_ = task_epoch(c_, e);
   plan_ = data::plan_epoch(train_set(), c_.batch, c_.seed, e);
   plan_epoch_ = e;
 }
 
+data::TokenBatch Run::next_batch() {
+  if (!c_.text())
+    return data::make_batch(train_set(), plan_[static_cast<size_t>(st_.batch)], mc_.target_layout(), mc_.pad_id, mc_.bos_id,
+                            mc_.eos_id);
+  if (c_.sequential) return data::sequential_windows(ds_.text_train, c_.block_size, c_.batch.batch_size, st_.batch);
+  return data::random_windows(ds_.text_train, c_.block_size, c_.batch.batch_size, gen_);
+}
+
 void Run::evaluate_and_record() {
-  const TeacherForced tf = evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch);
+  const TeacherForced tf = c_.text() ? evaluate_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch)
+                                     : evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch);
   EvalRow r;
   r.step = st_.step;
   r.epoch = st_.epoch + (st_.batch == 0 ? 0 : 1);
@@ -305,7 +338,8 @@ void Run::evaluate_and_record() {
 
 void Run::checkpoint() {
   st_.elapsed = elapsed();
-  write_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_, c_.task ? std::string(enum_name(*c_.task)) : c_.train_path);
+  write_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_,
+                   c_.task ? std::string(enum_name(*c_.task)) : c_.text() ? c_.text_path : c_.train_path);
   note(ProgressEvent::Kind::CHECKPOINT, "checkpoint at step " + std::to_string(st_.step) + " in " + c_.out_dir);
 }
 
@@ -322,13 +356,12 @@ TrainResult Run::train() {
       break;
     }
     load_epoch(st_.epoch);
-    while (st_.batch < static_cast<int64_t>(plan_.size())) {
+    while (st_.batch < epoch_batches()) {
       if (c_.max_steps > 0 && st_.step >= c_.max_steps) {
         reason = StopReason::MAX_STEPS;
         break;
       }
-      const data::TokenBatch b = data::make_batch(train_set(), plan_[static_cast<size_t>(st_.batch)],
-                                                  mc_.target_layout(), mc_.pad_id, mc_.bos_id, mc_.eos_id);
+      const data::TokenBatch b = next_batch();
       ++st_.batch;
       lr_now_ = scheduled_lr(schedule_, c_.lr, st_.step + 1, c_.warmup, total_steps_);
       opt_->set_lr(static_cast<float>(lr_now_));
@@ -403,7 +436,8 @@ TrainResult Run::train() {
       checkpoint();
     }
     model_->eval();
-    result.final_metrics = evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, ds_.valid_set, 1, kEvalBatch);
+    // A language model has no sources to decode: its validation figures are the last row's.
+    if (!c_.text()) result.final_metrics = evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, ds_.valid_set, 1, kEvalBatch);
   }
   result.steps = st_.step;
   result.epochs_completed = st_.epoch;

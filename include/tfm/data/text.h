@@ -65,8 +65,9 @@ class TextCorpus {
     const int64_t k = begin_ + i;
     return width_ == 2 ? reinterpret_cast<const uint16_t*>(base_)[k] : reinterpret_cast<const int32_t*>(base_)[k];
   }
-  // Tokens [begin, end) sharing this corpus's storage (the valid-fraction split).
-  TextCorpus slice(int64_t begin, int64_t end) const;
+  // Tokens [begin, end) sharing this corpus's storage (the valid-fraction split); `name` (if not
+  // empty) replaces the name in messages.
+  TextCorpus slice(int64_t begin, int64_t end, const std::string& name = "") const;
   const std::string& name() const { return name_; }  // the file it came from
   int bytes_per_token() const { return width_; }
   const std::string& hash() const { return hash_; }    // text_file_hash of the file ("" for from_ids)

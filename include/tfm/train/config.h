@@ -30,6 +30,15 @@ struct TrainConfig {
   int64_t task_train_size = 20000;          // task examples per epoch (fresh ones every epoch)
   int64_t task_valid_size = 1000;           // task validation sequences
 
+  // ---- data: a text file for a language model (arch decoder), tfm/data/text.h ----
+  // The text is tokenized with tgt_tokens (char or byte; src_tokens is kept equal to it), and its
+  // vocabulary (built from text_path, validation part included) is the model's target vocabulary.
+  // Validation: valid_text_path, or else the last valid_fraction of text_path's tokens.
+  std::string text_path, valid_text_path;   // text_path set: text data (no task, no TSV files)
+  double valid_fraction = 0.1;              // in (0, 1); used without valid_text_path
+  int64_t block_size = 256;                 // context length: windows of block_size + 1 tokens
+  bool sequential = false;                  // consecutive windows in order instead of random ones
+
   // ---- model (vocab sizes and special ids are filled in from the data) ----
   ModelConfig model;
 
@@ -72,6 +81,11 @@ struct TrainConfig {
     visit("max_tokens", c.max_tokens);
     visit("task_train_size", c.task_train_size);
     visit("task_valid_size", c.task_valid_size);
+    visit("text_path", c.text_path);
+    visit("valid_text_path", c.valid_text_path);
+    visit("valid_fraction", c.valid_fraction);
+    visit("block_size", c.block_size);
+    visit("sequential", c.sequential);
     visit("epochs", c.epochs);
     visit("max_steps", c.max_steps);
     visit("time_budget", c.time_budget);
@@ -90,6 +104,8 @@ struct TrainConfig {
     visit("out_dir", c.out_dir);
     visit("init_from", c.init_from);
   }
+
+  bool text() const { return !text_path.empty(); }  // language-model data
 
   std::string to_json(bool with_model = true) const;  // pretty JSON: every field (and "model")
   static TrainConfig from_json(const std::string& text);  // missing keys keep their defaults

@@ -9,6 +9,7 @@
 
 #include "tfm/data/batching.h"
 #include "tfm/data/tasks.h"
+#include "tfm/data/text.h"
 #include "tfm/data/tsv.h"
 #include "tfm/models/model.h"
 #include "tfm/models/model_dir.h"
@@ -50,5 +51,9 @@ struct TeacherForced {
 };
 // Runs in eval mode inside an InferenceMode scope and restores training mode afterwards.
 TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size);
+// The same figures for a language model over the validation windows of `corpus` (tfm/data/text.h:
+// the whole text, every token but the first a target once), at most `batch_size` windows a batch;
+// sequence accuracy is the share of windows predicted entirely right.
+TeacherForced evaluate_text(Model& model, const data::TextCorpus& corpus, int64_t block_size, int64_t batch_size);
 
 }  // namespace tfm::train
