@@ -15,6 +15,7 @@
 
 #include "io/file_util.h"
 #include "test_util.h"
+#include "tfm/data/text.h"
 #include "tfm/data/tsv.h"
 #include "tfm/io/safetensors.h"
 
@@ -309,6 +310,150 @@ TEST(Trainer, InitFromErrorsNameTheFieldFileKeyOrToken) {
                 "/tsvrun/tgt_vocab.txt: not the built-in tasks' vocabulary, so the task reverse cannot be encoded with them");
   fs::remove_all(a);
   fs::remove_all(d);
+}
+
+// ---- language models on text ---------------------------------------------------------------------
+
+// The architecture of the language-model runs below.
+constexpr Arch kLmArch = Arch::ENCODER;
+
+// A small text with structure to learn: sentences of words from a short list, newlines between.
+std::string lm_text(int sentences, unsigned seed) {
+  static const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "it"};
+  testing::Rng g(seed);
+  std::string t;
+  for (int i = 0; i < sentences; ++i) {
+    const int n = g.uniform_int(3, 7);
+    for (int k = 0; k < n; ++k) t += std::string(k ? " " : "") + words[g.uniform_int(0, 10)];
+    t += ".\n";
+  }
+  return t;
+}
+
+// 2 KB of text in windows of 16, batches of 8 (15 batches an epoch), dropout on so that the generator
+// stream (window positions and dropout) matters.
+TrainConfig tiny_lm(const std::string& out, const std::string& text_path) {
+  TrainConfig c;
+  c.text_path = text_path;
+  c.valid_fraction = 0.2;
+  c.block_size = 16;
+  c.model.arch = kLmArch;
+  c.model.d_model = 16;
+  c.model.nhead = 2;
+  c.model.num_encoder_layers = 1;
+  c.model.dim_feedforward = 32;
+  c.model.dropout = 0.1f;
+  c.max_steps = 30;
+  c.eval_every = 10;
+  c.lr = 1e-2f;
+  c.warmup = 5;
+  c.batch.batch_size = 8;
+  c.seed = 5;
+  c.out_dir = out;
+  return c;
+}
+
+TEST(TrainerLm, TrainsOnTextAndWritesAModelDirectory) {
+  const std::string d = testing::temp_dir("lm");
+  testing::spit(d + "/t.txt", lm_text(100, 1));
+  const TrainResult r = run_training(tiny_lm(d + "/run", d + "/t.txt"));
+  EXPECT_EQ(r.steps, 30);
+  ASSERT_EQ(r.history.size(), 3u);
+  // The unigram entropy of this text is ~3 nats; a model that learns nothing stays at ln(V) ≈ 2.9.
+  EXPECT_LT(r.history.back().valid_loss, r.history.front().valid_loss - 0.3) << r.history.front().valid_loss;
+  EXPECT_LT(r.history.back().train_loss, r.history.front().train_loss);
+  for (const char* f : {"config.json", "src_vocab.json", "tgt_vocab.json", "metrics.csv", "curves.svg", "trainer_state.safetensors"})
+    EXPECT_TRUE(std::filesystem::exists(d + "/run/" + f)) << f;
+  EXPECT_FALSE(std::filesystem::exists(d + "/run/tgt_vocab.txt"));
+  const TrainedModel m = load_model_dir(d + "/run");
+  EXPECT_EQ(m.model->config().max_len, 16);
+  EXPECT_EQ(m.tgt_tokens, data::Tokenization::CHAR);
+  EXPECT_EQ(data::decode_text(m.tgt_vocab, m.tgt_tokens, data::encode_text(m.tgt_vocab, m.tgt_tokens, "the cat.\n")), "the cat.\n");
+  // The validation loss is the windows' mean over the held-out 20%: recomputed from the loaded model.
+  const data::TextCorpus all = data::TextCorpus::read(d + "/t.txt", m.tgt_vocab, m.tgt_tokens);
+  const int64_t valid = std::llround(static_cast<double>(all.size()) * 0.2);
+  const TeacherForced tf = evaluate_text(*m.model, all.slice(all.size() - valid, all.size()), 16, 256);
+  EXPECT_NEAR(tf.loss, r.history.back().valid_loss, 1e-12);
+}
+
+TEST(TrainerLm, InterruptedAndResumedEqualsUninterruptedForRandomAndSequentialWindows) {
+  for (const bool sequential : {false, true}) {
+    const std::string d = testing::temp_dir(sequential ? "lm_seq" : "lm_rand");
+    testing::spit(d + "/t.txt", lm_text(100, 2));
+    TrainConfig c = tiny_lm(d + "/a", d + "/t.txt");
+    c.sequential = sequential;
+    c.max_steps = 25;  // crosses an epoch end (15 batches)
+    const TrainResult ra = run_training(c);
+    c.out_dir = d + "/b";
+    TrainHooks stop;
+    stop.should_stop = [](int64_t step) { return step == 13; };
+    EXPECT_TRUE(run_training(c, stop).interrupted);
+    const TrainResult rb = run_training(load_train_config(d + "/b"), {}, /*resume=*/true);
+    EXPECT_EQ(rb.steps, 25);
+    EXPECT_TRUE(file(d + "/a", "model.safetensors") == file(d + "/b", "model.safetensors")) << "sequential " << sequential;
+    ASSERT_EQ(ra.history.size(), rb.history.size());
+    for (size_t i = 0; i < ra.history.size(); ++i) EXPECT_EQ(ra.history[i].valid_loss, rb.history[i].valid_loss) << i;
+  }
+}
+
+TEST(TrainerLm, SameNumbersForOneAndTwoThreads) {
+  const std::string d = testing::temp_dir("lm_thr");
+  testing::spit(d + "/t.txt", lm_text(100, 3));
+  TrainConfig c = tiny_lm(d + "/a", d + "/t.txt");
+  c.max_steps = 10;
+  c.tgt_tokens = c.src_tokens = data::Tokenization::BYTE;
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  run_training(c);
+  omp_set_num_threads(2);
+  c.out_dir = d + "/b";
+  run_training(c);
+  omp_set_num_threads(saved);
+  EXPECT_TRUE(file(d + "/a", "model.safetensors") == file(d + "/b", "model.safetensors")) << "thread count changed the weights";
+  EXPECT_EQ(load_model_dir(d + "/a").tgt_vocab.size(), 259);  // the byte vocabulary
+}
+
+TEST(TrainerLm, ResumeRefusesAnotherTextAndDataErrorsNameTheFile) {
+  const std::string d = testing::temp_dir("lm_err");
+  testing::spit(d + "/t.txt", lm_text(100, 4));
+  TrainConfig c = tiny_lm(d + "/run", d + "/t.txt");
+  c.max_steps = 5;
+  run_training(c);
+  testing::spit(d + "/t.txt", lm_text(100, 5));  // the same file name, another text
+  TrainConfig more = load_train_config(d + "/run");
+  more.max_steps = 10;
+  try {
+    run_training(more, {}, true);
+    FAIL() << "resumed on another text";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind(d + "/t.txt: not the training text this run started with (its hash is ", 0), 0u) << m;
+    EXPECT_NE(m.find(d + "/run/trainer_state.safetensors says "), std::string::npos) << m;
+  }
+  const auto error_of = [&](const TrainConfig& cfg) -> std::string {
+    try {
+      run_training(cfg);
+    } catch (const data::DataError& e) {
+      return e.what();
+    }
+    return "(no DataError)";
+  };
+  testing::spit(d + "/small.txt", "abcdefghij");  // 10 tokens: 8 for training, 2 for validation
+  TrainConfig s = tiny_lm(d + "/s", d + "/small.txt");
+  EXPECT_EQ(error_of(s), d + "/small.txt (its first 8 tokens, for training): 8 tokens, too few for one window of "
+                             "block_size + 1 = 17 tokens (a smaller --block-size, or a longer text)");
+  s.block_size = 4;
+  s.valid_fraction = 0.05;  // 0.5 tokens, rounded to 1
+  EXPECT_EQ(error_of(s), d + "/small.txt (its last 5% for validation): 1 tokens, too few to validate on (at least 2: a "
+                             "token and its successor)");
+  testing::spit(d + "/empty.txt", "");
+  EXPECT_EQ(error_of(tiny_lm(d + "/e", d + "/empty.txt")), d + "/empty.txt: file is empty (expected UTF-8 text)");
+  testing::spit(d + "/bad.txt", "abc\xFF");
+  EXPECT_EQ(error_of(tiny_lm(d + "/b", d + "/bad.txt")),
+            d + "/bad.txt: invalid UTF-8 at byte 3 (--tokens char reads UTF-8 text; --tokens byte reads any bytes)");
+  TrainConfig v = tiny_lm(d + "/v", d + "/t.txt");
+  v.valid_text_path = d + "/empty.txt";
+  EXPECT_EQ(error_of(v), d + "/empty.txt: file is empty (expected UTF-8 text)");
 }
 
 }  // namespace
