@@ -37,6 +37,8 @@ void TrainConfig::validate() const {
     throw std::invalid_argument("train config: " + field + " " + why);
   };
   if (!task && (train_path.empty() || valid_path.empty())) bad("data", "needs a task or both a training and a validation file");
+  if (!task && (src_tokens == data::Tokenization::BYTE) != (tgt_tokens == data::Tokenization::BYTE))
+    bad("src_tokens/tgt_tokens", "byte on one side needs byte on the other (the two vocabularies share the <pad> id)");
   if (max_tokens < 1) bad("max_tokens", "must be ≥ 1");
   if (task_train_size < 1 || task_valid_size < 1) bad("task_train_size/task_valid_size", "must be ≥ 1");
   if (epochs < 0 || max_steps < 0 || !(time_budget >= 0)) bad("epochs/max_steps/time_budget", "must be ≥ 0");

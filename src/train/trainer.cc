@@ -166,12 +166,12 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
   std::unique_ptr<data::Vocab> saved_src, saved_tgt;
   if (resume || init) {
     const std::string& dir = resume ? c_.out_dir : c_.init_from;
-    saved_src = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::path(dir, model_dir::SRC_VOCAB)));
-    saved_tgt = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::path(dir, model_dir::TGT_VOCAB)));
+    saved_src = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::src_vocab_path(dir)));
+    saved_tgt = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::tgt_vocab_path(dir)));
   }
   if (init && !resume) {
     const std::string vocab_files =
-        model_dir::path(c_.init_from, model_dir::SRC_VOCAB) + " and " + model_dir::path(c_.init_from, model_dir::TGT_VOCAB);
+        model_dir::src_vocab_path(c_.init_from) + " and " + model_dir::tgt_vocab_path(c_.init_from);
     if (saved_src->size() != mc_.src_vocab_size || saved_tgt->size() != mc_.tgt_vocab_size)
       throw std::runtime_error(vocab_files + ": " + std::to_string(saved_src->size()) + " and " +
                                std::to_string(saved_tgt->size()) + " entries, but the model's config.json says " +
@@ -206,11 +206,13 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
   std::filesystem::create_directories(c_.out_dir, ec);
   if (ec) throw std::runtime_error(c_.out_dir + ": cannot create directory: " + ec.message());
   if (!resume) {
-    ds_.src_vocab.save(model_dir::path(c_.out_dir, model_dir::SRC_VOCAB));
-    ds_.tgt_vocab.save(model_dir::path(c_.out_dir, model_dir::TGT_VOCAB));
+    // JSON vocabulary files for text data (any character, newline included) and whenever a token
+    // needs them; the one-token-a-line files otherwise.
+    const bool json_vocab = ds_.src_vocab.needs_json() || ds_.tgt_vocab.needs_json();
+    model_dir::save_vocabs(c_.out_dir, ds_.src_vocab, ds_.tgt_vocab, json_vocab);
     io::write_file_atomic(model_dir::path(c_.out_dir, model_dir::CONFIG),
                           model_dir::config_json(mc_, c_.to_json(/*with_model=*/false), ds_.src_vocab, ds_.tgt_vocab,
-                                                 c_.src_tokens, c_.tgt_tokens));
+                                                 c_.src_tokens, c_.tgt_tokens, json_vocab));
   }
 
   model_->train();
