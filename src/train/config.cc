@@ -36,6 +36,9 @@ void TrainConfig::validate() const {
   const auto bad = [](const std::string& field, const std::string& why) {
     throw std::invalid_argument("train config: " + field + " " + why);
   };
+  if (text() != model.is_lm())
+    bad(text() ? "arch" : "text_path", text() ? "must be decoder for text data (a language model trains on text)"
+                                              : "is required by arch decoder (a language model trains on text)");
   if (text()) {
     if (task || !train_path.empty() || !valid_path.empty())
       bad("text_path", "is a language model's data; it excludes a task and TSV files");
@@ -58,6 +61,10 @@ void TrainConfig::validate() const {
   if (!(lr > 0) || !std::isfinite(lr)) bad("lr", "must be a positive number");
   if (warmup < 0) bad("warmup", "must be ≥ 0");
   if (!(weight_decay >= 0)) bad("weight_decay", "must be ≥ 0");
+  if (decay_params) enum_name(*decay_params);
+  if (!(beta1 >= 0 && beta1 < 1)) bad("beta1", "must be in [0, 1), got " + std::to_string(beta1));
+  if (!(beta2 >= 0 && beta2 < 1)) bad("beta2", "must be in [0, 1), got " + std::to_string(beta2));
+  if (!(min_lr >= 0 && min_lr <= lr)) bad("min_lr", "must be in [0, lr], got " + std::to_string(min_lr));
   if (!(label_smoothing >= 0 && label_smoothing < 1)) bad("label_smoothing", "must be in [0, 1)");
   if (!(clip_norm >= 0)) bad("clip_norm", "must be ≥ 0");
   if (batch.batch_tokens < 0 || (batch.batch_tokens == 0 && batch.batch_size < 1))

@@ -32,7 +32,7 @@ constexpr int64_t kDefaultEpochs = 10;  // when no length is given
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The model the data asks for: vocabulary sizes and special ids from the vocabularies, room for the
-// longest source and bos + target (+ eos), and the architecture's embedding scale made explicit.
+// longest source and bos + target (+ eos), and the architecture's defaults made explicit.
 ModelConfig model_config_for(const TrainConfig& c, const Dataset& ds) {
   ModelConfig m = c.model;
   m.src_vocab_size = ds.src_vocab.size();
@@ -47,7 +47,7 @@ ModelConfig model_config_for(const TrainConfig& c, const Dataset& ds) {
     const int64_t need = (c.task ? data::kTaskMaxLen : c.max_tokens) + 2;
     m.max_len = std::max(m.max_len, need);
   }
-  m.scale_embeddings = m.scales_embeddings();
+  m = m.with_arch_defaults();
   return m;
 }
 
@@ -102,12 +102,6 @@ void check_fits(const ModelConfig& m, const Dataset& ds, const TrainConfig& c) {
                                 ": a sequence needs " + std::to_string(longest) + " positions, but the model of " +
                                 c.init_from + " has max_len " + std::to_string(m.max_len) +
                                 " (a lower --max-tokens skips longer lines)");
-}
-
-std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, Model& model) {
-  // Adam's defaults (β1 0.9, β2 0.999, eps 1e-8) as torch.optim.Adam / AdamW.
-  return std::make_unique<Adam>(model.named_parameters(), c.lr, 0.9f, 0.999f, 1e-8f, c.weight_decay,
-                                c.optimizer == OptimizerKind::ADAMW);
 }
 
 std::string diverged_message(const TrainConfig& c, const State& st, const StepOutcome& s) {
@@ -363,7 +357,7 @@ TrainResult Run::train() {
       }
       const data::TokenBatch b = next_batch();
       ++st_.batch;
-      lr_now_ = scheduled_lr(schedule_, c_.lr, st_.step + 1, c_.warmup, total_steps_);
+      lr_now_ = scheduled_lr(schedule_, c_.lr, st_.step + 1, c_.warmup, total_steps_, c_.min_lr);
       opt_->set_lr(static_cast<float>(lr_now_));
       const StepOutcome s = train_step(*model_, *opt_, params_, b, c_.label_smoothing, c_.clip_norm);
       if (!s.finite) {

@@ -35,7 +35,7 @@ TEST(TrainConfig, SetFieldParsesCommandLineTextAndNamesTheKey) {
   set_field(c, "seed", "18446744073709551615");
   EXPECT_FLOAT_EQ(c.lr, 3e-4f);
   EXPECT_EQ(c.model.d_model, 32);
-  EXPECT_TRUE(c.model.norm_first);
+  EXPECT_EQ(c.model.norm_first, true);
   EXPECT_EQ(c.model.activation, Activation::GELU);
   EXPECT_EQ(c.schedule, Schedule::INVERSE_SQRT);
   EXPECT_EQ(c.task, data::Task::SORT);

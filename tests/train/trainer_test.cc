@@ -315,7 +315,7 @@ TEST(Trainer, InitFromErrorsNameTheFieldFileKeyOrToken) {
 // ---- language models on text ---------------------------------------------------------------------
 
 // The architecture of the language-model runs below.
-constexpr Arch kLmArch = Arch::ENCODER;
+constexpr Arch kLmArch = Arch::DECODER;
 
 // A small text with structure to learn: sentences of words from a short list, newlines between.
 std::string lm_text(int sentences, unsigned seed) {
