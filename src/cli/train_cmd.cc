@@ -215,7 +215,7 @@ void register_train(CLI::App& app, Runner& run) {
   valid_text->excludes(valid_fraction);
   block_size->needs(text);
   sequential->needs(text);
-  o.value("--arch", {"arch"}, enum_choices<Arch>(" | "));
+  auto* arch = o.value("--arch", {"arch"}, enum_choices<Arch>(" | ") + " (with --text: decoder)");
   auto* out = o.value("--out", {"out_dir"}, "output directory");
   auto* init_from = o.value("--init-from", {"init_from"},
                             "fine-tune: start from the model, weights and vocabularies of this model directory "
@@ -272,7 +272,7 @@ void register_train(CLI::App& app, Runner& run) {
   auto* resume = cmd->add_option("--resume", *resume_dir, "continue the run saved in DIR");
 
   cmd->callback([cmd, data_group, opts, out, epochs, steps, budget, threads_opt, threads, resume, resume_dir, task, task_text,
-                 tr, text, init_from, &run] {
+                 tr, text, arch, init_from, &run] {
     if (resume->count() == 0 && out->count() == 0) throw CLI::RequiredError("--out");
     // A resumed run continues exactly as saved: only its length and the thread count may be given
     // (an option silently ignored would look like it had taken effect).
@@ -288,7 +288,9 @@ void register_train(CLI::App& app, Runner& run) {
       throw CLI::RequiredError("--task or --train/--valid or --text");
     const bool len_given = epochs->count() + steps->count() + budget->count() > 0;
     const bool task_given = task->count() > 0;
-    run = [opts, len_given, task_given, task_text, threads, resume_dir, fixed, model_given] {
+    // Text data trains a language model (with --init-from, the model directory's).
+    const bool lm_default = text->count() > 0 && arch->count() == 0 && init_from->count() == 0;
+    run = [opts, len_given, task_given, lm_default, task_text, threads, resume_dir, fixed, model_given] {
       if (!model_given.empty())
         throw std::invalid_argument("--init-from takes the model (and its tokenizations) from the model directory; "
                                     "only --dropout and --drop-path of the model options may be given with it (got " +
@@ -308,6 +310,7 @@ void register_train(CLI::App& app, Runner& run) {
         c = train::load_train_config(*resume_dir);
       } else {
         c = task_given ? train::task_preset(*given.task, given.model.arch) : TrainConfig{};
+        if (lm_default) c.model.arch = Arch::DECODER;
         opts->apply(c);
       }
       if (len_given) {  // the length options replace the run's length together (on resume too)

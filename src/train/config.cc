@@ -36,7 +36,7 @@ void TrainConfig::validate() const {
   const auto bad = [](const std::string& field, const std::string& why) {
     throw std::invalid_argument("train config: " + field + " " + why);
   };
-  if (text() != model.is_lm())
+  if (init_from.empty() && text() != model.is_lm())  // with init_from the trainer checks the directory's model
     bad(text() ? "arch" : "text_path", text() ? "must be decoder for text data (a language model trains on text)"
                                               : "is required by arch decoder (a language model trains on text)");
   if (text()) {

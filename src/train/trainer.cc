@@ -173,6 +173,10 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
                                   "a fine-tuning run writes into a new directory (its source stays as it is)");
     mc_ = init_model_config(c_);
     c_.model = mc_;  // the data's layout (equal lengths without a decoder) follows the model
+    if (c_.text() != mc_.is_lm())
+      throw std::invalid_argument("train config: init_from " + c_.init_from + " holds a model of arch " + std::string(enum_name(mc_.arch)) +
+                                  ", but " + (c_.text() ? "text data trains a language model (arch decoder)"
+                                                              : "arch decoder trains on text data (text_path)"));
     read_tokenizations(c_.init_from, c_.src_tokens, c_.tgt_tokens);
   }
   // The vocabularies: the run's own when resuming, the model directory's when starting from one.

@@ -335,6 +335,95 @@ TEST(TrainCli, LayerVariantOptionsReachTheModelConfig) {
   std::filesystem::remove_all(d);
 }
 
+// A small text for the language-model runs: sentences over a few words.
+void write_text(const std::string& path, int sentences, unsigned seed) {
+  static const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog"};
+  tfm::testing::Rng g(seed);
+  std::ofstream f(path);
+  for (int i = 0; i < sentences; ++i) {
+    const int n = g.uniform_int(3, 6);
+    for (int k = 0; k < n; ++k) f << (k ? " " : "") << words[g.uniform_int(0, 7)];
+    f << ".\n";
+  }
+}
+
+const char* kTinyLm = " --d-model 16 --nhead 2 --layers 1 --dim-feedforward 32 --batch-size 8 --threads 1";
+
+TEST(TrainCli, LanguageModelTrainsOnTextAndResumes) {
+  const std::string d = temp_dir("cli_lm");
+  write_text(d + "/t.txt", 80, 1);
+  write_text(d + "/v.txt", 10, 2);
+  std::string out;
+  // No --arch: text data trains a decoder.
+  ASSERT_EQ(run_command(kCli + " train --text " + d + "/t.txt --valid-text " + d + "/v.txt --tokens char --block-size 16" +
+                            kTinyLm + " --max-steps 20 --eval-every 10 --out " + d + "/run",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("validation: loss "), std::string::npos) << out;
+  EXPECT_NE(out.find("bits per token"), std::string::npos) << out;
+  EXPECT_NE(out.find("| val loss "), std::string::npos) << out;  // the eval line
+  for (const char* f : {"config.json", "model.safetensors", "src_vocab.json", "tgt_vocab.json", "metrics.csv", "curves.svg"})
+    EXPECT_TRUE(std::filesystem::exists(d + "/run/" + f)) << f;
+  const auto config = nlohmann::json::parse(tfm::testing::slurp(d + "/run/config.json"));
+  EXPECT_EQ(config["model"]["arch"], "decoder");
+  EXPECT_EQ(config["model"]["max_len"], 16);
+  EXPECT_EQ(config["train"]["text_path"], d + "/t.txt");
+  EXPECT_EQ(config["train"]["block_size"], 16);
+  EXPECT_EQ(config["vocab"]["tgt"], "tgt_vocab.json");
+  EXPECT_EQ(config["vocab"]["tgt_tokens"], "char");
+  ASSERT_EQ(run_command(kCli + " train --resume " + d + "/run --max-steps 25", &out), 0) << out;
+  EXPECT_NE(out.find("resuming " + d + "/run at step 20"), std::string::npos) << out;
+  // Another text under the same name: refused, naming the file.
+  write_text(d + "/t.txt", 80, 3);
+  EXPECT_EQ(run_command(kCli + " train --resume " + d + "/run --max-steps 30", &out), 1) << out;
+  EXPECT_NE(out.find(d + "/t.txt: not the training text this run started with"), std::string::npos) << out;
+  // Byte tokens, a held-out fraction, sequential windows.
+  ASSERT_EQ(run_command(kCli + " train --text " + d + "/v.txt --valid-fraction 0.25 --tokens byte --block-size 8 --sequential" +
+                            kTinyLm + " --max-steps 3 --out " + d + "/bytes",
+                        &out),
+            0)
+      << out;
+  const auto bytes = nlohmann::json::parse(tfm::testing::slurp(d + "/bytes/config.json"));
+  EXPECT_EQ(bytes["vocab"]["tgt_size"], 259);
+  EXPECT_EQ(bytes["train"]["sequential"], true);
+  EXPECT_EQ(bytes["train"]["valid_fraction"], 0.25);
+}
+
+TEST(TrainCli, TextOptionErrors) {
+  const std::string d = temp_dir("cli_lm_err");
+  write_text(d + "/t.txt", 20, 1);
+  { std::ofstream(d + "/bad.txt") << "ok\n\xC3("; }
+  const std::string t = " --out " + d + "/x --threads 1";
+  const auto fails = [&](const std::string& args, const std::string& message) {
+    std::string out;
+    EXPECT_NE(run_command(kCli + " train " + args + t, &out), 0) << args;
+    EXPECT_NE(out.find(message), std::string::npos) << args << ": " << out;
+  };
+  fails("--text " + d + "/t.txt --task reverse", "--text excludes --task");
+  fails("--text " + d + "/t.txt --train a.tsv --valid b.tsv", "--train excludes --text");
+  fails("--task reverse --valid-text " + d + "/t.txt", "--valid-text requires --text");
+  fails("--text " + d + "/t.txt --valid-text " + d + "/t.txt --valid-fraction 0.2", "--valid-text excludes --valid-fraction");
+  fails("--task reverse --block-size 8", "--block-size requires --text");
+  fails("--task reverse --sequential", "--sequential requires --text");
+  fails("--text " + d + "/t.txt --tokens char --tgt-tokens char", "excludes");
+  fails("--text " + d + "/t.txt --tokens space", "train config: tgt_tokens must be char or byte for text data (not space)");
+  fails("--text " + d + "/t.txt --arch encoder", "train config: arch must be decoder for text data");
+  fails("--task reverse --arch decoder", "train config: text_path is required by arch decoder");
+  fails("--text " + d + "/t.txt --valid-fraction 1", "train config: valid_fraction must be in (0, 1) when there is no validation text");
+  fails("--text " + d + "/t.txt --block-size 0", "train config: block_size must be ≥ 1");
+  fails("--text " + d + "/t.txt --batch-tokens 64", "train config: batch_tokens does not apply to text data");
+  fails("--text " + d + "/t.txt --block-size 100000", "tokens, too few for one window of block_size + 1 = 100001 tokens");
+  fails("--text " + d + "/bad.txt --valid-text " + d + "/t.txt", d + "/bad.txt: invalid UTF-8 at byte 3");
+  fails("--text " + d + "/none.txt", d + "/none.txt: ");
+  std::string out;
+  EXPECT_NE(run_command(kCli + " train --out " + d + "/y", &out), 0);
+  EXPECT_NE(out.find("--task or --train/--valid or --text is required"), std::string::npos) << out;
+  ASSERT_EQ(run_command(kCli + " train --help", &out), 0);
+  for (const char* opt : {"--text", "--valid-text", "--valid-fraction", "--block-size", "--sequential", "--tokens"})
+    EXPECT_NE(out.find(opt), std::string::npos) << opt;
+}
+
 TEST(TrainCli, HelpHasExamples) {
   for (const char* cmd : {"train", "eval", "translate"}) {
     std::string out;
