@@ -467,5 +467,44 @@ TEST(TrainerLm, ResumeRefusesAnotherTextAndDataErrorsNameTheFile) {
   EXPECT_EQ(error_of(v), d + "/empty.txt: file is empty (expected UTF-8 text)");
 }
 
+TEST(TrainerLm, ByteTokensForTsvPairsAndMismatchesRefused) {
+  const std::string d = testing::temp_dir("bytes");
+  testing::spit(d + "/p.tsv", "ab\tba\nabc\tcba\n\xC3\xA9x\tx\xC3\xA9\n");  // bytes, é included
+  TrainConfig c = tiny(d + "/run");
+  c.task.reset();
+  c.train_path = c.valid_path = d + "/p.tsv";
+  c.model.arch = Arch::SEQ2SEQ;
+  c.src_tokens = c.tgt_tokens = data::Tokenization::BYTE;
+  c.max_steps = 3;
+  run_training(c);
+  const TrainedModel m = load_model_dir(d + "/run");
+  EXPECT_EQ(m.src_vocab.tokens(), data::byte_vocab().tokens());
+  EXPECT_EQ(m.src_tokens, data::Tokenization::BYTE);
+  EXPECT_EQ(translate_lines(m, {"ab"}, 1, 8).size(), 1u);  // byte tokens in and out
+  c.tgt_tokens = data::Tokenization::CHAR;
+  try {
+    run_training(c);
+    FAIL() << "byte on one side accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "train config: src_tokens/tgt_tokens byte on one side needs byte on the other (the two "
+                                     "vocabularies share the <pad> id)");
+  }
+  // A language model's directory cannot start a task run.
+  testing::spit(d + "/t.txt", lm_text(30, 1));
+  TrainConfig lm = tiny_lm(d + "/lm", d + "/t.txt");
+  lm.max_steps = 2;
+  run_training(lm);
+  TrainConfig f = tiny(d + "/fine");
+  f.model = ModelConfig{};
+  f.init_from = d + "/lm";
+  try {
+    run_training(f);
+    FAIL() << "a decoder fine-tuned on a task";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "train config: init_from " + d + "/lm holds a model of arch decoder, but arch decoder "
+                                     "trains on text data (text_path)");
+  }
+}
+
 }  // namespace
 }  // namespace tfm::train

@@ -12,17 +12,21 @@
 // Output directory (TrainConfig::out_dir), every file written atomically (temporary file + rename):
 //   config.json               {"format": "tfm-train", "version": 1, "model": ModelConfig, "train":
 //                              TrainConfig, "vocab": {...}} — written before the first step
-//   src_vocab.txt, tgt_vocab.txt   one token per line, line i = id i
+//   src_vocab.txt, tgt_vocab.txt   one token per line, line i = id i; src_vocab.json,
+//                              tgt_vocab.json instead (JSON arrays) for text data and whenever a
+//                              token holds a newline (tfm/models/model_dir.h)
 //   model.safetensors         the model's state_dict (PyTorch keys), at every checkpoint
 //   trainer_state.safetensors the commit point of a checkpoint, written last and alone sufficient
 //                              to resume: "model.<key>" weights, "optim.<key>.<slot>" optimizer state
 //                              and in its metadata the step, data position (epoch, batch), RNG state,
-//                              optimizer step count, loss accumulators and the metrics history.
+//                              optimizer step count, loss accumulators, the metrics history and, for
+//                              text data, the training text's hash (a resume on another text is refused).
 //                              A kill at any moment leaves the previous one intact.
 //   metrics.csv, curves.svg   one row / point per evaluation (with TrainConfig::init_from, the first at
 //                              step 0: the starting model's)
 //
-// Exact resume: the data plan of an epoch is a pure function of (seed, epoch), dropout draws come
+// Exact resume: the data plan of an epoch is a pure function of (seed, epoch) (text data: sequential
+// windows of (epoch, batch), or random windows drawn from the run's generator), dropout draws come
 // from the run's counter-based generator whose (seed, offset) is saved, and the optimizer state
 // is saved bit for bit; so a run interrupted at any step and resumed produces the same weights as
 // the uninterrupted one. Same seed, same numbers for any thread count (the kernels' contract).
