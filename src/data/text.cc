@@ -204,23 +204,19 @@ TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, Tokeniz
       }
     }
   }
-  // Encode into a vector of the compact width.
-  std::shared_ptr<std::vector<uint8_t>> store = std::make_shared<std::vector<uint8_t>>();
-  int64_t count = 0;
-  if (c.width_ == 2) {
-    std::vector<uint16_t> ids;
-    ids.reserve(t == Tokenization::BYTE ? f->size() : f->size() / 2);
-    encode_bytes(f->data(), f->size(), vocab, t, path, [&](int32_t id) { ids.push_back(static_cast<uint16_t>(id)); });
-    count = static_cast<int64_t>(ids.size());
-    store->resize(ids.size() * 2);
-    std::memcpy(store->data(), ids.data(), store->size());
-  } else {
-    std::vector<int32_t> ids;
-    encode_bytes(f->data(), f->size(), vocab, t, path, [&](int32_t id) { ids.push_back(id); });
-    count = static_cast<int64_t>(ids.size());
-    store->resize(ids.size() * 4);
-    std::memcpy(store->data(), ids.data(), store->size());
-  }
+  // Encode straight into an array of the compact width, sized by the tokens the text can hold (one
+  // a byte, or one a UTF-8 lead byte): the only copy of the text's tokens in memory.
+  const uint8_t* p = f->data();
+  const size_t n = f->size();
+  const size_t upper = t == Tokenization::BYTE ? n : static_cast<size_t>(std::count_if(p, p + n, [](uint8_t b) { return (b & 0xC0) != 0x80; }));
+  auto store = std::make_shared<std::vector<uint8_t>>(upper * static_cast<size_t>(c.width_));
+  size_t k = 0;
+  uint8_t* out = store->data();
+  if (c.width_ == 2)
+    encode_bytes(p, n, vocab, t, path, [&](int32_t id) { reinterpret_cast<uint16_t*>(out)[k++] = static_cast<uint16_t>(id); });
+  else
+    encode_bytes(p, n, vocab, t, path, [&](int32_t id) { reinterpret_cast<int32_t*>(out)[k++] = id; });
+  const auto count = static_cast<int64_t>(k);  // == upper: every token starts at a lead byte
   if (!cache_path.empty()) {
     CacheHeader h{};
     std::memcpy(h.magic, kCacheMagic, 8);
@@ -231,7 +227,7 @@ TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, Tokeniz
     h.vocab_hash = vhash;
     io::AtomicFileWriter w(cache_path);
     w.write(&h, sizeof h);
-    w.write(store->data(), store->size());
+    w.write(store->data(), k * static_cast<size_t>(c.width_));
     w.commit();
     store.reset();  // the map replaces the array
     auto m = std::make_shared<io::MappedFile>(cache_path);
