@@ -204,6 +204,8 @@ void register_train(CLI::App& app, Runner& run) {
       o.value("--valid-fraction", {"valid_fraction"}, "language model: share of --text's tokens, at its end, held out for validation");
   auto* block_size = o.value("--block-size", {"block_size"}, "language model: context length (windows of N+1 tokens)");
   auto* sequential = o.flag("sequential", "sequential", "language model: consecutive windows in order, not at random positions");
+  auto* token_cache = o.value("--token-cache", {"token_cache"},
+                              "language model: keep the texts' token arrays in this directory, memory-mapped (big texts)");
   auto* tokens = o.value("--tokens", {"src_tokens", "tgt_tokens"},
                          "tokenization of the text (or of both TSV sides): " + enum_choices<data::Tokenization>(" | "));
   tokens->excludes(src_tokens);
@@ -215,6 +217,7 @@ void register_train(CLI::App& app, Runner& run) {
   valid_text->excludes(valid_fraction);
   block_size->needs(text);
   sequential->needs(text);
+  token_cache->needs(text);
   auto* arch = o.value("--arch", {"arch"}, enum_choices<Arch>(" | ") + " (with --text: decoder)");
   auto* out = o.value("--out", {"out_dir"}, "output directory");
   auto* init_from = o.value("--init-from", {"init_from"},

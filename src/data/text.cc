@@ -229,10 +229,17 @@ TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, Tokeniz
     w.write(&h, sizeof h);
     w.write(store->data(), k * static_cast<size_t>(c.width_));
     w.commit();
-    store.reset();  // the map replaces the array
+    // The map replaces the array, unless another process replaced the file in between.
     auto m = std::make_shared<io::MappedFile>(cache_path);
-    c.base_ = m->data() + sizeof h;
-    c.owner_ = std::move(m);
+    CacheHeader back{};
+    if (m->size() == sizeof h + k * static_cast<size_t>(c.width_)) std::memcpy(&back, m->data(), sizeof back);
+    if (matches(back) && back.count == count) {
+      c.base_ = m->data() + sizeof h;
+      c.owner_ = std::move(m);
+    } else {
+      c.base_ = store->data();
+      c.owner_ = std::move(store);
+    }
   } else {
     c.base_ = store->data();
     c.owner_ = std::move(store);

@@ -50,6 +50,7 @@ void TrainConfig::validate() const {
     if (batch.batch_tokens != 0) bad("batch_tokens", "does not apply to text data (a batch is batch_size windows)");
   } else {
     if (!valid_text_path.empty()) bad("valid_text_path", "needs text_path");
+    if (!token_cache.empty()) bad("token_cache", "needs text_path");
     if (!task && (train_path.empty() || valid_path.empty()))
       bad("data", "needs a task, both a training and a validation file, or a text");
   }

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "tfm/data/tasks.h"
 #include "tfm/data/tsv.h"
@@ -26,10 +27,20 @@ namespace {
 void load_text(const TrainConfig& c, const data::Vocab* tgt_vocab, Dataset& ds) {
   ds.tgt_vocab = tgt_vocab ? *tgt_vocab : data::build_text_vocab(c.text_path, c.tgt_tokens);
   ds.src_vocab = ds.tgt_vocab;
-  const data::TextCorpus all = data::TextCorpus::read(c.text_path, ds.tgt_vocab, c.tgt_tokens);
+  const auto cache = [&](const std::string& text) -> std::string {
+    if (c.token_cache.empty()) return "";
+    std::error_code ec;
+    std::filesystem::create_directories(c.token_cache, ec);
+    if (ec) throw data::DataError(c.token_cache + ": cannot create the token cache directory: " + ec.message());
+    return (std::filesystem::path(c.token_cache) / (std::filesystem::path(text).filename().string() + ".tokens")).string();
+  };
+  const data::TextCorpus all = data::TextCorpus::read(c.text_path, ds.tgt_vocab, c.tgt_tokens, cache(c.text_path));
   if (!c.valid_text_path.empty()) {
     ds.text_train = all;
-    ds.text_valid = data::TextCorpus::read(c.valid_text_path, ds.tgt_vocab, c.tgt_tokens);
+    // A validation file of the training file's name caches beside it under another name.
+    const std::string vcache = cache(c.valid_text_path) == cache(c.text_path) ? cache(c.valid_text_path) + ".valid"
+                                                                              : cache(c.valid_text_path);
+    ds.text_valid = data::TextCorpus::read(c.valid_text_path, ds.tgt_vocab, c.tgt_tokens, vcache);
   } else {
     const auto n = all.size();
     const auto valid = static_cast<int64_t>(std::llround(static_cast<double>(n) * c.valid_fraction));

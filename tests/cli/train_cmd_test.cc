@@ -406,6 +406,7 @@ TEST(TrainCli, TextOptionErrors) {
   fails("--text " + d + "/t.txt --valid-text " + d + "/t.txt --valid-fraction 0.2", "--valid-text excludes --valid-fraction");
   fails("--task reverse --block-size 8", "--block-size requires --text");
   fails("--task reverse --sequential", "--sequential requires --text");
+  fails("--task reverse --token-cache " + d + "/c", "--token-cache requires --text");
   fails("--text " + d + "/t.txt --tokens char --tgt-tokens char", "excludes");
   fails("--text " + d + "/t.txt --tokens space", "train config: tgt_tokens must be char or byte for text data (not space)");
   fails("--text " + d + "/t.txt --arch encoder", "train config: arch must be decoder for text data");
@@ -420,7 +421,7 @@ TEST(TrainCli, TextOptionErrors) {
   EXPECT_NE(run_command(kCli + " train --out " + d + "/y", &out), 0);
   EXPECT_NE(out.find("--task or --train/--valid or --text is required"), std::string::npos) << out;
   ASSERT_EQ(run_command(kCli + " train --help", &out), 0);
-  for (const char* opt : {"--text", "--valid-text", "--valid-fraction", "--block-size", "--sequential", "--tokens"})
+  for (const char* opt : {"--text", "--valid-text", "--valid-fraction", "--block-size", "--sequential", "--tokens", "--token-cache"})
     EXPECT_NE(out.find(opt), std::string::npos) << opt;
 }
 

@@ -422,6 +422,14 @@ TEST(TrainerLm, SameNumbersForOneAndTwoThreads) {
   omp_set_num_threads(saved);
   EXPECT_TRUE(file(d + "/a", "model.safetensors") == file(d + "/b", "model.safetensors")) << "thread count changed the weights";
   EXPECT_EQ(load_model_dir(d + "/a").tgt_vocab.size(), 259);  // the byte vocabulary
+  // Tokens read from a memory-mapped cache (written on the first run, mapped on the second): the same run.
+  c.token_cache = d + "/cache";
+  for (const char* out : {"/c", "/e"}) {
+    c.out_dir = d + out;
+    run_training(c);
+    EXPECT_TRUE(file(d + "/a", "model.safetensors") == file(d + out, "model.safetensors")) << out;
+  }
+  EXPECT_EQ(std::filesystem::file_size(d + "/cache/t.txt.tokens"), 64 + 2 * std::filesystem::file_size(d + "/t.txt"));
 }
 
 TEST(TrainerLm, ResumeRefusesAnotherTextAndDataErrorsNameTheFile) {

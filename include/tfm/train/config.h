@@ -43,6 +43,9 @@ struct TrainConfig {
   double valid_fraction = 0.1;              // in (0, 1); used without valid_text_path
   int64_t block_size = 256;                 // context length: windows of block_size + 1 tokens
   bool sequential = false;                  // consecutive windows in order instead of random ones
+  // A directory for the texts' token arrays (<text file name>.tokens, memory-mapped; rewritten when
+  // the text or the vocabulary changed): a big text costs page cache instead of memory. "" = none.
+  std::string token_cache;
 
   // ---- model (vocab sizes and special ids are filled in from the data) ----
   ModelConfig model;
@@ -94,6 +97,7 @@ struct TrainConfig {
     visit("valid_fraction", c.valid_fraction);
     visit("block_size", c.block_size);
     visit("sequential", c.sequential);
+    visit("token_cache", c.token_cache);
     visit("epochs", c.epochs);
     visit("max_steps", c.max_steps);
     visit("time_budget", c.time_budget);
