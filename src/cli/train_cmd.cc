@@ -201,7 +201,8 @@ void register_train(CLI::App& app, Runner& run) {
   auto* text = o.value("--text", {"text_path"}, "language model: train on this text file (UTF-8 for --tokens char)");
   auto* valid_text = o.value("--valid-text", {"valid_text_path"}, "language model: validation text (else --valid-fraction)");
   auto* valid_fraction =
-      o.value("--valid-fraction", {"valid_fraction"}, "language model: share of --text's tokens, at its end, held out for validation");
+      o.value("--valid-fraction", {"valid_fraction"},
+              "language model: share of --text's tokens, at its end, held out for validation");
   auto* block_size = o.value("--block-size", {"block_size"}, "language model: context length (windows of N+1 tokens)");
   auto* sequential = o.flag("sequential", "sequential", "language model: consecutive windows in order, not at random positions");
   auto* token_cache = o.value("--token-cache", {"token_cache"},

@@ -208,7 +208,8 @@ TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, Tokeniz
   // a byte, or one a UTF-8 lead byte): the only copy of the text's tokens in memory.
   const uint8_t* p = f->data();
   const size_t n = f->size();
-  const size_t upper = t == Tokenization::BYTE ? n : static_cast<size_t>(std::count_if(p, p + n, [](uint8_t b) { return (b & 0xC0) != 0x80; }));
+  const auto lead = [](uint8_t b) { return (b & 0xC0) != 0x80; };
+  const size_t upper = t == Tokenization::BYTE ? n : static_cast<size_t>(std::count_if(p, p + n, lead));
   auto store = std::make_shared<std::vector<uint8_t>>(upper * static_cast<size_t>(c.width_));
   size_t k = 0;
   uint8_t* out = store->data();
@@ -255,7 +256,8 @@ TextCorpus TextCorpus::from_ids(const std::vector<int32_t>& ids, int64_t vocab_s
   auto store = std::make_shared<std::vector<uint8_t>>(ids.size() * static_cast<size_t>(c.width_));
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab_size)
-      throw std::invalid_argument(name + ": id " + std::to_string(ids[i]) + " outside the vocabulary of " + std::to_string(vocab_size));
+      throw std::invalid_argument(name + ": id " + std::to_string(ids[i]) + " outside the vocabulary of " +
+                                  std::to_string(vocab_size));
     if (c.width_ == 2) reinterpret_cast<uint16_t*>(store->data())[i] = static_cast<uint16_t>(ids[i]);
     else reinterpret_cast<int32_t*>(store->data())[i] = ids[i];
   }

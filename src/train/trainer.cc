@@ -88,8 +88,9 @@ void read_tokenizations(const std::string& dir, data::Tokenization& src, data::T
 void check_fits(const ModelConfig& m, const Dataset& ds, const TrainConfig& c) {
   if (c.text()) {
     if (c.block_size > m.max_len)
-      throw std::invalid_argument("train config: block_size " + std::to_string(c.block_size) + " exceeds the context of the model of " +
-                                  c.init_from + " (max_len " + std::to_string(m.max_len) + ")");
+      throw std::invalid_argument("train config: block_size " + std::to_string(c.block_size) +
+                                  " exceeds the context of the model of " + c.init_from + " (max_len " +
+                                  std::to_string(m.max_len) + ")");
     return;
   }
   const int64_t extra = m.has_decoder() ? 1 : 0;  // bos before the target input, eos after its output
@@ -174,9 +175,10 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
     mc_ = init_model_config(c_);
     c_.model = mc_;  // the data's layout (equal lengths without a decoder) follows the model
     if (c_.text() != mc_.is_lm())
-      throw std::invalid_argument("train config: init_from " + c_.init_from + " holds a model of arch " + std::string(enum_name(mc_.arch)) +
-                                  ", but " + (c_.text() ? "text data trains a language model (arch decoder)"
-                                                              : "arch decoder trains on text data (text_path)"));
+      throw std::invalid_argument("train config: init_from " + c_.init_from + " holds a model of arch " +
+                                  std::string(enum_name(mc_.arch)) + ", but " +
+                                  (c_.text() ? "text data trains a language model (arch decoder)"
+                                             : "arch decoder trains on text data (text_path)"));
     read_tokenizations(c_.init_from, c_.src_tokens, c_.tgt_tokens);
   }
   // The vocabularies: the run's own when resuming, the model directory's when starting from one.
