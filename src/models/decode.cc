@@ -41,20 +41,6 @@ namespace tfm {
 namespace detail {
 namespace {
 
-// Puts a (const) model in eval mode for the duration of a decode and restores training mode.
-// Decoding therefore must not run concurrently with training on the same model.
-class EvalGuard {
- public:
-  explicit EvalGuard(const Module& m) : m_(const_cast<Module&>(m)), was_training_(m.is_training()) { m_.eval(); }
-  ~EvalGuard() {
-    if (was_training_) m_.train(true);
-  }
-
- private:
-  Module& m_;
-  bool was_training_;
-};
-
 // rows (R) of t (N, ...) → (R, ...), a copy (inference only).
 Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows) {
   Shape s = t.shape();
