@@ -135,19 +135,23 @@ void SGD::load_state(const NamedTensors& s, int64_t steps) {
 
 // ---- Adam / AdamW ---------------------------------------------------------------------------------
 Adam::Adam(const NamedTensors& params, float lr, float beta1, float beta2, float eps,
-           float weight_decay, bool decoupled)
+           float weight_decay, bool decoupled, std::vector<bool> decayed)
     : Optimizer(params, lr),
       beta1_(beta1),
       beta2_(beta2),
       eps_(eps),
       weight_decay_(weight_decay),
-      decoupled_(decoupled) {
+      decoupled_(decoupled),
+      decayed_(std::move(decayed)) {
   const char* name = decoupled ? "AdamW" : "Adam";
   check_hyper(lr >= 0.0f, name, "lr", lr);
   check_hyper(beta1 >= 0.0f && beta1 < 1.0f, name, "beta1", beta1);
   check_hyper(beta2 >= 0.0f && beta2 < 1.0f, name, "beta2", beta2);
   check_hyper(eps >= 0.0f, name, "eps", eps);
   check_hyper(weight_decay >= 0.0f, name, "weight_decay", weight_decay);
+  if (!decayed_.empty() && decayed_.size() != params_.size())
+    fail(std::string(name) + ": " + std::to_string(decayed_.size()) + " weight-decay flags for " +
+         std::to_string(params_.size()) + " parameters");
   m_.resize(params_.size());
   v_.resize(params_.size());
   step_.assign(params_.size(), 0);
@@ -199,8 +203,9 @@ void Adam::step() {
   s.eps = eps_;
   s.wd = weight_decay_;
   s.decay = static_cast<float>(1.0 - lr * static_cast<double>(weight_decay_));
-  const AdamDecay mode = s.wd == 0.0f ? kNoDecay : decoupled_ ? kDecoupled : kL2;
+  const AdamDecay decay_mode = s.wd == 0.0f ? kNoDecay : decoupled_ ? kDecoupled : kL2;
   for (size_t i = 0; i < params_.size(); ++i) {
+    const AdamDecay mode = decayed_.empty() || decayed_[i] ? decay_mode : kNoDecay;
     Tensor& p = params_[i];
     const Tensor g = p.grad();
     if (!g.defined()) continue;

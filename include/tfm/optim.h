@@ -51,10 +51,14 @@ class SGD : public Optimizer {
 
 // torch.optim.Adam / AdamW. Adam: g += wd·p (L2). AdamW: p *= 1 − lr·wd (decoupled).
 // m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²;  p −= lr · (m/(1−β1ᵗ)) / (sqrt(v/(1−β2ᵗ)) + eps)
+// `decayed` (one flag per parameter, in params' order; empty: every one) limits weight decay to the
+// flagged parameters, the others updating with wd 0: torch's two parameter groups
+// [{params: flagged, weight_decay: wd}, {params: others, weight_decay: 0}].
 class Adam : public Optimizer {
  public:
   Adam(const NamedTensors& params, float lr = 1e-3f, float beta1 = 0.9f,
-       float beta2 = 0.999f, float eps = 1e-8f, float weight_decay = 0, bool decoupled = false);
+       float beta2 = 0.999f, float eps = 1e-8f, float weight_decay = 0, bool decoupled = false,
+       std::vector<bool> decayed = {});
   void step() override;
   NamedTensors state() const override;
   void load_state(const NamedTensors& s, int64_t steps) override;
@@ -62,6 +66,7 @@ class Adam : public Optimizer {
  private:
   float beta1_, beta2_, eps_, weight_decay_;
   bool decoupled_;
+  std::vector<bool> decayed_;   // (params) or empty: every parameter decays
   std::vector<Tensor> m_, v_;   // exp_avg, exp_avg_sq per parameter (undefined until its first grad)
   std::vector<int64_t> step_;   // per-parameter step count t (torch's state['step'])
 };

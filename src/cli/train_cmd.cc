@@ -199,9 +199,10 @@ void register_train(CLI::App& app, Runner& run) {
   o.value("--decoder-layers", {"num_decoder_layers"}, "decoder layers (overrides --layers)");
   o.value("--dim-feedforward", {"dim_feedforward"}, "feed-forward width");
   o.value("--dropout", {"dropout"}, "dropout probability");
-  o.value("--activation", {"activation"}, enum_choices<Activation>());
-  o.flag("norm-first", "norm_first", "pre-norm layers (LayerNorm before attention / FFN)");
-  o.flag("tie-embeddings", "tie_embeddings", "seq2seq: share target embedding and output projection");
+  o.value("--activation", {"activation"}, enum_choices<Activation>() + " (unset: decoder gelu, others relu)");
+  o.flag("norm-first", "norm_first", "pre-norm layers (LayerNorm before attention / FFN; unset: decoder only)");
+  o.flag("tie-embeddings", "tie_embeddings",
+         "seq2seq, decoder: share target embedding and output projection (unset: decoder only)");
   o.value("--head-dim", {"head_dim"}, "query/key width per head (unset: d_model / nhead)");
   o.value("--v-head-dim", {"v_head_dim"}, "value width per head (unset: the head dim)");
   o.flag("bias", "bias", "biases in every Linear, attention projection and norm of the layers");
@@ -213,7 +214,7 @@ void register_train(CLI::App& app, Runner& run) {
   o.value("--norm-type", {"norm_type"}, enum_choices<NormType>(" | "));
   o.flag("share-layers", "share_layers", "one set of layer weights used by every layer of a stack");
   o.value("--drop-path", {"drop_path"}, "stochastic depth: probability of dropping a residual branch per sample");
-  o.value("--positional", {"positional"}, enum_choices<Positional>(" | "));
+  o.value("--positional", {"positional"}, enum_choices<Positional>(" | ") + " (unset: decoder learned, others sinusoidal)");
   o.flag("scale-embeddings", "scale_embeddings", "multiply embeddings by sqrt(d_model) (unset: seq2seq yes, encoder no)");
   auto* epochs = o.value("--epochs", {"epochs"}, "passes over the training data (none of the three: 10 epochs)");
   auto* steps = o.value("--max-steps", {"max_steps"}, "optimizer steps");
@@ -221,9 +222,15 @@ void register_train(CLI::App& app, Runner& run) {
   o.value("--lr", {"lr"}, "peak learning rate");
   o.value("--warmup", {"warmup"}, "linear warmup steps");
   o.value("--schedule", {"schedule"},
-          "after warmup: " + enum_choices<train::Schedule>(" | ") + " (auto: cosine to 0 when the length is known)");
+          "after warmup: " + enum_choices<train::Schedule>(" | ") + " (auto: cosine to --min-lr when the length is known)");
   o.value("--optimizer", {"optimizer"}, enum_choices<train::OptimizerKind>(" | "));
   o.value("--weight-decay", {"weight_decay"}, "weight decay (L2 for adam, decoupled for adamw)");
+  o.value("--decay-params", {"decay_params"},
+          "parameters weight decay applies to: " + enum_choices<train::DecayParams>(" | ") +
+              " (>= 2 dims; unset: decoder matrices, others all)");
+  o.value("--beta1", {"beta1"}, "Adam/AdamW first-moment decay rate");
+  o.value("--beta2", {"beta2"}, "Adam/AdamW second-moment decay rate");
+  o.value("--min-lr", {"min_lr"}, "learning rate the cosine schedule decays to");
   o.value("--label-smoothing", {"label_smoothing"}, "label smoothing");
   o.value("--clip-norm", {"clip_norm"}, "clip the gradient 2-norm (0 = off)");
   o.value("--seed", {"seed"}, "seed for data, initialisation and dropout");

@@ -5,6 +5,9 @@
 #include <map>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
+#include "data/utf8.h"
 #include "io/file_util.h"
 
 namespace tfm::data {
@@ -12,33 +15,37 @@ namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
 
-// Length of the UTF-8 sequence starting at s[i], or 0 if it is not a valid one (overlong forms,
-// surrogates and values above U+10FFFF are rejected, as RFC 3629 requires).
 size_t utf8_length(const std::string& s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  size_t n;
-  uint32_t cp;
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) n = 2, cp = c & 0x1F;
-  else if ((c & 0xF0) == 0xE0) n = 3, cp = c & 0x0F;
-  else if ((c & 0xF8) == 0xF0) n = 4, cp = c & 0x07;
-  else return 0;
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((b(i + k) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (b(i + k) & 0x3F);
+  return data::utf8_length(reinterpret_cast<const uint8_t*>(s.data()), s.size(), i);
+}
+
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_length(s, i);
+    if (n == 0) return false;
+    i += n;
   }
-  static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return n;
+  return true;
+}
+
+bool is_json_path(const std::string& path) { return path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0; }
+
+// The byte of a "<0xNN>" token, or -1 for any other token.
+int byte_of(const std::string& t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+  const int hi = hex(t[3]), lo = hex(t[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
 }  // namespace
 
 std::vector<std::string> tokenize(const std::string& text, Tokenization t) {
   std::vector<std::string> out;
-  if (t == Tokenization::CHAR) {
+  if (t == Tokenization::BYTE) {
+    out.reserve(text.size());
+    for (char c : text) out.push_back(byte_token(static_cast<uint8_t>(c)));
+  } else if (t == Tokenization::CHAR) {
     for (size_t i = 0; i < text.size();) {
       const size_t n = utf8_length(text, i);
       if (n == 0) throw std::invalid_argument("invalid UTF-8 at byte " + std::to_string(i));
@@ -61,9 +68,28 @@ std::string detokenize(const std::vector<std::string>& tokens, Tokenization t) {
   std::string out;
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (t == Tokenization::SPACE && i > 0) out += ' ';
-    out += tokens[i];
+    const int b = t == Tokenization::BYTE ? byte_of(tokens[i]) : -1;
+    if (b >= 0) out += static_cast<char>(b);
+    else out += tokens[i];
   }
   return out;
+}
+
+std::string byte_token(uint8_t b) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  return std::string{'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'};
+}
+
+Vocab byte_vocab() {
+  std::vector<std::string> tokens;
+  tokens.reserve(259);
+  for (int b = 0; b < 256; ++b) tokens.push_back(byte_token(static_cast<uint8_t>(b)));
+  for (const char* special : {Vocab::PAD, Vocab::BOS, Vocab::EOS}) tokens.push_back(special);
+  return Vocab::from_tokens(std::move(tokens));
+}
+
+Vocab build_vocab(const std::vector<std::vector<std::string>>& sequences, Tokenization t) {
+  return t == Tokenization::BYTE ? byte_vocab() : Vocab::build(sequences);
 }
 
 Vocab Vocab::build(const std::vector<std::vector<std::string>>& sequences) {
@@ -99,6 +125,22 @@ Vocab Vocab::from_tokens(std::vector<std::string> tokens) {
 Vocab Vocab::load(const std::string& path) {
   const std::string text = io::read_file(path);
   std::vector<std::string> tokens;
+  if (is_json_path(path)) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(text);
+      if (!j.is_array()) throw std::invalid_argument("expected a JSON array of token strings, got a " + std::string(j.type_name()));
+      for (size_t i = 0; i < j.size(); ++i) {
+        if (!j[i].is_string())
+          throw std::invalid_argument("vocabulary entry " + std::to_string(i) + " is a " + j[i].type_name() + ", not a string");
+        tokens.push_back(j[i].get<std::string>());
+      }
+      return from_tokens(std::move(tokens));
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument(path + ": not valid JSON: " + e.what());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(path + ": " + e.what());
+    }
+  }
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
@@ -114,10 +156,27 @@ Vocab Vocab::load(const std::string& path) {
   }
 }
 
+bool Vocab::needs_json() const {
+  return std::any_of(tokens_.begin(), tokens_.end(), [](const std::string& t) { return t.find('\n') != std::string::npos; });
+}
+
 void Vocab::save(const std::string& path) const {
+  if (is_json_path(path)) {
+    std::string text;
+    try {
+      text = nlohmann::json(tokens_).dump(0) + "\n";  // one entry a line: readable and diffable
+    } catch (const nlohmann::json::exception&) {
+      for (size_t i = 0; i < tokens_.size(); ++i)
+        if (!valid_utf8(tokens_[i]))
+          throw std::invalid_argument(path + ": vocabulary entry " + std::to_string(i) + " is not valid UTF-8, which JSON cannot hold");
+      throw;
+    }
+    io::write_file_atomic(path, text);
+    return;
+  }
   std::string text;
   for (const auto& t : tokens_) {
-    if (t.find('\n') != std::string::npos) throw std::invalid_argument(path + ": token contains a newline");
+    if (t.find('\n') != std::string::npos) throw std::invalid_argument(path + ": token contains a newline (a *.json vocabulary file holds any token)");
     text += t;
     text += '\n';
   }

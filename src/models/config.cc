@@ -27,7 +27,9 @@ ModelConfig ModelConfig::from_json(const std::string& text, bool validate_sizes)
 void ModelConfig::validate(bool check_sizes) const {
   auto fail = [](const std::string& m) { throw std::invalid_argument("model config: " + m); };
   enum_name(arch);  // a value outside the enum throws
-  if (check_sizes && (src_vocab_size <= 0 || tgt_vocab_size <= 0))
+  if (check_sizes && is_lm() && tgt_vocab_size <= 0)
+    fail("tgt_vocab_size (the language model's vocabulary) must be positive, got " + std::to_string(tgt_vocab_size));
+  if (check_sizes && !is_lm() && (src_vocab_size <= 0 || tgt_vocab_size <= 0))
     fail("src_vocab_size and tgt_vocab_size must be positive (got " + std::to_string(src_vocab_size) + ", " +
          std::to_string(tgt_vocab_size) + ")");
   if (num_encoder_layers < 1) fail("num_encoder_layers must be at least 1, got " + std::to_string(num_encoder_layers));
@@ -35,24 +37,25 @@ void ModelConfig::validate(bool check_sizes) const {
     fail("num_decoder_layers must be at least 1, got " + std::to_string(num_decoder_layers));
   if (max_len < 1)
     fail("max_len must be positive" +
-         std::string(positional == Positional::LEARNED ? " (the rows of the learned position table)" : "") +
+         std::string(positional_value() == Positional::LEARNED ? " (the rows of the learned position table)" : "") +
          ", got " + std::to_string(max_len));
   if (!(dropout >= 0.0f && dropout < 1.0f)) fail("dropout must be in [0, 1), got " + std::to_string(dropout));
-  if (tie_embeddings && arch != Arch::SEQ2SEQ) fail("tie_embeddings needs arch \"seq2seq\"");
+  if (arch == Arch::ENCODER && ties_embeddings()) fail("tie_embeddings needs arch \"seq2seq\" or \"decoder\"");
   if (check_sizes) {
     auto in_vocab = [&](int32_t id, int64_t v, const char* name, const char* vocab) {
       if (id < 0 || id >= v)
         fail(std::string(name) + " " + std::to_string(id) + " is outside the " + vocab + " vocabulary [0, " +
              std::to_string(v) + ")");
     };
-    in_vocab(pad_id, src_vocab_size, "pad_id", "source");
+    if (!is_lm()) in_vocab(pad_id, src_vocab_size, "pad_id", "source");
     in_vocab(pad_id, tgt_vocab_size, "pad_id", "target");
     // Every target vocabulary has its specials (an encoder's predictions use none but pad).
     in_vocab(bos_id, tgt_vocab_size, "bos_id", "target");
     in_vocab(eos_id, tgt_vocab_size, "eos_id", "target");
     if (bos_id == pad_id || eos_id == pad_id) fail("bos_id and eos_id must differ from pad_id");
   }
-  enum_name(positional);
+  if (activation) enum_name(*activation);
+  if (positional) enum_name(*positional);
   // The layer's own checks name the option (sizes, divisibility, head widths, scale, norm_bias with
   // rms_norm, drop_path), prefixed with ours.
   try {
@@ -62,16 +65,26 @@ void ModelConfig::validate(bool check_sizes) const {
   }
 }
 
+ModelConfig ModelConfig::with_arch_defaults() const {
+  ModelConfig c = *this;
+  c.activation = activation_value();
+  c.norm_first = norm_first_value();
+  c.positional = positional_value();
+  c.scale_embeddings = scales_embeddings();
+  c.tie_embeddings = ties_embeddings();
+  return c;
+}
+
 TransformerLayerOptions ModelConfig::layer_options() const {
   TransformerLayerOptions o;
   o.d_model = d_model;
   o.nhead = nhead;
   o.dim_feedforward = dim_feedforward;
   o.dropout = dropout;
-  o.activation = activation;
+  o.activation = activation_value();
   o.layer_norm_eps = layer_norm_eps;
   o.batch_first = true;
-  o.norm_first = norm_first;
+  o.norm_first = norm_first_value();
   o.bias = bias;
   o.attention.head_dim = head_dim;
   o.attention.v_head_dim = v_head_dim;

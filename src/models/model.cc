@@ -5,6 +5,7 @@
 // training curve against them.
 #include "tfm/models/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -16,9 +17,10 @@ namespace tfm {
 // nn.Linear(D, V) whose weight may be tied to an embedding matrix (V, D). When tied, `weight` is a
 // second handle to the embedding's tensor and is not registered, so the key generator.weight is
 // absent and the optimizer sees the matrix once; both uses accumulate into the same .grad.
+// Without `bias` (DECODER): nn.Linear(D, V, bias=False), no generator.bias key.
 class OutputProjection : public Module {
  public:
-  OutputProjection(int64_t d_model, int64_t vocab, const Tensor* tied, Generator& gen) {
+  OutputProjection(int64_t d_model, int64_t vocab, const Tensor* tied, bool with_bias, Generator& gen) {
     // nn.Linear's initialisation, U(±1/√D) for weight and bias, drawn in that order.
     const float bound = 1.0f / std::sqrt(static_cast<float>(d_model));
     if (tied) {
@@ -28,12 +30,14 @@ class OutputProjection : public Module {
       init_uniform(weight, -bound, bound, gen);
       register_parameter("weight", weight);
     }
-    bias = Tensor::empty({vocab});
-    init_uniform(bias, -bound, bound, gen);
-    register_parameter("bias", bias);
+    if (with_bias) {
+      bias = Tensor::empty({vocab});
+      init_uniform(bias, -bound, bound, gen);
+      register_parameter("bias", bias);
+    }
   }
   Tensor forward(const Tensor& x) const { return ops::linear(x, weight, bias); }  // (..., D) → (..., V)
-  Tensor weight, bias;                                                            // (V, D), (V)
+  Tensor weight, bias;                                                            // (V, D), (V) or undefined
 };
 
 Tensor padding_mask(const std::vector<int32_t>& ids, int64_t B, int64_t T, int32_t pad_id) {
@@ -44,9 +48,15 @@ Tensor padding_mask(const std::vector<int32_t>& ids, int64_t B, int64_t T, int32
 
 namespace {
 
-const ModelConfig& validated(const ModelConfig& c) {
+// The config validated, with its architecture's defaults made explicit (config() then shows what
+// the model is, and a config.json written from it means the same whatever the defaults).
+ModelConfig validated(const ModelConfig& c) {
   c.validate();
-  return c;
+  return c.with_arch_defaults();
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 }  // namespace
@@ -65,26 +75,40 @@ const ModelConfig& validated(const ModelConfig& c) {
 // Learned position tables come last, after that loop, N(0, 0.02) in both architectures: the
 //   notebooks have none, so the init is GPT-2's wpe, a table that starts near zero (the model
 //   starts nearly position-blind) and learns its own scale; tools/torch_models.py does the same.
+// DECODER (GPT-2 / nanoGPT): nn.Embedding → nn.TransformerEncoder (final norm always) → nn.Linear
+//   without bias (or tied) → the position table; then, over the parameters in key order, N(0, 0.02)
+//   for every matrix (embeddings and position table included), N(0, 0.02/√(2·L)) for the residual
+//   output projections out_proj.weight and linear2.weight (each adds to the residual stream L times
+//   twice), zero biases; the norms keep their ones and zeros.
 Model::Model(const ModelConfig& config, Generator& gen)
     : config_(validated(config)),
-      pe_(config.positional == Positional::SINUSOIDAL ? config.d_model : 0,
-          config.positional == Positional::SINUSOIDAL ? config.max_len : 0),
-      dropout_(config.dropout, gen) {
+      pe_(config_.positional == Positional::SINUSOIDAL ? config_.d_model : 0,
+          config_.positional == Positional::SINUSOIDAL ? config_.max_len : 0),
+      dropout_(config_.dropout, gen) {
   const ModelConfig& c = config_;
   const TransformerLayerOptions o = c.layer_options();
-  if (has_decoder()) {
+  if (c.is_lm()) {
+    src_embedding_ = std::make_unique<Embedding>(c.tgt_vocab_size, c.d_model, -1, gen);
+    encoder_ = std::make_unique<TransformerEncoder>(o, c.num_encoder_layers, /*final_norm=*/true, gen);
+    generator_ = std::make_unique<OutputProjection>(c.d_model, c.tgt_vocab_size,
+                                                    *c.tie_embeddings ? &src_embedding_->weight : nullptr,
+                                                    /*with_bias=*/false, gen);
+    register_module("embedding", *src_embedding_);
+    register_module("decoder", *encoder_);
+  } else if (has_decoder()) {
     transformer_ = std::make_unique<Transformer>(o, c.num_encoder_layers, c.num_decoder_layers, gen);
     src_embedding_ = std::make_unique<Embedding>(c.src_vocab_size, c.d_model, -1, gen);
     tgt_embedding_ = std::make_unique<Embedding>(c.tgt_vocab_size, c.d_model, -1, gen);
     generator_ = std::make_unique<OutputProjection>(c.d_model, c.tgt_vocab_size,
-                                                    c.tie_embeddings ? &tgt_embedding_->weight : nullptr, gen);
+                                                    *c.tie_embeddings ? &tgt_embedding_->weight : nullptr,
+                                                    /*with_bias=*/true, gen);
     register_module("src_embedding", *src_embedding_);
     register_module("tgt_embedding", *tgt_embedding_);
     register_module("transformer", *transformer_);
   } else {
     src_embedding_ = std::make_unique<Embedding>(c.src_vocab_size, c.d_model, -1, gen);
-    encoder_ = std::make_unique<TransformerEncoder>(o, c.num_encoder_layers, c.norm_first, gen);
-    generator_ = std::make_unique<OutputProjection>(c.d_model, c.tgt_vocab_size, nullptr, gen);
+    encoder_ = std::make_unique<TransformerEncoder>(o, c.num_encoder_layers, *c.norm_first, gen);
+    generator_ = std::make_unique<OutputProjection>(c.d_model, c.tgt_vocab_size, nullptr, /*with_bias=*/true, gen);
     register_module("embedding", *src_embedding_);
     register_module("encoder", *encoder_);
   }
@@ -97,7 +121,7 @@ Model::Model(const ModelConfig& config, Generator& gen)
     visit_parameters([&](const std::string&, Tensor& t) {
       if (t.dim() > 1) init_xavier_uniform(t, gen);
     });
-  if (c.positional == Positional::LEARNED) {
+  if (*c.positional == Positional::LEARNED) {
     // nn.Embedding(max_len, D) then normal_(std=0.02): N(0, 1) draws scaled once.
     auto table = [&](const char* key) {
       auto e = std::make_unique<Embedding>(c.max_len, c.d_model, -1, gen);
@@ -108,6 +132,19 @@ Model::Model(const ModelConfig& config, Generator& gen)
     };
     src_pos_embedding_ = table(has_decoder() ? "src_pos_embedding" : "pos_embedding");
     if (has_decoder()) tgt_pos_embedding_ = table("tgt_pos_embedding");
+  }
+  if (c.is_lm()) {
+    const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.num_encoder_layers));
+    visit_parameters([&](const std::string& key, Tensor& t) {
+      float* p = t.data();
+      if (t.dim() > 1) {
+        const bool residual = ends_with(key, "out_proj.weight") || ends_with(key, "linear2.weight");
+        const float std = static_cast<float>(residual ? residual_std : 0.02);
+        for (int64_t i = 0; i < t.numel(); ++i) p[i] = gen.normal() * std;
+      } else if (ends_with(key, "bias") && key.find("norm") == std::string::npos) {
+        for (int64_t i = 0; i < t.numel(); ++i) p[i] = 0.0f;
+      }
+    });
   }
 }
 
@@ -129,7 +166,7 @@ Tensor Model::embed(const Embedding& emb, const Embedding* pos, const std::vecto
                                 std::to_string(config_.max_len));
   Tensor x = emb.forward(ids, {B, T});  // (B, T, D)
   if (embed_scale_ != 1.0f) x = ops::mul_scalar(x, embed_scale_);
-  switch (config_.positional) {
+  switch (*config_.positional) {
     case Positional::SINUSOIDAL:
       return dropout_.forward(ops::add_positional(x, pe_.table.narrow0(offset, T), /*batch_first=*/true));
     case Positional::LEARNED: {
@@ -146,7 +183,17 @@ Tensor Model::embed(const Embedding& emb, const Embedding* pos, const std::vecto
   throw std::logic_error("model: unhandled positional encoding");
 }
 
+namespace {
+
+[[noreturn]] void fail_lm(const char* what) {
+  throw std::invalid_argument(std::string("model: arch decoder is a language model: ") + what +
+                              " does not apply (lm_logits, tfm generate and tfm eval --text do)");
+}
+
+}  // namespace
+
 Tensor Model::encode(const std::vector<int32_t>& src, int64_t B, int64_t S, Tensor* key_padding_mask) const {
+  if (config_.is_lm()) fail_lm("encode");
   const Tensor kpm = padding_mask(src, B, S, config_.pad_id);            // (B, S)
   if (key_padding_mask) *key_padding_mask = kpm;
   const Tensor x = embed(*src_embedding_, src_pos_embedding_.get(), src, B, S, 0);                 // (B, S, D)
@@ -184,6 +231,7 @@ void check_batch(const data::TokenBatch& b, const ModelConfig& c, bool shifted) 
 
 Tensor Model::forward(const data::TokenBatch& b) const {
   check_batch(b, config_, has_decoder());
+  if (config_.is_lm()) return lm_logits(b.src, b.B, b.S);  // (B, T, V), S = T
   const int32_t pad = config_.pad_id;
   const Tensor src_kpm = padding_mask(b.src, b.B, b.S, pad);  // (B, S)
   if (!has_decoder()) {
@@ -197,6 +245,49 @@ Tensor Model::forward(const data::TokenBatch& b) const {
   const Tensor h = transformer_->forward(src, tgt, Tensor(), Tensor(), Tensor(), src_kpm, tgt_kpm, src_kpm,
                                          /*src_is_causal=*/false, /*tgt_is_causal=*/true);  // (B, T, D)
   return generator_->forward(h);  // (B, T, V)
+}
+
+Tensor Model::lm_logits(const std::vector<int32_t>& ids, int64_t B, int64_t T, int64_t offset,
+                        TransformerEncoderCache* cache) const {
+  if (!config_.is_lm())
+    throw std::invalid_argument("model: lm_logits needs arch decoder, got " + std::string(enum_name(config_.arch)));
+  const auto fail = [](const std::string& m) { throw std::invalid_argument("model: lm_logits: " + m); };
+  if (B <= 0 || T <= 0) fail("B and T must be positive (got " + std::to_string(B) + ", " + std::to_string(T) + ")");
+  if (static_cast<int64_t>(ids.size()) != B * T)
+    fail("ids has " + std::to_string(ids.size()) + " entries, expected B·T = " + std::to_string(B * T));
+  if (offset < 0) fail("offset must be non-negative, got " + std::to_string(offset));
+  if (!cache) {
+    const Tensor x = embed(*src_embedding_, src_pos_embedding_.get(), ids, B, T, offset);  // (B, T, D)
+    const Tensor h = encoder_->forward(x, Tensor(), Tensor(), /*is_causal=*/true);       // (B, T, D)
+    return generator_->forward(h);                                                      // (B, T, V)
+  }
+  if (cache->length() != offset)
+    fail("offset " + std::to_string(offset) + " must be the cache's length " + std::to_string(cache->length()));
+  // One position per step (the cache's rule); T > 1 prefills step by step.
+  const int64_t V = config_.tgt_vocab_size;
+  Tensor out;  // (B, T, V) when T > 1
+  std::vector<int32_t> column(static_cast<size_t>(B));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t b = 0; b < B; ++b) column[static_cast<size_t>(b)] = ids[static_cast<size_t>(b * T + t)];
+    const Tensor x = embed(*src_embedding_, src_pos_embedding_.get(), column, B, 1, offset + t);  // (B, 1, D)
+    const Tensor h = encoder_->forward(x, Tensor(), Tensor(), /*is_causal=*/true, cache);        // (B, 1, D)
+    const Tensor step = generator_->forward(h);                                                  // (B, 1, V)
+    if (T == 1) return step;
+    if (!out.defined()) out = Tensor::empty({B, T, V});
+    const float* src = step.data();
+    float* dst = out.data();
+    for (int64_t b = 0; b < B; ++b) std::copy(src + b * V, src + (b + 1) * V, dst + (b * T + t) * V);
+  }
+  return out;
+}
+
+TransformerEncoderCache Model::make_lm_cache(int64_t rows, int64_t capacity) const {
+  if (!config_.is_lm())
+    throw std::invalid_argument("model: make_lm_cache needs arch decoder, got " + std::string(enum_name(config_.arch)));
+  if (rows < 1 || capacity < 1)
+    throw std::invalid_argument("model: make_lm_cache: rows and capacity must be positive (got " +
+                                std::to_string(rows) + ", " + std::to_string(capacity) + ")");
+  return TransformerEncoderCache(static_cast<size_t>(encoder_->num_layers()), capacity);
 }
 
 Tensor Model::loss(const data::TokenBatch& b, float label_smoothing) const {

@@ -20,19 +20,38 @@ namespace model_dir {
 std::string path(const std::string& dir, const char* file) { return (std::filesystem::path(dir) / file).string(); }
 
 std::string config_json(const ModelConfig& model, const std::string& train_json, const data::Vocab& src_vocab,
-                        const data::Vocab& tgt_vocab, data::Tokenization src_tokens, data::Tokenization tgt_tokens) {
+                        const data::Vocab& tgt_vocab, data::Tokenization src_tokens, data::Tokenization tgt_tokens,
+                        bool json_vocab) {
   ordered_json j;
   j["format"] = "tfm-train";
   j["version"] = FORMAT_VERSION;
   j["model"] = ordered_json::parse(model.to_json());
   j["train"] = ordered_json::parse(train_json);
-  j["vocab"] = {{"src", SRC_VOCAB},
-                {"tgt", TGT_VOCAB},
+  j["vocab"] = {{"src", json_vocab ? SRC_VOCAB_JSON : SRC_VOCAB},
+                {"tgt", json_vocab ? TGT_VOCAB_JSON : TGT_VOCAB},
                 {"src_size", src_vocab.size()},
                 {"tgt_size", tgt_vocab.size()},
                 {"src_tokens", enum_name(src_tokens)},
                 {"tgt_tokens", enum_name(tgt_tokens)}};
   return j.dump(2) + "\n";
+}
+
+std::string src_vocab_path(const std::string& dir) {
+  const std::string j = path(dir, SRC_VOCAB_JSON);
+  return std::filesystem::exists(j) ? j : path(dir, SRC_VOCAB);
+}
+
+std::string tgt_vocab_path(const std::string& dir) {
+  const std::string j = path(dir, TGT_VOCAB_JSON);
+  return std::filesystem::exists(j) ? j : path(dir, TGT_VOCAB);
+}
+
+void save_vocabs(const std::string& dir, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, bool json) {
+  src_vocab.save(path(dir, json ? SRC_VOCAB_JSON : SRC_VOCAB));
+  tgt_vocab.save(path(dir, json ? TGT_VOCAB_JSON : TGT_VOCAB));
+  std::error_code ec;  // a file of the other format left by an earlier run in DIR would shadow or confuse
+  std::filesystem::remove(path(dir, json ? SRC_VOCAB : SRC_VOCAB_JSON), ec);
+  std::filesystem::remove(path(dir, json ? TGT_VOCAB : TGT_VOCAB_JSON), ec);
 }
 
 std::string read_config_section(const std::string& dir, const char* section) {
@@ -67,8 +86,8 @@ TrainedModel load_model_dir(const std::string& dir) {
   } catch (const std::exception& e) {
     throw std::runtime_error(config_file + ": bad \"vocab\": " + e.what());
   }
-  m.src_vocab = data::Vocab::load(model_dir::path(dir, model_dir::SRC_VOCAB));
-  m.tgt_vocab = data::Vocab::load(model_dir::path(dir, model_dir::TGT_VOCAB));
+  m.src_vocab = data::Vocab::load(model_dir::src_vocab_path(dir));
+  m.tgt_vocab = data::Vocab::load(model_dir::tgt_vocab_path(dir));
   if (m.src_vocab.size() != mc.src_vocab_size || m.tgt_vocab.size() != mc.tgt_vocab_size)
     throw std::runtime_error(dir + ": vocabulary files have " + std::to_string(m.src_vocab.size()) + "/" +
                              std::to_string(m.tgt_vocab.size()) + " entries, config.json says " +

@@ -37,12 +37,18 @@ void TrainConfig::validate() const {
     throw std::invalid_argument("train config: " + field + " " + why);
   };
   if (!task && (train_path.empty() || valid_path.empty())) bad("data", "needs a task or both a training and a validation file");
+  if (!task && (src_tokens == data::Tokenization::BYTE) != (tgt_tokens == data::Tokenization::BYTE))
+    bad("src_tokens/tgt_tokens", "byte on one side needs byte on the other (the two vocabularies share the <pad> id)");
   if (max_tokens < 1) bad("max_tokens", "must be ≥ 1");
   if (task_train_size < 1 || task_valid_size < 1) bad("task_train_size/task_valid_size", "must be ≥ 1");
   if (epochs < 0 || max_steps < 0 || !(time_budget >= 0)) bad("epochs/max_steps/time_budget", "must be ≥ 0");
   if (!(lr > 0) || !std::isfinite(lr)) bad("lr", "must be a positive number");
   if (warmup < 0) bad("warmup", "must be ≥ 0");
   if (!(weight_decay >= 0)) bad("weight_decay", "must be ≥ 0");
+  if (decay_params) enum_name(*decay_params);
+  if (!(beta1 >= 0 && beta1 < 1)) bad("beta1", "must be in [0, 1), got " + std::to_string(beta1));
+  if (!(beta2 >= 0 && beta2 < 1)) bad("beta2", "must be in [0, 1), got " + std::to_string(beta2));
+  if (!(min_lr >= 0 && min_lr <= lr)) bad("min_lr", "must be in [0, lr], got " + std::to_string(min_lr));
   if (!(label_smoothing >= 0 && label_smoothing < 1)) bad("label_smoothing", "must be in [0, 1)");
   if (!(clip_norm >= 0)) bad("clip_norm", "must be ≥ 0");
   if (batch.batch_tokens < 0 || (batch.batch_tokens == 0 && batch.batch_size < 1))

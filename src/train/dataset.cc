@@ -42,8 +42,8 @@ Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const d
   } else {
     std::vector<data::Tokens> s, t;
     for (const auto& p : train.pairs) s.push_back(p.src), t.push_back(p.tgt);
-    ds.src_vocab = data::Vocab::build(s);
-    ds.tgt_vocab = data::Vocab::build(t);
+    ds.src_vocab = data::build_vocab(s, c.src_tokens);
+    ds.tgt_vocab = data::build_vocab(t, c.tgt_tokens);
   }
   // A token outside a given vocabulary without <unk> is an error naming where it is.
   const auto encode_side = [](const data::Vocab& v, const data::Tokens& t, const data::TsvData& d, int64_t line,

@@ -14,7 +14,8 @@ Schedule resolve_schedule(Schedule s, int64_t warmup, int64_t total_steps) {
   return warmup > 0 ? Schedule::INVERSE_SQRT : Schedule::CONSTANT;
 }
 
-float scheduled_lr(Schedule schedule, float base_lr, int64_t step, int64_t warmup, int64_t total_steps) {
+float scheduled_lr(Schedule schedule, float base_lr, int64_t step, int64_t warmup, int64_t total_steps,
+                   float min_lr) {
   const auto fail = [](const std::string& m) { throw std::invalid_argument("scheduled_lr: " + m); };
   if (step < 1) fail("step is 1-based, got " + std::to_string(step));
   if (warmup < 0) fail("warmup must be non-negative, got " + std::to_string(warmup));
@@ -33,9 +34,10 @@ float scheduled_lr(Schedule schedule, float base_lr, int64_t step, int64_t warmu
     case Schedule::AUTO:
       break;
   }
-  if (step >= total_steps) return 0.0f;
+  if (step >= total_steps) return min_lr;
   const double progress = static_cast<double>(step - warmup) / static_cast<double>(total_steps - warmup);
-  return static_cast<float>(base * 0.5 * (1.0 + std::cos(M_PI * progress)));
+  const double floor = min_lr;  // 0: base·½(1 + cos) exactly (base − 0 and x + 0 are exact)
+  return static_cast<float>(floor + (base - floor) * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
 }  // namespace tfm::train

@@ -1,4 +1,4 @@
-// src/train/step.cc — one optimisation step (src/train/step.h).
+// src/train/step.cc — the run's optimizer and one optimisation step (src/train/step.h).
 #include "train/step.h"
 
 #include <cmath>
@@ -18,6 +18,15 @@ bool finite_grads(const std::vector<Tensor>& params) {
 }
 
 }  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, Model& model) {
+  const NamedTensors params = model.named_parameters();
+  std::vector<bool> decayed;  // empty: every parameter
+  if (c.decay_params_value() == DecayParams::MATRICES)
+    for (const auto& [key, p] : params) decayed.push_back(p.dim() >= 2);
+  return std::make_unique<Adam>(params, c.lr, c.beta1, c.beta2, 1e-8f, c.weight_decay,
+                                c.optimizer == OptimizerKind::ADAMW, std::move(decayed));
+}
 
 StepOutcome train_step(Model& model, Optimizer& opt, const std::vector<Tensor>& params, const data::TokenBatch& batch,
                        float label_smoothing, float clip_norm) {

@@ -32,7 +32,7 @@ constexpr int64_t kDefaultEpochs = 10;  // when no length is given
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The model the data asks for: vocabulary sizes and special ids from the vocabularies, room for the
-// longest source and bos + target (+ eos), and the architecture's embedding scale made explicit.
+// longest source and bos + target (+ eos), and the architecture's defaults made explicit.
 ModelConfig model_config_for(const TrainConfig& c, const Dataset& ds) {
   ModelConfig m = c.model;
   m.src_vocab_size = ds.src_vocab.size();
@@ -43,7 +43,7 @@ ModelConfig model_config_for(const TrainConfig& c, const Dataset& ds) {
   if (ds.src_vocab.pad_id() != m.pad_id) throw std::invalid_argument("source and target vocabularies disagree on <pad>");
   const int64_t need = (c.task ? data::kTaskMaxLen : c.max_tokens) + 2;
   m.max_len = std::max(m.max_len, need);
-  m.scale_embeddings = m.scales_embeddings();
+  m = m.with_arch_defaults();
   return m;
 }
 
@@ -92,12 +92,6 @@ void check_fits(const ModelConfig& m, const Dataset& ds, const TrainConfig& c) {
                                 ": a sequence needs " + std::to_string(longest) + " positions, but the model of " +
                                 c.init_from + " has max_len " + std::to_string(m.max_len) +
                                 " (a lower --max-tokens skips longer lines)");
-}
-
-std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, Model& model) {
-  // Adam's defaults (β1 0.9, β2 0.999, eps 1e-8) as torch.optim.Adam / AdamW.
-  return std::make_unique<Adam>(model.named_parameters(), c.lr, 0.9f, 0.999f, 1e-8f, c.weight_decay,
-                                c.optimizer == OptimizerKind::ADAMW);
 }
 
 std::string diverged_message(const TrainConfig& c, const State& st, const StepOutcome& s) {
@@ -172,12 +166,12 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
   std::unique_ptr<data::Vocab> saved_src, saved_tgt;
   if (resume || init) {
     const std::string& dir = resume ? c_.out_dir : c_.init_from;
-    saved_src = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::path(dir, model_dir::SRC_VOCAB)));
-    saved_tgt = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::path(dir, model_dir::TGT_VOCAB)));
+    saved_src = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::src_vocab_path(dir)));
+    saved_tgt = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::tgt_vocab_path(dir)));
   }
   if (init && !resume) {
     const std::string vocab_files =
-        model_dir::path(c_.init_from, model_dir::SRC_VOCAB) + " and " + model_dir::path(c_.init_from, model_dir::TGT_VOCAB);
+        model_dir::src_vocab_path(c_.init_from) + " and " + model_dir::tgt_vocab_path(c_.init_from);
     if (saved_src->size() != mc_.src_vocab_size || saved_tgt->size() != mc_.tgt_vocab_size)
       throw std::runtime_error(vocab_files + ": " + std::to_string(saved_src->size()) + " and " +
                                std::to_string(saved_tgt->size()) + " entries, but the model's config.json says " +
@@ -212,11 +206,13 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
   std::filesystem::create_directories(c_.out_dir, ec);
   if (ec) throw std::runtime_error(c_.out_dir + ": cannot create directory: " + ec.message());
   if (!resume) {
-    ds_.src_vocab.save(model_dir::path(c_.out_dir, model_dir::SRC_VOCAB));
-    ds_.tgt_vocab.save(model_dir::path(c_.out_dir, model_dir::TGT_VOCAB));
+    // JSON vocabulary files for text data (any character, newline included) and whenever a token
+    // needs them; the one-token-a-line files otherwise.
+    const bool json_vocab = ds_.src_vocab.needs_json() || ds_.tgt_vocab.needs_json();
+    model_dir::save_vocabs(c_.out_dir, ds_.src_vocab, ds_.tgt_vocab, json_vocab);
     io::write_file_atomic(model_dir::path(c_.out_dir, model_dir::CONFIG),
                           model_dir::config_json(mc_, c_.to_json(/*with_model=*/false), ds_.src_vocab, ds_.tgt_vocab,
-                                                 c_.src_tokens, c_.tgt_tokens));
+                                                 c_.src_tokens, c_.tgt_tokens, json_vocab));
   }
 
   model_->train();
@@ -328,7 +324,7 @@ TrainResult Run::train() {
       const data::TokenBatch b = data::make_batch(train_set(), plan_[static_cast<size_t>(st_.batch)],
                                                   mc_.target_layout(), mc_.pad_id, mc_.bos_id, mc_.eos_id);
       ++st_.batch;
-      lr_now_ = scheduled_lr(schedule_, c_.lr, st_.step + 1, c_.warmup, total_steps_);
+      lr_now_ = scheduled_lr(schedule_, c_.lr, st_.step + 1, c_.warmup, total_steps_, c_.min_lr);
       opt_->set_lr(static_cast<float>(lr_now_));
       const StepOutcome s = train_step(*model_, *opt_, params_, b, c_.label_smoothing, c_.clip_norm);
       if (!s.finite) {

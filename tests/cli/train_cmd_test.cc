@@ -264,9 +264,9 @@ TEST(TrainCli, TaskRunIsTheLibrarysPresetPlusTheOptionsGiven) {
   EXPECT_EQ(model.num_decoder_layers, expect.model.num_decoder_layers);
   EXPECT_EQ(model.dim_feedforward, expect.model.dim_feedforward);
   EXPECT_EQ(model.dropout, expect.model.dropout);
-  EXPECT_EQ(model.activation, expect.model.activation);
-  EXPECT_TRUE(model.norm_first);
-  EXPECT_FALSE(model.tie_embeddings);  // --no-tie-embeddings came last
+  EXPECT_EQ(model.activation, expect.model.activation_value());  // saved resolved
+  EXPECT_EQ(model.norm_first, true);
+  EXPECT_EQ(model.tie_embeddings, false);  // --no-tie-embeddings came last
 }
 
 // Every layer-variant option sets its ModelConfig field (both forms of each flag; the last one given

@@ -64,5 +64,46 @@ TEST(Vocab, SaveLoadRoundTripAndErrors) {
   EXPECT_THROW(Vocab::load(dir + "/nopad.txt"), std::invalid_argument);
 }
 
+TEST(Vocab, JsonFileHoldsAnyCodePointAndTxtFilesKeepLoading) {
+  const std::string dir = testing::temp_dir("vocab");
+  const Vocab v = Vocab::build({{"\n", "\t", "a", "\r", "\"", "\\", "\x01", "\xF0\x9F\x98\x80", "\xC2\x85"}});
+  EXPECT_TRUE(v.needs_json());
+  v.save(dir + "/v.json");
+  EXPECT_EQ(Vocab::load(dir + "/v.json").tokens(), v.tokens());
+  EXPECT_EQ(testing::slurp(dir + "/v.json").find('\t'), std::string::npos);  // escaped by JSON
+  try {
+    v.save(dir + "/v.txt");
+    FAIL() << "a newline token saved one a line";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/v.txt: token contains a newline"), std::string::npos) << e.what();
+  }
+  const Vocab w = Vocab::build({{"x", "y"}});
+  EXPECT_FALSE(w.needs_json());
+  w.save(dir + "/w.txt");
+  EXPECT_EQ(testing::slurp(dir + "/w.txt"), "<pad>\n<bos>\n<eos>\n<unk>\nx\ny\n");  // the one-a-line format, unchanged
+  EXPECT_EQ(Vocab::load(dir + "/w.txt").tokens(), w.tokens());
+  { std::ofstream(dir + "/dup.json") << "[\"<pad>\", \"a\", \"a\"]"; }
+  try {
+    Vocab::load(dir + "/dup.json");
+    FAIL() << "duplicate accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), dir + "/dup.json: vocabulary entry 2 'a' appears twice");
+  }
+  { std::ofstream(dir + "/obj.json") << "{\"a\": 1}"; }
+  EXPECT_THROW(Vocab::load(dir + "/obj.json"), std::invalid_argument);
+  { std::ofstream(dir + "/num.json") << "[\"<pad>\", 3]"; }
+  EXPECT_THROW(Vocab::load(dir + "/num.json"), std::invalid_argument);
+  { std::ofstream(dir + "/trunc.json") << "[\"<pad>\", "; }
+  EXPECT_THROW(Vocab::load(dir + "/trunc.json"), std::invalid_argument);
+  // A token JSON cannot hold (invalid UTF-8, possible with space tokenization) is refused by name.
+  const Vocab bad = Vocab::build({{"\xFF"}});
+  try {
+    bad.save(dir + "/bad.json");
+    FAIL() << "invalid UTF-8 saved as JSON";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), dir + "/bad.json: vocabulary entry 4 is not valid UTF-8, which JSON cannot hold");
+  }
+}
+
 }  // namespace
 }  // namespace tfm::data

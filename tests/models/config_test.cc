@@ -31,7 +31,8 @@ TEST(ModelConfig, JsonRoundTrip) {
   const ModelConfig d = ModelConfig::from_json(c.to_json());
   EXPECT_EQ(d.to_json(), c.to_json());
   EXPECT_EQ(d.arch, Arch::SEQ2SEQ);
-  EXPECT_TRUE(d.tie_embeddings && d.norm_first);
+  EXPECT_EQ(d.tie_embeddings, true);
+  EXPECT_EQ(d.norm_first, true);
   EXPECT_EQ(d.bos_id, 5);
   EXPECT_FLOAT_EQ(d.layer_norm_eps, 1e-6f);
   // The layer variants round-trip; unset optionals are written as null and read back unset.
@@ -66,7 +67,8 @@ TEST(ModelConfig, JsonRoundTrip) {
   EXPECT_TRUE(e.bias);
   EXPECT_FALSE(e.share_layers);
   EXPECT_EQ(e.drop_path, 0.0f);
-  EXPECT_EQ(e.positional, Positional::SINUSOIDAL);
+  EXPECT_EQ(e.positional, std::nullopt);  // the architecture's: sinusoidal
+  EXPECT_EQ(e.positional_value(), Positional::SINUSOIDAL);
   EXPECT_EQ(e.layer_options().attention.head_dim, std::nullopt);
 }
 

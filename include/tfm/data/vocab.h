@@ -1,11 +1,17 @@
-// tfm/data/vocab.h — tokenization (char / space) and vocabularies.
+// tfm/data/vocab.h — tokenization (char / space / byte) and vocabularies.
 //
 // A Vocab maps token strings to ids. Vocabularies built from a training file start with the four
 // specials <pad>=0, <bos>=1, <eos>=2, <unk>=3, then the file's tokens by decreasing frequency (ties:
 // byte order), so the same file always gives the same ids. The built-in tasks use their own
 // layout (tfm/data/tasks.h) where the special ids differ; a Vocab therefore stores where its
-// specials are instead of assuming 0..3. Saved as one token per line (line i = id i); on load the
-// specials are found by their spelling.
+// specials are instead of assuming 0..3. The byte vocabulary (byte_vocab) is fixed: ids 0..255 are
+// the bytes, spelled "<0x00>".."<0xFF>", then <pad>=256, <bos>=257, <eos>=258 (no <unk>: every byte
+// is known).
+//
+// Two file formats, chosen by the file name: "*.json" holds a JSON array of the token strings
+// (entry i = id i; JSON escapes any code point, newline and tab included), any other name one token
+// per line (line i + 1 = id i; it cannot hold a token containing a newline). On load the specials are
+// found by their spelling.
 //
 // To add a tokenization: a Tokenization enumerator and its name, a case in tokenize/detokenize, and a
 // case in tests/data/vocab_test.cc.
@@ -23,13 +29,18 @@ namespace tfm::data {
 // A sequence of tokens (strings), as read from text or decoded.
 using Tokens = std::vector<std::string>;
 
-enum class Tokenization { CHAR, SPACE };
+enum class Tokenization { CHAR, SPACE, BYTE };
 
 // CHAR: every UTF-8 code point is a token (throws std::invalid_argument on invalid UTF-8).
 // SPACE: maximal runs of non-whitespace (space, tab, \r, \n, \v, \f separate).
+// BYTE: every byte is a token, spelled byte_token(b) ("<0x0A>" for a newline); any bytes are accepted.
 std::vector<std::string> tokenize(const std::string& text, Tokenization t);
-// Inverse for well-formed text: CHAR concatenates, SPACE joins with one space.
+// Inverse for well-formed text: CHAR concatenates, SPACE joins with one space, BYTE turns each
+// "<0xNN>" back into its byte (other tokens are copied as they are).
 std::string detokenize(const std::vector<std::string>& tokens, Tokenization t);
+
+// "<0xNN>" (upper-case hex), the spelling of byte b in the byte vocabulary.
+std::string byte_token(uint8_t b);
 
 class Vocab {
  public:
@@ -43,9 +54,14 @@ class Vocab {
   static Vocab build(const std::vector<std::vector<std::string>>& sequences);
   // Exactly these tokens in this order; specials found by spelling (<pad> is required).
   static Vocab from_tokens(std::vector<std::string> tokens);
-  // One token per line. Throws naming the file and line on an empty token or a duplicate.
+  // "*.json": a JSON array of strings; otherwise one token per line. Throws std::invalid_argument
+  // naming the file and the entry (and its line) on an empty token, a duplicate or malformed JSON.
   static Vocab load(const std::string& path);
-  void save(const std::string& path) const;  // atomic (temporary file + rename)
+  // Atomic (temporary file + rename), in the format the name says; one token per line throws naming
+  // the file when a token contains a newline (use a "*.json" name for those).
+  void save(const std::string& path) const;
+  // True when some token contains a newline, so only the JSON format can hold the vocabulary.
+  bool needs_json() const;
 
   int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
   const std::string& token(int32_t id) const;  // throws on out-of-range ids
@@ -68,13 +84,18 @@ class Vocab {
   int32_t pad_ = -1, bos_ = -1, eos_ = -1, unk_ = -1;
 };
 
+// The fixed byte vocabulary: byte_token(0..255), then <pad>, <bos>, <eos>.
+Vocab byte_vocab();
+// A vocabulary for `sequences` tokenized with `t`: byte_vocab() for BYTE, else Vocab::build.
+Vocab build_vocab(const std::vector<std::vector<std::string>>& sequences, Tokenization t);
+
 }  // namespace tfm::data
 
 namespace tfm {
 template <>
 struct EnumNames<data::Tokenization> {
   static constexpr const char* noun = "tokenization";
-  static constexpr std::array<std::pair<data::Tokenization, std::string_view>, 2> names{
-      {{data::Tokenization::CHAR, "char"}, {data::Tokenization::SPACE, "space"}}};
+  static constexpr std::array<std::pair<data::Tokenization, std::string_view>, 3> names{
+      {{data::Tokenization::CHAR, "char"}, {data::Tokenization::SPACE, "space"}, {data::Tokenization::BYTE, "byte"}}};
 };
 }  // namespace tfm

@@ -13,6 +13,24 @@
 //            tgt_embedding.weight, [src_pos_embedding.weight, tgt_pos_embedding.weight],
 //            transformer.encoder.*, transformer.decoder.*, generator.weight (absent when tied),
 //            generator.bias.
+//   DECODER  a decoder-only (GPT-style) language model: ids (B, T) → embedding → + positions → dropout →
+//            TransformerEncoder run causally (its layers are nn.TransformerEncoderLayer with the causal
+//            mask; always a final norm) → generator Linear without bias → logits (B, T, V_tgt), the
+//            prediction of the next token at every position. Its vocabulary is the target one
+//            (src_vocab_size is not used). Initialisation as GPT-2 / nanoGPT: N(0, 0.02) for the
+//            embeddings and every weight matrix, N(0, 0.02/√(2·L)) for the residual output
+//            projections (out_proj.weight, linear2.weight), biases 0, norms 1.
+//            Keys: embedding.weight, [pos_embedding.weight], decoder.layers.N.*, decoder.norm.*,
+//            generator.weight only when untied (no generator bias).
+// Defaults that depend on the architecture (optional fields; unset: the architecture's choice):
+//                      ENCODER      SEQ2SEQ      DECODER
+//   norm_first         false        false        true
+//   activation         relu         relu         gelu
+//   positional         sinusoidal   sinusoidal   learned
+//   scale_embeddings   false        true         false
+//   tie_embeddings     false        false        true
+// with_arch_defaults() makes them explicit (the trainer saves a model's config that way, so a saved
+// config.json means the same whatever the defaults).
 // Layer variants (each unset or at its default: torch.nn's layer exactly): the attention's head widths,
 // biases and scale (head_dim, v_head_dim, qkv_bias, out_bias, attn_scale), a bias switch for all of a
 // layer's projections and norms (bias) with per-part overrides (ffn_bias, norm_bias), the norm type,
@@ -20,7 +38,8 @@
 // (drop_path). They apply to every layer of the model, the decoder's two attentions alike
 // (TransformerLayerOptions, tfm/modules/transformer.h, holds their meaning).
 // Token conventions: pad_id is ignored everywhere (padding masks, loss). Sources carry no bos/eos; the
-// decoder input is bos + target, the decoder output target + eos.
+// decoder input is bos + target, the decoder output target + eos. DECODER windows hold text only
+// (no padding, no bos/eos): input window[0:T], targets window[1:T+1].
 //
 // To add a field: a member with its default here and one line in fields(); its check in validate().
 // JSON reading and writing (config.json's "model") follow from fields().
@@ -39,12 +58,12 @@ namespace tfm {
 
 struct TransformerLayerOptions;
 
-enum class Arch { ENCODER, SEQ2SEQ };
+enum class Arch { ENCODER, SEQ2SEQ, DECODER };
 template <>
 struct EnumNames<Arch> {
   static constexpr const char* noun = "architecture";
-  static constexpr std::array<std::pair<Arch, std::string_view>, 2> names{
-      {{Arch::ENCODER, "encoder"}, {Arch::SEQ2SEQ, "seq2seq"}}};
+  static constexpr std::array<std::pair<Arch, std::string_view>, 3> names{
+      {{Arch::ENCODER, "encoder"}, {Arch::SEQ2SEQ, "seq2seq"}, {Arch::DECODER, "decoder"}}};
 };
 
 // Where the model's positions come from, added to the (scaled) embedding before the dropout.
@@ -52,7 +71,7 @@ struct EnumNames<Arch> {
 //   LEARNED     a trained (max_len, D) table, one per embedding: an nn.Embedding(max_len, D) looked up
 //               at positions [offset, offset + T), initialised N(0, 0.02) as GPT-2's wpe (in SEQ2SEQ
 //               too: the Xavier loop leaves the tables alone, so both architectures start alike).
-//               Keys pos_embedding.weight (ENCODER), src_pos_embedding.weight and
+//               Keys pos_embedding.weight (ENCODER, DECODER), src_pos_embedding.weight and
 //               tgt_pos_embedding.weight (SEQ2SEQ).
 //   NONE        no positions: the embedding alone.
 enum class Positional { SINUSOIDAL, LEARNED, NONE };
@@ -68,17 +87,21 @@ struct ModelConfig {
   int64_t src_vocab_size = 0, tgt_vocab_size = 0;  // filled in from the data by the trainer
   int64_t d_model = 64, nhead = 4, num_encoder_layers = 2, num_decoder_layers = 2, dim_feedforward = 256;
   float dropout = 0.1f;
-  Activation activation = Activation::RELU;
-  bool norm_first = false;
+  std::optional<Activation> activation;  // unset: the architecture's (table above)
+  std::optional<bool> norm_first;        // unset: the architecture's
   NormType norm_type = NormType::LAYER_NORM;
   float layer_norm_eps = 1e-5f;
-  Positional positional = Positional::SINUSOIDAL;
+  std::optional<Positional> positional;  // unset: the architecture's
   // Embeddings ·√D or not; unset: the architecture's choice (SEQ2SEQ scales, ENCODER does not: it
   // adds the positional table to the raw N(0, 1) embedding, whose entries are already O(1) like the
-  // table's, while √D lifts Xavier-initialised embeddings, O(1/√D), to that scale).
+  // table's, while √D lifts Xavier-initialised embeddings, O(1/√D), to that scale; DECODER does not,
+  // as GPT-2: its N(0, 0.02) embeddings and learned table start at the same scale).
   std::optional<bool> scale_embeddings;
-  bool tie_embeddings = false;   // SEQ2SEQ only: generator.weight shares tgt_embedding.weight
-  int64_t max_len = 512;         // positional table length, the longest sequence (any positional)
+  // generator.weight shares the target embedding (SEQ2SEQ: tgt_embedding.weight, DECODER:
+  // embedding.weight); unset: the architecture's. ENCODER: never (source and target vocabularies differ).
+  std::optional<bool> tie_embeddings;
+  int64_t max_len = 512;         // positional table length, the longest sequence (any positional);
+                                 // DECODER: the context length (block size)
   // Layer variants (TransformerLayerOptions and AttentionVariant say what each does).
   std::optional<int64_t> head_dim, v_head_dim;  // Dh (unset: d_model / nhead), Dv (unset: Dh)
   bool bias = true;                             // every Linear, attention projection and norm of the layers
@@ -89,12 +112,27 @@ struct ModelConfig {
   float drop_path = 0.0f;                       // stochastic depth of every residual branch, training only
   int32_t pad_id = 0, bos_id = 1, eos_id = 2;
 
+  // An encoder–decoder (SEQ2SEQ): a separate target side with cross-attention. DECODER has none: its
+  // one stack is causal self-attention (is_lm()).
   bool has_decoder() const { return arch == Arch::SEQ2SEQ; }
-  // How a batch's targets sit against the input: one per source position, or shifted for a decoder.
+  bool is_lm() const { return arch == Arch::DECODER; }
+  // How a batch's targets sit against the input: one per source position (ENCODER; DECODER, whose
+  // batches carry the next token of every position), or shifted for an encoder–decoder.
   data::TargetLayout target_layout() const {
     return has_decoder() ? data::TargetLayout::SHIFTED : data::TargetLayout::PER_POSITION;
   }
+  // The optional fields above resolved by the architecture.
   bool scales_embeddings() const { return scale_embeddings.value_or(arch == Arch::SEQ2SEQ); }
+  bool norm_first_value() const { return norm_first.value_or(arch == Arch::DECODER); }
+  Activation activation_value() const {
+    return activation.value_or(arch == Arch::DECODER ? Activation::GELU : Activation::RELU);
+  }
+  Positional positional_value() const {
+    return positional.value_or(arch == Arch::DECODER ? Positional::LEARNED : Positional::SINUSOIDAL);
+  }
+  bool ties_embeddings() const { return tie_embeddings.value_or(arch == Arch::DECODER); }
+  // This config with every architecture-dependent optional field set to its resolved value.
+  ModelConfig with_arch_defaults() const;
   // The options every layer of the model is built with (batch_first; the layer variants above).
   TransformerLayerOptions layer_options() const;
 

@@ -4,7 +4,11 @@
 //   config.json               {"format": "tfm-train", "version": 1, "model": ModelConfig,
 //                              "train": TrainConfig, "vocab": {"src", "tgt", "src_size", "tgt_size",
 //                              "src_tokens", "tgt_tokens"}}
-//   src_vocab.txt, tgt_vocab.txt   one token per line, line i = id i
+//   src_vocab.json, tgt_vocab.json  the vocabularies as JSON arrays (entry i = id i), which hold any
+//                              token (a newline too); written for language models (text data) and
+//                              whenever a token contains a newline
+//   src_vocab.txt, tgt_vocab.txt    otherwise one token per line, line i + 1 = id i (directories
+//                              written before the JSON format have these and keep loading)
 //   model.safetensors         the model's state_dict (PyTorch keys)
 //   trainer_state.safetensors, metrics.csv, curves.svg   the training run (tfm/train/trainer.h)
 #pragma once
@@ -25,13 +29,23 @@ inline constexpr const char* CONFIG = "config.json";
 inline constexpr const char* MODEL = "model.safetensors";
 inline constexpr const char* SRC_VOCAB = "src_vocab.txt";
 inline constexpr const char* TGT_VOCAB = "tgt_vocab.txt";
+inline constexpr const char* SRC_VOCAB_JSON = "src_vocab.json";
+inline constexpr const char* TGT_VOCAB_JSON = "tgt_vocab.json";
 inline constexpr int FORMAT_VERSION = 1;
 
 std::string path(const std::string& dir, const char* file);  // dir/file
 
-// config.json's text from its parts (`train_json`: the "train" object as JSON text).
+// config.json's text from its parts (`train_json`: the "train" object as JSON text; `json_vocab`: the
+// vocabulary files are the JSON ones).
 std::string config_json(const ModelConfig& model, const std::string& train_json, const data::Vocab& src_vocab,
-                        const data::Vocab& tgt_vocab, data::Tokenization src_tokens, data::Tokenization tgt_tokens);
+                        const data::Vocab& tgt_vocab, data::Tokenization src_tokens, data::Tokenization tgt_tokens,
+                        bool json_vocab = false);
+// The vocabulary file of DIR for a side: the JSON file when it exists, else the one-token-a-line one.
+std::string src_vocab_path(const std::string& dir);
+std::string tgt_vocab_path(const std::string& dir);
+// Writes both vocabularies into DIR, as JSON when `json` (else one token a line), and removes the
+// files of the other format so that a directory never holds two vocabularies for a side.
+void save_vocabs(const std::string& dir, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, bool json);
 // One object of DIR/config.json ("model", "train" or "vocab") as JSON text, after checking the
 // format and version; throws std::runtime_error naming the file.
 std::string read_config_section(const std::string& dir, const char* section);

@@ -20,6 +20,11 @@ namespace tfm::train {
 
 enum class OptimizerKind { ADAM, ADAMW };  // torch.optim.Adam (L2 decay) / AdamW (decoupled decay)
 
+// The parameters weight decay applies to: ALL of them, or MATRICES, those with two or more dimensions
+// (weight matrices and embeddings; not biases, norm gains, or 1-dim tables), as nanoGPT's two
+// parameter groups.
+enum class DecayParams { ALL, MATRICES };
+
 struct TrainConfig {
   // ---- data: a built-in task, or a pair of TSV files ----
   std::optional<data::Task> task;           // unset: TSV files
@@ -43,6 +48,9 @@ struct TrainConfig {
   int64_t warmup = 100;                     // linear warmup steps
   Schedule schedule = Schedule::AUTO;
   float weight_decay = 0.0f, label_smoothing = 0.0f;
+  std::optional<DecayParams> decay_params;  // unset: ALL for encoder / seq2seq, MATRICES for decoder
+  float beta1 = 0.9f, beta2 = 0.999f;       // Adam / AdamW moment decay rates (torch's defaults)
+  float min_lr = 0.0f;                      // the cosine schedule decays from lr to min_lr
   float clip_norm = 1.0f;                   // 0 = no clipping
   data::BatchSettings batch;
   uint64_t seed = 0;
@@ -80,6 +88,10 @@ struct TrainConfig {
     visit("warmup", c.warmup);
     visit("schedule", c.schedule);
     visit("weight_decay", c.weight_decay);
+    visit("decay_params", c.decay_params);
+    visit("beta1", c.beta1);
+    visit("beta2", c.beta2);
+    visit("min_lr", c.min_lr);
     visit("label_smoothing", c.label_smoothing);
     visit("clip_norm", c.clip_norm);
     visit("batch_size", c.batch.batch_size);
@@ -94,6 +106,9 @@ struct TrainConfig {
   std::string to_json(bool with_model = true) const;  // pretty JSON: every field (and "model")
   static TrainConfig from_json(const std::string& text);  // missing keys keep their defaults
   void validate() const;                    // throws std::invalid_argument naming the bad field
+  DecayParams decay_params_value() const {  // decay_params resolved by the model's architecture
+    return decay_params.value_or(model.arch == Arch::DECODER ? DecayParams::MATRICES : DecayParams::ALL);
+  }
 };
 
 // The built-in tasks' preset: TrainConfig{} for `task` and `arch`, with 1600 steps, lr 2e-3, no
@@ -117,6 +132,12 @@ bool fixed_by_init_from(const std::string& key);
 }  // namespace tfm::train
 
 namespace tfm {
+template <>
+struct EnumNames<train::DecayParams> {
+  static constexpr const char* noun = "decay_params";
+  static constexpr std::array<std::pair<train::DecayParams, std::string_view>, 2> names{
+      {{train::DecayParams::ALL, "all"}, {train::DecayParams::MATRICES, "matrices"}}};
+};
 template <>
 struct EnumNames<train::OptimizerKind> {
   static constexpr const char* noun = "optimizer";

@@ -17,9 +17,11 @@ Schedule resolve_schedule(Schedule s, int64_t warmup, int64_t total_steps);
 
 // Learning rate at step s (1-based): base_lr·s/warmup during the warmup, then CONSTANT (base_lr),
 // INVERSE_SQRT (base_lr·√(max(warmup, 1)/s), continuous at the end of warmup) or COSINE
-// (base_lr·½(1 + cos(π·(s − warmup)/(total − warmup))), 0 from total_steps on). Throws
-// std::invalid_argument for AUTO, a step below 1, a negative warmup, or COSINE with total ≤ warmup.
-float scheduled_lr(Schedule schedule, float base_lr, int64_t step, int64_t warmup, int64_t total_steps);
+// (min_lr + (base_lr − min_lr)·½(1 + cos(π·(s − warmup)/(total − warmup))), min_lr from total_steps
+// on; nanoGPT's decay to min_lr). min_lr is read by COSINE only. Throws std::invalid_argument for
+// AUTO, a step below 1, a negative warmup, or COSINE with total ≤ warmup.
+float scheduled_lr(Schedule schedule, float base_lr, int64_t step, int64_t warmup, int64_t total_steps,
+                   float min_lr = 0.0f);
 
 }  // namespace tfm::train
 

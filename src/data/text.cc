@@ -1,0 +1,342 @@
+// src/data/text.cc — text encoding, the token corpus and its windows (see tfm/data/text.h).
+#include "tfm/data/text.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "data/utf8.h"
+#include "io/file_util.h"
+#include "tfm/data/tasks.h"
+#include "tfm/data/tsv.h"
+
+namespace tfm::data {
+namespace {
+
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull, kFnvPrime = 0x100000001b3ull;
+
+uint64_t fnv1a(const uint8_t* p, size_t n, uint64_t h = kFnvOffset) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
+  return h;
+}
+
+std::string hex64(uint64_t h) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, h >>= 4) s[static_cast<size_t>(i)] = hex[h & 15];
+  return s;
+}
+
+// The file mapped read-only; DataError naming it when it cannot be read or is empty.
+std::unique_ptr<io::MappedFile> map_text(const std::string& path) {
+  std::unique_ptr<io::MappedFile> f;
+  try {
+    f = std::make_unique<io::MappedFile>(path);
+  } catch (const io::IoError& e) {
+    throw DataError(e.what());
+  }
+  if (f->size() == 0) throw DataError(path + ": file is empty (expected UTF-8 text)");
+  return f;
+}
+
+[[noreturn]] void bad_utf8(const std::string& path, size_t offset) {
+  throw DataError(path + ": invalid UTF-8 at byte " + std::to_string(offset) +
+                  " (--tokens char reads UTF-8 text; --tokens byte reads any bytes)");
+}
+
+void check_text_tokenization(Tokenization t) {
+  if (t == Tokenization::SPACE)
+    throw std::invalid_argument("text corpora use char or byte tokenization, not space");
+}
+
+// Id of every byte (BYTE) or of every ASCII code point (CHAR, -1 where the vocabulary lacks it and
+// has no <unk>): the fast path of encoding.
+std::vector<int32_t> single_byte_ids(const Vocab& v, Tokenization t) {
+  std::vector<int32_t> ids(256, -1);
+  for (int b = 0; b < (t == Tokenization::BYTE ? 256 : 128); ++b) {
+    const std::string tok = t == Tokenization::BYTE ? byte_token(static_cast<uint8_t>(b)) : std::string(1, static_cast<char>(b));
+    if (v.contains(tok) || v.unk_id() >= 0) ids[static_cast<size_t>(b)] = v.id(tok);
+  }
+  return ids;
+}
+
+// Calls emit(id) for every token of p[0, n): errors name `name` (bad UTF-8 with its byte offset, a
+// token the vocabulary lacks without <unk>).
+template <class Emit>
+void encode_bytes(const uint8_t* p, size_t n, const Vocab& v, Tokenization t, const std::string& name, Emit&& emit) {
+  const std::vector<int32_t> fast = single_byte_ids(v, t);
+  const auto lookup = [&](const std::string& tok) {
+    try {
+      return v.id(tok);
+    } catch (const std::invalid_argument& e) {
+      throw DataError(name + ": " + e.what());
+    }
+  };
+  if (t == Tokenization::BYTE) {
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t id = fast[p[i]];
+      emit(id >= 0 ? id : lookup(byte_token(p[i])));
+    }
+    return;
+  }
+  for (size_t i = 0; i < n;) {
+    const size_t len = utf8_length(p, n, i);
+    if (len == 0) bad_utf8(name, i);
+    if (len == 1 && fast[p[i]] >= 0) emit(fast[p[i]]);
+    else emit(lookup(std::string(reinterpret_cast<const char*>(p + i), len)));
+    i += len;
+  }
+}
+
+uint64_t vocab_hash(const Vocab& v) {
+  uint64_t h = kFnvOffset;
+  for (const auto& t : v.tokens()) h = fnv1a(reinterpret_cast<const uint8_t*>(t.c_str()), t.size() + 1, h);
+  return h;
+}
+
+// The cache file: this header (64 bytes), then `count` ids of `width` bytes.
+struct CacheHeader {
+  char magic[8];         // "TFMTOKS1"
+  uint32_t width;        // 2 or 4
+  uint32_t reserved;
+  int64_t count;         // ids
+  int64_t text_bytes;    // size of the text it encodes
+  char text_hash[16];    // text_file_hash, hex
+  uint64_t vocab_hash;   // FNV-1a of the vocabulary's tokens
+  uint64_t reserved2;
+};
+static_assert(sizeof(CacheHeader) == 64);
+constexpr char kCacheMagic[8] = {'T', 'F', 'M', 'T', 'O', 'K', 'S', '1'};
+
+}  // namespace
+
+std::vector<int32_t> encode_text(const Vocab& vocab, Tokenization t, const std::string& text) {
+  if (t == Tokenization::SPACE) return vocab.encode(tokenize(text, t));
+  std::vector<int32_t> ids;
+  ids.reserve(text.size());
+  try {
+    encode_bytes(reinterpret_cast<const uint8_t*>(text.data()), text.size(), vocab, t, "text",
+                 [&](int32_t id) { ids.push_back(id); });
+  } catch (const DataError& e) {
+    throw std::invalid_argument(e.what());
+  }
+  return ids;
+}
+
+std::string decode_text(const Vocab& vocab, Tokenization t, const std::vector<int32_t>& ids) {
+  std::string out;
+  bool first = true;
+  for (int32_t id : ids) {
+    const std::string& tok = vocab.token(id);  // range check
+    if (id == vocab.pad_id() || id == vocab.bos_id() || id == vocab.eos_id()) continue;
+    if (t == Tokenization::SPACE && !first) out += ' ';
+    first = false;
+    if (id == vocab.unk_id()) out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+    else if (t == Tokenization::BYTE) out += detokenize({tok}, t);
+    else out += tok;
+  }
+  return out;
+}
+
+Vocab build_text_vocab(const std::string& path, Tokenization t) {
+  check_text_tokenization(t);
+  const auto f = map_text(path);
+  if (t == Tokenization::BYTE) return byte_vocab();
+  const uint8_t* p = f->data();
+  const size_t n = f->size();
+  std::vector<int64_t> ascii(128, 0);
+  std::map<std::string, int64_t> other;
+  for (size_t i = 0; i < n;) {
+    const size_t len = utf8_length(p, n, i);
+    if (len == 0) bad_utf8(path, i);
+    if (len == 1) ++ascii[p[i]];
+    else ++other[std::string(reinterpret_cast<const char*>(p + i), len)];
+    i += len;
+  }
+  std::map<std::string, int64_t> counts = std::move(other);  // byte order: the tie-break
+  for (int c = 0; c < 128; ++c)
+    if (ascii[static_cast<size_t>(c)] > 0) counts[std::string(1, static_cast<char>(c))] = ascii[static_cast<size_t>(c)];
+  std::vector<std::pair<std::string, int64_t>> order(counts.begin(), counts.end());
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::vector<std::string> tokens = {Vocab::PAD, Vocab::BOS, Vocab::EOS, Vocab::UNK};
+  for (auto& [tok, count] : order) tokens.push_back(tok);
+  return Vocab::from_tokens(std::move(tokens));
+}
+
+std::string text_file_hash(const std::string& path) {
+  std::unique_ptr<io::MappedFile> f;
+  try {
+    f = std::make_unique<io::MappedFile>(path);
+  } catch (const io::IoError& e) {
+    throw DataError(e.what());
+  }
+  return hex64(fnv1a(f->data(), f->size()));
+}
+
+TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, Tokenization t, const std::string& cache_path) {
+  check_text_tokenization(t);
+  const auto f = map_text(path);
+  TextCorpus c;
+  c.name_ = path;
+  c.hash_ = hex64(fnv1a(f->data(), f->size()));
+  c.text_bytes_ = static_cast<int64_t>(f->size());
+  c.width_ = vocab.size() <= 65536 ? 2 : 4;
+  const uint64_t vhash = vocab_hash(vocab);
+  const auto matches = [&](const CacheHeader& h) {
+    return std::memcmp(h.magic, kCacheMagic, 8) == 0 && h.width == static_cast<uint32_t>(c.width_) &&
+           h.text_bytes == c.text_bytes_ && std::memcmp(h.text_hash, c.hash_.data(), 16) == 0 && h.vocab_hash == vhash;
+  };
+  if (!cache_path.empty()) {
+    std::error_code ec;
+    if (std::filesystem::exists(cache_path, ec)) {
+      auto m = std::make_shared<io::MappedFile>(cache_path);
+      CacheHeader h{};
+      if (m->size() >= sizeof h) std::memcpy(&h, m->data(), sizeof h);
+      if (m->size() >= sizeof h && matches(h) &&
+          m->size() == sizeof h + static_cast<size_t>(h.count) * static_cast<size_t>(c.width_)) {
+        c.base_ = m->data() + sizeof h;
+        c.size_ = h.count;
+        c.owner_ = std::move(m);
+        return c;
+      }
+    }
+  }
+  // Encode into a vector of the compact width.
+  std::shared_ptr<std::vector<uint8_t>> store = std::make_shared<std::vector<uint8_t>>();
+  int64_t count = 0;
+  if (c.width_ == 2) {
+    std::vector<uint16_t> ids;
+    ids.reserve(t == Tokenization::BYTE ? f->size() : f->size() / 2);
+    encode_bytes(f->data(), f->size(), vocab, t, path, [&](int32_t id) { ids.push_back(static_cast<uint16_t>(id)); });
+    count = static_cast<int64_t>(ids.size());
+    store->resize(ids.size() * 2);
+    std::memcpy(store->data(), ids.data(), store->size());
+  } else {
+    std::vector<int32_t> ids;
+    encode_bytes(f->data(), f->size(), vocab, t, path, [&](int32_t id) { ids.push_back(id); });
+    count = static_cast<int64_t>(ids.size());
+    store->resize(ids.size() * 4);
+    std::memcpy(store->data(), ids.data(), store->size());
+  }
+  if (!cache_path.empty()) {
+    CacheHeader h{};
+    std::memcpy(h.magic, kCacheMagic, 8);
+    h.width = static_cast<uint32_t>(c.width_);
+    h.count = count;
+    h.text_bytes = c.text_bytes_;
+    std::memcpy(h.text_hash, c.hash_.data(), 16);
+    h.vocab_hash = vhash;
+    io::AtomicFileWriter w(cache_path);
+    w.write(&h, sizeof h);
+    w.write(store->data(), store->size());
+    w.commit();
+    store.reset();  // the map replaces the array
+    auto m = std::make_shared<io::MappedFile>(cache_path);
+    c.base_ = m->data() + sizeof h;
+    c.owner_ = std::move(m);
+  } else {
+    c.base_ = store->data();
+    c.owner_ = std::move(store);
+  }
+  c.size_ = count;
+  return c;
+}
+
+TextCorpus TextCorpus::from_ids(const std::vector<int32_t>& ids, int64_t vocab_size, const std::string& name) {
+  TextCorpus c;
+  c.name_ = name;
+  c.width_ = vocab_size <= 65536 ? 2 : 4;
+  auto store = std::make_shared<std::vector<uint8_t>>(ids.size() * static_cast<size_t>(c.width_));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size)
+      throw std::invalid_argument(name + ": id " + std::to_string(ids[i]) + " outside the vocabulary of " + std::to_string(vocab_size));
+    if (c.width_ == 2) reinterpret_cast<uint16_t*>(store->data())[i] = static_cast<uint16_t>(ids[i]);
+    else reinterpret_cast<int32_t*>(store->data())[i] = ids[i];
+  }
+  c.base_ = store->data();
+  c.owner_ = std::move(store);
+  c.size_ = static_cast<int64_t>(ids.size());
+  return c;
+}
+
+TextCorpus TextCorpus::slice(int64_t begin, int64_t end) const {
+  if (begin < 0 || end < begin || end > size_)
+    throw std::out_of_range("TextCorpus::slice [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
+                            std::to_string(size_) + " tokens");
+  TextCorpus c = *this;
+  c.begin_ = begin_ + begin;
+  c.size_ = end - begin;
+  return c;
+}
+
+void check_windows(const TextCorpus& corpus, int64_t block_size) {
+  if (block_size < 1) throw std::invalid_argument("block_size must be ≥ 1, got " + std::to_string(block_size));
+  if (corpus.size() < block_size + 1)
+    throw DataError(corpus.name() + ": " + std::to_string(corpus.size()) + " tokens, too few for one window of block_size + 1 = " +
+                    std::to_string(block_size + 1) + " tokens (a smaller --block-size, or a longer text)");
+}
+
+TokenBatch window_batch(const TextCorpus& corpus, const std::vector<int64_t>& starts, int64_t T) {
+  TokenBatch b;
+  b.B = static_cast<int64_t>(starts.size());
+  b.S = b.T = T;
+  b.src.resize(static_cast<size_t>(b.B * T));
+  b.tgt_out.resize(static_cast<size_t>(b.B * T));
+  for (int64_t r = 0; r < b.B; ++r) {
+    const int64_t s = starts[static_cast<size_t>(r)];
+    if (s < 0 || s + T + 1 > corpus.size())
+      throw std::out_of_range("window at " + std::to_string(s) + " of " + std::to_string(T + 1) + " tokens outside " +
+                              corpus.name() + "'s " + std::to_string(corpus.size()));
+    for (int64_t t = 0; t < T; ++t) {
+      b.src[static_cast<size_t>(r * T + t)] = corpus[s + t];
+      b.tgt_out[static_cast<size_t>(r * T + t)] = corpus[s + t + 1];
+    }
+  }
+  return b;
+}
+
+TokenBatch random_windows(const TextCorpus& corpus, int64_t block_size, int64_t B, Generator& gen) {
+  check_windows(corpus, block_size);
+  const uint64_t first = gen.take(static_cast<uint64_t>(B));
+  const uint64_t positions = static_cast<uint64_t>(corpus.size() - block_size);  // starts 0 .. size − block − 1
+  std::vector<int64_t> starts(static_cast<size_t>(B));
+  for (int64_t r = 0; r < B; ++r) {
+    SplitMix64 g(mix_seed(gen.seed, first + static_cast<uint64_t>(r), 0x77696e64ull /* "wind" */));
+    starts[static_cast<size_t>(r)] = static_cast<int64_t>(g.below(positions));
+  }
+  return window_batch(corpus, starts, block_size);
+}
+
+int64_t sequential_batch_count(const TextCorpus& corpus, int64_t block_size, int64_t B) {
+  check_windows(corpus, block_size);
+  const int64_t windows = (corpus.size() - 1) / block_size;
+  return (windows + B - 1) / B;
+}
+
+TokenBatch sequential_windows(const TextCorpus& corpus, int64_t block_size, int64_t B, int64_t k) {
+  const int64_t windows = (corpus.size() - 1) / block_size;
+  std::vector<int64_t> starts;
+  for (int64_t w = k * B; w < std::min(windows, (k + 1) * B); ++w) starts.push_back(w * block_size);
+  if (starts.empty()) throw std::out_of_range("sequential batch " + std::to_string(k) + " beyond the epoch");
+  return window_batch(corpus, starts, block_size);
+}
+
+int64_t validation_batch_count(const TextCorpus& corpus, int64_t block_size, int64_t B) {
+  if (corpus.size() < 2) return 0;
+  const int64_t full = (corpus.size() - 1) / block_size;
+  return (full + B - 1) / B + ((corpus.size() - 1) % block_size ? 1 : 0);
+}
+
+TokenBatch validation_windows(const TextCorpus& corpus, int64_t block_size, int64_t B, int64_t k) {
+  const int64_t full = (corpus.size() - 1) / block_size;
+  const int64_t full_batches = (full + B - 1) / B;
+  if (k < full_batches) return sequential_windows(corpus, block_size, B, k);
+  const int64_t rest = (corpus.size() - 1) % block_size;
+  if (k != full_batches || rest == 0) throw std::out_of_range("validation batch " + std::to_string(k) + " beyond the text");
+  return window_batch(corpus, {full * block_size}, rest);
+}
+
+}  // namespace tfm::data

@@ -1,0 +1,175 @@
+// tests/data/text_test.cc — LM text: encode/decode (char, byte), the vocabulary of a text file, the
+// token corpus (compact storage, slices, the memory-mapped cache), windows (random, sequential,
+// validation coverage) and the errors naming the file (empty, too small, bad UTF-8 with its offset).
+#include "tfm/data/text.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "test_util.h"
+#include "tfm/data/tsv.h"
+
+namespace tfm::data {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Text, CharEncodeDecodeRoundTripWithNewlineTabAndUnknown) {
+  const std::string dir = testing::temp_dir("text");
+  const std::string text = "ab\tb\n\xC3\xA9\xF0\x9F\x98\x80\nb";
+  testing::spit(dir + "/t.txt", text);
+  const Vocab v = build_text_vocab(dir + "/t.txt", Tokenization::CHAR);
+  // specials, then b (3), \n (2), then count 1 in byte order: \t, a, é, 😀.
+  EXPECT_EQ(v.tokens(), (std::vector<std::string>{"<pad>", "<bos>", "<eos>", "<unk>", "b", "\n", "\t", "a", "\xC3\xA9",
+                                                  "\xF0\x9F\x98\x80"}));
+  const auto ids = encode_text(v, Tokenization::CHAR, text);
+  EXPECT_EQ(ids, (std::vector<int32_t>{7, 4, 6, 4, 5, 8, 9, 5, 4}));
+  EXPECT_EQ(decode_text(v, Tokenization::CHAR, ids), text);
+  // An unknown character maps to <unk> and decodes to U+FFFD; specials decode to nothing.
+  EXPECT_EQ(encode_text(v, Tokenization::CHAR, "az"), (std::vector<int32_t>{7, 3}));
+  EXPECT_EQ(decode_text(v, Tokenization::CHAR, {1, 7, 3, 0, 2}), "a\xEF\xBF\xBD");
+  EXPECT_THROW(decode_text(v, Tokenization::CHAR, {10}), std::out_of_range);
+  const std::string bad = error_of([&] { encode_text(v, Tokenization::CHAR, "ab\xC3"); });
+  EXPECT_NE(bad.find("invalid UTF-8 at byte 2"), std::string::npos) << bad;
+}
+
+TEST(Text, ByteTokenizationIdsAreBytesSpecialsAfter) {
+  const Vocab v = byte_vocab();
+  ASSERT_EQ(v.size(), 259);
+  EXPECT_EQ(v.token(10), "<0x0A>");
+  EXPECT_EQ(v.token(255), "<0xFF>");
+  EXPECT_EQ(v.pad_id(), 256);
+  EXPECT_EQ(v.bos_id(), 257);
+  EXPECT_EQ(v.eos_id(), 258);
+  EXPECT_EQ(v.unk_id(), -1);
+  const std::string text = "a\n\xFF\xC3";  // any bytes, not UTF-8
+  EXPECT_EQ(encode_text(v, Tokenization::BYTE, text), (std::vector<int32_t>{97, 10, 255, 195}));
+  EXPECT_EQ(decode_text(v, Tokenization::BYTE, {97, 257, 10, 255, 195}), text);
+  // tokenize / detokenize (the TSV path) agree with the vocabulary.
+  const auto toks = tokenize(text, Tokenization::BYTE);
+  EXPECT_EQ(toks, (std::vector<std::string>{"<0x61>", "<0x0A>", "<0xFF>", "<0xC3>"}));
+  EXPECT_EQ(detokenize(toks, Tokenization::BYTE), text);
+  EXPECT_EQ(v.encode(toks), (std::vector<int32_t>{97, 10, 255, 195}));
+  EXPECT_EQ(build_vocab({toks}, Tokenization::BYTE).tokens(), v.tokens());
+  EXPECT_EQ(enum_from_name<Tokenization>("byte"), Tokenization::BYTE);
+}
+
+TEST(Text, CorpusIsCompactSlicesAndCaches) {
+  const std::string dir = testing::temp_dir("text");
+  testing::spit(dir + "/t.txt", "hello world\n");
+  const Vocab v = build_text_vocab(dir + "/t.txt", Tokenization::CHAR);
+  const TextCorpus c = TextCorpus::read(dir + "/t.txt", v, Tokenization::CHAR);
+  ASSERT_EQ(c.size(), 12);
+  EXPECT_EQ(c.bytes_per_token(), 2);
+  EXPECT_EQ(c.hash(), text_file_hash(dir + "/t.txt"));
+  const auto expect = encode_text(v, Tokenization::CHAR, "hello world\n");
+  for (int64_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i], expect[static_cast<size_t>(i)]) << i;
+  const TextCorpus s = c.slice(6, 12);
+  ASSERT_EQ(s.size(), 6);
+  EXPECT_EQ(s[0], v.id("w"));
+  EXPECT_THROW(c.slice(3, 13), std::out_of_range);
+  // The cache: written, then mapped again with the same ids; a stale cache (other text) is rewritten.
+  const TextCorpus a = TextCorpus::read(dir + "/t.txt", v, Tokenization::CHAR, dir + "/t.cache");
+  const TextCorpus b = TextCorpus::read(dir + "/t.txt", v, Tokenization::CHAR, dir + "/t.cache");
+  ASSERT_EQ(a.size(), 12);
+  ASSERT_EQ(b.size(), 12);
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(b[i], expect[static_cast<size_t>(i)]);
+  testing::spit(dir + "/u.txt", "world");
+  const TextCorpus u = TextCorpus::read(dir + "/u.txt", v, Tokenization::CHAR, dir + "/t.cache");
+  ASSERT_EQ(u.size(), 5);
+  EXPECT_EQ(u[0], v.id("w"));
+  // A vocabulary above 65,536 entries stores int32.
+  EXPECT_EQ(TextCorpus::from_ids({70000, 1}, 70001).bytes_per_token(), 4);
+  EXPECT_EQ(TextCorpus::from_ids({70000, 1}, 70001)[0], 70000);
+}
+
+TEST(Text, ErrorsNameTheFile) {
+  const std::string dir = testing::temp_dir("text");
+  testing::spit(dir + "/empty.txt", "");
+  testing::spit(dir + "/bad.txt", "abc\ndef\xE2\x82");
+  testing::spit(dir + "/small.txt", "abcd");
+  const std::string empty = error_of([&] { build_text_vocab(dir + "/empty.txt", Tokenization::CHAR); });
+  EXPECT_EQ(empty, dir + "/empty.txt: file is empty (expected UTF-8 text)");
+  const std::string bad = error_of([&] { build_text_vocab(dir + "/bad.txt", Tokenization::CHAR); });
+  EXPECT_EQ(bad, dir + "/bad.txt: invalid UTF-8 at byte 7 (--tokens char reads UTF-8 text; --tokens byte reads any bytes)");
+  EXPECT_NO_THROW(build_text_vocab(dir + "/bad.txt", Tokenization::BYTE));
+  const std::string missing = error_of([&] { build_text_vocab(dir + "/none.txt", Tokenization::CHAR); });
+  EXPECT_EQ(missing.rfind(dir + "/none.txt: ", 0), 0u) << missing;
+  const Vocab v = build_text_vocab(dir + "/small.txt", Tokenization::CHAR);
+  const TextCorpus c = TextCorpus::read(dir + "/small.txt", v, Tokenization::CHAR);
+  EXPECT_NO_THROW(check_windows(c, 3));
+  const std::string small = error_of([&] { check_windows(c, 4); });
+  EXPECT_EQ(small, dir + "/small.txt: 4 tokens, too few for one window of block_size + 1 = 5 tokens (a smaller --block-size, "
+                         "or a longer text)");
+  EXPECT_THROW(check_windows(c, 4), DataError);
+  const std::string bad_read = error_of([&] { TextCorpus::read(dir + "/bad.txt", v, Tokenization::CHAR); });
+  EXPECT_NE(bad_read.find("bad.txt: invalid UTF-8 at byte 7"), std::string::npos) << bad_read;
+}
+
+std::vector<int32_t> iota_ids(int32_t n) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = i;
+  return ids;
+}
+
+TEST(Text, RandomWindowsAreShiftedPairsFromTheGenerator) {
+  const TextCorpus c = TextCorpus::from_ids(iota_ids(50), 50);
+  Generator g{7, 0};
+  const TokenBatch b = random_windows(c, 8, 64, g);
+  EXPECT_EQ(g.offset, 64u);  // one counter a row: a saved generator resumes the same draws
+  ASSERT_EQ(b.B, 64);
+  ASSERT_EQ(b.T, 8);
+  ASSERT_EQ(b.S, 8);
+  EXPECT_TRUE(b.tgt_in.empty());
+  std::set<int32_t> starts;
+  for (int64_t r = 0; r < b.B; ++r) {
+    const int32_t s = b.src[static_cast<size_t>(r * 8)];
+    starts.insert(s);
+    EXPECT_LE(s, 50 - 8 - 1);
+    for (int64_t t = 0; t < 8; ++t) {
+      EXPECT_EQ(b.src[static_cast<size_t>(r * 8 + t)], s + t);
+      EXPECT_EQ(b.tgt_out[static_cast<size_t>(r * 8 + t)], s + t + 1);
+    }
+  }
+  EXPECT_GT(starts.size(), 20u);  // spread over the 42 positions
+  Generator h{7, 0};
+  EXPECT_EQ(random_windows(c, 8, 64, h).src, b.src);  // same generator state, same windows
+  const TokenBatch next = random_windows(c, 8, 64, h);
+  EXPECT_NE(next.src, b.src);
+}
+
+TEST(Text, SequentialAndValidationWindowsCoverTheText) {
+  const TextCorpus c = TextCorpus::from_ids(iota_ids(23), 23);  // 22 targets, block 5: 4 full windows + 2
+  EXPECT_EQ(sequential_batch_count(c, 5, 3), 2);
+  const TokenBatch s1 = sequential_windows(c, 5, 3, 1);
+  ASSERT_EQ(s1.B, 1);  // window 3 only
+  EXPECT_EQ(s1.src[0], 15);
+  ASSERT_EQ(validation_batch_count(c, 5, 3), 3);
+  std::vector<int32_t> targets;
+  std::vector<int64_t> lengths;
+  for (int64_t k = 0; k < validation_batch_count(c, 5, 3); ++k) {
+    const TokenBatch b = validation_windows(c, 5, 3, k);
+    lengths.push_back(b.T);
+    for (int64_t i = 0; i < b.B * b.T; ++i) {
+      EXPECT_EQ(b.tgt_out[static_cast<size_t>(i)], b.src[static_cast<size_t>(i)] + 1);
+      targets.push_back(b.tgt_out[static_cast<size_t>(i)]);
+    }
+  }
+  EXPECT_EQ(lengths, (std::vector<int64_t>{5, 5, 2}));
+  std::vector<int32_t> all(22);
+  for (int32_t i = 0; i < 22; ++i) all[static_cast<size_t>(i)] = i + 1;
+  EXPECT_EQ(targets, all);  // every token but the first, once, in order
+  // Exact multiple: no short window.
+  EXPECT_EQ(validation_batch_count(TextCorpus::from_ids(iota_ids(21), 21), 5, 3), 2);
+}
+
+}  // namespace
+}  // namespace tfm::data
