@@ -40,7 +40,7 @@ void register_eval(CLI::App& app, Runner& run) {
   g->require_option(1);
   cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object");
-  cmd->add_option("--batch-size", o->batch_size, "sources decoded together")->capture_default_str();
+  cmd->add_option("--batch-size", o->batch_size, "sources decoded (--text: windows scored) together")->capture_default_str();
   cmd->add_option("--count", o->count, "task sequences to generate")->capture_default_str();
   auto* seed = cmd->add_option("--seed", o->seed, "task seed (default: the model's training seed)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
