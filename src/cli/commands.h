@@ -18,6 +18,7 @@ void register_forward(CLI::App& app, Runner& run);
 void register_train(CLI::App& app, Runner& run);
 void register_eval(CLI::App& app, Runner& run);
 void register_translate(CLI::App& app, Runner& run);
+void register_generate(CLI::App& app, Runner& run);
 void register_bench(CLI::App& app, Runner& run);
 
 // Sets the OpenMP thread count from --threads (0 = leave OMP_NUM_THREADS / the default).

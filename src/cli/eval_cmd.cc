@@ -1,5 +1,6 @@
 // src/cli/eval_cmd.cc — `tfm eval`: decode a task's fresh test sequences or a TSV file with a trained
-// model and print token accuracy, sequence accuracy and token error rate (or one JSON object).
+// model and print token accuracy, sequence accuracy and token error rate (or one JSON object); or,
+// for a language model, score a text file (tfm::evaluate_text_file, tfm/models/text_eval.h).
 #include <cstdio>
 #include <optional>
 
@@ -7,6 +8,7 @@
 #include "tfm/data/tasks.h"
 #include "tfm/inference.h"
 #include "tfm/models/model_dir.h"
+#include "tfm/models/text_eval.h"
 #include "tfm/train/evaluate.h"
 
 namespace tfm::cli {
@@ -17,10 +19,11 @@ void register_eval(CLI::App& app, Runner& run) {
       "Examples:\n"
       "  tfm eval --model runs/reverse --task reverse\n"
       "  tfm eval --model runs/mt --data test.tsv --beam 4 --json\n"
+      "  tfm eval --model runs/lm --text valid.txt      # a language model: loss, perplexity, bits per char\n"
       "A source on several lines of the file has several accepted targets: a prediction is exact if it\n"
       "matches any, and its edit distance is to the closest.");
   struct Opts {
-    std::string model, task, data;
+    std::string model, task, data, text;
     int beam = 1;
     bool json = false;
     int64_t batch_size = 64, count = 1000;
@@ -30,13 +33,14 @@ void register_eval(CLI::App& app, Runner& run) {
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory")->required();
-  auto* g = cmd->add_option_group("data", "a built-in task or a TSV file");
+  auto* g = cmd->add_option_group("data", "a built-in task, a TSV file, or a text file");
   g->add_option("--task", o->task, "built-in task (fresh test sequences): " + enum_choices<data::Task>(" | "));
   g->add_option("--data", o->data, "TSV pairs, one 'source<TAB>target' a line");
+  g->add_option("--text", o->text, "a language model's text: scored in consecutive block-size windows");
   g->require_option(1);
   cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object");
-  cmd->add_option("--batch-size", o->batch_size, "sources decoded together")->capture_default_str();
+  cmd->add_option("--batch-size", o->batch_size, "sources decoded (--text: windows scored) together")->capture_default_str();
   cmd->add_option("--count", o->count, "task sequences to generate")->capture_default_str();
   auto* seed = cmd->add_option("--seed", o->seed, "task seed (default: the model's training seed)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
@@ -49,6 +53,21 @@ void register_eval(CLI::App& app, Runner& run) {
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
       const TrainedModel m = load_model_dir(o->model);
+      if (!o->text.empty()) {
+        const TextScore r = evaluate_text_file(m, o->text, o->batch_size);
+        if (o->json) {
+          std::printf("%s\n", r.to_json().c_str());
+        } else {
+          std::printf("tokens          %lld\n", static_cast<long long>(r.tokens));
+          std::printf("loss            %.4f\n", r.loss);
+          std::printf("perplexity      %.4f\n", r.perplexity);
+          std::printf("bits per token  %.4f\n", r.bits_per_token);
+          std::printf("bits per char   %.4f\n", r.bits_per_char);
+        }
+        return 0;
+      }
+      if (m.model->config().is_lm())
+        throw std::invalid_argument(o->model + " is a language model: evaluate it on a text with --text FILE");
       train::EvalSet set;
       if (!o->task.empty()) {
         set = train::task_test_set(m, enum_from_name<data::Task>(o->task),

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   tfm::cli::register_train(app, run);
   tfm::cli::register_eval(app, run);
   tfm::cli::register_translate(app, run);
+  tfm::cli::register_generate(app, run);
   tfm::cli::register_bench(app, run);
   try {
     app.parse(argc, argv);

@@ -16,13 +16,19 @@ void register_translate(CLI::App& app, Runner& run) {
       "Examples:\n"
       "  echo '3 1 4 1 5' | tfm translate --model runs/reverse\n"
       "  tfm translate --model runs/mt --beam 4 < sources.txt > predictions.txt\n"
-      "  tfm translate --model runs/mt --dtype bf16 < sources.txt   # bfloat16 matmuls, docs/bf16.md");
+      "  tfm translate --model runs/mt --dtype bf16 < sources.txt   # bfloat16 matmuls, docs/bf16.md\n"
+      "  tfm translate --model runs/mt --sample --top-p 0.9 --seed 7 < sources.txt\n"
+      "With --sample, input line i draws its tokens from its own random stream (seed, i), so the output\n"
+      "does not depend on --batch-size or --threads.");
   struct Opts {
     std::string model;
     int beam = 1;
     int64_t batch_size = 64;
     int threads = 0;
     std::string dtype = "f32";
+    bool sample = false;
+    SamplingOptions sampling;
+    uint64_t seed = 0;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory")->required();
@@ -30,13 +36,32 @@ void register_translate(CLI::App& app, Runner& run) {
   cmd->add_option("--batch-size", o->batch_size, "sources decoded together")->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers: f32 or bf16")->capture_default_str();
-  cmd->callback([o, &run] {
+  cmd->add_flag("--sample", o->sample, "sample each token instead of searching (needs --beam 1)");
+  auto* temperature = cmd->add_option("--temperature", o->sampling.temperature, "with --sample: softmax temperature (0 = greedy)")
+                          ->capture_default_str();
+  auto* top_k = cmd->add_option("--top-k", o->sampling.top_k, "with --sample: keep the K likeliest tokens (0 = all)")
+                    ->capture_default_str();
+  auto* top_p = cmd->add_option("--top-p", o->sampling.top_p, "with --sample: keep the likeliest tokens of total probability ≥ P")
+                    ->capture_default_str();
+  auto* seed = cmd->add_option("--seed", o->seed, "with --sample: random seed")->capture_default_str();
+  cmd->callback([o, &run, temperature, top_k, top_p, seed] {
+    for (const auto* opt : {temperature, top_k, top_p, seed})
+      if (opt->count() > 0 && !o->sample) throw CLI::ValidationError(opt->get_name(), "needs --sample");
     run = [o] {
       apply_threads(o->threads);
       const InferenceMode scope(enum_from_name<Precision>(o->dtype));  // weights packed once for the stream
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
+      if (o->sample && o->beam > 1) throw std::invalid_argument("--sample cannot be used with --beam above 1");
+      DecodeOptions decode;
+      decode.beam = o->beam;
+      decode.sample = o->sample;
+      decode.sampling = o->sampling;
+      decode.seed = o->seed;
+      if (o->sample) check_sampling_options(decode.sampling);
       const TrainedModel m = load_model_dir(o->model);
+      if (m.model->config().is_lm())
+        throw std::invalid_argument(o->model + " is a language model: sample from it with tfm generate");
       const size_t chunk = static_cast<size_t>(o->batch_size) * 64;
       std::vector<std::string> lines;
       std::string line;
@@ -44,7 +69,7 @@ void register_translate(CLI::App& app, Runner& run) {
       const auto flush = [&] {
         std::vector<std::string> out;
         try {
-          out = translate_lines(m, lines, o->beam, o->batch_size);
+          out = translate_lines(m, lines, decode, o->batch_size, static_cast<uint64_t>(done));
         } catch (const std::invalid_argument& e) {
           // translate_lines numbers lines within the chunk; report the position in the stream.
           throw std::invalid_argument(std::string(e.what()) + " (chunk starting at input line " + std::to_string(done + 1) + ")");

@@ -18,6 +18,11 @@
 //     finished as they are (no eos). The answer is the finished hypothesis of highest
 //     score = logprob / length^length_penalty, length counting the eos.
 // The search is deterministic: no randomness, fixed tie-breaking, kernels independent of threads.
+//
+// Sampling (sample_chunk) runs the same step decoder one row per source: each step draws the next
+// token with sample_token from the row's logits (pad and bos masked to −inf) using the source's own
+// Generator, adds its log-probability, and ends the source at eos or at its maximum length, as
+// greedy search does; with an argmax draw it yields greedy's tokens and log-probabilities.
 #include "tfm/models/decode.h"
 
 #include <algorithm>
@@ -35,20 +40,6 @@
 namespace tfm {
 namespace detail {
 namespace {
-
-// Puts a (const) model in eval mode for the duration of a decode and restores training mode.
-// Decoding therefore must not run concurrently with training on the same model.
-class EvalGuard {
- public:
-  explicit EvalGuard(const Module& m) : m_(const_cast<Module&>(m)), was_training_(m.is_training()) { m_.eval(); }
-  ~EvalGuard() {
-    if (was_training_) m_.train(true);
-  }
-
- private:
-  Module& m_;
-  bool was_training_;
-};
 
 // rows (R) of t (N, ...) → (R, ...), a copy (inference only).
 Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& rows) {
@@ -348,9 +339,72 @@ std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::
   return best;
 }
 
+// Generator of source b: (seed, stream·2³²), stream = sample_streams[b] or b.
+Generator source_generator(const DecodeOptions& opt, const std::vector<uint64_t>& streams, size_t b) {
+  return Generator{opt.seed, (streams.empty() ? static_cast<uint64_t>(b) : streams[b]) << 32};
+}
+
+// Sampled decoding of a chunk: one decoder row per source, dropped when the source ends.
+std::vector<Hypothesis> sample_chunk(const Model& model, const std::vector<std::vector<int32_t>>& sources,
+                                     const std::vector<uint64_t>& streams, const DecodeOptions& opt) {
+  const ModelConfig& c = model.config();
+  const int64_t Bs = static_cast<int64_t>(sources.size()), V = c.tgt_vocab_size;
+  const detail::EncodedSources enc = detail::encode_sources(model, sources);
+  std::vector<int64_t> limit(static_cast<size_t>(Bs)), row_source(static_cast<size_t>(Bs));
+  int64_t longest = 1;
+  for (int64_t b = 0; b < Bs; ++b) {
+    const int64_t want = opt.max_len > 0 ? opt.max_len : 2 * enc.lengths[static_cast<size_t>(b)] + 10;
+    limit[static_cast<size_t>(b)] = std::min<int64_t>(want, c.max_len);  // decoder positions stay < max_len
+    longest = std::max(longest, limit[static_cast<size_t>(b)]);
+    row_source[static_cast<size_t>(b)] = b;
+  }
+  std::unique_ptr<detail::StepDecoder> dec = opt.use_cache
+                                                 ? detail::make_cached_decoder(model, enc, row_source, longest)
+                                                 : detail::make_full_decoder(model, enc, row_source);
+  std::vector<Generator> gen;
+  for (size_t b = 0; b < sources.size(); ++b) gen.push_back(source_generator(opt, streams, b));
+  std::vector<Hypothesis> out(static_cast<size_t>(Bs));
+  std::vector<double> logprob(static_cast<size_t>(Bs), 0.0);
+  std::vector<int64_t> active = row_source;  // source of each decoder row
+  std::vector<int32_t> tokens(static_cast<size_t>(Bs), c.bos_id);
+  std::vector<float> row(static_cast<size_t>(V));
+  std::vector<double> lp;
+  for (int64_t t = 0; !active.empty(); ++t) {
+    const Tensor logits = dec->step(tokens);  // (N, V), N = active sources
+    std::vector<int64_t> next_rows, next_active;
+    std::vector<int32_t> next_tokens;
+    for (size_t a = 0; a < active.size(); ++a) {
+      const size_t b = static_cast<size_t>(active[a]);
+      const float* z = logits.data() + static_cast<int64_t>(a) * V;
+      std::copy(z, z + V, row.begin());
+      row[static_cast<size_t>(c.pad_id)] = row[static_cast<size_t>(c.bos_id)] = -INFINITY;
+      const int32_t v = sample_token(row.data(), V, opt.sampling, gen[b]);
+      log_softmax_row(z, V, c.pad_id, c.bos_id, lp);
+      logprob[b] += lp[static_cast<size_t>(v)];
+      Hypothesis& h = out[b];
+      const bool eos = v == c.eos_id;
+      if (!eos) h.tokens.push_back(v);
+      if (eos || t + 1 >= limit[b]) {
+        h.logprob = static_cast<float>(logprob[b]);
+        h.score = static_cast<float>(
+            normalized(logprob[b], static_cast<int64_t>(h.tokens.size()) + (eos ? 1 : 0), opt.length_penalty));
+        continue;
+      }
+      next_rows.push_back(static_cast<int64_t>(a));
+      next_active.push_back(active[a]);
+      next_tokens.push_back(v);
+    }
+    if (!next_active.empty() && next_rows.size() != active.size()) dec->select_rows(next_rows);
+    active = std::move(next_active);
+    tokens = std::move(next_tokens);
+  }
+  return out;
+}
+
 // Without a decoder: argmax at every source position (one forward, no search).
+// Sampling: a draw at every position, source b's draws from its own Generator.
 std::vector<Hypothesis> decode_encoder(const Model& model, const std::vector<std::vector<int32_t>>& sources,
-                                       const DecodeOptions& opt) {
+                                       const std::vector<uint64_t>& streams, const DecodeOptions& opt) {
   const ModelConfig& c = model.config();
   data::TokenBatch batch;
   batch.B = static_cast<int64_t>(sources.size());
@@ -368,9 +422,12 @@ std::vector<Hypothesis> decode_encoder(const Model& model, const std::vector<std
     Hypothesis& h = out[static_cast<size_t>(b)];
     double total = 0;
     const int64_t len = static_cast<int64_t>(sources[static_cast<size_t>(b)].size());
+    Generator gen = source_generator(opt, streams, static_cast<size_t>(b));
     for (int64_t i = 0; i < len; ++i) {
-      log_softmax_row(logits.data() + (b * batch.S + i) * V, V, -1, -1, lp);
-      const int64_t v = std::max_element(lp.begin(), lp.end()) - lp.begin();  // first maximum
+      const float* z = logits.data() + (b * batch.S + i) * V;
+      log_softmax_row(z, V, -1, -1, lp);
+      const int64_t v = opt.sample ? sample_token(z, V, opt.sampling, gen)
+                                   : std::max_element(lp.begin(), lp.end()) - lp.begin();  // first maximum
       h.tokens.push_back(static_cast<int32_t>(v));
       total += lp[static_cast<size_t>(v)];
     }
@@ -390,6 +447,21 @@ std::vector<Hypothesis> decode_hypotheses(const Model& model, const std::vector<
   if (options.beam < 1) throw std::invalid_argument("decode: beam must be at least 1, got " + std::to_string(options.beam));
   if (options.max_len < 0) throw std::invalid_argument("decode: max_len must be non-negative");
   if (!(options.length_penalty >= 0.0f)) throw std::invalid_argument("decode: length_penalty must be non-negative");
+  if (options.sample) {
+    if (options.beam != 1)
+      throw std::invalid_argument("decode: sampling needs beam 1, got beam " + std::to_string(options.beam));
+    check_sampling_options(options.sampling);
+  }
+  if (!options.sample_streams.empty() && options.sample_streams.size() != sources.size())
+    throw std::invalid_argument("decode: " + std::to_string(options.sample_streams.size()) + " sample_streams for " +
+                                std::to_string(sources.size()) + " sources");
+  // The streams of sources[first, last), for a chunk of them.
+  const auto streams_of = [&](auto first, auto last) {
+    std::vector<uint64_t> s;
+    for (auto i = first; i != last; ++i)
+      s.push_back(options.sample_streams.empty() ? static_cast<uint64_t>(*i) : options.sample_streams[static_cast<size_t>(*i)]);
+    return s;
+  };
   // No tape, and each Linear weight packed once for every step of every hypothesis; a caller's
   // InferenceMode precision (bf16) carries through, float32 otherwise.
   InferenceMode scope(InferenceMode::current_precision());
@@ -399,7 +471,9 @@ std::vector<Hypothesis> decode_hypotheses(const Model& model, const std::vector<
     for (size_t i = 0; i < sources.size(); i += kChunk) {
       const std::vector<std::vector<int32_t>> chunk(sources.begin() + static_cast<std::ptrdiff_t>(i),
                                                     sources.begin() + static_cast<std::ptrdiff_t>(std::min(sources.size(), i + kChunk)));
-      auto part = decode_encoder(model, chunk, options);
+      std::vector<size_t> idx(chunk.size());
+      std::iota(idx.begin(), idx.end(), i);
+      auto part = decode_encoder(model, chunk, streams_of(idx.begin(), idx.end()), options);
       out.insert(out.end(), part.begin(), part.end());
     }
     return out;
@@ -413,7 +487,10 @@ std::vector<Hypothesis> decode_hypotheses(const Model& model, const std::vector<
     const size_t end = std::min(order.size(), i + kChunk);
     std::vector<std::vector<int32_t>> chunk;
     for (size_t j = i; j < end; ++j) chunk.push_back(sources[order[j]]);
-    auto part = search_chunk(model, chunk, options);
+    auto part = options.sample ? sample_chunk(model, chunk, streams_of(order.begin() + static_cast<std::ptrdiff_t>(i),
+                                                                        order.begin() + static_cast<std::ptrdiff_t>(end)),
+                                              options)
+                               : search_chunk(model, chunk, options);
     for (size_t j = i; j < end; ++j) out[order[j]] = std::move(part[j - i]);
   }
   return out;

@@ -104,20 +104,29 @@ TrainedModel load_model_dir(const std::string& dir) {
 
 std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
                                   const std::vector<std::vector<int32_t>>& sources, int beam, int64_t batch_size) {
+  DecodeOptions opt;
+  opt.beam = std::max(1, beam);
+  return predict(model, tgt_vocab, sources, opt, batch_size);
+}
+
+std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
+                                  const std::vector<std::vector<int32_t>>& sources, const DecodeOptions& options,
+                                  int64_t batch_size, uint64_t first_stream) {
   InferenceMode scope(InferenceMode::current_precision());  // one weight cache for every batch
   std::vector<data::Example> ex(sources.size());
   for (size_t i = 0; i < sources.size(); ++i) ex[i].src = sources[i];
   data::BatchSettings bs;
   bs.batch_size = std::max<int64_t>(1, batch_size);
   std::vector<data::Tokens> out(sources.size());
-  DecodeOptions opt;
-  opt.beam = std::max(1, beam);
+  DecodeOptions opt = options;
   for (const auto& idx : data::plan_eval(ex, bs)) {
     std::vector<std::vector<int32_t>> batch;
     std::vector<int64_t> which;
     for (int64_t i : idx)
       if (!sources[static_cast<size_t>(i)].empty()) batch.push_back(sources[static_cast<size_t>(i)]), which.push_back(i);
     if (batch.empty()) continue;  // empty sources predict nothing
+    opt.sample_streams.clear();
+    for (int64_t i : which) opt.sample_streams.push_back(first_stream + static_cast<uint64_t>(i));
     const auto pred = decode(model, batch, opt);
     for (size_t k = 0; k < which.size(); ++k) {
       data::Tokens& t = out[static_cast<size_t>(which[k])];
@@ -134,6 +143,13 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
 
 std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources, int beam,
                                          int64_t batch_size) {
+  DecodeOptions opt;
+  opt.beam = std::max(1, beam);
+  return translate_lines(m, sources, opt, batch_size);
+}
+
+std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources,
+                                         const DecodeOptions& options, int64_t batch_size, uint64_t first_stream) {
   std::vector<std::vector<int32_t>> ids;
   ids.reserve(sources.size());
   for (size_t i = 0; i < sources.size(); ++i) {
@@ -143,7 +159,7 @@ std::vector<std::string> translate_lines(const TrainedModel& m, const std::vecto
       throw std::invalid_argument("input line " + std::to_string(i + 1) + ": " + e.what());
     }
   }
-  const auto pred = predict(*m.model, m.tgt_vocab, ids, beam, batch_size);
+  const auto pred = predict(*m.model, m.tgt_vocab, ids, options, batch_size, first_stream);
   std::vector<std::string> out;
   out.reserve(pred.size());
   for (const auto& p : pred) out.push_back(data::detokenize(p, m.tgt_tokens));

@@ -16,6 +16,8 @@
 #include <cmath>
 #include <iostream>
 
+#include <omp.h>
+
 #include "model_configs.h"
 #include "models/decode_internal.h"
 #include "test_util.h"
@@ -342,6 +344,153 @@ TEST(Decode, BatchIndependent) {
   o.max_len = 10;
   const auto together = decode(m, src, o);
   for (size_t i = 0; i < src.size(); ++i) EXPECT_EQ(decode(m, {src[i]}, o)[0], together[i]) << i;
+}
+
+// ---- sampled decoding ----------------------------------------------------------------------------
+
+// Sampling with an argmax draw (temperature 0, top-k 1) is greedy search: same tokens, same
+// log-probabilities and scores, bit for bit (both sum the same doubles in the same order).
+TEST(Decode, SamplingArgmaxIsGreedy) {
+  Generator g{80, 0};
+  Model m(config(true, "gelu"), g);
+  const auto src = sources(9, 5);
+  for (bool cache : {true, false}) {
+    DecodeOptions greedy;
+    greedy.use_cache = cache;
+    const auto want = decode_hypotheses(m, src, greedy);
+    for (SamplingOptions so : {SamplingOptions{0.0f, 0, 1.0f}, SamplingOptions{2.0f, 1, 0.5f}}) {
+      DecodeOptions o = greedy;
+      o.sample = true;
+      o.sampling = so;
+      const auto got = decode_hypotheses(m, src, o);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < src.size(); ++i) {
+        EXPECT_EQ(got[i].tokens, want[i].tokens) << i;
+        EXPECT_EQ(got[i].logprob, want[i].logprob) << i;
+        EXPECT_EQ(got[i].score, want[i].score) << i;
+      }
+    }
+  }
+  // The encoder arch: a draw per position, argmax when the options say so.
+  ModelConfig c;
+  c.arch = Arch::ENCODER;
+  c.src_vocab_size = c.tgt_vocab_size = 20;
+  c.d_model = 16;
+  c.nhead = 2;
+  c.num_encoder_layers = 1;
+  c.dim_feedforward = 32;
+  Model e(c, g);
+  const auto esrc = sources(5, 9, 9, 20);
+  DecodeOptions o;
+  o.sample = true;
+  o.sampling.temperature = 0;
+  EXPECT_EQ(decode(e, esrc, o), decode(e, esrc));
+  o.sampling.temperature = 1;
+  const auto drawn = decode(e, esrc, o);
+  EXPECT_NE(drawn, decode(e, esrc));  // 40-odd draws from flat random-model distributions
+  for (size_t i = 0; i < esrc.size(); ++i) EXPECT_EQ(drawn[i].size(), esrc[i].size());
+}
+
+// The sampled decode against a hand loop: the full (teacher-forced) model's last-position logits,
+// pad and bos masked, drawn with sample_token from source i's stream (seed, i·2³²). Tokens must be
+// identical (the cached and full logits differ by float rounding only, far below the gaps between
+// cumulative probabilities and the uniforms of these few draws), and the reported log-probability is
+// the true one.
+TEST(Decode, SamplingMatchesHandLoop) {
+  Generator g{81, 0};
+  Model m(config(false), g);
+  m.eval();
+  const auto src = sources(6, 7);
+  DecodeOptions o;
+  o.sample = true;
+  o.sampling = {1.5f, 6, 0.95f};
+  o.seed = 11;
+  o.max_len = 12;
+  const auto got = decode_hypotheses(m, src, o);
+  const ModelConfig& c = m.config();
+  const int64_t V = c.tgt_vocab_size;
+  NoGradGuard ng;
+  int64_t drawn = 0;
+  for (size_t i = 0; i < src.size(); ++i) {
+    Generator gi{11, static_cast<uint64_t>(i) << 32};
+    std::vector<int32_t> prefix;
+    bool eos = false;
+    while (static_cast<int64_t>(prefix.size()) < o.max_len) {
+      data::TokenBatch b;
+      b.B = 1;
+      b.S = static_cast<int64_t>(src[i].size());
+      b.src = src[i];
+      b.T = static_cast<int64_t>(prefix.size()) + 1;
+      b.tgt_in.push_back(c.bos_id);
+      b.tgt_in.insert(b.tgt_in.end(), prefix.begin(), prefix.end());
+      const Tensor z = m.forward(b);  // (1, T, V)
+      std::vector<float> row(z.data() + (b.T - 1) * V, z.data() + b.T * V);
+      row[c.pad_id] = row[c.bos_id] = -INFINITY;
+      const int32_t v = sample_token(row.data(), V, o.sampling, gi);
+      ++drawn;
+      if (v == c.eos_id) {
+        eos = true;
+        break;
+      }
+      prefix.push_back(v);
+    }
+    EXPECT_EQ(got[i].tokens, prefix) << "source " << i;
+    EXPECT_NEAR(got[i].logprob, sequence_logprob(m, src[i], prefix, eos), 1e-4) << "source " << i;
+  }
+  EXPECT_GT(drawn, 20);
+}
+
+// Source i's sample depends on the seed and its stream only: not on the batch, the cache, the
+// thread count; sample_streams moves a source to another stream.
+TEST(Decode, SamplingIsBatchCacheAndThreadIndependent) {
+  Generator g{82, 0};
+  Model m(config(true), g);
+  const auto src = sources(7, 8);
+  DecodeOptions o;
+  o.sample = true;
+  o.sampling.temperature = 1.2f;
+  o.seed = 3;
+  o.max_len = 10;
+  const auto together = decode(m, src, o);
+  for (size_t i = 0; i < src.size(); ++i) {
+    DecodeOptions one = o;
+    one.sample_streams = {i};
+    EXPECT_EQ(decode(m, {src[i]}, one)[0], together[i]) << i;
+  }
+  DecodeOptions full = o;
+  full.use_cache = false;
+  EXPECT_EQ(decode(m, src, full), together);
+  const int threads = omp_get_max_threads();
+  for (int t : {1, 2}) {
+    omp_set_num_threads(t);
+    EXPECT_EQ(decode(m, src, o), together) << t << " threads";
+  }
+  omp_set_num_threads(threads);
+  DecodeOptions other = o;
+  other.seed = 4;
+  EXPECT_NE(decode(m, src, other), together);
+  // Reversed input with reversed streams: the same samples, reversed.
+  DecodeOptions rev = o;
+  std::vector<std::vector<int32_t>> rsrc(src.rbegin(), src.rend());
+  for (size_t i = 0; i < src.size(); ++i) rev.sample_streams.push_back(src.size() - 1 - i);
+  const auto r = decode(m, rsrc, rev);
+  EXPECT_EQ(std::vector<std::vector<int32_t>>(r.rbegin(), r.rend()), together);
+}
+
+TEST(Decode, SamplingErrors) {
+  Generator g{83, 0};
+  Model m(config(false), g);
+  const auto src = sources(2, 2);
+  DecodeOptions o;
+  o.sample = true;
+  o.beam = 2;
+  EXPECT_THROW(decode(m, src, o), std::invalid_argument);
+  o.beam = 1;
+  o.sampling.top_p = 0;
+  EXPECT_THROW(decode(m, src, o), std::invalid_argument);
+  o.sampling.top_p = 1;
+  o.sample_streams = {1};  // two sources
+  EXPECT_THROW(decode(m, src, o), std::invalid_argument);
 }
 
 }  // namespace

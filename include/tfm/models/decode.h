@@ -6,12 +6,15 @@
 // the same tokens. Beam search scores hypotheses by log-probability / length^length_penalty; beam = 1
 // is greedy decoding. A source stops when its best candidate is eos or at its maximum length
 // (src/models/decode.cc describes the search step by step).
+// Sampled decoding (DecodeOptions::sample) is the greedy decoder with each argmax replaced by a draw
+// from tfm::sample_token (tfm/models/sampling.h); with temperature 0 or top_k 1 it is greedy decoding.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "tfm/models/model.h"
+#include "tfm/models/sampling.h"
 
 namespace tfm {
 
@@ -20,6 +23,13 @@ struct DecodeOptions {
   int64_t max_len = 0;  // 0: 2·source length + 10
   float length_penalty = 1.0f;
   bool use_cache = true;
+  // Sampling instead of search (beam must be 1). Source i draws its tokens from the Generator
+  // (seed, sample_streams[i]·2³²) — one counter per token — so its sample depends only on the seed
+  // and its stream, not on batching or threads. sample_streams empty: stream i = the index i.
+  bool sample = false;
+  SamplingOptions sampling;
+  uint64_t seed = 0;
+  std::vector<uint64_t> sample_streams;  // empty, or one per source
 };
 
 // One decoded target: tokens without bos/eos; logprob = Σ log p of the tokens (and of the eos when
@@ -34,7 +44,7 @@ struct Hypothesis {
 // training flag is restored afterwards, so do not decode concurrently with training the same model).
 // pad and bos are never generated. Sources are decoded together in chunks of similar length; a
 // source longer than config.max_len throws. Returns the predicted target ids (without bos/eos) per source, in
-// order. For arch "encoder" this is the argmax at every source position (beam ignored).
+// order. For arch "encoder" this is the argmax (or, sampling, a draw) at every source position (beam ignored).
 std::vector<std::vector<int32_t>> decode(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                          const DecodeOptions& options = {});
 // The same search, also returning each best hypothesis' log-probability and score.

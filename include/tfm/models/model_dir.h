@@ -66,10 +66,18 @@ TrainedModel load_model_dir(const std::string& dir);
 // source position, padding dropped.
 std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
                                   const std::vector<std::vector<int32_t>>& sources, int beam, int64_t batch_size);
+// The same with every decoding option (options.sample_streams is ignored: source i samples from
+// stream first_stream + i, so a stream cut into calls samples as one call would).
+std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
+                                  const std::vector<std::vector<int32_t>>& sources, const DecodeOptions& options,
+                                  int64_t batch_size, uint64_t first_stream = 0);
 
 // Source texts → predicted target texts: tokenized, predicted, detokenized. An untokenizable line
 // throws naming its line number.
 std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources, int beam,
                                          int64_t batch_size);
+// The same with every decoding option; sources[i] samples from stream first_stream + i (predict).
+std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources,
+                                         const DecodeOptions& options, int64_t batch_size, uint64_t first_stream = 0);
 
 }  // namespace tfm

@@ -1,0 +1,42 @@
+// tfm/models/text_eval.h — scoring a language model (arch DECODER) on a text: loss per token,
+// perplexity, bits per token and bits per character.
+//
+// The text is cut into consecutive windows of block = config.max_len tokens, as the trainer's
+// validation does (tfm/data/text.h, validation_windows): every token but the first is predicted
+// exactly once, from the tokens before it in its window; the last window is shorter when block
+// does not divide tokens − 1. Losses are summed in double.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tfm/data/text.h"
+#include "tfm/models/model.h"
+#include "tfm/models/model_dir.h"
+
+namespace tfm {
+
+struct TextScore {
+  double loss = 0;            // mean cross-entropy per predicted token, in nats
+  double perplexity = 0;      // exp(loss)
+  double bits_per_token = 0;  // loss / ln 2
+  // Total bits over the characters predicted: every code point of the text but the first (given,
+  // never predicted); comparable across tokenizations. 0 when chars is 0.
+  double bits_per_char = 0;
+  int64_t tokens = 0;  // tokens predicted (the text's tokens − 1)
+  int64_t chars = 0;
+  // {"loss", "perplexity", "bits_per_token", "bits_per_char", "tokens"}
+  std::string to_json() const;
+};
+
+// corpus: the text's ids; chars: its characters predicted (see TextScore). Windows are scored
+// `batch_size` at a time under InferenceMode in eval mode (the training flag is restored). Throws
+// std::invalid_argument for another architecture or a corpus of fewer than 2 tokens.
+TextScore evaluate_text(const Model& model, const data::TextCorpus& corpus, int64_t chars, int64_t batch_size = 16);
+
+// A text file scored with a trained model directory's vocabulary and tokenization (its target
+// side); errors name the file (data::TextCorpus::read). Characters: the file's UTF-8 code points
+// (bytes that are not continuation bytes) minus the first.
+TextScore evaluate_text_file(const TrainedModel& m, const std::string& path, int64_t batch_size = 16);
+
+}  // namespace tfm

@@ -1,0 +1,103 @@
+// src/cli/generate_cmd.cc — `tfm generate`: sample text from a trained language model (arch
+// decoder). Prints the prompt, then streams the continuation token by token; several samples are
+// separated by a line `---`. The work is tfm::generate (tfm/models/generate.h).
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "commands.h"
+#include "tfm/data/text.h"
+#include "tfm/inference.h"
+#include "tfm/models/generate.h"
+#include "tfm/models/model_dir.h"
+
+namespace tfm::cli {
+
+void register_generate(CLI::App& app, Runner& run) {
+  auto* cmd = app.add_subcommand("generate", "Sample text from a trained language model (--arch decoder)");
+  cmd->footer(
+      "Examples:\n"
+      "  tfm generate --model runs/lm --prompt 'ROMEO:' --max-new-tokens 500\n"
+      "  tfm generate --model runs/lm --temperature 0.8 --top-k 40 --num-samples 3 --seed 7\n"
+      "  tfm generate --model runs/lm --prompt-file start.txt --stop $'\\n\\n'\n"
+      "Without a prompt, generation starts from a newline. --temperature 0 or --top-k 1 is greedy.\n"
+      "Past the model's block size the context slides (its last half is kept). The same --seed gives\n"
+      "the same samples whatever --threads.");
+  struct Opts {
+    std::string model, prompt, prompt_file, stop;
+    GenerateOptions gen;
+    int threads = 0;
+    std::string dtype = "f32";
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--model", o->model, "trained model directory (arch decoder)")->required();
+  auto* prompt = cmd->add_option("--prompt", o->prompt, "text to continue");
+  cmd->add_option("--prompt-file", o->prompt_file, "file whose text to continue")->excludes(prompt);
+  cmd->add_option("--max-new-tokens", o->gen.max_new_tokens, "tokens generated per sample")->capture_default_str();
+  cmd->add_option("--temperature", o->gen.sampling.temperature, "softmax temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--top-k", o->gen.sampling.top_k, "keep the K likeliest tokens (0 = all)")->capture_default_str();
+  cmd->add_option("--top-p", o->gen.sampling.top_p, "keep the likeliest tokens of total probability ≥ P")
+      ->capture_default_str();
+  cmd->add_option("--num-samples", o->gen.num_samples, "samples, separated by a line ---")->capture_default_str();
+  cmd->add_option("--seed", o->gen.seed, "random seed")->capture_default_str();
+  cmd->add_option("--stop", o->stop, "a sample ends after this text (printed)");
+  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers: f32 or bf16")->capture_default_str();
+  cmd->callback([o, prompt, &run] {
+    const bool prompt_given = prompt->count() > 0;
+    run = [o, prompt_given] {
+      apply_threads(o->threads);
+      const InferenceMode scope(enum_from_name<Precision>(o->dtype));
+      check_sampling_options(o->gen.sampling);
+      const TrainedModel m = load_model_dir(o->model);
+      if (!m.model->config().is_lm())
+        throw std::invalid_argument(o->model + " is not a language model (arch " +
+                                    std::string(enum_name(m.model->config().arch)) +
+                                    "); generate needs --arch decoder (tfm translate decodes the others)");
+      std::string text = "\n";
+      if (prompt_given) {
+        text = o->prompt;
+      } else if (!o->prompt_file.empty()) {
+        std::ifstream f(o->prompt_file, std::ios::binary);
+        if (!f) throw std::runtime_error("cannot read prompt file " + o->prompt_file);
+        std::ostringstream ss;
+        ss << f.rdbuf();
+        text = ss.str();
+      }
+      if (text.empty()) throw std::invalid_argument("the prompt is empty (give at least one character)");
+      const std::vector<int32_t> ids = data::encode_text(m.tgt_vocab, m.tgt_tokens, text);
+      GenerateOptions gen = o->gen;
+      if (!o->stop.empty()) gen.stop = data::encode_text(m.tgt_vocab, m.tgt_tokens, o->stop);
+      // Each sample: the prompt, then its tokens as they come; a newline closes a sample that does
+      // not end with one, then `---` separates it from the next.
+      bool at_line_start = text.back() == '\n';
+      const auto print = [&](const std::string& s) {
+        if (s.empty()) return;
+        std::fwrite(s.data(), 1, s.size(), stdout);
+        at_line_start = s.back() == '\n';
+      };
+      int64_t current = -1;  // the sample being printed
+      const auto begin_sample = [&](int64_t sample) {  // also prints samples that produced no token
+        while (current < sample) {
+          if (current >= 0) {
+            if (!at_line_start) print("\n");
+            print("---\n");
+          }
+          print(text);
+          ++current;
+        }
+      };
+      generate(*m.model, ids, gen, [&](int64_t sample, int32_t token) {
+        begin_sample(sample);
+        print(data::decode_text(m.tgt_vocab, m.tgt_tokens, {token}));
+        std::fflush(stdout);
+      });
+      begin_sample(gen.num_samples - 1);
+      if (!at_line_start) print("\n");
+      std::fflush(stdout);
+      return 0;
+    };
+  });
+}
+
+}  // namespace tfm::cli

@@ -1,0 +1,69 @@
+// src/models/sampling.cc — sample_token: temperature, top-k and top-p over one row of logits (V).
+//
+// Everything is computed in double on one thread in a fixed order (candidates sorted by logit,
+// highest first, ties by lower id), so a draw depends only on the logits and the uniform.
+#include "tfm/models/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tfm {
+
+void check_sampling_options(const SamplingOptions& opt) {
+  if (!(opt.temperature >= 0.0f) || !std::isfinite(opt.temperature))
+    throw std::invalid_argument("sampling: temperature must be finite and ≥ 0, got " + std::to_string(opt.temperature));
+  if (opt.top_k < 0) throw std::invalid_argument("sampling: top_k must be ≥ 0, got " + std::to_string(opt.top_k));
+  if (!(opt.top_p > 0.0f && opt.top_p <= 1.0f))
+    throw std::invalid_argument("sampling: top_p must be in (0, 1], got " + std::to_string(opt.top_p));
+}
+
+int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& opt, Generator& gen) {
+  check_sampling_options(opt);
+  if (V < 1) throw std::invalid_argument("sampling: empty logits row (V = " + std::to_string(V) + ")");
+  int64_t best = -1;  // first maximum among the finite logits
+  for (int64_t v = 0; v < V; ++v)
+    if (!std::isnan(logits[v]) && logits[v] != -INFINITY && (best < 0 || logits[v] > logits[best])) best = v;
+  if (best < 0) throw std::invalid_argument("sampling: no finite logit among " + std::to_string(V));
+  if (opt.temperature == 0.0f || opt.top_k == 1) return static_cast<int32_t>(best);
+
+  // Candidates: finite logits, highest first, ties by lower id; top-k keeps the first k.
+  std::vector<int32_t> ids;
+  ids.reserve(static_cast<size_t>(V));
+  for (int64_t v = 0; v < V; ++v)
+    if (!std::isnan(logits[v]) && logits[v] != -INFINITY) ids.push_back(static_cast<int32_t>(v));
+  const auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  size_t n = ids.size();
+  if (opt.top_k > 0 && static_cast<size_t>(opt.top_k) < n) {
+    n = static_cast<size_t>(opt.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), by_logit);
+  } else {
+    std::sort(ids.begin(), ids.end(), by_logit);
+  }
+  // p_i = exp((z_i − z_max) / T) / Σ, over the n candidates; z_max = logits[ids[0]].
+  std::vector<double> p(n);
+  const double inv_t = 1.0 / static_cast<double>(opt.temperature), zmax = logits[ids[0]];
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) total += p[i] = std::exp((static_cast<double>(logits[ids[i]]) - zmax) * inv_t);
+  if (opt.top_p < 1.0f) {  // shortest prefix (already sorted by probability) with mass ≥ top_p
+    const double want = static_cast<double>(opt.top_p) * total;
+    double cum = 0;
+    size_t keep = 0;
+    while (keep < n && cum < want) cum += p[keep++];
+    n = std::max<size_t>(keep, 1);
+    total = 0;
+    for (size_t i = 0; i < n; ++i) total += p[i];
+  }
+  const double u = static_cast<double>(gen.uniform()) * total;  // in [0, total)
+  double cum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    cum += p[i];
+    if (u < cum) return ids[i];
+  }
+  return ids[n - 1];  // u within rounding of total
+}
+
+}  // namespace tfm

@@ -1,0 +1,162 @@
+// tests/cli/generate_cmd_test.cc — `tfm generate` and `tfm eval --text` end to end through the
+// executable, on a tiny char-level language model directory written here (random weights, so its
+// predictions are close to uniform: these tests check the commands, not the model).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+#include "tfm/data/text.h"
+#include "tfm/io/safetensors.h"
+#include "tfm/models/model_dir.h"
+
+namespace {
+
+using tfm::testing::run_command;
+using tfm::testing::temp_dir;
+
+const std::string kCli = TFM_CLI_PATH;
+const std::string kText =
+    "the cat sat on the mat.\nthe dog sat on the log.\na cat and a dog met on a mat by a log.\n";
+
+class GenerateCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(temp_dir("cli_generate"));
+    {
+      std::ofstream f(*dir_ + "/text.txt");
+      for (int i = 0; i < 20; ++i) f << kText;
+    }
+    // The model directory tfm train would write for a char-level decoder with block size 16.
+    const std::string lm = *dir_ + "/lm";
+    std::filesystem::create_directories(lm);
+    const tfm::data::Vocab vocab = tfm::data::build_text_vocab(*dir_ + "/text.txt", tfm::data::Tokenization::CHAR);
+    vocab_size_ = vocab.size();
+    tfm::ModelConfig c;
+    c.arch = tfm::Arch::DECODER;
+    c.src_vocab_size = c.tgt_vocab_size = vocab.size();
+    c.d_model = 16;
+    c.nhead = 2;
+    c.num_encoder_layers = 1;
+    c.dim_feedforward = 32;
+    c.max_len = 16;
+    tfm::Generator g{1, 0};
+    tfm::Model model(c.with_arch_defaults(), g);
+    tfm::model_dir::save_vocabs(lm, vocab, vocab, /*json=*/true);
+    tfm::testing::spit(tfm::model_dir::path(lm, tfm::model_dir::CONFIG),
+                       tfm::model_dir::config_json(c.with_arch_defaults(), "{}", vocab, vocab, tfm::data::Tokenization::CHAR,
+                                                   tfm::data::Tokenization::CHAR, /*json_vocab=*/true));
+    tfm::io::save_safetensors(tfm::model_dir::path(lm, tfm::model_dir::MODEL), model.state_dict());
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+  // stdout of `tfm generate --model lm <options>` (stderr dropped); expects exit 0.
+  static std::string generate(const std::string& options) {
+    std::string out;
+    EXPECT_EQ(run_command("(" + kCli + " generate --model " + *dir_ + "/lm " + options + " 2>/dev/null)", &out), 0)
+        << options << "\n" << out;
+    return out;
+  }
+  static std::string* dir_;
+  static int64_t vocab_size_;
+};
+std::string* GenerateCli::dir_ = nullptr;
+int64_t GenerateCli::vocab_size_ = 0;
+
+// 40 characters after the prompt (each char one token), then the closing newline.
+TEST_F(GenerateCli, PromptThenContinuationDeterministic) {
+  const std::string a = generate("--prompt 'the ' --max-new-tokens 40 --seed 3 --threads 2");
+  ASSERT_EQ(a.rfind("the ", 0), 0u) << a;
+  EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 40 --seed 3 --threads 1"), a);
+  EXPECT_NE(generate("--prompt 'the ' --max-new-tokens 40 --seed 4"), a);
+  std::string prompt_file = *dir_ + "/prompt.txt";
+  std::ofstream(prompt_file) << "the ";
+  EXPECT_EQ(generate("--prompt-file " + prompt_file + " --max-new-tokens 40 --seed 3"), a);
+  EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 0"), "the \n");
+  // Past the block size (16): the window slides, generation goes on.
+  const std::string long_run = generate("--prompt 'the ' --max-new-tokens 100 --temperature 0");
+  EXPECT_GE(long_run.size(), 104u);
+  EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 100 --top-k 1 --seed 8"), long_run);
+}
+
+TEST_F(GenerateCli, SamplesSeparatedByDashes) {
+  const std::string out = generate("--prompt 'a ' --max-new-tokens 20 --num-samples 3 --seed 1");
+  std::vector<std::string> samples;
+  size_t start = 0, at;
+  while ((at = out.find("\n---\n", start)) != std::string::npos) {
+    samples.push_back(out.substr(start, at + 1 - start));
+    start = at + 5;
+  }
+  samples.push_back(out.substr(start));
+  ASSERT_EQ(samples.size(), 3u) << out;
+  for (const auto& s : samples) {
+    EXPECT_EQ(s.rfind("a ", 0), 0u) << s;
+    EXPECT_EQ(s.back(), '\n') << s;
+  }
+  // Sample 0 is the sample of a one-sample run with that seed.
+  EXPECT_EQ(generate("--prompt 'a ' --max-new-tokens 20 --seed 1"), samples[0]);
+}
+
+// With --stop, a sample ends right after the first occurrence of the stop text in its continuation.
+TEST_F(GenerateCli, StopText) {
+  const std::string full = generate("--prompt 'the ' --max-new-tokens 60 --temperature 0");
+  const std::string cont = full.substr(4);
+  const std::string stop = cont.substr(3, 2);  // two characters of the greedy continuation
+  const size_t end = cont.find(stop) + stop.size();
+  std::string want = "the " + cont.substr(0, end);
+  if (want.back() != '\n') want += '\n';
+  EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 60 --temperature 0 --stop '" + stop + "'"), want);
+}
+
+TEST_F(GenerateCli, EvalText) {
+  std::string out;
+  ASSERT_EQ(run_command("(" + kCli + " eval --model " + *dir_ + "/lm --text " + *dir_ + "/text.txt --json 2>/dev/null)",
+                        &out),
+            0)
+      << out;
+  const auto j = nlohmann::json::parse(out);
+  const int64_t chars = 20 * static_cast<int64_t>(kText.size());  // ASCII: one code point a byte
+  EXPECT_EQ(j["tokens"].get<int64_t>(), chars - 1);
+  const double loss = j["loss"].get<double>();
+  EXPECT_GT(loss, 0.0);
+  EXPECT_NEAR(loss, std::log(static_cast<double>(vocab_size_)), 0.05);  // random weights: about uniform
+  EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(loss), 1e-9 * std::exp(loss));
+  EXPECT_NEAR(j["bits_per_token"].get<double>(), loss / std::log(2.0), 1e-12);
+  EXPECT_NEAR(j["bits_per_char"].get<double>(), j["bits_per_token"].get<double>(), 1e-12);  // char tokens
+  ASSERT_EQ(run_command(kCli + " eval --model " + *dir_ + "/lm --text " + *dir_ + "/text.txt", &out), 0) << out;
+  EXPECT_NE(out.find("bits per char"), std::string::npos) << out;
+}
+
+TEST_F(GenerateCli, Errors) {
+  const auto fails = [](const std::string& args, const std::string& message) {
+    std::string out;
+    const int rc = run_command("(" + kCli + " " + args + " </dev/null)", &out);
+    EXPECT_NE(rc, 0) << args;
+    EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;
+  };
+  const std::string lm = " --model " + *dir_ + "/lm";
+  fails("generate" + lm + " --top-p 0", "tfm: error: sampling: top_p must be in (0, 1]");
+  fails("generate" + lm + " --temperature -1", "tfm: error: sampling: temperature");
+  fails("generate" + lm + " --num-samples 0", "tfm: error: generate: num_samples must be ≥ 1");
+  fails("generate" + lm + " --prompt ''", "tfm: error: the prompt is empty");
+  fails("generate" + lm + " --prompt a --prompt-file x", "excludes");
+  fails("generate" + lm + " --prompt-file " + *dir_ + "/missing.txt", "tfm: error: cannot read prompt file");
+  fails("eval" + lm + " --task reverse", "is a language model: evaluate it on a text with --text FILE");
+  fails("translate" + lm, "is a language model: sample from it with tfm generate");
+}
+
+TEST_F(GenerateCli, HelpShowsExamples) {
+  std::string out;
+  ASSERT_EQ(run_command(kCli + " --help", &out), 0);
+  EXPECT_NE(out.find("  generate"), std::string::npos) << out;
+  ASSERT_EQ(run_command(kCli + " generate --help", &out), 0);
+  EXPECT_NE(out.find("Examples:\n  tfm generate --model"), std::string::npos) << out;
+}
+
+}  // namespace

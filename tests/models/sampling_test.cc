@@ -1,0 +1,148 @@
+// tests/models/sampling_test.cc — sample_token: argmax cases, temperature / top-k / top-p filters,
+// the draw's statistics for a fixed seed, determinism, and the option checks.
+//
+// Statistical bound: N draws of a token of probability p give a count with standard deviation
+// √(N·p·(1−p)); we accept |count − N·p| ≤ 5σ (a false failure once in ~1.7 million runs for a
+// truly correct sampler; the seed is fixed, so the test is deterministic anyway), and a wrong
+// filter moves the counts by far more (a cut token has count 0, a kept one ≥ ~N·p).
+#include "tfm/models/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+using namespace tfm;
+
+namespace {
+
+std::vector<int64_t> counts(const std::vector<float>& logits, const SamplingOptions& opt, int n, uint64_t seed = 1) {
+  Generator g{seed, 0};
+  std::vector<int64_t> c(logits.size(), 0);
+  for (int i = 0; i < n; ++i) ++c[static_cast<size_t>(sample_token(logits.data(), static_cast<int64_t>(logits.size()), opt, g))];
+  return c;
+}
+
+void expect_frequencies(const std::vector<int64_t>& c, const std::vector<double>& p, int n) {
+  for (size_t v = 0; v < p.size(); ++v) {
+    const double sigma = std::sqrt(n * p[v] * (1 - p[v]));
+    if (p[v] == 0) {
+      EXPECT_EQ(c[v], 0) << "token " << v;
+    } else {
+      EXPECT_NEAR(static_cast<double>(c[v]), n * p[v], 5 * sigma) << "token " << v;
+    }
+  }
+}
+
+std::vector<double> softmax(const std::vector<float>& z, double t) {
+  double mx = -INFINITY, s = 0;
+  for (float x : z) mx = std::max(mx, double(x));
+  std::vector<double> p;
+  for (float x : z) s += std::exp((x - mx) / t);
+  for (float x : z) p.push_back(std::exp((x - mx) / t) / s);
+  return p;
+}
+
+const std::vector<float> kLogits = {0.5f, 2.0f, -1.0f, 1.0f, 2.0f, 0.0f};  // ties at ids 1 and 4
+
+}  // namespace
+
+TEST(Sampling, ArgmaxCasesConsumeNoCounter) {
+  for (SamplingOptions opt : {SamplingOptions{0.0f, 0, 1.0f}, SamplingOptions{1.0f, 1, 1.0f},
+                              SamplingOptions{0.0f, 3, 0.5f}, SamplingOptions{5.0f, 1, 0.9f}}) {
+    Generator g{3, 7};
+    EXPECT_EQ(sample_token(kLogits.data(), 6, opt, g), 1);  // first maximum
+    EXPECT_EQ(g.offset, 7u);
+  }
+  const float masked[] = {-INFINITY, -3.0f, -INFINITY};
+  Generator g{0, 0};
+  EXPECT_EQ(sample_token(masked, 3, SamplingOptions{0.0f, 0, 1.0f}, g), 1);
+}
+
+TEST(Sampling, TemperatureFrequencies) {
+  const int n = 20000;
+  for (float t : {1.0f, 0.5f, 2.0f}) {
+    SamplingOptions opt;
+    opt.temperature = t;
+    expect_frequencies(counts(kLogits, opt, n), softmax(kLogits, t), n);
+  }
+}
+
+TEST(Sampling, TopKKeepsTheLargestTiesByLowerId) {
+  const int n = 20000;
+  SamplingOptions opt;
+  opt.top_k = 3;  // 2.0 (id 1), 2.0 (id 4), 1.0 (id 3)
+  std::vector<float> kept = {2.0f, 2.0f, 1.0f};
+  auto q = softmax(kept, 1.0);
+  expect_frequencies(counts(kLogits, opt, n), {0, q[0], 0, q[2], q[1], 0}, n);
+  opt.top_k = 1000;  // more than V: no cut
+  expect_frequencies(counts(kLogits, opt, n), softmax(kLogits, 1.0), n);
+  opt.top_k = 2;  // the tie at the boundary is broken by id: ids 1 and 4 only (equal)
+  expect_frequencies(counts(kLogits, opt, n), {0, 0.5, 0, 0, 0.5, 0}, n);
+}
+
+TEST(Sampling, TopPKeepsTheShortestPrefixReachingP) {
+  const int n = 20000;
+  // probabilities 0.5, 0.25, 0.125, 0.125 (exact in binary)
+  const std::vector<float> z = {std::log(0.125f), std::log(0.5f), std::log(0.125f), std::log(0.25f)};
+  SamplingOptions opt;
+  opt.top_p = 0.5f;  // {1} reaches 0.5 exactly: kept alone
+  expect_frequencies(counts(z, opt, n), {0, 1, 0, 0}, n);
+  opt.top_p = 0.6f;  // {1, 3}
+  expect_frequencies(counts(z, opt, n), {0, 2.0 / 3, 0, 1.0 / 3}, n);
+  opt.top_p = 0.8f;  // {1, 3, 0}: the tie between ids 0 and 2 goes to the lower id
+  expect_frequencies(counts(z, opt, n), {1.0 / 7, 4.0 / 7, 0, 2.0 / 7}, n);
+  opt.top_p = 1e-6f;  // never fewer than one token: the argmax
+  expect_frequencies(counts(z, opt, n), {0, 1, 0, 0}, n);
+  opt.top_p = 1.0f;
+  expect_frequencies(counts(z, opt, n), {0.125, 0.5, 0.125, 0.25}, n);
+  opt.top_p = 0.6f;  // top-k 3 first keeps {1, 3, 0} (mass 7/8); 0.6 of that needs {1, 3}
+  opt.top_k = 3;
+  expect_frequencies(counts(z, opt, n), {0, 2.0 / 3, 0, 1.0 / 3}, n);
+}
+
+TEST(Sampling, MaskedLogitsAreNeverDrawn) {
+  const std::vector<float> z = {-INFINITY, 0.0f, -INFINITY, 0.0f};
+  SamplingOptions opt;
+  opt.temperature = 3.0f;
+  expect_frequencies(counts(z, opt, 4000), {0, 0.5, 0, 0.5}, 4000);
+}
+
+TEST(Sampling, SameSeedSameTokensOneCounterPerDraw) {
+  SamplingOptions opt;
+  opt.top_p = 0.95f;
+  Generator a{42, 0}, b{42, 0}, c{43, 0};
+  int differ = 0;
+  for (int i = 0; i < 200; ++i) {
+    const int32_t x = sample_token(kLogits.data(), 6, opt, a);
+    EXPECT_EQ(x, sample_token(kLogits.data(), 6, opt, b));
+    differ += x != sample_token(kLogits.data(), 6, opt, c);
+  }
+  EXPECT_EQ(a.offset, 200u);
+  EXPECT_GT(differ, 50);  // another seed, another stream
+}
+
+TEST(Sampling, Errors) {
+  Generator g;
+  const auto throws = [&](SamplingOptions o, const std::string& what, const float* z = kLogits.data(), int64_t V = 6) {
+    try {
+      sample_token(z, V, o, g);
+      ADD_FAILURE() << "no throw for " << what;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  throws({-1.0f, 0, 1.0f}, "temperature");
+  throws({NAN, 0, 1.0f}, "temperature");
+  throws({INFINITY, 0, 1.0f}, "temperature");
+  throws({1.0f, -2, 1.0f}, "top_k");
+  throws({1.0f, 0, 0.0f}, "top_p");
+  throws({1.0f, 0, 1.5f}, "top_p");
+  throws({1.0f, 0, NAN}, "top_p");
+  throws({}, "empty", kLogits.data(), 0);
+  const float none[] = {-INFINITY, NAN};
+  throws({}, "no finite logit", none, 2);
+  EXPECT_THROW(check_sampling_options({1.0f, 0, -0.1f}), std::invalid_argument);
+  EXPECT_NO_THROW(check_sampling_options({}));
+}
