@@ -137,7 +137,8 @@ TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Exam
   return sums.result();
 }
 
-TeacherForced evaluate_text(Model& model, const data::TextCorpus& corpus, int64_t block_size, int64_t batch_size) {
+TeacherForced evaluate_teacher_forced_text(Model& model, const data::TextCorpus& corpus, int64_t block_size,
+                                           int64_t batch_size) {
   InferenceMode scope;
   model.eval();
   TeacherForcedSums sums;

@@ -309,8 +309,9 @@ data::TokenBatch Run::next_batch() {
 }
 
 void Run::evaluate_and_record() {
-  const TeacherForced tf = c_.text() ? evaluate_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch)
-                                     : evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch);
+  const TeacherForced tf = c_.text()
+                               ? evaluate_teacher_forced_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch)
+                               : evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch);
   EvalRow r;
   r.step = st_.step;
   r.epoch = st_.epoch + (st_.batch == 0 ? 0 : 1);

@@ -383,7 +383,7 @@ TEST(TrainerLm, TrainsOnTextAndWritesAModelDirectory) {
   // The validation loss is the windows' mean over the held-out 20%: recomputed from the loaded model.
   const data::TextCorpus all = data::TextCorpus::read(d + "/t.txt", m.tgt_vocab, m.tgt_tokens);
   const int64_t valid = std::llround(static_cast<double>(all.size()) * 0.2);
-  const TeacherForced tf = evaluate_text(*m.model, all.slice(all.size() - valid, all.size()), 16, 256);
+  const TeacherForced tf = evaluate_teacher_forced_text(*m.model, all.slice(all.size() - valid, all.size()), 16, 256);
   EXPECT_NEAR(tf.loss, r.history.back().valid_loss, 1e-12);
 }
 

@@ -54,6 +54,7 @@ TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Exam
 // The same figures for a language model over the validation windows of `corpus` (tfm/data/text.h:
 // the whole text, every token but the first a target once), at most `batch_size` windows a batch;
 // sequence accuracy is the share of windows predicted entirely right.
-TeacherForced evaluate_text(Model& model, const data::TextCorpus& corpus, int64_t block_size, int64_t batch_size);
+TeacherForced evaluate_teacher_forced_text(Model& model, const data::TextCorpus& corpus, int64_t block_size,
+                                           int64_t batch_size);
 
 }  // namespace tfm::train
