@@ -83,9 +83,87 @@ TEST(TrainConfig, ReadsTheRunDirectoryFormatItWroteBefore) {
       "pad_id": 0, "src_vocab_size": 22, "tgt_vocab_size": 22, "tie_embeddings": false})");
   EXPECT_EQ(m.arch, Arch::ENCODER);
   EXPECT_FALSE(m.scales_embeddings());
+  EXPECT_EQ(m.positional_value(), Positional::SINUSOIDAL);  // absent: the architecture's, as before
+  EXPECT_EQ(m.with_arch_defaults().to_json(), ModelConfig::from_json(m.with_arch_defaults().to_json()).to_json());
   ModelConfig s = m;
   s.arch = Arch::SEQ2SEQ;
   EXPECT_TRUE(s.scales_embeddings());
+  // Explicit values keep their meaning under any architecture: a saved decoder config with the encoder's
+  // choices stays post-norm, relu, sinusoidal, untied.
+  s.arch = Arch::DECODER;
+  EXPECT_FALSE(s.norm_first_value());
+  EXPECT_EQ(s.activation_value(), Activation::RELU);
+  EXPECT_FALSE(s.ties_embeddings());
+  EXPECT_EQ(c.decay_params_value(), DecayParams::ALL);  // absent in old run directories
+  EXPECT_EQ(c.beta1, 0.9f);
+  EXPECT_EQ(c.beta2, 0.999f);
+  EXPECT_EQ(c.min_lr, 0.0f);
+}
+
+// The decoder architecture's defaults (ModelConfig's table) and its training defaults; each can be set.
+TEST(TrainConfig, DecoderArchDefaultsAndOptimizerFields) {
+  TrainConfig c;
+  set_field(c, "arch", "decoder");
+  EXPECT_EQ(c.model.arch, Arch::DECODER);
+  EXPECT_TRUE(c.model.norm_first_value());
+  EXPECT_EQ(c.model.activation_value(), Activation::GELU);
+  EXPECT_EQ(c.model.positional_value(), Positional::LEARNED);
+  EXPECT_TRUE(c.model.ties_embeddings());
+  EXPECT_FALSE(c.model.scales_embeddings());
+  EXPECT_EQ(c.decay_params_value(), DecayParams::MATRICES);
+  const ModelConfig r = c.model.with_arch_defaults();
+  EXPECT_EQ(r.norm_first, true);
+  EXPECT_EQ(r.tie_embeddings, true);
+  EXPECT_EQ(r.positional, Positional::LEARNED);
+  // Given values win, in any order with --arch.
+  TrainConfig d;
+  set_field(d, "norm_first", "false");
+  set_field(d, "tie_embeddings", "false");
+  set_field(d, "activation", "relu");
+  set_field(d, "arch", "decoder");
+  set_field(d, "decay_params", "all");
+  set_field(d, "beta1", "0.85");
+  set_field(d, "beta2", "0.99");
+  set_field(d, "min_lr", "1e-4");
+  EXPECT_FALSE(d.model.norm_first_value());
+  EXPECT_FALSE(d.model.ties_embeddings());
+  EXPECT_EQ(d.model.activation_value(), Activation::RELU);
+  EXPECT_EQ(d.decay_params_value(), DecayParams::ALL);
+  EXPECT_FLOAT_EQ(d.beta1, 0.85f);
+  EXPECT_FLOAT_EQ(d.beta2, 0.99f);
+  EXPECT_FLOAT_EQ(d.min_lr, 1e-4f);
+  EXPECT_EQ(field_text(d, "decay_params"), "all");
+  EXPECT_EQ(field_text(TrainConfig{}, "decay_params"), "");  // unset: by architecture
+  d.out_dir = "/tmp/x";
+  d.task = data::Task::REVERSE;
+  const TrainConfig back = TrainConfig::from_json(d.to_json());
+  EXPECT_EQ(back.to_json(), d.to_json());
+  EXPECT_EQ(back.decay_params, DecayParams::ALL);
+  EXPECT_NO_THROW(d.validate());
+  // Validation names the field.
+  const auto expect_invalid = [&](auto change, const std::string& key) {
+    TrainConfig bad = d;
+    change(bad);
+    try {
+      bad.validate();
+      ADD_FAILURE() << key << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  };
+  expect_invalid([](TrainConfig& t) { t.beta1 = 1.0f; }, "beta1");
+  expect_invalid([](TrainConfig& t) { t.beta2 = -0.1f; }, "beta2");
+  expect_invalid([](TrainConfig& t) { t.min_lr = 1.0f; }, "min_lr");  // above lr
+  expect_invalid([](TrainConfig& t) { t.model.arch = Arch::ENCODER; t.model.tie_embeddings = true; }, "tie_embeddings");
+  EXPECT_THROW(set_field(d, "decay_params", "biases"), std::invalid_argument);
+  EXPECT_THROW(TrainConfig::from_json(R"({"decay_params": "some"})"), std::invalid_argument);
+  // A language model needs only its (target) vocabulary.
+  ModelConfig lm = c.model;
+  lm.tgt_vocab_size = 30;
+  EXPECT_NO_THROW(lm.validate());
+  lm.tgt_vocab_size = 0;
+  lm.src_vocab_size = 30;
+  EXPECT_THROW(lm.validate(), std::invalid_argument);
 }
 
 TEST(TrainConfig, TaskPresetChangesOnlyWhatTheTasksNeed) {
