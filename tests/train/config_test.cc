@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "tfm/models/model.h"
+#include "train/step.h"
+
 namespace tfm::train {
 namespace {
 
@@ -192,6 +195,66 @@ TEST(TrainConfig, InitFromIsSavedAndFixesTheModelFields) {
     EXPECT_TRUE(fixed_by_init_from(k)) << k;
   for (const char* k : {"dropout", "drop_path", "lr", "max_steps", "batch_size", "init_from", "out_dir", "task", "seed"})
     EXPECT_FALSE(fixed_by_init_from(k)) << k;
+}
+
+// The run's optimizer (make_optimizer) carries the config's betas, and weight decay reaches exactly
+// the parameters decay_params selects: one step from the same gradients equals Adam built by hand
+// with those flags, bitwise, and differs from decaying every parameter on the 1-dim ones only.
+TEST(TrainConfig, MakeOptimizerAppliesBetasAndDecayParams) {
+  ModelConfig mc;
+  mc.arch = Arch::DECODER;
+  mc.tgt_vocab_size = mc.src_vocab_size = 11;
+  mc.d_model = 8;
+  mc.nhead = 2;
+  mc.num_encoder_layers = 1;
+  mc.dim_feedforward = 16;
+  mc.max_len = 8;
+  TrainConfig c;
+  c.model = mc;
+  c.optimizer = OptimizerKind::ADAMW;
+  c.lr = 0.05f;
+  c.weight_decay = 0.5f;
+  c.beta1 = 0.5f;
+  c.beta2 = 0.9f;
+  // Three models from one seed: the run's optimizer, Adam by hand with the matrices' flags, and every
+  // parameter decayed.
+  auto stepped = [&](auto make) {
+    Generator g{3, 0};
+    Model m(mc, g);
+    auto opt = make(m);
+    for (auto& [k, p] : m.named_parameters())
+      for (int64_t i = 0; i < p.numel(); ++i) p.data()[i] += 0.1f;  // no zero bias: decay shows everywhere
+    for (float gv : {0.25f, 1.0f}) {  // two steps: the first Adam step is ±lr whatever the betas
+      for (auto& [k, p] : m.named_parameters()) p.mutable_grad() = Tensor::full(p.shape(), gv);
+      opt->step();
+    }
+    return m.named_parameters();
+  };
+  const NamedTensors run = stepped([&](Model& m) { return make_optimizer(c, m); });
+  const NamedTensors hand = stepped([&](Model& m) -> std::unique_ptr<Optimizer> {
+    std::vector<bool> flags;
+    for (const auto& [k, p] : m.named_parameters()) flags.push_back(p.dim() >= 2);
+    return std::make_unique<Adam>(m.named_parameters(), 0.05f, 0.5f, 0.9f, 1e-8f, 0.5f, true, flags);
+  });
+  TrainConfig all = c;
+  all.decay_params = DecayParams::ALL;
+  const NamedTensors every = stepped([&](Model& m) { return make_optimizer(all, m); });
+  int differ = 0;
+  for (const auto& [k, p] : run) {
+    const Tensor& h = hand.at(k);
+    for (int64_t i = 0; i < p.numel(); ++i) ASSERT_EQ(p.data()[i], h.data()[i]) << k;
+    bool same = true;
+    for (int64_t i = 0; i < p.numel(); ++i) same = same && p.data()[i] == every.at(k).data()[i];
+    EXPECT_EQ(same, p.dim() >= 2) << k;  // only the 1-dim parameters (biases, norms) escape the decay
+    differ += same ? 0 : 1;
+  }
+  EXPECT_GT(differ, 0);
+  // Other betas change the step: the betas are the optimizer's.
+  TrainConfig torch_betas = c;
+  torch_betas.beta1 = 0.9f;
+  torch_betas.beta2 = 0.999f;
+  const NamedTensors other = stepped([&](Model& m) { return make_optimizer(torch_betas, m); });
+  EXPECT_NE(other.at("embedding.weight").data()[0], run.at("embedding.weight").data()[0]);
 }
 
 }  // namespace
