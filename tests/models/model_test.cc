@@ -1,5 +1,6 @@
 // tests/models/model_test.cc — ModelConfig, Model's keys and forward, training on a tiny
-// task, and the PyTorch round trips (tools/torch_models.py, tools/check_roundtrip.py).
+// task, and the PyTorch round trips (tools/torch_models.py, tools/check_roundtrip.py), for the three
+// architectures (the decoder-only language model's gradients too: DecoderGradientsMatchTorch).
 //
 // PyTorch checks run /usr/bin/python3 with torch 1.13 and are skipped only when torch is missing.
 // Tolerances:
