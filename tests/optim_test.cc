@@ -1,4 +1,5 @@
-// tests/optim_test.cc — SGD, Adam, AdamW and clip_grad_norm against PyTorch.
+// tests/optim_test.cc — SGD, Adam, AdamW (betas, weight decay on every parameter or on the matrices
+// only) and clip_grad_norm against PyTorch.
 //
 // Golden values: tests/fixtures/optim/optim.json, written by tests/gen/gen_optim.py with
 // torch.optim (1.13) from the same initial parameters and per-step gradients (one parameter gets
@@ -65,9 +66,12 @@ std::unique_ptr<Optimizer> make_optimizer(const json& c, const NamedTensors& par
   if (kind == "sgd")
     return std::make_unique<SGD>(params, c.at("lr").get<float>(), c.at("momentum").get<float>(),
                                  c.at("weight_decay").get<float>());
+  std::vector<bool> decayed;  // decay_params "matrices": only parameters of two or more dimensions
+  if (c.value("decay_params", "all") == "matrices")
+    for (const auto& [k, p] : params) decayed.push_back(p.dim() >= 2);
   return std::make_unique<Adam>(params, c.at("lr").get<float>(), c.at("beta1").get<float>(),
                                 c.at("beta2").get<float>(), c.at("eps").get<float>(),
-                                c.at("weight_decay").get<float>(), kind == "adamw");
+                                c.at("weight_decay").get<float>(), kind == "adamw", decayed);
 }
 
 // |a_i − e_i| ≤ tol_factor·max(1, |e_i|) for every i.
@@ -182,6 +186,7 @@ TEST(Optim, LoadStateRejectsBadKeys) {
   EXPECT_THROW(adam.load_state(no_step, 1), std::invalid_argument);
   EXPECT_NO_THROW(adam.load_state(s, 1));
   EXPECT_THROW(Adam(params, 1e-3f, 1.0f), std::invalid_argument);
+  EXPECT_THROW(Adam(params, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, true, {true}), std::invalid_argument);  // 1 flag, 3 params
   EXPECT_THROW(SGD(params, -1.0f), std::invalid_argument);
 }
 

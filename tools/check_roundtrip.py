@@ -8,7 +8,8 @@ Every ModelConfig option is understood: with the layer variants (head_dim, v_hea
 ffn_bias, norm_bias, attn_scale, norm_type rms_norm, share_layers, drop_path) the twin is torch_models.py's functional
 re-statement of the layers, otherwise torch.nn's own classes; positional sinusoidal, learned or none and
 scale_embeddings either way.
-INPUTS holds "src" (B, S) ids, "tgt_in" (B, T) ids for arch seq2seq, and "logits" — what tfm computed for them.
+INPUTS holds "src" (B, S) ids (arch decoder: the window (B, T)), "tgt_in" (B, T) ids for arch seq2seq, and "logits" —
+what tfm computed for them.
 The reference is the twin in float64 on the same (float32) weights. Prints, per pair, one JSON line
     {"model": ..., "twin": "torch.nn" | "functional", "max_rel_err": tfm vs reference,
      "torch_f32_rel_err": PyTorch float32 vs reference, "bound": ..., "ok": ...}
@@ -41,7 +42,7 @@ def check(model_dir, inputs, tol):
         model, cfg = torch_models.load_tfm_model(model_dir, dtype)
         # Gradient mode stays on: torch 1.13's encoder "fast path" (nested tensors, zeros at padded positions) only
         # runs without autograd, and the twin must compute every position like tfm does.
-        out = model(src) if cfg["arch"] == "encoder" else model(src, tgt)
+        out = model(src, tgt) if cfg["arch"] == "seq2seq" else model(src)
         outs[name] = out.detach().double().numpy()
         twin = "functional" if torch_models.uses_variants(cfg) else "torch.nn"
     ref = outs["f64"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch_models.py — the PyTorch twins of tfm's two sequence models (include/tfm/models/seq2seq.h), with the same
+"""torch_models.py — the PyTorch twins of tfm's three sequence models (include/tfm/models/config.h), with the same
 attribute names and therefore the same state_dict keys, plus helpers to load a tfm model directory into them.
 
     import sys; sys.path.insert(0, "tools")
@@ -7,6 +7,7 @@ attribute names and therefore the same state_dict keys, plus helpers to load a t
     model, cfg = tm.load_tfm_model("runs/reverse")       # config.json + model.safetensors
     logits = model(src_ids)                              # arch "encoder": (B, S, V)
     logits = model(src_ids, tgt_in_ids)                  # arch "seq2seq": (B, T, V)
+    logits = model(ids)                                  # arch "decoder": (B, T, V), next-token logits
 
 Architectures (tfm's src/models/model.cc explains the choices):
   encoder  — embedding → + positions → dropout → nn.TransformerEncoder (final norm only with norm_first)
@@ -14,6 +15,12 @@ Architectures (tfm's src/models/model.cc explains the choices):
   seq2seq  — src/tgt embeddings · √D → + positions → dropout → nn.Transformer (both final norms; causal target mask;
              padding masks) → generator Linear (optionally tied to tgt_embedding.weight); xavier_uniform_ on every
              parameter with more than one dimension.
+  decoder  — a GPT-style language model: embedding → + positions → dropout → nn.TransformerEncoder with the causal
+             mask and a final norm (key prefix decoder.) → generator Linear without bias (tied to embedding.weight
+             unless tie_embeddings is false); GPT-2 initialisation: N(0, 0.02) for every matrix, N(0, 0.02/√(2·L))
+             for out_proj.weight and linear2.weight, zero biases.
+Architecture-dependent defaults (None in a config: the architecture's, as tfm's ModelConfig): norm_first, activation,
+positional, scale_embeddings and tie_embeddings (arch_defaults below).
 Positions: positional "sinusoidal" (a buffer), "learned" (nn.Embedding(max_len, D) tables pos_embedding, or
 src_pos_embedding and tgt_pos_embedding, created after the xavier loop and initialised N(0, 0.02) as in tfm), "none".
 Layer variants (head_dim, v_head_dim, bias, qkv_bias, out_bias, ffn_bias, norm_bias, attn_scale, norm_type rms_norm,
@@ -26,8 +33,12 @@ Activations: relu, gelu, gelu_tanh (tfm's gated ones have no torch.nn 1.13 count
 Run as a script, `torch_models.py train DIR` is PyTorch's side of the training-curve checks
 (tests/models/model_test.cc): it loads DIR/config.json + DIR/model.safetensors (initial weights, dropout 0) and
 DIR/batches.safetensors (src (steps, B, S), tgt_out (steps, B, S or T), tgt_in (steps, B, T) for seq2seq: ids; the
-metadata "lr"), trains with Adam (lr rounded to float32, like tfm's float argument) on every batch in turn, in
-float32 and in float64 from the same start, and writes DIR/torch_losses.json = {"float32": [...], "float64": [...]}.
+metadata "lr" and, optionally, "optimizer" (adam | adamw), "beta1", "beta2", "weight_decay" and "decay_params"
+(all | matrices: weight decay only on parameters of two or more dimensions, a second parameter group with weight
+decay 0)), trains with torch.optim.Adam / AdamW (hyper-parameters rounded to float32, like tfm's float arguments) on
+every batch in turn, in float32 and in float64 from the same start, and writes DIR/torch_losses.json =
+{"float32": [...], "float64": [...]}. `torch_models.py grads DIR` computes the gradients of the first batch instead
+(grads() says what it writes).
 """
 import json
 import math
@@ -42,13 +53,13 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tfm_safetensors  # noqa: E402
 
-# tfm's ModelConfig defaults (include/tfm/models/config.h). scale_embeddings None: the architecture's
-# choice (seq2seq scales by sqrt(D), encoder does not).
+# tfm's ModelConfig defaults (include/tfm/models/config.h). None for activation, norm_first, positional,
+# scale_embeddings and tie_embeddings: the architecture's choice (arch_defaults).
 DEFAULTS = {
     "arch": "encoder", "src_vocab_size": 0, "tgt_vocab_size": 0, "d_model": 64, "nhead": 4,
     "num_encoder_layers": 2, "num_decoder_layers": 2, "dim_feedforward": 256, "dropout": 0.1,
-    "activation": "relu", "norm_first": False, "norm_type": "layer_norm", "layer_norm_eps": 1e-5,
-    "positional": "sinusoidal", "scale_embeddings": None, "tie_embeddings": False,
+    "activation": None, "norm_first": None, "norm_type": "layer_norm", "layer_norm_eps": 1e-5,
+    "positional": None, "scale_embeddings": None, "tie_embeddings": None,
     "max_len": 512, "pad_id": 0, "bos_id": 1, "eos_id": 2,
     "head_dim": None, "v_head_dim": None, "bias": True, "qkv_bias": None, "out_bias": None, "ffn_bias": None,
     "norm_bias": None, "attn_scale": None, "share_layers": False, "drop_path": 0.0,
@@ -58,6 +69,18 @@ DEFAULTS = {
 VARIANTS = {"head_dim": None, "v_head_dim": None, "bias": True, "qkv_bias": None, "out_bias": None,
             "ffn_bias": None, "norm_bias": None, "attn_scale": None, "norm_type": "layer_norm",
             "share_layers": False, "drop_path": 0.0}
+
+
+def arch_defaults(c):
+    """A config with the architecture-dependent fields left None resolved as tfm's ModelConfig does."""
+    c = dict(c)
+    lm = c["arch"] == "decoder"
+    for key, value in (("activation", "gelu" if lm else "relu"), ("norm_first", lm),
+                       ("positional", "learned" if lm else "sinusoidal"), ("scale_embeddings", c["arch"] == "seq2seq"),
+                       ("tie_embeddings", lm)):
+        if c[key] is None:
+            c[key] = value
+    return c
 
 
 def _activation(name):
@@ -275,11 +298,9 @@ class PositionalEncoding(nn.Module):
 class Model(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        c = {**DEFAULTS, **cfg}
+        c = arch_defaults({**DEFAULTS, **cfg})
         if c["norm_type"] not in ("layer_norm", "rms_norm") or c["positional"] not in ("sinusoidal", "learned", "none"):
             raise ValueError(f"unsupported norm_type {c['norm_type']!r} or positional {c['positional']!r}")
-        if c["scale_embeddings"] is None:
-            c["scale_embeddings"] = c["arch"] == "seq2seq"
         self.cfg = c
         D = c["d_model"]
         common = dict(d_model=D, nhead=c["nhead"], dim_feedforward=c["dim_feedforward"], dropout=c["dropout"],
@@ -311,13 +332,33 @@ class Model(nn.Module):
             for p in self.parameters():
                 if p.dim() > 1:
                     nn.init.xavier_uniform_(p)
+        elif c["arch"] == "decoder":
+            self.embedding = nn.Embedding(c["tgt_vocab_size"], D)
+            if functional:
+                self.decoder = Encoder(c, v, c["num_encoder_layers"], True)
+            else:
+                layer = nn.TransformerEncoderLayer(**common)
+                self.decoder = nn.TransformerEncoder(layer, c["num_encoder_layers"],
+                                                     norm=nn.LayerNorm(D, eps=c["layer_norm_eps"]),
+                                                     enable_nested_tensor=False)
+            self.generator = nn.Linear(D, c["tgt_vocab_size"], bias=False)
+            if c["tie_embeddings"]:
+                self.generator.weight = self.embedding.weight
         else:
             raise ValueError(f"unknown arch {c['arch']!r}")
         if c["positional"] == "learned":  # after the xavier loop, N(0, 0.02) (tfm's ModelConfig documents why)
-            names = ["pos_embedding"] if c["arch"] == "encoder" else ["src_pos_embedding", "tgt_pos_embedding"]
+            names = ["src_pos_embedding", "tgt_pos_embedding"] if c["arch"] == "seq2seq" else ["pos_embedding"]
             for name in names:
                 setattr(self, name, nn.Embedding(c["max_len"], D))
                 nn.init.normal_(getattr(self, name).weight, std=0.02)
+        if c["arch"] == "decoder":  # GPT-2 / nanoGPT
+            residual_std = 0.02 / math.sqrt(2 * c["num_encoder_layers"])
+            for name, p in self.named_parameters():
+                if p.dim() > 1:
+                    residual = name.endswith("out_proj.weight") or name.endswith("linear2.weight")
+                    nn.init.normal_(p, std=residual_std if residual else 0.02)
+                elif name.endswith("bias") and "norm" not in name:
+                    nn.init.zeros_(p)
         if c["positional"] == "sinusoidal":
             self.positional_encoding = PositionalEncoding(D, c["max_len"])
         self.dropout = nn.Dropout(c["dropout"])
@@ -334,9 +375,14 @@ class Model(nn.Module):
         return self.dropout(x)
 
     def forward(self, src, tgt_in=None):
-        """src (B, S), tgt_in (B, T) int64 ids → logits (B, S, V) for encoder, (B, T, V) for seq2seq."""
+        """src (B, S), tgt_in (B, T) int64 ids → logits (B, S, V) for encoder and decoder, (B, T, V) for seq2seq."""
         pad = self.cfg["pad_id"]
         src_kpm = src == pad
+        if self.cfg["arch"] == "decoder":  # causal, no padding mask (language-model windows hold text only)
+            T = src.size(1)
+            causal = torch.triu(torch.full((T, T), float("-inf"), dtype=self.generator.weight.dtype), diagonal=1)
+            x = self._embed(self.embedding, src, self.cfg["scale_embeddings"], getattr(self, "pos_embedding", None))
+            return self.generator(self.decoder(x, mask=causal))
         if self.cfg["arch"] == "encoder":
             x = self._embed(self.embedding, src, self.cfg["scale_embeddings"], getattr(self, "pos_embedding", None))
             h = self.encoder(x, src_key_padding_mask=src_kpm)
@@ -364,7 +410,7 @@ def read_model_config(model_dir):
     unknown = set(j) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"{model_dir}/config.json: unknown model keys {sorted(unknown)}")
-    return {**DEFAULTS, **j}
+    return arch_defaults({**DEFAULTS, **j})
 
 
 def load_tfm_model(model_dir, dtype=torch.float32):
@@ -386,17 +432,26 @@ def train(out_dir):
     tensors, meta = tfm_safetensors.load(os.path.join(out_dir, "batches.safetensors"))
     ids = {k: torch.from_numpy(np.asarray(v).astype(np.int64)) for k, v in tensors.items()}
     lr = float(meta.get("lr", "5e-4"))
+    f32 = lambda key, default: float(np.float32(float(meta.get(key, default))))  # noqa: E731
+    betas, wd = (f32("beta1", "0.9"), f32("beta2", "0.999")), f32("weight_decay", "0")
+    opt_cls = torch.optim.AdamW if meta.get("optimizer", "adam") == "adamw" else torch.optim.Adam
     curves = {}
     for name, dtype in (("float32", torch.float32), ("float64", torch.float64)):
         model, cfg = load_tfm_model(out_dir, dtype)
         if cfg["dropout"] != 0 or cfg["drop_path"] != 0:
             raise ValueError("train needs dropout 0 and drop_path 0")
         model.train()
-        opt = torch.optim.Adam(model.parameters(), lr=float(np.float32(lr)))
+        if meta.get("decay_params", "all") == "matrices":
+            params = [p for p in model.parameters()]  # the tied matrix once
+            groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": wd},
+                      {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        else:
+            groups = [{"params": list(model.parameters()), "weight_decay": wd}]
+        opt = opt_cls(groups, lr=float(np.float32(lr)), betas=betas)
         losses = []
         for s in range(ids["src"].size(0)):
             opt.zero_grad(set_to_none=True)
-            if cfg["arch"] == "encoder":
+            if cfg["arch"] in ("encoder", "decoder"):
                 logits = model(ids["src"][s])
             else:
                 logits = model(ids["src"][s], ids["tgt_in"][s])
@@ -409,8 +464,34 @@ def train(out_dir):
         json.dump(curves, f)
 
 
+def grads(out_dir):
+    """PyTorch's side of the gradient checks: the loss of the first batch of DIR/batches.safetensors (as train reads
+    it) on DIR's model, in float64 and float32 (dropout 0, training mode), backward. Writes
+    DIR/torch_grads.safetensors: every parameter's float64 gradient (rounded to float32) under its key (a tied matrix
+    once, under its embedding's key), and in the metadata "loss" (float64) and "f32_err" (JSON: per key, the float32
+    gradient's max|g32 − g64| / max|g64|)."""
+    tensors, _ = tfm_safetensors.load(os.path.join(out_dir, "batches.safetensors"))
+    ids = {k: torch.from_numpy(np.asarray(v).astype(np.int64))[0] for k, v in tensors.items()}
+    result = {}
+    for dtype in (torch.float64, torch.float32):
+        model, cfg = load_tfm_model(out_dir, dtype)
+        if cfg["dropout"] != 0 or cfg["drop_path"] != 0:
+            raise ValueError("grads needs dropout 0 and drop_path 0")
+        model.train()
+        logits = model(ids["src"], ids["tgt_in"]) if cfg["arch"] == "seq2seq" else model(ids["src"])
+        loss = model.loss(logits, ids["tgt_out"])
+        loss.backward()
+        result[dtype] = (float(loss), {k: p.grad.detach().double().numpy() for k, p in model.named_parameters()})
+    loss64, g64 = result[torch.float64]
+    _, g32 = result[torch.float32]
+    err = {k: float(np.abs(g32[k] - g).max() / max(np.abs(g).max(), 1e-30)) for k, g in g64.items()}
+    tfm_safetensors.save(os.path.join(out_dir, "torch_grads.safetensors"),
+                         {k: g.astype(np.float32) for k, g in g64.items()},
+                         {"loss": repr(loss64), "f32_err": json.dumps(err)})
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "train":
-        train(sys.argv[2])
+    if len(sys.argv) == 3 and sys.argv[1] in ("train", "grads"):
+        (train if sys.argv[1] == "train" else grads)(sys.argv[2])
     else:
-        sys.exit("usage: torch_models.py train DIR")
+        sys.exit("usage: torch_models.py train|grads DIR")

@@ -153,7 +153,11 @@ Model::~Model() = default;
 const TransformerEncoder& Model::encoder() const { return transformer_ ? transformer_->encoder : *encoder_; }
 
 const TransformerDecoder& Model::decoder() const {
-  if (!transformer_) throw std::invalid_argument("model: arch " + std::string(enum_name(config_.arch)) + " has no decoder");
+  if (!transformer_)
+    throw std::invalid_argument("model: arch " + std::string(enum_name(config_.arch)) +
+                                (config_.is_lm() ? " has no encoder–decoder TransformerDecoder (its causal stack is a "
+                                                   "TransformerEncoder: lm_logits runs it)"
+                                                 : " has no decoder"));
   return transformer_->decoder;
 }
 

@@ -5,7 +5,8 @@ Writes tests/fixtures/optim/optim.json:
   {"magic": "tfm-optim-fixture", "version": 1,
    "params": {name: {"shape": [..], "values": [..]}},        initial parameters (float32)
    "grads":  [{name: [..] or null}, ...],                     the gradient of each step (null: no grad)
-   "cases":  [{"name", "optimizer", "lr", hyper-parameters..., "expected": [{name: [..]}, ...]}],
+   "cases":  [{"name", "optimizer", "lr", hyper-parameters..., ["decay_params": "matrices"],
+               "expected": [{name: [..]}, ...]}],
              the parameters after each step
    "clip":   [{"max_norm", "total_norm", "grads": {name: [..]}}]}  clip_grad_norm_ on grads[0]
 Every number is a float32 value written as the shortest decimal that reads back to the same double,
@@ -31,6 +32,12 @@ CASES = [
     {"name": "adam_l2", "optimizer": "adam", "lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.1},
     {"name": "adam_betas", "optimizer": "adam", "lr": 3e-3, "beta1": 0.8, "beta2": 0.99, "eps": 1e-6, "weight_decay": 0.0},
     {"name": "adamw", "optimizer": "adamw", "lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.1},
+    # decay_params "matrices": weight decay only on the parameters with two or more dimensions (a.weight, late), the
+    # others in a second parameter group with weight_decay 0 (nanoGPT's groups; tfm's Adam `decayed` flags).
+    {"name": "adamw_matrices", "optimizer": "adamw", "lr": 1e-2, "beta1": 0.85, "beta2": 0.99, "eps": 1e-8,
+     "weight_decay": 0.1, "decay_params": "matrices"},
+    {"name": "adam_l2_matrices", "optimizer": "adam", "lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+     "weight_decay": 0.1, "decay_params": "matrices"},
 ]
 
 
@@ -58,13 +65,17 @@ def main():
     for case in CASES:
         params = {k: torch.tensor(v, requires_grad=True) for k, v in init.items()}
         plist = list(params.values())
-        h = {k: f32(v) for k, v in case.items() if k not in ("name", "optimizer")}
+        h = {k: f32(v) for k, v in case.items() if k not in ("name", "optimizer", "decay_params")}
         if case["optimizer"] == "sgd":
             opt = torch.optim.SGD(plist, lr=h["lr"], momentum=h["momentum"], weight_decay=h["weight_decay"])
         else:
             cls = torch.optim.Adam if case["optimizer"] == "adam" else torch.optim.AdamW
-            opt = cls(plist, lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"],
-                      weight_decay=h["weight_decay"])
+            if case.get("decay_params") == "matrices":
+                groups = [{"params": [p for p in plist if p.dim() >= 2], "weight_decay": h["weight_decay"]},
+                          {"params": [p for p in plist if p.dim() < 2], "weight_decay": 0.0}]
+            else:
+                groups = [{"params": plist, "weight_decay": h["weight_decay"]}]
+            opt = cls(groups, lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"])
         expected = []
         for g in grads:
             opt.zero_grad(set_to_none=True)

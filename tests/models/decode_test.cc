@@ -494,3 +494,92 @@ TEST(Decode, SamplingErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- language model (arch decoder): lm_logits with the cache --------------------------------------
+// Feeding a window one position at a time through make_lm_cache gives, at every position, the
+// logits of the full causal forward of the window (same tolerance and reasoning as above); a
+// prompt prefilled as T > 1 positions in one call gives the same; a cache continues after it; and
+// a wrong offset is refused. Variants: the architecture's defaults (learned table scaled up so a
+// step reading the wrong row shows), post-norm untied sinusoidal, and RMSNorm with shared layers
+// and no biases; capacity 2 exercises the buffers' growth.
+TEST(Decode, LmCachedStepsMatchFullCausalForward) {
+  for (int variant : {0, 1, 2}) {
+    ModelConfig c = tfm::testing::small_decoder();
+    if (variant == 1) {
+      c.norm_first = false;
+      c.activation = Activation::RELU;
+      c.positional = Positional::SINUSOIDAL;
+      c.tie_embeddings = false;
+    } else if (variant == 2) {
+      c.norm_type = NormType::RMS_NORM;
+      c.share_layers = true;
+      c.bias = false;
+    }
+    Generator g{static_cast<uint64_t>(40 + variant), 0};
+    Model m(c, g);
+    if (variant == 0) {
+      Tensor t = m.state_dict().at("pos_embedding.weight");
+      for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] *= 50.0f;
+    }
+    m.eval();
+    NoGradGuard ng;
+    const int64_t B = 3, T = 20, V = c.tgt_vocab_size;
+    const data::TokenBatch w = tfm::testing::random_lm_batch(c, B, T, 5 + variant);
+    const Tensor full = m.lm_logits(w.src, B, T);  // (B, T, V)
+    ASSERT_EQ(full.shape(), (Shape{B, T, V}));
+    // Step by step.
+    TransformerEncoderCache cache = m.make_lm_cache(B, 2);
+    double worst = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<int32_t> col(B);
+      for (int64_t b = 0; b < B; ++b) col[b] = w.src[b * T + t];
+      const Tensor step = m.lm_logits(col, B, 1, t, &cache);  // (B, 1, V)
+      ASSERT_EQ(step.shape(), (Shape{B, 1, V}));
+      std::vector<float> want;
+      for (int64_t b = 0; b < B; ++b)
+        want.insert(want.end(), full.data() + (b * T + t) * V, full.data() + (b * T + t + 1) * V);
+      const Tensor ref = Tensor::from_vector({B, 1, V}, want);
+      worst = std::max(worst, tfm::testing::rel_error(step, ref));
+      ASSERT_TRUE(tfm::testing::close_rel(step, ref, 1e-5, "variant " + std::to_string(variant) + " step " + std::to_string(t)));
+    }
+    EXPECT_EQ(cache.length(), T);
+    // Prefill 12 positions at once, then continue one at a time.
+    TransformerEncoderCache pre = m.make_lm_cache(B, 4);
+    const int64_t P = 12;
+    std::vector<int32_t> prompt;
+    for (int64_t b = 0; b < B; ++b) prompt.insert(prompt.end(), w.src.begin() + b * T, w.src.begin() + b * T + P);
+    const Tensor head = m.lm_logits(prompt, B, P, 0, &pre);  // (B, P, V)
+    ASSERT_EQ(head.shape(), (Shape{B, P, V}));
+    std::vector<float> want_head;
+    for (int64_t b = 0; b < B; ++b)
+      want_head.insert(want_head.end(), full.data() + b * T * V, full.data() + (b * T + P) * V);
+    EXPECT_TRUE(tfm::testing::close_rel(head, Tensor::from_vector({B, P, V}, want_head), 1e-5, "prefill"));
+    std::vector<int32_t> next(B);
+    for (int64_t b = 0; b < B; ++b) next[b] = w.src[b * T + P];
+    const Tensor after = m.lm_logits(next, B, 1, P, &pre);
+    std::vector<float> want_after;
+    for (int64_t b = 0; b < B; ++b)
+      want_after.insert(want_after.end(), full.data() + (b * T + P) * V, full.data() + (b * T + P + 1) * V);
+    EXPECT_TRUE(tfm::testing::close_rel(after, Tensor::from_vector({B, 1, V}, want_after), 1e-5, "after prefill"));
+    EXPECT_THROW(m.lm_logits(next, B, 1, 0, &pre), std::invalid_argument);  // offset ≠ cache length
+    std::cout << "[ lm cache ] variant " << variant << ": max rel err " << worst << "\n";
+  }
+  // The position table ends at max_len: the cache cannot step beyond it; other archs have no lm_logits.
+  Generator g{50, 0};
+  Model m(tfm::testing::small_decoder(), g);
+  m.eval();
+  NoGradGuard ng;
+  TransformerEncoderCache cache = m.make_lm_cache(1, 8);
+  const std::vector<int32_t> ids(24, 5);
+  m.lm_logits(ids, 1, 24, 0, &cache);
+  EXPECT_THROW(m.lm_logits({5}, 1, 1, 24, &cache), std::invalid_argument);
+  Model s2s(tfm::testing::small_seq2seq(), g);
+  EXPECT_THROW(s2s.lm_logits({5}, 1, 1), std::invalid_argument);
+  EXPECT_THROW(s2s.make_lm_cache(1, 8), std::invalid_argument);
+  // translate on a language model: a clear refusal.
+  EXPECT_THROW(decode(m, {{5, 6}}, DecodeOptions{}), std::invalid_argument);
+}
+
+}  // namespace

@@ -1,5 +1,6 @@
 // tests/models/model_test.cc — ModelConfig, Model's keys and forward, training on a tiny
-// task, and the PyTorch round trips (tools/torch_models.py, tools/check_roundtrip.py).
+// task, and the PyTorch round trips (tools/torch_models.py, tools/check_roundtrip.py), for the three
+// architectures (the decoder-only language model's gradients too: DecoderGradientsMatchTorch).
 //
 // PyTorch checks run /usr/bin/python3 with torch 1.13 and are skipped only when torch is missing.
 // Tolerances:
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
@@ -40,7 +42,9 @@ bool have_torch() {
 
 std::string tool(const std::string& name) { return std::string(TFM_SOURCE_DIR) + "/tools/" + name; }
 
+using tfm::testing::random_lm_batch;
 using tfm::testing::Rng;
+using tfm::testing::small_decoder;
 using tfm::testing::small_seq2seq;
 
 ModelConfig small_encoder(bool norm_first = false) {
@@ -107,6 +111,30 @@ ModelConfig rms_shared_seq2seq() {
   c.share_layers = true;
   c.num_decoder_layers = 3;
   c.ffn_bias = false;
+  return c;
+}
+
+// Language models beside small_decoder() (model_configs.h): torch.nn's layers in the other choices,
+// nanoGPT's bias-free layers (the functional twin), RMSNorm with one shared layer and a head width.
+ModelConfig untied_post_norm_decoder() {
+  ModelConfig c = small_decoder();
+  c.norm_first = false;
+  c.activation = Activation::RELU;
+  c.positional = Positional::SINUSOIDAL;
+  c.tie_embeddings = false;
+  return c;
+}
+ModelConfig nanogpt_decoder() {
+  ModelConfig c = small_decoder();
+  c.bias = false;
+  return c;
+}
+ModelConfig rms_shared_decoder() {
+  ModelConfig c = small_decoder();
+  c.num_encoder_layers = 3;
+  c.norm_type = NormType::RMS_NORM;
+  c.share_layers = true;
+  c.head_dim = 8;
   return c;
 }
 
@@ -437,7 +465,11 @@ TEST(Model, TorchRoundTripLogits) {
                              {none_scaled, "encoder no positions, scaled", "torch.nn"},
                              {unscaled_s2s, "seq2seq unscaled, Dh 8, Dv 6, scale 0.2, only qkv biases", "functional"},
                              {rms_shared_encoder(), "encoder rms_norm, shared layers, pre-norm", "functional"},
-                             {rms_shared_seq2seq(), "seq2seq rms_norm, shared layers, no FFN bias", "functional"}};
+                             {rms_shared_seq2seq(), "seq2seq rms_norm, shared layers, no FFN bias", "functional"},
+                             {small_decoder(), "decoder (pre-norm, gelu, learned, tied)", "torch.nn"},
+                             {untied_post_norm_decoder(), "decoder post-norm relu sinusoidal untied", "torch.nn"},
+                             {nanogpt_decoder(), "decoder without biases (nanoGPT)", "functional"},
+                             {rms_shared_decoder(), "decoder rms_norm, shared layers, Dh 8", "functional"}};
   uint64_t seed = 10;
   std::string args;
   std::vector<std::string> dirs;
@@ -445,7 +477,7 @@ TEST(Model, TorchRoundTripLogits) {
     Generator g{seed++, 0};
     Model m(cs.c, g);
     m.eval();
-    const data::TokenBatch b = random_batch(cs.c, 4, seed);
+    const data::TokenBatch b = cs.c.is_lm() ? random_lm_batch(cs.c, 4, 9, seed) : random_batch(cs.c, 4, seed);
     const Tensor logits = m.forward(b);
     const std::string dir = tfm::testing::temp_dir("roundtrip");
     write_model_dir(dir, m);
@@ -527,7 +559,23 @@ Tensor stack_ids(const std::vector<data::TokenBatch>& bs, std::vector<int32_t> d
 // float64 curve at every step (the parity rule applied to the whole curve), floored at 2e-5 relative
 // to the loss. The first loss (identical weights, pure forward) must agree to 2e-5 relative like
 // any forward.
-void expect_training_like_torch(Model& m, const std::vector<data::TokenBatch>& raw, float lr, const char* what) {
+// The optimizer of a curve: Adam(lr) by default; AdamW, betas and weight decay on all parameters or on
+// the matrices only (torch's two parameter groups) when set.
+struct CurveOptim {
+  bool adamw = false;
+  float beta1 = 0.9f, beta2 = 0.999f, weight_decay = 0;
+  bool matrices_only = false;
+};
+
+std::string float_text(float v) {
+  std::ostringstream o;
+  o.precision(9);
+  o << v;
+  return o.str();
+}
+
+void expect_training_like_torch(Model& m, const std::vector<data::TokenBatch>& raw, float lr, const char* what,
+                                const CurveOptim& optim = {}) {
   const std::vector<data::TokenBatch> batches = pad_to_common_width(raw, m.config().pad_id);
   const std::string dir = tfm::testing::temp_dir("curve");
   write_model_dir(dir, m);
@@ -539,13 +587,24 @@ void expect_training_like_torch(Model& m, const std::vector<data::TokenBatch>& r
   std::ostringstream lr_text;
   lr_text.precision(9);
   lr_text << lr;
-  io::save_safetensors(dir + "/batches.safetensors", tensors, {{"lr", lr_text.str()}});
+  std::map<std::string, std::string> meta = {{"lr", lr_text.str()}};
+  if (optim.adamw || optim.beta1 != 0.9f || optim.beta2 != 0.999f || optim.weight_decay != 0 || optim.matrices_only)
+    meta.insert({{"optimizer", optim.adamw ? "adamw" : "adam"},
+                 {"beta1", float_text(optim.beta1)},
+                 {"beta2", float_text(optim.beta2)},
+                 {"weight_decay", float_text(optim.weight_decay)},
+                 {"decay_params", optim.matrices_only ? "matrices" : "all"}});
+  io::save_safetensors(dir + "/batches.safetensors", tensors, meta);
   std::string out;
   const int rc = tfm::testing::run_command(kPython + " " + tool("torch_models.py") + " train " + dir, &out);
   ASSERT_EQ(rc, 0) << out;
 
   m.train();
-  Adam opt(m.named_parameters(), lr);
+  const NamedTensors params = m.named_parameters();
+  std::vector<bool> decayed;
+  if (optim.matrices_only)
+    for (const auto& [k, p] : params) decayed.push_back(p.dim() >= 2);
+  Adam opt(params, lr, optim.beta1, optim.beta2, 1e-8f, optim.weight_decay, optim.adamw, decayed);
   std::vector<double> ours;
   for (const data::TokenBatch& b : batches) {
     opt.zero_grad();
@@ -686,6 +745,164 @@ TEST(Model, Seq2SeqTrainsLikeTorch) {
   std::vector<data::TokenBatch> batches;
   for (int s = 0; s < 15; ++s) batches.push_back(random_batch(c, 16, 500 + s));
   expect_training_like_torch(m, batches, 2e-3f, "seq2seq pre-norm tied");
+}
+
+// ---- decoder-only language model ------------------------------------------------------------------
+// Keys as the issue pins them: embedding, pos_embedding (learned), decoder.layers.N (an encoder
+// layer's keys), decoder.norm, and generator.weight only untied, never a generator bias.
+TEST(Model, DecoderStateDictKeys) {
+  Generator g{1, 0};
+  Model tied(small_decoder(), g);
+  const NamedTensors st = tied.state_dict();
+  for (const char* k : {"embedding.weight", "pos_embedding.weight", "decoder.layers.0.self_attn.in_proj_weight",
+                        "decoder.layers.1.linear2.weight", "decoder.layers.1.norm2.bias", "decoder.norm.weight",
+                        "decoder.norm.bias"})
+    EXPECT_TRUE(st.contains(k)) << k;
+  EXPECT_EQ(st.at("embedding.weight").shape(), (Shape{13, 16}));
+  EXPECT_EQ(st.at("pos_embedding.weight").shape(), (Shape{24, 16}));
+  EXPECT_FALSE(st.contains("generator.weight"));
+  EXPECT_FALSE(st.contains("generator.bias"));
+  // The architecture's defaults, made explicit in config().
+  EXPECT_EQ(tied.config().norm_first, true);
+  EXPECT_EQ(tied.config().activation, Activation::GELU);
+  EXPECT_EQ(tied.config().positional, Positional::LEARNED);
+  EXPECT_EQ(tied.config().tie_embeddings, true);
+  EXPECT_EQ(tied.config().scale_embeddings, false);
+
+  Model untied(untied_post_norm_decoder(), g);
+  const NamedTensors su = untied.state_dict();
+  EXPECT_EQ(su.at("generator.weight").shape(), (Shape{13, 16}));
+  EXPECT_FALSE(su.contains("generator.bias"));
+  EXPECT_FALSE(su.contains("pos_embedding.weight"));  // sinusoidal: a buffer
+  EXPECT_TRUE(su.contains("decoder.norm.weight"));    // a final norm even post-norm
+  EXPECT_EQ(untied.num_parameters(), tied.num_parameters() + 13 * 16 - 24 * 16);
+
+  Model nano(nanogpt_decoder(), g);
+  for (const auto& [k, t] : nano.state_dict()) EXPECT_EQ(k.find("bias"), std::string::npos) << k;
+}
+
+// GPT-2's initialisation: the sample standard deviation of every matrix is 0.02, that of the residual
+// output projections 0.02/√(2·L), within 10% (≥ 384 draws each); biases are 0 and norm gains 1.
+TEST(Model, DecoderGpt2Initialisation) {
+  Generator g{7, 0};
+  ModelConfig c = untied_post_norm_decoder();
+  c.d_model = 32;
+  c.dim_feedforward = 64;
+  Model m(c, g);
+  const double residual = 0.02 / std::sqrt(2.0 * 2);
+  for (auto& [k, t] : m.named_parameters()) {
+    const float* p = t.data();
+    if (t.dim() >= 2) {
+      double ss = 0, sum = 0;
+      for (int64_t i = 0; i < t.numel(); ++i) ss += double(p[i]) * p[i], sum += p[i];
+      const bool res = k.find("out_proj.weight") != std::string::npos || k.find("linear2.weight") != std::string::npos;
+      const double expect = res ? residual : 0.02;
+      EXPECT_NEAR(std::sqrt(ss / t.numel()), expect, 0.1 * expect) << k;
+      EXPECT_LT(std::fabs(sum / t.numel()), 0.2 * expect) << k;
+    } else {
+      const bool gain = k.find("norm") != std::string::npos && k.find("weight") != std::string::npos;
+      for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(p[i], gain ? 1.0f : 0.0f) << k;
+    }
+  }
+}
+
+// Causality: a position's logits do not depend on later tokens; the tied output projection and
+// embedding share one tensor (and its gradient); a decoder model refuses to encode or translate.
+TEST(Model, DecoderIsCausalAndTied) {
+  Generator g{8, 0};
+  Model m(small_decoder(), g);
+  m.eval();
+  data::TokenBatch a = random_lm_batch(m.config(), 1, 10, 3);
+  data::TokenBatch b = a;
+  for (int64_t t = 6; t < 10; ++t) b.src[t] = 3 + (b.src[t] - 3 + 1) % 10;
+  const Tensor la = m.forward(a), lb = m.forward(b);  // (1, 10, V)
+  EXPECT_EQ(la.shape(), (Shape{1, 10, 13}));
+  const int64_t V = 13;
+  for (int64_t i = 0; i < 6 * V; ++i) ASSERT_EQ(la.data()[i], lb.data()[i]) << i;
+  EXPECT_GT(tfm::testing::rel_error(la, lb), 1e-4);
+  EXPECT_THROW(m.encode(a.src, 1, 10), std::invalid_argument);
+  data::TokenBatch longer = random_lm_batch(m.config(), 1, 25, 3);  // beyond max_len 24
+  EXPECT_THROW(m.forward(longer), std::invalid_argument);
+
+  m.train();
+  ModelConfig c = small_decoder();
+  c.dropout = 0;
+  Model d(c, g);
+  d.loss(random_lm_batch(c, 2, 8, 4)).backward();
+  const Tensor w = d.state_dict().at("embedding.weight");
+  ASSERT_TRUE(w.grad().defined());
+  // Token 0 (pad) never occurs in the windows: its row's gradient comes from the output projection alone.
+  double s = 0;
+  for (int j = 0; j < 16; ++j) s += std::fabs(w.grad().data()[j]);
+  EXPECT_GT(s, 0.0);
+}
+
+// Every gradient of the language model (tied and untied, torch.nn and functional twins) against
+// PyTorch float64 on the same weights and batch: max|g − g64| / max|g64| within max(2e-5, 20 × PyTorch
+// float32's own error) per parameter, the parity rule; the loss within 2e-5 relative.
+TEST(Model, DecoderGradientsMatchTorch) {
+  if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
+  uint64_t seed = 300;
+  for (ModelConfig c : {small_decoder(), untied_post_norm_decoder(), nanogpt_decoder(), rms_shared_decoder()}) {
+    c.dropout = 0;
+    Generator g{seed++, 0};
+    Model m(c, g);
+    m.train();
+    const data::TokenBatch b = random_lm_batch(c, 3, 11, seed);
+    const std::string dir = tfm::testing::temp_dir("grads");
+    write_model_dir(dir, m);
+    io::save_safetensors(dir + "/batches.safetensors", {{"src", ids_tensor(b.src, 1, b.B * b.S).reshape({1, b.B, b.S})},
+                                                        {"tgt_out", ids_tensor(b.tgt_out, 1, b.B * b.S).reshape({1, b.B, b.S})}});
+    std::string out;
+    ASSERT_EQ(tfm::testing::run_command(kPython + " " + tool("torch_models.py") + " grads " + dir, &out), 0) << out;
+    Tensor loss = m.loss(b);
+    loss.backward();
+    const io::SafeTensorsFile ref = io::load_safetensors(dir + "/torch_grads.safetensors");
+    const json err32 = json::parse(ref.metadata.at("f32_err"));
+    const double loss64 = std::stod(ref.metadata.at("loss"));
+    EXPECT_NEAR(loss.item(), loss64, 2e-5 * loss64);
+    const NamedTensors params = m.named_parameters();
+    EXPECT_EQ(ref.tensors.size(), params.size());
+    double worst = 0, worst_bound = 0;
+    std::string worst_key;
+    for (const auto& [k, p] : params) {
+      ASSERT_TRUE(ref.contains(k)) << k;
+      ASSERT_TRUE(p.grad().defined()) << k;
+      const double bound = std::max(2e-5, 20 * err32.at(k).get<double>());
+      const double e = tfm::testing::rel_error(p.grad(), ref.at(k));
+      EXPECT_LE(e, bound) << k << " (seed " << seed << ")";
+      if (e / bound > worst / std::max(worst_bound, 1e-30)) worst = e, worst_bound = bound, worst_key = k;
+    }
+    std::cout << "[ grads ] " << params.size() << " parameters; worst " << worst_key << ": rel err " << worst
+              << ", bound " << worst_bound << "\n";
+    fs::remove_all(dir);
+  }
+}
+
+// The first 50 training steps of the language model, from the same weights and batches: Adam on the
+// architecture's defaults, then nanoGPT's optimisation (AdamW, β2 0.99, weight decay 0.1 on the
+// matrices only) on the bias-free model.
+TEST(Model, DecoderTrainsLikeTorch) {
+  if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
+  auto batches = [](const ModelConfig& c, uint64_t seed) {
+    std::vector<data::TokenBatch> bs;
+    for (int s = 0; s < 50; ++s) bs.push_back(random_lm_batch(c, 8, 16, seed + static_cast<uint64_t>(s)));
+    return bs;
+  };
+  ModelConfig c = small_decoder();
+  c.dropout = 0;
+  Generator g{77, 0};
+  Model m(c, g);
+  expect_training_like_torch(m, batches(c, 900), 3e-3f, "decoder (pre-norm, gelu, learned, tied)");
+  ModelConfig n = nanogpt_decoder();
+  n.dropout = 0;
+  Model mn(n, g);
+  CurveOptim adamw;
+  adamw.adamw = true;
+  adamw.beta2 = 0.99f;
+  adamw.weight_decay = 0.1f;
+  adamw.matrices_only = true;
+  expect_training_like_torch(mn, batches(n, 950), 3e-3f, "decoder nanoGPT: AdamW, beta2 0.99, decay on matrices", adamw);
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "tfm/models/model.h"
+#include "train/step.h"
+
 namespace tfm::train {
 namespace {
 
@@ -83,9 +86,87 @@ TEST(TrainConfig, ReadsTheRunDirectoryFormatItWroteBefore) {
       "pad_id": 0, "src_vocab_size": 22, "tgt_vocab_size": 22, "tie_embeddings": false})");
   EXPECT_EQ(m.arch, Arch::ENCODER);
   EXPECT_FALSE(m.scales_embeddings());
+  EXPECT_EQ(m.positional_value(), Positional::SINUSOIDAL);  // absent: the architecture's, as before
+  EXPECT_EQ(m.with_arch_defaults().to_json(), ModelConfig::from_json(m.with_arch_defaults().to_json()).to_json());
   ModelConfig s = m;
   s.arch = Arch::SEQ2SEQ;
   EXPECT_TRUE(s.scales_embeddings());
+  // Explicit values keep their meaning under any architecture: a saved decoder config with the encoder's
+  // choices stays post-norm, relu, sinusoidal, untied.
+  s.arch = Arch::DECODER;
+  EXPECT_FALSE(s.norm_first_value());
+  EXPECT_EQ(s.activation_value(), Activation::RELU);
+  EXPECT_FALSE(s.ties_embeddings());
+  EXPECT_EQ(c.decay_params_value(), DecayParams::ALL);  // absent in old run directories
+  EXPECT_EQ(c.beta1, 0.9f);
+  EXPECT_EQ(c.beta2, 0.999f);
+  EXPECT_EQ(c.min_lr, 0.0f);
+}
+
+// The decoder architecture's defaults (ModelConfig's table) and its training defaults; each can be set.
+TEST(TrainConfig, DecoderArchDefaultsAndOptimizerFields) {
+  TrainConfig c;
+  set_field(c, "arch", "decoder");
+  EXPECT_EQ(c.model.arch, Arch::DECODER);
+  EXPECT_TRUE(c.model.norm_first_value());
+  EXPECT_EQ(c.model.activation_value(), Activation::GELU);
+  EXPECT_EQ(c.model.positional_value(), Positional::LEARNED);
+  EXPECT_TRUE(c.model.ties_embeddings());
+  EXPECT_FALSE(c.model.scales_embeddings());
+  EXPECT_EQ(c.decay_params_value(), DecayParams::MATRICES);
+  const ModelConfig r = c.model.with_arch_defaults();
+  EXPECT_EQ(r.norm_first, true);
+  EXPECT_EQ(r.tie_embeddings, true);
+  EXPECT_EQ(r.positional, Positional::LEARNED);
+  // Given values win, in any order with --arch.
+  TrainConfig d;
+  set_field(d, "norm_first", "false");
+  set_field(d, "tie_embeddings", "false");
+  set_field(d, "activation", "relu");
+  set_field(d, "arch", "decoder");
+  set_field(d, "decay_params", "all");
+  set_field(d, "beta1", "0.85");
+  set_field(d, "beta2", "0.99");
+  set_field(d, "min_lr", "1e-4");
+  EXPECT_FALSE(d.model.norm_first_value());
+  EXPECT_FALSE(d.model.ties_embeddings());
+  EXPECT_EQ(d.model.activation_value(), Activation::RELU);
+  EXPECT_EQ(d.decay_params_value(), DecayParams::ALL);
+  EXPECT_FLOAT_EQ(d.beta1, 0.85f);
+  EXPECT_FLOAT_EQ(d.beta2, 0.99f);
+  EXPECT_FLOAT_EQ(d.min_lr, 1e-4f);
+  EXPECT_EQ(field_text(d, "decay_params"), "all");
+  EXPECT_EQ(field_text(TrainConfig{}, "decay_params"), "");  // unset: by architecture
+  d.out_dir = "/tmp/x";
+  d.task = data::Task::REVERSE;
+  const TrainConfig back = TrainConfig::from_json(d.to_json());
+  EXPECT_EQ(back.to_json(), d.to_json());
+  EXPECT_EQ(back.decay_params, DecayParams::ALL);
+  EXPECT_NO_THROW(d.validate());
+  // Validation names the field.
+  const auto expect_invalid = [&](auto change, const std::string& key) {
+    TrainConfig bad = d;
+    change(bad);
+    try {
+      bad.validate();
+      ADD_FAILURE() << key << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  };
+  expect_invalid([](TrainConfig& t) { t.beta1 = 1.0f; }, "beta1");
+  expect_invalid([](TrainConfig& t) { t.beta2 = -0.1f; }, "beta2");
+  expect_invalid([](TrainConfig& t) { t.min_lr = 1.0f; }, "min_lr");  // above lr
+  expect_invalid([](TrainConfig& t) { t.model.arch = Arch::ENCODER; t.model.tie_embeddings = true; }, "tie_embeddings");
+  EXPECT_THROW(set_field(d, "decay_params", "biases"), std::invalid_argument);
+  EXPECT_THROW(TrainConfig::from_json(R"({"decay_params": "some"})"), std::invalid_argument);
+  // A language model needs only its (target) vocabulary.
+  ModelConfig lm = c.model;
+  lm.tgt_vocab_size = 30;
+  EXPECT_NO_THROW(lm.validate());
+  lm.tgt_vocab_size = 0;
+  lm.src_vocab_size = 30;
+  EXPECT_THROW(lm.validate(), std::invalid_argument);
 }
 
 TEST(TrainConfig, TaskPresetChangesOnlyWhatTheTasksNeed) {
@@ -114,6 +195,66 @@ TEST(TrainConfig, InitFromIsSavedAndFixesTheModelFields) {
     EXPECT_TRUE(fixed_by_init_from(k)) << k;
   for (const char* k : {"dropout", "drop_path", "lr", "max_steps", "batch_size", "init_from", "out_dir", "task", "seed"})
     EXPECT_FALSE(fixed_by_init_from(k)) << k;
+}
+
+// The run's optimizer (make_optimizer) carries the config's betas, and weight decay reaches exactly
+// the parameters decay_params selects: one step from the same gradients equals Adam built by hand
+// with those flags, bitwise, and differs from decaying every parameter on the 1-dim ones only.
+TEST(TrainConfig, MakeOptimizerAppliesBetasAndDecayParams) {
+  ModelConfig mc;
+  mc.arch = Arch::DECODER;
+  mc.tgt_vocab_size = mc.src_vocab_size = 11;
+  mc.d_model = 8;
+  mc.nhead = 2;
+  mc.num_encoder_layers = 1;
+  mc.dim_feedforward = 16;
+  mc.max_len = 8;
+  TrainConfig c;
+  c.model = mc;
+  c.optimizer = OptimizerKind::ADAMW;
+  c.lr = 0.05f;
+  c.weight_decay = 0.5f;
+  c.beta1 = 0.5f;
+  c.beta2 = 0.9f;
+  // Three models from one seed: the run's optimizer, Adam by hand with the matrices' flags, and every
+  // parameter decayed.
+  auto stepped = [&](auto make) {
+    Generator g{3, 0};
+    Model m(mc, g);
+    auto opt = make(m);
+    for (auto& [k, p] : m.named_parameters())
+      for (int64_t i = 0; i < p.numel(); ++i) p.data()[i] += 0.1f;  // no zero bias: decay shows everywhere
+    for (float gv : {0.25f, 1.0f}) {  // two steps: the first Adam step is ±lr whatever the betas
+      for (auto& [k, p] : m.named_parameters()) p.mutable_grad() = Tensor::full(p.shape(), gv);
+      opt->step();
+    }
+    return m.named_parameters();
+  };
+  const NamedTensors run = stepped([&](Model& m) { return make_optimizer(c, m); });
+  const NamedTensors hand = stepped([&](Model& m) -> std::unique_ptr<Optimizer> {
+    std::vector<bool> flags;
+    for (const auto& [k, p] : m.named_parameters()) flags.push_back(p.dim() >= 2);
+    return std::make_unique<Adam>(m.named_parameters(), 0.05f, 0.5f, 0.9f, 1e-8f, 0.5f, true, flags);
+  });
+  TrainConfig all = c;
+  all.decay_params = DecayParams::ALL;
+  const NamedTensors every = stepped([&](Model& m) { return make_optimizer(all, m); });
+  int differ = 0;
+  for (const auto& [k, p] : run) {
+    const Tensor& h = hand.at(k);
+    for (int64_t i = 0; i < p.numel(); ++i) ASSERT_EQ(p.data()[i], h.data()[i]) << k;
+    bool same = true;
+    for (int64_t i = 0; i < p.numel(); ++i) same = same && p.data()[i] == every.at(k).data()[i];
+    EXPECT_EQ(same, p.dim() >= 2) << k;  // only the 1-dim parameters (biases, norms) escape the decay
+    differ += same ? 0 : 1;
+  }
+  EXPECT_GT(differ, 0);
+  // Other betas change the step: the betas are the optimizer's.
+  TrainConfig torch_betas = c;
+  torch_betas.beta1 = 0.9f;
+  torch_betas.beta2 = 0.999f;
+  const NamedTensors other = stepped([&](Model& m) { return make_optimizer(torch_betas, m); });
+  EXPECT_NE(other.at("embedding.weight").data()[0], run.at("embedding.weight").data()[0]);
 }
 
 }  // namespace

@@ -27,6 +27,18 @@ TEST(Schedule, WarmupThenShape) {
   EXPECT_THROW(scheduled_lr(Schedule::COSINE, 1.0f, 5, 10, 10), std::invalid_argument);
 }
 
+// Cosine to min_lr (nanoGPT's decay): lr at the end of warmup, min_lr + (lr − min_lr)/2 half way, min_lr
+// from the last step on; the warmup and the other schedules ignore it.
+TEST(Schedule, CosineDecaysToMinLr) {
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::COSINE, 1e-3f, 100, 100, 2000, 1e-4f), 1e-3f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::COSINE, 1e-3f, 1050, 100, 2000, 1e-4f), 5.5e-4f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::COSINE, 1e-3f, 2000, 100, 2000, 1e-4f), 1e-4f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::COSINE, 1e-3f, 2500, 100, 2000, 1e-4f), 1e-4f);
+  EXPECT_GT(scheduled_lr(Schedule::COSINE, 1e-3f, 1999, 100, 2000, 1e-4f), 1e-4f);
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::COSINE, 1e-3f, 50, 100, 2000, 1e-4f), 0.5e-3f);  // warmup from 0
+  EXPECT_FLOAT_EQ(scheduled_lr(Schedule::CONSTANT, 1e-3f, 1500, 100, 2000, 1e-4f), 1e-3f);
+}
+
 TEST(Schedule, AutoIsCosineForAKnownLengthElseInverseSqrtOrConstant) {
   EXPECT_EQ(resolve_schedule(Schedule::AUTO, 100, 1600), Schedule::COSINE);
   EXPECT_EQ(resolve_schedule(Schedule::AUTO, 100, 0), Schedule::INVERSE_SQRT);  // length unknown
