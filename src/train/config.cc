@@ -36,9 +36,10 @@ void TrainConfig::validate() const {
   const auto bad = [](const std::string& field, const std::string& why) {
     throw std::invalid_argument("train config: " + field + " " + why);
   };
-  if (init_from.empty() && text() != model.is_lm())  // with init_from the trainer checks the directory's model
-    bad(text() ? "arch" : "text_path", text() ? "must be decoder for text data (a language model trains on text)"
-                                              : "is required by arch decoder (a language model trains on text)");
+  // With init_from the trainer checks the directory's model; the trainer also refuses arch decoder
+  // without text (a configuration may name the decoder before its data).
+  if (init_from.empty() && text() && !model.is_lm())
+    bad("arch", "must be decoder for text data (a language model trains on text)");
   if (text()) {
     if (task || !train_path.empty() || !valid_path.empty())
       bad("text_path", "is a language model's data; it excludes a task and TSV files");

@@ -165,6 +165,8 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
   if (c_.task) c_.src_tokens = c_.tgt_tokens = data::Tokenization::SPACE;  // task tokens are numbers
   if (c_.epochs == 0 && c_.max_steps == 0 && c_.time_budget == 0) c_.epochs = kDefaultEpochs;
   c_.validate();
+  if (c_.init_from.empty() && c_.model.is_lm() && !c_.text())
+    throw std::invalid_argument("train config: text_path is required by arch decoder (a language model trains on text)");
 
   const bool init = !c_.init_from.empty();
   if (init && !resume) {  // config.json first: a directory that is not a model directory fails on it
