@@ -59,15 +59,16 @@ void register_generate(CLI::App& app, Runner& run) {
         text = o->prompt;
       } else if (!o->prompt_file.empty()) {
         std::ifstream f(o->prompt_file, std::ios::binary);
-        if (!f) throw std::runtime_error("cannot read prompt file " + o->prompt_file);
+        if (!f) throw std::runtime_error(o->prompt_file + ": open failed (the --prompt-file)");
         std::ostringstream ss;
         ss << f.rdbuf();
         text = ss.str();
       }
       if (text.empty()) throw std::invalid_argument("the prompt is empty (give at least one character)");
-      const std::vector<int32_t> ids = data::encode_text(m.tgt_vocab, m.tgt_tokens, text);
+      const std::vector<int32_t> ids =
+          data::encode_text(m.tgt_vocab, m.tgt_tokens, text, prompt_given || o->prompt_file.empty() ? "--prompt" : o->prompt_file);
       GenerateOptions gen = o->gen;
-      if (!o->stop.empty()) gen.stop = data::encode_text(m.tgt_vocab, m.tgt_tokens, o->stop);
+      if (!o->stop.empty()) gen.stop = data::encode_text(m.tgt_vocab, m.tgt_tokens, o->stop, "--stop");
       // Each sample: the prompt, then its tokens as they come; a newline closes a sample that does
       // not end with one, then `---` separates it from the next.
       bool at_line_start = text.back() == '\n';

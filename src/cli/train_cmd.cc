@@ -78,11 +78,12 @@ class ProgressPrinter {
                   duration(e.eta_seconds).c_str());
     if (e.kind == K::EVAL) {
       clear();
-      std::fprintf(stderr, "eval  step %lld | epoch %lld | train loss %.4f | val loss %.4f | val token acc %.2f%% | "
-                           "val seq acc %.2f%%\n",
+      std::fprintf(stderr, "eval  step %lld | epoch %lld | train loss %.4f | val loss %.4f | val token acc %.2f%%",
                    static_cast<long long>(e.step), static_cast<long long>(e.epoch), e.last_eval.train_loss,
-                   e.last_eval.valid_loss, 100 * e.last_eval.valid_token_accuracy,
-                   100 * e.last_eval.valid_sequence_accuracy);
+                   e.last_eval.valid_loss, 100 * e.last_eval.valid_token_accuracy);
+      // A language model's windows are not sequences to get right: no sequence accuracy for it.
+      if (!lm_) std::fprintf(stderr, " | val seq acc %.2f%%", 100 * e.last_eval.valid_sequence_accuracy);
+      std::fprintf(stderr, "\n");
       return;
     }
     if (tty_) {

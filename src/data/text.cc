@@ -113,12 +113,13 @@ constexpr char kCacheMagic[8] = {'T', 'F', 'M', 'T', 'O', 'K', 'S', '1'};
 
 }  // namespace
 
-std::vector<int32_t> encode_text(const Vocab& vocab, Tokenization t, const std::string& text) {
+std::vector<int32_t> encode_text(const Vocab& vocab, Tokenization t, const std::string& text,
+                                 const std::string& source) {
   if (t == Tokenization::SPACE) return vocab.encode(tokenize(text, t));
   std::vector<int32_t> ids;
   ids.reserve(text.size());
   try {
-    encode_bytes(reinterpret_cast<const uint8_t*>(text.data()), text.size(), vocab, t, "text",
+    encode_bytes(reinterpret_cast<const uint8_t*>(text.data()), text.size(), vocab, t, source,
                  [&](int32_t id) { ids.push_back(id); });
   } catch (const DataError& e) {
     throw std::invalid_argument(e.what());

@@ -62,6 +62,9 @@ TextScore evaluate_text(const Model& model, const data::TextCorpus& corpus, int6
 }
 
 TextScore evaluate_text_file(const TrainedModel& m, const std::string& path, int64_t batch_size) {
+  if (!m.model->config().is_lm())
+    throw std::invalid_argument(m.dir + " is not a language model (arch " + std::string(enum_name(m.model->config().arch)) +
+                                "); eval --text needs arch decoder (eval --data / --task score the others)");
   const data::TextCorpus corpus = data::TextCorpus::read(path, m.tgt_vocab, m.tgt_tokens);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("cannot read " + path);

@@ -146,7 +146,10 @@ TEST_F(GenerateCli, Errors) {
   fails("generate" + lm + " --num-samples 0", "tfm: error: generate: num_samples must be ≥ 1");
   fails("generate" + lm + " --prompt ''", "tfm: error: the prompt is empty");
   fails("generate" + lm + " --prompt a --prompt-file x", "excludes");
-  fails("generate" + lm + " --prompt-file " + *dir_ + "/missing.txt", "tfm: error: cannot read prompt file");
+  fails("generate" + lm + " --prompt-file " + *dir_ + "/missing.txt", "tfm: error: " + *dir_ + "/missing.txt: open failed");
+  tfm::testing::spit(*dir_ + "/bad_prompt.txt", "ok\xff");
+  fails("generate" + lm + " --prompt-file " + *dir_ + "/bad_prompt.txt",
+        "tfm: error: " + *dir_ + "/bad_prompt.txt: invalid UTF-8 at byte 2");
   fails("eval" + lm + " --task reverse", "is a language model: evaluate it on a text with --text FILE");
   fails("translate" + lm, "is a language model: sample from it with tfm generate");
 }

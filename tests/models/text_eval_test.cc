@@ -121,4 +121,17 @@ TEST(TextEval, Errors) {
   Generator g;
   const Model enc(c, g);
   EXPECT_THROW(evaluate_text(enc, data::TextCorpus::from_ids({1, 2, 3}, 5), 2), std::invalid_argument);
+  // A model directory that is not a language model is named before its text is read (whose
+  // tokenization may not even be one a text can take).
+  TrainedModel tm;
+  tm.dir = "runs/enc";
+  tm.model = std::make_unique<Model>(c, g);
+  tm.src_tokens = tm.tgt_tokens = data::Tokenization::SPACE;
+  try {
+    evaluate_text_file(tm, "/nonexistent.txt", 2);
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "runs/enc is not a language model (arch encoder); eval --text needs arch decoder "
+                           "(eval --data / --task score the others)");
+  }
 }

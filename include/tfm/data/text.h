@@ -35,7 +35,9 @@ namespace tfm::data {
 // Text → ids: CHAR maps each code point to its id (an unknown one to <unk>; a vocabulary without
 // <unk> throws std::invalid_argument naming it), invalid UTF-8 throws std::invalid_argument naming
 // the byte offset; BYTE maps each byte to the id of byte_token(b). SPACE: tokenize + Vocab::encode.
-std::vector<int32_t> encode_text(const Vocab& vocab, Tokenization t, const std::string& text);
+// `source` names the text in messages ("prompt.txt: invalid UTF-8 at byte 3 ...").
+std::vector<int32_t> encode_text(const Vocab& vocab, Tokenization t, const std::string& text,
+                                 const std::string& source = "text");
 // Ids → text: each token's text (a byte token its byte, <unk> U+FFFD), <pad>, <bos> and <eos>
 // dropped; SPACE joins tokens with one space. Throws std::out_of_range for an id outside the
 // vocabulary. BYTE output may end inside a UTF-8 sequence when the ids do.
