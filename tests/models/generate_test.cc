@@ -17,6 +17,7 @@
 #include <iostream>
 #include <memory>
 
+#include "model_configs.h"
 #include "test_util.h"
 #include "tfm/autograd.h"
 
@@ -30,13 +31,8 @@ constexpr int64_t kV = 11, kBlock = 8;
 // over a few units (choices far from ties, samples still varied) and a position read from the wrong
 // row of the table moves the logits far beyond the tolerance.
 std::unique_ptr<Model> tiny_lm(uint64_t seed, int64_t block = kBlock) {
-  ModelConfig c;
-  c.arch = Arch::DECODER;
+  ModelConfig c = tfm::testing::small_decoder();
   c.src_vocab_size = c.tgt_vocab_size = kV;
-  c.d_model = 16;
-  c.nhead = 2;
-  c.num_encoder_layers = 2;
-  c.dim_feedforward = 32;
   c.dropout = 0.0f;
   c.max_len = block;
   Generator g{seed, 0};

@@ -16,6 +16,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "model_configs.h"
 #include "test_util.h"
 #include "tfm/autograd.h"
 
@@ -24,13 +25,8 @@ using namespace tfm;
 namespace {
 
 std::unique_ptr<Model> tiny_lm(int64_t V, uint64_t seed, int64_t block = 8) {
-  ModelConfig c;
-  c.arch = Arch::DECODER;
+  ModelConfig c = tfm::testing::small_decoder();
   c.src_vocab_size = c.tgt_vocab_size = V;
-  c.d_model = 16;
-  c.nhead = 2;
-  c.num_encoder_layers = 2;
-  c.dim_feedforward = 32;
   c.dropout = 0.0f;
   c.max_len = block;
   Generator g{seed, 0};
