@@ -173,6 +173,7 @@ void register_train(CLI::App& app, Runner& run) {
       "  tfm train --train pairs.tsv --valid dev.tsv --arch seq2seq --epochs 20 --out runs/mt\n"
       "  tfm train --text t.txt --valid-text v.txt --arch decoder --tokens char --block-size 64 --out runs/lm\n"
       "                                        (a character-level language model)\n"
+      "  tfm train --preset nanogpt-baby --text t.txt --out runs/baby   (nanoGPT's CPU Shakespeare-char recipe)\n"
       "  tfm train --resume runs/mt            (continue an interrupted run exactly)\n"
       "  tfm train --init-from runs/mt --train more.tsv --valid dev.tsv --lr 1e-4 --out runs/mt2\n"
       "                                        (fine-tune a model directory: its model, weights, vocabularies)\n"
@@ -213,6 +214,11 @@ void register_train(CLI::App& app, Runner& run) {
   tokens->excludes(src_tokens);
   tokens->excludes(tgt_tokens);
   text->excludes(task);
+  auto preset_text = std::make_shared<std::string>();
+  auto* preset = cmd->add_option("--preset", *preset_text,
+                                 "start from a built-in recipe (train::preset_config): " + enum_choices<train::Preset>(" | ") +
+                                     " (nanoGPT's CPU Shakespeare-char model; give the --text)");
+  preset->needs(text);
   text->excludes(tr);
   valid_text->needs(text);
   valid_fraction->needs(text);
@@ -277,7 +283,7 @@ void register_train(CLI::App& app, Runner& run) {
   auto* resume = cmd->add_option("--resume", *resume_dir, "continue the run saved in DIR");
 
   cmd->callback([cmd, data_group, opts, out, epochs, steps, budget, threads_opt, threads, resume, resume_dir, task, task_text,
-                 tr, text, arch, init_from, &run] {
+                 tr, text, arch, init_from, preset, preset_text, &run] {
     if (resume->count() == 0 && out->count() == 0) throw CLI::RequiredError("--out");
     // A resumed run continues exactly as saved: only its length and the thread count may be given
     // (an option silently ignored would look like it had taken effect).
@@ -295,7 +301,9 @@ void register_train(CLI::App& app, Runner& run) {
     const bool task_given = task->count() > 0;
     // Text data trains a language model (with --init-from, the model directory's).
     const bool lm_default = text->count() > 0 && arch->count() == 0 && init_from->count() == 0;
-    run = [opts, len_given, task_given, lm_default, task_text, threads, resume_dir, fixed, model_given] {
+    const bool preset_given = preset->count() > 0;
+    run = [opts, len_given, task_given, lm_default, task_text, preset_given, preset_text, threads, resume_dir, fixed,
+           model_given] {
       if (!model_given.empty())
         throw std::invalid_argument("--init-from takes the model (and its tokenizations) from the model directory; "
                                     "only --dropout and --drop-path of the model options may be given with it (got " +
@@ -314,8 +322,12 @@ void register_train(CLI::App& app, Runner& run) {
       if (resuming) {
         c = train::load_train_config(*resume_dir);
       } else {
-        c = task_given ? train::task_preset(*given.task, given.model.arch) : TrainConfig{};
-        if (lm_default) c.model.arch = Arch::DECODER;
+        if (preset_given) {
+          c = train::preset_config(enum_from_name<train::Preset>(*preset_text));
+        } else {
+          c = task_given ? train::task_preset(*given.task, given.model.arch) : TrainConfig{};
+          if (lm_default) c.model.arch = Arch::DECODER;
+        }
         opts->apply(c);
       }
       if (len_given) {  // the length options replace the run's length together (on resume too)

@@ -87,6 +87,35 @@ TrainConfig task_preset(data::Task task, Arch arch) {
   return c;
 }
 
+TrainConfig preset_config(Preset preset) {
+  TrainConfig c;
+  switch (preset) {
+    case Preset::NANOGPT_BABY:
+      c.model.arch = Arch::DECODER;
+      c.src_tokens = c.tgt_tokens = data::Tokenization::CHAR;
+      c.model.num_encoder_layers = 4;
+      c.model.nhead = 4;
+      c.model.d_model = 128;
+      c.model.dim_feedforward = 512;
+      c.model.dropout = 0.0f;
+      c.model.bias = false;
+      c.block_size = 64;
+      c.batch.batch_size = 12;
+      c.max_steps = 2000;
+      c.warmup = 100;
+      c.optimizer = OptimizerKind::ADAMW;
+      c.lr = 1e-3f;
+      c.min_lr = 1e-4f;
+      c.beta2 = 0.99f;
+      c.weight_decay = 0.1f;
+      c.decay_params = DecayParams::MATRICES;
+      c.clip_norm = 1.0f;
+      c.eval_every = 250;
+      break;
+  }
+  return c;
+}
+
 }  // namespace tfm::train
 
 namespace tfm::train {

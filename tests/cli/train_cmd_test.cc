@@ -349,6 +349,39 @@ void write_text(const std::string& path, int sentences, unsigned seed) {
 
 const char* kTinyLm = " --d-model 16 --nhead 2 --layers 1 --dim-feedforward 32 --batch-size 8 --threads 1";
 
+// --preset nanogpt-baby is train::preset_config's recipe; options given still apply on top of it.
+TEST(TrainCli, NanogptBabyPresetIsTheLibrarysRecipePlusTheOptionsGiven) {
+  const std::string d = temp_dir("cli_preset");
+  write_text(d + "/t.txt", 40, 4);
+  std::string out;
+  ASSERT_EQ(run_command(kCli + " train --preset nanogpt-baby --text " + d + "/t.txt --block-size 16 --max-steps 2 " +
+                            "--eval-every 2 --threads 1 --out " + d + "/run",
+                        &out),
+            0)
+      << out;
+  const auto config = nlohmann::json::parse(tfm::testing::slurp(d + "/run/config.json"));
+  const tfm::train::TrainConfig p = tfm::train::preset_config(tfm::train::Preset::NANOGPT_BABY);
+  EXPECT_EQ(config["model"]["arch"], "decoder");
+  EXPECT_EQ(config["model"]["d_model"], p.model.d_model);
+  EXPECT_EQ(config["model"]["num_encoder_layers"], p.model.num_encoder_layers);
+  EXPECT_EQ(config["model"]["nhead"], p.model.nhead);
+  EXPECT_EQ(config["model"]["dim_feedforward"], p.model.dim_feedforward);
+  EXPECT_EQ(config["model"]["bias"], false);
+  EXPECT_EQ(config["train"]["optimizer"], "adamw");
+  EXPECT_FLOAT_EQ(config["train"]["lr"].get<float>(), p.lr);
+  EXPECT_FLOAT_EQ(config["train"]["min_lr"].get<float>(), p.min_lr);
+  EXPECT_FLOAT_EQ(config["train"]["beta2"].get<float>(), 0.99f);
+  EXPECT_FLOAT_EQ(config["train"]["weight_decay"].get<float>(), 0.1f);
+  EXPECT_EQ(config["train"]["decay_params"], "matrices");
+  EXPECT_EQ(config["train"]["batch_size"], 12);
+  EXPECT_EQ(config["train"]["block_size"], 16);  // given: overrides the preset's 64
+  EXPECT_EQ(config["train"]["max_steps"], 2);    // given: replaces the preset's 2000
+  EXPECT_NE(run_command(kCli + " train --preset nanogpt-baby --out " + d + "/x", &out), 0);
+  EXPECT_NE(out.find("--preset requires --text"), std::string::npos) << out;
+  EXPECT_NE(run_command(kCli + " train --preset gpt-9 --text " + d + "/t.txt --out " + d + "/y", &out), 0);
+  EXPECT_NE(out.find("unknown preset 'gpt-9' (expected nanogpt-baby)"), std::string::npos) << out;
+}
+
 TEST(TrainCli, LanguageModelTrainsOnTextAndResumes) {
   const std::string d = temp_dir("cli_lm");
   write_text(d + "/t.txt", 80, 1);

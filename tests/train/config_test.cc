@@ -183,6 +183,37 @@ TEST(TrainConfig, TaskPresetChangesOnlyWhatTheTasksNeed) {
   EXPECT_EQ(p.clip_norm, base.clip_norm);
 }
 
+// nanoGPT's CPU "baby" recipe: the values of its config and README command line, and a valid run once
+// the text is given.
+TEST(TrainConfig, NanogptBabyPresetIsNanogptsCpuRecipe) {
+  TrainConfig p = preset_config(Preset::NANOGPT_BABY);
+  EXPECT_EQ(p.model.arch, Arch::DECODER);
+  EXPECT_EQ(p.tgt_tokens, data::Tokenization::CHAR);
+  EXPECT_EQ(p.model.num_encoder_layers, 4);
+  EXPECT_EQ(p.model.nhead, 4);
+  EXPECT_EQ(p.model.d_model, 128);
+  EXPECT_EQ(p.model.dim_feedforward, 4 * 128);
+  EXPECT_EQ(p.model.dropout, 0.0f);
+  EXPECT_FALSE(p.model.bias);
+  EXPECT_EQ(p.block_size, 64);
+  EXPECT_EQ(p.batch.batch_size, 12);
+  EXPECT_EQ(p.max_steps, 2000);
+  EXPECT_EQ(p.warmup, 100);
+  EXPECT_EQ(p.optimizer, OptimizerKind::ADAMW);
+  EXPECT_FLOAT_EQ(p.lr, 1e-3f);
+  EXPECT_FLOAT_EQ(p.min_lr, 1e-4f);
+  EXPECT_FLOAT_EQ(p.beta1, 0.9f);
+  EXPECT_FLOAT_EQ(p.beta2, 0.99f);
+  EXPECT_FLOAT_EQ(p.weight_decay, 0.1f);
+  EXPECT_EQ(p.decay_params_value(), DecayParams::MATRICES);
+  EXPECT_FLOAT_EQ(p.clip_norm, 1.0f);
+  EXPECT_EQ(p.label_smoothing, 0.0f);
+  EXPECT_EQ(enum_from_name<Preset>("nanogpt-baby"), Preset::NANOGPT_BABY);
+  p.text_path = "t.txt";
+  p.out_dir = "run";
+  EXPECT_NO_THROW(p.validate());
+}
+
 // init_from is a saved field (a resumed run knows where its weights came from), and the keys it fixes
 // are the model's, its tokenizations, and none of the training options.
 TEST(TrainConfig, InitFromIsSavedAndFixesTheModelFields) {

@@ -138,6 +138,18 @@ struct TrainConfig {
 // step 1200-1400. Dropout only slows these noiseless tasks.
 TrainConfig task_preset(data::Task task, Arch arch);
 
+// Built-in recipes a run starts from (`tfm train --preset NAME`); options given still apply on top.
+//   NANOGPT_BABY  nanoGPT's "baby" Shakespeare character model as its README runs it on a CPU
+//                 (config/train_shakespeare_char.py with --block_size=64 --batch_size=12 --n_layer=4
+//                 --n_head=4 --n_embd=128 --max_iters=2000 --lr_decay_iters=2000 --dropout=0.0):
+//                 arch decoder, char tokens, 4 layers, 4 heads, d_model 128, FFN 512, block 64,
+//                 batch 12, 2000 steps, warmup 100, AdamW lr 1e-3 with cosine decay to 1e-4 (the
+//                 AUTO schedule of a run of known length), β2 0.99, weight decay 0.1 on matrices,
+//                 clip 1.0, dropout 0, no biases, evaluation every 250 steps. The data (--text) is
+//                 the run's.
+enum class Preset { NANOGPT_BABY };
+TrainConfig preset_config(Preset preset);
+
 // One field of a TrainConfig or of its ModelConfig by its key ("lr", "d_model", "norm_first",
 // "task"), from or to its text on the command line: numbers in C++ syntax, booleans true / false,
 // closed sets by name. set_field throws std::invalid_argument "train config: <key> ..." for an unknown
@@ -152,6 +164,12 @@ bool fixed_by_init_from(const std::string& key);
 }  // namespace tfm::train
 
 namespace tfm {
+template <>
+struct EnumNames<train::Preset> {
+  static constexpr const char* noun = "preset";
+  static constexpr std::array<std::pair<train::Preset, std::string_view>, 1> names{
+      {{train::Preset::NANOGPT_BABY, "nanogpt-baby"}}};
+};
 template <>
 struct EnumNames<train::DecayParams> {
   static constexpr const char* noun = "decay_params";
