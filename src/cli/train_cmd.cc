@@ -174,6 +174,8 @@ void register_train(CLI::App& app, Runner& run) {
       "  tfm train --text t.txt --valid-text v.txt --arch decoder --tokens char --block-size 64 --out runs/lm\n"
       "                                        (a character-level language model)\n"
       "  tfm train --preset nanogpt-baby --text t.txt --out runs/baby   (nanoGPT's CPU Shakespeare-char recipe)\n"
+      "  tfm train --train pairs.tsv --valid dev.tsv --arch seq2seq --tokens spm --joint-vocab --vocab-size 8000 \\\n"
+      "      --out runs/mt-spm                 (one SentencePiece vocabulary of 8000 pieces for both sides)\n"
       "  tfm train --resume runs/mt            (continue an interrupted run exactly)\n"
       "  tfm train --init-from runs/mt --train more.tsv --valid dev.tsv --lr 1e-4 --out runs/mt2\n"
       "                                        (fine-tune a model directory: its model, weights, vocabularies)\n"
@@ -213,6 +215,18 @@ void register_train(CLI::App& app, Runner& run) {
                          "tokenization of the text (or of both TSV sides): " + enum_choices<data::Tokenization>(" | "));
   tokens->excludes(src_tokens);
   tokens->excludes(tgt_tokens);
+  // Subword vocabularies (SentencePiece, tfm/data/tokenizer.h): with --src-tokens / --tgt-tokens /
+  // --tokens spm.
+  o.value("--src-vocab-size", {"src_vocab_size"}, "spm source side: train a SentencePiece model of N pieces on it");
+  o.value("--tgt-vocab-size", {"tgt_vocab_size"}, "spm target side: train a SentencePiece model of N pieces on it");
+  o.value("--vocab-size", {"vocab_size"},
+          "spm language model or --joint-vocab: train one SentencePiece model of N pieces");
+  o.value("--spm-type", {"spm_type"}, "SentencePiece model type: " + enum_choices<data::SpmType>(" | "));
+  o.value("--src-spm-model", {"src_spm_model"}, "spm source side: use this SentencePiece .model file");
+  o.value("--tgt-spm-model", {"tgt_spm_model"}, "spm target side: use this SentencePiece .model file");
+  o.value("--spm-model", {"spm_model"}, "spm language model or --joint-vocab: use this SentencePiece .model file");
+  o.flag("joint-vocab", "joint_vocab", "one vocabulary (one SentencePiece model with spm) for source and target");
+  o.value("--spm-max-lines", {"spm_max_lines"}, "at most N lines (evenly spaced) train a SentencePiece model");
   text->excludes(task);
   auto preset_text = std::make_shared<std::string>();
   auto* preset = cmd->add_option("--preset", *preset_text,

@@ -203,7 +203,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
       throw std::invalid_argument(vocab_files + ": not the built-in tasks' vocabulary, so the task " +
                                   std::string(enum_name(*c_.task)) + " cannot be encoded with them");
   }
-  ds_ = load_dataset(c_, saved_src.get(), saved_tgt.get());
+  ds_ = load_dataset(c_, saved_src.get(), saved_tgt.get(), resume ? c_.out_dir : c_.init_from);
   for (const auto& n : ds_.notes) note(ProgressEvent::Kind::NOTE, n);
   // A run started from a model directory keeps that model's configuration (saved whole in the run's
   // config.json, so a resume reads it back as it is); otherwise the data sizes the model.
@@ -231,6 +231,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
     // needs them; the one-token-a-line files otherwise.
     const bool json_vocab = c_.text() || ds_.src_vocab.needs_json() || ds_.tgt_vocab.needs_json();
     model_dir::save_vocabs(c_.out_dir, ds_.src_vocab, ds_.tgt_vocab, json_vocab);
+    model_dir::save_tokenizers(c_.out_dir, ds_.src_tokenizer, ds_.tgt_tokenizer);
     io::write_file_atomic(model_dir::path(c_.out_dir, model_dir::CONFIG),
                           model_dir::config_json(mc_, c_.to_json(/*with_model=*/false), ds_.src_vocab, ds_.tgt_vocab,
                                                  c_.src_tokens, c_.tgt_tokens, json_vocab));
