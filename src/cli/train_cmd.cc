@@ -227,6 +227,8 @@ void register_train(CLI::App& app, Runner& run) {
   o.value("--spm-model", {"spm_model"}, "spm language model or --joint-vocab: use this SentencePiece .model file");
   o.flag("joint-vocab", "joint_vocab", "one vocabulary (one SentencePiece model with spm) for source and target");
   o.value("--spm-max-lines", {"spm_max_lines"}, "at most N lines (evenly spaced) train a SentencePiece model");
+  o.flag("share-embeddings", "share_embeddings",
+         "seq2seq with --joint-vocab: the encoder reads the decoder's embedding (no src_embedding.weight)");
   text->excludes(task);
   auto preset_text = std::make_shared<std::string>();
   auto* preset = cmd->add_option("--preset", *preset_text,

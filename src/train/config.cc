@@ -111,6 +111,8 @@ void TrainConfig::validate_subwords() const {
   if (shared_spm && (vocab_size > 0) == !spm_model.empty())
     bad("vocab_size/spm_model", std::string("exactly one is needed with spm tokens for ") +
                                     (text() ? "text data" : "joint_vocab") + " (train a model, or a .model file)");
+  if (model.share_embeddings && !joint_vocab && init_from.empty())
+    bad("share_embeddings", "needs joint_vocab (one vocabulary, so one embedding table, for both sides)");
   if (!shared_spm && (vocab_size != 0 || !spm_model.empty()))
     bad(vocab_size != 0 ? "vocab_size" : "spm_model", "needs spm tokens and text data or joint_vocab");
 }

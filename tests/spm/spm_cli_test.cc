@@ -114,8 +114,12 @@ TEST(SpmCli, ResumeEqualsTheUninterruptedRunAndReusesTheModels) {
   ASSERT_EQ(run_command(train_cmd(d, "full", kSpm + " --max-steps 8 --threads 1"), &out), 0) << out;
   ASSERT_EQ(run_command(train_cmd(d, "part", kSpm + " --max-steps 4 --threads 1"), &out), 0) << out;
   const std::string model = slurp(d + "/part/src.spm.model");
-  // The training file changes: a resumed run must not train its SentencePiece models again.
-  { std::ofstream(d + "/other.tsv") << "completely different\tdata here\n"; }
+  // A resumed run never trains its SentencePiece models again: with a training file too small for
+  // them, resuming (to the same length: no step) still works.
+  std::filesystem::rename(d + "/train.tsv", d + "/train.keep");
+  { std::ofstream(d + "/train.tsv") << "a b\tb a\n"; }
+  ASSERT_EQ(run_command(kCli + " train --resume " + d + "/part --max-steps 4 --threads 1 2>&1", &out), 0) << out;
+  std::filesystem::rename(d + "/train.keep", d + "/train.tsv");
   ASSERT_EQ(run_command(kCli + " train --resume " + d + "/part --max-steps 8 --threads 2 2>&1", &out), 0) << out;
   EXPECT_EQ(slurp(d + "/part/src.spm.model"), model);
   EXPECT_EQ(slurp(d + "/part/model.safetensors"), slurp(d + "/full/model.safetensors"));
@@ -132,6 +136,17 @@ TEST(SpmCli, JointVocabularyAndGivenModelFiles) {
   EXPECT_TRUE(std::filesystem::exists(d + "/j/spm.model"));
   EXPECT_FALSE(std::filesystem::exists(d + "/j/src.spm.model"));
   EXPECT_EQ(slurp(d + "/j/src_vocab.txt"), slurp(d + "/j/tgt_vocab.txt"));
+  EXPECT_NE(slurp(d + "/j/model.safetensors").find("src_embedding.weight"), std::string::npos);
+  // --share-embeddings: the encoder reads tgt_embedding; no src_embedding.weight; translate works.
+  ASSERT_EQ(run_command(train_cmd(d, "s", "--tokens spm --joint-vocab --vocab-size 250 --share-embeddings --max-steps 2"),
+                        &out),
+            0)
+      << out;
+  EXPECT_EQ(slurp(d + "/s/model.safetensors").find("src_embedding.weight"), std::string::npos);
+  EXPECT_NE(slurp(d + "/s/model.safetensors").find("tgt_embedding.weight"), std::string::npos);
+  EXPECT_NE(slurp(d + "/s/config.json").find("\"share_embeddings\": true"), std::string::npos);
+  ASSERT_EQ(run_command("echo 'License Public General' | " + kCli + " translate --model " + d + "/s 2>&1", &out), 0) << out;
+  EXPECT_EQ(out.find(kSpace), std::string::npos) << out;
   // A given .model file is used as it is (copied into the run directory).
   ASSERT_EQ(run_command(train_cmd(d, "g", "--tokens spm --src-spm-model " + d + "/j/spm.model --tgt-spm-model " + d +
                                               "/j/spm.model --max-steps 1"),
@@ -177,6 +192,7 @@ TEST(SpmCli, OptionErrorsAreOneClearLine) {
         d + "/train.tsv (source side): SentencePiece cannot make a vocabulary of 100000 pieces");
   fails("--tokens spm --src-spm-model " + d + "/nope.model --tgt-vocab-size 100", d + "/nope.model");
   fails("--tokens spm --joint-vocab --vocab-size 100 --src-vocab-size 100", "src_vocab_size is for one side");
+  fails("--tokens spm --src-vocab-size 100 --tgt-vocab-size 100 --share-embeddings", "share_embeddings needs joint_vocab");
 }
 
 }  // namespace
