@@ -86,7 +86,12 @@ void TrainConfig::validate_subwords() const {
   if (src_vocab_size < 0 || tgt_vocab_size < 0 || vocab_size < 0) bad("src_vocab_size/tgt_vocab_size/vocab_size", "must be ≥ 0");
   const bool src_spm = src_tokens == Tokenization::SPM, tgt_spm = tgt_tokens == Tokenization::SPM;
   const bool one = text() || joint_vocab;  // one vocabulary: vocab_size / spm_model
+  // A run from a model directory uses its tokenizers (its config then says spm with no sizes).
+  const bool from_dir = !init_from.empty();
   if (task && (src_spm || tgt_spm)) bad("src_tokens/tgt_tokens", "spm does not apply to a built-in task");
+  if (from_dir && (src_vocab_size || tgt_vocab_size || vocab_size || !src_spm_model.empty() || !tgt_spm_model.empty() ||
+                   !spm_model.empty() || joint_vocab))
+    bad("init_from", "takes the vocabularies and tokenizers from the model directory; the subword fields must stay unset");
   if (joint_vocab) {
     if (task || text()) bad("joint_vocab", "applies to TSV pairs (a task or a language model has one vocabulary already)");
     if (src_tokens != tgt_tokens) bad("joint_vocab", "needs src_tokens equal to tgt_tokens");
@@ -101,14 +106,14 @@ void TrainConfig::validate_subwords() const {
     if (!own && !model.empty())
       bad(model_key, one ? "is for one side; with " + std::string(text() ? "text data" : "joint_vocab") + " give spm_model"
                          : "needs " + std::string(tokens_key) + " spm");
-    if (own && (size > 0) == !model.empty())
+    if (own && !from_dir && (size > 0) == !model.empty())
       bad(tokens_key, "spm needs exactly one of " + std::string(size_key) + " (train a model) and " + model_key +
                           " (a .model file)");
   };
   side(src_spm, src_vocab_size, src_spm_model, "src_vocab_size", "src_spm_model", "src_tokens");
   side(tgt_spm, tgt_vocab_size, tgt_spm_model, "tgt_vocab_size", "tgt_spm_model", "tgt_tokens");
   const bool shared_spm = one && tgt_spm;
-  if (shared_spm && (vocab_size > 0) == !spm_model.empty())
+  if (shared_spm && !from_dir && (vocab_size > 0) == !spm_model.empty())
     bad("vocab_size/spm_model", std::string("exactly one is needed with spm tokens for ") +
                                     (text() ? "text data" : "joint_vocab") + " (train a model, or a .model file)");
   if (model.share_embeddings && !joint_vocab && init_from.empty())

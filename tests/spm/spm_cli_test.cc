@@ -97,6 +97,21 @@ TEST(SpmCli, Seq2seqTrainsTranslatesTextAndIsThreadIndependent) {
   EXPECT_EQ(out.find(kSpace), std::string::npos) << out;
   EXPECT_EQ(out.find("<unk>"), std::string::npos) << out;
 
+  // Fine-tuning from the directory uses its SentencePiece models (copied along), and resumes.
+  ASSERT_EQ(run_command(kCli + " train --init-from " + d + "/t1 --train " + d + "/train.tsv --valid " + d +
+                            "/valid.tsv --max-steps 2 --threads 1 --out " + d + "/ft 2>&1",
+                        &out),
+            0)
+      << out;
+  EXPECT_EQ(slurp(d + "/ft/src.spm.model"), slurp(d + "/t1/src.spm.model"));
+  EXPECT_EQ(slurp(d + "/ft/tgt.spm.model"), slurp(d + "/t1/tgt.spm.model"));
+  ASSERT_EQ(run_command(kCli + " train --resume " + d + "/ft --max-steps 3 --threads 1 2>&1", &out), 0) << out;
+  EXPECT_NE(run_command(kCli + " train --init-from " + d + "/t1 --train " + d + "/train.tsv --valid " + d +
+                            "/valid.tsv --src-vocab-size 100 --out " + d + "/ft2 2>&1",
+                        &out),
+            0);
+  EXPECT_NE(out.find("--src-vocab-size"), std::string::npos) << out;
+
   // eval on the TSV (pieces scored) runs with the model directory's tokenizers.
   ASSERT_EQ(run_command(kCli + " eval --model " + d + "/t1 --data " + d + "/valid.tsv 2>&1", &out), 0) << out;
 
