@@ -2,6 +2,7 @@
 // the vocab.h functions unchanged; SentencePiece models train deterministically, carry tfm's
 // specials, round-trip text, and their errors name the file.
 #include "tfm/data/tokenizer.h"
+#include "tfm/data/text.h"
 
 #include <gtest/gtest.h>
 
@@ -146,6 +147,38 @@ TEST(Tokenizer, LoadErrorsNameTheFile) {
   // Truncated: corrupt too.
   std::ofstream(corrupt, std::ios::binary) << model.substr(0, model.size() / 2);
   EXPECT_THROW(Tokenizer::load_spm(corrupt), std::runtime_error);
+  std::filesystem::remove_all(d);
+}
+
+// Language-model text: line by line with "<0x0A>" for each newline; decoding (one id at a time, as
+// generate prints) gives the text back exactly, and the corpus of a file holds the same ids.
+TEST(Tokenizer, TextEncodingKeepsNewlinesAndDecodesPieceByPiece) {
+  const std::string d = temp_dir("text");
+  SpmOptions o;
+  o.vocab_size = 400;
+  const Tokenizer tok = train_text_spm("/usr/share/common-licenses/GPL-3", o);
+  const Vocab v = tok.vocab();
+  const std::string text = "  The GNU General\n\nPublic License,\tversion 3 \u00e9\n";
+  const std::vector<int32_t> ids = encode_text(v, tok, text, "sample");
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), v.id("<0x0A>")), 3);
+  EXPECT_EQ(decode_text(v, tok, ids), text);
+  std::string streamed;
+  for (int32_t id : ids) streamed += decode_text(v, tok, {id});
+  EXPECT_EQ(streamed, text);
+  std::ofstream(d + "/t.txt", std::ios::binary) << text;
+  const TextCorpus c = TextCorpus::read(d + "/t.txt", v, tok);
+  ASSERT_EQ(c.size(), static_cast<int64_t>(ids.size()));
+  for (int64_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i], ids[static_cast<size_t>(i)]) << i;
+  // A model without byte pieces cannot encode a newline: the error names the text and the model.
+  const Tokenizer plain =
+      Tokenizer::from_spm_model(train_spm(views(gpl_lines()), SpmOptions{.vocab_size = 200}, "GPL-3"), "plain.model");
+  try {
+    encode_text(plain.vocab(), plain, "a\nb", "prompt");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("plain.model"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(d);
 }
 
