@@ -64,8 +64,10 @@ void load_text(const TrainConfig& c, const data::Vocab* tgt_vocab, const std::st
   if (!c.valid_text_path.empty()) {
     ds.text_train = all;
     // A validation file of the training file's name caches beside it under another name.
-    const std::string vcache = cache(c.valid_text_path) == cache(c.text_path) ? cache(c.valid_text_path) + ".valid"
-                                                                              : cache(c.valid_text_path);
+    // Without a cache directory both names are "" and nothing is cached.
+    const std::string vcache = !c.token_cache.empty() && cache(c.valid_text_path) == cache(c.text_path)
+                                   ? cache(c.valid_text_path) + ".valid"
+                                   : cache(c.valid_text_path);
     ds.text_valid = data::TextCorpus::read(c.valid_text_path, ds.tgt_vocab, ds.tgt_tokenizer, vcache);
   } else {
     const auto n = all.size();

@@ -41,6 +41,10 @@ TEST(Tokenizer, NonSpmKindsAreTheVocabFunctions) {
     EXPECT_FALSE(tok.is_spm());
   }
   EXPECT_THROW(tokenize("x", Tokenization::SPM), std::invalid_argument);
+  // The Tokenizer overloads pick the tokenizer's own functions.
+  const Tokenizer space(Tokenization::SPACE);
+  EXPECT_EQ(detokenize(Tokens{"a", "b"}, space), "a b");
+  EXPECT_EQ(tokenize("a b", space), (Tokens{"a", "b"}));
   EXPECT_THROW(Tokenizer(Tokenization::SPM).tokenize("x"), std::invalid_argument);
 }
 

@@ -82,6 +82,11 @@ class Tokenizer {
   std::shared_ptr<const Spm> spm_;  // SPM: the loaded model, shared by copies (read-only)
 };
 
+// data::tokenize / data::detokenize with a Tokenizer (an spm one included): callers written for a
+// Tokenization work unchanged when handed a Tokenizer.
+inline Tokens tokenize(const std::string& text, const Tokenizer& t) { return t.tokenize(text); }
+inline std::string detokenize(const Tokens& tokens, const Tokenizer& t) { return t.detokenize(tokens); }
+
 // Trains a SentencePiece model on `lines` (at most o.max_lines of them, evenly spaced: line
 // ⌊i·n/max_lines⌋ for i < max_lines; empty lines are skipped) and returns the serialized model.
 // `name` names the data in messages. Throws std::invalid_argument "<name>: ..." when there is no text,
