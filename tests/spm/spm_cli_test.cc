@@ -183,6 +183,15 @@ TEST(SpmCli, LanguageModelKeepsNewlinesAndScoresBitsPerChar) {
             0)
       << out;
   EXPECT_TRUE(std::filesystem::exists(d + "/lm/spm.model"));
+  // With a validation text and no --token-cache, nothing is cached (no file in the working directory).
+  ASSERT_EQ(run_command("cd " + d + " && " + kCli + " train --text /usr/share/common-licenses/GPL-3 --valid-text " +
+                            "/usr/share/common-licenses/GPL-2 --tokens spm --vocab-size 400 --d-model 16 --nhead 2 " +
+                            "--layers 1 --dim-feedforward 32 --block-size 32 --batch-size 8 --max-steps 1 --threads 1 " +
+                            "--out " + d + "/lm2 2>&1",
+                        &out),
+            0)
+      << out;
+  EXPECT_FALSE(std::filesystem::exists(d + "/.valid"));
   ASSERT_EQ(run_command(kCli + " generate --model " + d + "/lm --prompt 'The GNU' --max-new-tokens 40 --seed 1 2>&1", &out), 0)
       << out;
   EXPECT_EQ(out.rfind("The GNU", 0), 0u) << out;
