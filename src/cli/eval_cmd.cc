@@ -77,7 +77,9 @@ void register_eval(CLI::App& app, Runner& run) {
         set = train::tsv_test_set(m, o->data, &note);
         if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
       }
-      const train::Metrics r = train::evaluate(m, set, o->beam, o->batch_size);
+      const train::Metrics r = train::evaluate(m, set, o->beam, o->batch_size, [&](const data::Tokens& t) {
+        return data::detokenize(t, m.tgt_tokens);
+      });
       if (o->json) {
         std::printf("%s\n", r.to_json().c_str());
       } else {
