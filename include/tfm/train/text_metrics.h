@@ -31,6 +31,10 @@
 // default; its eps_smoothing variant averages per-order F-scores instead). With several references a
 // sentence contributes the counts of the reference whose own sentence-level chrF is highest (the first on
 // a tie).
+//
+// To add a text metric: a statistics struct here with add(hypothesis, references), += and score(), a
+// field and accessor in Metrics (tfm/train/metrics.h) with its key in Metrics::to_json, and hand-computed
+// cases in tests/train/text_metrics_test.cc.
 #pragma once
 
 #include <array>
