@@ -443,7 +443,7 @@ TrainResult Run::train() {
     // A language model has no sources to decode: its validation figures are the last row's.
     if (!c_.text())
       result.final_metrics = evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, ds_.valid_set, 1, kEvalBatch,
-                                      [&](const data::Tokens& t) { return data::detokenize(t, c_.tgt_tokens); });
+                                      [&](const data::Tokens& t) { return ds_.tgt_tokenizer.detokenize(t); });
   }
   result.steps = st_.step;
   result.epochs_completed = st_.epoch;

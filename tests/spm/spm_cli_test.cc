@@ -9,7 +9,12 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "test_util.h"
+#include "tfm/models/model_dir.h"
+#include "tfm/train/evaluate.h"
+#include "tfm/train/text_metrics.h"
 
 namespace {
 
@@ -112,8 +117,27 @@ TEST(SpmCli, Seq2seqTrainsTranslatesTextAndIsThreadIndependent) {
             0);
   EXPECT_NE(out.find("--src-vocab-size"), std::string::npos) << out;
 
-  // eval on the TSV (pieces scored) runs with the model directory's tokenizers.
-  ASSERT_EQ(run_command(kCli + " eval --model " + d + "/t1 --data " + d + "/valid.tsv 2>&1", &out), 0) << out;
+  // eval on the TSV: accuracies count pieces; BLEU and chrF score the detokenized text, the text
+  // translate prints, against the file's targets as text.
+  ASSERT_EQ(run_command(kCli + " eval --model " + d + "/t1 --data " + d + "/valid.tsv --json 2>/dev/null", &out), 0) << out;
+  {
+    const auto j = nlohmann::json::parse(out);
+    const tfm::TrainedModel m = tfm::load_model_dir(d + "/t1");
+    const tfm::train::EvalSet set = tfm::train::tsv_test_set(m, d + "/valid.tsv", nullptr);
+    std::vector<std::string> srcs;
+    std::vector<std::vector<std::string>> refs;
+    for (size_t i = 0; i < set.sources.size(); ++i) {
+      srcs.push_back(m.src_tokens.detokenize(set.sources[i]));
+      refs.emplace_back();
+      for (const auto& r : set.references[i]) refs.back().push_back(m.tgt_tokens.detokenize(r));
+      EXPECT_EQ(refs.back()[0].find(kSpace), std::string::npos) << refs.back()[0];
+    }
+    EXPECT_EQ(srcs[0], sources[0]);  // the text itself, not pieces
+    const auto hyps = tfm::translate_lines(m, srcs, 1, 64);
+    EXPECT_EQ(j.at("bleu").get<double>(), tfm::train::corpus_bleu(hyps, refs));
+    EXPECT_EQ(j.at("chrf").get<double>(), tfm::train::corpus_chrf(hyps, refs));
+    EXPECT_GT(j.at("chrf").get<double>(), 0.0);
+  }
 
   // A missing tokenizer file is an error naming it.
   std::filesystem::copy(d + "/t1", d + "/broken", std::filesystem::copy_options::recursive);
