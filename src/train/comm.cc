@@ -51,8 +51,7 @@ void wait(MPI_Request& req, const Comm& c, const char* what, bool timed) {
     if (polls > 2000) {
       std::this_thread::sleep_for(std::chrono::microseconds(polls > 20000 ? 1000 : 50));
       if (timed && std::chrono::duration<double>(Clock::now() - start).count() > c.timeout())
-        throw CommTimeout("rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size()) + ": no answer from " +
-                          "the other processes in " + what + " within --comm-timeout " +
+        throw CommTimeout(std::string("no answer from the other processes in ") + what + " within --comm-timeout " +
                           std::to_string(static_cast<long long>(c.timeout())) +
                           " s (a process is stopped, stuck or gone)");
     }

@@ -64,8 +64,9 @@ class ShardedStep {
   ShardedStep(const std::vector<Tensor>& params, int64_t shards, Comm& comm);
   StepOutcome run(Model& model, Optimizer& opt, Generator& gen, const data::TokenBatch& batch, float label_smoothing,
                   float clip_norm, Agreement& agreement);
-  // The next step's first wait has no deadline (the other ranks may still be writing a checkpoint or
-  // evaluating, which takes as long as it takes); later waits have comm.timeout() again.
+  // The next step's first wait has no deadline (rank 0 may still be writing a checkpoint, which takes
+  // as long as it takes); later waits have comm.timeout() again. The first step's first wait has none
+  // either: the ranks finish loading at different times.
   void untimed_next() { untimed_ = true; }
 
  private:

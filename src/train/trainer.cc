@@ -344,7 +344,7 @@ void Run::evaluate_and_record() {
   st_.loss_count = 0;
   st_.tokens = 0;
   since_eval_ = Clock::now();
-  if (sharded_) sharded_->untimed_next();
+  if (sharded_ && !lead_) sharded_->untimed_next();  // see checkpoint()
   if (hooks_.progress && lead_) {
     ProgressEvent e = event(ProgressEvent::Kind::EVAL);
     e.epoch = r.epoch;
@@ -356,7 +356,10 @@ void Run::evaluate_and_record() {
 
 void Run::checkpoint() {
   st_.elapsed = elapsed();
-  if (sharded_) sharded_->untimed_next();
+  // The other ranks wait for rank 0 to write for as long as that takes; rank 0, its checkpoint
+  // written (and its evaluation done, which every rank runs alike), waits for them with the timeout,
+  // so a rank that stopped at that point is still detected.
+  if (sharded_ && !lead_) sharded_->untimed_next();
   if (!lead_) {  // rank 0 writes; the others keep what the checkpoint records in step with it
     st_.checkpoint_step = st_.step;
     return;

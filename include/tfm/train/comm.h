@@ -20,7 +20,7 @@
 
 namespace tfm::train {
 
-// A timed wait ran out: what() names the collective, the rank and the timeout.
+// A timed wait ran out: what() names the collective and the timeout.
 class CommTimeout : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
