@@ -245,6 +245,8 @@ void register_train(CLI::App& app, Runner& run) {
       "  tfm train --task reverse --arch encoder --d-model 16 --nhead 4 --head-dim 16 --no-qkv-bias \\\n"
       "      --no-out-bias --dim-feedforward 512 --layers 4 --max-steps 3000 --out runs/nb4\n"
       "                                        (the reverse notebook's own layers: 4 heads of width 16 on width 16)\n"
+      "  mpirun -np 4 tfm train --train pairs.tsv --valid dev.tsv --grad-shards 4 --out runs/mt4\n"
+      "                                        (4 processes; bitwise the run of one process with --grad-shards 4)\n"
       "The defaults shown are for TSV data. --task starts from the task's preset instead (train::task_preset:\n"
       "1600 steps, --lr 2e-3, --dropout 0, --batch-size 256; reverse: 100% by step ~1300); options given\n"
       "still apply. --epochs, --max-steps and --time-budget replace the run's length together.\n"

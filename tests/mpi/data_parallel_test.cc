@@ -239,6 +239,31 @@ TEST_F(Mpirun, InterruptedUnderTwoProcessesResumedInOneEqualsTheUninterruptedRun
   EXPECT_TRUE(same_run(d + "/whole", d + "/split"));
 }
 
+// Ctrl-C to mpirun: Open MPI sends SIGTERM to both ranks, they stop at the same step and rank 0
+// writes one checkpoint there, which one process resumes (with the saved --grad-shards 2).
+TEST_F(Mpirun, SigintToMpirunStopsEveryRankAtOneStepWithOneCheckpoint) {
+  const std::string d = temp_dir("mpi_sigint");
+  write_pairs(d + "/train.tsv", 40, 7);
+  write_pairs(d + "/valid.tsv", 6, 8);
+  const std::string script =
+      mpirun(2) + kCli + " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq +
+      " --max-steps 1000000 --out " + d + "/run 2>" + d + "/err & pid=$!; " +
+      "for i in $(seq 600); do grep -q '^eval' " + d + "/err 2>/dev/null && break; sleep 0.1; done; " +
+      "kill -INT $pid; wait $pid; echo rc=$?";
+  std::string out;
+  run_command(script, &out);
+  const std::string err = read_file(d + "/err");
+  const auto at = err.find("terminated (SIGTERM) at step ");
+  ASSERT_NE(at, std::string::npos) << err;
+  EXPECT_EQ(at, err.rfind("terminated (SIGTERM) at step ")) << err;  // rank 0 alone reports
+  const int64_t step = std::stoll(err.substr(at + 29));
+  const nlohmann::json state = state_without_clock(d + "/run/trainer_state.safetensors").second;
+  EXPECT_EQ(state["__metadata__"]["tfm_trainer_state"]["step"], step) << "the checkpoint is not at the reported step";
+  ASSERT_EQ(run_command(kCli + " train --resume " + d + "/run --max-steps " + std::to_string(step + 2) + " --threads 1", &out), 0)
+      << out;
+  EXPECT_NE(out.find("trained " + std::to_string(step + 2) + " steps"), std::string::npos) << out;
+}
+
 // A stopped rank: the other gives up after --comm-timeout with one clear line, and the job ends
 // non-zero well before the run would have.
 TEST_F(Mpirun, StoppedRankMakesTheJobFailWithinTheCommTimeout) {
