@@ -325,9 +325,11 @@ data::TokenBatch Run::next_batch() {
 }
 
 void Run::evaluate_and_record() {
-  const TeacherForced tf = c_.text()
-                               ? evaluate_teacher_forced_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch)
-                               : evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch);
+  // Several processes: rank 0 evaluates (its figures go into the files it alone writes); the others
+  // keep the bookkeeping in step and wait for it at the next step's exchange, without a deadline.
+  const TeacherForced tf = !lead_    ? TeacherForced{}
+                           : c_.text() ? evaluate_teacher_forced_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch)
+                                       : evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch);
   EvalRow r;
   r.step = st_.step;
   r.epoch = st_.epoch + (st_.batch == 0 ? 0 : 1);
@@ -344,7 +346,7 @@ void Run::evaluate_and_record() {
   st_.loss_count = 0;
   st_.tokens = 0;
   since_eval_ = Clock::now();
-  if (sharded_ && !lead_) sharded_->untimed_next();  // see checkpoint()
+  if (sharded_ && !lead_) sharded_->untimed_next();  // rank 0 may still be evaluating
   if (hooks_.progress && lead_) {
     ProgressEvent e = event(ProgressEvent::Kind::EVAL);
     e.epoch = r.epoch;
@@ -357,8 +359,7 @@ void Run::evaluate_and_record() {
 void Run::checkpoint() {
   st_.elapsed = elapsed();
   // The other ranks wait for rank 0 to write for as long as that takes; rank 0, its checkpoint
-  // written (and its evaluation done, which every rank runs alike), waits for them with the timeout,
-  // so a rank that stopped at that point is still detected.
+  // written, waits for them with the timeout, so a rank that stopped meanwhile is still detected.
   if (sharded_ && !lead_) sharded_->untimed_next();
   if (!lead_) {  // rank 0 writes; the others keep what the checkpoint records in step with it
     st_.checkpoint_step = st_.step;

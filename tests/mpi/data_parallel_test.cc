@@ -203,10 +203,12 @@ TEST_F(Mpirun, Seq2seqTsvWithDropoutTwoProcessesEqualOneWithTwoShards) {
   EXPECT_TRUE(same_run(d + "/one", d + "/two"));
   // The saved shard count is the resolved one: P.
   EXPECT_NE(read_file(d + "/two/config.json").find("\"grad_shards\": 2"), std::string::npos);
-  // Four shards: two processes of two parts each, one process of four.
+  // Four shards: one process of four parts, two of two, four of one.
   ASSERT_EQ(run_command(kCli + args + " --grad-shards 4 --out " + d + "/one4", &out), 0) << out;
   ASSERT_EQ(run_command(mpirun(2) + kCli + args + " --grad-shards 4 --out " + d + "/two4", &out), 0) << out;
   EXPECT_TRUE(same_run(d + "/one4", d + "/two4"));
+  ASSERT_EQ(run_command(mpirun(4) + kCli + args + " --grad-shards 4 --out " + d + "/four4", &out), 0) << out;
+  EXPECT_TRUE(same_run(d + "/one4", d + "/four4"));
 }
 
 TEST_F(Mpirun, DecoderOnTextTwoProcessesEqualOneWithTwoShards) {

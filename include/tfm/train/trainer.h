@@ -85,8 +85,9 @@ struct TrainHooks {
   std::function<bool(int64_t step)> should_stop;
   // The processes training together (tfm/train/comm.h); null: this process alone. Under MPI every
   // rank runs run_training with the same config and its Comm::world(): the data is read and batched
-  // by every rank (each builds the whole global batch and computes its parts of it), evaluation runs
-  // on every rank alike, and only rank 0 writes files and calls `progress`. should_stop is polled on
+  // by every rank (each builds the whole global batch and computes its parts of it); rank 0 alone
+  // evaluates, writes files and calls `progress` (the others' TrainResult has the steps, not the
+  // figures). should_stop is polled on
   // every rank and the run stops when any rank asks; a time budget follows rank 0's clock.
   Comm* comm = nullptr;
 };
