@@ -96,8 +96,10 @@ void Comm::allgatherv(const float* send, int count, float* recv, const int* coun
     if (recv + displs[0] != send) std::memmove(recv + displs[0], send, sizeof(float) * static_cast<size_t>(count));
     return;
   }
+  // This rank's part already in place in recv: MPI_IN_PLACE (MPI forbids aliased buffers).
+  const void* from = send == recv + displs[rank_] ? MPI_IN_PLACE : send;
   MPI_Request req;
-  check(MPI_Iallgatherv(send, count, MPI_FLOAT, recv, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &req),
+  check(MPI_Iallgatherv(from, count, MPI_FLOAT, recv, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &req),
         "MPI_Iallgatherv");
   wait(req, *this, "the gradient gather (allgatherv)", timed);
 }

@@ -49,7 +49,8 @@ class Comm {
   // recv[k] for k over ranks ← each rank's send[...]: MPI_Alltoallv on floats.
   void alltoallv(const float* send, const int* send_counts, const int* send_displs, float* recv,
                  const int* recv_counts, const int* recv_displs, bool timed);
-  // recv ← every rank's `count` floats at displs[rank] (counts[rank] = count): MPI_Allgatherv.
+  // recv ← every rank's `count` floats at displs[rank] (counts[rank] = count): MPI_Allgatherv. `send`
+  // may be recv + displs[rank] (in place).
   void allgatherv(const float* send, int count, float* recv, const int* counts, const int* displs, bool timed);
   // recv (n · size doubles) ← every rank's n doubles, in rank order: MPI_Allgather.
   void allgather(const double* send, int n, double* recv, bool timed);
