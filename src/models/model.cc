@@ -295,14 +295,19 @@ TransformerEncoderCache Model::make_lm_cache(int64_t rows, int64_t capacity) con
   return TransformerEncoderCache(static_cast<size_t>(encoder_->num_layers()), capacity);
 }
 
-Tensor Model::loss(const data::TokenBatch& b, float label_smoothing) const {
+Tensor Model::loss(const data::TokenBatch& b, float label_smoothing, int64_t normalizer) const {
   const Tensor logits = forward(b);  // (B, T|S, V)
   const int64_t rows = logits.size(0) * logits.size(1);
   if (static_cast<int64_t>(b.tgt_out.size()) != rows)
     throw std::invalid_argument("TokenBatch: tgt_out has " + std::to_string(b.tgt_out.size()) + " ids, expected " +
                                 std::to_string(rows));
-  return ops::cross_entropy(logits.reshape({rows, config_.tgt_vocab_size}), b.tgt_out, config_.pad_id,
-                            label_smoothing);
+  Tensor mean = ops::cross_entropy(logits.reshape({rows, config_.tgt_vocab_size}), b.tgt_out, config_.pad_id,
+                                   label_smoothing);
+  if (normalizer == 0) return mean;
+  if (normalizer < 0) throw std::invalid_argument("model: loss normalizer must be ≥ 0, got " + std::to_string(normalizer));
+  // Σ token losses / normalizer = mean · (n / normalizer), n the batch's own target tokens.
+  const int64_t n = data::count_target_tokens(b, config_.pad_id);
+  return ops::mul_scalar(mean, static_cast<float>(static_cast<double>(n) / static_cast<double>(normalizer)));
 }
 
 }  // namespace tfm

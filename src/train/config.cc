@@ -74,6 +74,7 @@ void TrainConfig::validate() const {
     bad("batch_size/batch_tokens", "need batch_size ≥ 1 or batch_tokens ≥ 1");
   if (eval_every < 0) bad("eval_every", "must be ≥ 0");
   if (out_dir.empty()) bad("out_dir", "is required");
+  if (grad_shards < 0) bad("grad_shards", "must be ≥ 0 (0: one part per process)");
   model.validate(/*check_sizes=*/false);
 }
 

@@ -48,7 +48,10 @@ class Model : public Module {
   // lm_logits(batch.src, B, S), the next-token logits of every position).
   Tensor forward(const data::TokenBatch& batch) const;
   // Mean cross-entropy of forward(batch) against tgt_out, ignoring pad_id, with label smoothing.
-  Tensor loss(const data::TokenBatch& batch, float label_smoothing = 0.0f) const;
+  // normalizer > 0: the sum of the token losses divided by `normalizer` instead of by the batch's own
+  // target-token count n (computed as the mean times n / normalizer), so that the losses of the parts
+  // of a bigger batch, each normalised by the whole batch's count, add up to its mean.
+  Tensor loss(const data::TokenBatch& batch, float label_smoothing = 0.0f, int64_t normalizer = 0) const;
 
   // The pieces of forward(), for decoding (tfm/models/decode.h); each is the code forward() runs.
   // Source ids (B, S), padded with pad_id → encoder output (B, S, D) (the memory); the (B, S) Bool

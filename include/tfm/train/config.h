@@ -94,6 +94,13 @@ struct TrainConfig {
   // checkpoint, never from DIR again. "" = fresh weights.
   std::string init_from;
 
+  // ---- data parallelism (tfm/train/comm.h, tfm/train/trainer.h) ----
+  // The batch is cut into grad_shards parts by rows whose gradients are added in one fixed order, so
+  // the run's numbers are the same in one process and in any number of processes P dividing it.
+  // 0 = resolved when the run starts: 1 in one process (the unsharded step), P under MPI; the run's
+  // config.json keeps the resolved value, so a resumed run keeps it.
+  int64_t grad_shards = 0;
+
   // The keys of config.json's "train" object (the model is its own object, "model").
   template <typename Self, typename Visit>
   static void fields(Self& c, Visit&& visit) {
@@ -142,6 +149,7 @@ struct TrainConfig {
     visit("skip_nonfinite", c.skip_nonfinite);
     visit("out_dir", c.out_dir);
     visit("init_from", c.init_from);
+    visit("grad_shards", c.grad_shards);
   }
 
   bool text() const { return !text_path.empty(); }  // language-model data
