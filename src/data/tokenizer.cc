@@ -72,8 +72,12 @@ Tokenizer Tokenizer::load_spm(const std::string& path) {
 Tokenizer Tokenizer::from_spm_model(std::string model, const std::string& name) {
   auto spm = std::make_shared<Spm>();
   const auto st = spm->processor.LoadFromSerializedProto(model);
-  if (!st.ok() || spm->processor.GetPieceSize() == 0)
-    throw std::runtime_error(name + ": not a SentencePiece model (" + (st.ok() ? "no pieces" : status_text(st)) + ")");
+  if (!st.ok() || spm->processor.GetPieceSize() == 0) {
+    // A file that does not parse as the model's protobuf gets an empty status message.
+    const std::string why = st.ok() ? "it has no pieces" : status_text(st);
+    throw std::runtime_error(name + ": not a SentencePiece model (" +
+                             (why.empty() ? "its " + std::to_string(model.size()) + " bytes do not parse as one" : why) + ")");
+  }
   const char* specials[] = {Vocab::PAD, Vocab::BOS, Vocab::EOS, Vocab::UNK};
   for (int id = 0; id < 4; ++id)
     if (spm->processor.GetPieceSize() <= id || spm->processor.IdToPiece(id) != specials[id])
