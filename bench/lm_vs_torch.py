@@ -2,7 +2,10 @@
 """lm_vs_torch.py — a character-level language model trained by tfm and by PyTorch 1.13 for the same wall
 time, and generation speed with tfm's key/value cache against PyTorch's uncached loop.
 
-    /usr/bin/python3 bench/lm_vs_torch.py --tfm build/tfm [--seconds 45] [--rounds 3] [--part both|train|generate]
+    /usr/bin/python3 bench/lm_vs_torch.py --tfm build/tfm [--seconds 30] [--rounds 3] [--part both|train|generate]
+                     [--torch-env 'KEY=VALUE ...' ...]
+
+(about 7 minutes with the defaults: 3 rounds of 3 training runs of 30 s plus evaluations, then generation).
 
 Data: Vim's documentation (Debian's vim-runtime), as the README's "Language models" section:
 train = every /usr/share/vim/vim90/doc/*.txt but the user manual, valid = usr_0*.txt (--train-text and
@@ -28,9 +31,12 @@ log-sum-exp in float64. Bits per character = total bits / (code points − 1). O
 tfm's trained weights into the twin and scores them with the PyTorch evaluation, so both evaluations are
 checked to be the same measurement (they agree to float32 rounding).
 Rounds alternate tfm, PyTorch, tfm, PyTorch ...; medians are printed. Every PyTorch run is a fresh
-/usr/bin/python3 process with torch.set_num_threads(THREADS) and the inherited environment plus any
---torch-env KEY=VALUE (e.g. OMP_WAIT_POLICY=passive: on a loaded machine libgomp's spinning threads slow
-PyTorch's 2-thread runs many times over).
+/usr/bin/python3 process with torch.set_num_threads(THREADS) and the inherited environment plus, with
+--torch-env 'KEY=VALUE ...' (repeatable: each is another PyTorch configuration measured in every round), those
+variables. The default is two configurations, --torch-env '' --torch-env OMP_WAIT_POLICY=passive:
+libgomp's threads spin after each parallel region while Debian's OpenBLAS (pthreads) runs its own two
+threads on the same two cores; passive waiting removes that collision (PyTorch 1.13's training step measured 100–140 ms inherited, ~70 ms passive on
+an idle 2-core machine), so it is the fairer peer.
 
 Generation (--part generate): a model of the same shape with block size 256 (tfm train --preset nanogpt-baby
 --block-size 256 --max-steps 1: the speed does not depend on the weights), batch 1, greedy. tfm:
@@ -253,36 +259,45 @@ def bench_generate(args, train_path, valid_path, tmp):
         r = subprocess.run(cmd, check=True, capture_output=True)
         return time.perf_counter() - t0, r.stdout.decode("utf-8"), cmd
 
-    rows = []
+    names = torch_names(args)
+    rows = []  # per round: [tfm tok/s, then each PyTorch configuration's]
     for r in range(args.rounds):
         a1, _, _ = tfm_time(n1)
         a2, tfm_text, cmd = tfm_time(n2)
-        (b1, _), (b2, torch_text) = torch_in_worker(args, "generate", [gdir, prompt, [n1, n2]])
-        rows.append(((n2 - n1) / (a2 - a1), (n2 - n1) / (b2 - b1)))
-        print(f"  generate round {r + 1}: tfm {rows[-1][0]:,.0f} tok/s, torch {rows[-1][1]:,.0f} tok/s", flush=True)
-    same = sum(1 for a, b in zip(tfm_text, torch_text) if a == b)
+        row = [(n2 - n1) / (a2 - a1)]
+        for env in args.torch_env:
+            (b1, _), (b2, torch_text) = torch_in_worker(args, env, "generate", [gdir, prompt, [n1, n2]])
+            row.append((n2 - n1) / (b2 - b1))
+        rows.append(row)
+        print(f"  generate round {r + 1}: tfm {row[0]:,.0f} tok/s, PyTorch " +
+              ", ".join(f"{x:,.0f}" for x in row[1:]) + " tok/s", flush=True)
     prefix = next((i for i, (a, b) in enumerate(zip(tfm_text, torch_text)) if a != b), min(len(tfm_text), len(torch_text)))
-    tfm_med, torch_med = statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows)
+    med = [statistics.median(row[i] for row in rows) for i in range(len(rows[0]))]
     print()
-    print(f"Generation, batch 1, greedy, block 256, contexts {64}→{block} ({n2 - n1} tokens timed as the difference of "
+    print(f"Generation, batch 1, greedy, block 256, contexts 64→{block} ({n2 - n1} tokens timed as the difference of "
           f"--max-new-tokens {n2} and {n1}), {args.threads} threads, medians of {args.rounds} rounds:")
     print()
-    print("| | tfm (KV cache) tok/s | PyTorch (uncached, nanoGPT loop) tok/s | tfm / PyTorch |")
-    print("|---|---|---|---|")
-    print(f"| median | {tfm_med:,.0f} | {torch_med:,.0f} | {tfm_med / torch_med:.1f} |")
-    for i, (a, b) in enumerate(rows):
-        print(f"| round {i + 1} | {a:,.0f} | {b:,.0f} | {a / b:.1f} |")
+    print("| | tokens/s | tfm / this |")
+    print("|---|---|---|")
+    print(f"| tfm generate (KV cache) | {med[0]:,.0f} | |")
+    for name, m in zip(names, med[1:]):
+        print(f"| PyTorch, uncached nanoGPT loop, {name} | {m:,.0f} | {med[0] / m:.1f} |")
     print()
+    print("per round: " + "; ".join(", ".join(f"{x:,.0f}" for x in row) for row in rows))
     print(f"tfm command: {shlex.join(cmd)}")
-    print(f"greedy continuations identical for the first {prefix} of {len(tfm_text)} characters"
-          f" ({same} positions equal)")
+    print(f"greedy continuations (prompt included) identical for the first {prefix} of {len(tfm_text)} characters")
 
 
-def torch_in_worker(args, job, run_args):
-    """run_torch or torch_generate_timed in a fresh /usr/bin/python3 process (the environment given by --torch-env, its own OpenMP and
-    OpenBLAS thread pools), so no thread of an earlier run is alive and each run starts alike."""
+def torch_names(args):
+    return [f"env {env}" if env else "inherited env" for env in args.torch_env]
+
+
+def torch_in_worker(args, env_text, job, run_args):
+    """run_torch or torch_generate_timed in a fresh /usr/bin/python3 process with the environment plus env_text
+    (KEY=VALUE ...), its own OpenMP and OpenBLAS thread pools: no thread of an earlier run is alive and each
+    run starts alike."""
     env = dict(os.environ)
-    for kv in args.torch_env:
+    for kv in env_text.split():
         k, _, v = kv.partition("=")
         env[k] = v
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-worker",
@@ -296,7 +311,7 @@ def torch_in_worker(args, job, run_args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tfm", default=os.path.join(HERE, "..", "build", "tfm"))
-    ap.add_argument("--seconds", type=float, default=45.0, help="wall time of each training run")
+    ap.add_argument("--seconds", type=float, default=30.0, help="wall time of each training run")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-steps", type=int, default=2000, help="the cosine schedule's length (the preset's)")
@@ -304,8 +319,9 @@ def main():
     ap.add_argument("--train-text")
     ap.add_argument("--valid-text")
     ap.add_argument("--keep", help="keep the tfm model directories under this directory")
-    ap.add_argument("--torch-env", action="append", default=[], metavar="KEY=VALUE",
-                    help="environment of the PyTorch training runs (repeatable; default: as inherited)")
+    ap.add_argument("--torch-env", action="append", metavar="'KEY=VALUE ...'",
+                    help="a PyTorch configuration: environment variables added to the inherited ones for its "
+                         "processes; repeatable, each one is measured in every round; '' = as inherited; default: '' and OMP_WAIT_POLICY=passive)")
     ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
@@ -313,6 +329,8 @@ def main():
         torch.set_num_threads(w["threads"])
         print(json.dumps((run_torch if w["job"] == "train" else torch_generate_timed)(*w["args"])))
         return
+    args.torch_env = args.torch_env if args.torch_env is not None else ["", "OMP_WAIT_POLICY=passive"]
+    names = torch_names(args)
     torch.set_num_threads(args.threads)
     tmp_obj = tempfile.TemporaryDirectory()
     tmp = args.keep or tmp_obj.name
@@ -321,27 +339,29 @@ def main():
         train_path, valid_path = args.train_text, args.valid_text
     else:
         train_path, valid_path = vim_texts(tmp)
-    print(f"torch {torch.__version__}, {args.threads} threads, torch env {' '.join(args.torch_env) or '(inherited)'}; "
-          f"train {os.path.getsize(train_path):,} B, valid {os.path.getsize(valid_path):,} B; load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; torch {torch.__version__}, {args.threads} threads; "
+          f"train {os.path.getsize(train_path):,} B, valid {os.path.getsize(valid_path):,} B; "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
 
     if args.part in ("both", "train"):
-        results = {"tfm": [], "torch": []}
+        results = [[] for _ in range(1 + len(args.torch_env))]  # tfm, then each PyTorch configuration
         checked = False
         for r in range(args.rounds):
             out = os.path.join(tmp, f"tfm_{r}")
             time.sleep(1)  # this process's OpenMP threads stop spinning after the check below (round 1)
             t = run_tfm(args.tfm, train_path, valid_path, out, args.seconds, args.max_steps, args.threads, r)
-            results["tfm"].append(t)
-            print(f"  round {r + 1} tfm:   {t['steps']} steps, {t['tok_s']:,.0f} tok/s, val loss {t['loss']:.4f} "
+            results[0].append(t)
+            print(f"  round {r + 1} tfm: {t['steps']} steps, {t['tok_s']:,.0f} tok/s, val loss {t['loss']:.4f} "
                   f"({t['bpc']:.3f} bits/char); load average {os.getloadavg()[0]:.2f}", flush=True)
-            p = torch_in_worker(args, "train", [train_path, valid_path, out, args.seconds, args.max_steps, r])
-            results["torch"].append(p)
-            print(f"  round {r + 1} torch: {p['steps']} steps, {p['tok_s']:,.0f} tok/s, val loss {p['loss']:.4f} "
-                  f"({p['bpc']:.3f} bits/char), setup {p['setup']:.1f} s; load average {os.getloadavg()[0]:.2f}",
-                  flush=True)
+            for i, env in enumerate(args.torch_env):
+                p = torch_in_worker(args, env, "train", [train_path, valid_path, out, args.seconds, args.max_steps, r])
+                results[1 + i].append(p)
+                print(f"  round {r + 1} PyTorch ({names[i]}): {p['steps']} steps, {p['tok_s']:,.0f} tok/s, "
+                      f"val loss {p['loss']:.4f} ({p['bpc']:.3f} bits/char), setup {p['setup']:.1f} s; "
+                      f"load average {os.getloadavg()[0]:.2f}", flush=True)
             if not checked:  # the same vocabulary, and the two evaluations are one measurement
                 tfm_vocab = json.load(open(os.path.join(out, "tgt_vocab.json")))
-                if tfm_vocab != p["vocab"]:
+                if tfm_vocab != results[1][0]["vocab"]:
                     raise RuntimeError("the rebuilt vocabulary differs from tfm's tgt_vocab.json")
                 twin, cfg = tm.load_tfm_model(out)
                 with open(valid_path, encoding="utf-8") as f:
@@ -349,25 +369,21 @@ def main():
                 print(f"  check: tfm's round-1 weights scored by the PyTorch evaluation: {loss:.6f} "
                       f"(tfm eval: {t['loss']:.6f})", flush=True)
                 checked = True
-        med = {k: {f: statistics.median(x[f] for x in v) for f in ("tok_s", "loss", "bpc", "steps")}
-               for k, v in results.items()}
+        med = [{f: statistics.median(x[f] for x in v) for f in ("tok_s", "loss", "bpc", "steps")} for v in results]
         print()
         print(f"Training, nanogpt-baby, {args.seconds:g} s each, {args.threads} threads, "
               f"medians of {args.rounds} alternating rounds:")
         print()
-        print("| | steps | tokens/s | validation loss (nats/char) | bits/char |")
-        print("|---|---|---|---|---|")
-        for k in ("tfm", "torch"):
-            m = med[k]
-            print(f"| {'tfm' if k == 'tfm' else 'PyTorch'} | {m['steps']:.0f} | {m['tok_s']:,.0f} | {m['loss']:.4f} | "
-                  f"{m['bpc']:.3f} |")
-        print(f"| tfm / PyTorch | | {med['tfm']['tok_s'] / med['torch']['tok_s']:.2f} | "
-              f"{med['tfm']['loss'] - med['torch']['loss']:+.4f} | {med['tfm']['bpc'] - med['torch']['bpc']:+.3f} |")
+        print("| | steps | tokens/s | tfm / this | validation loss (nats/char) | bits/char |")
+        print("|---|---|---|---|---|---|")
+        for name, m in zip(["tfm"] + [f"PyTorch, {n}" for n in names], med):
+            ratio = "" if m is med[0] else f"{med[0]['tok_s'] / m['tok_s']:.2f}"
+            print(f"| {name} | {m['steps']:.0f} | {m['tok_s']:,.0f} | {ratio} | {m['loss']:.4f} | {m['bpc']:.3f} |")
         print()
-        print("per round (tfm tok/s, PyTorch tok/s, tfm val loss, PyTorch val loss): " + "; ".join(
-            f"{a['tok_s']:,.0f}, {b['tok_s']:,.0f}, {a['loss']:.4f}, {b['loss']:.4f}"
-            for a, b in zip(results["tfm"], results["torch"])))
-        print(f"tfm command: {results['tfm'][0]['cmd']}")
+        print("per round (tokens/s and validation loss, tfm then PyTorch): " + "; ".join(
+            ", ".join(f"{results[k][r]['tok_s']:,.0f} {results[k][r]['loss']:.4f}" for k in range(len(results)))
+            for r in range(args.rounds)))
+        print(f"tfm command: {results[0][0]['cmd']}")
         print()
 
     if args.part in ("both", "generate"):
