@@ -35,8 +35,8 @@ Rounds alternate tfm, PyTorch, tfm, PyTorch ...; medians are printed. Every PyTo
 --torch-env 'KEY=VALUE ...' (repeatable: each is another PyTorch configuration measured in every round), those
 variables. The default is two configurations, --torch-env '' --torch-env OMP_WAIT_POLICY=passive:
 libgomp's threads spin after each parallel region while Debian's OpenBLAS (pthreads) runs its own two
-threads on the same two cores; passive waiting removes that collision (PyTorch 1.13's training step measured 100–140 ms inherited, ~70 ms passive on
-an idle 2-core machine), so it is the fairer peer.
+threads on the same two cores; passive waiting removes that collision (PyTorch 1.13's training step
+measured 100–140 ms inherited, ~70 ms passive on an idle 2-core machine), so it is the fairer peer.
 
 Generation (--part generate): a model of the same shape with block size 256 (tfm train --preset nanogpt-baby
 --block-size 256 --max-steps 1: the speed does not depend on the weights), batch 1, greedy. tfm:
@@ -321,7 +321,8 @@ def main():
     ap.add_argument("--keep", help="keep the tfm model directories under this directory")
     ap.add_argument("--torch-env", action="append", metavar="'KEY=VALUE ...'",
                     help="a PyTorch configuration: environment variables added to the inherited ones for its "
-                         "processes; repeatable, each one is measured in every round; '' = as inherited; default: '' and OMP_WAIT_POLICY=passive)")
+                         "processes; repeatable, each one is measured in every round; '' = as inherited "
+                         "(default: '' and OMP_WAIT_POLICY=passive)")
     ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
