@@ -41,7 +41,8 @@ measured 100–140 ms inherited, ~70 ms passive on an idle 2-core machine), so i
 Generation (--part generate): a model of the same shape with block size 256 (tfm train --preset nanogpt-baby
 --block-size 256 --max-steps 1: the speed does not depend on the weights), batch 1, greedy. tfm:
 `tfm generate --temperature 0 --threads 2` from a 16-character prompt, timed for --max-new-tokens 48 and 240
-(context reaching 64 and 256 = block, no sliding); tokens/s = 192 / (t240 − t48), which removes process start,
+(context reaching 64 and 256 = block, no sliding), --num-samples 10 (each sample restarts from the prompt, so
+the ten are the same measurement repeated); tokens/s = 10·192 / (t240 − t48), which removes process start,
 model loading and the prompt. PyTorch: the twin with tfm's weights and nanoGPT's generate loop (the whole
 forward on the growing context for every new token, argmax of the last row), timed the same way inside its
 process (so without its start either).
@@ -251,20 +252,21 @@ def bench_generate(args, train_path, valid_path, tmp):
     block = tm.read_model_config(gdir)["max_len"]
     prompt = vtext[:16]
     n1, n2 = 64 - len(prompt), block - len(prompt)  # contexts reach 64 and 256
+    samples = 10  # tfm: ten greedy samples a run, so the timed difference is long enough to measure
 
     def tfm_time(n):
         cmd = [args.tfm, "generate", "--model", gdir, "--prompt", prompt, "--max-new-tokens", str(n),
-               "--temperature", "0", "--threads", str(args.threads)]
+               "--temperature", "0", "--num-samples", str(samples), "--threads", str(args.threads)]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, check=True, capture_output=True)
-        return time.perf_counter() - t0, r.stdout.decode("utf-8"), cmd
+        return time.perf_counter() - t0, r.stdout.decode("utf-8").split("\n---\n")[0], cmd
 
     names = torch_names(args)
     rows = []  # per round: [tfm tok/s, then each PyTorch configuration's]
     for r in range(args.rounds):
         a1, _, _ = tfm_time(n1)
         a2, tfm_text, cmd = tfm_time(n2)
-        row = [(n2 - n1) / (a2 - a1)]
+        row = [samples * (n2 - n1) / (a2 - a1)]
         for env in args.torch_env:
             (b1, _), (b2, torch_text) = torch_in_worker(args, env, "generate", [gdir, prompt, [n1, n2]])
             row.append((n2 - n1) / (b2 - b1))
@@ -275,7 +277,8 @@ def bench_generate(args, train_path, valid_path, tmp):
     med = [statistics.median(row[i] for row in rows) for i in range(len(rows[0]))]
     print()
     print(f"Generation, batch 1, greedy, block 256, contexts 64→{block} ({n2 - n1} tokens timed as the difference of "
-          f"--max-new-tokens {n2} and {n1}), {args.threads} threads, medians of {args.rounds} rounds:")
+          f"--max-new-tokens {n2} and {n1}; tfm: {samples} samples a run), {args.threads} threads, "
+          f"medians of {args.rounds} rounds:")
     print()
     print("| | tokens/s | tfm / this |")
     print("|---|---|---|")
