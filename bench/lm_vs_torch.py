@@ -201,7 +201,8 @@ def run_tfm(tfm, train_path, valid_path, out, seconds, max_steps, threads, seed)
     cmd = [tfm, "train", "--preset", "nanogpt-baby", "--text", train_path, "--valid-text", valid_path,
            "--time-budget", str(seconds), "--max-steps", str(max_steps), "--eval-every", "100000000",
            "--threads", str(threads), "--seed", str(seed), "--out", out]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # cwd: tfm train without --token-cache leaves a ".valid" token file in its working directory (fixed on branch spm)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=os.path.dirname(out))
     with open(os.path.join(out, "metrics.csv")) as f:
         rows = [line.strip().split(",") for line in f if line.strip()]
     steps = int(rows[-1][rows[0].index("step")])
@@ -248,7 +249,7 @@ def bench_generate(args, train_path, valid_path, tmp):
         f.write(vtext[:4096])
     subprocess.run([args.tfm, "train", "--preset", "nanogpt-baby", "--block-size", "256", "--max-steps", "1",
                     "--text", train_path, "--valid-text", small_valid, "--threads", str(args.threads), "--out", gdir],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
     block = tm.read_model_config(gdir)["max_len"]
     prompt = vtext[:16]
     n1, n2 = 64 - len(prompt), block - len(prompt)  # contexts reach 64 and 256
@@ -337,10 +338,11 @@ def main():
     names = torch_names(args)
     torch.set_num_threads(args.threads)
     tmp_obj = tempfile.TemporaryDirectory()
-    tmp = args.keep or tmp_obj.name
+    tmp = os.path.abspath(args.keep or tmp_obj.name)
     os.makedirs(tmp, exist_ok=True)
+    args.tfm = os.path.abspath(args.tfm)
     if args.train_text and args.valid_text:
-        train_path, valid_path = args.train_text, args.valid_text
+        train_path, valid_path = os.path.abspath(args.train_text), os.path.abspath(args.valid_text)
     else:
         train_path, valid_path = vim_texts(tmp)
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; torch {torch.__version__}, {args.threads} threads; "
