@@ -52,6 +52,8 @@ class Comm {
   // recv ← every rank's `count` floats at displs[rank] (counts[rank] = count): MPI_Allgatherv. `send`
   // may be recv + displs[rank] (in place).
   void allgatherv(const float* send, int count, float* recv, const int* counts, const int* displs, bool timed);
+  // The same on doubles (the split evaluation's records, tfm/train/evaluate.h).
+  void allgatherv(const double* send, int count, double* recv, const int* counts, const int* displs, bool timed);
   // recv (n · size doubles) ← every rank's n doubles, in rank order: MPI_Allgather.
   void allgather(const double* send, int n, double* recv, bool timed);
   // Stops every process of the run (MPI_Abort); the single process returns.
