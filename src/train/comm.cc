@@ -104,6 +104,18 @@ void Comm::allgatherv(const float* send, int count, float* recv, const int* coun
   wait(req, *this, "the gradient gather (allgatherv)", timed);
 }
 
+void Comm::allgatherv(const double* send, int count, double* recv, const int* counts, const int* displs, bool timed) {
+  if (size_ == 1) {
+    if (recv + displs[0] != send) std::memmove(recv + displs[0], send, sizeof(double) * static_cast<size_t>(count));
+    return;
+  }
+  const void* from = send == recv + displs[rank_] ? MPI_IN_PLACE : send;
+  MPI_Request req;
+  check(MPI_Iallgatherv(from, count, MPI_DOUBLE, recv, counts, displs, MPI_DOUBLE, MPI_COMM_WORLD, &req),
+        "MPI_Iallgatherv");
+  wait(req, *this, "the evaluation's gather (allgatherv)", timed);
+}
+
 void Comm::allgather(const double* send, int n, double* recv, bool timed) {
   if (size_ == 1) {
     std::memmove(recv, send, sizeof(double) * static_cast<size_t>(n));
@@ -131,6 +143,11 @@ void Comm::alltoallv(const float* send, const int* send_counts, const int* send_
 
 void Comm::allgatherv(const float* send, int count, float* recv, const int* /*counts*/, const int* displs, bool /*timed*/) {
   if (recv + displs[0] != send) std::memmove(recv + displs[0], send, sizeof(float) * static_cast<size_t>(count));
+}
+
+void Comm::allgatherv(const double* send, int count, double* recv, const int* /*counts*/, const int* displs,
+                      bool /*timed*/) {
+  if (recv + displs[0] != send) std::memmove(recv + displs[0], send, sizeof(double) * static_cast<size_t>(count));
 }
 
 void Comm::allgather(const double* send, int n, double* recv, bool /*timed*/) {

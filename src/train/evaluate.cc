@@ -3,10 +3,12 @@
 #include "tfm/train/evaluate.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
 #include "tfm/inference.h"
+#include "tfm/train/comm.h"
 #include "tfm/train/trainer.h"
 
 namespace tfm::train {
@@ -89,34 +91,51 @@ Metrics evaluate(const TrainedModel& m, const EvalSet& set, int beam, int64_t ba
 
 namespace {
 
-// Teacher-forced sums over batches. logits (B, T, V); per target loss_i = lse(logits_i) − logits_i[y_i],
-// the lse taken around the row's maximum (the argmax, which the accuracies need too) in double.
+// Visits every non-pad target of a batch in order. logits (B, T, V); per target
+// loss_i = lse(logits_i) − logits_i[y_i], the lse taken around the row's maximum (the argmax, which
+// the accuracies need too) in double: token(loss_i, argmax == y) for each target, row(all right)
+// after each row.
+template <class Token, class Row>
+void scan_targets(const data::TokenBatch& b, const Tensor& logits, int32_t pad_id, Token&& token, Row&& row_end) {
+  const int64_t V = logits.size(-1);
+  const float* lp = logits.data();
+  for (int64_t r = 0; r < b.B; ++r) {
+    bool all = true;
+    for (int64_t t = 0; t < b.T; ++t) {
+      const int32_t y = b.tgt_out[static_cast<size_t>(r * b.T + t)];
+      if (y == pad_id) continue;
+      const float* row = lp + (r * b.T + t) * V;
+      int64_t arg = 0;
+      for (int64_t v = 1; v < V; ++v)
+        if (row[v] > row[arg]) arg = v;
+      double s = 0;
+      for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(row[v]) - row[arg]);
+      const double loss = std::log(s) + row[arg] - row[y];
+      token(loss, arg == y);
+      all = all && arg == y;
+    }
+    row_end(all);
+  }
+}
+
+// Teacher-forced sums over batches: the losses added one by one into a running double, in batch
+// order and within a batch in (row, position) order.
 struct TeacherForcedSums {
   double loss_sum = 0;
   int64_t tokens = 0, correct = 0, seqs = 0, seq_ok = 0;
 
   void add(const data::TokenBatch& b, const Tensor& logits, int32_t pad_id) {
-    const int64_t V = logits.size(-1);
-    const float* lp = logits.data();
-    for (int64_t r = 0; r < b.B; ++r) {
-      bool all = true;
-      for (int64_t t = 0; t < b.T; ++t) {
-        const int32_t y = b.tgt_out[static_cast<size_t>(r * b.T + t)];
-        if (y == pad_id) continue;
-        const float* row = lp + (r * b.T + t) * V;
-        int64_t arg = 0;
-        for (int64_t v = 1; v < V; ++v)
-          if (row[v] > row[arg]) arg = v;
-        double s = 0;
-        for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(row[v]) - row[arg]);
-        loss_sum += std::log(s) + row[arg] - row[y];
-        ++tokens;
-        correct += arg == y;
-        all = all && arg == y;
-      }
-      ++seqs;
-      seq_ok += all;
-    }
+    scan_targets(
+        b, logits, pad_id,
+        [&](double loss, bool ok) {
+          loss_sum += loss;
+          ++tokens;
+          correct += ok;
+        },
+        [&](bool all) {
+          ++seqs;
+          seq_ok += all;
+        });
   }
   TeacherForced result() const {
     TeacherForced r;
@@ -127,9 +146,127 @@ struct TeacherForcedSums {
   }
 };
 
+// Appends one batch's record to a part's (layout in evaluate.h): [n, correct, rows, rows all right,
+// loss_1 … loss_n]. The counts are whole numbers far below 2^53, exact in double.
+void record_batch(const data::TokenBatch& b, const Tensor& logits, int32_t pad_id, std::vector<double>& out) {
+  const size_t head = out.size();
+  out.insert(out.end(), 4, 0.0);
+  double n = 0, correct = 0, rows = 0, rows_ok = 0;
+  scan_targets(
+      b, logits, pad_id,
+      [&](double loss, bool ok) {
+        out.push_back(loss);
+        n += 1;
+        correct += ok;
+      },
+      [&](bool all) {
+        rows += 1;
+        rows_ok += all;
+      });
+  out[head] = n, out[head + 1] = correct, out[head + 2] = rows, out[head + 3] = rows_ok;
+}
+
+void check_parts(int part, int parts) {
+  if (parts < 1 || part < 0 || part >= parts)
+    throw std::invalid_argument("teacher-forced evaluation: part " + std::to_string(part) + " of " +
+                                std::to_string(parts) + " (expected 0 <= part < parts)");
+}
+
+// Every rank's record gathered in rank order, then replayed. Untimed: a rank's share may be one
+// batch longer than another's and an evaluation's length has no bound, so it must not trip
+// --comm-timeout.
+TeacherForced gather_and_replay(Comm& comm, const std::vector<double>& mine) {
+  const int P = comm.size();
+  const double n = static_cast<double>(mine.size());
+  std::vector<double> sizes(static_cast<size_t>(P));
+  comm.allgather(&n, 1, sizes.data(), /*timed=*/false);
+  std::vector<int> counts(static_cast<size_t>(P)), displs(static_cast<size_t>(P));
+  int total = 0;
+  for (int r = 0; r < P; ++r) {
+    if (sizes[static_cast<size_t>(r)] > static_cast<double>(std::numeric_limits<int>::max() - total))
+      throw std::runtime_error("teacher-forced evaluation: the records of the ranks exceed 2^31 values");
+    counts[static_cast<size_t>(r)] = static_cast<int>(sizes[static_cast<size_t>(r)]);
+    displs[static_cast<size_t>(r)] = total;
+    total += counts[static_cast<size_t>(r)];
+  }
+  std::vector<double> all(static_cast<size_t>(total));
+  comm.allgatherv(mine.data(), static_cast<int>(mine.size()), all.data(), counts.data(), displs.data(), /*timed=*/false);
+  std::vector<std::vector<double>> parts(static_cast<size_t>(P));
+  for (int r = 0; r < P; ++r)
+    parts[static_cast<size_t>(r)].assign(all.begin() + displs[static_cast<size_t>(r)],
+                                         all.begin() + displs[static_cast<size_t>(r)] + counts[static_cast<size_t>(r)]);
+  return teacher_forced_replay(parts);
+}
+
 }  // namespace
 
-TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size) {
+std::vector<double> teacher_forced_part(Model& model, const std::vector<data::Example>& examples, int64_t batch_size,
+                                        int part, int parts) {
+  check_parts(part, parts);
+  InferenceMode scope;
+  model.eval();
+  const ModelConfig& m = model.config();
+  data::BatchSettings bs;
+  bs.batch_size = batch_size;
+  const data::BatchPlan plan = data::plan_eval(examples, bs);
+  std::vector<double> out;
+  for (size_t k = static_cast<size_t>(part); k < plan.size(); k += static_cast<size_t>(parts)) {
+    const data::TokenBatch b = data::make_batch(examples, plan[k], m.target_layout(), m.pad_id, m.bos_id, m.eos_id);
+    record_batch(b, model.forward(b), m.pad_id, out);  // logits (B, T, V)
+  }
+  model.train();
+  return out;
+}
+
+std::vector<double> teacher_forced_text_part(Model& model, const data::TextCorpus& corpus, int64_t block_size,
+                                             int64_t batch_size, int part, int parts) {
+  check_parts(part, parts);
+  InferenceMode scope;
+  model.eval();
+  std::vector<double> out;
+  const int64_t batches = data::validation_batch_count(corpus, block_size, batch_size);
+  for (int64_t k = part; k < batches; k += parts) {
+    const data::TokenBatch b = data::validation_windows(corpus, block_size, batch_size, k);
+    record_batch(b, model.forward(b), model.config().pad_id, out);  // logits (B, T, V)
+  }
+  model.train();
+  return out;
+}
+
+TeacherForced teacher_forced_replay(const std::vector<std::vector<double>>& parts) {
+  const size_t P = parts.size();
+  if (P == 0) throw std::invalid_argument("teacher_forced_replay: no parts");
+  std::vector<size_t> at(P, 0);
+  TeacherForcedSums sums;
+  // Batch k is part k % P's; the first part out of batches marks the end (shares differ by at most
+  // one batch, earlier parts taking the extra ones).
+  for (size_t k = 0;; ++k) {
+    const std::vector<double>& rec = parts[k % P];
+    size_t& i = at[k % P];
+    if (i == rec.size()) break;
+    if (rec.size() - i < 4) throw std::invalid_argument("teacher_forced_replay: a part's record is cut short");
+    const double n = rec[i], correct = rec[i + 1], rows = rec[i + 2], rows_ok = rec[i + 3];
+    i += 4;
+    if (n < 0 || static_cast<double>(rec.size() - i) < n)
+      throw std::invalid_argument("teacher_forced_replay: a part's record is cut short");
+    const size_t end = i + static_cast<size_t>(n);
+    for (; i < end; ++i) sums.loss_sum += rec[i];
+    sums.tokens += static_cast<int64_t>(n);
+    sums.correct += static_cast<int64_t>(correct);
+    sums.seqs += static_cast<int64_t>(rows);
+    sums.seq_ok += static_cast<int64_t>(rows_ok);
+  }
+  for (size_t p = 0; p < P; ++p)
+    if (at[p] != parts[p].size())
+      throw std::invalid_argument("teacher_forced_replay: part " + std::to_string(p) +
+                                  " has more batches than the round-robin split gives it");
+  return sums.result();
+}
+
+TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size,
+                                      Comm* comm) {
+  if (comm && !comm->single())
+    return gather_and_replay(*comm, teacher_forced_part(model, examples, batch_size, comm->rank(), comm->size()));
   InferenceMode scope;  // float32, weights packed once for all batches
   model.eval();
   const ModelConfig& m = model.config();
@@ -145,7 +282,10 @@ TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Exam
 }
 
 TeacherForced evaluate_teacher_forced_text(Model& model, const data::TextCorpus& corpus, int64_t block_size,
-                                           int64_t batch_size) {
+                                           int64_t batch_size, Comm* comm) {
+  if (comm && !comm->single())
+    return gather_and_replay(*comm,
+                             teacher_forced_text_part(model, corpus, block_size, batch_size, comm->rank(), comm->size()));
   InferenceMode scope;
   model.eval();
   TeacherForcedSums sums;

@@ -326,11 +326,12 @@ data::TokenBatch Run::next_batch() {
 }
 
 void Run::evaluate_and_record() {
-  // Several processes: rank 0 evaluates (its figures go into the files it alone writes); the others
-  // keep the bookkeeping in step and wait for it at the next step's exchange, without a deadline.
-  const TeacherForced tf = !lead_    ? TeacherForced{}
-                           : c_.text() ? evaluate_teacher_forced_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch)
-                                       : evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch);
+  // Several processes: every rank forwards its share of the validation batches and every rank gets
+  // the same figures (evaluate.h; its gather waits without a deadline). The ranks leave it together,
+  // so the next step's exchange keeps its timeout.
+  Comm* comm = comm_.single() ? nullptr : &comm_;
+  const TeacherForced tf = c_.text() ? evaluate_teacher_forced_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch, comm)
+                                     : evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch, comm);
   EvalRow r;
   r.step = st_.step;
   r.epoch = st_.epoch + (st_.batch == 0 ? 0 : 1);
@@ -347,7 +348,6 @@ void Run::evaluate_and_record() {
   st_.loss_count = 0;
   st_.tokens = 0;
   since_eval_ = Clock::now();
-  if (sharded_ && !lead_) sharded_->untimed_next();  // rank 0 may still be evaluating
   if (hooks_.progress && lead_) {
     ProgressEvent e = event(ProgressEvent::Kind::EVAL);
     e.epoch = r.epoch;

@@ -211,6 +211,24 @@ TEST_F(Mpirun, Seq2seqTsvWithDropoutTwoProcessesEqualOneWithTwoShards) {
   EXPECT_TRUE(same_run(d + "/one4", d + "/four4"));
 }
 
+// A validation set of three evaluation batches (256 pairs each, the last of 88): under -np 2 rank 0
+// forwards batches 0 and 2, rank 1 batch 1, and the history saved in the run's state is still bitwise
+// the single process's (tests/train/evaluate_split_test.cc checks the split itself).
+TEST_F(Mpirun, ValidationSplitOverTwoProcessesEqualsOneProcess) {
+  const std::string d = temp_dir("mpi_valid");
+  write_pairs(d + "/train.tsv", 40, 11);
+  write_pairs(d + "/valid.tsv", 600, 12);
+  const std::string args = " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq +
+                           " --max-steps 8";
+  std::string out;
+  ASSERT_EQ(run_command(kCli + args + " --grad-shards 2 --out " + d + "/one", &out), 0) << out;
+  ASSERT_EQ(run_command(mpirun(2) + kCli + args + " --out " + d + "/two", &out), 0) << out;
+  EXPECT_TRUE(same_run(d + "/one", d + "/two"));
+  ASSERT_EQ(run_command(mpirun(3) + kCli + args + " --grad-shards 3 --out " + d + "/three", &out), 0) << out;
+  ASSERT_EQ(run_command(kCli + args + " --grad-shards 3 --out " + d + "/one3", &out), 0) << out;
+  EXPECT_TRUE(same_run(d + "/one3", d + "/three"));
+}
+
 TEST_F(Mpirun, DecoderOnTextTwoProcessesEqualOneWithTwoShards) {
   const std::string d = temp_dir("mpi_text");
   {

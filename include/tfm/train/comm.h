@@ -5,8 +5,8 @@
 // world communicator (Comm::world(), after the program called MPI_Init: the library never
 // initialises or finalises MPI). Every collective is started non-blocking and waited for by polling
 // MPI_Test: a timed wait gives up after timeout() seconds with CommTimeout (a peer stopped, stuck or
-// dead), an untimed one waits as long as it takes (the trainer uses those after a checkpoint or an
-// evaluation, whose length has no bound). On CommTimeout the program should print the message and
+// dead), an untimed one waits as long as it takes (the trainer uses those after a checkpoint and in
+// the split evaluation's gather, whose length has no bound). On CommTimeout the program should print the message and
 // call abort_all(): the other ranks may be blocked forever otherwise.
 //
 // Counts and displacements are in elements; every rank must call the same collectives in the same
@@ -52,6 +52,8 @@ class Comm {
   // recv ← every rank's `count` floats at displs[rank] (counts[rank] = count): MPI_Allgatherv. `send`
   // may be recv + displs[rank] (in place).
   void allgatherv(const float* send, int count, float* recv, const int* counts, const int* displs, bool timed);
+  // The same on doubles (the split evaluation's records, tfm/train/evaluate.h).
+  void allgatherv(const double* send, int count, double* recv, const int* counts, const int* displs, bool timed);
   // recv (n · size doubles) ← every rank's n doubles, in rank order: MPI_Allgather.
   void allgather(const double* send, int n, double* recv, bool timed);
   // Stops every process of the run (MPI_Abort); the single process returns.
