@@ -14,7 +14,7 @@ char: S = T = 128 or 32, no padding, 30 tokens in each vocabulary) and runs, alt
 All with the same --grad-shards (default 2), so they compute the same thing: the script checks that
 their model.safetensors are bitwise equal. The throughput of a run is tfm's own figure: metrics.csv's
 tokens_per_sec over the rows after the first (the first interval holds the start-up and the first,
-slower steps), as total tokens / total seconds; each interval also holds one evaluation of 8 lines and
+slower steps), as total tokens / total seconds (ms per step: 1024 tokens at that rate); each interval also holds one evaluation of 8 lines and
 one checkpoint, the same for every variant. It is cross-checked against the tokens the steps must
 have trained (a rank that counted only its own shard's tokens would read half). The table gives the
 median over rounds and the ratios the issue asks for: 2p x 1t against 1p x 2t (processes against
@@ -188,15 +188,17 @@ def main():
 
     lines = []
     if a.markdown:
-        lines.append("| config | processes × threads | tokens/s (median) | min–max | vs 1p × 1t | vs 1p × 2t |")
-        lines.append("|---|---|---|---|---|---|")
+        lines.append("| config | processes × threads | tokens/s (median) | min–max | ms per step | vs 1p × 1t | vs 1p × 2t |")
+        lines.append("|---|---|---|---|---|---|---|")
     for model in a.only.split(","):
         for v in variants:
             xs = results[(model, v)]
             m = med(model, v)
             r11 = f"{m / med(model, '1p1t'):.2f}" if med(model, "1p1t") else "-"
             r12 = f"{m / med(model, '1p2t'):.2f}" if med(model, "1p2t") else "-"
-            cells = [model, LABEL[v], f"{m:,.0f}", f"{min(xs):,.0f}–{max(xs):,.0f}", r11, r12]
+            _, length, batch, _, _ = MODELS[model]
+            cells = [model, LABEL[v], f"{m:,.0f}", f"{min(xs):,.0f}–{max(xs):,.0f}", f"{1e3 * length * batch / m:.2f}",
+                     r11, r12]
             lines.append("| " + " | ".join(cells) + " |" if a.markdown else "  ".join(f"{c:<20}" for c in cells))
     print("\n".join(lines))
     print()
