@@ -10,7 +10,8 @@ JOBS ?= $(shell nproc)
 # installs it only as a recommendation of libdnnl-dev, which --no-install-recommends skips.
 PACKAGES = build-essential cmake libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev \
            googletest libgtest-dev libbenchmark-dev python3 python3-numpy python3-torch \
-           clang libclang-rt-14-dev libomp-dev pkgconf
+           clang libclang-rt-14-dev libomp-dev pkgconf libsentencepiece-dev \
+           libopenmpi-dev openmpi-bin
 
 # One sanitized build serves both test-asan and fuzz: clang (libFuzzer needs it) with ASan + UBSan
 # and libFuzzer's coverage instrumentation (TFM_FUZZ), tests, examples and fuzz targets together, so
@@ -20,7 +21,8 @@ PACKAGES = build-essential cmake libopenblas-dev libdnnl-dev ocl-icd-opencl-dev 
 # cache deleted to switch compiler.)
 ASAN_BUILD ?= build-san
 ASAN_FLAGS = -DCMAKE_CXX_COMPILER=clang++ -DTFM_FUZZ=ON -DTFM_SANITIZE=address,undefined \
-             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DTFM_BUILD_BENCH=OFF
+             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DTFM_BUILD_BENCH=OFF \
+             -DTFM_MPI=OFF
 # Tests left out of the sanitized run (a ctest -E regex), only for time: see .ci/run for the measure.
 ASAN_EXCLUDE ?= ^$$
 export ASAN_OPTIONS ?= detect_leaks=1:strict_string_checks=1

@@ -59,7 +59,7 @@ DEFAULTS = {
     "arch": "encoder", "src_vocab_size": 0, "tgt_vocab_size": 0, "d_model": 64, "nhead": 4,
     "num_encoder_layers": 2, "num_decoder_layers": 2, "dim_feedforward": 256, "dropout": 0.1,
     "activation": None, "norm_first": None, "norm_type": "layer_norm", "layer_norm_eps": 1e-5,
-    "positional": None, "scale_embeddings": None, "tie_embeddings": None,
+    "positional": None, "scale_embeddings": None, "tie_embeddings": None, "share_embeddings": False,
     "max_len": 512, "pad_id": 0, "bos_id": 1, "eos_id": 2,
     "head_dim": None, "v_head_dim": None, "bias": True, "qkv_bias": None, "out_bias": None, "ffn_bias": None,
     "norm_bias": None, "attn_scale": None, "share_layers": False, "drop_path": 0.0,
@@ -324,7 +324,8 @@ class Model(nn.Module):
             else:
                 self.transformer = nn.Transformer(num_encoder_layers=c["num_encoder_layers"],
                                                   num_decoder_layers=c["num_decoder_layers"], **common)
-            self.src_embedding = nn.Embedding(c["src_vocab_size"], D)
+            if not c["share_embeddings"]:  # shared: the encoder reads tgt_embedding (fairseq's share-all-embeddings)
+                self.src_embedding = nn.Embedding(c["src_vocab_size"], D)
             self.tgt_embedding = nn.Embedding(c["tgt_vocab_size"], D)
             self.generator = nn.Linear(D, c["tgt_vocab_size"])
             if c["tie_embeddings"]:
@@ -390,7 +391,8 @@ class Model(nn.Module):
         T = tgt_in.size(1)
         causal = torch.triu(torch.full((T, T), float("-inf"), dtype=self.generator.bias.dtype), diagonal=1)
         scale = self.cfg["scale_embeddings"]
-        h = self.transformer(self._embed(self.src_embedding, src, scale, getattr(self, "src_pos_embedding", None)),
+        src_embedding = self.tgt_embedding if self.cfg["share_embeddings"] else self.src_embedding
+        h = self.transformer(self._embed(src_embedding, src, scale, getattr(self, "src_pos_embedding", None)),
                              self._embed(self.tgt_embedding, tgt_in, scale, getattr(self, "tgt_pos_embedding", None)),
                              tgt_mask=causal, src_key_padding_mask=src_kpm, tgt_key_padding_mask=tgt_in == pad,
                              memory_key_padding_mask=src_kpm)

@@ -8,8 +8,14 @@
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <thread>
+
+#ifdef TFM_HAVE_MPI
+#include <mpi.h>
+#endif
 
 #include "commands.h"
+#include "tfm/train/comm.h"
 #include "tfm/train/config.h"
 #include "tfm/train/trainer.h"
 
@@ -32,6 +38,58 @@ void install_stop_handlers() {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 }
+
+// ---- several processes (mpirun -np P tfm train ...) ----
+// MPI is initialised here, only when a launcher started more than one process (a lone `tfm train`
+// never touches MPI), and finalised when the command ends; the library receives the communicator
+// (train::TrainHooks::comm). Signals: Open MPI 4.1's mpirun answers SIGINT / SIGTERM by sending
+// SIGTERM to every rank (after a SIGCONT), then SIGKILL odls_base_sigkill_timeout seconds later
+// (default 1). Every rank's handler asks the loop to stop, the ranks agree on it with the next step's
+// exchange and rank 0 writes one checkpoint; a step plus a checkpoint longer than that grace
+// period needs `mpirun --mca odls_base_sigkill_timeout 30 ...` (or the environment variable
+// OMPI_MCA_odls_base_sigkill_timeout=30).
+class MpiSession {
+ public:
+  explicit MpiSession(double comm_timeout) {
+    const int launched = train::Comm::launched_size();
+    if (launched <= 1) return;
+    if (!train::Comm::available())
+      throw std::runtime_error("this tfm was built without MPI (TFM_MPI=OFF or MPI not found), but a launcher started " +
+                               std::to_string(launched) + " processes: each would train alone. Rebuild with MPI "
+                               "(libopenmpi-dev) or run a single process");
+#ifdef TFM_HAVE_MPI
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    initialised_ = true;
+    comm_ = train::Comm::world();
+    comm_.set_timeout(comm_timeout);
+#else
+    (void)comm_timeout;
+#endif
+  }
+  ~MpiSession() {
+#ifdef TFM_HAVE_MPI
+    if (initialised_) MPI_Finalize();
+#endif
+  }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  train::Comm* comm() { return initialised_ ? &comm_ : nullptr; }
+  bool lead() const { return comm_.rank() == 0; }
+  // After an error on one rank the others may wait forever: print it, then stop every rank.
+  [[noreturn]] void fail(const std::exception& e) {
+    if (initialised_) {
+      std::fprintf(stderr, "tfm: error (rank %d of %d): %s\n", comm_.rank(), comm_.size(), e.what());
+      std::fflush(stderr);
+      comm_.abort_all(1);
+    }
+    throw;
+  }
+
+ private:
+  bool initialised_ = false;
+  train::Comm comm_;
+};
 
 std::string duration(double s) {
   if (s < 0) return "?";
@@ -73,9 +131,10 @@ class ProgressPrinter {
       if (e.has_eval) std::snprintf(v, sizeof v, "%.4f", e.last_eval.valid_loss);
       val = v;
     }
-    std::snprintf(line, sizeof line, "step %s | epoch %lld | loss %.4f | val %s %s | %s tok/s | ETA %s", step.c_str(),
+    const std::string procs = e.processes > 1 ? " (" + std::to_string(e.processes) + " procs)" : "";
+    std::snprintf(line, sizeof line, "step %s | epoch %lld | loss %.4f | val %s %s | %s tok/s%s | ETA %s", step.c_str(),
                   static_cast<long long>(e.epoch), e.loss, lm_ ? "loss" : "acc", val.c_str(), rate(e.tokens_per_sec).c_str(),
-                  duration(e.eta_seconds).c_str());
+                  procs.c_str(), duration(e.eta_seconds).c_str());
     if (e.kind == K::EVAL) {
       clear();
       std::fprintf(stderr, "eval  step %lld | epoch %lld | train loss %.4f | val loss %.4f | val token acc %.2f%%",
@@ -163,6 +222,12 @@ class Options {
   std::vector<std::unique_ptr<FieldOption>> fields_;
 };
 
+int train_main(const std::shared_ptr<Options>& opts, bool len_given, bool task_given, bool lm_default,
+               const std::shared_ptr<std::string>& task_text, bool preset_given,
+               const std::shared_ptr<std::string>& preset_text, const std::shared_ptr<int>& threads,
+               const std::shared_ptr<std::string>& resume_dir, const std::string& fixed, const std::string& model_given,
+               MpiSession& mpi);
+
 }  // namespace
 
 void register_train(CLI::App& app, Runner& run) {
@@ -174,12 +239,16 @@ void register_train(CLI::App& app, Runner& run) {
       "  tfm train --text t.txt --valid-text v.txt --arch decoder --tokens char --block-size 64 --out runs/lm\n"
       "                                        (a character-level language model)\n"
       "  tfm train --preset nanogpt-baby --text t.txt --out runs/baby   (nanoGPT's CPU Shakespeare-char recipe)\n"
+      "  tfm train --train pairs.tsv --valid dev.tsv --arch seq2seq --tokens spm --joint-vocab --vocab-size 8000 \\\n"
+      "      --out runs/mt-spm                 (one SentencePiece vocabulary of 8000 pieces for both sides)\n"
       "  tfm train --resume runs/mt            (continue an interrupted run exactly)\n"
       "  tfm train --init-from runs/mt --train more.tsv --valid dev.tsv --lr 1e-4 --out runs/mt2\n"
       "                                        (fine-tune a model directory: its model, weights, vocabularies)\n"
       "  tfm train --task reverse --arch encoder --d-model 16 --nhead 4 --head-dim 16 --no-qkv-bias \\\n"
       "      --no-out-bias --dim-feedforward 512 --layers 4 --max-steps 3000 --out runs/nb4\n"
       "                                        (the reverse notebook's own layers: 4 heads of width 16 on width 16)\n"
+      "  mpirun -np 4 tfm train --train pairs.tsv --valid dev.tsv --grad-shards 4 --out runs/mt4\n"
+      "                                        (4 processes; bitwise the run of one process with --grad-shards 4)\n"
       "The defaults shown are for TSV data. --task starts from the task's preset instead (train::task_preset:\n"
       "1600 steps, --lr 2e-3, --dropout 0, --batch-size 256; reverse: 100% by step ~1300); options given\n"
       "still apply. --epochs, --max-steps and --time-budget replace the run's length together.\n"
@@ -213,6 +282,20 @@ void register_train(CLI::App& app, Runner& run) {
                          "tokenization of the text (or of both TSV sides): " + enum_choices<data::Tokenization>(" | "));
   tokens->excludes(src_tokens);
   tokens->excludes(tgt_tokens);
+  // Subword vocabularies (SentencePiece, tfm/data/tokenizer.h): with --src-tokens / --tgt-tokens /
+  // --tokens spm.
+  o.value("--src-vocab-size", {"src_vocab_size"}, "spm source side: train a SentencePiece model of N pieces on it");
+  o.value("--tgt-vocab-size", {"tgt_vocab_size"}, "spm target side: train a SentencePiece model of N pieces on it");
+  o.value("--vocab-size", {"vocab_size"},
+          "spm language model or --joint-vocab: train one SentencePiece model of N pieces");
+  o.value("--spm-type", {"spm_type"}, "SentencePiece model type: " + enum_choices<data::SpmType>(" | "));
+  o.value("--src-spm-model", {"src_spm_model"}, "spm source side: use this SentencePiece .model file");
+  o.value("--tgt-spm-model", {"tgt_spm_model"}, "spm target side: use this SentencePiece .model file");
+  o.value("--spm-model", {"spm_model"}, "spm language model or --joint-vocab: use this SentencePiece .model file");
+  o.flag("joint-vocab", "joint_vocab", "one vocabulary (one SentencePiece model with spm) for source and target");
+  o.value("--spm-max-lines", {"spm_max_lines"}, "at most N lines (evenly spaced) train a SentencePiece model");
+  o.flag("share-embeddings", "share_embeddings",
+         "seq2seq with --joint-vocab: the encoder reads the decoder's embedding (no src_embedding.weight)");
   text->excludes(task);
   auto preset_text = std::make_shared<std::string>();
   auto* preset = cmd->add_option("--preset", *preset_text,
@@ -279,11 +362,20 @@ void register_train(CLI::App& app, Runner& run) {
   o.flag("skip-nonfinite", "skip_nonfinite", "skip batches whose loss or gradient is not finite");
   auto threads = std::make_shared<int>(0);
   auto* threads_opt = cmd->add_option("--threads", *threads, "threads (default: all cores; results do not depend on it)");
+  // Data parallelism (mpirun -np P tfm train ...; tfm/train/trainer.h).
+  o.value("--grad-shards", {"grad_shards"},
+          "cut each batch into G parts whose gradients add in a fixed order: the same weights for any number of "
+          "processes dividing G (0: one part per process, i.e. 1 without mpirun)");
+  auto comm_timeout = std::make_shared<double>(600);
+  auto* comm_timeout_opt =
+      cmd->add_option("--comm-timeout", *comm_timeout,
+                      "under mpirun: seconds a process waits for the others before the run stops with an error")
+          ->default_str("600");
   auto resume_dir = std::make_shared<std::string>();
   auto* resume = cmd->add_option("--resume", *resume_dir, "continue the run saved in DIR");
 
   cmd->callback([cmd, data_group, opts, out, epochs, steps, budget, threads_opt, threads, resume, resume_dir, task, task_text,
-                 tr, text, arch, init_from, preset, preset_text, &run] {
+                 tr, text, arch, init_from, preset, preset_text, comm_timeout, comm_timeout_opt, &run] {
     if (resume->count() == 0 && out->count() == 0) throw CLI::RequiredError("--out");
     // A resumed run continues exactly as saved: only its length and the thread count may be given
     // (an option silently ignored would look like it had taken effect).
@@ -291,7 +383,8 @@ void register_train(CLI::App& app, Runner& run) {
     if (resume->count() > 0)
       for (CLI::App* group : std::initializer_list<CLI::App*>{cmd, data_group})
         for (const CLI::Option* opt : group->get_options())
-          if (opt->count() > 0 && opt != resume && opt != epochs && opt != steps && opt != budget && opt != threads_opt)
+          if (opt->count() > 0 && opt != resume && opt != epochs && opt != steps && opt != budget && opt != threads_opt &&
+              opt != comm_timeout_opt)
             fixed += (fixed.empty() ? "" : ", ") + opt->get_name();
     // A run started from a model directory takes the model from it: a model option would be ignored.
     const std::string model_given = init_from->count() > 0 && resume->count() == 0 ? opts->given_fixed_by_init_from() : "";
@@ -303,70 +396,96 @@ void register_train(CLI::App& app, Runner& run) {
     const bool lm_default = text->count() > 0 && arch->count() == 0 && init_from->count() == 0;
     const bool preset_given = preset->count() > 0;
     run = [opts, len_given, task_given, lm_default, task_text, preset_given, preset_text, threads, resume_dir, fixed,
-           model_given] {
-      if (!model_given.empty())
-        throw std::invalid_argument("--init-from takes the model (and its tokenizations) from the model directory; "
-                                    "only --dropout and --drop-path of the model options may be given with it (got " +
-                                    model_given + ")");
-      if (!fixed.empty())
-        throw std::invalid_argument("--resume continues the run with the settings saved in " + *resume_dir +
-                                    "/config.json; only --epochs, --max-steps, --time-budget and --threads may be "
-                                    "given with it (got " + fixed + ")");
-      apply_threads(*threads);
-      // The options as given, on TrainConfig{}: the run's length comes from here when given.
-      TrainConfig given;
-      if (task_given) set_field(given, "task", *task_text);
-      opts->apply(given);
-      TrainConfig c;
-      const bool resuming = !resume_dir->empty();
-      if (resuming) {
-        c = train::load_train_config(*resume_dir);
-      } else {
-        if (preset_given) {
-          c = train::preset_config(enum_from_name<train::Preset>(*preset_text));
-        } else {
-          c = task_given ? train::task_preset(*given.task, given.model.arch) : TrainConfig{};
-          if (lm_default) c.model.arch = Arch::DECODER;
-        }
-        opts->apply(c);
+           model_given, comm_timeout] {
+      if (!(*comm_timeout > 0)) throw std::invalid_argument("--comm-timeout must be a positive number of seconds");
+      MpiSession mpi(*comm_timeout);
+      try {
+        return train_main(opts, len_given, task_given, lm_default, task_text, preset_given, preset_text, threads,
+                          resume_dir, fixed, model_given, mpi);
+      } catch (const std::exception& e) {
+        mpi.fail(e);
       }
-      if (len_given) {  // the length options replace the run's length together (on resume too)
-        c.epochs = given.epochs;
-        c.max_steps = given.max_steps;
-        c.time_budget = given.time_budget;
-      }
-      ProgressPrinter printer(c.text());
-      train::TrainHooks hooks;
-      hooks.progress = [&printer](const train::ProgressEvent& e) { printer(e); };
-      hooks.should_stop = [](int64_t) { return g_signal.load() != 0; };
-      install_stop_handlers();
-      const train::TrainResult r = train::run_training(c, hooks, resuming);
-      printer.clear();
-      if (r.interrupted) {
-        const int sig = g_signal.load();
-        std::fprintf(stderr,
-                     "%s at step %lld: checkpoint written to %s\nresume with: tfm train --resume %s\n",
-                     sig == SIGTERM ? "terminated (SIGTERM)" : "interrupted (SIGINT)", static_cast<long long>(r.steps),
-                     c.out_dir.c_str(), c.out_dir.c_str());
-        return 128 + (sig ? sig : SIGINT);
-      }
-      if (r.skipped_nonfinite > 0)
-        std::fprintf(stderr, "skipped %lld batches with a non-finite loss or gradient\n",
-                     static_cast<long long>(r.skipped_nonfinite));
-      std::fprintf(stderr, "trained %lld steps in %.1f s (%s); model in %s\n", static_cast<long long>(r.steps), r.seconds,
-                   std::string(enum_name(r.stop_reason)).c_str(), c.out_dir.c_str());
-      if (c.text()) {  // a language model: the last evaluation's loss per token
-        const double loss = r.history.empty() ? 0.0 : r.history.back().valid_loss;
-        std::printf("validation: loss %.4f, perplexity %.3f, %.4f bits per token\n", loss, std::exp(loss), loss / std::log(2.0));
-        return 0;
-      }
-      const train::Metrics& fm = r.final_metrics;
-      std::printf("validation: sequence accuracy %.2f%% (%lld/%lld sequences), token accuracy %.2f%%, token error rate %.4f\n",
-                  100 * fm.sequence_accuracy(), static_cast<long long>(fm.exact), static_cast<long long>(fm.examples),
-                  100 * fm.token_accuracy(), fm.token_error_rate());
-      return 0;
     };
   });
 }
 
+namespace {
+
+// The body of `tfm train` once its options are read.
+int train_main(const std::shared_ptr<Options>& opts, bool len_given, bool task_given, bool lm_default,
+               const std::shared_ptr<std::string>& task_text, bool preset_given,
+               const std::shared_ptr<std::string>& preset_text, const std::shared_ptr<int>& threads,
+               const std::shared_ptr<std::string>& resume_dir, const std::string& fixed, const std::string& model_given,
+               MpiSession& mpi) {
+  if (!model_given.empty())
+    throw std::invalid_argument("--init-from takes the model (and its tokenizations) from the model directory; "
+                                "only --dropout and --drop-path of the model options may be given with it (got " +
+                                model_given + ")");
+  if (!fixed.empty())
+    throw std::invalid_argument("--resume continues the run with the settings saved in " + *resume_dir +
+                                "/config.json; only --epochs, --max-steps, --time-budget and --threads may be "
+                                "given with it (got " + fixed + ")");
+  train::Comm* comm = mpi.comm();
+  // Under mpirun the ranks of a node share its cores.
+  if (*threads == 0 && comm && comm->local_size() > 1)
+    apply_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->local_size()));
+  else
+    apply_threads(*threads);
+  // The options as given, on TrainConfig{}: the run's length comes from here when given.
+  TrainConfig given;
+  if (task_given) set_field(given, "task", *task_text);
+  opts->apply(given);
+  TrainConfig c;
+  const bool resuming = !resume_dir->empty();
+  if (resuming) {
+    c = train::load_train_config(*resume_dir);
+  } else {
+    if (preset_given) {
+      c = train::preset_config(enum_from_name<train::Preset>(*preset_text));
+    } else {
+      c = task_given ? train::task_preset(*given.task, given.model.arch) : TrainConfig{};
+      if (lm_default) c.model.arch = Arch::DECODER;
+    }
+    opts->apply(c);
+  }
+  if (len_given) {  // the length options replace the run's length together (on resume too)
+    c.epochs = given.epochs;
+    c.max_steps = given.max_steps;
+    c.time_budget = given.time_budget;
+  }
+  ProgressPrinter printer(c.text());
+  train::TrainHooks hooks;
+  hooks.progress = [&printer](const train::ProgressEvent& e) { printer(e); };
+  hooks.should_stop = [](int64_t) { return g_signal.load() != 0; };
+  hooks.comm = comm;
+  install_stop_handlers();
+  const train::TrainResult r = train::run_training(c, hooks, resuming);
+  printer.clear();
+  if (!mpi.lead()) return r.interrupted ? 128 + (g_signal.load() ? g_signal.load() : SIGINT) : 0;
+  if (r.interrupted) {
+    const int sig = g_signal.load();
+    std::fprintf(stderr,
+                 "%s at step %lld: checkpoint written to %s\nresume with: tfm train --resume %s\n",
+                 sig == SIGTERM ? "terminated (SIGTERM)" : "interrupted (SIGINT)", static_cast<long long>(r.steps),
+                 c.out_dir.c_str(), c.out_dir.c_str());
+    return 128 + (sig ? sig : SIGINT);
+  }
+  if (r.skipped_nonfinite > 0)
+    std::fprintf(stderr, "skipped %lld batches with a non-finite loss or gradient\n",
+                 static_cast<long long>(r.skipped_nonfinite));
+  std::fprintf(stderr, "trained %lld steps in %.1f s (%s); model in %s\n", static_cast<long long>(r.steps), r.seconds,
+               std::string(enum_name(r.stop_reason)).c_str(), c.out_dir.c_str());
+  if (c.text()) {  // a language model: the last evaluation's loss per token
+    const double loss = r.history.empty() ? 0.0 : r.history.back().valid_loss;
+    std::printf("validation: loss %.4f, perplexity %.3f, %.4f bits per token\n", loss, std::exp(loss), loss / std::log(2.0));
+    return 0;
+  }
+  const train::Metrics& fm = r.final_metrics;
+  std::printf("validation: sequence accuracy %.2f%% (%lld/%lld sequences), token accuracy %.2f%%, token error rate %.4f\n",
+              100 * fm.sequence_accuracy(), static_cast<long long>(fm.exact), static_cast<long long>(fm.examples),
+              100 * fm.token_accuracy(), fm.token_error_rate());
+  return 0;
+}
+
+}  // namespace
 }  // namespace tfm::cli

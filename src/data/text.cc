@@ -11,6 +11,7 @@
 #include "data/utf8.h"
 #include "io/file_util.h"
 #include "tfm/data/tasks.h"
+#include "tfm/data/tokenizer.h"
 #include "tfm/data/tsv.h"
 
 namespace tfm::data {
@@ -49,7 +50,7 @@ std::unique_ptr<io::MappedFile> map_text(const std::string& path) {
 
 void check_text_tokenization(Tokenization t) {
   if (t == Tokenization::SPACE)
-    throw std::invalid_argument("text corpora use char or byte tokenization, not space");
+    throw std::invalid_argument("text corpora use char, byte or spm tokenization, not space");
 }
 
 // Id of every byte (BYTE) or of every ASCII code point (CHAR, -1 where the vocabulary lacks it and
@@ -97,6 +98,28 @@ uint64_t vocab_hash(const Vocab& v) {
   return h;
 }
 
+// SPM: calls emit(id) for every piece of p[0, n), encoded line by line, and the id of the piece
+// "<0x0A>" for every newline (SentencePiece never sees a newline inside a sentence). Unknown pieces
+// map to <unk>. Throws DataError naming `name` when the model has no "<0x0A>" piece.
+template <class Emit>
+void encode_spm(const char* p, size_t n, const Vocab& v, const Tokenizer& t, const std::string& name, Emit&& emit) {
+  const std::string newline = byte_token('\n');
+  if (!v.contains(newline))
+    throw DataError(name + ": the SentencePiece model " + t.spm_name() + " has no piece " + newline +
+                    " (byte_fallback), so it cannot encode a newline; a language model needs one");
+  const int32_t nl = v.id(newline);
+  size_t start = 0;
+  while (start < n) {
+    const char* end = static_cast<const char*>(std::memchr(p + start, '\n', n - start));
+    const size_t stop = end ? static_cast<size_t>(end - p) : n;
+    if (stop > start)
+      for (const auto& piece : t.tokenize(std::string(p + start, stop - start))) emit(v.id(piece));
+    if (!end) break;
+    emit(nl);
+    start = stop + 1;
+  }
+}
+
 // The cache file: this header (64 bytes), then `count` ids of `width` bytes.
 struct CacheHeader {
   char magic[8];         // "TFMTOKS1"
@@ -111,11 +134,43 @@ struct CacheHeader {
 static_assert(sizeof(CacheHeader) == 64);
 constexpr char kCacheMagic[8] = {'T', 'F', 'M', 'T', 'O', 'K', 'S', '1'};
 
+// SPM: a piece's text, piece by piece (so that generation can print each piece as it comes): a byte
+// piece its byte, "▁" a space. This is SentencePiece's decoding for the lossless models (no dummy
+// prefix, no normalisation; tfm/data/tokenizer.h).
+void append_piece_text(std::string& out, const std::string& piece) {
+  if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0 && piece[5] == '>') {
+    const std::string bytes = detokenize({piece}, Tokenization::BYTE);  // "<0xNN>" → its byte
+    if (bytes.size() == 1) {
+      out += bytes;
+      return;
+    }
+  }
+  static const std::string kSpace = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's space
+  for (size_t i = 0; i < piece.size();) {
+    if (piece.compare(i, kSpace.size(), kSpace) == 0) {
+      out += ' ';
+      i += kSpace.size();
+    } else {
+      out += piece[i++];
+    }
+  }
+}
+
 }  // namespace
 
-std::vector<int32_t> encode_text(const Vocab& vocab, Tokenization t, const std::string& text,
+std::vector<int32_t> encode_text(const Vocab& vocab, const Tokenizer& tokenizer, const std::string& text,
                                  const std::string& source) {
+  const Tokenization t = tokenizer.kind();
   if (t == Tokenization::SPACE) return vocab.encode(tokenize(text, t));
+  if (t == Tokenization::SPM) {
+    std::vector<int32_t> ids;
+    try {
+      encode_spm(text.data(), text.size(), vocab, tokenizer, source, [&](int32_t id) { ids.push_back(id); });
+    } catch (const DataError& e) {
+      throw std::invalid_argument(e.what());
+    }
+    return ids;
+  }
   std::vector<int32_t> ids;
   ids.reserve(text.size());
   try {
@@ -127,7 +182,8 @@ std::vector<int32_t> encode_text(const Vocab& vocab, Tokenization t, const std::
   return ids;
 }
 
-std::string decode_text(const Vocab& vocab, Tokenization t, const std::vector<int32_t>& ids) {
+std::string decode_text(const Vocab& vocab, const Tokenizer& tokenizer, const std::vector<int32_t>& ids) {
+  const Tokenization t = tokenizer.kind();
   std::string out;
   bool first = true;
   for (int32_t id : ids) {
@@ -137,6 +193,7 @@ std::string decode_text(const Vocab& vocab, Tokenization t, const std::vector<in
     first = false;
     if (id == vocab.unk_id()) out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
     else if (t == Tokenization::BYTE) out += detokenize({tok}, t);
+    else if (t == Tokenization::SPM) append_piece_text(out, tok);
     else out += tok;
   }
   return out;
@@ -144,6 +201,8 @@ std::string decode_text(const Vocab& vocab, Tokenization t, const std::vector<in
 
 Vocab build_text_vocab(const std::string& path, Tokenization t) {
   check_text_tokenization(t);
+  if (t == Tokenization::SPM)
+    throw std::invalid_argument(path + ": an spm vocabulary is its SentencePiece model's (train_text_spm)");
   const auto f = map_text(path);
   if (t == Tokenization::BYTE) return byte_vocab();
   const uint8_t* p = f->data();
@@ -177,7 +236,31 @@ std::string text_file_hash(const std::string& path) {
   return hex64(fnv1a(f->data(), f->size()));
 }
 
-TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, Tokenization t, const std::string& cache_path) {
+Tokenizer train_text_spm(const std::string& path, const SpmOptions& options) {
+  const auto f = map_text(path);
+  const char* p = reinterpret_cast<const char*>(f->data());
+  const size_t n = f->size();
+  std::vector<std::string_view> lines;
+  for (size_t start = 0; start < n;) {
+    const char* end = static_cast<const char*>(std::memchr(p + start, '\n', n - start));
+    const size_t stop = end ? static_cast<size_t>(end - p) : n;
+    lines.emplace_back(p + start, stop - start);
+    start = stop + 1;
+  }
+  SpmOptions o = options;
+  o.lossless = true;
+  std::string model;
+  try {
+    model = train_spm(lines, o, path);
+  } catch (const std::invalid_argument& e) {
+    throw DataError(e.what());
+  }
+  return Tokenizer::from_spm_model(std::move(model), path + " (its SentencePiece model)");
+}
+
+TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, const Tokenizer& tokenizer,
+                            const std::string& cache_path) {
+  const Tokenization t = tokenizer.kind();
   check_text_tokenization(t);
   const auto f = map_text(path);
   TextCorpus c;
@@ -210,11 +293,22 @@ TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, Tokeniz
   const uint8_t* p = f->data();
   const size_t n = f->size();
   const auto lead = [](uint8_t b) { return (b & 0xC0) != 0x80; };
-  const size_t upper = t == Tokenization::BYTE ? n : static_cast<size_t>(std::count_if(p, p + n, lead));
+  std::vector<int32_t> spm_ids;  // SPM: the piece count is known only after encoding
+  if (t == Tokenization::SPM)
+    encode_spm(reinterpret_cast<const char*>(p), n, vocab, tokenizer, path, [&](int32_t id) { spm_ids.push_back(id); });
+  const size_t upper = t == Tokenization::BYTE  ? n
+                       : t == Tokenization::SPM ? spm_ids.size()
+                                                : static_cast<size_t>(std::count_if(p, p + n, lead));
   auto store = std::make_shared<std::vector<uint8_t>>(upper * static_cast<size_t>(c.width_));
   size_t k = 0;
   uint8_t* out = store->data();
-  if (c.width_ == 2)
+  if (t == Tokenization::SPM) {
+    for (int32_t id : spm_ids) {
+      if (c.width_ == 2) reinterpret_cast<uint16_t*>(out)[k++] = static_cast<uint16_t>(id);
+      else reinterpret_cast<int32_t*>(out)[k++] = id;
+    }
+    std::vector<int32_t>().swap(spm_ids);
+  } else if (c.width_ == 2)
     encode_bytes(p, n, vocab, t, path, [&](int32_t id) { reinterpret_cast<uint16_t*>(out)[k++] = static_cast<uint16_t>(id); });
   else
     encode_bytes(p, n, vocab, t, path, [&](int32_t id) { reinterpret_cast<int32_t*>(out)[k++] = id; });

@@ -60,8 +60,8 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
     TextPair pair;
     pair.line = line_no;
     try {
-      pair.src = tokenize(line.substr(0, tab), options.src_tokens);
-      pair.tgt = tokenize(line.substr(tab + 1), options.tgt_tokens);
+      pair.src = options.src_tokens.tokenize(line.substr(0, tab));
+      pair.tgt = options.tgt_tokens.tokenize(line.substr(tab + 1));
     } catch (const std::invalid_argument& e) {
       problem(line_no, std::string("malformed line: ") + e.what());
       continue;
@@ -98,6 +98,31 @@ TsvData read_tsv(const std::string& path, const TsvOptions& options) {
     throw DataError(e.what());
   }
   return parse_tsv(text, path, options);
+}
+
+TsvSides read_tsv_sides(const std::string& path) {
+  std::string text;
+  try {
+    text = io::read_file(path);
+  } catch (const io::IoError& e) {
+    throw DataError(e.what());
+  }
+  TsvSides sides;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line(text, start, end - start);
+    start = end + 1;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t tab = line.find('\t');
+    if (tab == std::string::npos || line.find('\t', tab + 1) != std::string::npos) continue;
+    std::string src = line.substr(0, tab), tgt = line.substr(tab + 1);
+    if (all_space(src) || all_space(tgt)) continue;
+    sides.src.push_back(std::move(src));
+    sides.tgt.push_back(std::move(tgt));
+  }
+  return sides;
 }
 
 }  // namespace tfm::data

@@ -40,7 +40,14 @@ int byte_of(const std::string& t) {
 
 }  // namespace
 
+namespace {
+[[noreturn]] void spm_needs_model() {
+  throw std::invalid_argument("spm tokenization needs its SentencePiece model (data::Tokenizer)");
+}
+}  // namespace
+
 std::vector<std::string> tokenize(const std::string& text, Tokenization t) {
+  if (t == Tokenization::SPM) spm_needs_model();
   std::vector<std::string> out;
   if (t == Tokenization::BYTE) {
     out.reserve(text.size());
@@ -65,6 +72,7 @@ std::vector<std::string> tokenize(const std::string& text, Tokenization t) {
 }
 
 std::string detokenize(const std::vector<std::string>& tokens, Tokenization t) {
+  if (t == Tokenization::SPM) spm_needs_model();
   std::string out;
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (t == Tokenization::SPACE && i > 0) out += ' ';

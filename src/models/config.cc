@@ -41,6 +41,11 @@ void ModelConfig::validate(bool check_sizes) const {
          ", got " + std::to_string(max_len));
   if (!(dropout >= 0.0f && dropout < 1.0f)) fail("dropout must be in [0, 1), got " + std::to_string(dropout));
   if (arch == Arch::ENCODER && ties_embeddings()) fail("tie_embeddings needs arch \"seq2seq\" or \"decoder\"");
+  if (share_embeddings && arch != Arch::SEQ2SEQ)
+    fail("share_embeddings needs arch \"seq2seq\" (the encoder reads the decoder's embedding table)");
+  if (check_sizes && share_embeddings && src_vocab_size != tgt_vocab_size)
+    fail("share_embeddings needs one vocabulary: src_vocab_size " + std::to_string(src_vocab_size) +
+         " differs from tgt_vocab_size " + std::to_string(tgt_vocab_size));
   if (check_sizes) {
     auto in_vocab = [&](int32_t id, int64_t v, const char* name, const char* vocab) {
       if (id < 0 || id >= v)

@@ -97,12 +97,12 @@ Model::Model(const ModelConfig& config, Generator& gen)
     register_module("decoder", *encoder_);
   } else if (has_decoder()) {
     transformer_ = std::make_unique<Transformer>(o, c.num_encoder_layers, c.num_decoder_layers, gen);
-    src_embedding_ = std::make_unique<Embedding>(c.src_vocab_size, c.d_model, -1, gen);
+    if (!c.share_embeddings) src_embedding_ = std::make_unique<Embedding>(c.src_vocab_size, c.d_model, -1, gen);
     tgt_embedding_ = std::make_unique<Embedding>(c.tgt_vocab_size, c.d_model, -1, gen);
     generator_ = std::make_unique<OutputProjection>(c.d_model, c.tgt_vocab_size,
                                                     *c.tie_embeddings ? &tgt_embedding_->weight : nullptr,
                                                     /*with_bias=*/true, gen);
-    register_module("src_embedding", *src_embedding_);
+    if (src_embedding_) register_module("src_embedding", *src_embedding_);
     register_module("tgt_embedding", *tgt_embedding_);
     register_module("transformer", *transformer_);
   } else {
@@ -112,6 +112,7 @@ Model::Model(const ModelConfig& config, Generator& gen)
     register_module("embedding", *src_embedding_);
     register_module("encoder", *encoder_);
   }
+  src_embed_ = src_embedding_ ? src_embedding_.get() : tgt_embedding_.get();
   register_module("generator", *generator_);
   register_module("positional_encoding", pe_);  // no parameters: only for train()/eval()
   register_module("dropout", dropout_);
@@ -200,7 +201,7 @@ Tensor Model::encode(const std::vector<int32_t>& src, int64_t B, int64_t S, Tens
   if (config_.is_lm()) fail_lm("encode");
   const Tensor kpm = padding_mask(src, B, S, config_.pad_id);            // (B, S)
   if (key_padding_mask) *key_padding_mask = kpm;
-  const Tensor x = embed(*src_embedding_, src_pos_embedding_.get(), src, B, S, 0);                 // (B, S, D)
+  const Tensor x = embed(*src_embed_, src_pos_embedding_.get(), src, B, S, 0);                 // (B, S, D)
   return encoder().forward(x, Tensor(), kpm, /*is_causal=*/false);      // (B, S, D)
 }
 
@@ -239,11 +240,11 @@ Tensor Model::forward(const data::TokenBatch& b) const {
   const int32_t pad = config_.pad_id;
   const Tensor src_kpm = padding_mask(b.src, b.B, b.S, pad);  // (B, S)
   if (!has_decoder()) {
-    const Tensor x = embed(*src_embedding_, src_pos_embedding_.get(), b.src, b.B, b.S, 0);        // (B, S, D)
+    const Tensor x = embed(*src_embed_, src_pos_embedding_.get(), b.src, b.B, b.S, 0);        // (B, S, D)
     const Tensor h = encoder_->forward(x, Tensor(), src_kpm, false);   // (B, S, D)
     return generator_->forward(h);                                      // (B, S, V)
   }
-  const Tensor src = embed(*src_embedding_, src_pos_embedding_.get(), b.src, b.B, b.S, 0);     // (B, S, D)
+  const Tensor src = embed(*src_embed_, src_pos_embedding_.get(), b.src, b.B, b.S, 0);     // (B, S, D)
   const Tensor tgt = embed(*tgt_embedding_, tgt_pos_embedding_.get(), b.tgt_in, b.B, b.T, 0);  // (B, T, D)
   const Tensor tgt_kpm = padding_mask(b.tgt_in, b.B, b.T, pad);      // (B, T)
   const Tensor h = transformer_->forward(src, tgt, Tensor(), Tensor(), Tensor(), src_kpm, tgt_kpm, src_kpm,
@@ -261,7 +262,7 @@ Tensor Model::lm_logits(const std::vector<int32_t>& ids, int64_t B, int64_t T, i
     fail("ids has " + std::to_string(ids.size()) + " entries, expected B·T = " + std::to_string(B * T));
   if (offset < 0) fail("offset must be non-negative, got " + std::to_string(offset));
   if (!cache) {
-    const Tensor x = embed(*src_embedding_, src_pos_embedding_.get(), ids, B, T, offset);  // (B, T, D)
+    const Tensor x = embed(*src_embed_, src_pos_embedding_.get(), ids, B, T, offset);  // (B, T, D)
     const Tensor h = encoder_->forward(x, Tensor(), Tensor(), /*is_causal=*/true);       // (B, T, D)
     return generator_->forward(h);                                                      // (B, T, V)
   }
@@ -273,7 +274,7 @@ Tensor Model::lm_logits(const std::vector<int32_t>& ids, int64_t B, int64_t T, i
   std::vector<int32_t> column(static_cast<size_t>(B));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t b = 0; b < B; ++b) column[static_cast<size_t>(b)] = ids[static_cast<size_t>(b * T + t)];
-    const Tensor x = embed(*src_embedding_, src_pos_embedding_.get(), column, B, 1, offset + t);  // (B, 1, D)
+    const Tensor x = embed(*src_embed_, src_pos_embedding_.get(), column, B, 1, offset + t);  // (B, 1, D)
     const Tensor h = encoder_->forward(x, Tensor(), Tensor(), /*is_causal=*/true, cache);        // (B, 1, D)
     const Tensor step = generator_->forward(h);                                                  // (B, 1, V)
     if (T == 1) return step;
@@ -294,14 +295,19 @@ TransformerEncoderCache Model::make_lm_cache(int64_t rows, int64_t capacity) con
   return TransformerEncoderCache(static_cast<size_t>(encoder_->num_layers()), capacity);
 }
 
-Tensor Model::loss(const data::TokenBatch& b, float label_smoothing) const {
+Tensor Model::loss(const data::TokenBatch& b, float label_smoothing, int64_t normalizer) const {
   const Tensor logits = forward(b);  // (B, T|S, V)
   const int64_t rows = logits.size(0) * logits.size(1);
   if (static_cast<int64_t>(b.tgt_out.size()) != rows)
     throw std::invalid_argument("TokenBatch: tgt_out has " + std::to_string(b.tgt_out.size()) + " ids, expected " +
                                 std::to_string(rows));
-  return ops::cross_entropy(logits.reshape({rows, config_.tgt_vocab_size}), b.tgt_out, config_.pad_id,
-                            label_smoothing);
+  Tensor mean = ops::cross_entropy(logits.reshape({rows, config_.tgt_vocab_size}), b.tgt_out, config_.pad_id,
+                                   label_smoothing);
+  if (normalizer == 0) return mean;
+  if (normalizer < 0) throw std::invalid_argument("model: loss normalizer must be ≥ 0, got " + std::to_string(normalizer));
+  // Σ token losses / normalizer = mean · (n / normalizer), n the batch's own target tokens.
+  const int64_t n = data::count_target_tokens(b, config_.pad_id);
+  return ops::mul_scalar(mean, static_cast<float>(static_cast<double>(n) / static_cast<double>(normalizer)));
 }
 
 }  // namespace tfm

@@ -54,6 +54,30 @@ void save_vocabs(const std::string& dir, const data::Vocab& src_vocab, const dat
   std::filesystem::remove(path(dir, json ? TGT_VOCAB : TGT_VOCAB_JSON), ec);
 }
 
+void save_tokenizers(const std::string& dir, const data::Tokenizer& src, const data::Tokenizer& tgt) {
+  const bool joint = src.is_spm() && tgt.is_spm() && src.spm_model() == tgt.spm_model();
+  std::error_code ec;
+  if (joint) {
+    io::write_file_atomic(path(dir, JOINT_SPM), src.spm_model());
+  } else {
+    if (src.is_spm()) io::write_file_atomic(path(dir, SRC_SPM), src.spm_model());
+    if (tgt.is_spm()) io::write_file_atomic(path(dir, TGT_SPM), tgt.spm_model());
+    std::filesystem::remove(path(dir, JOINT_SPM), ec);
+  }
+  // A model left by an earlier run in DIR would be taken for this run's.
+  if (joint || !src.is_spm()) std::filesystem::remove(path(dir, SRC_SPM), ec);
+  if (joint || !tgt.is_spm()) std::filesystem::remove(path(dir, TGT_SPM), ec);
+}
+
+data::Tokenizer load_tokenizer(const std::string& dir, data::Tokenization t, bool target) {
+  if (t != data::Tokenization::SPM) return t;
+  const std::string side = path(dir, target ? TGT_SPM : SRC_SPM), joint = path(dir, JOINT_SPM);
+  if (std::filesystem::exists(side)) return data::Tokenizer::load_spm(side);
+  if (std::filesystem::exists(joint)) return data::Tokenizer::load_spm(joint);
+  throw std::runtime_error(side + ": missing (" + path(dir, CONFIG) + " says the " + (target ? "target" : "source") +
+                           " tokenization is spm, and there is no " + joint + " either)");
+}
+
 std::string read_config_section(const std::string& dir, const char* section) {
   const std::string file = path(dir, CONFIG);
   ordered_json j;
@@ -80,12 +104,15 @@ TrainedModel load_model_dir(const std::string& dir) {
   const ModelConfig mc = ModelConfig::from_json(model_dir::read_config_section(dir, "model"));
   const ordered_json vocab = ordered_json::parse(model_dir::read_config_section(dir, "vocab"));
   const std::string config_file = model_dir::path(dir, model_dir::CONFIG);
+  data::Tokenization src_tokens{}, tgt_tokens{};
   try {
-    m.src_tokens = enum_from_name<data::Tokenization>(vocab.at("src_tokens").get<std::string>());
-    m.tgt_tokens = enum_from_name<data::Tokenization>(vocab.at("tgt_tokens").get<std::string>());
+    src_tokens = enum_from_name<data::Tokenization>(vocab.at("src_tokens").get<std::string>());
+    tgt_tokens = enum_from_name<data::Tokenization>(vocab.at("tgt_tokens").get<std::string>());
   } catch (const std::exception& e) {
     throw std::runtime_error(config_file + ": bad \"vocab\": " + e.what());
   }
+  m.src_tokens = model_dir::load_tokenizer(dir, src_tokens, /*target=*/false);
+  m.tgt_tokens = model_dir::load_tokenizer(dir, tgt_tokens, /*target=*/true);
   m.src_vocab = data::Vocab::load(model_dir::src_vocab_path(dir));
   m.tgt_vocab = data::Vocab::load(model_dir::tgt_vocab_path(dir));
   if (m.src_vocab.size() != mc.src_vocab_size || m.tgt_vocab.size() != mc.tgt_vocab_size)
@@ -154,7 +181,7 @@ std::vector<std::string> translate_lines(const TrainedModel& m, const std::vecto
   ids.reserve(sources.size());
   for (size_t i = 0; i < sources.size(); ++i) {
     try {
-      ids.push_back(m.src_vocab.encode(data::tokenize(sources[i], m.src_tokens)));
+      ids.push_back(m.src_vocab.encode(m.src_tokens.tokenize(sources[i])));
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("input line " + std::to_string(i + 1) + ": " + e.what());
     }
@@ -162,7 +189,7 @@ std::vector<std::string> translate_lines(const TrainedModel& m, const std::vecto
   const auto pred = predict(*m.model, m.tgt_vocab, ids, options, batch_size, first_stream);
   std::vector<std::string> out;
   out.reserve(pred.size());
-  for (const auto& p : pred) out.push_back(data::detokenize(p, m.tgt_tokens));
+  for (const auto& p : pred) out.push_back(m.tgt_tokens.detokenize(p));
   return out;
 }
 

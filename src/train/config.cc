@@ -43,7 +43,7 @@ void TrainConfig::validate() const {
   if (text()) {
     if (task || !train_path.empty() || !valid_path.empty())
       bad("text_path", "is a language model's data; it excludes a task and TSV files");
-    if (tgt_tokens == data::Tokenization::SPACE) bad("tgt_tokens", "must be char or byte for text data (not space)");
+    if (tgt_tokens == data::Tokenization::SPACE) bad("tgt_tokens", "must be char or byte for text data (not space), or spm for subwords");
     if (src_tokens != tgt_tokens) bad("src_tokens", "must equal tgt_tokens for text data (one vocabulary)");
     if (block_size < 1) bad("block_size", "must be ≥ 1");
     if (valid_text_path.empty() && !(valid_fraction > 0 && valid_fraction < 1))
@@ -55,6 +55,7 @@ void TrainConfig::validate() const {
     if (!task && (train_path.empty() || valid_path.empty()))
       bad("data", "needs a task, both a training and a validation file, or a text");
   }
+  validate_subwords();
   if (!task && (src_tokens == data::Tokenization::BYTE) != (tgt_tokens == data::Tokenization::BYTE))
     bad("src_tokens/tgt_tokens", "byte on one side needs byte on the other (the two vocabularies share the <pad> id)");
   if (max_tokens < 1) bad("max_tokens", "must be ≥ 1");
@@ -73,7 +74,53 @@ void TrainConfig::validate() const {
     bad("batch_size/batch_tokens", "need batch_size ≥ 1 or batch_tokens ≥ 1");
   if (eval_every < 0) bad("eval_every", "must be ≥ 0");
   if (out_dir.empty()) bad("out_dir", "is required");
+  if (grad_shards < 0) bad("grad_shards", "must be ≥ 0 (0: one part per process)");
   model.validate(/*check_sizes=*/false);
+}
+
+void TrainConfig::validate_subwords() const {
+  const auto bad = [](const std::string& field, const std::string& why) {
+    throw std::invalid_argument("train config: " + field + " " + why);
+  };
+  using data::Tokenization;
+  if (spm_max_lines < 1) bad("spm_max_lines", "must be ≥ 1");
+  if (src_vocab_size < 0 || tgt_vocab_size < 0 || vocab_size < 0) bad("src_vocab_size/tgt_vocab_size/vocab_size", "must be ≥ 0");
+  const bool src_spm = src_tokens == Tokenization::SPM, tgt_spm = tgt_tokens == Tokenization::SPM;
+  const bool one = text() || joint_vocab;  // one vocabulary: vocab_size / spm_model
+  // A run from a model directory uses its tokenizers (its config then says spm with no sizes).
+  const bool from_dir = !init_from.empty();
+  if (task && (src_spm || tgt_spm)) bad("src_tokens/tgt_tokens", "spm does not apply to a built-in task");
+  if (from_dir && (src_vocab_size || tgt_vocab_size || vocab_size || !src_spm_model.empty() || !tgt_spm_model.empty() ||
+                   !spm_model.empty() || joint_vocab))
+    bad("init_from", "takes the vocabularies and tokenizers from the model directory; the subword fields must stay unset");
+  if (joint_vocab) {
+    if (task || text()) bad("joint_vocab", "applies to TSV pairs (a task or a language model has one vocabulary already)");
+    if (src_tokens != tgt_tokens) bad("joint_vocab", "needs src_tokens equal to tgt_tokens");
+  }
+  // Each side's own fields apply to a TSV spm side without joint_vocab; the shared ones otherwise.
+  const auto side = [&](bool spm, int64_t size, const std::string& model, const char* size_key, const char* model_key,
+                        const char* tokens_key) {
+    const bool own = spm && !one;
+    if (!own && size != 0)
+      bad(size_key, one ? "is for one side; with " + std::string(text() ? "text data" : "joint_vocab") + " give vocab_size"
+                        : "needs " + std::string(tokens_key) + " spm");
+    if (!own && !model.empty())
+      bad(model_key, one ? "is for one side; with " + std::string(text() ? "text data" : "joint_vocab") + " give spm_model"
+                         : "needs " + std::string(tokens_key) + " spm");
+    if (own && !from_dir && (size > 0) == !model.empty())
+      bad(tokens_key, "spm needs exactly one of " + std::string(size_key) + " (train a model) and " + model_key +
+                          " (a .model file)");
+  };
+  side(src_spm, src_vocab_size, src_spm_model, "src_vocab_size", "src_spm_model", "src_tokens");
+  side(tgt_spm, tgt_vocab_size, tgt_spm_model, "tgt_vocab_size", "tgt_spm_model", "tgt_tokens");
+  const bool shared_spm = one && tgt_spm;
+  if (shared_spm && !from_dir && (vocab_size > 0) == !spm_model.empty())
+    bad("vocab_size/spm_model", std::string("exactly one is needed with spm tokens for ") +
+                                    (text() ? "text data" : "joint_vocab") + " (train a model, or a .model file)");
+  if (model.share_embeddings && !joint_vocab && init_from.empty())
+    bad("share_embeddings", "needs joint_vocab (one vocabulary, so one embedding table, for both sides)");
+  if (!shared_spm && (vocab_size != 0 || !spm_model.empty()))
+    bad(vocab_size != 0 ? "vocab_size" : "spm_model", "needs spm tokens and text data or joint_vocab");
 }
 
 TrainConfig task_preset(data::Task task, Arch arch) {
@@ -183,14 +230,14 @@ class TextSetter {
 void set_field(TrainConfig& c, const std::string& key, const std::string& text) {
   TextSetter set(key, text);
   TrainConfig::fields(c, set);
-  ModelConfig::fields(c.model, set);
+  if (!set.found) ModelConfig::fields(c.model, set);  // a key of both is the TrainConfig's
   if (!set.found) throw std::invalid_argument("train config: unknown key " + quote_name(key));
 }
 
 std::string field_text(const TrainConfig& c, const std::string& key) {
   JsonWriter w;
-  TrainConfig::fields(c, w);
   ModelConfig::fields(c.model, w);
+  TrainConfig::fields(c, w);  // after the model's: a key of both is the TrainConfig's
   if (!w.j.contains(key)) throw std::invalid_argument("train config: unknown key " + quote_name(key));
   const ordered_json& v = w.j.at(key);
   if (v.is_number_float()) {  // the float as written on a command line: 0.001, not 0.0010000000474974513
@@ -204,6 +251,9 @@ std::string field_text(const TrainConfig& c, const std::string& key) {
 bool fixed_by_init_from(const std::string& key) {
   if (key == "dropout" || key == "drop_path") return false;
   if (key == "src_tokens" || key == "tgt_tokens") return true;
+  for (const char* k : {"src_vocab_size", "tgt_vocab_size", "vocab_size", "spm_type", "src_spm_model", "tgt_spm_model",
+                        "spm_model", "joint_vocab", "spm_max_lines"})
+    if (key == k) return true;
   const ModelConfig defaults;
   JsonWriter w;
   ModelConfig::fields(defaults, w);

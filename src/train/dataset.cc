@@ -7,6 +7,7 @@
 
 #include "tfm/data/tasks.h"
 #include "tfm/data/tsv.h"
+#include "tfm/models/model_dir.h"
 
 namespace tfm::train {
 
@@ -24,8 +25,33 @@ namespace {
 
 // Text data: the vocabulary, the training tokens and the validation tokens (a file, or the last
 // valid_fraction of the training file's tokens), each big enough for its windows.
-void load_text(const TrainConfig& c, const data::Vocab* tgt_vocab, Dataset& ds) {
-  ds.tgt_vocab = tgt_vocab ? *tgt_vocab : data::build_text_vocab(c.text_path, c.tgt_tokens);
+data::SpmOptions spm_options(const TrainConfig& c, int64_t vocab_size) {
+  data::SpmOptions o;
+  o.vocab_size = vocab_size;
+  o.type = c.spm_type;
+  o.max_lines = c.spm_max_lines;
+  return o;
+}
+
+// A saved vocabulary must be its SentencePiece model's pieces (both come from the same directory).
+void check_spm_vocab(const data::Vocab& v, const data::Tokenizer& t) {
+  if (v.tokens() != t.vocab().tokens())
+    throw data::DataError(t.spm_name() + ": its pieces are not the vocabulary saved beside it (" +
+                          std::to_string(t.vocab().size()) + " pieces, " + std::to_string(v.size()) + " entries)");
+}
+
+void load_text(const TrainConfig& c, const data::Vocab* tgt_vocab, const std::string& saved_dir, Dataset& ds) {
+  if (c.tgt_tokens == data::Tokenization::SPM) {
+    if (!saved_dir.empty()) ds.tgt_tokenizer = model_dir::load_tokenizer(saved_dir, c.tgt_tokens, /*target=*/true);
+    else if (!c.spm_model.empty()) ds.tgt_tokenizer = data::Tokenizer::load_spm(c.spm_model);
+    else ds.tgt_tokenizer = data::train_text_spm(c.text_path, spm_options(c, c.vocab_size));
+    ds.tgt_vocab = ds.tgt_tokenizer.vocab();
+    if (tgt_vocab) check_spm_vocab(*tgt_vocab, ds.tgt_tokenizer);
+  } else {
+    ds.tgt_tokenizer = c.tgt_tokens;
+    ds.tgt_vocab = tgt_vocab ? *tgt_vocab : data::build_text_vocab(c.text_path, c.tgt_tokens);
+  }
+  ds.src_tokenizer = ds.tgt_tokenizer;
   ds.src_vocab = ds.tgt_vocab;
   const auto cache = [&](const std::string& text) -> std::string {
     if (c.token_cache.empty()) return "";
@@ -34,13 +60,15 @@ void load_text(const TrainConfig& c, const data::Vocab* tgt_vocab, Dataset& ds) 
     if (ec) throw data::DataError(c.token_cache + ": cannot create the token cache directory: " + ec.message());
     return (std::filesystem::path(c.token_cache) / (std::filesystem::path(text).filename().string() + ".tokens")).string();
   };
-  const data::TextCorpus all = data::TextCorpus::read(c.text_path, ds.tgt_vocab, c.tgt_tokens, cache(c.text_path));
+  const data::TextCorpus all = data::TextCorpus::read(c.text_path, ds.tgt_vocab, ds.tgt_tokenizer, cache(c.text_path));
   if (!c.valid_text_path.empty()) {
     ds.text_train = all;
     // A validation file of the training file's name caches beside it under another name.
-    const std::string vcache = cache(c.valid_text_path) == cache(c.text_path) ? cache(c.valid_text_path) + ".valid"
-                                                                              : cache(c.valid_text_path);
-    ds.text_valid = data::TextCorpus::read(c.valid_text_path, ds.tgt_vocab, c.tgt_tokens, vcache);
+    // Without a cache directory both names are "" and nothing is cached.
+    const std::string vcache = !c.token_cache.empty() && cache(c.valid_text_path) == cache(c.text_path)
+                                   ? cache(c.valid_text_path) + ".valid"
+                                   : cache(c.valid_text_path);
+    ds.text_valid = data::TextCorpus::read(c.valid_text_path, ds.tgt_vocab, ds.tgt_tokenizer, vcache);
   } else {
     const auto n = all.size();
     const auto valid = static_cast<int64_t>(std::llround(static_cast<double>(n) * c.valid_fraction));
@@ -55,12 +83,54 @@ void load_text(const TrainConfig& c, const data::Vocab* tgt_vocab, Dataset& ds) 
                           " tokens, too few to validate on (at least 2: a token and its successor)");
 }
 
+// The TSV sides' tokenizers: a saved directory's models, the configured .model files, or models
+// trained on the training file's sides (one on both with joint_vocab).
+void tsv_tokenizers(const TrainConfig& c, const std::string& saved_dir, Dataset& ds) {
+  ds.src_tokenizer = c.src_tokens;
+  ds.tgt_tokenizer = c.tgt_tokens;
+  const bool src_spm = c.src_tokens == data::Tokenization::SPM, tgt_spm = c.tgt_tokens == data::Tokenization::SPM;
+  if (!src_spm && !tgt_spm) return;
+  if (!saved_dir.empty()) {
+    ds.src_tokenizer = model_dir::load_tokenizer(saved_dir, c.src_tokens, /*target=*/false);
+    ds.tgt_tokenizer = model_dir::load_tokenizer(saved_dir, c.tgt_tokens, /*target=*/true);
+    return;
+  }
+  if (c.joint_vocab && !c.spm_model.empty()) {
+    ds.src_tokenizer = ds.tgt_tokenizer = data::Tokenizer::load_spm(c.spm_model);
+    return;
+  }
+  const bool need_lines = c.joint_vocab || (src_spm && c.src_spm_model.empty()) || (tgt_spm && c.tgt_spm_model.empty());
+  const data::TsvSides sides = need_lines ? data::read_tsv_sides(c.train_path) : data::TsvSides{};
+  const auto train = [&](const std::vector<std::string>& a, const std::vector<std::string>* b, int64_t size,
+                         const std::string& what) {
+    std::vector<std::string_view> lines(a.begin(), a.end());
+    if (b) lines.insert(lines.end(), b->begin(), b->end());
+    const std::string name = c.train_path + " (" + what + ")";
+    try {
+      return data::Tokenizer::from_spm_model(data::train_spm(lines, spm_options(c, size), name), name);
+    } catch (const std::invalid_argument& e) {
+      throw data::DataError(e.what());
+    }
+  };
+  if (c.joint_vocab) {
+    ds.src_tokenizer = ds.tgt_tokenizer = train(sides.src, &sides.tgt, c.vocab_size, "both sides, joint vocabulary");
+    return;
+  }
+  if (src_spm)
+    ds.src_tokenizer = c.src_spm_model.empty() ? train(sides.src, nullptr, c.src_vocab_size, "source side")
+                                               : data::Tokenizer::load_spm(c.src_spm_model);
+  if (tgt_spm)
+    ds.tgt_tokenizer = c.tgt_spm_model.empty() ? train(sides.tgt, nullptr, c.tgt_vocab_size, "target side")
+                                               : data::Tokenizer::load_spm(c.tgt_spm_model);
+}
+
 }  // namespace
 
-Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const data::Vocab* tgt_vocab) {
+Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const data::Vocab* tgt_vocab,
+                     const std::string& saved_dir) {
   Dataset ds;
   if (c.text()) {
-    load_text(c, tgt_vocab, ds);
+    load_text(c, tgt_vocab, saved_dir, ds);
     return ds;
   }
   if (c.task) {
@@ -71,9 +141,10 @@ Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const d
     ds.valid_set = task_eval_set(*c.task, c.seed, data::Split::VALID, c.task_valid_size);
     return ds;
   }
+  tsv_tokenizers(c, saved_dir, ds);
   data::TsvOptions o;
-  o.src_tokens = c.src_tokens;
-  o.tgt_tokens = c.tgt_tokens;
+  o.src_tokens = ds.src_tokenizer;
+  o.tgt_tokens = ds.tgt_tokenizer;
   o.max_tokens = c.max_tokens;
   o.strict = c.strict;
   o.equal_lengths = !c.model.has_decoder();
@@ -84,11 +155,18 @@ Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const d
   if (src_vocab && tgt_vocab) {  // resuming or starting from a model directory: its vocabularies, never rebuilt
     ds.src_vocab = *src_vocab;
     ds.tgt_vocab = *tgt_vocab;
+    if (ds.src_tokenizer.is_spm()) check_spm_vocab(ds.src_vocab, ds.src_tokenizer);
+    if (ds.tgt_tokenizer.is_spm()) check_spm_vocab(ds.tgt_vocab, ds.tgt_tokenizer);
+  } else if (c.joint_vocab && !ds.src_tokenizer.is_spm()) {  // one vocabulary of both sides' tokens
+    std::vector<data::Tokens> both;
+    for (const auto& p : train.pairs) both.push_back(p.src), both.push_back(p.tgt);
+    ds.src_vocab = ds.tgt_vocab = data::build_vocab(both, c.src_tokens);
   } else {
     std::vector<data::Tokens> s, t;
-    for (const auto& p : train.pairs) s.push_back(p.src), t.push_back(p.tgt);
-    ds.src_vocab = data::build_vocab(s, c.src_tokens);
-    ds.tgt_vocab = data::build_vocab(t, c.tgt_tokens);
+    if (!ds.src_tokenizer.is_spm() || !ds.tgt_tokenizer.is_spm())
+      for (const auto& p : train.pairs) s.push_back(p.src), t.push_back(p.tgt);
+    ds.src_vocab = ds.src_tokenizer.is_spm() ? ds.src_tokenizer.vocab() : data::build_vocab(s, c.src_tokens);
+    ds.tgt_vocab = ds.tgt_tokenizer.is_spm() ? ds.tgt_tokenizer.vocab() : data::build_vocab(t, c.tgt_tokens);
   }
   // A token outside a given vocabulary without <unk> is an error naming where it is.
   const auto encode_side = [](const data::Vocab& v, const data::Tokens& t, const data::TsvData& d, int64_t line,

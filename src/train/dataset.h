@@ -7,6 +7,7 @@
 
 #include "tfm/data/batching.h"
 #include "tfm/data/text.h"
+#include "tfm/data/tokenizer.h"
 #include "tfm/data/vocab.h"
 #include "tfm/train/config.h"
 #include "tfm/train/evaluate.h"
@@ -15,6 +16,8 @@ namespace tfm::train {
 
 struct Dataset {
   data::Vocab src_vocab, tgt_vocab;
+  // The tokenizers of the two sides (spm ones with their models; text data: both the text's).
+  data::Tokenizer src_tokenizer, tgt_tokenizer;
   std::vector<data::Example> train;  // TSV: the whole file; task: regenerated each epoch (task_epoch)
   std::vector<data::Example> valid;  // every validation pair (teacher-forced evaluation)
   EvalSet valid_set;                 // the validation sources with their references (decoded evaluation)
@@ -25,10 +28,13 @@ struct Dataset {
 };
 
 // Reads (TSV) or generates (task) the data. Resuming (or starting from a model directory) passes the
-// saved vocabularies, which are then used as they are; otherwise they are built from the training
-// file (text data: from the text file, or byte_vocab()). A TSV token that a given vocabulary lacks maps to its <unk>, or without one throws DataError
+// saved vocabularies and `saved_dir`, the directory whose SentencePiece models the spm sides use;
+// these are then used as they are. Otherwise the vocabularies are built from the training file
+// (text data: from the text file, or byte_vocab()); an spm side trains its model on the training
+// file's side (or loads the configured .model file) and its vocabulary is the model's pieces. A TSV token that a given vocabulary lacks maps to its <unk>, or without one throws DataError
 // "<path>:<line>: ..." naming the token.
-Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const data::Vocab* tgt_vocab);
+Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const data::Vocab* tgt_vocab,
+                     const std::string& saved_dir = "");
 
 // A task's training examples for one epoch: fresh ones every epoch, a pure function of (seed, epoch).
 std::vector<data::Example> task_epoch(const TrainConfig& c, int64_t epoch);

@@ -64,7 +64,7 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
 }
 
 Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, const EvalSet& set,
-                 int beam, int64_t batch_size) {
+                 int beam, int64_t batch_size, const std::function<std::string(const data::Tokens&)>& detokenize) {
   if (set.sources.size() != set.references.size())
     throw std::invalid_argument("evaluate: sources and references differ in count");
   std::vector<std::vector<int32_t>> ids;
@@ -72,12 +72,19 @@ Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::V
   for (const auto& s : set.sources) ids.push_back(src_vocab.encode(s));
   const auto pred = predict(model, tgt_vocab, ids, beam, batch_size);
   Metrics m;
-  for (size_t i = 0; i < set.sources.size(); ++i) m.add(pred[i], set.references[i]);
+  std::vector<std::string> ref_texts;
+  for (size_t i = 0; i < set.sources.size(); ++i) {
+    m.add(pred[i], set.references[i]);
+    ref_texts.clear();
+    for (const auto& r : set.references[i]) ref_texts.push_back(detokenize(r));
+    m.add_text(detokenize(pred[i]), ref_texts);
+  }
   return m;
 }
 
-Metrics evaluate(const TrainedModel& m, const EvalSet& set, int beam, int64_t batch_size) {
-  return evaluate(*m.model, m.src_vocab, m.tgt_vocab, set, beam, batch_size);
+Metrics evaluate(const TrainedModel& m, const EvalSet& set, int beam, int64_t batch_size,
+                 const std::function<std::string(const data::Tokens&)>& detokenize) {
+  return evaluate(*m.model, m.src_vocab, m.tgt_vocab, set, beam, batch_size, detokenize);
 }
 
 namespace {

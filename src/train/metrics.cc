@@ -52,6 +52,11 @@ void Metrics::add(const data::Tokens& prediction, const std::vector<data::Tokens
   reference_tokens += static_cast<int64_t>(ref.size());
 }
 
+void Metrics::add_text(const std::string& prediction, const std::vector<std::string>& references) {
+  bleu_stats.add(prediction, references);
+  chrf_stats.add(prediction, references);
+}
+
 std::string Metrics::to_json() const {
   nlohmann::ordered_json j;
   j["token_accuracy"] = token_accuracy();
@@ -59,6 +64,8 @@ std::string Metrics::to_json() const {
   j["token_error_rate"] = token_error_rate();
   j["sequence_error_rate"] = sequence_error_rate();
   j["examples"] = examples;
+  j["bleu"] = bleu();
+  j["chrf"] = chrf();
   return j.dump();
 }
 

@@ -1,7 +1,9 @@
 // src/train/step.cc — the run's optimizer and one optimisation step (src/train/step.h).
 #include "train/step.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace tfm::train {
 namespace {
@@ -37,6 +39,195 @@ StepOutcome train_step(Model& model, Optimizer& opt, const std::vector<Tensor>& 
   if (r.finite) {
     loss.backward();
     r.finite = clip_norm > 0 ? std::isfinite(clip_grad_norm(params, clip_norm)) : finite_grads(params);
+  }
+  if (r.finite) opt.step();
+  opt.zero_grad();
+  return r;
+}
+
+}  // namespace tfm::train
+
+namespace tfm::train {
+
+std::pair<int64_t, int64_t> shard_rows(int64_t B, int64_t G, int64_t g) {
+  const int64_t base = B / G, extra = B % G;
+  const int64_t begin = g * base + std::min(g, extra);
+  return {begin, begin + base + (g < extra ? 1 : 0)};
+}
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Rows [begin, end) of `b`, at its padded lengths.
+data::TokenBatch slice_rows(const data::TokenBatch& b, int64_t begin, int64_t end) {
+  data::TokenBatch p;
+  p.B = end - begin;
+  p.S = b.S;
+  p.T = b.T;
+  auto rows = [&](const std::vector<int32_t>& v, std::vector<int32_t>& out) {
+    if (v.empty()) return;
+    const int64_t width = static_cast<int64_t>(v.size()) / b.B;
+    out.assign(v.begin() + begin * width, v.begin() + end * width);
+  };
+  rows(b.src, p.src);
+  rows(b.tgt_in, p.tgt_in);
+  rows(b.tgt_out, p.tgt_out);
+  return p;
+}
+
+int to_int(int64_t n, const char* what) {
+  if (n > std::numeric_limits<int>::max())
+    throw std::invalid_argument(std::string("train: ") + what + " of " + std::to_string(n) +
+                                " floats exceeds what one MPI message counts (2^31 - 1); use more processes");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+Generator shard_generator(const Generator& at_start, int64_t g) {
+  const uint64_t h = splitmix64(splitmix64(splitmix64(at_start.seed) ^ at_start.offset) ^ static_cast<uint64_t>(g));
+  return Generator{h, 0};
+}
+
+ShardedStep::ShardedStep(const std::vector<Tensor>& params, int64_t shards, Comm& comm)
+    : params_(params), G_(shards), comm_(comm) {
+  const int64_t P = comm.size();
+  if (G_ < 1 || G_ % P != 0)
+    throw std::invalid_argument("train: grad_shards " + std::to_string(G_) + " must be a positive multiple of the " +
+                                std::to_string(P) + " processes");
+  local_ = G_ / P;
+  offsets_.push_back(0);
+  for (const auto& p : params_) offsets_.push_back(offsets_.back() + p.numel());
+  const int64_t N = offsets_.back();
+  acc_.assign(static_cast<size_t>(N), 0.0f);
+  losses_in_.assign(static_cast<size_t>(local_ + 2), 0.0);
+  losses_out_.assign(static_cast<size_t>(P * (local_ + 2)), 0.0);
+  if (P == 1) return;
+  for (int64_t c = 0; c < P; ++c) {
+    const int64_t b = c * N / P, e = (c + 1) * N / P;
+    chunk_off_.push_back(to_int(b, "a gradient"));
+    chunk_len_.push_back(to_int(e - b, "a gradient chunk"));
+  }
+  const int64_t mine = chunk_len_[static_cast<size_t>(comm.rank())];
+  send_.assign(static_cast<size_t>(local_ * N), 0.0f);
+  recv_.assign(static_cast<size_t>(G_ * mine), 0.0f);
+  for (int64_t c = 0; c < P; ++c) {
+    send_counts_.push_back(to_int(local_ * chunk_len_[static_cast<size_t>(c)], "a gradient message"));
+    send_displs_.push_back(to_int(local_ * chunk_off_[static_cast<size_t>(c)], "a gradient message offset"));
+    recv_counts_.push_back(to_int(local_ * mine, "a gradient message"));
+    recv_displs_.push_back(to_int(c * local_ * mine, "a gradient message offset"));
+  }
+}
+
+void ShardedStep::copy_grads(float* dst, int64_t begin, int64_t end) const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int64_t b = std::max(begin, offsets_[i]), e = std::min(end, offsets_[i + 1]);
+    if (b >= e) continue;
+    const Tensor g = params_[i].grad();
+    if (g.defined()) std::copy(g.data() + (b - offsets_[i]), g.data() + (e - offsets_[i]), dst + (b - begin));
+    else std::fill(dst + (b - begin), dst + (e - begin), 0.0f);
+  }
+}
+
+float ShardedStep::part(Model& model, Generator& gen, const Generator& at_start, const data::TokenBatch& batch,
+                        int64_t g, int64_t normalizer, float label_smoothing, bool& empty) {
+  for (auto& p : params_) p.zero_grad();
+  const auto [begin, end] = shard_rows(batch.B, G_, g);
+  empty = true;
+  if (begin == end) return 0.0f;
+  const data::TokenBatch b = slice_rows(batch, begin, end);
+  if (data::count_target_tokens(b, model.config().pad_id) == 0) return 0.0f;
+  empty = false;
+  gen = shard_generator(at_start, g);
+  Tensor loss = model.loss(b, label_smoothing, normalizer);
+  const float l = loss.item();
+  loss.backward();  // a non-finite loss is kept: the folded loss decides for every rank alike
+  return l;
+}
+
+StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const data::TokenBatch& batch,
+                             float label_smoothing, float clip_norm, Agreement& agreement) {
+  const Generator at_start = gen;
+  const int64_t normalizer = data::count_target_tokens(batch, model.config().pad_id);
+  const int64_t N = offsets_.back();
+  const int64_t first = comm_.rank() * local_;  // this rank's parts: [first, first + local_)
+  float* acc = acc_.data();
+  for (int64_t j = 0; j < local_; ++j) {
+    bool empty = false;
+    losses_in_[static_cast<size_t>(j)] = part(model, gen, at_start, batch, first + j, normalizer, label_smoothing, empty);
+    if (comm_.single()) {
+      // One process: fold each part's gradient as soon as it is computed (an empty part adds zeros,
+      // as the chunk owners do across processes).
+      if (j == 0) {
+        if (empty) std::fill(acc_.begin(), acc_.end(), 0.0f);
+        else copy_grads(acc, 0, N);
+        continue;
+      }
+      for (size_t i = 0; i < params_.size(); ++i) {
+        const Tensor g = params_[i].grad();
+        float* a = acc + offsets_[i];
+        const int64_t n = offsets_[i + 1] - offsets_[i];
+        if (empty || !g.defined()) {
+          for (int64_t k = 0; k < n; ++k) a[k] += 0.0f;
+        } else {
+          const float* d = g.data();
+          for (int64_t k = 0; k < n; ++k) a[k] += d[k];
+        }
+      }
+    } else {
+      // Part j's chunk c goes to send_[local·off_c + j·len_c ...]: each destination's block is contiguous.
+      for (size_t c = 0; c < chunk_off_.size(); ++c) {
+        float* dst = send_.data() + local_ * chunk_off_[c] + j * chunk_len_[c];
+        if (empty) std::fill(dst, dst + chunk_len_[c], 0.0f);
+        else copy_grads(dst, chunk_off_[c], chunk_off_[c] + chunk_len_[c]);
+      }
+    }
+  }
+  const bool timed = !untimed_;
+  untimed_ = false;
+  if (!comm_.single()) {
+    comm_.alltoallv(send_.data(), send_counts_.data(), send_displs_.data(), recv_.data(), recv_counts_.data(),
+                    recv_displs_.data(), timed);
+    const size_t r = static_cast<size_t>(comm_.rank());
+    const int64_t len = chunk_len_[r];
+    float* mine = acc + chunk_off_[r];
+    std::copy(recv_.begin(), recv_.begin() + len, mine);
+    for (int64_t g = 1; g < G_; ++g) {
+      const float* part = recv_.data() + g * len;
+      for (int64_t k = 0; k < len; ++k) mine[k] += part[k];
+    }
+    comm_.allgatherv(mine, static_cast<int>(len), acc, chunk_len_.data(), chunk_off_.data(), /*timed=*/true);
+  }
+  losses_in_[static_cast<size_t>(local_)] = agreement.stop ? 1 : 0;
+  losses_in_[static_cast<size_t>(local_ + 1)] = agreement.time_up ? 1 : 0;
+  comm_.allgather(losses_in_.data(), static_cast<int>(local_ + 2), losses_out_.data(), /*timed=*/true);
+  gen = Generator{at_start.seed, at_start.offset + 1};
+  const int64_t stride = local_ + 2;  // rank s's block: its part losses, then its stop and time_up
+  agreement.time_up = losses_out_[static_cast<size_t>(local_ + 1)] != 0;
+  agreement.stop = false;
+  for (int64_t s = 0; s < comm_.size(); ++s) agreement.stop |= losses_out_[static_cast<size_t>(s * stride + local_)] != 0;
+
+  StepOutcome r;
+  auto part_loss = [&](int64_t g) {
+    return static_cast<float>(losses_out_[static_cast<size_t>((g / local_) * stride + g % local_)]);
+  };
+  float loss = part_loss(0);
+  for (int64_t g = 1; g < G_; ++g) loss += part_loss(g);
+  r.loss = loss;
+  r.loss_finite = r.finite = std::isfinite(loss);
+  if (r.finite) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Tensor& slot = params_[i].mutable_grad();
+      if (!slot.defined()) slot = Tensor::empty(params_[i].shape());
+      std::copy(acc + offsets_[i], acc + offsets_[i + 1], slot.data());
+    }
+    r.finite = clip_norm > 0 ? std::isfinite(clip_grad_norm(params_, clip_norm)) : finite_grads(params_);
   }
   if (r.finite) opt.step();
   opt.zero_grad();

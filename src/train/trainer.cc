@@ -136,12 +136,16 @@ class Run {
   const Clock::time_point session_start_ = Clock::now();
   TrainConfig c_;
   const TrainHooks& hooks_;
+  Comm single_;  // the process alone, when hooks_.comm is null
+  Comm& comm_;
+  bool lead_;    // rank 0: writes the files and reports progress
   Dataset ds_;
   ModelConfig mc_;
   Generator gen_;  // initialisation, then dropout
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> opt_;
   std::vector<Tensor> params_;
+  std::unique_ptr<ShardedStep> sharded_;  // grad_shards > 1 or several processes; else train_step
   State st_;
   double elapsed_before_ = 0;
   int64_t session_first_step_ = 0;
@@ -161,7 +165,14 @@ class Run {
   int64_t tokens_session_ = 0;
 };
 
-Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(config), hooks_(hooks) {
+Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
+    : c_(config), hooks_(hooks), comm_(hooks.comm ? *hooks.comm : single_), lead_(comm_.rank() == 0) {
+  // One part per process unless given; the resolved count is saved with the run.
+  if (c_.grad_shards == 0) c_.grad_shards = comm_.size();
+  if (c_.grad_shards % comm_.size() != 0)
+    throw std::invalid_argument("train config: grad_shards " + std::to_string(c_.grad_shards) +
+                                " is not a multiple of the " + std::to_string(comm_.size()) +
+                                " processes (each process computes grad_shards / processes parts of every batch)");
   if (c_.task) c_.src_tokens = c_.tgt_tokens = data::Tokenization::SPACE;  // task tokens are numbers
   if (c_.epochs == 0 && c_.max_steps == 0 && c_.time_budget == 0) c_.epochs = kDefaultEpochs;
   c_.validate();
@@ -203,7 +214,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
       throw std::invalid_argument(vocab_files + ": not the built-in tasks' vocabulary, so the task " +
                                   std::string(enum_name(*c_.task)) + " cannot be encoded with them");
   }
-  ds_ = load_dataset(c_, saved_src.get(), saved_tgt.get());
+  ds_ = load_dataset(c_, saved_src.get(), saved_tgt.get(), resume ? c_.out_dir : c_.init_from);
   for (const auto& n : ds_.notes) note(ProgressEvent::Kind::NOTE, n);
   // A run started from a model directory keeps that model's configuration (saved whole in the run's
   // config.json, so a resume reads it back as it is); otherwise the data sizes the model.
@@ -224,13 +235,14 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
   }
 
   std::error_code ec;
-  std::filesystem::create_directories(c_.out_dir, ec);
+  if (lead_) std::filesystem::create_directories(c_.out_dir, ec);
   if (ec) throw std::runtime_error(c_.out_dir + ": cannot create directory: " + ec.message());
-  if (!resume) {
+  if (!resume && lead_) {
     // JSON vocabulary files for text data (any character, newline included) and whenever a token
     // needs them; the one-token-a-line files otherwise.
     const bool json_vocab = c_.text() || ds_.src_vocab.needs_json() || ds_.tgt_vocab.needs_json();
     model_dir::save_vocabs(c_.out_dir, ds_.src_vocab, ds_.tgt_vocab, json_vocab);
+    model_dir::save_tokenizers(c_.out_dir, ds_.src_tokenizer, ds_.tgt_tokenizer);
     io::write_file_atomic(model_dir::path(c_.out_dir, model_dir::CONFIG),
                           model_dir::config_json(mc_, c_.to_json(/*with_model=*/false), ds_.src_vocab, ds_.tgt_vocab,
                                                  c_.src_tokens, c_.tgt_tokens, json_vocab));
@@ -239,10 +251,12 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
   model_->train();
   opt_ = make_optimizer(c_, *model_);
   params_ = model_->parameters();
+  if (c_.grad_shards > 1 || !comm_.single()) sharded_ = std::make_unique<ShardedStep>(params_, c_.grad_shards, comm_);
   if (resume) {
     // A run killed mid-write leaves hidden temporary files beside the complete checkpoint: drop them.
-    for (const char* f : {model_dir::MODEL, STATE_FILE, METRICS_FILE, CURVES_FILE, model_dir::CONFIG})
-      io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
+    if (lead_)
+      for (const char* f : {model_dir::MODEL, STATE_FILE, METRICS_FILE, CURVES_FILE, model_dir::CONFIG})
+        io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
     read_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_);
     if (c_.text() && st_.text_hash != ds_.text_train.hash())
       throw std::invalid_argument(c_.text_path + ": not the training text this run started with (its hash is " +
@@ -272,7 +286,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume) : c_(c
 }
 
 void Run::note(ProgressEvent::Kind kind, const std::string& msg) const {
-  if (!hooks_.progress) return;
+  if (!hooks_.progress || !lead_) return;
   ProgressEvent e;
   e.kind = kind;
   e.message = msg;
@@ -286,6 +300,7 @@ ProgressEvent Run::event(ProgressEvent::Kind kind) const {
   e.total_steps = total_steps_;
   e.lr = lr_now_;
   e.elapsed_seconds = elapsed();
+  e.processes = comm_.size();
   if (!st_.history.empty()) e.has_eval = true, e.last_eval = st_.history.back();
   return e;
 }
@@ -311,9 +326,11 @@ data::TokenBatch Run::next_batch() {
 }
 
 void Run::evaluate_and_record() {
-  const TeacherForced tf = c_.text()
-                               ? evaluate_teacher_forced_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch)
-                               : evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch);
+  // Several processes: rank 0 evaluates (its figures go into the files it alone writes); the others
+  // keep the bookkeeping in step and wait for it at the next step's exchange, without a deadline.
+  const TeacherForced tf = !lead_    ? TeacherForced{}
+                           : c_.text() ? evaluate_teacher_forced_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch)
+                                       : evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch);
   EvalRow r;
   r.step = st_.step;
   r.epoch = st_.epoch + (st_.batch == 0 ? 0 : 1);
@@ -330,7 +347,8 @@ void Run::evaluate_and_record() {
   st_.loss_count = 0;
   st_.tokens = 0;
   since_eval_ = Clock::now();
-  if (hooks_.progress) {
+  if (sharded_ && !lead_) sharded_->untimed_next();  // rank 0 may still be evaluating
+  if (hooks_.progress && lead_) {
     ProgressEvent e = event(ProgressEvent::Kind::EVAL);
     e.epoch = r.epoch;
     e.loss = r.train_loss;
@@ -341,6 +359,13 @@ void Run::evaluate_and_record() {
 
 void Run::checkpoint() {
   st_.elapsed = elapsed();
+  // The other ranks wait for rank 0 to write for as long as that takes; rank 0, its checkpoint
+  // written, waits for them with the timeout, so a rank that stopped meanwhile is still detected.
+  if (sharded_ && !lead_) sharded_->untimed_next();
+  if (!lead_) {  // rank 0 writes; the others keep what the checkpoint records in step with it
+    st_.checkpoint_step = st_.step;
+    return;
+  }
   write_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_,
                    c_.task ? std::string(enum_name(*c_.task)) : c_.text() ? c_.text_path : c_.train_path);
   note(ProgressEvent::Kind::CHECKPOINT, "checkpoint at step " + std::to_string(st_.step) + " in " + c_.out_dir);
@@ -368,7 +393,15 @@ TrainResult Run::train() {
       ++st_.batch;
       lr_now_ = scheduled_lr(schedule_, c_.lr, st_.step + 1, c_.warmup, total_steps_, c_.min_lr);
       opt_->set_lr(static_cast<float>(lr_now_));
-      const StepOutcome s = train_step(*model_, *opt_, params_, b, c_.label_smoothing, c_.clip_norm);
+      // Several processes stop together: on a signal to any of them, and when rank 0's clock says the
+      // time budget is spent (sampled during the step, exchanged with its losses).
+      ShardedStep::Agreement agreed;
+      if (sharded_) {
+        agreed.stop = hooks_.should_stop && hooks_.should_stop(st_.step);
+        agreed.time_up = c_.time_budget > 0 && elapsed() >= c_.time_budget;
+      }
+      const StepOutcome s = sharded_ ? sharded_->run(*model_, *opt_, gen_, b, c_.label_smoothing, c_.clip_norm, agreed)
+                                     : train_step(*model_, *opt_, params_, b, c_.label_smoothing, c_.clip_norm);
       if (!s.finite) {
         if (!c_.skip_nonfinite) throw TrainingDiverged(diverged_message(c_, st_, s));
         ++st_.skipped;
@@ -390,7 +423,7 @@ TrainResult Run::train() {
         tokens_session_ += ntok;
       }
 
-      if (hooks_.progress && seconds_since(last_progress) >= 0.25) {
+      if (hooks_.progress && lead_ && seconds_since(last_progress) >= 0.25) {
         last_progress = Clock::now();
         ProgressEvent e = event(ProgressEvent::Kind::STEP);
         e.epoch = st_.epoch + 1;
@@ -413,11 +446,11 @@ TrainResult Run::train() {
         evaluate_and_record();
         checkpoint();
       }
-      if (c_.time_budget > 0 && elapsed() >= c_.time_budget) {
+      if (comm_.single() ? c_.time_budget > 0 && elapsed() >= c_.time_budget : agreed.time_up) {
         reason = StopReason::TIME_BUDGET;
         break;
       }
-      if (hooks_.should_stop && hooks_.should_stop(st_.step)) {
+      if (comm_.single() ? hooks_.should_stop && hooks_.should_stop(st_.step) : agreed.stop) {
         checkpoint();
         result.interrupted = true;
         reason = StopReason::INTERRUPTED;
@@ -440,7 +473,9 @@ TrainResult Run::train() {
     }
     model_->eval();
     // A language model has no sources to decode: its validation figures are the last row's.
-    if (!c_.text()) result.final_metrics = evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, ds_.valid_set, 1, kEvalBatch);
+    if (!c_.text() && lead_)
+      result.final_metrics = evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, ds_.valid_set, 1, kEvalBatch,
+                                      [&](const data::Tokens& t) { return ds_.tgt_tokenizer.detokenize(t); });
   }
   result.steps = st_.step;
   result.epochs_completed = st_.epoch;

@@ -7,7 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
+#include "tfm/models/model_dir.h"
 #include "tfm/train/config.h"
+#include "tfm/train/evaluate.h"
+#include "tfm/train/text_metrics.h"
 
 namespace {
 
@@ -49,15 +52,33 @@ TEST(TrainCli, TsvTrainsEvaluatesAndTranslates) {
 
   ASSERT_EQ(run_command("(" + kCli + " eval --model " + d + "/run --data " + d + "/valid.tsv --json 2>/dev/null)", &out), 0) << out;
   const auto j = nlohmann::json::parse(out);
-  for (const char* k : {"token_accuracy", "sequence_accuracy", "token_error_rate", "sequence_error_rate", "examples"})
+  for (const char* k :
+       {"token_accuracy", "sequence_accuracy", "token_error_rate", "sequence_error_rate", "examples", "bleu", "chrf"})
     EXPECT_TRUE(j.contains(k)) << k << " missing in " << out;
   // 10 random words plus "ab" (listed twice) — fewer if the random words repeat a source.
   EXPECT_LE(j["examples"].get<int>(), 11);
   EXPECT_GE(j["examples"].get<int>(), 2);
   EXPECT_NEAR(j["sequence_accuracy"].get<double>() + j["sequence_error_rate"].get<double>(), 1.0, 1e-12);
+  {  // BLEU and chrF score the text translate prints against the file's targets, grouped by source
+    const tfm::TrainedModel m = tfm::load_model_dir(d + "/run");
+    const tfm::train::EvalSet set = tfm::train::tsv_test_set(m, d + "/valid.tsv", nullptr);
+    std::vector<std::string> sources;
+    std::vector<std::vector<std::string>> refs;
+    for (size_t i = 0; i < set.sources.size(); ++i) {
+      sources.push_back(tfm::data::detokenize(set.sources[i], m.src_tokens));
+      refs.emplace_back();
+      for (const auto& r : set.references[i]) refs.back().push_back(tfm::data::detokenize(r, m.tgt_tokens));
+    }
+    const auto hyps = tfm::translate_lines(m, sources, 1, 64);
+    EXPECT_EQ(j["bleu"].get<double>(), tfm::train::corpus_bleu(hyps, refs));
+    EXPECT_EQ(j["chrf"].get<double>(), tfm::train::corpus_chrf(hyps, refs));
+    EXPECT_GT(j["chrf"].get<double>(), 0.0);  // after 30 steps at least some letters are right
+  }
 
   ASSERT_EQ(run_command(kCli + " eval --model " + d + "/run --data " + d + "/valid.tsv --beam 2", &out), 0) << out;
   EXPECT_NE(out.find("token error rate"), std::string::npos) << out;
+  EXPECT_NE(out.find("BLEU"), std::string::npos) << out;
+  EXPECT_NE(out.find("chrF2"), std::string::npos) << out;
 
   ASSERT_EQ(run_command("(printf 'abc\\n\\nedcba\\n' | " + kCli + " translate --model " + d + "/run --batch-size 2 2>/dev/null)",
                         &out),

@@ -435,6 +435,38 @@ TEST(Model, LossDecreasesOnCopyTask) {
   EXPECT_LT(tail, 0.4 * losses[0]) << "first " << losses[0] << ", last five mean " << tail;
 }
 
+// share_embeddings: one table embeds both sides, so src_embedding.weight is absent and the table's
+// gradient gathers the source's rows too; it needs a seq2seq model with equal vocabulary sizes.
+TEST(Model, ShareEmbeddingsUsesTheTargetTableForTheSource) {
+  ModelConfig c = small_seq2seq();
+  c.src_vocab_size = c.tgt_vocab_size;
+  c.dropout = 0.0f;
+  c.share_embeddings = true;
+  Generator g{5, 0};
+  Model m(c, g);
+  const NamedTensors sd = m.named_parameters();
+  EXPECT_FALSE(sd.contains("src_embedding.weight"));
+  ASSERT_TRUE(sd.contains("tgt_embedding.weight"));
+  // A source id that never occurs in the target input still gets a gradient in the shared table.
+  data::TokenBatch b;
+  b.B = 1, b.S = 3, b.T = 2;
+  b.src = {7, 8, 9};
+  b.tgt_in = {1, 4};
+  b.tgt_out = {4, 2};
+  m.loss(b).backward();
+  const Tensor grad = m.named_parameters().at("tgt_embedding.weight").grad();
+  ASSERT_TRUE(grad.defined());
+  double row9 = 0;
+  for (int64_t j = 0; j < c.d_model; ++j) row9 += std::abs(grad.data()[9 * c.d_model + j]);
+  EXPECT_GT(row9, 0.0);
+  ModelConfig bad = c;
+  bad.src_vocab_size = 11;
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
+  bad = small_encoder();
+  bad.share_embeddings = true;
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
+}
+
 // ---- PyTorch round trip ---------------------------------------------------------------------------
 TEST(Model, TorchRoundTripLogits) {
   if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
@@ -453,6 +485,9 @@ TEST(Model, TorchRoundTripLogits) {
   unscaled_s2s.attn_scale = 0.2f;
   unscaled_s2s.bias = false;
   unscaled_s2s.qkv_bias = true;
+  ModelConfig shared_s2s = small_seq2seq(true, true);
+  shared_s2s.src_vocab_size = shared_s2s.tgt_vocab_size;
+  shared_s2s.share_embeddings = true;
   std::vector<Case> cases = {{small_encoder(false), "encoder post-norm", "torch.nn"},
                              {small_encoder(true), "encoder pre-norm", "torch.nn"},
                              {small_seq2seq(false, false), "seq2seq post-norm", "torch.nn"},
@@ -469,7 +504,8 @@ TEST(Model, TorchRoundTripLogits) {
                              {small_decoder(), "decoder (pre-norm, gelu, learned, tied)", "torch.nn"},
                              {untied_post_norm_decoder(), "decoder post-norm relu sinusoidal untied", "torch.nn"},
                              {nanogpt_decoder(), "decoder without biases (nanoGPT)", "functional"},
-                             {rms_shared_decoder(), "decoder rms_norm, shared layers, Dh 8", "functional"}};
+                             {rms_shared_decoder(), "decoder rms_norm, shared layers, Dh 8", "functional"},
+                             {shared_s2s, "seq2seq shared source/target embedding, tied", "torch.nn"}};
   uint64_t seed = 10;
   std::string args;
   std::vector<std::string> dirs;

@@ -148,7 +148,8 @@ TEST(Trainer, LoadedModelTranslatesAndEvaluates) {
   EXPECT_EQ(std::count(out[0].begin(), out[0].end(), ' '), 2);  // encoder: one token per source token
   EXPECT_EQ(out[1], "");
   EXPECT_THROW(translate_lines(m, {"1 99"}, 1, 2), std::invalid_argument);  // 99 is not a task token
-  const Metrics r = evaluate(m, EvalSet{{{"1", "2"}}, {{{"2", "1"}}}}, 1, 4);
+  const Metrics r = evaluate(m, EvalSet{{{"1", "2"}}, {{{"2", "1"}}}}, 1, 4,
+                             [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokens); });
   EXPECT_EQ(r.examples, 1);
   EXPECT_EQ(r.reference_tokens, 2);
 }

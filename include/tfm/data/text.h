@@ -18,7 +18,7 @@
 //               divide size − 1.
 //
 // To add a tokenization for text: its case in encode_text / decode_text, build_text_vocab and the
-// encoding loop of TextCorpus::read, and tests in tests/data/text_test.cc.
+// encoding loop of TextCorpus::read, and tests in tests/data/text_test.cc (spm: tests/spm/).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tfm/data/batching.h"
+#include "tfm/data/tokenizer.h"
 #include "tfm/data/vocab.h"
 #include "tfm/random.h"
 
@@ -35,19 +36,28 @@ namespace tfm::data {
 // Text → ids: CHAR maps each code point to its id (an unknown one to <unk>; a vocabulary without
 // <unk> throws std::invalid_argument naming it), invalid UTF-8 throws std::invalid_argument naming
 // the byte offset; BYTE maps each byte to the id of byte_token(b). SPACE: tokenize + Vocab::encode.
-// `source` names the text in messages ("prompt.txt: invalid UTF-8 at byte 3 ...").
-std::vector<int32_t> encode_text(const Vocab& vocab, Tokenization t, const std::string& text,
+// SPM: each line's pieces (an unknown one <unk>), and the piece "<0x0A>" for each newline (a model
+// without it throws naming `source` and the model). `source` names the text in messages
+// ("prompt.txt: invalid UTF-8 at byte 3 ..."). A Tokenization converts to its Tokenizer.
+std::vector<int32_t> encode_text(const Vocab& vocab, const Tokenizer& t, const std::string& text,
                                  const std::string& source = "text");
 // Ids → text: each token's text (a byte token its byte, <unk> U+FFFD), <pad>, <bos> and <eos>
 // dropped; SPACE joins tokens with one space. Throws std::out_of_range for an id outside the
-// vocabulary. BYTE output may end inside a UTF-8 sequence when the ids do.
-std::string decode_text(const Vocab& vocab, Tokenization t, const std::vector<int32_t>& ids);
+// vocabulary. BYTE output may end inside a UTF-8 sequence when the ids do. SPM: piece by piece, a
+// byte piece its byte and "▁" a space (SentencePiece's own decoding for the lossless models of
+// tfm/data/tokenizer.h, and it works on one id at a time, as generation prints).
+std::string decode_text(const Vocab& vocab, const Tokenizer& t, const std::vector<int32_t>& ids);
 
 // The vocabulary of a text file: CHAR gives <pad>, <bos>, <eos>, <unk>, then every code point of
 // the file by decreasing count (ties in byte order), as Vocab::build; BYTE gives byte_vocab().
 // Throws DataError (tfm/data/tsv.h) naming the file when it is empty, unreadable, or (CHAR) not
-// valid UTF-8, with the byte offset. SPACE is refused (a text's words are not a closed set).
+// valid UTF-8, with the byte offset. SPACE is refused (a text's words are not a closed set), and SPM
+// too (its vocabulary is its model's: Tokenizer::vocab).
 Vocab build_text_vocab(const std::string& path, Tokenization t);
+// A lossless SentencePiece model (tfm/data/tokenizer.h) trained on the lines of a text file (at most
+// options.max_lines of them, evenly spaced). Throws DataError naming the file (unreadable, empty,
+// a vocabulary size the text cannot give).
+Tokenizer train_text_spm(const std::string& path, const SpmOptions& options);
 
 // 64-bit FNV-1a of a file's bytes, as 16 hex digits: what a run remembers of its training text.
 std::string text_file_hash(const std::string& path);
@@ -58,7 +68,7 @@ class TextCorpus {
   // Reads and encodes `path` (errors as build_text_vocab, DataError naming the file). With
   // `cache_path`, the ids are written there (atomically) and memory-mapped; a cache file written for
   // the same text (size and hash) and vocabulary is mapped without re-encoding.
-  static TextCorpus read(const std::string& path, const Vocab& vocab, Tokenization t, const std::string& cache_path = "");
+  static TextCorpus read(const std::string& path, const Vocab& vocab, const Tokenizer& t, const std::string& cache_path = "");
   // Ids already in memory (tests, tools); `name` stands for the file in messages.
   static TextCorpus from_ids(const std::vector<int32_t>& ids, int64_t vocab_size, const std::string& name = "text");
 

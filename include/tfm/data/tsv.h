@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tfm/data/tokenizer.h"
 #include "tfm/data/vocab.h"
 
 namespace tfm::data {
@@ -28,8 +29,8 @@ class DataError : public std::runtime_error {
 };
 
 struct TsvOptions {
-  Tokenization src_tokens = Tokenization::CHAR;
-  Tokenization tgt_tokens = Tokenization::CHAR;
+  Tokenizer src_tokens = Tokenization::CHAR;  // an spm side needs its model (Tokenizer::load_spm)
+  Tokenizer tgt_tokens = Tokenization::CHAR;
   int64_t max_tokens = 256;    // per side
   bool strict = false;         // first problem throws
   bool equal_lengths = false;  // arch "encoder": one target token per source token
@@ -55,6 +56,12 @@ struct TsvData {
 };
 
 TsvData read_tsv(const std::string& path, const TsvOptions& options);
+// The raw text of each side of every line that has one tab and a non-blank side each (what an spm
+// model of a side trains on), in file order; DataError naming the file when it cannot be read.
+struct TsvSides {
+  std::vector<std::string> src, tgt;
+};
+TsvSides read_tsv_sides(const std::string& path);
 // The same on text already in memory; `name` stands for the path in messages.
 TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOptions& options);
 

@@ -29,11 +29,13 @@ namespace tfm::data {
 // A sequence of tokens (strings), as read from text or decoded.
 using Tokens = std::vector<std::string>;
 
-enum class Tokenization { CHAR, SPACE, BYTE };
+enum class Tokenization { CHAR, SPACE, BYTE, SPM };
 
 // CHAR: every UTF-8 code point is a token (throws std::invalid_argument on invalid UTF-8).
 // SPACE: maximal runs of non-whitespace (space, tab, \r, \n, \v, \f separate).
 // BYTE: every byte is a token, spelled byte_token(b) ("<0x0A>" for a newline); any bytes are accepted.
+// SPM: a SentencePiece model's pieces; it needs the model, so it goes through data::Tokenizer
+// (tfm/data/tokenizer.h) and these two functions throw std::invalid_argument for it.
 std::vector<std::string> tokenize(const std::string& text, Tokenization t);
 // Inverse for well-formed text: CHAR concatenates, SPACE joins with one space, BYTE turns each
 // "<0xNN>" back into its byte (other tokens are copied as they are).
@@ -95,7 +97,10 @@ namespace tfm {
 template <>
 struct EnumNames<data::Tokenization> {
   static constexpr const char* noun = "tokenization";
-  static constexpr std::array<std::pair<data::Tokenization, std::string_view>, 3> names{
-      {{data::Tokenization::CHAR, "char"}, {data::Tokenization::SPACE, "space"}, {data::Tokenization::BYTE, "byte"}}};
+  static constexpr std::array<std::pair<data::Tokenization, std::string_view>, 4> names{
+      {{data::Tokenization::CHAR, "char"},
+       {data::Tokenization::SPACE, "space"},
+       {data::Tokenization::BYTE, "byte"},
+       {data::Tokenization::SPM, "spm"}}};
 };
 }  // namespace tfm

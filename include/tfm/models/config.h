@@ -9,7 +9,9 @@
 //   SEQ2SEQ  the "build_transformer" notebook: src/tgt embeddings (scaled by √D), + positions, dropout,
 //            nn.Transformer (both final norms) with a causal target mask and padding masks, generator
 //            Linear; Xavier-uniform initialisation of every matrix (but the learned position tables).
-//            Optional tied target embedding and generator. Keys: src_embedding.weight,
+//            Optional tied target embedding and generator; with share_embeddings the encoder reads
+//            the target embedding too (fairseq's share-all-embeddings; src_embedding.weight absent, equal
+//            vocabulary sizes). Keys: src_embedding.weight (unless shared),
 //            tgt_embedding.weight, [src_pos_embedding.weight, tgt_pos_embedding.weight],
 //            transformer.encoder.*, transformer.decoder.*, generator.weight (absent when tied),
 //            generator.bias.
@@ -100,6 +102,9 @@ struct ModelConfig {
   // generator.weight shares the target embedding (SEQ2SEQ: tgt_embedding.weight, DECODER:
   // embedding.weight); unset: the architecture's. ENCODER: never (source and target vocabularies differ).
   std::optional<bool> tie_embeddings;
+  // SEQ2SEQ only: the encoder embeds the source with the target embedding (one table for a joint
+  // vocabulary; src_embedding.weight is then absent). Needs src_vocab_size == tgt_vocab_size.
+  bool share_embeddings = false;
   int64_t max_len = 512;         // positional table length, the longest sequence (any positional);
                                  // DECODER: the context length (block size)
   // Layer variants (TransformerLayerOptions and AttentionVariant say what each does).
@@ -154,6 +159,7 @@ struct ModelConfig {
     visit("positional", c.positional);
     visit("scale_embeddings", c.scale_embeddings);
     visit("tie_embeddings", c.tie_embeddings);
+    visit("share_embeddings", c.share_embeddings);
     visit("max_len", c.max_len);
     visit("pad_id", c.pad_id);
     visit("bos_id", c.bos_id);

@@ -2,7 +2,8 @@
 // (tfm/models/config.h describes the architectures, their keys and token conventions).
 //
 // Parts, each built when the architecture has it and registered under its PyTorch key:
-//   source embedding   Embedding (V_src, D)      "embedding" (ENCODER) or "src_embedding"
+//   source embedding   Embedding (V_src, D)      "embedding" (ENCODER) or "src_embedding" (SEQ2SEQ;
+//                                                with share_embeddings none: the target embedding)
 //                      Embedding (V_tgt, D)      "embedding" (DECODER: the one vocabulary)
 //   target embedding   Embedding (V_tgt, D)      "tgt_embedding" (SEQ2SEQ)
 //   encoder            TransformerEncoder        "encoder" (ENCODER), inside "transformer" (SEQ2SEQ),
@@ -47,7 +48,10 @@ class Model : public Module {
   // lm_logits(batch.src, B, S), the next-token logits of every position).
   Tensor forward(const data::TokenBatch& batch) const;
   // Mean cross-entropy of forward(batch) against tgt_out, ignoring pad_id, with label smoothing.
-  Tensor loss(const data::TokenBatch& batch, float label_smoothing = 0.0f) const;
+  // normalizer > 0: the sum of the token losses divided by `normalizer` instead of by the batch's own
+  // target-token count n (computed as the mean times n / normalizer), so that the losses of the parts
+  // of a bigger batch, each normalised by the whole batch's count, add up to its mean.
+  Tensor loss(const data::TokenBatch& batch, float label_smoothing = 0.0f, int64_t normalizer = 0) const;
 
   // The pieces of forward(), for decoding (tfm/models/decode.h); each is the code forward() runs.
   // Source ids (B, S), padded with pad_id → encoder output (B, S, D) (the memory); the (B, S) Bool
@@ -81,7 +85,8 @@ class Model : public Module {
   const TransformerEncoder& encoder() const;
 
   ModelConfig config_;
-  std::unique_ptr<Embedding> src_embedding_;     // (V_src, D); DECODER: (V_tgt, D)
+  std::unique_ptr<Embedding> src_embedding_;     // (V_src, D); DECODER: (V_tgt, D); null when shared
+  const Embedding* src_embed_ = nullptr;         // what embeds the source: src_embedding_, or tgt_embedding_
   std::unique_ptr<Embedding> tgt_embedding_;     // (V_tgt, D), with a decoder
   std::unique_ptr<TransformerEncoder> encoder_;  // without a decoder (ENCODER; DECODER's causal stack)
   std::unique_ptr<Transformer> transformer_;     // with a decoder: encoder and decoder, both final norms

@@ -9,6 +9,9 @@
 //                              whenever a token contains a newline
 //   src_vocab.txt, tgt_vocab.txt    otherwise one token per line, line i + 1 = id i (directories
 //                              written before the JSON format have these and keep loading)
+//   src.spm.model, tgt.spm.model    a side's SentencePiece model when its tokenization is spm
+//   spm.model                 instead, the one SentencePiece model of both sides (a joint vocabulary,
+//                              or a language model)
 //   model.safetensors         the model's state_dict (PyTorch keys)
 //   trainer_state.safetensors, metrics.csv, curves.svg   the training run (tfm/train/trainer.h)
 #pragma once
@@ -18,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "tfm/data/tokenizer.h"
 #include "tfm/data/vocab.h"
 #include "tfm/models/decode.h"
 #include "tfm/models/model.h"
@@ -31,6 +35,9 @@ inline constexpr const char* SRC_VOCAB = "src_vocab.txt";
 inline constexpr const char* TGT_VOCAB = "tgt_vocab.txt";
 inline constexpr const char* SRC_VOCAB_JSON = "src_vocab.json";
 inline constexpr const char* TGT_VOCAB_JSON = "tgt_vocab.json";
+inline constexpr const char* SRC_SPM = "src.spm.model";
+inline constexpr const char* TGT_SPM = "tgt.spm.model";
+inline constexpr const char* JOINT_SPM = "spm.model";
 inline constexpr int FORMAT_VERSION = 1;
 
 std::string path(const std::string& dir, const char* file);  // dir/file
@@ -46,6 +53,12 @@ std::string tgt_vocab_path(const std::string& dir);
 // Writes both vocabularies into DIR, as JSON when `json` (else one token a line), and removes the
 // files of the other format so that a directory never holds two vocabularies for a side.
 void save_vocabs(const std::string& dir, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, bool json);
+// Writes the SentencePiece models of the spm sides into DIR: spm.model when both sides have the same
+// model, else src.spm.model / tgt.spm.model; removes the files a side does not use.
+void save_tokenizers(const std::string& dir, const data::Tokenizer& src, const data::Tokenizer& tgt);
+// A side's tokenizer for tokenization `t`: for spm, DIR's src.spm.model (tgt.spm.model), else its
+// spm.model; throws std::runtime_error naming the files when neither exists (or the file's error).
+data::Tokenizer load_tokenizer(const std::string& dir, data::Tokenization t, bool target);
 // One object of DIR/config.json ("model", "train" or "vocab") as JSON text, after checking the
 // format and version; throws std::runtime_error naming the file.
 std::string read_config_section(const std::string& dir, const char* section);
@@ -56,7 +69,8 @@ struct TrainedModel {
   std::string dir;               // where it was loaded from
   std::unique_ptr<Model> model;  // in eval mode
   data::Vocab src_vocab, tgt_vocab;
-  data::Tokenization src_tokens = data::Tokenization::SPACE, tgt_tokens = data::Tokenization::SPACE;
+  // The tokenizers (an spm one with its model, loaded from the directory).
+  data::Tokenizer src_tokens = data::Tokenization::SPACE, tgt_tokens = data::Tokenization::SPACE;
 };
 TrainedModel load_model_dir(const std::string& dir);
 

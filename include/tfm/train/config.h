@@ -12,6 +12,7 @@
 
 #include "tfm/data/batching.h"
 #include "tfm/data/tasks.h"
+#include "tfm/data/tokenizer.h"
 #include "tfm/data/vocab.h"
 #include "tfm/models/config.h"
 #include "tfm/train/schedule.h"
@@ -47,6 +48,19 @@ struct TrainConfig {
   // the text or the vocabulary changed): a big text costs page cache instead of memory. "" = none.
   std::string token_cache;
 
+  // ---- subword vocabularies: SentencePiece, for src_tokens / tgt_tokens spm (tfm/data/tokenizer.h) ----
+  // An spm side of TSV pairs trains a model of src_vocab_size / tgt_vocab_size pieces on that side of
+  // the training file, or uses the model file src_spm_model / tgt_spm_model. A language model (text
+  // data) and joint_vocab (one model and vocabulary for both TSV sides) take vocab_size or spm_model
+  // instead. joint_vocab with char / space tokens builds one vocabulary from both sides. At most
+  // spm_max_lines lines, evenly spaced, train a model. A resumed run, or one started from a model
+  // directory, uses that directory's models (never retrained).
+  int64_t src_vocab_size = 0, tgt_vocab_size = 0, vocab_size = 0;  // pieces, specials included
+  data::SpmType spm_type = data::SpmType::UNIGRAM;
+  std::string src_spm_model, tgt_spm_model, spm_model;
+  bool joint_vocab = false;
+  int64_t spm_max_lines = 2000000;
+
   // ---- model (vocab sizes and special ids are filled in from the data) ----
   ModelConfig model;
 
@@ -80,6 +94,13 @@ struct TrainConfig {
   // checkpoint, never from DIR again. "" = fresh weights.
   std::string init_from;
 
+  // ---- data parallelism (tfm/train/comm.h, tfm/train/trainer.h) ----
+  // The batch is cut into grad_shards parts by rows whose gradients are added in one fixed order, so
+  // the run's numbers are the same in one process and in any number of processes P dividing it.
+  // 0 = resolved when the run starts: 1 in one process (the unsharded step), P under MPI; the run's
+  // config.json keeps the resolved value, so a resumed run keeps it.
+  int64_t grad_shards = 0;
+
   // The keys of config.json's "train" object (the model is its own object, "model").
   template <typename Self, typename Visit>
   static void fields(Self& c, Visit&& visit) {
@@ -98,6 +119,15 @@ struct TrainConfig {
     visit("block_size", c.block_size);
     visit("sequential", c.sequential);
     visit("token_cache", c.token_cache);
+    visit("src_vocab_size", c.src_vocab_size);
+    visit("tgt_vocab_size", c.tgt_vocab_size);
+    visit("vocab_size", c.vocab_size);
+    visit("spm_type", c.spm_type);
+    visit("src_spm_model", c.src_spm_model);
+    visit("tgt_spm_model", c.tgt_spm_model);
+    visit("spm_model", c.spm_model);
+    visit("joint_vocab", c.joint_vocab);
+    visit("spm_max_lines", c.spm_max_lines);
     visit("epochs", c.epochs);
     visit("max_steps", c.max_steps);
     visit("time_budget", c.time_budget);
@@ -119,6 +149,7 @@ struct TrainConfig {
     visit("skip_nonfinite", c.skip_nonfinite);
     visit("out_dir", c.out_dir);
     visit("init_from", c.init_from);
+    visit("grad_shards", c.grad_shards);
   }
 
   bool text() const { return !text_path.empty(); }  // language-model data
@@ -126,6 +157,7 @@ struct TrainConfig {
   std::string to_json(bool with_model = true) const;  // pretty JSON: every field (and "model")
   static TrainConfig from_json(const std::string& text);  // missing keys keep their defaults
   void validate() const;                    // throws std::invalid_argument naming the bad field
+  void validate_subwords() const;           // the subword fields' combinations (part of validate)
   DecayParams decay_params_value() const {  // decay_params resolved by the model's architecture
     return decay_params.value_or(model.arch == Arch::DECODER ? DecayParams::MATRICES : DecayParams::ALL);
   }
@@ -151,14 +183,16 @@ enum class Preset { NANOGPT_BABY };
 TrainConfig preset_config(Preset preset);
 
 // One field of a TrainConfig or of its ModelConfig by its key ("lr", "d_model", "norm_first",
-// "task"), from or to its text on the command line: numbers in C++ syntax, booleans true / false,
+// "task"), from or to its text on the command line (a key of both, src_vocab_size or tgt_vocab_size,
+// is the TrainConfig's: the model's sizes come from the data): numbers in C++ syntax, booleans true / false,
 // closed sets by name. set_field throws std::invalid_argument "train config: <key> ..." for an unknown
 // key or a value that does not parse or fit; field_text gives "" for an unset optional field.
 void set_field(TrainConfig& c, const std::string& key, const std::string& text);
 std::string field_text(const TrainConfig& c, const std::string& key);
 
 // True for the keys a run with init_from takes from the model directory, so that setting them too is
-// refused: every ModelConfig field except dropout and drop_path, and src_tokens / tgt_tokens.
+// refused: every ModelConfig field except dropout and drop_path, src_tokens / tgt_tokens, and the
+// subword vocabulary fields (the directory's vocabularies are used).
 bool fixed_by_init_from(const std::string& key);
 
 }  // namespace tfm::train

@@ -11,6 +11,11 @@
 //   token_accuracy    = Σ correct / Σ |r*|
 //   sequence_accuracy = #exact / #examples;  sequence_error_rate = 1 − sequence_accuracy
 //   token_error_rate  = Σ edits / Σ |r*|     (can exceed 1 for long wrong predictions)
+// On the text of prediction and references (add_text; the evaluation turns tokens into text with the
+// target side's detokenizer), against all references at once, as sacreBLEU's defaults
+// (tfm/train/text_metrics.h):
+//   bleu  corpus BLEU, 13a tokenization, 4-grams, clipped counts, closest-length brevity penalty, 0–100
+//   chrf  corpus chrF2: character 1..6-grams without whitespace, β = 2, 0–100
 #pragma once
 
 #include <cstdint>
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "tfm/data/vocab.h"
+#include "tfm/train/text_metrics.h"
 
 namespace tfm::train {
 
@@ -31,9 +37,17 @@ struct Metrics {
   double sequence_accuracy() const;
   double sequence_error_rate() const { return examples ? 1.0 - sequence_accuracy() : 0.0; }
   double token_error_rate() const;
+  BleuStats bleu_stats;  // summed over add_text
+  ChrfStats chrf_stats;
+  double bleu() const { return bleu_stats.score(); }  // 0–100; 0 before any add_text
+  double chrf() const { return chrf_stats.score(); }  // 0–100
   // Adds one example. Throws std::invalid_argument when `references` is empty.
   void add(const data::Tokens& prediction, const std::vector<data::Tokens>& references);
-  // {"token_accuracy":..,"sequence_accuracy":..,"token_error_rate":..,"sequence_error_rate":..,"examples":..}
+  // Adds the text of one example to the BLEU and chrF statistics (it does not count in `examples`).
+  // Throws std::invalid_argument when `references` is empty.
+  void add_text(const std::string& prediction, const std::vector<std::string>& references);
+  // {"token_accuracy":..,"sequence_accuracy":..,"token_error_rate":..,"sequence_error_rate":..,"examples":..,
+  //  "bleu":..,"chrf":..}
   std::string to_json() const;
 };
 

@@ -25,6 +25,12 @@
 //   metrics.csv, curves.svg   one row / point per evaluation (with TrainConfig::init_from, the first at
 //                              step 0: the starting model's)
 //
+// Data parallelism (TrainConfig::grad_shards G > 1, or MPI): each step's batch is cut into G parts by
+// rows; their gradients, each normalised by the whole batch's target-token count, are added in part
+// order (src/train/step.h describes the fold and the exchange between processes), so the weights,
+// optimizer state, losses and metrics are bitwise the same for any process count P dividing G. With
+// G = 1 in one process, the step is the unsharded one.
+//
 // Exact resume: the data plan of an epoch is a pure function of (seed, epoch) (text data: sequential
 // windows of (epoch, batch), or random windows drawn from the run's generator), dropout draws come
 // from the run's counter-based generator whose (seed, offset) is saved, and the optimizer state
@@ -40,6 +46,7 @@
 #include <vector>
 
 #include "tfm/enum_names.h"
+#include "tfm/train/comm.h"
 #include "tfm/train/config.h"
 #include "tfm/train/metrics.h"
 
@@ -68,6 +75,7 @@ struct ProgressEvent {
   bool has_eval = false;                    // `last_eval` holds a row
   EvalRow last_eval;
   std::string message;                      // NOTE / CHECKPOINT: a sentence for the user
+  int processes = 1;                        // processes training together (tokens_per_sec is theirs)
 };
 using ProgressFn = std::function<void(const ProgressEvent&)>;
 
@@ -75,6 +83,13 @@ struct TrainHooks {
   ProgressFn progress;                      // may be empty
   // Polled after every step; true = stop now, write a checkpoint and return interrupted.
   std::function<bool(int64_t step)> should_stop;
+  // The processes training together (tfm/train/comm.h); null: this process alone. Under MPI every
+  // rank runs run_training with the same config and its Comm::world(): the data is read and batched
+  // by every rank (each builds the whole global batch and computes its parts of it); rank 0 alone
+  // evaluates, writes files and calls `progress` (the others' TrainResult has the steps, not the
+  // figures). should_stop is polled on
+  // every rank and the run stops when any rank asks; a time budget follows rank 0's clock.
+  Comm* comm = nullptr;
 };
 
 // Why a run ended.

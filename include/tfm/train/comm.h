@@ -1,0 +1,65 @@
+// tfm/train/comm.h — the processes of a data-parallel training run (tfm/train/trainer.h) and the few
+// collectives the trainer needs, over MPI when the library is built with it (TFM_HAVE_MPI).
+//
+// A Comm is either the single process (Comm{}: rank 0 of 1, every collective a copy) or MPI's
+// world communicator (Comm::world(), after the program called MPI_Init: the library never
+// initialises or finalises MPI). Every collective is started non-blocking and waited for by polling
+// MPI_Test: a timed wait gives up after timeout() seconds with CommTimeout (a peer stopped, stuck or
+// dead), an untimed one waits as long as it takes (the trainer uses those after a checkpoint or an
+// evaluation, whose length has no bound). On CommTimeout the program should print the message and
+// call abort_all(): the other ranks may be blocked forever otherwise.
+//
+// Counts and displacements are in elements; every rank must call the same collectives in the same
+// order (the trainer's loop guarantees it: its decisions are taken together, see trainer.cc).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tfm::train {
+
+// A timed wait ran out: what() names the collective and the timeout.
+class CommTimeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Comm {
+ public:
+  Comm() = default;  // the single process
+  // MPI_COMM_WORLD (MPI must be initialised by the caller); throws when built without MPI.
+  static Comm world();
+  // True when the library was built with MPI.
+  static bool available();
+  // The number of processes the launcher (mpirun, srun) started, from its environment
+  // (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_SIZE... ), 1 when none: a program built without MPI uses
+  // it to refuse to run as one of P > 1 copies that would each train alone.
+  static int launched_size();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_size() const { return local_size_; }  // processes on this node
+  bool single() const { return size_ == 1; }
+
+  double timeout() const { return timeout_; }
+  void set_timeout(double seconds) { timeout_ = seconds; }
+
+  // recv[k] for k over ranks ← each rank's send[...]: MPI_Alltoallv on floats.
+  void alltoallv(const float* send, const int* send_counts, const int* send_displs, float* recv,
+                 const int* recv_counts, const int* recv_displs, bool timed);
+  // recv ← every rank's `count` floats at displs[rank] (counts[rank] = count): MPI_Allgatherv. `send`
+  // may be recv + displs[rank] (in place).
+  void allgatherv(const float* send, int count, float* recv, const int* counts, const int* displs, bool timed);
+  // recv (n · size doubles) ← every rank's n doubles, in rank order: MPI_Allgather.
+  void allgather(const double* send, int n, double* recv, bool timed);
+  // Stops every process of the run (MPI_Abort); the single process returns.
+  void abort_all(int code) const;
+
+ private:
+  int rank_ = 0, size_ = 1, local_size_ = 1;
+  double timeout_ = 600;
+};
+
+}  // namespace tfm::train

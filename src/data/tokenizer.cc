@@ -1,0 +1,161 @@
+// src/data/tokenizer.cc — Tokenizer and SentencePiece training (see tfm/data/tokenizer.h).
+#include "tfm/data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <stdexcept>
+#include <unordered_map>
+
+#include "io/file_util.h"
+
+namespace tfm::data {
+
+struct Tokenizer::Spm {
+  sentencepiece::SentencePieceProcessor processor;
+  std::string model;  // serialized
+  std::string name;   // the file (or data) it came from
+};
+
+namespace {
+
+const std::string kEmpty;
+
+// Feeds the chosen lines to SentencePiece's trainer without copying them into a file.
+class LineIterator : public sentencepiece::SentenceIterator {
+ public:
+  LineIterator(const std::vector<std::string_view>& lines, std::vector<size_t> pick) : lines_(lines), pick_(std::move(pick)) {
+    load();
+  }
+  bool done() const override { return k_ >= pick_.size(); }
+  void Next() override {
+    ++k_;
+    load();
+  }
+  const std::string& value() const override { return value_; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  void load() {
+    if (k_ < pick_.size()) value_.assign(lines_[pick_[k_]]);
+  }
+  const std::vector<std::string_view>& lines_;
+  std::vector<size_t> pick_;
+  size_t k_ = 0;
+  std::string value_;
+};
+
+// SentencePiece's status text without its source location: "Internal: ./src/x.cc(660) [cond] What."
+// → "What.".
+std::string status_text(const sentencepiece::util::Status& st) {
+  std::string s = st.error_message();
+  const size_t close = s.find("] ");
+  if (s.rfind("./src/", 0) == 0 || s.find(".cc(") != std::string::npos)
+    if (close != std::string::npos) s = s.substr(close + 2);
+  return s;
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(Tokenization t) : kind_(t) {}
+
+Tokenizer Tokenizer::load_spm(const std::string& path) {
+  std::string bytes;
+  try {
+    bytes = io::read_file(path);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + ": cannot read the SentencePiece model: " + e.what());
+  }
+  return from_spm_model(std::move(bytes), path);
+}
+
+Tokenizer Tokenizer::from_spm_model(std::string model, const std::string& name) {
+  auto spm = std::make_shared<Spm>();
+  const auto st = spm->processor.LoadFromSerializedProto(model);
+  if (!st.ok() || spm->processor.GetPieceSize() == 0)
+    throw std::runtime_error(name + ": not a SentencePiece model (" + (st.ok() ? "no pieces" : status_text(st)) + ")");
+  const char* specials[] = {Vocab::PAD, Vocab::BOS, Vocab::EOS, Vocab::UNK};
+  for (int id = 0; id < 4; ++id)
+    if (spm->processor.GetPieceSize() <= id || spm->processor.IdToPiece(id) != specials[id])
+      throw std::runtime_error(name + ": SentencePiece model without tfm's specials <pad>=0, <bos>=1, <eos>=2, <unk>=3 "
+                               "(piece " + std::to_string(id) + " is '" +
+                               (spm->processor.GetPieceSize() > id ? spm->processor.IdToPiece(id) : std::string()) +
+                               "'; train it with --pad_id=0 --bos_id=1 --eos_id=2 --unk_id=3 --pad_piece=<pad> "
+                               "--bos_piece=<bos> --eos_piece=<eos> --unk_piece=<unk>)");
+  spm->model = std::move(model);
+  spm->name = name;
+  Tokenizer t(Tokenization::SPM);
+  t.spm_ = std::move(spm);
+  return t;
+}
+
+const std::string& Tokenizer::spm_model() const { return spm_ ? spm_->model : kEmpty; }
+const std::string& Tokenizer::spm_name() const { return spm_ ? spm_->name : kEmpty; }
+
+Tokens Tokenizer::tokenize(const std::string& text) const {
+  if (kind_ != Tokenization::SPM) return data::tokenize(text, kind_);
+  if (!spm_) data::tokenize(text, kind_);  // throws: no model
+  Tokens pieces;
+  const auto st = spm_->processor.Encode(text, &pieces);
+  if (!st.ok()) throw std::invalid_argument(spm_->name + ": cannot encode: " + status_text(st));
+  return pieces;
+}
+
+std::string Tokenizer::detokenize(const Tokens& tokens) const {
+  if (kind_ != Tokenization::SPM) return data::detokenize(tokens, kind_);
+  if (!spm_) data::detokenize(tokens, kind_);  // throws: no model
+  std::string text;
+  const auto st = spm_->processor.Decode(tokens, &text);
+  if (!st.ok()) throw std::invalid_argument(spm_->name + ": cannot decode: " + status_text(st));
+  return text;
+}
+
+Vocab Tokenizer::vocab() const {
+  if (!spm_) throw std::invalid_argument("Tokenizer::vocab: only an spm tokenizer has its own vocabulary");
+  std::vector<std::string> pieces;
+  pieces.reserve(static_cast<size_t>(spm_->processor.GetPieceSize()));
+  for (int id = 0; id < spm_->processor.GetPieceSize(); ++id) pieces.push_back(spm_->processor.IdToPiece(id));
+  try {
+    return Vocab::from_tokens(std::move(pieces));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(spm_->name + ": " + e.what());
+  }
+}
+
+std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptions& o, const std::string& name) {
+  if (o.vocab_size < 5) throw std::invalid_argument(name + ": an spm vocabulary size must be ≥ 5 (4 specials), got " +
+                                                    std::to_string(o.vocab_size));
+  if (o.max_lines < 1) throw std::invalid_argument(name + ": spm_max_lines must be ≥ 1");
+  std::vector<size_t> nonempty;
+  for (size_t i = 0; i < lines.size(); ++i)
+    if (!lines[i].empty()) nonempty.push_back(i);
+  if (nonempty.empty()) throw std::invalid_argument(name + ": no text to train a SentencePiece model on");
+  const auto n = static_cast<uint64_t>(nonempty.size());
+  const auto m = std::min<uint64_t>(n, static_cast<uint64_t>(o.max_lines));
+  std::vector<size_t> pick(m);
+  for (uint64_t i = 0; i < m; ++i) pick[i] = nonempty[static_cast<size_t>(i * n / m)];  // evenly spaced
+  const std::unordered_map<std::string, std::string> spec = {
+      {"model_type", o.type == SpmType::BPE ? "bpe" : "unigram"},
+      {"vocab_size", std::to_string(o.vocab_size)},
+      {"pad_id", "0"}, {"bos_id", "1"}, {"eos_id", "2"}, {"unk_id", "3"},
+      {"pad_piece", Vocab::PAD}, {"bos_piece", Vocab::BOS}, {"eos_piece", Vocab::EOS}, {"unk_piece", Vocab::UNK},
+      {"num_threads", std::to_string(kSpmTrainerThreads)},
+      {"input_sentence_size", "0"},  // every line given (our own sampling chose them)
+      {"shuffle_input_sentence", "false"},
+      {"minloglevel", "100"},  // nothing on stderr
+      {"hard_vocab_limit", "true"},
+      {"byte_fallback", o.lossless ? "true" : "false"},
+      {"normalization_rule_name", o.lossless ? "identity" : "nmt_nfkc"},
+      {"remove_extra_whitespaces", o.lossless ? "false" : "true"},
+      {"add_dummy_prefix", o.lossless ? "false" : "true"},
+  };
+  LineIterator it(lines, std::move(pick));
+  std::string model;
+  const auto st = sentencepiece::SentencePieceTrainer::Train(spec, &it, &model);
+  if (!st.ok())
+    throw std::invalid_argument(name + ": SentencePiece cannot make a vocabulary of " + std::to_string(o.vocab_size) +
+                                " pieces from " + std::to_string(m) + " lines: " + status_text(st));
+  return model;
+}
+
+}  // namespace tfm::data

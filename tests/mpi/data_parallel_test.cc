@@ -1,0 +1,318 @@
+// tests/mpi/data_parallel_test.cc — data parallelism (TrainConfig::grad_shards, mpirun -np P): the
+// sharded step against the unsharded one in one process, and runs under mpirun against one process
+// with the same --grad-shards, bit for bit. The mpirun tests are skipped, saying why, when the library
+// was built without MPI or mpirun is not on the PATH. Open MPI refuses to run as root unless told:
+// the allow-root variables are set here, on the test's command lines only.
+//
+// Equality of two run directories (same_run): model.safetensors byte for byte; in
+// trainer_state.safetensors every tensor's bytes and the whole saved state except the wall-clock
+// fields (elapsed, and each history row's tokens_per_sec and elapsed_seconds), which no two runs
+// share.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "test_util.h"
+#include "tfm/models/model.h"
+#include "tfm/optim.h"
+#include "tfm/train/comm.h"
+#include "train/step.h"
+
+namespace tfm {
+namespace {
+
+using testing::run_command;
+using testing::temp_dir;
+
+const std::string kCli = TFM_CLI_PATH;
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// trainer_state.safetensors as (tensor bytes, header with the wall-clock fields removed).
+std::pair<std::string, nlohmann::json> state_without_clock(const std::string& path) {
+  const std::string b = read_file(path);
+  if (b.size() < 8) return {"", nlohmann::json()};
+  uint64_t n = 0;
+  std::memcpy(&n, b.data(), 8);
+  nlohmann::json h = nlohmann::json::parse(b.substr(8, n));
+  nlohmann::json st = nlohmann::json::parse(h["__metadata__"]["tfm_trainer_state"].get<std::string>());
+  st.erase("elapsed");
+  for (auto& row : st["history"]) {
+    row.erase("tokens_per_sec");
+    row.erase("elapsed_seconds");
+  }
+  h["__metadata__"]["tfm_trainer_state"] = st;
+  return {b.substr(8 + n), h};
+}
+
+::testing::AssertionResult same_run(const std::string& a, const std::string& b) {
+  if (read_file(a + "/model.safetensors").empty()) return ::testing::AssertionFailure() << a << ": no model";
+  if (read_file(a + "/model.safetensors") != read_file(b + "/model.safetensors"))
+    return ::testing::AssertionFailure() << a << "/model.safetensors and " << b << "/model.safetensors differ";
+  const auto [ta, ha] = state_without_clock(a + "/trainer_state.safetensors");
+  const auto [tb, hb] = state_without_clock(b + "/trainer_state.safetensors");
+  if (ta != tb) return ::testing::AssertionFailure() << "the tensors of the trainer states of " << a << " and " << b << " differ";
+  if (ha != hb) return ::testing::AssertionFailure() << "trainer states differ:\n" << ha.dump() << "\n" << hb.dump();
+  return ::testing::AssertionSuccess();
+}
+
+// ---- the sharded step in one process ----
+
+// A seq2seq batch of 5 rows of different lengths (pads in src, tgt_in and tgt_out).
+data::TokenBatch ragged_batch() {
+  data::TokenBatch b;
+  b.B = 5, b.S = 4, b.T = 5;
+  const int32_t pad = 0, bos = 1, eos = 2;
+  const std::vector<std::vector<int32_t>> src = {{3, 4, 5, 6}, {7, 3}, {4, 4, 8}, {9}, {5, 6, 7, 8}};
+  const std::vector<std::vector<int32_t>> tgt = {{6, 5, 4, 3}, {3, 7}, {8, 4, 4}, {9}, {8, 7}};
+  for (int64_t r = 0; r < b.B; ++r) {
+    for (int64_t s = 0; s < b.S; ++s) b.src.push_back(s < static_cast<int64_t>(src[r].size()) ? src[r][s] : pad);
+    const auto& t = tgt[r];
+    for (int64_t i = 0; i < b.T; ++i) {
+      const int64_t n = static_cast<int64_t>(t.size());
+      b.tgt_in.push_back(i == 0 ? bos : i <= n ? t[i - 1] : pad);
+      b.tgt_out.push_back(i < n ? t[i] : i == n ? eos : pad);
+    }
+  }
+  return b;
+}
+
+ModelConfig tiny_seq2seq(float dropout) {
+  ModelConfig c;
+  c.arch = Arch::SEQ2SEQ;
+  c.d_model = 16, c.nhead = 2, c.num_encoder_layers = c.num_decoder_layers = 1, c.dim_feedforward = 32;
+  c.src_vocab_size = c.tgt_vocab_size = 10, c.pad_id = 0, c.bos_id = 1, c.eos_id = 2, c.max_len = 8;
+  c.dropout = dropout;
+  return c;
+}
+
+// The gradient one step takes: SGD with lr 1 and no clipping moves every weight by −grad.
+std::vector<std::vector<float>> step_gradient(int64_t shards, float dropout, uint64_t offset = 0) {
+  Generator gen{7, 0};
+  Model model(tiny_seq2seq(dropout), gen);
+  model.train();
+  gen.offset = offset;
+  const NamedTensors named = model.named_parameters();
+  SGD opt(named, 1.0f, 0.0f, 0.0f);
+  std::vector<Tensor> params = model.parameters();
+  std::vector<std::vector<float>> before;
+  for (const auto& p : params) before.emplace_back(p.data(), p.data() + p.numel());
+  train::Comm single;
+  if (shards == 1) {
+    const train::StepOutcome s = train::train_step(model, opt, params, ragged_batch(), 0.1f, 0.0f);
+    EXPECT_TRUE(s.finite);
+  } else {
+    train::ShardedStep step(params, shards, single);
+    train::ShardedStep::Agreement agreement;
+    const train::StepOutcome s = step.run(model, opt, gen, ragged_batch(), 0.1f, 0.0f, agreement);
+    EXPECT_TRUE(s.finite);
+    EXPECT_EQ(gen.offset, offset + 1);  // the run generator advances by one counter a step
+  }
+  std::vector<std::vector<float>> grads;
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::vector<float> g(before[i].size());
+    for (size_t k = 0; k < g.size(); ++k) g[k] = before[i][k] - params[i].data()[k];
+    grads.push_back(std::move(g));
+  }
+  return grads;
+}
+
+using Rows = std::pair<int64_t, int64_t>;
+
+TEST(ShardRows, EvenSplitEarlierPartsTakeTheExtraRows) {
+  EXPECT_EQ(train::shard_rows(5, 2, 0), Rows(0, 3));
+  EXPECT_EQ(train::shard_rows(5, 2, 1), Rows(3, 5));
+  EXPECT_EQ(train::shard_rows(5, 3, 2), Rows(4, 5));
+  EXPECT_EQ(train::shard_rows(2, 4, 2), Rows(2, 2));  // empty
+}
+
+// Without dropout the parts' gradients add up to the whole batch's (a mathematical identity; the two
+// differ by float32 rounding of the reordered sums and of the n/N scaling, a few ulps of the largest
+// gradient: bound 1e-5 normwise). G = 7 > 5 rows has two empty parts.
+TEST(ShardedStep, GradientIsTheWholeBatchsWithinFloatError) {
+  const auto whole = step_gradient(1, 0.0f);
+  for (int64_t G : {2, 3, 7}) {
+    const auto sharded = step_gradient(G, 0.0f);
+    ASSERT_EQ(sharded.size(), whole.size());
+    for (size_t i = 0; i < whole.size(); ++i)
+      EXPECT_TRUE(testing::close_rel(sharded[i], whole[i], 1e-5)) << "G " << G << ", parameter " << i;
+  }
+}
+
+// With dropout each part draws its own masks from (the step's generator state, part): a repeated step
+// gives the same bits, another generator state other masks.
+TEST(ShardedStep, DropoutDrawsArePureFunctionsOfTheGeneratorStateAndPart) {
+  const auto a = step_gradient(2, 0.3f), b = step_gradient(2, 0.3f), c = step_gradient(2, 0.3f, 5);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  for (const auto& g : a)
+    for (float v : g) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST(ShardedStep, ShardsMustBeAMultipleOfTheProcesses) {
+  train::Comm single;
+  EXPECT_THROW(train::ShardedStep({}, 0, single), std::invalid_argument);
+}
+
+// ---- mpirun against one process ----
+
+class Mpirun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!train::Comm::available()) GTEST_SKIP() << "tfm was built without MPI (TFM_MPI=OFF): nothing to launch";
+    if (run_command("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not on the PATH (openmpi-bin)";
+  }
+  static std::string mpirun(int np) {
+    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np " +
+           std::to_string(np) + " ";
+  }
+};
+
+void write_pairs(const std::string& path, int n, uint64_t seed) {
+  testing::Rng g(seed);
+  std::ofstream f(path);
+  for (int i = 0; i < n; ++i) {
+    std::string w;
+    for (int k = 0, len = g.uniform_int(2, 6); k < len; ++k) w += static_cast<char>('a' + g.uniform_int(0, 4));
+    f << w << '\t' << std::string(w.rbegin(), w.rend()) << '\n';
+  }
+}
+
+const std::string kTinySeq2seq =
+    " --arch seq2seq --d-model 16 --nhead 2 --layers 1 --dim-feedforward 32 --dropout 0.2 --batch-size 7 --threads 1"
+    " --eval-every 4";
+
+TEST_F(Mpirun, Seq2seqTsvWithDropoutTwoProcessesEqualOneWithTwoShards) {
+  const std::string d = temp_dir("mpi_tsv");
+  write_pairs(d + "/train.tsv", 40, 1);
+  write_pairs(d + "/valid.tsv", 6, 2);
+  const std::string args = " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq + " --max-steps 8";
+  std::string out;
+  ASSERT_EQ(run_command(kCli + args + " --grad-shards 2 --out " + d + "/one", &out), 0) << out;
+  ASSERT_EQ(run_command(mpirun(2) + kCli + args + " --out " + d + "/two", &out), 0) << out;
+  EXPECT_NE(out.find("trained 8 steps"), std::string::npos) << out;  // rank 0 reports, once
+  EXPECT_EQ(out.find("trained 8 steps"), out.rfind("trained 8 steps")) << out;
+  EXPECT_TRUE(same_run(d + "/one", d + "/two"));
+  // The saved shard count is the resolved one: P.
+  EXPECT_NE(read_file(d + "/two/config.json").find("\"grad_shards\": 2"), std::string::npos);
+  // Four shards: one process of four parts, two of two, four of one.
+  ASSERT_EQ(run_command(kCli + args + " --grad-shards 4 --out " + d + "/one4", &out), 0) << out;
+  ASSERT_EQ(run_command(mpirun(2) + kCli + args + " --grad-shards 4 --out " + d + "/two4", &out), 0) << out;
+  EXPECT_TRUE(same_run(d + "/one4", d + "/two4"));
+  ASSERT_EQ(run_command(mpirun(4) + kCli + args + " --grad-shards 4 --out " + d + "/four4", &out), 0) << out;
+  EXPECT_TRUE(same_run(d + "/one4", d + "/four4"));
+}
+
+TEST_F(Mpirun, DecoderOnTextTwoProcessesEqualOneWithTwoShards) {
+  const std::string d = temp_dir("mpi_text");
+  {
+    std::ofstream f(d + "/t.txt");
+    for (int i = 0; i < 40; ++i) f << "the quick brown fox " << i << " jumps over the lazy dog.\n";
+  }
+  const std::string args = " train --text " + d + "/t.txt --arch decoder --d-model 16 --nhead 2 --layers 1 "
+                           "--dim-feedforward 32 --dropout 0.1 --block-size 16 --batch-size 5 --max-steps 6 "
+                           "--eval-every 3 --threads 1";
+  std::string out;
+  ASSERT_EQ(run_command(kCli + args + " --grad-shards 2 --out " + d + "/one", &out), 0) << out;
+  ASSERT_EQ(run_command(mpirun(2) + kCli + args + " --out " + d + "/two", &out), 0) << out;
+  EXPECT_TRUE(same_run(d + "/one", d + "/two"));
+}
+
+// A run stopped after 4 steps under two processes and resumed in one equals the run of 8 steps in
+// one process (constant schedule: the length does not shape the learning rate).
+TEST_F(Mpirun, InterruptedUnderTwoProcessesResumedInOneEqualsTheUninterruptedRun) {
+  const std::string d = temp_dir("mpi_resume");
+  write_pairs(d + "/train.tsv", 40, 3);
+  write_pairs(d + "/valid.tsv", 6, 4);
+  const std::string args =
+      " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq + " --schedule constant";
+  std::string out;
+  ASSERT_EQ(run_command(kCli + args + " --grad-shards 2 --max-steps 8 --out " + d + "/whole", &out), 0) << out;
+  ASSERT_EQ(run_command(mpirun(2) + kCli + args + " --max-steps 4 --out " + d + "/split", &out), 0) << out;
+  ASSERT_EQ(run_command(kCli + " train --resume " + d + "/split --max-steps 8 --threads 1", &out), 0) << out;
+  EXPECT_TRUE(same_run(d + "/whole", d + "/split"));
+}
+
+// Ctrl-C to mpirun: Open MPI sends SIGTERM to both ranks, they stop at the same step and rank 0
+// writes one checkpoint there, which one process resumes (with the saved --grad-shards 2).
+TEST_F(Mpirun, SigintToMpirunStopsEveryRankAtOneStepWithOneCheckpoint) {
+  const std::string d = temp_dir("mpi_sigint");
+  write_pairs(d + "/train.tsv", 40, 7);
+  write_pairs(d + "/valid.tsv", 6, 8);
+  const std::string script =
+      mpirun(2) + kCli + " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq +
+      " --max-steps 1000000 --out " + d + "/run 2>" + d + "/err & pid=$!; " +
+      "for i in $(seq 600); do grep -q '^eval' " + d + "/err 2>/dev/null && break; sleep 0.1; done; " +
+      "kill -INT $pid; wait $pid; echo rc=$?";
+  std::string out;
+  run_command(script, &out);
+  const std::string err = read_file(d + "/err");
+  const auto at = err.find("terminated (SIGTERM) at step ");
+  ASSERT_NE(at, std::string::npos) << err;
+  EXPECT_EQ(at, err.rfind("terminated (SIGTERM) at step ")) << err;  // rank 0 alone reports
+  const int64_t step = std::stoll(err.substr(at + 29));
+  const nlohmann::json state = state_without_clock(d + "/run/trainer_state.safetensors").second;
+  EXPECT_EQ(state["__metadata__"]["tfm_trainer_state"]["step"], step) << "the checkpoint is not at the reported step";
+  ASSERT_EQ(run_command(kCli + " train --resume " + d + "/run --max-steps " + std::to_string(step + 2) + " --threads 1", &out), 0)
+      << out;
+  EXPECT_NE(out.find("trained " + std::to_string(step + 2) + " steps"), std::string::npos) << out;
+}
+
+// A stopped rank: the other gives up after --comm-timeout with one clear line, and the job ends
+// non-zero well before the run would have.
+TEST_F(Mpirun, StoppedRankMakesTheJobFailWithinTheCommTimeout) {
+  const std::string d = temp_dir("mpi_stop");
+  write_pairs(d + "/train.tsv", 40, 5);
+  write_pairs(d + "/valid.tsv", 6, 6);
+  // Wait for rank 0's first evaluation (both ranks are past their first step), then SIGSTOP rank 1
+  // (the child of mpirun whose environment says OMPI_COMM_WORLD_RANK=1). The job gets 60 s before
+  // the script kills it.
+  const std::string script =
+      mpirun(2) + kCli + " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq +
+      " --max-steps 1000000 --comm-timeout 2 --out " + d + "/run 2>" + d + "/err & pid=$!; " +
+      "for i in $(seq 600); do grep -q '^eval' " + d + "/err 2>/dev/null && break; sleep 0.1; done; " +
+      "for p in $(pgrep -P $pid); do tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && rank=$p; done; " +
+      "kill -STOP $rank; start=$(date +%s); " +
+      "( sleep 60; kill -KILL $(pgrep -P $pid) $pid ) >/dev/null 2>&1 & guard=$!; " +
+      "wait $pid; rc=$?; echo rc=$rc seconds=$(( $(date +%s) - start )); " +
+      "kill -KILL $rank $guard 2>/dev/null; true";
+  std::string out;
+  run_command(script, &out);
+  EXPECT_EQ(out.find("rc=0 "), std::string::npos) << out;
+  EXPECT_NE(out.find("rc="), std::string::npos) << out;
+  const auto s = out.find("seconds=");
+  ASSERT_NE(s, std::string::npos) << out;
+  EXPECT_LE(std::stoi(out.substr(s + 8)), 30) << out;
+  const std::string err = read_file(d + "/err");
+  EXPECT_NE(err.find("within --comm-timeout 2 s"), std::string::npos) << err;
+}
+
+TEST_F(Mpirun, ShardsNotAMultipleOfTheProcessesIsAnError) {
+  const std::string d = temp_dir("mpi_bad");
+  std::string out;
+  EXPECT_NE(run_command(mpirun(2) + kCli + " train --task reverse --arch encoder --d-model 16 --nhead 2 --layers 1 "
+                                            "--max-steps 1 --threads 1 --grad-shards 3 --out " + d + "/run",
+                        &out),
+            0);
+  EXPECT_NE(out.find("grad_shards 3 is not a multiple of the 2 processes"), std::string::npos) << out;
+}
+
+// A build without MPI refuses to be one of several copies a launcher started.
+TEST(NoMpi, LaunchedAsSeveralProcessesIsAnError) {
+  if (train::Comm::available()) GTEST_SKIP() << "built with MPI: the refusal is for builds without it";
+  const std::string d = temp_dir("nompi");
+  std::string out;
+  EXPECT_NE(run_command("OMPI_COMM_WORLD_SIZE=2 " + kCli + " train --task reverse --max-steps 1 --out " + d + "/run", &out), 0);
+  EXPECT_NE(out.find("built without MPI"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tfm

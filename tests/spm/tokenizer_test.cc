@@ -1,0 +1,190 @@
+// Tests of data::Tokenizer and train_spm (tfm/data/tokenizer.h): the char / space / byte kinds are
+// the vocab.h functions unchanged; SentencePiece models train deterministically, carry tfm's
+// specials, round-trip text, and their errors name the file.
+#include "tfm/data/tokenizer.h"
+#include "tfm/data/text.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "test_util.h"
+
+namespace tfm::data {
+namespace {
+
+std::vector<std::string> gpl_lines() {
+  std::ifstream f("/usr/share/common-licenses/GPL-3");
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(f, line)) out.push_back(line);
+  return out;
+}
+
+std::vector<std::string_view> views(const std::vector<std::string>& v) { return {v.begin(), v.end()}; }
+
+std::string temp_dir(const std::string& name) {
+  const auto d = std::filesystem::temp_directory_path() / ("tfm_spm_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+TEST(Tokenizer, NonSpmKindsAreTheVocabFunctions) {
+  for (Tokenization t : {Tokenization::CHAR, Tokenization::SPACE, Tokenization::BYTE}) {
+    const Tokenizer tok(t);
+    const std::string text = "héllo  wörld\n";
+    EXPECT_EQ(tok.tokenize(text), tokenize(text, t));
+    EXPECT_EQ(tok.detokenize(tokenize(text, t)), detokenize(tokenize(text, t), t));
+    EXPECT_TRUE(tok == t);
+    EXPECT_FALSE(tok.is_spm());
+  }
+  EXPECT_THROW(tokenize("x", Tokenization::SPM), std::invalid_argument);
+  // The Tokenizer overloads pick the tokenizer's own functions.
+  const Tokenizer space(Tokenization::SPACE);
+  EXPECT_EQ(detokenize(Tokens{"a", "b"}, space), "a b");
+  EXPECT_EQ(tokenize("a b", space), (Tokens{"a", "b"}));
+  EXPECT_THROW(Tokenizer(Tokenization::SPM).tokenize("x"), std::invalid_argument);
+}
+
+TEST(Tokenizer, TrainedModelHasTfmSpecialsAndRoundTrips) {
+  const auto lines = gpl_lines();
+  ASSERT_GT(lines.size(), 500u);
+  for (SpmType type : {SpmType::UNIGRAM, SpmType::BPE}) {
+    SpmOptions o;
+    o.vocab_size = 300;
+    o.type = type;
+    const Tokenizer tok = Tokenizer::from_spm_model(train_spm(views(lines), o, "GPL-3"), "GPL-3");
+    const Vocab v = tok.vocab();
+    EXPECT_EQ(v.size(), 300);
+    EXPECT_EQ(v.pad_id(), 0);
+    EXPECT_EQ(v.bos_id(), 1);
+    EXPECT_EQ(v.eos_id(), 2);
+    EXPECT_EQ(v.unk_id(), 3);
+    const std::string s = "the GNU General Public License is a free, copyleft license";
+    const Tokens pieces = tok.tokenize(s);
+    EXPECT_LT(pieces.size(), s.size());  // subwords, not characters
+    EXPECT_EQ(pieces[0].rfind("\xE2\x96\x81", 0), 0u) << pieces[0];  // the dummy prefix "▁"
+    EXPECT_EQ(tok.detokenize(pieces), s);
+    for (const auto& p : pieces) EXPECT_NE(v.id(p), v.unk_id()) << p;
+  }
+}
+
+TEST(Tokenizer, LosslessModelKeepsEveryCharacter) {
+  const auto lines = gpl_lines();
+  SpmOptions o;
+  o.vocab_size = 400;
+  o.lossless = true;
+  const Tokenizer tok = Tokenizer::from_spm_model(train_spm(views(lines), o, "GPL-3"), "GPL-3");
+  EXPECT_TRUE(tok.vocab().contains("<0x0A>"));
+  for (const std::string s : {"  indented\ttab  two spaces ", "é ü ∑ 漢字", "The Program"}) {
+    const Tokens pieces = tok.tokenize(s);
+    EXPECT_EQ(tok.detokenize(pieces), s);
+    for (const auto& p : pieces) EXPECT_NE(tok.vocab().id(p), 3) << p;  // byte fallback: no <unk>
+  }
+  EXPECT_EQ(tok.tokenize("The")[0].rfind("\xE2\x96\x81", 0), std::string::npos);  // no dummy prefix
+}
+
+TEST(Tokenizer, TrainingIsDeterministicAndSamplesEvenly) {
+  const auto lines = gpl_lines();
+  SpmOptions o;
+  o.vocab_size = 250;
+  const std::string a = train_spm(views(lines), o, "GPL-3");
+  const std::string b = train_spm(views(lines), o, "GPL-3");
+  EXPECT_EQ(a, b);
+  o.max_lines = 100;
+  const std::string c = train_spm(views(lines), o, "GPL-3");
+  EXPECT_NE(a, c);  // fewer lines, another model
+  // max_lines of the non-empty lines, evenly spaced, equal training on exactly those lines.
+  std::vector<std::string> nonempty, chosen;
+  for (const auto& l : lines)
+    if (!l.empty()) nonempty.push_back(l);
+  for (size_t i = 0; i < 100; ++i) chosen.push_back(nonempty[i * nonempty.size() / 100]);
+  o.max_lines = 1000000;
+  EXPECT_EQ(train_spm(views(chosen), o, "chosen"), c);
+}
+
+TEST(Tokenizer, VocabularyTooLargeNamesDataAndSizes) {
+  const std::vector<std::string> lines = {"a tiny text", "with few words"};
+  SpmOptions o;
+  o.vocab_size = 5000;
+  try {
+    train_spm(views(lines), o, "tiny.tsv (source side)");
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("tiny.tsv (source side)"), std::string::npos) << m;
+    EXPECT_NE(m.find("5000"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    EXPECT_EQ(m.find("./src/"), std::string::npos) << m;
+  }
+  EXPECT_THROW(train_spm(views(std::vector<std::string>{"", ""}), o, "empty"), std::invalid_argument);
+}
+
+TEST(Tokenizer, LoadErrorsNameTheFile) {
+  const std::string d = temp_dir("load");
+  const std::string missing = d + "/missing.model";
+  try {
+    Tokenizer::load_spm(missing);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
+  }
+  const std::string corrupt = d + "/corrupt.model";
+  std::ofstream(corrupt) << "this is not a protobuf \x01\x02\x03";
+  try {
+    Tokenizer::load_spm(corrupt);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(corrupt), std::string::npos) << e.what();
+  }
+  // A valid model whose pieces are saved and loaded back gives the same tokenizer.
+  SpmOptions o;
+  o.vocab_size = 200;
+  const std::string model = train_spm(views(gpl_lines()), o, "GPL-3");
+  const std::string good = d + "/good.model";
+  std::ofstream(good, std::ios::binary) << model;
+  const Tokenizer t = Tokenizer::load_spm(good);
+  EXPECT_EQ(t.spm_model(), model);
+  EXPECT_EQ(t.spm_name(), good);
+  // Truncated: corrupt too.
+  std::ofstream(corrupt, std::ios::binary) << model.substr(0, model.size() / 2);
+  EXPECT_THROW(Tokenizer::load_spm(corrupt), std::runtime_error);
+  std::filesystem::remove_all(d);
+}
+
+// Language-model text: line by line with "<0x0A>" for each newline; decoding (one id at a time, as
+// generate prints) gives the text back exactly, and the corpus of a file holds the same ids.
+TEST(Tokenizer, TextEncodingKeepsNewlinesAndDecodesPieceByPiece) {
+  const std::string d = temp_dir("text");
+  SpmOptions o;
+  o.vocab_size = 400;
+  const Tokenizer tok = train_text_spm("/usr/share/common-licenses/GPL-3", o);
+  const Vocab v = tok.vocab();
+  const std::string text = "  The GNU General\n\nPublic License,\tversion 3 \u00e9\n";
+  const std::vector<int32_t> ids = encode_text(v, tok, text, "sample");
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), v.id("<0x0A>")), 3);
+  EXPECT_EQ(decode_text(v, tok, ids), text);
+  std::string streamed;
+  for (int32_t id : ids) streamed += decode_text(v, tok, {id});
+  EXPECT_EQ(streamed, text);
+  std::ofstream(d + "/t.txt", std::ios::binary) << text;
+  const TextCorpus c = TextCorpus::read(d + "/t.txt", v, tok);
+  ASSERT_EQ(c.size(), static_cast<int64_t>(ids.size()));
+  for (int64_t i = 0; i < c.size(); ++i) EXPECT_EQ(c[i], ids[static_cast<size_t>(i)]) << i;
+  // A model without byte pieces cannot encode a newline: the error names the text and the model.
+  const Tokenizer plain =
+      Tokenizer::from_spm_model(train_spm(views(gpl_lines()), SpmOptions{.vocab_size = 200}, "GPL-3"), "plain.model");
+  try {
+    encode_text(plain.vocab(), plain, "a\nb", "prompt");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("plain.model"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(d);
+}
+
+}  // namespace
+}  // namespace tfm::data
