@@ -33,9 +33,16 @@ int Comm::launched_size() {
   return 1;
 }
 
-#ifdef TFM_HAVE_MPI
-
 namespace {
+
+// The single process's share of a collective: its own part, moved to its place in `recv` (nothing
+// to do when it is already there).
+template <typename T>
+void own_part(const T* send, int count, T* recv, int displ) {
+  if (recv + displ != send) std::memmove(recv + displ, send, sizeof(T) * static_cast<size_t>(count));
+}
+
+#ifdef TFM_HAVE_MPI
 
 // Polls `req` until it completes; with `timed`, throws CommTimeout after `timeout` seconds. The
 // first polls spin (a step's collective usually completes within microseconds of the last rank's
@@ -62,7 +69,37 @@ void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw std::runtime_error(std::string("MPI: ") + what + " failed (error " + std::to_string(rc) + ")");
 }
 
+template <typename T>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
+}
+template <>
+MPI_Datatype mpi_type<double>() {
+  return MPI_DOUBLE;
+}
+
+// MPI_Iallgatherv waited for by polling; this rank's part already in place in recv is passed as
+// MPI_IN_PLACE (MPI forbids aliased buffers).
+template <typename T>
+void mpi_allgatherv(const Comm& c, const T* send, int count, T* recv, const int* counts, const int* displs,
+                    const char* what, bool timed) {
+  const void* from = send == recv + displs[c.rank()] ? MPI_IN_PLACE : send;
+  MPI_Request req;
+  check(MPI_Iallgatherv(from, count, mpi_type<T>(), recv, counts, displs, mpi_type<T>(), MPI_COMM_WORLD, &req),
+        "MPI_Iallgatherv");
+  wait(req, c, what, timed);
+}
+
+#endif
+
 }  // namespace
+
+// Built without MPI, a Comm is always the single process (world() throws), so each collective below
+// is its single-process branch alone.
+
+#ifdef TFM_HAVE_MPI
 
 Comm Comm::world() {
   int initialised = 0;
@@ -78,84 +115,55 @@ Comm Comm::world() {
   return c;
 }
 
-void Comm::alltoallv(const float* send, const int* send_counts, const int* send_displs, float* recv,
-                     const int* recv_counts, const int* recv_displs, bool timed) {
-  if (size_ == 1) {
-    std::memcpy(recv + recv_displs[0], send + send_displs[0], sizeof(float) * static_cast<size_t>(send_counts[0]));
-    return;
-  }
-  MPI_Request req;
-  check(MPI_Ialltoallv(send, send_counts, send_displs, MPI_FLOAT, recv, recv_counts, recv_displs, MPI_FLOAT,
-                       MPI_COMM_WORLD, &req),
-        "MPI_Ialltoallv");
-  wait(req, *this, "the gradient exchange (alltoallv)", timed);
-}
-
-void Comm::allgatherv(const float* send, int count, float* recv, const int* counts, const int* displs, bool timed) {
-  if (size_ == 1) {
-    if (recv + displs[0] != send) std::memmove(recv + displs[0], send, sizeof(float) * static_cast<size_t>(count));
-    return;
-  }
-  // This rank's part already in place in recv: MPI_IN_PLACE (MPI forbids aliased buffers).
-  const void* from = send == recv + displs[rank_] ? MPI_IN_PLACE : send;
-  MPI_Request req;
-  check(MPI_Iallgatherv(from, count, MPI_FLOAT, recv, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &req),
-        "MPI_Iallgatherv");
-  wait(req, *this, "the gradient gather (allgatherv)", timed);
-}
-
-void Comm::allgatherv(const double* send, int count, double* recv, const int* counts, const int* displs, bool timed) {
-  if (size_ == 1) {
-    if (recv + displs[0] != send) std::memmove(recv + displs[0], send, sizeof(double) * static_cast<size_t>(count));
-    return;
-  }
-  const void* from = send == recv + displs[rank_] ? MPI_IN_PLACE : send;
-  MPI_Request req;
-  check(MPI_Iallgatherv(from, count, MPI_DOUBLE, recv, counts, displs, MPI_DOUBLE, MPI_COMM_WORLD, &req),
-        "MPI_Iallgatherv");
-  wait(req, *this, "the evaluation's gather (allgatherv)", timed);
-}
-
-void Comm::allgather(const double* send, int n, double* recv, bool timed) {
-  if (size_ == 1) {
-    std::memmove(recv, send, sizeof(double) * static_cast<size_t>(n));
-    return;
-  }
-  MPI_Request req;
-  check(MPI_Iallgather(send, n, MPI_DOUBLE, recv, n, MPI_DOUBLE, MPI_COMM_WORLD, &req), "MPI_Iallgather");
-  wait(req, *this, "the step's agreement (allgather)", timed);
-}
-
-void Comm::abort_all(int code) const {
-  if (size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
-}
-
-#else  // without MPI: the single process only
+#else
 
 Comm Comm::world() {
   throw std::logic_error("Comm::world: this tfm library was built without MPI (TFM_MPI=OFF or MPI not found)");
 }
 
-void Comm::alltoallv(const float* send, const int* send_counts, const int* send_displs, float* recv,
-                     const int* /*recv_counts*/, const int* recv_displs, bool /*timed*/) {
-  std::memcpy(recv + recv_displs[0], send + send_displs[0], sizeof(float) * static_cast<size_t>(send_counts[0]));
-}
-
-void Comm::allgatherv(const float* send, int count, float* recv, const int* /*counts*/, const int* displs, bool /*timed*/) {
-  if (recv + displs[0] != send) std::memmove(recv + displs[0], send, sizeof(float) * static_cast<size_t>(count));
-}
-
-void Comm::allgatherv(const double* send, int count, double* recv, const int* /*counts*/, const int* displs,
-                      bool /*timed*/) {
-  if (recv + displs[0] != send) std::memmove(recv + displs[0], send, sizeof(double) * static_cast<size_t>(count));
-}
-
-void Comm::allgather(const double* send, int n, double* recv, bool /*timed*/) {
-  std::memmove(recv, send, sizeof(double) * static_cast<size_t>(n));
-}
-
-void Comm::abort_all(int /*code*/) const {}
-
 #endif
+
+void Comm::alltoallv(const float* send, const int* send_counts, const int* send_displs, float* recv,
+                     [[maybe_unused]] const int* recv_counts, const int* recv_displs, [[maybe_unused]] bool timed) {
+  if (size_ == 1) return own_part(send + send_displs[0], send_counts[0], recv, recv_displs[0]);
+#ifdef TFM_HAVE_MPI
+  MPI_Request req;
+  check(MPI_Ialltoallv(send, send_counts, send_displs, MPI_FLOAT, recv, recv_counts, recv_displs, MPI_FLOAT,
+                       MPI_COMM_WORLD, &req),
+        "MPI_Ialltoallv");
+  wait(req, *this, "the gradient exchange (alltoallv)", timed);
+#endif
+}
+
+void Comm::allgatherv(const float* send, int count, float* recv, [[maybe_unused]] const int* counts, const int* displs,
+                      [[maybe_unused]] bool timed) {
+  if (size_ == 1) return own_part(send, count, recv, displs[0]);
+#ifdef TFM_HAVE_MPI
+  mpi_allgatherv(*this, send, count, recv, counts, displs, "the gradient gather (allgatherv)", timed);
+#endif
+}
+
+void Comm::allgatherv(const double* send, int count, double* recv, [[maybe_unused]] const int* counts,
+                      const int* displs, [[maybe_unused]] bool timed) {
+  if (size_ == 1) return own_part(send, count, recv, displs[0]);
+#ifdef TFM_HAVE_MPI
+  mpi_allgatherv(*this, send, count, recv, counts, displs, "the evaluation's gather (allgatherv)", timed);
+#endif
+}
+
+void Comm::allgather(const double* send, int n, double* recv, [[maybe_unused]] bool timed) {
+  if (size_ == 1) return own_part(send, n, recv, 0);
+#ifdef TFM_HAVE_MPI
+  MPI_Request req;
+  check(MPI_Iallgather(send, n, MPI_DOUBLE, recv, n, MPI_DOUBLE, MPI_COMM_WORLD, &req), "MPI_Iallgather");
+  wait(req, *this, "the step's agreement (allgather)", timed);
+#endif
+}
+
+void Comm::abort_all([[maybe_unused]] int code) const {
+#ifdef TFM_HAVE_MPI
+  if (size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+}
 
 }  // namespace tfm::train
