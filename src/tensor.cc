@@ -1,6 +1,7 @@
 // src/tensor.cc — Tensor storage, views and the autograd engine (topological backward).
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
@@ -419,18 +420,54 @@ void accumulate_grad(Tensor* slot, const Tensor& g) {
   kernels::add_forward(slot->data(), g.data(), slot->data(), g.numel());
 }
 
-void Tensor::backward(const Tensor& grad_output) const {
-  auto& root = need(impl_.get(), "backward");
+namespace {
+
+using GradFinal = std::function<void(const Tensor& leaf)>;
+
+// The leaves requiring grad that the nodes of `order` (execution order: order[n - 1] runs first)
+// accumulate into, grouped by the step after which each is final: the leaves at
+// finals[start[p] .. start[p + 1]) are final once the p-th node to run has run.
+struct FinalLeaves {
+  std::vector<size_t> start;
+  std::vector<Tensor> finals;
+};
+
+FinalLeaves final_leaves(const std::vector<Node*>& order) {
+  const size_t n = order.size();
+  std::unordered_map<const TensorImpl*, size_t> last;  // leaf → the last step that writes to it
+  for (size_t p = 0; p < n; ++p)
+    for (const Tensor& in : order[n - 1 - p]->inputs)
+      if (in.defined() && !in.impl()->grad_fn && in.requires_grad()) last[in.impl()] = p;
+  FinalLeaves f;
+  f.start.reserve(n + 1);
+  for (size_t p = 0; p < n; ++p) {
+    f.start.push_back(f.finals.size());
+    for (const Tensor& in : order[n - 1 - p]->inputs) {
+      if (!in.defined() || in.impl()->grad_fn || !in.requires_grad()) continue;
+      auto it = last.find(in.impl());
+      if (it == last.end() || it->second != p) continue;
+      f.finals.push_back(in);
+      last.erase(it);  // reported once, even when the node takes the leaf twice
+    }
+  }
+  f.start.push_back(f.finals.size());
+  return f;
+}
+
+// Tensor::backward's body; on_grad_final is null on the plain path, which then does nothing more.
+void run_backward(const Tensor& self, const Tensor& grad_output, const GradFinal* on_grad_final) {
+  const TensorImpl& root = need(self.impl(), "backward");
   if (!root.requires_grad) throw std::logic_error("backward: tensor does not require grad");
   Tensor dout = grad_output.defined() ? grad_output.detach() : Tensor();  // never taken by a slot
   if (!dout.defined()) {
-    if (root.numel != 1) throw std::logic_error("backward: grad_output needed for non-scalar " + describe(*this));
+    if (root.numel != 1) throw std::logic_error("backward: grad_output needed for non-scalar " + describe(self));
     dout = Tensor::full(root.shape, 1.0f);
   }
   if (dout.shape() != root.shape)
-    throw std::invalid_argument("backward: grad_output " + describe(dout) + " for output " + describe(*this));
+    throw std::invalid_argument("backward: grad_output " + describe(dout) + " for output " + describe(self));
   if (!root.grad_fn) {  // a leaf: its gradient is grad_output itself
-    accumulate_grad(&const_cast<Tensor*>(this)->mutable_grad(), dout);
+    accumulate_grad(&const_cast<Tensor&>(self).mutable_grad(), dout);
+    if (on_grad_final) (*on_grad_final)(self);
     return;
   }
   // Topological order of nodes (depth-first post-order from the root, iterative).
@@ -451,25 +488,40 @@ void Tensor::backward(const Tensor& grad_output) const {
       stack.pop_back();
     }
   }
+  FinalLeaves finals;
+  if (on_grad_final) finals = final_leaves(order);
   std::unordered_map<Node*, Tensor> pending;
   pending[root.grad_fn.get()] = dout;
   std::vector<Tensor*> slots;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
     auto found = pending.find(node);
-    if (found == pending.end()) continue;  // no gradient reached this node
-    Tensor g = std::move(found->second);
-    pending.erase(found);
-    slots.assign(node->inputs.size(), nullptr);
-    for (size_t i = 0; i < node->inputs.size(); ++i) {
-      Tensor& in = node->inputs[i];
-      if (!in.defined() || !in.requires_grad()) continue;
-      slots[i] = in.impl()->grad_fn ? &pending[in.impl()->grad_fn.get()] : &in.mutable_grad();
+    if (found != pending.end()) {  // else no gradient reached this node
+      Tensor g = std::move(found->second);
+      pending.erase(found);
+      slots.assign(node->inputs.size(), nullptr);
+      for (size_t i = 0; i < node->inputs.size(); ++i) {
+        Tensor& in = node->inputs[i];
+        if (!in.defined() || !in.requires_grad()) continue;
+        slots[i] = in.impl()->grad_fn ? &pending[in.impl()->grad_fn.get()] : &in.mutable_grad();
+      }
+      node->backward(g, slots);
     }
-    node->backward(g, slots);
+    if (on_grad_final) {
+      const size_t p = static_cast<size_t>(it - order.rbegin());
+      for (size_t k = finals.start[p]; k < finals.start[p + 1]; ++k) (*on_grad_final)(finals.finals[k]);
+    }
   }
   // Free the tape behind the root, as PyTorch does without retain_graph.
   for (Node* node : order) node->inputs.clear();
+}
+
+}  // namespace
+
+void Tensor::backward(const Tensor& grad_output) const { run_backward(*this, grad_output, nullptr); }
+
+void Tensor::backward(const Tensor& grad_output, const std::function<void(const Tensor& leaf)>& on_grad_final) const {
+  run_backward(*this, grad_output, &on_grad_final);
 }
 
 }  // namespace tfm

@@ -1,6 +1,6 @@
 // tests/autograd_test.cc — the tape (src/tensor.cc) and the backward of the ops that are linear or
 // quadratic in their differentiated input: dropout, embedding, add, mul_scalar, add_positional,
-// reshape, narrow0, sum, mse_loss.
+// reshape, narrow0, sum, mse_loss; and the callback backward makes when a leaf's gradient is final.
 //
 // For a function that is linear (or quadratic) in x, the central difference
 // (ℓ(x + h·e_i) − ℓ(x − h·e_i)) / 2h is exact for any h; with h = 1 the only error is float rounding
@@ -9,6 +9,7 @@
 // double-precision checks in tests/kernels/gradcheck_test.cc and attention_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "tfm/ops/dropout.h"
 #include "tfm/ops/elementwise.h"
 #include "tfm/ops/embedding.h"
+#include "tfm/ops/linear.h"
 #include "tfm/ops/loss.h"
 
 namespace tfm {
@@ -120,6 +122,68 @@ TEST(Autograd, NoGradRecordsNothing) {
   Tensor y = ops::mul_scalar(x, 2.0f);
   EXPECT_TRUE(y.requires_grad());
   EXPECT_NE(y.grad_fn(), nullptr);
+}
+
+// on_grad_final: a two-layer graph with a leaf T used at both ends, so that its gradient gets one
+// contribution early in the backward (through z = y + 2·T) and its last one late (through h + T):
+//   h = x·W1ᵀ + b1, h2 = h + T, y = h2·W2ᵀ + b2, z = y + 2·T, ℓ = Σ z        x: no grad
+// The backward runs sum, then z's add, L2 (and 2·T's node, in either order), h2's add, L1: W2 and b2
+// are final after L2, T after h2's add, W1 and b1 after L1. The callback must come once per leaf
+// requiring grad, in that order, each grad at that moment already equal to its final value, and the
+// grads must be bitwise those of the plain backward.
+std::vector<float> copy_of(const Tensor& t) {
+  const auto v = testing::values(t);
+  return {v.begin(), v.end()};
+}
+
+struct TwoLayerGraph {
+  Tensor x = random_tensor({3, 4}, 21), W1 = random_tensor({5, 4}, 22), b1 = random_tensor({5}, 23),
+         W2 = random_tensor({5, 5}, 24), b2 = random_tensor({5}, 25), T = random_tensor({3, 5}, 26);
+  TwoLayerGraph() {
+    for (Tensor* p : {&W1, &b1, &W2, &b2, &T}) p->requires_grad_(true);
+  }
+  Tensor loss() const {
+    const Tensor h2 = ops::add(ops::linear(x, W1, b1), T);
+    return ops::sum(ops::add(ops::linear(h2, W2, b2), ops::mul_scalar(T, 2.0f)));
+  }
+  std::vector<Tensor> leaves() const { return {W1, b1, W2, b2, T}; }
+};
+
+TEST(Autograd, OnGradFinalComesOncePerLeafAfterItsLastAccumulationInGraphOrder) {
+  TwoLayerGraph plain;
+  plain.loss().backward();
+  for (int run = 0; run < 2; ++run) {  // twice: the order is a function of the graph
+    TwoLayerGraph g;
+    std::vector<const TensorImpl*> seen;
+    std::vector<std::vector<float>> at_callback;
+    g.loss().backward(Tensor(), [&](const Tensor& leaf) {
+      seen.push_back(leaf.impl());
+      ASSERT_TRUE(leaf.grad().defined());
+      at_callback.push_back(copy_of(leaf.grad()));
+    });
+    const std::vector<const TensorImpl*> expected = {g.W2.impl(), g.b2.impl(), g.T.impl(), g.W1.impl(), g.b1.impl()};
+    ASSERT_EQ(seen, expected) << "run " << run;
+    const std::vector<Tensor> leaves = g.leaves(), plain_leaves = plain.leaves();
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      const size_t k = static_cast<size_t>(std::find(seen.begin(), seen.end(), leaves[i].impl()) - seen.begin());
+      EXPECT_EQ(at_callback[k], copy_of(leaves[i].grad())) << "leaf " << i << " changed after its callback";
+      EXPECT_EQ(copy_of(leaves[i].grad()), copy_of(plain_leaves[i].grad())) << "leaf " << i;
+    }
+    EXPECT_FALSE(g.x.grad().defined());
+  }
+}
+
+// A leaf that is its own root is final once its grad_output is accumulated.
+TEST(Autograd, OnGradFinalForALeafRoot) {
+  Tensor x = random_tensor({2, 3}, 27);
+  x.requires_grad_(true);
+  int calls = 0;
+  x.backward(Tensor::full({2, 3}, 2.0f), [&](const Tensor& leaf) {
+    ++calls;
+    EXPECT_TRUE(leaf.same(x));
+    EXPECT_EQ(leaf.grad().data()[0], 2.0f);
+  });
+  EXPECT_EQ(calls, 1);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -78,6 +79,14 @@ class Tensor {
   // Backpropagate from this tensor: d(sum(self ⊙ grad_output)) into every leaf's grad.
   // grad_output may be undefined for a single-element tensor (then 1). Frees the tape behind it.
   void backward(const Tensor& grad_output = Tensor()) const;
+  // The same backward, calling on_grad_final(leaf) once for every leaf requiring grad that the tape
+  // reaches, as soon as its grad is final: right after the last node, in execution order, that has
+  // the leaf among its inputs (whether or not a gradient reached that node). Leaves whose final node
+  // is the same are reported in the order of that node's inputs; the order is a function of the
+  // graph alone. leaf.grad() may be undefined (no gradient reached it). The callback may read the
+  // leaf's grad but must not write it nor run autograd. A data-parallel step uses it to send a
+  // layer's gradients while the backward of the layers below it still runs.
+  void backward(const Tensor& grad_output, const std::function<void(const Tensor& leaf)>& on_grad_final) const;
 
   TensorImpl* impl() const { return impl_.get(); }
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
