@@ -48,7 +48,7 @@ void own_part(const T* send, int count, T* recv, int displ) {
 // first polls spin (a step's collective usually completes within microseconds of the last rank's
 // arrival), later ones sleep a little so that a waiting rank leaves the cores to ranks still
 // computing on the same node.
-void wait(MPI_Request& req, const Comm& c, const char* what, bool timed) {
+void poll_until_done(MPI_Request& req, const Comm& c, const char* what, bool timed) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   int done = 0;
@@ -80,21 +80,47 @@ MPI_Datatype mpi_type<double>() {
   return MPI_DOUBLE;
 }
 
-// MPI_Iallgatherv waited for by polling; this rank's part already in place in recv is passed as
-// MPI_IN_PLACE (MPI forbids aliased buffers).
+// MPI_Iallgatherv started; this rank's part already in place in recv is passed as MPI_IN_PLACE (MPI
+// forbids aliased buffers).
 template <typename T>
-void mpi_allgatherv(const Comm& c, const T* send, int count, T* recv, const int* counts, const int* displs,
-                    const char* what, bool timed) {
+MPI_Request mpi_start_allgatherv(const Comm& c, const T* send, int count, T* recv, const int* counts,
+                                 const int* displs) {
   const void* from = send == recv + displs[c.rank()] ? MPI_IN_PLACE : send;
   MPI_Request req;
   check(MPI_Iallgatherv(from, count, mpi_type<T>(), recv, counts, displs, mpi_type<T>(), MPI_COMM_WORLD, &req),
         "MPI_Iallgatherv");
-  wait(req, c, what, timed);
+  return req;
 }
+
+const char* const kExchange = "the gradient exchange (alltoallv)";
+const char* const kGather = "the gradient gather (allgatherv)";
 
 #endif
 
 }  // namespace
+
+// The started requests of a Comm (and of its copies, which are the same communicator): slot id of a
+// Request is requests[id], MPI_REQUEST_NULL once MPI_Test found it complete; released slots are
+// reused.
+struct Comm::Outstanding {
+#ifdef TFM_HAVE_MPI
+  std::vector<MPI_Request> requests;
+  int add(MPI_Request req, const char* name) {
+    if (released.empty()) {
+      requests.push_back(req);
+      what.push_back(name);
+      return static_cast<int>(requests.size() - 1);
+    }
+    const int id = released.back();
+    released.pop_back();
+    requests[static_cast<size_t>(id)] = req;
+    what[static_cast<size_t>(id)] = name;
+    return id;
+  }
+#endif
+  std::vector<const char*> what;  // the collective, for a timeout's message
+  std::vector<int> released;
+};
 
 // Built without MPI, a Comm is always the single process (world() throws), so each collective below
 // is its single-process branch alone.
@@ -124,30 +150,22 @@ Comm Comm::world() {
 #endif
 
 void Comm::alltoallv(const float* send, const int* send_counts, const int* send_displs, float* recv,
-                     [[maybe_unused]] const int* recv_counts, const int* recv_displs, [[maybe_unused]] bool timed) {
-  if (size_ == 1) return own_part(send + send_displs[0], send_counts[0], recv, recv_displs[0]);
-#ifdef TFM_HAVE_MPI
-  MPI_Request req;
-  check(MPI_Ialltoallv(send, send_counts, send_displs, MPI_FLOAT, recv, recv_counts, recv_displs, MPI_FLOAT,
-                       MPI_COMM_WORLD, &req),
-        "MPI_Ialltoallv");
-  wait(req, *this, "the gradient exchange (alltoallv)", timed);
-#endif
+                     const int* recv_counts, const int* recv_displs, bool timed) {
+  Request r = start_alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  wait(r, timed);
 }
 
-void Comm::allgatherv(const float* send, int count, float* recv, [[maybe_unused]] const int* counts, const int* displs,
-                      [[maybe_unused]] bool timed) {
-  if (size_ == 1) return own_part(send, count, recv, displs[0]);
-#ifdef TFM_HAVE_MPI
-  mpi_allgatherv(*this, send, count, recv, counts, displs, "the gradient gather (allgatherv)", timed);
-#endif
+void Comm::allgatherv(const float* send, int count, float* recv, const int* counts, const int* displs, bool timed) {
+  Request r = start_allgatherv(send, count, recv, counts, displs);
+  wait(r, timed);
 }
 
 void Comm::allgatherv(const double* send, int count, double* recv, [[maybe_unused]] const int* counts,
                       const int* displs, [[maybe_unused]] bool timed) {
   if (size_ == 1) return own_part(send, count, recv, displs[0]);
 #ifdef TFM_HAVE_MPI
-  mpi_allgatherv(*this, send, count, recv, counts, displs, "the evaluation's gather (allgatherv)", timed);
+  MPI_Request req = mpi_start_allgatherv(*this, send, count, recv, counts, displs);
+  poll_until_done(req, *this, "the evaluation's gather (allgatherv)", timed);
 #endif
 }
 
@@ -156,8 +174,68 @@ void Comm::allgather(const double* send, int n, double* recv, [[maybe_unused]] b
 #ifdef TFM_HAVE_MPI
   MPI_Request req;
   check(MPI_Iallgather(send, n, MPI_DOUBLE, recv, n, MPI_DOUBLE, MPI_COMM_WORLD, &req), "MPI_Iallgather");
-  wait(req, *this, "the step's agreement (allgather)", timed);
+  poll_until_done(req, *this, "the step's agreement (allgather)", timed);
 #endif
+}
+
+Comm::Request Comm::start_alltoallv(const float* send, const int* send_counts, const int* send_displs, float* recv,
+                                   [[maybe_unused]] const int* recv_counts, const int* recv_displs) {
+  if (size_ == 1) {
+    own_part(send + send_displs[0], send_counts[0], recv, recv_displs[0]);
+    return Request{};
+  }
+#ifdef TFM_HAVE_MPI
+  MPI_Request req;
+  check(MPI_Ialltoallv(send, send_counts, send_displs, MPI_FLOAT, recv, recv_counts, recv_displs, MPI_FLOAT,
+                       MPI_COMM_WORLD, &req),
+        "MPI_Ialltoallv");
+  if (!outstanding_) outstanding_ = std::make_shared<Outstanding>();
+  return Request{outstanding_->add(req, kExchange)};
+#else
+  return Request{};
+#endif
+}
+
+Comm::Request Comm::start_allgatherv(const float* send, int count, float* recv, [[maybe_unused]] const int* counts,
+                                    const int* displs) {
+  if (size_ == 1) {
+    own_part(send, count, recv, displs[0]);
+    return Request{};
+  }
+#ifdef TFM_HAVE_MPI
+  if (!outstanding_) outstanding_ = std::make_shared<Outstanding>();
+  return Request{outstanding_->add(mpi_start_allgatherv(*this, send, count, recv, counts, displs), kGather)};
+#else
+  return Request{};
+#endif
+}
+
+void Comm::progress() {
+#ifdef TFM_HAVE_MPI
+  if (!outstanding_) return;
+  int done = 0;
+  for (MPI_Request& req : outstanding_->requests)
+    if (req != MPI_REQUEST_NULL) MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+#endif
+}
+
+bool Comm::test([[maybe_unused]] const Request& r) {
+  progress();
+#ifdef TFM_HAVE_MPI
+  return r.id < 0 || outstanding_->requests[static_cast<size_t>(r.id)] == MPI_REQUEST_NULL;
+#else
+  return true;
+#endif
+}
+
+void Comm::wait(Request& r, [[maybe_unused]] bool timed) {
+  if (r.id < 0) return;
+#ifdef TFM_HAVE_MPI
+  const size_t id = static_cast<size_t>(r.id);
+  poll_until_done(outstanding_->requests[id], *this, outstanding_->what[id], timed);
+#endif
+  outstanding_->released.push_back(r.id);
+  r.id = -1;
 }
 
 void Comm::abort_all([[maybe_unused]] int code) const {

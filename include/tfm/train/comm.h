@@ -9,11 +9,17 @@
 // the split evaluation's gather, whose length has no bound). On CommTimeout the program should print the message and
 // call abort_all(): the other ranks may be blocked forever otherwise.
 //
-// Counts and displacements are in elements; every rank must call the same collectives in the same
-// order (the trainer's loop guarantees it: its decisions are taken together, see trainer.cc).
+// The gradient exchange may also run in the background of the backward: start_alltoallv and
+// start_allgatherv start a collective and return a Request at once, progress() drives every started
+// one without blocking, wait() blocks for one as the blocking collectives do. Several may be
+// outstanding at a time.
+//
+// Counts and displacements are in elements; every rank must call (or start) the same collectives in
+// the same order (the trainer's loop guarantees it: its decisions are taken together, see trainer.cc).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -59,9 +65,32 @@ class Comm {
   // Stops every process of the run (MPI_Abort); the single process returns.
   void abort_all(int code) const;
 
+  // ---- non-blocking ----
+  // A started collective. Its buffers belong to MPI until wait() on it returned: the send buffer
+  // must not be written, nor the receive buffer read. Every started request must be waited for.
+  struct Request {
+    int id = -1;  // the slot in this Comm's table of started requests; -1: complete
+  };
+  // The collectives alltoallv and allgatherv (float) describe, started. The single process does its
+  // copy here and returns a complete request.
+  Request start_alltoallv(const float* send, const int* send_counts, const int* send_displs, float* recv,
+                          const int* recv_counts, const int* recv_displs);
+  Request start_allgatherv(const float* send, int count, float* recv, const int* counts, const int* displs);
+  // Drives every started request once, without blocking (MPI_Test on each): Open MPI advances a
+  // non-blocking collective over TCP only inside MPI calls, so a rank that computes while its
+  // requests are outstanding calls this between pieces of work. Cheap when nothing is outstanding.
+  void progress();
+  // True when `r` is complete (after driving every started request once, as progress()).
+  bool test(const Request& r);
+  // Blocks until `r` is complete, as the blocking collectives wait (timed: CommTimeout after
+  // timeout() seconds), then releases it: r becomes complete (id -1).
+  void wait(Request& r, bool timed);
+
  private:
+  struct Outstanding;  // the started requests (src/train/comm.cc)
   int rank_ = 0, size_ = 1, local_size_ = 1;
   double timeout_ = 600;
+  std::shared_ptr<Outstanding> outstanding_;  // null until the first request is started
 };
 
 }  // namespace tfm::train
