@@ -1,0 +1,164 @@
+// src/train/buckets.cc — the bucketed gradient exchange (src/train/buckets.h).
+#include "train/buckets.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace tfm::train {
+namespace {
+
+int to_int(int64_t n, const char* what) {
+  if (n > std::numeric_limits<int>::max())
+    throw std::invalid_argument(std::string("train: ") + what + " of " + std::to_string(n) +
+                                " floats exceeds what one MPI message counts (2^31 - 1); use more processes");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+std::vector<Bucket> make_buckets(const std::vector<int64_t>& offsets, int64_t bucket_elems, int64_t P) {
+  if (bucket_elems < 1 || P < 1)
+    throw std::invalid_argument("make_buckets: bucket of " + std::to_string(bucket_elems) + " elements for " +
+                                std::to_string(P) + " processes");
+  std::vector<Bucket> buckets;
+  int64_t i = static_cast<int64_t>(offsets.size()) - 1;  // parameters [0, i) are not in a bucket yet
+  auto numel = [&](int64_t p) { return offsets[static_cast<size_t>(p) + 1] - offsets[static_cast<size_t>(p)]; };
+  while (i > 0) {
+    Bucket b;
+    b.end = i;
+    int64_t size = numel(--i);
+    while (i > 0 && size + numel(i - 1) <= bucket_elems) size += numel(--i);
+    b.first = i;
+    // The allowed chunk boundaries: every block start of the bucket's parameters, and its end.
+    std::vector<int64_t> starts;
+    for (int64_t p = b.first; p < b.end; ++p)
+      for (int64_t s = offsets[static_cast<size_t>(p)]; s < offsets[static_cast<size_t>(p) + 1]; s += kBucketNormBlock)
+        starts.push_back(s);
+    const int64_t b0 = offsets[static_cast<size_t>(b.first)], b1 = offsets[static_cast<size_t>(b.end)];
+    starts.push_back(b1);
+    b.bounds.push_back(b0);
+    for (int64_t c = 1; c < P; ++c) {
+      const int64_t target = b0 + c * (b1 - b0) / P;
+      // The nearest allowed boundary not before the previous one (ties: the earlier).
+      auto hi = std::lower_bound(starts.begin(), starts.end(), std::max(target, b.bounds.back()));
+      int64_t pick = *hi;
+      if (hi != starts.begin() && *(hi - 1) >= b.bounds.back() && target - *(hi - 1) <= pick - target) pick = *(hi - 1);
+      b.bounds.push_back(pick);
+    }
+    b.bounds.push_back(b1);
+    buckets.push_back(std::move(b));
+  }
+  return buckets;
+}
+
+BucketedExchange::BucketedExchange(const std::vector<Tensor>& params, const std::vector<int64_t>& offsets,
+                                   int64_t local_parts, int64_t bucket_bytes, Comm& comm)
+    : params_(params), offsets_(offsets), local_(local_parts), G_(local_parts * comm.size()), comm_(comm) {
+  const int64_t P = comm.size(), r = comm.rank(), N = offsets_.back();
+  buckets_ = make_buckets(offsets_, std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(sizeof(float))), P);
+  bucket_of_.assign(params_.size(), 0);
+  for (size_t k = 0; k < buckets_.size(); ++k)
+    for (int64_t p = buckets_[k].first; p < buckets_[k].end; ++p) bucket_of_[static_cast<size_t>(p)] = k;
+  for (size_t p = 0; p < params_.size(); ++p) index_of_[params_[p].impl()] = p;
+  to_int(local_ * N, "the gradients to send");
+  send_.assign(static_cast<size_t>(local_ * N), 0.0f);
+  int64_t received = 0;
+  for (const Bucket& b : buckets_) {
+    const int64_t mine = b.bounds[static_cast<size_t>(r) + 1] - b.bounds[static_cast<size_t>(r)];
+    recv_base_.push_back(received);
+    std::vector<int> sc, sd, rc, rd;
+    for (int64_t c = 0; c < P; ++c) {
+      const int64_t len = b.bounds[static_cast<size_t>(c) + 1] - b.bounds[static_cast<size_t>(c)];
+      sc.push_back(to_int(local_ * len, "a gradient message"));
+      sd.push_back(to_int(local_ * b.bounds[static_cast<size_t>(c)], "a gradient message offset"));
+      rc.push_back(to_int(local_ * mine, "a gradient message"));
+      rd.push_back(to_int(received + c * local_ * mine, "a gradient message offset"));
+    }
+    received += G_ * mine;
+    send_counts_.push_back(std::move(sc));
+    send_displs_.push_back(std::move(sd));
+    recv_counts_.push_back(std::move(rc));
+    recv_displs_.push_back(std::move(rd));
+  }
+  to_int(received, "the received gradients");
+  recv_.assign(static_cast<size_t>(received), 0.0f);
+  waiting_.assign(buckets_.size(), 0);
+  for (size_t k = 0; k < buckets_.size(); ++k) waiting_[k] = buckets_[k].end - buckets_[k].first;
+  requests_.assign(buckets_.size(), Comm::Request{});
+}
+
+std::vector<std::pair<int64_t, int64_t>> BucketedExchange::owned() const {
+  std::vector<std::pair<int64_t, int64_t>> r;
+  const size_t me = static_cast<size_t>(comm_.rank());
+  for (const Bucket& b : buckets_) r.emplace_back(b.bounds[me], b.bounds[me + 1]);
+  return r;
+}
+
+void BucketedExchange::stage(size_t k, int64_t j, bool empty) {
+  const Bucket& b = buckets_[k];
+  for (size_t c = 0; c + 1 < b.bounds.size(); ++c) {
+    const int64_t begin = b.bounds[c], end = b.bounds[c + 1];
+    // Part j's slice of chunk c: send_[local·begin + j·len ...), so each destination's parts are contiguous.
+    float* dst = send_.data() + local_ * begin + j * (end - begin);
+    if (empty) {
+      std::fill(dst, dst + (end - begin), 0.0f);
+      continue;
+    }
+    for (int64_t p = b.first; p < b.end; ++p) {
+      const int64_t o = offsets_[static_cast<size_t>(p)];
+      const int64_t lo = std::max(begin, o), hi = std::min(end, offsets_[static_cast<size_t>(p) + 1]);
+      if (lo >= hi) continue;
+      const Tensor g = params_[static_cast<size_t>(p)].grad();
+      if (g.defined()) std::copy(g.data() + (lo - o), g.data() + (hi - o), dst + (lo - begin));
+      else std::fill(dst + (lo - begin), dst + (hi - begin), 0.0f);
+    }
+  }
+}
+
+void BucketedExchange::start(size_t k) {
+  requests_[k] = comm_.start_alltoallv(send_.data(), send_counts_[k].data(), send_displs_[k].data(), recv_.data(),
+                                       recv_counts_[k].data(), recv_displs_[k].data());
+}
+
+void BucketedExchange::stage_part(int64_t j, bool empty) {
+  for (size_t k = 0; k < buckets_.size(); ++k) stage(k, j, empty);
+}
+
+void BucketedExchange::on_grad_final(const Tensor& leaf) {
+  const auto found = index_of_.find(leaf.impl());
+  if (found != index_of_.end()) --waiting_[bucket_of_[found->second]];
+  while (next_ < buckets_.size() && waiting_[next_] == 0) {
+    stage(next_, local_ - 1, /*empty=*/false);
+    start(next_++);
+  }
+  comm_.progress();
+}
+
+void BucketedExchange::finish_last(bool empty) {
+  for (; next_ < buckets_.size(); ++next_) {
+    stage(next_, local_ - 1, empty);
+    start(next_);
+  }
+}
+
+void BucketedExchange::fold(float* acc, bool timed_first) {
+  const size_t me = static_cast<size_t>(comm_.rank());
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    comm_.wait(requests_[k], k == 0 ? timed_first : true);
+    const Bucket& b = buckets_[k];
+    const int64_t len = b.bounds[me + 1] - b.bounds[me];
+    const float* in = recv_.data() + recv_base_[k];
+    float* mine = acc + b.bounds[me];
+    std::copy(in, in + len, mine);
+    for (int64_t g = 1; g < G_; ++g) {
+      const float* part = in + g * len;
+      for (int64_t i = 0; i < len; ++i) mine[i] += part[i];
+    }
+  }
+  for (size_t k = 0; k < buckets_.size(); ++k) waiting_[k] = buckets_[k].end - buckets_[k].first;
+  next_ = 0;
+}
+
+}  // namespace tfm::train
