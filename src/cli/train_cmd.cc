@@ -50,7 +50,7 @@ void install_stop_handlers() {
 // OMPI_MCA_odls_base_sigkill_timeout=30).
 class MpiSession {
  public:
-  explicit MpiSession(double comm_timeout) {
+  MpiSession(double comm_timeout, double bucket_mb) {
     const int launched = train::Comm::launched_size();
     if (launched <= 1) return;
     if (!train::Comm::available())
@@ -63,8 +63,10 @@ class MpiSession {
     initialised_ = true;
     comm_ = train::Comm::world();
     comm_.set_timeout(comm_timeout);
+    comm_.set_bucket_bytes(static_cast<int64_t>(bucket_mb * (1 << 20)));
 #else
     (void)comm_timeout;
+    (void)bucket_mb;
 #endif
   }
   ~MpiSession() {
@@ -371,11 +373,18 @@ void register_train(CLI::App& app, Runner& run) {
       cmd->add_option("--comm-timeout", *comm_timeout,
                       "under mpirun: seconds a process waits for the others before the run stops with an error")
           ->default_str("600");
+  auto bucket_mb = std::make_shared<double>(4);
+  auto* bucket_mb_opt =
+      cmd->add_option("--bucket-mb", *bucket_mb,
+                      "under mpirun: MiB of gradient per message, each sent as soon as the backward has finished it "
+                      "(a speed setting: the result does not depend on it)")
+          ->default_str("4");
   auto resume_dir = std::make_shared<std::string>();
   auto* resume = cmd->add_option("--resume", *resume_dir, "continue the run saved in DIR");
 
   cmd->callback([cmd, data_group, opts, out, epochs, steps, budget, threads_opt, threads, resume, resume_dir, task, task_text,
-                 tr, text, arch, init_from, preset, preset_text, comm_timeout, comm_timeout_opt, &run] {
+                 tr, text, arch, init_from, preset, preset_text, comm_timeout, comm_timeout_opt, bucket_mb, bucket_mb_opt,
+                 &run] {
     if (resume->count() == 0 && out->count() == 0) throw CLI::RequiredError("--out");
     // A resumed run continues exactly as saved: only its length and the thread count may be given
     // (an option silently ignored would look like it had taken effect).
@@ -384,7 +393,7 @@ void register_train(CLI::App& app, Runner& run) {
       for (CLI::App* group : std::initializer_list<CLI::App*>{cmd, data_group})
         for (const CLI::Option* opt : group->get_options())
           if (opt->count() > 0 && opt != resume && opt != epochs && opt != steps && opt != budget && opt != threads_opt &&
-              opt != comm_timeout_opt)
+              opt != comm_timeout_opt && opt != bucket_mb_opt)
             fixed += (fixed.empty() ? "" : ", ") + opt->get_name();
     // A run started from a model directory takes the model from it: a model option would be ignored.
     const std::string model_given = init_from->count() > 0 && resume->count() == 0 ? opts->given_fixed_by_init_from() : "";
@@ -396,9 +405,11 @@ void register_train(CLI::App& app, Runner& run) {
     const bool lm_default = text->count() > 0 && arch->count() == 0 && init_from->count() == 0;
     const bool preset_given = preset->count() > 0;
     run = [opts, len_given, task_given, lm_default, task_text, preset_given, preset_text, threads, resume_dir, fixed,
-           model_given, comm_timeout] {
+           model_given, comm_timeout, bucket_mb] {
       if (!(*comm_timeout > 0)) throw std::invalid_argument("--comm-timeout must be a positive number of seconds");
-      MpiSession mpi(*comm_timeout);
+      if (!(*bucket_mb > 0) || *bucket_mb > 1024)
+        throw std::invalid_argument("--bucket-mb must be in (0, 1024] MiB, got " + std::to_string(*bucket_mb));
+      MpiSession mpi(*comm_timeout, *bucket_mb);
       try {
         return train_main(opts, len_given, task_given, lm_default, task_text, preset_given, preset_text, threads,
                           resume_dir, fixed, model_given, mpi);

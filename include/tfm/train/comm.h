@@ -51,6 +51,11 @@ class Comm {
 
   double timeout() const { return timeout_; }
   void set_timeout(double seconds) { timeout_ = seconds; }
+  // The data-parallel step cuts its gradient exchange into buckets of about this many bytes, each
+  // sent as soon as the backward has finished it (src/train/buckets.h). A speed setting only: any
+  // size gives the same bits. Default 4 MiB.
+  int64_t bucket_bytes() const { return bucket_bytes_; }
+  void set_bucket_bytes(int64_t bytes) { bucket_bytes_ = bytes; }
 
   // recv[k] for k over ranks ← each rank's send[...]: MPI_Alltoallv on floats.
   void alltoallv(const float* send, const int* send_counts, const int* send_displs, float* recv,
@@ -90,6 +95,7 @@ class Comm {
   struct Outstanding;  // the started requests (src/train/comm.cc)
   int rank_ = 0, size_ = 1, local_size_ = 1;
   double timeout_ = 600;
+  int64_t bucket_bytes_ = int64_t{4} << 20;
   std::shared_ptr<Outstanding> outstanding_;  // null until the first request is started
 };
 
