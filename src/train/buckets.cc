@@ -76,6 +76,8 @@ BucketedExchange::BucketedExchange(const std::vector<Tensor>& params, const std:
       rc.push_back(to_int(local_ * mine, "a gradient message"));
       rd.push_back(to_int(received + c * local_ * mine, "a gradient message offset"));
     }
+    // This rank's own parts of its chunk are staged straight into recv_, not sent to itself.
+    sc[static_cast<size_t>(r)] = rc[static_cast<size_t>(r)] = 0;
     received += G_ * mine;
     send_counts_.push_back(std::move(sc));
     send_displs_.push_back(std::move(sd));
@@ -98,10 +100,13 @@ std::vector<std::pair<int64_t, int64_t>> BucketedExchange::owned() const {
 
 void BucketedExchange::stage(size_t k, int64_t j, bool empty) {
   const Bucket& b = buckets_[k];
+  const size_t me = static_cast<size_t>(comm_.rank());
   for (size_t c = 0; c + 1 < b.bounds.size(); ++c) {
     const int64_t begin = b.bounds[c], end = b.bounds[c + 1];
-    // Part j's slice of chunk c: send_[local·begin + j·len ...), so each destination's parts are contiguous.
-    float* dst = send_.data() + local_ * begin + j * (end - begin);
+    // Part j's slice of chunk c: send_[local·begin + j·len ...), so each destination's parts are
+    // contiguous; of chunk `me`, where the exchange would have put it: part (me·local + j) of recv_.
+    float* dst = c == me ? recv_.data() + recv_base_[k] + (static_cast<int64_t>(me) * local_ + j) * (end - begin)
+                         : send_.data() + local_ * begin + j * (end - begin);
     if (empty) {
       std::fill(dst, dst + (end - begin), 0.0f);
       continue;
@@ -151,8 +156,12 @@ void BucketedExchange::fold(float* acc, bool timed_first) {
     const int64_t len = b.bounds[me + 1] - b.bounds[me];
     const float* in = recv_.data() + recv_base_[k];
     float* mine = acc + b.bounds[me];
-    std::copy(in, in + len, mine);
-    for (int64_t g = 1; g < G_; ++g) {
+    if (G_ == 1) {
+      std::copy(in, in + len, mine);
+    } else {  // part 0 + part 1 in one pass, then + part 2, ...
+      for (int64_t i = 0; i < len; ++i) mine[i] = in[i] + in[len + i];
+    }
+    for (int64_t g = 2; g < G_; ++g) {
       const float* part = in + g * len;
       for (int64_t i = 0; i < len; ++i) mine[i] += part[i];
     }

@@ -81,7 +81,8 @@ class BucketedExchange {
   std::unordered_map<const TensorImpl*, size_t> index_of_;  // a leaf → its parameter
   int64_t local_, G_;
   Comm& comm_;
-  std::vector<float> send_, recv_;     // (local·N) per-destination slices, (G·owned) received slices
+  // (local·N) per-destination slices (this rank's own chunks unused), (G·owned) received slices
+  std::vector<float> send_, recv_;
   std::vector<int64_t> recv_base_;     // bucket k's received slices at recv_[recv_base_[k] ...)
   std::vector<std::vector<int>> send_counts_, send_displs_, recv_counts_, recv_displs_;  // per bucket, per rank
   // Per step (reset by fold): the last part's parameters not yet final per bucket, the next bucket
