@@ -29,7 +29,7 @@ std::vector<Bucket> make_buckets(const std::vector<int64_t>& offsets, int64_t bu
     Bucket b;
     b.end = i;
     int64_t size = numel(--i);
-    while (i > 0 && size + numel(i - 1) <= bucket_elems) size += numel(--i);
+    while (i > 0 && size < bucket_elems) size += numel(--i);
     b.first = i;
     // The allowed chunk boundaries: every block start of the bucket's parameters, and its end.
     std::vector<int64_t> starts;

@@ -3,7 +3,7 @@
 //
 // The flat gradient vector holds the parameters in the optimizer's order, parameter i at
 // [offsets[i], offsets[i + 1]). It is cut into buckets of consecutive parameters of about
-// bucket_bytes each, from the last parameter backwards: the backward finishes the last parameters
+// bucket_bytes each (make_buckets), from the last parameter backwards: the backward finishes the last parameters
 // (the output projection, the top layers) first, so bucket 0 holds them and is ready first. Each
 // bucket [b0, b1) is cut into P chunks whose boundaries are norm-block starts (offsets[i] +
 // k·kNormBlock) or b1, each the one nearest to b0 + c·(b1 − b0)/P: rank r owns chunk r of every
@@ -37,8 +37,9 @@ struct Bucket {
 };
 
 // The buckets of `offsets` (n + 1 flat positions for n parameters) for P ranks: bucket k covers
-// parameters [first, end) with bucket k + 1 just before it. A bucket takes parameters while they fit
-// in bucket_elems (≥ 1); a parameter larger than that is a bucket alone.
+// parameters [first, end) with bucket k + 1 just before it. A bucket takes parameters until it holds
+// at least bucket_elems (≥ 1) elements (DDP's rule: it exceeds that by less than its last parameter),
+// so small parameters (biases, norms) join their neighbour matrix instead of making buckets of their own.
 std::vector<Bucket> make_buckets(const std::vector<int64_t>& offsets, int64_t bucket_elems, int64_t P);
 
 // The exchange of one step's gradients, bucket by bucket. Per step:

@@ -11,16 +11,16 @@ namespace tfm::train {
 namespace {
 
 // Parameters of 10, 40000, 5, 20000 and 3 elements (offsets 0, 10, 40010, 40015, 60015, 60018),
-// buckets of at most 25000 elements cut from the end, P = 3:
-//   bucket 0: parameters 2..4 (5 + 20000 + 3 = 20008; parameter 1 would make it 60008), flat
+// buckets closed once they hold 20005 elements, cut from the end, P = 3:
+//   bucket 0: parameters 4, 3 (20003, not yet 20005), 2 (20008: closed), flat
 //     [40010, 60018); block starts 40010, 40015, 56399 (= 40015 + 16384), 60015 and the end 60018;
 //     targets 40010 + 20008/3 = 46679 → 40015 (6664 away, 56399 is 9720), 40010 + 40016/3 = 53348 → 56399;
-//   bucket 1: parameter 1 alone, [10, 40010); starts 10, 16394, 32778, end 40010; targets 13343 →
+//   bucket 1: parameter 1 (40000: closed at once), [10, 40010); starts 10, 16394, 32778, end 40010; targets 13343 →
 //     16394, 26676 → 32778;
 //   bucket 2: parameter 0, [0, 10): targets 3 → 0 (nearer than 10), 6 → 10 (4 away, 0 is 6).
 TEST(Buckets, LayoutFromTheLastParameterWithChunksOnBlockStarts) {
   const std::vector<int64_t> offsets = {0, 10, 40010, 40015, 60015, 60018};
-  const std::vector<Bucket> b = make_buckets(offsets, 25000, 3);
+  const std::vector<Bucket> b = make_buckets(offsets, 20005, 3);
   ASSERT_EQ(b.size(), 3u);
   EXPECT_EQ(b[0].first, 2);
   EXPECT_EQ(b[0].end, 5);
