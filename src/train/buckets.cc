@@ -111,13 +111,16 @@ void BucketedExchange::stage(size_t k, int64_t j, bool empty) {
       std::fill(dst, dst + (end - begin), 0.0f);
       continue;
     }
+    // The last part's own chunk stays in the grads, where fold reads it; only the parameters
+    // without a gradient are written (zeros).
+    const bool in_grads = c == me && j == local_ - 1;
     for (int64_t p = b.first; p < b.end; ++p) {
       const int64_t o = offsets_[static_cast<size_t>(p)];
       const int64_t lo = std::max(begin, o), hi = std::min(end, offsets_[static_cast<size_t>(p) + 1]);
       if (lo >= hi) continue;
       const Tensor g = params_[static_cast<size_t>(p)].grad();
-      if (g.defined()) std::copy(g.data() + (lo - o), g.data() + (hi - o), dst + (lo - begin));
-      else std::fill(dst + (lo - begin), dst + (hi - begin), 0.0f);
+      if (!g.defined()) std::fill(dst + (lo - begin), dst + (hi - begin), 0.0f);
+      else if (!in_grads) std::copy(g.data() + (lo - o), g.data() + (hi - o), dst + (lo - begin));
     }
   }
 }
@@ -142,6 +145,7 @@ void BucketedExchange::on_grad_final(const Tensor& leaf) {
 }
 
 void BucketedExchange::finish_last(bool empty) {
+  last_in_grads_ = !empty;
   for (; next_ < buckets_.size(); ++next_) {
     stage(next_, local_ - 1, empty);
     start(next_);
@@ -150,20 +154,36 @@ void BucketedExchange::finish_last(bool empty) {
 
 void BucketedExchange::fold(float* acc, bool timed_first) {
   const size_t me = static_cast<size_t>(comm_.rank());
+  const int64_t last = (static_cast<int64_t>(me) + 1) * local_ - 1;  // this rank's last part
   for (size_t k = 0; k < buckets_.size(); ++k) {
     comm_.wait(requests_[k], k == 0 ? timed_first : true);
     const Bucket& b = buckets_[k];
-    const int64_t len = b.bounds[me + 1] - b.bounds[me];
+    const int64_t begin = b.bounds[me], len = b.bounds[me + 1] - begin;
     const float* in = recv_.data() + recv_base_[k];
-    float* mine = acc + b.bounds[me];
-    if (G_ == 1) {
-      std::copy(in, in + len, mine);
-    } else {  // part 0 + part 1 in one pass, then + part 2, ...
-      for (int64_t i = 0; i < len; ++i) mine[i] = in[i] + in[len + i];
-    }
-    for (int64_t g = 2; g < G_; ++g) {
-      const float* part = in + g * len;
-      for (int64_t i = 0; i < len; ++i) mine[i] += part[i];
+    // Parameter by parameter (the last part's gradient may still be in the grads): part 0 + part 1
+    // in one pass (a copy when G = 1), then + part 2, ... .
+    for (int64_t p = b.first; p < b.end; ++p) {
+      const int64_t o = offsets_[static_cast<size_t>(p)];
+      const int64_t lo = std::max(begin, o), hi = std::min(begin + len, offsets_[static_cast<size_t>(p) + 1]);
+      if (lo >= hi) continue;
+      const Tensor grad = params_[static_cast<size_t>(p)].grad();
+      auto part = [&](int64_t g) -> const float* {
+        if (g == last && last_in_grads_ && grad.defined()) return grad.data() + (lo - o);
+        return in + g * len + (lo - begin);
+      };
+      float* dst = acc + lo;
+      const int64_t n = hi - lo;
+      const float* p0 = part(0);
+      if (G_ == 1) {
+        std::copy(p0, p0 + n, dst);
+      } else {
+        const float* p1 = part(1);
+        for (int64_t i = 0; i < n; ++i) dst[i] = p0[i] + p1[i];
+      }
+      for (int64_t g = 2; g < G_; ++g) {
+        const float* pg = part(g);
+        for (int64_t i = 0; i < n; ++i) dst[i] += pg[i];
+      }
     }
   }
   for (size_t k = 0; k < buckets_.size(); ++k) waiting_[k] = buckets_[k].end - buckets_[k].first;

@@ -66,7 +66,8 @@ class BucketedExchange {
   void finish_last(bool empty);
   // Waits for each bucket's exchange in order (the first wait timed as `timed_first`, the others
   // timed) and folds its G slices in part order into acc[owned range]: acc = g₀, then += g₁, ... .
-  // acc holds the flat vector (N floats); only this rank's chunks are written.
+  // acc holds the flat vector (N floats); only this rank's chunks are written. The last part's own
+  // slices are read from the parameters' grads, which must not change between its backward and this.
   void fold(float* acc, bool timed_first);
   // The buckets started so far this step (tests: the callbacks start them during the backward).
   size_t started() const { return next_; }
@@ -91,6 +92,7 @@ class BucketedExchange {
   std::vector<int64_t> waiting_;
   size_t next_ = 0;
   std::vector<Comm::Request> requests_;
+  bool last_in_grads_ = false;  // the last part's own chunks are read from the grads (it was not empty)
 };
 
 }  // namespace tfm::train
