@@ -255,7 +255,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   if (resume) {
     // A run killed mid-write leaves hidden temporary files beside the complete checkpoint: drop them.
     if (lead_)
-      for (const char* f : {model_dir::MODEL, STATE_FILE, METRICS_FILE, CURVES_FILE, model_dir::CONFIG})
+      for (const char* f : {model_dir::MODEL, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE, model_dir::CONFIG})
         io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
     read_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_);
     if (c_.text() && st_.text_hash != ds_.text_train.hash())
