@@ -1,12 +1,15 @@
 // tests/kernels/activation_test.cc — the activation kernels (activation.cc, activation_avx512.cc):
 // the AVX-512 relu bodies against their scalar twins on sizes that are not multiples of the 16-float
-// vector, and the dispatcher against the twin for every kind (the kinds without a SIMD body take
-// the twin), and the fused bias + relu + dropout kernels against their twins and the composition
-// (bias_activation_forward, then dropout_forward). Every comparison is bitwise: the SIMD body performs
-// the same float operations in the same order per element as the twin. The fused op itself is tested
-// in tests/ops/linear_activation_test.cc; the finite-difference checks of every backward are in
-// gradcheck_test.cc.
-// To add a SIMD body: a TEST comparing foo_avx512 with foo_scalar over kSizes, bitwise.
+// vector; the dispatcher against the kernel it runs for every kind (the SIMD body for relu and gelu,
+// the twin for the others); the gelu bodies against float64 and against the twin; and the fused
+// bias + relu + dropout kernels against their twins and the composition (bias_activation_forward,
+// then dropout_forward). The relu comparisons are bitwise: the SIMD body performs the same float
+// operations in the same order per element as the twin. Gelu's vector erf differs from std::erf, so
+// its comparisons are bounded in float ulps (measured maxima stated at each test). The fused op itself
+// is tested in tests/ops/linear_activation_test.cc; the finite-difference checks of every backward
+// are in gradcheck_test.cc.
+// To add a SIMD body: a TEST comparing foo_avx512 with foo_scalar over kSizes, bitwise when it
+// performs the twin's operations, else within a measured bound in ulps.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -45,17 +48,20 @@ TEST(ActivationKernel, ReluBiasForwardAndBackwardBitwise) {
   }
 }
 
-TEST(ActivationKernel, BiasActivationDispatchMatchesScalarForEveryKind) {
-  // Kinds without a SIMD body fall back to the twin: the dispatcher must equal it bitwise.
+TEST(ActivationKernel, BiasActivationDispatchMatchesItsKernelForEveryKind) {
+  // The dispatcher runs the AVX-512 body of a kind when there is one (relu, gelu) and the twin
+  // otherwise; cut into row chunks, it must equal that kernel run on the whole matrix bitwise.
   const int64_t N = 70;  // more than one row chunk
   for (auto k : {Activation::RELU, Activation::GELU, Activation::GELU_TANH,
                  Activation::GLU, Activation::GEGLU, Activation::SWIGLU}) {
     for (int64_t F : {int64_t(17), int64_t(33)}) {
       const int64_t in_row = activation_is_gated(k) ? 2 * F : F;
-      auto x = rnd(N * in_row, 30 + F), b = rnd(in_row, 31 + F);
+      auto x = rnd(N * in_row, 30 + F), b = rnd(in_row, 31 + F), dy = rnd(N * F, 32 + F);
       std::vector<float> y1(N * F), y2(N * F);
       bias_activation_forward(k, x.data(), b.data(), y1.data(), N, F);
-      bias_activation_forward_scalar(k, x.data(), b.data(), y2.data(), N, F);
+      if (!cpu_has_avx512() ||
+          !bias_activation_forward_avx512(k, x.data(), b.data(), y2.data(), N, F))
+        bias_activation_forward_scalar(k, x.data(), b.data(), y2.data(), N, F);
       EXPECT_TRUE(bitwise_equal(y1, y2)) << "kind " << int(k) << " F=" << F;
       // bias_activation with the bias pre-added equals activation_forward on the sum.
       std::vector<float> xb(x);
@@ -63,8 +69,128 @@ TEST(ActivationKernel, BiasActivationDispatchMatchesScalarForEveryKind) {
         for (int64_t f = 0; f < in_row; ++f) xb[n * in_row + f] += b[f];
       activation_forward(k, xb.data(), y1.data(), N, F);
       EXPECT_TRUE(bitwise_equal(y1, y2)) << "pre-added bias, kind " << int(k) << " F=" << F;
+      std::vector<float> d1(N * in_row), d2(N * in_row);
+      activation_backward(k, dy.data(), x.data(), d1.data(), N, F);
+      if (!cpu_has_avx512() || !activation_backward_avx512(k, dy.data(), x.data(), d2.data(), N, F))
+        activation_backward_scalar(k, dy.data(), x.data(), d2.data(), N, F);
+      EXPECT_TRUE(bitwise_equal(d1, d2)) << "backward, kind " << int(k) << " F=" << F;
     }
   }
+}
+
+// ---- gelu -----------------------------------------------------------------------------------------
+// The float64 reference without cancellation: gelu(x) = 0.5·x·erfc(−x/√2),
+// gelu'(x) = 0.5·erfc(−x/√2) + x·exp(−x²/2)/√(2π).
+double gelu_ref(double x) { return 0.5 * x * std::erfc(-x * 0.70710678118654752440); }
+double gelu_grad_ref(double x) {
+  return 0.5 * std::erfc(-x * 0.70710678118654752440) +
+         x * std::exp(-0.5 * x * x) * 0.39894228040143267794;
+}
+
+// x over [−14, 14] densely (where gelu is a normal float), then the edge values.
+std::vector<float> gelu_inputs() {
+  std::vector<float> x;
+  for (float t = -14.0f; t < 14.0f; t += 0.000377f) x.push_back(t);
+  for (float t = -1e-3f; t < 1e-3f; t += 3.1e-7f) x.push_back(t);
+  return x;
+}
+
+// Against float64, over [−13, 13] (the forward where the reference is a normal float): forward
+// within 8·eps relative (measured 5.3, at x ≈ −1.40 where 1 + erf(z) cancels for z → −1: the
+// rounding of z = x/√2 and of z·P(z²) is amplified by |erf(z)|/(1 + erf(z)) ≈ 5); backward within
+// 3·eps of its scale 0.5·(1 + erf) + |x·φ(x)| (measured 1.72). For 13 < |x| ≤ 14 exp(−x²/2) is
+// denormal and both are checked within 1e-36 absolute. The twin's own 1 + erf cancels in the
+// negative tail (x < −5 gives 0 or large relative errors), so it is not held to this bound.
+TEST(ActivationKernel, GeluWithinFewUlpOfFloat64) {
+  SKIP_WITHOUT_AVX512();
+  const auto x = gelu_inputs();
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> y(n), dy(n, 1.0f), d(n);
+  ASSERT_TRUE(bias_activation_forward_avx512(Activation::GELU, x.data(), nullptr, y.data(), 1, n));
+  ASSERT_TRUE(activation_backward_avx512(Activation::GELU, dy.data(), x.data(), d.data(), 1, n));
+  const double eps = std::numeric_limits<float>::epsilon();
+  double worst_f = 0, worst_b = 0;
+  int64_t at_f = 0, at_b = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double xi = x[i], r = gelu_ref(xi), rg = gelu_grad_ref(xi);
+    if (std::fabs(xi) > 13.0) {  // exp(−x²/2) < 2e-37 is denormal: relative precision ends
+      EXPECT_LE(std::fabs(y[i] - r), 1e-36) << "x = " << x[i];
+      EXPECT_LE(std::fabs(d[i] - rg), 1e-36) << "x = " << x[i];
+      continue;
+    }
+    if (std::fabs(r) >= std::numeric_limits<float>::min()) {
+      const double e = std::fabs(y[i] - r) / (std::fabs(r) * eps);
+      if (e > worst_f) worst_f = e, at_f = i;
+    } else {  // reference below float's normal range: y is 0 or tiny of its sign
+      EXPECT_LE(std::fabs(y[i] - r), 2.0 * std::numeric_limits<float>::min()) << "x = " << x[i];
+    }
+    const double scale = 0.5 * std::erfc(-xi * 0.70710678118654752440) +
+                         std::fabs(xi * std::exp(-0.5 * xi * xi) * 0.39894228040143267794);
+    const double e = std::fabs(d[i] - rg) / (scale * eps);
+    if (e > worst_b) worst_b = e, at_b = i;
+  }
+  EXPECT_LE(worst_f, 8.0) << "forward at x = " << x[at_f] << ": " << y[at_f];
+  EXPECT_LE(worst_b, 3.0) << "backward at x = " << x[at_b] << ": " << d[at_b];
+}
+
+// Against the scalar twin (std::erf), with and without bias, over kSizes and on the edge values.
+// The twin's 1 + erf(z) carries an absolute error of about eps, which 0.5·x scales: the forward
+// bound is 2·eps·(|y| + 0.5·|x|) (measured 0.84), the backward 2·eps·|dy| (measured 1.00, gelu' ≤ 1.13).
+// Where the twin is not finite (x = ±inf, NaN: gelu(−inf) = −inf·0, gelu'(±inf) = ±inf·0 are NaN
+// as in the twin's formulas), the SIMD body gives the same value.
+::testing::AssertionResult gelu_close_to_twin(const std::vector<float>& x, const std::vector<float>& dy,
+                                              const std::vector<float>& y, const std::vector<float>& yt,
+                                              const std::vector<float>& d, const std::vector<float>& dt) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (!std::isfinite(yt[i]) || !std::isfinite(dt[i])) {
+      const bool same_f = std::isnan(yt[i]) ? std::isnan(y[i]) : y[i] == yt[i];
+      const bool same_b = std::isnan(dt[i]) ? std::isnan(d[i]) : d[i] == dt[i];
+      if (!same_f || !same_b)
+        return ::testing::AssertionFailure() << "x = " << x[i] << ": " << y[i] << " vs " << yt[i]
+                                             << ", " << d[i] << " vs " << dt[i];
+      continue;
+    }
+    const double bf = 2.0 * eps * (std::fabs(yt[i]) + 0.5 * std::fabs(x[i]));
+    const double bb = 2.0 * eps * std::fabs(dy[i]);
+    if (!(std::fabs(double(y[i]) - yt[i]) <= bf) || !(std::fabs(double(d[i]) - dt[i]) <= bb))
+      return ::testing::AssertionFailure() << "element " << i << " x = " << x[i] << ": forward " << y[i]
+                                           << " vs " << yt[i] << ", backward " << d[i] << " vs "
+                                           << dt[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(ActivationKernel, GeluBiasForwardAndBackwardCloseToTwin) {
+  SKIP_WITHOUT_AVX512();
+  const int64_t N = 3;
+  for (int64_t F : kSizes) {
+    auto x = rnd(N * F, 40 + F), b = rnd(F, 41 + F), dy = rnd(N * F, 42 + F);
+    for (auto& v : x) v *= 3.0f;  // x + b over [−8, 8]: both branches of the erf and the tails
+    std::vector<float> xb(N * F), y(N * F), yt(N * F), d(N * F), dt(N * F);
+    for (int64_t i = 0; i < N * F; ++i) xb[i] = x[i] + b[i % F];
+    ASSERT_TRUE(bias_activation_forward_avx512(Activation::GELU, x.data(), b.data(), y.data(), N, F));
+    bias_activation_forward_scalar(Activation::GELU, x.data(), b.data(), yt.data(), N, F);
+    ASSERT_TRUE(activation_backward_avx512(Activation::GELU, dy.data(), xb.data(), d.data(), N, F));
+    activation_backward_scalar(Activation::GELU, dy.data(), xb.data(), dt.data(), N, F);
+    EXPECT_TRUE(gelu_close_to_twin(xb, dy, y, yt, d, dt)) << "F=" << F;
+  }
+  const float inf = std::numeric_limits<float>::infinity(), tiny = 1e-30f,
+              denormal = std::numeric_limits<float>::denorm_min() * 1000.0f;
+  std::vector<float> x = {0.0f, -0.0f, tiny, -tiny, denormal, -denormal, 0.7f, -0.7f, 1.4142135f,
+                          -1.4142135f, 5.0f, -5.0f, 10.5f, -10.5f, 14.0f, -14.0f, 20.0f, -20.0f,
+                          1e10f, -1e10f, 3e38f, -3e38f, inf, -inf,
+                          std::numeric_limits<float>::quiet_NaN()};
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> dy(n, 1.0f), y(n), yt(n), d(n), dt(n);
+  ASSERT_TRUE(bias_activation_forward_avx512(Activation::GELU, x.data(), nullptr, y.data(), 1, n));
+  activation_forward_scalar(Activation::GELU, x.data(), yt.data(), 1, n);
+  ASSERT_TRUE(activation_backward_avx512(Activation::GELU, dy.data(), x.data(), d.data(), 1, n));
+  activation_backward_scalar(Activation::GELU, dy.data(), x.data(), dt.data(), 1, n);
+  EXPECT_TRUE(gelu_close_to_twin(x, dy, y, yt, d, dt));
+  EXPECT_TRUE(std::signbit(y[1]) && y[1] == 0.0f);  // gelu(−0) = −0
+  EXPECT_EQ(y[22], inf);
+  EXPECT_TRUE(std::isnan(y[23]) && std::isnan(d[22]) && std::isnan(d[23]) && std::isnan(y[24]));
 }
 
 // The kernels' AVX-512 bodies against their scalar twins, at widths around the vector width, with
