@@ -1,12 +1,11 @@
 // src/kernels/activation_avx512.cc — AVX-512 bodies of the activation kernels (contracts in kernels.h):
-// bias + relu / gelu forward, relu / gelu backward, and the FFN's bias + relu + dropout pass with its
-// backward. Compiled with AVX-512 flags by CMake; called only by the dispatchers in activation.cc after
-// cpu_has_avx512(). Each runs a 16-lane main loop, then the remainder with a masked load/store in the
-// same function. The relu bodies are bitwise equal to their scalar twins in activation_scalar.h; the
-// gelu bodies use the vector erf below instead of std::erf and agree with the twin to a few float
-// ulps (bounds in tests/kernels/activation_test.cc). The other kinds (gelu_tanh, the gated ones) have
-// no SIMD body: bias_activation_forward_avx512 and activation_backward_avx512 return false for them
-// and the dispatcher runs the twin. To add a kind: a branch in both functions, and a twin test.
+// bias + activation forward and activation backward for every kind, and the FFN's bias + relu +
+// dropout pass with its backward. Compiled with AVX-512 flags by CMake; called only by the
+// dispatchers in activation.cc after cpu_has_avx512(). Each runs a 16-lane main loop, then the
+// remainder with a masked load/store in the same function. The relu bodies are bitwise equal to
+// their scalar twins in activation_scalar.h; the others use the vector erf, exp and sigmoid below
+// instead of std::erf / std::exp / std::tanh and agree with the twin to a few float ulps (bounds in
+// tests/kernels/activation_test.cc). To add a kind: a branch in both entry functions, and a twin test.
 // GCC 12's intrinsic headers seed the pass-through operand of _mm512_max_ps and _mm512_srli_epi32
 // with an "undefined" vector that -Wmaybe-uninitialized reports from inside the header; the value is
 // never read.
@@ -97,6 +96,108 @@ inline __m512 gelu_grad_ps(__m512 v) {
   return _mm512_fmadd_ps(v, pdf, _mm512_mul_ps(_mm512_set1_ps(0.5f), g.q));
 }
 
+// ---- sigmoid, gelu_tanh, the gates -----------------------------------------------------------------
+// σ(v) and σ(−v) = 1 − σ(v) from one e = exp(−|v|) ∈ (0, 1]: with r = 1/(1 + e), σ(|v|) = r and
+// σ(−|v|) = e·r. Neither side cancels, so both keep their relative precision (≈ 3 ulp: exp_ps's 2,
+// the division's and the product's rounding); exp never overflows. ±inf give 1 and 0 as the twin's
+// 1/(1 + exp(−v)); NaN stays NaN.
+struct Sigmoid {
+  __m512 s;   // σ(v)
+  __m512 sc;  // σ(−v) = 1 − σ(v)
+};
+inline Sigmoid sigmoid_ps(__m512 v) {
+  const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(v)));
+  const __m512 r = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+  const __m512 er = _mm512_mul_ps(e, r);
+  const __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+  return {_mm512_mask_mov_ps(r, neg, er), _mm512_mask_mov_ps(er, neg, r)};
+}
+
+// gelu_tanh(x) = 0.5·x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³). With 1 + tanh(u) = 2σ(2u) and
+// 1 − tanh²(u) = 4σ(2u)σ(−2u):
+//   gelu_tanh(x)  = x·σ(2u)
+//   gelu_tanh'(x) = σ(2u) + 2x·σ(2u)σ(−2u)·u',  u' = √(2/π)·(1 + 3·0.044715·x²)
+// so neither 1 + tanh nor 1 − tanh² cancels (the twin's form loses the relative precision of both
+// for large |u|). ±inf: x·σ = inf or −inf·0 = NaN, and the gradient inf·0 = NaN, as the twin.
+constexpr float kSqrt2OverPi = 0.79788456080286535588f, kTanhCubic = 0.044715f;
+inline __m512 gelu_tanh_u2(__m512 x) {  // 2u
+  const __m512 x2 = _mm512_mul_ps(x, x);
+  const __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(kTanhCubic), x2), x, x);
+  return _mm512_mul_ps(_mm512_set1_ps(2.0f * kSqrt2OverPi), inner);
+}
+inline __m512 gelu_tanh_ps(__m512 x) { return _mm512_mul_ps(x, sigmoid_ps(gelu_tanh_u2(x)).s); }
+inline __m512 gelu_tanh_grad_ps(__m512 x) {
+  const Sigmoid g = sigmoid_ps(gelu_tanh_u2(x));
+  const __m512 du = _mm512_mul_ps(
+      _mm512_set1_ps(kSqrt2OverPi),
+      _mm512_fmadd_ps(_mm512_set1_ps(3.0f * kTanhCubic), _mm512_mul_ps(x, x), _mm512_set1_ps(1.0f)));
+  const __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(x, x), _mm512_mul_ps(g.s, g.sc)), du);
+  return _mm512_add_ps(g.s, t);
+}
+
+// The gates g(b) and g'(b) of the gated kinds (the twin's gate / gate_grad):
+//   GLU     g = σ(b)      g' = σ(b)·σ(−b)
+//   GEGLU   g = gelu(b)   g' = gelu'(b)
+//   SWIGLU  g = b·σ(b)    g' = σ(b)·(1 + b·σ(−b))
+inline __m512 gate_ps(Activation k, __m512 b) {
+  switch (k) {
+    case Activation::GLU: return sigmoid_ps(b).s;
+    case Activation::GEGLU: return gelu_ps(b);
+    default: return _mm512_mul_ps(b, sigmoid_ps(b).s);
+  }
+}
+inline __m512 gate_grad_ps(Activation k, __m512 b) {
+  switch (k) {
+    case Activation::GLU: {
+      const Sigmoid g = sigmoid_ps(b);
+      return _mm512_mul_ps(g.s, g.sc);
+    }
+    case Activation::GEGLU: return gelu_grad_ps(b);
+    default: {
+      const Sigmoid g = sigmoid_ps(b);
+      return _mm512_mul_ps(g.s, _mm512_fmadd_ps(b, g.sc, _mm512_set1_ps(1.0f)));
+    }
+  }
+}
+
+// Gated rows: x (N, 2F) = [a | b] (+ bias (2F)), y (N, F) = a ⊙ g(b).
+template <Activation K>
+void gated_forward_rows(const float* x, const float* bias, float* y, int64_t N, int64_t F) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* ar = x + n * 2 * F;
+    const float* br = ar + F;
+    float* yr = y + n * F;
+    for (int64_t f = 0; f < F; f += 16) {
+      const __mmask16 m = first_n(F - f);
+      __m512 a = _mm512_maskz_loadu_ps(m, ar + f), b = _mm512_maskz_loadu_ps(m, br + f);
+      if (bias) {
+        a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(m, bias + f));
+        b = _mm512_add_ps(b, _mm512_maskz_loadu_ps(m, bias + F + f));
+      }
+      _mm512_mask_storeu_ps(yr + f, m, _mm512_mul_ps(a, gate_ps(K, b)));
+    }
+  }
+}
+
+// Gated backward: da = dy ⊙ g(b), db = (dy ⊙ a) ⊙ g'(b), dx (N, 2F) = [da | db].
+template <Activation K>
+void gated_backward_rows(const float* dy, const float* x, float* dx, int64_t N, int64_t F) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* ar = x + n * 2 * F;
+    const float* br = ar + F;
+    const float* gr = dy + n * F;
+    float* dar = dx + n * 2 * F;
+    float* dbr = dar + F;
+    for (int64_t f = 0; f < F; f += 16) {
+      const __mmask16 m = first_n(F - f);
+      const __m512 a = _mm512_maskz_loadu_ps(m, ar + f), b = _mm512_maskz_loadu_ps(m, br + f);
+      const __m512 g = _mm512_maskz_loadu_ps(m, gr + f);
+      _mm512_mask_storeu_ps(dar + f, m, _mm512_mul_ps(g, gate_ps(K, b)));
+      _mm512_mask_storeu_ps(dbr + f, m, _mm512_mul_ps(_mm512_mul_ps(g, a), gate_grad_ps(K, b)));
+    }
+  }
+}
+
 // y = act(x + bias) for the kinds with a vector body, row by row.
 template <typename Act>
 void bias_map_rows(const float* x, const float* bias, float* y, int64_t N, int64_t F, Act act) {
@@ -125,7 +226,7 @@ void grad_map(const float* dy, const float* x, float* dx, int64_t n, Grad grad) 
 }  // namespace
 
 // relu(x + b) = max(x + b, 0): _mm512_max_ps(v, 0) returns 0 for NaN and −0, like `v > 0 ? v : 0`.
-// gelu(x + b) by gelu_ps.
+// gelu(x + b), gelu_tanh(x + b) by gelu_ps, gelu_tanh_ps; the gated kinds by gated_forward_rows.
 bool bias_activation_forward_avx512(Activation k, const float* x, const float* bias, float* y,
                                     int64_t N, int64_t F) {
   switch (k) {
@@ -135,12 +236,16 @@ bool bias_activation_forward_avx512(Activation k, const float* x, const float* b
       return true;
     }
     case Activation::GELU: bias_map_rows(x, bias, y, N, F, gelu_ps); return true;
+    case Activation::GELU_TANH: bias_map_rows(x, bias, y, N, F, gelu_tanh_ps); return true;
+    case Activation::GLU: gated_forward_rows<Activation::GLU>(x, bias, y, N, F); return true;
+    case Activation::GEGLU: gated_forward_rows<Activation::GEGLU>(x, bias, y, N, F); return true;
+    case Activation::SWIGLU: gated_forward_rows<Activation::SWIGLU>(x, bias, y, N, F); return true;
     default: return false;
   }
 }
 
 // relu: dx = dy · [x > 0] (a multiply by 1 or 0, exactly as the twin, so −0 and NaN match too).
-// gelu: dx = dy · gelu'(x).
+// gelu, gelu_tanh: dx = dy · act'(x); the gated kinds by gated_backward_rows.
 bool activation_backward_avx512(Activation k, const float* dy, const float* x, float* dx, int64_t N,
                                 int64_t F) {
   switch (k) {
@@ -152,6 +257,10 @@ bool activation_backward_avx512(Activation k, const float* dy, const float* x, f
       return true;
     }
     case Activation::GELU: grad_map(dy, x, dx, N * F, gelu_grad_ps); return true;
+    case Activation::GELU_TANH: grad_map(dy, x, dx, N * F, gelu_tanh_grad_ps); return true;
+    case Activation::GLU: gated_backward_rows<Activation::GLU>(dy, x, dx, N, F); return true;
+    case Activation::GEGLU: gated_backward_rows<Activation::GEGLU>(dy, x, dx, N, F); return true;
+    case Activation::SWIGLU: gated_backward_rows<Activation::SWIGLU>(dy, x, dx, N, F); return true;
     default: return false;
   }
 }

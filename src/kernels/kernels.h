@@ -308,9 +308,9 @@ void rms_norm_forward_avx512(const float* x, const float* w, float* y, float* rs
                              float eps);
 void rms_norm_backward_avx512(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
                               float* dw, int64_t N, int64_t D);
-// Relu and gelu (plain); return false (doing nothing) for kinds they do not handle, and the entry
-// point then runs the scalar twin. Relu is bitwise the twin; gelu uses a vector erf (a few float ulps
-// from the twin's std::erf, activation_avx512.cc).
+// Every kind; they return false (doing nothing) for a kind they do not handle, and the entry point
+// then runs the scalar twin. Relu is bitwise the twin; the others use a vector erf / exp / sigmoid
+// (a few float ulps from the twin's std::erf / std::exp / std::tanh, activation_avx512.cc).
 bool bias_activation_forward_avx512(Activation k, const float* x, const float* bias, float* y,
                                     int64_t N, int64_t F);
 bool activation_backward_avx512(Activation k, const float* dy, const float* x, float* dx, int64_t N,

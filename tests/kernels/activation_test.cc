@@ -1,13 +1,13 @@
 // tests/kernels/activation_test.cc — the activation kernels (activation.cc, activation_avx512.cc):
 // the AVX-512 relu bodies against their scalar twins on sizes that are not multiples of the 16-float
-// vector; the dispatcher against the kernel it runs for every kind (the SIMD body for relu and gelu,
-// the twin for the others); the gelu bodies against float64 and against the twin; and the fused
+// vector; the dispatcher against the kernel it runs for every kind; the other kinds' bodies (gelu,
+// gelu_tanh, glu, geglu, swiglu) against float64 and against the twin on edge values; and the fused
 // bias + relu + dropout kernels against their twins and the composition (bias_activation_forward,
 // then dropout_forward). The relu comparisons are bitwise: the SIMD body performs the same float
-// operations in the same order per element as the twin. Gelu's vector erf differs from std::erf, so
-// its comparisons are bounded in float ulps (measured maxima stated at each test). The fused op itself
-// is tested in tests/ops/linear_activation_test.cc; the finite-difference checks of every backward
-// are in gradcheck_test.cc.
+// operations in the same order per element as the twin. The other bodies use a vector erf / exp /
+// sigmoid, so their comparisons are bounded in float ulps (measured maxima stated at each test). The
+// fused op itself is tested in tests/ops/linear_activation_test.cc; the finite-difference checks of
+// every backward are in gradcheck_test.cc.
 // To add a SIMD body: a TEST comparing foo_avx512 with foo_scalar over kSizes, bitwise when it
 // performs the twin's operations, else within a measured bound in ulps.
 #include <cmath>
@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
+#include "kernels/activation_scalar.h"
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
@@ -191,6 +192,119 @@ TEST(ActivationKernel, GeluBiasForwardAndBackwardCloseToTwin) {
   EXPECT_TRUE(std::signbit(y[1]) && y[1] == 0.0f);  // gelu(−0) = −0
   EXPECT_EQ(y[22], inf);
   EXPECT_TRUE(std::isnan(y[23]) && std::isnan(d[22]) && std::isnan(d[23]) && std::isnan(y[24]));
+}
+
+// ---- gelu_tanh and the gated kinds --------------------------------------------------------------
+// Against float64 references written without cancellation (σ(v) = 1/(1 + exp(−v)), σc = σ(−v),
+// gelu and gelu' by erfc as above; the twin's forms 1 + tanh u, 1 − tanh² u, 1 − σ and 1 + erf
+// cancel in the tails even in double), each output within C·eps of its scale: the sum of the
+// magnitudes of the terms that make it up (an output that cancels, like gelu' near its zero, is
+// measured against the terms it cancels). With u₂ = 2u = 2√(2/π)(x + 0.044715x³), u' = du/dx:
+//   gelu_tanh  y = x·σ(u₂)          dx = dy·(σ(u₂) + 2x·σ(u₂)σ(−u₂)·u')
+//   glu        y = a·σ(b)           da = dy·σ(b)         db = dy·a·σ(b)σ(−b)
+//   geglu      y = a·gelu(b)        da = dy·gelu(b)      db = dy·a·gelu'(b)
+//   swiglu     y = a·b·σ(b)         da = dy·b·σ(b)       db = dy·a·σ(b)·(1 + b·σ(−b))
+// gelu_tanh's scales also carry the condition number 1 + |u₂|·σ(−u₂) of σ at u₂: u₂ is rounded to
+// float (relative ~eps), which σ(u₂) amplifies by up to |u₂| ≈ 50 at x = −8, as in any float
+// evaluation. Measured maxima over [−8, 8] and kSizes, in eps of the scale (forward, backward):
+// gelu_tanh (1.05, 1.37), glu (1.43, 2.78), geglu (5.03, 4.69), swiglu (1.77, 2.01); the bounds are
+// 4 and 6 (geglu 8 and 8: gelu's 5.3 at b ≈ −1.4).
+double sig(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+struct Ref {
+  double y, ys, d0, d0s, d1, d1s;  // values and scales: forward; dx or da; db
+};
+Ref kind_ref(Activation k, double a, double b, double dy) {
+  const double s = sig(b), sc = sig(-b);
+  switch (k) {
+    case Activation::GELU_TANH: {
+      const double c = 0.79788456080286535588, u2 = 2 * c * (b + 0.044715 * b * b * b);
+      const double du = c * (1 + 3 * 0.044715 * b * b), t = 2 * b * sig(u2) * sig(-u2) * du;
+      const double y = b * sig(u2), cond = 1 + std::fabs(u2) * sig(-u2);
+      return {y, std::fabs(y) * cond, dy * (sig(u2) + t), std::fabs(dy) * (sig(u2) + std::fabs(t)) * cond, 0, 0};
+    }
+    case Activation::GLU:
+      return {a * s, std::fabs(a * s), dy * s, std::fabs(dy * s), dy * a * s * sc, std::fabs(dy * a * s * sc)};
+    case Activation::GEGLU: {
+      const double g = gelu_ref(b);
+      const double gs = 0.5 * std::erfc(-b * 0.70710678118654752440) +
+                        std::fabs(b * std::exp(-0.5 * b * b) * 0.39894228040143267794);
+      return {a * g, std::fabs(a * g), dy * g, std::fabs(dy * g), dy * a * gelu_grad_ref(b), std::fabs(dy * a) * gs};
+    }
+    default:
+      return {a * b * s, std::fabs(a * b * s), dy * b * s, std::fabs(dy * b * s), dy * a * s * (1 + b * sc),
+              std::fabs(dy * a) * s * (1 + std::fabs(b) * sc)};
+  }
+}
+
+TEST(ActivationKernel, GeluTanhAndGatedWithinFewUlpOfFloat64) {
+  SKIP_WITHOUT_AVX512();
+  const double eps = std::numeric_limits<float>::epsilon();
+  auto ratio = [eps](float got, double want, double scale) {
+    return scale > 0 ? std::fabs(got - want) / (eps * scale) : std::fabs(got - want) / eps;
+  };
+  for (auto k : {Activation::GELU_TANH, Activation::GLU, Activation::GEGLU, Activation::SWIGLU}) {
+    const bool gated = activation_is_gated(k);
+    double worst_y = 0, worst_d = 0;
+    for (int64_t F : kSizes) {
+      const int64_t N = 3, in_row = gated ? 2 * F : F;
+      auto x = rnd(N * in_row, 70 + F), dy = rnd(N * F, 71 + F);
+      for (auto& v : x) v *= 4.0f;
+      std::vector<float> y(N * F), d(N * in_row);
+      ASSERT_TRUE(bias_activation_forward_avx512(k, x.data(), nullptr, y.data(), N, F));
+      ASSERT_TRUE(activation_backward_avx512(k, dy.data(), x.data(), d.data(), N, F));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t f = 0; f < F; ++f) {
+          const int64_t o = n * F + f, ia = n * in_row + f, ib = gated ? ia + F : ia;
+          const Ref r = kind_ref(k, x[ia], x[ib], dy[o]);
+          worst_y = std::max(worst_y, ratio(y[o], r.y, r.ys));
+          worst_d = std::max(worst_d, ratio(d[ia], r.d0, r.d0s));
+          if (gated) worst_d = std::max(worst_d, ratio(d[ib], r.d1, r.d1s));
+        }
+    }
+    const double bound_y = k == Activation::GEGLU ? 8.0 : 4.0, bound_d = k == Activation::GEGLU ? 8.0 : 6.0;
+    EXPECT_LE(worst_y, bound_y) << "forward, kind " << int(k);
+    EXPECT_LE(worst_d, bound_d) << "backward, kind " << int(k);
+  }
+}
+
+// Against the twin on the edge values (the gate input b for the gated kinds, with a = 1.5, dy = 1):
+// the same NaN / inf where the twin is not finite (σ(±inf) = 1, 0; −inf·0 = NaN), else within
+// 2·eps of the twin's own error scale, since the twin's 1 + tanh, 1 − tanh² and 1 − σ lose to
+// cancellation what these bodies keep: forward 2·eps·|a|·(|g| + |b|), backward 2·eps·(1 + |b|)·
+// (1 + |b·u'|) for gelu_tanh's u' = √(2/π)(1 + 0.134·b²) (1 for the gated kinds), times |a| for db.
+TEST(ActivationKernel, GeluTanhAndGatedEdgeValuesAsTheTwin) {
+  SKIP_WITHOUT_AVX512();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> edge = {0.0f, -0.0f, 1e-30f, -1e-30f, 0.7f, -0.7f, 10.5f, -10.5f, 20.0f, -20.0f,
+                                   1e10f, -1e10f, inf, -inf, std::numeric_limits<float>::quiet_NaN()};
+  const double eps = std::numeric_limits<float>::epsilon();
+  const float a_val = 1.5f;
+  for (auto k : {Activation::GELU_TANH, Activation::GLU, Activation::GEGLU, Activation::SWIGLU}) {
+    const bool gated = activation_is_gated(k);
+    const int64_t F = static_cast<int64_t>(edge.size()), in_row = gated ? 2 * F : F;
+    std::vector<float> x(in_row, a_val), dy(F, 1.0f), y(F), yt(F), d(in_row), dt(in_row);
+    std::copy(edge.begin(), edge.end(), x.begin() + (gated ? F : 0));
+    ASSERT_TRUE(bias_activation_forward_avx512(k, x.data(), nullptr, y.data(), 1, F));
+    activation_forward_scalar(k, x.data(), yt.data(), 1, F);
+    ASSERT_TRUE(activation_backward_avx512(k, dy.data(), x.data(), d.data(), 1, F));
+    activation_backward_scalar(k, dy.data(), x.data(), dt.data(), 1, F);
+    auto same = [](float got, float want) { return std::isnan(want) ? std::isnan(got) : got == want; };
+    for (int64_t f = 0; f < F; ++f) {
+      const double b = edge[f], a = gated ? a_val : 1.0;
+      const double du = k == Activation::GELU_TANH ? 0.79788456 * (1 + 0.134145 * b * b) : 1.0;
+      const double by = 2 * eps * std::fabs(a) * (std::fabs(yt[f]) / std::fabs(a) + std::fabs(b));
+      const double bd = 2 * eps * (1 + std::fabs(b)) * (1 + std::fabs(b * du));
+      const int64_t ib = gated ? F + f : f;
+      if (!std::isfinite(yt[f])) EXPECT_TRUE(same(y[f], yt[f])) << "kind " << int(k) << " b = " << b << ": " << y[f];
+      else EXPECT_LE(std::fabs(double(y[f]) - yt[f]), by) << "kind " << int(k) << " b = " << b;
+      if (!std::isfinite(dt[ib])) EXPECT_TRUE(same(d[ib], dt[ib])) << "kind " << int(k) << " b = " << b << ": " << d[ib];
+      else EXPECT_LE(std::fabs(double(d[ib]) - dt[ib]), bd * std::fabs(a)) << "kind " << int(k) << " b = " << b;
+      if (gated) {
+        if (!std::isfinite(dt[f])) EXPECT_TRUE(same(d[f], dt[f])) << "da, kind " << int(k) << " b = " << b;
+        else EXPECT_LE(std::fabs(double(d[f]) - dt[f]), by) << "da, kind " << int(k) << " b = " << b;
+      }
+    }
+  }
 }
 
 // The kernels' AVX-512 bodies against their scalar twins, at widths around the vector width, with
