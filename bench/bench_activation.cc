@@ -19,9 +19,12 @@ namespace k = tfm::kernels;
 
 constexpr int64_t kN = 12 * 64, kF = 512;
 
+// x, bias, dx are twice as wide for the gated kinds ([a | b] rows).
 struct Operands {
   std::vector<float> x, bias, y, dy, dx;
-  Operands() : x(kN * kF), bias(kF), y(kN * kF), dy(kN * kF), dx(kN * kF) {
+  explicit Operands(Activation kind)
+      : x(kN * kF * (tfm::activation_is_gated(kind) ? 2 : 1)), bias(x.size() / kN), y(kN * kF),
+        dy(kN * kF), dx(x.size()) {
     std::mt19937 rng(7);
     std::normal_distribution<float> n(0.f, 1.f);  // pre-activations of a trained FFN are ~N(0, 1)
     for (auto& v : x) v = n(rng);
@@ -31,7 +34,7 @@ struct Operands {
 };
 
 void forward(benchmark::State& st, Activation kind, bool simd) {
-  Operands o;
+  Operands o(kind);
   if (simd && !k::cpu_has_avx512()) return st.SkipWithError("no AVX-512");
   for (auto _ : st) {
     if (!simd || !k::bias_activation_forward_avx512(kind, o.x.data(), o.bias.data(), o.y.data(), kN, kF))
@@ -42,7 +45,7 @@ void forward(benchmark::State& st, Activation kind, bool simd) {
 }
 
 void backward(benchmark::State& st, Activation kind, bool simd) {
-  Operands o;
+  Operands o(kind);
   if (simd && !k::cpu_has_avx512()) return st.SkipWithError("no AVX-512");
   for (auto _ : st) {
     if (!simd || !k::activation_backward_avx512(kind, o.dy.data(), o.x.data(), o.dx.data(), kN, kF))
@@ -56,7 +59,9 @@ struct Kind {
   const char* name;
   Activation kind;
 };
-const Kind kKinds[] = {{"relu", Activation::RELU}, {"gelu", Activation::GELU}};
+const Kind kKinds[] = {{"relu", Activation::RELU},   {"gelu", Activation::GELU},
+                       {"gelu_tanh", Activation::GELU_TANH}, {"glu", Activation::GLU},
+                       {"geglu", Activation::GEGLU}, {"swiglu", Activation::SWIGLU}};
 
 const int kRegistered = [] {
   for (const Kind& kd : kKinds)

@@ -6,10 +6,11 @@
 // and sum 16 lanes apart in double where the twin sums in order, so they agree with it within float
 // rounding, not bitwise (bounds in tests/kernels/cross_entropy_test.cc).
 // GCC 12's intrinsic headers seed the pass-through operand of several intrinsics with an
-// "undefined" vector that -Wmaybe-uninitialized reports from inside the header; the value is never
-// read (as in activation_avx512.cc).
+// "undefined" vector that -Wmaybe-uninitialized / -Wuninitialized report from inside the header;
+// the value is never read (as in activation_avx512.cc).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 
