@@ -327,18 +327,44 @@ void Adam::load_state(const NamedTensors& s, int64_t steps) {
 // every grad is multiplied by min(c, 1). Norms accumulate in double and round to float like torch's
 // float32 results; each tensor's sum of squares is folded from blocks of kNormBlock elements (optim.h),
 // the order processes that hold different blocks can reproduce.
-double norm_block_partial(const float* x, int64_t n) {
+namespace {
+
+constexpr int64_t kChains = 4;  // blocks summed at once by norm_block_partials
+
+double block_partial(const float* x, int64_t n) {
   double sq = 0;
   for (int64_t j = 0; j < n; ++j) sq += static_cast<double>(x[j]) * x[j];
   return sq;
 }
 
+// sq_total with one more tensor's norm: norm = (float)√sq, sq_total + (double)norm².
+double add_tensor_norm(double sq_total, double sq) {
+  const double norm = static_cast<float>(std::sqrt(sq));
+  return sq_total + norm * norm;
+}
+
+}  // namespace
+
+void norm_block_partials(const float* x, int64_t n, double* out) {
+  int64_t b = 0;
+  // kChains whole blocks at a time: one dependent chain of additions per block, interleaved, so they
+  // overlap in the pipeline instead of waiting on each other.
+  for (; b + kChains * kNormBlock <= n; b += kChains * kNormBlock) {
+    double sq[kChains] = {};
+    const float* xb = x + b;
+    for (int64_t j = 0; j < kNormBlock; ++j)
+      for (int64_t c = 0; c < kChains; ++c) {
+        const double v = xb[c * kNormBlock + j];
+        sq[c] += v * v;
+      }
+    for (int64_t c = 0; c < kChains; ++c) *out++ = sq[c];
+  }
+  for (; b < n; b += kNormBlock) *out++ = block_partial(x + b, std::min(kNormBlock, n - b));
+}
+
 float total_grad_norm(const std::vector<double>& tensor_sq) {
   double sq_total = 0;
-  for (const double sq : tensor_sq) {
-    const double norm = static_cast<float>(std::sqrt(sq));
-    sq_total += norm * norm;
-  }
+  for (const double sq : tensor_sq) sq_total = add_tensor_norm(sq_total, sq);
   return static_cast<float>(std::sqrt(sq_total));
 }
 
@@ -349,23 +375,29 @@ float clip_coefficient(float total, float max_norm) {
 
 float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
   if (!(max_norm > 0.0f)) fail("clip_grad_norm: max_norm must be positive, got " + std::to_string(max_norm));
+  double sq_total = 0;
   std::vector<Tensor> grads;
-  std::vector<double> tensor_sq;
   for (const Tensor& p : params) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
     grads.push_back(g);
     double sq = 0;
     const float* gp = g.data();
-    for (int64_t b = 0, n = g.numel(); b < n; b += kNormBlock) sq += norm_block_partial(gp + b, std::min(kNormBlock, n - b));
-    tensor_sq.push_back(sq);
+    const int64_t n = g.numel();
+    for (int64_t b = 0; b < n; b += kChains * kNormBlock) {  // up to kChains blocks' partials at a time
+      double partial[kChains];
+      const int64_t len = std::min(kChains * kNormBlock, n - b);
+      norm_block_partials(gp + b, len, partial);
+      for (int64_t k = 0; k < (len + kNormBlock - 1) / kNormBlock; ++k) sq += partial[k];
+    }
+    sq_total = add_tensor_norm(sq_total, sq);
   }
-  const float total = total_grad_norm(tensor_sq);
+  const float total = static_cast<float>(std::sqrt(sq_total));
   const float coef = clip_coefficient(total, max_norm);
   if (coef < 1.0f)
     for (Tensor& g : grads) {
       float* gp = g.data();
-      for (int64_t j = 0; j < g.numel(); ++j) gp[j] *= coef;
+      for (int64_t j = 0, n = g.numel(); j < n; ++j) gp[j] *= coef;
     }
   return total;
 }

@@ -107,14 +107,16 @@ class Adam : public Optimizer {
 //
 // The norm is defined blockwise, so that processes holding different parts of the gradient compute
 // it bitwise alike: each grad is cut into blocks of kNormBlock elements (the last one shorter); a
-// block's partial is the sequential sum in double of its g² (norm_block_partial); a tensor's sum of
+// block's partial is the sequential sum in double of its g² (norm_block_partials); a tensor's sum of
 // squares sq_i is the left fold in double of its blocks' partials in order; then total_grad_norm.
 // A non-finite element makes its block's partial, and the total, non-finite.
 float clip_grad_norm(const std::vector<Tensor>& params, float max_norm);
 
 inline constexpr int64_t kNormBlock = 16384;
-// Σ_k x[k]² over k in [0, n), in double, in order: one norm block's partial.
-double norm_block_partial(const float* x, int64_t n);
+// The partials of the blocks x[0, n) is cut into (kNormBlock elements each, the last one shorter):
+// out[b] = Σ_k x[k]² over block b, in double, in order. Several blocks are summed at once (their
+// chains are independent), each block's sum in its own order.
+void norm_block_partials(const float* x, int64_t n, double* out);
 // The total norm from the tensors' sums of squares, in the grads' order: norm_i = (float)√sq_i,
 // total = (float)√(Σ_i (double)norm_i²), the sum in order (torch's float32 per-tensor norms).
 float total_grad_norm(const std::vector<double>& tensor_sq);

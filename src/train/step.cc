@@ -273,22 +273,24 @@ StepOutcome ShardedStep::run_owned(Optimizer& opt, Generator& gen, const Generat
   const size_t me = static_cast<size_t>(comm_.rank());
   const int64_t len = chunk_len_[me];
   float* mine = acc_.data() + chunk_off_[me];
-  std::copy(recv_.begin(), recv_.begin() + len, mine);
-  for (int64_t g = 1; g < G_; ++g) {
+  {  // G ≥ P ≥ 2 parts: part 0 + part 1, then + part 2, ...
+    const float* p0 = recv_.data();
+    const float* p1 = p0 + len;
+    for (int64_t k = 0; k < len; ++k) mine[k] = p0[k] + p1[k];
+  }
+  for (int64_t g = 2; g < G_; ++g) {
     const float* part = recv_.data() + g * len;
     for (int64_t k = 0; k < len; ++k) mine[k] += part[k];
   }
-  // The agreement: this rank's part losses (set by run), its flags and its blocks' norm partials.
+  // The agreement: this rank's part losses (set by run), its flags and its blocks' norm partials (an
+  // owned range starts at a block start and ends at a parameter's end or at a block start, so its
+  // blocks are whole norm blocks, in the order of rank_blocks_).
   losses_in_[static_cast<size_t>(local_)] = agreement.stop ? 1 : 0;
   losses_in_[static_cast<size_t>(local_ + 1)] = agreement.time_up ? 1 : 0;
-  {
-    double* out = losses_in_.data() + local_ + 2;
-    for (const int64_t k : rank_blocks_[me]) {
-      const size_t p = static_cast<size_t>(std::upper_bound(param_block_.begin(), param_block_.end(), k) -
-                                           param_block_.begin() - 1);
-      const int64_t b = block_start_[static_cast<size_t>(k)];
-      *out++ = norm_block_partial(acc_.data() + b, std::min(kNormBlock, offsets_[p + 1] - b));
-    }
+  double* out = losses_in_.data() + local_ + 2;
+  for (const ParamRange& o : owned_) {
+    norm_block_partials(o.grad, o.end - o.begin, out);
+    out += (o.end - o.begin + kNormBlock - 1) / kNormBlock;
   }
   comm_.allgatherv(losses_in_.data(), agree_counts_[me], losses_out_.data(), agree_counts_.data(),
                    agree_displs_.data(), /*timed=*/true);
