@@ -145,6 +145,8 @@ ShardedStep::ShardedStep(const std::vector<Tensor>& params, int64_t shards, Comm
     recv_counts_.push_back(to_int(local_ * mine, "a gradient message"));
     recv_displs_.push_back(to_int(c * local_ * mine, "a gradient message offset"));
   }
+  // This rank's own parts of its chunk are copied straight into recv_, not sent to itself.
+  send_counts_[me] = recv_counts_[me] = 0;
   // Ownership: chunk `me`, cut at the parameters' boundaries; the norm blocks and who owns them.
   const int64_t own_b = chunk_off_[me], own_e = own_b + mine;
   rank_blocks_.resize(static_cast<size_t>(P));
@@ -232,9 +234,12 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
         }
       }
     } else {
-      // Part j's chunk c goes to send_[local·off_c + j·len_c ...]: each destination's block is contiguous.
+      // Part j's chunk c goes to send_[local·off_c + j·len_c ...]: each destination's block is
+      // contiguous; chunk `me` goes where the exchange would have put it, recv_[(first + j)·len_me ...].
+      const size_t me = static_cast<size_t>(comm_.rank());
       for (size_t c = 0; c < chunk_off_.size(); ++c) {
-        float* dst = send_.data() + local_ * chunk_off_[c] + j * chunk_len_[c];
+        float* dst = c == me ? recv_.data() + (first + j) * chunk_len_[c]
+                             : send_.data() + local_ * chunk_off_[c] + j * chunk_len_[c];
         if (empty) std::fill(dst, dst + chunk_len_[c], 0.0f);
         else copy_grads(dst, chunk_off_[c], chunk_off_[c] + chunk_len_[c]);
       }

@@ -107,7 +107,8 @@ class ShardedStep {
   int64_t G_, local_;             // parts, and parts per rank
   Comm& comm_;
   std::vector<float> acc_;        // (N) the folded gradient; P > 1: this rank's chunk of it, then the gathers
-  std::vector<float> send_, recv_;  // P > 1: (local·N) per-destination chunks, (G·chunk) received
+  // P > 1: (local·N) per-destination chunks (this rank's own unused), (G·chunk) received
+  std::vector<float> send_, recv_;
   std::vector<int> chunk_off_, chunk_len_;  // chunk c of the flat vector, per rank
   std::vector<int> send_counts_, send_displs_, recv_counts_, recv_displs_;
   // P > 1: ownership. owned_ are this rank's elements (grads in acc_), foreign_ the others (grad null);
