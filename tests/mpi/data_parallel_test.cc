@@ -305,6 +305,27 @@ TEST_F(Mpirun, AdamwWithDecayOnMatricesEqualsOneProcess) {
   EXPECT_TRUE(same_run(d + "/whole", d + "/split"));
 }
 
+// A learning rate of 1e30 makes the weights non-finite after the first step, and every later batch's
+// loss: with --skip-nonfinite every rank skips the same batches (decided from the gathered losses)
+// and gives up at the same step as one process, with clipping and without.
+TEST_F(Mpirun, NonFiniteBatchesAreSkippedAlikeOnEveryRank) {
+  const std::string d = temp_dir("mpi_nonfinite");
+  write_pairs(d + "/train.tsv", 40, 25);
+  write_pairs(d + "/valid.tsv", 6, 26);
+  for (const char* clip : {"0", "1"}) {
+    const std::string args = " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq +
+                             " --max-steps 12 --grad-shards 2 --lr 1e30 --warmup 0 --skip-nonfinite --clip-norm " + clip;
+    std::string one, two;
+    EXPECT_NE(run_command(kCli + args + " --out " + d + "/one" + clip, &one), 0) << one;
+    EXPECT_NE(run_command(mpirun(2) + kCli + args + " --out " + d + "/two" + clip, &two), 0) << two;
+    const std::string what = "consecutive batches had a non-finite loss or gradient (at step ";
+    const auto a = one.find(what), b = two.find(what);
+    ASSERT_NE(a, std::string::npos) << one;
+    ASSERT_NE(b, std::string::npos) << two;
+    EXPECT_EQ(one.substr(a, what.size() + 3), two.substr(b, what.size() + 3)) << "clip " << clip;
+  }
+}
+
 // A run stopped after 4 steps under two processes and resumed in one equals the run of 8 steps in
 // one process (constant schedule: the length does not shape the learning rate).
 TEST_F(Mpirun, InterruptedUnderTwoProcessesResumedInOneEqualsTheUninterruptedRun) {
