@@ -111,9 +111,11 @@ class ShardedStep {
   std::vector<float> send_, recv_;
   std::vector<int> chunk_off_, chunk_len_;  // chunk c of the flat vector, per rank
   std::vector<int> send_counts_, send_displs_, recv_counts_, recv_displs_;
-  // P > 1: ownership. owned_ are this rank's elements (grads in acc_), foreign_ the others (grad null);
-  // the norm blocks: block k starts at flat block_start_[k], parameter i has blocks
-  // [param_block_[i], param_block_[i + 1]); rank s owns the blocks rank_blocks_[s].
+  // P > 1: ownership, as lists of flat ranges (one per bucket and parameter; one bucket today).
+  // owned_ are this rank's elements (grads in acc_), foreign_ the others (grad null); the norm blocks:
+  // block k starts at flat block_start_[k], parameter i has blocks [param_block_[i], param_block_[i + 1]);
+  // rank s owns the blocks rank_blocks_[s], listed in the order of its owned ranges (the order its
+  // partials travel in the agreement).
   std::vector<ParamRange> owned_, foreign_;
   std::vector<int64_t> block_start_, param_block_;
   std::vector<std::vector<int64_t>> rank_blocks_;
