@@ -235,13 +235,24 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
       }
     } else {
       // Part j's chunk c goes to send_[local·off_c + j·len_c ...]: each destination's block is
-      // contiguous; chunk `me` goes where the exchange would have put it, recv_[(first + j)·len_me ...].
+      // contiguous; chunk `me` goes where the exchange would have put it, recv_[(first + j)·len_me ...],
+      // except the last part's, which the fold reads from the grads where they are defined.
       const size_t me = static_cast<size_t>(comm_.rank());
+      last_in_grads_ = j == local_ - 1 && !empty;
       for (size_t c = 0; c < chunk_off_.size(); ++c) {
         float* dst = c == me ? recv_.data() + (first + j) * chunk_len_[c]
                              : send_.data() + local_ * chunk_off_[c] + j * chunk_len_[c];
-        if (empty) std::fill(dst, dst + chunk_len_[c], 0.0f);
-        else copy_grads(dst, chunk_off_[c], chunk_off_[c] + chunk_len_[c]);
+        if (empty) {
+          std::fill(dst, dst + chunk_len_[c], 0.0f);
+        } else if (c == me && last_in_grads_) {
+          for (const ParamRange& o : owned_)
+            if (!params_[o.param].grad().defined()) {
+              float* z = dst + offsets_[o.param] + o.begin - chunk_off_[c];
+              std::fill(z, z + (o.end - o.begin), 0.0f);
+            }
+        } else {
+          copy_grads(dst, chunk_off_[c], chunk_off_[c] + chunk_len_[c]);
+        }
       }
     }
   }
@@ -278,14 +289,23 @@ StepOutcome ShardedStep::run_owned(Optimizer& opt, Generator& gen, const Generat
   const size_t me = static_cast<size_t>(comm_.rank());
   const int64_t len = chunk_len_[me];
   float* mine = acc_.data() + chunk_off_[me];
-  {  // G ≥ P ≥ 2 parts: part 0 + part 1, then + part 2, ...
-    const float* p0 = recv_.data();
-    const float* p1 = p0 + len;
-    for (int64_t k = 0; k < len; ++k) mine[k] = p0[k] + p1[k];
-  }
-  for (int64_t g = 2; g < G_; ++g) {
-    const float* part = recv_.data() + g * len;
-    for (int64_t k = 0; k < len; ++k) mine[k] += part[k];
+  // G ≥ P ≥ 2 parts, range by range: part 0 + part 1, then + part 2, ...
+  const int64_t last = (comm_.rank() + 1) * local_ - 1;  // this rank's last part, maybe still in the grads
+  for (const ParamRange& o : owned_) {
+    const int64_t off = offsets_[o.param] + o.begin - chunk_off_[me], n = o.end - o.begin;
+    const Tensor grad = params_[o.param].grad();
+    auto part = [&](int64_t g) -> const float* {
+      if (g == last && last_in_grads_ && grad.defined()) return grad.data() + o.begin;
+      return recv_.data() + g * len + off;
+    };
+    float* dst = mine + off;
+    const float* p0 = part(0);
+    const float* p1 = part(1);
+    for (int64_t k = 0; k < n; ++k) dst[k] = p0[k] + p1[k];
+    for (int64_t g = 2; g < G_; ++g) {
+      const float* pg = part(g);
+      for (int64_t k = 0; k < n; ++k) dst[k] += pg[k];
+    }
   }
   // The agreement: this rank's part losses (set by run), its flags and its blocks' norm partials (an
   // owned range starts at a block start and ends at a parameter's end or at a block start, so its
@@ -368,7 +388,7 @@ void ShardedStep::gather(const std::vector<Tensor>& t, bool timed) {
 
 void ShardedStep::gather_optimizer_state(Optimizer& opt) {
   if (comm_.single()) return;
-  for (const std::vector<Tensor>& slot : opt.state_slots()) gather(slot, /*timed=*/false);
+  for (const std::vector<Tensor>& slot : opt.state_slots()) gather(slot, /*timed=*/true);
 }
 
 }  // namespace tfm::train

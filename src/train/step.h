@@ -84,8 +84,9 @@ class ShardedStep {
   void untimed_next() { untimed_ = true; }
   // Several processes: each rank's optimizer state is current only on the elements it owns; this
   // gathers every slot (Optimizer::state_slots) so that every rank's opt.state() is the whole state.
-  // Every rank calls it, before any state is saved; its collectives wait without a deadline. Nothing
-  // to do in one process.
+  // Every rank calls it, before any state is saved. Its waits keep comm.timeout(): the ranks arrive
+  // together (from the evaluation's gather or the step's agreement, before rank 0 writes anything),
+  // so a rank that stopped meanwhile is still detected. Nothing to do in one process.
   void gather_optimizer_state(Optimizer& opt);
 
  private:
@@ -124,6 +125,7 @@ class ShardedStep {
   std::vector<double> losses_in_, losses_out_;
   std::vector<int> agree_counts_, agree_displs_;  // P > 1: rank s's doubles in losses_out_
   bool untimed_ = true;  // the first step: the ranks start at different times
+  bool last_in_grads_ = false;  // P > 1: this rank's last part of the step is in the grads, not in recv_
 };
 
 }  // namespace tfm::train
