@@ -359,6 +359,8 @@ void Run::evaluate_and_record() {
 
 void Run::checkpoint() {
   st_.elapsed = elapsed();
+  // Several processes each stepped the optimizer on their own elements: complete its state first.
+  if (sharded_) sharded_->gather_optimizer_state(*opt_);
   // The other ranks wait for rank 0 to write for as long as that takes; rank 0, its checkpoint
   // written, waits for them with the timeout, so a rank that stopped meanwhile is still detected.
   if (sharded_ && !lead_) sharded_->untimed_next();
