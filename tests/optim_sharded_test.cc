@@ -74,8 +74,11 @@ void check_owned_step(const MakeOpt& make, const std::vector<std::array<int64_t,
       if (skey.rfind(key + ".", 0) != 0) continue;
       const std::vector<float> xa = flat(st), xb = flat(sb.at(skey));
       ASSERT_EQ(xa.size(), xb.size()) << skey;
-      for (size_t k = 0; k < xa.size(); ++k)
-        if (xa.size() == 1 || owned_mask[i][k]) ASSERT_EQ(std::memcmp(&xa[k], &xb[k], sizeof(float)), 0) << skey << "[" << k << "]";
+      for (size_t k = 0; k < xa.size(); ++k) {
+        if (xa.size() == 1 || owned_mask[i][k]) {
+          ASSERT_EQ(std::memcmp(&xa[k], &xb[k], sizeof(float)), 0) << skey << "[" << k << "]";
+        }
+      }
     }
     ++i;
   }
