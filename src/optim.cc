@@ -13,6 +13,7 @@
 // dict does, and extend tests/gen/gen_optim.py + tests/optim_test.cc.
 #include "tfm/optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <stdexcept>
@@ -87,6 +88,23 @@ SGD::SGD(const NamedTensors& params, float lr, float momentum, float weight_deca
   buf_.resize(params_.size());
 }
 
+namespace {
+
+// g = grad + wd·p;  buf = μ·buf + g (buf = g on its first step);  p = p − lr·buf over n elements
+// (bp null: no momentum).
+void sgd_update(float* pp, const float* gp, float* bp, int64_t n, float wd, float mu, float neg_lr, bool first) {
+  for (int64_t j = 0; j < n; ++j) {
+    float d = wd != 0.0f ? gp[j] + wd * pp[j] : gp[j];
+    if (bp) {
+      bp[j] = first ? d : bp[j] * mu + d;
+      d = bp[j];
+    }
+    pp[j] = pp[j] + neg_lr * d;
+  }
+}
+
+}  // namespace
+
 // g = grad + wd·p;  buf = μ·buf + g (buf = g on its first step);  p = p − lr·buf   (torch.optim.SGD,
 // dampening 0, no Nesterov).
 void SGD::step() {
@@ -104,16 +122,30 @@ void SGD::step() {
       if (first) buf_[i] = Tensor::empty(p.shape());
       bp = buf_[i].data();
     }
-    for (int64_t j = 0; j < n; ++j) {
-      float d = wd != 0.0f ? gp[j] + wd * pp[j] : gp[j];
-      if (bp) {
-        bp[j] = first ? d : bp[j] * mu + d;
-        d = bp[j];
-      }
-      pp[j] = pp[j] + neg_lr * d;
-    }
+    sgd_update(pp, gp, bp, n, wd, mu, neg_lr, first);
   }
   ++steps_;
+}
+
+void SGD::step(const std::vector<ParamRange>& owned) {
+  std::vector<bool> first(params_.size(), false);
+  if (momentum_ != 0.0f)
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!buf_[i].defined()) {
+        buf_[i] = Tensor::empty(params_[i].shape());
+        first[i] = true;
+      }
+  for (const ParamRange& r : owned) {
+    float* pp = params_[r.param].data() + r.begin;
+    float* bp = momentum_ != 0.0f ? buf_[r.param].data() + r.begin : nullptr;
+    sgd_update(pp, r.grad, bp, r.end - r.begin, weight_decay_, momentum_, -lr_, first[r.param]);
+  }
+  ++steps_;
+}
+
+std::vector<std::vector<Tensor>> SGD::state_slots() {
+  if (momentum_ == 0.0f) return {};
+  return {buf_};
 }
 
 NamedTensors SGD::state() const {
@@ -161,6 +193,10 @@ Adam::Adam(const NamedTensors& params, float lr, float beta1, float beta2, float
 //   Adam:  g = grad + wd·p           AdamW: p = p·(1 − lr·wd)
 //   m = β1·m + (1−β1)·g;   v = β2·v + (1−β2)·g·g
 //   p = p − (lr/(1−β1ᵗ)) · m / (sqrt(v)/sqrt(1−β2ᵗ) + eps)
+struct AdamScalars {
+  float beta1, beta2, one_m_b1, one_m_b2, eps, wd, decay, neg_step_size, bc2_sqrt;
+};
+
 namespace {
 
 // One Adam/AdamW update over n elements (torch.optim.Adam's single-tensor formula, in float):
@@ -169,9 +205,6 @@ namespace {
 //   p ← p − (lr / bc₁) · m / (√v / √bc₂ + eps)
 // Purely elementwise, so splitting it over threads (fixed static ranges) or vectorizing it gives the
 // same bits as the plain loop; the weight-decay mode is a template argument so the loop has no branch.
-struct AdamScalars {
-  float beta1, beta2, one_m_b1, one_m_b2, eps, wd, decay, neg_step_size, bc2_sqrt;
-};
 enum AdamDecay { kNoDecay, kL2, kDecoupled };
 
 template <AdamDecay kMode>
@@ -191,47 +224,72 @@ void adam_update(float* __restrict pp, const float* __restrict gp, float* __rest
   }
 }
 
+void adam_update(int mode, float* pp, const float* gp, float* mp, float* vp, int64_t n, const AdamScalars& s) {
+  switch (mode) {
+    case kNoDecay: adam_update<kNoDecay>(pp, gp, mp, vp, n, s); break;
+    case kL2: adam_update<kL2>(pp, gp, mp, vp, n, s); break;
+    case kDecoupled: adam_update<kDecoupled>(pp, gp, mp, vp, n, s); break;
+  }
+}
+
 }  // namespace
 
-void Adam::step() {
-  const double lr = lr_, b1 = beta1_, b2 = beta2_;
+AdamScalars Adam::scalars() const {
+  const double lr = lr_;
   AdamScalars s{};
   s.beta1 = beta1_;
   s.beta2 = beta2_;
-  s.one_m_b1 = static_cast<float>(1.0 - b1);
-  s.one_m_b2 = static_cast<float>(1.0 - b2);
+  s.one_m_b1 = static_cast<float>(1.0 - static_cast<double>(beta1_));
+  s.one_m_b2 = static_cast<float>(1.0 - static_cast<double>(beta2_));
   s.eps = eps_;
   s.wd = weight_decay_;
   s.decay = static_cast<float>(1.0 - lr * static_cast<double>(weight_decay_));
+  return s;
+}
+
+// Parameter i's state (created on its first step) and step count advance; s gets its step size and
+// bias correction; returns its weight-decay mode.
+int Adam::begin_param_step(size_t i, AdamScalars& s) {
+  const double lr = lr_, b1 = beta1_, b2 = beta2_;
+  if (!m_[i].defined()) {
+    m_[i] = Tensor::zeros(params_[i].shape());
+    v_[i] = Tensor::zeros(params_[i].shape());
+    step_[i] = 0;
+  }
+  const int64_t t = ++step_[i];
+  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
+  s.neg_step_size = static_cast<float>(-(lr / bc1));
+  s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const AdamDecay decay_mode = s.wd == 0.0f ? kNoDecay : decoupled_ ? kDecoupled : kL2;
+  return decayed_.empty() || decayed_[i] ? decay_mode : kNoDecay;
+}
+
+void Adam::step() {
+  AdamScalars s = scalars();
   for (size_t i = 0; i < params_.size(); ++i) {
-    const AdamDecay mode = decayed_.empty() || decayed_[i] ? decay_mode : kNoDecay;
     Tensor& p = params_[i];
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    if (!m_[i].defined()) {
-      m_[i] = Tensor::zeros(p.shape());
-      v_[i] = Tensor::zeros(p.shape());
-      step_[i] = 0;
-    }
-    const int64_t t = ++step_[i];
-    const double bc1 = 1.0 - std::pow(b1, static_cast<double>(t));
-    const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
-    s.neg_step_size = static_cast<float>(-(lr / bc1));
-    s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-    float* pp = p.data();
-    const float* gp = g.data();
-    float* mp = m_[i].data();
-    float* vp = v_[i].data();
-    const int64_t n = p.numel();
-    switch (mode) {
-      case kNoDecay: adam_update<kNoDecay>(pp, gp, mp, vp, n, s); break;
-      case kL2: adam_update<kL2>(pp, gp, mp, vp, n, s); break;
-      case kDecoupled: adam_update<kDecoupled>(pp, gp, mp, vp, n, s); break;
-    }
+    const int mode = begin_param_step(i, s);
+    adam_update(mode, p.data(), g.data(), m_[i].data(), v_[i].data(), p.numel(), s);
   }
   ++steps_;
 }
+
+void Adam::step(const std::vector<ParamRange>& owned) {
+  std::vector<AdamScalars> s(params_.size(), scalars());
+  std::vector<int> mode(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) mode[i] = begin_param_step(i, s[i]);
+  for (const ParamRange& r : owned) {
+    const size_t i = r.param;
+    adam_update(mode[i], params_[i].data() + r.begin, r.grad, m_[i].data() + r.begin, v_[i].data() + r.begin,
+                r.end - r.begin, s[i]);
+  }
+  ++steps_;
+}
+
+std::vector<std::vector<Tensor>> Adam::state_slots() { return {m_, v_}; }
 
 NamedTensors Adam::state() const {
   NamedTensors s;
@@ -267,7 +325,54 @@ void Adam::load_state(const NamedTensors& s, int64_t steps) {
 // ---- clipping and schedules -----------------------------------------------------------------------
 // torch.nn.utils.clip_grad_norm_(norm_type=2): total = ‖(‖g_1‖, ‖g_2‖, …)‖; c = max_norm/(total + 1e-6);
 // every grad is multiplied by min(c, 1). Norms accumulate in double and round to float like torch's
-// float32 results.
+// float32 results; each tensor's sum of squares is folded from blocks of kNormBlock elements (optim.h),
+// the order processes that hold different blocks can reproduce.
+namespace {
+
+constexpr int64_t kChains = 4;  // blocks summed at once by norm_block_partials
+
+double block_partial(const float* x, int64_t n) {
+  double sq = 0;
+  for (int64_t j = 0; j < n; ++j) sq += static_cast<double>(x[j]) * x[j];
+  return sq;
+}
+
+// sq_total with one more tensor's norm: norm = (float)√sq, sq_total + (double)norm².
+double add_tensor_norm(double sq_total, double sq) {
+  const double norm = static_cast<float>(std::sqrt(sq));
+  return sq_total + norm * norm;
+}
+
+}  // namespace
+
+void norm_block_partials(const float* x, int64_t n, double* out) {
+  int64_t b = 0;
+  // kChains whole blocks at a time: one dependent chain of additions per block, interleaved, so they
+  // overlap in the pipeline instead of waiting on each other.
+  for (; b + kChains * kNormBlock <= n; b += kChains * kNormBlock) {
+    double sq[kChains] = {};
+    const float* xb = x + b;
+    for (int64_t j = 0; j < kNormBlock; ++j)
+      for (int64_t c = 0; c < kChains; ++c) {
+        const double v = xb[c * kNormBlock + j];
+        sq[c] += v * v;
+      }
+    for (int64_t c = 0; c < kChains; ++c) *out++ = sq[c];
+  }
+  for (; b < n; b += kNormBlock) *out++ = block_partial(x + b, std::min(kNormBlock, n - b));
+}
+
+float total_grad_norm(const std::vector<double>& tensor_sq) {
+  double sq_total = 0;
+  for (const double sq : tensor_sq) sq_total = add_tensor_norm(sq_total, sq);
+  return static_cast<float>(std::sqrt(sq_total));
+}
+
+float clip_coefficient(float total, float max_norm) {
+  if (!(max_norm > 0.0f)) fail("clip_grad_norm: max_norm must be positive, got " + std::to_string(max_norm));
+  return max_norm / (total + 1e-6f);
+}
+
 float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
   if (!(max_norm > 0.0f)) fail("clip_grad_norm: max_norm must be positive, got " + std::to_string(max_norm));
   double sq_total = 0;
@@ -278,16 +383,21 @@ float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
     grads.push_back(g);
     double sq = 0;
     const float* gp = g.data();
-    for (int64_t j = 0; j < g.numel(); ++j) sq += static_cast<double>(gp[j]) * gp[j];
-    const double norm = static_cast<float>(std::sqrt(sq));
-    sq_total += norm * norm;
+    const int64_t n = g.numel();
+    for (int64_t b = 0; b < n; b += kChains * kNormBlock) {  // up to kChains blocks' partials at a time
+      double partial[kChains];
+      const int64_t len = std::min(kChains * kNormBlock, n - b);
+      norm_block_partials(gp + b, len, partial);
+      for (int64_t k = 0; k < (len + kNormBlock - 1) / kNormBlock; ++k) sq += partial[k];
+    }
+    sq_total = add_tensor_norm(sq_total, sq);
   }
   const float total = static_cast<float>(std::sqrt(sq_total));
-  const float coef = max_norm / (total + 1e-6f);
+  const float coef = clip_coefficient(total, max_norm);
   if (coef < 1.0f)
     for (Tensor& g : grads) {
       float* gp = g.data();
-      for (int64_t j = 0; j < g.numel(); ++j) gp[j] *= coef;
+      for (int64_t j = 0, n = g.numel(); j < n; ++j) gp[j] *= coef;
     }
   return total;
 }

@@ -39,13 +39,14 @@ void register_eval(CLI::App& app, Runner& run) {
   auto* g = cmd->add_option_group("data", "a built-in task, a TSV file, or a text file");
   g->add_option("--task", o->task, "built-in task (fresh test sequences): " + enum_choices<data::Task>(" | "));
   g->add_option("--data", o->data, "TSV pairs, one 'source<TAB>target' a line");
-  g->add_option("--text", o->text, "a language model's text: scored in consecutive block-size windows");
+  auto* text = g->add_option("--text", o->text, "a language model's text: scored in consecutive block-size windows");
   g->require_option(1);
-  cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
+  auto* beam = cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_option("--batch-size", o->batch_size, "sources decoded (--text: windows scored) together")->capture_default_str();
-  cmd->add_option("--count", o->count, "task sequences to generate")->capture_default_str();
+  auto* count = cmd->add_option("--count", o->count, "task sequences to generate")->capture_default_str();
   auto* seed = cmd->add_option("--seed", o->seed, "task seed (default: the model's training seed)");
+  text->excludes(beam)->excludes(count)->excludes(seed);  // a text is scored, not decoded or generated
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers: f32 or bf16")->capture_default_str();
   cmd->callback([o, seed, &run] {

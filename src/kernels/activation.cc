@@ -3,7 +3,7 @@
 // and their float scalar twins. The twins instantiate the templates of activation_scalar.h; the entry
 // points run fixed chunks of rows or elements (parallel_chunks.h), so results never depend on the
 // thread count, on the AVX-512 bodies of activation_avx512.cc when cpu_has_avx512() and the kind has
-// one (relu). Contracts in kernels.h.
+// one (every kind today). Contracts in kernels.h.
 #include "kernels/activation_scalar.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel_chunks.h"

@@ -1,17 +1,21 @@
 // src/kernels/activation_avx512.cc — AVX-512 bodies of the activation kernels (contracts in kernels.h):
-// bias + relu forward, relu backward, and the FFN's bias + relu + dropout pass with its backward.
-// Compiled with AVX-512 flags by CMake; called only by the dispatchers in activation.cc after
-// cpu_has_avx512(). Each is bitwise equal to its scalar twin in activation_scalar.h: a 16-lane main
-// loop, then the remainder with a masked load/store in the same function. The other kinds (gelu,
-// the gated ones) have no SIMD body: bias_activation_forward_avx512 and activation_backward_avx512
-// return false for them and the dispatcher runs the twin.
-// GCC 12's intrinsic headers seed the pass-through operand of _mm512_max_ps and _mm512_srli_epi32
-// with an "undefined" vector that -Wmaybe-uninitialized reports from inside the header; the value is
-// never read.
+// bias + activation forward and activation backward for every kind, and the FFN's bias + relu +
+// dropout pass with its backward. Compiled with AVX-512 flags by CMake; called only by the
+// dispatchers in activation.cc after cpu_has_avx512(). Each runs a 16-lane main loop, then the
+// remainder with a masked load/store in the same function. The relu bodies are bitwise equal to
+// their scalar twins in activation_scalar.h; the others use the vector erf, exp and sigmoid below
+// instead of std::erf / std::exp / std::tanh and agree with the twin to a few float ulps (bounds in
+// tests/kernels/activation_test.cc). To add a kind: a branch in both entry functions, and a twin test.
+// GCC 12's intrinsic headers seed the pass-through operand of _mm512_max_ps, _mm512_min_ps, _mm512_srli_epi32
+// and others with an "undefined" vector that -Wmaybe-uninitialized / -Wuninitialized report from inside
+// the header (GCC PR 105593); the value is never read.
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no such warning (and would warn about the name)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
+
+#include <cstddef>
 
 #include "kernels/common_avx512.h"
 #include "kernels/dropout_hash_avx512.h"
@@ -19,11 +23,185 @@
 
 namespace tfm::kernels {
 
-// relu(x + b) = max(x + b, 0): _mm512_max_ps(v, 0) returns 0 for NaN and −0, like `v > 0 ? v : 0`.
-bool bias_activation_forward_avx512(Activation k, const float* x, const float* bias, float* y,
-                                    int64_t N, int64_t F) {
-  if (k != Activation::RELU) return false;
-  const __m512 zero = _mm512_setzero_ps();
+namespace {
+
+// ---- gelu -----------------------------------------------------------------------------------------
+// gelu(x) = 0.5·x·q and gelu'(x) = Φ(x) + x·φ(x) = 0.5·q + x·e/√(2π), with
+//   q = 1 + erf(z) = 2Φ(x),  z = x/√2,   e = exp(−x²/2) = exp(−z²).
+// q is computed in two ranges, both evaluated for every lane and blended by |z| < 1:
+//   |z| < 1:  erf(z) = z·P(z²), P of degree 6 fitted (Chebyshev interpolation, 40-digit
+//             arithmetic) to erf(√u)/√u on u ∈ [0, 1]: relative error ≤ 1.2e-9.
+//   |z| ≥ 1:  erfc(|z|) = e·t·G(t − 0.55), t = 1/|z| ∈ (0, 1], G of degree 11 fitted to
+//             R(1/t)/t on t ∈ [0.1, 1], where R(z) = erfc(z)·exp(z²) is smooth (→ 1/(√π·z));
+//             relative error ≤ 1.3e-8. The shift by 0.55 keeps Horner's terms small (Σ|cᵢ|·0.45ⁱ
+//             = 0.6 against G ≈ 0.43–0.56), so rounding stays near one ulp.
+//             Then q = 2 − erfc(|z|) for z > 0 and q = erfc(|z|) for z < 0: the negative tail keeps
+//             its relative precision instead of cancelling in 1 + erf(z) (the twin's form).
+//             |z| is clamped to 10 for t (erfc(10) ≈ 2e-45 is below float's range, and e is 0 there).
+// e is exp_ps of −x²/2 with x² = h + l split exactly by an FMA (h = x·x rounded, l = fma(x, x, −h)):
+// e = exp(−h/2)·(1 − l/2), so the rounding of x² (relative 6e-8, i.e. an absolute 6e-8·x²/2 in the
+// exponent, 1e-6 at |x| = 6) does not reach e. |x| is clamped to 15 there, where e is already 0
+// (exp_ps(−112.5) = 0), so ±inf give e = 0 rather than NaN from inf − inf.
+// Special values follow the twin's formulas: gelu(+inf) = inf, gelu(−inf) = −inf·0 = NaN,
+// gelu'(±inf) = q/2 + (±inf)·0 = NaN, NaN → NaN.
+constexpr float kErfP[] = {7.875875063e-5f, -0.0008016864287f, 0.005189087423f, -0.02685421201f,
+                           0.1128359472f, -0.3761262667f, 1.128379166f};
+constexpr float kErfcG[] = {0.1145922753f, -0.048454565f, -0.09342889906f, 0.1058529248f,
+                            -0.06092109901f, 0.009622215843f, 0.04989265231f, -0.09691252297f,
+                            0.09835656317f, -0.02036566453f, -0.1700351067f, 0.5023534283f};
+
+// c[0]·x^(K−1) + … + c[K−1] by Horner's rule with FMA.
+template <size_t K>
+inline __m512 horner(__m512 x, const float (&c)[K]) {
+  __m512 y = _mm512_set1_ps(c[0]);
+  for (size_t i = 1; i < K; ++i) y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(c[i]));
+  return y;
+}
+
+struct GeluTerms {
+  __m512 q;  // 1 + erf(x/√2)
+  __m512 e;  // exp(−x²/2)
+};
+
+inline GeluTerms gelu_terms(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 z = _mm512_mul_ps(x, _mm512_set1_ps(0.70710678118654752440f));
+  const __m512 az = _mm512_abs_ps(z);
+  // e = exp(−x²/2)
+  const __m512 xc = _mm512_min_ps(_mm512_abs_ps(x), _mm512_set1_ps(15.0f));
+  const __m512 h = _mm512_mul_ps(xc, xc);
+  const __m512 l = _mm512_fmsub_ps(xc, xc, h);
+  const __m512 e0 = exp_ps(_mm512_mul_ps(h, _mm512_set1_ps(-0.5f)));
+  const __m512 e = _mm512_fnmadd_ps(e0, _mm512_mul_ps(l, _mm512_set1_ps(0.5f)), e0);
+  // |z| < 1: 1 + z·P(z²)
+  const __m512 q_small = _mm512_fmadd_ps(z, horner(_mm512_mul_ps(z, z), kErfP), one);
+  // |z| ≥ 1: erfc(|z|) = e·t·G(t − 0.55)
+  const __m512 t = _mm512_div_ps(one, _mm512_min_ps(_mm512_max_ps(az, one), _mm512_set1_ps(10.0f)));
+  const __m512 g = horner(_mm512_sub_ps(t, _mm512_set1_ps(0.55f)), kErfcG);
+  const __m512 erfc = _mm512_mul_ps(e, _mm512_mul_ps(t, g));
+  const __mmask16 pos = _mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GT_OQ);
+  const __m512 q_large = _mm512_mask_sub_ps(erfc, pos, _mm512_set1_ps(2.0f), erfc);
+  const __mmask16 small = _mm512_cmp_ps_mask(az, one, _CMP_LT_OQ);
+  return {_mm512_mask_mov_ps(q_large, small, q_small), e};
+}
+
+// gelu(v) = (0.5·v)·q, the twin's order of operations.
+inline __m512 gelu_ps(__m512 v) {
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v), gelu_terms(v).q);
+}
+
+// gelu'(v) = 0.5·q + v·(e/√(2π)).
+inline __m512 gelu_grad_ps(__m512 v) {
+  const GeluTerms g = gelu_terms(v);
+  const __m512 pdf = _mm512_mul_ps(g.e, _mm512_set1_ps(0.39894228040143267794f));
+  return _mm512_fmadd_ps(v, pdf, _mm512_mul_ps(_mm512_set1_ps(0.5f), g.q));
+}
+
+// ---- sigmoid, gelu_tanh, the gates -----------------------------------------------------------------
+// σ(v) and σ(−v) = 1 − σ(v) from one e = exp(−|v|) ∈ (0, 1]: with r = 1/(1 + e), σ(|v|) = r and
+// σ(−|v|) = e·r. Neither side cancels, so both keep their relative precision (≈ 3 ulp: exp_ps's 2,
+// the division's and the product's rounding); exp never overflows. ±inf give 1 and 0 as the twin's
+// 1/(1 + exp(−v)); NaN stays NaN.
+struct Sigmoid {
+  __m512 s;   // σ(v)
+  __m512 sc;  // σ(−v) = 1 − σ(v)
+};
+inline Sigmoid sigmoid_ps(__m512 v) {
+  const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(v)));
+  const __m512 r = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+  const __m512 er = _mm512_mul_ps(e, r);
+  const __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+  return {_mm512_mask_mov_ps(r, neg, er), _mm512_mask_mov_ps(er, neg, r)};
+}
+
+// gelu_tanh(x) = 0.5·x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³). With 1 + tanh(u) = 2σ(2u) and
+// 1 − tanh²(u) = 4σ(2u)σ(−2u):
+//   gelu_tanh(x)  = x·σ(2u)
+//   gelu_tanh'(x) = σ(2u) + 2x·σ(2u)σ(−2u)·u',  u' = √(2/π)·(1 + 3·0.044715·x²)
+// so neither 1 + tanh nor 1 − tanh² cancels (the twin's form loses the relative precision of both
+// for large |u|). ±inf: x·σ = inf or −inf·0 = NaN, and the gradient inf·0 = NaN, as the twin.
+constexpr float kSqrt2OverPi = 0.79788456080286535588f, kTanhCubic = 0.044715f;
+inline __m512 gelu_tanh_u2(__m512 x) {  // 2u
+  const __m512 x2 = _mm512_mul_ps(x, x);
+  const __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(kTanhCubic), x2), x, x);
+  return _mm512_mul_ps(_mm512_set1_ps(2.0f * kSqrt2OverPi), inner);
+}
+inline __m512 gelu_tanh_ps(__m512 x) { return _mm512_mul_ps(x, sigmoid_ps(gelu_tanh_u2(x)).s); }
+inline __m512 gelu_tanh_grad_ps(__m512 x) {
+  const Sigmoid g = sigmoid_ps(gelu_tanh_u2(x));
+  const __m512 du = _mm512_mul_ps(
+      _mm512_set1_ps(kSqrt2OverPi),
+      _mm512_fmadd_ps(_mm512_set1_ps(3.0f * kTanhCubic), _mm512_mul_ps(x, x), _mm512_set1_ps(1.0f)));
+  const __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(x, x), _mm512_mul_ps(g.s, g.sc)), du);
+  return _mm512_add_ps(g.s, t);
+}
+
+// The gates g(b) and g'(b) of the gated kinds (the twin's gate / gate_grad):
+//   GLU     g = σ(b)      g' = σ(b)·σ(−b)
+//   GEGLU   g = gelu(b)   g' = gelu'(b)
+//   SWIGLU  g = b·σ(b)    g' = σ(b)·(1 + b·σ(−b))
+inline __m512 gate_ps(Activation k, __m512 b) {
+  switch (k) {
+    case Activation::GLU: return sigmoid_ps(b).s;
+    case Activation::GEGLU: return gelu_ps(b);
+    default: return _mm512_mul_ps(b, sigmoid_ps(b).s);
+  }
+}
+inline __m512 gate_grad_ps(Activation k, __m512 b) {
+  switch (k) {
+    case Activation::GLU: {
+      const Sigmoid g = sigmoid_ps(b);
+      return _mm512_mul_ps(g.s, g.sc);
+    }
+    case Activation::GEGLU: return gelu_grad_ps(b);
+    default: {
+      const Sigmoid g = sigmoid_ps(b);
+      return _mm512_mul_ps(g.s, _mm512_fmadd_ps(b, g.sc, _mm512_set1_ps(1.0f)));
+    }
+  }
+}
+
+// Gated rows: x (N, 2F) = [a | b] (+ bias (2F)), y (N, F) = a ⊙ g(b).
+template <Activation K>
+void gated_forward_rows(const float* x, const float* bias, float* y, int64_t N, int64_t F) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* ar = x + n * 2 * F;
+    const float* br = ar + F;
+    float* yr = y + n * F;
+    for (int64_t f = 0; f < F; f += 16) {
+      const __mmask16 m = first_n(F - f);
+      __m512 a = _mm512_maskz_loadu_ps(m, ar + f), b = _mm512_maskz_loadu_ps(m, br + f);
+      if (bias) {
+        a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(m, bias + f));
+        b = _mm512_add_ps(b, _mm512_maskz_loadu_ps(m, bias + F + f));
+      }
+      _mm512_mask_storeu_ps(yr + f, m, _mm512_mul_ps(a, gate_ps(K, b)));
+    }
+  }
+}
+
+// Gated backward: da = dy ⊙ g(b), db = (dy ⊙ a) ⊙ g'(b), dx (N, 2F) = [da | db].
+template <Activation K>
+void gated_backward_rows(const float* dy, const float* x, float* dx, int64_t N, int64_t F) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* ar = x + n * 2 * F;
+    const float* br = ar + F;
+    const float* gr = dy + n * F;
+    float* dar = dx + n * 2 * F;
+    float* dbr = dar + F;
+    for (int64_t f = 0; f < F; f += 16) {
+      const __mmask16 m = first_n(F - f);
+      const __m512 a = _mm512_maskz_loadu_ps(m, ar + f), b = _mm512_maskz_loadu_ps(m, br + f);
+      const __m512 g = _mm512_maskz_loadu_ps(m, gr + f);
+      _mm512_mask_storeu_ps(dar + f, m, _mm512_mul_ps(g, gate_ps(K, b)));
+      _mm512_mask_storeu_ps(dbr + f, m, _mm512_mul_ps(_mm512_mul_ps(g, a), gate_grad_ps(K, b)));
+    }
+  }
+}
+
+// y = act(x + bias) for the kinds with a vector body, row by row.
+template <typename Act>
+void bias_map_rows(const float* x, const float* bias, float* y, int64_t N, int64_t F, Act act) {
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = x + n * F;
     float* yr = y + n * F;
@@ -31,25 +209,61 @@ bool bias_activation_forward_avx512(Activation k, const float* x, const float* b
       const __mmask16 m = first_n(F - f);
       __m512 v = _mm512_maskz_loadu_ps(m, xr + f);
       if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + f));
-      _mm512_mask_storeu_ps(yr + f, m, _mm512_max_ps(v, zero));
+      _mm512_mask_storeu_ps(yr + f, m, act(v));
     }
   }
-  return true;
+}
+
+// dx = dy ⊙ act'(x) over n elements.
+template <typename Grad>
+void grad_map(const float* dy, const float* x, float* dx, int64_t n, Grad grad) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_n(n - i);
+    const __m512 g = grad(_mm512_maskz_loadu_ps(m, x + i));
+    _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i), g));
+  }
+}
+
+}  // namespace
+
+// relu(x + b) = max(x + b, 0): _mm512_max_ps(v, 0) returns 0 for NaN and −0, like `v > 0 ? v : 0`.
+// gelu(x + b), gelu_tanh(x + b) by gelu_ps, gelu_tanh_ps; the gated kinds by gated_forward_rows.
+bool bias_activation_forward_avx512(Activation k, const float* x, const float* bias, float* y,
+                                    int64_t N, int64_t F) {
+  switch (k) {
+    case Activation::RELU: {
+      const __m512 zero = _mm512_setzero_ps();
+      bias_map_rows(x, bias, y, N, F, [zero](__m512 v) { return _mm512_max_ps(v, zero); });
+      return true;
+    }
+    case Activation::GELU: bias_map_rows(x, bias, y, N, F, gelu_ps); return true;
+    case Activation::GELU_TANH: bias_map_rows(x, bias, y, N, F, gelu_tanh_ps); return true;
+    case Activation::GLU: gated_forward_rows<Activation::GLU>(x, bias, y, N, F); return true;
+    case Activation::GEGLU: gated_forward_rows<Activation::GEGLU>(x, bias, y, N, F); return true;
+    case Activation::SWIGLU: gated_forward_rows<Activation::SWIGLU>(x, bias, y, N, F); return true;
+    default: return false;
+  }
 }
 
 // relu: dx = dy · [x > 0] (a multiply by 1 or 0, exactly as the twin, so −0 and NaN match too).
+// gelu, gelu_tanh: dx = dy · act'(x); the gated kinds by gated_backward_rows.
 bool activation_backward_avx512(Activation k, const float* dy, const float* x, float* dx, int64_t N,
                                 int64_t F) {
-  if (k != Activation::RELU) return false;
-  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
-  const int64_t n = N * F;
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = first_n(n - i);
-    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-    const __m512 g = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(xv, zero, _CMP_GT_OQ), one);
-    _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i), g));
+  switch (k) {
+    case Activation::RELU: {
+      const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+      grad_map(dy, x, dx, N * F, [zero, one](__m512 v) {
+        return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), one);
+      });
+      return true;
+    }
+    case Activation::GELU: grad_map(dy, x, dx, N * F, gelu_grad_ps); return true;
+    case Activation::GELU_TANH: grad_map(dy, x, dx, N * F, gelu_tanh_grad_ps); return true;
+    case Activation::GLU: gated_backward_rows<Activation::GLU>(dy, x, dx, N, F); return true;
+    case Activation::GEGLU: gated_backward_rows<Activation::GEGLU>(dy, x, dx, N, F); return true;
+    case Activation::SWIGLU: gated_backward_rows<Activation::SWIGLU>(dy, x, dx, N, F); return true;
+    default: return false;
   }
-  return true;
 }
 
 // relu(x + b) as bias_activation_forward_avx512 (max with 0), then dropout_forward_avx512's keep and

@@ -1,6 +1,6 @@
 // src/kernels/common_avx512.h — small pieces shared by the AVX-512 kernels (include only from files
 // compiled with AVX-512 flags): the lane mask of a partial vector, float ↔ double halves of a vector
-// (the row sums of the norms run in double), and a thread's grow-only scratch.
+// (the row sums of the norms run in double), a vector exp, and a thread's grow-only scratch.
 #pragma once
 
 #include <immintrin.h>
@@ -24,6 +24,30 @@ inline __m512d hi_pd(__m512 v) {
 }
 inline __m512 join_ps(__m512d lo, __m512d hi) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+}
+
+// Vector exp, 16 lanes (the softmax of attention_avx512.cc, the GELU of activation_avx512.cc):
+// exp(x) = 2^n · e^r with n = round(x·log2 e), r = x − n·ln2 (Cody–Waite: ln2 = C1 + C2, C1 with few
+// bits so n·C1 is exact), |r| ≤ ln2/2, e^r by its degree-7 Taylor polynomial (truncation error
+// r^8/8! ≤ 5e-9 relative, far below float's 6e-8 half-ulp), 2^n applied by vscalefps (which
+// also yields 0 / inf / denormals correctly). Inputs are clamped to [−104, 89] (exp(−104) rounds
+// to 0 in float, exp(89) overflows) so ±inf give 0 / inf instead of NaN; NaN stays NaN.
+inline __m512 exp_ps(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);  // vmaxps returns its 2nd operand (x) on NaN
+  x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.0f / 5040.0f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 720.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 120.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 24.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 6.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(0.5f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, n);
 }
 
 // 64-byte aligned float scratch that grows once to the largest size its owner has needed (so the

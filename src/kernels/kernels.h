@@ -247,7 +247,8 @@ void transpose_scalar(const float* src, int64_t sl, int64_t rows, int64_t cols, 
 // ---- Softmax cross-entropy (PyTorch F.cross_entropy, reduction over rows done by the op) --------
 // logits (N,V), target (N) class ids; rows with target == ignore_index give loss 0 and grad 0.
 // With ε = label_smoothing: loss_n = (1−ε)·(lse − z_t) + ε·(lse − mean_v z_v)
-// Writes loss (N) and lse (N). Scalar code (cross_entropy_scalar.h) run over rows in parallel; the row
+// Writes loss (N) and lse (N). Rows in parallel, on AVX-512 bodies (cross_entropy_avx512.cc: vector
+// exp, within float rounding of the twin) or the scalar twin (cross_entropy_scalar.h); the row
 // statistics are accumulated in double.
 void cross_entropy_forward(const float* logits, const int32_t* target, float* loss, float* lse,
                            int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
@@ -307,8 +308,9 @@ void rms_norm_forward_avx512(const float* x, const float* w, float* y, float* rs
                              float eps);
 void rms_norm_backward_avx512(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
                               float* dw, int64_t N, int64_t D);
-// Plain activations only for relu; return false (doing nothing) for kinds they do not handle, and
-// the entry point then runs the scalar twin.
+// Every kind; they return false (doing nothing) for a kind they do not handle, and the entry point
+// then runs the scalar twin. Relu is bitwise the twin; the others use a vector erf / exp / sigmoid
+// (a few float ulps from the twin's std::erf / std::exp / std::tanh, activation_avx512.cc).
 bool bias_activation_forward_avx512(Activation k, const float* x, const float* bias, float* y,
                                     int64_t N, int64_t F);
 bool activation_backward_avx512(Activation k, const float* dy, const float* x, float* dx, int64_t N,
@@ -329,6 +331,13 @@ void transpose_avx512(const float* src, int64_t sl, int64_t rows, int64_t cols, 
 void attention_forward_avx512(const AttentionParams& p);
 void attention_backward_avx512(const AttentionParams& p, const float* dout, float* dq, float* dk,
                                float* dv);
+// Softmax cross-entropy rows (cross_entropy_avx512.cc), the contracts of cross_entropy_forward and
+// cross_entropy_backward; the twins are the float instantiations of cross_entropy_scalar.h.
+void cross_entropy_forward_avx512(const float* logits, const int32_t* target, float* loss, float* lse,
+                                  int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
+void cross_entropy_backward_avx512(const float* logits, const int32_t* target, const float* lse,
+                                   const float* scale, float* dlogits, int64_t N, int64_t V,
+                                   int32_t ignore_index, float label_smoothing);
 // The attention kernel's vectorized exp, applied elementwise: exposed so the test can measure its
 // error in ulp against std::exp.
 void attention_exp_avx512(const float* x, float* y, int64_t n);

@@ -119,20 +119,16 @@ void TransformerEncoderCache::select_rows(const std::vector<int64_t>& rows) {
   for (AttentionCache& c : layers) c.select_rows(rows);
 }
 
-static void check_cache_layers(const char* module, size_t cache_layers, int64_t layers) {
-  if (cache_layers != static_cast<size_t>(layers))
-    throw std::invalid_argument(std::string(module) + ": the cache has " + std::to_string(cache_layers) +
-                                " layers, the module " + std::to_string(layers));
-}
-
-TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
-                                       Generator& gen)
+// ---- the stacks -----------------------------------------------------------------------------------
+template <typename Layer>
+TransformerStack<Layer>::TransformerStack(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
+                                          Generator& gen)
     : num_layers_(num_layers), shared_(o.share_layers) {
   o.validate();
   if (num_layers < 0) throw std::invalid_argument("num_layers must be non-negative");
   const int64_t distinct = shared_ ? std::min<int64_t>(num_layers, 1) : num_layers;
   for (int64_t i = 0; i < distinct; ++i) {
-    layers.push_back(std::make_unique<TransformerEncoderLayer>(o, gen));
+    layers.push_back(std::make_unique<Layer>(o, gen));
     register_module("layers." + std::to_string(i), *layers.back());
   }
   if (final_norm) {
@@ -141,11 +137,21 @@ TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& o, int64_t
   }
 }
 
+template <typename Layer>
+void TransformerStack<Layer>::check_cache(const char* module, size_t cache_layers) const {
+  if (cache_layers != static_cast<size_t>(num_layers_))
+    throw std::invalid_argument(std::string(module) + ": the cache has " + std::to_string(cache_layers) +
+                                " layers, the module " + std::to_string(num_layers_));
+}
+
+template class TransformerStack<TransformerEncoderLayer>;
+template class TransformerStack<TransformerDecoderLayer>;
+
 Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& kpm, bool is_causal,
                                   TransformerEncoderCache* cache) const {
-  if (cache) check_cache_layers("TransformerEncoder", cache->layers.size(), num_layers_);
+  if (cache) check_cache("TransformerEncoder", cache->layers.size());
   Tensor x = src;
-  for (int64_t l = 0; l < num_layers_; ++l)
+  for (int64_t l = 0; l < num_layers(); ++l)
     x = layer(l).forward(x, mask, kpm, is_causal, cache ? &cache->layers[static_cast<size_t>(l)] : nullptr);
   return norm ? norm->forward(x) : x;
 }
@@ -222,28 +228,12 @@ void TransformerDecoderCache::select_rows(const std::vector<int64_t>& rows) {
   for (DecoderLayerCache& c : layers) c.select_rows(rows);
 }
 
-TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
-                                       Generator& gen)
-    : num_layers_(num_layers), shared_(o.share_layers) {
-  o.validate();
-  if (num_layers < 0) throw std::invalid_argument("num_layers must be non-negative");
-  const int64_t distinct = shared_ ? std::min<int64_t>(num_layers, 1) : num_layers;
-  for (int64_t i = 0; i < distinct; ++i) {
-    layers.push_back(std::make_unique<TransformerDecoderLayer>(o, gen));
-    register_module("layers." + std::to_string(i), *layers.back());
-  }
-  if (final_norm) {
-    norm = std::make_unique<Norm>(o.norm_type, o.d_model, o.layer_norm_eps, o.has_norm_bias());
-    register_module("norm", *norm);
-  }
-}
-
 Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
                                    const Tensor& memory_mask, const Tensor& tgt_kpm, const Tensor& memory_kpm,
                                    bool tgt_is_causal, bool memory_is_causal, TransformerDecoderCache* cache) const {
-  if (cache) check_cache_layers("TransformerDecoder", cache->layers.size(), num_layers_);
+  if (cache) check_cache("TransformerDecoder", cache->layers.size());
   Tensor x = tgt;
-  for (int64_t l = 0; l < num_layers_; ++l)
+  for (int64_t l = 0; l < num_layers(); ++l)
     x = layer(l).forward(x, memory, tgt_mask, memory_mask, tgt_kpm, memory_kpm, tgt_is_causal, memory_is_causal,
                          cache ? &cache->layers[static_cast<size_t>(l)] : nullptr);
   return norm ? norm->forward(x) : x;

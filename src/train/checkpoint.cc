@@ -11,13 +11,53 @@
 
 namespace tfm::train {
 
-// EvalRow ↔ JSON for the history kept in trainer_state.safetensors (field names as in metrics.csv).
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(EvalRow, step, epoch, lr, train_loss, valid_loss, valid_token_accuracy,
-                                   valid_sequence_accuracy, tokens_per_sec, elapsed_seconds)
-
 namespace {
 using json = nlohmann::ordered_json;
 constexpr const char* kStateKey = "tfm_trainer_state";  // the metadata entry holding State as JSON
+
+// An EvalRow's computed fields, kept in trainer_state.safetensors (names as in metrics.csv): the same
+// bits for the same run however many processes or threads ran it.
+json computed_fields(const EvalRow& r) {
+  return {{"step", r.step}, {"epoch", r.epoch}, {"lr", r.lr}, {"train_loss", r.train_loss},
+          {"valid_loss", r.valid_loss}, {"valid_token_accuracy", r.valid_token_accuracy},
+          {"valid_sequence_accuracy", r.valid_sequence_accuracy}};
+}
+// Its wall-clock fields, kept in trainer_clock.json.
+json clock_fields(const EvalRow& r) {
+  return {{"step", r.step}, {"tokens_per_sec", r.tokens_per_sec}, {"elapsed_seconds", r.elapsed_seconds}};
+}
+
+// The wall clock of DIR/trainer_clock.json into st (its elapsed time, and the history rows' timing
+// matched by step): a missing file leaves zeros (the clock is informational but for --time-budget);
+// a checkpoint written before the split keeps them in the state's JSON instead.
+void read_clock(const std::string& dir, const json& state, State& st) {
+  const std::string path = model_dir::path(dir, CLOCK_FILE);
+  json clock = json::object();
+  if (std::filesystem::exists(path)) {
+    try {
+      clock = json::parse(io::read_file(path));
+    } catch (const json::exception& e) {
+      throw std::runtime_error(path + ": bad JSON: " + e.what());
+    }
+  } else if (state.contains("elapsed")) {
+    clock["elapsed"] = state.at("elapsed");
+    clock["history"] = state.at("history");
+  }
+  try {
+    st.elapsed = clock.value("elapsed", 0.0);
+    for (const auto& c : clock.value("history", json::array())) {
+      const int64_t step = c.at("step");
+      for (EvalRow& r : st.history)
+        if (r.step == step) {
+          r.tokens_per_sec = c.value("tokens_per_sec", 0.0);
+          r.elapsed_seconds = c.value("elapsed_seconds", 0.0);
+        }
+    }
+  } catch (const json::exception& e) {
+    throw std::runtime_error(path + ": bad trainer clock: " + e.what());
+  }
+}
+
 }  // namespace
 
 void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt, const Generator& gen, State& st,
@@ -30,10 +70,17 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
   for (auto& [k, t] : opt.state()) all.insert("optim." + k, t);
   json s = {{"step", st.step}, {"epoch", st.epoch}, {"batch", st.batch}, {"loss_sum", st.loss_sum},
             {"loss_count", st.loss_count}, {"tokens", st.tokens}, {"skipped", st.skipped},
-            {"elapsed", st.elapsed}, {"rng_seed", gen.seed}, {"rng_offset", gen.offset},
+            {"rng_seed", gen.seed}, {"rng_offset", gen.offset},
             {"optimizer_steps", opt.steps()}, {"history", json::array()}};
   if (!st.text_hash.empty()) s["text_hash"] = st.text_hash;
-  for (const auto& r : st.history) s["history"].push_back(json(nlohmann::json(r)));
+  json clock = {{"elapsed", st.elapsed}, {"history", json::array()}};
+  for (const auto& r : st.history) {
+    s["history"].push_back(computed_fields(r));
+    clock["history"].push_back(clock_fields(r));
+  }
+  // The clock first: a kill between the two leaves a clock one checkpoint ahead of the state, whose
+  // extra row read_clock ignores.
+  io::write_file_atomic(model_dir::path(dir, CLOCK_FILE), clock.dump(1) + "\n");
   io::save_safetensors(model_dir::path(dir, STATE_FILE), all, {{kStateKey, s.dump()}});
   io::write_file_atomic(model_dir::path(dir, METRICS_FILE), metrics_csv(st.history));
   io::write_file_atomic(model_dir::path(dir, CURVES_FILE), plot_curves_svg(st.history, title));
@@ -66,13 +113,23 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
     st.loss_count = s.at("loss_count");
     st.tokens = s.at("tokens");
     st.skipped = s.at("skipped");
-    st.elapsed = s.at("elapsed");
     st.checkpoint_step = st.step;
     st.text_hash = s.value("text_hash", "");
     gen.seed = s.at("rng_seed");
     gen.offset = s.at("rng_offset");
     st.history.clear();
-    for (const auto& r : s.at("history")) st.history.push_back(nlohmann::json(r).get<EvalRow>());
+    for (const auto& r : s.at("history")) {
+      EvalRow row;
+      row.step = r.at("step");
+      row.epoch = r.at("epoch");
+      row.lr = r.at("lr");
+      row.train_loss = r.at("train_loss");
+      row.valid_loss = r.at("valid_loss");
+      row.valid_token_accuracy = r.at("valid_token_accuracy");
+      row.valid_sequence_accuracy = r.at("valid_sequence_accuracy");
+      st.history.push_back(row);
+    }
+    read_clock(dir, s, st);
   } catch (const json::exception& e) {
     throw std::runtime_error(path + ": bad trainer state: " + e.what());
   }

@@ -29,8 +29,10 @@ struct State {
   std::vector<EvalRow> history;
 };
 
-// Writes model.safetensors, then trainer_state.safetensors (the commit point: weights, optimizer
-// state, generator and State), metrics.csv and curves.svg (titled `title`); sets checkpoint_step.
+// Writes model.safetensors, trainer_clock.json (the wall clock: State::elapsed and the history's
+// tokens_per_sec and elapsed_seconds), then trainer_state.safetensors (the commit point: weights,
+// optimizer state, generator and the rest of State, the same bytes for the same run whatever P or
+// the thread count), metrics.csv and curves.svg (titled `title`); sets checkpoint_step.
 void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt, const Generator& gen, State& st,
                       const std::string& title);
 // Restores all of that from DIR/trainer_state.safetensors; throws naming the file.
@@ -40,5 +42,6 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
 inline constexpr const char* STATE_FILE = "trainer_state.safetensors";
 inline constexpr const char* METRICS_FILE = "metrics.csv";
 inline constexpr const char* CURVES_FILE = "curves.svg";
+inline constexpr const char* CLOCK_FILE = "trainer_clock.json";
 
 }  // namespace tfm::train

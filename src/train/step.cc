@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 namespace tfm::train {
@@ -95,6 +96,24 @@ Generator shard_generator(const Generator& at_start, int64_t g) {
   return Generator{h, 0};
 }
 
+std::vector<int64_t> chunk_bounds(const std::vector<int64_t>& offsets, int64_t b0, int64_t b1, int64_t P) {
+  std::vector<int64_t> starts;  // the norm blocks' starts in [b0, b1), ascending, then b1
+  for (size_t i = 0; i + 1 < offsets.size(); ++i)
+    if (offsets[i] >= b0 && offsets[i + 1] <= b1)
+      for (int64_t s = offsets[i]; s < offsets[i + 1]; s += kNormBlock) starts.push_back(s);
+  starts.push_back(b1);
+  std::vector<int64_t> bounds{b0};
+  for (int64_t c = 1; c < P; ++c) {
+    const int64_t target = b0 + c * (b1 - b0) / P;
+    auto it = std::lower_bound(starts.begin(), starts.end(), target);  // the first start ≥ target
+    int64_t best = *it;
+    if (it != starts.begin() && target - *std::prev(it) <= best - target) best = *std::prev(it);
+    bounds.push_back(std::max(best, bounds.back()));
+  }
+  bounds.push_back(b1);
+  return bounds;
+}
+
 ShardedStep::ShardedStep(const std::vector<Tensor>& params, int64_t shards, Comm& comm)
     : params_(params), G_(shards), comm_(comm) {
   const int64_t P = comm.size();
@@ -106,15 +125,18 @@ ShardedStep::ShardedStep(const std::vector<Tensor>& params, int64_t shards, Comm
   for (const auto& p : params_) offsets_.push_back(offsets_.back() + p.numel());
   const int64_t N = offsets_.back();
   acc_.assign(static_cast<size_t>(N), 0.0f);
-  losses_in_.assign(static_cast<size_t>(local_ + 2), 0.0);
-  losses_out_.assign(static_cast<size_t>(P * (local_ + 2)), 0.0);
-  if (P == 1) return;
-  for (int64_t c = 0; c < P; ++c) {
-    const int64_t b = c * N / P, e = (c + 1) * N / P;
-    chunk_off_.push_back(to_int(b, "a gradient"));
-    chunk_len_.push_back(to_int(e - b, "a gradient chunk"));
+  if (P == 1) {
+    losses_in_.assign(static_cast<size_t>(local_ + 2), 0.0);
+    losses_out_.assign(static_cast<size_t>(local_ + 2), 0.0);
+    return;
   }
-  const int64_t mine = chunk_len_[static_cast<size_t>(comm.rank())];
+  const std::vector<int64_t> bounds = chunk_bounds(offsets_, 0, N, P);
+  for (int64_t c = 0; c < P; ++c) {
+    chunk_off_.push_back(to_int(bounds[static_cast<size_t>(c)], "a gradient"));
+    chunk_len_.push_back(to_int(bounds[static_cast<size_t>(c) + 1] - bounds[static_cast<size_t>(c)], "a gradient chunk"));
+  }
+  const size_t me = static_cast<size_t>(comm.rank());
+  const int64_t mine = chunk_len_[me];
   send_.assign(static_cast<size_t>(local_ * N), 0.0f);
   recv_.assign(static_cast<size_t>(G_ * mine), 0.0f);
   for (int64_t c = 0; c < P; ++c) {
@@ -123,6 +145,37 @@ ShardedStep::ShardedStep(const std::vector<Tensor>& params, int64_t shards, Comm
     recv_counts_.push_back(to_int(local_ * mine, "a gradient message"));
     recv_displs_.push_back(to_int(c * local_ * mine, "a gradient message offset"));
   }
+  // This rank's own parts of its chunk are copied straight into recv_, not sent to itself.
+  send_counts_[me] = recv_counts_[me] = 0;
+  // Ownership: chunk `me`, cut at the parameters' boundaries; the norm blocks and who owns them.
+  const int64_t own_b = chunk_off_[me], own_e = own_b + mine;
+  rank_blocks_.resize(static_cast<size_t>(P));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    param_block_.push_back(static_cast<int64_t>(block_start_.size()));
+    for (int64_t s = offsets_[i]; s < offsets_[i + 1]; s += kNormBlock) {
+      const int64_t owner = std::upper_bound(bounds.begin(), bounds.end(), s) - bounds.begin() - 1;
+      rank_blocks_[static_cast<size_t>(owner)].push_back(static_cast<int64_t>(block_start_.size()));
+      block_start_.push_back(s);
+    }
+    const int64_t b = std::max(own_b, offsets_[i]), e = std::min(own_e, offsets_[i + 1]);
+    if (b < e) owned_.push_back(ParamRange{i, b - offsets_[i], e - offsets_[i], acc_.data() + b});
+    if (offsets_[i] < std::min(b, offsets_[i + 1]))  // before the owned range
+      foreign_.push_back(ParamRange{i, 0, std::min(b, offsets_[i + 1]) - offsets_[i], nullptr});
+    if (std::max(e, offsets_[i]) < offsets_[i + 1])  // after it
+      foreign_.push_back(ParamRange{i, std::max(e, offsets_[i]) - offsets_[i], offsets_[i + 1] - offsets_[i], nullptr});
+  }
+  param_block_.push_back(static_cast<int64_t>(block_start_.size()));
+  partials_.assign(block_start_.size(), 0.0);
+  tensor_sq_.assign(params_.size(), 0.0);
+  int displ = 0;
+  for (int64_t s = 0; s < P; ++s) {
+    agree_displs_.push_back(displ);
+    agree_counts_.push_back(to_int(local_ + 2 + static_cast<int64_t>(rank_blocks_[static_cast<size_t>(s)].size()),
+                                   "the agreement"));
+    displ += agree_counts_.back();
+  }
+  losses_in_.assign(static_cast<size_t>(agree_counts_[me]), 0.0);
+  losses_out_.assign(static_cast<size_t>(displ), 0.0);
 }
 
 void ShardedStep::copy_grads(float* dst, int64_t begin, int64_t end) const {
@@ -181,44 +234,39 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
         }
       }
     } else {
-      // Part j's chunk c goes to send_[local·off_c + j·len_c ...]: each destination's block is contiguous.
+      // Part j's chunk c goes to send_[local·off_c + j·len_c ...]: each destination's block is
+      // contiguous; chunk `me` goes where the exchange would have put it, recv_[(first + j)·len_me ...],
+      // except the last part's, which the fold reads from the grads where they are defined.
+      const size_t me = static_cast<size_t>(comm_.rank());
+      last_in_grads_ = j == local_ - 1 && !empty;
       for (size_t c = 0; c < chunk_off_.size(); ++c) {
-        float* dst = send_.data() + local_ * chunk_off_[c] + j * chunk_len_[c];
-        if (empty) std::fill(dst, dst + chunk_len_[c], 0.0f);
-        else copy_grads(dst, chunk_off_[c], chunk_off_[c] + chunk_len_[c]);
+        float* dst = c == me ? recv_.data() + (first + j) * chunk_len_[c]
+                             : send_.data() + local_ * chunk_off_[c] + j * chunk_len_[c];
+        if (empty) {
+          std::fill(dst, dst + chunk_len_[c], 0.0f);
+        } else if (c == me && last_in_grads_) {
+          for (const ParamRange& o : owned_)
+            if (!params_[o.param].grad().defined()) {
+              float* z = dst + offsets_[o.param] + o.begin - chunk_off_[c];
+              std::fill(z, z + (o.end - o.begin), 0.0f);
+            }
+        } else {
+          copy_grads(dst, chunk_off_[c], chunk_off_[c] + chunk_len_[c]);
+        }
       }
     }
   }
   const bool timed = !untimed_;
   untimed_ = false;
-  if (!comm_.single()) {
-    comm_.alltoallv(send_.data(), send_counts_.data(), send_displs_.data(), recv_.data(), recv_counts_.data(),
-                    recv_displs_.data(), timed);
-    const size_t r = static_cast<size_t>(comm_.rank());
-    const int64_t len = chunk_len_[r];
-    float* mine = acc + chunk_off_[r];
-    std::copy(recv_.begin(), recv_.begin() + len, mine);
-    for (int64_t g = 1; g < G_; ++g) {
-      const float* part = recv_.data() + g * len;
-      for (int64_t k = 0; k < len; ++k) mine[k] += part[k];
-    }
-    comm_.allgatherv(mine, static_cast<int>(len), acc, chunk_len_.data(), chunk_off_.data(), /*timed=*/true);
-  }
-  losses_in_[static_cast<size_t>(local_)] = agreement.stop ? 1 : 0;
-  losses_in_[static_cast<size_t>(local_ + 1)] = agreement.time_up ? 1 : 0;
+  if (!comm_.single()) return run_owned(opt, gen, at_start, clip_norm, agreement, timed);
   comm_.allgather(losses_in_.data(), static_cast<int>(local_ + 2), losses_out_.data(), /*timed=*/true);
   gen = Generator{at_start.seed, at_start.offset + 1};
-  const int64_t stride = local_ + 2;  // rank s's block: its part losses, then its stop and time_up
   agreement.time_up = losses_out_[static_cast<size_t>(local_ + 1)] != 0;
-  agreement.stop = false;
-  for (int64_t s = 0; s < comm_.size(); ++s) agreement.stop |= losses_out_[static_cast<size_t>(s * stride + local_)] != 0;
+  agreement.stop = losses_out_[static_cast<size_t>(local_)] != 0;
 
   StepOutcome r;
-  auto part_loss = [&](int64_t g) {
-    return static_cast<float>(losses_out_[static_cast<size_t>((g / local_) * stride + g % local_)]);
-  };
-  float loss = part_loss(0);
-  for (int64_t g = 1; g < G_; ++g) loss += part_loss(g);
+  float loss = static_cast<float>(losses_out_[0]);
+  for (int64_t g = 1; g < G_; ++g) loss += static_cast<float>(losses_out_[static_cast<size_t>(g)]);
   r.loss = loss;
   r.loss_finite = r.finite = std::isfinite(loss);
   if (r.finite) {
@@ -232,6 +280,115 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
   if (r.finite) opt.step();
   opt.zero_grad();
   return r;
+}
+
+StepOutcome ShardedStep::run_owned(Optimizer& opt, Generator& gen, const Generator& at_start, float clip_norm,
+                                   Agreement& agreement, bool timed) {
+  comm_.alltoallv(send_.data(), send_counts_.data(), send_displs_.data(), recv_.data(), recv_counts_.data(),
+                  recv_displs_.data(), timed);
+  const size_t me = static_cast<size_t>(comm_.rank());
+  const int64_t len = chunk_len_[me];
+  float* mine = acc_.data() + chunk_off_[me];
+  // G ≥ P ≥ 2 parts, range by range: part 0 + part 1, then + part 2, ...
+  const int64_t last = (comm_.rank() + 1) * local_ - 1;  // this rank's last part, maybe still in the grads
+  for (const ParamRange& o : owned_) {
+    const int64_t off = offsets_[o.param] + o.begin - chunk_off_[me], n = o.end - o.begin;
+    const Tensor grad = params_[o.param].grad();
+    auto part = [&](int64_t g) -> const float* {
+      if (g == last && last_in_grads_ && grad.defined()) return grad.data() + o.begin;
+      return recv_.data() + g * len + off;
+    };
+    float* dst = mine + off;
+    const float* p0 = part(0);
+    const float* p1 = part(1);
+    for (int64_t k = 0; k < n; ++k) dst[k] = p0[k] + p1[k];
+    for (int64_t g = 2; g < G_; ++g) {
+      const float* pg = part(g);
+      for (int64_t k = 0; k < n; ++k) dst[k] += pg[k];
+    }
+  }
+  // The agreement: this rank's part losses (set by run), its flags and its blocks' norm partials (an
+  // owned range starts at a block start and ends at a parameter's end or at a block start, so its
+  // blocks are whole norm blocks, in the order of rank_blocks_).
+  losses_in_[static_cast<size_t>(local_)] = agreement.stop ? 1 : 0;
+  losses_in_[static_cast<size_t>(local_ + 1)] = agreement.time_up ? 1 : 0;
+  double* out = losses_in_.data() + local_ + 2;
+  for (const ParamRange& o : owned_) {
+    norm_block_partials(o.grad, o.end - o.begin, out);
+    out += (o.end - o.begin + kNormBlock - 1) / kNormBlock;
+  }
+  comm_.allgatherv(losses_in_.data(), agree_counts_[me], losses_out_.data(), agree_counts_.data(),
+                   agree_displs_.data(), /*timed=*/true);
+  gen = Generator{at_start.seed, at_start.offset + 1};
+  const int64_t P = comm_.size();
+  agreement.time_up = losses_out_[static_cast<size_t>(local_ + 1)] != 0;
+  agreement.stop = false;
+  for (int64_t s = 0; s < P; ++s)
+    agreement.stop |= losses_out_[static_cast<size_t>(agree_displs_[static_cast<size_t>(s)] + local_)] != 0;
+
+  StepOutcome r;
+  auto part_loss = [&](int64_t g) {
+    return static_cast<float>(losses_out_[static_cast<size_t>(agree_displs_[static_cast<size_t>(g / local_)] + g % local_)]);
+  };
+  float loss = part_loss(0);
+  for (int64_t g = 1; g < G_; ++g) loss += part_loss(g);
+  r.loss = loss;
+  r.loss_finite = r.finite = std::isfinite(loss);
+  if (r.finite) {
+    // Every rank rebuilds the norm from all the partials, so every rank decides alike.
+    bool finite_partials = true;
+    for (int64_t s = 0; s < P; ++s) {
+      const double* in = losses_out_.data() + agree_displs_[static_cast<size_t>(s)] + local_ + 2;
+      for (const int64_t k : rank_blocks_[static_cast<size_t>(s)]) {
+        partials_[static_cast<size_t>(k)] = *in++;
+        finite_partials &= std::isfinite(partials_[static_cast<size_t>(k)]);
+      }
+    }
+    if (clip_norm > 0) {
+      for (size_t i = 0; i < params_.size(); ++i) {
+        double sq = 0;
+        for (int64_t k = param_block_[i]; k < param_block_[i + 1]; ++k) sq += partials_[static_cast<size_t>(k)];
+        tensor_sq_[i] = sq;
+      }
+      const float total = total_grad_norm(tensor_sq_);
+      r.finite = std::isfinite(total);
+      const float coef = clip_coefficient(total, clip_norm);
+      if (r.finite && coef < 1.0f)
+        for (int64_t k = 0; k < len; ++k) mine[k] *= coef;
+    } else {
+      r.finite = finite_partials;  // a partial is finite exactly when its elements are
+    }
+  }
+  if (r.finite) {
+    opt.step(owned_);
+    // The updated parameters: this rank's slice into acc_ (its gradient is spent), then everyone's.
+    gather(params_, /*timed=*/true);
+  }
+  opt.zero_grad();
+  return r;
+}
+
+void ShardedStep::gather(const std::vector<Tensor>& t, bool timed) {
+  for (const ParamRange& o : owned_) {
+    float* dst = acc_.data() + offsets_[o.param] + o.begin;
+    const Tensor& src = t[o.param];
+    if (src.defined()) std::copy(src.data() + o.begin, src.data() + o.end, dst);
+    else std::fill(dst, dst + (o.end - o.begin), 0.0f);
+  }
+  const size_t me = static_cast<size_t>(comm_.rank());
+  comm_.allgatherv(acc_.data() + chunk_off_[me], chunk_len_[me], acc_.data(), chunk_len_.data(), chunk_off_.data(),
+                   timed);
+  for (const ParamRange& f : foreign_) {
+    Tensor dst = t[f.param];  // a handle on the same storage
+    if (!dst.defined()) continue;
+    const float* src = acc_.data() + offsets_[f.param];
+    std::copy(src + f.begin, src + f.end, dst.data() + f.begin);
+  }
+}
+
+void ShardedStep::gather_optimizer_state(Optimizer& opt) {
+  if (comm_.single()) return;
+  for (const std::vector<Tensor>& slot : opt.state_slots()) gather(slot, /*timed=*/true);
 }
 
 }  // namespace tfm::train

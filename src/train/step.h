@@ -38,6 +38,12 @@ std::pair<int64_t, int64_t> shard_rows(int64_t B, int64_t G, int64_t g);
 // generator's state at the start of the step and g.
 Generator shard_generator(const Generator& at_start, int64_t g);
 
+// The P chunks of the flat range [b0, b1) of the gradient (a bucket: whole parameters, parameter i at
+// [offsets[i], offsets[i + 1])): P + 1 boundaries, the first b0, the last b1, boundary c the start of
+// a norm block (offsets[i] + k·kNormBlock, tfm/optim.h) nearest to b0 + c·(b1 − b0)/P (the lower on a
+// tie, and never below boundary c − 1), so no norm block straddles two chunks. A chunk may be empty.
+std::vector<int64_t> chunk_bounds(const std::vector<int64_t>& offsets, int64_t b0, int64_t b1, int64_t P);
+
 // One optimisation step whose batch is cut into G parts by rows (shard_rows), the same numbers for
 // every process count P dividing G (rank r computes parts [r·G/P, (r+1)·G/P)):
 //   - part g's loss is Σ of its token losses / the whole batch's target-token count (Model::loss's
@@ -45,14 +51,20 @@ Generator shard_generator(const Generator& at_start, int64_t g);
 //     (no rows, or no target token) has loss 0 and a zero gradient;
 //   - the gradient is the left fold over the parts in order, in float32: part 0's gradient, + part
 //     1's, ..., + part G−1's, over the flat vector of every parameter's gradient (params' order; a
-//     parameter a part does not reach has a zero gradient there). Across processes the flat vector
-//     is cut into P chunks; every rank sends each of its parts' chunk c to rank c (alltoallv), rank
-//     c folds chunk c over the G parts in order, and the folded chunks are gathered (allgatherv);
-//     element by element that is the same fold, hence the same bits;
-//   - the step's loss is the left fold of the part losses in float32; then clipping, the finite check
-//     and the optimizer step on the folded gradient as train_step;
+//     parameter a part does not reach has a zero gradient there);
+//   - the step's loss is the left fold of the part losses in float32; then clipping (clip_grad_norm's
+//     blockwise norm), the finite check and the optimizer step on the folded gradient as train_step,
+//     every parameter having a gradient;
 //   - afterwards `gen` is (seed, offset + 1) of its state at the start: dropout draws never depend
 //     on who computed which part.
+// One process folds each part's gradient as soon as it is computed and steps as train_step. Across
+// processes the flat vector is cut into P chunks (chunk_bounds over the whole vector: one bucket);
+// rank c owns chunk c: every rank sends each of its parts' chunk c to rank c (alltoallv), rank c folds
+// chunk c over the G parts in order and computes the norm partials of its blocks; the partials are
+// gathered with the part losses (allgatherv), so every rank computes the same total norm, clipping
+// coefficient and finite decision; rank c clips its chunk and runs the optimizer on its elements only
+// (Optimizer::step(owned)), and the updated parameters are gathered (allgatherv). Element by element
+// that is the same fold, norm and update, hence the same bits.
 // The flat buffers are allocated once, here.
 class ShardedStep {
  public:
@@ -62,12 +74,20 @@ class ShardedStep {
     bool stop = false, time_up = false;
   };
   ShardedStep(const std::vector<Tensor>& params, int64_t shards, Comm& comm);
+  ShardedStep(const ShardedStep&) = delete;  // owned_ points into acc_
+  ShardedStep& operator=(const ShardedStep&) = delete;
   StepOutcome run(Model& model, Optimizer& opt, Generator& gen, const data::TokenBatch& batch, float label_smoothing,
                   float clip_norm, Agreement& agreement);
   // The next step's first wait has no deadline (rank 0 may still be writing a checkpoint, which takes
   // as long as it takes); later waits have comm.timeout() again. The first step's first wait has none
   // either: the ranks finish loading at different times.
   void untimed_next() { untimed_ = true; }
+  // Several processes: each rank's optimizer state is current only on the elements it owns; this
+  // gathers every slot (Optimizer::state_slots) so that every rank's opt.state() is the whole state.
+  // Every rank calls it, before any state is saved. Its waits keep comm.timeout(): the ranks arrive
+  // together (from the evaluation's gather or the step's agreement, before rank 0 writes anything),
+  // so a rank that stopped meanwhile is still detected. Nothing to do in one process.
+  void gather_optimizer_state(Optimizer& opt);
 
  private:
   // Part g's loss (a float) after its backward, its gradient left in the parameters' grads; 0 and
@@ -75,17 +95,37 @@ class ShardedStep {
   float part(Model& model, Generator& gen, const Generator& at_start, const data::TokenBatch& batch, int64_t g,
              int64_t normalizer, float label_smoothing, bool& empty);
   void copy_grads(float* dst, int64_t begin, int64_t end) const;  // flat [begin, end) of the grads
+  // P > 1, after this rank's parts: the exchange, the fold of the owned chunk, the agreement with the
+  // norm partials, clipping and the optimizer step on the owned elements, the parameters' gather.
+  StepOutcome run_owned(Optimizer& opt, Generator& gen, const Generator& at_start, float clip_norm,
+                        Agreement& agreement, bool timed);
+  // Every rank's owned elements of the tensors t (one per parameter; undefined ones read as zeros) are
+  // gathered into acc_ and copied into the elements of t this rank does not own.
+  void gather(const std::vector<Tensor>& t, bool timed);
 
   std::vector<Tensor> params_;
   std::vector<int64_t> offsets_;  // params_[i]'s gradient at flat [offsets_[i], offsets_[i + 1])
   int64_t G_, local_;             // parts, and parts per rank
   Comm& comm_;
-  std::vector<float> acc_;        // (N) the folded gradient
-  std::vector<float> send_, recv_;  // P > 1: (local·N) per-destination chunks, (G·chunk) received
+  std::vector<float> acc_;        // (N) the folded gradient; P > 1: this rank's chunk of it, then the gathers
+  // P > 1: (local·N) per-destination chunks (this rank's own unused), (G·chunk) received
+  std::vector<float> send_, recv_;
   std::vector<int> chunk_off_, chunk_len_;  // chunk c of the flat vector, per rank
   std::vector<int> send_counts_, send_displs_, recv_counts_, recv_displs_;
-  std::vector<double> losses_in_, losses_out_;  // per rank: its part losses, stop, time_up
+  // P > 1: ownership, as lists of flat ranges (one per bucket and parameter; one bucket today).
+  // owned_ are this rank's elements (grads in acc_), foreign_ the others (grad null); the norm blocks:
+  // block k starts at flat block_start_[k], parameter i has blocks [param_block_[i], param_block_[i + 1]);
+  // rank s owns the blocks rank_blocks_[s], listed in the order of its owned ranges (the order its
+  // partials travel in the agreement).
+  std::vector<ParamRange> owned_, foreign_;
+  std::vector<int64_t> block_start_, param_block_;
+  std::vector<std::vector<int64_t>> rank_blocks_;
+  std::vector<double> partials_, tensor_sq_;  // (blocks), (params)
+  // Per rank: its part losses, stop, time_up, then (P > 1) the partials of its blocks.
+  std::vector<double> losses_in_, losses_out_;
+  std::vector<int> agree_counts_, agree_displs_;  // P > 1: rank s's doubles in losses_out_
   bool untimed_ = true;  // the first step: the ranks start at different times
+  bool last_in_grads_ = false;  // P > 1: this rank's last part of the step is in the grads, not in recv_
 };
 
 }  // namespace tfm::train

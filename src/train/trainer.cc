@@ -255,7 +255,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   if (resume) {
     // A run killed mid-write leaves hidden temporary files beside the complete checkpoint: drop them.
     if (lead_)
-      for (const char* f : {model_dir::MODEL, STATE_FILE, METRICS_FILE, CURVES_FILE, model_dir::CONFIG})
+      for (const char* f : {model_dir::MODEL, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE, model_dir::CONFIG})
         io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
     read_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_);
     if (c_.text() && st_.text_hash != ds_.text_train.hash())
@@ -359,6 +359,8 @@ void Run::evaluate_and_record() {
 
 void Run::checkpoint() {
   st_.elapsed = elapsed();
+  // Several processes each stepped the optimizer on their own elements: complete its state first.
+  if (sharded_) sharded_->gather_optimizer_state(*opt_);
   // The other ranks wait for rank 0 to write for as long as that takes; rank 0, its checkpoint
   // written, waits for them with the timeout, so a rank that stopped meanwhile is still detected.
   if (sharded_ && !lead_) sharded_->untimed_next();

@@ -151,6 +151,8 @@ TEST_F(GenerateCli, Errors) {
   fails("generate" + lm + " --prompt-file " + *dir_ + "/bad_prompt.txt",
         "tfm: error: " + *dir_ + "/bad_prompt.txt: invalid UTF-8 at byte 2");
   fails("eval" + lm + " --task reverse", "is a language model: evaluate it on a text with --text FILE");
+  for (const std::string opt : {"--beam", "--count", "--seed"})  // a text is scored, never decoded
+    fails("eval" + lm + " --text " + *dir_ + "/missing.txt " + opt + " 2", opt + " excludes --text");
   fails("translate" + lm, "is a language model: sample from it with tfm generate");
 }
 

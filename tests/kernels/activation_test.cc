@@ -1,12 +1,15 @@
 // tests/kernels/activation_test.cc — the activation kernels (activation.cc, activation_avx512.cc):
 // the AVX-512 relu bodies against their scalar twins on sizes that are not multiples of the 16-float
-// vector, and the dispatcher against the twin for every kind (the kinds without a SIMD body take
-// the twin), and the fused bias + relu + dropout kernels against their twins and the composition
-// (bias_activation_forward, then dropout_forward). Every comparison is bitwise: the SIMD body performs
-// the same float operations in the same order per element as the twin. The fused op itself is tested
-// in tests/ops/linear_activation_test.cc; the finite-difference checks of every backward are in
-// gradcheck_test.cc.
-// To add a SIMD body: a TEST comparing foo_avx512 with foo_scalar over kSizes, bitwise.
+// vector; the dispatcher against the kernel it runs for every kind; the other kinds' bodies (gelu,
+// gelu_tanh, glu, geglu, swiglu) against float64 and against the twin on edge values; and the fused
+// bias + relu + dropout kernels against their twins and the composition (bias_activation_forward,
+// then dropout_forward). The relu comparisons are bitwise: the SIMD body performs the same float
+// operations in the same order per element as the twin. The other bodies use a vector erf / exp /
+// sigmoid, so their comparisons are bounded in float ulps (measured maxima stated at each test). The
+// fused op itself is tested in tests/ops/linear_activation_test.cc; the finite-difference checks of
+// every backward are in gradcheck_test.cc.
+// To add a SIMD body: a TEST comparing foo_avx512 with foo_scalar over kSizes, bitwise when it
+// performs the twin's operations, else within a measured bound in ulps.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -16,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
+#include "kernels/activation_scalar.h"
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
@@ -45,17 +49,20 @@ TEST(ActivationKernel, ReluBiasForwardAndBackwardBitwise) {
   }
 }
 
-TEST(ActivationKernel, BiasActivationDispatchMatchesScalarForEveryKind) {
-  // Kinds without a SIMD body fall back to the twin: the dispatcher must equal it bitwise.
+TEST(ActivationKernel, BiasActivationDispatchMatchesItsKernelForEveryKind) {
+  // The dispatcher runs the AVX-512 body of a kind when there is one (relu, gelu) and the twin
+  // otherwise; cut into row chunks, it must equal that kernel run on the whole matrix bitwise.
   const int64_t N = 70;  // more than one row chunk
   for (auto k : {Activation::RELU, Activation::GELU, Activation::GELU_TANH,
                  Activation::GLU, Activation::GEGLU, Activation::SWIGLU}) {
     for (int64_t F : {int64_t(17), int64_t(33)}) {
       const int64_t in_row = activation_is_gated(k) ? 2 * F : F;
-      auto x = rnd(N * in_row, 30 + F), b = rnd(in_row, 31 + F);
+      auto x = rnd(N * in_row, 30 + F), b = rnd(in_row, 31 + F), dy = rnd(N * F, 32 + F);
       std::vector<float> y1(N * F), y2(N * F);
       bias_activation_forward(k, x.data(), b.data(), y1.data(), N, F);
-      bias_activation_forward_scalar(k, x.data(), b.data(), y2.data(), N, F);
+      if (!cpu_has_avx512() ||
+          !bias_activation_forward_avx512(k, x.data(), b.data(), y2.data(), N, F))
+        bias_activation_forward_scalar(k, x.data(), b.data(), y2.data(), N, F);
       EXPECT_TRUE(bitwise_equal(y1, y2)) << "kind " << int(k) << " F=" << F;
       // bias_activation with the bias pre-added equals activation_forward on the sum.
       std::vector<float> xb(x);
@@ -63,6 +70,244 @@ TEST(ActivationKernel, BiasActivationDispatchMatchesScalarForEveryKind) {
         for (int64_t f = 0; f < in_row; ++f) xb[n * in_row + f] += b[f];
       activation_forward(k, xb.data(), y1.data(), N, F);
       EXPECT_TRUE(bitwise_equal(y1, y2)) << "pre-added bias, kind " << int(k) << " F=" << F;
+      std::vector<float> d1(N * in_row), d2(N * in_row);
+      activation_backward(k, dy.data(), x.data(), d1.data(), N, F);
+      if (!cpu_has_avx512() || !activation_backward_avx512(k, dy.data(), x.data(), d2.data(), N, F))
+        activation_backward_scalar(k, dy.data(), x.data(), d2.data(), N, F);
+      EXPECT_TRUE(bitwise_equal(d1, d2)) << "backward, kind " << int(k) << " F=" << F;
+    }
+  }
+}
+
+// ---- gelu -----------------------------------------------------------------------------------------
+// The float64 reference without cancellation: gelu(x) = 0.5·x·erfc(−x/√2),
+// gelu'(x) = 0.5·erfc(−x/√2) + x·exp(−x²/2)/√(2π).
+double gelu_ref(double x) { return 0.5 * x * std::erfc(-x * 0.70710678118654752440); }
+double gelu_grad_ref(double x) {
+  return 0.5 * std::erfc(-x * 0.70710678118654752440) +
+         x * std::exp(-0.5 * x * x) * 0.39894228040143267794;
+}
+
+// x over [−14, 14] densely (where gelu is a normal float), then the edge values.
+std::vector<float> gelu_inputs() {
+  std::vector<float> x;
+  for (float t = -14.0f; t < 14.0f; t += 0.000377f) x.push_back(t);
+  for (float t = -1e-3f; t < 1e-3f; t += 3.1e-7f) x.push_back(t);
+  return x;
+}
+
+// Against float64, over [−13, 13] (the forward where the reference is a normal float): forward
+// within 8·eps relative (measured 5.3, at x ≈ −1.40 where 1 + erf(z) cancels for z → −1: the
+// rounding of z = x/√2 and of z·P(z²) is amplified by |erf(z)|/(1 + erf(z)) ≈ 5); backward within
+// 3·eps of its scale 0.5·(1 + erf) + |x·φ(x)| (measured 1.72). For 13 < |x| ≤ 14 exp(−x²/2) is
+// denormal and both are checked within 1e-36 absolute. The twin's own 1 + erf cancels in the
+// negative tail (x < −5 gives 0 or large relative errors), so it is not held to this bound.
+TEST(ActivationKernel, GeluWithinFewUlpOfFloat64) {
+  SKIP_WITHOUT_AVX512();
+  const auto x = gelu_inputs();
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> y(n), dy(n, 1.0f), d(n);
+  ASSERT_TRUE(bias_activation_forward_avx512(Activation::GELU, x.data(), nullptr, y.data(), 1, n));
+  ASSERT_TRUE(activation_backward_avx512(Activation::GELU, dy.data(), x.data(), d.data(), 1, n));
+  const double eps = std::numeric_limits<float>::epsilon();
+  double worst_f = 0, worst_b = 0;
+  int64_t at_f = 0, at_b = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double xi = x[i], r = gelu_ref(xi), rg = gelu_grad_ref(xi);
+    if (std::fabs(xi) > 13.0) {  // exp(−x²/2) < 2e-37 is denormal: relative precision ends
+      EXPECT_LE(std::fabs(y[i] - r), 1e-36) << "x = " << x[i];
+      EXPECT_LE(std::fabs(d[i] - rg), 1e-36) << "x = " << x[i];
+      continue;
+    }
+    if (std::fabs(r) >= std::numeric_limits<float>::min()) {
+      const double e = std::fabs(y[i] - r) / (std::fabs(r) * eps);
+      if (e > worst_f) worst_f = e, at_f = i;
+    } else {  // reference below float's normal range: y is 0 or tiny of its sign
+      EXPECT_LE(std::fabs(y[i] - r), 2.0 * std::numeric_limits<float>::min()) << "x = " << x[i];
+    }
+    const double scale = 0.5 * std::erfc(-xi * 0.70710678118654752440) +
+                         std::fabs(xi * std::exp(-0.5 * xi * xi) * 0.39894228040143267794);
+    const double e = std::fabs(d[i] - rg) / (scale * eps);
+    if (e > worst_b) worst_b = e, at_b = i;
+  }
+  EXPECT_LE(worst_f, 8.0) << "forward at x = " << x[at_f] << ": " << y[at_f];
+  EXPECT_LE(worst_b, 3.0) << "backward at x = " << x[at_b] << ": " << d[at_b];
+}
+
+// Against the scalar twin (std::erf), with and without bias, over kSizes and on the edge values.
+// The twin's 1 + erf(z) carries an absolute error of about eps, which 0.5·x scales: the forward
+// bound is 2·eps·(|y| + 0.5·|x|) (measured 0.84), the backward 2·eps·|dy| (measured 1.00, gelu' ≤ 1.13).
+// Where the twin is not finite (x = ±inf, NaN: gelu(−inf) = −inf·0, gelu'(±inf) = ±inf·0 are NaN
+// as in the twin's formulas), the SIMD body gives the same value.
+::testing::AssertionResult gelu_close_to_twin(const std::vector<float>& x, const std::vector<float>& dy,
+                                              const std::vector<float>& y, const std::vector<float>& yt,
+                                              const std::vector<float>& d, const std::vector<float>& dt) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (!std::isfinite(yt[i]) || !std::isfinite(dt[i])) {
+      const bool same_f = std::isnan(yt[i]) ? std::isnan(y[i]) : y[i] == yt[i];
+      const bool same_b = std::isnan(dt[i]) ? std::isnan(d[i]) : d[i] == dt[i];
+      if (!same_f || !same_b)
+        return ::testing::AssertionFailure() << "x = " << x[i] << ": " << y[i] << " vs " << yt[i]
+                                             << ", " << d[i] << " vs " << dt[i];
+      continue;
+    }
+    const double bf = 2.0 * eps * (std::fabs(yt[i]) + 0.5 * std::fabs(x[i]));
+    const double bb = 2.0 * eps * std::fabs(dy[i]);
+    if (!(std::fabs(double(y[i]) - yt[i]) <= bf) || !(std::fabs(double(d[i]) - dt[i]) <= bb))
+      return ::testing::AssertionFailure() << "element " << i << " x = " << x[i] << ": forward " << y[i]
+                                           << " vs " << yt[i] << ", backward " << d[i] << " vs "
+                                           << dt[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(ActivationKernel, GeluBiasForwardAndBackwardCloseToTwin) {
+  SKIP_WITHOUT_AVX512();
+  const int64_t N = 3;
+  for (int64_t F : kSizes) {
+    auto x = rnd(N * F, 40 + F), b = rnd(F, 41 + F), dy = rnd(N * F, 42 + F);
+    for (auto& v : x) v *= 3.0f;  // x + b over [−8, 8]: both branches of the erf and the tails
+    std::vector<float> xb(N * F), y(N * F), yt(N * F), d(N * F), dt(N * F);
+    for (int64_t i = 0; i < N * F; ++i) xb[i] = x[i] + b[i % F];
+    ASSERT_TRUE(bias_activation_forward_avx512(Activation::GELU, x.data(), b.data(), y.data(), N, F));
+    bias_activation_forward_scalar(Activation::GELU, x.data(), b.data(), yt.data(), N, F);
+    ASSERT_TRUE(activation_backward_avx512(Activation::GELU, dy.data(), xb.data(), d.data(), N, F));
+    activation_backward_scalar(Activation::GELU, dy.data(), xb.data(), dt.data(), N, F);
+    EXPECT_TRUE(gelu_close_to_twin(xb, dy, y, yt, d, dt)) << "F=" << F;
+  }
+  const float inf = std::numeric_limits<float>::infinity(), tiny = 1e-30f,
+              denormal = std::numeric_limits<float>::denorm_min() * 1000.0f;
+  std::vector<float> x = {0.0f, -0.0f, tiny, -tiny, denormal, -denormal, 0.7f, -0.7f, 1.4142135f,
+                          -1.4142135f, 5.0f, -5.0f, 10.5f, -10.5f, 14.0f, -14.0f, 20.0f, -20.0f,
+                          1e10f, -1e10f, 3e38f, -3e38f, inf, -inf,
+                          std::numeric_limits<float>::quiet_NaN()};
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> dy(n, 1.0f), y(n), yt(n), d(n), dt(n);
+  ASSERT_TRUE(bias_activation_forward_avx512(Activation::GELU, x.data(), nullptr, y.data(), 1, n));
+  activation_forward_scalar(Activation::GELU, x.data(), yt.data(), 1, n);
+  ASSERT_TRUE(activation_backward_avx512(Activation::GELU, dy.data(), x.data(), d.data(), 1, n));
+  activation_backward_scalar(Activation::GELU, dy.data(), x.data(), dt.data(), 1, n);
+  EXPECT_TRUE(gelu_close_to_twin(x, dy, y, yt, d, dt));
+  EXPECT_TRUE(std::signbit(y[1]) && y[1] == 0.0f);  // gelu(−0) = −0
+  EXPECT_EQ(y[22], inf);
+  EXPECT_TRUE(std::isnan(y[23]) && std::isnan(d[22]) && std::isnan(d[23]) && std::isnan(y[24]));
+}
+
+// ---- gelu_tanh and the gated kinds --------------------------------------------------------------
+// Against float64 references written without cancellation (σ(v) = 1/(1 + exp(−v)), σc = σ(−v),
+// gelu and gelu' by erfc as above; the twin's forms 1 + tanh u, 1 − tanh² u, 1 − σ and 1 + erf
+// cancel in the tails even in double), each output within C·eps of its scale: the sum of the
+// magnitudes of the terms that make it up (an output that cancels, like gelu' near its zero, is
+// measured against the terms it cancels). With u₂ = 2u = 2√(2/π)(x + 0.044715x³), u' = du/dx:
+//   gelu_tanh  y = x·σ(u₂)          dx = dy·(σ(u₂) + 2x·σ(u₂)σ(−u₂)·u')
+//   glu        y = a·σ(b)           da = dy·σ(b)         db = dy·a·σ(b)σ(−b)
+//   geglu      y = a·gelu(b)        da = dy·gelu(b)      db = dy·a·gelu'(b)
+//   swiglu     y = a·b·σ(b)         da = dy·b·σ(b)       db = dy·a·σ(b)·(1 + b·σ(−b))
+// gelu_tanh's scales also carry the condition number 1 + |u₂|·σ(−u₂) of σ at u₂: u₂ is rounded to
+// float (relative ~eps), which σ(u₂) amplifies by up to |u₂| ≈ 50 at x = −8, as in any float
+// evaluation. Measured maxima over [−8, 8] and kSizes, in eps of the scale (forward, backward):
+// gelu_tanh (1.05, 1.37), glu (1.43, 2.78), geglu (5.03, 4.69), swiglu (1.77, 2.01); the bounds are
+// 4 and 6 (geglu 8 and 8: gelu's 5.3 at b ≈ −1.4).
+double sig(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+struct Ref {
+  double y, ys, d0, d0s, d1, d1s;  // values and scales: forward; dx or da; db
+};
+Ref kind_ref(Activation k, double a, double b, double dy) {
+  const double s = sig(b), sc = sig(-b);
+  switch (k) {
+    case Activation::GELU_TANH: {
+      const double c = 0.79788456080286535588, u2 = 2 * c * (b + 0.044715 * b * b * b);
+      const double du = c * (1 + 3 * 0.044715 * b * b), t = 2 * b * sig(u2) * sig(-u2) * du;
+      const double y = b * sig(u2), cond = 1 + std::fabs(u2) * sig(-u2);
+      return {y, std::fabs(y) * cond, dy * (sig(u2) + t), std::fabs(dy) * (sig(u2) + std::fabs(t)) * cond, 0, 0};
+    }
+    case Activation::GLU:
+      return {a * s, std::fabs(a * s), dy * s, std::fabs(dy * s), dy * a * s * sc, std::fabs(dy * a * s * sc)};
+    case Activation::GEGLU: {
+      const double g = gelu_ref(b);
+      const double gs = 0.5 * std::erfc(-b * 0.70710678118654752440) +
+                        std::fabs(b * std::exp(-0.5 * b * b) * 0.39894228040143267794);
+      return {a * g,          std::fabs(a * g),
+              dy * g,         std::fabs(dy * g),
+              dy * a * gelu_grad_ref(b), std::fabs(dy * a) * gs};
+    }
+    default:
+      return {a * b * s, std::fabs(a * b * s), dy * b * s, std::fabs(dy * b * s), dy * a * s * (1 + b * sc),
+              std::fabs(dy * a) * s * (1 + std::fabs(b) * sc)};
+  }
+}
+
+TEST(ActivationKernel, GeluTanhAndGatedWithinFewUlpOfFloat64) {
+  SKIP_WITHOUT_AVX512();
+  const double eps = std::numeric_limits<float>::epsilon();
+  auto ratio = [eps](float got, double want, double scale) {
+    return scale > 0 ? std::fabs(got - want) / (eps * scale) : std::fabs(got - want) / eps;
+  };
+  for (auto k : {Activation::GELU_TANH, Activation::GLU, Activation::GEGLU, Activation::SWIGLU}) {
+    const bool gated = activation_is_gated(k);
+    double worst_y = 0, worst_d = 0;
+    for (int64_t F : kSizes) {
+      const int64_t N = 3, in_row = gated ? 2 * F : F;
+      auto x = rnd(N * in_row, 70 + F), dy = rnd(N * F, 71 + F);
+      for (auto& v : x) v *= 4.0f;
+      std::vector<float> y(N * F), d(N * in_row);
+      ASSERT_TRUE(bias_activation_forward_avx512(k, x.data(), nullptr, y.data(), N, F));
+      ASSERT_TRUE(activation_backward_avx512(k, dy.data(), x.data(), d.data(), N, F));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t f = 0; f < F; ++f) {
+          const int64_t o = n * F + f, ia = n * in_row + f, ib = gated ? ia + F : ia;
+          const Ref r = kind_ref(k, x[ia], x[ib], dy[o]);
+          worst_y = std::max(worst_y, ratio(y[o], r.y, r.ys));
+          worst_d = std::max(worst_d, ratio(d[ia], r.d0, r.d0s));
+          if (gated) worst_d = std::max(worst_d, ratio(d[ib], r.d1, r.d1s));
+        }
+    }
+    const double bound_y = k == Activation::GEGLU ? 8.0 : 4.0, bound_d = k == Activation::GEGLU ? 8.0 : 6.0;
+    EXPECT_LE(worst_y, bound_y) << "forward, kind " << int(k);
+    EXPECT_LE(worst_d, bound_d) << "backward, kind " << int(k);
+  }
+}
+
+// Against the twin on the edge values (the gate input b for the gated kinds, with a = 1.5, dy = 1):
+// the same NaN / inf where the twin is not finite (σ(±inf) = 1, 0; −inf·0 = NaN), else within
+// 2·eps of the twin's own error scale, since the twin's 1 + tanh, 1 − tanh² and 1 − σ lose to
+// cancellation what these bodies keep: forward 2·eps·|a|·(|g| + |b|), backward 2·eps·(1 + |b|)·
+// (1 + |b·u'|) for gelu_tanh's u' = √(2/π)(1 + 0.134·b²) (1 for the gated kinds), times |a| for db.
+TEST(ActivationKernel, GeluTanhAndGatedEdgeValuesAsTheTwin) {
+  SKIP_WITHOUT_AVX512();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> edge = {0.0f, -0.0f, 1e-30f, -1e-30f, 0.7f, -0.7f, 10.5f, -10.5f, 20.0f, -20.0f,
+                                   1e10f, -1e10f, inf, -inf, std::numeric_limits<float>::quiet_NaN()};
+  const double eps = std::numeric_limits<float>::epsilon();
+  const float a_val = 1.5f;
+  for (auto k : {Activation::GELU_TANH, Activation::GLU, Activation::GEGLU, Activation::SWIGLU}) {
+    const bool gated = activation_is_gated(k);
+    const int64_t F = static_cast<int64_t>(edge.size()), in_row = gated ? 2 * F : F;
+    std::vector<float> x(in_row, a_val), dy(F, 1.0f), y(F), yt(F), d(in_row), dt(in_row);
+    std::copy(edge.begin(), edge.end(), x.begin() + (gated ? F : 0));
+    ASSERT_TRUE(bias_activation_forward_avx512(k, x.data(), nullptr, y.data(), 1, F));
+    activation_forward_scalar(k, x.data(), yt.data(), 1, F);
+    ASSERT_TRUE(activation_backward_avx512(k, dy.data(), x.data(), d.data(), 1, F));
+    activation_backward_scalar(k, dy.data(), x.data(), dt.data(), 1, F);
+    // The same NaN / inf where the twin is not finite, else within bound.
+    auto check = [k](float got, float want, double bound, const char* what, double b) {
+      if (!std::isfinite(want)) {
+        EXPECT_TRUE(std::isnan(want) ? std::isnan(got) : got == want)
+            << what << ", kind " << int(k) << " b = " << b << ": " << got;
+      } else {
+        EXPECT_LE(std::fabs(double(got) - want), bound) << what << ", kind " << int(k) << " b = " << b;
+      }
+    };
+    for (int64_t f = 0; f < F; ++f) {
+      const double b = edge[f], a = gated ? a_val : 1.0;
+      const double du = k == Activation::GELU_TANH ? 0.79788456 * (1 + 0.134145 * b * b) : 1.0;
+      const double by = 2 * eps * std::fabs(a) * (std::fabs(yt[f]) / std::fabs(a) + std::fabs(b));
+      const double bd = 2 * eps * (1 + std::fabs(b)) * (1 + std::fabs(b * du));
+      const int64_t ib = gated ? F + f : f;
+      check(y[f], yt[f], by, "forward", b);
+      check(d[ib], dt[ib], bd * std::fabs(a), gated ? "db" : "dx", b);
+      if (gated) check(d[f], dt[f], by, "da", b);
     }
   }
 }

@@ -162,6 +162,23 @@ TEST(ShardedStep, ShardsMustBeAMultipleOfTheProcesses) {
   EXPECT_THROW(train::ShardedStep({}, 0, single), std::invalid_argument);
 }
 
+// Chunk boundaries sit at norm-block starts (offsets[i] + k·16384), the nearest to an even cut, and
+// never go backwards; a bucket of small parameters cuts only between parameters.
+TEST(ChunkBounds, SnapToTheNearestNormBlockStart) {
+  using V = std::vector<int64_t>;
+  // Parameters of 40000 (blocks at 0, 16384, 32768) and 100 elements: N = 40100.
+  const V offsets{0, 40000, 40100};
+  EXPECT_EQ(train::chunk_bounds(offsets, 0, 40100, 1), V({0, 40100}));
+  EXPECT_EQ(train::chunk_bounds(offsets, 0, 40100, 2), V({0, 16384, 40100}));          // 20050: 16384 is nearer than 32768
+  EXPECT_EQ(train::chunk_bounds(offsets, 0, 40100, 3), V({0, 16384, 32768, 40100}));   // 13366, 26733
+  EXPECT_EQ(train::chunk_bounds(offsets, 0, 40100, 4), V({0, 16384, 16384, 32768, 40100}));  // 10025 → 16384; empty chunk
+  // Small parameters: whole parameters per chunk; a bucket [b0, b1) in the middle.
+  const V small{0, 10, 20, 30, 40, 50};
+  EXPECT_EQ(train::chunk_bounds(small, 0, 50, 2), V({0, 20, 50}));  // 25: 20 and 30 tie, the lower
+  EXPECT_EQ(train::chunk_bounds(small, 10, 40, 3), V({10, 20, 30, 40}));
+  EXPECT_EQ(train::chunk_bounds(small, 0, 50, 8), V({0, 10, 10, 20, 20, 30, 40, 40, 50}));
+}
+
 // ---- mpirun against one process ----
 
 class Mpirun : public ::testing::Test {
@@ -242,6 +259,71 @@ TEST_F(Mpirun, DecoderOnTextTwoProcessesEqualOneWithTwoShards) {
   ASSERT_EQ(run_command(kCli + args + " --grad-shards 2 --out " + d + "/one", &out), 0) << out;
   ASSERT_EQ(run_command(mpirun(2) + kCli + args + " --out " + d + "/two", &out), 0) << out;
   EXPECT_TRUE(same_run(d + "/one", d + "/two"));
+}
+
+// The sharded optimizer step (each rank clips and steps only its chunk, then the parameters are
+// gathered) with clipping active: a model whose FFN matrices (32 × 600 = 19,200 elements) are two norm
+// blocks each, so chunk boundaries fall inside a parameter, at a block start. A --clip-norm of 0.01
+// clips every step (the run differs from one whose bound is never reached); -np 2 and -np 3 equal one
+// process with the same --grad-shards.
+TEST_F(Mpirun, ClippingActiveEqualsOneProcess) {
+  const std::string d = temp_dir("mpi_clip");
+  write_pairs(d + "/train.tsv", 40, 21);
+  write_pairs(d + "/valid.tsv", 6, 22);
+  const std::string args = " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" +
+                           " --arch seq2seq --d-model 32 --nhead 2 --layers 1 --dim-feedforward 600 --dropout 0.1"
+                           " --batch-size 7 --threads 1 --eval-every 3 --max-steps 6";
+  std::string out;
+  ASSERT_EQ(run_command(kCli + args + " --grad-shards 6 --clip-norm 0.01 --out " + d + "/one", &out), 0) << out;
+  ASSERT_EQ(run_command(kCli + args + " --grad-shards 6 --clip-norm 1000 --out " + d + "/unclipped", &out), 0) << out;
+  EXPECT_FALSE(same_run(d + "/one", d + "/unclipped")) << "a clip norm of 0.01 should change the run";
+  ASSERT_EQ(run_command(mpirun(2) + kCli + args + " --grad-shards 6 --clip-norm 0.01 --out " + d + "/two", &out), 0)
+      << out;
+  EXPECT_TRUE(same_run(d + "/one", d + "/two"));
+  ASSERT_EQ(run_command(mpirun(3) + kCli + args + " --grad-shards 6 --clip-norm 0.01 --out " + d + "/three", &out), 0)
+      << out;
+  EXPECT_TRUE(same_run(d + "/one", d + "/three"));
+}
+
+// AdamW with weight decay on the matrices only (two parameter groups, decoupled decay): -np 2 equals
+// one process, and so does an Adam (L2) run with clipping resumed in one process after 4 steps.
+TEST_F(Mpirun, AdamwWithDecayOnMatricesEqualsOneProcess) {
+  const std::string d = temp_dir("mpi_adamw");
+  write_pairs(d + "/train.tsv", 40, 23);
+  write_pairs(d + "/valid.tsv", 6, 24);
+  const std::string args = " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq +
+                           " --schedule constant --grad-shards 2";
+  const std::string adamw = " --optimizer adamw --weight-decay 0.1 --decay-params matrices --max-steps 8";
+  std::string out;
+  ASSERT_EQ(run_command(kCli + args + adamw + " --out " + d + "/one", &out), 0) << out;
+  ASSERT_EQ(run_command(mpirun(2) + kCli + args + adamw + " --out " + d + "/two", &out), 0) << out;
+  EXPECT_TRUE(same_run(d + "/one", d + "/two"));
+  const std::string adam = " --optimizer adam --weight-decay 0.01 --clip-norm 0.05";
+  ASSERT_EQ(run_command(kCli + args + adam + " --max-steps 8 --out " + d + "/whole", &out), 0) << out;
+  ASSERT_EQ(run_command(mpirun(2) + kCli + args + adam + " --max-steps 4 --out " + d + "/split", &out), 0) << out;
+  ASSERT_EQ(run_command(kCli + " train --resume " + d + "/split --max-steps 8 --threads 1", &out), 0) << out;
+  EXPECT_TRUE(same_run(d + "/whole", d + "/split"));
+}
+
+// A learning rate of 1e30 makes the weights non-finite after the first step, and every later batch's
+// loss: with --skip-nonfinite every rank skips the same batches (decided from the gathered losses)
+// and gives up at the same step as one process, with clipping and without.
+TEST_F(Mpirun, NonFiniteBatchesAreSkippedAlikeOnEveryRank) {
+  const std::string d = temp_dir("mpi_nonfinite");
+  write_pairs(d + "/train.tsv", 40, 25);
+  write_pairs(d + "/valid.tsv", 6, 26);
+  for (const char* clip : {"0", "1"}) {
+    const std::string args = " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq +
+                             " --max-steps 12 --grad-shards 2 --lr 1e30 --warmup 0 --skip-nonfinite --clip-norm " + clip;
+    std::string one, two;
+    EXPECT_NE(run_command(kCli + args + " --out " + d + "/one" + clip, &one), 0) << one;
+    EXPECT_NE(run_command(mpirun(2) + kCli + args + " --out " + d + "/two" + clip, &two), 0) << two;
+    const std::string what = "consecutive batches had a non-finite loss or gradient (at step ";
+    const auto a = one.find(what), b = two.find(what);
+    ASSERT_NE(a, std::string::npos) << one;
+    ASSERT_NE(b, std::string::npos) << two;
+    EXPECT_EQ(one.substr(a, what.size() + 3), two.substr(b, what.size() + 3)) << "clip " << clip;
+  }
 }
 
 // A run stopped after 4 steps under two processes and resumed in one equals the run of 8 steps in

@@ -88,8 +88,8 @@ int64_t checkpoint_step(const std::string& dir) {
 int check_directory(const std::string& dir) {
   const std::set<std::string> known = {"config.json",       "src_vocab.txt",
                                        "tgt_vocab.txt",     "model.safetensors",
-                                       "trainer_state.safetensors", "metrics.csv",
-                                       "curves.svg"};
+                                       "trainer_state.safetensors", "trainer_clock.json",
+                                       "metrics.csv",       "curves.svg"};
   int temporaries = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "io/file_util.h"
 #include "test_util.h"
@@ -76,8 +77,20 @@ TEST(Trainer, InterruptedAndResumedEqualsUninterrupted) {
     EXPECT_EQ(ra.history[i].valid_loss, rb2.history[i].valid_loss) << "row " << i;
   }
   EXPECT_EQ(ra.final_metrics.exact, rb2.final_metrics.exact);
-  for (const char* f : {"config.json", "src_vocab.txt", "tgt_vocab.txt", "metrics.csv", "curves.svg", "trainer_state.safetensors"})
+  for (const char* f : {"config.json", "src_vocab.txt", "tgt_vocab.txt", "metrics.csv", "curves.svg",
+                        "trainer_state.safetensors", "trainer_clock.json"})
     EXPECT_TRUE(std::filesystem::exists(a + "/" + f)) << f;
+  // The state holds no clock, so the resumed run's is the same file; the clock is kept apart, and
+  // the rows of the first session keep their timing across the resume.
+  EXPECT_TRUE(file(a, "trainer_state.safetensors") == file(b, "trainer_state.safetensors"));
+  ASSERT_FALSE(rb1.history.empty());
+  EXPECT_GT(rb1.history[0].elapsed_seconds, 0.0);
+  EXPECT_EQ(rb2.history[0].elapsed_seconds, rb1.history[0].elapsed_seconds);
+  EXPECT_EQ(rb2.history[0].tokens_per_sec, rb1.history[0].tokens_per_sec);
+  EXPECT_GE(rb2.seconds, rb1.seconds);  // elapsed time counts over both sessions
+  const auto clock = nlohmann::json::parse(file(b, "trainer_clock.json"));
+  EXPECT_EQ(clock.at("history").size(), ra.history.size());
+  EXPECT_EQ(clock.at("history")[0].at("elapsed_seconds").get<double>(), rb1.history[0].elapsed_seconds);
 }
 
 TEST(Trainer, SameNumbersForOneAndTwoThreads) {
@@ -92,6 +105,8 @@ TEST(Trainer, SameNumbersForOneAndTwoThreads) {
   run_training(c);
   omp_set_num_threads(saved);
   EXPECT_TRUE(file(a, "model.safetensors") == file(b, "model.safetensors")) << "thread count changed the weights";
+  EXPECT_TRUE(file(a, "trainer_state.safetensors") == file(b, "trainer_state.safetensors"))
+      << "thread count changed the trainer state";
 }
 
 TEST(Trainer, ResumeWithoutCheckpointIsAClearError) {

@@ -91,24 +91,36 @@ struct TransformerEncoderCache {
   void select_rows(const std::vector<int64_t>& rows);                         // every layer's rows
 };
 
-// num_layers layers, each its own weights (layers.0 … layers.L−1) or, with o.share_layers, one layer
-// (layers.0) applied num_layers times.
-class TransformerEncoder : public Module {
+// What TransformerEncoder and TransformerDecoder share: num_layers applications of a Layer, each its
+// own weights (layers.0 … layers.L−1) or, with o.share_layers, one layer (layers.0) applied
+// num_layers times; then the final norm ("norm") when final_norm.
+template <typename Layer>
+class TransformerStack : public Module {
  public:
-  TransformerEncoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
-                     Generator& gen = default_generator());
-  // With a cache: every application of a layer steps with its own cache
-  // (TransformerEncoderLayer::forward's rules); the cache must have num_layers() entries.
-  Tensor forward(const Tensor& src, const Tensor& mask = {}, const Tensor& src_key_padding_mask = {},
-                 bool is_causal = false, TransformerEncoderCache* cache = nullptr) const;
   int64_t num_layers() const { return num_layers_; }  // L, the layers applied (layers.size() is 1 when shared)
-  const TransformerEncoderLayer& layer(int64_t l) const { return *layers[shared_ ? 0 : l]; }  // the l-th applied
-  std::vector<std::unique_ptr<TransformerEncoderLayer>> layers;  // (L), or (1) when shared
-  std::unique_ptr<Norm> norm;  // null when final_norm is false
+  const Layer& layer(int64_t l) const { return *layers[shared_ ? 0 : l]; }  // the l-th applied
+  std::vector<std::unique_ptr<Layer>> layers;  // (L), or (1) when shared
+  std::unique_ptr<Norm> norm;                  // null when final_norm is false
+
+ protected:
+  TransformerStack(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm, Generator& gen);
+  // Throws unless a cache of cache_layers entries fits (one per application).
+  void check_cache(const char* module, size_t cache_layers) const;
 
  private:
   int64_t num_layers_ = 0;
   bool shared_ = false;
+};
+
+class TransformerEncoder : public TransformerStack<TransformerEncoderLayer> {
+ public:
+  TransformerEncoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
+                     Generator& gen = default_generator())
+      : TransformerStack(o, num_layers, final_norm, gen) {}
+  // With a cache: every application of a layer steps with its own cache
+  // (TransformerEncoderLayer::forward's rules); the cache must have num_layers() entries.
+  Tensor forward(const Tensor& src, const Tensor& mask = {}, const Tensor& src_key_padding_mask = {},
+                 bool is_causal = false, TransformerEncoderCache* cache = nullptr) const;
 };
 
 // What a TransformerDecoderLayer keeps between decoding steps, named after its attention modules.
@@ -157,24 +169,17 @@ struct TransformerDecoderCache {
 };
 
 // As TransformerEncoder: num_layers layers, or one shared layer applied num_layers times.
-class TransformerDecoder : public Module {
+class TransformerDecoder : public TransformerStack<TransformerDecoderLayer> {
  public:
   TransformerDecoder(const TransformerLayerOptions& o, int64_t num_layers, bool final_norm,
-                     Generator& gen = default_generator());
+                     Generator& gen = default_generator())
+      : TransformerStack(o, num_layers, final_norm, gen) {}
   // With a cache: every application of a layer steps with its own cache
   // (TransformerDecoderLayer::forward's rules); the cache must have num_layers() entries.
   Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = {},
                  const Tensor& memory_mask = {}, const Tensor& tgt_key_padding_mask = {},
                  const Tensor& memory_key_padding_mask = {}, bool tgt_is_causal = false,
                  bool memory_is_causal = false, TransformerDecoderCache* cache = nullptr) const;
-  int64_t num_layers() const { return num_layers_; }  // L, the layers applied (layers.size() is 1 when shared)
-  const TransformerDecoderLayer& layer(int64_t l) const { return *layers[shared_ ? 0 : l]; }  // the l-th applied
-  std::vector<std::unique_ptr<TransformerDecoderLayer>> layers;  // (L), or (1) when shared
-  std::unique_ptr<Norm> norm;  // null when final_norm is false
-
- private:
-  int64_t num_layers_ = 0;
-  bool shared_ = false;
 };
 
 // nn.Transformer: encoder.* and decoder.*, both with their final norms; the options (share_layers

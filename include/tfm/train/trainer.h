@@ -21,7 +21,11 @@
 //                              and in its metadata the step, data position (epoch, batch), RNG state,
 //                              optimizer step count, loss accumulators, the metrics history and, for
 //                              text data, the training text's hash (a resume on another text is refused).
-//                              A kill at any moment leaves the previous one intact.
+//                              A kill at any moment leaves the previous one intact. Nothing in it
+//                              depends on the clock, so the same run gives the same bytes.
+//   trainer_clock.json        the wall clock, written just before: {"elapsed": seconds over all
+//                              sessions (what --time-budget counts), "history": [{"step",
+//                              "tokens_per_sec", "elapsed_seconds"} per metrics row]}
 //   metrics.csv, curves.svg   one row / point per evaluation (with TrainConfig::init_from, the first at
 //                              step 0: the starting model's)
 //
