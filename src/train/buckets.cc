@@ -2,6 +2,7 @@
 #include "train/buckets.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -18,6 +19,24 @@ int to_int(int64_t n, const char* what) {
 
 }  // namespace
 
+std::vector<int64_t> chunk_bounds(const std::vector<int64_t>& offsets, int64_t b0, int64_t b1, int64_t P) {
+  std::vector<int64_t> starts;  // the norm blocks' starts in [b0, b1), ascending, then b1
+  for (size_t i = 0; i + 1 < offsets.size(); ++i)
+    if (offsets[i] >= b0 && offsets[i + 1] <= b1)
+      for (int64_t s = offsets[i]; s < offsets[i + 1]; s += kNormBlock) starts.push_back(s);
+  starts.push_back(b1);
+  std::vector<int64_t> bounds{b0};
+  for (int64_t c = 1; c < P; ++c) {
+    const int64_t target = b0 + c * (b1 - b0) / P;
+    auto it = std::lower_bound(starts.begin(), starts.end(), target);  // the first start ≥ target
+    int64_t best = *it;
+    if (it != starts.begin() && target - *std::prev(it) <= best - target) best = *std::prev(it);
+    bounds.push_back(std::max(best, bounds.back()));
+  }
+  bounds.push_back(b1);
+  return bounds;
+}
+
 std::vector<Bucket> make_buckets(const std::vector<int64_t>& offsets, int64_t bucket_elems, int64_t P) {
   if (bucket_elems < 1 || P < 1)
     throw std::invalid_argument("make_buckets: bucket of " + std::to_string(bucket_elems) + " elements for " +
@@ -31,23 +50,7 @@ std::vector<Bucket> make_buckets(const std::vector<int64_t>& offsets, int64_t bu
     int64_t size = numel(--i);
     while (i > 0 && size < bucket_elems) size += numel(--i);
     b.first = i;
-    // The allowed chunk boundaries: every block start of the bucket's parameters, and its end.
-    std::vector<int64_t> starts;
-    for (int64_t p = b.first; p < b.end; ++p)
-      for (int64_t s = offsets[static_cast<size_t>(p)]; s < offsets[static_cast<size_t>(p) + 1]; s += kBucketNormBlock)
-        starts.push_back(s);
-    const int64_t b0 = offsets[static_cast<size_t>(b.first)], b1 = offsets[static_cast<size_t>(b.end)];
-    starts.push_back(b1);
-    b.bounds.push_back(b0);
-    for (int64_t c = 1; c < P; ++c) {
-      const int64_t target = b0 + c * (b1 - b0) / P;
-      // The nearest allowed boundary not before the previous one (ties: the earlier).
-      auto hi = std::lower_bound(starts.begin(), starts.end(), std::max(target, b.bounds.back()));
-      int64_t pick = *hi;
-      if (hi != starts.begin() && *(hi - 1) >= b.bounds.back() && target - *(hi - 1) <= pick - target) pick = *(hi - 1);
-      b.bounds.push_back(pick);
-    }
-    b.bounds.push_back(b1);
+    b.bounds = chunk_bounds(offsets, offsets[static_cast<size_t>(b.first)], offsets[static_cast<size_t>(b.end)], P);
     buckets.push_back(std::move(b));
   }
   return buckets;

@@ -22,18 +22,21 @@
 #include <utility>
 #include <vector>
 
+#include "tfm/optim.h"
 #include "tfm/tensor.h"
 #include "tfm/train/comm.h"
 
 namespace tfm::train {
 
-// The clip norm's blocks: a parameter's gradient is summed in blocks of this many elements
-// (tfm/optim.h, clip_grad_norm), so a chunk that starts on a block start holds whole blocks.
-inline constexpr int64_t kBucketNormBlock = 16384;
+// The P chunks of the flat range [b0, b1) of the gradient (a bucket: whole parameters, parameter i at
+// [offsets[i], offsets[i + 1])): P + 1 boundaries, the first b0, the last b1, boundary c the start of
+// a norm block (offsets[i] + k·kNormBlock, tfm/optim.h) nearest to b0 + c·(b1 − b0)/P (the lower on a
+// tie, and never below boundary c − 1), so no norm block straddles two chunks. A chunk may be empty.
+std::vector<int64_t> chunk_bounds(const std::vector<int64_t>& offsets, int64_t b0, int64_t b1, int64_t P);
 
 struct Bucket {
   int64_t first = 0, end = 0;   // parameters [first, end)
-  std::vector<int64_t> bounds;  // (P + 1) flat positions: chunk c is [bounds[c], bounds[c + 1])
+  std::vector<int64_t> bounds;  // (P + 1) chunk_bounds: chunk c is [bounds[c], bounds[c + 1])
 };
 
 // The buckets of `offsets` (n + 1 flat positions for n parameters) for P ranks: bucket k covers

@@ -96,24 +96,6 @@ Generator shard_generator(const Generator& at_start, int64_t g) {
   return Generator{h, 0};
 }
 
-std::vector<int64_t> chunk_bounds(const std::vector<int64_t>& offsets, int64_t b0, int64_t b1, int64_t P) {
-  std::vector<int64_t> starts;  // the norm blocks' starts in [b0, b1), ascending, then b1
-  for (size_t i = 0; i + 1 < offsets.size(); ++i)
-    if (offsets[i] >= b0 && offsets[i + 1] <= b1)
-      for (int64_t s = offsets[i]; s < offsets[i + 1]; s += kNormBlock) starts.push_back(s);
-  starts.push_back(b1);
-  std::vector<int64_t> bounds{b0};
-  for (int64_t c = 1; c < P; ++c) {
-    const int64_t target = b0 + c * (b1 - b0) / P;
-    auto it = std::lower_bound(starts.begin(), starts.end(), target);  // the first start ≥ target
-    int64_t best = *it;
-    if (it != starts.begin() && target - *std::prev(it) <= best - target) best = *std::prev(it);
-    bounds.push_back(std::max(best, bounds.back()));
-  }
-  bounds.push_back(b1);
-  return bounds;
-}
-
 ShardedStep::ShardedStep(const std::vector<Tensor>& params, int64_t shards, Comm& comm)
     : params_(params), G_(shards), comm_(comm) {
   const int64_t P = comm.size();
@@ -130,27 +112,28 @@ ShardedStep::ShardedStep(const std::vector<Tensor>& params, int64_t shards, Comm
     losses_out_.assign(static_cast<size_t>(local_ + 2), 0.0);
     return;
   }
-  const std::vector<int64_t> bounds = chunk_bounds(offsets_, 0, N, P);
-  for (int64_t c = 0; c < P; ++c) {
-    chunk_off_.push_back(to_int(bounds[static_cast<size_t>(c)], "a gradient"));
-    chunk_len_.push_back(to_int(bounds[static_cast<size_t>(c) + 1] - bounds[static_cast<size_t>(c)], "a gradient chunk"));
+  exchange_ = std::make_unique<BucketedExchange>(params_, offsets_, local_, comm.bucket_bytes(), comm);
+  const std::vector<Bucket>& buckets = exchange_->buckets();
+  for (const Bucket& b : buckets) {
+    std::vector<int> off, len;
+    for (int64_t c = 0; c < P; ++c) {
+      off.push_back(to_int(b.bounds[static_cast<size_t>(c)], "a gradient"));
+      len.push_back(to_int(b.bounds[static_cast<size_t>(c) + 1] - b.bounds[static_cast<size_t>(c)], "a gradient chunk"));
+    }
+    chunk_off_.push_back(std::move(off));
+    chunk_len_.push_back(std::move(len));
   }
+  gathers_.assign(buckets.size(), Comm::Request{});
+  // Ownership: chunk `me` of each parameter's bucket, cut at the parameter's boundaries; the norm
+  // blocks and who owns them.
+  std::vector<size_t> bucket_of(params_.size(), 0);
+  for (size_t k = 0; k < buckets.size(); ++k)
+    for (int64_t p = buckets[k].first; p < buckets[k].end; ++p) bucket_of[static_cast<size_t>(p)] = k;
   const size_t me = static_cast<size_t>(comm.rank());
-  const int64_t mine = chunk_len_[me];
-  send_.assign(static_cast<size_t>(local_ * N), 0.0f);
-  recv_.assign(static_cast<size_t>(G_ * mine), 0.0f);
-  for (int64_t c = 0; c < P; ++c) {
-    send_counts_.push_back(to_int(local_ * chunk_len_[static_cast<size_t>(c)], "a gradient message"));
-    send_displs_.push_back(to_int(local_ * chunk_off_[static_cast<size_t>(c)], "a gradient message offset"));
-    recv_counts_.push_back(to_int(local_ * mine, "a gradient message"));
-    recv_displs_.push_back(to_int(c * local_ * mine, "a gradient message offset"));
-  }
-  // This rank's own parts of its chunk are copied straight into recv_, not sent to itself.
-  send_counts_[me] = recv_counts_[me] = 0;
-  // Ownership: chunk `me`, cut at the parameters' boundaries; the norm blocks and who owns them.
-  const int64_t own_b = chunk_off_[me], own_e = own_b + mine;
   rank_blocks_.resize(static_cast<size_t>(P));
   for (size_t i = 0; i < params_.size(); ++i) {
+    const std::vector<int64_t>& bounds = buckets[bucket_of[i]].bounds;
+    const int64_t own_b = bounds[me], own_e = bounds[me + 1];
     param_block_.push_back(static_cast<int64_t>(block_start_.size()));
     for (int64_t s = offsets_[i]; s < offsets_[i + 1]; s += kNormBlock) {
       const int64_t owner = std::upper_bound(bounds.begin(), bounds.end(), s) - bounds.begin() - 1;
@@ -189,7 +172,8 @@ void ShardedStep::copy_grads(float* dst, int64_t begin, int64_t end) const {
 }
 
 float ShardedStep::part(Model& model, Generator& gen, const Generator& at_start, const data::TokenBatch& batch,
-                        int64_t g, int64_t normalizer, float label_smoothing, bool& empty) {
+                        int64_t g, int64_t normalizer, float label_smoothing, bool& empty,
+                        BucketedExchange* exchange) {
   for (auto& p : params_) p.zero_grad();
   const auto [begin, end] = shard_rows(batch.B, G_, g);
   empty = true;
@@ -200,7 +184,9 @@ float ShardedStep::part(Model& model, Generator& gen, const Generator& at_start,
   gen = shard_generator(at_start, g);
   Tensor loss = model.loss(b, label_smoothing, normalizer);
   const float l = loss.item();
-  loss.backward();  // a non-finite loss is kept: the folded loss decides for every rank alike
+  // A non-finite loss is kept: the folded loss decides for every rank alike.
+  if (exchange) loss.backward(Tensor(), [exchange](const Tensor& leaf) { exchange->on_grad_final(leaf); });
+  else loss.backward();
   return l;
 }
 
@@ -213,7 +199,10 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
   float* acc = acc_.data();
   for (int64_t j = 0; j < local_; ++j) {
     bool empty = false;
-    losses_in_[static_cast<size_t>(j)] = part(model, gen, at_start, batch, first + j, normalizer, label_smoothing, empty);
+    // Across processes the last part's backward starts each bucket's exchange as soon as it is final.
+    BucketedExchange* during = j + 1 == local_ ? exchange_.get() : nullptr;
+    losses_in_[static_cast<size_t>(j)] =
+        part(model, gen, at_start, batch, first + j, normalizer, label_smoothing, empty, during);
     if (comm_.single()) {
       // One process: fold each part's gradient as soon as it is computed (an empty part adds zeros,
       // as the chunk owners do across processes).
@@ -233,27 +222,10 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
           for (int64_t k = 0; k < n; ++k) a[k] += d[k];
         }
       }
+    } else if (during) {
+      exchange_->finish_last(empty);  // the buckets not started during the backward (all when empty)
     } else {
-      // Part j's chunk c goes to send_[local·off_c + j·len_c ...]: each destination's block is
-      // contiguous; chunk `me` goes where the exchange would have put it, recv_[(first + j)·len_me ...],
-      // except the last part's, which the fold reads from the grads where they are defined.
-      const size_t me = static_cast<size_t>(comm_.rank());
-      last_in_grads_ = j == local_ - 1 && !empty;
-      for (size_t c = 0; c < chunk_off_.size(); ++c) {
-        float* dst = c == me ? recv_.data() + (first + j) * chunk_len_[c]
-                             : send_.data() + local_ * chunk_off_[c] + j * chunk_len_[c];
-        if (empty) {
-          std::fill(dst, dst + chunk_len_[c], 0.0f);
-        } else if (c == me && last_in_grads_) {
-          for (const ParamRange& o : owned_)
-            if (!params_[o.param].grad().defined()) {
-              float* z = dst + offsets_[o.param] + o.begin - chunk_off_[c];
-              std::fill(z, z + (o.end - o.begin), 0.0f);
-            }
-        } else {
-          copy_grads(dst, chunk_off_[c], chunk_off_[c] + chunk_len_[c]);
-        }
-      }
+      exchange_->stage_part(j, empty);
     }
   }
   const bool timed = !untimed_;
@@ -284,29 +256,8 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
 
 StepOutcome ShardedStep::run_owned(Optimizer& opt, Generator& gen, const Generator& at_start, float clip_norm,
                                    Agreement& agreement, bool timed) {
-  comm_.alltoallv(send_.data(), send_counts_.data(), send_displs_.data(), recv_.data(), recv_counts_.data(),
-                  recv_displs_.data(), timed);
+  exchange_->fold(acc_.data(), timed);  // this rank's chunks of acc_: the left fold over the G parts
   const size_t me = static_cast<size_t>(comm_.rank());
-  const int64_t len = chunk_len_[me];
-  float* mine = acc_.data() + chunk_off_[me];
-  // G ≥ P ≥ 2 parts, range by range: part 0 + part 1, then + part 2, ...
-  const int64_t last = (comm_.rank() + 1) * local_ - 1;  // this rank's last part, maybe still in the grads
-  for (const ParamRange& o : owned_) {
-    const int64_t off = offsets_[o.param] + o.begin - chunk_off_[me], n = o.end - o.begin;
-    const Tensor grad = params_[o.param].grad();
-    auto part = [&](int64_t g) -> const float* {
-      if (g == last && last_in_grads_ && grad.defined()) return grad.data() + o.begin;
-      return recv_.data() + g * len + off;
-    };
-    float* dst = mine + off;
-    const float* p0 = part(0);
-    const float* p1 = part(1);
-    for (int64_t k = 0; k < n; ++k) dst[k] = p0[k] + p1[k];
-    for (int64_t g = 2; g < G_; ++g) {
-      const float* pg = part(g);
-      for (int64_t k = 0; k < n; ++k) dst[k] += pg[k];
-    }
-  }
   // The agreement: this rank's part losses (set by run), its flags and its blocks' norm partials (an
   // owned range starts at a block start and ends at a parameter's end or at a block start, so its
   // blocks are whole norm blocks, in the order of rank_blocks_).
@@ -354,7 +305,10 @@ StepOutcome ShardedStep::run_owned(Optimizer& opt, Generator& gen, const Generat
       r.finite = std::isfinite(total);
       const float coef = clip_coefficient(total, clip_norm);
       if (r.finite && coef < 1.0f)
-        for (int64_t k = 0; k < len; ++k) mine[k] *= coef;
+        for (const ParamRange& o : owned_) {
+          float* mine = acc_.data() + offsets_[o.param];
+          for (int64_t k = o.begin; k < o.end; ++k) mine[k] *= coef;
+        }
     } else {
       r.finite = finite_partials;  // a partial is finite exactly when its elements are
     }
@@ -375,9 +329,13 @@ void ShardedStep::gather(const std::vector<Tensor>& t, bool timed) {
     if (src.defined()) std::copy(src.data() + o.begin, src.data() + o.end, dst);
     else std::fill(dst, dst + (o.end - o.begin), 0.0f);
   }
+  // One allgatherv per bucket, in place (each rank's chunk of a bucket is contiguous), all started
+  // before the first wait so that their latencies overlap.
   const size_t me = static_cast<size_t>(comm_.rank());
-  comm_.allgatherv(acc_.data() + chunk_off_[me], chunk_len_[me], acc_.data(), chunk_len_.data(), chunk_off_.data(),
-                   timed);
+  for (size_t k = 0; k < gathers_.size(); ++k)
+    gathers_[k] = comm_.start_allgatherv(acc_.data() + chunk_off_[k][me], chunk_len_[k][me], acc_.data(),
+                                         chunk_len_[k].data(), chunk_off_[k].data());
+  for (Comm::Request& g : gathers_) comm_.wait(g, timed);
   for (const ParamRange& f : foreign_) {
     Tensor dst = t[f.param];  // a handle on the same storage
     if (!dst.defined()) continue;

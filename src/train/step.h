@@ -11,6 +11,7 @@
 #include "tfm/random.h"
 #include "tfm/train/comm.h"
 #include "tfm/train/config.h"
+#include "train/buckets.h"
 
 namespace tfm::train {
 
@@ -38,12 +39,6 @@ std::pair<int64_t, int64_t> shard_rows(int64_t B, int64_t G, int64_t g);
 // generator's state at the start of the step and g.
 Generator shard_generator(const Generator& at_start, int64_t g);
 
-// The P chunks of the flat range [b0, b1) of the gradient (a bucket: whole parameters, parameter i at
-// [offsets[i], offsets[i + 1])): P + 1 boundaries, the first b0, the last b1, boundary c the start of
-// a norm block (offsets[i] + k·kNormBlock, tfm/optim.h) nearest to b0 + c·(b1 − b0)/P (the lower on a
-// tie, and never below boundary c − 1), so no norm block straddles two chunks. A chunk may be empty.
-std::vector<int64_t> chunk_bounds(const std::vector<int64_t>& offsets, int64_t b0, int64_t b1, int64_t P);
-
 // One optimisation step whose batch is cut into G parts by rows (shard_rows), the same numbers for
 // every process count P dividing G (rank r computes parts [r·G/P, (r+1)·G/P)):
 //   - part g's loss is Σ of its token losses / the whole batch's target-token count (Model::loss's
@@ -58,13 +53,15 @@ std::vector<int64_t> chunk_bounds(const std::vector<int64_t>& offsets, int64_t b
 //   - afterwards `gen` is (seed, offset + 1) of its state at the start: dropout draws never depend
 //     on who computed which part.
 // One process folds each part's gradient as soon as it is computed and steps as train_step. Across
-// processes the flat vector is cut into P chunks (chunk_bounds over the whole vector: one bucket);
-// rank c owns chunk c: every rank sends each of its parts' chunk c to rank c (alltoallv), rank c folds
-// chunk c over the G parts in order and computes the norm partials of its blocks; the partials are
-// gathered with the part losses (allgatherv), so every rank computes the same total norm, clipping
-// coefficient and finite decision; rank c clips its chunk and runs the optimizer on its elements only
-// (Optimizer::step(owned)), and the updated parameters are gathered (allgatherv). Element by element
-// that is the same fold, norm and update, hence the same bits.
+// processes the flat vector is cut into buckets of about comm.bucket_bytes() and each bucket into P
+// chunks (src/train/buckets.h); rank c owns chunk c of every bucket: every rank sends each of its
+// parts' chunk c to rank c (one alltoallv per bucket, started during the backward of the rank's last
+// part as soon as the bucket's gradients are final), rank c folds its chunks over the G parts in order
+// and computes the norm partials of its blocks; the partials are gathered with the part losses
+// (allgatherv), so every rank computes the same total norm, clipping coefficient and finite decision;
+// rank c clips its chunks and runs the optimizer on its elements only (Optimizer::step(owned)), and the
+// updated parameters are gathered (one allgatherv per bucket, all started at once). Element by element
+// that is the same fold, norm and update, hence the same bits, whatever P and the bucket size.
 // The flat buffers are allocated once, here.
 class ShardedStep {
  public:
@@ -92,10 +89,11 @@ class ShardedStep {
  private:
   // Part g's loss (a float) after its backward, its gradient left in the parameters' grads; 0 and
   // no gradient for an empty part.
+  // With `exchange`, the backward reports each final parameter gradient to it (the last local part).
   float part(Model& model, Generator& gen, const Generator& at_start, const data::TokenBatch& batch, int64_t g,
-             int64_t normalizer, float label_smoothing, bool& empty);
+             int64_t normalizer, float label_smoothing, bool& empty, BucketedExchange* exchange = nullptr);
   void copy_grads(float* dst, int64_t begin, int64_t end) const;  // flat [begin, end) of the grads
-  // P > 1, after this rank's parts: the exchange, the fold of the owned chunk, the agreement with the
+  // P > 1, after this rank's parts: the exchange, the fold of the owned chunks, the agreement with the
   // norm partials, clipping and the optimizer step on the owned elements, the parameters' gather.
   StepOutcome run_owned(Optimizer& opt, Generator& gen, const Generator& at_start, float clip_norm,
                         Agreement& agreement, bool timed);
@@ -107,12 +105,11 @@ class ShardedStep {
   std::vector<int64_t> offsets_;  // params_[i]'s gradient at flat [offsets_[i], offsets_[i + 1])
   int64_t G_, local_;             // parts, and parts per rank
   Comm& comm_;
-  std::vector<float> acc_;        // (N) the folded gradient; P > 1: this rank's chunk of it, then the gathers
-  // P > 1: (local·N) per-destination chunks (this rank's own unused), (G·chunk) received
-  std::vector<float> send_, recv_;
-  std::vector<int> chunk_off_, chunk_len_;  // chunk c of the flat vector, per rank
-  std::vector<int> send_counts_, send_displs_, recv_counts_, recv_displs_;
-  // P > 1: ownership, as lists of flat ranges (one per bucket and parameter; one bucket today).
+  std::vector<float> acc_;  // (N) the folded gradient; P > 1: this rank's chunks of it, then the gathers
+  std::unique_ptr<BucketedExchange> exchange_;  // P > 1: the buckets and the gradient exchange
+  std::vector<std::vector<int>> chunk_off_, chunk_len_;  // P > 1: per bucket, chunk c's place in the flat vector
+  std::vector<Comm::Request> gathers_;                   // P > 1: per bucket, its gather
+  // P > 1: ownership, as lists of flat ranges (one per parameter: each lies in one bucket).
   // owned_ are this rank's elements (grads in acc_), foreign_ the others (grad null); the norm blocks:
   // block k starts at flat block_start_[k], parameter i has blocks [param_block_[i], param_block_[i + 1]);
   // rank s owns the blocks rank_blocks_[s], listed in the order of its owned ranges (the order its
@@ -125,7 +122,6 @@ class ShardedStep {
   std::vector<double> losses_in_, losses_out_;
   std::vector<int> agree_counts_, agree_displs_;  // P > 1: rank s's doubles in losses_out_
   bool untimed_ = true;  // the first step: the ranks start at different times
-  bool last_in_grads_ = false;  // P > 1: this rank's last part of the step is in the grads, not in recv_
 };
 
 }  // namespace tfm::train
