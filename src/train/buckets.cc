@@ -94,13 +94,6 @@ BucketedExchange::BucketedExchange(const std::vector<Tensor>& params, const std:
   requests_.assign(buckets_.size(), Comm::Request{});
 }
 
-std::vector<std::pair<int64_t, int64_t>> BucketedExchange::owned() const {
-  std::vector<std::pair<int64_t, int64_t>> r;
-  const size_t me = static_cast<size_t>(comm_.rank());
-  for (const Bucket& b : buckets_) r.emplace_back(b.bounds[me], b.bounds[me + 1]);
-  return r;
-}
-
 void BucketedExchange::stage(size_t k, int64_t j, bool empty) {
   const Bucket& b = buckets_[k];
   const size_t me = static_cast<size_t>(comm_.rank());

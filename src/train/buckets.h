@@ -3,10 +3,9 @@
 //
 // The flat gradient vector holds the parameters in the optimizer's order, parameter i at
 // [offsets[i], offsets[i + 1]). It is cut into buckets of consecutive parameters of about
-// bucket_bytes each (make_buckets), from the last parameter backwards: the backward finishes the last parameters
-// (the output projection, the top layers) first, so bucket 0 holds them and is ready first. Each
-// bucket [b0, b1) is cut into P chunks whose boundaries are norm-block starts (offsets[i] +
-// k·kNormBlock) or b1, each the one nearest to b0 + c·(b1 − b0)/P: rank r owns chunk r of every
+// bucket_bytes each (make_buckets), from the last parameter backwards: the backward finishes the last
+// parameters (the output projection, the top layers) first, so bucket 0 holds them and is ready first.
+// Each bucket is cut into P chunks on norm-block starts (chunk_bounds): rank r owns chunk r of every
 // bucket. The fold of chunk c over the G parts is element-wise, so neither the bucket size nor the
 // chunk boundaries change a bit of the result; the block-aligned boundaries let a chunk's owner
 // compute whole norm blocks of the clip norm.
@@ -56,8 +55,6 @@ class BucketedExchange {
   BucketedExchange(const std::vector<Tensor>& params, const std::vector<int64_t>& offsets, int64_t local_parts,
                    int64_t bucket_bytes, Comm& comm);
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  // This rank's chunks of the flat vector, one per bucket in bucket order: [begin, end).
-  std::vector<std::pair<int64_t, int64_t>> owned() const;
 
   // Part j's gradients (the parameters' grads now; zeros when `empty`) into the send buffer.
   void stage_part(int64_t j, bool empty);
