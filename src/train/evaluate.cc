@@ -2,6 +2,7 @@
 // (tfm/train/evaluate.h).
 #include "tfm/train/evaluate.h"
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -172,14 +173,28 @@ void check_parts(int part, int parts) {
                                 std::to_string(parts) + " (expected 0 <= part < parts)");
 }
 
-// Every rank's record gathered in rank order, then replayed. Untimed: a rank's share may be one
-// batch longer than another's and an evaluation's length has no bound, so it must not trip
-// --comm-timeout.
-TeacherForced gather_and_replay(Comm& comm, const std::vector<double>& mine) {
+// Seconds since construction.
+struct Stopwatch {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+};
+
+// Every rank's record gathered in rank order, then replayed. The ranks started their shares together
+// (they left the step's exchange together) and the shares differ by one batch at most, so each
+// waits for the others --comm-timeout plus twice the `share_seconds` its own share took: an
+// evaluation however long does not trip the timeout, and a rank stopped or stuck during it is still
+// detected.
+TeacherForced gather_and_replay(Comm& comm, const std::vector<double>& mine, double share_seconds) {
+  struct Grace {  // the timeout raised for the gather, restored however it ends
+    Comm& c;
+    const double saved;
+    Grace(Comm& comm, double extra) : c(comm), saved(comm.timeout()) { c.set_timeout(saved + extra); }
+    ~Grace() { c.set_timeout(saved); }
+  } grace(comm, 2 * share_seconds);
   const int P = comm.size();
   const double n = static_cast<double>(mine.size());
   std::vector<double> sizes(static_cast<size_t>(P));
-  comm.allgather(&n, 1, sizes.data(), /*timed=*/false);
+  comm.allgather(&n, 1, sizes.data(), /*timed=*/true);
   std::vector<int> counts(static_cast<size_t>(P)), displs(static_cast<size_t>(P));
   int total = 0;
   for (int r = 0; r < P; ++r) {
@@ -190,7 +205,7 @@ TeacherForced gather_and_replay(Comm& comm, const std::vector<double>& mine) {
     total += counts[static_cast<size_t>(r)];
   }
   std::vector<double> all(static_cast<size_t>(total));
-  comm.allgatherv(mine.data(), static_cast<int>(mine.size()), all.data(), counts.data(), displs.data(), /*timed=*/false);
+  comm.allgatherv(mine.data(), static_cast<int>(mine.size()), all.data(), counts.data(), displs.data(), /*timed=*/true);
   std::vector<std::vector<double>> parts(static_cast<size_t>(P));
   for (int r = 0; r < P; ++r)
     parts[static_cast<size_t>(r)].assign(all.begin() + displs[static_cast<size_t>(r)],
@@ -265,8 +280,11 @@ TeacherForced teacher_forced_replay(const std::vector<std::vector<double>>& part
 
 TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size,
                                       Comm* comm) {
-  if (comm && !comm->single())
-    return gather_and_replay(*comm, teacher_forced_part(model, examples, batch_size, comm->rank(), comm->size()));
+  if (comm && !comm->single()) {
+    const Stopwatch share;
+    const std::vector<double> mine = teacher_forced_part(model, examples, batch_size, comm->rank(), comm->size());
+    return gather_and_replay(*comm, mine, share.seconds());
+  }
   InferenceMode scope;  // float32, weights packed once for all batches
   model.eval();
   const ModelConfig& m = model.config();
@@ -283,9 +301,12 @@ TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Exam
 
 TeacherForced evaluate_teacher_forced_text(Model& model, const data::TextCorpus& corpus, int64_t block_size,
                                            int64_t batch_size, Comm* comm) {
-  if (comm && !comm->single())
-    return gather_and_replay(*comm,
-                             teacher_forced_text_part(model, corpus, block_size, batch_size, comm->rank(), comm->size()));
+  if (comm && !comm->single()) {
+    const Stopwatch share;
+    const std::vector<double> mine =
+        teacher_forced_text_part(model, corpus, block_size, batch_size, comm->rank(), comm->size());
+    return gather_and_replay(*comm, mine, share.seconds());
+  }
   InferenceMode scope;
   model.eval();
   TeacherForcedSums sums;

@@ -327,7 +327,8 @@ data::TokenBatch Run::next_batch() {
 
 void Run::evaluate_and_record() {
   // Several processes: every rank forwards its share of the validation batches and every rank gets
-  // the same figures (evaluate.h; its gather waits without a deadline). The ranks leave it together,
+  // the same figures (evaluate.h; its gather waits --comm-timeout plus twice the rank's own share of
+  // the work, so no evaluation is too long for it). The ranks leave it together,
   // so the next step's exchange keeps its timeout.
   Comm* comm = comm_.single() ? nullptr : &comm_;
   const TeacherForced tf = c_.text() ? evaluate_teacher_forced_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch, comm)

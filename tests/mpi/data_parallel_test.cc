@@ -395,6 +395,33 @@ TEST_F(Mpirun, StoppedRankMakesTheJobFailWithinTheCommTimeout) {
   EXPECT_NE(err.find("within --comm-timeout 2 s"), std::string::npos) << err;
 }
 
+// The same while the ranks evaluate: with a validation set far larger than a step's batch and an
+// evaluation after every step, rank 1 is stopped (most likely) inside its share of an evaluation,
+// and rank 0 must not wait for its records forever.
+TEST_F(Mpirun, StoppedRankDuringAnEvaluationIsDetected) {
+  const std::string d = temp_dir("mpi_stop_eval");
+  write_pairs(d + "/train.tsv", 40, 5);
+  write_pairs(d + "/valid.tsv", 60000, 6);
+  const std::string script =
+      mpirun(2) + kCli + " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" +
+      kTinySeq2seq.substr(0, kTinySeq2seq.find(" --eval-every")) +
+      " --eval-every 1 --max-steps 1000000 --comm-timeout 2 --out " + d + "/run 2>" + d + "/err & pid=$!; " +
+      "for i in $(seq 600); do grep -q '^eval' " + d + "/err 2>/dev/null && break; sleep 0.1; done; sleep 0.2; " +
+      "for p in $(pgrep -P $pid); do tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && rank=$p; done; " +
+      "kill -STOP $rank; start=$(date +%s); " +
+      "( sleep 60; kill -KILL $(pgrep -P $pid) $pid ) >/dev/null 2>&1 & guard=$!; " +
+      "wait $pid; rc=$?; echo rc=$rc seconds=$(( $(date +%s) - start )); " +
+      "kill -KILL $rank $guard 2>/dev/null; true";
+  std::string out;
+  run_command(script, &out);
+  EXPECT_EQ(out.find("rc=0 "), std::string::npos) << out;
+  const auto s = out.find("seconds=");
+  ASSERT_NE(s, std::string::npos) << out;
+  EXPECT_LE(std::stoi(out.substr(s + 8)), 30) << out;
+  const std::string err = read_file(d + "/err");
+  EXPECT_NE(err.find("within --comm-timeout"), std::string::npos) << err;
+}
+
 TEST_F(Mpirun, ShardsNotAMultipleOfTheProcessesIsAnError) {
   const std::string d = temp_dir("mpi_bad");
   std::string out;

@@ -5,9 +5,9 @@
 // world communicator (Comm::world(), after the program called MPI_Init: the library never
 // initialises or finalises MPI). Every collective is started non-blocking and waited for by polling
 // MPI_Test: a timed wait gives up after timeout() seconds with CommTimeout (a peer stopped, stuck or
-// dead), an untimed one waits as long as it takes (the trainer uses those after a checkpoint and in
-// the split evaluation's gather, whose length has no bound). On CommTimeout the program should print the message and
-// call abort_all(): the other ranks may be blocked forever otherwise.
+// dead), an untimed one waits as long as it takes (the ranks other than 0 after a checkpoint, which
+// rank 0 alone writes, however long that takes). On CommTimeout the program should print the message
+// and call abort_all(): the other ranks may be blocked forever otherwise.
 //
 // The gradient exchange may also run in the background of the backward: start_alltoallv and
 // start_allgatherv start a collective and return a Request at once, progress() drives every started
