@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #ifdef TFM_HAVE_MPI
@@ -236,6 +237,21 @@ void Comm::wait(Request& r, [[maybe_unused]] bool timed) {
 #endif
   outstanding_->released.push_back(r.id);
   r.id = -1;
+}
+
+void Comm::broadcast([[maybe_unused]] std::string& bytes, [[maybe_unused]] bool timed) {
+  if (size_ == 1) return;
+#ifdef TFM_HAVE_MPI
+  long long n = static_cast<long long>(bytes.size());
+  MPI_Request req;
+  check(MPI_Ibcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD, &req), "MPI_Ibcast");
+  poll_until_done(req, *this, "the broadcast from rank 0 (its length)", timed);
+  if (n > std::numeric_limits<int>::max())
+    throw std::runtime_error("Comm::broadcast: " + std::to_string(n) + " bytes exceed what one MPI message counts");
+  bytes.resize(static_cast<size_t>(n));
+  check(MPI_Ibcast(bytes.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD, &req), "MPI_Ibcast");
+  poll_until_done(req, *this, "the broadcast from rank 0", timed);
+#endif
 }
 
 void Comm::abort_all([[maybe_unused]] int code) const {

@@ -33,6 +33,23 @@ data::SpmOptions spm_options(const TrainConfig& c, int64_t vocab_size) {
   return o;
 }
 
+// A SentencePiece model trained once: by `build` in one process; under MPI by rank 0 alone, whose
+// model (its .model bytes) every other rank receives, waiting without a deadline (training takes as
+// long as it takes; a failure on rank 0 aborts the whole job). `name` is what build names it.
+template <typename Build>
+data::Tokenizer trained_once(Comm* comm, const std::string& name, const Build& build) {
+  if (!comm || comm->single()) return build();
+  std::string model;
+  if (comm->rank() == 0) {
+    data::Tokenizer t = build();
+    model = t.spm_model();
+    comm->broadcast(model, /*timed=*/false);
+    return t;
+  }
+  comm->broadcast(model, /*timed=*/false);
+  return data::Tokenizer::from_spm_model(std::move(model), name);
+}
+
 // A saved vocabulary must be its SentencePiece model's pieces (both come from the same directory).
 void check_spm_vocab(const data::Vocab& v, const data::Tokenizer& t) {
   if (v.tokens() != t.vocab().tokens())
@@ -40,11 +57,14 @@ void check_spm_vocab(const data::Vocab& v, const data::Tokenizer& t) {
                           std::to_string(t.vocab().size()) + " pieces, " + std::to_string(v.size()) + " entries)");
 }
 
-void load_text(const TrainConfig& c, const data::Vocab* tgt_vocab, const std::string& saved_dir, Dataset& ds) {
+void load_text(const TrainConfig& c, const data::Vocab* tgt_vocab, const std::string& saved_dir, Comm* comm,
+               Dataset& ds) {
   if (c.tgt_tokens == data::Tokenization::SPM) {
     if (!saved_dir.empty()) ds.tgt_tokenizer = model_dir::load_tokenizer(saved_dir, c.tgt_tokens, /*target=*/true);
     else if (!c.spm_model.empty()) ds.tgt_tokenizer = data::Tokenizer::load_spm(c.spm_model);
-    else ds.tgt_tokenizer = data::train_text_spm(c.text_path, spm_options(c, c.vocab_size));
+    else
+      ds.tgt_tokenizer =
+          trained_once(comm, c.text_path + " (its SentencePiece model)", [&] { return data::train_text_spm(c.text_path, spm_options(c, c.vocab_size)); });
     ds.tgt_vocab = ds.tgt_tokenizer.vocab();
     if (tgt_vocab) check_spm_vocab(*tgt_vocab, ds.tgt_tokenizer);
   } else {
@@ -85,7 +105,7 @@ void load_text(const TrainConfig& c, const data::Vocab* tgt_vocab, const std::st
 
 // The TSV sides' tokenizers: a saved directory's models, the configured .model files, or models
 // trained on the training file's sides (one on both with joint_vocab).
-void tsv_tokenizers(const TrainConfig& c, const std::string& saved_dir, Dataset& ds) {
+void tsv_tokenizers(const TrainConfig& c, const std::string& saved_dir, Comm* comm, Dataset& ds) {
   ds.src_tokenizer = c.src_tokens;
   ds.tgt_tokenizer = c.tgt_tokens;
   const bool src_spm = c.src_tokens == data::Tokenization::SPM, tgt_spm = c.tgt_tokens == data::Tokenization::SPM;
@@ -106,11 +126,13 @@ void tsv_tokenizers(const TrainConfig& c, const std::string& saved_dir, Dataset&
     std::vector<std::string_view> lines(a.begin(), a.end());
     if (b) lines.insert(lines.end(), b->begin(), b->end());
     const std::string name = c.train_path + " (" + what + ")";
-    try {
-      return data::Tokenizer::from_spm_model(data::train_spm(lines, spm_options(c, size), name), name);
-    } catch (const std::invalid_argument& e) {
-      throw data::DataError(e.what());
-    }
+    return trained_once(comm, name, [&] {
+      try {
+        return data::Tokenizer::from_spm_model(data::train_spm(lines, spm_options(c, size), name), name);
+      } catch (const std::invalid_argument& e) {
+        throw data::DataError(e.what());
+      }
+    });
   };
   if (c.joint_vocab) {
     ds.src_tokenizer = ds.tgt_tokenizer = train(sides.src, &sides.tgt, c.vocab_size, "both sides, joint vocabulary");
@@ -127,10 +149,10 @@ void tsv_tokenizers(const TrainConfig& c, const std::string& saved_dir, Dataset&
 }  // namespace
 
 Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const data::Vocab* tgt_vocab,
-                     const std::string& saved_dir) {
+                     const std::string& saved_dir, Comm* comm) {
   Dataset ds;
   if (c.text()) {
-    load_text(c, tgt_vocab, saved_dir, ds);
+    load_text(c, tgt_vocab, saved_dir, comm, ds);
     return ds;
   }
   if (c.task) {
@@ -141,7 +163,7 @@ Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const d
     ds.valid_set = task_eval_set(*c.task, c.seed, data::Split::VALID, c.task_valid_size);
     return ds;
   }
-  tsv_tokenizers(c, saved_dir, ds);
+  tsv_tokenizers(c, saved_dir, comm, ds);
   data::TsvOptions o;
   o.src_tokens = ds.src_tokenizer;
   o.tgt_tokens = ds.tgt_tokenizer;

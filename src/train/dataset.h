@@ -9,6 +9,7 @@
 #include "tfm/data/text.h"
 #include "tfm/data/tokenizer.h"
 #include "tfm/data/vocab.h"
+#include "tfm/train/comm.h"
 #include "tfm/train/config.h"
 #include "tfm/train/evaluate.h"
 
@@ -31,10 +32,12 @@ struct Dataset {
 // saved vocabularies and `saved_dir`, the directory whose SentencePiece models the spm sides use;
 // these are then used as they are. Otherwise the vocabularies are built from the training file
 // (text data: from the text file, or byte_vocab()); an spm side trains its model on the training
-// file's side (or loads the configured .model file) and its vocabulary is the model's pieces. A TSV token that a given vocabulary lacks maps to its <unk>, or without one throws DataError
-// "<path>:<line>: ..." naming the token.
+// file's side (or loads the configured .model file) and its vocabulary is the model's pieces; with
+// several processes (`comm`) rank 0 alone trains it and sends it to the others. A TSV token that a
+// given vocabulary lacks maps to its <unk>, or without one throws DataError "<path>:<line>: ..."
+// naming the token.
 Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const data::Vocab* tgt_vocab,
-                     const std::string& saved_dir = "");
+                     const std::string& saved_dir = "", Comm* comm = nullptr);
 
 // A task's training examples for one epoch: fresh ones every epoch, a pure function of (seed, epoch).
 std::vector<data::Example> task_epoch(const TrainConfig& c, int64_t epoch);

@@ -214,7 +214,8 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
       throw std::invalid_argument(vocab_files + ": not the built-in tasks' vocabulary, so the task " +
                                   std::string(enum_name(*c_.task)) + " cannot be encoded with them");
   }
-  ds_ = load_dataset(c_, saved_src.get(), saved_tgt.get(), resume ? c_.out_dir : c_.init_from);
+  ds_ = load_dataset(c_, saved_src.get(), saved_tgt.get(), resume ? c_.out_dir : c_.init_from,
+                     comm_.single() ? nullptr : &comm_);
   for (const auto& n : ds_.notes) note(ProgressEvent::Kind::NOTE, n);
   // A run started from a model directory keeps that model's configuration (saved whole in the run's
   // config.json, so a resume reads it back as it is); otherwise the data sizes the model.

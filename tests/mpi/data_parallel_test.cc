@@ -261,6 +261,29 @@ TEST_F(Mpirun, DecoderOnTextTwoProcessesEqualOneWithTwoShards) {
   EXPECT_TRUE(same_run(d + "/one", d + "/two"));
 }
 
+// A SentencePiece language model: rank 0 alone trains the model and sends it to rank 1 (a broken
+// broadcast leaves rank 1 nothing to load, and the run fails); the run equals one process's, the
+// saved spm.model included.
+TEST_F(Mpirun, SentencePieceModelTrainedOnceAndSharedEqualsOneProcess) {
+  const std::string d = temp_dir("mpi_spm");
+  const std::string args = " train --text /usr/share/common-licenses/GPL-3 --tokens spm --vocab-size 400 "
+                           "--d-model 16 --nhead 2 --layers 1 --dim-feedforward 32 --block-size 16 --batch-size 5 "
+                           "--max-steps 4 --eval-every 2 --valid-fraction 0.05 --threads 1";
+  std::string out;
+  ASSERT_EQ(run_command(kCli + args + " --grad-shards 2 --out " + d + "/one", &out), 0) << out;
+  ASSERT_EQ(run_command(mpirun(2) + kCli + args + " --out " + d + "/two", &out), 0) << out;
+  EXPECT_TRUE(same_run(d + "/one", d + "/two"));
+  EXPECT_FALSE(read_file(d + "/one/spm.model").empty());
+  EXPECT_EQ(read_file(d + "/one/spm.model"), read_file(d + "/two/spm.model"));
+  // Rank 0 failing to train ends the job, the rank waiting for its model included.
+  std::string args_bad = args;
+  args_bad.replace(args_bad.find("--vocab-size 400"), 16, "--vocab-size 300");
+  EXPECT_NE(run_command(mpirun(2) + kCli + args_bad + " --out " + d + "/bad 2>&1", &out), 0);
+  EXPECT_NE(out.find("tfm: error (rank 0 of 2): /usr/share/common-licenses/GPL-3: SentencePiece cannot make"),
+            std::string::npos)
+      << out;
+}
+
 // The sharded optimizer step (each rank clips and steps only its chunk, then the parameters are
 // gathered) with clipping active: a model whose FFN matrices (32 × 600 = 19,200 elements) are two norm
 // blocks each, so chunk boundaries fall inside a parameter, at a block start. A --clip-norm of 0.01

@@ -67,6 +67,9 @@ class Comm {
   void allgatherv(const double* send, int count, double* recv, const int* counts, const int* displs, bool timed);
   // recv (n · size doubles) ← every rank's n doubles, in rank order: MPI_Allgather.
   void allgather(const double* send, int n, double* recv, bool timed);
+  // bytes ← rank 0's bytes, on every rank (MPI_Bcast of the length, then of the bytes); the single
+  // process keeps its own.
+  void broadcast(std::string& bytes, bool timed);
   // Stops every process of the run (MPI_Abort); the single process returns.
   void abort_all(int code) const;
 
