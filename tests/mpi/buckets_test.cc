@@ -7,11 +7,9 @@
 // MPI or mpirun (as tests/mpi/data_parallel_test.cc).
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "mpi/mpi_test_util.h"
 #include "test_util.h"
 #include "tfm/train/comm.h"
 
@@ -20,65 +18,13 @@ namespace {
 
 using testing::run_command;
 using testing::temp_dir;
+using testing::read_file;
+using testing::same_run;
+using testing::write_pairs;
 
 const std::string kCli = TFM_CLI_PATH;
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// trainer_state.safetensors as (tensor bytes, header without the wall-clock fields).
-std::pair<std::string, nlohmann::json> state_without_clock(const std::string& path) {
-  const std::string b = read_file(path);
-  if (b.size() < 8) return {"", nlohmann::json()};
-  uint64_t n = 0;
-  std::memcpy(&n, b.data(), 8);
-  nlohmann::json h = nlohmann::json::parse(b.substr(8, n));
-  nlohmann::json st = nlohmann::json::parse(h["__metadata__"]["tfm_trainer_state"].get<std::string>());
-  st.erase("elapsed");
-  for (auto& row : st["history"]) {
-    row.erase("tokens_per_sec");
-    row.erase("elapsed_seconds");
-  }
-  h["__metadata__"]["tfm_trainer_state"] = st;
-  return {b.substr(8 + n), h};
-}
-
-::testing::AssertionResult same_run(const std::string& a, const std::string& b) {
-  if (read_file(a + "/model.safetensors").empty()) return ::testing::AssertionFailure() << a << ": no model";
-  if (read_file(a + "/model.safetensors") != read_file(b + "/model.safetensors"))
-    return ::testing::AssertionFailure() << a << "/model.safetensors and " << b << "/model.safetensors differ";
-  const auto [ta, ha] = state_without_clock(a + "/trainer_state.safetensors");
-  const auto [tb, hb] = state_without_clock(b + "/trainer_state.safetensors");
-  if (ta != tb) return ::testing::AssertionFailure() << "the tensors of the trainer states of " << a << " and " << b << " differ";
-  if (ha != hb) return ::testing::AssertionFailure() << "trainer states differ:\n" << ha.dump() << "\n" << hb.dump();
-  return ::testing::AssertionSuccess();
-}
-
-class MpirunBuckets : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!train::Comm::available()) GTEST_SKIP() << "tfm was built without MPI (TFM_MPI=OFF): nothing to launch";
-    if (run_command("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not on the PATH (openmpi-bin)";
-  }
-  static std::string mpirun(int np) {
-    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np " +
-           std::to_string(np) + " ";
-  }
-};
-
-void write_pairs(const std::string& path, int n, uint64_t seed) {
-  testing::Rng g(seed);
-  std::ofstream f(path);
-  for (int i = 0; i < n; ++i) {
-    std::string w;
-    for (int k = 0, len = g.uniform_int(2, 6); k < len; ++k) w += static_cast<char>('a' + g.uniform_int(0, 4));
-    f << w << '\t' << std::string(w.rbegin(), w.rend()) << '\n';
-  }
-}
+using MpirunBuckets = testing::MpirunTest;
 
 // Dropout on and clipping on (the norm's block partials come from the chunks' owners).
 TEST_F(MpirunBuckets, ManyBucketsUnderTwoAndThreeProcessesEqualOneProcess) {

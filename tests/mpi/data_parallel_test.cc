@@ -1,21 +1,17 @@
 // tests/mpi/data_parallel_test.cc — data parallelism (TrainConfig::grad_shards, mpirun -np P): the
 // sharded step against the unsharded one in one process, and runs under mpirun against one process
-// with the same --grad-shards, bit for bit. The mpirun tests are skipped, saying why, when the library
-// was built without MPI or mpirun is not on the PATH. Open MPI refuses to run as root unless told:
-// the allow-root variables are set here, on the test's command lines only.
-//
-// Equality of two run directories (same_run): model.safetensors byte for byte; in
-// trainer_state.safetensors every tensor's bytes and the whole saved state except the wall-clock
-// fields (elapsed, and each history row's tokens_per_sec and elapsed_seconds), which no two runs
-// share.
+// with the same --grad-shards, bit for bit: model.safetensors and trainer_state.safetensors byte for
+// byte (same_run, tests/mpi/mpi_test_util.h, which also skips the mpirun tests, saying why, without
+// MPI or mpirun).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "mpi/mpi_test_util.h"
 #include "test_util.h"
+#include "tfm/io/safetensors.h"
 #include "tfm/models/model.h"
 #include "tfm/optim.h"
 #include "tfm/train/comm.h"
@@ -26,43 +22,11 @@ namespace {
 
 using testing::run_command;
 using testing::temp_dir;
+using testing::read_file;
+using testing::same_run;
+using testing::write_pairs;
 
 const std::string kCli = TFM_CLI_PATH;
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// trainer_state.safetensors as (tensor bytes, header with the wall-clock fields removed).
-std::pair<std::string, nlohmann::json> state_without_clock(const std::string& path) {
-  const std::string b = read_file(path);
-  if (b.size() < 8) return {"", nlohmann::json()};
-  uint64_t n = 0;
-  std::memcpy(&n, b.data(), 8);
-  nlohmann::json h = nlohmann::json::parse(b.substr(8, n));
-  nlohmann::json st = nlohmann::json::parse(h["__metadata__"]["tfm_trainer_state"].get<std::string>());
-  st.erase("elapsed");
-  for (auto& row : st["history"]) {
-    row.erase("tokens_per_sec");
-    row.erase("elapsed_seconds");
-  }
-  h["__metadata__"]["tfm_trainer_state"] = st;
-  return {b.substr(8 + n), h};
-}
-
-::testing::AssertionResult same_run(const std::string& a, const std::string& b) {
-  if (read_file(a + "/model.safetensors").empty()) return ::testing::AssertionFailure() << a << ": no model";
-  if (read_file(a + "/model.safetensors") != read_file(b + "/model.safetensors"))
-    return ::testing::AssertionFailure() << a << "/model.safetensors and " << b << "/model.safetensors differ";
-  const auto [ta, ha] = state_without_clock(a + "/trainer_state.safetensors");
-  const auto [tb, hb] = state_without_clock(b + "/trainer_state.safetensors");
-  if (ta != tb) return ::testing::AssertionFailure() << "the tensors of the trainer states of " << a << " and " << b << " differ";
-  if (ha != hb) return ::testing::AssertionFailure() << "trainer states differ:\n" << ha.dump() << "\n" << hb.dump();
-  return ::testing::AssertionSuccess();
-}
 
 // ---- the sharded step in one process ----
 
@@ -181,27 +145,7 @@ TEST(ChunkBounds, SnapToTheNearestNormBlockStart) {
 
 // ---- mpirun against one process ----
 
-class Mpirun : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!train::Comm::available()) GTEST_SKIP() << "tfm was built without MPI (TFM_MPI=OFF): nothing to launch";
-    if (run_command("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not on the PATH (openmpi-bin)";
-  }
-  static std::string mpirun(int np) {
-    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np " +
-           std::to_string(np) + " ";
-  }
-};
-
-void write_pairs(const std::string& path, int n, uint64_t seed) {
-  testing::Rng g(seed);
-  std::ofstream f(path);
-  for (int i = 0; i < n; ++i) {
-    std::string w;
-    for (int k = 0, len = g.uniform_int(2, 6); k < len; ++k) w += static_cast<char>('a' + g.uniform_int(0, 4));
-    f << w << '\t' << std::string(w.rbegin(), w.rend()) << '\n';
-  }
-}
+using Mpirun = testing::MpirunTest;
 
 const std::string kTinySeq2seq =
     " --arch seq2seq --d-model 16 --nhead 2 --layers 1 --dim-feedforward 32 --dropout 0.2 --batch-size 7 --threads 1"
@@ -382,8 +326,9 @@ TEST_F(Mpirun, SigintToMpirunStopsEveryRankAtOneStepWithOneCheckpoint) {
   ASSERT_NE(at, std::string::npos) << err;
   EXPECT_EQ(at, err.rfind("terminated (SIGTERM) at step ")) << err;  // rank 0 alone reports
   const int64_t step = std::stoll(err.substr(at + 29));
-  const nlohmann::json state = state_without_clock(d + "/run/trainer_state.safetensors").second;
-  EXPECT_EQ(state["__metadata__"]["tfm_trainer_state"]["step"], step) << "the checkpoint is not at the reported step";
+  const io::SafeTensorsFile state = io::load_safetensors(d + "/run/trainer_state.safetensors");
+  EXPECT_EQ(nlohmann::json::parse(state.metadata.at("tfm_trainer_state")).at("step"), step)
+      << "the checkpoint is not at the reported step";
   ASSERT_EQ(run_command(kCli + " train --resume " + d + "/run --max-steps " + std::to_string(step + 2) + " --threads 1", &out), 0)
       << out;
   EXPECT_NE(out.find("trained " + std::to_string(step + 2) + " steps"), std::string::npos) << out;
