@@ -8,16 +8,12 @@
 #include <string>
 
 namespace tfm::train {
-namespace {
-
 int to_int(int64_t n, const char* what) {
   if (n > std::numeric_limits<int>::max())
     throw std::invalid_argument(std::string("train: ") + what + " of " + std::to_string(n) +
                                 " floats exceeds what one MPI message counts (2^31 - 1); use more processes");
   return static_cast<int>(n);
 }
-
-}  // namespace
 
 std::vector<int64_t> chunk_bounds(const std::vector<int64_t>& offsets, int64_t b0, int64_t b1, int64_t P) {
   std::vector<int64_t> starts;  // the norm blocks' starts in [b0, b1), ascending, then b1

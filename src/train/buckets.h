@@ -27,6 +27,9 @@
 
 namespace tfm::train {
 
+// n as an MPI count; throws std::invalid_argument naming `what` when n exceeds 2^31 − 1.
+int to_int(int64_t n, const char* what);
+
 // The P chunks of the flat range [b0, b1) of the gradient (a bucket: whole parameters, parameter i at
 // [offsets[i], offsets[i + 1])): P + 1 boundaries, the first b0, the last b1, boundary c the start of
 // a norm block (offsets[i] + k·kNormBlock, tfm/optim.h) nearest to b0 + c·(b1 − b0)/P (the lower on a

@@ -82,13 +82,6 @@ data::TokenBatch slice_rows(const data::TokenBatch& b, int64_t begin, int64_t en
   return p;
 }
 
-int to_int(int64_t n, const char* what) {
-  if (n > std::numeric_limits<int>::max())
-    throw std::invalid_argument(std::string("train: ") + what + " of " + std::to_string(n) +
-                                " floats exceeds what one MPI message counts (2^31 - 1); use more processes");
-  return static_cast<int>(n);
-}
-
 }  // namespace
 
 Generator shard_generator(const Generator& at_start, int64_t g) {

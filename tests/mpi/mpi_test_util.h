@@ -35,14 +35,17 @@ inline ::testing::AssertionResult same_run(const std::string& a, const std::stri
 }
 
 class MpirunTest : public ::testing::Test {
+ public:
+  // The launch line's start: "mpirun -np <np> " with the allow-root and oversubscribe settings.
+  static std::string mpirun(int np) {
+    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np " +
+           std::to_string(np) + " ";
+  }
+
  protected:
   void SetUp() override {
     if (!train::Comm::available()) GTEST_SKIP() << "tfm was built without MPI (TFM_MPI=OFF): nothing to launch";
     if (run_command("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not on the PATH (openmpi-bin)";
-  }
-  static std::string mpirun(int np) {
-    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np " +
-           std::to_string(np) + " ";
   }
 };
 
