@@ -92,10 +92,18 @@ BatchPlan plan_eval(const std::vector<Example>& examples, const BatchSettings& s
 
 TokenBatch make_batch(const std::vector<Example>& examples, const std::vector<int64_t>& indices, TargetLayout layout,
                       int32_t pad_id, int32_t bos_id, int32_t eos_id) {
+  return make_batch_rows(examples, indices, 0, static_cast<int64_t>(indices.size()), layout, pad_id, bos_id, eos_id);
+}
+
+TokenBatch make_batch_rows(const std::vector<Example>& examples, const std::vector<int64_t>& indices, int64_t r0,
+                           int64_t r1, TargetLayout layout, int32_t pad_id, int32_t bos_id, int32_t eos_id) {
   if (indices.empty()) throw std::invalid_argument("make_batch: no examples");
+  if (r0 < 0 || r1 < r0 || r1 > static_cast<int64_t>(indices.size()))
+    throw std::invalid_argument("make_batch: rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ") of " +
+                                std::to_string(indices.size()));
   const bool encoder = layout == TargetLayout::PER_POSITION;
   TokenBatch b;
-  b.B = static_cast<int64_t>(indices.size());
+  b.B = r1 - r0;
   for (int64_t i : indices) {
     const Example& e = examples.at(static_cast<size_t>(i));
     if (encoder && e.src.size() != e.tgt.size())
@@ -109,7 +117,7 @@ TokenBatch make_batch(const std::vector<Example>& examples, const std::vector<in
   b.tgt_out.assign(static_cast<size_t>(b.B * b.T), pad_id);
   if (!encoder) b.tgt_in.assign(static_cast<size_t>(b.B * b.T), pad_id);
   for (int64_t r = 0; r < b.B; ++r) {
-    const Example& e = examples[static_cast<size_t>(indices[static_cast<size_t>(r)])];
+    const Example& e = examples[static_cast<size_t>(indices[static_cast<size_t>(r0 + r)])];
     std::copy(e.src.begin(), e.src.end(), b.src.begin() + r * b.S);
     std::copy(e.tgt.begin(), e.tgt.end(), b.tgt_out.begin() + r * b.T);
     if (!encoder) {
@@ -124,6 +132,18 @@ TokenBatch make_batch(const std::vector<Example>& examples, const std::vector<in
 
 int64_t count_target_tokens(const TokenBatch& batch, int32_t pad_id) {
   return static_cast<int64_t>(std::count_if(batch.tgt_out.begin(), batch.tgt_out.end(), [&](int32_t t) { return t != pad_id; }));
+}
+
+// tgt_out's row of an example is its target, then (SHIFTED) eos, then pads.
+int64_t count_target_tokens(const std::vector<Example>& examples, const std::vector<int64_t>& indices,
+                            TargetLayout layout, int32_t pad_id, int32_t eos_id) {
+  int64_t n = 0;
+  for (int64_t i : indices) {
+    const Example& e = examples.at(static_cast<size_t>(i));
+    n += std::count_if(e.tgt.begin(), e.tgt.end(), [&](int32_t t) { return t != pad_id; });
+    if (layout == TargetLayout::SHIFTED && eos_id != pad_id) ++n;
+  }
+  return n;
 }
 
 }  // namespace tfm::data

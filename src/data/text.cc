@@ -399,7 +399,18 @@ TokenBatch window_batch(const TextCorpus& corpus, const std::vector<int64_t>& st
   return b;
 }
 
+int64_t count_window_targets(const TextCorpus& corpus, const std::vector<int64_t>& starts, int64_t T, int32_t pad_id) {
+  int64_t n = 0;
+  for (const int64_t s : starts)
+    for (int64_t t = 0; t < T; ++t) n += corpus[s + t + 1] != pad_id;
+  return n;
+}
+
 TokenBatch random_windows(const TextCorpus& corpus, int64_t block_size, int64_t B, Generator& gen) {
+  return window_batch(corpus, random_window_starts(corpus, block_size, B, gen), block_size);
+}
+
+std::vector<int64_t> random_window_starts(const TextCorpus& corpus, int64_t block_size, int64_t B, Generator& gen) {
   check_windows(corpus, block_size);
   const uint64_t first = gen.take(static_cast<uint64_t>(B));
   const uint64_t positions = static_cast<uint64_t>(corpus.size() - block_size);  // starts 0 .. size − block − 1
@@ -408,7 +419,7 @@ TokenBatch random_windows(const TextCorpus& corpus, int64_t block_size, int64_t 
     SplitMix64 g(mix_seed(gen.seed, first + static_cast<uint64_t>(r), 0x77696e64ull /* "wind" */));
     starts[static_cast<size_t>(r)] = static_cast<int64_t>(g.below(positions));
   }
-  return window_batch(corpus, starts, block_size);
+  return starts;
 }
 
 int64_t sequential_batch_count(const TextCorpus& corpus, int64_t block_size, int64_t B) {
@@ -418,11 +429,15 @@ int64_t sequential_batch_count(const TextCorpus& corpus, int64_t block_size, int
 }
 
 TokenBatch sequential_windows(const TextCorpus& corpus, int64_t block_size, int64_t B, int64_t k) {
+  return window_batch(corpus, sequential_window_starts(corpus, block_size, B, k), block_size);
+}
+
+std::vector<int64_t> sequential_window_starts(const TextCorpus& corpus, int64_t block_size, int64_t B, int64_t k) {
   const int64_t windows = (corpus.size() - 1) / block_size;
   std::vector<int64_t> starts;
   for (int64_t w = k * B; w < std::min(windows, (k + 1) * B); ++w) starts.push_back(w * block_size);
   if (starts.empty()) throw std::out_of_range("sequential batch " + std::to_string(k) + " beyond the epoch");
-  return window_batch(corpus, starts, block_size);
+  return starts;
 }
 
 int64_t validation_batch_count(const TextCorpus& corpus, int64_t block_size, int64_t B) {

@@ -164,18 +164,17 @@ void ShardedStep::copy_grads(float* dst, int64_t begin, int64_t end) const {
   }
 }
 
-float ShardedStep::part(Model& model, Generator& gen, const Generator& at_start, const data::TokenBatch& batch,
-                        int64_t g, int64_t normalizer, float label_smoothing, bool& empty,
-                        BucketedExchange* exchange) {
+float ShardedStep::part(Model& model, Generator& gen, const Generator& at_start, const BatchRows& batch, int64_t g,
+                        float label_smoothing, bool& empty, BucketedExchange* exchange) {
   for (auto& p : params_) p.zero_grad();
   const auto [begin, end] = shard_rows(batch.B, G_, g);
   empty = true;
   if (begin == end) return 0.0f;
-  const data::TokenBatch b = slice_rows(batch, begin, end);
+  const data::TokenBatch b = slice_rows(batch.rows, begin - batch.first_row, end - batch.first_row);
   if (data::count_target_tokens(b, model.config().pad_id) == 0) return 0.0f;
   empty = false;
   gen = shard_generator(at_start, g);
-  Tensor loss = model.loss(b, label_smoothing, normalizer);
+  Tensor loss = model.loss(b, label_smoothing, batch.targets);
   const float l = loss.item();
   // A non-finite loss is kept: the folded loss decides for every rank alike.
   if (exchange) loss.backward(Tensor(), [exchange](const Tensor& leaf) { exchange->on_grad_final(leaf); });
@@ -183,10 +182,20 @@ float ShardedStep::part(Model& model, Generator& gen, const Generator& at_start,
   return l;
 }
 
+std::pair<int64_t, int64_t> ShardedStep::rows_of(int64_t B) const {
+  const int64_t first = comm_.rank() * local_;
+  return {shard_rows(B, G_, first).first, shard_rows(B, G_, first + local_ - 1).second};
+}
+
 StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const data::TokenBatch& batch,
                              float label_smoothing, float clip_norm, Agreement& agreement) {
+  const BatchRows whole{batch, 0, batch.B, data::count_target_tokens(batch, model.config().pad_id)};
+  return run(model, opt, gen, whole, label_smoothing, clip_norm, agreement);
+}
+
+StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const BatchRows& batch,
+                             float label_smoothing, float clip_norm, Agreement& agreement) {
   const Generator at_start = gen;
-  const int64_t normalizer = data::count_target_tokens(batch, model.config().pad_id);
   const int64_t N = offsets_.back();
   const int64_t first = comm_.rank() * local_;  // this rank's parts: [first, first + local_)
   float* acc = acc_.data();
@@ -195,7 +204,7 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
     // Across processes the last part's backward starts each bucket's exchange as soon as it is final.
     BucketedExchange* during = j + 1 == local_ ? exchange_.get() : nullptr;
     losses_in_[static_cast<size_t>(j)] =
-        part(model, gen, at_start, batch, first + j, normalizer, label_smoothing, empty, during);
+        part(model, gen, at_start, batch, first + j, label_smoothing, empty, during);
     if (comm_.single()) {
       // One process: fold each part's gradient as soon as it is computed (an empty part adds zeros,
       // as the chunk owners do across processes).

@@ -75,6 +75,16 @@ class ShardedStep {
   ShardedStep& operator=(const ShardedStep&) = delete;
   StepOutcome run(Model& model, Optimizer& opt, Generator& gen, const data::TokenBatch& batch, float label_smoothing,
                   float clip_norm, Agreement& agreement);
+  // Rows [first_row, first_row + rows.B) of a batch of B rows (padded to its lengths) whose target
+  // tokens number `targets`: what a rank builds of each batch (rows_of says which rows it needs).
+  struct BatchRows {
+    const data::TokenBatch& rows;
+    int64_t first_row = 0, B = 0, targets = 0;
+  };
+  StepOutcome run(Model& model, Optimizer& opt, Generator& gen, const BatchRows& batch, float label_smoothing,
+                  float clip_norm, Agreement& agreement);
+  // The rows [begin, end) of a batch of B rows that this rank's parts cover.
+  std::pair<int64_t, int64_t> rows_of(int64_t B) const;
   // The next step's first wait has no deadline (rank 0 may still be writing a checkpoint, which takes
   // as long as it takes); later waits have comm.timeout() again. The first step's first wait has none
   // either: the ranks finish loading at different times.
@@ -90,8 +100,8 @@ class ShardedStep {
   // Part g's loss (a float) after its backward, its gradient left in the parameters' grads; 0 and
   // no gradient for an empty part.
   // With `exchange`, the backward reports each final parameter gradient to it (the last local part).
-  float part(Model& model, Generator& gen, const Generator& at_start, const data::TokenBatch& batch, int64_t g,
-             int64_t normalizer, float label_smoothing, bool& empty, BucketedExchange* exchange = nullptr);
+  float part(Model& model, Generator& gen, const Generator& at_start, const BatchRows& batch, int64_t g,
+             float label_smoothing, bool& empty, BucketedExchange* exchange = nullptr);
   void copy_grads(float* dst, int64_t begin, int64_t end) const;  // flat [begin, end) of the grads
   // P > 1, after this rank's parts: the exchange, the fold of the owned chunks, the agreement with the
   // norm partials, clipping and the optimizer step on the owned elements, the parameters' gather.

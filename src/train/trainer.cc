@@ -128,7 +128,9 @@ class Run {
   void load_epoch(int64_t e);
   const std::vector<data::Example>& train_set() const { return c_.task ? epoch_examples_ : ds_.train; }
   int64_t epoch_batches() const { return c_.text() ? text_batches_ : static_cast<int64_t>(plan_.size()); }
-  data::TokenBatch next_batch();  // the batch at (epoch, batch); text windows may draw from gen_
+  // The batch at (epoch, batch) — with several processes only the rows this rank's parts cover,
+  // padded to the whole batch's lengths; text windows may draw from gen_.
+  ShardedStep::BatchRows next_batch(data::TokenBatch& rows);
   void evaluate_and_record();
   void checkpoint();
   double elapsed() const { return elapsed_before_ + seconds_since(session_start_); }
@@ -318,12 +320,25 @@ void Run::load_epoch(int64_t e) {
   plan_epoch_ = e;
 }
 
-data::TokenBatch Run::next_batch() {
-  if (!c_.text())
-    return data::make_batch(train_set(), plan_[static_cast<size_t>(st_.batch)], mc_.target_layout(), mc_.pad_id, mc_.bos_id,
-                            mc_.eos_id);
-  if (c_.sequential) return data::sequential_windows(ds_.text_train, c_.block_size, c_.batch.batch_size, st_.batch);
-  return data::random_windows(ds_.text_train, c_.block_size, c_.batch.batch_size, gen_);
+ShardedStep::BatchRows Run::next_batch(data::TokenBatch& rows) {
+  // The rows [r0, r1) this process computes of a batch of B rows: all of them in one process.
+  const auto mine = [&](int64_t B) {
+    return sharded_ && !comm_.single() ? sharded_->rows_of(B) : std::pair<int64_t, int64_t>{0, B};
+  };
+  if (!c_.text()) {
+    const std::vector<int64_t>& indices = plan_[static_cast<size_t>(st_.batch)];
+    const int64_t B = static_cast<int64_t>(indices.size());
+    const auto [r0, r1] = mine(B);
+    rows = data::make_batch_rows(train_set(), indices, r0, r1, mc_.target_layout(), mc_.pad_id, mc_.bos_id, mc_.eos_id);
+    return {rows, r0, B, data::count_target_tokens(train_set(), indices, mc_.target_layout(), mc_.pad_id, mc_.eos_id)};
+  }
+  const std::vector<int64_t> starts =
+      c_.sequential ? data::sequential_window_starts(ds_.text_train, c_.block_size, c_.batch.batch_size, st_.batch)
+                    : data::random_window_starts(ds_.text_train, c_.block_size, c_.batch.batch_size, gen_);
+  const int64_t B = static_cast<int64_t>(starts.size());
+  const auto [r0, r1] = mine(B);
+  rows = data::window_batch(ds_.text_train, std::vector<int64_t>(starts.begin() + r0, starts.begin() + r1), c_.block_size);
+  return {rows, r0, B, data::count_window_targets(ds_.text_train, starts, c_.block_size, mc_.pad_id)};
 }
 
 void Run::evaluate_and_record() {
@@ -393,7 +408,8 @@ TrainResult Run::train() {
         reason = StopReason::MAX_STEPS;
         break;
       }
-      const data::TokenBatch b = next_batch();
+      data::TokenBatch rows;
+      const ShardedStep::BatchRows b = next_batch(rows);
       ++st_.batch;
       lr_now_ = scheduled_lr(schedule_, c_.lr, st_.step + 1, c_.warmup, total_steps_, c_.min_lr);
       opt_->set_lr(static_cast<float>(lr_now_));
@@ -405,7 +421,7 @@ TrainResult Run::train() {
         agreed.time_up = c_.time_budget > 0 && elapsed() >= c_.time_budget;
       }
       const StepOutcome s = sharded_ ? sharded_->run(*model_, *opt_, gen_, b, c_.label_smoothing, c_.clip_norm, agreed)
-                                     : train_step(*model_, *opt_, params_, b, c_.label_smoothing, c_.clip_norm);
+                                     : train_step(*model_, *opt_, params_, rows, c_.label_smoothing, c_.clip_norm);
       if (!s.finite) {
         if (!c_.skip_nonfinite) throw TrainingDiverged(diverged_message(c_, st_, s));
         ++st_.skipped;
@@ -422,7 +438,7 @@ TrainResult Run::train() {
         ++st_.step;
         st_.loss_sum += s.loss;
         ++st_.loss_count;
-        const int64_t ntok = data::count_target_tokens(b, mc_.pad_id);
+        const int64_t ntok = b.targets;
         st_.tokens += ntok;
         tokens_session_ += ntok;
       }

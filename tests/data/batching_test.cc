@@ -79,5 +79,37 @@ TEST(Batching, MakeBatchLayouts) {
   EXPECT_THROW(make_batch(bad, {0}, TargetLayout::PER_POSITION, 0, 20, 21), std::invalid_argument);
 }
 
+// A data-parallel rank builds only its rows, padded to the whole batch's lengths, and counts the
+// whole batch's targets from the examples; both must be what the whole batch says.
+TEST(Batching, RowsOfABatchAndTargetsWithoutBuildingIt) {
+  const std::vector<Example> ex = examples(40, 3);
+  std::vector<int64_t> idx = {5, 17, 2, 33, 8, 21, 14};
+  for (const TargetLayout layout : {TargetLayout::SHIFTED, TargetLayout::PER_POSITION}) {
+    const TokenBatch whole = make_batch(ex, idx, layout, 0, 1, 2);
+    EXPECT_EQ(count_target_tokens(ex, idx, layout, 0, 2), count_target_tokens(whole, 0));
+    for (const auto& [r0, r1] : std::vector<std::pair<int64_t, int64_t>>{{0, 7}, {0, 3}, {3, 7}, {6, 7}, {4, 4}}) {
+      const TokenBatch rows = make_batch_rows(ex, idx, r0, r1, layout, 0, 1, 2);
+      EXPECT_EQ(rows.B, r1 - r0);
+      EXPECT_EQ(rows.S, whole.S);
+      EXPECT_EQ(rows.T, whole.T);
+      EXPECT_EQ(rows.src, std::vector<int32_t>(whole.src.begin() + r0 * whole.S, whole.src.begin() + r1 * whole.S));
+      EXPECT_EQ(rows.tgt_out,
+                std::vector<int32_t>(whole.tgt_out.begin() + r0 * whole.T, whole.tgt_out.begin() + r1 * whole.T));
+      if (layout == TargetLayout::SHIFTED) {
+        EXPECT_EQ(rows.tgt_in,
+                  std::vector<int32_t>(whole.tgt_in.begin() + r0 * whole.T, whole.tgt_in.begin() + r1 * whole.T));
+      }
+    }
+  }
+  // A target token equal to the pad id is not a target, in both counts; an eos that is the pad id
+  // neither.
+  const std::vector<Example> padded = {{{4, 5}, {0, 6}}, {{7}, {8}}};
+  EXPECT_EQ(count_target_tokens(padded, {0, 1}, TargetLayout::SHIFTED, 0, 2),
+            count_target_tokens(make_batch(padded, {0, 1}, TargetLayout::SHIFTED, 0, 1, 2), 0));
+  EXPECT_EQ(count_target_tokens(padded, {0, 1}, TargetLayout::SHIFTED, 0, 0),
+            count_target_tokens(make_batch(padded, {0, 1}, TargetLayout::SHIFTED, 0, 1, 0), 0));
+  EXPECT_THROW(make_batch_rows(ex, idx, 3, 8, TargetLayout::SHIFTED, 0, 1, 2), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace tfm::data

@@ -144,6 +144,15 @@ TEST(Text, RandomWindowsAreShiftedPairsFromTheGenerator) {
   EXPECT_EQ(random_windows(c, 8, 64, h).src, b.src);  // same generator state, same windows
   const TokenBatch next = random_windows(c, 8, 64, h);
   EXPECT_NE(next.src, b.src);
+  // The starts alone draw the same (what a data-parallel rank uses to build only its rows), and the
+  // targets counted over them are the batch's.
+  Generator k{7, 0};
+  const std::vector<int64_t> s = random_window_starts(c, 8, 64, k);
+  EXPECT_EQ(k.offset, 64u);
+  EXPECT_EQ(window_batch(c, s, 8).src, b.src);
+  EXPECT_EQ(count_window_targets(c, s, 8, 0), count_target_tokens(b, 0));
+  EXPECT_EQ(count_window_targets(c, s, 8, 9), count_target_tokens(b, 9));  // id 9 counted as the pad
+  EXPECT_EQ(window_batch(c, sequential_window_starts(c, 8, 3, 1), 8).src, sequential_windows(c, 8, 3, 1).src);
 }
 
 TEST(Text, SequentialAndValidationWindowsCoverTheText) {

@@ -52,8 +52,15 @@ BatchPlan plan_eval(const std::vector<Example>& examples, const BatchSettings& s
 // the example when its target and source lengths differ).
 TokenBatch make_batch(const std::vector<Example>& examples, const std::vector<int64_t>& indices,
                       TargetLayout layout, int32_t pad_id, int32_t bos_id, int32_t eos_id);
+// Rows [r0, r1) of that batch alone (B = r1 − r0), padded to the whole batch's S and T: what one
+// process of a data-parallel run builds of the rows it computes.
+TokenBatch make_batch_rows(const std::vector<Example>& examples, const std::vector<int64_t>& indices, int64_t r0,
+                           int64_t r1, TargetLayout layout, int32_t pad_id, int32_t bos_id, int32_t eos_id);
 
 // Target tokens a batch contributes to the loss (non-pad entries of tgt_out).
 int64_t count_target_tokens(const TokenBatch& batch, int32_t pad_id);
+// The same for make_batch(examples, indices, layout, pad_id, ., eos_id), without building it.
+int64_t count_target_tokens(const std::vector<Example>& examples, const std::vector<int64_t>& indices,
+                            TargetLayout layout, int32_t pad_id, int32_t eos_id);
 
 }  // namespace tfm::data

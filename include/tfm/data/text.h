@@ -100,11 +100,15 @@ void check_windows(const TextCorpus& corpus, int64_t block_size);
 
 // The batch of windows starting at `starts` with T inputs each: src (B, T), tgt_out (B, T).
 TokenBatch window_batch(const TextCorpus& corpus, const std::vector<int64_t>& starts, int64_t T);
-// B random windows of block_size (nanoGPT's get_batch), drawing from `gen`.
+// count_target_tokens(window_batch(corpus, starts, T), pad_id) without building the batch.
+int64_t count_window_targets(const TextCorpus& corpus, const std::vector<int64_t>& starts, int64_t T, int32_t pad_id);
+// B random windows of block_size (nanoGPT's get_batch), drawing from `gen`; their starts alone.
 TokenBatch random_windows(const TextCorpus& corpus, int64_t block_size, int64_t B, Generator& gen);
-// Sequential mode: batches per epoch, and batch k of an epoch.
+std::vector<int64_t> random_window_starts(const TextCorpus& corpus, int64_t block_size, int64_t B, Generator& gen);
+// Sequential mode: batches per epoch, and batch k of an epoch (and its starts alone).
 int64_t sequential_batch_count(const TextCorpus& corpus, int64_t block_size, int64_t B);
 TokenBatch sequential_windows(const TextCorpus& corpus, int64_t block_size, int64_t B, int64_t k);
+std::vector<int64_t> sequential_window_starts(const TextCorpus& corpus, int64_t block_size, int64_t B, int64_t k);
 // Validation: the batches (at most B rows of full windows each, then the shorter last window alone)
 // covering the whole corpus, in order.
 int64_t validation_batch_count(const TextCorpus& corpus, int64_t block_size, int64_t B);
