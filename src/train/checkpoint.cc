@@ -15,12 +15,23 @@ namespace {
 using json = nlohmann::ordered_json;
 constexpr const char* kStateKey = "tfm_trainer_state";  // the metadata entry holding State as JSON
 
-// An EvalRow's computed fields, kept in trainer_state.safetensors (names as in metrics.csv): the same
-// bits for the same run however many processes or threads ran it.
+// Calls f(name, field) for each of an EvalRow's computed fields, kept in trainer_state.safetensors
+// (names as in metrics.csv): the same bits for the same run however many processes or threads ran it.
+// The one list both writing and reading use.
+template <typename Row, typename F>
+void for_each_computed_field(Row& r, const F& f) {
+  f("step", r.step);
+  f("epoch", r.epoch);
+  f("lr", r.lr);
+  f("train_loss", r.train_loss);
+  f("valid_loss", r.valid_loss);
+  f("valid_token_accuracy", r.valid_token_accuracy);
+  f("valid_sequence_accuracy", r.valid_sequence_accuracy);
+}
 json computed_fields(const EvalRow& r) {
-  return {{"step", r.step}, {"epoch", r.epoch}, {"lr", r.lr}, {"train_loss", r.train_loss},
-          {"valid_loss", r.valid_loss}, {"valid_token_accuracy", r.valid_token_accuracy},
-          {"valid_sequence_accuracy", r.valid_sequence_accuracy}};
+  json j = json::object();
+  for_each_computed_field(r, [&](const char* name, const auto& v) { j[name] = v; });
+  return j;
 }
 // Its wall-clock fields, kept in trainer_clock.json.
 json clock_fields(const EvalRow& r) {
@@ -120,13 +131,7 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
     st.history.clear();
     for (const auto& r : s.at("history")) {
       EvalRow row;
-      row.step = r.at("step");
-      row.epoch = r.at("epoch");
-      row.lr = r.at("lr");
-      row.train_loss = r.at("train_loss");
-      row.valid_loss = r.at("valid_loss");
-      row.valid_token_accuracy = r.at("valid_token_accuracy");
-      row.valid_sequence_accuracy = r.at("valid_sequence_accuracy");
+      for_each_computed_field(row, [&](const char* name, auto& v) { r.at(name).get_to(v); });
       st.history.push_back(row);
     }
     read_clock(dir, s, st);
