@@ -1,6 +1,6 @@
 // src/optim.cc — torch.optim.SGD, Adam and AdamW (the single-tensor, non-foreach paths of
-// PyTorch 1.13, which is what runs on the CPU by default), clip_grad_norm_ and the learning-rate
-// schedules.
+// PyTorch 1.13, which is what runs on the CPU by default) with their steps on owned elements
+// (src/optim_shards.h), and clip_grad_norm_ with its blockwise pieces.
 //
 // Arithmetic follows PyTorch's order of operations so results agree to a few float32 ulps:
 // scalar coefficients (bias corrections, step size) are computed in double like Python floats and
@@ -10,13 +10,16 @@
 //
 // To add an optimizer: derive from Optimizer, keep one state tensor per parameter and slot (lazily
 // created on the first step that sees a gradient, like torch), name the slots as torch's state
-// dict does, and extend tests/gen/gen_optim.py + tests/optim_test.cc.
+// dict does, and extend tests/gen/gen_optim.py + tests/optim_test.cc. To step it across processes,
+// give it its case in detail::OptimizerShards (src/optim_shards.h), beside its step() here.
 #include "tfm/optim.h"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 #include <stdexcept>
+
+#include "optim_shards.h"
 #include "quote.h"
 
 namespace tfm {
@@ -124,45 +127,39 @@ void SGD::step() {
     }
     sgd_update(pp, gp, bp, n, wd, mu, neg_lr, first);
   }
-  ++steps_;
 }
 
-void SGD::step(const std::vector<ParamRange>& owned) {
-  std::vector<bool> first(params_.size(), false);
-  if (momentum_ != 0.0f)
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (!buf_[i].defined()) {
-        buf_[i] = Tensor::empty(params_[i].shape());
+void detail::OptimizerShards::step(SGD& sgd, const std::vector<ParamRange>& owned) {
+  const size_t n = sgd.params_.size();
+  const float mu = sgd.momentum_;
+  std::vector<bool> first(n, false);
+  if (mu != 0.0f)
+    for (size_t i = 0; i < n; ++i)
+      if (!sgd.buf_[i].defined()) {
+        sgd.buf_[i] = Tensor::empty(sgd.params_[i].shape());
         first[i] = true;
       }
   for (const ParamRange& r : owned) {
-    float* pp = params_[r.param].data() + r.begin;
-    float* bp = momentum_ != 0.0f ? buf_[r.param].data() + r.begin : nullptr;
-    sgd_update(pp, r.grad, bp, r.end - r.begin, weight_decay_, momentum_, -lr_, first[r.param]);
+    float* pp = sgd.params_[r.param].data() + r.begin;
+    float* bp = mu != 0.0f ? sgd.buf_[r.param].data() + r.begin : nullptr;
+    sgd_update(pp, r.grad, bp, r.end - r.begin, sgd.weight_decay_, mu, -sgd.lr_, first[r.param]);
   }
-  ++steps_;
 }
 
-std::vector<std::vector<Tensor>> SGD::state_slots() {
-  if (momentum_ == 0.0f) return {};
-  return {buf_};
-}
-
-NamedTensors SGD::state() const {
+NamedTensors SGD::state_dict() const {
   NamedTensors s;
   for (size_t i = 0; i < params_.size(); ++i)
     if (buf_[i].defined()) s.insert(keys_[i] + ".momentum_buffer", buf_[i].clone());
   return s;
 }
 
-void SGD::load_state(const NamedTensors& s, int64_t steps) {
+void SGD::load_state_dict(const NamedTensors& s) {
   std::set<std::string> used;
   std::vector<Tensor> buf(params_.size());
   for (size_t i = 0; i < params_.size(); ++i)
     buf[i] = take_slot(s, keys_[i], "momentum_buffer", params_[i], used);
   reject_unused(s, used);
   buf_ = std::move(buf);
-  steps_ = steps;
 }
 
 // ---- Adam / AdamW ---------------------------------------------------------------------------------
@@ -274,24 +271,21 @@ void Adam::step() {
     const int mode = begin_param_step(i, s);
     adam_update(mode, p.data(), g.data(), m_[i].data(), v_[i].data(), p.numel(), s);
   }
-  ++steps_;
 }
 
-void Adam::step(const std::vector<ParamRange>& owned) {
-  std::vector<AdamScalars> s(params_.size(), scalars());
-  std::vector<int> mode(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) mode[i] = begin_param_step(i, s[i]);
+void detail::OptimizerShards::step(Adam& adam, const std::vector<ParamRange>& owned) {
+  const size_t n = adam.params_.size();
+  std::vector<AdamScalars> s(n, adam.scalars());
+  std::vector<int> mode(n);
+  for (size_t i = 0; i < n; ++i) mode[i] = adam.begin_param_step(i, s[i]);
   for (const ParamRange& r : owned) {
     const size_t i = r.param;
-    adam_update(mode[i], params_[i].data() + r.begin, r.grad, m_[i].data() + r.begin, v_[i].data() + r.begin,
-                r.end - r.begin, s[i]);
+    adam_update(mode[i], adam.params_[i].data() + r.begin, r.grad, adam.m_[i].data() + r.begin,
+                adam.v_[i].data() + r.begin, r.end - r.begin, s[i]);
   }
-  ++steps_;
 }
 
-std::vector<std::vector<Tensor>> Adam::state_slots() { return {m_, v_}; }
-
-NamedTensors Adam::state() const {
+NamedTensors Adam::state_dict() const {
   NamedTensors s;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!m_[i].defined()) continue;
@@ -303,7 +297,7 @@ NamedTensors Adam::state() const {
   return s;
 }
 
-void Adam::load_state(const NamedTensors& s, int64_t steps) {
+void Adam::load_state_dict(const NamedTensors& s) {
   std::set<std::string> used;
   std::vector<Tensor> m(params_.size()), v(params_.size());
   std::vector<int64_t> st(params_.size(), 0);
@@ -319,14 +313,38 @@ void Adam::load_state(const NamedTensors& s, int64_t steps) {
   m_ = std::move(m);
   v_ = std::move(v);
   step_ = std::move(st);
-  steps_ = steps;
 }
 
-// ---- clipping and schedules -----------------------------------------------------------------------
+// ---- the sharded step's dispatch (src/optim_shards.h) ---------------------------------------------
+namespace {
+
+[[noreturn]] void fail_not_shardable() {
+  fail("optimizer: only tfm's SGD and Adam step on the elements a process owns (several processes); "
+       "another optimizer trains in one process");
+}
+
+}  // namespace
+
+void detail::OptimizerShards::step(Optimizer& opt, const std::vector<ParamRange>& owned) {
+  if (auto* adam = dynamic_cast<Adam*>(&opt)) return step(*adam, owned);
+  if (auto* sgd = dynamic_cast<SGD*>(&opt)) return step(*sgd, owned);
+  fail_not_shardable();
+}
+
+std::vector<std::vector<Tensor>> detail::OptimizerShards::state_slots(Optimizer& opt) {
+  if (auto* adam = dynamic_cast<Adam*>(&opt)) return {adam->m_, adam->v_};
+  if (auto* sgd = dynamic_cast<SGD*>(&opt)) {
+    if (sgd->momentum_ == 0.0f) return {};
+    return {sgd->buf_};
+  }
+  fail_not_shardable();
+}
+
+// ---- clipping -------------------------------------------------------------------------------------
 // torch.nn.utils.clip_grad_norm_(norm_type=2): total = ‖(‖g_1‖, ‖g_2‖, …)‖; c = max_norm/(total + 1e-6);
 // every grad is multiplied by min(c, 1). Norms accumulate in double and round to float like torch's
-// float32 results; each tensor's sum of squares is folded from blocks of kNormBlock elements (optim.h),
-// the order processes that hold different blocks can reproduce.
+// float32 results; each tensor's sum of squares is folded from blocks of kNormBlock elements
+// (src/optim_shards.h), the order processes that hold different blocks can reproduce.
 namespace {
 
 constexpr int64_t kChains = 4;  // blocks summed at once by norm_block_partials

@@ -24,13 +24,14 @@ bool cpu_has_avx512() {
   return has && !force_scalar();
 }
 
-// SplitMix64's output step on the state seed·φ + counter (φ = 2⁶⁴/golden ratio): a cheap, well-mixed
-// 64-bit hash, so dropout masks and initial weights are a pure function of (seed, element index).
+// SplitMix64's output step on the state seed·φ + counter + φ (φ = 2⁶⁴/golden ratio): a cheap,
+// well-mixed 64-bit hash, so dropout masks and initial weights are a pure function of (seed, element
+// index).
 // One round is enough: it passes the uniformity, consecutive-pair and seed-to-seed tests
 // (tests/kernels/elementwise_test.cc, ElementwiseKernel.HashIsUniformAndUncorrelated), which a
 // second round does not improve while adding to the cost of every draw (bench/RESULTS.md, "Design
 // measurements behind the kernels").
-uint64_t philox_hash(uint64_t seed, uint64_t counter) {
+uint64_t splitmix64(uint64_t seed, uint64_t counter) {
   uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter + 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;

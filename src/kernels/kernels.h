@@ -260,21 +260,24 @@ void cross_entropy_backward(const float* logits, const int32_t* target, const fl
 // ---- Random numbers -------------------------------------------------------------------------------
 // Counter-based: the value for index i depends only on (seed, i), so results never depend on
 // thread count or on the order in which elements are visited.
-uint64_t philox_hash(uint64_t seed, uint64_t counter);  // splitmix-style 64-bit mix of (seed, counter)
+// SplitMix64's output step (Steele, Lea, Flood 2014) on the state seed·φ + counter + φ, φ =
+// 0x9E3779B97F4A7C15: a cheap, well-mixed 64-bit hash of (seed, counter). With seed 0 it is
+// SplitMix64's next output from the state `counter`, a mix of one word.
+uint64_t splitmix64(uint64_t seed, uint64_t counter);
 inline float uniform01(uint64_t seed, uint64_t counter) {  // [0, 1), 24 random bits
-  return static_cast<float>(philox_hash(seed, counter) >> 40) * (1.0f / 16777216.0f);
+  return static_cast<float>(splitmix64(seed, counter) >> 40) * (1.0f / 16777216.0f);
 }
 
 // Dropout's own hash, 32 bits per (seed, counter), built for 32-bit SIMD lanes: it is evaluated for
-// every attention probability in the forward and again in the backward, where philox_hash's 64-bit
+// every attention probability in the forward and again in the backward, where splitmix64's 64-bit
 // lanes (8 per vector, two 64-bit multiplies each) would be a sizeable share of a long-sequence
 // training step (bench/RESULTS.md, "Design measurements behind the kernels").
-// counter = hi·2³² + lo: a key per (seed, hi) from philox_hash, then Wellons' "lowbias32" integer
+// counter = hi·2³² + lo: a key per (seed, hi) from splitmix64, then Wellons' "lowbias32" integer
 // mix of lo with the key xored in after its first multiply (xoring it into the input instead would
 // make two seeds' masks permutations of each other). Statistics: tests/kernels/elementwise_test.cc.
 constexpr uint32_t kDropoutMul1 = 0x7feb352du, kDropoutMul2 = 0x846ca68bu;
 inline uint32_t dropout_key(uint64_t seed, uint64_t hi) {
-  return static_cast<uint32_t>(philox_hash(seed, hi) >> 32);
+  return static_cast<uint32_t>(splitmix64(seed, hi) >> 32);
 }
 inline uint32_t dropout_mix(uint32_t lo, uint32_t key) {
   uint32_t x = (lo ^ (lo >> 16)) * kDropoutMul1;

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "tfm/optim.h"
+#include "optim_shards.h"
 #include "tfm/tensor.h"
 #include "tfm/train/comm.h"
 
@@ -32,7 +32,7 @@ int to_int(int64_t n, const char* what);
 
 // The P chunks of the flat range [b0, b1) of the gradient (a bucket: whole parameters, parameter i at
 // [offsets[i], offsets[i + 1])): P + 1 boundaries, the first b0, the last b1, boundary c the start of
-// a norm block (offsets[i] + k·kNormBlock, tfm/optim.h) nearest to b0 + c·(b1 − b0)/P (the lower on a
+// a norm block (offsets[i] + k·kNormBlock, src/optim_shards.h) nearest to b0 + c·(b1 − b0)/P (the lower on a
 // tie, and never below boundary c − 1), so no norm block straddles two chunks. A chunk may be empty.
 std::vector<int64_t> chunk_bounds(const std::vector<int64_t>& offsets, int64_t b0, int64_t b1, int64_t P);
 

@@ -78,11 +78,14 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
   io::save_safetensors(model_dir::path(dir, model_dir::MODEL), params, {{"format", "pt"}});
   NamedTensors all;
   for (auto& [k, t] : params) all.insert("model." + k, t);
-  for (auto& [k, t] : opt.state()) all.insert("optim." + k, t);
+  for (auto& [k, t] : opt.state_dict()) all.insert("optim." + k, t);
+  // "optimizer_steps" is the count of optimizer steps, which st.step is (a skipped batch advances
+  // neither): the Optimizer keeps no count of its own (tfm/optim.h), and the entry stays so that the
+  // file is what it always was. read_checkpoint does not need it.
   json s = {{"step", st.step}, {"epoch", st.epoch}, {"batch", st.batch}, {"loss_sum", st.loss_sum},
             {"loss_count", st.loss_count}, {"tokens", st.tokens}, {"skipped", st.skipped},
             {"rng_seed", gen.seed}, {"rng_offset", gen.offset},
-            {"optimizer_steps", opt.steps()}, {"history", json::array()}};
+            {"optimizer_steps", st.step}, {"history", json::array()}};
   if (!st.text_hash.empty()) s["text_hash"] = st.text_hash;
   json clock = {{"elapsed", st.elapsed}, {"history", json::array()}};
   for (const auto& r : st.history) {
@@ -116,7 +119,7 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
   model.load_state_dict(weights, path);
   try {
     const json s = json::parse(it->second);
-    opt.load_state(optim, s.at("optimizer_steps").get<int64_t>());
+    opt.load_state_dict(optim);
     st.step = s.at("step");
     st.epoch = s.at("epoch");
     st.batch = s.at("batch");

@@ -6,6 +6,8 @@
 #include <iterator>
 #include <limits>
 
+#include "kernels/kernels.h"
+
 namespace tfm::train {
 namespace {
 
@@ -58,13 +60,6 @@ std::pair<int64_t, int64_t> shard_rows(int64_t B, int64_t G, int64_t g) {
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Rows [begin, end) of `b`, at its padded lengths.
 data::TokenBatch slice_rows(const data::TokenBatch& b, int64_t begin, int64_t end) {
   data::TokenBatch p;
@@ -85,7 +80,9 @@ data::TokenBatch slice_rows(const data::TokenBatch& b, int64_t begin, int64_t en
 }  // namespace
 
 Generator shard_generator(const Generator& at_start, int64_t g) {
-  const uint64_t h = splitmix64(splitmix64(splitmix64(at_start.seed) ^ at_start.offset) ^ static_cast<uint64_t>(g));
+  // Three SplitMix64 outputs (seed 0: the mix of the state x alone) over seed, offset and g.
+  const auto mix = [](uint64_t x) { return kernels::splitmix64(0, x); };
+  const uint64_t h = mix(mix(mix(at_start.seed) ^ at_start.offset) ^ static_cast<uint64_t>(g));
   return Generator{h, 0};
 }
 
@@ -316,7 +313,7 @@ StepOutcome ShardedStep::run_owned(Optimizer& opt, Generator& gen, const Generat
     }
   }
   if (r.finite) {
-    opt.step(owned_);
+    detail::OptimizerShards::step(opt, owned_);
     // The updated parameters: this rank's slice into acc_ (its gradient is spent), then everyone's.
     gather(params_, /*timed=*/true);
   }
@@ -348,7 +345,7 @@ void ShardedStep::gather(const std::vector<Tensor>& t, bool timed) {
 
 void ShardedStep::gather_optimizer_state(Optimizer& opt) {
   if (comm_.single()) return;
-  for (const std::vector<Tensor>& slot : opt.state_slots()) gather(slot, /*timed=*/true);
+  for (const std::vector<Tensor>& slot : detail::OptimizerShards::state_slots(opt)) gather(slot, /*timed=*/true);
 }
 
 }  // namespace tfm::train

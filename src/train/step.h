@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "optim_shards.h"
 #include "tfm/data/batching.h"
 #include "tfm/models/model.h"
 #include "tfm/optim.h"
@@ -59,9 +60,10 @@ Generator shard_generator(const Generator& at_start, int64_t g);
 // part as soon as the bucket's gradients are final), rank c folds its chunks over the G parts in order
 // and computes the norm partials of its blocks; the partials are gathered with the part losses
 // (allgatherv), so every rank computes the same total norm, clipping coefficient and finite decision;
-// rank c clips its chunks and runs the optimizer on its elements only (Optimizer::step(owned)), and the
-// updated parameters are gathered (one allgatherv per bucket, all started at once). Element by element
-// that is the same fold, norm and update, hence the same bits, whatever P and the bucket size.
+// rank c clips its chunks and runs the optimizer on its elements only (detail::OptimizerShards::step,
+// src/optim_shards.h), and the updated parameters are gathered (one allgatherv per bucket, all started
+// at once). Element by element that is the same fold, norm and update, hence the same bits, whatever P
+// and the bucket size.
 // The flat buffers are allocated once, here.
 class ShardedStep {
  public:
@@ -90,7 +92,8 @@ class ShardedStep {
   // either: the ranks finish loading at different times.
   void untimed_next() { untimed_ = true; }
   // Several processes: each rank's optimizer state is current only on the elements it owns; this
-  // gathers every slot (Optimizer::state_slots) so that every rank's opt.state() is the whole state.
+  // gathers every slot (detail::OptimizerShards::state_slots) so that every rank's opt.state_dict() is
+  // the whole state.
   // Every rank calls it, before any state is saved. Its waits keep comm.timeout(): the ranks arrive
   // together (from the evaluation's gather or the step's agreement, before rank 0 writes anything),
   // so a rank that stopped meanwhile is still detected. Nothing to do in one process.

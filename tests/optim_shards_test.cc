@@ -1,6 +1,7 @@
-// tests/optim_sharded_test.cc — what processes that each own a part of the elements need from the
-// optimizers (Optimizer::step(owned), state_slots) and the blockwise clip norm (tfm/optim.h), checked
-// bitwise against the whole step and against the definition written out here.
+// tests/optim_shards_test.cc — what processes that each own a part of the elements need from the
+// optimizers (detail::OptimizerShards: the step on owned elements, the state slots) and the blockwise
+// clip norm (src/optim_shards.h), checked bitwise against the whole step and against the definition
+// written out here.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -9,6 +10,7 @@
 #include <functional>
 #include <memory>
 
+#include "optim_shards.h"
 #include "test_util.h"
 #include "tfm/optim.h"
 
@@ -35,9 +37,10 @@ std::vector<float> flat(const Tensor& t) { return std::vector<float>(t.data(), t
 
 using MakeOpt = std::function<std::unique_ptr<Optimizer>(const NamedTensors&)>;
 
-// Three steps of `make`'s optimizer: one with step() on every grad, one with step(owned) on the
-// elements `owned` lists (taken from the same grads). Owned elements, the step counts and the state
-// of owned elements must equal the whole step's, bit for bit; other elements must not move.
+// Three steps of `make`'s optimizer: one with step() on every grad, one with the owned step on the
+// elements `owned` lists (taken from the same grads). Owned elements, the step counts (Adam's "step"
+// entries of the state dict) and the state of owned elements must equal the whole step's, bit for
+// bit; other elements must not move.
 void check_owned_step(const MakeOpt& make, const std::vector<std::array<int64_t, 3>>& owned_spec) {
   NamedTensors whole = make_params(1), part = make_params(1);
   std::vector<std::vector<float>> start;
@@ -56,13 +59,12 @@ void check_owned_step(const MakeOpt& make, const std::vector<std::array<int64_t,
     for (const auto& [key, t] : part) params.push_back(t);
     for (const auto& [i, begin, end] : owned_spec)
       owned.push_back(ParamRange{static_cast<size_t>(i), begin, end, params[static_cast<size_t>(i)].grad().data() + begin});
-    b->step(owned);
+    detail::OptimizerShards::step(*b, owned);
     a->zero_grad();
     b->zero_grad();
   }
-  EXPECT_EQ(a->steps(), b->steps());
   size_t i = 0;
-  const NamedTensors sa = a->state(), sb = b->state();
+  const NamedTensors sa = a->state_dict(), sb = b->state_dict();
   ASSERT_EQ(sa.size(), sb.size());
   for (const auto& [key, t] : part) {
     const std::vector<float> pw = flat(whole.at(key)), pp = flat(t);
@@ -114,24 +116,40 @@ TEST(OptimOwnedStep, SgdWithMomentumEqualsTheWholeStep) {
   check_owned_step(sgd, kSomeOwned);
 }
 
-// state_slots shares the optimizer's storage: what is written into it is what state() saves.
+// state_slots shares the optimizer's storage: what is written into it is what state_dict() saves.
 TEST(OptimOwnedStep, StateSlotsAreTheOptimizersState) {
   NamedTensors p = make_params(3);
   Adam adam(p, 1e-3f);
-  EXPECT_FALSE(adam.state_slots().at(0).at(0).defined());  // no state before the first step
+  EXPECT_FALSE(detail::OptimizerShards::state_slots(adam).at(0).at(0).defined());  // no state before the first step
   set_grads(p, 4);
   adam.step();
-  std::vector<std::vector<Tensor>> slots = adam.state_slots();
+  std::vector<std::vector<Tensor>> slots = detail::OptimizerShards::state_slots(adam);
   ASSERT_EQ(slots.size(), 2u);
   ASSERT_EQ(slots[0].size(), 3u);
   slots[0][1].data()[5] = 42.0f;
   slots[1][2].data()[0] = 7.0f;
-  const NamedTensors s = adam.state();
+  const NamedTensors s = adam.state_dict();
   EXPECT_EQ(s.at("v.exp_avg").data()[5], 42.0f);
   EXPECT_EQ(s.at("b.exp_avg_sq").data()[0], 7.0f);
-  EXPECT_TRUE(SGD(p, 0.1f).state_slots().empty());  // no momentum, no state
+  SGD plain(p, 0.1f);
+  EXPECT_TRUE(detail::OptimizerShards::state_slots(plain).empty());  // no momentum, no state
   SGD momentum(p, 0.1f, 0.9f);
-  EXPECT_EQ(momentum.state_slots().size(), 1u);
+  EXPECT_EQ(detail::OptimizerShards::state_slots(momentum).size(), 1u);
+}
+
+// An optimizer written outside tfm implements only the public interface: it cannot step on owned
+// elements, and says so instead of stepping whole tensors.
+TEST(OptimOwnedStep, AnotherOptimizerIsRefused) {
+  struct Plain : Optimizer {
+    explicit Plain(const NamedTensors& p) : Optimizer(p, 0.1f) {}
+    void step() override {}
+    NamedTensors state_dict() const override { return {}; }
+    void load_state_dict(const NamedTensors&) override {}
+  };
+  NamedTensors p = make_params(7);
+  Plain plain(p);
+  EXPECT_THROW(detail::OptimizerShards::step(plain, {}), std::invalid_argument);
+  EXPECT_THROW(detail::OptimizerShards::state_slots(plain), std::invalid_argument);
 }
 
 // The clip norm, written out: block partials (sequential sums in double of 16,384 elements), their
