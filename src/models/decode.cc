@@ -32,6 +32,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "kernels/cross_entropy_scalar.h"
 #include "models/decode_internal.h"
 #include "tfm/autograd.h"
 #include "tfm/inference.h"
@@ -197,16 +198,11 @@ double normalized(double logprob, int64_t length, float penalty) {
   return logprob / std::pow(static_cast<double>(std::max<int64_t>(length, 1)), static_cast<double>(penalty));
 }
 
-// log_softmax of logits row (V) into out, in double; pad and bos get −inf (never generated).
+// log_softmax of logits row (V) into out, in double (kernels::log_softmax_row_scalar, the scorer's
+// too); pad and bos get −inf (never generated).
 void log_softmax_row(const float* z, int64_t V, int32_t pad, int32_t bos, std::vector<double>& out) {
   out.resize(static_cast<size_t>(V));
-  double mx = kNegInf;
-  for (int64_t v = 0; v < V; ++v)
-    if (v != pad && v != bos) mx = std::max(mx, static_cast<double>(z[v]));
-  double sum = 0;
-  for (int64_t v = 0; v < V; ++v)
-    if (v != pad && v != bos) sum += std::exp(static_cast<double>(z[v]) - mx);
-  const double lse = mx + std::log(sum);
+  const double lse = kernels::log_softmax_row_scalar(z, V, pad, bos).lse;
   for (int64_t v = 0; v < V; ++v) out[static_cast<size_t>(v)] = (v == pad || v == bos) ? kNegInf : z[v] - lse;
 }
 
@@ -465,7 +461,7 @@ std::vector<Hypothesis> decode_hypotheses(const Model& model, const std::vector<
   // No tape, and each Linear weight packed once for every step of every hypothesis; a caller's
   // InferenceMode precision (bf16) carries through, float32 otherwise.
   InferenceMode scope(InferenceMode::current_precision());
-  detail::EvalGuard eval(model);
+  EvalModeGuard eval(model);
   if (!model.has_decoder()) {
     std::vector<Hypothesis> out;
     for (size_t i = 0; i < sources.size(); i += kChunk) {

@@ -1,6 +1,5 @@
 // src/models/decode_internal.h — the two step decoders behind tfm::decode, exposed to tests so they
-// can compare the cached step with the full decoder position by position; and EvalGuard, shared
-// with tfm::generate.
+// can compare the cached step with the full decoder position by position.
 //
 // A step decoder holds N rows (hypotheses); row n decodes source row_source[n] of an encoded batch.
 // step(tokens) feeds token tokens[n] at the next position of every row and returns the logits of
@@ -15,22 +14,6 @@
 #include "tfm/models/model.h"
 
 namespace tfm::detail {
-
-// Puts a (const) model in eval mode for the duration of a decode (or generation) and restores
-// training mode. Decoding therefore must not run concurrently with training on the same model.
-class EvalGuard {
- public:
-  explicit EvalGuard(const Module& m) : m_(const_cast<Module&>(m)), was_training_(m.is_training()) { m_.eval(); }
-  ~EvalGuard() {
-    if (was_training_) m_.train(true);
-  }
-  EvalGuard(const EvalGuard&) = delete;
-  EvalGuard& operator=(const EvalGuard&) = delete;
-
- private:
-  Module& m_;
-  bool was_training_;
-};
 
 // The encoder side of a batch of sources, computed once: ids (Bs, S) padded at the end.
 struct EncodedSources {

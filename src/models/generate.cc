@@ -41,7 +41,7 @@ std::vector<std::vector<int32_t>> generate(const Model& model, const std::vector
   if (block < 1) throw std::invalid_argument("generate: the model's max_len (block size) must be ≥ 1");
   check_sampling_options(opt.sampling);
   InferenceMode scope(InferenceMode::current_precision());  // no tape; weights packed once
-  detail::EvalGuard eval(model);
+  EvalModeGuard eval(model);
 
   const size_t keep = static_cast<size_t>((block + 1) / 2);  // tokens kept when the window slides
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(opt.num_samples));

@@ -1,5 +1,5 @@
 // src/models/text_eval.cc — evaluate_text: a language model's loss over a text in consecutive
-// windows (tfm/models/text_eval.h).
+// windows (tfm/models/text_eval.h), scored by the trainer's validation scorer (src/models/scorer.h).
 #include "tfm/models/text_eval.h"
 
 #include <cmath>
@@ -8,8 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "models/decode_internal.h"
-#include "tfm/inference.h"
+#include "models/scorer.h"
 
 namespace tfm {
 
@@ -32,25 +31,9 @@ TextScore evaluate_text(const Model& model, const data::TextCorpus& corpus, int6
     throw std::invalid_argument(corpus.name() + ": " + std::to_string(corpus.size()) +
                                 " tokens, at least 2 are needed to predict one");
   if (batch_size < 1) throw std::invalid_argument("evaluate_text: batch_size must be ≥ 1");
-  InferenceMode scope(InferenceMode::current_precision());
-  detail::EvalGuard eval(model);
-  const int64_t block = c.max_len, V = c.tgt_vocab_size;
-  double nll = 0;  // Σ −log p(target), nats
-  int64_t count = 0;
-  const int64_t batches = data::validation_batch_count(corpus, block, batch_size);
-  for (int64_t k = 0; k < batches; ++k) {
-    const data::TokenBatch b = data::validation_windows(corpus, block, batch_size, k);
-    const int64_t T = static_cast<int64_t>(b.tgt_out.size()) / b.B;
-    const Tensor logits = model.lm_logits(b.src, b.B, T);  // (B, T, V)
-    for (int64_t r = 0; r < b.B * T; ++r) {
-      const float* z = logits.data() + r * V;
-      double mx = -INFINITY, sum = 0;
-      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(z[v]));
-      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[v]) - mx);
-      nll += mx + std::log(sum) - static_cast<double>(z[b.tgt_out[static_cast<size_t>(r)]]);
-    }
-    count += b.B * T;
-  }
+  const detail::ScoreSums sums = detail::score(model, detail::window_batches(corpus, c.max_len, batch_size));
+  const double nll = sums.loss_sum;  // Σ −log p(target), nats
+  const int64_t count = sums.tokens;
   TextScore s;
   s.tokens = count;
   s.chars = chars;

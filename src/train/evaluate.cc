@@ -1,15 +1,16 @@
 // src/train/evaluate.cc — evaluation sets, decoded metrics and the teacher-forced figures
-// (tfm/train/evaluate.h).
+// (tfm/train/evaluate.h): the scorer of src/models/scorer.h on the trainer's batches, and for several
+// processes the gather of its records (src/train/evaluate_split.h).
 #include "tfm/train/evaluate.h"
 
 #include <chrono>
-#include <cmath>
 #include <limits>
 #include <map>
 #include <stdexcept>
 
-#include "tfm/inference.h"
+#include "models/scorer.h"
 #include "tfm/train/comm.h"
+#include "train/evaluate_split.h"
 #include "tfm/train/trainer.h"
 
 namespace tfm::train {
@@ -92,85 +93,12 @@ Metrics evaluate(const TrainedModel& m, const EvalSet& set, int beam, int64_t ba
 
 namespace {
 
-// Visits every non-pad target of a batch in order. logits (B, T, V); per target
-// loss_i = lse(logits_i) − logits_i[y_i], the lse taken around the row's maximum (the argmax, which
-// the accuracies need too) in double: token(loss_i, argmax == y) for each target, row(all right)
-// after each row.
-template <class Token, class Row>
-void scan_targets(const data::TokenBatch& b, const Tensor& logits, int32_t pad_id, Token&& token, Row&& row_end) {
-  const int64_t V = logits.size(-1);
-  const float* lp = logits.data();
-  for (int64_t r = 0; r < b.B; ++r) {
-    bool all = true;
-    for (int64_t t = 0; t < b.T; ++t) {
-      const int32_t y = b.tgt_out[static_cast<size_t>(r * b.T + t)];
-      if (y == pad_id) continue;
-      const float* row = lp + (r * b.T + t) * V;
-      int64_t arg = 0;
-      for (int64_t v = 1; v < V; ++v)
-        if (row[v] > row[arg]) arg = v;
-      double s = 0;
-      for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(row[v]) - row[arg]);
-      const double loss = std::log(s) + row[arg] - row[y];
-      token(loss, arg == y);
-      all = all && arg == y;
-    }
-    row_end(all);
-  }
-}
-
-// Teacher-forced sums over batches: the losses added one by one into a running double, in batch
-// order and within a batch in (row, position) order.
-struct TeacherForcedSums {
-  double loss_sum = 0;
-  int64_t tokens = 0, correct = 0, seqs = 0, seq_ok = 0;
-
-  void add(const data::TokenBatch& b, const Tensor& logits, int32_t pad_id) {
-    scan_targets(
-        b, logits, pad_id,
-        [&](double loss, bool ok) {
-          loss_sum += loss;
-          ++tokens;
-          correct += ok;
-        },
-        [&](bool all) {
-          ++seqs;
-          seq_ok += all;
-        });
-  }
-  TeacherForced result() const {
-    TeacherForced r;
-    r.loss = tokens ? loss_sum / static_cast<double>(tokens) : 0.0;
-    r.token_accuracy = tokens ? static_cast<double>(correct) / static_cast<double>(tokens) : 0.0;
-    r.sequence_accuracy = seqs ? static_cast<double>(seq_ok) / static_cast<double>(seqs) : 0.0;
-    return r;
-  }
-};
-
-// Appends one batch's record to a part's (layout in evaluate.h): [n, correct, rows, rows all right,
-// loss_1 … loss_n]. The counts are whole numbers far below 2^53, exact in double.
-void record_batch(const data::TokenBatch& b, const Tensor& logits, int32_t pad_id, std::vector<double>& out) {
-  const size_t head = out.size();
-  out.insert(out.end(), 4, 0.0);
-  double n = 0, correct = 0, rows = 0, rows_ok = 0;
-  scan_targets(
-      b, logits, pad_id,
-      [&](double loss, bool ok) {
-        out.push_back(loss);
-        n += 1;
-        correct += ok;
-      },
-      [&](bool all) {
-        rows += 1;
-        rows_ok += all;
-      });
-  out[head] = n, out[head + 1] = correct, out[head + 2] = rows, out[head + 3] = rows_ok;
-}
-
-void check_parts(int part, int parts) {
-  if (parts < 1 || part < 0 || part >= parts)
-    throw std::invalid_argument("teacher-forced evaluation: part " + std::to_string(part) + " of " +
-                                std::to_string(parts) + " (expected 0 <= part < parts)");
+TeacherForced figures(const detail::ScoreSums& s) {
+  TeacherForced r;
+  r.loss = s.mean_loss();
+  r.token_accuracy = s.tokens ? static_cast<double>(s.correct) / static_cast<double>(s.tokens) : 0.0;
+  r.sequence_accuracy = s.rows ? static_cast<double>(s.rows_correct) / static_cast<double>(s.rows) : 0.0;
+  return r;
 }
 
 // Seconds since construction.
@@ -213,110 +141,38 @@ TeacherForced gather_and_replay(Comm& comm, const std::vector<double>& mine, dou
   return teacher_forced_replay(parts);
 }
 
-}  // namespace
-
-std::vector<double> teacher_forced_part(Model& model, const std::vector<data::Example>& examples, int64_t batch_size,
-                                        int part, int parts) {
-  check_parts(part, parts);
-  InferenceMode scope;
-  model.eval();
-  const ModelConfig& m = model.config();
-  data::BatchSettings bs;
-  bs.batch_size = batch_size;
-  const data::BatchPlan plan = data::plan_eval(examples, bs);
-  std::vector<double> out;
-  for (size_t k = static_cast<size_t>(part); k < plan.size(); k += static_cast<size_t>(parts)) {
-    const data::TokenBatch b = data::make_batch(examples, plan[k], m.target_layout(), m.pad_id, m.bos_id, m.eos_id);
-    record_batch(b, model.forward(b), m.pad_id, out);  // logits (B, T, V)
-  }
-  model.train();
-  return out;
+// The one evaluation: part 0 of 1 in one process, else this rank's part, gathered and replayed.
+TeacherForced evaluate_batches(const Model& model, const detail::ScoreBatches& batches, Comm* comm) {
+  if (!comm || comm->single()) return figures(detail::score(model, batches));
+  const Stopwatch share;
+  const std::vector<double> mine = detail::score_part(model, batches, comm->rank(), comm->size());
+  return gather_and_replay(*comm, mine, share.seconds());
 }
 
-std::vector<double> teacher_forced_text_part(Model& model, const data::TextCorpus& corpus, int64_t block_size,
+}  // namespace
+
+std::vector<double> teacher_forced_part(const Model& model, const std::vector<data::Example>& examples,
+                                        int64_t batch_size, int part, int parts) {
+  return detail::score_part(model, detail::pair_batches(model.config(), examples, batch_size), part, parts);
+}
+
+std::vector<double> teacher_forced_text_part(const Model& model, const data::TextCorpus& corpus, int64_t block_size,
                                              int64_t batch_size, int part, int parts) {
-  check_parts(part, parts);
-  InferenceMode scope;
-  model.eval();
-  std::vector<double> out;
-  const int64_t batches = data::validation_batch_count(corpus, block_size, batch_size);
-  for (int64_t k = part; k < batches; k += parts) {
-    const data::TokenBatch b = data::validation_windows(corpus, block_size, batch_size, k);
-    record_batch(b, model.forward(b), model.config().pad_id, out);  // logits (B, T, V)
-  }
-  model.train();
-  return out;
+  return detail::score_part(model, detail::window_batches(corpus, block_size, batch_size), part, parts);
 }
 
 TeacherForced teacher_forced_replay(const std::vector<std::vector<double>>& parts) {
-  const size_t P = parts.size();
-  if (P == 0) throw std::invalid_argument("teacher_forced_replay: no parts");
-  std::vector<size_t> at(P, 0);
-  TeacherForcedSums sums;
-  // Batch k is part k % P's; the first part out of batches marks the end (shares differ by at most
-  // one batch, earlier parts taking the extra ones).
-  for (size_t k = 0;; ++k) {
-    const std::vector<double>& rec = parts[k % P];
-    size_t& i = at[k % P];
-    if (i == rec.size()) break;
-    if (rec.size() - i < 4) throw std::invalid_argument("teacher_forced_replay: a part's record is cut short");
-    const double n = rec[i], correct = rec[i + 1], rows = rec[i + 2], rows_ok = rec[i + 3];
-    i += 4;
-    if (n < 0 || static_cast<double>(rec.size() - i) < n)
-      throw std::invalid_argument("teacher_forced_replay: a part's record is cut short");
-    const size_t end = i + static_cast<size_t>(n);
-    for (; i < end; ++i) sums.loss_sum += rec[i];
-    sums.tokens += static_cast<int64_t>(n);
-    sums.correct += static_cast<int64_t>(correct);
-    sums.seqs += static_cast<int64_t>(rows);
-    sums.seq_ok += static_cast<int64_t>(rows_ok);
-  }
-  for (size_t p = 0; p < P; ++p)
-    if (at[p] != parts[p].size())
-      throw std::invalid_argument("teacher_forced_replay: part " + std::to_string(p) +
-                                  " has more batches than the round-robin split gives it");
-  return sums.result();
+  return figures(detail::replay_parts(parts));
 }
 
 TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size,
                                       Comm* comm) {
-  if (comm && !comm->single()) {
-    const Stopwatch share;
-    const std::vector<double> mine = teacher_forced_part(model, examples, batch_size, comm->rank(), comm->size());
-    return gather_and_replay(*comm, mine, share.seconds());
-  }
-  InferenceMode scope;  // float32, weights packed once for all batches
-  model.eval();
-  const ModelConfig& m = model.config();
-  data::BatchSettings bs;
-  bs.batch_size = batch_size;
-  TeacherForcedSums sums;
-  for (const auto& idx : data::plan_eval(examples, bs)) {
-    const data::TokenBatch b = data::make_batch(examples, idx, m.target_layout(), m.pad_id, m.bos_id, m.eos_id);
-    sums.add(b, model.forward(b), m.pad_id);  // logits (B, T, V)
-  }
-  model.train();
-  return sums.result();
+  return evaluate_batches(model, detail::pair_batches(model.config(), examples, batch_size), comm);
 }
 
 TeacherForced evaluate_teacher_forced_text(Model& model, const data::TextCorpus& corpus, int64_t block_size,
                                            int64_t batch_size, Comm* comm) {
-  if (comm && !comm->single()) {
-    const Stopwatch share;
-    const std::vector<double> mine =
-        teacher_forced_text_part(model, corpus, block_size, batch_size, comm->rank(), comm->size());
-    return gather_and_replay(*comm, mine, share.seconds());
-  }
-  InferenceMode scope;
-  model.eval();
-  TeacherForcedSums sums;
-  const int64_t batches = data::validation_batch_count(corpus, block_size, batch_size);
-  for (int64_t k = 0; k < batches; ++k) {
-    const data::TokenBatch b = data::validation_windows(corpus, block_size, batch_size, k);
-    sums.add(b, model.forward(b), model.config().pad_id);  // logits (B, T, V)
-  }
-  model.train();
-  return sums.result();
+  return evaluate_batches(model, detail::window_batches(corpus, block_size, batch_size), comm);
 }
 
 }  // namespace tfm::train

@@ -1,6 +1,6 @@
 // tests/train/evaluate_split_test.cc — the teacher-forced evaluation split over P parts
-// (teacher_forced_part, teacher_forced_replay in tfm/train/evaluate.h), as the ranks of an mpirun
-// run split it, done here in one process: each part forwards only its round-robin share of the
+// (teacher_forced_part, teacher_forced_replay in src/train/evaluate_split.h), as the ranks of an
+// mpirun run split it, done here in one process: each part forwards only its round-robin share of the
 // batches, and the replay of every part's record equals the unsplit evaluation bit for bit.
 #include <gtest/gtest.h>
 
@@ -9,8 +9,10 @@
 #include "models/model_configs.h"
 #include "test_util.h"
 #include "tfm/models/model.h"
+#include "tfm/models/text_eval.h"
 #include "tfm/train/comm.h"
 #include "tfm/train/evaluate.h"
+#include "train/evaluate_split.h"
 
 namespace tfm {
 namespace {
@@ -100,6 +102,23 @@ TEST(EvaluateSplit, RecordsThatAreNotARoundRobinSplitAreRejected) {
   EXPECT_THROW(train::teacher_forced_replay({}), std::invalid_argument);
   EXPECT_THROW(train::teacher_forced_part(model, examples, 4, 2, 2), std::invalid_argument);
   EXPECT_NO_THROW(train::teacher_forced_replay({p0, p1}));
+}
+
+// The trainer's validation of a language model and tfm eval --text are the same scorer: with the
+// model's block size and the same batch they give the same loss bit for bit, on a text holding the
+// special ids too (a text has no padding: every target is scored).
+TEST(EvaluateSplit, TextValidationIsEvalTextBitForBit) {
+  Generator gen{6, 0};
+  Model model(testing::small_decoder(), gen);
+  testing::Rng g(11);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 300; ++i) ids.push_back(g.uniform_int(0, 12));
+  const data::TextCorpus corpus = data::TextCorpus::from_ids(ids, 13);
+  const TeacherForced tf = train::evaluate_teacher_forced_text(model, corpus, model.config().max_len, 5);
+  const TextScore ts = evaluate_text(model, corpus, 299, 5);
+  EXPECT_EQ(ts.tokens, 299);
+  EXPECT_EQ(std::memcmp(&tf.loss, &ts.loss, sizeof(double)), 0) << tf.loss << " vs " << ts.loss;
+  EXPECT_TRUE(model.is_training());
 }
 
 }  // namespace

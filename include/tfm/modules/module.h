@@ -53,4 +53,24 @@ class Module {
   bool training_ = true;
 };
 
+// The one way library code enters eval mode: the module (recursively) in eval mode for the guard's
+// scope, training mode restored at its end if the module was training when the guard began —
+// PyTorch's `was_training = m.training; m.eval(); ...; m.train(was_training)`, exception-safe.
+// Inference functions take their model const (decode, generate, evaluate_text); the training flag is
+// a mode, not a weight, so the guard sets it through a const reference. A model guarded here must
+// therefore not be trained on another thread at the same time.
+class EvalModeGuard {
+ public:
+  explicit EvalModeGuard(const Module& m) : m_(const_cast<Module&>(m)), was_training_(m.is_training()) { m_.eval(); }
+  ~EvalModeGuard() {
+    if (was_training_) m_.train(true);
+  }
+  EvalModeGuard(const EvalModeGuard&) = delete;
+  EvalModeGuard& operator=(const EvalModeGuard&) = delete;
+
+ private:
+  Module& m_;
+  bool was_training_;
+};
+
 }  // namespace tfm

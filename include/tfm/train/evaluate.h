@@ -56,33 +56,24 @@ Metrics evaluate(const TrainedModel& m, const EvalSet& set, int beam, int64_t ba
 struct TeacherForced {
   double loss = 0, token_accuracy = 0, sequence_accuracy = 0;
 };
-// Runs in eval mode inside an InferenceMode scope and restores training mode afterwards.
+// Runs in eval mode (EvalModeGuard: the model's mode is restored afterwards) inside an InferenceMode
+// scope. The figures are the one scorer's (src/models/scorer.h), the same code for one process and
+// for several, and bitwise the same for every process and thread count.
 //
-// With `comm` of P > 1 processes the work is split and the figures stay bitwise those of one
-// process: every rank must call with the same model and data; rank r forwards batches k with
-// k % P == r (round robin over the batches, in the one-process order) and records each one's loss
-// terms; the records are gathered to every rank (Comm::allgatherv, waited for without the
-// --comm-timeout deadline, since an evaluation's length has no bound) and replayed in batch order
-// into the same running double sum as the single process adds (teacher_forced_replay). Every rank
-// returns the same figures. Without `comm`, or with one process: the plain loop over the batches.
+// With `comm` of P > 1 processes the work is split: every rank must call with the same model and
+// data; rank r forwards batches k with k % P == r (round robin over the batches, in the one-process
+// order) and records each one's loss terms; the records are gathered to every rank
+// (Comm::allgatherv, waiting --comm-timeout plus twice the rank's own share of the work) and replayed
+// in batch order into the same running double sum as one process adds. Every rank returns the same
+// figures. Without `comm`, or with one process: part 0 of 1, each batch's record replayed as it is made.
 TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size,
                                       Comm* comm = nullptr);
 // The same figures for a language model over the validation windows of `corpus` (tfm/data/text.h:
-// the whole text, every token but the first a target once), at most `batch_size` windows a batch;
-// sequence accuracy is the share of windows predicted entirely right. `comm`: as above.
+// the whole text, every token but the first a target once — a text has no padding, so every target
+// is scored), at most `batch_size` windows a batch; sequence accuracy is the share of windows
+// predicted entirely right. With block_size = the model's max_len and the same batch_size its loss is
+// bitwise evaluate_text's (tfm/models/text_eval.h). `comm`: as above.
 TeacherForced evaluate_teacher_forced_text(Model& model, const data::TextCorpus& corpus, int64_t block_size,
                                            int64_t batch_size, Comm* comm = nullptr);
-
-// The pieces of the split evaluation. A part's record: for each of its batches in order,
-// [n, correct, rows, rows all right, loss_1 … loss_n] (doubles; n the batch's non-pad targets,
-// loss_i = lse(logits_i) − logits_i[y_i] in (row, position) order). Part `part` of `parts` holds
-// batches part, part + parts, part + 2·parts, …; throws unless 0 <= part < parts.
-std::vector<double> teacher_forced_part(Model& model, const std::vector<data::Example>& examples, int64_t batch_size,
-                                        int part, int parts);
-std::vector<double> teacher_forced_text_part(Model& model, const data::TextCorpus& corpus, int64_t block_size,
-                                             int64_t batch_size, int part, int parts);
-// The figures from every part's record (parts[r] = part r's), replayed in batch order: bitwise equal
-// to the unsplit evaluation's. Throws when the records do not form a round-robin split.
-TeacherForced teacher_forced_replay(const std::vector<std::vector<double>>& parts);
 
 }  // namespace tfm::train

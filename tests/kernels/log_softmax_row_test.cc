@@ -1,0 +1,103 @@
+// tests/kernels/log_softmax_row_test.cc — log_softmax_row_scalar (src/kernels/cross_entropy_scalar.h),
+// the one log-softmax of a row in double used by the cross-entropy twin, the teacher-forced scorer
+// and decoding: a hand-checked row, random rows against a long double reference, skipped entries,
+// ties and edge rows.
+//
+// Tolerance against the reference: the sum s of V terms exp(z_v − m) ≤ 1, each exp within 1 ulp and
+// each addition rounding by u = 2^-53 relative, is within (V + 1)·u relative of the exact sum, so
+// log s within (V + 1)·u absolute, plus the roundings of log s and m + log s (u·|lse| each): bound
+// (V + 3)·u·(1 + |lse|).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernels/cross_entropy_scalar.h"
+#include "test_util.h"
+
+namespace tfm::kernels {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// lse with every step in long double (64-bit mantissa on x86: 2^11 times finer than double).
+long double reference_lse(const std::vector<float>& z, int64_t skip_a = -1, int64_t skip_b = -1) {
+  long double m = -kInf;
+  for (size_t v = 0; v < z.size(); ++v)
+    if (static_cast<int64_t>(v) != skip_a && static_cast<int64_t>(v) != skip_b) m = std::max(m, static_cast<long double>(z[v]));
+  long double s = 0;
+  for (size_t v = 0; v < z.size(); ++v)
+    if (static_cast<int64_t>(v) != skip_a && static_cast<int64_t>(v) != skip_b) s += std::exp(static_cast<long double>(z[v]) - m);
+  return m + std::log(s);
+}
+
+TEST(LogSoftmaxRow, HandChecked) {
+  // z = (2, 0, 2): m = 2, s = e⁰ + e⁻² + e⁰ = 2.1353352832366127, lse = 2 + ln 2.1353352832366127
+  // = 2.7586236756795133; the first maximum is at 0.
+  const float z[] = {2.0f, 0.0f, 2.0f};
+  const LogSoftmaxRow r = log_softmax_row_scalar(z, 3);
+  EXPECT_NEAR(r.lse, 2.7586236756795133, 4e-16);
+  EXPECT_EQ(r.argmax, 0);
+  // Without entry 0 (as decoding leaves out pad): s = e⁻² + 1, lse = 2 + ln 1.1353352832366127
+  // = 2.1269280110429727, argmax 2.
+  const LogSoftmaxRow skip = log_softmax_row_scalar(z, 3, 0);
+  EXPECT_NEAR(skip.lse, 2.1269280110429727, 4e-16);
+  EXPECT_EQ(skip.argmax, 2);
+  // Four equal logits 1: lse = 1 + ln 4 = 2.386294361119891, exactly what the formula rounds to.
+  const float flat[] = {1.0f, 1.0f, 1.0f, 1.0f};
+  EXPECT_EQ(log_softmax_row_scalar(flat, 4).lse, 1.0 + std::log(4.0));
+  EXPECT_EQ(log_softmax_row_scalar(flat, 4).argmax, 0);
+}
+
+TEST(LogSoftmaxRow, MatchesLongDoubleReference) {
+  constexpr double u = std::numeric_limits<double>::epsilon() / 2;
+  uint64_t seed = 1;
+  for (int64_t V : {1, 2, 7, 16, 17, 100, 5000}) {
+    for (float offset : {0.0f, -300.0f, 1000.0f}) {  // around 1000, exp without the max would overflow
+      std::vector<float> z = testing::random_values(V, ++seed, -30.0f, 30.0f);
+      for (float& x : z) x += offset;
+      const LogSoftmaxRow r = log_softmax_row_scalar(z.data(), V);
+      const long double ref = reference_lse(z);
+      EXPECT_NEAR(r.lse, static_cast<double>(ref), (V + 3) * u * (1 + std::fabs(r.lse))) << "V " << V << " offset " << offset;
+      int64_t first_max = 0;
+      for (int64_t v = 1; v < V; ++v)
+        if (z[v] > z[first_max]) first_max = v;
+      EXPECT_EQ(r.argmax, first_max) << "V " << V;
+      // The probabilities exp(z_v − lse) sum to 1: lse's error above, and each z_v − lse's rounding
+      // (u·|z_v − lse|), become relative errors of the terms; bound 2·(V + 3)·u·(1 + |lse|).
+      double p = 0;
+      for (float x : z) p += std::exp(static_cast<double>(x) - r.lse);
+      EXPECT_NEAR(p, 1.0, 2 * (V + 3) * u * (1 + std::fabs(r.lse))) << "V " << V;
+      if (V > 2) {  // the skipped entries as decoding leaves out pad and bos
+        const LogSoftmaxRow s = log_softmax_row_scalar(z.data(), V, first_max, (first_max + 1) % V);
+        const long double sref = reference_lse(z, first_max, (first_max + 1) % V);
+        EXPECT_NEAR(s.lse, static_cast<double>(sref), (V + 3) * u * (1 + std::fabs(s.lse))) << "V " << V;
+        EXPECT_NE(s.argmax, first_max);
+      }
+      // The double instantiation (the gradient checks' cross-entropy twin) gives the same lse.
+      const std::vector<double> zd(z.begin(), z.end());
+      EXPECT_EQ(log_softmax_row_scalar(zd.data(), V).lse, r.lse);
+    }
+  }
+}
+
+TEST(LogSoftmaxRow, EdgeRows) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float some_inf[] = {-inf, 0.0f, -inf};  // −inf entries add exp(−inf) = 0
+  EXPECT_EQ(log_softmax_row_scalar(some_inf, 3).lse, 0.0);
+  EXPECT_EQ(log_softmax_row_scalar(some_inf, 3).argmax, 1);
+  const float all_inf[] = {-inf, -inf};
+  EXPECT_TRUE(std::isnan(log_softmax_row_scalar(all_inf, 2).lse));
+  EXPECT_EQ(log_softmax_row_scalar(all_inf, 2).argmax, 0);
+  const float with_nan[] = {1.0f, std::numeric_limits<float>::quiet_NaN(), 3.0f};
+  EXPECT_TRUE(std::isnan(log_softmax_row_scalar(with_nan, 3).lse));
+  const float two[] = {5.0f, 6.0f};
+  EXPECT_EQ(log_softmax_row_scalar(two, 2, 0, 1).lse, -kInf);  // nothing kept
+  EXPECT_EQ(log_softmax_row_scalar(two, 2, 0, 1).argmax, -1);
+  EXPECT_EQ(log_softmax_row_scalar(two, 2, 1).lse, 5.0);  // one kept entry: its own logit
+}
+
+}  // namespace
+}  // namespace tfm::kernels
