@@ -83,6 +83,12 @@ def arch_defaults(c):
     return c
 
 
+def lm_layers(c):
+    """A language model's (arch decoder) stack size: num_decoder_layers, or in config.json files written before
+    tfm sized that stack by num_decoder_layers, their num_encoder_layers (>= 1 there, 0 in files written since)."""
+    return c["num_encoder_layers"] if c["num_encoder_layers"] > 0 else c["num_decoder_layers"]
+
+
 def _activation(name):
     if name in ("relu", "gelu"):
         return name
@@ -336,10 +342,10 @@ class Model(nn.Module):
         elif c["arch"] == "decoder":
             self.embedding = nn.Embedding(c["tgt_vocab_size"], D)
             if functional:
-                self.decoder = Encoder(c, v, c["num_encoder_layers"], True)
+                self.decoder = Encoder(c, v, lm_layers(c), True)
             else:
                 layer = nn.TransformerEncoderLayer(**common)
-                self.decoder = nn.TransformerEncoder(layer, c["num_encoder_layers"],
+                self.decoder = nn.TransformerEncoder(layer, lm_layers(c),
                                                      norm=nn.LayerNorm(D, eps=c["layer_norm_eps"]),
                                                      enable_nested_tensor=False)
             self.generator = nn.Linear(D, c["tgt_vocab_size"], bias=False)
@@ -353,7 +359,7 @@ class Model(nn.Module):
                 setattr(self, name, nn.Embedding(c["max_len"], D))
                 nn.init.normal_(getattr(self, name).weight, std=0.02)
         if c["arch"] == "decoder":  # GPT-2 / nanoGPT
-            residual_std = 0.02 / math.sqrt(2 * c["num_encoder_layers"])
+            residual_std = 0.02 / math.sqrt(2 * lm_layers(c))
             for name, p in self.named_parameters():
                 if p.dim() > 1:
                     residual = name.endswith("out_proj.weight") or name.endswith("linear2.weight")

@@ -70,8 +70,7 @@ void register_eval(CLI::App& app, Runner& run) {
         }
         return 0;
       }
-      if (m.model->config().is_lm())
-        throw std::invalid_argument(o->model + " is a language model: evaluate it on a text with --text FILE");
+      require_data(m, DataKind::PAIRS, "evaluate it on a text with --text FILE");
       train::EvalSet set;
       if (!o->task.empty()) {
         set = train::task_test_set(m, enum_from_name<data::Task>(o->task),

@@ -50,10 +50,7 @@ void register_generate(CLI::App& app, Runner& run) {
       const InferenceMode scope(enum_from_name<Precision>(o->dtype));
       check_sampling_options(o->gen.sampling);
       const TrainedModel m = load_model_dir(o->model);
-      if (!m.model->config().is_lm())
-        throw std::invalid_argument(o->model + " is not a language model (arch " +
-                                    std::string(enum_name(m.model->config().arch)) +
-                                    "); generate needs --arch decoder (tfm translate decodes the others)");
+      require_data(m, DataKind::TEXT, "generate needs --arch decoder (tfm translate decodes the others)");
       std::string text = "\n";
       if (prompt_given) {
         text = o->prompt;

@@ -60,8 +60,7 @@ void register_translate(CLI::App& app, Runner& run) {
       decode.seed = o->seed;
       if (o->sample) check_sampling_options(decode.sampling);
       const TrainedModel m = load_model_dir(o->model);
-      if (m.model->config().is_lm())
-        throw std::invalid_argument(o->model + " is a language model: sample from it with tfm generate");
+      require_data(m, DataKind::PAIRS, "sample from it with tfm generate");
       const size_t chunk = static_cast<size_t>(o->batch_size) * 64;
       std::vector<std::string> lines;
       std::string line;

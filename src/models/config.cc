@@ -9,8 +9,13 @@
 namespace tfm {
 
 std::string ModelConfig::to_json() const {
+  // The layer count of a stack the family does not have is written 0 (it is not used), so that a
+  // language model's file is never read by the rule of the files written before (from_json).
+  ModelConfig c = *this;
+  if (!family().encoder_layers) c.num_encoder_layers = 0;
+  if (!family().decoder_layers) c.num_decoder_layers = 0;
   JsonWriter w;
-  fields(*this, w);
+  fields(c, w);
   return w.j.dump(2);
 }
 
@@ -20,29 +25,39 @@ ModelConfig ModelConfig::from_json(const std::string& text, bool validate_sizes)
   JsonReader r(j, "model config");
   fields(c, r);
   r.finish();
+  // The rule of the files written before a language model's stack was num_decoder_layers: its
+  // num_encoder_layers (≥ 1 there, 0 in files written since) sized the stack.
+  if (c.arch == Arch::DECODER && c.num_encoder_layers > 0) {
+    c.num_decoder_layers = c.num_encoder_layers;
+    c.num_encoder_layers = 0;
+  }
   c.validate(validate_sizes);
   return c;
 }
 
 void ModelConfig::validate(bool check_sizes) const {
   auto fail = [](const std::string& m) { throw std::invalid_argument("model config: " + m); };
-  enum_name(arch);  // a value outside the enum throws
-  if (check_sizes && is_lm() && tgt_vocab_size <= 0)
+  const ModelFamily& f = family();  // a value outside the enum throws
+  const bool text = f.data == DataKind::TEXT;
+  if (check_sizes && text && tgt_vocab_size <= 0)
     fail("tgt_vocab_size (the language model's vocabulary) must be positive, got " + std::to_string(tgt_vocab_size));
-  if (check_sizes && !is_lm() && (src_vocab_size <= 0 || tgt_vocab_size <= 0))
+  if (check_sizes && !text && (src_vocab_size <= 0 || tgt_vocab_size <= 0))
     fail("src_vocab_size and tgt_vocab_size must be positive (got " + std::to_string(src_vocab_size) + ", " +
          std::to_string(tgt_vocab_size) + ")");
-  if (num_encoder_layers < 1) fail("num_encoder_layers must be at least 1, got " + std::to_string(num_encoder_layers));
-  if (arch == Arch::SEQ2SEQ && num_decoder_layers < 1)
+  if (f.encoder_layers && num_encoder_layers < 1)
+    fail("num_encoder_layers must be at least 1, got " + std::to_string(num_encoder_layers));
+  if (f.decoder_layers && num_decoder_layers < 1)
     fail("num_decoder_layers must be at least 1, got " + std::to_string(num_decoder_layers));
   if (max_len < 1)
     fail("max_len must be positive" +
          std::string(positional_value() == Positional::LEARNED ? " (the rows of the learned position table)" : "") +
          ", got " + std::to_string(max_len));
   if (!(dropout >= 0.0f && dropout < 1.0f)) fail("dropout must be in [0, 1), got " + std::to_string(dropout));
-  if (arch == Arch::ENCODER && ties_embeddings()) fail("tie_embeddings needs arch \"seq2seq\" or \"decoder\"");
-  if (share_embeddings && arch != Arch::SEQ2SEQ)
-    fail("share_embeddings needs arch \"seq2seq\" (the encoder reads the decoder's embedding table)");
+  if (!f.can_tie_embeddings && ties_embeddings())
+    fail("tie_embeddings does not apply to arch " + std::string(enum_name(arch)) + " (it has no target embedding)");
+  // Sharing needs two embedding tables to share: a source and a target side.
+  if (share_embeddings && !(f.encoder_layers && f.decoder_layers))
+    fail("share_embeddings needs an encoder–decoder (arch seq2seq: the encoder reads the decoder's embedding table)");
   if (check_sizes && share_embeddings && src_vocab_size != tgt_vocab_size)
     fail("share_embeddings needs one vocabulary: src_vocab_size " + std::to_string(src_vocab_size) +
          " differs from tgt_vocab_size " + std::to_string(tgt_vocab_size));
@@ -52,7 +67,7 @@ void ModelConfig::validate(bool check_sizes) const {
         fail(std::string(name) + " " + std::to_string(id) + " is outside the " + vocab + " vocabulary [0, " +
              std::to_string(v) + ")");
     };
-    if (!is_lm()) in_vocab(pad_id, src_vocab_size, "pad_id", "source");
+    if (!text) in_vocab(pad_id, src_vocab_size, "pad_id", "source");
     in_vocab(pad_id, tgt_vocab_size, "pad_id", "target");
     // Every target vocabulary has its specials (an encoder's predictions use none but pad).
     in_vocab(bos_id, tgt_vocab_size, "bos_id", "target");
@@ -77,6 +92,8 @@ ModelConfig ModelConfig::with_arch_defaults() const {
   c.positional = positional_value();
   c.scale_embeddings = scales_embeddings();
   c.tie_embeddings = ties_embeddings();
+  if (!family().encoder_layers) c.num_encoder_layers = 0;
+  if (!family().decoder_layers) c.num_decoder_layers = 0;
   return c;
 }
 

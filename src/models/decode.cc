@@ -437,7 +437,7 @@ std::vector<Hypothesis> decode_encoder(const Model& model, const std::vector<std
 
 std::vector<Hypothesis> decode_hypotheses(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                           const DecodeOptions& options) {
-  if (model.config().is_lm())
+  if (model.family().data == DataKind::TEXT)
     throw std::invalid_argument("decode: arch decoder is a language model, it does not translate: use tfm generate "
                                 "(and tfm eval --text)");
   if (options.beam < 1) throw std::invalid_argument("decode: beam must be at least 1, got " + std::to_string(options.beam));
@@ -462,7 +462,7 @@ std::vector<Hypothesis> decode_hypotheses(const Model& model, const std::vector<
   // InferenceMode precision (bf16) carries through, float32 otherwise.
   InferenceMode scope(InferenceMode::current_precision());
   EvalModeGuard eval(model);
-  if (!model.has_decoder()) {
+  if (model.config().target_layout() == data::TargetLayout::PER_POSITION) {
     std::vector<Hypothesis> out;
     for (size_t i = 0; i < sources.size(); i += kChunk) {
       const std::vector<std::vector<int32_t>> chunk(sources.begin() + static_cast<std::ptrdiff_t>(i),

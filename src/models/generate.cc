@@ -20,7 +20,7 @@ namespace tfm {
 std::vector<std::vector<int32_t>> generate(const Model& model, const std::vector<int32_t>& prompt,
                                            const GenerateOptions& opt, const TokenCallback& on_token) {
   const ModelConfig& c = model.config();
-  if (!c.is_lm())
+  if (c.family().data != DataKind::TEXT)
     throw std::invalid_argument("generate: needs a language model (arch decoder), got arch " +
                                 std::string(enum_name(c.arch)));
   const int64_t V = c.tgt_vocab_size, block = c.max_len;

@@ -129,6 +129,14 @@ TrainedModel load_model_dir(const std::string& dir) {
   return m;
 }
 
+void require_data(const TrainedModel& m, DataKind kind, const std::string& use) {
+  const ModelConfig& c = m.model->config();
+  if (c.family().data == kind) return;
+  if (kind == DataKind::TEXT)
+    throw std::invalid_argument(m.dir + " is not a language model (arch " + std::string(enum_name(c.arch)) + "); " + use);
+  throw std::invalid_argument(m.dir + " is a language model: " + use);
+}
+
 std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
                                   const std::vector<std::vector<int32_t>>& sources, int beam, int64_t batch_size) {
   DecodeOptions opt;
@@ -157,7 +165,7 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
     const auto pred = decode(model, batch, opt);
     for (size_t k = 0; k < which.size(); ++k) {
       data::Tokens& t = out[static_cast<size_t>(which[k])];
-      if (model.has_decoder()) {
+      if (model.config().target_layout() == data::TargetLayout::SHIFTED) {
         t = tgt_vocab.decode(pred[k]);  // stops at eos
       } else {
         for (int32_t id : pred[k])

@@ -24,7 +24,7 @@ std::string TextScore::to_json() const {
 
 TextScore evaluate_text(const Model& model, const data::TextCorpus& corpus, int64_t chars, int64_t batch_size) {
   const ModelConfig& c = model.config();
-  if (!c.is_lm())
+  if (c.family().data != DataKind::TEXT)
     throw std::invalid_argument("evaluate_text: needs a language model (arch decoder), got arch " +
                                 std::string(enum_name(c.arch)));
   if (corpus.size() < 2)
@@ -45,7 +45,7 @@ TextScore evaluate_text(const Model& model, const data::TextCorpus& corpus, int6
 }
 
 TextScore evaluate_text_file(const TrainedModel& m, const std::string& path, int64_t batch_size) {
-  if (!m.model->config().is_lm())
+  if (m.model->family().data != DataKind::TEXT)
     throw std::invalid_argument(m.dir + " is not a language model (arch " + std::string(enum_name(m.model->config().arch)) +
                                 "); eval --text needs arch decoder (eval --data / --task score the others)");
   const data::TextCorpus corpus = data::TextCorpus::read(path, m.tgt_vocab, m.tgt_tokens);

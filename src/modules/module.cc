@@ -16,7 +16,8 @@ void Module::register_module(const std::string& name, Module& m) { children_.emp
 
 void Module::visit_parameters(const std::function<void(const std::string&, Tensor&)>& fn, const std::string& prefix) {
   for (auto& [name, t] : params_) fn(prefix + name, *t);
-  for (auto& [name, m] : children_) m->visit_parameters(fn, prefix + name + ".");
+  // A child registered under no name adds its keys without a prefix (a handle's implementation).
+  for (auto& [name, m] : children_) m->visit_parameters(fn, name.empty() ? prefix : prefix + name + ".");
 }
 
 NamedTensors Module::named_parameters() {

@@ -38,8 +38,9 @@ void TrainConfig::validate() const {
   };
   // With init_from the trainer checks the directory's model; the trainer also refuses arch decoder
   // without text (a configuration may name the decoder before its data).
-  if (init_from.empty() && text() && !model.is_lm())
-    bad("arch", "must be decoder for text data (a language model trains on text)");
+  if (init_from.empty() && text() && model.family().data != DataKind::TEXT)
+    bad("arch", "must be decoder for text data (a language model trains on text), got " +
+                    std::string(enum_name(model.arch)));
   if (text()) {
     if (task || !train_path.empty() || !valid_path.empty())
       bad("text_path", "is a language model's data; it excludes a task and TSV files");
@@ -140,7 +141,7 @@ TrainConfig preset_config(Preset preset) {
     case Preset::NANOGPT_BABY:
       c.model.arch = Arch::DECODER;
       c.src_tokens = c.tgt_tokens = data::Tokenization::CHAR;
-      c.model.num_encoder_layers = 4;
+      c.model.num_decoder_layers = 4;
       c.model.nhead = 4;
       c.model.d_model = 128;
       c.model.dim_feedforward = 512;

@@ -169,7 +169,7 @@ Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const d
   o.tgt_tokens = ds.tgt_tokenizer;
   o.max_tokens = c.max_tokens;
   o.strict = c.strict;
-  o.equal_lengths = !c.model.has_decoder();
+  o.equal_lengths = c.model.target_layout() == data::TargetLayout::PER_POSITION;
   const data::TsvData train = data::read_tsv(c.train_path, o);
   const data::TsvData valid = data::read_tsv(c.valid_path, o);
   for (const auto* d : {&train, &valid})

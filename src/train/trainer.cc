@@ -93,7 +93,8 @@ void check_fits(const ModelConfig& m, const Dataset& ds, const TrainConfig& c) {
                                   std::to_string(m.max_len) + ")");
     return;
   }
-  const int64_t extra = m.has_decoder() ? 1 : 0;  // bos before the target input, eos after its output
+  // A shifted target has bos before its input and eos after its output.
+  const int64_t extra = m.target_layout() == data::TargetLayout::SHIFTED ? 1 : 0;
   int64_t longest = c.task ? data::kTaskMaxLen + extra : 0;
   for (const auto* set : {&ds.train, &ds.valid})
     for (const auto& e : *set)
@@ -178,8 +179,9 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   if (c_.task) c_.src_tokens = c_.tgt_tokens = data::Tokenization::SPACE;  // task tokens are numbers
   if (c_.epochs == 0 && c_.max_steps == 0 && c_.time_budget == 0) c_.epochs = kDefaultEpochs;
   c_.validate();
-  if (c_.init_from.empty() && c_.model.is_lm() && !c_.text())
-    throw std::invalid_argument("train config: text_path is required by arch decoder (a language model trains on text)");
+  if (c_.init_from.empty() && c_.model.family().data == DataKind::TEXT && !c_.text())
+    throw std::invalid_argument("train config: text_path is required by arch " + std::string(enum_name(c_.model.arch)) +
+                                " (" + c_.model.family().summary + ")");
 
   const bool init = !c_.init_from.empty();
   if (init && !resume) {  // config.json first: a directory that is not a model directory fails on it
@@ -189,11 +191,11 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
                                   "a fine-tuning run writes into a new directory (its source stays as it is)");
     mc_ = init_model_config(c_);
     c_.model = mc_;  // the data's layout (equal lengths without a decoder) follows the model
-    if (c_.text() != mc_.is_lm())
+    if (c_.text() != (mc_.family().data == DataKind::TEXT))
       throw std::invalid_argument("train config: init_from " + c_.init_from + " holds a model of arch " +
                                   std::string(enum_name(mc_.arch)) + ", but " +
                                   (c_.text() ? "text data trains a language model (arch decoder)"
-                                             : "arch decoder trains on text data (text_path)"));
+                                             : "arch " + std::string(enum_name(mc_.arch)) + " trains on text data (text_path)"));
     read_tokenizations(c_.init_from, c_.src_tokens, c_.tgt_tokens);
   }
   // The vocabularies: the run's own when resuming, the model directory's when starting from one.

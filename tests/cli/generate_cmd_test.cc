@@ -41,7 +41,7 @@ class GenerateCli : public ::testing::Test {
     c.src_vocab_size = c.tgt_vocab_size = vocab.size();
     c.d_model = 16;
     c.nhead = 2;
-    c.num_encoder_layers = 1;
+    c.num_decoder_layers = 1;
     c.dim_feedforward = 32;
     c.max_len = 16;
     tfm::Generator g{1, 0};

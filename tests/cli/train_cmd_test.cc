@@ -384,7 +384,8 @@ TEST(TrainCli, NanogptBabyPresetIsTheLibrarysRecipePlusTheOptionsGiven) {
   const tfm::train::TrainConfig p = tfm::train::preset_config(tfm::train::Preset::NANOGPT_BABY);
   EXPECT_EQ(config["model"]["arch"], "decoder");
   EXPECT_EQ(config["model"]["d_model"], p.model.d_model);
-  EXPECT_EQ(config["model"]["num_encoder_layers"], p.model.num_encoder_layers);
+  EXPECT_EQ(config["model"]["num_decoder_layers"], p.model.num_decoder_layers);
+  EXPECT_EQ(config["model"]["num_encoder_layers"], 0);  // a language model has no encoder
   EXPECT_EQ(config["model"]["nhead"], p.model.nhead);
   EXPECT_EQ(config["model"]["dim_feedforward"], p.model.dim_feedforward);
   EXPECT_EQ(config["model"]["bias"], false);

@@ -76,7 +76,7 @@ void check_logits(const std::string& name) {
   b.B = src.size(0);
   b.S = src.size(1);
   b.src = ids(src);
-  if (m.model->has_decoder()) {
+  if (m.model->config().target_layout() == tfm::data::TargetLayout::SHIFTED) {
     const Tensor& tgt_in = f.at("tgt_in");
     b.T = tgt_in.size(1);
     b.tgt_in = ids(tgt_in);

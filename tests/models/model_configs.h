@@ -45,7 +45,7 @@ inline ModelConfig small_decoder() {
   c.src_vocab_size = c.tgt_vocab_size = 13;
   c.d_model = 16;
   c.nhead = 4;
-  c.num_encoder_layers = 2;
+  c.num_decoder_layers = 2;
   c.dim_feedforward = 40;
   c.dropout = 0.1f;
   c.max_len = 24;

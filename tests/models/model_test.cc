@@ -131,7 +131,7 @@ ModelConfig nanogpt_decoder() {
 }
 ModelConfig rms_shared_decoder() {
   ModelConfig c = small_decoder();
-  c.num_encoder_layers = 3;
+  c.num_decoder_layers = 3;
   c.norm_type = NormType::RMS_NORM;
   c.share_layers = true;
   c.head_dim = 8;
@@ -513,7 +513,7 @@ TEST(Model, TorchRoundTripLogits) {
     Generator g{seed++, 0};
     Model m(cs.c, g);
     m.eval();
-    const data::TokenBatch b = cs.c.is_lm() ? random_lm_batch(cs.c, 4, 9, seed) : random_batch(cs.c, 4, seed);
+    const data::TokenBatch b = cs.c.family().data == DataKind::TEXT ? random_lm_batch(cs.c, 4, 9, seed) : random_batch(cs.c, 4, seed);
     const Tensor logits = m.forward(b);
     const std::string dir = tfm::testing::temp_dir("roundtrip");
     write_model_dir(dir, m);

@@ -189,7 +189,7 @@ TEST(TrainConfig, NanogptBabyPresetIsNanogptsCpuRecipe) {
   TrainConfig p = preset_config(Preset::NANOGPT_BABY);
   EXPECT_EQ(p.model.arch, Arch::DECODER);
   EXPECT_EQ(p.tgt_tokens, data::Tokenization::CHAR);
-  EXPECT_EQ(p.model.num_encoder_layers, 4);
+  EXPECT_EQ(p.model.num_decoder_layers, 4);  // the language model's stack is its decoder
   EXPECT_EQ(p.model.nhead, 4);
   EXPECT_EQ(p.model.d_model, 128);
   EXPECT_EQ(p.model.dim_feedforward, 4 * 128);
@@ -237,7 +237,7 @@ TEST(TrainConfig, MakeOptimizerAppliesBetasAndDecayParams) {
   mc.tgt_vocab_size = mc.src_vocab_size = 11;
   mc.d_model = 8;
   mc.nhead = 2;
-  mc.num_encoder_layers = 1;
+  mc.num_decoder_layers = 1;
   mc.dim_feedforward = 16;
   mc.max_len = 8;
   TrainConfig c;

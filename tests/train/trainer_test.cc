@@ -357,7 +357,7 @@ TrainConfig tiny_lm(const std::string& out, const std::string& text_path) {
   c.model.arch = kLmArch;
   c.model.d_model = 16;
   c.model.nhead = 2;
-  c.model.num_encoder_layers = 1;
+  c.model.num_decoder_layers = 1;
   c.model.dim_feedforward = 32;
   c.model.dropout = 0.1f;
   c.max_steps = 30;

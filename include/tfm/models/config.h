@@ -16,15 +16,18 @@
 //            transformer.encoder.*, transformer.decoder.*, generator.weight (absent when tied),
 //            generator.bias.
 //   DECODER  a decoder-only (GPT-style) language model: ids (B, T) → embedding → + positions → dropout →
-//            TransformerEncoder run causally (its layers are nn.TransformerEncoderLayer with the causal
-//            mask; always a final norm) → generator Linear without bias → logits (B, T, V_tgt), the
-//            prediction of the next token at every position. Its vocabulary is the target one
-//            (src_vocab_size is not used). Initialisation as GPT-2 / nanoGPT: N(0, 0.02) for the
-//            embeddings and every weight matrix, N(0, 0.02/√(2·L)) for the residual output
-//            projections (out_proj.weight, linear2.weight), biases 0, norms 1.
+//            a stack of num_decoder_layers causal self-attention layers (nn.TransformerEncoderLayer with
+//            the causal mask, under the key decoder.; always a final norm) → generator Linear without
+//            bias → logits (B, T, V_tgt), the prediction of the next token at every position. Its
+//            vocabulary is the target one (src_vocab_size is not used). Initialisation as GPT-2 /
+//            nanoGPT: N(0, 0.02) for the embeddings and every weight matrix, N(0, 0.02/√(2·L)) for the
+//            residual output projections (out_proj.weight, linear2.weight), biases 0, norms 1.
 //            Keys: embedding.weight, [pos_embedding.weight], decoder.layers.N.*, decoder.norm.*,
 //            generator.weight only when untied (no generator bias).
-// Defaults that depend on the architecture (optional fields; unset: the architecture's choice):
+//            config.json files written before the stack was sized by num_decoder_layers hold its size in
+//            num_encoder_layers (≥ 1 there); from_json reads such a file by that rule. Written now:
+//            num_decoder_layers, with num_encoder_layers 0.
+// Defaults that depend on the family (optional fields; unset: the family's choice, FamilyDefaults):
 //                      ENCODER      SEQ2SEQ      DECODER
 //   norm_first         false        false        true
 //   activation         relu         relu         gelu
@@ -53,6 +56,7 @@
 
 #include "tfm/data/batching.h"
 #include "tfm/enum_names.h"
+#include "tfm/models/family.h"
 #include "tfm/modules/basic.h"  // NormType
 #include "tfm/ops/activation.h"
 
@@ -60,34 +64,13 @@ namespace tfm {
 
 struct TransformerLayerOptions;
 
-enum class Arch { ENCODER, SEQ2SEQ, DECODER };
-template <>
-struct EnumNames<Arch> {
-  static constexpr const char* noun = "architecture";
-  static constexpr std::array<std::pair<Arch, std::string_view>, 3> names{
-      {{Arch::ENCODER, "encoder"}, {Arch::SEQ2SEQ, "seq2seq"}, {Arch::DECODER, "decoder"}}};
-};
-
-// Where the model's positions come from, added to the (scaled) embedding before the dropout.
-//   SINUSOIDAL  the fixed table of "Attention Is All You Need" (a buffer, no key).
-//   LEARNED     a trained (max_len, D) table, one per embedding: an nn.Embedding(max_len, D) looked up
-//               at positions [offset, offset + T), initialised N(0, 0.02) as GPT-2's wpe (in SEQ2SEQ
-//               too: the Xavier loop leaves the tables alone, so both architectures start alike).
-//               Keys pos_embedding.weight (ENCODER, DECODER), src_pos_embedding.weight and
-//               tgt_pos_embedding.weight (SEQ2SEQ).
-//   NONE        no positions: the embedding alone.
-enum class Positional { SINUSOIDAL, LEARNED, NONE };
-template <>
-struct EnumNames<Positional> {
-  static constexpr const char* noun = "positional encoding";
-  static constexpr std::array<std::pair<Positional, std::string_view>, 3> names{
-      {{Positional::SINUSOIDAL, "sinusoidal"}, {Positional::LEARNED, "learned"}, {Positional::NONE, "none"}}};
-};
-
 struct ModelConfig {
   Arch arch = Arch::ENCODER;
   int64_t src_vocab_size = 0, tgt_vocab_size = 0;  // filled in from the data by the trainer
-  int64_t d_model = 64, nhead = 4, num_encoder_layers = 2, num_decoder_layers = 2, dim_feedforward = 256;
+  int64_t d_model = 64, nhead = 4, dim_feedforward = 256;
+  // The layers of each stack the family has (ModelFamily::encoder_layers / decoder_layers); the count
+  // of a stack it lacks is not used and with_arch_defaults() sets it to 0.
+  int64_t num_encoder_layers = 2, num_decoder_layers = 2;
   float dropout = 0.1f;
   std::optional<Activation> activation;  // unset: the architecture's (table above)
   std::optional<bool> norm_first;        // unset: the architecture's
@@ -117,26 +100,18 @@ struct ModelConfig {
   float drop_path = 0.0f;                       // stochastic depth of every residual branch, training only
   int32_t pad_id = 0, bos_id = 1, eos_id = 2;
 
-  // An encoder–decoder (SEQ2SEQ): a separate target side with cross-attention. DECODER has none: its
-  // one stack is causal self-attention (is_lm()).
-  bool has_decoder() const { return arch == Arch::SEQ2SEQ; }
-  bool is_lm() const { return arch == Arch::DECODER; }
-  // How a batch's targets sit against the input: one per source position (ENCODER; DECODER, whose
-  // batches carry the next token of every position), or shifted for an encoder–decoder.
-  data::TargetLayout target_layout() const {
-    return has_decoder() ? data::TargetLayout::SHIFTED : data::TargetLayout::PER_POSITION;
-  }
-  // The optional fields above resolved by the architecture.
-  bool scales_embeddings() const { return scale_embeddings.value_or(arch == Arch::SEQ2SEQ); }
-  bool norm_first_value() const { return norm_first.value_or(arch == Arch::DECODER); }
-  Activation activation_value() const {
-    return activation.value_or(arch == Arch::DECODER ? Activation::GELU : Activation::RELU);
-  }
-  Positional positional_value() const {
-    return positional.value_or(arch == Arch::DECODER ? Positional::LEARNED : Positional::SINUSOIDAL);
-  }
-  bool ties_embeddings() const { return tie_embeddings.value_or(arch == Arch::DECODER); }
-  // This config with every architecture-dependent optional field set to its resolved value.
+  // The family this config builds (tfm/models/family.h): the data it takes, its target layout, its
+  // defaults.
+  const ModelFamily& family() const { return model_family(arch); }
+  data::TargetLayout target_layout() const { return family().layout; }
+  // The optional fields above resolved by the family's defaults.
+  bool scales_embeddings() const { return scale_embeddings.value_or(family().defaults.scale_embeddings); }
+  bool norm_first_value() const { return norm_first.value_or(family().defaults.norm_first); }
+  Activation activation_value() const { return activation.value_or(family().defaults.activation); }
+  Positional positional_value() const { return positional.value_or(family().defaults.positional); }
+  bool ties_embeddings() const { return tie_embeddings.value_or(family().defaults.tie_embeddings); }
+  // This config with every family-dependent optional field set to its resolved value, and the layer
+  // count of a stack the family does not have set to 0.
   ModelConfig with_arch_defaults() const;
   // The options every layer of the model is built with (batch_first; the layer variants above).
   TransformerLayerOptions layer_options() const;
@@ -179,6 +154,8 @@ struct ModelConfig {
   std::string to_json() const;  // pretty JSON object, every field
   // Missing keys keep their defaults; unknown keys and wrong types throw naming the key.
   // With `validate_sizes` false the vocabulary sizes may be 0 (a template the trainer fills in).
+  // A DECODER config with num_encoder_layers ≥ 1 is read by the rule of the files written before its
+  // stack was num_decoder_layers: that count sizes the stack (see DECODER above).
   static ModelConfig from_json(const std::string& text, bool validate_sizes = true);
   // Throws std::invalid_argument "model config: ..." naming the bad field.
   void validate(bool check_sizes = true) const;

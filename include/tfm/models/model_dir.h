@@ -73,6 +73,11 @@ struct TrainedModel {
   data::Tokenizer src_tokens = data::Tokenization::SPACE, tgt_tokens = data::Tokenization::SPACE;
 };
 TrainedModel load_model_dir(const std::string& dir);
+// Throws std::invalid_argument unless m's model family takes `kind` data (tfm/models/family.h), naming
+// the directory and its architecture, then `use`: what the command needs and where to go instead.
+//   "<dir> is not a language model (arch seq2seq); <use>"   (kind TEXT)
+//   "<dir> is a language model: <use>"                        (kind PAIRS)
+void require_data(const TrainedModel& m, DataKind kind, const std::string& use);
 
 // Source ids (no bos/eos/pad) → predicted target tokens (greedy or beam), in input order, decoded
 // in length-sorted batches of `batch_size` under one InferenceMode scope of the caller's precision.

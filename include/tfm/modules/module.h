@@ -45,6 +45,8 @@ class Module {
  protected:
   // Parameters are leaves that require grad.
   void register_parameter(const std::string& name, Tensor& t);
+  // `name` prefixes the child's keys ("name.key"); an empty name adds them unprefixed (a handle whose
+  // parts are its implementation's, as tfm::Model's family).
   void register_module(const std::string& name, Module& m);
 
  private:

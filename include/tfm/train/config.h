@@ -158,8 +158,8 @@ struct TrainConfig {
   static TrainConfig from_json(const std::string& text);  // missing keys keep their defaults
   void validate() const;                    // throws std::invalid_argument naming the bad field
   void validate_subwords() const;           // the subword fields' combinations (part of validate)
-  DecayParams decay_params_value() const {  // decay_params resolved by the model's architecture
-    return decay_params.value_or(model.arch == Arch::DECODER ? DecayParams::MATRICES : DecayParams::ALL);
+  DecayParams decay_params_value() const {  // decay_params resolved by the model family's default
+    return decay_params.value_or(model.family().defaults.decay_matrices_only ? DecayParams::MATRICES : DecayParams::ALL);
   }
 };
 
