@@ -33,21 +33,6 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, Model& model) {
                                 c.optimizer == OptimizerKind::ADAMW, std::move(decayed));
 }
 
-StepOutcome train_step(Model& model, Optimizer& opt, const std::vector<Tensor>& params, const data::TokenBatch& batch,
-                       float label_smoothing, float clip_norm) {
-  StepOutcome r;
-  Tensor loss = model.loss(batch, label_smoothing);
-  r.loss = loss.item();
-  r.loss_finite = r.finite = std::isfinite(r.loss);
-  if (r.finite) {
-    loss.backward();
-    r.finite = clip_norm > 0 ? std::isfinite(clip_grad_norm(params, clip_norm)) : finite_grads(params);
-  }
-  if (r.finite) opt.step();
-  opt.zero_grad();
-  return r;
-}
-
 }  // namespace tfm::train
 
 namespace tfm::train {
@@ -167,10 +152,16 @@ float ShardedStep::part(Model& model, Generator& gen, const Generator& at_start,
   const auto [begin, end] = shard_rows(batch.B, G_, g);
   empty = true;
   if (begin == end) return 0.0f;
-  const data::TokenBatch b = slice_rows(batch.rows, begin - batch.first_row, end - batch.first_row);
+  // A part that is all the rows given (one part, G = 1) reads them in place.
+  const bool whole = begin == batch.first_row && end - begin == batch.rows.B;
+  data::TokenBatch sliced;
+  if (!whole) sliced = slice_rows(batch.rows, begin - batch.first_row, end - batch.first_row);
+  const data::TokenBatch& b = whole ? batch.rows : sliced;
   if (data::count_target_tokens(b, model.config().pad_id) == 0) return 0.0f;
   empty = false;
-  gen = shard_generator(at_start, g);
+  // One part draws its dropout from the run's generator itself (so a run of one part computes what an
+  // unsharded step always has); several parts each from their own.
+  if (G_ > 1) gen = shard_generator(at_start, g);
   Tensor loss = model.loss(b, label_smoothing, batch.targets);
   const float l = loss.item();
   // A non-finite loss is kept: the folded loss decides for every rank alike.
@@ -204,7 +195,8 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
         part(model, gen, at_start, batch, first + j, label_smoothing, empty, during);
     if (comm_.single()) {
       // One process: fold each part's gradient as soon as it is computed (an empty part adds zeros,
-      // as the chunk owners do across processes).
+      // as the chunk owners do across processes). One part: its gradient, left in the grads, is the fold.
+      if (G_ == 1) continue;
       if (j == 0) {
         if (empty) std::fill(acc_.begin(), acc_.end(), 0.0f);
         else copy_grads(acc, 0, N);
@@ -231,7 +223,7 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
   untimed_ = false;
   if (!comm_.single()) return run_owned(opt, gen, at_start, clip_norm, agreement, timed);
   comm_.allgather(losses_in_.data(), static_cast<int>(local_ + 2), losses_out_.data(), /*timed=*/true);
-  gen = Generator{at_start.seed, at_start.offset + 1};
+  if (G_ > 1) gen = Generator{at_start.seed, at_start.offset + 1};
   agreement.time_up = losses_out_[static_cast<size_t>(local_ + 1)] != 0;
   agreement.stop = losses_out_[static_cast<size_t>(local_)] != 0;
 
@@ -241,7 +233,7 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
   r.loss = loss;
   r.loss_finite = r.finite = std::isfinite(loss);
   if (r.finite) {
-    for (size_t i = 0; i < params_.size(); ++i) {
+    for (size_t i = 0; G_ > 1 && i < params_.size(); ++i) {  // the fold into the grads
       Tensor& slot = params_[i].mutable_grad();
       if (!slot.defined()) slot = Tensor::empty(params_[i].shape());
       std::copy(acc + offsets_[i], acc + offsets_[i + 1], slot.data());

@@ -22,16 +22,12 @@ struct StepOutcome {
   bool finite = true;        // the loss and the gradient are finite: the step was taken
 };
 
-// loss = model.loss(batch, label_smoothing); backward; clip the gradient norm to clip_norm (0: only
-// check that it is finite); then, when everything is finite, opt.step(). Gradients are zeroed after
-// (a non-finite step changes nothing). `params` are the model's parameters, in the optimizer's order.
 // The run's optimizer over model.named_parameters(): Adam or AdamW with c.lr, β1 c.beta1, β2 c.beta2,
 // eps 1e-8 (torch's default), weight decay c.weight_decay on the parameters c.decay_params_value()
 // selects (MATRICES: those with two or more dimensions).
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, Model& model);
 
-StepOutcome train_step(Model& model, Optimizer& opt, const std::vector<Tensor>& params, const data::TokenBatch& batch,
-                       float label_smoothing, float clip_norm);
+
 
 // The rows [begin, end) of part g of B rows cut into G parts as evenly as possible, earlier parts
 // taking the extra rows (a part is empty when G > B).
@@ -49,11 +45,14 @@ Generator shard_generator(const Generator& at_start, int64_t g);
 //     1's, ..., + part G−1's, over the flat vector of every parameter's gradient (params' order; a
 //     parameter a part does not reach has a zero gradient there);
 //   - the step's loss is the left fold of the part losses in float32; then clipping (clip_grad_norm's
-//     blockwise norm), the finite check and the optimizer step on the folded gradient as train_step,
+//     blockwise norm), the finite check (a non-finite step changes nothing) and the optimizer step on the folded gradient,
 //     every parameter having a gradient;
-//   - afterwards `gen` is (seed, offset + 1) of its state at the start: dropout draws never depend
-//     on who computed which part.
-// One process folds each part's gradient as soon as it is computed and steps as train_step. Across
+//   - afterwards (G > 1) `gen` is (seed, offset + 1) of its state at the start: dropout draws never
+//     depend on who computed which part.
+// One process folds each part's gradient as soon as it is computed; with one part (G = 1) that is the
+// plain step — loss, backward, clipping, the finite check, opt.step() — and its dropout draws from `gen`
+// itself, so a run of one process and one part computes what an unsharded step computes. This is the
+// trainer's only step: one process is one rank holding every part. Across
 // processes the flat vector is cut into buckets of about comm.bucket_bytes() and each bucket into P
 // chunks (src/train/buckets.h); rank c owns chunk c of every bucket: every rank sends each of its
 // parts' chunk c to rank c (one alltoallv per bucket, started during the backward of the rank's last

@@ -148,7 +148,7 @@ class Run {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> opt_;
   std::vector<Tensor> params_;
-  std::unique_ptr<ShardedStep> sharded_;  // grad_shards > 1 or several processes; else train_step
+  std::unique_ptr<ShardedStep> step_;  // one process: one rank holding every part
   State st_;
   double elapsed_before_ = 0;
   int64_t session_first_step_ = 0;
@@ -256,7 +256,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   model_->train();
   opt_ = make_optimizer(c_, *model_);
   params_ = model_->parameters();
-  if (c_.grad_shards > 1 || !comm_.single()) sharded_ = std::make_unique<ShardedStep>(params_, c_.grad_shards, comm_);
+  step_ = std::make_unique<ShardedStep>(params_, c_.grad_shards, comm_);
   if (resume) {
     // A run killed mid-write leaves hidden temporary files beside the complete checkpoint: drop them.
     if (lead_)
@@ -325,7 +325,7 @@ void Run::load_epoch(int64_t e) {
 ShardedStep::BatchRows Run::next_batch(data::TokenBatch& rows) {
   // The rows [r0, r1) this process computes of a batch of B rows: all of them in one process.
   const auto mine = [&](int64_t B) {
-    return sharded_ && !comm_.single() ? sharded_->rows_of(B) : std::pair<int64_t, int64_t>{0, B};
+    return comm_.single() ? std::pair<int64_t, int64_t>{0, B} : step_->rows_of(B);
   };
   if (!c_.text()) {
     const std::vector<int64_t>& indices = plan_[static_cast<size_t>(st_.batch)];
@@ -379,10 +379,10 @@ void Run::evaluate_and_record() {
 void Run::checkpoint() {
   st_.elapsed = elapsed();
   // Several processes each stepped the optimizer on their own elements: complete its state first.
-  if (sharded_) sharded_->gather_optimizer_state(*opt_);
+  step_->gather_optimizer_state(*opt_);
   // The other ranks wait for rank 0 to write for as long as that takes; rank 0, its checkpoint
   // written, waits for them with the timeout, so a rank that stopped meanwhile is still detected.
-  if (sharded_ && !lead_) sharded_->untimed_next();
+  if (!lead_) step_->untimed_next();
   if (!lead_) {  // rank 0 writes; the others keep what the checkpoint records in step with it
     st_.checkpoint_step = st_.step;
     return;
@@ -418,12 +418,11 @@ TrainResult Run::train() {
       // Several processes stop together: on a signal to any of them, and when rank 0's clock says the
       // time budget is spent (sampled during the step, exchanged with its losses).
       ShardedStep::Agreement agreed;
-      if (sharded_) {
+      if (!comm_.single()) {
         agreed.stop = hooks_.should_stop && hooks_.should_stop(st_.step);
         agreed.time_up = c_.time_budget > 0 && elapsed() >= c_.time_budget;
       }
-      const StepOutcome s = sharded_ ? sharded_->run(*model_, *opt_, gen_, b, c_.label_smoothing, c_.clip_norm, agreed)
-                                     : train_step(*model_, *opt_, params_, rows, c_.label_smoothing, c_.clip_norm);
+      const StepOutcome s = step_->run(*model_, *opt_, gen_, b, c_.label_smoothing, c_.clip_norm, agreed);
       if (!s.finite) {
         if (!c_.skip_nonfinite) throw TrainingDiverged(diverged_message(c_, st_, s));
         ++st_.skipped;
@@ -493,7 +492,6 @@ TrainResult Run::train() {
       evaluate_and_record();
       checkpoint();
     }
-    model_->eval();
     // A language model has no sources to decode: its validation figures are the last row's.
     if (!c_.text() && lead_)
       result.final_metrics = evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, ds_.valid_set, 1, kEvalBatch,
