@@ -24,10 +24,16 @@ struct LinearNode : Node {
 
 }  // namespace
 
+int64_t linear_rows(const Tensor& x) {
+  int64_t n = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) n *= x.size(d);
+  return n;
+}
+
 // dx (N, in) = g (N, out) · W (out, in);  dW (out, in) += gᵀ (out, N) · x (N, in);  db (out) += Σ_rows g.
 void linear_backward(const float* g, const Tensor& x, const Tensor& w, bool has_bias,
                      const std::vector<Tensor*>& din) {
-  const int64_t in = w.size(1), out = w.size(0), N = x.numel() / std::max<int64_t>(in, 1);
+  const int64_t in = w.size(1), out = w.size(0), N = linear_rows(x);
   if (din[0]) {
     Tensor* slot = din[0];
     const float beta = slot->defined() ? 1.0f : 0.0f;
@@ -67,7 +73,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape ys = x.shape();
   ys.back() = out;
   Tensor y = Tensor::empty(ys);
-  const int64_t N = x.numel() / std::max<int64_t>(in, 1);
+  const int64_t N = linear_rows(x);
   float* yp = y.data();
   const bool grad = needs_grad({&x, &weight, &bias});
   // Inside an InferenceMode scope: the packed weight, bias added by the GEMM itself.

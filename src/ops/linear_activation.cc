@@ -55,7 +55,7 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
   if (!training || !(p > 0.0f && p < 1.0f))
     return dropout(linear_activation(x, weight, bias, Activation::RELU), p, training, gen);
   const auto [out, in] = check_linear_args("linear_relu_dropout", x, weight, bias);
-  const int64_t N = x.numel() / std::max<int64_t>(in, 1);
+  const int64_t N = linear_rows(x);
   Shape ys = x.shape();
   ys.back() = out;
   Tensor y = Tensor::empty(ys);  // x·Wᵀ, then dropout(relu(· + b)) in place
@@ -82,7 +82,7 @@ Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bi
   const bool grad = needs_grad({&x, &weight, &bias});
   if (grad && kind != Activation::RELU) return activation(linear(x, weight, bias), kind);
 
-  const int64_t N = x.numel() / std::max<int64_t>(in, 1), F = gated ? out / 2 : out;
+  const int64_t N = linear_rows(x), F = gated ? out / 2 : out;
   Shape zs = x.shape();
   zs.back() = out;
   Tensor z = Tensor::empty(zs);  // (N, Fin) = x·Wᵀ (K = 0 gives zeros, kernels::gemm's contract)

@@ -36,6 +36,10 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
 std::pair<int64_t, int64_t> check_linear_args(const char* op, const Tensor& x, const Tensor& weight,
                                               const Tensor& bias);
 
+// The rows N of an input (..., in): the product of its leading dims (not numel / in, which is 0 when in
+// is 0 while the rows are not).
+int64_t linear_rows(const Tensor& x);
+
 // The Linear backward from the gradient g (N, out) of y = x·Wᵀ + b: din[0] (x's shape) gets dx = g·W,
 // din[1] (out, in) gets dW = gᵀ·x, din[2] (out) gets db = Σ_rows g (if has_bias); each slot is set
 // if empty, else accumulated into; null slots are skipped.
