@@ -28,7 +28,7 @@
 // query); masks are Bool (true = blocked) or Float32 (added); causal flags are 0-dim Bool tensors.
 //
 // To add a module kind: an enumerator in ModuleKind and its name in EnumNames<ModuleKind>, its keys in
-// parse_module_config (src/models/module_config.cc), its inputs in src/models/forward_runner.cc and
+// parse_module_config (src/models/module_config.cc), its inputs in src/models/forward.cc and
 // its matmuls in bench_flop_count (src/models/bench.cc).
 #pragma once
 

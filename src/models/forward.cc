@@ -1,10 +1,11 @@
-// src/models/forward_runner.cc — LoadedModule (include/tfm/models/forward.h): a ModuleConfig built into its
+// src/models/forward.cc — LoadedModule (include/tfm/models/forward.h): a ModuleConfig built into its
 // module, called on named inputs; and the `tfm forward` contract on top (load_module,
 // read_forward_inputs, run_forward).
 //
-// Each module kind has a Runner that maps the named inputs onto its forward's arguments after
+// Each module kind has a ModuleCall (the module and the call of its forward) that maps the named inputs
+// onto its forward's arguments after
 // checking names, dtypes and shapes (every error names the tensor and starts with the inputs'
-// source). To add a kind: a Runner below and its case in make_runner and differentiable_inputs_of.
+// source). To add a kind: a ModuleCall below and its case in make_call and differentiable_inputs_of.
 #include <stdexcept>
 
 #include "quote.h"
@@ -96,21 +97,21 @@ struct ShapeChecker {
 };
 
 // One module kind behind a uniform call.
-struct Runner {
-  virtual ~Runner() = default;
+struct ModuleCall {
+  virtual ~ModuleCall() = default;
   virtual Module& module() = 0;
   virtual Tensor forward(const Inputs& in) const = 0;
 };
 
 template <typename M>
-struct RunnerOf : Runner {
+struct CallOf : ModuleCall {
   std::unique_ptr<M> m;
-  explicit RunnerOf(std::unique_ptr<M> module) : m(std::move(module)) {}
+  explicit CallOf(std::unique_ptr<M> module) : m(std::move(module)) {}
   Module& module() override { return *m; }
 };
 
-struct MhaRunner : RunnerOf<MultiheadAttention> {
-  using RunnerOf::RunnerOf;
+struct MhaCall : CallOf<MultiheadAttention> {
+  using CallOf::CallOf;
   Tensor forward(const Inputs& in) const override {
     in.check_names({"query", "key", "value", "attn_mask", "key_padding_mask", "is_causal"}, {"query"});
     ShapeChecker c{in, m->embed_dim, m->num_heads, m->batch_first};
@@ -131,8 +132,8 @@ struct MhaRunner : RunnerOf<MultiheadAttention> {
   }
 };
 
-struct EncLayerRunner : RunnerOf<TransformerEncoderLayer> {
-  using RunnerOf::RunnerOf;
+struct EncLayerCall : CallOf<TransformerEncoderLayer> {
+  using CallOf::CallOf;
   Tensor forward(const Inputs& in) const override {
     in.check_names({"src", "src_mask", "src_key_padding_mask", "is_causal"}, {"src"});
     const auto& o = m->options;
@@ -144,8 +145,8 @@ struct EncLayerRunner : RunnerOf<TransformerEncoderLayer> {
   }
 };
 
-struct EncRunner : RunnerOf<TransformerEncoder> {
-  using RunnerOf::RunnerOf;
+struct EncCall : CallOf<TransformerEncoder> {
+  using CallOf::CallOf;
   Tensor forward(const Inputs& in) const override {
     in.check_names({"src", "mask", "src_key_padding_mask", "is_causal"}, {"src"});
     if (!m->layers.empty()) {
@@ -161,8 +162,8 @@ struct EncRunner : RunnerOf<TransformerEncoder> {
 
 // TransformerDecoderLayer and TransformerDecoder take the same arguments.
 template <typename M>
-struct DecRunner : RunnerOf<M> {
-  using RunnerOf<M>::RunnerOf;
+struct DecCall : CallOf<M> {
+  using CallOf<M>::CallOf;
   const TransformerLayerOptions* options() const {
     if constexpr (std::is_same_v<M, TransformerDecoderLayer>) {
       return &this->m->options;
@@ -189,8 +190,8 @@ struct DecRunner : RunnerOf<M> {
   }
 };
 
-struct TransformerRunner : RunnerOf<Transformer> {
-  using RunnerOf::RunnerOf;
+struct TransformerCall : CallOf<Transformer> {
+  using CallOf::CallOf;
   Tensor forward(const Inputs& in) const override {
     in.check_names({"src", "tgt", "src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask",
                     "tgt_key_padding_mask", "memory_key_padding_mask", "src_is_causal", "tgt_is_causal",
@@ -213,24 +214,24 @@ struct TransformerRunner : RunnerOf<Transformer> {
   }
 };
 
-std::unique_ptr<Runner> make_runner(const ModuleConfig& c, Generator& gen) {
+std::unique_ptr<ModuleCall> make_call(const ModuleConfig& c, Generator& gen) {
   switch (c.kind) {
     case ModuleKind::MULTIHEAD_ATTENTION: {
       const AttentionOptions& a = c.attention;
-      return std::make_unique<MhaRunner>(
+      return std::make_unique<MhaCall>(
           std::make_unique<MultiheadAttention>(a.embed_dim, a.num_heads, a.dropout, a.bias, a.batch_first, a.variant, gen));
     }
     case ModuleKind::TRANSFORMER_ENCODER_LAYER:
-      return std::make_unique<EncLayerRunner>(std::make_unique<TransformerEncoderLayer>(c.layer, gen));
+      return std::make_unique<EncLayerCall>(std::make_unique<TransformerEncoderLayer>(c.layer, gen));
     case ModuleKind::TRANSFORMER_ENCODER:
-      return std::make_unique<EncRunner>(std::make_unique<TransformerEncoder>(c.layer, c.num_layers, c.norm, gen));
+      return std::make_unique<EncCall>(std::make_unique<TransformerEncoder>(c.layer, c.num_layers, c.norm, gen));
     case ModuleKind::TRANSFORMER_DECODER_LAYER:
-      return std::make_unique<DecRunner<TransformerDecoderLayer>>(std::make_unique<TransformerDecoderLayer>(c.layer, gen));
+      return std::make_unique<DecCall<TransformerDecoderLayer>>(std::make_unique<TransformerDecoderLayer>(c.layer, gen));
     case ModuleKind::TRANSFORMER_DECODER:
-      return std::make_unique<DecRunner<TransformerDecoder>>(
+      return std::make_unique<DecCall<TransformerDecoder>>(
           std::make_unique<TransformerDecoder>(c.layer, c.num_layers, c.norm, gen));
     case ModuleKind::TRANSFORMER:
-      return std::make_unique<TransformerRunner>(
+      return std::make_unique<TransformerCall>(
           std::make_unique<Transformer>(c.layer, c.num_encoder_layers, c.num_decoder_layers, gen));
   }
   throw std::invalid_argument("LoadedModule: not a ModuleKind");
@@ -258,7 +259,7 @@ bool is_floating(const std::string& dtype) {
 struct LoadedModule::Impl {
   ModuleConfig config;
   Precision precision;
-  std::unique_ptr<Runner> runner;
+  std::unique_ptr<ModuleCall> call;
   std::vector<std::string> differentiable_inputs;
   PackedWeightCache packed;  // forward()'s packed Linear weights, kept across calls
 };
@@ -267,9 +268,9 @@ LoadedModule::LoadedModule(const ModuleConfig& config, Precision precision, Gene
     : impl_(std::make_unique<Impl>()) {
   impl_->config = config;
   impl_->precision = precision;
-  impl_->runner = make_runner(config, gen);
+  impl_->call = make_call(config, gen);
   impl_->differentiable_inputs = differentiable_inputs_of(config.kind);
-  impl_->runner->module().eval();
+  impl_->call->module().eval();
 }
 LoadedModule::~LoadedModule() = default;
 LoadedModule::LoadedModule(LoadedModule&&) noexcept = default;
@@ -281,7 +282,7 @@ void LoadedModule::set_precision(Precision precision) {
   impl_->precision = precision;
   impl_->packed.clear();
 }
-Module& LoadedModule::module() { return impl_->runner->module(); }
+Module& LoadedModule::module() { return impl_->call->module(); }
 void LoadedModule::clear_packed_weights() { impl_->packed.clear(); }
 size_t LoadedModule::packed_weights() const { return impl_->packed.size(); }
 const std::vector<std::string>& LoadedModule::differentiable_inputs() const { return impl_->differentiable_inputs; }
@@ -292,7 +293,7 @@ void LoadedModule::load_weights(const NamedTensors& weights, const std::string& 
 }
 
 Tensor LoadedModule::call(const NamedTensors& inputs, const std::string& source) const {
-  return impl_->runner->forward(Inputs{inputs, source});
+  return impl_->call->forward(Inputs{inputs, source});
 }
 
 NamedTensors LoadedModule::forward(const NamedTensors& inputs, const std::string& source) {
