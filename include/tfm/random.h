@@ -1,9 +1,9 @@
 // tfm/random.h — the random-number generator behind dropout and initialisation.
 //
 // Counter-based: a Generator is (seed, offset). Each consumer takes a block of `n` counters and
-// derives every random value from (seed, counter) alone (kernels::philox_hash), so numbers never
-// depend on thread count or visiting order, and saving (seed, offset) in a checkpoint is enough to
-// resume the exact stream.
+// derives every random value from (seed, counter) alone (kernels::splitmix64, and dropout's
+// kernels::dropout_hash built on it), so numbers never depend on thread count or visiting order,
+// and saving (seed, offset) in a checkpoint is enough to resume the exact stream.
 #pragma once
 
 #include <cstdint>
