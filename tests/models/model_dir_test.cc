@@ -1,0 +1,469 @@
+// tests/models/model_dir_test.cc — src/models/model_dir.cc: a trained model directory's files
+// (path, config_json, the vocabulary and SentencePiece files and their removal rules, load_tokenizer,
+// read_config_section and its errors), load_model_dir of a directory written by a tiny training run,
+// require_data, and decoding with predict / translate_lines.
+//
+// Method: files are written by the functions under test (or by hand, for the broken ones) in a fresh
+// temporary directory, and read back; every error is checked by its message, which must name the
+// file. Decoding is checked against decode() on one source at a time (the batched, length-sorted
+// predict must give each source its own prediction, in input order) and, for the encoder, against
+// the argmax of Model::forward. Models are tiny (width 16): the whole file runs in about a second.
+#include "tfm/models/model_dir.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "io/file_util.h"
+#include "models/model_configs.h"
+#include "test_util.h"
+#include "tfm/data/tasks.h"
+#include "tfm/io/safetensors.h"
+#include "tfm/train/trainer.h"
+
+namespace tfm {
+namespace {
+
+namespace fs = std::filesystem;
+using data::Tokenization;
+using data::Vocab;
+
+// Runs f and returns the message of the exception of type E it throws ("(no exception)" when none).
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+std::string config_file(const std::string& dir) { return dir + "/config.json"; }
+
+// ---- the files ----------------------------------------------------------------------------------------
+
+TEST(ModelDirFiles, PathJoinsDirectoryAndFile) {
+  EXPECT_EQ(model_dir::path("a/b", model_dir::CONFIG), "a/b/config.json");
+  EXPECT_EQ(model_dir::path("a/b/", model_dir::MODEL), "a/b/model.safetensors");
+  EXPECT_EQ(model_dir::path("/x", model_dir::JOINT_SPM), "/x/spm.model");
+}
+
+TEST(ModelDirFiles, ConfigJsonHoldsFormatVersionModelTrainAndVocab) {
+  const ModelConfig mc = testing::small_seq2seq();
+  const Vocab src = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c"});
+  const Vocab tgt = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "x"});
+  const std::string text = model_dir::config_json(mc, R"({"lr": 0.5, "seed": 3})", src, tgt, Tokenization::CHAR,
+                                                  Tokenization::SPACE);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"format", "version", "model", "train", "vocab"}));
+  EXPECT_EQ(j.at("format"), "tfm-train");
+  EXPECT_EQ(j.at("version"), model_dir::FORMAT_VERSION);
+  EXPECT_EQ(j.at("model"), nlohmann::ordered_json::parse(mc.to_json()));
+  EXPECT_EQ(j.at("train"), nlohmann::ordered_json::parse(R"({"lr": 0.5, "seed": 3})"));
+  EXPECT_EQ(j.at("vocab"), nlohmann::ordered_json::parse(R"({"src": "src_vocab.txt", "tgt": "tgt_vocab.txt",
+      "src_size": 7, "tgt_size": 5, "src_tokens": "char", "tgt_tokens": "space"})"));
+  const nlohmann::ordered_json jv = nlohmann::ordered_json::parse(
+      model_dir::config_json(mc, "{}", src, tgt, Tokenization::SPM, Tokenization::BYTE, /*json_vocab=*/true));
+  EXPECT_EQ(jv.at("vocab").at("src"), "src_vocab.json");
+  EXPECT_EQ(jv.at("vocab").at("tgt"), "tgt_vocab.json");
+  EXPECT_EQ(jv.at("vocab").at("src_tokens"), "spm");
+  EXPECT_EQ(jv.at("vocab").at("tgt_tokens"), "byte");
+
+  // What it writes, read_config_section reads back.
+  const std::string d = testing::temp_dir("md_config");
+  testing::spit(config_file(d), text);
+  EXPECT_EQ(nlohmann::ordered_json::parse(model_dir::read_config_section(d, "vocab")), j.at("vocab"));
+  EXPECT_EQ(nlohmann::ordered_json::parse(model_dir::read_config_section(d, "train")), j.at("train"));
+  EXPECT_EQ(ModelConfig::from_json(model_dir::read_config_section(d, "model")).to_json(), mc.to_json());
+  fs::remove_all(d);
+}
+
+TEST(ModelDirFiles, SaveVocabsWritesOneFormatAndRemovesTheOther) {
+  const std::string d = testing::temp_dir("md_vocabs");
+  const Vocab src = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b"});
+  const Vocab tgt = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "x", "y", "z"});
+  const auto exists = [&](const char* f) { return fs::exists(model_dir::path(d, f)); };
+  // Neither file yet: the one-token-a-line name.
+  EXPECT_EQ(model_dir::src_vocab_path(d), d + "/src_vocab.txt");
+  EXPECT_EQ(model_dir::tgt_vocab_path(d), d + "/tgt_vocab.txt");
+  for (const bool json : {false, true, false}) {
+    model_dir::save_vocabs(d, src, tgt, json);
+    EXPECT_EQ(exists(model_dir::SRC_VOCAB), !json) << "json " << json;
+    EXPECT_EQ(exists(model_dir::TGT_VOCAB), !json) << "json " << json;
+    EXPECT_EQ(exists(model_dir::SRC_VOCAB_JSON), json) << "json " << json;
+    EXPECT_EQ(exists(model_dir::TGT_VOCAB_JSON), json) << "json " << json;
+    EXPECT_EQ(model_dir::src_vocab_path(d), d + (json ? "/src_vocab.json" : "/src_vocab.txt"));
+    EXPECT_EQ(model_dir::tgt_vocab_path(d), d + (json ? "/tgt_vocab.json" : "/tgt_vocab.txt"));
+    EXPECT_EQ(Vocab::load(model_dir::src_vocab_path(d)).tokens(), src.tokens());
+    EXPECT_EQ(Vocab::load(model_dir::tgt_vocab_path(d)).tokens(), tgt.tokens());
+  }
+  EXPECT_EQ(testing::slurp(d + "/src_vocab.txt"), "<pad>\n<bos>\n<eos>\n<unk>\na\nb\n");
+  // The JSON file wins when both exist (a directory edited by hand).
+  testing::spit(d + "/src_vocab.json", R"(["<pad>", "q"])");
+  EXPECT_EQ(model_dir::src_vocab_path(d), d + "/src_vocab.json");
+  fs::remove_all(d);
+}
+
+// A SentencePiece model of 16 pieces trained on a few lines of `words`.
+data::Tokenizer tiny_spm(const std::vector<std::string>& words, const std::string& name) {
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < 40; ++i)
+    lines.push_back(words[i % words.size()] + " " + words[(i * 7 + 3) % words.size()] + " " + words[(i * 3 + 1) % words.size()]);
+  data::SpmOptions o;
+  o.vocab_size = 16;
+  const std::vector<std::string_view> views(lines.begin(), lines.end());
+  return data::Tokenizer::from_spm_model(data::train_spm(views, o, name), name);
+}
+
+TEST(ModelDirFiles, SaveTokenizersKeepsOnlyTheModelsTheSidesUse) {
+  const std::string d = testing::temp_dir("md_spm");
+  const data::Tokenizer a = tiny_spm({"bad", "cab", "dab", "fade", "bead", "aced", "faced"}, "a");
+  const data::Tokenizer b = tiny_spm({"hog", "fog", "log", "go", "glow", "flow", "howl"}, "b");
+  ASSERT_NE(a.spm_model(), b.spm_model());
+  const data::Tokenizer chr = Tokenization::CHAR;
+  const auto has = [&](const char* f) { return fs::exists(model_dir::path(d, f)); };
+  const auto bytes = [&](const char* f) { return testing::slurp(model_dir::path(d, f)); };
+
+  // Both sides one model: spm.model alone (stale side files from an earlier run removed).
+  testing::spit(d + "/src.spm.model", "stale");
+  testing::spit(d + "/tgt.spm.model", "stale");
+  model_dir::save_tokenizers(d, a, a);
+  EXPECT_TRUE(has(model_dir::JOINT_SPM));
+  EXPECT_FALSE(has(model_dir::SRC_SPM));
+  EXPECT_FALSE(has(model_dir::TGT_SPM));
+  EXPECT_EQ(bytes(model_dir::JOINT_SPM), a.spm_model());
+  EXPECT_EQ(model_dir::load_tokenizer(d, Tokenization::SPM, false).spm_model(), a.spm_model());
+  EXPECT_EQ(model_dir::load_tokenizer(d, Tokenization::SPM, true).spm_model(), a.spm_model());
+
+  // Two models: one file a side, spm.model removed.
+  model_dir::save_tokenizers(d, a, b);
+  EXPECT_FALSE(has(model_dir::JOINT_SPM));
+  EXPECT_EQ(bytes(model_dir::SRC_SPM), a.spm_model());
+  EXPECT_EQ(bytes(model_dir::TGT_SPM), b.spm_model());
+  EXPECT_EQ(model_dir::load_tokenizer(d, Tokenization::SPM, false).spm_model(), a.spm_model());
+  EXPECT_EQ(model_dir::load_tokenizer(d, Tokenization::SPM, true).spm_model(), b.spm_model());
+
+  // A side's own file comes before spm.model.
+  testing::spit(d + "/spm.model", b.spm_model());
+  EXPECT_EQ(model_dir::load_tokenizer(d, Tokenization::SPM, false).spm_model(), a.spm_model());
+
+  // Only the target is spm: tgt.spm.model; the source's file and spm.model removed.
+  model_dir::save_tokenizers(d, chr, b);
+  EXPECT_FALSE(has(model_dir::JOINT_SPM));
+  EXPECT_FALSE(has(model_dir::SRC_SPM));
+  EXPECT_EQ(bytes(model_dir::TGT_SPM), b.spm_model());
+
+  // No spm side: no model file at all; a side said to be spm is then missing, by both names.
+  model_dir::save_tokenizers(d, chr, chr);
+  EXPECT_FALSE(has(model_dir::JOINT_SPM) || has(model_dir::SRC_SPM) || has(model_dir::TGT_SPM));
+  EXPECT_EQ(error_of<std::runtime_error>([&] { model_dir::load_tokenizer(d, Tokenization::SPM, false); }),
+            d + "/src.spm.model: missing (" + d + "/config.json says the source tokenization is spm, and there is no " +
+                d + "/spm.model either)");
+  EXPECT_EQ(error_of<std::runtime_error>([&] { model_dir::load_tokenizer(d, Tokenization::SPM, true); }),
+            d + "/tgt.spm.model: missing (" + d + "/config.json says the target tokenization is spm, and there is no " +
+                d + "/spm.model either)");
+  // Other tokenizations need no file.
+  for (const Tokenization t : {Tokenization::CHAR, Tokenization::SPACE, Tokenization::BYTE})
+    EXPECT_TRUE(model_dir::load_tokenizer(d, t, true) == t);
+  fs::remove_all(d);
+}
+
+TEST(ModelDirFiles, ReadConfigSectionErrorsNameTheFile) {
+  const std::string d = testing::temp_dir("md_read");
+  const std::string f = config_file(d);
+  const auto error = [&](const char* section = "model") {
+    return error_of<std::runtime_error>([&] { model_dir::read_config_section(d, section); });
+  };
+  // No config.json: the I/O error names it.
+  const std::string missing = error();
+  EXPECT_EQ(missing.rfind(f, 0), 0u) << missing;
+
+  testing::spit(f, "{\"format\": \"tfm-train\",");
+  EXPECT_EQ(error().rfind(f + ": not valid JSON: ", 0), 0u) << error();
+  const std::string not_ours = f + ": not a tfm training directory config (\"format\": \"tfm-train\" missing)";
+  testing::spit(f, "[1, 2]");
+  EXPECT_EQ(error(), not_ours);
+  testing::spit(f, R"({"format": "pytorch", "version": 1, "model": {}, "train": {}})");
+  EXPECT_EQ(error(), not_ours);
+  testing::spit(f, R"({"format": "tfm-train", "version": 2, "model": {}, "train": {}})");
+  EXPECT_EQ(error(), f + ": unsupported version 2");
+  testing::spit(f, R"({"format": "tfm-train", "model": {}, "train": {}})");
+  EXPECT_EQ(error(), f + ": unsupported version 0");
+  testing::spit(f, R"({"format": "tfm-train", "version": 1, "train": {}, "vocab": {}})");
+  EXPECT_EQ(error(), f + ": missing \"model\" or \"train\"");
+  testing::spit(f, R"({"format": "tfm-train", "version": 1, "model": {"d_model": 8}, "train": {}})");
+  EXPECT_EQ(error("vocab"), f + ": missing \"vocab\"");
+  EXPECT_EQ(model_dir::read_config_section(d, "model"), R"({"d_model":8})");
+  fs::remove_all(d);
+}
+
+// read_config_section promises std::runtime_error naming the file, but a "format" or "version" of
+// another JSON type reaches j.value(...), whose nlohmann::json::type_error ("[json.exception.type_error.302]
+// type must be string, but is number") escapes without the file's name and is no std::runtime_error.
+// Left DISABLED until model_dir.cc checks the types (or catches the type_error) itself.
+TEST(ModelDirFiles, DISABLED_ReadConfigSectionWrongTypesNameTheFile) {
+  const std::string d = testing::temp_dir("md_types");
+  const std::string f = config_file(d);
+  for (const char* text : {R"({"format": 3, "version": 1, "model": {}, "train": {}})",
+                           R"({"format": "tfm-train", "version": "1", "model": {}, "train": {}})"}) {
+    testing::spit(f, text);
+    std::string m;
+    try {
+      model_dir::read_config_section(d, "model");
+      m = "(no exception)";
+    } catch (const std::runtime_error& e) {
+      m = e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << text << ": not a std::runtime_error: " << e.what();
+      continue;
+    }
+    EXPECT_EQ(m.rfind(f + ": ", 0), 0u) << text << ": " << m;
+  }
+  fs::remove_all(d);
+}
+
+// ---- load_model_dir and require_data ------------------------------------------------------------------
+
+// The temporary directories of this process, removed when the tests end.
+std::vector<std::string>& temp_dirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+std::string temp_dir(const std::string& tag) {
+  temp_dirs().push_back(testing::temp_dir(tag));
+  return temp_dirs().back();
+}
+class RemoveTempDirs : public ::testing::Environment {
+  void TearDown() override {
+    for (const std::string& d : temp_dirs()) fs::remove_all(d);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveTempDirs = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
+
+// A directory written by 2 steps of a tiny encoder run on the reverse task (trainer_test.cc's tiny()).
+const std::string& trained_dir() {
+  static const std::string dir = [] {
+    const std::string d = temp_dir("md_run");
+    train::TrainConfig c;
+    c.task = data::Task::REVERSE;
+    c.task_train_size = 64;
+    c.task_valid_size = 16;
+    c.model.arch = Arch::ENCODER;
+    c.model.d_model = 16;
+    c.model.nhead = 2;
+    c.model.num_encoder_layers = 1;
+    c.model.dim_feedforward = 32;
+    c.model.dropout = 0.1f;
+    c.max_steps = 2;
+    c.eval_every = 2;
+    c.batch.batch_size = 32;
+    c.seed = 11;
+    c.out_dir = d + "/run";
+    train::run_training(c);
+    return c.out_dir;
+  }();
+  return dir;
+}
+
+// A copy of the trained directory to break.
+std::string copy_of_trained(const std::string& tag) {
+  const std::string d = temp_dir(tag) + "/copy";
+  fs::copy(trained_dir(), d, fs::copy_options::recursive);
+  return d;
+}
+
+TEST(LoadModelDir, LoadsATrainedDirectoryInEvalMode) {
+  const std::string dir = trained_dir();
+  const TrainedModel m = load_model_dir(dir);
+  EXPECT_EQ(m.dir, dir);
+  ASSERT_TRUE(m.model);
+  EXPECT_FALSE(m.model->is_training());
+  EXPECT_EQ(m.model->config().arch, Arch::ENCODER);
+  EXPECT_EQ(m.model->config().d_model, 16);
+  // The task's vocabulary on both sides, its sizes the model's.
+  EXPECT_EQ(m.src_vocab.tokens(), data::task_vocab().tokens());
+  EXPECT_EQ(m.tgt_vocab.tokens(), data::task_vocab().tokens());
+  EXPECT_EQ(m.model->config().src_vocab_size, m.src_vocab.size());
+  EXPECT_EQ(m.model->config().tgt_vocab_size, m.tgt_vocab.size());
+  EXPECT_TRUE(m.src_tokens == Tokenization::SPACE);  // task tokens are numbers
+  EXPECT_TRUE(m.tgt_tokens == Tokenization::SPACE);
+  // The weights are the file's.
+  const io::SafeTensorsFile f = io::load_safetensors(dir + "/model.safetensors");
+  const NamedTensors params = m.model->named_parameters();
+  ASSERT_EQ(params.size(), f.tensors.size());
+  for (const auto& [key, p] : params) EXPECT_TRUE(testing::bitwise_equal(p, f.tensors.at(key), key));
+}
+
+TEST(LoadModelDir, ErrorsNameTheDirectoryOrFile) {
+  // Vocabulary files that do not match config.json's sizes (22 task tokens a side).
+  std::string d = copy_of_trained("md_badvocab");
+  testing::spit(d + "/src_vocab.txt", testing::slurp(d + "/src_vocab.txt") + "extra\n");
+  EXPECT_EQ(error_of<std::runtime_error>([&] { load_model_dir(d); }),
+            d + ": vocabulary files have 23/22 entries, config.json says 22/22");
+
+  // A tokenization config.json cannot name.
+  d = copy_of_trained("md_badtokens");
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(testing::slurp(config_file(d)));
+  j["vocab"]["tgt_tokens"] = "klingon";
+  testing::spit(config_file(d), j.dump(2));
+  std::string e = error_of<std::runtime_error>([&] { load_model_dir(d); });
+  EXPECT_EQ(e.rfind(config_file(d) + ": bad \"vocab\": ", 0), 0u) << e;
+  EXPECT_NE(e.find("klingon"), std::string::npos) << e;
+
+  // A side said to be spm without its model file.
+  j["vocab"]["tgt_tokens"] = "spm";
+  testing::spit(config_file(d), j.dump(2));
+  e = error_of<std::runtime_error>([&] { load_model_dir(d); });
+  EXPECT_EQ(e.rfind(d + "/tgt.spm.model: missing", 0), 0u) << e;
+
+  // No weights.
+  d = copy_of_trained("md_noweights");
+  fs::remove(d + "/model.safetensors");
+  e = error_of<std::exception>([&] { load_model_dir(d); });
+  EXPECT_NE(e.find(d + "/model.safetensors"), std::string::npos) << e;
+
+  // Not a model directory at all.
+  e = error_of<std::runtime_error>([&] { load_model_dir(d + "/nowhere"); });
+  EXPECT_EQ(e.rfind(d + "/nowhere/config.json", 0), 0u) << e;
+}
+
+// A TrainedModel assembled in memory: `config`'s model with fresh weights, in eval mode.
+TrainedModel in_memory(const ModelConfig& config, Vocab src, Vocab tgt, const std::string& dir) {
+  static Generator gen{5, 0};  // dropout's generator must outlive the model
+  TrainedModel m;
+  m.dir = dir;
+  m.model = std::make_unique<Model>(config, gen);
+  m.model->eval();
+  m.src_vocab = std::move(src);
+  m.tgt_vocab = std::move(tgt);
+  return m;
+}
+
+TEST(RequireData, NamesTheDirectoryTheArchitectureAndTheUse) {
+  const TrainedModel enc = load_model_dir(trained_dir());
+  EXPECT_NO_THROW(require_data(enc, DataKind::PAIRS, "unused"));
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { require_data(enc, DataKind::TEXT, "use tfm translate"); }),
+            trained_dir() + " is not a language model (arch encoder); use tfm translate");
+  ModelConfig lm_config = testing::small_decoder();
+  const Vocab v = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c", "d", "e", "f", "g", "h", "i"});
+  const TrainedModel lm = in_memory(lm_config, v, v, "lm-dir");
+  EXPECT_NO_THROW(require_data(lm, DataKind::TEXT, "unused"));
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { require_data(lm, DataKind::PAIRS, "use tfm generate"); }),
+            "lm-dir is a language model: use tfm generate");
+}
+
+// ---- predict and translate_lines ----------------------------------------------------------------------
+
+TEST(Predict, EncoderPredictsOneTokenPerPositionInInputOrder) {
+  const TrainedModel m = load_model_dir(trained_dir());
+  const Model& model = *m.model;
+  const std::vector<std::vector<int32_t>> sources = {{3, 1, 4}, {}, {19, 18, 17, 16, 15, 14, 13}, {5}, {2, 7}};
+  const std::vector<data::Tokens> out = predict(model, m.tgt_vocab, sources, 1, 2);
+  ASSERT_EQ(out.size(), sources.size());
+  EXPECT_TRUE(out[1].empty()) << "an empty source predicts nothing";
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (sources[i].empty()) continue;
+    // The argmax of the logits at each position, padding dropped.
+    data::TokenBatch b;
+    b.B = 1;
+    b.S = static_cast<int64_t>(sources[i].size());
+    b.src = sources[i];
+    const Tensor logits = model.forward(b);  // (1, S, V)
+    const int64_t V = logits.size(2);
+    data::Tokens want;
+    for (int64_t s = 0; s < b.S; ++s) {
+      const float* row = logits.data() + s * V;
+      const int32_t id = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      if (id != m.tgt_vocab.pad_id()) want.push_back(m.tgt_vocab.token(id));
+    }
+    EXPECT_EQ(out[i], want) << "source " << i;
+    EXPECT_LE(out[i].size(), sources[i].size());
+  }
+  // beam < 1 is beam 1; a batch size below 1 is 1; every source alone gives the same.
+  EXPECT_EQ(predict(model, m.tgt_vocab, sources, 0, 0), out);
+  for (size_t i = 0; i < sources.size(); ++i)
+    EXPECT_EQ(predict(model, m.tgt_vocab, {sources[i]}, 1, 1)[0], out[i]) << "source " << i;
+  // Only empty sources: nothing to decode.
+  EXPECT_EQ(predict(model, m.tgt_vocab, {{}, {}}, 1, 4), (std::vector<data::Tokens>{{}, {}}));
+}
+
+// A seq2seq model (small_seq2seq: 11 source, 13 target tokens) with space-separated tokens; the
+// source vocabulary has no <unk>, so an unknown word cannot be encoded.
+TrainedModel seq2seq_model() {
+  const Vocab src = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "a", "b", "c", "d", "e", "f", "g", "h"});
+  const Vocab tgt =
+      Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "p", "q", "r", "s", "t", "u", "v", "w", "x"});
+  ModelConfig c = testing::small_seq2seq();
+  c.max_len = 64;
+  TrainedModel m = in_memory(c, src, tgt, "s2s-dir");
+  m.src_tokens = m.tgt_tokens = Tokenization::SPACE;
+  return m;
+}
+
+TEST(Predict, Seq2seqPredictionsEndAtEosAndKeepInputOrder) {
+  const TrainedModel m = seq2seq_model();
+  const std::vector<std::vector<int32_t>> sources = {{3, 4, 5}, {10}, {}, {6, 7, 8, 9, 3, 4}, {5, 5}};
+  const std::vector<data::Tokens> out = predict(*m.model, m.tgt_vocab, sources, 1, 2);
+  ASSERT_EQ(out.size(), sources.size());
+  EXPECT_TRUE(out[2].empty());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (sources[i].empty()) continue;
+    const std::vector<int32_t> ids = decode(*m.model, {sources[i]})[0];
+    EXPECT_EQ(out[i], m.tgt_vocab.decode(ids)) << "source " << i;
+    for (const auto& t : out[i]) EXPECT_TRUE(t != "<eos>" && t != "<bos>" && t != "<pad>") << t;
+  }
+  // Beam 2 is another search; it still gives one prediction a source, empty ones empty.
+  const std::vector<data::Tokens> beam = predict(*m.model, m.tgt_vocab, sources, 2, 3);
+  ASSERT_EQ(beam.size(), sources.size());
+  EXPECT_TRUE(beam[2].empty());
+}
+
+TEST(TranslateLines, TokenizesPredictsAndDetokenizes) {
+  const TrainedModel m = seq2seq_model();
+  const std::vector<std::string> lines = {"a b c", "", "h", "d e f g a b", "c c"};
+  const std::vector<std::string> out = translate_lines(m, lines, 1, 2);
+  ASSERT_EQ(out.size(), lines.size());
+  EXPECT_EQ(out[1], "");
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::vector<int32_t> src = m.src_vocab.encode(data::tokenize(lines[i], Tokenization::SPACE));
+    const data::Tokens want = src.empty() ? data::Tokens{} : m.tgt_vocab.decode(decode(*m.model, {src})[0]);
+    EXPECT_EQ(out[i], data::detokenize(want, Tokenization::SPACE)) << "line " << i + 1;
+  }
+  // An untokenizable line: the error names its (1-based) line number and the token.
+  const std::string e =
+      error_of<std::invalid_argument>([&] { translate_lines(m, {"a b", "c", "a zz b"}, 1, 2); });
+  EXPECT_EQ(e.rfind("input line 3: ", 0), 0u) << e;
+  EXPECT_NE(e.find("'zz'"), std::string::npos) << e;
+}
+
+TEST(TranslateLines, SampledLinesDrawFromStreamFirstStreamPlusIndex) {
+  const TrainedModel m = seq2seq_model();
+  const std::vector<std::string> lines = {"a b c", "h g", "d e f", "c"};
+  DecodeOptions o;
+  o.sample = true;
+  o.seed = 9;
+  o.max_len = 12;
+  const std::vector<std::string> all = translate_lines(m, lines, o, 3);
+  // Cut into two calls, the second starting at stream 2: the same samples.
+  std::vector<std::string> cut = translate_lines(m, {lines[0], lines[1]}, o, 3, 0);
+  const std::vector<std::string> rest = translate_lines(m, {lines[2], lines[3]}, o, 1, 2);
+  cut.insert(cut.end(), rest.begin(), rest.end());
+  EXPECT_EQ(cut, all);
+  // Line 2 alone at stream 2 is the same draw as inside the whole call.
+  EXPECT_EQ(translate_lines(m, {lines[2]}, o, 1, 2)[0], all[2]);
+  // And sampling is on: the draws are not all the greedy predictions.
+  DecodeOptions greedy = o;
+  greedy.sample = false;
+  EXPECT_NE(translate_lines(m, lines, greedy, 3), all);
+}
+
+}  // namespace
+}  // namespace tfm
