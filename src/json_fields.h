@@ -5,7 +5,7 @@
 // JsonReader are such visitors: the writer puts every field in a JSON object; the reader takes the
 // keys that are present (missing keys keep the struct's defaults), checks each value's JSON type
 // against the field's C++ type (enums by their EnumNames), and finish() rejects keys that no field
-// claimed. Errors are std::invalid_argument "<what>: key 'k' has the wrong type: <value>",
+// claimed. Errors are std::invalid_argument "<what>: 'k' must be an integer, got <value>",
 // "<what>: unknown key 'k'", or the enum's own "unknown <noun> 'x' (expected ...)" prefixed with
 // "<what>: " (and the key, where the noun does not name it).
 // Internal: the library's config files only.
@@ -25,11 +25,11 @@ namespace tfm {
 
 using ordered_json = nlohmann::ordered_json;
 
-// "key: " when the config key does not already say the closed set's noun ("src_tokens: unknown
+// "'key': " when the config key does not already say the closed set's noun ("'src_tokens': unknown
 // tokenization ..."), else "" ("unknown task ...").
 template <typename E>
 std::string enum_key_prefix(const char* key) {
-  return std::string_view(key) == EnumNames<E>::noun ? std::string() : std::string(key) + ": ";
+  return std::string_view(key) == EnumNames<E>::noun ? std::string() : quote_name(key) + ": ";
 }
 
 class JsonWriter {
@@ -73,7 +73,7 @@ class JsonReader {
     if (it == j_.end()) return;  // missing: keep the default
     const ordered_json& v = *it;
     if constexpr (std::is_enum_v<T>) {
-      if (!v.is_string()) wrong_type(key, v);
+      if (!v.is_string()) wrong_type(key, v, "a string");
       try {
         out = enum_from_name<T>(v.get<std::string>());
       } catch (const std::invalid_argument& e) {
@@ -82,12 +82,13 @@ class JsonReader {
       return;
     } else {
       bool ok;
-      if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
-      else if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
-      else if constexpr (std::is_floating_point_v<T>) ok = v.is_number();
-      else if constexpr (std::is_unsigned_v<T>) ok = v.is_number_unsigned();
-      else ok = v.is_number_integer();
-      if (!ok) wrong_type(key, v);
+      const char* expected;
+      if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean(), expected = "a boolean";
+      else if constexpr (std::is_same_v<T, std::string>) ok = v.is_string(), expected = "a string";
+      else if constexpr (std::is_floating_point_v<T>) ok = v.is_number(), expected = "a number";
+      else if constexpr (std::is_unsigned_v<T>) ok = v.is_number_unsigned(), expected = "a non-negative integer";
+      else ok = v.is_number_integer(), expected = "an integer";
+      if (!ok) wrong_type(key, v, expected);
       out = v.get<T>();
     }
   }
@@ -102,20 +103,20 @@ class JsonReader {
   }
 
  private:
-  [[noreturn]] void wrong_type(const char* key, const ordered_json& v) const {
-    throw std::invalid_argument(what_ + ": key '" + key + "' has the wrong type: " + v.dump());
+  [[noreturn]] void wrong_type(const char* key, const ordered_json& v, const char* expected) const {
+    throw std::invalid_argument(what_ + ": " + quote_name(key) + " must be " + expected + ", got " + v.dump());
   }
   const ordered_json& j_;
   std::string what_;
   std::set<std::string> known_;
 };
 
-// Parses text as JSON, throwing "<what>: bad JSON: ..." on a syntax error.
+// Parses text as JSON, throwing "<what>: invalid JSON: ..." on a syntax error.
 inline ordered_json parse_json(const std::string& text, const std::string& what) {
   try {
     return ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(what + ": bad JSON: " + e.what());
+    throw std::invalid_argument(what + ": invalid JSON: " + e.what());
   }
 }
 

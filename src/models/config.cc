@@ -52,7 +52,6 @@ void ModelConfig::validate(bool check_sizes) const {
     fail("max_len must be positive" +
          std::string(positional_value() == Positional::LEARNED ? " (the rows of the learned position table)" : "") +
          ", got " + std::to_string(max_len));
-  if (!(dropout >= 0.0f && dropout < 1.0f)) fail("dropout must be in [0, 1), got " + std::to_string(dropout));
   if (!f.can_tie_embeddings && ties_embeddings())
     fail("tie_embeddings does not apply to arch " + std::string(enum_name(arch)) + " (it has no target embedding)");
   // Sharing needs two embedding tables to share: a source and a target side.
@@ -74,7 +73,6 @@ void ModelConfig::validate(bool check_sizes) const {
     in_vocab(eos_id, tgt_vocab_size, "eos_id", "target");
     if (bos_id == pad_id || eos_id == pad_id) fail("bos_id and eos_id must differ from pad_id");
   }
-  if (activation) enum_name(*activation);
   if (positional) enum_name(*positional);
   // The layer's own checks name the option (sizes, divisibility, head widths, scale, norm_bias with
   // rms_norm, drop_path), prefixed with ours.
@@ -99,25 +97,10 @@ ModelConfig ModelConfig::with_arch_defaults() const {
 
 TransformerLayerOptions ModelConfig::layer_options() const {
   TransformerLayerOptions o;
-  o.d_model = d_model;
-  o.nhead = nhead;
-  o.dim_feedforward = dim_feedforward;
-  o.dropout = dropout;
+  static_cast<LayerOptions&>(o) = *this;  // every shared option, as it is
   o.activation = activation_value();
-  o.layer_norm_eps = layer_norm_eps;
-  o.batch_first = true;
   o.norm_first = norm_first_value();
-  o.bias = bias;
-  o.attention.head_dim = head_dim;
-  o.attention.v_head_dim = v_head_dim;
-  o.attention.qkv_bias = qkv_bias;
-  o.attention.out_bias = out_bias;
-  o.attention.attn_scale = attn_scale;
-  o.ffn_bias = ffn_bias;
-  o.norm_bias = norm_bias;
-  o.norm_type = norm_type;
-  o.share_layers = share_layers;
-  o.drop_path = drop_path;
+  o.batch_first = true;
   return o;
 }
 

@@ -3,9 +3,8 @@
 // read_forward_inputs, run_forward).
 //
 // Each module kind has a ModuleCall (the module and the call of its forward) that maps the named inputs
-// onto its forward's arguments after
-// checking names, dtypes and shapes (every error names the tensor and starts with the inputs'
-// source). To add a kind: a ModuleCall below and its case in make_call and differentiable_inputs_of.
+// onto its forward's arguments after checking names, dtypes and shapes (every error names the tensor and
+// starts with the inputs' source). To add a kind: a ModuleCall below and its case in make_call and differentiable_inputs_of.
 #include <stdexcept>
 
 #include "quote.h"

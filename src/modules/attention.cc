@@ -41,8 +41,8 @@ void AttentionVariant::validate(int64_t embed_dim, int64_t num_heads) const {
                                 std::to_string(*attn_scale));
   if (!head_dim && embed_dim % num_heads != 0)
     throw std::invalid_argument("MultiheadAttention: embed_dim " + std::to_string(embed_dim) +
-                                " must be divisible by num_heads " + std::to_string(num_heads) +
-                                " (or head_dim given)");
+                                " is not divisible by num_heads " + std::to_string(num_heads) +
+                                " (or give head_dim)");
 }
 
 namespace {

@@ -10,7 +10,7 @@
 
 namespace tfm {
 
-void TransformerLayerOptions::validate() const {
+void LayerOptions::validate() const {
   if (d_model <= 0 || nhead <= 0 || dim_feedforward <= 0)
     throw std::invalid_argument("d_model, nhead and dim_feedforward must be positive (got " + std::to_string(d_model) +
                                 ", " + std::to_string(nhead) + ", " + std::to_string(dim_feedforward) + ")");
@@ -25,6 +25,11 @@ void TransformerLayerOptions::validate() const {
     throw std::invalid_argument("norm_bias: rms_norm has no bias (expected norm_bias false or unset)");
   if (!(drop_path >= 0.0f && drop_path < 1.0f))
     throw std::invalid_argument("drop_path must be in [0, 1), got " + std::to_string(drop_path));
+}
+
+void TransformerLayerOptions::validate() const {
+  LayerOptions::validate();
+  enum_name(activation);  // a value outside the enum throws
 }
 
 static const TransformerLayerOptions& validated(const TransformerLayerOptions& o) {

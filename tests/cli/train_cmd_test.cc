@@ -310,14 +310,14 @@ TEST(TrainCli, LayerVariantOptionsReachTheModelConfig) {
     return tfm::ModelConfig::from_json(j.at("model").dump());
   };
   const tfm::ModelConfig e = model_of("enc");
-  EXPECT_EQ(e.head_dim, 12);
-  EXPECT_EQ(e.v_head_dim, 6);
+  EXPECT_EQ(e.attention.head_dim, 12);
+  EXPECT_EQ(e.attention.v_head_dim, 6);
   EXPECT_FALSE(e.bias);
-  EXPECT_EQ(e.qkv_bias, true);
-  EXPECT_EQ(e.out_bias, false);
+  EXPECT_EQ(e.attention.qkv_bias, true);
+  EXPECT_EQ(e.attention.out_bias, false);
   EXPECT_EQ(e.ffn_bias, true);
   EXPECT_EQ(e.norm_bias, false);  // --no-norm-bias came last
-  EXPECT_EQ(e.attn_scale, 0.25f);
+  EXPECT_EQ(e.attention.attn_scale, 0.25f);
   EXPECT_EQ(e.norm_type, tfm::NormType::LAYER_NORM);
   EXPECT_TRUE(e.share_layers);
   EXPECT_FLOAT_EQ(e.drop_path, 0.1f);
@@ -333,9 +333,9 @@ TEST(TrainCli, LayerVariantOptionsReachTheModelConfig) {
   const tfm::ModelConfig s = model_of("s2s");
   EXPECT_EQ(s.positional, tfm::Positional::LEARNED);
   EXPECT_EQ(s.scale_embeddings, false);
-  EXPECT_EQ(s.qkv_bias, false);
-  EXPECT_EQ(s.out_bias, false);
-  EXPECT_FALSE(s.head_dim || s.v_head_dim || s.ffn_bias || s.norm_bias || s.attn_scale);  // not given: unset
+  EXPECT_EQ(s.attention.qkv_bias, false);
+  EXPECT_EQ(s.attention.out_bias, false);
+  EXPECT_FALSE(s.attention.head_dim || s.attention.v_head_dim || s.ffn_bias || s.norm_bias || s.attention.attn_scale);  // not given: unset
   EXPECT_TRUE(s.bias);
   EXPECT_EQ(s.norm_type, tfm::NormType::RMS_NORM);
   EXPECT_TRUE(s.share_layers);

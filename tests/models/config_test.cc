@@ -36,24 +36,24 @@ TEST(ModelConfig, JsonRoundTrip) {
   EXPECT_EQ(d.bos_id, 5);
   EXPECT_FLOAT_EQ(d.layer_norm_eps, 1e-6f);
   // The layer variants round-trip; unset optionals are written as null and read back unset.
-  c.head_dim = 12;
-  c.qkv_bias = false;
+  c.attention.head_dim = 12;
+  c.attention.qkv_bias = false;
   c.bias = false;
   c.ffn_bias = true;
-  c.attn_scale = 0.5f;
+  c.attention.attn_scale = 0.5f;
   c.share_layers = true;
   c.drop_path = 0.25f;
   c.positional = Positional::LEARNED;
   c.scale_embeddings = false;
   const ModelConfig v = ModelConfig::from_json(c.to_json());
   EXPECT_EQ(v.to_json(), c.to_json());
-  EXPECT_EQ(v.head_dim, 12);
-  EXPECT_FALSE(v.v_head_dim.has_value());
-  EXPECT_EQ(v.qkv_bias, false);
-  EXPECT_FALSE(v.out_bias.has_value());
+  EXPECT_EQ(v.attention.head_dim, 12);
+  EXPECT_FALSE(v.attention.v_head_dim.has_value());
+  EXPECT_EQ(v.attention.qkv_bias, false);
+  EXPECT_FALSE(v.attention.out_bias.has_value());
   EXPECT_EQ(v.ffn_bias, true);
   EXPECT_FALSE(v.norm_bias.has_value());
-  EXPECT_EQ(v.attn_scale, 0.5f);
+  EXPECT_EQ(v.attention.attn_scale, 0.5f);
   EXPECT_TRUE(v.share_layers && !v.bias);
   EXPECT_EQ(v.drop_path, 0.25f);
   EXPECT_EQ(v.positional, Positional::LEARNED);
@@ -63,7 +63,7 @@ TEST(ModelConfig, JsonRoundTrip) {
   EXPECT_EQ(e.d_model, ModelConfig{}.d_model);
   EXPECT_EQ(e.arch, ModelConfig{}.arch);
   // A config.json written before the layer variants existed: every variant at its default.
-  EXPECT_FALSE(e.head_dim || e.v_head_dim || e.qkv_bias || e.out_bias || e.ffn_bias || e.norm_bias || e.attn_scale);
+  EXPECT_FALSE(e.attention.head_dim || e.attention.v_head_dim || e.attention.qkv_bias || e.attention.out_bias || e.ffn_bias || e.norm_bias || e.attention.attn_scale);
   EXPECT_TRUE(e.bias);
   EXPECT_FALSE(e.share_layers);
   EXPECT_EQ(e.drop_path, 0.0f);

@@ -88,10 +88,10 @@ TEST(Decode, CachedStepMatchesFullDecoder) {
     ModelConfig c = config(norm_first, norm_first ? "gelu" : "relu", norm_first);
     if (variant == 2) {
       c.positional = Positional::LEARNED;
-      c.head_dim = 12;
-      c.v_head_dim = 8;
-      c.qkv_bias = false;
-      c.out_bias = false;
+      c.attention.head_dim = 12;
+      c.attention.v_head_dim = 8;
+      c.attention.qkv_bias = false;
+      c.attention.out_bias = false;
       c.norm_type = NormType::RMS_NORM;
       c.share_layers = true;  // the cache still has one entry per application of the layer
     }

@@ -67,9 +67,9 @@ ModelConfig small_encoder(bool norm_first = false) {
 ModelConfig notebook4_encoder(int64_t layers = 2) {
   ModelConfig c = small_encoder(false);
   c.num_encoder_layers = layers;
-  c.head_dim = 16;
-  c.qkv_bias = false;
-  c.out_bias = false;
+  c.attention.head_dim = 16;
+  c.attention.qkv_bias = false;
+  c.attention.out_bias = false;
   return c;
 }
 
@@ -77,8 +77,8 @@ ModelConfig notebook4_encoder(int64_t layers = 2) {
 // embeddings ·√D, both final norms (the seq2seq arch has them).
 ModelConfig notebook5_seq2seq() {
   ModelConfig c = small_seq2seq(true, false);
-  c.qkv_bias = false;
-  c.out_bias = false;
+  c.attention.qkv_bias = false;
+  c.attention.out_bias = false;
   c.scale_embeddings = true;
   return c;
 }
@@ -134,7 +134,7 @@ ModelConfig rms_shared_decoder() {
   c.num_decoder_layers = 3;
   c.norm_type = NormType::RMS_NORM;
   c.share_layers = true;
-  c.head_dim = 8;
+  c.attention.head_dim = 8;
   return c;
 }
 
@@ -480,11 +480,11 @@ TEST(Model, TorchRoundTripLogits) {
   none_scaled.scale_embeddings = true;
   ModelConfig unscaled_s2s = small_seq2seq(false, false);
   unscaled_s2s.scale_embeddings = false;
-  unscaled_s2s.head_dim = 8;
-  unscaled_s2s.v_head_dim = 6;
-  unscaled_s2s.attn_scale = 0.2f;
+  unscaled_s2s.attention.head_dim = 8;
+  unscaled_s2s.attention.v_head_dim = 6;
+  unscaled_s2s.attention.attn_scale = 0.2f;
   unscaled_s2s.bias = false;
-  unscaled_s2s.qkv_bias = true;
+  unscaled_s2s.attention.qkv_bias = true;
   ModelConfig shared_s2s = small_seq2seq(true, true);
   shared_s2s.src_vocab_size = shared_s2s.tgt_vocab_size;
   shared_s2s.share_embeddings = true;

@@ -105,15 +105,15 @@ TEST(ModuleConfig, AttentionVariantKeys) {
   EXPECT_EQ(m.module().state_dict().at("in_proj_weight").shape(), (Shape{36, 6}));
 
   EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "head_dim": 0})"),
-            "config: 'head_dim' must be positive, got 0");
+            "config: MultiheadAttention: head_dim must be positive, got 0");
   EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2, "v_head_dim": -2})"),
-            "config: 'v_head_dim' must be positive, got -2");
+            "config: MultiheadAttention: v_head_dim must be positive, got -2");
   EXPECT_EQ(error_of(R"({"module": "Transformer", "attn_scale": 0})"),
-            "config: 'attn_scale' must be a finite positive number, got 0.000000");
+            "config: MultiheadAttention: attn_scale must be finite and positive, got 0.000000");
   EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "qkv_bias": 1})"),
             "config: 'qkv_bias' must be a boolean, got 1");
   EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 6, "num_heads": 4})"),
-            "config: embed_dim 6 is not divisible by num_heads 4");
+            "config: MultiheadAttention: embed_dim 6 is not divisible by num_heads 4 (or give head_dim)");
 }
 
 // The layer variant keys: defaults leave the option structs' values; set, they reach every layer (and
@@ -161,12 +161,12 @@ TEST(ModuleConfig, LayerVariantKeys) {
   EXPECT_EQ(error_of(layer + R"("norm_type": "batch_norm"})"),
             "config: 'norm_type': unknown norm type 'batch_norm' (expected layer_norm or rms_norm)");
   EXPECT_EQ(error_of(layer + R"("norm_type": "rms_norm", "norm_bias": true})"),
-            "config: 'norm_bias' true with norm_type 'rms_norm' (an RMSNorm has no bias)");
+            "config: norm_bias: rms_norm has no bias (expected norm_bias false or unset)");
   EXPECT_EQ(error_of(layer + R"("share_layers": true})"),
             "config: 'share_layers' applies to TransformerEncoder, TransformerDecoder and Transformer, not to a "
             "single layer");
-  EXPECT_EQ(error_of(layer + R"("drop_path": 1})"), "config: 'drop_path' must be in [0, 1), got 1.000000");
-  EXPECT_EQ(error_of(layer + R"("drop_path": -0.5})"), "config: 'drop_path' must be in [0, 1), got -0.500000");
+  EXPECT_EQ(error_of(layer + R"("drop_path": 1})"), "config: drop_path must be in [0, 1), got 1.000000");
+  EXPECT_EQ(error_of(layer + R"("drop_path": -0.5})"), "config: drop_path must be in [0, 1), got -0.500000");
   EXPECT_EQ(error_of(layer + R"("ffn_bias": "no"})"), "config: 'ffn_bias' must be a boolean, got \"no\"");
   EXPECT_EQ(error_of(layer + R"("norm_bias": 0})"), "config: 'norm_bias' must be a boolean, got 0");
   EXPECT_EQ(error_of(R"({"module": "TransformerDecoder", "d_model": 8, "nhead": 2, "num_layers": 1,

@@ -226,7 +226,7 @@ TEST(MultiheadAttentionModule, KeysShapesAndInitialisation) {
 TEST(MultiheadAttentionModule, VariantErrorsNameTheOption) {
   auto make = [](int64_t E, int64_t H, const AttentionVariant& v) { MultiheadAttention m(E, H, 0.0f, true, true, v); };
   expect_invalid([&] { make(6, 4, {}); },
-                 {"MultiheadAttention: embed_dim 6 must be divisible by num_heads 4 (or head_dim given)"});
+                 {"MultiheadAttention: embed_dim 6 is not divisible by num_heads 4 (or give head_dim)"});
   expect_invalid([&] { make(0, 2, {}); }, {"MultiheadAttention: embed_dim 0 and num_heads 2 must be positive"});
   expect_invalid([&] { make(4, -1, {}); }, {"embed_dim 4 and num_heads -1 must be positive"});
   AttentionVariant v;

@@ -58,46 +58,41 @@
 #include "tfm/enum_names.h"
 #include "tfm/models/family.h"
 #include "tfm/modules/basic.h"  // NormType
+#include "tfm/modules/transformer.h"  // LayerOptions
 #include "tfm/ops/activation.h"
 
 namespace tfm {
 
-struct TransformerLayerOptions;
-
-struct ModelConfig {
+// The layer options (d_model, nhead, dim_feedforward, dropout, layer_norm_eps, bias, the attention
+// variant, ffn_bias, norm_bias, norm_type, share_layers, drop_path) are LayerOptions' members, keys and
+// checks (tfm/modules/transformer.h), with this config's own defaults for the sizes.
+struct ModelConfig : LayerOptions {
+  ModelConfig() {
+    d_model = 64;
+    nhead = 4;
+    dim_feedforward = 256;
+  }
   Arch arch = Arch::ENCODER;
   int64_t src_vocab_size = 0, tgt_vocab_size = 0;  // filled in from the data by the trainer
-  int64_t d_model = 64, nhead = 4, dim_feedforward = 256;
   // The layers of each stack the family has (ModelFamily::encoder_layers / decoder_layers); the count
   // of a stack it lacks is not used and with_arch_defaults() sets it to 0.
   int64_t num_encoder_layers = 2, num_decoder_layers = 2;
-  float dropout = 0.1f;
-  std::optional<Activation> activation;  // unset: the architecture's (table above)
-  std::optional<bool> norm_first;        // unset: the architecture's
-  NormType norm_type = NormType::LAYER_NORM;
-  float layer_norm_eps = 1e-5f;
-  std::optional<Positional> positional;  // unset: the architecture's
-  // Embeddings ·√D or not; unset: the architecture's choice (SEQ2SEQ scales, ENCODER does not: it
+  std::optional<Activation> activation;  // unset: the family's (table above)
+  std::optional<bool> norm_first;        // unset: the family's
+  std::optional<Positional> positional;  // unset: the family's
+  // Embeddings ·√D or not; unset: the family's choice (SEQ2SEQ scales, ENCODER does not: it
   // adds the positional table to the raw N(0, 1) embedding, whose entries are already O(1) like the
   // table's, while √D lifts Xavier-initialised embeddings, O(1/√D), to that scale; DECODER does not,
   // as GPT-2: its N(0, 0.02) embeddings and learned table start at the same scale).
   std::optional<bool> scale_embeddings;
   // generator.weight shares the target embedding (SEQ2SEQ: tgt_embedding.weight, DECODER:
-  // embedding.weight); unset: the architecture's. ENCODER: never (source and target vocabularies differ).
+  // embedding.weight); unset: the family's. ENCODER: never (source and target vocabularies differ).
   std::optional<bool> tie_embeddings;
   // SEQ2SEQ only: the encoder embeds the source with the target embedding (one table for a joint
   // vocabulary; src_embedding.weight is then absent). Needs src_vocab_size == tgt_vocab_size.
   bool share_embeddings = false;
   int64_t max_len = 512;         // positional table length, the longest sequence (any positional);
                                  // DECODER: the context length (block size)
-  // Layer variants (TransformerLayerOptions and AttentionVariant say what each does).
-  std::optional<int64_t> head_dim, v_head_dim;  // Dh (unset: d_model / nhead), Dv (unset: Dh)
-  bool bias = true;                             // every Linear, attention projection and norm of the layers
-  std::optional<bool> qkv_bias, out_bias;       // attention in_proj_bias / out_proj.bias; unset: bias
-  std::optional<bool> ffn_bias, norm_bias;      // linear1/linear2 biases / the norms' biases; unset: bias
-  std::optional<float> attn_scale;              // the scores' factor; unset: 1/√Dh
-  bool share_layers = false;                    // each stack: one layer's weights used by every layer
-  float drop_path = 0.0f;                       // stochastic depth of every residual branch, training only
   int32_t pad_id = 0, bos_id = 1, eos_id = 2;
 
   // The family this config builds (tfm/models/family.h): the data it takes, its target layout, its
@@ -121,16 +116,11 @@ struct ModelConfig {
     visit("arch", c.arch);
     visit("src_vocab_size", c.src_vocab_size);
     visit("tgt_vocab_size", c.tgt_vocab_size);
-    visit("d_model", c.d_model);
-    visit("nhead", c.nhead);
+    LayerOptions::fields(c, visit);
     visit("num_encoder_layers", c.num_encoder_layers);
     visit("num_decoder_layers", c.num_decoder_layers);
-    visit("dim_feedforward", c.dim_feedforward);
-    visit("dropout", c.dropout);
     visit("activation", c.activation);
     visit("norm_first", c.norm_first);
-    visit("norm_type", c.norm_type);
-    visit("layer_norm_eps", c.layer_norm_eps);
     visit("positional", c.positional);
     visit("scale_embeddings", c.scale_embeddings);
     visit("tie_embeddings", c.tie_embeddings);
@@ -139,16 +129,6 @@ struct ModelConfig {
     visit("pad_id", c.pad_id);
     visit("bos_id", c.bos_id);
     visit("eos_id", c.eos_id);
-    visit("head_dim", c.head_dim);
-    visit("v_head_dim", c.v_head_dim);
-    visit("bias", c.bias);
-    visit("qkv_bias", c.qkv_bias);
-    visit("out_bias", c.out_bias);
-    visit("ffn_bias", c.ffn_bias);
-    visit("norm_bias", c.norm_bias);
-    visit("attn_scale", c.attn_scale);
-    visit("share_layers", c.share_layers);
-    visit("drop_path", c.drop_path);
   }
 
   std::string to_json() const;  // pretty JSON object, every field

@@ -54,6 +54,17 @@ struct AttentionVariant {
   // Throws std::invalid_argument naming the option: Dh or Dv not positive, a scale not finite and
   // positive, or (head_dim unset) embed_dim not divisible by num_heads.
   void validate(int64_t embed_dim, int64_t num_heads) const;
+
+  // The keys, once: every config that holds a variant (tfm forward's, ModelConfig) reads and writes
+  // them through this list.
+  template <typename Self, typename Visit>
+  static void fields(Self& v, Visit&& visit) {
+    visit("head_dim", v.head_dim);
+    visit("v_head_dim", v.v_head_dim);
+    visit("qkv_bias", v.qkv_bias);
+    visit("out_bias", v.out_bias);
+    visit("attn_scale", v.attn_scale);
+  }
 };
 
 // Keys: in_proj_weight (2A+Av, E) with the q, k, v rows in that order, in_proj_bias (2A+Av),

@@ -29,15 +29,21 @@
 
 namespace tfm {
 
-struct TransformerLayerOptions {
+// The options every layer of a stack or model shares, under torch.nn's names: nn.TransformerEncoderLayer's
+// sizes, dropout, eps and bias, and the variants beyond torch.nn (each unset or at its default: torch.nn's
+// layer exactly). fields() lists each key once, and validate() checks each once with one stated range:
+// TransformerLayerOptions adds the arguments a model resolves by its family (activation, norm_first) and
+// the layout (batch_first); ModelConfig (tfm/models/config.h) derives from this struct, so its config.json
+// keys and `tfm forward`'s config keys are these.
+//
+// To add a layer option: a member and one line in fields() here, its check in validate(), its use in the
+// layers (src/modules/transformer.cc), and its row in `tfm train`'s option table (src/train/options.cc).
+struct LayerOptions {
   int64_t d_model = 512;
   int64_t nhead = 8;
   int64_t dim_feedforward = 2048;
-  float dropout = 0.1f;
-  Activation activation = Activation::RELU;
+  float dropout = 0.1f;       // [0, 1], nn.Dropout's range
   float layer_norm_eps = 1e-5f;
-  bool batch_first = false;
-  bool norm_first = false;
   bool bias = true;  // the default of attention.qkv_bias, attention.out_bias, ffn_bias and norm_bias
   AttentionVariant attention;  // head widths, projection biases and scale of every attention of the layer
   std::optional<bool> ffn_bias;   // linear1.bias, linear2.bias present; unset: `bias`
@@ -46,15 +52,47 @@ struct TransformerLayerOptions {
   NormType norm_type = NormType::LAYER_NORM;  // every norm of the layer and of the stacks' final norm
   bool share_layers = false;  // read by the stacks: one layer's weights used num_layers times (keys
                               // once, under layers.0.; the gradients of all uses add up)
-  float drop_path = 0.0f;     // stochastic depth on every residual branch, per sample, training only
+  float drop_path = 0.0f;     // stochastic depth on every residual branch, per sample, training only; [0, 1)
 
   bool has_ffn_bias() const { return ffn_bias.value_or(bias); }
   bool has_norm_bias() const { return norm_bias.value_or(bias && norm_type == NormType::LAYER_NORM); }
-  int64_t sample_dim() const { return batch_first ? 0 : 1; }  // the batch dim of (B, T, D) / (T, B, D)
   // Throws std::invalid_argument naming the option: sizes not positive, d_model % nhead != 0 (head_dim
   // unset), a bad attention variant, dropout outside [0, 1], layer_norm_eps not positive, norm_bias
   // true with rms_norm, drop_path outside [0, 1).
   void validate() const;
+
+  template <typename Self, typename Visit>
+  static void fields(Self& o, Visit&& visit) {
+    visit("d_model", o.d_model);
+    visit("nhead", o.nhead);
+    visit("dim_feedforward", o.dim_feedforward);
+    visit("dropout", o.dropout);
+    visit("layer_norm_eps", o.layer_norm_eps);
+    visit("bias", o.bias);
+    AttentionVariant::fields(o.attention, visit);
+    visit("ffn_bias", o.ffn_bias);
+    visit("norm_bias", o.norm_bias);
+    visit("norm_type", o.norm_type);
+    visit("share_layers", o.share_layers);
+    visit("drop_path", o.drop_path);
+  }
+};
+
+struct TransformerLayerOptions : LayerOptions {
+  Activation activation = Activation::RELU;
+  bool batch_first = false;
+  bool norm_first = false;
+
+  int64_t sample_dim() const { return batch_first ? 0 : 1; }  // the batch dim of (B, T, D) / (T, B, D)
+  void validate() const;  // LayerOptions::validate and the activation
+
+  template <typename Self, typename Visit>
+  static void fields(Self& o, Visit&& visit) {
+    LayerOptions::fields(o, visit);
+    visit("activation", o.activation);
+    visit("batch_first", o.batch_first);
+    visit("norm_first", o.norm_first);
+  }
 };
 
 // Gated activations double linear1's outputs: (2·dim_feedforward, d_model).
