@@ -81,7 +81,7 @@ void register_eval(CLI::App& app, Runner& run) {
         if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
       }
       const train::Metrics r = train::evaluate(m, set, o->beam, o->batch_size, [&](const data::Tokens& t) {
-        return data::detokenize(t, m.tgt_tokens);
+        return data::detokenize(t, m.tgt_tokenizer);
       });
       if (o->json) {
         std::printf("%s\n", r.to_json().c_str());

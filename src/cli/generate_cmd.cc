@@ -63,9 +63,9 @@ void register_generate(CLI::App& app, Runner& run) {
       }
       if (text.empty()) throw std::invalid_argument("the prompt is empty (give at least one character)");
       const std::vector<int32_t> ids =
-          data::encode_text(m.tgt_vocab, m.tgt_tokens, text, prompt_given || o->prompt_file.empty() ? "--prompt" : o->prompt_file);
+          data::encode_text(m.tgt_vocab, m.tgt_tokenizer, text, prompt_given || o->prompt_file.empty() ? "--prompt" : o->prompt_file);
       GenerateOptions gen = o->gen;
-      if (!o->stop.empty()) gen.stop = data::encode_text(m.tgt_vocab, m.tgt_tokens, o->stop, "--stop");
+      if (!o->stop.empty()) gen.stop = data::encode_text(m.tgt_vocab, m.tgt_tokenizer, o->stop, "--stop");
       // Each sample: the prompt, then its tokens as they come; a newline closes a sample that does
       // not end with one, then `---` separates it from the next.
       bool at_line_start = text.back() == '\n';
@@ -87,7 +87,7 @@ void register_generate(CLI::App& app, Runner& run) {
       };
       generate(*m.model, ids, gen, [&](int64_t sample, int32_t token) {
         begin_sample(sample);
-        print(data::decode_text(m.tgt_vocab, m.tgt_tokens, {token}));
+        print(data::decode_text(m.tgt_vocab, m.tgt_tokenizer, {token}));
         std::fflush(stdout);
       });
       begin_sample(gen.num_samples - 1);

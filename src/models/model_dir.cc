@@ -78,7 +78,10 @@ data::Tokenizer load_tokenizer(const std::string& dir, data::Tokenization t, boo
                            " tokenization is spm, and there is no " + joint + " either)");
 }
 
-std::string read_config_section(const std::string& dir, const char* section) {
+namespace {
+
+// DIR/config.json parsed and checked (format, version, the "model" and "train" objects).
+ordered_json parse_config(const std::string& dir) {
   const std::string file = path(dir, CONFIG);
   ordered_json j;
   try {
@@ -86,23 +89,40 @@ std::string read_config_section(const std::string& dir, const char* section) {
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(file + ": not valid JSON: " + e.what());
   }
-  if (!j.is_object() || j.value("format", "") != "tfm-train")
+  const auto* format = j.is_object() && j.contains("format") ? &j.at("format") : nullptr;
+  if (!format || !format->is_string() || format->get<std::string>() != "tfm-train")
     throw std::runtime_error(file + ": not a tfm training directory config (\"format\": \"tfm-train\" missing)");
-  if (j.value("version", 0) != FORMAT_VERSION)
-    throw std::runtime_error(file + ": unsupported version " + j.value("version", ordered_json(0)).dump());
+  const ordered_json version = j.value("version", ordered_json(0));
+  if (!version.is_number_integer() || version.get<int64_t>() != FORMAT_VERSION)
+    throw std::runtime_error(file + ": unsupported version " + version.dump());
   if (!j.contains("model") || !j.contains("train"))
     throw std::runtime_error(file + ": missing \"model\" or \"train\"");
-  if (!j.contains(section)) throw std::runtime_error(file + ": missing \"" + section + "\"");
+  return j;
+}
+
+}  // namespace
+
+std::string read_config_section(const std::string& dir, const char* section) {
+  const ordered_json j = parse_config(dir);
+  if (!j.contains(section)) throw std::runtime_error(path(dir, CONFIG) + ": missing \"" + section + "\"");
   return j.at(section).dump();
+}
+
+ConfigSections read_config(const std::string& dir) {
+  const ordered_json j = parse_config(dir);
+  if (!j.contains("vocab")) throw std::runtime_error(path(dir, CONFIG) + ": missing \"vocab\"");
+  return ConfigSections{j.at("model").dump(), j.at("train").dump(), j.at("vocab").dump()};
 }
 
 }  // namespace model_dir
 
-TrainedModel load_model_dir(const std::string& dir) {
+TrainedModel load_model_dir(const std::string& dir, bool weights) {
   TrainedModel m;
   m.dir = dir;
-  const ModelConfig mc = ModelConfig::from_json(model_dir::read_config_section(dir, "model"));
-  const ordered_json vocab = ordered_json::parse(model_dir::read_config_section(dir, "vocab"));
+  const model_dir::ConfigSections config = model_dir::read_config(dir);
+  m.train_json = config.train;
+  const ModelConfig mc = ModelConfig::from_json(config.model);
+  const ordered_json vocab = ordered_json::parse(config.vocab);
   const std::string config_file = model_dir::path(dir, model_dir::CONFIG);
   data::Tokenization src_tokens{}, tgt_tokens{};
   try {
@@ -111,20 +131,23 @@ TrainedModel load_model_dir(const std::string& dir) {
   } catch (const std::exception& e) {
     throw std::runtime_error(config_file + ": bad \"vocab\": " + e.what());
   }
-  m.src_tokens = model_dir::load_tokenizer(dir, src_tokens, /*target=*/false);
-  m.tgt_tokens = model_dir::load_tokenizer(dir, tgt_tokens, /*target=*/true);
-  m.src_vocab = data::Vocab::load(model_dir::src_vocab_path(dir));
-  m.tgt_vocab = data::Vocab::load(model_dir::tgt_vocab_path(dir));
+  m.src_tokenizer = model_dir::load_tokenizer(dir, src_tokens, /*target=*/false);
+  m.tgt_tokenizer = model_dir::load_tokenizer(dir, tgt_tokens, /*target=*/true);
+  const std::string src_file = model_dir::src_vocab_path(dir), tgt_file = model_dir::tgt_vocab_path(dir);
+  m.src_vocab = data::Vocab::load(src_file);
+  m.tgt_vocab = data::Vocab::load(tgt_file);
   if (m.src_vocab.size() != mc.src_vocab_size || m.tgt_vocab.size() != mc.tgt_vocab_size)
-    throw std::runtime_error(dir + ": vocabulary files have " + std::to_string(m.src_vocab.size()) + "/" +
-                             std::to_string(m.tgt_vocab.size()) + " entries, config.json says " +
-                             std::to_string(mc.src_vocab_size) + "/" + std::to_string(mc.tgt_vocab_size));
+    throw std::runtime_error(src_file + " and " + tgt_file + ": " + std::to_string(m.src_vocab.size()) + " and " +
+                             std::to_string(m.tgt_vocab.size()) + " entries, but the model's config.json says " +
+                             std::to_string(mc.src_vocab_size) + " and " + std::to_string(mc.tgt_vocab_size));
   Generator init{0, 0};  // the initial draws are overwritten by the saved weights
   m.model = std::make_unique<Model>(mc, init);
-  const std::string weights = model_dir::path(dir, model_dir::MODEL);
-  // Zero-copy: load_state_dict copies into the parameters from the mapping (one copy, not two).
-  const io::SafeTensorsFile f = io::load_safetensors(weights, io::LoadOptions{.zero_copy = true});
-  m.model->load_state_dict(f.tensors, weights);
+  if (weights) {
+    const std::string file = model_dir::path(dir, model_dir::MODEL);
+    // Zero-copy: load_state_dict copies into the parameters from the mapping (one copy, not two).
+    const io::SafeTensorsFile f = io::load_safetensors(file, io::LoadOptions{.zero_copy = true});
+    m.model->load_state_dict(f.tensors, file);
+  }
   m.model->eval();
   return m;
 }
@@ -189,7 +212,7 @@ std::vector<std::string> translate_lines(const TrainedModel& m, const std::vecto
   ids.reserve(sources.size());
   for (size_t i = 0; i < sources.size(); ++i) {
     try {
-      ids.push_back(m.src_vocab.encode(m.src_tokens.tokenize(sources[i])));
+      ids.push_back(m.src_vocab.encode(m.src_tokenizer.tokenize(sources[i])));
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("input line " + std::to_string(i + 1) + ": " + e.what());
     }
@@ -197,7 +220,7 @@ std::vector<std::string> translate_lines(const TrainedModel& m, const std::vecto
   const auto pred = predict(*m.model, m.tgt_vocab, ids, options, batch_size, first_stream);
   std::vector<std::string> out;
   out.reserve(pred.size());
-  for (const auto& p : pred) out.push_back(m.tgt_tokens.detokenize(p));
+  for (const auto& p : pred) out.push_back(m.tgt_tokenizer.detokenize(p));
   return out;
 }
 

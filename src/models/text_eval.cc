@@ -48,7 +48,7 @@ TextScore evaluate_text_file(const TrainedModel& m, const std::string& path, int
   if (m.model->family().data != DataKind::TEXT)
     throw std::invalid_argument(m.dir + " is not a language model (arch " + std::string(enum_name(m.model->config().arch)) +
                                 "); eval --text needs arch decoder (eval --data / --task score the others)");
-  const data::TextCorpus corpus = data::TextCorpus::read(path, m.tgt_vocab, m.tgt_tokens);
+  const data::TextCorpus corpus = data::TextCorpus::read(path, m.tgt_vocab, m.tgt_tokenizer);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("cannot read " + path);
   std::vector<char> buf(1 << 20);

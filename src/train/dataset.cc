@@ -7,7 +7,6 @@
 
 #include "tfm/data/tasks.h"
 #include "tfm/data/tsv.h"
-#include "tfm/models/model_dir.h"
 
 namespace tfm::train {
 
@@ -57,10 +56,10 @@ void check_spm_vocab(const data::Vocab& v, const data::Tokenizer& t) {
                           std::to_string(t.vocab().size()) + " pieces, " + std::to_string(v.size()) + " entries)");
 }
 
-void load_text(const TrainConfig& c, const data::Vocab* tgt_vocab, const std::string& saved_dir, Comm* comm,
-               Dataset& ds) {
+void load_text(const TrainConfig& c, const SavedVocabs& saved, Comm* comm, Dataset& ds) {
+  const data::Vocab* tgt_vocab = saved.tgt_vocab;
   if (c.tgt_tokens == data::Tokenization::SPM) {
-    if (!saved_dir.empty()) ds.tgt_tokenizer = model_dir::load_tokenizer(saved_dir, c.tgt_tokens, /*target=*/true);
+    if (saved.tgt_tokenizer) ds.tgt_tokenizer = *saved.tgt_tokenizer;
     else if (!c.spm_model.empty()) ds.tgt_tokenizer = data::Tokenizer::load_spm(c.spm_model);
     else
       ds.tgt_tokenizer =
@@ -105,14 +104,14 @@ void load_text(const TrainConfig& c, const data::Vocab* tgt_vocab, const std::st
 
 // The TSV sides' tokenizers: a saved directory's models, the configured .model files, or models
 // trained on the training file's sides (one on both with joint_vocab).
-void tsv_tokenizers(const TrainConfig& c, const std::string& saved_dir, Comm* comm, Dataset& ds) {
+void tsv_tokenizers(const TrainConfig& c, const SavedVocabs& saved, Comm* comm, Dataset& ds) {
   ds.src_tokenizer = c.src_tokens;
   ds.tgt_tokenizer = c.tgt_tokens;
   const bool src_spm = c.src_tokens == data::Tokenization::SPM, tgt_spm = c.tgt_tokens == data::Tokenization::SPM;
   if (!src_spm && !tgt_spm) return;
-  if (!saved_dir.empty()) {
-    ds.src_tokenizer = model_dir::load_tokenizer(saved_dir, c.src_tokens, /*target=*/false);
-    ds.tgt_tokenizer = model_dir::load_tokenizer(saved_dir, c.tgt_tokens, /*target=*/true);
+  if (saved.src_tokenizer && saved.tgt_tokenizer) {
+    ds.src_tokenizer = *saved.src_tokenizer;
+    ds.tgt_tokenizer = *saved.tgt_tokenizer;
     return;
   }
   if (c.joint_vocab && !c.spm_model.empty()) {
@@ -148,11 +147,11 @@ void tsv_tokenizers(const TrainConfig& c, const std::string& saved_dir, Comm* co
 
 }  // namespace
 
-Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const data::Vocab* tgt_vocab,
-                     const std::string& saved_dir, Comm* comm) {
+Dataset load_dataset(const TrainConfig& c, const SavedVocabs& saved, Comm* comm) {
+  const data::Vocab *src_vocab = saved.src_vocab, *tgt_vocab = saved.tgt_vocab;
   Dataset ds;
   if (c.text()) {
-    load_text(c, tgt_vocab, saved_dir, comm, ds);
+    load_text(c, saved, comm, ds);
     return ds;
   }
   if (c.task) {
@@ -163,7 +162,7 @@ Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const d
     ds.valid_set = task_eval_set(*c.task, c.seed, data::Split::VALID, c.task_valid_size);
     return ds;
   }
-  tsv_tokenizers(c, saved_dir, comm, ds);
+  tsv_tokenizers(c, saved, comm, ds);
   data::TsvOptions o;
   o.src_tokens = ds.src_tokenizer;
   o.tgt_tokens = ds.tgt_tokenizer;

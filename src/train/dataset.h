@@ -28,16 +28,23 @@ struct Dataset {
   data::TextCorpus text_train, text_valid;
 };
 
-// Reads (TSV) or generates (task) the data. Resuming (or starting from a model directory) passes the
-// saved vocabularies and `saved_dir`, the directory whose SentencePiece models the spm sides use;
-// these are then used as they are. Otherwise the vocabularies are built from the training file
-// (text data: from the text file, or byte_vocab()); an spm side trains its model on the training
-// file's side (or loads the configured .model file) and its vocabulary is the model's pieces; with
-// several processes (`comm`) rank 0 alone trains it and sends it to the others. A TSV token that a
-// given vocabulary lacks maps to its <unk>, or without one throws DataError "<path>:<line>: ..."
-// naming the token.
-Dataset load_dataset(const TrainConfig& c, const data::Vocab* src_vocab, const data::Vocab* tgt_vocab,
-                     const std::string& saved_dir = "", Comm* comm = nullptr);
+// What a run resumed in or started from a model directory takes from it (TrainedModel's vocabularies
+// and tokenizers, tfm/models/model_dir.h): they encode the data as they are, never rebuilt or retrained.
+// Vocabularies alone (no tokenizers) serve a task or char / space / byte tokens.
+struct SavedVocabs {
+  const data::Vocab* src_vocab = nullptr;
+  const data::Vocab* tgt_vocab = nullptr;
+  const data::Tokenizer* src_tokenizer = nullptr;  // an spm side's model, when set
+  const data::Tokenizer* tgt_tokenizer = nullptr;
+};
+
+// Reads (TSV) or generates (task) the data, with `saved`'s vocabularies and tokenizers when given.
+// Otherwise the vocabularies are built from the training file (text data: from the text file, or
+// byte_vocab()); an spm side trains its model on the training file's side (or loads the configured
+// .model file) and its vocabulary is the model's pieces; with several processes (`comm`) rank 0 alone
+// trains it and sends it to the others. A TSV token that a given vocabulary lacks maps to its <unk>, or
+// without one throws DataError "<path>:<line>: ..." naming the token.
+Dataset load_dataset(const TrainConfig& c, const SavedVocabs& saved = {}, Comm* comm = nullptr);
 
 // A task's training examples for one epoch: fresh ones every epoch, a pure function of (seed, epoch).
 std::vector<data::Example> task_epoch(const TrainConfig& c, int64_t epoch);

@@ -54,14 +54,14 @@ EvalSet tsv_eval_set(const data::TsvData& tsv) {
 EvalSet task_test_set(const TrainedModel& m, data::Task task, std::optional<uint64_t> seed, int64_t count) {
   if (m.src_vocab.tokens() != data::task_vocab().tokens())
     throw std::invalid_argument(m.dir + " was not trained on a built-in task (its vocabulary differs)");
-  return task_eval_set(task, seed ? *seed : load_train_config(m.dir).seed, data::Split::TEST, count);
+  return task_eval_set(task, seed ? *seed : TrainConfig::from_json(m.train_json).seed, data::Split::TEST, count);
 }
 
 EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string* note) {
   data::TsvOptions opt;
-  opt.src_tokens = m.src_tokens;
-  opt.tgt_tokens = m.tgt_tokens;
-  opt.max_tokens = load_train_config(m.dir).max_tokens;
+  opt.src_tokens = m.src_tokenizer;
+  opt.tgt_tokens = m.tgt_tokenizer;
+  opt.max_tokens = TrainConfig::from_json(m.train_json).max_tokens;
   const data::TsvData d = data::read_tsv(path, opt);
   if (note) *note = d.problems.empty() ? std::string() : d.summary();
   return tsv_eval_set(d);

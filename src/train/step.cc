@@ -222,6 +222,8 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
   const bool timed = !untimed_;
   untimed_ = false;
   if (!comm_.single()) return run_owned(opt, gen, at_start, clip_norm, agreement, timed);
+  losses_in_[static_cast<size_t>(local_)] = agreement.stop ? 1 : 0;
+  losses_in_[static_cast<size_t>(local_ + 1)] = agreement.time_up ? 1 : 0;
   comm_.allgather(losses_in_.data(), static_cast<int>(local_ + 2), losses_out_.data(), /*timed=*/true);
   if (G_ > 1) gen = Generator{at_start.seed, at_start.offset + 1};
   agreement.time_up = losses_out_[static_cast<size_t>(local_ + 1)] != 0;

@@ -51,10 +51,10 @@ ModelConfig model_config_for(const TrainConfig& c, const Dataset& ds) {
   return m;
 }
 
-// The model of a run started from the model directory c.init_from: DIR/config.json's, with the run's
-// dropout and drop_path. Every other field of c.model must have been left at ModelConfig{}'s value
-// (throws naming the fields that were not, since they would be ignored).
-ModelConfig init_model_config(const TrainConfig& c) {
+// The model of a run started from the model directory c.init_from: `dir`'s, with the run's dropout and
+// drop_path. Every other field of c.model must have been left at ModelConfig{}'s value (throws naming
+// the fields that were not, since they would be ignored).
+ModelConfig init_model_config(const TrainConfig& c, const ModelConfig& dir) {
   const ModelConfig defaults;
   JsonWriter given, def;
   ModelConfig::fields(c.model, given);
@@ -66,21 +66,15 @@ ModelConfig init_model_config(const TrainConfig& c) {
     throw std::invalid_argument("train config: init_from takes the model from " +
                                 model_dir::path(c.init_from, model_dir::CONFIG) +
                                 "; only dropout and drop_path of the model may be set with it (got " + set + ")");
-  ModelConfig m = ModelConfig::from_json(model_dir::read_config_section(c.init_from, "model"));
+  ModelConfig m = dir;
   m.dropout = c.model.dropout;
   m.drop_path = c.model.drop_path;
   return m;
 }
 
-// The tokenizations of DIR's vocabularies (config.json "vocab": "src_tokens", "tgt_tokens").
-void read_tokenizations(const std::string& dir, data::Tokenization& src, data::Tokenization& tgt) {
-  const ordered_json vocab = ordered_json::parse(model_dir::read_config_section(dir, "vocab"));
-  try {
-    src = enum_from_name<data::Tokenization>(vocab.at("src_tokens").get<std::string>());
-    tgt = enum_from_name<data::Tokenization>(vocab.at("tgt_tokens").get<std::string>());
-  } catch (const std::exception& e) {
-    throw std::runtime_error(model_dir::path(dir, model_dir::CONFIG) + ": bad \"vocab\": " + e.what());
-  }
+// A model directory's vocabularies and tokenizers, for load_dataset.
+SavedVocabs saved_vocabs(const TrainedModel& m) {
+  return SavedVocabs{&m.src_vocab, &m.tgt_vocab, &m.src_tokenizer, &m.tgt_tokenizer};
 }
 
 // A run started from a model directory trains its model as it is, so every sequence of the data must
@@ -124,6 +118,12 @@ class Run {
   TrainResult train();
 
  private:
+  // The data and the model, one function per start mode; each reads a model directory only through
+  // load_model_dir.
+  void setup_fresh();      // the data sizes a new model
+  void setup_init_from();  // c_.init_from's model, weights, vocabularies and tokenizers
+  void setup_resume();     // c_.out_dir's vocabularies and tokenizers; its weights come from its checkpoint
+  Comm* processes() { return comm_.single() ? nullptr : &comm_; }
   void note(ProgressEvent::Kind kind, const std::string& msg) const;
   ProgressEvent event(ProgressEvent::Kind kind) const;  // the fields every event shares
   void load_epoch(int64_t e);
@@ -183,61 +183,9 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
     throw std::invalid_argument("train config: text_path is required by arch " + std::string(enum_name(c_.model.arch)) +
                                 " (" + c_.model.family().summary + ")");
 
-  const bool init = !c_.init_from.empty();
-  if (init && !resume) {  // config.json first: a directory that is not a model directory fails on it
-    std::error_code ec;
-    if (std::filesystem::equivalent(c_.init_from, c_.out_dir, ec))
-      throw std::invalid_argument("train config: out_dir " + c_.out_dir + " is the init_from directory; " +
-                                  "a fine-tuning run writes into a new directory (its source stays as it is)");
-    mc_ = init_model_config(c_);
-    c_.model = mc_;  // the data's layout (equal lengths without a decoder) follows the model
-    if (c_.text() != (mc_.family().data == DataKind::TEXT))
-      throw std::invalid_argument("train config: init_from " + c_.init_from + " holds a model of arch " +
-                                  std::string(enum_name(mc_.arch)) + ", but " +
-                                  (c_.text() ? "text data trains a language model (arch decoder)"
-                                             : "arch " + std::string(enum_name(mc_.arch)) + " trains on text data (text_path)"));
-    read_tokenizations(c_.init_from, c_.src_tokens, c_.tgt_tokens);
-  }
-  // The vocabularies: the run's own when resuming, the model directory's when starting from one.
-  std::unique_ptr<data::Vocab> saved_src, saved_tgt;
-  if (resume || init) {
-    const std::string& dir = resume ? c_.out_dir : c_.init_from;
-    saved_src = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::src_vocab_path(dir)));
-    saved_tgt = std::make_unique<data::Vocab>(data::Vocab::load(model_dir::tgt_vocab_path(dir)));
-  }
-  if (init && !resume) {
-    const std::string vocab_files =
-        model_dir::src_vocab_path(c_.init_from) + " and " + model_dir::tgt_vocab_path(c_.init_from);
-    if (saved_src->size() != mc_.src_vocab_size || saved_tgt->size() != mc_.tgt_vocab_size)
-      throw std::runtime_error(vocab_files + ": " + std::to_string(saved_src->size()) + " and " +
-                               std::to_string(saved_tgt->size()) + " entries, but the model's config.json says " +
-                               std::to_string(mc_.src_vocab_size) + " and " + std::to_string(mc_.tgt_vocab_size));
-    if (saved_src->pad_id() != mc_.pad_id || saved_tgt->pad_id() != mc_.pad_id)
-      throw std::runtime_error(vocab_files + ": <pad> is not at the model's pad_id " + std::to_string(mc_.pad_id));
-    if (c_.task && (saved_src->tokens() != data::task_vocab().tokens() || saved_tgt->tokens() != data::task_vocab().tokens()))
-      throw std::invalid_argument(vocab_files + ": not the built-in tasks' vocabulary, so the task " +
-                                  std::string(enum_name(*c_.task)) + " cannot be encoded with them");
-  }
-  ds_ = load_dataset(c_, saved_src.get(), saved_tgt.get(), resume ? c_.out_dir : c_.init_from,
-                     comm_.single() ? nullptr : &comm_);
-  for (const auto& n : ds_.notes) note(ProgressEvent::Kind::NOTE, n);
-  // A run started from a model directory keeps that model's configuration (saved whole in the run's
-  // config.json, so a resume reads it back as it is); otherwise the data sizes the model.
-  if (init && resume) mc_ = c_.model;
-  else if (!init) mc_ = model_config_for(c_, ds_);
-  if (init) check_fits(mc_, ds_, c_);
-  mc_.validate();
-
-  // The model, before the output directory is written: a model directory's weights that do not load
-  // leave nothing behind.
-  gen_ = Generator{c_.seed, 0};
-  model_ = std::make_unique<Model>(mc_, gen_);
-  if (init && !resume) {
-    const std::string weights = model_dir::path(c_.init_from, model_dir::MODEL);
-    const io::SafeTensorsFile f = io::load_safetensors(weights, io::LoadOptions{.zero_copy = true});
-    model_->load_state_dict(f.tensors, weights);  // strict: every key, every shape
-    note(ProgressEvent::Kind::NOTE, "starting from the model in " + c_.init_from);
-  }
+  if (resume) setup_resume();
+  else if (!c_.init_from.empty()) setup_init_from();
+  else setup_fresh();
 
   std::error_code ec;
   if (lead_) std::filesystem::create_directories(c_.out_dir, ec);
@@ -288,6 +236,66 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
                 : total_steps_ > 0   ? std::max<int64_t>(1, total_steps_ / 10)
                                      : 200;
   since_eval_ = Clock::now();
+}
+
+void Run::setup_fresh() {
+  ds_ = load_dataset(c_, {}, processes());
+  for (const auto& n : ds_.notes) note(ProgressEvent::Kind::NOTE, n);
+  mc_ = model_config_for(c_, ds_);
+  mc_.validate();
+  gen_ = Generator{c_.seed, 0};
+  model_ = std::make_unique<Model>(mc_, gen_);
+}
+
+// The model is built before the output directory is written: a model directory whose weights do not
+// load leaves nothing behind.
+void Run::setup_init_from() {
+  std::error_code ec;
+  if (std::filesystem::equivalent(c_.init_from, c_.out_dir, ec))
+    throw std::invalid_argument("train config: out_dir " + c_.out_dir + " is the init_from directory; " +
+                                "a fine-tuning run writes into a new directory (its source stays as it is)");
+  const TrainedModel from = load_model_dir(c_.init_from);
+  mc_ = init_model_config(c_, from.model->config());
+  c_.model = mc_;  // the data's layout (equal lengths per position) follows the model
+  if (c_.text() != (mc_.family().data == DataKind::TEXT))
+    throw std::invalid_argument("train config: init_from " + c_.init_from + " holds a model of arch " +
+                                std::string(enum_name(mc_.arch)) + ", but " +
+                                (c_.text() ? "text data trains a language model (arch decoder)"
+                                           : "arch " + std::string(enum_name(mc_.arch)) + " trains on text data (text_path)"));
+  c_.src_tokens = from.src_tokenizer.kind();
+  c_.tgt_tokens = from.tgt_tokenizer.kind();
+  const std::string vocab_files =
+      model_dir::src_vocab_path(c_.init_from) + " and " + model_dir::tgt_vocab_path(c_.init_from);
+  if (from.src_vocab.pad_id() != mc_.pad_id || from.tgt_vocab.pad_id() != mc_.pad_id)
+    throw std::runtime_error(vocab_files + ": <pad> is not at the model's pad_id " + std::to_string(mc_.pad_id));
+  if (c_.task && (from.src_vocab.tokens() != data::task_vocab().tokens() || from.tgt_vocab.tokens() != data::task_vocab().tokens()))
+    throw std::invalid_argument(vocab_files + ": not the built-in tasks' vocabulary, so the task " +
+                                std::string(enum_name(*c_.task)) + " cannot be encoded with them");
+  ds_ = load_dataset(c_, saved_vocabs(from), processes());
+  for (const auto& n : ds_.notes) note(ProgressEvent::Kind::NOTE, n);
+  check_fits(mc_, ds_, c_);
+  mc_.validate();
+  gen_ = Generator{c_.seed, 0};
+  model_ = std::make_unique<Model>(mc_, gen_);
+  model_->load_state_dict(from.model->state_dict(), model_dir::path(c_.init_from, model_dir::MODEL));
+  note(ProgressEvent::Kind::NOTE, "starting from the model in " + c_.init_from);
+}
+
+// A run started from a model directory keeps that model's configuration (saved whole in the run's
+// config.json, so a resume reads it back as it is); otherwise the data sizes the model, as it did.
+void Run::setup_resume() {
+  const TrainedModel saved = load_model_dir(c_.out_dir, /*weights=*/false);
+  ds_ = load_dataset(c_, saved_vocabs(saved), processes());
+  for (const auto& n : ds_.notes) note(ProgressEvent::Kind::NOTE, n);
+  if (!c_.init_from.empty()) {
+    mc_ = c_.model;
+    check_fits(mc_, ds_, c_);
+  } else {
+    mc_ = model_config_for(c_, ds_);
+  }
+  mc_.validate();
+  gen_ = Generator{c_.seed, 0};
+  model_ = std::make_unique<Model>(mc_, gen_);
 }
 
 void Run::note(ProgressEvent::Kind kind, const std::string& msg) const {

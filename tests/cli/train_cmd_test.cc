@@ -65,9 +65,9 @@ TEST(TrainCli, TsvTrainsEvaluatesAndTranslates) {
     std::vector<std::string> sources;
     std::vector<std::vector<std::string>> refs;
     for (size_t i = 0; i < set.sources.size(); ++i) {
-      sources.push_back(tfm::data::detokenize(set.sources[i], m.src_tokens));
+      sources.push_back(tfm::data::detokenize(set.sources[i], m.src_tokenizer));
       refs.emplace_back();
-      for (const auto& r : set.references[i]) refs.back().push_back(tfm::data::detokenize(r, m.tgt_tokens));
+      for (const auto& r : set.references[i]) refs.back().push_back(tfm::data::detokenize(r, m.tgt_tokenizer));
     }
     const auto hyps = tfm::translate_lines(m, sources, 1, 64);
     EXPECT_EQ(j["bleu"].get<double>(), tfm::train::corpus_bleu(hyps, refs));

@@ -91,7 +91,7 @@ TEST(TextEval, FileCountsCharactersAndTokens) {
   for (data::Tokenization t : {data::Tokenization::CHAR, data::Tokenization::BYTE}) {
     TrainedModel tm;
     tm.tgt_vocab = tm.src_vocab = data::build_text_vocab(path, t);
-    tm.tgt_tokens = tm.src_tokens = t;
+    tm.tgt_tokenizer = tm.src_tokenizer = t;
     tm.model = tiny_lm(tm.tgt_vocab.size(), 2);
     const TextScore s = evaluate_text_file(tm, path, 4);
     EXPECT_EQ(s.chars, 80 - 1);
@@ -122,7 +122,7 @@ TEST(TextEval, Errors) {
   TrainedModel tm;
   tm.dir = "runs/enc";
   tm.model = std::make_unique<Model>(c, g);
-  tm.src_tokens = tm.tgt_tokens = data::Tokenization::SPACE;
+  tm.src_tokenizer = tm.tgt_tokenizer = data::Tokenization::SPACE;
   try {
     evaluate_text_file(tm, "/nonexistent.txt", 2);
     ADD_FAILURE() << "no error";

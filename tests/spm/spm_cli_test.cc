@@ -127,9 +127,9 @@ TEST(SpmCli, Seq2seqTrainsTranslatesTextAndIsThreadIndependent) {
     std::vector<std::string> srcs;
     std::vector<std::vector<std::string>> refs;
     for (size_t i = 0; i < set.sources.size(); ++i) {
-      srcs.push_back(m.src_tokens.detokenize(set.sources[i]));
+      srcs.push_back(m.src_tokenizer.detokenize(set.sources[i]));
       refs.emplace_back();
-      for (const auto& r : set.references[i]) refs.back().push_back(m.tgt_tokens.detokenize(r));
+      for (const auto& r : set.references[i]) refs.back().push_back(m.tgt_tokenizer.detokenize(r));
       EXPECT_EQ(refs.back()[0].find(kSpace), std::string::npos) << refs.back()[0];
     }
     EXPECT_EQ(srcs[0], sources[0]);  // the text itself, not pieces

@@ -50,7 +50,7 @@ TEST(LoadDataset, TaskUsesTheTaskVocabularyAndItsValidationSet) {
   c.seed = 5;
   c.task_train_size = 30;
   c.task_valid_size = 12;
-  const Dataset ds = load_dataset(c, nullptr, nullptr);
+  const Dataset ds = load_dataset(c);
   EXPECT_EQ(ds.src_vocab.tokens(), data::task_vocab().tokens());
   EXPECT_EQ(ds.tgt_vocab.tokens(), data::task_vocab().tokens());
   EXPECT_TRUE(ds.train.empty()) << "a task's training examples come from task_epoch";
@@ -68,7 +68,7 @@ TEST(LoadDataset, TaskUsesTheTaskVocabularyAndItsValidationSet) {
   }
   // Given vocabularies (a resumed task run passes the saved ones) change nothing for a task.
   const data::Vocab v = data::task_vocab();
-  EXPECT_EQ(load_dataset(c, &v, &v).valid[3].src, want[3].src);
+  EXPECT_EQ(load_dataset(c, {&v, &v}).valid[3].src, want[3].src);
 }
 
 TEST(TaskEpoch, FreshExamplesEveryEpochAPureFunctionOfSeedAndEpoch) {
@@ -139,7 +139,7 @@ TrainConfig tsv_config(const Files& f) {
 TEST(LoadDataset, TsvBuildsTheVocabulariesFromTheTrainingFileAndNotesSkippedLines) {
   const Files f = tsv_files("ds_tsv");
   const TrainConfig c = tsv_config(f);
-  const Dataset ds = load_dataset(c, nullptr, nullptr);
+  const Dataset ds = load_dataset(c);
   EXPECT_EQ(ds.src_vocab.tokens(), specials_then({"a", "b", "c"}));
   EXPECT_EQ(ds.tgt_vocab.tokens(), specials_then({"y", "z", "x"}));
   ASSERT_EQ(ds.train.size(), 2u);
@@ -167,7 +167,7 @@ TEST(LoadDataset, TsvForADecoderKeepsPairsOfDifferentLengths) {
   const Files f = tsv_files("ds_tsv_s2s");
   TrainConfig c = tsv_config(f);
   c.model.arch = Arch::SEQ2SEQ;
-  const Dataset ds = load_dataset(c, nullptr, nullptr);
+  const Dataset ds = load_dataset(c);
   ASSERT_EQ(ds.train.size(), 3u);  // line 3 kept: a 3, b 3, c 2; y 3, z 3, x 1
   EXPECT_EQ(ds.src_vocab.tokens(), specials_then({"a", "b", "c"}));
   EXPECT_EQ(ds.tgt_vocab.tokens(), specials_then({"y", "z", "x"}));
@@ -177,14 +177,14 @@ TEST(LoadDataset, TsvForADecoderKeepsPairsOfDifferentLengths) {
   EXPECT_EQ(ds.notes[0].rfind(f.train + ": skipped 2 of 5 lines", 0), 0u) << ds.notes[0];
   // Joint vocabulary of char tokens: one vocabulary of both sides' tokens (a, b, y, z 3 each; c 2; x 1).
   c.joint_vocab = true;
-  const Dataset j = load_dataset(c, nullptr, nullptr);
+  const Dataset j = load_dataset(c);
   EXPECT_EQ(j.src_vocab.tokens(), specials_then({"a", "b", "y", "z", "c", "x"}));
   EXPECT_EQ(j.tgt_vocab.tokens(), j.src_vocab.tokens());
   EXPECT_EQ(j.train[0].tgt, (std::vector<int32_t>{9, 6}));  // x y
   // Byte tokens: the fixed byte vocabulary on both sides, whatever the file holds.
   c.joint_vocab = false;
   c.src_tokens = c.tgt_tokens = data::Tokenization::BYTE;
-  const Dataset b = load_dataset(c, nullptr, nullptr);
+  const Dataset b = load_dataset(c);
   EXPECT_EQ(b.src_vocab.tokens(), data::byte_vocab().tokens());
   EXPECT_EQ(b.train[0].src, (std::vector<int32_t>{'a', 'b'}));
   std::filesystem::remove_all(f.dir);
@@ -194,13 +194,13 @@ TEST(LoadDataset, StrictTsvThrowsNamingTheFileAndLine) {
   const Files f = tsv_files("ds_strict");
   TrainConfig c = tsv_config(f);
   c.strict = true;
-  EXPECT_EQ(data_error([&] { load_dataset(c, nullptr, nullptr); }), f.train + ":2: blank line (--strict)");
+  EXPECT_EQ(data_error([&] { load_dataset(c); }), f.train + ":2: blank line (--strict)");
   testing::spit(f.train, "ab\txy\nabc\tzy\n");
-  const std::string e = data_error([&] { load_dataset(c, nullptr, nullptr); });
+  const std::string e = data_error([&] { load_dataset(c); });
   EXPECT_EQ(e.rfind(f.train + ":2: ", 0), 0u) << e;  // the lengths of an encoder's pair differ
   testing::spit(f.train, "ab\txy\n");
   testing::spit(f.valid, "ab\txy\nmissing tab\n");
-  EXPECT_EQ(data_error([&] { load_dataset(c, nullptr, nullptr); }),
+  EXPECT_EQ(data_error([&] { load_dataset(c); }),
             f.valid + ":2: malformed line: no tab between source and target (--strict)");
   std::filesystem::remove_all(f.dir);
 }
@@ -211,7 +211,7 @@ TEST(LoadDataset, GivenVocabulariesAreUsedAsTheyAre) {
   // With <unk>: tokens they lack map to it; the vocabularies are not rebuilt from the file.
   const data::Vocab src = data::Vocab::from_tokens(specials_then({"b", "a"}));
   const data::Vocab tgt = data::Vocab::from_tokens(specials_then({"x", "y", "z", "w"}));
-  const Dataset ds = load_dataset(c, &src, &tgt);
+  const Dataset ds = load_dataset(c, {&src, &tgt});
   EXPECT_EQ(ds.src_vocab.tokens(), src.tokens());
   EXPECT_EQ(ds.tgt_vocab.tokens(), tgt.tokens());
   ASSERT_EQ(ds.train.size(), 2u);
@@ -221,10 +221,10 @@ TEST(LoadDataset, GivenVocabulariesAreUsedAsTheyAre) {
   // Without <unk>: an error naming the file, the line, the side and the token.
   const data::Vocab src_closed = data::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "a", "b", "c"});
   const data::Vocab tgt_closed = data::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "x", "y"});
-  EXPECT_EQ(data_error([&] { load_dataset(c, &src_closed, &tgt_closed); }),
+  EXPECT_EQ(data_error([&] { load_dataset(c, {&src_closed, &tgt_closed}); }),
             f.train + ":4: target token 'z' is not in the vocabulary (which has no <unk>)");
   const data::Vocab tgt_all = data::Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "x", "y", "z"});
-  EXPECT_EQ(data_error([&] { load_dataset(c, &src_closed, &tgt_all); }),
+  EXPECT_EQ(data_error([&] { load_dataset(c, {&src_closed, &tgt_all}); }),
             f.valid + ":2: source token 'q' is not in the vocabulary (which has no <unk>)");
   std::filesystem::remove_all(f.dir);
 }
@@ -246,7 +246,7 @@ TEST(LoadDataset, SpmSideTrainsItsModelOrUsesTheSavedDirectorys) {
   c.model.arch = Arch::SEQ2SEQ;
   c.src_tokens = data::Tokenization::SPM;
   c.src_vocab_size = 20;
-  const Dataset ds = load_dataset(c, nullptr, nullptr);
+  const Dataset ds = load_dataset(c);
   ASSERT_TRUE(ds.src_tokenizer.is_spm());
   EXPECT_FALSE(ds.tgt_tokenizer.is_spm());
   EXPECT_EQ(ds.src_vocab.size(), 20);
@@ -257,12 +257,14 @@ TEST(LoadDataset, SpmSideTrainsItsModelOrUsesTheSavedDirectorys) {
   model_dir::save_tokenizers(d, ds.src_tokenizer, ds.tgt_tokenizer);
   TrainConfig again = c;
   again.src_vocab_size = 22;
-  const Dataset saved = load_dataset(again, &ds.src_vocab, &ds.tgt_vocab, d);
+  const tfm::data::Tokenizer src_tok = tfm::data::Tokenizer::load_spm(model_dir::path(d, model_dir::SRC_SPM));
+  const tfm::data::Tokenizer tgt_tok = ds.tgt_tokenizer;
+  const Dataset saved = load_dataset(again, {&ds.src_vocab, &ds.tgt_vocab, &src_tok, &tgt_tok});
   EXPECT_EQ(saved.src_tokenizer.spm_model(), ds.src_tokenizer.spm_model());
   EXPECT_EQ(saved.src_vocab.size(), 20);
   EXPECT_EQ(saved.train[5].src, ds.train[5].src);
   // A saved vocabulary that is not the model's pieces is refused, naming the model.
-  const std::string e = data_error([&] { load_dataset(again, &ds.tgt_vocab, &ds.tgt_vocab, d); });
+  const std::string e = data_error([&] { load_dataset(again, {&ds.tgt_vocab, &ds.tgt_vocab, &src_tok, &tgt_tok}); });
   EXPECT_NE(e.find("its pieces are not the vocabulary saved beside it (20 pieces, " + std::to_string(ds.tgt_vocab.size()) +
                    " entries)"),
             std::string::npos)
@@ -300,7 +302,7 @@ TEST(LoadDataset, TextSplitsOffTheLastValidFraction) {
   const std::string d = testing::temp_dir("ds_text");
   const std::string text = text125();
   testing::spit(d + "/t.txt", text);
-  const Dataset ds = load_dataset(text_config(d + "/t.txt"), nullptr, nullptr);
+  const Dataset ds = load_dataset(text_config(d + "/t.txt"));
   EXPECT_EQ(ds.tgt_vocab.tokens(), data::build_text_vocab(d + "/t.txt", data::Tokenization::CHAR).tokens());
   EXPECT_EQ(ds.src_vocab.tokens(), ds.tgt_vocab.tokens());
   EXPECT_TRUE(ds.train.empty() && ds.valid.empty() && ds.valid_set.sources.empty());
@@ -322,7 +324,7 @@ TEST(LoadDataset, TextWithAValidationFileAndGivenVocabularies) {
   testing::spit(d + "/v.txt", "abc!\n");  // '!' is not in t.txt
   TrainConfig c = text_config(d + "/t.txt");
   c.valid_text_path = d + "/v.txt";
-  const Dataset ds = load_dataset(c, nullptr, nullptr);
+  const Dataset ds = load_dataset(c);
   EXPECT_EQ(ds.text_train.size(), 125);  // the whole training file
   ASSERT_EQ(ds.text_valid.size(), 5);
   const data::Vocab& v = ds.tgt_vocab;
@@ -330,14 +332,14 @@ TEST(LoadDataset, TextWithAValidationFileAndGivenVocabularies) {
   EXPECT_EQ(ds.text_valid.name(), d + "/v.txt");
   // Given (saved) vocabularies: used as they are, not rebuilt from the text.
   const data::Vocab given = data::Vocab::from_tokens(specials_then({"a", "b", "c", "!", "\n"}));
-  const Dataset g = load_dataset(c, &given, &given);
+  const Dataset g = load_dataset(c, {&given, &given});
   EXPECT_EQ(g.tgt_vocab.tokens(), given.tokens());
   EXPECT_EQ(g.src_vocab.tokens(), given.tokens());
   EXPECT_EQ(ids_of(g.text_valid), (std::vector<int32_t>{4, 5, 6, 7, 8}));
   EXPECT_EQ(g.text_train[0], 3);  // '0' → <unk>
   // Byte tokens: the byte vocabulary, a token per byte.
   c.src_tokens = c.tgt_tokens = data::Tokenization::BYTE;
-  const Dataset b = load_dataset(c, nullptr, nullptr);
+  const Dataset b = load_dataset(c);
   EXPECT_EQ(b.tgt_vocab.tokens(), data::byte_vocab().tokens());
   EXPECT_EQ(ids_of(b.text_valid), (std::vector<int32_t>{'a', 'b', 'c', '!', '\n'}));
   std::filesystem::remove_all(d);

@@ -475,7 +475,7 @@ TEST(ShardedStep, OneProcessComputesEveryRowAndRefusesNoParts) {
 // back false: run()'s one-process path never copies them into the values it allgathers (only
 // run_owned, P > 1, does). The trainer does not read them in one process, so no run is affected.
 // Left DISABLED until step.cc copies the flags (or step.h documents one process as not agreeing).
-TEST(ShardedStep, DISABLED_OneProcessAgreementKeepsTheFlagsGiven) {
+TEST(ShardedStep, OneProcessAgreementKeepsTheFlagsGiven) {
   ModelConfig c = testing::small_seq2seq();
   const data::TokenBatch batch = seq2seq_batch(3, 12);
   Net n(c);

@@ -164,7 +164,7 @@ TEST(Trainer, LoadedModelTranslatesAndEvaluates) {
   EXPECT_EQ(out[1], "");
   EXPECT_THROW(translate_lines(m, {"1 99"}, 1, 2), std::invalid_argument);  // 99 is not a task token
   const Metrics r = evaluate(m, EvalSet{{{"1", "2"}}, {{{"2", "1"}}}}, 1, 4,
-                             [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokens); });
+                             [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokenizer); });
   EXPECT_EQ(r.examples, 1);
   EXPECT_EQ(r.reference_tokens, 2);
 }
@@ -394,10 +394,10 @@ TEST(TrainerLm, TrainsOnTextAndWritesAModelDirectory) {
   EXPECT_FALSE(std::filesystem::exists(d + "/run/tgt_vocab.txt"));
   const TrainedModel m = load_model_dir(d + "/run");
   EXPECT_EQ(m.model->config().max_len, 16);
-  EXPECT_EQ(m.tgt_tokens, data::Tokenization::CHAR);
-  EXPECT_EQ(data::decode_text(m.tgt_vocab, m.tgt_tokens, data::encode_text(m.tgt_vocab, m.tgt_tokens, "the cat.\n")), "the cat.\n");
+  EXPECT_EQ(m.tgt_tokenizer, data::Tokenization::CHAR);
+  EXPECT_EQ(data::decode_text(m.tgt_vocab, m.tgt_tokenizer, data::encode_text(m.tgt_vocab, m.tgt_tokenizer, "the cat.\n")), "the cat.\n");
   // The validation loss is the windows' mean over the held-out 20%: recomputed from the loaded model.
-  const data::TextCorpus all = data::TextCorpus::read(d + "/t.txt", m.tgt_vocab, m.tgt_tokens);
+  const data::TextCorpus all = data::TextCorpus::read(d + "/t.txt", m.tgt_vocab, m.tgt_tokenizer);
   const int64_t valid = std::llround(static_cast<double>(all.size()) * 0.2);
   const TeacherForced tf = evaluate_teacher_forced_text(*m.model, all.slice(all.size() - valid, all.size()), 16, 256);
   EXPECT_NEAR(tf.loss, r.history.back().valid_loss, 1e-12);
@@ -503,7 +503,7 @@ TEST(TrainerLm, ByteTokensForTsvPairsAndMismatchesRefused) {
   run_training(c);
   const TrainedModel m = load_model_dir(d + "/run");
   EXPECT_EQ(m.src_vocab.tokens(), data::byte_vocab().tokens());
-  EXPECT_EQ(m.src_tokens, data::Tokenization::BYTE);
+  EXPECT_EQ(m.src_tokenizer, data::Tokenization::BYTE);
   EXPECT_EQ(translate_lines(m, {"ab"}, 1, 8).size(), 1u);  // byte tokens in and out
   c.tgt_tokens = data::Tokenization::CHAR;
   try {

@@ -62,17 +62,26 @@ data::Tokenizer load_tokenizer(const std::string& dir, data::Tokenization t, boo
 // One object of DIR/config.json ("model", "train" or "vocab") as JSON text, after checking the
 // format and version; throws std::runtime_error naming the file.
 std::string read_config_section(const std::string& dir, const char* section);
+// The three objects of DIR/config.json, read and checked once.
+struct ConfigSections {
+  std::string model, train, vocab;  // JSON text
+};
+ConfigSections read_config(const std::string& dir);
 }  // namespace model_dir
 
-// A trained model directory, ready for decoding.
+// A trained model directory, ready for decoding, fine-tuning or resuming: the one reader of a model
+// directory (config.json is read once).
 struct TrainedModel {
   std::string dir;               // where it was loaded from
   std::unique_ptr<Model> model;  // in eval mode
   data::Vocab src_vocab, tgt_vocab;
   // The tokenizers (an spm one with its model, loaded from the directory).
-  data::Tokenizer src_tokens = data::Tokenization::SPACE, tgt_tokens = data::Tokenization::SPACE;
+  data::Tokenizer src_tokenizer = data::Tokenization::SPACE, tgt_tokenizer = data::Tokenization::SPACE;
+  std::string train_json;  // config.json's "train" object (the run that wrote it; tfm/train/config.h reads it)
 };
-TrainedModel load_model_dir(const std::string& dir);
+// With `weights` false the model keeps its initial draws (a resumed run takes its weights from its
+// checkpoint, tfm/train/trainer.h).
+TrainedModel load_model_dir(const std::string& dir, bool weights = true);
 // Throws std::invalid_argument unless m's model family takes `kind` data (tfm/models/family.h), naming
 // the directory and its architecture, then `use`: what the command needs and where to go instead.
 //   "<dir> is not a language model (arch seq2seq); <use>"   (kind TEXT)
