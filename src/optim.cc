@@ -5,8 +5,8 @@
 // Arithmetic follows PyTorch's order of operations so results agree to a few float32 ulps:
 // scalar coefficients (bias corrections, step size) are computed in double like Python floats and
 // rounded to float once, as ATen does when it applies a Python scalar to a float32 tensor; the
-// element-wise updates run in float32. Everything is a plain sequential loop over each parameter,
-// so results never depend on the thread count.
+// element-wise updates run in float32. Each element's update reads only that element, so the loops
+// that run in parallel (Adam's over a large tensor, OpenMP) give the same bits for any thread count.
 //
 // To add an optimizer: derive from Optimizer, keep one state tensor per parameter and slot (lazily
 // created on the first step that sees a gradient, like torch), name the slots as torch's state

@@ -9,7 +9,7 @@ attribute names and therefore the same state_dict keys, plus helpers to load a t
     logits = model(src_ids, tgt_in_ids)                  # arch "seq2seq": (B, T, V)
     logits = model(ids)                                  # arch "decoder": (B, T, V), next-token logits
 
-Architectures (tfm's src/models/model.cc explains the choices):
+Architectures (tfm's include/tfm/models/config.h and the family files src/models/*_model.cc explain the choices):
   encoder  — embedding → + positions → dropout → nn.TransformerEncoder (final norm only with norm_first)
              → generator Linear. No √D scaling unless scale_embeddings.
   seq2seq  — src/tgt embeddings · √D → + positions → dropout → nn.Transformer (both final norms; causal target mask;

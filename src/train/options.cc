@@ -348,8 +348,17 @@ GivenOptions parse_train_args(const std::vector<std::string>& args) {
     }
     const TrainOption& o = train_option(name);
     if (o.type == OptionType::FLAG) {
-      if (eq != std::string::npos) throw std::invalid_argument("--" + name + " is a flag and takes no value");
-      given.emplace_back(name, negated ? "false" : "true");
+      // --x, --no-x, or --x=true / --x=false as CLI11 takes them; a flag given again replaces its value.
+      std::string on = negated ? "false" : "true";
+      if (eq != std::string::npos) {
+        if (negated || (value != "true" && value != "false"))
+          throw std::invalid_argument("--" + name + " is a flag: --" + name + ", --no-" + name + " or --" + name +
+                                      "=true|false, got '" + a + "'");
+        on = value;
+      }
+      const auto same = std::find_if(given.begin(), given.end(), [&](const auto& g) { return g.first == name; });
+      if (same != given.end()) same->second = on;
+      else given.emplace_back(name, on);
       continue;
     }
     if (negated) throw std::invalid_argument("--no-" + name + ": --" + name + " is not a flag");

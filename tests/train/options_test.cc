@@ -264,7 +264,9 @@ TEST(ResolveTrainOptions, UnknownAndRepeatedOptionsAreRefused) {
     EXPECT_EQ(std::string(e.what()), "unknown option --x");
   }
   EXPECT_EQ(error_of({"--task", "reverse", "--out", "o", "--lr", "0.1", "--lr", "0.2"}), "--lr is given twice");
-  EXPECT_EQ(error_of({"--task", "reverse", "--out", "o", "--bias", "--no-bias"}), "--bias is given twice");
+  // A flag given again replaces its value, as on tfm train's command line: the last one counts.
+  EXPECT_FALSE(resolve_train_options(parse_train_args({"--task", "reverse", "--out", "o", "--bias", "--no-bias"})).config.model.bias);
+  EXPECT_TRUE(resolve_train_options(parse_train_args({"--task", "reverse", "--out", "o", "--no-bias", "--bias"})).config.model.bias);
   try {
     resolve_train_options({{"out", "o"}, {"task", "reverse"}, {"d-model", "8"}, {"d-model", "8"}});
     ADD_FAILURE() << "a repeated option was accepted";
@@ -391,7 +393,10 @@ TEST(ParseTrainArgs, ValuesFlagsAndErrors) {
   EXPECT_EQ(error({"--lr", "0.1", "--d-model"}), "--d-model needs a value");
   EXPECT_EQ(error({"--x", "1"}), "unknown option --x");
   EXPECT_EQ(error({"--no-x"}), "unknown option --x");
-  EXPECT_EQ(error({"--bias=true"}), "--bias is a flag and takes no value");
+  EXPECT_EQ(parse_train_args({"--bias=false"}), (GivenOptions{{"bias", "false"}}));  // CLI11's --x=value form
+  EXPECT_EQ(parse_train_args({"--strict=true"}), (GivenOptions{{"strict", "true"}}));
+  EXPECT_EQ(error({"--bias=yes"}), "--bias is a flag: --bias, --no-bias or --bias=true|false, got '--bias=yes'");
+  EXPECT_EQ(error({"--no-bias=true"}), "--bias is a flag: --bias, --no-bias or --bias=true|false, got '--no-bias=true'");
   EXPECT_EQ(error({"--no-lr"}), "--no-lr: --lr is not a flag");
   EXPECT_EQ(error({"reverse"}), "expected an option, got 'reverse'");
   EXPECT_EQ(error({"--lr", "0.1", "0.2"}), "expected an option, got '0.2'");

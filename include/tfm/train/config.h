@@ -3,7 +3,8 @@
 //
 // To add a training option: a member with its default, one line in fields() (its key in the run's
 // config.json and hence in JSON reading and writing), its check in validate(), its use in the trainer
-// (src/train/), and its flag in src/cli/train_cmd.cc.
+// (src/train/), and its row in the option table (src/train/options.cc), from which `tfm train`'s
+// parser is built.
 #pragma once
 
 #include <cstdint>
@@ -97,7 +98,7 @@ struct TrainConfig {
   // ---- data parallelism (tfm/train/comm.h, tfm/train/trainer.h) ----
   // The batch is cut into grad_shards parts by rows whose gradients are added in one fixed order, so
   // the run's numbers are the same in one process and in any number of processes P dividing it.
-  // 0 = resolved when the run starts: 1 in one process (the unsharded step), P under MPI; the run's
+  // 0 = resolved when the run starts: 1 in one process (one part: the plain step), P under MPI; the run's
   // config.json keeps the resolved value, so a resumed run keeps it.
   int64_t grad_shards = 0;
 

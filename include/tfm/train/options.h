@@ -1,7 +1,8 @@
 // tfm/train/options.h — the options of a training run, defined once: `tfm train` builds its parser
-// from train_options() and the Python package its keywords (names with '_' for '-'), and both hand
-// what was given to resolve_train_options, the one place where the settings of a run are decided
-// (what was given, on a preset or a task's preset, or the run being resumed).
+// from train_options() (a binding to another language builds its keywords from the same table: the
+// names with '_' for '-'), and hands what was given to resolve_train_options, the one place where the
+// settings of a run are decided (what was given, on a preset or a task's preset, or the run being
+// resumed).
 //
 // An option sets config fields by key (TrainConfig's or its ModelConfig's, tfm/train/config.h); its
 // type, choices and default follow from the field it sets, so adding an option is one row in

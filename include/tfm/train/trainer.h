@@ -32,8 +32,9 @@
 // Data parallelism (TrainConfig::grad_shards G > 1, or MPI): each step's batch is cut into G parts by
 // rows; their gradients, each normalised by the whole batch's target-token count, are added in part
 // order (src/train/step.h describes the fold and the exchange between processes), so the weights,
-// optimizer state, losses and metrics are bitwise the same for any process count P dividing G. With
-// G = 1 in one process, the step is the unsharded one.
+// optimizer state, losses and metrics are bitwise the same for any process count P dividing G. One
+// step serves every case: with G = 1 in one process it is the plain step (the gradient stays in the
+// grads, dropout draws from the run's generator).
 //
 // Exact resume: the data plan of an epoch is a pure function of (seed, epoch) (text data: sequential
 // windows of (epoch, batch), or random windows drawn from the run's generator), dropout draws come
