@@ -60,8 +60,10 @@ void register_bench(CLI::App& app, Runner& run) {
   cmd->add_option("--seq", o->bench.seq, "sequence length N (target length for decoders)")->required();
   cmd->add_option("--src-seq", o->bench.src_seq, "source/memory length S (0: N)")->capture_default_str();
   cmd->add_option("--mode", o->mode, "infer (eval, no gradients) or train (forward, MSE, backward, Adam)")
+      ->type_name(choices_type<BenchMode>())
       ->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "f32, or bf16 for infer (bfloat16 Linear matmuls, docs/bf16.md)")
+      ->type_name(choices_type<Precision>())
       ->capture_default_str();
   cmd->add_option("--iters", o->bench.iters, "timed iterations")->capture_default_str();
   cmd->add_option("--warmup", o->bench.warmup, "untimed iterations first")->capture_default_str();

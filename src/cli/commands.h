@@ -8,6 +8,8 @@
 #include <functional>
 #include <string>
 
+#include "tfm/enum_names.h"
+
 namespace tfm::cli {
 
 // The chosen subcommand's body; returns the exit code. Errors are thrown and turned into a
@@ -23,5 +25,11 @@ void register_bench(CLI::App& app, Runner& run);
 
 // Sets the OpenMP thread count from --threads (0 = leave OMP_NUM_THREADS / the default).
 void apply_threads(int threads);
+
+// A closed set's names as --help shows an option's type: "{f32,bf16}".
+template <typename E>
+std::string choices_type() {
+  return "{" + enum_choices<E>(",", ",") + "}";
+}
 
 }  // namespace tfm::cli

@@ -37,7 +37,7 @@ void register_eval(CLI::App& app, Runner& run) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory")->required();
   auto* g = cmd->add_option_group("data", "a built-in task, a TSV file, or a text file");
-  g->add_option("--task", o->task, "built-in task (fresh test sequences): " + enum_choices<data::Task>(" | "));
+  g->add_option("--task", o->task, "built-in task (fresh test sequences)")->type_name(choices_type<data::Task>());
   g->add_option("--data", o->data, "TSV pairs, one 'source<TAB>target' a line");
   auto* text = g->add_option("--text", o->text, "a language model's text: scored in consecutive block-size windows");
   g->require_option(1);
@@ -48,7 +48,9 @@ void register_eval(CLI::App& app, Runner& run) {
   auto* seed = cmd->add_option("--seed", o->seed, "task seed (default: the model's training seed)");
   text->excludes(beam)->excludes(count)->excludes(seed);  // a text is scored, not decoded or generated
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
-  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers: f32 or bf16")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers")
+      ->type_name(choices_type<Precision>())
+      ->capture_default_str();
   cmd->callback([o, seed, &run] {
     const bool seed_given = seed->count() > 0;
     run = [o, seed_given] {

@@ -23,7 +23,9 @@ void register_forward(CLI::App& app, Runner& run) {
   cmd->add_option("--inputs", o->inputs, "forward arguments as safetensors")->required();
   cmd->add_option("--output", o->output, "where to write output (and grad.*)")->required();
   cmd->add_option("--threads", o->threads, "threads (default: OMP_NUM_THREADS or all cores)");
-  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers: f32 or bf16")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers")
+      ->type_name(choices_type<Precision>())
+      ->capture_default_str();
   cmd->callback([o, &run] {
     run = [o] {
       apply_threads(o->threads);

@@ -42,7 +42,9 @@ void register_generate(CLI::App& app, Runner& run) {
   cmd->add_option("--seed", o->gen.seed, "random seed")->capture_default_str();
   cmd->add_option("--stop", o->stop, "a sample ends after this text (printed)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
-  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers: f32 or bf16")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers")
+      ->type_name(choices_type<Precision>())
+      ->capture_default_str();
   cmd->callback([o, prompt, &run] {
     const bool prompt_given = prompt->count() > 0;
     run = [o, prompt_given] {

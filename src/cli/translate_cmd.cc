@@ -35,7 +35,9 @@ void register_translate(CLI::App& app, Runner& run) {
   cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "sources decoded together")->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
-  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers: f32 or bf16")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers")
+      ->type_name(choices_type<Precision>())
+      ->capture_default_str();
   cmd->add_flag("--sample", o->sample, "sample each token instead of searching (needs --beam 1)");
   auto* temperature = cmd->add_option("--temperature", o->sampling.temperature, "with --sample: softmax temperature (0 = greedy)")
                           ->capture_default_str();
