@@ -11,7 +11,7 @@ JOBS ?= $(shell nproc)
 PACKAGES = build-essential cmake libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev \
            googletest libgtest-dev libbenchmark-dev python3 python3-numpy python3-torch \
            clang libclang-rt-14-dev libomp-dev pkgconf libsentencepiece-dev \
-           libopenmpi-dev openmpi-bin python3-nltk
+           libopenmpi-dev openmpi-bin python3-nltk pybind11-dev python3-pybind11 python3-dev python3-pytest
 
 # One sanitized build serves both test-asan and fuzz: clang (libFuzzer needs it) with ASan + UBSan
 # and libFuzzer's coverage instrumentation (TFM_FUZZ), tests, examples and fuzz targets together, so

@@ -1,0 +1,388 @@
+"""tfm — PyTorch-exact Transformer modules on the CPU, from Python.
+
+    import torch, tfm
+    layer = torch.nn.TransformerEncoderLayer(64, 4, batch_first=True).eval()
+    fast = tfm.from_torch(layer)                 # the same module, run by tfm
+    y = fast(torch.randn(2, 10, 64))             # torch in, torch out (numpy in, numpy out)
+
+    m = tfm.load("runs/lm")                      # a directory written by `tfm train` or tfm.train
+    print(m.generate("To delete a word", max_new_tokens=100, temperature=0.8, seed=1))
+    tfm.train(out="runs/lm", text="t.txt", preset="nanogpt-baby", max_steps=500)
+
+Arrays: inputs are numpy arrays or CPU torch tensors. A C-contiguous float32 array (or torch tensor) is used in
+place, without a copy; every other layout or float dtype is converted with one copy; masks are bool (True =
+blocked) or float (added). Outputs are numpy arrays over tfm's memory (or torch tensors sharing it, when the
+inputs were torch tensors). An array shared with tfm must not be written from another thread while a call runs.
+
+Threads: tfm computes with OpenMP; set_num_threads(n) sets its thread count (the default: OMP_NUM_THREADS, else
+every core). Results are bitwise the same for every thread count. torch bundles its own OpenMP runtime and
+torch.set_num_threads does not affect tfm's, nor set_num_threads torch's; with both in one process, give each
+the threads it should use (OMP_NUM_THREADS sets both at start-up).
+
+Errors: a bad argument, option, shape or value raises ValueError with the library's message, a missing or
+unreadable file FileNotFoundError / OSError, anything else RuntimeError. Every computing call releases the GIL.
+Training under MPI (mpirun) is not available from Python: use `tfm train`.
+"""
+
+import json as _json
+import os as _os
+import queue as _queue
+import threading as _threading
+
+import numpy as _np
+
+from . import _core
+from ._core import Tensor
+
+__all__ = ["Tensor", "tensor", "set_num_threads", "get_num_threads", "from_torch", "load_module", "Module",
+           "load", "Model", "train", "train_options"]
+
+MODULES = ("MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
+           "TransformerDecoder", "Transformer")
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
+def _as_numpy(x):
+    """A numpy view of x: a CPU torch tensor shares its memory (detached); anything else goes through
+    np.asarray (no copy for an ndarray)."""
+    if _is_torch(x):
+        if x.device.type != "cpu":
+            raise ValueError(f"tfm runs on the CPU; got a tensor on {x.device}")
+        x = x.detach()
+        if str(x.dtype) == "torch.bfloat16":
+            x = x.float()
+        return x.numpy()
+    return _np.asarray(x)
+
+
+def tensor(a):
+    """A tfm.Tensor from a numpy array or a CPU torch tensor.
+
+    A C-contiguous float32 array (4-byte aligned, as numpy and torch allocate) is shared, not copied: the
+    Tensor keeps it alive, np.asarray(result) and `a` are the same memory. Any other layout (a transpose, a
+    slice with steps) or float/int dtype is converted to contiguous float32 with one copy; a bool array becomes a
+    Bool mask tensor (one copy). Do not write the array from another thread while tfm uses it.
+    """
+    if isinstance(a, Tensor):
+        return a
+    return _core.from_numpy(_as_numpy(a))
+
+
+def set_num_threads(n):
+    """Sets the number of OpenMP threads tfm computes with (n >= 1); results do not depend on it."""
+    _core.set_num_threads(int(n))
+
+
+def get_num_threads():
+    """The number of OpenMP threads tfm computes with."""
+    return _core.get_num_threads()
+
+
+# ---- modules ------------------------------------------------------------------------------------------------
+
+# The arguments of each module's PyTorch forward, in PyTorch's positional order (torch 2's; need_weights and
+# average_attn_weights are accepted and ignored where PyTorch has them), and the ones a flag (0-dim bool).
+_ARGS = {
+    "MultiheadAttention": ["query", "key", "value", "key_padding_mask", "need_weights", "attn_mask",
+                           "average_attn_weights", "is_causal"],
+    "TransformerEncoderLayer": ["src", "src_mask", "src_key_padding_mask", "is_causal"],
+    "TransformerEncoder": ["src", "mask", "src_key_padding_mask", "is_causal"],
+    "TransformerDecoderLayer": ["tgt", "memory", "tgt_mask", "memory_mask", "tgt_key_padding_mask",
+                                "memory_key_padding_mask", "tgt_is_causal", "memory_is_causal"],
+    "TransformerDecoder": ["tgt", "memory", "tgt_mask", "memory_mask", "tgt_key_padding_mask",
+                           "memory_key_padding_mask", "tgt_is_causal", "memory_is_causal"],
+    "Transformer": ["src", "tgt", "src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask",
+                    "tgt_key_padding_mask", "memory_key_padding_mask", "src_is_causal", "tgt_is_causal",
+                    "memory_is_causal"],
+}
+_IGNORED = {"need_weights", "average_attn_weights"}
+
+
+class Module:
+    """A module run by tfm (tfm.from_torch or tfm.load_module), called like the PyTorch module it came from.
+
+    fast(src, mask=..., src_key_padding_mask=..., is_causal=...) returns the output as a numpy array, or as a
+    torch tensor when an input was one. MultiheadAttention returns (output, None), as PyTorch does with
+    need_weights=False. The module is in eval mode (dropout off). One call at a time per Module.
+    """
+
+    def __init__(self, core, config):
+        self._core = core
+        self.config = dict(config)
+        self.name = core.module_name
+
+    def _inputs(self, args, kwargs):
+        names = _ARGS[self.name]
+        if len(args) > len(names):
+            raise TypeError(f"{self.name} takes at most {len(names)} positional arguments ({len(args)} given)")
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise TypeError(f"{self.name}() got an unexpected keyword argument '{k}'")
+            if k in given:
+                raise TypeError(f"{self.name}() got multiple values for argument '{k}'")
+            given[k] = v
+        torch_out = any(_is_torch(v) for v in given.values())
+        inputs = {}
+        for k, v in given.items():
+            if v is None or k in _IGNORED:
+                continue
+            if k.endswith("is_causal"):
+                if not bool(v):
+                    continue
+                v = _np.array(True)
+            inputs[k] = tensor(v)
+        return inputs, torch_out
+
+    @staticmethod
+    def _out(t, torch_out):
+        a = _np.asarray(t)
+        if torch_out:
+            import torch
+            return torch.from_numpy(a)
+        return a
+
+    def __call__(self, *args, **kwargs):
+        inputs, torch_out = self._inputs(args, kwargs)
+        y = self._out(self._core.forward(inputs)["output"], torch_out)
+        return (y, None) if self.name == "MultiheadAttention" else y
+
+    forward = __call__
+
+    def forward_backward(self, inputs, grad_output):
+        """The `tfm forward` contract with a grad_output: runs the float32 training math on `inputs` (a dict by
+        the forward's argument names, or a tuple of positional arguments) and the backward of
+        sum(output * grad_output). Returns {"output": ..., "grad.<parameter key>": ..., "grad.<input>": ...}
+        (parameter gradients by their PyTorch state_dict key), as numpy arrays or torch tensors."""
+        if isinstance(inputs, dict):
+            named, torch_out = self._inputs((), inputs)
+        else:
+            named, torch_out = self._inputs(tuple(inputs), {})
+        torch_out = torch_out or _is_torch(grad_output)
+        out = self._core.forward_backward(named, tensor(grad_output))
+        return {k: self._out(v, torch_out) for k, v in out.items()}
+
+    def state_dict(self):
+        """The weights tfm holds, by PyTorch key, as numpy arrays (sharing tfm's memory: do not write)."""
+        return {k: _np.asarray(v) for k, v in self._core.state_dict().items()}
+
+    def __repr__(self):
+        return f"tfm.Module({self.name})"
+
+
+def _weights(state):
+    return {k: tensor(v) for k, v in state.items()}
+
+
+def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
+    """The torch module `module` as a tfm.Module computing the same function.
+
+    For the six torch.nn classes tfm runs (MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer,
+    TransformerEncoder, TransformerDecoder, Transformer) the config is read from the instance
+    (tfm.torch_config.infer_config, the code tools/export_torch.py uses); `overrides` (a dict) adds or replaces
+    config keys, e.g. {"activation": "swiglu"} or the variants (head_dim, qkv_bias, norm_type, ...).
+    A hand-written module goes through a mapping (the name of one in tools/import_maps, e.g. "nb4_reverse",
+    or a mapping file's path; `target` picks the mapping's target when it has several): its state_dict is
+    renamed and reshaped as tools/import_torch.py does (tfm.torch_import, the same code), `overrides` playing
+    --set's part. dtype: "f32", or "bf16" (Linear matmuls in bfloat16, forward only; docs/bf16.md).
+    The weights are copied into tfm once; later changes to `module` are not seen.
+    Raises ValueError when the module or its config is not one tfm runs.
+    """
+    from . import torch_config
+    if mapping is not None:
+        from . import torch_import
+        m = torch_import.load_mapping(mapping)
+        if target is None:
+            if len(m["targets"]) != 1:
+                raise ValueError(f"mapping '{m['name']}' has targets {sorted(m['targets'])}: pass target=")
+            target = next(iter(m["targets"]))
+        state = {k: torch_import._to_numpy(v) for k, v in module.state_dict().items()}
+        try:
+            config, tensors = torch_import.import_state(m, target, state, overrides or {})
+        except torch_import.MappingError as e:
+            raise ValueError(str(e)) from None
+        if m["targets"][target].get("output", "forward") != "forward":
+            raise ValueError(f"mapping target '{target}' writes a model directory: use tools/import_torch.py import "
+                             "--out DIR, then tfm.load(DIR)")
+    else:
+        config = torch_config.infer_config(module)
+        config.update(overrides or {})
+        if "module" not in config:
+            raise ValueError(f"cannot infer the tfm module of {type(module).__name__}: it is none of {', '.join(MODULES)}"
+                             " (pass mapping= for a hand-written module)")
+        if config["module"] != "MultiheadAttention" and "activation" not in config:
+            raise ValueError("the activation is a callable tfm cannot name: pass overrides={'activation': ...}")
+        tensors = {k: _as_numpy(v) for k, v in module.state_dict().items()}
+    return Module(_core.Module(_json.dumps(config), _weights(tensors), dtype, "state_dict"), config)
+
+
+def load_module(config, weights, dtype="f32"):
+    """A tfm.Module from a `tfm forward` config (a JSON file's path, or a dict) and weights (a safetensors file's
+    path, or a dict of arrays by PyTorch key), as tools/export_torch.py and tools/import_torch.py write them."""
+    if isinstance(config, dict):
+        cfg = dict(config)
+    else:
+        with open(config) as f:
+            cfg = _json.load(f)
+    if isinstance(weights, (str, _os.PathLike)) and isinstance(config, (str, _os.PathLike)):
+        return Module(_core.Module.load(_os.fspath(config), _os.fspath(weights), dtype), cfg)
+    if isinstance(weights, (str, _os.PathLike)):
+        raise ValueError("load_module: give the config as a path too when the weights are a file")
+    return Module(_core.Module(_json.dumps(cfg), _weights(weights), dtype, "weights"), cfg)
+
+
+# ---- trained models -----------------------------------------------------------------------------------------
+
+class Model:
+    """A trained model directory (written by `tfm train` or tfm.train), loaded once by tfm.load."""
+
+    def __init__(self, path, dtype="f32"):
+        self.path = _os.fspath(path)
+        self._core = _core.TrainedModel(self.path, dtype)
+
+    @property
+    def is_language_model(self):
+        return self._core.is_language_model
+
+    def translate(self, lines, beam=1, batch_size=64):
+        """Predicted targets of source lines (a list of str in, a list of str out), as `tfm translate`."""
+        if isinstance(lines, str):
+            raise TypeError("translate takes a list of lines, not a str")
+        return self._core.translate(list(lines), int(beam), int(batch_size))
+
+    def generate(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None):
+        """The text a language model generates after `prompt` (the prompt not included), as `tfm generate` with
+        the same options prints it after the prompt. stop: the generation ends right after this text."""
+        return self._core.generate(prompt, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
+                                   int(seed), stop, None)
+
+    def stream(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None):
+        """generate(), yielding each piece of text as soon as it is decoded (the pieces join to generate's text).
+        Generation runs in a worker thread; closing the iterator early stops it at the next token."""
+        q = _queue.Queue(maxsize=64)
+        done = object()
+        cancelled = _threading.Event()
+
+        class _Stop(Exception):
+            pass
+
+        def on_piece(piece):
+            if cancelled.is_set():
+                raise _Stop()
+            q.put(piece)
+
+        def work():
+            try:
+                self._core.generate(prompt, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
+                                    int(seed), stop, on_piece)
+                q.put(done)
+            except _Stop:
+                q.put(done)
+            except BaseException as e:  # handed to the consumer
+                q.put(e)
+
+        t = _threading.Thread(target=work, daemon=True)
+        t.start()
+        try:
+            while True:
+                item = q.get()
+                if item is done:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            cancelled.set()
+            while t.is_alive():  # unblock a worker waiting on a full queue
+                try:
+                    q.get(timeout=0.05)
+                except _queue.Empty:
+                    pass
+            t.join()
+
+    def score(self, text, batch_size=16):
+        """A language model's figures on `text` (a str): the dict `tfm eval --text FILE --json` prints for a file
+        holding that text (loss, perplexity, bits_per_token, bits_per_char, tokens)."""
+        return _json.loads(self._core.score(text, int(batch_size)))
+
+    def score_file(self, path, batch_size=16):
+        """score() on a text file: exactly `tfm eval --text PATH --json`."""
+        return _json.loads(self._core.score_file(_os.fspath(path), int(batch_size)))
+
+    def evaluate(self, tsv_path, beam=1, batch_size=64):
+        """The dict `tfm eval --data TSV --json` prints: accuracies, error rates, BLEU and chrF of the decoded
+        sources of a TSV file against their references."""
+        return _json.loads(self._core.evaluate(_os.fspath(tsv_path), int(beam), int(batch_size)))
+
+    def __repr__(self):
+        return f"tfm.Model({self.path!r})"
+
+
+def load(path, dtype="f32"):
+    """A trained model directory as a tfm.Model (translate, generate, stream, score, evaluate).
+    dtype: "f32", or "bf16" for bfloat16 matmuls in the Linear layers (docs/bf16.md)."""
+    return Model(path, dtype)
+
+
+# ---- training -----------------------------------------------------------------------------------------------
+
+def train_options():
+    """The options of tfm.train, as the library's table defines them: a list of dicts with name (the keyword),
+    type (flag, int, float, text, choice), choices, default (as --help shows it), help and group."""
+    out = []
+    for o in _core.train_options():
+        o = dict(o)
+        o["name"] = o["name"].replace("-", "_")
+        out.append(o)
+    return out
+
+
+def _option_text(name, kind, value):
+    if kind == "flag":
+        if not isinstance(value, bool):
+            raise ValueError(f"option --{name} takes True or False, got {value!r}")
+        return "true" if value else "false"
+    if isinstance(value, bool):
+        raise ValueError(f"option --{name} takes a value, not {value!r}")
+    if isinstance(value, _os.PathLike):
+        return _os.fspath(value)
+    return str(value)
+
+
+def train(progress=None, **options):
+    """Trains a model as `tfm train` does with the same options, and returns the final metrics.
+
+    Keywords are tfm train's options with '_' for '-' (tfm.train_options() lists them): out, text, train,
+    valid, task, arch, preset, d_model, max_steps, threads, resume, init_from, ...; a flag takes True/False
+    (bias=False is --no-bias). An unknown keyword is a TypeError naming it; a bad value a ValueError with the
+    library's message. progress(event) receives the events tfm train prints: dicts with kind ("step", "eval",
+    "checkpoint", "note"), step, total_steps, epoch, loss, lr, tokens_per_sec, elapsed_seconds, eta_seconds,
+    message and, after an evaluation, eval (the metrics row). Ctrl-C (KeyboardInterrupt) finishes the current
+    step, writes a checkpoint (resume with tfm.train(resume=out)) and raises KeyboardInterrupt.
+
+    Returns a dict: steps, epochs_completed, stop_reason, seconds, history (the metrics rows), out, and the
+    final metrics: for pairs, the greedy decode's figures on the validation set (token_accuracy,
+    sequence_accuracy, ...); for a language model, valid_loss and perplexity of the last evaluation.
+    Training under MPI is not available from Python (use mpirun tfm train).
+    """
+    kinds = {o["name"]: o["type"] for o in _core.train_options()}
+    given = []
+    for key, value in options.items():
+        name = key.replace("_", "-")
+        if name not in kinds:
+            raise TypeError(f"train() got an unexpected keyword argument '{key}' (no option --{name})")
+        if value is None:
+            continue
+        given.append((name, _option_text(name, kinds[name], value)))
+    r = _core.train(given, progress)
+    result = {k: v for k, v in r.items() if k not in ("final_metrics_json", "language_model")}
+    if r["language_model"]:
+        import math
+        loss = r["history"][-1]["valid_loss"] if r["history"] else 0.0
+        result.update(valid_loss=loss, perplexity=math.exp(loss), bits_per_token=loss / math.log(2.0))
+    else:
+        result.update(_json.loads(r["final_metrics_json"]))
+    return result

@@ -1,0 +1,530 @@
+"""tfm.torch_import — the key and config mapping of hand-written PyTorch modules into tfm, and back: the code of
+tools/import_torch.py (which loads this file by path and documents the mapping format and its command line),
+used by tfm.from_torch(module, mapping=...). torch is not needed; numpy is.
+"""
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import sys
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# The shipped mappings: beside this file in an installed or built package (copied there by python/CMakeLists.txt),
+# else in the source tree's tools/import_maps.
+MAPS_DIR = next((d for d in (os.path.join(_HERE, "import_maps"),
+                             os.path.join(_HERE, os.pardir, os.pardir, "tools", "import_maps")) if os.path.isdir(d)),
+                os.path.join(_HERE, "import_maps"))
+
+
+class _SafeTensors:
+    """tools/tfm_safetensors.py (numpy only), found when first used: on sys.path (the tools put tools/ there),
+    else in the source tree beside this package. Only the file-reading and -writing functions need it."""
+
+    def __getattr__(self, name):
+        try:
+            import tfm_safetensors as mod
+        except ImportError:
+            import importlib.util
+            path = os.path.join(_HERE, os.pardir, os.pardir, "tools", "tfm_safetensors.py")
+            if not os.path.exists(path):
+                raise ImportError("reading or writing safetensors files here needs tools/tfm_safetensors.py "
+                                  "(tfm's source tree); use tfm.load_module for files") from None
+            spec = importlib.util.spec_from_file_location("tfm_safetensors", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        return getattr(mod, name)
+
+
+st = _SafeTensors()
+
+# Defaults of the config keys reverse needs (tfm forward's and ModelConfig's, include/tfm/models/config.h).
+_MODEL_DEFAULTS = {"d_model": 64, "nhead": 4, "num_encoder_layers": 2, "num_decoder_layers": 2, "max_len": 512}
+_FORWARD_DEFAULTS = {"d_model": 512, "nhead": 8, "num_encoder_layers": 6, "num_decoder_layers": 6}
+
+
+class MappingError(Exception):
+    """A mapping or tensor problem; main() prints it as one line."""
+
+
+def fail(msg):
+    raise MappingError(msg)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading and writing
+
+def load_mapping(name_or_path):
+    path = name_or_path
+    if not os.path.exists(path):
+        path = os.path.join(MAPS_DIR, name_or_path + ("" if name_or_path.endswith(".json") else ".json"))
+    if not os.path.exists(path):
+        fail(f"mapping '{name_or_path}': no such file (nor in {MAPS_DIR})")
+    with open(path) as f:
+        m = json.load(f)
+    if not isinstance(m.get("targets"), dict) or not m["targets"]:
+        fail(f"{path}: a mapping needs a non-empty \"targets\" object")
+    m.setdefault("name", os.path.splitext(os.path.basename(path))[0])
+    m.setdefault("groups", {})
+    return m
+
+
+def _to_numpy(v):
+    if hasattr(v, "detach"):
+        v = v.detach().cpu()
+        if str(v.dtype) == "torch.bfloat16":
+            v = v.float()
+        return v.numpy()
+    return np.asarray(v)
+
+
+def load_state(path):
+    """A state_dict from torch.save or safetensors, as {key: numpy array}."""
+    if not os.path.exists(path):
+        fail(f"{path}: no such file")
+    if path.endswith(".safetensors"):
+        tensors, _ = st.load(path)
+        return dict(tensors)
+    import torch
+    obj = torch.load(path, map_location="cpu")
+    if hasattr(obj, "state_dict") and callable(obj.state_dict):
+        obj = obj.state_dict()
+    if isinstance(obj, dict):
+        for k in ("state_dict", "model_state_dict", "model"):
+            if k in obj and isinstance(obj[k], dict):
+                obj = obj[k]
+                break
+    if not isinstance(obj, dict) or not all(hasattr(v, "shape") for v in obj.values()):
+        fail(f"{path}: not a state_dict (a dict of tensors)")
+    return {k: _to_numpy(v) for k, v in obj.items()}
+
+
+def save_state(path, tensors):
+    if path.endswith((".pt", ".pth", ".bin")):
+        import torch
+        torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in tensors.items()}, path)
+    else:
+        st.save(path, [(k, np.ascontiguousarray(v)) for k, v in tensors.items()],
+                {"format": "pt", "exported_by": "tfm tools/import_torch.py reverse"})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rules
+
+def _prefix_regex(prefix):
+    return re.compile("^" + re.escape(prefix).replace(re.escape("{i}"), r"(\d+)"))
+
+
+def _indices(prefix, keys):
+    rx = _prefix_regex(prefix)
+    return sorted({int(m.group(1)) for k in keys for m in [rx.match(k)] if m})
+
+
+def _expand(rules, groups, from_prefix="", to_prefix="", shared=None, where="rules"):
+    """Flattens group applications into plain rules with full keys. Prefixes may hold "{i}"; a rule keeps the
+    unexpanded prefix pair and the shared config key so that indices are resolved against the tensors."""
+    out = []
+    for r in rules:
+        if "group" in r:
+            g = r["group"]
+            if g not in groups:
+                fail(f"{where}: unknown group '{g}'")
+            out += _expand(groups[g], groups, from_prefix + r.get("from_prefix", ""), to_prefix + r.get("to_prefix", ""),
+                           r.get("shared", shared), f"group '{g}'")
+            continue
+        r = dict(r)
+        r["_fp"], r["_tp"], r["_shared"] = from_prefix, to_prefix, shared
+        kinds = [k for k in ("from", "qkv", "heads") if k in r]
+        if len(kinds) != 1:
+            fail(f"{where}: a rule needs exactly one of from / qkv / heads: {json.dumps(r)}")
+        if "to" not in r and "sinusoidal" not in r:
+            fail(f"{where}: a rule without \"to\" must be a sinusoidal table: {json.dumps(r)}")
+        out.append(r)
+    return out
+
+
+def _sources(r):
+    return list(r["qkv"]) if "qkv" in r else list(r["heads"]) if "heads" in r else [r["from"]]
+
+
+def _attn_sizes(config):
+    """(A, A, Av): the q, k, v row counts of in_proj_weight (A = H·Dh, Av = H·Dv)."""
+    d = config.get("d_model", config.get("embed_dim"))
+    h = config.get("nhead", config.get("num_heads"))
+    dh = config.get("head_dim") or d // h
+    dv = config.get("v_head_dim") or dh
+    return h * dh, h * dh, h * dv
+
+
+def _width(config):
+    return config.get("d_model", config.get("embed_dim"))
+
+
+def _shape(a):
+    return "(" + ", ".join(str(s) for s in a.shape) + ("," if a.ndim == 1 else "") + ")"
+
+
+def _forward_rule(r, src, config, fkey, tkey):
+    """One rule on one layer index: source tensors → (tfm key, tensor) or None for a checked table."""
+    names = [fkey(s) for s in _sources(r)]
+    for n in names:
+        if n not in src:
+            fail(f"source has no tensor '{n}' (needed for tfm '{tkey(r['to'])}')" if "to" in r
+                 else f"source has no tensor '{n}'")
+    ts = [np.asarray(src[n], dtype=np.float32) for n in names]
+    if "sinusoidal" in r:
+        a = ts[0]
+        length = config.get(r["sinusoidal"])
+        d = _width(config)
+        from torch_models import sinusoidal_table  # tfm's table; imports torch
+        want = sinusoidal_table(length, d)
+        shape = want.shape if r.get("no_batch_dim") else (1,) + want.shape
+        if a.shape != shape:
+            fail(f"source '{names[0]}': shape {_shape(a)}, expected {shape} ({r['sinusoidal']} {length}, "
+                 f"d_model {d})")
+        err = float(np.max(np.abs(a.reshape(want.shape) - want)))
+        if err > 1e-5:
+            fail(f"source '{names[0]}' is not the sinusoidal table tfm computes (max difference {err:.3g})")
+        return None
+    to = tkey(r["to"])
+    if "qkv" in r:
+        if any(t.ndim != ts[0].ndim or t.shape[1:] != ts[0].shape[1:] for t in ts):
+            fail(f"source {names}: q, k, v shapes {[_shape(t) for t in ts]} do not stack into '{to}'")
+        return to, np.concatenate(ts, axis=0)
+    if "heads" in r:
+        for n, t in zip(names, ts):
+            if t.ndim != 3:
+                fail(f"source '{n}': shape {_shape(t)}, expected (H, D, Dh)")
+        if ts[0].shape != ts[1].shape or ts[2].shape[:2] != ts[0].shape[:2]:
+            fail(f"source {names}: shapes {[_shape(t) for t in ts]}, expected Wq, Wk (H, D, Dk) and Wv (H, D, Dv)")
+        # einsum("btd,hdk->bhtk", x, W): head h's output unit j is x · W[h, :, j], i.e. row h·Dh + j of a Linear
+        # weight (out, in) is W[h, :, j]: W.permute(0, 2, 1).reshape(H·Dh, D).
+        return to, np.concatenate([t.transpose(0, 2, 1).reshape(-1, t.shape[1]) for t in ts], axis=0)
+    a = ts[0]
+    if r.get("transpose"):
+        if a.ndim != 2:
+            fail(f"source '{names[0]}': shape {_shape(a)}, expected a matrix to transpose into '{to}'")
+        return to, np.ascontiguousarray(a.T)
+    if r.get("broadcast"):
+        d = _width(config)
+        if a.shape != (1,):
+            fail(f"source '{names[0]}': shape {_shape(a)}, expected (1,) (a scalar broadcast to '{to}')")
+        return to, np.full((d,), a[0], dtype=np.float32)
+    return to, a
+
+
+def _reverse_rule(r, tfm, config, fkey, tkey, grad):
+    """tfm tensor → [(module key, tensor)]."""
+    to = tkey(r["to"]) if "to" in r else None
+    names = [fkey(s) for s in _sources(r)]
+    if "sinusoidal" in r:
+        if grad:
+            return []
+        length = config.get(r["sinusoidal"])
+        from torch_models import sinusoidal_table  # tfm's table; imports torch
+        table = sinusoidal_table(length, _width(config))
+        return [(names[0], table if r.get("no_batch_dim") else table[None])]
+    if to not in tfm:
+        fail(f"tfm weights have no tensor '{to}' (needed for '{names[0]}')")
+    a = np.asarray(tfm[to], dtype=np.float32 if not grad else tfm[to].dtype)
+    if "qkv" in r or "heads" in r:
+        sizes = _attn_sizes(config)
+        if a.shape[0] != sum(sizes):
+            fail(f"tfm '{to}': shape {_shape(a)}, expected {sum(sizes)} rows (q, k, v: {list(sizes)})")
+        parts = np.split(a, [sizes[0], sizes[0] + sizes[1]], axis=0)
+        if "qkv" in r:
+            return list(zip(names, parts))
+        h = config.get("nhead", config.get("num_heads"))
+        return [(n, np.ascontiguousarray(p.reshape(h, -1, p.shape[1]).transpose(0, 2, 1))) for n, p in zip(names, parts)]
+    if r.get("transpose"):
+        if a.ndim != 2:
+            fail(f"tfm '{to}': shape {_shape(a)}, expected a matrix")
+        return [(names[0], np.ascontiguousarray(a.T))]
+    if r.get("broadcast"):
+        if a.ndim != 1:
+            fail(f"tfm '{to}': shape {_shape(a)}, expected (D,)")
+        if grad:
+            return [(names[0], np.array([a.sum()], dtype=a.dtype))]
+        if a.size and not np.all(a == a[0]):
+            fail(f"cannot write tfm '{to}' into '{names[0]}': the module holds one scalar (shape (1,)) but the "
+                 f"values differ per feature (min {float(a.min()):.6g}, max {float(a.max()):.6g})")
+        return [(names[0], a[:1].copy())]
+    return [(names[0], a)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The two directions
+
+def _target(mapping, target):
+    targets = mapping["targets"]
+    if target is None:
+        if len(targets) != 1:
+            fail(f"mapping '{mapping['name']}' has several targets ({', '.join(targets)}): choose one with --target")
+        target = next(iter(targets))
+    if target not in targets:
+        fail(f"mapping '{mapping['name']}' has no target '{target}' (it has: {', '.join(targets)})")
+    return target, targets[target]
+
+
+def _infer(spec, src):
+    if spec.startswith("count:"):
+        return len(_indices(spec[6:], src))
+    if spec.startswith("present:"):
+        key = spec[8:]
+        if "{i}" in key:
+            idx = _indices(key.split("{i}")[0] + "{i}", src)
+            key = key.replace("{i}", str(idx[0] if idx else 0))
+        return key in src
+    key, _, dim = spec.rpartition(":")
+    if "{i}" in key:
+        idx = _indices(key.split("{i}")[0] + "{i}", src)
+        if not idx:
+            fail(f"source has no tensor matching '{key}'")
+        key = key.replace("{i}", str(idx[0]))
+    if key not in src:
+        fail(f"source has no tensor '{key}'")
+    shape = np.shape(src[key])
+    if int(dim) >= len(shape):
+        fail(f"source '{key}': shape {tuple(shape)} has no dimension {dim}")
+    return int(shape[int(dim)])
+
+
+def build_config(mapping, target, src, overrides=None):
+    name, t = _target(mapping, target)
+    config = dict(t.get("config", {}))
+    for key, spec in t.get("infer", {}).items():
+        config[key] = _infer(spec, src)
+    config.update(overrides or {})
+    missing = [k for k in t.get("required", []) if k not in config]
+    if missing:
+        fail(f"mapping '{mapping['name']}' target '{name}': give " +
+             ", ".join(f"--set {k}=..." for k in missing) + " (not readable from the tensors)")
+    return config
+
+
+def _layer_indices(r, keys, prefix_key):
+    prefix = r[prefix_key]
+    if "{i}" not in prefix:
+        return [None]
+    return _indices(prefix, keys)
+
+
+def import_state(mapping, target, src, overrides=None):
+    """Source state_dict {key: array} → (tfm config dict, {tfm key: float32 array})."""
+    name, t = _target(mapping, target)
+    config = build_config(mapping, target, src, overrides)
+    rules = _expand(t["rules"], mapping["groups"], where=f"target '{name}'")
+    out, used = {}, set()
+    for r in rules:
+        idx = _layer_indices(r, src, "_fp")
+        if idx == [] and not r.get("optional"):
+            fail(f"source has no tensor under '{r['_fp']}' (needed for tfm '{r['_tp']}{r.get('to', '')}')")
+        for i in idx:
+            fkey = (lambda s, i=i: (r["_fp"] if i is None else r["_fp"].replace("{i}", str(i))) + s)
+            # shared: every index holds the same tensors; they are written once, under index 0
+            ti = 0 if (r["_shared"] and i is not None) else i
+            tkey = (lambda s, ti=ti: (r["_tp"] if ti is None else r["_tp"].replace("{i}", str(ti))) + s)
+            names = [fkey(s) for s in _sources(r)]
+            if r.get("optional") and any(n not in src for n in names):
+                continue
+            res = _forward_rule(r, src, config, fkey, tkey)
+            used.update(names)
+            if res is None:
+                continue
+            key, val = res
+            if key in out:
+                if not r["_shared"]:
+                    fail(f"two rules write tfm '{key}'")
+                if out[key].shape != val.shape or not np.array_equal(out[key], val):
+                    fail(f"source '{names[0]}' differs from index 0's: the mapping says the layers are shared "
+                         f"(one instance repeated), but these tensors are not the same")
+                continue
+            out[key] = val
+    ignore = t.get("ignore", [])
+    left = [k for k in src if k not in used and not any(fnmatch.fnmatchcase(k, g) for g in ignore)]
+    if left:
+        fail(f"source tensor '{left[0]}' is not mapped by target '{name}'" +
+             (f" (and {len(left) - 1} more)" if len(left) > 1 else ""))
+    shared = [r for r in rules if r["_shared"]]
+    if shared:
+        key = shared[0]["_shared"]
+        n = len(_indices(shared[0]["_fp"], src))
+        if config.get(key) != n:
+            fail(f"config '{key}' is {config.get(key)} but the source repeats its layer {n} times")
+    return config, out
+
+
+def reverse_state(mapping, target, config, tfm, grad=False):
+    """tfm tensors {key: array} (or gradients with grad=True) → the module's state_dict {key: array}."""
+    name, t = _target(mapping, target)
+    rules = _expand(t["rules"], mapping["groups"], where=f"target '{name}'")
+    out, used = {}, set()
+    for r in rules:
+        if r["_shared"] and "{i}" in r["_fp"]:
+            n = config.get(r["_shared"])
+            if not isinstance(n, int) or n < 1:
+                fail(f"config has no layer count '{r['_shared']}' for the shared layers")
+            pairs = [(i, 0) for i in range(n)]
+        else:
+            pairs = [(i, i) for i in _layer_indices(r, tfm, "_tp")] if "to" in r else [(None, None)]
+            if "to" not in r and "{i}" in r["_fp"]:
+                fail(f"a sinusoidal table cannot sit under a layer index: {r['_fp']}")
+        for i, ti in pairs:
+            fkey = (lambda s, i=i: (r["_fp"] if i is None else r["_fp"].replace("{i}", str(i))) + s)
+            tkey = (lambda s, ti=ti: (r["_tp"] if ti is None else r["_tp"].replace("{i}", str(ti))) + s)
+            if "to" in r and tkey(r["to"]) not in tfm and r.get("optional"):
+                continue
+            for k, v in _reverse_rule(r, tfm, config, fkey, tkey, grad):
+                out[k] = v
+            if "to" in r:
+                used.add(tkey(r["to"]))
+    left = [k for k in tfm if k not in used]
+    if left:
+        fail(f"tfm tensor '{left[0]}' has no place in the module's state_dict (target '{name}')" +
+             (f" (and {len(left) - 1} more)" if len(left) > 1 else ""))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Outputs
+
+def write_forward(prefix, config, tensors):
+    st.save(prefix + ".safetensors", list(tensors.items()), {"format": "pt", "exported_by": "tfm tools/import_torch.py"})
+    with open(prefix + ".json", "w") as f:
+        json.dump(config, f, indent=1)
+        f.write("\n")
+    return prefix + ".json", prefix + ".safetensors"
+
+
+def _vocab_tokens(path, size, specials, config, which):
+    if path:
+        with open(path, encoding="utf-8") as f:
+            tokens = [line.rstrip("\n") for line in f]
+        if tokens and tokens[-1] == "":
+            tokens.pop()
+        if len(tokens) != size:
+            fail(f"{path}: {len(tokens)} tokens, but the {which} embedding has {size} rows")
+        return tokens
+    tokens = [str(i) for i in range(size)]
+    for tok, key in specials.items():
+        i = config.get(key)
+        if not isinstance(i, int) or not 0 <= i < size:
+            fail(f"vocab special '{tok}': config '{key}' = {i} is outside the {which} vocabulary [0, {size})")
+        tokens[i] = tok
+    return tokens
+
+
+def write_model_dir(out_dir, mapping, target, config, tensors, src_vocab=None, tgt_vocab=None):
+    _, t = _target(mapping, target)
+    os.makedirs(out_dir, exist_ok=True)
+    specials = t.get("vocab", {}).get("specials", {"<pad>": "pad_id"})
+    cfg = {k: v for k, v in config.items()}
+    for k in ("src_vocab_size", "tgt_vocab_size"):
+        if k not in cfg:
+            fail(f"model config has no '{k}': the mapping must infer it")
+    src = _vocab_tokens(src_vocab, cfg["src_vocab_size"], specials, {**_MODEL_DEFAULTS, "pad_id": 0, "bos_id": 1,
+                                                                     "eos_id": 2, **cfg}, "source")
+    tgt = _vocab_tokens(tgt_vocab, cfg["tgt_vocab_size"], specials, {"pad_id": 0, "bos_id": 1, "eos_id": 2, **cfg},
+                        "target")
+    for name, toks in (("src_vocab.txt", src), ("tgt_vocab.txt", tgt)):
+        with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
+            f.write("".join(tok + "\n" for tok in toks))
+    st.save(os.path.join(out_dir, "model.safetensors"), list(tensors.items()),
+            {"format": "pt", "exported_by": "tfm tools/import_torch.py"})
+    doc = {"format": "tfm-train", "version": 1, "model": cfg, "train": t.get("train", {}),
+           "vocab": {"src": "src_vocab.txt", "tgt": "tgt_vocab.txt", "src_size": len(src), "tgt_size": len(tgt),
+                     "src_tokens": "space", "tgt_tokens": "space"}}
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    return out_dir
+
+
+def _parse_set(items):
+    out = {}
+    for s in items or []:
+        k, eq, v = s.partition("=")
+        if not eq or not k:
+            fail(f"--set '{s}': expected KEY=VALUE")
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
+
+
+def _read_tfm(a, t):
+    if t.get("output") == "model_dir":
+        if not a.model_dir:
+            fail("this target is a model directory: give --model-dir")
+        with open(os.path.join(a.model_dir, "config.json")) as f:
+            doc = json.load(f)
+        config = {**_MODEL_DEFAULTS, **doc.get("model", doc)}
+        tensors, _ = st.load(os.path.join(a.model_dir, "model.safetensors"))
+        return config, tensors
+    if not (a.config and a.weights):
+        fail("give --config and --weights (the tfm forward module)")
+    with open(a.config) as f:
+        config = {**_FORWARD_DEFAULTS, **json.load(f)}
+    tensors, _ = st.load(a.weights)
+    return config, tensors
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    pi = sub.add_parser("import", help="module state_dict → tfm")
+    pr = sub.add_parser("reverse", help="tfm → module state_dict")
+    pt = sub.add_parser("targets", help="list a mapping's targets")
+    for p in (pi, pr, pt):
+        p.add_argument("--map", required=True, help="mapping file, or a name in tools/import_maps/")
+    for p in (pi, pr):
+        p.add_argument("--target", help="the mapping's target (needed when it has several)")
+        p.add_argument("--out", required=True)
+    pi.add_argument("--input", required=True, help="state_dict: torch.save file or .safetensors")
+    pi.add_argument("--set", action="append", metavar="KEY=VALUE", help="config value (JSON), over inferred ones")
+    pi.add_argument("--src-vocab", help="model_dir: source vocabulary, one token per line")
+    pi.add_argument("--tgt-vocab", help="model_dir: target vocabulary, one token per line")
+    pr.add_argument("--config", help="tfm forward config JSON")
+    pr.add_argument("--weights", help="tfm forward weights (.safetensors)")
+    pr.add_argument("--model-dir", help="tfm model directory")
+    a = ap.parse_args(argv)
+    try:
+        m = load_mapping(a.map)
+        if a.cmd == "targets":
+            for name, t in m["targets"].items():
+                what = t.get("config", {}).get("module", t.get("config", {}).get("arch", ""))
+                print(f"{name}: {t.get('output', 'forward')} {what}")
+            return 0
+        name, t = _target(m, a.target)
+        if t.get("output", "forward") not in ("forward", "model_dir"):
+            fail(f"target '{name}': output must be \"forward\" or \"model_dir\"")
+        if a.cmd == "import":
+            src = load_state(a.input)
+            config, tensors = import_state(m, name, src, _parse_set(a.set))
+            if t.get("output", "forward") == "model_dir":
+                write_model_dir(a.out, m, name, config, tensors, a.src_vocab, a.tgt_vocab)
+                print(f"wrote model directory {a.out} ({len(tensors)} tensors)")
+            else:
+                c, w = write_forward(a.out, config, tensors)
+                print(f"wrote {c} and {w} ({len(tensors)} tensors)")
+        else:
+            config, tensors = _read_tfm(a, t)
+            out = reverse_state(m, name, config, tensors)
+            save_state(a.out, out)
+            print(f"wrote {a.out} ({len(out)} tensors)")
+        return 0
+    except MappingError as e:
+        print(f"import_torch.py: error: {e}", file=sys.stderr)
+        return 1
+    except (OSError, json.JSONDecodeError, ValueError) as e:
+        print(f"import_torch.py: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""tfm.from_torch against PyTorch: the six torch.nn classes and the five notebook mappings, output and every
+gradient of forward_backward against the module in float64, within tests/parity's bound
+    rel = max|tfm − ref| / max|ref|  ≤  max(2e-5, 20 · f32_err)
+where f32_err is PyTorch float32's own rel error against the same float64 reference (tests/parity/parity_test.cc
+says why). Also: arrays shared without a copy, non-contiguous and float64 inputs, torch in → torch out, the GIL
+released during a forward, torch and tfm imported in either order, and the errors of bad input."""
+import copy
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tfm
+from conftest import ROOT, rel_err
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+
+def _torch_run(module, inputs, diff, dtype, grad_output, mha):
+    m = copy.deepcopy(module).to(dtype).eval()
+    x = {}
+    for k, v in inputs.items():
+        t = torch.from_numpy(np.array(v))
+        if t.dtype != torch.bool:
+            t = t.to(dtype).requires_grad_(k in diff)
+        x[k] = t
+    y = m(**x, need_weights=False)[0] if mha else m(**x)
+    (y * torch.from_numpy(grad_output).to(dtype)).sum().backward()
+    res = {"output": y.detach().double().numpy()}
+    for k, p in m.named_parameters():
+        res["grad." + k] = p.grad.double().numpy()
+    for k in diff:
+        res["grad." + k] = x[k].grad.double().numpy()
+    return res
+
+
+def check_parity(module, inputs, diff):
+    module = module.eval()
+    mha = isinstance(module, nn.MultiheadAttention)
+    fast = tfm.from_torch(module)
+    out = fast(**inputs)
+    if mha:
+        out, weights = out
+        assert weights is None
+    rng = np.random.default_rng(0)
+    grad_output = rng.standard_normal(out.shape).astype(np.float32)
+    ref = _torch_run(module, inputs, diff, torch.float64, grad_output, mha)
+    f32 = _torch_run(module, inputs, diff, torch.float32, grad_output, mha)
+    got = fast.forward_backward(inputs, grad_output)
+    assert rel_err(out, ref["output"]) <= max(2e-5, 20 * rel_err(f32["output"], ref["output"]))
+    assert set(got) == set(ref), set(got) ^ set(ref)
+    for k, r in ref.items():
+        assert got[k].shape == r.shape, k
+        e, bound = rel_err(got[k], r), max(2e-5, 20 * rel_err(f32[k], r))
+        assert e <= bound, f"{k}: rel {e:.3g} > bound {bound:.3g}"
+
+
+def _seq(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _pad(rng, b, n):
+    kpm = np.zeros((b, n), dtype=bool)
+    for i in range(1, b):
+        kpm[i, rng.integers(1, n + 1):] = True
+    return kpm
+
+
+def _causal_float(n):
+    return np.triu(np.full((n, n), -np.inf, dtype=np.float32), 1)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_multihead_attention(batch_first):
+    torch.manual_seed(1)
+    rng = np.random.default_rng(1)
+    m = nn.MultiheadAttention(8, 2, batch_first=batch_first)
+    q = _seq(rng, 3, 5, 8) if batch_first else _seq(rng, 5, 3, 8)
+    kv = _seq(rng, 3, 6, 8) if batch_first else _seq(rng, 6, 3, 8)
+    check_parity(m, {"query": q, "key": kv, "value": kv, "key_padding_mask": _pad(rng, 3, 6),
+                     "attn_mask": rng.standard_normal((5, 6)).astype(np.float32)}, ["query", "key", "value"])
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_encoder_layer_variant(batch_first):  # norm_first with GELU
+    torch.manual_seed(2)
+    rng = np.random.default_rng(2)
+    m = nn.TransformerEncoderLayer(8, 2, 16, 0.1, activation="gelu", batch_first=batch_first, norm_first=True)
+    src = _seq(rng, 3, 5, 8) if batch_first else _seq(rng, 5, 3, 8)
+    check_parity(m, {"src": src, "src_mask": _causal_float(5) == -np.inf, "src_key_padding_mask": _pad(rng, 3, 5)},
+                 ["src"])
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_decoder_layer(batch_first):
+    torch.manual_seed(3)
+    rng = np.random.default_rng(3)
+    m = nn.TransformerDecoderLayer(8, 2, 16, batch_first=batch_first)
+    tgt = _seq(rng, 2, 4, 8) if batch_first else _seq(rng, 4, 2, 8)
+    mem = _seq(rng, 2, 6, 8) if batch_first else _seq(rng, 6, 2, 8)
+    check_parity(m, {"tgt": tgt, "memory": mem, "tgt_mask": _causal_float(4),
+                     "memory_key_padding_mask": _pad(rng, 2, 6)}, ["tgt", "memory"])
+
+
+def test_encoder_stack():
+    torch.manual_seed(4)
+    rng = np.random.default_rng(4)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    m = nn.TransformerEncoder(layer, 3, norm=nn.LayerNorm(8), enable_nested_tensor=False)
+    check_parity(m, {"src": _seq(rng, 3, 5, 8), "src_key_padding_mask": _pad(rng, 3, 5)}, ["src"])
+
+
+def test_decoder_stack():
+    torch.manual_seed(5)
+    rng = np.random.default_rng(5)
+    m = nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16), 2)
+    check_parity(m, {"tgt": _seq(rng, 4, 2, 8), "memory": _seq(rng, 5, 2, 8), "tgt_mask": _causal_float(4)},
+                 ["tgt", "memory"])
+
+
+def test_transformer():
+    torch.manual_seed(6)
+    rng = np.random.default_rng(6)
+    m = nn.Transformer(8, 2, 2, 2, 16, batch_first=True)
+    check_parity(m, {"src": _seq(rng, 2, 5, 8), "tgt": _seq(rng, 2, 4, 8), "tgt_mask": _causal_float(4),
+                     "src_key_padding_mask": _pad(rng, 2, 5), "memory_key_padding_mask": _pad(rng, 2, 5)},
+                 ["src", "tgt"])
+
+
+# ---- the notebook mappings (tools/import_maps), through tests/import/check_notebooks.py's cases -----------------
+
+def _notebook_cases():
+    sys.path.insert(0, os.path.join(ROOT, "tests", "import"))
+    import check_notebooks as cn
+    return cn, [c for make in cn.CASES.values() for c in make()]
+
+
+@pytest.mark.parametrize("nb", ["nb1", "nb2", "nb3", "nb4", "nb5"])
+def test_notebook_mapping(nb):
+    import fnmatch
+    import zlib
+    cn, _ = _notebook_cases()
+    for case in cn.CASES[nb]():
+        fast = tfm.from_torch(case.module, mapping=case.mapping, target=case.target, overrides=case.overrides)
+        rng = np.random.default_rng(zlib.crc32(case.name.encode()))
+        with torch.no_grad():
+            probe = case.call(copy.deepcopy(case.module).eval(), cn.torch_inputs(case.inputs, torch.float32, ()))
+        grad_output = rng.standard_normal(tuple(probe.shape)).astype(np.float32)
+        ref = cn.run_module(case, torch.float64, grad_output)
+        f32 = cn.run_module(case, torch.float32, grad_output)
+        ignore = cn.it.load_mapping(case.mapping)["targets"][case.target].get("ignore", [])
+        for k in [k for k in ref if k.startswith("grad.") and any(fnmatch.fnmatchcase(k[5:], g) for g in ignore)]:
+            del ref[k]
+        got = fast.forward_backward(case.inputs, grad_output)
+        param_grads = {k[5:]: v.astype(np.float64) for k, v in got.items()
+                       if k.startswith("grad.") and k[5:] not in case.differentiable}
+        mapped = {"output": got["output"]}
+        back = cn.it.reverse_state(cn.it.load_mapping(case.mapping), case.target, fast.config, param_grads, grad=True)
+        mapped.update({"grad." + k: v for k, v in back.items()})
+        mapped.update({"grad." + k: got["grad." + k] for k in case.differentiable})
+        assert set(mapped) == set(ref), (case.name, set(mapped) ^ set(ref))
+        for k, r in ref.items():
+            e, bound = rel_err(mapped[k], r), max(2e-5, 20 * rel_err(f32[k], r))
+            assert e <= bound, f"{case.name} {k}: rel {e:.3g} > bound {bound:.3g}"
+        # the plain forward agrees with forward_backward's output
+        flags = {k: bool(v) for k, v in case.inputs.items() if v.dtype == np.bool_ and v.ndim == 0}
+        rest = {k: v for k, v in case.inputs.items() if k not in flags}
+        y = fast(**rest, **flags)
+        y = y[0] if isinstance(y, tuple) else y
+        assert rel_err(y, ref["output"]) <= max(2e-5, 20 * rel_err(f32["output"], ref["output"]))
+
+
+# ---- arrays ---------------------------------------------------------------------------------------------------
+
+def test_zero_copy():
+    a = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    t = tfm.tensor(a)
+    assert np.shares_memory(np.asarray(t), a)
+    assert t.shape == (2, 3, 4) and t.dtype == "Float32"
+    tt = torch.from_numpy(a)
+    assert np.shares_memory(np.asarray(tfm.tensor(tt)), a)
+    # outputs: the numpy array is tfm's memory, the torch tensor shares it
+    layer = nn.TransformerEncoderLayer(4, 2, 8, batch_first=True).eval()
+    fast = tfm.from_torch(layer)
+    y = fast(torch.from_numpy(a))
+    assert isinstance(y, torch.Tensor) and y.shape == (2, 3, 4)
+    with torch.no_grad():
+        assert rel_err(y.numpy(), layer(torch.from_numpy(a)).numpy()) < 1e-5
+
+
+def test_non_contiguous_and_float64_inputs():
+    torch.manual_seed(7)
+    layer = nn.TransformerEncoderLayer(4, 2, 8, batch_first=True).eval()
+    fast = tfm.from_torch(layer)
+    base = np.random.default_rng(1).standard_normal((3, 4, 2)).astype(np.float32)
+    x = base.transpose(2, 0, 1)[:, :, ::1]  # (2, 3, 4), not C-contiguous
+    assert not x.flags.c_contiguous
+    t = tfm.tensor(x)
+    assert not np.shares_memory(np.asarray(t), base)
+    with torch.no_grad():
+        want = layer(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+    assert rel_err(fast(x), want) < 1e-5
+    assert rel_err(fast(x.astype(np.float64)), want) < 1e-5
+    assert rel_err(fast(torch.from_numpy(base).permute(2, 0, 1)).numpy(), want) < 1e-5
+
+
+def test_load_module_from_files(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from export_torch import export
+    torch.manual_seed(8)
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(4, 2, 8, batch_first=True), 2,
+                                enable_nested_tensor=False).eval()
+    cfg, w = export(enc, {}, str(tmp_path / "enc"))
+    fast = tfm.load_module(cfg, w)
+    x = np.random.default_rng(2).standard_normal((2, 3, 4)).astype(np.float32)
+    with torch.no_grad():
+        assert rel_err(fast(x), enc(torch.from_numpy(x)).numpy()) < 1e-5
+    bf = tfm.load_module(cfg, w, dtype="bf16")
+    assert rel_err(bf(x), fast(x)) < 0.05
+
+
+# ---- errors ---------------------------------------------------------------------------------------------------
+
+def test_errors(tmp_path):
+    layer = nn.TransformerEncoderLayer(4, 2, 8, batch_first=True).eval()
+    fast = tfm.from_torch(layer)
+    with pytest.raises(ValueError, match="src"):
+        fast(np.zeros((2, 3, 5), dtype=np.float32))  # wrong width
+    with pytest.raises(TypeError, match="srcx"):
+        fast(np.zeros((2, 3, 4), dtype=np.float32), srcx=1)
+    cfg = dict(fast.config)
+    sd = {k: v.numpy() for k, v in layer.state_dict().items()}
+    del sd["linear1.weight"]
+    with pytest.raises(ValueError, match="linear1.weight"):
+        tfm.load_module(cfg, sd)
+    with pytest.raises(ValueError, match="n_head"):
+        tfm.load_module({**cfg, "n_head": 2}, sd)
+    with pytest.raises(ValueError, match="dtype|precision"):
+        tfm.from_torch(layer, dtype="f16")
+    with pytest.raises(ValueError):
+        tfm.from_torch(nn.Linear(2, 2))
+    (tmp_path / "cfg.json").write_text(__import__("json").dumps(cfg))
+    with pytest.raises(FileNotFoundError):
+        tfm.load_module(str(tmp_path / "cfg.json"), str(tmp_path / "missing.safetensors"))
+    (tmp_path / "bad.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+    with pytest.raises(OSError, match="bad.safetensors"):
+        tfm.load_module(str(tmp_path / "cfg.json"), str(tmp_path / "bad.safetensors"))
+    with pytest.raises(FileNotFoundError):
+        tfm.load(str(tmp_path / "no_such_run"))
+    with pytest.raises(ValueError):
+        tfm.set_num_threads(0)
+    assert fast(np.zeros((1, 2, 4), dtype=np.float32)).shape == (1, 2, 4)  # the interpreter survives
+
+
+# ---- the GIL ----------------------------------------------------------------------------------------------------
+
+def test_gil_released_during_forward():
+    torch.manual_seed(9)
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(128, 4, 512, batch_first=True), 4,
+                                enable_nested_tensor=False).eval()
+    fast = tfm.from_torch(enc)
+    x = np.random.default_rng(3).standard_normal((8, 256, 128)).astype(np.float32)
+    fast(x)  # pack the weights once
+    count, stop = [0], threading.Event()
+
+    def counter():
+        while not stop.is_set():
+            count[0] += 1
+
+    th = threading.Thread(target=counter)
+    th.start()
+    time.sleep(0.05)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)  # without a released GIL the counter would not run during the call
+    try:
+        start, t0 = count[0], time.time()
+        fast(x)
+        seconds, advanced = time.time() - t0, count[0] - start
+    finally:
+        sys.setswitchinterval(old)
+        stop.set()
+        th.join()
+    assert seconds > 0.05, "the forward was too short to tell"
+    assert advanced > 1000, f"counter advanced {advanced} in {seconds:.2f} s"
+
+
+# ---- torch and tfm in one process, either order ------------------------------------------------------------------
+
+@pytest.mark.parametrize("order", ["torch,tfm", "tfm,torch"])
+def test_import_order(order):
+    code = (f"import {order}, numpy as np\n"
+            "torch.manual_seed(0); torch.set_num_threads(2); tfm.set_num_threads(2)\n"
+            "l = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True), 2,"
+            " enable_nested_tensor=False).eval()\n"
+            "f = tfm.from_torch(l)\n"
+            "x = torch.randn(4, 32, 64)\n"
+            "with torch.no_grad():\n"
+            "    for _ in range(3):\n"
+            "        a = l(x); b = f(x)\n"
+            "        assert float((a - b).abs().max()) < 1e-4, float((a - b).abs().max())\n"
+            "print('ok')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
