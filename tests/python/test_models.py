@@ -1,0 +1,146 @@
+"""tfm.train, tfm.load and a trained model's methods against the tfm executable: the same options write bitwise the
+same model.safetensors; generate(seed=s) prints what `tfm generate --seed s` prints; evaluate / score give the
+dicts `tfm eval --json` prints; translate what `tfm translate` prints. Plus the option keywords' errors and stream()."""
+import json
+import subprocess
+
+import pytest
+
+import tfm
+
+TEXT = ("To delete a word, move the cursor to the start of the word and type dw. The word and the space after it "
+        "are deleted. To delete a line, type dd. To undo, type u.\n") * 30
+
+LM = dict(tokens="char", block_size=32, d_model=32, nhead=2, layers=2, dim_feedforward=64, max_steps=12,
+          batch_size=8, eval_every=6, seed=3, threads=1)
+PAIRS = "3 1 4 1 5\t5 1 4 1 3\n2 7 1 8\t8 1 7 2\n9 2 6\t6 2 9\n"
+
+
+def _cli_args(options):
+    args = []
+    for k, v in options.items():
+        name = k.replace("_", "-")
+        if isinstance(v, bool):
+            args.append(f"--{name}" if v else f"--no-{name}")
+        else:
+            args += [f"--{name}", str(v)]
+    return args
+
+
+def _run(cmd, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kw)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+@pytest.fixture(scope="module")
+def lm_runs(tmp_path_factory, tfm_cli):
+    d = tmp_path_factory.mktemp("lm")
+    (d / "t.txt").write_text(TEXT)
+    events = []
+    py = tfm.train(out=str(d / "py"), text=str(d / "t.txt"), progress=events.append, **LM)
+    _run([tfm_cli, "train", "--out", str(d / "cli"), "--text", str(d / "t.txt")] + _cli_args(LM))
+    return d, py, events
+
+
+def test_train_matches_cli_bitwise(lm_runs):
+    d, result, events = lm_runs
+    assert (d / "py" / "model.safetensors").read_bytes() == (d / "cli" / "model.safetensors").read_bytes()
+    assert result["steps"] == 12 and result["stop_reason"] == "max-steps"
+    assert len(result["history"]) == 2 and result["valid_loss"] == result["history"][-1]["valid_loss"]
+    kinds = {e["kind"] for e in events}
+    assert "step" in kinds and "eval" in kinds
+    assert any("eval" in e for e in events)
+
+
+def test_generate_matches_cli(lm_runs, tfm_cli):
+    d, _, _ = lm_runs
+    m = tfm.load(str(d / "py"))
+    assert m.is_language_model
+    for seed in (0, 5):
+        text = m.generate("To delete", max_new_tokens=40, temperature=0.8, top_k=10, seed=seed)
+        out = _run([tfm_cli, "generate", "--model", str(d / "cli"), "--prompt", "To delete", "--max-new-tokens",
+                    "40", "--temperature", "0.8", "--top-k", "10", "--seed", str(seed)])
+        assert out == "To delete" + text + ("" if text.endswith("\n") else "\n")
+        pieces = list(m.stream("To delete", max_new_tokens=40, temperature=0.8, top_k=10, seed=seed))
+        assert "".join(pieces) == text and len(pieces) == 40
+    greedy = m.generate("To", max_new_tokens=50, temperature=0, stop=".")
+    assert greedy.endswith(".") or len(greedy) > 0
+    it = m.stream("To", max_new_tokens=1000)
+    next(it)
+    it.close()  # stops the worker early
+
+
+def test_score_matches_cli_eval(lm_runs, tfm_cli):
+    d, _, _ = lm_runs
+    m = tfm.load(str(d / "py"))
+    want = json.loads(_run([tfm_cli, "eval", "--model", str(d / "cli"), "--text", str(d / "t.txt"), "--json"]))
+    assert m.score_file(str(d / "t.txt")) == want
+    got = m.score(TEXT)
+    assert got["tokens"] == want["tokens"]
+    for k in want:
+        assert got[k] == pytest.approx(want[k], rel=1e-12), k
+
+
+@pytest.fixture(scope="module")
+def pair_runs(tmp_path_factory, tfm_cli):
+    d = tmp_path_factory.mktemp("pairs")
+    (d / "p.tsv").write_text(PAIRS * 20)
+    opts = dict(train=str(d / "p.tsv"), valid=str(d / "p.tsv"), arch="seq2seq", d_model=16, nhead=2, layers=1,
+                dim_feedforward=32, max_steps=10, batch_size=16, bias=False, threads=1, seed=1)
+    r = tfm.train(out=str(d / "py"), **opts)
+    _run([tfm_cli, "train", "--out", str(d / "cli")] + _cli_args(opts))
+    return d, r
+
+
+def test_pairs_train_evaluate_translate(pair_runs, tfm_cli):
+    d, r = pair_runs
+    assert (d / "py" / "model.safetensors").read_bytes() == (d / "cli" / "model.safetensors").read_bytes()
+    assert "sequence_accuracy" in r and "token_accuracy" in r
+    m = tfm.load(str(d / "py"))
+    for beam in (1, 3):
+        want = json.loads(_run([tfm_cli, "eval", "--model", str(d / "cli"), "--data", str(d / "p.tsv"), "--json",
+                                "--beam", str(beam)]))
+        assert m.evaluate(str(d / "p.tsv"), beam=beam) == want
+    lines = ["3 1 4 1 5", "9 2 6", ""]
+    out = _run([tfm_cli, "translate", "--model", str(d / "cli"), "--beam", "2"], input="\n".join(lines) + "\n")
+    assert m.translate(lines, beam=2) == out.split("\n")[:-1]
+    with pytest.raises(ValueError, match="language model"):
+        m.generate("3 1")
+    with pytest.raises(TypeError):
+        m.translate("3 1 4")
+
+
+def test_train_option_errors(tmp_path):
+    with pytest.raises(TypeError, match="d_modle"):
+        tfm.train(out=str(tmp_path / "x"), task="reverse", d_modle=8)
+    with pytest.raises(ValueError, match="d-model|d_model"):
+        tfm.train(out=str(tmp_path / "x"), task="reverse", d_model="wide")
+    with pytest.raises(ValueError, match="arch"):
+        tfm.train(out=str(tmp_path / "x"), task="reverse", arch="rnn")
+    with pytest.raises(ValueError, match="bias"):
+        tfm.train(out=str(tmp_path / "x"), task="reverse", bias="no")
+    with pytest.raises(FileNotFoundError):
+        tfm.train(out=str(tmp_path / "x"), text=str(tmp_path / "missing.txt"), max_steps=1)
+    names = {o["name"] for o in tfm.train_options()}
+    assert {"out", "threads", "resume", "init_from", "d_model", "max_steps"} <= names
+
+
+def test_ctrl_c_checkpoints_then_resume(tmp_path):
+    (tmp_path / "t.txt").write_text(TEXT)
+    code = (
+        "import os, signal, sys, tfm\n"
+        "sent = []\n"
+        "def progress(e):\n"
+        "    if e['step'] >= 3 and not sent: sent.append(1); os.kill(os.getpid(), signal.SIGINT)\n"
+        "try:\n"
+        f"    tfm.train(out={str(tmp_path / 'run')!r}, text={str(tmp_path / 't.txt')!r}, progress=progress,"
+        " **" + repr({**LM, "max_steps": 200}) + ")\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted'); sys.exit(0)\n"
+        "print('finished')\n")
+    p = subprocess.run([__import__("sys").executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and p.stdout.strip() == "interrupted", p.stderr
+    assert (tmp_path / "run" / "trainer_state.safetensors").exists()
+    r = tfm.train(resume=str(tmp_path / "run"), max_steps=6)
+    assert r["steps"] == 6
