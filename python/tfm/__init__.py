@@ -191,7 +191,10 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
     The weights are copied into tfm once; later changes to `module` are not seen.
     Raises ValueError when the module or its config is not one tfm runs.
     """
-    from . import torch_config
+    try:
+        from . import torch_config
+    except ImportError as e:
+        raise ImportError(f"tfm.from_torch needs torch (Debian: python3-torch): {e}") from e
     if mapping is not None:
         from . import torch_import
         m = torch_import.load_mapping(mapping)

@@ -1,0 +1,71 @@
+"""The package as a user gets it: `import tfm` without torch (numpy only), the package installed by
+`cmake --install` and imported from outside the source and build trees, and the docstrings and stub."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import tfm
+from conftest import ROOT
+
+
+def test_import_without_torch():
+    code = ("import sys; sys.modules['torch'] = None  # import torch now fails\n"
+            "import numpy as np, tfm\n"
+            "a = np.ones((1, 2, 4), np.float32)\n"
+            "assert np.shares_memory(np.asarray(tfm.tensor(a)), a)\n"
+            "cfg = {'module': 'TransformerEncoderLayer', 'd_model': 4, 'nhead': 2, 'dim_feedforward': 8,"
+            " 'batch_first': True, 'dropout': 0.0}\n"
+            "rng = np.random.default_rng(0)\n"
+            "shapes = {'self_attn.in_proj_weight': (12, 4), 'self_attn.in_proj_bias': (12,),"
+            " 'self_attn.out_proj.weight': (4, 4), 'self_attn.out_proj.bias': (4,), 'linear1.weight': (8, 4),"
+            " 'linear1.bias': (8,), 'linear2.weight': (4, 8), 'linear2.bias': (4,), 'norm1.weight': (4,),"
+            " 'norm1.bias': (4,), 'norm2.weight': (4,), 'norm2.bias': (4,)}\n"
+            "w = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}\n"
+            "y = tfm.load_module(cfg, w)(a)\n"
+            "assert isinstance(y, np.ndarray) and y.shape == (1, 2, 4)\n"
+            "try:\n"
+            "    tfm.from_torch(object())\n"
+            "except ImportError:\n"
+            "    print('ok')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_installed_package(tmp_path):
+    build = os.environ.get("TFM_BUILD_DIR")
+    if not build:
+        pytest.skip("TFM_BUILD_DIR not set")
+    prefix = tmp_path / "prefix"
+    p = subprocess.run(["cmake", "--install", build, "--prefix", str(prefix)], capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr
+    site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "dist-packages"
+    assert (site / "tfm" / "__init__.pyi").exists() and (site / "tfm" / "import_maps" / "nb4_reverse.json").exists()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(site)
+    code = ("import tfm, os; assert tfm.__file__.startswith(os.environ['PYTHONPATH']), tfm.__file__\n"
+            "from tfm import torch_import\n"
+            "print(sorted(torch_import.load_mapping('nb4_reverse')['targets']))\n")
+    p = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True, env=env, cwd=str(tmp_path),
+                       timeout=120)
+    assert p.returncode == 0 and "encoder" in p.stdout, p.stderr
+
+
+def test_docstrings():
+    for name in tfm.__all__:
+        obj = getattr(tfm, name)
+        if callable(obj):
+            assert obj.__doc__ and obj.__doc__.strip(), name
+    for name in ("translate", "generate", "stream", "score", "score_file", "evaluate"):
+        assert getattr(tfm.Model, name).__doc__, name
+    assert tfm.Module.forward_backward.__doc__ and tfm.Module.state_dict.__doc__
+    assert os.path.exists(os.path.join(os.path.dirname(tfm.__file__), "__init__.pyi"))
+
+
+def test_threads_setting():
+    n = tfm.get_num_threads()
+    tfm.set_num_threads(1)
+    assert tfm.get_num_threads() == 1
+    tfm.set_num_threads(n)
