@@ -20,6 +20,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -50,7 +51,8 @@ namespace {
 // with the GIL held, from whichever thread releases the last view.
 tfm::Tensor tensor_over(py::array array) {
   tfm::Shape shape(array.shape(), array.shape() + array.ndim());
-  float* data = static_cast<float*>(array.mutable_data());
+  // tfm never writes an input, so a read-only array (np.broadcast_to, a frozen buffer) is shared too.
+  float* data = const_cast<float*>(static_cast<const float*>(array.data()));
   auto* ref = new py::object(std::move(array));
   std::shared_ptr<void> owner(ref, [](void* p) {
     py::gil_scoped_acquire gil;
@@ -60,7 +62,7 @@ tfm::Tensor tensor_over(py::array array) {
   return tfm::Tensor::from_external(shape, data, std::move(owner));
 }
 
-// Zero-copy for C-contiguous aligned float32 (writeable or not: tfm never writes an input); one copy
+// Zero-copy for C-contiguous aligned float32 (writeable or not); one copy
 // for other float layouts and dtypes; bool arrays become Bool tensors (one copy, one byte each).
 tfm::Tensor from_numpy(py::array a) {
   if (a.dtype().is(py::dtype::of<bool>())) {
@@ -105,6 +107,18 @@ py::dict dict_from_named(const tfm::NamedTensors& t) {
   py::dict d;
   for (const auto& [k, v] : t) d[py::str(k)] = py::cast(v);
   return d;
+}
+
+// ---- threads ----
+
+// tfm.set_num_threads(n): applied at the start of every computing call, on the calling thread, because OpenMP's
+// thread count is a per-thread setting (a Python worker thread would otherwise start from the default) and
+// because another library in the process may share the OpenMP runtime and change it (Debian's torch links the
+// same libgomp: torch.set_num_threads sets the calling thread's count too). 0: not set, OpenMP's own setting.
+std::atomic<int> g_threads{0};
+
+void apply_threads() {
+  if (const int n = g_threads.load()) omp_set_num_threads(n);
 }
 
 // ---- errors ----
@@ -194,9 +208,13 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("set_num_threads", [](int n) {
     if (n < 1) throw std::invalid_argument("set_num_threads: n must be ≥ 1, got " + std::to_string(n));
+    g_threads.store(n);
     omp_set_num_threads(n);
   });
-  m.def("get_num_threads", [] { return omp_get_max_threads(); });
+  m.def("get_num_threads", [] {
+    const int n = g_threads.load();
+    return n > 0 ? n : omp_get_max_threads();
+  });
 
   // ---- modules ----
   py::class_<tfm::LoadedModule>(m, "Module")
@@ -205,6 +223,7 @@ PYBIND11_MODULE(_core, m) {
              const tfm::NamedTensors w = named_from_dict(weights);
              const tfm::Precision p = precision_of(dtype);
              py::gil_scoped_release nogil;
+             apply_threads();
              auto mod = std::make_unique<tfm::LoadedModule>(tfm::parse_module_config(config_json), p);
              mod->load_weights(w, source);
              return mod;
@@ -215,6 +234,7 @@ PYBIND11_MODULE(_core, m) {
           [](const std::string& config_path, const std::string& weights_path, const std::string& dtype) {
             const tfm::Precision p = precision_of(dtype);
             py::gil_scoped_release nogil;
+            apply_threads();
             return std::make_unique<tfm::LoadedModule>(tfm::load_module(config_path, weights_path, p));
           },
           py::arg("config_path"), py::arg("weights_path"), py::arg("dtype") = "f32")
@@ -224,6 +244,7 @@ PYBIND11_MODULE(_core, m) {
              tfm::NamedTensors out;
              {
                py::gil_scoped_release nogil;
+               apply_threads();
                out = mod.forward(in);
              }
              return dict_from_named(out);
@@ -234,6 +255,7 @@ PYBIND11_MODULE(_core, m) {
              tfm::NamedTensors out;
              {
                py::gil_scoped_release nogil;
+               apply_threads();
                out = mod.forward_backward(in, grad_output);
              }
              return dict_from_named(out);
@@ -252,6 +274,7 @@ PYBIND11_MODULE(_core, m) {
              auto t = std::make_unique<PyTrainedModel>();
              t->precision = precision_of(dtype);
              py::gil_scoped_release nogil;
+             apply_threads();
              t->m = tfm::load_model_dir(dir);
              return t;
            }),
@@ -263,6 +286,7 @@ PYBIND11_MODULE(_core, m) {
              if (beam < 1) throw std::invalid_argument("beam must be ≥ 1, got " + std::to_string(beam));
              if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));
              py::gil_scoped_release nogil;
+             apply_threads();
              tfm::require_data(t.m, tfm::DataKind::PAIRS, "sample from it with generate()");
              const tfm::InferenceMode scope(t.precision);
              return tfm::translate_lines(t.m, lines, beam, batch_size);
@@ -280,6 +304,7 @@ PYBIND11_MODULE(_core, m) {
              gen.seed = seed;
              std::string out;
              py::gil_scoped_release nogil;
+             apply_threads();
              tfm::check_sampling_options(gen.sampling);
              if (max_new_tokens < 0) throw std::invalid_argument("max_new_tokens must be ≥ 0");
              tfm::require_data(t.m, tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)");
@@ -303,6 +328,7 @@ PYBIND11_MODULE(_core, m) {
            [](const PyTrainedModel& t, const std::string& text, int64_t batch_size) {
              if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));
              py::gil_scoped_release nogil;
+             apply_threads();
              tfm::require_data(t.m, tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()");
              const tfm::InferenceMode scope(t.precision);
              const std::vector<int32_t> ids = tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, text, "text");
@@ -314,6 +340,7 @@ PYBIND11_MODULE(_core, m) {
            [](const PyTrainedModel& t, const std::string& path, int64_t batch_size) {
              if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));
              py::gil_scoped_release nogil;
+             apply_threads();
              tfm::require_data(t.m, tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()");
              const tfm::InferenceMode scope(t.precision);
              return tfm::evaluate_text_file(t.m, path, batch_size).to_json();
@@ -324,6 +351,7 @@ PYBIND11_MODULE(_core, m) {
              if (beam < 1) throw std::invalid_argument("beam must be ≥ 1, got " + std::to_string(beam));
              if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));
              py::gil_scoped_release nogil;
+             apply_threads();
              tfm::require_data(t.m, tfm::DataKind::PAIRS, "score it on a text with score()");
              const tfm::InferenceMode scope(t.precision);
              std::string note;
@@ -362,6 +390,7 @@ PYBIND11_MODULE(_core, m) {
         tfm::train::TrainConfig config;
         {
           py::gil_scoped_release nogil;
+          apply_threads();
           // In table order, as tfm train hands them over.
           tfm::train::GivenOptions ordered;
           for (const tfm::train::TrainOption& o : tfm::train::train_options())
@@ -369,7 +398,7 @@ PYBIND11_MODULE(_core, m) {
               if (g.first == o.name) ordered.push_back(g);
           for (const auto& g : given) tfm::train::train_option(g.first);  // an unknown name throws, naming it
           const tfm::train::TrainSetup setup = tfm::train::resolve_train_options(ordered);
-          if (setup.run.threads > 0) omp_set_num_threads(setup.run.threads);
+          if (setup.run.threads > 0) omp_set_num_threads(setup.run.threads);  // threads=: this run's count
           config = setup.config;
           tfm::train::TrainHooks hooks;
           if (progress) {

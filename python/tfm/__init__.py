@@ -14,10 +14,11 @@ place, without a copy; every other layout or float dtype is converted with one c
 blocked) or float (added). Outputs are numpy arrays over tfm's memory (or torch tensors sharing it, when the
 inputs were torch tensors). An array shared with tfm must not be written from another thread while a call runs.
 
-Threads: tfm computes with OpenMP; set_num_threads(n) sets its thread count (the default: OMP_NUM_THREADS, else
-every core). Results are bitwise the same for every thread count. torch bundles its own OpenMP runtime and
-torch.set_num_threads does not affect tfm's, nor set_num_threads torch's; with both in one process, give each
-the threads it should use (OMP_NUM_THREADS sets both at start-up).
+Threads: tfm computes with OpenMP; set_num_threads(n) sets the thread count of every later tfm call, from any
+Python thread (before it: OMP_NUM_THREADS, else every core). Results are bitwise the same for every count. Debian's
+torch links the same OpenMP runtime and oneDNN as tfm, so until set_num_threads is called, torch.set_num_threads
+changes tfm's count too; a pip wheel of torch bundles its own runtime, and the two pools together should not
+exceed the cores.
 
 Errors: a bad argument, option, shape or value raises ValueError with the library's message, a missing or
 unreadable file FileNotFoundError / OSError, anything else RuntimeError. Every computing call releases the GIL.
@@ -72,12 +73,13 @@ def tensor(a):
 
 
 def set_num_threads(n):
-    """Sets the number of OpenMP threads tfm computes with (n >= 1); results do not depend on it."""
+    """Sets the number of OpenMP threads every later tfm call computes with (n >= 1), whichever Python thread makes
+    it and whatever torch.set_num_threads sets afterwards; results do not depend on it."""
     _core.set_num_threads(int(n))
 
 
 def get_num_threads():
-    """The number of OpenMP threads tfm computes with."""
+    """The number of OpenMP threads tfm computes with: set_num_threads' value, else the OpenMP runtime's."""
     return _core.get_num_threads()
 
 
@@ -364,7 +366,8 @@ def train(progress=None, **options):
     library's message. progress(event) receives the events tfm train prints: dicts with kind ("step", "eval",
     "checkpoint", "note"), step, total_steps, epoch, loss, lr, tokens_per_sec, elapsed_seconds, eta_seconds,
     message and, after an evaluation, eval (the metrics row). Ctrl-C (KeyboardInterrupt) finishes the current
-    step, writes a checkpoint (resume with tfm.train(resume=out)) and raises KeyboardInterrupt.
+    step, writes a checkpoint (resume with tfm.train(resume=out)) and raises KeyboardInterrupt; an exception
+    raised by progress stops the run the same way and propagates.
 
     Returns a dict: steps, epochs_completed, stop_reason, seconds, history (the metrics rows), out, and the
     final metrics: for pairs, the greedy decode's figures on the validation set (token_accuracy,
