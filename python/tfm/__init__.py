@@ -108,11 +108,13 @@ class Module:
 
     fast(src, mask=..., src_key_padding_mask=..., is_causal=...) returns the output as a numpy array, or as a
     torch tensor when an input was one. MultiheadAttention returns (output, None), as PyTorch does with
-    need_weights=False. The module is in eval mode (dropout off). One call at a time per Module.
+    need_weights=False. The module is in eval mode (dropout off). Calls from several Python threads are served one
+    at a time (the native module is not safe to call concurrently); use one Module per thread to run in parallel.
     """
 
     def __init__(self, core, config):
         self._core = core
+        self._lock = _threading.Lock()
         self.config = dict(config)
         self.name = core.module_name
 
@@ -149,7 +151,9 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         inputs, torch_out = self._inputs(args, kwargs)
-        y = self._out(self._core.forward(inputs)["output"], torch_out)
+        with self._lock:
+            out = self._core.forward(inputs)
+        y = self._out(out["output"], torch_out)
         return (y, None) if self.name == "MultiheadAttention" else y
 
     forward = __call__
@@ -164,7 +168,8 @@ class Module:
         else:
             named, torch_out = self._inputs(tuple(inputs), {})
         torch_out = torch_out or _is_torch(grad_output)
-        out = self._core.forward_backward(named, tensor(grad_output))
+        with self._lock:
+            out = self._core.forward_backward(named, tensor(grad_output))
         return {k: self._out(v, torch_out) for k, v in out.items()}
 
     def state_dict(self):
@@ -242,7 +247,9 @@ def load_module(config, weights, dtype="f32"):
 # ---- trained models -----------------------------------------------------------------------------------------
 
 class Model:
-    """A trained model directory (written by `tfm train` or tfm.train), loaded once by tfm.load."""
+    """A trained model directory (written by `tfm train` or tfm.train), loaded once by tfm.load. Make one call at a
+    time per Model (a stream being consumed counts as a call); load the directory once per thread to decode in
+    parallel."""
 
     def __init__(self, path, dtype="f32"):
         self.path = _os.fspath(path)

@@ -321,3 +321,26 @@ def test_import_order(order):
             "print('ok')\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_one_module_from_two_threads():
+    torch.manual_seed(11)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+    fast = tfm.from_torch(layer)
+    xs = [np.random.default_rng(i).standard_normal((4, 12, 16)).astype(np.float32) for i in range(2)]
+    want = [fast(x).copy() for x in xs]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(20):
+                assert np.array_equal(fast(xs[i]), want[i])
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
