@@ -10,7 +10,7 @@ JOBS ?= $(shell nproc)
 # installs it only as a recommendation of libdnnl-dev, which --no-install-recommends skips.
 PACKAGES = build-essential cmake libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev \
            googletest libgtest-dev libbenchmark-dev python3 python3-numpy python3-torch \
-           clang libclang-rt-14-dev libomp-dev pkgconf libsentencepiece-dev \
+           clang libclang-rt-14-dev libomp-dev pkgconf libsentencepiece-dev libpcre2-dev \
            libopenmpi-dev openmpi-bin python3-nltk pybind11-dev python3-pybind11 python3-dev python3-pytest
 
 # One sanitized build serves both test-asan and fuzz: clang (libFuzzer needs it) with ASan + UBSan
@@ -37,6 +37,7 @@ all: build
 
 deps:
 	@./tools/install_deps.sh $(PACKAGES)
+	@./tools/install_npm_refs.sh
 
 configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
