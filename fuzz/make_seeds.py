@@ -69,8 +69,46 @@ TSV = {
     "overlong": b"\x18" + b"abcdefgh\tabcdefgh\nab\tba",
 }
 
+# fuzz_bpe: first byte the mode (even: vocabulary JSON \0 merges \0 text; odd: merges \0 text, the
+# vocabulary built by the target from the merges). GPT-2's bytes_to_unicode spells the byte tokens.
+def byte_symbol(b):
+    printable = 33 <= b <= 126 or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF
+    return chr(b) if printable else chr(256 + sum(1 for c in range(b) if not (33 <= c <= 126 or 0xA1 <= c <= 0xAC
+                                                                           or 0xAE <= c <= 0xFF)))
+
+
+BPE_MERGES = [("l", "o"), ("lo", "w"), ("e", "r"), ("\u0120", "low"), ("a", "a"), ("aa", "aa"), ("b", "c"),
+              ("a", "b"), ("\u0120", "t"), ("h", "e"), ("\u0120t", "he"), ("\u00c3", "\u00a9"), ("\u010a", "\u010a")]
+BPE_TEXT = "low lower aaaaa abc the caf\u00e9 I'm  x \n\n\ty 123 \U0001F44D\U0001F3FD \u00a0\u180e end   "
+
+
+def bpe_vocab(merges, extra=()):
+    v = {}
+    for t in [byte_symbol(b) for b in range(256)] + [a + b for a, b in merges] + list(extra):
+        v.setdefault(t, len(v))
+    return v
+
+
+def bpe_merges(merges, header=True):
+    return ("#version: 0.2\n" if header else "") + "".join(a + " " + b + "\n" for a, b in merges)
+
+
+BPE = {
+    "hand_made": b"\x00" + json.dumps(bpe_vocab(BPE_MERGES, ["<|endoftext|>"])).encode() + b"\0"
+                 + bpe_merges(BPE_MERGES).encode() + b"\0" + BPE_TEXT.encode(),
+    "built_vocab": b"\x01" + bpe_merges(BPE_MERGES, header=False).encode() + b"\0" + BPE_TEXT.encode(),
+    "bad_merge": b"\x00" + json.dumps(bpe_vocab(BPE_MERGES)).encode() + b"\0" + b"l o\nx y\n\0low",
+    "bad_ids": b"\x00" + b'{"a": 0, "b": 2}\0a b\n\0ab',
+    "invalid_utf8": b"\x01" + b"a b\r\n\0ab \xc3( \xff",
+}
+
 
 def main():
+    for name, blob in BPE.items():
+        d = os.path.join(HERE, "corpus", "bpe")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, name + ".bin"), "wb") as f:
+            f.write(blob)
     for name, blob in TSV.items():
         d = os.path.join(HERE, "corpus", "tsv")
         os.makedirs(d, exist_ok=True)

@@ -106,6 +106,24 @@ std::string pcre2_message(int code) {
   return reinterpret_cast<const char*>(buf);
 }
 
+// The pre-tokenizer, compiled (and JIT-compiled) once per process and shared by every model and
+// thread: a compiled pattern is read-only while matching. Anchored, so each match starts where the
+// last one ended.
+const pcre2_code* gpt2_pattern() {
+  static const std::unique_ptr<pcre2_code, CodeFree> code = [] {
+    int err = 0;
+    PCRE2_SIZE err_offset = 0;
+    std::unique_ptr<pcre2_code, CodeFree> c(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED,
+                                                          PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &err, &err_offset, nullptr));
+    if (!c)
+      throw std::logic_error("GPT-2's pre-tokenizer pattern does not compile at offset " + std::to_string(err_offset) +
+                             ": " + pcre2_message(err));
+    pcre2_jit_compile(c.get(), PCRE2_JIT_COMPLETE);  // when it fails the interpreter runs
+    return c;
+  }();
+  return code.get();
+}
+
 }  // namespace
 
 struct ByteLevelBpe::Impl {
@@ -115,7 +133,7 @@ struct ByteLevelBpe::Impl {
   std::array<int32_t, 256> byte_ids{};        // the id of each byte's one-character token
   std::unordered_map<uint64_t, Merge> merges;  // (a, b) → rank, result
   int64_t num_merges = 0;
-  std::unique_ptr<pcre2_code, CodeFree> pattern;
+  const pcre2_code* pattern = nullptr;  // gpt2_pattern()
 
   std::mutex cache_mutex;
   std::unordered_map<std::string, std::vector<int32_t>> cache;  // piece bytes → ids
@@ -277,16 +295,7 @@ ByteLevelBpe ByteLevelBpe::from_strings(std::string_view vocab_json, const std::
   }
   impl->num_merges = rank;
 
-  // ---- the pre-tokenizer: anchored, so each match starts where the last one ended ----
-  int err = 0;
-  PCRE2_SIZE err_offset = 0;
-  impl->pattern.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED,
-                                    PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &err, &err_offset, nullptr));
-  if (!impl->pattern)
-    throw std::logic_error("GPT-2's pre-tokenizer pattern does not compile at offset " + std::to_string(err_offset) +
-                           ": " + pcre2_message(err));
-  pcre2_jit_compile(impl->pattern.get(), PCRE2_JIT_COMPLETE);  // when it fails the interpreter runs
-
+  impl->pattern = gpt2_pattern();
   ByteLevelBpe bpe;
   bpe.impl_ = std::move(impl);
   return bpe;
@@ -299,15 +308,15 @@ std::vector<std::string_view> ByteLevelBpe::pretokenize(std::string_view text) c
     if (len == 0) throw std::invalid_argument("text is not valid UTF-8 (byte " + std::to_string(i) + ")");
     i += len;
   }
-  std::unique_ptr<pcre2_match_data, MatchDataFree> md(pcre2_match_data_create_from_pattern(impl_->pattern.get(), nullptr));
+  std::unique_ptr<pcre2_match_data, MatchDataFree> md(pcre2_match_data_create_from_pattern(impl_->pattern, nullptr));
   if (!md) throw std::bad_alloc();
   std::vector<std::string_view> pieces;
   size_t pos = 0;
   while (pos < text.size()) {
     // Validity was checked once above: without PCRE2_NO_UTF_CHECK each call would check again.
-    int rc = pcre2_match(impl_->pattern.get(), s, text.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
+    int rc = pcre2_match(impl_->pattern, s, text.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      rc = pcre2_match(impl_->pattern.get(), s, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md.get(), nullptr);
+      rc = pcre2_match(impl_->pattern, s, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md.get(), nullptr);
     if (rc < 0)
       throw std::runtime_error("GPT-2 pre-tokenizer: " +
                                (rc == PCRE2_ERROR_NOMATCH ? std::string("no piece matches") : pcre2_message(rc)) +
