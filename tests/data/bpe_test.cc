@@ -176,6 +176,22 @@ TEST(ByteLevelBpe, RoundTripOnStressText) {
   EXPECT_EQ(joined, text);
 }
 
+// Runs far longer than text has (PCRE2's JIT stack, the backtracking of \s+(?!\S), the merge loop).
+TEST(ByteLevelBpe, LongRuns) {
+  const ByteLevelBpe bpe = hand_bpe();
+  const size_t n = 100000;
+  using V = std::vector<std::string>;
+  const std::string spaces(n, ' '), letters(n, 'a'), digits(n, '7');
+  // n spaces then "b": the run minus its last space, then " b".
+  EXPECT_EQ(pieces(bpe, spaces + "b"), (V{std::string(n - 1, ' '), " b"}));
+  EXPECT_EQ(pieces(bpe, "x" + spaces), (V{"x", spaces}));
+  EXPECT_EQ(pieces(bpe, letters + digits), (V{letters, digits}));
+  // n = 100000 'a': "a a" pairs them (50000 "aa"), "aa aa" pairs those (25000 "aaaa" = id 261).
+  EXPECT_EQ(bpe.encode(letters), Ids(n / 4, 261));
+  const std::string mixed = spaces + letters + "\n" + digits + spaces;
+  EXPECT_EQ(bpe.decode(bpe.encode(mixed)), mixed);
+}
+
 TEST(ByteLevelBpe, LoadsFilesAndSharesTheCacheAcrossThreads) {
   const std::string dir = testing::temp_dir("bpe");
   const Fixture f = hand_made();
