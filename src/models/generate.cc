@@ -2,7 +2,7 @@
 //
 // Per sample: seq holds the prompt and every token drawn so far; the model's context is the window
 // seq[w0:], of at most block = max_len tokens. With the cache, a fresh window is fed at once
-// (lm_logits prefills it position by position) and each later step feeds only the newest token at
+// (lm_logits prefills it in one causal pass) and each later step feeds only the newest token at
 // position cache.length(); without it, every step runs the window's full causal forward. When the
 // window would exceed block, w0 moves so that the last ⌈block/2⌉ tokens remain, and the cache is
 // refilled from them (tfm/models/generate.h).

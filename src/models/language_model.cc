@@ -76,7 +76,11 @@ class LanguageModel : public FamilyModel {
     }
     if (cache->length() != offset)
       fail("offset " + std::to_string(offset) + " must be the cache's length " + std::to_string(cache->length()));
-    // One position per step (the cache's rule); T > 1 prefills step by step.
+    if (offset == 0 && T > 1) {  // a prompt into an empty cache: one causal pass that fills it (a prefill)
+      const Tensor x = embedder_.embed(*embedding_, pos_embedding_.get(), ids, B, T, 0);       // (B, T, D)
+      return project(decoder_->forward(x, Tensor(), Tensor(), /*is_causal=*/true, cache));  // (B, T, V)
+    }
+    // Positions after the first step: one per step (the cache's rule), T > 1 fed step by step.
     const int64_t V = config_.tgt_vocab_size;
     Tensor out;  // (B, T, V) when T > 1
     std::vector<int32_t> column(static_cast<size_t>(B));

@@ -3,6 +3,7 @@
 // decoding (ops/attention_cache.h) instead of ops::attention.
 #include "tfm/modules/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -130,10 +131,21 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
 
 // One position per row: query (N, 1, E) batch_first or (1, N, E), the same N rows in memory either
 // way, so the projections are viewed as (N, 1, C) and the result is returned in query's layout.
+// A prefill: self-attention, batch_first, an empty cache and a query (N, T, E) of T > 1 positions runs
+// the causal attention of the T positions at once (what T steps compute, in one ops::attention) and
+// appends their keys and values to the cache.
 Tensor MultiheadAttention::forward_step(const Tensor& query, const ops::AttentionInput& q,
                                         const ops::AttentionInput& k, const ops::AttentionInput& v, bool self,
                                         AttentionCache& cache) const {
   const int64_t A = proj_dim(), Av = v_proj_dim();
+  if (self && batch_first && query.dim() == 3 && query.size(1) > 1 && cache.kv.length == 0) {
+    const int64_t N = query.size(0), T = query.size(1);
+    cache.kv.reset(N, std::max(cache.capacity, T), A, Av);
+    cache.kv.append(q.src, k.col, v.col);  // q.src is the (N, T, 2A+Av) projection
+    ops::AttentionMasks causal;
+    causal.is_causal = true;
+    return ops::attention(q, k, v, heads_, /*batch_first=*/true, causal, 0.0f, /*training=*/false, *gen_);
+  }
   if (query.dim() != 3 || query.size(batch_first ? 1 : 0) != 1)
     throw std::invalid_argument(std::string("MultiheadAttention with a cache: query must hold one position per row, ") +
                                 (batch_first ? "(N, 1, E)" : "(1, N, E)") + ", got " + shape_str(query.shape()));

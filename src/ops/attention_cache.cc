@@ -37,27 +37,32 @@ void KVCache::append(const Tensor& src, int64_t k_col, int64_t v_col) {
   check(k.defined(), "KVCache::append: cache not reset");
   const int64_t N = k.size(0), cap = k.size(1), E = k.size(2), Ev = v.size(2);
   check_float(src, "KVCache::append", "src");
-  check(src.dim() == 3 && src.size(0) == N && src.size(1) == 1 && k_col >= 0 && v_col >= 0 &&
+  check(src.dim() == 3 && src.size(0) == N && src.size(1) >= 1 && k_col >= 0 && v_col >= 0 &&
             k_col + E <= src.size(2) && v_col + Ev <= src.size(2),
         "KVCache::append: src " + describe(src) + " does not fit " + std::to_string(N) + " rows of keys " +
             std::to_string(E) + " and values " + std::to_string(Ev) + " wide");
-  if (length == cap) {  // grow: double the capacity, keep [0, length)
+  const int64_t T = src.size(1);
+  if (length + T > cap) {  // grow: double the capacity until the new positions fit, keep [0, length)
+    int64_t bigger_cap = cap;
+    while (length + T > bigger_cap) bigger_cap *= 2;
     KVCache bigger;
-    bigger.reset(N, 2 * cap, E, Ev);
+    bigger.reset(N, bigger_cap, E, Ev);
     for (int64_t n = 0; n < N; ++n) {
-      std::memcpy(bigger.k.data() + n * 2 * cap * E, k.data() + n * cap * E, sizeof(float) * length * E);
-      std::memcpy(bigger.v.data() + n * 2 * cap * Ev, v.data() + n * cap * Ev, sizeof(float) * length * Ev);
+      std::memcpy(bigger.k.data() + n * bigger_cap * E, k.data() + n * cap * E, sizeof(float) * length * E);
+      std::memcpy(bigger.v.data() + n * bigger_cap * Ev, v.data() + n * cap * Ev, sizeof(float) * length * Ev);
     }
     bigger.length = length;
     *this = bigger;
   }
   const int64_t C = src.size(2), capacity = k.size(1);
   const float* s = src.data();
-  for (int64_t n = 0; n < N; ++n) {
-    std::memcpy(k.data() + (n * capacity + length) * E, s + n * C + k_col, sizeof(float) * E);
-    std::memcpy(v.data() + (n * capacity + length) * Ev, s + n * C + v_col, sizeof(float) * Ev);
-  }
-  ++length;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = s + (n * T + t) * C;
+      std::memcpy(k.data() + (n * capacity + length + t) * E, row + k_col, sizeof(float) * E);
+      std::memcpy(v.data() + (n * capacity + length + t) * Ev, row + v_col, sizeof(float) * Ev);
+    }
+  length += T;
 }
 
 void KVCache::select_rows(const std::vector<int64_t>& rows) {

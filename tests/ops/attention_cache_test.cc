@@ -20,6 +20,7 @@
 // To add a case: another row pattern or step count in the tests below.
 #include "tfm/ops/attention_cache.h"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -226,8 +227,29 @@ TEST(AttentionCache, ErrorsSayWhatDoesNotFit) {
   }
   KVCache c;
   c.reset(2, 1, A, Av);
-  expect_invalid([&] { c.append(random_tensor({2, 2, kC}, 401), kK, kV); },
-                 {"KVCache::append: src Float32(2, 2, 22) does not fit 2 rows of keys 6 and values 8 wide"});
+  expect_invalid([&] { c.append(random_tensor({3, 1, kC}, 401), kK, kV); },
+                 {"KVCache::append: src Float32(3, 1, 22) does not fit 2 rows of keys 6 and values 8 wide"});
+  {  // T positions at once (a prefill) hold what T single appends hold, bit for bit, the capacity grown
+    const Tensor three = random_tensor({2, 3, kC}, 405);
+    KVCache once, steps;
+    once.reset(2, 1, A, Av);
+    steps.reset(2, 1, A, Av);
+    once.append(three, kK, kV);
+    for (int64_t t = 0; t < 3; ++t) {
+      Tensor one = Tensor::empty({2, 1, kC});
+      for (int64_t n = 0; n < 2; ++n)
+        std::copy(three.data() + (n * 3 + t) * kC, three.data() + (n * 3 + t + 1) * kC, one.data() + n * kC);
+      steps.append(one, kK, kV);
+    }
+    ASSERT_EQ(once.length, 3);
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t t = 0; t < 3; ++t) {
+        EXPECT_TRUE(std::equal(once.k.data() + (n * once.k.size(1) + t) * A, once.k.data() + (n * once.k.size(1) + t + 1) * A,
+                               steps.k.data() + (n * steps.k.size(1) + t) * A));
+        EXPECT_TRUE(std::equal(once.v.data() + (n * once.v.size(1) + t) * Av, once.v.data() + (n * once.v.size(1) + t + 1) * Av,
+                               steps.v.data() + (n * steps.v.size(1) + t) * Av));
+      }
+  }
   expect_invalid([&] { c.append(random_tensor({3, 1, kC}, 402), kK, kV); }, {"src Float32(3, 1, 22) does not fit 2 rows"});
   expect_invalid([&] { c.append(x, kC - A + 1, kV); }, {"src Float32(2, 1, 22) does not fit"});
   expect_invalid([&] { c.append(x, kK, -1); }, {"src Float32(2, 1, 22) does not fit"});

@@ -59,11 +59,11 @@ class Model : public Module {
   // A language model's next-token logits. ids (B, T) at positions [offset, offset + T) → (B, T, V),
   // the one function training, evaluation and generation run. Without a cache: the causal forward of
   // the window (no padding mask: windows hold text only); offset + T ≤ max_len. With a cache (eval
-  // mode, from make_lm_cache): offset must be the cache's length; the T positions are fed one at a
-  // time (the cache takes one position per row and step), each appended to the cache, so T > 1
-  // prefills a prompt step by step; the logits equal the full causal forward's at those positions (to
-  // float32 rounding). Growing the cache beyond max_len positions throws (the position table ends
-  // there): slide the window by refilling a fresh cache.
+  // mode, from make_lm_cache): offset must be the cache's length; into an empty cache, T > 1 positions
+  // (a prompt) run as one causal pass that fills the cache (a prefill); later, positions are fed one
+  // at a time, each appended to the cache; the logits equal the full causal forward's at those
+  // positions (to float32 rounding). Growing the cache beyond max_len positions throws (the position
+  // table ends there): slide the window by refilling a fresh cache.
   Tensor lm_logits(const std::vector<int32_t>& ids, int64_t B, int64_t T, int64_t offset = 0,
                    TransformerEncoderCache* cache = nullptr) const;
   // An empty cache for lm_logits: one AttentionCache per applied layer, each holding `capacity`

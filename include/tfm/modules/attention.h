@@ -82,6 +82,9 @@ class MultiheadAttention : public Module {
   // With a cache: one decoding step, inference only. query (N, 1, E) / (1, N, E), one new position
   // per row → (N, 1, E) / (1, N, E), the same numbers the full forward computes at that position.
   //   Self-attention: query, key and value the same tensor, masks.is_causal set and no other mask.
+  //   A prefill: batch_first self-attention into an empty cache may take a prompt (N, T, E): the
+  //   causal attention of its T positions in one pass (ops::attention), their keys and values
+  //   appended to the cache.
   //   Cross-attention: key and value the same memory (Bm, S, E) / (S, Bm, E) at every step (its
   //   projection is kept), no mask (the cache's memory_len stands for the key padding mask).
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,

@@ -100,7 +100,8 @@ class TransformerEncoderLayer : public Module {
  public:
   explicit TransformerEncoderLayer(const TransformerLayerOptions& o, Generator& gen = default_generator());
   // src (B, S, D) / (S, B, D); mask: attn_mask rules; src_key_padding_mask (B, S).
-  // With a cache (self-attention): one position per row, src (N, 1, D) / (1, N, D), is_causal set,
+  // With a cache (self-attention): one position per row, src (N, 1, D) / (1, N, D), is_causal set (or,
+  // batch_first into an empty cache, a prompt (N, T, D): one causal pass that fills the cache),
   // no masks (MultiheadAttention::forward's rules).
   Tensor forward(const Tensor& src, const Tensor& src_mask = {}, const Tensor& src_key_padding_mask = {},
                  bool is_causal = false, AttentionCache* cache = nullptr) const;

@@ -23,8 +23,9 @@ struct KVCache {
 
   void reset(int64_t N, int64_t capacity, int64_t Ek, int64_t Ev);  // empty cache, key and value widths
   int64_t rows() const { return k.defined() ? k.size(0) : 0; }
-  // Appends one position: src (N, 1, C); the new key is src[n, 0, k_col : k_col+H·Dh], the value
-  // src[n, 0, v_col : v_col+H·Dv].
+  // Appends T positions: src (N, T, C); position t's key is src[n, t, k_col : k_col+H·Dh], its value
+  // src[n, t, v_col : v_col+H·Dv] (T = 1 for a decoding step, the prompt's length for a prefill). The
+  // capacity doubles until they fit.
   void append(const Tensor& src, int64_t k_col, int64_t v_col);
   // Row r of the result is old row rows[r] (beam reordering and dropping finished rows; indices
   // may repeat).
