@@ -22,7 +22,7 @@ namespace {
 
 class EncoderDecoderModel : public FamilyModel {
  public:
-  EncoderDecoderModel(const ModelConfig& c, Generator& gen) : FamilyModel(c), embedder_(c, gen) {
+  EncoderDecoderModel(const ModelConfig& c, Generator& gen) : FamilyModel(c, gen) {
     transformer_ = std::make_unique<Transformer>(c.layer_options(), c.num_encoder_layers, c.num_decoder_layers, gen);
     if (!c.share_embeddings) src_embedding_ = std::make_unique<Embedding>(c.src_vocab_size, c.d_model, -1, gen);
     tgt_embedding_ = std::make_unique<Embedding>(c.tgt_vocab_size, c.d_model, -1, gen);
@@ -32,19 +32,13 @@ class EncoderDecoderModel : public FamilyModel {
     if (src_embedding_) register_module("src_embedding", *src_embedding_);
     register_module("tgt_embedding", *tgt_embedding_);
     register_module("transformer", *transformer_);
-    register_module("generator", *generator_);
-    register_module("positional_encoding", embedder_.pe);
-    register_module("dropout", embedder_.dropout);
+    register_generator_and_embedder();
     src_embed_ = src_embedding_ ? src_embedding_.get() : tgt_embedding_.get();
     visit_parameters([&](const std::string&, Tensor& t) {
       if (t.dim() > 1) init_xavier_uniform(t, gen);
     });
-    if (c.positional_value() == Positional::LEARNED) {
-      src_pos_embedding_ = Embedder::learned_table(c, gen);
-      register_module("src_pos_embedding", *src_pos_embedding_);
-      tgt_pos_embedding_ = Embedder::learned_table(c, gen);
-      register_module("tgt_pos_embedding", *tgt_pos_embedding_);
-    }
+    src_pos_embedding_ = learned_positions("src_pos_embedding", gen);
+    tgt_pos_embedding_ = learned_positions("tgt_pos_embedding", gen);
   }
 
   Tensor forward(const data::TokenBatch& b) const override {
@@ -73,7 +67,6 @@ class EncoderDecoderModel : public FamilyModel {
   const TransformerDecoder& decoder() const override { return transformer_->decoder; }
 
  private:
-  Embedder embedder_;
   std::unique_ptr<Transformer> transformer_;      // encoder and decoder, both final norms
   std::unique_ptr<Embedding> src_embedding_;      // (V_src, D); null when shared
   std::unique_ptr<Embedding> tgt_embedding_;      // (V_tgt, D)

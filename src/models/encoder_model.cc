@@ -16,19 +16,14 @@ namespace {
 
 class EncoderModel : public FamilyModel {
  public:
-  EncoderModel(const ModelConfig& c, Generator& gen) : FamilyModel(c), embedder_(c, gen) {
+  EncoderModel(const ModelConfig& c, Generator& gen) : FamilyModel(c, gen) {
     embedding_ = std::make_unique<Embedding>(c.src_vocab_size, c.d_model, -1, gen);
     encoder_ = std::make_unique<TransformerEncoder>(c.layer_options(), c.num_encoder_layers, c.norm_first_value(), gen);
     generator_ = std::make_unique<OutputProjection>(c.d_model, c.tgt_vocab_size, nullptr, /*with_bias=*/true, gen);
     register_module("embedding", *embedding_);
     register_module("encoder", *encoder_);
-    register_module("generator", *generator_);
-    register_module("positional_encoding", embedder_.pe);
-    register_module("dropout", embedder_.dropout);
-    if (c.positional_value() == Positional::LEARNED) {
-      pos_embedding_ = Embedder::learned_table(c, gen);
-      register_module("pos_embedding", *pos_embedding_);
-    }
+    register_generator_and_embedder();
+    pos_embedding_ = learned_positions("pos_embedding", gen);
   }
 
   Tensor forward(const data::TokenBatch& b) const override {
@@ -39,7 +34,6 @@ class EncoderModel : public FamilyModel {
   }
 
  private:
-  Embedder embedder_;
   std::unique_ptr<Embedding> embedding_;          // (V_src, D)
   std::unique_ptr<TransformerEncoder> encoder_;
   std::unique_ptr<Embedding> pos_embedding_;      // (max_len, D), positional LEARNED

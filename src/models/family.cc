@@ -131,6 +131,19 @@ void check_batch(const data::TokenBatch& b, const ModelConfig& c) {
     fail("tgt_out has " + std::to_string(b.tgt_out.size()) + " ids, expected B·T = " + std::to_string(b.B * b.T));
 }
 
+void FamilyModel::register_generator_and_embedder() {
+  register_module("generator", *generator_);
+  register_module("positional_encoding", embedder_.pe);
+  register_module("dropout", embedder_.dropout);
+}
+
+std::unique_ptr<Embedding> FamilyModel::learned_positions(const char* key, Generator& gen) {
+  if (config_.positional_value() != Positional::LEARNED) return nullptr;
+  std::unique_ptr<Embedding> table = Embedder::learned_table(config_, gen);
+  register_module(key, *table);
+  return table;
+}
+
 void FamilyModel::unsupported(const char* what, const char* instead) const {
   throw std::invalid_argument("model: " + std::string(what) + " does not apply to arch " +
                               std::string(enum_name(config_.arch)) + " (" + config_.family().summary + "; " +

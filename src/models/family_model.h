@@ -36,8 +36,8 @@ class OutputProjection : public Module {
 // What every embedding of a model shares: the scale (√D or 1), the positions (a sinusoidal table, a
 // buffer; or each embedding's learned table) and the dropout after them:
 //   embed(ids) = dropout(emb(ids)·scale + pe[offset : offset + T])   (B, T, D)
-// Registered by the family as "positional_encoding" (no parameters: only for train()/eval()) and
-// "dropout".
+// Registered by FamilyModel::register_generator_and_embedder as "positional_encoding" (no parameters: only
+// for train()/eval()) and "dropout".
 class Embedder {
  public:
   Embedder(const ModelConfig& c, Generator& gen);
@@ -62,7 +62,7 @@ void check_batch(const data::TokenBatch& b, const ModelConfig& c);
 
 class FamilyModel : public Module {
  public:
-  explicit FamilyModel(const ModelConfig& config) : config_(config) {}
+  FamilyModel(const ModelConfig& config, Generator& gen) : config_(config), embedder_(config, gen) {}
   const ModelConfig& config() const { return config_; }
 
   // Teacher-forced logits of a batch laid out as the family's target layout: (B, T|S, V_tgt).
@@ -81,8 +81,14 @@ class FamilyModel : public Module {
 
  protected:
   [[noreturn]] void unsupported(const char* what, const char* instead) const;
+  // What every family registers after its stacks, in this order: "generator", and the embedder's
+  // "positional_encoding" and "dropout" (no parameters: only for train()/eval()).
+  void register_generator_and_embedder();
+  // With positional LEARNED, a learned position table registered under `key`; else null.
+  std::unique_ptr<Embedding> learned_positions(const char* key, Generator& gen);
 
   ModelConfig config_;
+  Embedder embedder_;
   std::unique_ptr<OutputProjection> generator_;  // (V_tgt, D)
 };
 

@@ -29,7 +29,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 class LanguageModel : public FamilyModel {
  public:
-  LanguageModel(const ModelConfig& c, Generator& gen) : FamilyModel(c), embedder_(c, gen) {
+  LanguageModel(const ModelConfig& c, Generator& gen) : FamilyModel(c, gen) {
     embedding_ = std::make_unique<Embedding>(c.tgt_vocab_size, c.d_model, -1, gen);
     decoder_ = std::make_unique<TransformerEncoder>(c.layer_options(), c.num_decoder_layers, /*final_norm=*/true, gen);
     generator_ = std::make_unique<OutputProjection>(c.d_model, c.tgt_vocab_size,
@@ -37,13 +37,8 @@ class LanguageModel : public FamilyModel {
                                                     /*with_bias=*/false, gen);
     register_module("embedding", *embedding_);
     register_module("decoder", *decoder_);
-    register_module("generator", *generator_);
-    register_module("positional_encoding", embedder_.pe);
-    register_module("dropout", embedder_.dropout);
-    if (c.positional_value() == Positional::LEARNED) {
-      pos_embedding_ = Embedder::learned_table(c, gen);
-      register_module("pos_embedding", *pos_embedding_);
-    }
+    register_generator_and_embedder();
+    pos_embedding_ = learned_positions("pos_embedding", gen);
     const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.num_decoder_layers));
     visit_parameters([&](const std::string& key, Tensor& t) {
       float* p = t.data();
@@ -106,7 +101,6 @@ class LanguageModel : public FamilyModel {
   }
 
  private:
-  Embedder embedder_;
   std::unique_ptr<Embedding> embedding_;        // (V, D)
   std::unique_ptr<TransformerEncoder> decoder_;  // the causal stack (its layers have no cross-attention)
   std::unique_ptr<Embedding> pos_embedding_;    // (max_len, D), positional LEARNED
