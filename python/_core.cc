@@ -140,12 +140,6 @@ struct PyTrainedModel {
 tfm::Precision precision_of(const std::string& dtype) { return tfm::enum_from_name<tfm::Precision>(dtype); }
 
 // Code points predicted in a text: every UTF-8 lead byte but the first (tfm/models/text_eval.h).
-int64_t predicted_chars(const std::string& text) {
-  int64_t n = 0;
-  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
-  return n > 0 ? n - 1 : 0;
-}
-
 py::dict event_dict(const tfm::train::ProgressEvent& e);
 py::dict row_dict(const tfm::train::EvalRow& r) {
   py::dict d;
@@ -331,9 +325,7 @@ PYBIND11_MODULE(_core, m) {
              apply_threads();
              tfm::require_data(t.m, tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()");
              const tfm::InferenceMode scope(t.precision);
-             const std::vector<int32_t> ids = tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, text, "text");
-             const auto corpus = tfm::data::TextCorpus::from_ids(ids, t.m.tgt_vocab.size(), "text");
-             return tfm::evaluate_text(*t.m.model, corpus, predicted_chars(text), batch_size).to_json();
+             return tfm::evaluate_text_string(t.m, text, batch_size).to_json();
            },
            py::arg("text"), py::arg("batch_size") = 16)
       .def("score_file",

@@ -2,6 +2,7 @@
 // windows (tfm/models/text_eval.h), scored by the trainer's validation scorer (src/models/scorer.h).
 #include "tfm/models/text_eval.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -44,21 +45,46 @@ TextScore evaluate_text(const Model& model, const data::TextCorpus& corpus, int6
   return s;
 }
 
-TextScore evaluate_text_file(const TrainedModel& m, const std::string& path, int64_t batch_size) {
+namespace {
+
+// A model directory's language model, or an error naming the directory.
+void require_language_model(const TrainedModel& m) {
   if (m.model->family().data != DataKind::TEXT)
     throw std::invalid_argument(m.dir + " is not a language model (arch " + std::string(enum_name(m.model->config().arch)) +
                                 "); eval --text needs arch decoder (eval --data / --task score the others)");
+}
+
+// UTF-8 code points of bytes: those that are not continuation bytes.
+int64_t code_points(const char* p, size_t n) {
+  int64_t count = 0;
+  for (size_t i = 0; i < n; ++i) count += (static_cast<unsigned char>(p[i]) & 0xC0) != 0x80;
+  return count;
+}
+
+// The characters predicted: every code point but the first (given, never predicted).
+int64_t predicted(int64_t code_points) { return std::max<int64_t>(code_points - 1, 0); }
+
+}  // namespace
+
+TextScore evaluate_text_file(const TrainedModel& m, const std::string& path, int64_t batch_size) {
+  require_language_model(m);
   const data::TextCorpus corpus = data::TextCorpus::read(path, m.tgt_vocab, m.tgt_tokenizer);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("cannot read " + path);
   std::vector<char> buf(1 << 20);
-  int64_t code_points = 0;
+  int64_t chars = 0;
   while (f) {
     f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    for (std::streamsize i = 0; i < f.gcount(); ++i)
-      code_points += (static_cast<unsigned char>(buf[static_cast<size_t>(i)]) & 0xC0) != 0x80;
+    chars += code_points(buf.data(), static_cast<size_t>(f.gcount()));
   }
-  return evaluate_text(*m.model, corpus, std::max<int64_t>(code_points - 1, 0), batch_size);
+  return evaluate_text(*m.model, corpus, predicted(chars), batch_size);
+}
+
+TextScore evaluate_text_string(const TrainedModel& m, const std::string& text, int64_t batch_size) {
+  require_language_model(m);
+  const std::vector<int32_t> ids = data::encode_text(m.tgt_vocab, m.tgt_tokenizer, text, "text");
+  const data::TextCorpus corpus = data::TextCorpus::from_ids(ids, m.tgt_vocab.size(), "text");
+  return evaluate_text(*m.model, corpus, predicted(code_points(text.data(), text.size())), batch_size);
 }
 
 }  // namespace tfm

@@ -38,5 +38,8 @@ TextScore evaluate_text(const Model& model, const data::TextCorpus& corpus, int6
 // side); errors name the file (data::TextCorpus::read). Characters: the file's UTF-8 code points
 // (bytes that are not continuation bytes) minus the first.
 TextScore evaluate_text_file(const TrainedModel& m, const std::string& path, int64_t batch_size = 16);
+// The same for a text in memory (`tfm.load(...).score(text)`): the same characters rule and errors,
+// the text named "text" in messages.
+TextScore evaluate_text_string(const TrainedModel& m, const std::string& text, int64_t batch_size = 16);
 
 }  // namespace tfm
