@@ -123,6 +123,8 @@ class Run {
   void setup_fresh();      // the data sizes a new model
   void setup_init_from();  // c_.init_from's model, weights, vocabularies and tokenizers
   void setup_resume();     // c_.out_dir's vocabularies and tokenizers; its weights come from its checkpoint
+  void load_data(const SavedVocabs& saved);  // ds_, its notes reported
+  void build_model();                        // mc_ checked, then model_ drawn from the run's seed
   Comm* processes() { return comm_.single() ? nullptr : &comm_; }
   void note(ProgressEvent::Kind kind, const std::string& msg) const;
   ProgressEvent event(ProgressEvent::Kind kind) const;  // the fields every event shares
@@ -238,13 +240,21 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   since_eval_ = Clock::now();
 }
 
-void Run::setup_fresh() {
-  ds_ = load_dataset(c_, {}, processes());
+void Run::load_data(const SavedVocabs& saved) {
+  ds_ = load_dataset(c_, saved, processes());
   for (const auto& n : ds_.notes) note(ProgressEvent::Kind::NOTE, n);
-  mc_ = model_config_for(c_, ds_);
+}
+
+void Run::build_model() {
   mc_.validate();
   gen_ = Generator{c_.seed, 0};
   model_ = std::make_unique<Model>(mc_, gen_);
+}
+
+void Run::setup_fresh() {
+  load_data({});
+  mc_ = model_config_for(c_, ds_);
+  build_model();
 }
 
 // The model is built before the output directory is written: a model directory whose weights do not
@@ -271,12 +281,9 @@ void Run::setup_init_from() {
   if (c_.task && (from.src_vocab.tokens() != data::task_vocab().tokens() || from.tgt_vocab.tokens() != data::task_vocab().tokens()))
     throw std::invalid_argument(vocab_files + ": not the built-in tasks' vocabulary, so the task " +
                                 std::string(enum_name(*c_.task)) + " cannot be encoded with them");
-  ds_ = load_dataset(c_, saved_vocabs(from), processes());
-  for (const auto& n : ds_.notes) note(ProgressEvent::Kind::NOTE, n);
+  load_data(saved_vocabs(from));
   check_fits(mc_, ds_, c_);
-  mc_.validate();
-  gen_ = Generator{c_.seed, 0};
-  model_ = std::make_unique<Model>(mc_, gen_);
+  build_model();
   model_->load_state_dict(from.model->state_dict(), model_dir::path(c_.init_from, model_dir::MODEL));
   note(ProgressEvent::Kind::NOTE, "starting from the model in " + c_.init_from);
 }
@@ -285,17 +292,14 @@ void Run::setup_init_from() {
 // config.json, so a resume reads it back as it is); otherwise the data sizes the model, as it did.
 void Run::setup_resume() {
   const TrainedModel saved = load_model_dir(c_.out_dir, /*weights=*/false);
-  ds_ = load_dataset(c_, saved_vocabs(saved), processes());
-  for (const auto& n : ds_.notes) note(ProgressEvent::Kind::NOTE, n);
+  load_data(saved_vocabs(saved));
   if (!c_.init_from.empty()) {
     mc_ = c_.model;
     check_fits(mc_, ds_, c_);
   } else {
     mc_ = model_config_for(c_, ds_);
   }
-  mc_.validate();
-  gen_ = Generator{c_.seed, 0};
-  model_ = std::make_unique<Model>(mc_, gen_);
+  build_model();
 }
 
 void Run::note(ProgressEvent::Kind kind, const std::string& msg) const {
