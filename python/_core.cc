@@ -289,8 +289,9 @@ PYBIND11_MODULE(_core, m) {
       .def("generate",
            [](const PyTrainedModel& t, const std::string& prompt, int64_t max_new_tokens, float temperature,
               int64_t top_k, float top_p, uint64_t seed, std::optional<std::string> stop,
-              std::optional<std::function<void(std::string)>> on_piece) {
+              std::optional<std::function<void(std::string)>> on_piece, bool ignore_eos) {
              tfm::GenerateOptions gen;
+             gen.ignore_eos = ignore_eos;
              gen.max_new_tokens = max_new_tokens;
              gen.sampling.temperature = temperature;
              gen.sampling.top_k = top_k;
@@ -306,6 +307,7 @@ PYBIND11_MODULE(_core, m) {
              const tfm::InferenceMode scope(t.precision);
              const std::vector<int32_t> ids = tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, prompt, "prompt");
              if (stop && !stop->empty()) gen.stop = tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, *stop, "stop");
+             gen.suppress = tfm::never_generated(t.m);
              tfm::generate(*t.m.model, ids, gen, [&](int64_t, int32_t token) {
                const std::string piece = tfm::data::decode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, {token});
                out += piece;
@@ -317,7 +319,8 @@ PYBIND11_MODULE(_core, m) {
              return out;
            },
            py::arg("prompt"), py::arg("max_new_tokens") = 256, py::arg("temperature") = 1.0f, py::arg("top_k") = 0,
-           py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(), py::arg("on_piece") = py::none())
+           py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(), py::arg("on_piece") = py::none(),
+           py::arg("ignore_eos") = false)
       .def("score",
            [](const PyTrainedModel& t, const std::string& text, int64_t batch_size) {
              if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));

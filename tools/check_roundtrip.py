@@ -3,7 +3,9 @@
 
     check_roundtrip.py MODEL_DIR INPUTS.safetensors [MODEL_DIR INPUTS.safetensors ...] [--tol 2e-5]
 
-MODEL_DIR holds config.json (a ModelConfig object, or tfm train's {"model": {...}, ...}) and model.safetensors.
+MODEL_DIR holds config.json (a ModelConfig object, or tfm train's {"model": {...}, ...}) and model.safetensors; or it
+is a Hugging Face GPT-2 folder (config.json with n_embd: what tfm import gpt2 reads and tfm export gpt2 writes), run by
+torch_models.py's GPT-2 twin.
 Every ModelConfig option is understood: with the layer variants (head_dim, v_head_dim, bias, qkv_bias, out_bias,
 ffn_bias, norm_bias, attn_scale, norm_type rms_norm, share_layers, drop_path) the twin is torch_models.py's functional
 re-statement of the layers, otherwise torch.nn's own classes; positional sinusoidal, learned or none and
@@ -38,7 +40,13 @@ def check(model_dir, inputs, tol):
 
     outs = {}
     twin = None
+    gpt2 = torch_models.is_gpt2_dir(model_dir)
     for name, dtype in (("f64", torch.float64), ("f32", torch.float32)):
+        if gpt2:  # a Hugging Face GPT-2 folder (tfm import gpt2's source, or what tfm export gpt2 wrote)
+            model, _ = torch_models.load_gpt2(model_dir, dtype)
+            outs[name] = model(src).detach().double().numpy()
+            twin = "gpt2"
+            continue
         model, cfg = torch_models.load_tfm_model(model_dir, dtype)
         # Gradient mode stays on: torch 1.13's encoder "fast path" (nested tensors, zeros at padded positions) only
         # runs without autograd, and the twin must compute every position like tfm does.

@@ -30,6 +30,10 @@ Transformer below) with the same attribute names, hence the same state_dict keys
 the torch.nn classes themselves run.
 Activations: relu, gelu, gelu_tanh (tfm's gated ones have no torch.nn 1.13 counterpart and are refused here).
 
+GPT-2 (Gpt2, Gpt2LMHead below): a twin in Hugging Face's key names and Conv1D layout, for tfm's GPT-2 import and
+export (include/tfm/models/gpt2.h): load_gpt2(HF_DIR), and as scripts `torch_models.py gpt2-make DIR ...` (a random
+GPT-2 folder with a synthetic tokenizer of GPT-2's format) and `torch_models.py gpt2-grads DIR` (grads() for it).
+
 Run as a script, `torch_models.py train DIR` is PyTorch's side of the training-curve checks
 (tests/models/model_test.cc): it loads DIR/config.json + DIR/model.safetensors (initial weights, dropout 0) and
 DIR/batches.safetensors (src (steps, B, S), tgt_out (steps, B, S or T), tgt_in (steps, B, T) for seq2seq: ids; the
@@ -498,8 +502,235 @@ def grads(out_dir):
                          {"loss": repr(loss64), "f32_err": json.dumps(err)})
 
 
+# ---- GPT-2 in Hugging Face's layout (tfm/models/gpt2.h imports and exports it) ---------------------------------------
+# Written from GPT-2's definition, not from transformers: Conv1D layers y = x·W + b with W (in, out); pre-norm blocks
+# x + attn(ln_1(x)), x + mlp(ln_2(x)); causal attention with scale 1/√Dh; gelu_new (tanh) by default; final ln_f; the
+# output head tied to wte. Attribute names give Hugging Face's keys: wte, wpe, h.N.{ln_1, attn.c_attn, attn.c_proj,
+# ln_2, mlp.c_fc, mlp.c_proj}, ln_f — under "transformer." inside Gpt2LMHead, which adds lm_head.
+
+
+def bytes_to_unicode():
+    """GPT-2's byte → printable character table: the printable bytes ! .. ~, ¡ .. ¬, ® .. ÿ stand for themselves,
+    the 68 others map to U+0100 onwards in byte order."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(0x100 + extra)
+            extra += 1
+    return table
+
+
+def write_synthetic_gpt2_tokenizer(out_dir, vocab_size=50257):
+    """A GPT-2-format tokenizer of vocab_size tokens (vocab.json + merges.txt): the 256 byte symbols, then
+    vocab_size − 257 merges of two byte symbols (pairs in byte order of both, so every ASCII pair is there), then
+    <|endoftext|>. Not GPT-2's merges, but the same files, rules and size: what a test of the format needs."""
+    sym = bytes_to_unicode()
+    tokens = [sym[b] for b in range(256)]
+    merges = []
+    for a in range(256):
+        for b in range(256):
+            if len(merges) == vocab_size - 257:
+                break
+            merges.append((sym[a], sym[b]))
+    tokens += [a + b for a, b in merges] + ["<|endoftext|>"]
+    with open(os.path.join(out_dir, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump({t: i for i, t in enumerate(tokens)}, f, ensure_ascii=False)
+    with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+
+
+class Conv1D(nn.Module):
+    """GPT-2's linear layer: weight (in, out), y = x·W + b."""
+
+    def __init__(self, n_in, n_out, bias=True):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_in, n_out).normal_(std=0.02))
+        self.bias = nn.Parameter(torch.zeros(n_out)) if bias else None
+
+    def forward(self, x):
+        y = x @ self.weight
+        return y + self.bias if self.bias is not None else y
+
+
+class Gpt2Attention(nn.Module):
+    def __init__(self, g):
+        super().__init__()
+        D = g["n_embd"]
+        self.n_head = g["n_head"]
+        self.c_attn = Conv1D(D, 3 * D, g["bias"])
+        self.c_proj = Conv1D(D, D, g["bias"])
+
+    def forward(self, x):  # (B, T, D), causal
+        B, T, D = x.shape
+        q, k, v = self.c_attn(x).split(D, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, D // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, Dh)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(D // self.n_head)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D)
+        return self.c_proj(y)
+
+
+class Gpt2Block(nn.Module):
+    def __init__(self, g):
+        super().__init__()
+        D, eps = g["n_embd"], g["layer_norm_epsilon"]
+        self.ln_1 = nn.LayerNorm(D, eps=eps, elementwise_affine=True)
+        self.attn = Gpt2Attention(g)
+        self.ln_2 = nn.LayerNorm(D, eps=eps)
+        self.mlp = nn.Module()
+        self.mlp.c_fc = Conv1D(D, g["n_inner"] or 4 * D, g["bias"])
+        self.mlp.c_proj = Conv1D(g["n_inner"] or 4 * D, D, g["bias"])
+        if not g["bias"]:
+            self.ln_1.bias = self.ln_2.bias = None
+        self.act = {"gelu_new": lambda t: F.gelu(t, approximate="tanh"), "gelu": F.gelu}[g["activation_function"]]
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp.c_proj(self.act(self.mlp.c_fc(self.ln_2(x))))
+
+
+class Gpt2(nn.Module):
+    """GPT2Model's parameters (unprefixed keys: the hub's gpt2 checkpoint)."""
+
+    def __init__(self, g):
+        super().__init__()
+        self.wte = nn.Embedding(g["vocab_size"], g["n_embd"])
+        self.wpe = nn.Embedding(g["n_positions"], g["n_embd"])
+        nn.init.normal_(self.wte.weight, std=0.02)
+        nn.init.normal_(self.wpe.weight, std=0.01)
+        self.h = nn.ModuleList(Gpt2Block(g) for _ in range(g["n_layer"]))
+        self.ln_f = nn.LayerNorm(g["n_embd"], eps=g["layer_norm_epsilon"])
+        if not g["bias"]:
+            self.ln_f.bias = None
+
+    def forward(self, ids):  # (B, T) → next-token logits (B, T, V), the head tied to wte
+        x = self.wte(ids) + self.wpe(torch.arange(ids.size(1)))[None]
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+class Gpt2LMHead(nn.Module):
+    """GPT2LMHeadModel's layout: transformer.* and lm_head.weight (the same tensor as transformer.wte.weight)."""
+
+    def __init__(self, g):
+        super().__init__()
+        self.transformer = Gpt2(g)
+        self.lm_head = nn.Linear(g["n_embd"], g["vocab_size"], bias=False)
+        self.lm_head.weight = self.transformer.wte.weight
+
+    def forward(self, ids):
+        return self.transformer(ids)
+
+
+GPT2_DEFAULTS = {"layer_norm_epsilon": 1e-5, "activation_function": "gelu_new", "n_inner": None, "bias": True}
+
+
+def read_gpt2_config(hf_dir):
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        return {**GPT2_DEFAULTS, **json.load(f)}
+
+
+def is_gpt2_dir(model_dir):
+    """A Hugging Face GPT-2 folder (config.json with n_embd) rather than a tfm model directory."""
+    try:
+        return "n_embd" in read_gpt2_config(model_dir)
+    except (OSError, ValueError):
+        return False
+
+
+def load_gpt2(hf_dir, dtype=torch.float32):
+    """The twin of a Hugging Face GPT-2 folder, either key layout (the causal-mask buffers skipped). Returns (Gpt2 in
+    eval mode, config dict)."""
+    g = read_gpt2_config(hf_dir)
+    model = Gpt2(g)
+    tensors, _ = tfm_safetensors.load(os.path.join(hf_dir, "model.safetensors"))
+    state = {}
+    for k, v in tensors.items():
+        k = k[len("transformer."):] if k.startswith("transformer.") else k
+        if k.endswith(".attn.bias") or k.endswith(".attn.masked_bias") or k == "lm_head.weight":
+            continue
+        state[k] = torch.from_numpy(np.asarray(v, dtype=np.float32))
+    model.load_state_dict(state, strict=True)
+    return model.to(dtype).eval(), g
+
+
+def make_gpt2(out_dir, n_layer, n_head, n_embd, vocab_size, n_positions, seed, prefixed):
+    """A random GPT-2 folder: config.json, model.safetensors (prefixed: GPT2LMHeadModel's keys with lm_head.weight and
+    the older checkpoints' attn.bias (BOOL) / attn.masked_bias buffers; else the hub's unprefixed keys) and the
+    synthetic tokenizer. Biases and norm gains are drawn too, so that every tensor is checked."""
+    torch.manual_seed(seed)
+    g = {**GPT2_DEFAULTS, "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "vocab_size": vocab_size,
+         "n_positions": n_positions, "model_type": "gpt2", "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    os.makedirs(out_dir, exist_ok=True)
+    model = Gpt2LMHead(g) if prefixed else Gpt2(g)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.copy_(torch.randn_like(p) * 0.1 + (1.0 if name.endswith("ln_1.weight") or name.endswith("ln_2.weight")
+                                                     or name.endswith("ln_f.weight") else 0.0))
+    state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    if prefixed:
+        for n in range(n_layer):
+            state[f"transformer.h.{n}.attn.bias"] = np.tril(np.ones((n_positions, n_positions), dtype=bool))[None, None]
+            state[f"transformer.h.{n}.attn.masked_bias"] = np.array(-1e4, dtype=np.float32)
+    tfm_safetensors.save(os.path.join(out_dir, "model.safetensors"), state, {"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(g, f, indent=2)
+    write_synthetic_gpt2_tokenizer(out_dir, vocab_size)
+
+
+def gpt2_grads(hf_dir):
+    """grads() for a GPT-2 folder: DIR/batches.safetensors' first batch ("src", "tgt_out"), the mean cross-entropy of
+    the twin's logits in float64 and float32, backward. Writes DIR/torch_grads.safetensors: every parameter's float64
+    gradient (rounded to float32) under its unprefixed Hugging Face key, "logits" (float64), and in the metadata
+    "loss" and "f32_err" (per key, and "logits": max|x32 − x64| / max|x64|)."""
+    tensors, _ = tfm_safetensors.load(os.path.join(hf_dir, "batches.safetensors"))
+    ids = {k: torch.from_numpy(np.asarray(v).astype(np.int64))[0] for k, v in tensors.items()}
+    result = {}
+    for dtype in (torch.float64, torch.float32):
+        model, _ = load_gpt2(hf_dir, dtype)
+        model.train()
+        logits = model(ids["src"])
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids["tgt_out"].reshape(-1))
+        loss.backward()
+        grads_ = {k: p.grad.detach().double().numpy() for k, p in model.named_parameters()}
+        grads_["logits"] = logits.detach().double().numpy()
+        result[dtype] = (float(loss), grads_)
+    loss64, g64 = result[torch.float64]
+    _, g32 = result[torch.float32]
+    err = {k: float(np.abs(g32[k] - g).max() / max(np.abs(g).max(), 1e-30)) for k, g in g64.items()}
+    out = {k: g.astype(np.float32) for k, g in g64.items() if k != "logits"}
+    out["logits"] = g64["logits"]
+    tfm_safetensors.save(os.path.join(hf_dir, "torch_grads.safetensors"), out,
+                         {"loss": repr(loss64), "f32_err": json.dumps(err)})
+
+
+def _main(argv):
+    if len(argv) == 3 and argv[1] in ("train", "grads", "gpt2-grads"):
+        {"train": train, "grads": grads, "gpt2-grads": gpt2_grads}[argv[1]](argv[2])
+        return 0
+    if len(argv) >= 3 and argv[1] == "gpt2-make":
+        import argparse
+        ap = argparse.ArgumentParser(prog="torch_models.py gpt2-make")
+        ap.add_argument("dir")
+        ap.add_argument("--layers", type=int, default=2)
+        ap.add_argument("--heads", type=int, default=4)
+        ap.add_argument("--d", type=int, default=64)
+        ap.add_argument("--vocab", type=int, default=50257)
+        ap.add_argument("--positions", type=int, default=64)
+        ap.add_argument("--seed", type=int, default=0)
+        ap.add_argument("--prefixed", action="store_true")
+        a = ap.parse_args(argv[2:])
+        make_gpt2(a.dir, a.layers, a.heads, a.d, a.vocab, a.positions, a.seed, a.prefixed)
+        return 0
+    sys.exit("usage: torch_models.py train|grads|gpt2-grads DIR, or gpt2-make DIR [--layers N --heads H --d D "
+             "--vocab V --positions P --seed S --prefixed]")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] in ("train", "grads"):
-        (train if sys.argv[1] == "train" else grads)(sys.argv[2])
-    else:
-        sys.exit("usage: torch_models.py train|grads DIR")
+    sys.exit(_main(sys.argv))

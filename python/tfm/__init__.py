@@ -265,13 +265,16 @@ class Model:
             raise TypeError("translate takes a list of lines, not a str")
         return self._core.translate(list(lines), int(beam), int(batch_size))
 
-    def generate(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None):
+    def generate(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
+                 ignore_eos=False):
         """The text a language model generates after `prompt` (the prompt not included), as `tfm generate` with
-        the same options prints it after the prompt. stop: the generation ends right after this text."""
+        the same options prints it after the prompt. stop: the generation ends right after this text; it also
+        ends at the end-of-text token unless ignore_eos."""
         return self._core.generate(prompt, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
-                                   int(seed), stop, None)
+                                   int(seed), stop, None, bool(ignore_eos))
 
-    def stream(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None):
+    def stream(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
+               ignore_eos=False):
         """generate(), yielding each piece of text as soon as it is decoded (the pieces join to generate's text).
         Generation runs in a worker thread; closing the iterator early stops it at the next token."""
         q = _queue.Queue(maxsize=64)
@@ -289,7 +292,7 @@ class Model:
         def work():
             try:
                 self._core.generate(prompt, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
-                                    int(seed), stop, on_piece)
+                                    int(seed), stop, on_piece, bool(ignore_eos))
                 q.put(done)
             except _Stop:
                 q.put(done)

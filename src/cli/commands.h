@@ -22,6 +22,8 @@ void register_eval(CLI::App& app, Runner& run);
 void register_translate(CLI::App& app, Runner& run);
 void register_generate(CLI::App& app, Runner& run);
 void register_bench(CLI::App& app, Runner& run);
+void register_import(CLI::App& app, Runner& run);
+void register_export(CLI::App& app, Runner& run);
 
 // Sets the OpenMP thread count from --threads (0 = leave OMP_NUM_THREADS / the default).
 void apply_threads(int threads);

@@ -21,6 +21,7 @@ void register_generate(CLI::App& app, Runner& run) {
       "  tfm generate --model runs/lm --temperature 0.8 --top-k 40 --num-samples 3 --seed 7\n"
       "  tfm generate --model runs/lm --prompt-file start.txt --stop $'\\n\\n'\n"
       "Without a prompt, generation starts from a newline. --temperature 0 or --top-k 1 is greedy.\n"
+      "A sample ends at the end-of-text token (--ignore-eos goes on); <pad>, <bos> and <unk> are never drawn.\n"
       "Past the model's block size the context slides (its last half is kept). The same --seed gives\n"
       "the same samples whatever --threads.");
   struct Opts {
@@ -41,6 +42,7 @@ void register_generate(CLI::App& app, Runner& run) {
   cmd->add_option("--num-samples", o->gen.num_samples, "samples, separated by a line ---")->capture_default_str();
   cmd->add_option("--seed", o->gen.seed, "random seed")->capture_default_str();
   cmd->add_option("--stop", o->stop, "a sample ends after this text (printed)");
+  cmd->add_flag("--ignore-eos", o->gen.ignore_eos, "go on past the end-of-text token (by default a sample ends there)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers")
       ->type_name(choices_type<Precision>())
@@ -67,6 +69,7 @@ void register_generate(CLI::App& app, Runner& run) {
       const std::vector<int32_t> ids =
           data::encode_text(m.tgt_vocab, m.tgt_tokenizer, text, prompt_given || o->prompt_file.empty() ? "--prompt" : o->prompt_file);
       GenerateOptions gen = o->gen;
+      gen.suppress = never_generated(m);
       if (!o->stop.empty()) gen.stop = data::encode_text(m.tgt_vocab, m.tgt_tokenizer, o->stop, "--stop");
       // Each sample: the prompt, then its tokens as they come; a newline closes a sample that does
       // not end with one, then `---` separates it from the next.

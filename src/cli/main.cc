@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   tfm::cli::register_translate(app, run);
   tfm::cli::register_generate(app, run);
   tfm::cli::register_bench(app, run);
+  tfm::cli::register_import(app, run);
+  tfm::cli::register_export(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -50,7 +50,7 @@ std::unique_ptr<io::MappedFile> map_text(const std::string& path) {
 
 void check_text_tokenization(Tokenization t) {
   if (t == Tokenization::SPACE)
-    throw std::invalid_argument("text corpora use char, byte or spm tokenization, not space");
+    throw std::invalid_argument("text corpora use char, byte, spm or gpt2-bpe tokenization, not space");
 }
 
 // Id of every byte (BYTE) or of every ASCII code point (CHAR, -1 where the vocabulary lacks it and
@@ -120,6 +120,25 @@ void encode_spm(const char* p, size_t n, const Vocab& v, const Tokenizer& t, con
   }
 }
 
+// GPT2_BPE: calls emit(id) for every BPE token of p[0, n) (the whole text at once: GPT-2's pieces
+// depend on what follows a run of whitespace, so cutting the text could change them). The ids are
+// the vocabulary's, which must start with the BPE's tokens (a padded vocabulary may have more).
+// Throws DataError naming `name` on invalid UTF-8.
+template <class Emit>
+void encode_bpe(const char* p, size_t n, const Vocab& v, const Tokenizer& t, const std::string& name, Emit&& emit) {
+  const ByteLevelBpe& bpe = t.bpe();
+  if (v.size() < bpe.vocab_size())
+    throw DataError(name + ": the vocabulary has " + std::to_string(v.size()) + " entries, fewer than the BPE's " +
+                    std::to_string(bpe.vocab_size()) + " (" + t.name() + ")");
+  std::vector<int32_t> ids;
+  try {
+    ids = bpe.encode(std::string_view(p, n));
+  } catch (const std::invalid_argument& e) {
+    throw DataError(name + ": " + e.what() + " (gpt2-bpe reads UTF-8 text)");
+  }
+  for (int32_t id : ids) emit(id);
+}
+
 // The cache file: this header (64 bytes), then `count` ids of `width` bytes.
 struct CacheHeader {
   char magic[8];         // "TFMTOKS1"
@@ -162,10 +181,12 @@ std::vector<int32_t> encode_text(const Vocab& vocab, const Tokenizer& tokenizer,
                                  const std::string& source) {
   const Tokenization t = tokenizer.kind();
   if (t == Tokenization::SPACE) return vocab.encode(tokenize(text, t));
-  if (t == Tokenization::SPM) {
+  if (t == Tokenization::SPM || t == Tokenization::GPT2_BPE) {
     std::vector<int32_t> ids;
+    const auto emit = [&](int32_t id) { ids.push_back(id); };
     try {
-      encode_spm(text.data(), text.size(), vocab, tokenizer, source, [&](int32_t id) { ids.push_back(id); });
+      if (t == Tokenization::SPM) encode_spm(text.data(), text.size(), vocab, tokenizer, source, emit);
+      else encode_bpe(text.data(), text.size(), vocab, tokenizer, source, emit);
     } catch (const DataError& e) {
       throw std::invalid_argument(e.what());
     }
@@ -185,6 +206,16 @@ std::vector<int32_t> encode_text(const Vocab& vocab, const Tokenizer& tokenizer,
 std::string decode_text(const Vocab& vocab, const Tokenizer& tokenizer, const std::vector<int32_t>& ids) {
   const Tokenization t = tokenizer.kind();
   std::string out;
+  if (t == Tokenization::GPT2_BPE) {  // the bytes of the BPE's tokens; specials and padded rows add nothing
+    const ByteLevelBpe& bpe = tokenizer.bpe();
+    std::vector<int32_t> kept;
+    for (int32_t id : ids) {
+      vocab.token(id);  // range check
+      if (id == vocab.pad_id() || id == vocab.bos_id() || id == vocab.eos_id() || id >= bpe.vocab_size()) continue;
+      kept.push_back(id);
+    }
+    return bpe.decode(kept);
+  }
   bool first = true;
   for (int32_t id : ids) {
     const std::string& tok = vocab.token(id);  // range check
@@ -203,6 +234,8 @@ Vocab build_text_vocab(const std::string& path, Tokenization t) {
   check_text_tokenization(t);
   if (t == Tokenization::SPM)
     throw std::invalid_argument(path + ": an spm vocabulary is its SentencePiece model's (train_text_spm)");
+  if (t == Tokenization::GPT2_BPE)
+    throw std::invalid_argument(path + ": a gpt2-bpe vocabulary is its BPE's (Tokenizer::vocab)");
   const auto f = map_text(path);
   if (t == Tokenization::BYTE) return byte_vocab();
   const uint8_t* p = f->data();
@@ -268,7 +301,11 @@ TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, const T
   c.hash_ = hex64(fnv1a(f->data(), f->size()));
   c.text_bytes_ = static_cast<int64_t>(f->size());
   c.width_ = vocab.size() <= 65536 ? 2 : 4;
-  const uint64_t vhash = vocab_hash(vocab);
+  // A BPE's ids depend on its merges too.
+  const uint64_t vhash = t == Tokenization::GPT2_BPE
+                             ? fnv1a(reinterpret_cast<const uint8_t*>(tokenizer.bpe_merges().data()),
+                                     tokenizer.bpe_merges().size(), vocab_hash(vocab))
+                             : vocab_hash(vocab);
   const auto matches = [&](const CacheHeader& h) {
     return std::memcmp(h.magic, kCacheMagic, 8) == 0 && h.width == static_cast<uint32_t>(c.width_) &&
            h.text_bytes == c.text_bytes_ && std::memcmp(h.text_hash, c.hash_.data(), 16) == 0 && h.vocab_hash == vhash;
@@ -293,16 +330,19 @@ TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, const T
   const uint8_t* p = f->data();
   const size_t n = f->size();
   const auto lead = [](uint8_t b) { return (b & 0xC0) != 0x80; };
-  std::vector<int32_t> spm_ids;  // SPM: the piece count is known only after encoding
+  const bool subwords = t == Tokenization::SPM || t == Tokenization::GPT2_BPE;
+  std::vector<int32_t> spm_ids;  // subwords: the token count is known only after encoding
   if (t == Tokenization::SPM)
     encode_spm(reinterpret_cast<const char*>(p), n, vocab, tokenizer, path, [&](int32_t id) { spm_ids.push_back(id); });
-  const size_t upper = t == Tokenization::BYTE  ? n
-                       : t == Tokenization::SPM ? spm_ids.size()
-                                                : static_cast<size_t>(std::count_if(p, p + n, lead));
+  if (t == Tokenization::GPT2_BPE)
+    encode_bpe(reinterpret_cast<const char*>(p), n, vocab, tokenizer, path, [&](int32_t id) { spm_ids.push_back(id); });
+  const size_t upper = t == Tokenization::BYTE ? n
+                       : subwords              ? spm_ids.size()
+                                               : static_cast<size_t>(std::count_if(p, p + n, lead));
   auto store = std::make_shared<std::vector<uint8_t>>(upper * static_cast<size_t>(c.width_));
   size_t k = 0;
   uint8_t* out = store->data();
-  if (t == Tokenization::SPM) {
+  if (subwords) {
     for (int32_t id : spm_ids) {
       if (c.width_ == 2) reinterpret_cast<uint16_t*>(out)[k++] = static_cast<uint16_t>(id);
       else reinterpret_cast<int32_t*>(out)[k++] = id;

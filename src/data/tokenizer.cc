@@ -17,6 +17,12 @@ struct Tokenizer::Spm {
   std::string name;   // the file (or data) it came from
 };
 
+struct Tokenizer::Bpe {
+  ByteLevelBpe bpe;
+  std::string vocab_json, merges;            // the files' contents, as read
+  std::string vocab_name, merges_name;       // where they came from
+};
+
 namespace {
 
 const std::string kEmpty;
@@ -93,10 +99,53 @@ Tokenizer Tokenizer::from_spm_model(std::string model, const std::string& name) 
   return t;
 }
 
+Tokenizer Tokenizer::load_gpt2_bpe(const std::string& vocab_path, const std::string& merges_path) {
+  std::string vocab, merges;
+  try {
+    vocab = io::read_file(vocab_path);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(vocab_path + ": cannot read the BPE vocabulary: " + e.what());
+  }
+  try {
+    merges = io::read_file(merges_path);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(merges_path + ": cannot read the BPE merges: " + e.what());
+  }
+  return from_gpt2_bpe(std::move(vocab), vocab_path, std::move(merges), merges_path);
+}
+
+Tokenizer Tokenizer::from_gpt2_bpe(std::string vocab_json, const std::string& vocab_name, std::string merges,
+                                   const std::string& merges_name) {
+  auto b = std::make_shared<Bpe>(Bpe{ByteLevelBpe::from_strings(vocab_json, vocab_name, merges, merges_name),
+                                     std::move(vocab_json), std::move(merges), vocab_name, merges_name});
+  Tokenizer t(Tokenization::GPT2_BPE);
+  t.bpe_ = std::move(b);
+  return t;
+}
+
 const std::string& Tokenizer::spm_model() const { return spm_ ? spm_->model : kEmpty; }
 const std::string& Tokenizer::spm_name() const { return spm_ ? spm_->name : kEmpty; }
 
+const ByteLevelBpe& Tokenizer::bpe() const {
+  if (!bpe_) throw std::invalid_argument("gpt2-bpe tokenization needs its vocabulary and merges files (data::Tokenizer)");
+  return bpe_->bpe;
+}
+const std::string& Tokenizer::bpe_vocab_json() const { return bpe_ ? bpe_->vocab_json : kEmpty; }
+const std::string& Tokenizer::bpe_merges() const { return bpe_ ? bpe_->merges : kEmpty; }
+
+std::string Tokenizer::name() const {
+  if (spm_) return spm_->name;
+  if (bpe_) return bpe_->vocab_name + " and " + bpe_->merges_name;
+  return std::string(enum_name(kind_));
+}
+
 Tokens Tokenizer::tokenize(const std::string& text) const {
+  if (kind_ == Tokenization::GPT2_BPE) {
+    const ByteLevelBpe& b = bpe();
+    Tokens out;
+    for (int32_t id : b.encode(text)) out.push_back(b.token(id));
+    return out;
+  }
   if (kind_ != Tokenization::SPM) return data::tokenize(text, kind_);
   if (!spm_) data::tokenize(text, kind_);  // throws: no model
   Tokens pieces;
@@ -106,6 +155,17 @@ Tokens Tokenizer::tokenize(const std::string& text) const {
 }
 
 std::string Tokenizer::detokenize(const Tokens& tokens) const {
+  if (kind_ == Tokenization::GPT2_BPE) {
+    const ByteLevelBpe& b = bpe();
+    std::vector<int32_t> ids;
+    ids.reserve(tokens.size());
+    for (const auto& tok : tokens) {
+      const auto id = b.find(tok);
+      if (!id) throw std::invalid_argument(name() + ": token '" + tok + "' is not in the BPE vocabulary");
+      ids.push_back(*id);
+    }
+    return b.decode(ids);
+  }
   if (kind_ != Tokenization::SPM) return data::detokenize(tokens, kind_);
   if (!spm_) data::detokenize(tokens, kind_);  // throws: no model
   std::string text;
@@ -115,7 +175,13 @@ std::string Tokenizer::detokenize(const Tokens& tokens) const {
 }
 
 Vocab Tokenizer::vocab() const {
-  if (!spm_) throw std::invalid_argument("Tokenizer::vocab: only an spm tokenizer has its own vocabulary");
+  if (bpe_) {
+    std::vector<std::string> tokens;
+    tokens.reserve(static_cast<size_t>(bpe_->bpe.vocab_size()));
+    for (int32_t id = 0; id < bpe_->bpe.vocab_size(); ++id) tokens.push_back(bpe_->bpe.token(id));
+    return Vocab::from_tokens(std::move(tokens));  // ids 0..V−1 once each: ByteLevelBpe checked them
+  }
+  if (!spm_) throw std::invalid_argument("Tokenizer::vocab: only an spm or gpt2-bpe tokenizer has its own vocabulary");
   std::vector<std::string> pieces;
   pieces.reserve(static_cast<size_t>(spm_->processor.GetPieceSize()));
   for (int id = 0; id < spm_->processor.GetPieceSize(); ++id) pieces.push_back(spm_->processor.IdToPiece(id));

@@ -41,13 +41,17 @@ int byte_of(const std::string& t) {
 }  // namespace
 
 namespace {
-[[noreturn]] void spm_needs_model() {
-  throw std::invalid_argument("spm tokenization needs its SentencePiece model (data::Tokenizer)");
+// spm and gpt2-bpe need their files: they go through data::Tokenizer.
+void needs_files(Tokenization t) {
+  if (t == Tokenization::SPM)
+    throw std::invalid_argument("spm tokenization needs its SentencePiece model (data::Tokenizer)");
+  if (t == Tokenization::GPT2_BPE)
+    throw std::invalid_argument("gpt2-bpe tokenization needs its vocabulary and merges files (data::Tokenizer)");
 }
 }  // namespace
 
 std::vector<std::string> tokenize(const std::string& text, Tokenization t) {
-  if (t == Tokenization::SPM) spm_needs_model();
+  needs_files(t);
   std::vector<std::string> out;
   if (t == Tokenization::BYTE) {
     out.reserve(text.size());
@@ -72,7 +76,7 @@ std::vector<std::string> tokenize(const std::string& text, Tokenization t) {
 }
 
 std::string detokenize(const std::vector<std::string>& tokens, Tokenization t) {
-  if (t == Tokenization::SPM) spm_needs_model();
+  needs_files(t);
   std::string out;
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (t == Tokenization::SPACE && i > 0) out += ' ';
@@ -126,7 +130,10 @@ Vocab Vocab::from_tokens(std::vector<std::string> tokens) {
   v.bos_ = find(BOS);
   v.eos_ = find(EOS);
   v.unk_ = find(UNK);
-  if (v.pad_ < 0) throw std::invalid_argument("vocabulary has no <pad> entry");
+  // GPT-2's one special: both ends of a document.
+  const int32_t endoftext = find(ENDOFTEXT);
+  if (v.bos_ < 0) v.bos_ = endoftext;
+  if (v.eos_ < 0) v.eos_ = endoftext;
   return v;
 }
 

@@ -177,6 +177,48 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   w.commit();
 }
 
+StagedDirectory::StagedDirectory(const std::string& dest, bool replace) : dest_(dest), replace_(replace) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path d = fs::path(dest).lexically_normal();
+  if (d.filename().empty()) throw IoError(dest + ": not a directory name");
+  if (fs::exists(d, ec) && !replace)
+    throw IoError(dest + ": exists (choose another output directory, or replace it with --force)");
+  if (fs::exists(d, ec) && !fs::is_directory(d, ec)) throw IoError(dest + ": exists and is not a directory");
+  const fs::path parent = d.parent_path().empty() ? fs::path(".") : d.parent_path();
+  fs::create_directories(parent, ec);
+  if (ec) throw IoError(parent.string() + ": create_directories failed: " + ec.message());
+  temp_ = (parent / ("." + d.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  fs::remove_all(temp_, ec);  // a leftover of an earlier process with our pid
+  if (!fs::create_directory(temp_, ec) || ec)
+    throw IoError(temp_ + ": create_directory failed: " + (ec ? ec.message() : std::string("exists")));
+}
+
+StagedDirectory::~StagedDirectory() {
+  if (committed_) return;
+  std::error_code ec;
+  std::filesystem::remove_all(temp_, ec);
+}
+
+void StagedDirectory::commit() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string old;
+  if (fs::exists(dest_, ec)) {
+    if (!replace_) throw IoError(dest_ + ": exists (choose another output directory, or replace it with --force)");
+    old = temp_ + ".old";
+    fs::remove_all(old, ec);
+    if (::rename(dest_.c_str(), old.c_str()) != 0) throw_errno(dest_, "rename", errno);
+  }
+  if (::rename(temp_.c_str(), dest_.c_str()) != 0) {
+    const int err = errno;
+    if (!old.empty()) (void)::rename(old.c_str(), dest_.c_str());  // put the old one back
+    throw_errno(dest_, "rename", err);
+  }
+  committed_ = true;
+  if (!old.empty()) fs::remove_all(old, ec);
+}
+
 int remove_stale_temp_files(const std::string& path) {
   std::string dir, base;
   split_path(path, &dir, &base);

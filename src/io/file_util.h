@@ -78,6 +78,25 @@ class AtomicFileWriter {
 // One-shot form: write_file_atomic(path, s) == AtomicFileWriter w(path); w.write(s); w.commit().
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// A directory written whole or not at all: files go into a fresh hidden sibling ".<base>.tmp.<pid>"
+// (path()), and commit() renames it to `dest`. An existing `dest` is refused at construction
+// (IoError "<dest>: exists (...)") unless `replace`, when commit() swaps it out and deletes it only
+// after the new one is in place. Destroyed without commit(), the staging directory is deleted.
+class StagedDirectory {
+ public:
+  StagedDirectory(const std::string& dest, bool replace);
+  ~StagedDirectory();  // never throws
+  StagedDirectory(const StagedDirectory&) = delete;
+  StagedDirectory& operator=(const StagedDirectory&) = delete;
+
+  const std::string& path() const { return temp_; }  // where to write
+  void commit();
+
+ private:
+  std::string dest_, temp_;
+  bool replace_ = false, committed_ = false;
+};
+
 // Deletes the temporary files ".<base>.tmp.*" that an AtomicFileWriter for `path` left behind when its
 // process was killed mid-write (the real file is untouched). Returns how many were removed.
 int remove_stale_temp_files(const std::string& path);

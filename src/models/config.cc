@@ -66,8 +66,15 @@ void ModelConfig::validate(bool check_sizes) const {
         fail(std::string(name) + " " + std::to_string(id) + " is outside the " + vocab + " vocabulary [0, " +
              std::to_string(v) + ")");
     };
-    if (!text) in_vocab(pad_id, src_vocab_size, "pad_id", "source");
-    in_vocab(pad_id, tgt_vocab_size, "pad_id", "target");
+    // A language model's windows never pad: its vocabulary may lack <pad> (pad_id -1, as GPT-2's).
+    if (pad_id == -1 && !text)
+      fail("pad_id -1 (no <pad> token): arch " + std::string(enum_name(arch)) +
+           " pads its batches of sentences to one length and needs a <pad> token in its vocabularies (only a "
+           "language model, arch decoder, can do without one)");
+    if (pad_id != -1 || !text) {
+      if (!text) in_vocab(pad_id, src_vocab_size, "pad_id", "source");
+      in_vocab(pad_id, tgt_vocab_size, "pad_id", "target");
+    }
     // Every target vocabulary has its specials (an encoder's predictions use none but pad).
     in_vocab(bos_id, tgt_vocab_size, "bos_id", "target");
     in_vocab(eos_id, tgt_vocab_size, "eos_id", "target");

@@ -9,6 +9,7 @@
 #include "tfm/models/generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -34,6 +35,12 @@ std::vector<std::vector<int32_t>> generate(const Model& model, const std::vector
   };
   check_ids(prompt, "prompt");
   check_ids(opt.stop, "stop");
+  check_ids(opt.suppress, "suppressed");
+  std::vector<char> suppressed(static_cast<size_t>(V), 0);
+  for (int32_t id : opt.suppress) suppressed[static_cast<size_t>(id)] = 1;
+  if (std::count(suppressed.begin(), suppressed.end(), 1) == V)
+    throw std::invalid_argument("generate: every token of the vocabulary is suppressed");
+  const int32_t eos = opt.ignore_eos || c.eos_id < 0 || c.eos_id >= V ? -1 : c.eos_id;
   if (opt.max_new_tokens < 0)
     throw std::invalid_argument("generate: max_new_tokens must be ≥ 0, got " + std::to_string(opt.max_new_tokens));
   if (opt.num_samples < 1)
@@ -44,6 +51,7 @@ std::vector<std::vector<int32_t>> generate(const Model& model, const std::vector
   EvalModeGuard eval(model);
 
   const size_t keep = static_cast<size_t>((block + 1) / 2);  // tokens kept when the window slides
+  std::vector<float> masked(opt.suppress.empty() ? 0 : static_cast<size_t>(V));  // the logits drawn from
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(opt.num_samples));
   for (int64_t s = 0; s < opt.num_samples; ++s) {
     Generator gen{opt.seed, static_cast<uint64_t>(s) << 32};
@@ -69,10 +77,15 @@ std::vector<std::vector<int32_t>> generate(const Model& model, const std::vector
       }
       const float* last = logits.data() + (logits.size(1) - 1) * V;
       if (opt.on_logits) opt.on_logits(s, last, V);
+      if (!masked.empty()) {
+        for (int64_t i = 0; i < V; ++i) masked[static_cast<size_t>(i)] = suppressed[static_cast<size_t>(i)] ? -INFINITY : last[i];
+        last = masked.data();
+      }
       const int32_t v = sample_token(last, V, opt.sampling, gen);
       seq.push_back(v);
       gen_ids.push_back(v);
       if (on_token) on_token(s, v);
+      if (v == eos) break;
       if (!opt.stop.empty() && gen_ids.size() >= opt.stop.size() &&
           std::equal(opt.stop.begin(), opt.stop.end(), gen_ids.end() - static_cast<std::ptrdiff_t>(opt.stop.size())))
         break;

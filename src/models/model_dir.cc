@@ -67,9 +67,23 @@ void save_tokenizers(const std::string& dir, const data::Tokenizer& src, const d
   // A model left by an earlier run in DIR would be taken for this run's.
   if (joint || !src.is_spm()) std::filesystem::remove(path(dir, SRC_SPM), ec);
   if (joint || !tgt.is_spm()) std::filesystem::remove(path(dir, TGT_SPM), ec);
+  // One BPE per directory: its two files, as they were read.
+  const data::Tokenizer* bpe = tgt.is_bpe() ? &tgt : src.is_bpe() ? &src : nullptr;
+  if (bpe && src.is_bpe() && tgt.is_bpe() &&
+      (src.bpe_vocab_json() != tgt.bpe_vocab_json() || src.bpe_merges() != tgt.bpe_merges()))
+    throw std::invalid_argument(dir + ": the source and target sides have different gpt2-bpe files (" + src.name() +
+                                "; " + tgt.name() + "); a model directory holds one BPE");
+  if (bpe) {
+    io::write_file_atomic(path(dir, BPE_VOCAB), bpe->bpe_vocab_json());
+    io::write_file_atomic(path(dir, BPE_MERGES), bpe->bpe_merges());
+  } else {
+    std::filesystem::remove(path(dir, BPE_VOCAB), ec);
+    std::filesystem::remove(path(dir, BPE_MERGES), ec);
+  }
 }
 
 data::Tokenizer load_tokenizer(const std::string& dir, data::Tokenization t, bool target) {
+  if (t == data::Tokenization::GPT2_BPE) return data::Tokenizer::load_gpt2_bpe(path(dir, BPE_VOCAB), path(dir, BPE_MERGES));
   if (t != data::Tokenization::SPM) return t;
   const std::string side = path(dir, target ? TGT_SPM : SRC_SPM), joint = path(dir, JOINT_SPM);
   if (std::filesystem::exists(side)) return data::Tokenizer::load_spm(side);
@@ -158,6 +172,18 @@ void require_data(const TrainedModel& m, DataKind kind, const std::string& use) 
   if (kind == DataKind::TEXT)
     throw std::invalid_argument(m.dir + " is not a language model (arch " + std::string(enum_name(c.arch)) + "); " + use);
   throw std::invalid_argument(m.dir + " is a language model: " + use);
+}
+
+std::vector<int32_t> never_generated(const TrainedModel& m) {
+  const data::Vocab& v = m.tgt_vocab;
+  std::vector<int32_t> ids;
+  for (int32_t id : {v.pad_id(), v.bos_id() != v.eos_id() ? v.bos_id() : -1, v.unk_id()})
+    if (id >= 0) ids.push_back(id);
+  if (m.tgt_tokenizer.is_bpe())
+    for (auto id = static_cast<int32_t>(m.tgt_tokenizer.bpe().vocab_size()); id < v.size(); ++id) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
 
 std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,

@@ -44,7 +44,8 @@ void TrainConfig::validate() const {
   if (text()) {
     if (task || !train_path.empty() || !valid_path.empty())
       bad("text_path", "is a language model's data; it excludes a task and TSV files");
-    if (tgt_tokens == data::Tokenization::SPACE) bad("tgt_tokens", "must be char or byte for text data (not space), or spm for subwords");
+    if (tgt_tokens == data::Tokenization::SPACE)
+      bad("tgt_tokens", "must be char or byte for text data (not space), or spm or gpt2-bpe for subwords");
     if (src_tokens != tgt_tokens) bad("src_tokens", "must equal tgt_tokens for text data (one vocabulary)");
     if (block_size < 1) bad("block_size", "must be ≥ 1");
     if (valid_text_path.empty() && !(valid_fraction > 0 && valid_fraction < 1))
@@ -122,6 +123,17 @@ void TrainConfig::validate_subwords() const {
     bad("share_embeddings", "needs joint_vocab (one vocabulary, so one embedding table, for both sides)");
   if (!shared_spm && (vocab_size != 0 || !spm_model.empty()))
     bad(vocab_size != 0 ? "vocab_size" : "spm_model", "needs spm tokens and text data or joint_vocab");
+  // GPT-2's BPE: a language model's tokenizer (its vocabulary has no <pad>, which TSV pairs need).
+  const bool bpe = tgt_tokens == Tokenization::GPT2_BPE || src_tokens == Tokenization::GPT2_BPE;
+  if (bpe && !text())
+    bad("src_tokens/tgt_tokens", "gpt2-bpe applies to text data (a language model): TSV pairs and tasks are padded to "
+                                 "one length, and GPT-2's vocabulary has no <pad> token");
+  if (bpe && !from_dir && (bpe_vocab.empty() || bpe_merges.empty()))
+    bad("bpe_vocab/bpe_merges", "gpt2-bpe needs both files (GPT-2's encoder.json or vocab.json, and vocab.bpe or merges.txt)");
+  if (from_dir && (!bpe_vocab.empty() || !bpe_merges.empty()))
+    bad("init_from", "takes the tokenizer from the model directory; bpe_vocab and bpe_merges must stay unset");
+  if (!bpe && (!bpe_vocab.empty() || !bpe_merges.empty()))
+    bad(!bpe_vocab.empty() ? "bpe_vocab" : "bpe_merges", "needs gpt2-bpe tokens");
 }
 
 TrainConfig task_preset(data::Task task, Arch arch) {
@@ -253,7 +265,7 @@ bool fixed_by_init_from(const std::string& key) {
   if (key == "dropout" || key == "drop_path") return false;
   if (key == "src_tokens" || key == "tgt_tokens") return true;
   for (const char* k : {"src_vocab_size", "tgt_vocab_size", "vocab_size", "spm_type", "src_spm_model", "tgt_spm_model",
-                        "spm_model", "joint_vocab", "spm_max_lines"})
+                        "spm_model", "joint_vocab", "spm_max_lines", "bpe_vocab", "bpe_merges"})
     if (key == k) return true;
   const ModelConfig defaults;
   JsonWriter w;

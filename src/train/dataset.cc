@@ -1,6 +1,7 @@
 // src/train/dataset.cc — the training run's data (src/train/dataset.h).
 #include "train/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -49,11 +50,17 @@ data::Tokenizer trained_once(Comm* comm, const std::string& name, const Build& b
   return data::Tokenizer::from_spm_model(std::move(model), name);
 }
 
-// A saved vocabulary must be its SentencePiece model's pieces (both come from the same directory).
-void check_spm_vocab(const data::Vocab& v, const data::Tokenizer& t) {
-  if (v.tokens() != t.vocab().tokens())
-    throw data::DataError(t.spm_name() + ": its pieces are not the vocabulary saved beside it (" +
-                          std::to_string(t.vocab().size()) + " pieces, " + std::to_string(v.size()) + " entries)");
+// A saved vocabulary must be its tokenizer's (both come from the same directory): a SentencePiece
+// model's pieces, or a BPE's tokens (then possibly more: the padded rows of an imported model).
+void check_tokenizer_vocab(const data::Vocab& v, const data::Tokenizer& t) {
+  const data::Vocab own = t.vocab();
+  const auto& a = own.tokens();
+  const auto& b = v.tokens();
+  const bool ok = t.is_bpe() ? b.size() >= a.size() && std::equal(a.begin(), a.end(), b.begin()) : a == b;
+  if (!ok)
+    throw data::DataError(t.name() + ": its " + (t.is_bpe() ? "tokens" : "pieces") +
+                          " are not the vocabulary saved beside it (" + std::to_string(own.size()) + " " +
+                          (t.is_bpe() ? "tokens" : "pieces") + ", " + std::to_string(v.size()) + " entries)");
 }
 
 void load_text(const TrainConfig& c, const SavedVocabs& saved, Comm* comm, Dataset& ds) {
@@ -65,7 +72,11 @@ void load_text(const TrainConfig& c, const SavedVocabs& saved, Comm* comm, Datas
       ds.tgt_tokenizer =
           trained_once(comm, c.text_path + " (its SentencePiece model)", [&] { return data::train_text_spm(c.text_path, spm_options(c, c.vocab_size)); });
     ds.tgt_vocab = ds.tgt_tokenizer.vocab();
-    if (tgt_vocab) check_spm_vocab(*tgt_vocab, ds.tgt_tokenizer);
+    if (tgt_vocab) check_tokenizer_vocab(*tgt_vocab, ds.tgt_tokenizer);
+  } else if (c.tgt_tokens == data::Tokenization::GPT2_BPE) {
+    ds.tgt_tokenizer = saved.tgt_tokenizer ? *saved.tgt_tokenizer : data::Tokenizer::load_gpt2_bpe(c.bpe_vocab, c.bpe_merges);
+    if (tgt_vocab) check_tokenizer_vocab(*tgt_vocab, ds.tgt_tokenizer);
+    ds.tgt_vocab = tgt_vocab ? *tgt_vocab : ds.tgt_tokenizer.vocab();  // a saved one may be padded
   } else {
     ds.tgt_tokenizer = c.tgt_tokens;
     ds.tgt_vocab = tgt_vocab ? *tgt_vocab : data::build_text_vocab(c.text_path, c.tgt_tokens);
@@ -176,8 +187,8 @@ Dataset load_dataset(const TrainConfig& c, const SavedVocabs& saved, Comm* comm)
   if (src_vocab && tgt_vocab) {  // resuming or starting from a model directory: its vocabularies, never rebuilt
     ds.src_vocab = *src_vocab;
     ds.tgt_vocab = *tgt_vocab;
-    if (ds.src_tokenizer.is_spm()) check_spm_vocab(ds.src_vocab, ds.src_tokenizer);
-    if (ds.tgt_tokenizer.is_spm()) check_spm_vocab(ds.tgt_vocab, ds.tgt_tokenizer);
+    if (ds.src_tokenizer.is_spm()) check_tokenizer_vocab(ds.src_vocab, ds.src_tokenizer);
+    if (ds.tgt_tokenizer.is_spm()) check_tokenizer_vocab(ds.tgt_vocab, ds.tgt_tokenizer);
   } else if (c.joint_vocab && !ds.src_tokenizer.is_spm()) {  // one vocabulary of both sides' tokens
     std::vector<data::Tokens> both;
     for (const auto& p : train.pairs) both.push_back(p.src), both.push_back(p.tgt);

@@ -89,6 +89,8 @@ std::vector<TrainOption> build_table() {
       {"src-spm-model", {"src_spm_model"}, "data", "spm source side: use this SentencePiece .model file"},
       {"tgt-spm-model", {"tgt_spm_model"}, "data", "spm target side: use this SentencePiece .model file"},
       {"spm-model", {"spm_model"}, "data", "spm language model or --joint-vocab: use this SentencePiece .model file"},
+      {"bpe-vocab", {"bpe_vocab"}, "data", "gpt2-bpe: GPT-2's vocabulary file (encoder.json or vocab.json)"},
+      {"bpe-merges", {"bpe_merges"}, "data", "gpt2-bpe: GPT-2's merges file (vocab.bpe or merges.txt)"},
       {"joint-vocab", {"joint_vocab"}, "data", "one vocabulary (one SentencePiece model with spm) for source and target"},
       {"spm-max-lines", {"spm_max_lines"}, "data", "at most N lines (evenly spaced) train a SentencePiece model"},
       // ---- how the run starts ----

@@ -38,21 +38,24 @@ namespace tfm::data {
 // the byte offset; BYTE maps each byte to the id of byte_token(b). SPACE: tokenize + Vocab::encode.
 // SPM: each line's pieces (an unknown one <unk>), and the piece "<0x0A>" for each newline (a model
 // without it throws naming `source` and the model). `source` names the text in messages
-// ("prompt.txt: invalid UTF-8 at byte 3 ..."). A Tokenization converts to its Tokenizer.
+// ("prompt.txt: invalid UTF-8 at byte 3 ..."). GPT2_BPE: the BPE's ids of the whole text
+// (tfm/data/bpe.h). A Tokenization converts to its Tokenizer.
 std::vector<int32_t> encode_text(const Vocab& vocab, const Tokenizer& t, const std::string& text,
                                  const std::string& source = "text");
 // Ids → text: each token's text (a byte token its byte, <unk> U+FFFD), <pad>, <bos> and <eos>
 // dropped; SPACE joins tokens with one space. Throws std::out_of_range for an id outside the
 // vocabulary. BYTE output may end inside a UTF-8 sequence when the ids do. SPM: piece by piece, a
 // byte piece its byte and "▁" a space (SentencePiece's own decoding for the lossless models of
-// tfm/data/tokenizer.h, and it works on one id at a time, as generation prints).
+// tfm/data/tokenizer.h, and it works on one id at a time, as generation prints). GPT2_BPE: the bytes
+// of the BPE's tokens (one id at a time may end inside a UTF-8 sequence; ids past the BPE's, the rows
+// of a padded vocabulary, add nothing).
 std::string decode_text(const Vocab& vocab, const Tokenizer& t, const std::vector<int32_t>& ids);
 
 // The vocabulary of a text file: CHAR gives <pad>, <bos>, <eos>, <unk>, then every code point of
 // the file by decreasing count (ties in byte order), as Vocab::build; BYTE gives byte_vocab().
 // Throws DataError (tfm/data/tsv.h) naming the file when it is empty, unreadable, or (CHAR) not
 // valid UTF-8, with the byte offset. SPACE is refused (a text's words are not a closed set), and SPM
-// too (its vocabulary is its model's: Tokenizer::vocab).
+// and GPT2_BPE too (their vocabulary is their files': Tokenizer::vocab).
 Vocab build_text_vocab(const std::string& path, Tokenization t);
 // A lossless SentencePiece model (tfm/data/tokenizer.h) trained on the lines of a text file (at most
 // options.max_lines of them, evenly spaced). Throws DataError naming the file (unreadable, empty,

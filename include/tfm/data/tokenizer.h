@@ -1,6 +1,10 @@
 // tfm/data/tokenizer.h — a tokenizer as one copyable value: char / space / byte (the functions of
-// tfm/data/vocab.h, which it calls unchanged) or a SentencePiece model (spm), and training such a
-// model in-process.
+// tfm/data/vocab.h, which it calls unchanged), a SentencePiece model (spm) or GPT-2's byte-level BPE
+// (gpt2-bpe, tfm/data/bpe.h), and training a SentencePiece model in-process.
+//
+// A gpt2-bpe tokenizer is its two files (vocabulary JSON and merges), kept as read so that a model
+// directory stores them unchanged; its vocabulary (Tokenizer::vocab) is the BPE's tokens in id order,
+// with "<|endoftext|>" as both bos and eos and no <pad> or <unk> (every byte has a token).
 //
 // An spm model for tfm has the specials at tfm's ids with tfm's spelling: <pad>=0, <bos>=1, <eos>=2,
 // <unk>=3, so the vocabulary of its pieces in id order (Tokenizer::vocab) is an ordinary Vocab. The
@@ -23,7 +27,7 @@
 // logging is off (the library never prints).
 //
 // To add a tokenizer kind: a Tokenization enumerator (tfm/data/vocab.h), its case in tokenize /
-// detokenize here, and tests in tests/spm/ or tests/data/.
+// detokenize here, its files in tfm/models/model_dir.h, and tests in tests/spm/ or tests/data/.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +36,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tfm/data/bpe.h"
 #include "tfm/data/vocab.h"
 
 namespace tfm::data {
@@ -58,28 +63,49 @@ class Tokenizer {
   // The same from the file's bytes; `name` stands for the file in messages.
   static Tokenizer from_spm_model(std::string model, const std::string& name);
 
+  // GPT-2's byte-level BPE from its vocabulary (encoder.json / vocab.json) and merges (vocab.bpe /
+  // merges.txt) files; errors as ByteLevelBpe::load (one line naming the file).
+  static Tokenizer load_gpt2_bpe(const std::string& vocab_path, const std::string& merges_path);
+  // The same from the files' contents; the names stand for the files in messages.
+  static Tokenizer from_gpt2_bpe(std::string vocab_json, const std::string& vocab_name, std::string merges,
+                                 const std::string& merges_name);
+
   Tokenization kind() const { return kind_; }
   bool is_spm() const { return kind_ == Tokenization::SPM; }
+  bool is_bpe() const { return kind_ == Tokenization::GPT2_BPE; }
+  // A tokenizer with its own vocabulary (spm, gpt2-bpe): Tokenizer::vocab gives it.
+  bool has_vocab() const { return is_spm() || is_bpe(); }
   // SPM: the serialized model (the .model file's bytes) and where it came from; "" otherwise.
   const std::string& spm_model() const;
   const std::string& spm_name() const;
+  // GPT2_BPE: the loaded BPE, and its two files' contents as read (throws unless loaded from files).
+  const ByteLevelBpe& bpe() const;
+  const std::string& bpe_vocab_json() const;
+  const std::string& bpe_merges() const;
+  // The file(s) the model came from, for messages: spm_name, or "<vocab file> and <merges file>".
+  std::string name() const;
 
-  // Text → tokens: char / space / byte as data::tokenize; SPM the model's pieces ("▁the", "<0x0A>").
-  // Throws std::invalid_argument (invalid UTF-8 under char, SPM without a model).
+  // Text → tokens: char / space / byte as data::tokenize; SPM the model's pieces ("▁the", "<0x0A>");
+  // GPT2_BPE the BPE's tokens ("Ġthe"). Throws std::invalid_argument (invalid UTF-8 under char and
+  // gpt2-bpe, SPM / GPT2_BPE without their files).
   Tokens tokenize(const std::string& text) const;
   // Tokens → text: char / space / byte as data::detokenize; SPM SentencePiece's decoding ("▁" becomes
-  // a space, the dummy prefix is dropped, byte pieces become their bytes, <unk> " ⁇ ").
+  // a space, the dummy prefix is dropped, byte pieces become their bytes, <unk> " ⁇ "); GPT2_BPE the
+  // bytes the tokens stand for (a token outside the vocabulary throws std::invalid_argument).
   std::string detokenize(const Tokens& tokens) const;
 
-  // SPM: the model's pieces in id order, as a Vocab (specials at 0..3).
+  // SPM: the model's pieces in id order, as a Vocab (specials at 0..3); GPT2_BPE: the BPE's tokens
+  // in id order (bos = eos = "<|endoftext|>", no <pad>, no <unk>). Throws for the other kinds.
   Vocab vocab() const;
 
   friend bool operator==(const Tokenizer& a, Tokenization t) { return a.kind_ == t; }
 
  private:
   struct Spm;
+  struct Bpe;
   Tokenization kind_ = Tokenization::CHAR;
   std::shared_ptr<const Spm> spm_;  // SPM: the loaded model, shared by copies (read-only)
+  std::shared_ptr<const Bpe> bpe_;  // GPT2_BPE: the loaded BPE and its files, shared by copies
 };
 
 // data::tokenize / data::detokenize with a Tokenizer (an spm one included): callers written for a

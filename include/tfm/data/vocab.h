@@ -4,7 +4,11 @@
 // specials <pad>=0, <bos>=1, <eos>=2, <unk>=3, then the file's tokens by decreasing frequency (ties:
 // byte order), so the same file always gives the same ids. The built-in tasks use their own
 // layout (tfm/data/tasks.h) where the special ids differ; a Vocab therefore stores where its
-// specials are instead of assuming 0..3. The byte vocabulary (byte_vocab) is fixed: ids 0..255 are
+// specials are instead of assuming 0..3. Any special may be absent: GPT-2's vocabulary
+// (tfm/data/bpe.h) has no <pad> and no <unk>, and its one special "<|endoftext|>" is both <bos> and
+// <eos> (found by that spelling when <bos> / <eos> are absent). A language model's windows never pad,
+// so it needs no <pad>; what pads its batches (TSV pairs, the encoder and seq2seq families) refuses a
+// vocabulary without one (ModelConfig::validate says why). The byte vocabulary (byte_vocab) is fixed: ids 0..255 are
 // the bytes, spelled "<0x00>".."<0xFF>", then <pad>=256, <bos>=257, <eos>=258 (no <unk>: every byte
 // is known).
 //
@@ -29,13 +33,15 @@ namespace tfm::data {
 // A sequence of tokens (strings), as read from text or decoded.
 using Tokens = std::vector<std::string>;
 
-enum class Tokenization { CHAR, SPACE, BYTE, SPM };
+enum class Tokenization { CHAR, SPACE, BYTE, SPM, GPT2_BPE };
 
 // CHAR: every UTF-8 code point is a token (throws std::invalid_argument on invalid UTF-8).
 // SPACE: maximal runs of non-whitespace (space, tab, \r, \n, \v, \f separate).
 // BYTE: every byte is a token, spelled byte_token(b) ("<0x0A>" for a newline); any bytes are accepted.
 // SPM: a SentencePiece model's pieces; it needs the model, so it goes through data::Tokenizer
 // (tfm/data/tokenizer.h) and these two functions throw std::invalid_argument for it.
+// GPT2_BPE: GPT-2's byte-level BPE (tfm/data/bpe.h); it needs its two files, so it too goes through
+// data::Tokenizer and these two functions throw for it.
 std::vector<std::string> tokenize(const std::string& text, Tokenization t);
 // Inverse for well-formed text: CHAR concatenates, SPACE joins with one space, BYTE turns each
 // "<0xNN>" back into its byte (other tokens are copied as they are).
@@ -50,11 +56,12 @@ class Vocab {
   static constexpr const char* BOS = "<bos>";
   static constexpr const char* EOS = "<eos>";
   static constexpr const char* UNK = "<unk>";
+  static constexpr const char* ENDOFTEXT = "<|endoftext|>";  // GPT-2's bos and eos (see above)
 
   Vocab() = default;
   // Specials 0..3, then every token of `sequences` by decreasing count, ties in byte order.
   static Vocab build(const std::vector<std::vector<std::string>>& sequences);
-  // Exactly these tokens in this order; specials found by spelling (<pad> is required).
+  // Exactly these tokens in this order; specials found by spelling (any may be absent).
   static Vocab from_tokens(std::vector<std::string> tokens);
   // "*.json": a JSON array of strings; otherwise one token per line. Throws std::invalid_argument
   // naming the file and the entry (and its line) on an empty token, a duplicate or malformed JSON.
@@ -75,8 +82,8 @@ class Vocab {
   std::vector<std::string> decode(const std::vector<int32_t>& ids) const;
   const std::vector<std::string>& tokens() const { return tokens_; }
 
-  int32_t pad_id() const { return pad_; }
-  int32_t bos_id() const { return bos_; }  // -1 when absent
+  int32_t pad_id() const { return pad_; }  // -1 when absent
+  int32_t bos_id() const { return bos_; }  // -1 when absent (may equal eos_id)
   int32_t eos_id() const { return eos_; }  // -1 when absent
   int32_t unk_id() const { return unk_; }  // -1 when absent
 
@@ -97,10 +104,11 @@ namespace tfm {
 template <>
 struct EnumNames<data::Tokenization> {
   static constexpr const char* noun = "tokenization";
-  static constexpr std::array<std::pair<data::Tokenization, std::string_view>, 4> names{
+  static constexpr std::array<std::pair<data::Tokenization, std::string_view>, 5> names{
       {{data::Tokenization::CHAR, "char"},
        {data::Tokenization::SPACE, "space"},
        {data::Tokenization::BYTE, "byte"},
-       {data::Tokenization::SPM, "spm"}}};
+       {data::Tokenization::SPM, "spm"},
+       {data::Tokenization::GPT2_BPE, "gpt2-bpe"}}};
 };
 }  // namespace tfm

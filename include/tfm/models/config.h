@@ -42,7 +42,8 @@
 // one set of layer weights shared by every layer of a stack (share_layers), stochastic depth
 // (drop_path). They apply to every layer of the model, the decoder's two attentions alike
 // (TransformerLayerOptions, tfm/modules/transformer.h, holds their meaning).
-// Token conventions: pad_id is ignored everywhere (padding masks, loss). Sources carry no bos/eos; the
+// Token conventions: pad_id is ignored everywhere (padding masks, loss); a DECODER may have none
+// (pad_id −1: GPT-2's vocabulary, whose one special <|endoftext|> is bos_id = eos_id). Sources carry no bos/eos; the
 // decoder input is bos + target, the decoder output target + eos. DECODER windows hold text only
 // (no padding, no bos/eos): input window[0:T], targets window[1:T+1].
 //

@@ -33,6 +33,11 @@ struct GenerateOptions {
   int64_t num_samples = 1;       // ≥ 1 samples, one after the other
   uint64_t seed = 0;
   std::vector<int32_t> stop;     // token ids: a sample ends right after producing them (empty: none)
+  // A sample also ends right after producing the model's eos_id (config), unless ignore_eos.
+  bool ignore_eos = false;
+  // Token ids never drawn (their logits are −inf for the draw): a model directory's are
+  // never_generated (tfm/models/model_dir.h): <pad>, <bos> unless it is also <eos>, <unk>, padded rows.
+  std::vector<int32_t> suppress;
   bool use_cache = true;         // false: recompute the window's full forward every step (tests)
   // Called with each step's next-token logits (V) before the draw, when set (tests, tools).
   std::function<void(int64_t sample, const float* logits, int64_t V)> on_logits;
@@ -42,7 +47,7 @@ struct GenerateOptions {
 using TokenCallback = std::function<void(int64_t sample, int32_t token)>;
 
 // prompt: token ids (non-empty, each in [0, V)). Returns the generated ids of each sample (the prompt
-// not included; with a stop sequence, ending with it). Runs under InferenceMode (the caller's
+// not included; with a stop sequence or eos, ending with it). Throws when `suppress` leaves no token. Runs under InferenceMode (the caller's
 // precision) and in eval mode, restoring the model's training flag afterwards (do not generate
 // concurrently with training the same model). Throws std::invalid_argument for an architecture
 // other than DECODER, an empty prompt, an id outside the vocabulary, or bad options.

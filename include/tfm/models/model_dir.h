@@ -12,6 +12,10 @@
 //   src.spm.model, tgt.spm.model    a side's SentencePiece model when its tokenization is spm
 //   spm.model                 instead, the one SentencePiece model of both sides (a joint vocabulary,
 //                              or a language model)
+//   bpe_vocab.json, bpe_merges.txt  GPT-2's byte-level BPE files (tokenization gpt2-bpe), byte for
+//                              byte as given (encoder.json / vocab.json and vocab.bpe / merges.txt)
+//   gpt2_source.json          a directory imported from GPT-2 (tfm/models/gpt2.h): how to write the
+//                              source back bit for bit
 //   model.safetensors         the model's state_dict (PyTorch keys)
 //   trainer_state.safetensors, metrics.csv, curves.svg   the training run (tfm/train/trainer.h)
 #pragma once
@@ -38,6 +42,8 @@ inline constexpr const char* TGT_VOCAB_JSON = "tgt_vocab.json";
 inline constexpr const char* SRC_SPM = "src.spm.model";
 inline constexpr const char* TGT_SPM = "tgt.spm.model";
 inline constexpr const char* JOINT_SPM = "spm.model";
+inline constexpr const char* BPE_VOCAB = "bpe_vocab.json";
+inline constexpr const char* BPE_MERGES = "bpe_merges.txt";
 inline constexpr int FORMAT_VERSION = 1;
 
 std::string path(const std::string& dir, const char* file);  // dir/file
@@ -54,10 +60,12 @@ std::string tgt_vocab_path(const std::string& dir);
 // files of the other format so that a directory never holds two vocabularies for a side.
 void save_vocabs(const std::string& dir, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, bool json);
 // Writes the SentencePiece models of the spm sides into DIR: spm.model when both sides have the same
-// model, else src.spm.model / tgt.spm.model; removes the files a side does not use.
+// model, else src.spm.model / tgt.spm.model; and a gpt2-bpe side's two files (one BPE a directory:
+// two different ones throw). Removes the files no side uses.
 void save_tokenizers(const std::string& dir, const data::Tokenizer& src, const data::Tokenizer& tgt);
 // A side's tokenizer for tokenization `t`: for spm, DIR's src.spm.model (tgt.spm.model), else its
 // spm.model; throws std::runtime_error naming the files when neither exists (or the file's error).
+// For gpt2-bpe DIR's bpe_vocab.json and bpe_merges.txt (their errors name them).
 data::Tokenizer load_tokenizer(const std::string& dir, data::Tokenization t, bool target);
 // One object of DIR/config.json ("model", "train" or "vocab") as JSON text, after checking the
 // format and version; throws std::runtime_error naming the file.
@@ -87,6 +95,11 @@ TrainedModel load_model_dir(const std::string& dir, bool weights = true);
 //   "<dir> is not a language model (arch seq2seq); <use>"   (kind TEXT)
 //   "<dir> is a language model: <use>"                        (kind PAIRS)
 void require_data(const TrainedModel& m, DataKind kind, const std::string& use);
+
+// The target tokens a language model of DIR never generates (GenerateOptions::suppress, in id
+// order): <pad>, <bos> unless it is also <eos> (GPT-2's <|endoftext|>), <unk>, and with a gpt2-bpe
+// tokenizer the vocabulary's rows past the BPE's tokens (a vocabulary padded to a round size).
+std::vector<int32_t> never_generated(const TrainedModel& m);
 
 // Source ids (no bos/eos/pad) → predicted target tokens (greedy or beam), in input order, decoded
 // in length-sorted batches of `batch_size` under one InferenceMode scope of the caller's precision.

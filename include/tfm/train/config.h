@@ -61,6 +61,10 @@ struct TrainConfig {
   std::string src_spm_model, tgt_spm_model, spm_model;
   bool joint_vocab = false;
   int64_t spm_max_lines = 2000000;
+  // ---- GPT-2's byte-level BPE, for tgt_tokens gpt2-bpe (text data only; tfm/data/bpe.h) ----
+  // Its vocabulary (encoder.json / vocab.json) and merges (vocab.bpe / merges.txt) files; a run from a
+  // model directory uses the directory's copies.
+  std::string bpe_vocab, bpe_merges;
 
   // ---- model (vocab sizes and special ids are filled in from the data) ----
   ModelConfig model;
@@ -129,6 +133,8 @@ struct TrainConfig {
     visit("spm_model", c.spm_model);
     visit("joint_vocab", c.joint_vocab);
     visit("spm_max_lines", c.spm_max_lines);
+    visit("bpe_vocab", c.bpe_vocab);
+    visit("bpe_merges", c.bpe_merges);
     visit("epochs", c.epochs);
     visit("max_steps", c.max_steps);
     visit("time_budget", c.time_budget);
