@@ -289,9 +289,10 @@ PYBIND11_MODULE(_core, m) {
       .def("generate",
            [](const PyTrainedModel& t, const std::string& prompt, int64_t max_new_tokens, float temperature,
               int64_t top_k, float top_p, uint64_t seed, std::optional<std::string> stop,
-              std::optional<std::function<void(std::string)>> on_piece, bool ignore_eos) {
+              std::optional<std::function<void(std::string)>> on_piece, bool ignore_eos, bool prefill) {
              tfm::GenerateOptions gen;
              gen.ignore_eos = ignore_eos;
+             gen.prefill = prefill;
              gen.max_new_tokens = max_new_tokens;
              gen.sampling.temperature = temperature;
              gen.sampling.top_k = top_k;
@@ -320,7 +321,20 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("prompt"), py::arg("max_new_tokens") = 256, py::arg("temperature") = 1.0f, py::arg("top_k") = 0,
            py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(), py::arg("on_piece") = py::none(),
-           py::arg("ignore_eos") = false)
+           py::arg("ignore_eos") = false, py::arg("prefill") = true)
+      .def("encode",
+           [](const PyTrainedModel& t, const std::string& text) {
+             tfm::require_data(t.m, tfm::DataKind::TEXT, "encode() is a language model's (translate() takes lines)");
+             return tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, text, "text");
+           },
+           py::arg("text"))
+      .def("decode",
+           [](const PyTrainedModel& t, const std::vector<int32_t>& ids) {
+             tfm::require_data(t.m, tfm::DataKind::TEXT, "decode() is a language model's");
+             const std::string s = tfm::data::decode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, ids);
+             return py::bytes(s);
+           },
+           py::arg("ids"))
       .def("score",
            [](const PyTrainedModel& t, const std::string& text, int64_t batch_size) {
              if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));

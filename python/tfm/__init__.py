@@ -266,12 +266,22 @@ class Model:
         return self._core.translate(list(lines), int(beam), int(batch_size))
 
     def generate(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
-                 ignore_eos=False):
+                 ignore_eos=False, prefill=True):
         """The text a language model generates after `prompt` (the prompt not included), as `tfm generate` with
         the same options prints it after the prompt. stop: the generation ends right after this text; it also
-        ends at the end-of-text token unless ignore_eos."""
+        ends at the end-of-text token unless ignore_eos. prefill=False feeds the prompt one position per model
+        call instead of one pass (the same tokens, slower: a benchmark's baseline)."""
         return self._core.generate(prompt, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
-                                   int(seed), stop, None, bool(ignore_eos))
+                                   int(seed), stop, None, bool(ignore_eos), bool(prefill))
+
+    def encode(self, text):
+        """A language model's token ids of `text` (list of int), as it reads a prompt."""
+        return self._core.encode(text)
+
+    def decode(self, ids):
+        """The bytes a language model's token ids stand for (bytes: ids cut inside a UTF-8 character need not
+        decode to text); the end-of-text and padding tokens add nothing."""
+        return self._core.decode(list(ids))
 
     def stream(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
                ignore_eos=False):
@@ -292,7 +302,7 @@ class Model:
         def work():
             try:
                 self._core.generate(prompt, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
-                                    int(seed), stop, on_piece, bool(ignore_eos))
+                                    int(seed), stop, on_piece, bool(ignore_eos), True)
                 q.put(done)
             except _Stop:
                 q.put(done)

@@ -159,7 +159,8 @@ Tensor FamilyModel::embed_target(const std::vector<int32_t>&, int64_t, int64_t, 
 const TransformerDecoder& FamilyModel::decoder() const {
   unsupported("decoder", "it has no encoder–decoder TransformerDecoder");
 }
-Tensor FamilyModel::lm_logits(const std::vector<int32_t>&, int64_t, int64_t, int64_t, TransformerEncoderCache*) const {
+Tensor FamilyModel::lm_logits(const std::vector<int32_t>&, int64_t, int64_t, int64_t, TransformerEncoderCache*,
+                              bool) const {
   unsupported("lm_logits", "a language model's next-token logits need arch decoder: tfm generate and tfm eval --text");
 }
 TransformerEncoderCache FamilyModel::make_lm_cache(int64_t, int64_t) const {

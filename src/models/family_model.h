@@ -74,7 +74,7 @@ class FamilyModel : public Module {
   virtual const TransformerDecoder& decoder() const;
   // Language-model decoding; others throw.
   virtual Tensor lm_logits(const std::vector<int32_t>& ids, int64_t B, int64_t T, int64_t offset,
-                           TransformerEncoderCache* cache) const;
+                           TransformerEncoderCache* cache, bool last_only) const;
   virtual TransformerEncoderCache make_lm_cache(int64_t rows, int64_t capacity) const;
 
   Tensor project(const Tensor& h) const { return generator_->forward(h); }  // (..., D) → (..., V_tgt)

@@ -70,9 +70,15 @@ std::vector<std::vector<int32_t>> generate(const Model& model, const std::vector
         if (opt.use_cache) {
           cache = model.make_lm_cache(1, block);
           refill = false;
-          logits = model.lm_logits(window, 1, T, 0, &cache);
+          if (opt.prefill || T == 1) {
+            logits = model.lm_logits(window, 1, T, 0, &cache, /*last_only=*/true);
+          } else {  // position 0 alone, then the rest one position per call
+            model.lm_logits({window[0]}, 1, 1, 0, &cache);
+            logits = model.lm_logits(std::vector<int32_t>(window.begin() + 1, window.end()), 1, T - 1, 1, &cache,
+                                     /*last_only=*/true);
+          }
         } else {
-          logits = model.lm_logits(window, 1, T, 0);
+          logits = model.lm_logits(window, 1, T, 0, nullptr, /*last_only=*/true);
         }
       }
       const float* last = logits.data() + (logits.size(1) - 1) * V;

@@ -13,8 +13,9 @@
 // norms keep their ones and zeros.
 //
 // One function, lm_logits, serves training (through forward), evaluation and generation: without a
-// cache the causal forward of the window; with one, the positions fed one at a time, each appended to
-// the cache.
+// cache the causal forward of the window; with one, a prompt into an empty cache as one causal pass
+// (a prefill), later positions one at a time, each appended to the cache. Generation asks for the last
+// position's logits only (last_only).
 #include <algorithm>
 #include <cmath>
 
@@ -55,25 +56,35 @@ class LanguageModel : public FamilyModel {
   // The next-token logits of every position: lm_logits(batch.src, B, S), S = T.
   Tensor forward(const data::TokenBatch& b) const override {
     check_batch(b, config_);
-    return lm_logits(b.src, b.B, b.S, 0, nullptr);
+    return lm_logits(b.src, b.B, b.S, 0, nullptr, /*last_only=*/false);
   }
 
   Tensor lm_logits(const std::vector<int32_t>& ids, int64_t B, int64_t T, int64_t offset,
-                   TransformerEncoderCache* cache) const override {
+                   TransformerEncoderCache* cache, bool last_only) const override {
     const auto fail = [](const std::string& m) { throw std::invalid_argument("model: lm_logits: " + m); };
     if (B <= 0 || T <= 0) fail("B and T must be positive (got " + std::to_string(B) + ", " + std::to_string(T) + ")");
     if (static_cast<int64_t>(ids.size()) != B * T)
       fail("ids has " + std::to_string(ids.size()) + " entries, expected B·T = " + std::to_string(B * T));
     if (offset < 0) fail("offset must be non-negative, got " + std::to_string(offset));
+    // (B, T, D) → logits (B, T, V), or with last_only of position T − 1 alone (B, 1, V): a copy of those
+    // rows, outside the autograd tape (generation runs under InferenceMode).
+    const auto head = [&](const Tensor& h) {
+      if (!last_only || T == 1) return project(h);
+      const int64_t D = h.size(2);
+      Tensor last = Tensor::empty({B, 1, D});
+      for (int64_t b = 0; b < B; ++b)
+        std::copy(h.data() + (b * T + T - 1) * D, h.data() + (b * T + T) * D, last.data() + b * D);
+      return project(last);
+    };
     if (!cache) {
       const Tensor x = embedder_.embed(*embedding_, pos_embedding_.get(), ids, B, T, offset);  // (B, T, D)
-      return project(decoder_->forward(x, Tensor(), Tensor(), /*is_causal=*/true));        // (B, T, V)
+      return head(decoder_->forward(x, Tensor(), Tensor(), /*is_causal=*/true));
     }
     if (cache->length() != offset)
       fail("offset " + std::to_string(offset) + " must be the cache's length " + std::to_string(cache->length()));
     if (offset == 0 && T > 1) {  // a prompt into an empty cache: one causal pass that fills it (a prefill)
-      const Tensor x = embedder_.embed(*embedding_, pos_embedding_.get(), ids, B, T, 0);       // (B, T, D)
-      return project(decoder_->forward(x, Tensor(), Tensor(), /*is_causal=*/true, cache));  // (B, T, V)
+      const Tensor x = embedder_.embed(*embedding_, pos_embedding_.get(), ids, B, T, 0);  // (B, T, D)
+      return head(decoder_->forward(x, Tensor(), Tensor(), /*is_causal=*/true, cache));
     }
     // Positions after the first step: one per step (the cache's rule), T > 1 fed step by step.
     const int64_t V = config_.tgt_vocab_size;
@@ -83,8 +94,9 @@ class LanguageModel : public FamilyModel {
       for (int64_t b = 0; b < B; ++b) column[static_cast<size_t>(b)] = ids[static_cast<size_t>(b * T + t)];
       const Tensor x = embedder_.embed(*embedding_, pos_embedding_.get(), column, B, 1, offset + t);  // (B, 1, D)
       const Tensor h = decoder_->forward(x, Tensor(), Tensor(), /*is_causal=*/true, cache);          // (B, 1, D)
+      if (last_only && t < T - 1) continue;
       const Tensor step = project(h);                                                                // (B, 1, V)
-      if (T == 1) return step;
+      if (T == 1 || last_only) return step;
       if (!out.defined()) out = Tensor::empty({B, T, V});
       const float* src = step.data();
       float* dst = out.data();

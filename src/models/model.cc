@@ -53,8 +53,8 @@ const TransformerDecoder& Model::decoder() const { return impl_->decoder(); }
 Tensor Model::project(const Tensor& h) const { return impl_->project(h); }
 
 Tensor Model::lm_logits(const std::vector<int32_t>& ids, int64_t B, int64_t T, int64_t offset,
-                        TransformerEncoderCache* cache) const {
-  return impl_->lm_logits(ids, B, T, offset, cache);
+                        TransformerEncoderCache* cache, bool last_only) const {
+  return impl_->lm_logits(ids, B, T, offset, cache, last_only);
 }
 
 TransformerEncoderCache Model::make_lm_cache(int64_t rows, int64_t capacity) const {

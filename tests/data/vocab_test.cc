@@ -60,8 +60,18 @@ TEST(Vocab, SaveLoadRoundTripAndErrors) {
     EXPECT_NE(std::string(e.what()).find("dup.txt"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("appears twice"), std::string::npos) << e.what();
   }
+  // Specials may be absent (a language model's vocabulary needs no <pad>); GPT-2's <|endoftext|> is bos and eos.
   { std::ofstream(dir + "/nopad.txt") << "a\nb\n"; }
-  EXPECT_THROW(Vocab::load(dir + "/nopad.txt"), std::invalid_argument);
+  const Vocab nopad = Vocab::load(dir + "/nopad.txt");
+  EXPECT_EQ(nopad.pad_id(), -1);
+  EXPECT_EQ(nopad.unk_id(), -1);
+  EXPECT_THROW(nopad.id("c"), std::invalid_argument);
+  { std::ofstream(dir + "/gpt2.txt") << "a\n<|endoftext|>\nb\n"; }
+  const Vocab gpt2 = Vocab::load(dir + "/gpt2.txt");
+  EXPECT_EQ(gpt2.bos_id(), 1);
+  EXPECT_EQ(gpt2.eos_id(), 1);
+  EXPECT_EQ(gpt2.pad_id(), -1);
+  EXPECT_EQ(gpt2.decode({0, 2, 1, 0}), (std::vector<std::string>{"a", "b"}));
 }
 
 TEST(Vocab, JsonFileHoldsAnyCodePointAndTxtFilesKeepLoading) {

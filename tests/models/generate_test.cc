@@ -67,6 +67,7 @@ TEST(Generate, CachedEqualsUncached) {
   for (const std::vector<int32_t>& prompt : {std::vector<int32_t>{3, 5, 7}, std::vector<int32_t>{4, 4, 1, 9, 2, 3, 0, 6, 10, 5, 8, 7}}) {
     for (float temperature : {0.0f, 1.0f}) {
       GenerateOptions o;
+      o.ignore_eos = true;  // the tiny models' eos_id 2 is an ordinary token of their random text
       o.max_new_tokens = 30;
       o.sampling.temperature = temperature;
       o.seed = 9;
@@ -92,6 +93,7 @@ TEST(Generate, GreedyAndTopKOne) {
   const Model& m = *m_ptr;
   const std::vector<int32_t> prompt = {6, 2};
   GenerateOptions o;
+  o.ignore_eos = true;  // the tiny models' eos_id 2 is an ordinary token of their random text
   o.max_new_tokens = 20;
   o.sampling.temperature = 0;
   const auto greedy = generate(m, prompt, o)[0];
@@ -119,6 +121,7 @@ TEST(Generate, SeedFixesSamplesAcrossThreads) {
   const auto m_ptr = tiny_lm(3);
   const Model& m = *m_ptr;
   GenerateOptions o;
+  o.ignore_eos = true;  // the tiny models' eos_id 2 is an ordinary token of their random text
   o.max_new_tokens = 24;
   o.num_samples = 3;
   o.seed = 5;
@@ -147,6 +150,7 @@ TEST(Generate, SlidingWindow) {
   const auto m_ptr = tiny_lm(4);
   const Model& m = *m_ptr;
   GenerateOptions o;
+  o.ignore_eos = true;  // the tiny models' eos_id 2 is an ordinary token of their random text
   o.max_new_tokens = 200;
   o.sampling.temperature = 0;
   const Recorded r = run(m, {5}, o);
@@ -174,6 +178,7 @@ TEST(Generate, StopSequenceAndStreaming) {
   const auto m_ptr = tiny_lm(5);
   const Model& m = *m_ptr;
   GenerateOptions o;
+  o.ignore_eos = true;  // the tiny models' eos_id 2 is an ordinary token of their random text
   o.max_new_tokens = 40;
   o.seed = 2;
   const auto full = generate(m, {7}, o)[0];
@@ -205,6 +210,7 @@ TEST(Generate, Errors) {
     }
   };
   GenerateOptions o;
+  o.ignore_eos = true;  // the tiny models' eos_id 2 is an ordinary token of their random text
   fails({}, o, "prompt is empty");
   fails({3, 11}, o, "prompt id 11 at position 1 is outside the vocabulary [0, 11)");
   fails({3, -1}, o, "prompt id -1");

@@ -370,7 +370,8 @@ TEST(Gpt2, ImportMatchesTorchTwinAndExportRoundTrips) {
 }
 
 // Cached generation (the prompt prefilled in one pass, then one token a step, the window sliding past
-// n_positions) gives the same tokens as the full forward of the window at every step.
+// n_positions) gives the same tokens as the prompt fed one position per call, and as the full forward
+// of the window at every step.
 TEST(Gpt2, CachedGenerationEqualsFullForward) {
   Tiny t;
   t.layers = 2, t.d = 16, t.positions = 24;
@@ -387,6 +388,9 @@ TEST(Gpt2, CachedGenerationEqualsFullForward) {
   std::vector<std::vector<float>> cached, full;
   o.on_logits = [&](int64_t, const float* l, int64_t V) { cached.emplace_back(l, l + V); };
   const auto a = generate(*m.model, prompt, o);
+  o.prefill = false;  // the prompt one position per call: the same tokens
+  o.on_logits = {};
+  EXPECT_EQ(generate(*m.model, prompt, o), a);
   o.use_cache = false;
   o.on_logits = [&](int64_t, const float* l, int64_t V) { full.emplace_back(l, l + V); };
   const auto b = generate(*m.model, prompt, o);

@@ -61,7 +61,7 @@ TEST(TrainConfig, SetFieldParsesCommandLineTextAndNamesTheKey) {
   expect_error("pad_id", "4294967296", "train config: pad_id must be an integer in range, got '4294967296'");
   expect_error("activation", "tanh",
                "train config: unknown activation 'tanh' (expected relu, gelu, gelu_tanh, glu, geglu or swiglu)");
-  expect_error("src_tokens", "word", "train config: 'src_tokens': unknown tokenization 'word' (expected char, space, byte or spm)");
+  expect_error("src_tokens", "word", "train config: 'src_tokens': unknown tokenization 'word' (expected char, space, byte, spm or gpt2-bpe)");
   expect_error("task", "rot13", "train config: unknown task 'rot13' (expected reverse, copy or sort)");
   expect_error("d_modle", "8", "train config: unknown key 'd_modle'");
   EXPECT_EQ(c.model.d_model, 32);  // a refused value changes nothing

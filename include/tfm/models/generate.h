@@ -39,6 +39,9 @@ struct GenerateOptions {
   // never_generated (tfm/models/model_dir.h): <pad>, <bos> unless it is also <eos>, <unk>, padded rows.
   std::vector<int32_t> suppress;
   bool use_cache = true;         // false: recompute the window's full forward every step (tests)
+  // With the cache, a fresh window's tokens run as one causal pass (a prefill); false feeds them one
+  // position per model call instead, the loop tfm ran before (the baseline of bench/gpt2_generate.py).
+  bool prefill = true;
   // Called with each step's next-token logits (V) before the draw, when set (tests, tools).
   std::function<void(int64_t sample, const float* logits, int64_t V)> on_logits;
 };

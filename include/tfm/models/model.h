@@ -64,8 +64,10 @@ class Model : public Module {
   // at a time, each appended to the cache; the logits equal the full causal forward's at those
   // positions (to float32 rounding). Growing the cache beyond max_len positions throws (the position
   // table ends there): slide the window by refilling a fresh cache.
+  // With last_only the result is (B, 1, V): the last position's logits alone (what generation needs;
+  // the output projection, V·D per position, is not run for the others).
   Tensor lm_logits(const std::vector<int32_t>& ids, int64_t B, int64_t T, int64_t offset = 0,
-                   TransformerEncoderCache* cache = nullptr) const;
+                   TransformerEncoderCache* cache = nullptr, bool last_only = false) const;
   // An empty cache for lm_logits: one AttentionCache per applied layer, each holding `capacity`
   // positions before it grows; `rows` (B) is the batch lm_logits will feed it.
   TransformerEncoderCache make_lm_cache(int64_t rows, int64_t capacity) const;
