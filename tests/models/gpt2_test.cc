@@ -454,4 +454,45 @@ TEST(Gpt2, InitFromTrainsAndTheLossFalls) {
   EXPECT_NO_THROW(export_gpt2(root + "/ft", root + "/ft_hf"));
 }
 
+// Training a new language model on GPT-2's tokenizer (--tokens gpt2-bpe --bpe-vocab --bpe-merges): the
+// text is the BPE's ids, the directory keeps the two files byte for byte, and resuming reads them back.
+TEST(Gpt2, TrainsFromScratchWithGpt2Bpe) {
+  const std::string root = tfm::testing::temp_dir("gpt2_bpe_train");
+  write_byte_tokenizer(root);
+  spit(root + "/merges.txt", "#version: 0.2\nt h\n");  // one merge: "th"
+  json v = json::parse(slurp(root + "/vocab.json"));
+  v["th"] = 257;
+  spit(root + "/vocab.json", v.dump());
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "the thin thread " + std::to_string(i) + "\n";
+  spit(root + "/t.txt", text);
+  const std::vector<std::string> args = {"--text", root + "/t.txt", "--tokens", "gpt2-bpe", "--bpe-vocab",
+                                         root + "/vocab.json", "--bpe-merges", root + "/merges.txt", "--out",
+                                         root + "/lm", "--max-steps", "4", "--block-size", "16", "--batch-size", "4",
+                                         "--d-model", "16", "--nhead", "2", "--layers", "1", "--dim-feedforward", "32"};
+  const train::TrainSetup setup = train::resolve_train_options(train::parse_train_args(args));
+  train::run_training(setup.config);
+  EXPECT_EQ(slurp(root + "/lm/bpe_vocab.json"), slurp(root + "/vocab.json"));
+  EXPECT_EQ(slurp(root + "/lm/bpe_merges.txt"), slurp(root + "/merges.txt"));
+  const TrainedModel m = load_model_dir(root + "/lm");
+  EXPECT_TRUE(m.tgt_tokenizer.is_bpe());
+  EXPECT_EQ(m.model->config().tgt_vocab_size, 258);
+  EXPECT_EQ(m.model->config().pad_id, -1);
+  EXPECT_EQ(data::encode_text(m.tgt_vocab, m.tgt_tokenizer, "the"), (std::vector<int32_t>{257, 'e'}));
+  // A TSV run cannot take gpt2-bpe: it pads, and GPT-2's vocabulary has no <pad>.
+  const std::string e = error_of([&] {
+    train::resolve_train_options(train::parse_train_args(
+        {"--train", root + "/t.txt", "--valid", root + "/t.txt", "--tokens", "gpt2-bpe", "--bpe-vocab", root + "/vocab.json",
+         "--bpe-merges", root + "/merges.txt", "--out", root + "/s2s"})).config.validate();
+  });
+  EXPECT_NE(e.find("no <pad>"), std::string::npos) << e;
+  // A gpt2-bpe run needs both files.
+  EXPECT_NE(error_of([&] {
+              std::vector<std::string> a(args.begin(), args.begin() + 6);
+              a.insert(a.end(), {"--out", root + "/x"});
+              train::resolve_train_options(train::parse_train_args(a)).config.validate();
+            }).find("bpe_vocab/bpe_merges"),
+            std::string::npos);
+}
+
 }  // namespace

@@ -98,3 +98,23 @@ def test_refuses_a_pickle_that_is_not_weights(tfm_cli, tmp_path):
     assert r.returncode != 0
     assert "cannot be read as a weights-only PyTorch checkpoint" in r.stderr
     assert not (tmp_path / "m").exists()
+
+
+def test_load_an_imported_gpt2_generates_as_the_cli(tfm_cli, tmp_path):
+    tfm = pytest.importorskip("tfm")
+    src, _ = tiny(tmp_path)
+    r = subprocess.run([tfm_cli, "import", "gpt2", str(src), "--out", str(tmp_path / "m")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    m = tfm.load(str(tmp_path / "m"))
+    assert m.is_language_model
+    ids = m.encode("Hello world")
+    assert m.decode(ids) == b"Hello world"
+    text = m.generate("Hello world", max_new_tokens=12, seed=3, top_k=20, ignore_eos=True)
+    cli = subprocess.run([tfm_cli, "generate", "--model", str(tmp_path / "m"), "--prompt", "Hello world",
+                          "--max-new-tokens", "12", "--seed", "3", "--top-k", "20", "--ignore-eos"],
+                         capture_output=True)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout == ("Hello world" + text + ("" if text.endswith("\n") else "\n")).encode("utf-8", "surrogateescape")
+    # Streaming cuts pieces on whole characters: they join to the same text (bytes outside UTF-8 escaped alike).
+    streamed = list(m.stream("Hello world", max_new_tokens=12, seed=3, top_k=20, ignore_eos=True))
+    assert "".join(streamed) == text
