@@ -59,7 +59,7 @@ def block(blk, x, cache, prefill):
     q, k, v = blk.attn.c_attn(h).split(D, dim=2)
     q, k, v = heads(q), heads(k), heads(v)
     if prefill:
-        cache.append([k, v])
+        cache.extend([k, v])
     else:
         cache[0] = torch.cat([cache[0], k], dim=2)
         cache[1] = torch.cat([cache[1], v], dim=2)
