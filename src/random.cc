@@ -7,9 +7,10 @@
 
 namespace tfm {
 
-float Generator::uniform() { return kernels::uniform01(seed, take(1)); }
+float Generator::uniform() { return no_draws ? 0.0f : kernels::uniform01(seed, take(1)); }
 
 float Generator::normal() {
+  if (no_draws) return 0.0f;
   // Box–Muller; u1 in (0, 1] so the log is finite.
   float u1 = 1.0f - uniform();
   float u2 = uniform();

@@ -336,7 +336,7 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
   }
   report.tensors_mapped = static_cast<int64_t>(used.size());
   // Shapes are checked by the model itself, naming the key and expected against actual.
-  Generator init{0, 0};
+  Generator init{0, 0, /*no_draws=*/true};  // every parameter is loaded next
   Model model(mc, init);
   model.load_state_dict(state, weights_file + " (as tfm's keys)");
 

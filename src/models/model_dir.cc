@@ -154,7 +154,7 @@ TrainedModel load_model_dir(const std::string& dir, bool weights) {
     throw std::runtime_error(src_file + " and " + tgt_file + ": " + std::to_string(m.src_vocab.size()) + " and " +
                              std::to_string(m.tgt_vocab.size()) + " entries, but the model's config.json says " +
                              std::to_string(mc.src_vocab_size) + " and " + std::to_string(mc.tgt_vocab_size));
-  Generator init{0, 0};  // the initial draws are overwritten by the saved weights
+  Generator init{0, 0, /*no_draws=*/weights};  // with weights, every parameter is overwritten next
   m.model = std::make_unique<Model>(mc, init);
   if (weights) {
     const std::string file = model_dir::path(dir, model_dir::MODEL);
