@@ -2,6 +2,8 @@
 // (tfm/models/gpt2.h describes both layouts and the mapping).
 #include "tfm/models/gpt2.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -176,7 +178,7 @@ bool is_mask_buffer(const std::string& key, const std::string& prefix, int64_t n
   if (key.rfind(prefix + "h.", 0) != 0) return false;
   const std::string rest = key.substr(prefix.size() + 2);
   const size_t dot = rest.find('.');
-  if (dot == std::string::npos || dot == 0) return false;
+  if (dot == std::string::npos || dot == 0 || dot > 9) return false;
   for (size_t i = 0; i < dot; ++i)
     if (rest[i] < '0' || rest[i] > '9') return false;
   if (std::stoll(rest.substr(0, dot)) >= n_layer) return false;
