@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <thread>
@@ -148,6 +149,13 @@ int train_main(const train::TrainSetup& setup, MpiSession& mpi) {
   hooks.progress = [&printer](const train::ProgressEvent& e) { printer(e); };
   hooks.should_stop = [](int64_t) { return g_signal.load() != 0; };
   hooks.comm = comm;
+  // A test hook (tests/mpi/data_parallel_test.cc, tests/cli/train_cmd_test.cc): the run's clock ticks
+  // this many seconds per optimizer step, so that a time budget's fitted step count is the same on
+  // every run of the test. Not for users: a real budget is wall-clock time.
+  if (const char* tick = std::getenv("TFM_TEST_SECONDS_PER_STEP")) {
+    const double seconds = std::stod(tick);
+    hooks.clock = [seconds](int64_t steps) { return seconds * static_cast<double>(steps); };
+  }
   install_stop_handlers();
   const train::TrainResult r = train::run_training(c, hooks, setup.mode == train::StartMode::RESUME);
   printer.clear();
@@ -164,6 +172,13 @@ int train_main(const train::TrainSetup& setup, MpiSession& mpi) {
                  static_cast<long long>(r.skipped_nonfinite));
   std::fprintf(stderr, "trained %lld steps in %.1f s (%s); model in %s\n", static_cast<long long>(r.steps), r.seconds,
                std::string(enum_name(r.stop_reason)).c_str(), c.out_dir.c_str());
+  if (r.time_budget > 0) {
+    const double off = r.train_seconds - r.time_budget;
+    std::fprintf(stderr, "time budget %g s: training and its evaluations took %.1f s, %.1f s (%.1f%%) %s it%s\n",
+                 r.time_budget, r.train_seconds, std::fabs(off), 100 * std::fabs(off) / r.time_budget,
+                 off <= 0 ? "within" : "beyond",
+                 r.budget_steps > 0 ? (" (" + std::to_string(r.budget_steps) + " steps fitted to it)").c_str() : "");
+  }
   if (c.text()) {  // a language model: the last evaluation's loss per token
     const double loss = r.history.empty() ? 0.0 : r.history.back().valid_loss;
     std::printf("validation: loss %.4f, perplexity %.3f, %.4f bits per token\n", loss, std::exp(loss), loss / std::log(2.0));
@@ -200,6 +215,10 @@ void register_train(CLI::App& app, Runner& run) {
       "The defaults shown are for TSV data. --task starts from the task's preset instead (train::task_preset:\n"
       "1600 steps, --lr 2e-3, --dropout 0, --batch-size 256; reverse: 100% by step ~1300); options given\n"
       "still apply. --epochs, --max-steps and --time-budget replace the run's length together.\n"
+      "A time budget with the cosine (or auto) schedule fits the run to it: the run measures its step rate\n"
+      "after the warmup, fixes its step count (saved in its state; the progress line shows it) and decays to\n"
+      "--min-lr at that step. On --resume it continues to that count; --time-budget is then refused and\n"
+      "--max-steps replaces the count. For a budget, --time-budget S --ema 0.999 is the recipe (README).\n"
       "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and prints how to resume.");
   cmd->formatter(std::make_shared<FlagFormatter>());
   auto given = std::make_shared<Given>();

@@ -72,13 +72,15 @@ void read_clock(const std::string& dir, const json& state, State& st) {
 }  // namespace
 
 void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt, const Generator& gen, State& st,
-                      const std::string& title) {
+                      const std::string& title, const WeightAverage* average) {
   st.checkpoint_step = st.step;
   auto params = model.named_parameters();
-  io::save_safetensors(model_dir::path(dir, model_dir::MODEL), params, {{"format", "pt"}});
+  io::save_safetensors(model_dir::path(dir, model_dir::MODEL), average ? average->named() : params, {{"format", "pt"}});
   NamedTensors all;
   for (auto& [k, t] : params) all.insert("model." + k, t);
   for (auto& [k, t] : opt.state_dict()) all.insert("optim." + k, t);
+  if (average)
+    for (const auto& [k, t] : average->named()) all.insert("ema." + k, t);
   // "optimizer_steps" is the count of optimizer steps, which st.step is (a skipped batch advances
   // neither): the Optimizer keeps no count of its own (tfm/optim.h), and the entry stays so that the
   // file is what it always was. read_checkpoint does not need it.
@@ -87,6 +89,13 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
             {"rng_seed", gen.seed}, {"rng_offset", gen.offset},
             {"optimizer_steps", st.step}, {"history", json::array()}};
   if (!st.text_hash.empty()) s["text_hash"] = st.text_hash;
+  // Written only when set, so a run without them writes what it always wrote.
+  if (st.budget_steps > 0) {
+    s["budget_steps"] = st.budget_steps;
+    s["decay_start"] = st.decay_start;
+    s["budget_seconds"] = st.budget_seconds;
+  }
+  if (average) s["ema_updates"] = average->updates();
   json clock = {{"elapsed", st.elapsed}, {"history", json::array()}};
   for (const auto& r : st.history) {
     s["history"].push_back(computed_fields(r));
@@ -100,7 +109,8 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
   io::write_file_atomic(model_dir::path(dir, CURVES_FILE), plot_curves_svg(st.history, title));
 }
 
-void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Generator& gen, State& st) {
+void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Generator& gen, State& st,
+                     WeightAverage* average) {
   const std::string path = model_dir::path(dir, STATE_FILE);
   if (!std::filesystem::exists(path))
     throw std::runtime_error(path + ": no checkpoint to resume from (the run stopped before its first checkpoint; "
@@ -110,13 +120,27 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
   const io::SafeTensorsFile f = io::load_safetensors(path, io::LoadOptions{.zero_copy = true});
   auto it = f.metadata.find(kStateKey);
   if (it == f.metadata.end()) throw std::runtime_error(path + ": no '" + std::string(kStateKey) + "' metadata");
-  NamedTensors weights, optim;
+  NamedTensors weights, optim, averaged;
   for (const auto& [name, t] : f.tensors) {
     if (name.rfind("model.", 0) == 0) weights.insert(name.substr(6), t);
     else if (name.rfind("optim.", 0) == 0) optim.insert(name.substr(6), t);
-    else throw std::runtime_error(path + ": unexpected tensor " + quote_name(name));
+    else if (average && name.rfind("ema.", 0) == 0) averaged.insert(name.substr(4), t);
+    else throw std::runtime_error(path + ": unexpected tensor " + quote_name(name) +
+                                  (name.rfind("ema.", 0) == 0 ? " (a weight average, but the run has no --ema)" : ""));
   }
   model.load_state_dict(weights, path);
+  if (average) {
+    if (averaged.size() == 0)
+      throw std::runtime_error(path + ": no weight average (ema.*) to continue; the run was started without --ema");
+    for (const auto& [k, t] : average->named()) {
+      auto it = averaged.find(k);
+      if (it == averaged.end()) throw std::runtime_error(path + ": missing tensor " + quote_name("ema." + k));
+      if (it->second.shape() != t.shape()) throw std::runtime_error(path + ": wrong shape for " + quote_name("ema." + k));
+      Tensor dst = t;
+      std::copy(it->second.data(), it->second.data() + t.numel(), dst.data());
+    }
+    if (averaged.size() != average->named().size()) throw std::runtime_error(path + ": unexpected ema.* tensors");
+  }
   try {
     const json s = json::parse(it->second);
     opt.load_state_dict(optim);
@@ -129,6 +153,10 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
     st.skipped = s.at("skipped");
     st.checkpoint_step = st.step;
     st.text_hash = s.value("text_hash", "");
+    st.budget_steps = s.value("budget_steps", int64_t{0});
+    st.decay_start = s.value("decay_start", int64_t{0});
+    st.budget_seconds = s.value("budget_seconds", 0.0);
+    if (average) average->set_updates(s.at("ema_updates"));
     gen.seed = s.at("rng_seed");
     gen.offset = s.at("rng_offset");
     st.history.clear();

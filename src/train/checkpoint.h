@@ -10,6 +10,7 @@
 #include "tfm/optim.h"
 #include "tfm/random.h"
 #include "tfm/train/trainer.h"
+#include "train/ema.h"
 
 namespace tfm::train {
 
@@ -26,17 +27,28 @@ struct State {
   double elapsed = 0;            // seconds over all sessions, at the last save
   int64_t checkpoint_step = -1;  // step of the last complete checkpoint
   std::string text_hash;         // text data: data::text_file_hash of the training text ("" otherwise)
+  // The budget schedule (trainer.cc): the step count fixed to fit time budget `budget_seconds`, rank
+  // 0's decision at step decay_start, where the learning rate starts its decay to min_lr at
+  // budget_steps. 0: not fixed (no budget, or not measured yet). --max-steps on resume replaces
+  // budget_steps and keeps decay_start.
+  int64_t budget_steps = 0, decay_start = 0;
+  double budget_seconds = 0;
   std::vector<EvalRow> history;
 };
 
-// Writes model.safetensors, trainer_clock.json (the wall clock: State::elapsed and the history's
-// tokens_per_sec and elapsed_seconds), then trainer_state.safetensors (the commit point: weights,
-// optimizer state, generator and the rest of State, the same bytes for the same run whatever P or
-// the thread count), metrics.csv and curves.svg (titled `title`); sets checkpoint_step.
+// Writes model.safetensors (the weights' average when there is one, else the weights),
+// trainer_clock.json (the wall clock: State::elapsed and the history's tokens_per_sec and
+// elapsed_seconds), then trainer_state.safetensors (the commit point: weights, optimizer state, the
+// average ("ema.<key>") and its update count, generator and the rest of State, the same bytes for the
+// same run whatever P or the thread count), metrics.csv and curves.svg (titled `title`); sets
+// checkpoint_step. `average` (may be null) must be complete (gathered under mpirun).
 void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt, const Generator& gen, State& st,
-                      const std::string& title);
-// Restores all of that from DIR/trainer_state.safetensors; throws naming the file.
-void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Generator& gen, State& st);
+                      const std::string& title, const WeightAverage* average = nullptr);
+// Restores all of that from DIR/trainer_state.safetensors; throws naming the file. A checkpoint
+// written before the budget schedule or without an average has neither (an average is then refused:
+// the run has none to continue). A state's budget fields are read when present.
+void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Generator& gen, State& st,
+                     WeightAverage* average = nullptr);
 
 // Files a run writes besides the model directory's own.
 inline constexpr const char* STATE_FILE = "trainer_state.safetensors";

@@ -75,6 +75,8 @@ void TrainConfig::validate() const {
   if (batch.batch_tokens < 0 || (batch.batch_tokens == 0 && batch.batch_size < 1))
     bad("batch_size/batch_tokens", "need batch_size ≥ 1 or batch_tokens ≥ 1");
   if (eval_every < 0) bad("eval_every", "must be ≥ 0");
+  if (ema && !(*ema > 0 && *ema < 1))
+    bad("ema", "(--ema) must be a decay in (0, 1), e.g. 0.999, got " + std::to_string(*ema));
   if (out_dir.empty()) bad("out_dir", "is required");
   if (grad_shards < 0) bad("grad_shards", "must be ≥ 0 (0: one part per process)");
   model.validate(/*check_sizes=*/false);

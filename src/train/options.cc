@@ -128,12 +128,16 @@ std::vector<TrainOption> build_table() {
       {"scale-embeddings", {"scale_embeddings"}, "model", "multiply embeddings by sqrt(d_model) (unset: seq2seq yes, others no)"},
       // ---- length ----
       {"epochs", {"epochs"}, "length", "passes over the training data (none of the three: 10 epochs)"},
-      {"max-steps", {"max_steps"}, "length", "optimizer steps"},
-      {"time-budget", {"time_budget"}, "length", "seconds of training"},
+      {"max-steps", {"max_steps"}, "length",
+       "optimizer steps (on --resume of a run whose time budget fixed its step count: replaces that count)"},
+      {"time-budget", {"time_budget"}, "length",
+       "seconds of training, evaluation included; with --schedule cosine or auto the run fits its step count to "
+       "it after the warmup and decays to --min-lr at that step (refused on --resume once fixed)"},
       // ---- optimisation ----
       {"lr", {"lr"}, "optimisation", "peak learning rate"},
       {"warmup", {"warmup"}, "optimisation", "linear warmup steps"},
-      {"schedule", {"schedule"}, "optimisation", "after warmup (auto: cosine to --min-lr when the length is known)"},
+      {"schedule", {"schedule"}, "optimisation",
+       "after warmup (auto: cosine to --min-lr when the length is known or fitted to --time-budget)"},
       {"optimizer", {"optimizer"}, "optimisation", "adam: L2 weight decay; adamw: decoupled"},
       {"weight-decay", {"weight_decay"}, "optimisation", "weight decay (L2 for adam, decoupled for adamw)"},
       {"decay-params", {"decay_params"}, "optimisation", "parameters weight decay applies to (matrices: >= 2 dims; unset: the family's, decoder matrices)"},
@@ -147,6 +151,9 @@ std::vector<TrainOption> build_table() {
       {"batch-tokens", {"batch_tokens"}, "optimisation", "padded tokens per batch (overrides --batch-size)"},
       {"eval-every", {"eval_every"}, "optimisation", "steps between evaluations (0: each epoch, or 10 per run)"},
       {"skip-nonfinite", {"skip_nonfinite"}, "optimisation", "skip batches whose loss or gradient is not finite"},
+      {"ema", {"ema"}, "optimisation",
+       "keep an exponential moving average of the weights with this decay in (0, 1), e.g. 0.999 (warm-up: "
+       "min(DECAY, (1+t)/(10+t)) at step t); evaluation and model.safetensors use the average"},
       {"grad-shards", {"grad_shards"}, "optimisation",
        "cut each batch into G parts whose gradients add in a fixed order: the same weights for any number of "
        "processes dividing G (0: one part per process, i.e. 1 without mpirun)"},

@@ -242,7 +242,10 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
     }
     r.finite = clip_norm > 0 ? std::isfinite(clip_grad_norm(params_, clip_norm)) : finite_grads(params_);
   }
-  if (r.finite) opt.step();
+  if (r.finite) {
+    opt.step();
+    if (average_) average_->update(params_);
+  }
   opt.zero_grad();
   return r;
 }
@@ -308,6 +311,7 @@ StepOutcome ShardedStep::run_owned(Optimizer& opt, Generator& gen, const Generat
   }
   if (r.finite) {
     detail::OptimizerShards::step(opt, owned_);
+    if (average_) average_->update(params_, owned_);  // this rank's elements, stepped just now
     // The updated parameters: this rank's slice into acc_ (its gradient is spent), then everyone's.
     gather(params_, /*timed=*/true);
   }
@@ -340,6 +344,11 @@ void ShardedStep::gather(const std::vector<Tensor>& t, bool timed) {
 void ShardedStep::gather_optimizer_state(Optimizer& opt) {
   if (comm_.single()) return;
   for (const std::vector<Tensor>& slot : detail::OptimizerShards::state_slots(opt)) gather(slot, /*timed=*/true);
+}
+
+void ShardedStep::gather_elements(const std::vector<Tensor>& t) {
+  if (comm_.single()) return;
+  gather(t, /*timed=*/true);
 }
 
 }  // namespace tfm::train

@@ -13,6 +13,7 @@
 #include "tfm/train/comm.h"
 #include "tfm/train/config.h"
 #include "train/buckets.h"
+#include "train/ema.h"
 
 namespace tfm::train {
 
@@ -47,6 +48,8 @@ Generator shard_generator(const Generator& at_start, int64_t g);
 //   - the step's loss is the left fold of the part losses in float32; then clipping (clip_grad_norm's
 //     blockwise norm), the finite check (a non-finite step changes nothing) and the optimizer step on the folded gradient,
 //     every parameter having a gradient;
+//   - then, with an average (set_average), its update on the updated weights (a step not taken is no
+//     update);
 //   - afterwards (G > 1) `gen` is (seed, offset + 1) of its state at the start: dropout draws never
 //     depend on who computed which part.
 // One process folds each part's gradient as soon as it is computed; with one part (G = 1) that is the
@@ -97,6 +100,13 @@ class ShardedStep {
   // together (from the evaluation's gather or the step's agreement, before rank 0 writes anything),
   // so a rank that stopped meanwhile is still detected. Nothing to do in one process.
   void gather_optimizer_state(Optimizer& opt);
+  // The weights' average (src/train/ema.h) each step updates after its optimizer step, on the
+  // elements this rank steps (every element in one process); null: none. Not owned.
+  void set_average(WeightAverage* average) { average_ = average; }
+  // Several processes: each rank's elements of `t` (one tensor per parameter, e.g. the average's)
+  // gathered into every rank's `t`, as gather_optimizer_state does for the optimizer's slots. Every
+  // rank calls it; nothing to do in one process.
+  void gather_elements(const std::vector<Tensor>& t);
 
  private:
   // Part g's loss (a float) after its backward, its gradient left in the parameters' grads; 0 and
@@ -134,6 +144,7 @@ class ShardedStep {
   std::vector<double> losses_in_, losses_out_;
   std::vector<int> agree_counts_, agree_displs_;  // P > 1: rank s's doubles in losses_out_
   bool untimed_ = true;  // the first step: the ranks start at different times
+  WeightAverage* average_ = nullptr;
 };
 
 }  // namespace tfm::train

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "io/file_util.h"
@@ -16,6 +17,7 @@
 #include "tfm/train/schedule.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
+#include "train/ema.h"
 #include "train/step.h"
 
 namespace tfm::train {
@@ -29,7 +31,42 @@ constexpr int64_t kEvalBatch = 256;  // evaluation batch (examples); no gradient
 constexpr int64_t kMaxConsecutiveSkips = 100;
 constexpr int64_t kDefaultEpochs = 10;  // when no length is given
 
+// The budget schedule (TrainConfig::time_budget with a decaying schedule). The run measures its step
+// rate over kFitSteps steps from step max(warmup, first step of the session + kFitSkip): after the
+// warmup, so that the learning rate is at its peak when the decay is planned, and never over the
+// session's first kFitSkip steps, which pay one-off costs (oneDNN's first GEMM plans and packing
+// buffers, the allocator growing to its steady size, pages touched the first time). 50 steps average
+// over the batches' varying lengths (a bucketed batch plan mixes short and long batches) while
+// costing little of any budget the schedule is meant for (5–15 s of a 15-minute run on the bench's
+// model). The window opens with an evaluation and a checkpoint, timed: the cost each later
+// evaluation is planned with.
+constexpr int64_t kFitSkip = 10;
+constexpr int64_t kFitSteps = 50;
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The largest step count n ≥ `step` whose remaining cost fits `left` seconds: (n − step) steps of
+// `per_step` seconds and, of `eval_cost` each, the evaluations at the multiples of `eval_every` in
+// (step, n] and the final one at n when n is not such a multiple.
+int64_t fit_step_count(int64_t step, double per_step, double eval_cost, int64_t eval_every, double left) {
+  const auto evals = [&](int64_t n) {
+    if (n == step) return int64_t{0};
+    return n / eval_every - step / eval_every + (n % eval_every != 0 ? 1 : 0);
+  };
+  const auto cost = [&](int64_t n) {
+    return static_cast<double>(n - step) * per_step + static_cast<double>(evals(n)) * eval_cost;
+  };
+  if (!(left > 0)) return step;
+  // Binary search on [lo, hi): cost(lo) ≤ left, cost(hi) > left (cost grows with n).
+  int64_t lo = step;
+  const double most = per_step > 0 ? left / per_step + 1 : 1e12;
+  int64_t hi = step + static_cast<int64_t>(std::min(most, 1e12)) + 1;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (cost(mid) <= left ? lo : hi) = mid;
+  }
+  return lo;
+}
 
 // The model the data asks for: vocabulary sizes and special ids from the vocabularies, room for the
 // longest source and bos + target (+ eos), and the architecture's defaults made explicit.
@@ -136,9 +173,16 @@ class Run {
   ShardedStep::BatchRows next_batch(data::TokenBatch& rows);
   void evaluate_and_record();
   void checkpoint();
-  double elapsed() const { return elapsed_before_ + seconds_since(session_start_); }
+  void plan_length();   // total_steps_, schedule_, eval cadence and the budget schedule's mode
+  void fix_length();    // the budget schedule: rank 0 fits the step count, every rank adopts it
+  double lr_at(int64_t step) const;  // the learning rate of optimizer step `step` (1-based)
+  // The run's clock (hooks_.clock, or the steady clock) in seconds; elapsed(): over all sessions.
+  double now() const {
+    return hooks_.clock ? hooks_.clock(st_.step)
+                        : std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  }
+  double elapsed() const { return elapsed_before_ + now() - session_start_; }
 
-  const Clock::time_point session_start_ = Clock::now();
   TrainConfig c_;
   const TrainHooks& hooks_;
   Comm single_;  // the process alone, when hooks_.comm is null
@@ -152,6 +196,9 @@ class Run {
   std::vector<Tensor> params_;
   std::unique_ptr<ShardedStep> step_;  // one process: one rank holding every part
   State st_;
+  std::unique_ptr<WeightAverage> average_;  // --ema; null: none
+  double session_start_ = 0;                // now() when this session started
+  Clock::time_point session_wall_ = Clock::now();  // the same on the steady clock (throughput, ETA)
   double elapsed_before_ = 0;
   int64_t session_first_step_ = 0;
 
@@ -163,6 +210,13 @@ class Run {
 
   int64_t total_steps_ = 0;  // 0 = unknown
   Schedule schedule_ = Schedule::CONSTANT;
+  // The budget schedule: OFF (the schedule's own), MEASURING (the step rate, stopping on the clock
+  // meanwhile), FIXED (st_.budget_steps from st_.decay_start: an ordinary run of known length).
+  enum class Budget { OFF, MEASURING, FIXED } budget_ = Budget::OFF;
+  int64_t fit_from_ = 0;     // MEASURING: the step at which the window opens
+  double fit_t0_ = 0;        // elapsed() when it opened (after its evaluation)
+  double eval_cost_ = 0;     // seconds of the window's opening evaluation and checkpoint
+  double window_evals_ = 0;  // seconds of other evaluations inside the window
   bool eval_at_epoch_end_ = false;
   int64_t eval_every_ = 0;
   double lr_now_ = 0;
@@ -172,6 +226,7 @@ class Run {
 
 Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
     : c_(config), hooks_(hooks), comm_(hooks.comm ? *hooks.comm : single_), lead_(comm_.rank() == 0) {
+  session_start_ = now();
   // One part per process unless given; the resolved count is saved with the run.
   if (c_.grad_shards == 0) c_.grad_shards = comm_.size();
   if (c_.grad_shards % comm_.size() != 0)
@@ -207,12 +262,16 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   opt_ = make_optimizer(c_, *model_);
   params_ = model_->parameters();
   step_ = std::make_unique<ShardedStep>(params_, c_.grad_shards, comm_);
+  if (c_.ema) {  // from the weights the run starts from (a checkpoint's average replaces them on resume)
+    average_ = std::make_unique<WeightAverage>(model_->named_parameters(), *c_.ema);
+    step_->set_average(average_.get());
+  }
   if (resume) {
     // A run killed mid-write leaves hidden temporary files beside the complete checkpoint: drop them.
     if (lead_)
       for (const char* f : {model_dir::MODEL, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE, model_dir::CONFIG})
         io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
-    read_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_);
+    read_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_, average_.get());
     if (c_.text() && st_.text_hash != ds_.text_train.hash())
       throw std::invalid_argument(c_.text_path + ": not the training text this run started with (its hash is " +
                                   ds_.text_train.hash() + ", " + model_dir::path(c_.out_dir, STATE_FILE) + " says " +
@@ -224,20 +283,92 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   if (c_.text()) st_.text_hash = ds_.text_train.hash();
   elapsed_before_ = st_.elapsed;
   session_first_step_ = st_.step;
+  session_start_ = now();
+  session_wall_ = Clock::now();
 
   load_epoch(st_.epoch);
+  plan_length();
+  since_eval_ = Clock::now();
+}
+
+// The budget schedule: with a time budget and a decaying schedule (cosine, or auto) the run's length
+// is a step count fitted to the budget, once (fix_length), saved in its state; from then on it is a
+// run of that length (no clock). A resumed run continues to the saved count; a different time budget
+// is refused once it is fixed; --max-steps or --epochs on resume (which clear the time budget, the
+// length options replacing the run's length together) replace the count, the decay still starting at
+// the saved step.
+void Run::plan_length() {
   const int64_t per_epoch = epoch_batches();  // exact for text, TSV and batch_size; an estimate otherwise
   total_steps_ = c_.epochs > 0 ? c_.epochs * per_epoch : 0;
   if (c_.max_steps > 0) total_steps_ = total_steps_ > 0 ? std::min(total_steps_, c_.max_steps) : c_.max_steps;
-  schedule_ = resolve_schedule(c_.schedule, c_.warmup, total_steps_);
   // Evaluate every eval_every steps; by default at each epoch end in epoch mode, else 10 times a run
-  // (every 200 steps when the length is a time budget).
+  // (every 200 steps when the length is a time budget: the count a budget fixes later leaves it so).
   eval_at_epoch_end_ = c_.eval_every == 0 && c_.epochs > 0 && c_.max_steps == 0;
   eval_every_ = c_.eval_every > 0  ? c_.eval_every
                 : eval_at_epoch_end_ ? 0
                 : total_steps_ > 0   ? std::max<int64_t>(1, total_steps_ / 10)
                                      : 200;
-  since_eval_ = Clock::now();
+  const bool decaying = c_.schedule == Schedule::COSINE || c_.schedule == Schedule::AUTO;
+  if (st_.budget_steps > 0) {  // fixed in an earlier session
+    if (c_.time_budget > 0 && c_.time_budget != st_.budget_seconds)
+      throw std::invalid_argument(
+          "--time-budget: the run in " + c_.out_dir + " fixed its length at " + std::to_string(st_.budget_steps) +
+          " steps to fit its budget of " + std::to_string(st_.budget_seconds) +
+          " s; resume without --time-budget to continue to that step, or give --max-steps to replace it");
+    if (c_.time_budget == 0) st_.budget_steps = std::max<int64_t>(total_steps_, st_.decay_start);  // replaced
+    total_steps_ = st_.budget_steps;
+    budget_ = Budget::FIXED;
+  } else if (c_.time_budget > 0 && decaying) {
+    budget_ = Budget::MEASURING;
+    fit_from_ = std::max(c_.warmup, session_first_step_ + kFitSkip);
+  }
+  schedule_ = budget_ == Budget::OFF ? resolve_schedule(c_.schedule, c_.warmup, total_steps_) : Schedule::COSINE;
+}
+
+double Run::lr_at(int64_t step) const {
+  switch (budget_) {
+    case Budget::OFF:
+      return scheduled_lr(schedule_, c_.lr, step, c_.warmup, total_steps_, c_.min_lr);
+    case Budget::MEASURING:
+      return budget_lr(c_.lr, step, c_.warmup, c_.warmup, 0, c_.min_lr);
+    case Budget::FIXED:
+      break;
+  }
+  return budget_lr(c_.lr, step, c_.warmup, st_.decay_start, total_steps_, c_.min_lr);
+}
+
+// At the window's end: per_step = (elapsed − fit_t0_ − window_evals_) / kFitSteps on rank 0's clock,
+// and the count is the largest whose steps and evaluations (eval_cost_ each) fit what is left of the
+// budget (fit_step_count), capped by the length --epochs or --max-steps give. Every rank takes rank 0's.
+void Run::fix_length() {
+  int64_t n = 0;
+  std::string why;
+  if (lead_) {
+    const double t = elapsed();
+    const double per_step = (t - fit_t0_ - window_evals_) / static_cast<double>(kFitSteps);
+    const int64_t every = eval_every_ > 0 ? eval_every_ : std::max<int64_t>(1, epoch_batches());
+    n = fit_step_count(st_.step, per_step, eval_cost_, every, c_.time_budget - t);
+    if (total_steps_ > 0) n = std::min(n, total_steps_);
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "time budget: %lld steps fit the %.1f s left (%.3f s a step over steps %lld-%lld, %.1f s an "
+                  "evaluation); the learning rate decays from step %lld to --min-lr at step %lld",
+                  static_cast<long long>(n), c_.time_budget - t, per_step, static_cast<long long>(fit_from_ + 1),
+                  static_cast<long long>(st_.step), eval_cost_, static_cast<long long>(st_.step),
+                  static_cast<long long>(n));
+    why = buf;
+  }
+  if (!comm_.single()) {
+    std::string bytes = std::to_string(n);
+    comm_.broadcast(bytes, /*timed=*/true);
+    n = std::stoll(bytes);
+  }
+  st_.budget_steps = n;
+  st_.decay_start = st_.step;
+  st_.budget_seconds = c_.time_budget;
+  total_steps_ = n;
+  budget_ = Budget::FIXED;
+  note(ProgressEvent::Kind::NOTE, why);
 }
 
 void Run::load_data(const SavedVocabs& saved) {
@@ -361,8 +492,14 @@ void Run::evaluate_and_record() {
   // the work, so no evaluation is too long for it). The ranks leave it together,
   // so the next step's exchange keeps its timeout.
   Comm* comm = comm_.single() ? nullptr : &comm_;
+  // With --ema the average is evaluated: complete on every rank, then in the model for the scoring.
+  if (average_) {
+    step_->gather_elements(average_->tensors());
+    average_->swap_with(params_);
+  }
   const TeacherForced tf = c_.text() ? evaluate_teacher_forced_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch, comm)
                                      : evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch, comm);
+  if (average_) average_->swap_with(params_);  // the raw weights back in the model
   EvalRow r;
   r.step = st_.step;
   r.epoch = st_.epoch + (st_.batch == 0 ? 0 : 1);
@@ -392,6 +529,7 @@ void Run::checkpoint() {
   st_.elapsed = elapsed();
   // Several processes each stepped the optimizer on their own elements: complete its state first.
   step_->gather_optimizer_state(*opt_);
+  if (average_) step_->gather_elements(average_->tensors());
   // The other ranks wait for rank 0 to write for as long as that takes; rank 0, its checkpoint
   // written, waits for them with the timeout, so a rank that stopped meanwhile is still detected.
   if (!lead_) step_->untimed_next();
@@ -400,7 +538,8 @@ void Run::checkpoint() {
     return;
   }
   write_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_,
-                   c_.task ? std::string(enum_name(*c_.task)) : c_.text() ? c_.text_path : c_.train_path);
+                   c_.task ? std::string(enum_name(*c_.task)) : c_.text() ? c_.text_path : c_.train_path,
+                   average_.get());
   note(ProgressEvent::Kind::CHECKPOINT, "checkpoint at step " + std::to_string(st_.step) + " in " + c_.out_dir);
 }
 
@@ -422,17 +561,21 @@ TrainResult Run::train() {
         reason = StopReason::MAX_STEPS;
         break;
       }
+      if (budget_ == Budget::FIXED && st_.step >= total_steps_) {
+        reason = c_.time_budget > 0 ? StopReason::TIME_BUDGET : StopReason::MAX_STEPS;
+        break;
+      }
       data::TokenBatch rows;
       const ShardedStep::BatchRows b = next_batch(rows);
       ++st_.batch;
-      lr_now_ = scheduled_lr(schedule_, c_.lr, st_.step + 1, c_.warmup, total_steps_, c_.min_lr);
+      lr_now_ = lr_at(st_.step + 1);
       opt_->set_lr(static_cast<float>(lr_now_));
       // Several processes stop together: on a signal to any of them, and when rank 0's clock says the
       // time budget is spent (sampled during the step, exchanged with its losses).
       ShardedStep::Agreement agreed;
       if (!comm_.single()) {
         agreed.stop = hooks_.should_stop && hooks_.should_stop(st_.step);
-        agreed.time_up = c_.time_budget > 0 && elapsed() >= c_.time_budget;
+        agreed.time_up = c_.time_budget > 0 && budget_ != Budget::FIXED && elapsed() >= c_.time_budget;
       }
       const StepOutcome s = step_->run(*model_, *opt_, gen_, b, c_.label_smoothing, c_.clip_norm, agreed);
       if (!s.finite) {
@@ -461,13 +604,13 @@ TrainResult Run::train() {
         ProgressEvent e = event(ProgressEvent::Kind::STEP);
         e.epoch = st_.epoch + 1;
         e.loss = st_.loss_count ? st_.loss_sum / static_cast<double>(st_.loss_count) : 0.0;
-        const double s_now = seconds_since(session_start_);
+        const double s_now = seconds_since(session_wall_);
         e.tokens_per_sec = s_now > 0 ? static_cast<double>(tokens_session_) / s_now : 0.0;
         const int64_t done = st_.step - session_first_step_;
         if (done > 0) {
           const double per_step = s_now / static_cast<double>(done);
           if (total_steps_ > 0) e.eta_seconds = per_step * static_cast<double>(std::max<int64_t>(0, total_steps_ - st_.step));
-          if (c_.time_budget > 0) {
+          if (c_.time_budget > 0 && budget_ != Budget::FIXED) {
             const double left = std::max(0.0, c_.time_budget - e.elapsed_seconds);
             e.eta_seconds = e.eta_seconds < 0 ? left : std::min(e.eta_seconds, left);
           }
@@ -475,11 +618,18 @@ TrainResult Run::train() {
         hooks_.progress(e);
       }
 
-      if (eval_every_ > 0 && st_.step > 0 && st_.step % eval_every_ == 0 && s.finite) {
+      const bool periodic = eval_every_ > 0 && st_.step > 0 && st_.step % eval_every_ == 0 && s.finite;
+      const bool window_opens = budget_ == Budget::MEASURING && s.finite && st_.step == fit_from_;
+      if (periodic || window_opens) {
+        const double t = elapsed();
         evaluate_and_record();
         checkpoint();
+        if (window_opens) eval_cost_ = elapsed() - t, fit_t0_ = elapsed();
+        else if (budget_ == Budget::MEASURING && st_.step > fit_from_) window_evals_ += elapsed() - t;
       }
-      if (comm_.single() ? c_.time_budget > 0 && elapsed() >= c_.time_budget : agreed.time_up) {
+      if (budget_ == Budget::MEASURING && s.finite && st_.step == fit_from_ + kFitSteps) fix_length();
+      const bool clock_stops = c_.time_budget > 0 && budget_ != Budget::FIXED;
+      if (comm_.single() ? clock_stops && elapsed() >= c_.time_budget : agreed.time_up) {
         reason = StopReason::TIME_BUDGET;
         break;
       }
@@ -504,10 +654,14 @@ TrainResult Run::train() {
       evaluate_and_record();
       checkpoint();
     }
+    result.train_seconds = elapsed();
+    // The decoded figures are the average's too (the weights model.safetensors holds).
+    if (average_) average_->swap_with(params_);
     // A language model has no sources to decode: its validation figures are the last row's.
     if (!c_.text() && lead_)
       result.final_metrics = evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, ds_.valid_set, 1, kEvalBatch,
                                       [&](const data::Tokens& t) { return ds_.tgt_tokenizer.detokenize(t); });
+    if (average_) average_->swap_with(params_);
   }
   result.steps = st_.step;
   result.epochs_completed = st_.epoch;
@@ -515,6 +669,8 @@ TrainResult Run::train() {
   result.skipped_nonfinite = st_.skipped;
   result.history = st_.history;
   result.seconds = elapsed();
+  result.time_budget = c_.time_budget;
+  result.budget_steps = st_.budget_steps;
   return result;
 }
 

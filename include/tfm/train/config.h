@@ -71,7 +71,11 @@ struct TrainConfig {
 
   // ---- length of the run: whichever limit is reached first; none set → epochs = 10 ----
   int64_t epochs = 0, max_steps = 0;
-  double time_budget = 0;                   // seconds of training (evaluation included), 0 = none
+  // Seconds of training (evaluation included), 0 = none. With a decaying schedule (cosine, or auto
+  // when no other length is given) the run fits its step count to the budget: it measures its step
+  // rate after the warmup, fixes the count once (saved in its state) and decays to min_lr at it
+  // (src/train/trainer.cc, "The budget schedule"); otherwise the budget stops the run on the clock.
+  double time_budget = 0;
 
   // ---- optimisation ----
   OptimizerKind optimizer = OptimizerKind::ADAM;
@@ -87,6 +91,10 @@ struct TrainConfig {
   uint64_t seed = 0;
   int64_t eval_every = 0;                   // steps between evaluations; 0 = each epoch (or 10 per run)
   bool skip_nonfinite = false;              // skip batches with a non-finite loss or gradient
+  // Exponential moving average of the weights, in (0, 1); unset = none. After optimizer step t the
+  // average becomes d·avg + (1 − d)·w with d = min(ema, (1 + t)/(10 + t)) (src/train/ema.h); evaluation
+  // and model.safetensors use the average, trainer_state.safetensors keeps both.
+  std::optional<float> ema;
 
   std::string out_dir;
 
@@ -154,6 +162,7 @@ struct TrainConfig {
     visit("seed", c.seed);
     visit("eval_every", c.eval_every);
     visit("skip_nonfinite", c.skip_nonfinite);
+    visit("ema", c.ema);
     visit("out_dir", c.out_dir);
     visit("init_from", c.init_from);
     visit("grad_shards", c.grad_shards);

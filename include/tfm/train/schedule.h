@@ -23,6 +23,16 @@ Schedule resolve_schedule(Schedule s, int64_t warmup, int64_t total_steps);
 float scheduled_lr(Schedule schedule, float base_lr, int64_t step, int64_t warmup, int64_t total_steps,
                    float min_lr = 0.0f);
 
+// The budget schedule of a run whose length is a time budget (TrainConfig::time_budget with COSINE or
+// AUTO; src/train/trainer.cc fits total_steps to the budget once, at step decay_start): at step s
+// (1-based) base_lr·s/warmup during the warmup, then base_lr while the run measures its step rate
+// (s ≤ decay_start, and every step while total_steps is 0: not fixed yet), then the cosine from base_lr
+// at decay_start to min_lr at total_steps, min_lr + (base_lr − min_lr)·½(1 + cos(π·(s − decay_start) /
+// (total_steps − decay_start))), and min_lr from total_steps on. Continuous at decay_start. Throws
+// std::invalid_argument for a step below 1, a negative warmup, or decay_start < warmup.
+float budget_lr(float base_lr, int64_t step, int64_t warmup, int64_t decay_start, int64_t total_steps,
+                float min_lr = 0.0f);
+
 }  // namespace tfm::train
 
 namespace tfm {

@@ -15,14 +15,19 @@
 //   src_vocab.txt, tgt_vocab.txt   one token per line, line i = id i; src_vocab.json,
 //                              tgt_vocab.json instead (JSON arrays) for text data and whenever a
 //                              token holds a newline (tfm/models/model_dir.h)
-//   model.safetensors         the model's state_dict (PyTorch keys), at every checkpoint
+//   model.safetensors         the model's state_dict (PyTorch keys), at every checkpoint; with --ema
+//                              the weights' average (src/train/ema.h), which evaluation uses too
 //   trainer_state.safetensors the commit point of a checkpoint, written last and alone sufficient
-//                              to resume: "model.<key>" weights, "optim.<key>.<slot>" optimizer state
-//                              and in its metadata the step, data position (epoch, batch), RNG state,
-//                              optimizer step count, loss accumulators, the metrics history and, for
-//                              text data, the training text's hash (a resume on another text is refused).
+//                              to resume: "model.<key>" weights, "optim.<key>.<slot>" optimizer state,
+//                              with --ema "ema.<key>" the weights' average, and in its metadata the
+//                              step, data position (epoch, batch), RNG state, optimizer step count,
+//                              loss accumulators, the metrics history, for text data the training
+//                              text's hash (a resume on another text is refused), the budget
+//                              schedule's fixed step count ("budget_steps", "decay_start",
+//                              "budget_seconds") once fixed, and with --ema "ema_updates".
 //                              A kill at any moment leaves the previous one intact. Nothing in it
-//                              depends on the clock, so the same run gives the same bytes.
+//                              depends on the clock but the budget's step count (rank 0's decision,
+//                              taken once), so the same run gives the same bytes.
 //   trainer_clock.json        the wall clock, written just before: {"elapsed": seconds over all
 //                              sessions (what --time-budget counts), "history": [{"step",
 //                              "tokens_per_sec", "elapsed_seconds"} per metrics row]}
@@ -95,6 +100,10 @@ struct TrainHooks {
   // figures). should_stop is polled on
   // every rank and the run stops when any rank asks; a time budget follows rank 0's clock.
   Comm* comm = nullptr;
+  // The clock --time-budget is measured on: seconds since any fixed origin, given the optimizer steps
+  // taken so far (a test clock may tick per step, which makes a budget run's fitted step count
+  // deterministic). Empty: std::chrono::steady_clock, the steps unused. Under MPI rank 0's decides.
+  std::function<double(int64_t steps)> clock;
 };
 
 // Why a run ended.
@@ -107,7 +116,11 @@ struct TrainResult {
   int64_t skipped_nonfinite = 0;
   std::vector<EvalRow> history;
   Metrics final_metrics;                    // decoded (greedy) on the validation set; empty if interrupted
-  double seconds = 0;
+  double seconds = 0;                       // over all sessions, the final decoded evaluation included
+  // What --time-budget counts: seconds of training and its evaluations up to the last checkpoint (the
+  // final decoded evaluation comes after it), against the budget `time_budget` (0: none).
+  double train_seconds = 0, time_budget = 0;
+  int64_t budget_steps = 0;                 // the step count fitted to the budget (0: not fixed)
 };
 
 // A non-finite loss (or gradient norm) without skip_nonfinite. what() names the step, the last
