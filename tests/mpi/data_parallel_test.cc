@@ -356,6 +356,31 @@ void expect_stopped_rank_detected(const std::string& d, const std::string& train
   EXPECT_NE(err.find("within --comm-timeout"), std::string::npos) << err;
 }
 
+// The budget schedule and the weights' average across processes: rank 0 fixes the step count and every
+// rank adopts it; each rank averages the elements it steps, the average gathered before evaluations
+// and checkpoints. The runs' clock ticks 0.125 s per step (TFM_TEST_SECONDS_PER_STEP, the CLI's test
+// hook), so the count is the same for both: window 10–60 (warmup 5), 12.5 − 7.5 = 5 s left, 100 steps.
+TEST_F(Mpirun, BudgetScheduleAndEmaTwoProcessesEqualOneWithTwoShards) {
+  const std::string d = temp_dir("mpi_budget");
+  write_pairs(d + "/train.tsv", 60, 1);
+  write_pairs(d + "/valid.tsv", 10, 2);
+  const std::string args = " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq +
+                           " --warmup 5 --time-budget 12.5 --min-lr 1e-4 --ema 0.99";
+  const std::string tick = "TFM_TEST_SECONDS_PER_STEP=0.125 ";
+  std::string out;
+  ASSERT_EQ(run_command(tick + kCli + args + " --grad-shards 2 --out " + d + "/one 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("100 steps fitted"), std::string::npos) << out;
+  ASSERT_EQ(run_command(tick + mpirun(2) + "-x TFM_TEST_SECONDS_PER_STEP " + kCli + args + " --out " + d + "/two 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("100 steps fitted"), std::string::npos) << out;
+  EXPECT_TRUE(same_run(d + "/one", d + "/two"));
+  const auto state = [&](const std::string& dir) {
+    const io::SafeTensorsFile f = io::load_safetensors(dir + "/trainer_state.safetensors");
+    return nlohmann::json::parse(f.metadata.at("tfm_trainer_state"));
+  };
+  EXPECT_EQ(state(d + "/two").at("budget_steps"), 100);
+  EXPECT_EQ(state(d + "/two").at("ema_updates"), 100);
+}
+
 TEST_F(Mpirun, StoppedRankMakesTheJobFailWithinTheCommTimeout) {
   const std::string d = temp_dir("mpi_stop");
   write_pairs(d + "/train.tsv", 40, 5);

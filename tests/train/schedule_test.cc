@@ -48,5 +48,25 @@ TEST(Schedule, AutoIsCosineForAKnownLengthElseInverseSqrtOrConstant) {
   EXPECT_THROW(scheduled_lr(Schedule::AUTO, 1.0f, 1, 0, 10), std::invalid_argument);  // resolved first
 }
 
+
+// The budget schedule, by hand: warmup 4 → 0.25·base at s = 1; base while measuring (total 0) and up to
+// decay_start 10; with total 30 half way at s = 20: min + (base − min)/2 = 0.55e-3 for base 1e-3, min
+// 1e-4; min_lr from step 30 on. Continuous at decay_start (the cosine starts at base).
+TEST(Schedule, BudgetHoldsThenDecaysFromTheFixedStepToMinLr) {
+  EXPECT_FLOAT_EQ(budget_lr(1e-3f, 1, 4, 4, 0, 1e-4f), 0.25e-3f);
+  EXPECT_FLOAT_EQ(budget_lr(1e-3f, 500, 4, 4, 0, 1e-4f), 1e-3f);  // not fixed yet: base, however late
+  EXPECT_FLOAT_EQ(budget_lr(1e-3f, 10, 4, 10, 30, 1e-4f), 1e-3f);
+  EXPECT_FLOAT_EQ(budget_lr(1e-3f, 20, 4, 10, 30, 1e-4f), 5.5e-4f);
+  EXPECT_GT(budget_lr(1e-3f, 29, 4, 10, 30, 1e-4f), 1e-4f);
+  EXPECT_EQ(budget_lr(1e-3f, 30, 4, 10, 30, 1e-4f), 1e-4f);
+  EXPECT_EQ(budget_lr(1e-3f, 31, 4, 10, 30, 1e-4f), 1e-4f);
+  // Just after decay_start the cosine has barely moved: continuous.
+  EXPECT_NEAR(budget_lr(1e-3f, 11, 4, 10, 1000, 0.0f), 1e-3f, 1e-8f);
+  // The decay is scheduled_lr's cosine with the warmup replaced by decay_start.
+  EXPECT_EQ(budget_lr(1e-3f, 700, 100, 150, 2000, 1e-4f), scheduled_lr(Schedule::COSINE, 1e-3f, 700, 150, 2000, 1e-4f));
+  EXPECT_THROW(budget_lr(1e-3f, 0, 4, 10, 30), std::invalid_argument);
+  EXPECT_THROW(budget_lr(1e-3f, 5, 4, 3, 30), std::invalid_argument);  // the decay cannot start inside the warmup
+}
+
 }  // namespace
 }  // namespace tfm::train

@@ -20,6 +20,7 @@
 #include "tfm/data/text.h"
 #include "tfm/data/tsv.h"
 #include "tfm/io/safetensors.h"
+#include "tfm/train/options.h"
 
 namespace tfm::train {
 namespace {
@@ -333,6 +334,187 @@ TEST(Trainer, InitFromErrorsNameTheFieldFileKeyOrToken) {
 
 // The architecture of the language-model runs below.
 constexpr Arch kLmArch = Arch::DECODER;
+
+// ---- the budget schedule (TrainConfig::time_budget) and the weights' average (TrainConfig::ema) ------
+
+// The tiny run on a budget of 12.5 s, its clock ticking 0.125 s per optimizer step (TrainHooks::clock)
+// so that the fitted count is known: the window opens at step max(warmup 5, 0 + 10) = 10 and closes 50
+// steps later at 60, 0.125 s a step, evaluations free on this clock; 12.5 − 60·0.125 = 5 s left fit 40
+// more steps: the count is 100.
+TrainConfig budgeted(const std::string& out) {
+  TrainConfig c = tiny(out);
+  c.max_steps = 0;
+  c.time_budget = 12.5;
+  c.min_lr = 1e-4f;
+  return c;
+}
+
+TrainHooks ticking() {
+  TrainHooks h;
+  h.clock = [](int64_t steps) { return 0.125 * static_cast<double>(steps); };
+  return h;
+}
+
+nlohmann::json state_json(const std::string& dir) {
+  const io::SafeTensorsFile f = io::load_safetensors(dir + "/trainer_state.safetensors");
+  return nlohmann::json::parse(f.metadata.at("tfm_trainer_state"));
+}
+
+TEST(TrainerBudget, FixesTheStepCountSavesItAndDecaysToMinLrThere) {
+  const std::string a = testing::temp_dir("budget_fix");
+  TrainHooks h = ticking();
+  std::map<int64_t, int64_t> total_at_eval;  // step → the total the progress reported
+  std::string fitted;
+  h.progress = [&](const ProgressEvent& e) {
+    if (e.kind == ProgressEvent::Kind::EVAL) total_at_eval[e.step] = e.total_steps;
+    if (e.kind == ProgressEvent::Kind::NOTE && e.message.rfind("time budget:", 0) == 0) fitted = e.message;
+  };
+  const TrainResult r = run_training(budgeted(a), h);
+  EXPECT_EQ(r.steps, 100);
+  EXPECT_EQ(r.budget_steps, 100);
+  EXPECT_EQ(r.stop_reason, StopReason::TIME_BUDGET);
+  EXPECT_EQ(r.train_seconds, 12.5);  // on the test clock: exactly the budget
+  EXPECT_EQ(r.time_budget, 12.5);
+  EXPECT_NE(fitted.find("100 steps"), std::string::npos) << fitted;
+  const nlohmann::json st = state_json(a);
+  EXPECT_EQ(st.at("budget_steps"), 100);
+  EXPECT_EQ(st.at("decay_start"), 60);
+  EXPECT_EQ(st.at("budget_seconds"), 12.5);
+  // The count is unknown before the fix and shown after it.
+  EXPECT_EQ(total_at_eval.at(10), 0);
+  EXPECT_EQ(total_at_eval.at(70), 100);
+  // The learning rate: the peak after the warmup and while measuring, decaying after step 60, min_lr
+  // at step 100.
+  std::map<int64_t, double> lr;
+  for (const EvalRow& row : r.history) lr[row.step] = row.lr;
+  EXPECT_EQ(lr.at(10), 3e-3f);
+  EXPECT_EQ(lr.at(60), 3e-3f);
+  EXPECT_LT(lr.at(90), 3e-3f);
+  EXPECT_GT(lr.at(90), 1e-4f);
+  EXPECT_EQ(lr.at(100), 1e-4f);
+  EXPECT_EQ(lr.at(90), budget_lr(3e-3f, 90, 5, 60, 100, 1e-4f));
+}
+
+TEST(TrainerBudget, ResumedAfterTheFixEqualsUninterruptedWithEma) {
+  const std::string a = testing::temp_dir("budget_a"), b = testing::temp_dir("budget_b");
+  TrainConfig ca = budgeted(a);
+  ca.ema = 0.99f;
+  const TrainResult ra = run_training(ca, ticking());
+  EXPECT_EQ(ra.steps, 100);
+  TrainHooks stop = ticking();
+  stop.should_stop = [](int64_t step) { return step == 75; };  // after the fix, between evaluations
+  TrainConfig cb = budgeted(b);
+  cb.ema = 0.99f;
+  EXPECT_TRUE(run_training(cb, stop).interrupted);
+  EXPECT_EQ(state_json(b).at("budget_steps"), 100);
+  // The resumed session's clock is another one (a real one would be): the saved count decides.
+  TrainHooks later;
+  later.clock = [](int64_t steps) { return 1000.0 + 3.0 * static_cast<double>(steps); };
+  const TrainResult rb = run_training(load_train_config(b), later, /*resume=*/true);
+  EXPECT_EQ(rb.steps, 100);
+  EXPECT_EQ(rb.stop_reason, StopReason::TIME_BUDGET);
+  EXPECT_TRUE(file(a, "model.safetensors") == file(b, "model.safetensors")) << "weights differ after resume";
+  EXPECT_TRUE(file(a, "trainer_state.safetensors") == file(b, "trainer_state.safetensors")) << "state differs";
+  ASSERT_EQ(ra.history.size(), rb.history.size());
+  for (size_t i = 0; i < ra.history.size(); ++i) EXPECT_EQ(ra.history[i].valid_loss, rb.history[i].valid_loss) << i;
+}
+
+TEST(TrainerBudget, OnResumeTimeBudgetIsRefusedAndMaxStepsReplacesTheCount) {
+  const std::string a = testing::temp_dir("budget_resume");
+  TrainHooks stop = ticking();
+  stop.should_stop = [](int64_t step) { return step == 70; };
+  EXPECT_TRUE(run_training(budgeted(a), stop).interrupted);
+
+  TrainConfig more = load_train_config(a);
+  more.time_budget = 20;
+  try {
+    run_training(more, ticking(), /*resume=*/true);
+    FAIL() << "a new time budget was accepted after the count was fixed";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--time-budget"), std::string::npos) << m;
+    EXPECT_NE(m.find("100 steps"), std::string::npos) << m;
+    EXPECT_NE(m.find("--max-steps"), std::string::npos) << m;
+  }
+  // The same on the command line's path: --resume with --time-budget.
+  EXPECT_THROW(run_training(resolve_train_options({{"resume", a}, {"time-budget", "30"}}).config, ticking(), true),
+               std::invalid_argument);
+
+  // --max-steps replaces the count: the decay still starts at step 60 and now ends at step 80.
+  const TrainSetup s = resolve_train_options({{"resume", a}, {"max-steps", "80"}});
+  EXPECT_EQ(s.config.time_budget, 0);
+  const TrainResult r = run_training(s.config, ticking(), /*resume=*/true);
+  EXPECT_EQ(r.steps, 80);
+  EXPECT_EQ(r.stop_reason, StopReason::MAX_STEPS);
+  EXPECT_EQ(r.history.back().step, 80);
+  EXPECT_EQ(r.history.back().lr, 1e-4f);
+  EXPECT_EQ(state_json(a).at("budget_steps"), 80);
+  EXPECT_EQ(state_json(a).at("decay_start"), 60);
+}
+
+// A checkpoint without the budget's keys — written before the count was fixed, as every budget run's
+// checkpoint was before the budget schedule existed — resumes and measures in its new session: the
+// window opens 10 steps into it (at 40), closes at 90; 12.5 − 90·0.125 = 1.25 s left fit 10 steps.
+TEST(TrainerBudget, CheckpointWithoutACountMeasuresAgainAfterResume) {
+  const std::string a = testing::temp_dir("budget_old");
+  TrainHooks stop = ticking();
+  stop.should_stop = [](int64_t step) { return step == 30; };
+  EXPECT_TRUE(run_training(budgeted(a), stop).interrupted);
+  const nlohmann::json st = state_json(a);
+  EXPECT_FALSE(st.contains("budget_steps"));
+  EXPECT_FALSE(st.contains("ema_updates"));
+  const TrainResult r = run_training(load_train_config(a), ticking(), /*resume=*/true);
+  EXPECT_EQ(r.budget_steps, 100);
+  EXPECT_EQ(r.steps, 100);
+  EXPECT_EQ(state_json(a).at("decay_start"), 90);
+}
+
+TEST(TrainerEma, EvaluatesAndSavesTheAverageAndInitFromStartsFromIt) {
+  const std::string a = testing::temp_dir("ema_a"), b = testing::temp_dir("ema_b");
+  TrainConfig c = tiny(a);
+  c.ema = 0.9f;
+  c.max_steps = 20;
+  const TrainResult r = run_training(c);
+  // model.safetensors holds the average; the state holds the raw weights and the average.
+  const io::SafeTensorsFile model = io::load_safetensors(a + "/model.safetensors");
+  const io::SafeTensorsFile state = io::load_safetensors(a + "/trainer_state.safetensors");
+  EXPECT_EQ(state_json(a).at("ema_updates"), 20);
+  bool differs = false;
+  for (const auto& [k, t] : model.tensors) {
+    const Tensor& avg = state.tensors.at("ema." + k);
+    const Tensor& raw = state.tensors.at("model." + k);
+    ASSERT_EQ(avg.numel(), t.numel());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      ASSERT_EQ(t.data()[i], avg.data()[i]) << k << "[" << i << "]";
+      differs |= t.data()[i] != raw.data()[i];
+    }
+  }
+  EXPECT_TRUE(differs) << "the average equals the raw weights";
+  // The last evaluation scored the average: the saved model's teacher-forced figures.
+  const TrainedModel m = load_model_dir(a);
+  std::vector<data::Example> valid;
+  for (auto& e : data::make_task_set(data::Task::REVERSE, 11, data::Split::VALID, 50))
+    valid.push_back({std::move(e.src), std::move(e.tgt)});
+  EXPECT_EQ(r.history.back().valid_loss, evaluate_teacher_forced(*m.model, valid, 256).loss);
+  // --init-from starts from the average (its step-0 row scores it), with an average of its own.
+  TrainConfig f = fine_tune(a, b);
+  f.ema = 0.9f;
+  const TrainResult rb = run_training(f);
+  EXPECT_EQ(rb.history.front().step, 0);
+  EXPECT_EQ(rb.history.front().valid_loss, r.history.back().valid_loss);
+  EXPECT_EQ(state_json(b).at("ema_updates"), 6);
+}
+
+TEST(TrainerEma, DecayOutsideZeroOneIsAnErrorNamingTheOption) {
+  const std::string a = testing::temp_dir("ema_bad");
+  for (const float bad : {0.0f, 1.0f, 1.5f, -0.5f}) {
+    TrainConfig c = tiny(a);
+    c.ema = bad;
+    const std::string m = error_of(c);
+    EXPECT_NE(m.find("--ema"), std::string::npos) << bad << ": " << m;
+  }
+}
+
 
 // A small text with structure to learn: sentences of words from a short list, newlines between.
 std::string lm_text(int sentences, unsigned seed) {
