@@ -468,6 +468,9 @@ PYBIND11_MODULE(_core, m) {
         d["stop_reason"] = std::string(tfm::enum_name(r.stop_reason));
         d["skipped_nonfinite"] = r.skipped_nonfinite;
         d["seconds"] = r.seconds;
+        d["train_seconds"] = r.train_seconds;  // what --time-budget counts
+        d["time_budget"] = r.time_budget;
+        d["budget_steps"] = r.budget_steps;    // the step count fitted to the budget (0: none)
         py::list history;
         for (const auto& row : r.history) history.append(row_dict(row));
         d["history"] = history;

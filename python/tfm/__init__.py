@@ -389,7 +389,8 @@ def train(progress=None, **options):
     step, writes a checkpoint (resume with tfm.train(resume=out)) and raises KeyboardInterrupt; an exception
     raised by progress stops the run the same way and propagates.
 
-    Returns a dict: steps, epochs_completed, stop_reason, seconds, history (the metrics rows), out, and the
+    Returns a dict: steps, epochs_completed, stop_reason, seconds, train_seconds (what time_budget counts),
+    time_budget, budget_steps (the step count fitted to time_budget, 0: none), history (the metrics rows), out, and the
     final metrics: for pairs, the greedy decode's figures on the validation set (token_accuracy,
     sequence_accuracy, ...); for a language model, valid_loss and perplexity of the last evaluation.
     Training under MPI is not available from Python (use mpirun tfm train).

@@ -46,13 +46,11 @@ constexpr int64_t kFitSteps = 50;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The largest step count n ≥ `step` whose remaining cost fits `left` seconds: (n − step) steps of
-// `per_step` seconds and, of `eval_cost` each, the evaluations at the multiples of `eval_every` in
-// (step, n] and the final one at n when n is not such a multiple.
+// `per_step` seconds and, of `eval_cost` each, the evaluations still to come — at the multiples of
+// `eval_every` in [step, n] (the count is fixed before step `step`'s own evaluation) and the final
+// one at n when n is not such a multiple.
 int64_t fit_step_count(int64_t step, double per_step, double eval_cost, int64_t eval_every, double left) {
-  const auto evals = [&](int64_t n) {
-    if (n == step) return int64_t{0};
-    return n / eval_every - step / eval_every + (n % eval_every != 0 ? 1 : 0);
-  };
+  const auto evals = [&](int64_t n) { return n / eval_every - (step - 1) / eval_every + (n % eval_every != 0 ? 1 : 0); };
   const auto cost = [&](int64_t n) {
     return static_cast<double>(n - step) * per_step + static_cast<double>(evals(n)) * eval_cost;
   };
@@ -618,6 +616,8 @@ TrainResult Run::train() {
         hooks_.progress(e);
       }
 
+      // The count is fixed before this step's evaluation, so that its checkpoint holds it.
+      if (budget_ == Budget::MEASURING && s.finite && st_.step == fit_from_ + kFitSteps) fix_length();
       const bool periodic = eval_every_ > 0 && st_.step > 0 && st_.step % eval_every_ == 0 && s.finite;
       const bool window_opens = budget_ == Budget::MEASURING && s.finite && st_.step == fit_from_;
       if (periodic || window_opens) {
@@ -627,7 +627,6 @@ TrainResult Run::train() {
         if (window_opens) eval_cost_ = elapsed() - t, fit_t0_ = elapsed();
         else if (budget_ == Budget::MEASURING && st_.step > fit_from_) window_evals_ += elapsed() - t;
       }
-      if (budget_ == Budget::MEASURING && s.finite && st_.step == fit_from_ + kFitSteps) fix_length();
       const bool clock_stops = c_.time_budget > 0 && budget_ != Budget::FIXED;
       if (comm_.single() ? clock_stops && elapsed() >= c_.time_budget : agreed.time_up) {
         reason = StopReason::TIME_BUDGET;

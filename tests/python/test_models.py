@@ -93,6 +93,16 @@ def pair_runs(tmp_path_factory, tfm_cli):
     return d, r
 
 
+def test_pairs_train_with_ema_is_the_clis(tmp_path, tfm_cli):
+    (tmp_path / "p.tsv").write_text(PAIRS * 20)
+    opts = dict(train=str(tmp_path / "p.tsv"), valid=str(tmp_path / "p.tsv"), arch="seq2seq", d_model=16, nhead=2,
+                layers=1, dim_feedforward=32, max_steps=10, batch_size=16, threads=1, seed=1, ema=0.9)
+    r = tfm.train(out=str(tmp_path / "py"), **opts)
+    assert r["budget_steps"] == 0 and r["time_budget"] == 0
+    _run([tfm_cli, "train", "--out", str(tmp_path / "cli")] + _cli_args(opts))
+    assert (tmp_path / "py" / "model.safetensors").read_bytes() == (tmp_path / "cli" / "model.safetensors").read_bytes()
+
+
 def test_pairs_train_evaluate_translate(pair_runs, tfm_cli):
     d, r = pair_runs
     assert (d / "py" / "model.safetensors").read_bytes() == (d / "cli" / "model.safetensors").read_bytes()
@@ -122,8 +132,10 @@ def test_train_option_errors(tmp_path):
         tfm.train(out=str(tmp_path / "x"), task="reverse", bias="no")
     with pytest.raises(FileNotFoundError):
         tfm.train(out=str(tmp_path / "x"), text=str(tmp_path / "missing.txt"), max_steps=1)
+    with pytest.raises(ValueError, match="--ema"):
+        tfm.train(out=str(tmp_path / "x"), task="reverse", ema=1.5, max_steps=1)
     names = {o["name"] for o in tfm.train_options()}
-    assert {"out", "threads", "resume", "init_from", "d_model", "max_steps"} <= names
+    assert {"out", "threads", "resume", "init_from", "d_model", "max_steps", "ema", "time_budget"} <= names
 
 
 def test_ctrl_c_checkpoints_then_resume(tmp_path):
