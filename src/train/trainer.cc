@@ -207,7 +207,7 @@ class Run {
   int64_t text_batches_ = 0;  // text data: batches per epoch (windows of the training text / batch size)
 
   int64_t total_steps_ = 0;  // 0 = unknown
-  Schedule schedule_ = Schedule::CONSTANT;
+  Schedule schedule_ = Schedule::CONSTANT;  // Budget::OFF's schedule (the budget schedule is budget_lr)
   // The budget schedule: OFF (the schedule's own), MEASURING (the step rate, stopping on the clock
   // meanwhile), FIXED (st_.budget_steps from st_.decay_start: an ordinary run of known length).
   enum class Budget { OFF, MEASURING, FIXED } budget_ = Budget::OFF;

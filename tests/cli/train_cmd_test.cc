@@ -2,6 +2,7 @@
 // executable: a TSV task made here, bad and empty files, SIGINT → checkpoint → resume.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -114,6 +115,33 @@ TEST(TrainCli, BadTsvLinesAreReportedWithLineNumbers) {
   { std::ofstream(d + "/empty.tsv"); }
   EXPECT_EQ(run_command(kCli + " train --train " + d + "/empty.tsv --valid " + d + "/valid.tsv --out " + d + "/e", &out), 1);
   EXPECT_NE(out.find("empty.tsv: file is empty"), std::string::npos) << out;
+}
+
+// A budgeted run on the test clock (TFM_TEST_SECONDS_PER_STEP: 0.125 s a step, evaluations free): the
+// note names the fitted count, the summary says how far from the budget the run ended; --ema outside
+// (0, 1) is one line naming the option; --resume with a new --time-budget is refused by name.
+TEST(TrainCli, TimeBudgetFitsItsStepsAndEmaIsChecked) {
+  const std::string d = temp_dir("cli_budget");
+  write_pairs(d + "/train.tsv", 60, 1);
+  write_pairs(d + "/valid.tsv", 10, 2);
+  const std::string base = kCli + " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq;
+  std::string out;
+  ASSERT_EQ(run_command("TFM_TEST_SECONDS_PER_STEP=0.125 " + base + " --warmup 5 --time-budget 12.5 --ema 0.99 --out " +
+                            d + "/run",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("time budget: 100 steps fit the 5.0 s left"), std::string::npos) << out;
+  EXPECT_NE(out.find("trained 100 steps in 12.5 s (time-budget)"), std::string::npos) << out;
+  EXPECT_NE(out.find("time budget 12.5 s: training and its evaluations took 12.5 s, 0.0 s (0.0%) within it (100 steps "
+                     "fitted to it)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(run_command(kCli + " train --resume " + d + "/run --time-budget 20", &out), 1) << out;
+  EXPECT_NE(out.find("--time-budget: the run in " + d + "/run fixed its length at 100 steps"), std::string::npos) << out;
+  EXPECT_EQ(run_command(base + " --max-steps 1 --ema 1.5 --out " + d + "/bad", &out), 1) << out;
+  EXPECT_NE(out.find("ema (--ema) must be a decay in (0, 1)"), std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
 }
 
 TEST(TrainCli, SigintWritesACheckpointAndResumes) {

@@ -45,7 +45,10 @@
 // windows of (epoch, batch), or random windows drawn from the run's generator), dropout draws come
 // from the run's counter-based generator whose (seed, offset) is saved, and the optimizer state
 // is saved bit for bit; so a run interrupted at any step and resumed produces the same weights as
-// the uninterrupted one. Same seed, same numbers for any thread count (the kernels' contract).
+// the uninterrupted one. Same seed, same numbers for any thread count (the kernels' contract). A run on a
+// time budget fixes its step count once (src/train/trainer.cc, "the budget schedule") and saves it, and
+// --ema's average is saved with its update count, so a run resumed after the count was fixed replays
+// the uninterrupted one bit for bit too.
 #pragma once
 
 #include <cstdint>
