@@ -218,7 +218,8 @@ void register_train(CLI::App& app, Runner& run) {
       "A time budget with the cosine (or auto) schedule fits the run to it: the run measures its step rate\n"
       "after the warmup, fixes its step count (saved in its state; the progress line shows it) and decays to\n"
       "--min-lr at that step. On --resume it continues to that count; --time-budget is then refused and\n"
-      "--max-steps replaces the count. For a budget, --time-budget S --ema 0.999 is the recipe (README).\n"
+      "--max-steps replaces the count. For a budget, --time-budget S with the default schedule is the recipe;\n"
+      "--ema suits runs that end at a high learning rate (README, bench/RESULTS.md).\n"
       "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and prints how to resume.");
   cmd->formatter(std::make_shared<FlagFormatter>());
   auto given = std::make_shared<Given>();
