@@ -2,7 +2,10 @@
 //
 // PyTorch analog: `with torch.inference_mode():` (no autograd recording), plus, for
 // Precision::BFLOAT16, `with torch.autocast("cpu", dtype=torch.bfloat16):` restricted to the
-// matmuls of Linear layers (attention, LayerNorm, softmax, activations stay float32).
+// matmuls of Linear layers (attention, LayerNorm, softmax, activations stay float32); for
+// Precision::INT8, `torch.ao.quantization.quantize_dynamic(model, dtype=torch.qint8)` applied to every
+// Linear (PyTorch's own quantizes nn.Linear modules only, which inside nn.TransformerEncoderLayer
+// are the feed-forward ones), with per-row rather than per-tensor scales.
 //
 // Inside the scope every Linear weight is packed on first use — reordered into the GEMM backend's
 // blocked layout and, for BFloat16, rounded to bfloat16 — and the packed copy is reused by every
@@ -17,7 +20,12 @@
 //   BFloat16 — each Linear computes bf16(x)·bf16(W)ᵀ + b with float32 sums: inputs and weights
 //              carry 8 significant bits (relative rounding ≤ 2^-8). Documented tolerance against the
 //              float64 reference: docs/bf16.md.
-// Results stay bitwise identical for any thread count in both precisions.
+//   Int8     — each Linear's weight is quantized once per output row, symmetric (scale max|W_n|/127),
+//              its input per row at run time (asymmetric uint8, scale (max − min)/255); int32 sums,
+//              dequantized and the bias added in float32 (VNNI / AMX-INT8 through oneDNN; a portable
+//              loop with the same bits elsewhere, see int8_matmul_accelerated). Inference only.
+//              Tolerance and accuracy: docs/int8.md.
+// Results stay bitwise identical for any thread count in every precision.
 //
 // Contract: weights must not be modified while a scope is alive (the cache is not invalidated; the
 // packed copies hold the weights' storage alive until the scope ends). Scopes are per thread and
@@ -35,15 +43,21 @@
 
 namespace tfm {
 
-enum class Precision { FLOAT32, BFLOAT16 };
+enum class Precision { FLOAT32, BFLOAT16, INT8 };
 template <>
 struct EnumNames<Precision> {
   static constexpr const char* noun = "precision";
-  static constexpr std::array<std::pair<Precision, std::string_view>, 4> names{{{Precision::FLOAT32, "f32"},
+  static constexpr std::array<std::pair<Precision, std::string_view>, 5> names{{{Precision::FLOAT32, "f32"},
                                                                                {Precision::BFLOAT16, "bf16"},
+                                                                               {Precision::INT8, "int8"},
                                                                                {Precision::FLOAT32, "float32"},
                                                                                {Precision::BFLOAT16, "bfloat16"}}};
 };
+
+// True when Precision::INT8's matmuls run on this CPU's int8 dot-product instructions (AVX512-VNNI or
+// AMX-INT8, through oneDNN); false when they take the portable loop (same numbers, much slower) —
+// no such CPU, or TFM_FORCE_SCALAR. For front ends to say so.
+bool int8_matmul_accelerated();
 
 // Packed Linear weights kept beyond one scope. An InferenceMode opened with a cache packs into it
 // (instead of the outermost scope's own cache) and leaves what it packed there when it ends, so a

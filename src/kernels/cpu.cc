@@ -24,6 +24,14 @@ bool cpu_has_avx512() {
   return has && !force_scalar();
 }
 
+bool cpu_has_int8_dot() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return cpu_has_avx512() && (__builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("amx-int8"));
+  }();
+  return has && !force_scalar();
+}
+
 // SplitMix64's output step on the state seed·φ + counter + φ (φ = 2⁶⁴/golden ratio): a cheap,
 // well-mixed 64-bit hash, so dropout masks and initial weights are a pure function of (seed, element
 // index).

@@ -1,6 +1,7 @@
 // src/kernels/gemm_packed.cc — gemm_packed: oneDNN's matmul primitive on weights reordered once
-// into its blocked layout (f32, or bf16 for AVX512-BF16/AMX), run on fixed row panels, one
-// single-threaded primitive per panel, inside our own OpenMP loop. Contract in gemm_packed.h.
+// into its blocked layout (f32, bf16 for AVX512-BF16/AMX, or s8 for VNNI/AMX-INT8), run on fixed row
+// panels, one single-threaded primitive per panel, inside our own OpenMP loop. Contract in
+// gemm_packed.h.
 //
 // oneDNN specifics relied on (2.6):
 //   * weights: dst (m, N) = src (m, K) · wei (K, N). Our W (N, K) row-major is wei with strides
@@ -9,6 +10,9 @@
 //     (reorder back) and that call takes the fallback.
 //   * threads: a primitive created and executed while omp_get_max_threads() == 1 (SerialOmpScope)
 //     or inside a parallel region runs on the calling thread only.
+//   * int8: src u8 (m, K), weights s8, dst s32 (m, N) with no attributes: plain int32 sums, which
+//     we dequantize ourselves (kernels::dequantize_rows). With a u8 source oneDNN adds no
+//     compensation to the packed weights (it would for s8 × s8).
 //   * scratchpad: user-managed (thread-local buffers), so two threads may execute one primitive
 //     at once.
 #include "kernels/gemm_packed.h"
@@ -59,10 +63,44 @@ void convert_rows_to_bf16(const float* src, int64_t lds, int64_t m, int64_t K, u
   for (int64_t i = 0; i < m; ++i) float_to_bf16_avx512(src + i * lds, dst + i * K, K);
 }
 
+namespace {
+
+// acc (m, N) = qa (m, K) · qwᵀ (qw (N, K)), exact int32 sums: the int8 product's portable loop (no
+// VNNI, TFM_FORCE_SCALAR, or a shape oneDNN rejects) and the twin's.
+void int8_dot_rows(int64_t m, int64_t N, int64_t K, const uint8_t* qa, const int8_t* qw, int32_t* acc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t n = 0; n < N; ++n) {
+      int32_t sum = 0;
+      for (int64_t k = 0; k < K; ++k) sum += int32_t(qa[i * K + k]) * int32_t(qw[n * K + k]);
+      acc[i * N + n] = sum;
+    }
+}
+
+std::vector<int32_t> column_sums(const std::vector<int8_t>& q, int64_t N, int64_t K) {  // Σ_k q[n, k]
+  std::vector<int32_t> cs(static_cast<size_t>(N), 0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) cs[n] += q[n * K + k];
+  return cs;
+}
+
+}  // namespace
+
 void gemm_packed_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                         const float* W, int64_t ldw, const float* bias, float* C, int64_t ldc,
                         MatmulPrecision precision) {
   if (M <= 0) return;
+  if (precision == MatmulPrecision::MATMUL_INT8) {
+    std::vector<int8_t> qw(static_cast<size_t>(N * K));
+    std::vector<float> sw(static_cast<size_t>(N)), sx(static_cast<size_t>(M));
+    std::vector<uint8_t> qa(static_cast<size_t>(M * K));
+    std::vector<int32_t> zx(static_cast<size_t>(M)), acc(static_cast<size_t>(M * N));
+    quantize_rows_s8(W, N, K, ldw, qw.data(), sw.data());
+    quantize_rows_u8_scalar(A, M, K, lda, qa.data(), sx.data(), zx.data());
+    int8_dot_rows(M, N, K, qa.data(), qw.data(), acc.data());
+    const std::vector<int32_t> cs = column_sums(qw, N, K);
+    dequantize_rows_scalar(acc.data(), N, M, N, sx.data(), zx.data(), sw.data(), cs.data(), bias, C, ldc);
+    return;
+  }
   std::vector<float> a, w;  // rounded copies (bf16 only)
   const float* ap = A;
   const float* wp = W;
@@ -110,7 +148,12 @@ T* thread_buffer(std::vector<T>& buf, size_t n) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-Dt data_type(MatmulPrecision p) { return p == MatmulPrecision::MATMUL_BF16 ? Dt::bf16 : Dt::f32; }
+// The weights' and the source's oneDNN types.
+Dt data_type(MatmulPrecision p) {
+  return p == MatmulPrecision::MATMUL_BF16 ? Dt::bf16 : p == MatmulPrecision::MATMUL_INT8 ? Dt::s8 : Dt::f32;
+}
+Dt src_type(MatmulPrecision p) { return p == MatmulPrecision::MATMUL_INT8 ? Dt::u8 : data_type(p); }
+Dt dst_type(MatmulPrecision p) { return p == MatmulPrecision::MATMUL_INT8 ? Dt::s32 : Dt::f32; }
 
 // Panel height used to ask oneDNN for its preferred weight layout.
 constexpr int64_t kReferenceRows = 128;
@@ -121,6 +164,10 @@ class PackedWeight {
  public:
   int64_t N = 0, K = 0;
   MatmulPrecision precision = MatmulPrecision::MATMUL_F32;
+
+  // int8 only: the weight's per-row scales and Σ_k q[n, k] (N each).
+  std::vector<float> scale;
+  std::vector<int32_t> colsum;
 
   // The blocked copy (valid when packed) and its descriptor.
   bool packed = false;
@@ -143,8 +190,8 @@ class PackedWeight {
     Prim& p = it->second;
     try {
       SerialOmpScope serial;  // blocking chosen for one thread
-      p.src = memory::desc({m, K}, data_type(precision), {lda, 1});
-      p.dst = memory::desc({m, N}, Dt::f32, {ldc, 1});
+      p.src = memory::desc({m, K}, src_type(precision), {lda, 1});
+      p.dst = memory::desc({m, N}, dst_type(precision), {ldc, 1});
       if (has_bias) p.bias = memory::desc({1, N}, Dt::f32, memory::format_tag::ab);
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -168,6 +215,13 @@ class PackedWeight {
     return plain_;
   }
   std::vector<float>& plain_storage() { return plain_; }
+  // int8: the plain (N, K) quantized rows, made on first need like plain().
+  const std::vector<int8_t>& plain_q() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (plain_q_.empty() && packed) unpack();
+    return plain_q_;
+  }
+  std::vector<int8_t>& plain_q_storage() { return plain_q_; }
 
  private:
   void unpack() const {  // reorder the blocked copy back to (N, K) rows, widen bf16 to float
@@ -176,6 +230,11 @@ class PackedWeight {
     memory in = wmem, out(rows, cpu_engine());  // handles (shared), not copies
     dnnl::reorder(in, out).execute(thread_stream(), in, out);
     thread_stream().wait();
+    if (dt == Dt::s8) {
+      plain_q_.resize(static_cast<size_t>(N * K));
+      std::memcpy(plain_q_.data(), out.get_data_handle(), plain_q_.size());
+      return;
+    }
     plain_.resize(static_cast<size_t>(N * K));
     if (dt == Dt::f32) {
       std::memcpy(plain_.data(), out.get_data_handle(), plain_.size() * sizeof(float));
@@ -188,6 +247,7 @@ class PackedWeight {
   mutable std::mutex mu_;
   mutable std::map<Key, Prim> prims_;
   mutable std::vector<float> plain_;
+  mutable std::vector<int8_t> plain_q_;
 };
 
 std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64_t K, int64_t ldw,
@@ -198,25 +258,35 @@ std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64
   pw->precision = precision;
   // The weight rounded as the precision says, as plain (N, K) rows: bf16 bits, or float.
   std::vector<uint16_t> w16;
+  std::vector<int8_t> w8;
   if (precision == MatmulPrecision::MATMUL_BF16) {
     w16.resize(static_cast<size_t>(N * K));
     convert_rows_to_bf16(W, ldw, N, K, w16.data());
   }
-  if (!force_scalar()) {
+  const bool int8 = precision == MatmulPrecision::MATMUL_INT8;
+  if (int8) {
+    w8.resize(static_cast<size_t>(N * K));
+    pw->scale.resize(static_cast<size_t>(N));
+    quantize_rows_s8(W, N, K, ldw, w8.data(), pw->scale.data());
+    pw->colsum = column_sums(w8, N, K);
+  }
+  if (!force_scalar() && (!int8 || cpu_has_int8_dot())) {
     try {
       const Dt dt = data_type(precision);
       const dnnl::matmul::primitive_desc ref(
-          dnnl::matmul::desc(memory::desc({kReferenceRows, K}, dt, memory::format_tag::ab),
+          dnnl::matmul::desc(memory::desc({kReferenceRows, K}, src_type(precision), memory::format_tag::ab),
                              memory::desc({K, N}, dt, memory::format_tag::any),
-                             memory::desc({kReferenceRows, N}, Dt::f32, memory::format_tag::ab)),
+                             memory::desc({kReferenceRows, N}, dst_type(precision), memory::format_tag::ab)),
           cpu_engine());
       pw->wmd = ref.weights_desc();
       pw->wmem = memory(pw->wmd, cpu_engine());
       // Source: W as wei (K, N) at strides {1, ldw}; the bf16 copy is dense (ldw = K). Rounding
       // is ours (convert_rows_to_bf16) so the scalar twin sees the same bf16 values; the reorder
       // only moves them.
-      void* src = dt == Dt::bf16 ? static_cast<void*>(w16.data()) : const_cast<float*>(W);
-      memory user(memory::desc({K, N}, dt, {1, dt == Dt::bf16 ? K : ldw}), cpu_engine(), src);
+      void* src = dt == Dt::bf16 ? static_cast<void*>(w16.data())
+                  : int8         ? static_cast<void*>(w8.data())
+                                 : static_cast<void*>(const_cast<float*>(W));
+      memory user(memory::desc({K, N}, dt, {1, dt == Dt::f32 ? ldw : K}), cpu_engine(), src);
       dnnl::reorder(user, pw->wmem).execute(thread_stream(), user, pw->wmem);
       thread_stream().wait();
       pw->packed = true;
@@ -224,6 +294,10 @@ std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64
     } catch (const dnnl::error&) {
       pw->packed = false;  // no oneDNN support: plain copy below
     }
+  }
+  if (int8) {
+    pw->plain_q_storage() = std::move(w8);
+    return pw;
   }
   std::vector<float>& plain = pw->plain_storage();
   plain.resize(static_cast<size_t>(N * K));
@@ -265,6 +339,37 @@ void panel_fallback(int64_t m, const float* a, int64_t lda, const PackedWeight& 
   gemm_bias(false, true, m, N, K, a, lda, plain.data(), K, bias, c, ldc);
 }
 
+// One int8 panel: quantize the rows of A, int32 sums (oneDNN when `p`, else the portable loop),
+// dequantize into C with the bias.
+void panel_int8(const PackedWeight::Prim* p, int64_t m, const float* a, int64_t lda, const PackedWeight& W,
+                const float* bias, float* c, int64_t ldc) {
+  const int64_t N = W.N, K = W.K;
+  thread_local std::vector<uint8_t> qa_buf;
+  thread_local std::vector<float> sx_buf;
+  thread_local std::vector<int32_t> zx_buf, acc_buf;
+  uint8_t* qa = thread_buffer(qa_buf, static_cast<size_t>(m * K));
+  float* sx = thread_buffer(sx_buf, static_cast<size_t>(m));
+  int32_t* zx = thread_buffer(zx_buf, static_cast<size_t>(m));
+  int32_t* acc = thread_buffer(acc_buf, static_cast<size_t>(m * N));
+  quantize_rows_u8(a, m, K, lda, qa, sx, zx);
+  if (p) {
+    const dnnl::engine& eng = cpu_engine();
+    thread_local std::vector<uint8_t> scratch;
+    const size_t ns = p->scratch.get_size();
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, memory(p->src, eng, qa)},
+        {DNNL_ARG_WEIGHTS, W.wmem},
+        {DNNL_ARG_DST, memory(p->dst, eng, acc)},
+        {DNNL_ARG_SCRATCHPAD, memory(p->scratch, eng, ns ? thread_buffer(scratch, ns) : nullptr)}};
+    gemm_detail::SerialOmpScope serial;
+    p->prim.execute(thread_stream(), args);
+    thread_stream().wait();
+  } else {
+    int8_dot_rows(m, N, K, qa, W.plain_q().data(), acc);
+  }
+  dequantize_rows(acc, N, m, N, sx, zx, W.scale.data(), W.colsum.data(), bias, c, ldc);
+}
+
 void panel_onednn(const PackedWeight::Prim& p, int64_t m, const float* a, int64_t lda,
                   const PackedWeight& W, const float* bias, float* c) {
   const dnnl::engine& eng = cpu_engine();
@@ -295,7 +400,7 @@ void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, 
   if (M <= 0) return;
   const int64_t N = W.N, K = W.K;
   if (!W.packed) {  // scalar twin requested, or oneDNN could not pack
-    if (force_scalar()) {
+    if (force_scalar() && W.precision != MatmulPrecision::MATMUL_INT8) {
       gemm_packed_scalar(M, N, K, A, lda, W.plain().data(), K, bias, C, ldc, W.precision);
       return;
     }
@@ -303,6 +408,28 @@ void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, 
   const int64_t mt = gemm_packed_panel_rows(M, N, K);
   const int64_t n_panels = ceil_div(M, mt), last = M - (n_panels - 1) * mt;
   // bf16 panels are converted into a dense buffer (lda = K) before the call.
+  const bool int8 = W.precision == MatmulPrecision::MATMUL_INT8;
+  if (int8) {  // panels of quantized rows (dense, lda = K) into dense int32 sums (ldc = N)
+    const PackedWeight::Prim* full = nullptr;
+    const PackedWeight::Prim* tail = nullptr;
+    if (W.packed) {
+      full = &W.prim(mt, K, N, false);
+      tail = last == mt ? full : &W.prim(last, K, N, false);
+      if (!full->ok || !tail->ok) full = tail = nullptr;
+    }
+    if (!full) W.plain_q();  // made once, before the threads need it
+    auto run_int8 = [&](int64_t t) {
+      const int64_t i0 = t * mt, m = t == n_panels - 1 ? last : mt;
+      panel_int8(m == mt ? full : tail, m, A + i0 * lda, lda, W, bias, C + i0 * ldc, ldc);
+    };
+    if (n_panels == 1) {
+      run_int8(0);
+      return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n_panels; ++t) run_int8(t);
+    return;
+  }
   const int64_t src_ld = W.precision == MatmulPrecision::MATMUL_BF16 ? K : lda;
   const PackedWeight::Prim* full = nullptr;
   const PackedWeight::Prim* tail = nullptr;

@@ -13,6 +13,15 @@
 //                NaN stays NaN), products exact in float32, sums in float32 — what
 //                torch.autocast("cpu", torch.bfloat16) computes for a Linear, except that the
 //                output stays float32 (PyTorch's is bfloat16, one more rounding).
+//   MATMUL_INT8: C = dequantize(u8(A)·s8(W)ᵀ) + b: W quantized once per output row, symmetric
+//                (kernels::quantize_rows_s8, scale max|W_n|/127); each panel's rows of A quantized
+//                per row, asymmetric, to uint8 (quantize_rows_u8); int32 sums of u8·s8 products — the
+//                operand kinds VNNI's vpdpbusd and AMX-INT8 multiply natively, so oneDNN needs no
+//                compensation of its own; the activations' zero point is removed in the float32
+//                dequantization (dequantize_rows, with Σ_k q_w per output column kept at pack
+//                time), where the bias is added. The int32 sums are exact, so the oneDNN path,
+//                the portable loop and the scalar twin agree bit for bit. oneDNN runs it only where
+//                kernels::cpu_has_int8_dot(); elsewhere a plain int32 loop computes the same bits.
 //
 // Determinism: C is cut into fixed row panels chosen from (M, N, K) only, each panel one
 // single-threaded oneDNN call (or the fallback), so results are bitwise identical for any thread
@@ -29,7 +38,7 @@
 
 namespace tfm::kernels {
 
-enum class MatmulPrecision : uint8_t { MATMUL_F32, MATMUL_BF16 };
+enum class MatmulPrecision : uint8_t { MATMUL_F32, MATMUL_BF16, MATMUL_INT8 };
 
 class PackedWeight;  // opaque; defined in gemm_packed.cc
 
@@ -44,13 +53,15 @@ void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, 
                  float* C, int64_t ldc);
 
 // The scalar twin: rounds A and W as the precision says, then gemm_scalar (one float accumulator
-// per output, k ascending) and adds the bias. W is the plain (N, K) weight at stride ldw.
+// per output, k ascending) and adds the bias; for int8, quantizes both (the scalar twins), sums
+// int32 products and dequantizes with dequantize_rows_scalar. W is the plain (N, K) weight at
+// stride ldw.
 void gemm_packed_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                         const float* W, int64_t ldw, const float* bias, float* C, int64_t ldc,
                         MatmulPrecision precision);
 
 // True when W lives in oneDNN's blocked layout (false: TFM_FORCE_SCALAR, or no oneDNN support and
-// the plain fallback). For tests and diagnostics.
+// the plain fallback, or int8 without cpu_has_int8_dot()). For tests and diagnostics.
 bool packed_by_onednn(const PackedWeight& W);
 
 // Row panels for M output rows: a function of the shape only. Exposed for the tests.

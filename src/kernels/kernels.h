@@ -43,6 +43,10 @@ namespace tfm::kernels {
 // (for bisecting numerical differences). Read once.
 bool cpu_has_avx512();  // AVX-512F/BW/DQ/VL and not forced scalar
 bool force_scalar();
+// AVX512-VNNI (vpdpbusd) or AMX-INT8, and not forced scalar: the int8 Linear (gemm_packed.h) runs on
+// oneDNN only then. Without them oneDNN's u8·s8 kernels pair products in saturating int16 (vpmaddubsw),
+// so the int8 Linear takes its exact portable loop instead.
+bool cpu_has_int8_dot();
 
 // ---- GEMM -----------------------------------------------------------------------------------------
 // C(M,N) = alpha * op(A)(M,K) · op(B)(K,N) + beta * C, all row-major.
@@ -299,6 +303,36 @@ inline bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
   return (dropout_hash(seed, counter) >> 8) >= dropout_threshold(p);
 }
 
+// ---- int8 quantization (quantize.cc; the int8 Linear of gemm_packed.h and `tfm quantize`) ----------
+// Rounding is round-to-nearest-even everywhere (std::nearbyint / vroundscaleps), and the quotients
+// are true divisions, so the AVX-512 bodies are bitwise equal to the twins.
+//
+// Weights, per row, symmetric: scale[n] = max_k |W[n,k]| / 127 (float32), q[n,k] = clamp(round(W[n,k] /
+// scale[n]), −127, 127); a row of zeros gets scale 0 and q 0. W (N, K) at stride ldw ≥ K; q (N, K)
+// dense; scale (N). Overwrites q and scale. The scalar twin is the only body: it runs once per
+// weight (at pack or quantize time), never per call.
+void quantize_rows_s8(const float* W, int64_t N, int64_t K, int64_t ldw, int8_t* q, float* scale);
+// Activations, per row, asymmetric: lo = min(0, min_k x), hi = max(0, max_k x), scale[m] = (hi − lo) /
+// 255 (1 for a row of zeros), zero[m] = round(−lo / scale[m]) ∈ [0, 255], q[m,k] = clamp(round(x[m,k] /
+// scale[m]) + zero[m], 0, 255), so x ≈ scale·(q − zero) with |x − scale·(q − zero)| ≤ scale/2 (up to the
+// rounding of the quotient). NaN inputs are skipped by the min/max and quantize to 0. x (M, K) at
+// stride ldx ≥ K; q (M, K) dense; scale, zero (M). Overwrites q, scale and zero.
+void quantize_rows_u8(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* scale,
+                      int32_t* zero);
+void quantize_rows_u8_scalar(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* scale,
+                             int32_t* zero);
+// y[m,n] = fma(float(acc[m,n] − zero_x[m]·colsum_w[n]), scale_x[m]·scale_w[n], bias[n] or 0): the int32
+// sums of quantize_rows_u8's q_x times quantize_rows_s8's q_w turned back into x·Wᵀ + b, where colsum_w[n]
+// = Σ_k q_w[n,k] removes the activations' zero point. acc (M, N) at stride ldacc ≥ N; y (M, N) at
+// stride ldy ≥ N, overwritten (may alias acc only if ldy == ldacc and both are the same buffer: it
+// reads each element before writing it); bias (N) or null.
+void dequantize_rows(const int32_t* acc, int64_t ldacc, int64_t M, int64_t N, const float* scale_x,
+                     const int32_t* zero_x, const float* scale_w, const int32_t* colsum_w, const float* bias,
+                     float* y, int64_t ldy);
+void dequantize_rows_scalar(const int32_t* acc, int64_t ldacc, int64_t M, int64_t N, const float* scale_x,
+                            const int32_t* zero_x, const float* scale_w, const int32_t* colsum_w,
+                            const float* bias, float* y, int64_t ldy);
+
 // ---- AVX-512 bodies ---------------------------------------------------------------------------------
 // Defined in the <op>_avx512.cc files (compiled with AVX-512 flags). Only the dispatching entry points
 // above and the tests call them, and only when cpu_has_avx512(). Each has the contract of the entry
@@ -344,5 +378,11 @@ void cross_entropy_backward_avx512(const float* logits, const int32_t* target, c
 // The attention kernel's vectorized exp, applied elementwise: exposed so the test can measure its
 // error in ulp against std::exp.
 void attention_exp_avx512(const float* x, float* y, int64_t n);
+
+void quantize_rows_u8_avx512(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* scale,
+                             int32_t* zero);
+void dequantize_rows_avx512(const int32_t* acc, int64_t ldacc, int64_t M, int64_t N, const float* scale_x,
+                            const int32_t* zero_x, const float* scale_w, const int32_t* colsum_w,
+                            const float* bias, float* y, int64_t ldy);
 
 }  // namespace tfm::kernels

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/gemm_packed.h"
+#include "kernels/kernels.h"
 #include "ops/packed_linear.h"
 #include "quote.h"
 
@@ -32,11 +33,17 @@ struct ScopeState {
 thread_local ScopeState g_scope;
 
 kernels::MatmulPrecision kernel_precision(Precision p) {
-  return p == Precision::BFLOAT16 ? kernels::MatmulPrecision::MATMUL_BF16
-                                  : kernels::MatmulPrecision::MATMUL_F32;
+  switch (p) {
+    case Precision::BFLOAT16: return kernels::MatmulPrecision::MATMUL_BF16;
+    case Precision::INT8: return kernels::MatmulPrecision::MATMUL_INT8;
+    case Precision::FLOAT32: break;
+  }
+  return kernels::MatmulPrecision::MATMUL_F32;
 }
 
 }  // namespace
+
+bool int8_matmul_accelerated() { return kernels::cpu_has_int8_dot(); }
 
 struct PackedWeightCache::Impl {
   Cache entries;

@@ -1,6 +1,8 @@
 // tests/kernels/gemm_packed_test.cc — gemm_packed (oneDNN matmul on packed weights, f32 and bf16)
 // and its scalar twin against a double reference, the bf16 rounding rule, padded strides, the
-// packed copy's independence from W, and bitwise thread-count independence.
+// packed copy's independence from W, and bitwise thread-count independence; int8 against its
+// scalar twin bit for bit (its sums are exact int32, so every path must give the same bits; its
+// accuracy bound is tested on the Linear, tests/ops/inference_test.cc).
 //
 // Tolerance. For one output c_ij = Σ_k â_ik ŵ_jk + b_j, where â, ŵ are the inputs as the precision
 // rounds them (f32: unchanged; bf16: float_to_bf16), every product â·ŵ is exact in float32 (bf16
@@ -185,6 +187,29 @@ TEST(GemmPacked, FastAndScalarTwinWithinBoundOfDoubleReference) {
   }
 }
 
+TEST(GemmPacked, Int8EqualsScalarTwinBitwise) {
+  Rng rng(78);
+  const float sentinel = -7.0f;
+  for (const Problem& pb : kProblems) {
+    const int64_t ld = pb.K + pb.pad, ldc = pb.N + pb.pad;
+    const std::vector<float> A = random_matrix(pb.M, pb.K, ld, rng);
+    std::vector<float> W = random_matrix(pb.N, pb.K, ld, rng);
+    const std::vector<float> b = random_matrix(1, pb.N, pb.N, rng);
+    const auto packed = pack_weight(W.data(), pb.N, pb.K, ld, MatmulPrecision::MATMUL_INT8);
+    // oneDNN exactly where the CPU has int8 dot products (a silent fallback would pass too).
+    EXPECT_EQ(packed_by_onednn(*packed), cpu_has_int8_dot()) << pb.str();
+    std::vector<float> C(static_cast<size_t>(pb.M * ldc), sentinel), Cs = C;
+    gemm_packed(pb.M, A.data(), ld, *packed, pb.bias ? b.data() : nullptr, C.data(), ldc);
+    gemm_packed_scalar(pb.M, pb.N, pb.K, A.data(), ld, W.data(), ld, pb.bias ? b.data() : nullptr, Cs.data(),
+                       ldc, MatmulPrecision::MATMUL_INT8);
+    EXPECT_TRUE(bitwise_equal(C, Cs, "int8 " + pb.str()));
+    std::fill(W.begin(), W.end(), 1e30f);  // the packed copy does not refer to W
+    std::vector<float> C2(C.size(), sentinel);
+    gemm_packed(pb.M, A.data(), ld, *packed, pb.bias ? b.data() : nullptr, C2.data(), ldc);
+    EXPECT_TRUE(bitwise_equal(C, C2, "int8 " + pb.str() + ": W overwritten after packing"));
+  }
+}
+
 TEST(GemmPacked, Bf16DiffersFromF32ByTheRoundingOfItsInputs) {
   // Guards against a bf16 path that silently computes in float32 (it would pass the bound above
   // only if the rounding were skipped on both sides; here the two must differ measurably).
@@ -210,7 +235,7 @@ TEST(GemmPacked, PanelsAreAFunctionOfTheShapeOnly) {
 
 TEST(GemmPacked, BitwiseIdenticalForOneAndTwoThreads) {
   Rng rng(9);
-  for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16}) {
+  for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16, MatmulPrecision::MATMUL_INT8}) {
     for (const int64_t M : {int64_t(1000), int64_t(100)}) {
       const int64_t N = 384, K = 200;
       const std::vector<float> A = random_matrix(M, K, K, rng), W = random_matrix(N, K, K, rng),

@@ -1,0 +1,119 @@
+// tests/kernels/quantize_test.cc — the int8 quantization kernels (kernels.h, "int8 quantization"):
+// hand-checked cases of each rule, the AVX-512 bodies bitwise against their scalar twins (random rows,
+// special values, widths that are not multiples of 16, strided rows), and the round trip's error
+// within half a step. No tolerance besides that half step: both rules are exact up to the float
+// quotient, so the twins must agree bit for bit.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/kernels.h"
+#include "test_util.h"
+
+namespace tfm::kernels {
+namespace {
+
+using testing::bitwise_equal;
+using testing::Rng;
+
+TEST(QuantizeRowsS8, HandChecked) {
+  // Row 0: max |w| = 2.54 → scale 0.02; 1.0/0.02 = 50, −2.54/0.02 = −127, 0.01/0.02 = 0.5 → 0 (ties to even),
+  // 0.03/0.02 = 1.5 → 2. Row 1: zeros → scale 0, q 0.
+  const std::vector<float> W = {1.0f, -2.54f, 0.01f, 0.03f, 0.f, 0.f, 0.f, 0.f};
+  std::vector<int8_t> q(8, 99);
+  std::vector<float> s(2, -1.f);
+  quantize_rows_s8(W.data(), 2, 4, 4, q.data(), s.data());
+  EXPECT_FLOAT_EQ(s[0], 2.54f / 127.0f);
+  EXPECT_EQ(s[1], 0.0f);
+  EXPECT_EQ((std::vector<int>{q[0], q[1], q[2], q[3]}), (std::vector<int>{50, -127, 0, 2}));
+  EXPECT_EQ((std::vector<int>{q[4], q[5], q[6], q[7]}), (std::vector<int>{0, 0, 0, 0}));
+}
+
+TEST(QuantizeRowsU8, HandChecked) {
+  // lo = −1, hi = 1.55 → scale 2.55/255 = 0.01, zero = round(1/0.01) = 100;
+  // −1 → −100 + 100 = 0, 1.55 → 155 + 100 = 255, 0 → 100, 0.004 → round(0.4) + 100 = 100.
+  const std::vector<float> x = {-1.0f, 1.55f, 0.0f, 0.004f};
+  std::vector<uint8_t> q(4);
+  float s;
+  int32_t z;
+  quantize_rows_u8_scalar(x.data(), 1, 4, 4, q.data(), &s, &z);
+  EXPECT_FLOAT_EQ(s, 0.01f);
+  EXPECT_EQ(z, 100);
+  EXPECT_EQ((std::vector<int>{q[0], q[1], q[2], q[3]}), (std::vector<int>{0, 255, 100, 100}));
+  // All positive: lo is 0, so the zero point is 0 and the row uses the whole range [0, 255].
+  const std::vector<float> p = {0.5f, 2.55f};
+  quantize_rows_u8_scalar(p.data(), 1, 2, 2, q.data(), &s, &z);
+  EXPECT_EQ(z, 0);
+  EXPECT_EQ(q[1], 255);
+}
+
+TEST(QuantizeRowsU8, SimdMatchesScalarTwinBitwiseAndWithinHalfAStep) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 body on this CPU";
+  Rng rng(2029);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t K : {1, 15, 16, 17, 100, 513}) {
+    for (int64_t pad : {0, 3}) {
+      const int64_t M = 9, ld = K + pad;
+      std::vector<float> x(static_cast<size_t>(M * ld), nan);  // padding NaN: never read
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) {
+          float v = rng.uniform(-3.f, 5.f);
+          if (m == 1) v = std::fabs(v);         // all positive
+          if (m == 2) v = -std::fabs(v) * 1e-30f;  // all negative, tiny
+          if (m == 3) v = 0.0f;                 // zeros
+          if (m == 4 && k % 7 == 3) v = nan;    // NaN skipped by min/max, quantized to 0
+          x[m * ld + k] = v;
+        }
+      std::vector<uint8_t> qf(static_cast<size_t>(M * K), 7), qs(qf.size(), 9);
+      std::vector<float> sf(M), ss(M);
+      std::vector<int32_t> zf(M), zs(M);
+      quantize_rows_u8_avx512(x.data(), M, K, ld, qf.data(), sf.data(), zf.data());
+      quantize_rows_u8_scalar(x.data(), M, K, ld, qs.data(), ss.data(), zs.data());
+      const std::string what = "K " + std::to_string(K) + " pad " + std::to_string(pad);
+      ASSERT_TRUE(bitwise_equal(qf, qs, what + " q"));
+      ASSERT_TRUE(bitwise_equal(sf, ss, what + " scale"));
+      ASSERT_EQ(zf, zs) << what;
+      // |x − s·(q − z)| ≤ s·(1/2 + 512u): half a step, plus the float quotient's rounding.
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) {
+          const float v = x[m * ld + k];
+          if (std::isnan(v)) continue;
+          const double back = double(ss[m]) * (int(qs[m * K + k]) - zs[m]);
+          ASSERT_LE(std::fabs(back - v), ss[m] * (0.5 + 512 * 0x1p-24)) << what << " row " << m << " col " << k;
+        }
+    }
+  }
+}
+
+TEST(DequantizeRows, SimdMatchesScalarTwinBitwise) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 body on this CPU";
+  Rng rng(7);
+  for (int64_t N : {1, 15, 16, 17, 100}) {
+    for (bool bias : {false, true}) {
+      const int64_t M = 5, ldacc = N + 2, ldy = N + 1;
+      std::vector<int32_t> acc(static_cast<size_t>(M * ldacc)), zx(M), cs(N);
+      std::vector<float> sx(M), sw(N), b(N);
+      for (auto& a : acc) a = rng.uniform_int(-40000000, 40000000);  // beyond 2^24: the float conversion rounds
+      for (auto& z : zx) z = rng.uniform_int(0, 255);
+      for (auto& c : cs) c = rng.uniform_int(-60000, 60000);
+      for (auto& s : sx) s = rng.uniform(0.f, 0.1f);
+      for (auto& s : sw) s = rng.uniform(0.f, 0.01f);
+      for (auto& v : b) v = rng.uniform();
+      std::vector<float> yf(static_cast<size_t>(M * ldy), -3.f), ys = yf;
+      dequantize_rows_avx512(acc.data(), ldacc, M, N, sx.data(), zx.data(), sw.data(), cs.data(),
+                             bias ? b.data() : nullptr, yf.data(), ldy);
+      dequantize_rows_scalar(acc.data(), ldacc, M, N, sx.data(), zx.data(), sw.data(), cs.data(),
+                             bias ? b.data() : nullptr, ys.data(), ldy);
+      ASSERT_TRUE(bitwise_equal(yf, ys, "N " + std::to_string(N) + (bias ? " bias" : "")));
+      EXPECT_EQ(yf[ldy - 1], -3.f) << "padding of y is left alone";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tfm::kernels
