@@ -13,8 +13,22 @@
 // elementwise bound exists there, so the layer test checks the normwise relative error against
 // 8·u_b (four Linears in series, each ≤ 2u_b relative in the worst case) and that it is not zero
 // (bf16 really ran). The measured figure is in docs/bf16.md.
+//
+// Int8 (docs/int8.md): row m of x is quantized with step s_x = (max(0, max x_m) − min(0, min x_m)) / 255,
+// row n of W with step s_w = max|w_n| / 127; each element moves by at most half its step, plus the
+// rounding of the float quotient x/s (≤ 255u steps for x, 127u for w, and the rounding of s itself):
+// e_x = s_x·(1/2 + 512u), e_w = s_w·(1/2 + 256u). The int32 sum is exact, so
+//   |Σ x w − Σ x̂ ŵ| ≤ e_x·Σ|w| + e_w·Σ|x̂| ≤ e_x·Σ_k|w_k| + e_w·(Σ_k|x_k| + K·e_x),
+// and the float32 dequantization (int32 → float, the scale product, one fma with the bias) adds at
+// most 4u·(Σ(|x| + e_x)(|w| + e_w) + |b|). Unlike bf16 this bound is absolute, set by the row's
+// largest element, not relative to each product.
+// Int8 layer, normwise: quantizing a row moves it by at most √K·s/2, and s ≤ 2·max|x|/255 (input),
+// max|w|/127 (weight), so each Linear's output moves by at most (√K/255 + √K/254)·‖x‖‖W‖ — about
+// 2√K/255 relative to the product of the norms; the four Linears of a layer (K = D, D, D, F) add:
+// bound Σ 2√K/255, held normwise like bf16's 8·u_b, and > 0 (int8 really ran).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <stdexcept>
@@ -85,6 +99,61 @@ TEST(InferenceMode, BFloat16LinearWithinBf16Bound) {
   expect_linear_within(y, x, lin, coef, "bf16");
   // And it is not the float32 result: bf16 rounding of x and W is visible in the output.
   EXPECT_GT(tfm::testing::rel_error(y, y32), 1e-4);
+}
+
+// Per-row quantization steps as tfm computes them (kernels::quantize_rows_u8 / _s8, in float).
+float input_step(const float* x, int64_t K) {
+  float lo = 0.f, hi = 0.f;
+  for (int64_t k = 0; k < K; ++k) lo = std::min(lo, x[k]), hi = std::max(hi, x[k]);
+  return (hi - lo) / 255.0f;
+}
+float weight_step(const float* w, int64_t K) {
+  float m = 0.f;
+  for (int64_t k = 0; k < K; ++k) m = std::max(m, std::fabs(w[k]));
+  return m / 127.0f;
+}
+
+TEST(InferenceMode, Int8LinearWithinScaleBound) {
+  Generator gen{10, 0};
+  const int64_t K = 200, F = 70, N = 33;
+  Linear lin(K, F, true, gen);
+  Tensor x = random_tensor({N, K}, 13);
+  float* xp = x.data();
+  for (int64_t k = 0; k < K; ++k) xp[k] = std::fabs(xp[k]);  // row 0 non-negative: zero point 0
+  for (int64_t k = 0; k < K; ++k) xp[K + k] *= 1e-3f;        // row 1 small: its own step
+  xp[2 * K + 5] = 40.0f;                                     // row 2 one outlier: a coarse step
+  Tensor y, y32;
+  {
+    InferenceMode scope(Precision::INT8);
+    y = lin.forward(x);
+    EXPECT_EQ(InferenceMode::cached_weights(), 1u);
+  }
+  {
+    NoGradGuard g;
+    y32 = lin.forward(x);
+  }
+  const float* wp = lin.weight.data();
+  const float* bp = lin.bias.data();
+  std::vector<double> exact, tol;
+  for (int64_t i = 0; i < N; ++i) {
+    const double ex = input_step(xp + i * K, K) * (0.5 + 512 * kU);
+    for (int64_t j = 0; j < F; ++j) {
+      const double ew = weight_step(wp + j * K, K) * (0.5 + 256 * kU);
+      double e = bp[j], sw = 0, sx = 0, mag = std::fabs(bp[j]);
+      for (int64_t k = 0; k < K; ++k) {
+        const double xv = xp[i * K + k], wv = wp[j * K + k];
+        e += xv * wv;
+        sw += std::fabs(wv);
+        sx += std::fabs(xv);
+        mag += (std::fabs(xv) + ex) * (std::fabs(wv) + ew);
+      }
+      exact.push_back(e);
+      tol.push_back(ex * sw + ew * (sx + K * ex) + 4 * kU * mag);
+    }
+  }
+  EXPECT_TRUE(tfm::testing::close_abs(tfm::testing::values(y), exact, tol, "int8", {N, F}));
+  // It is not the float32 result: quantization is visible (steps of ~1/127 of the largest weight).
+  EXPECT_GT(tfm::testing::rel_error(y, y32), 1e-3);
 }
 
 TransformerLayerOptions small_layer() {
@@ -191,7 +260,41 @@ TEST(InferenceMode, BFloat16EncoderLayerNormwiseError) {
   RecordProperty("bf16_layer_rel_rms", std::to_string(rel));
 }
 
+TEST(InferenceMode, Int8EncoderLayerNormwiseError) {
+  Generator gen{21, 0};
+  TransformerLayerOptions o = small_layer();
+  o.d_model = 128;
+  o.dim_feedforward = 256;
+  TransformerEncoderLayer layer(o, gen);
+  layer.eval();
+  const Tensor x = random_tensor({2, 16, 128}, 22);
+  Tensor ref, got, again;
+  {
+    NoGradGuard g;
+    ref = layer.forward(x);
+  }
+  {
+    InferenceMode scope(Precision::INT8);
+    got = layer.forward(x);
+    again = layer.forward(x);
+  }
+  EXPECT_TRUE(bitwise_equal(got, again, "int8 repeat"));
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double d = double(got.data()[i]) - ref.data()[i];
+    num += d * d;
+    den += double(ref.data()[i]) * ref.data()[i];
+  }
+  const double rel = std::sqrt(num / den);
+  const double bound = 2.0 * (3 * std::sqrt(128.0) + std::sqrt(256.0)) / 255.0;  // K = D, D, D, F
+  EXPECT_GT(rel, 0.0) << "int8 must actually change the numbers";
+  EXPECT_LE(rel, bound) << "normwise relative error of an int8 encoder layer";
+  RecordProperty("int8_layer_rel_rms", std::to_string(rel));
+}
+
 TEST(InferenceMode, ParsePrecision) {
+  EXPECT_EQ(enum_from_name<Precision>("int8"), Precision::INT8);
+  EXPECT_EQ(enum_name(Precision::INT8), "int8");
   EXPECT_EQ(enum_from_name<Precision>("bf16"), Precision::BFLOAT16);
   EXPECT_EQ(enum_from_name<Precision>("float32"), Precision::FLOAT32);
   EXPECT_THROW(enum_from_name<Precision>("f16"), std::invalid_argument);
