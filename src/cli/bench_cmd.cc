@@ -28,7 +28,7 @@ struct Opts {
 int run_bench_cmd(Opts o) {
   apply_threads(o.threads);
   o.bench.mode = enum_from_name<BenchMode>(o.mode);
-  o.bench.precision = enum_from_name<Precision>(o.dtype);
+  o.bench.precision = parse_dtype(o.dtype);
   const ModuleConfig config = read_module_config(o.config);
   const BenchResult r = run_bench(config, o.bench);
   const BenchOptions& b = o.bench;
@@ -62,7 +62,7 @@ void register_bench(CLI::App& app, Runner& run) {
   cmd->add_option("--mode", o->mode, "infer (eval, no gradients) or train (forward, MSE, backward, Adam)")
       ->type_name(choices_type<BenchMode>())
       ->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "f32, or bf16 for infer (bfloat16 Linear matmuls, docs/bf16.md)")
+  cmd->add_option("--dtype", o->dtype, "f32, or for infer bf16 or int8 (the Linear matmuls; docs/bf16.md, docs/int8.md)")
       ->type_name(choices_type<Precision>())
       ->capture_default_str();
   cmd->add_option("--iters", o->bench.iters, "timed iterations")->capture_default_str();

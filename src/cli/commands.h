@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tfm/enum_names.h"
+#include "tfm/inference.h"
 
 namespace tfm::cli {
 
@@ -24,9 +25,19 @@ void register_generate(CLI::App& app, Runner& run);
 void register_bench(CLI::App& app, Runner& run);
 void register_import(CLI::App& app, Runner& run);
 void register_export(CLI::App& app, Runner& run);
+void register_quantize(CLI::App& app, Runner& run);
 
 // Sets the OpenMP thread count from --threads (0 = leave OMP_NUM_THREADS / the default).
 void apply_threads(int threads);
+
+// --dtype's value as a Precision. For int8 on a CPU without int8 dot products it says so on stderr
+// (one line: the matmuls take the portable loop, same numbers, slower).
+Precision parse_dtype(const std::string& dtype);
+// --dtype of a command running a model directory: empty means the directory's own precision, int8
+// for a quantized directory (tfm quantize), else f32.
+Precision model_dtype(const std::string& dtype, bool quantized);
+inline constexpr const char* MODEL_DTYPE_HELP =
+    "matmul precision of Linear layers (default: int8 for a quantized directory, else f32; docs/int8.md)";
 
 // A closed set's names as --help shows an option's type: "{f32,bf16}".
 template <typename E>

@@ -32,7 +32,7 @@ void register_eval(CLI::App& app, Runner& run) {
     int64_t batch_size = 64, count = 1000;
     uint64_t seed = 0;
     int threads = 0;
-    std::string dtype = "f32";
+    std::string dtype;  // empty: the directory's (model_dtype)
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory")->required();
@@ -48,17 +48,16 @@ void register_eval(CLI::App& app, Runner& run) {
   auto* seed = cmd->add_option("--seed", o->seed, "task seed (default: the model's training seed)");
   text->excludes(beam)->excludes(count)->excludes(seed);  // a text is scored, not decoded or generated
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
-  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers")
-      ->type_name(choices_type<Precision>())
-      ->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
   cmd->callback([o, seed, &run] {
     const bool seed_given = seed->count() > 0;
     run = [o, seed_given] {
       apply_threads(o->threads);
-      const InferenceMode scope(enum_from_name<Precision>(o->dtype));  // weights packed once for all batches
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
+      if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model);
+      const InferenceMode scope(model_dtype(o->dtype, m.quantized));  // weights packed once for all batches
       if (!o->text.empty()) {
         const TextScore r = evaluate_text_file(m, o->text, o->batch_size);
         if (o->json) {

@@ -12,7 +12,8 @@ void register_forward(CLI::App& app, Runner& run) {
       "Example:\n  tfm forward --config enc.json --weights enc.safetensors --inputs in.safetensors "
       "--output out.safetensors\n"
       "If the inputs hold 'grad_output', gradients grad.<key> are written too.\n"
-      "--dtype bf16 runs the Linear layers' matmuls in bfloat16 (forward only; see docs/bf16.md).");
+      "--dtype bf16 runs the Linear layers' matmuls in bfloat16 (docs/bf16.md), --dtype int8 in int8 with\n"
+      "per-row scales (docs/int8.md); both forward only (a 'grad_output' input is refused).");
   struct Opts {
     std::string config, weights, inputs, output, dtype{enum_name(Precision::FLOAT32)};
     int threads = 0;
@@ -29,7 +30,7 @@ void register_forward(CLI::App& app, Runner& run) {
   cmd->callback([o, &run] {
     run = [o] {
       apply_threads(o->threads);
-      const Precision precision = enum_from_name<Precision>(o->dtype);
+      const Precision precision = parse_dtype(o->dtype);
       LoadedModule module = load_module(o->config, o->weights, precision);
       const NamedTensors inputs = read_forward_inputs(o->inputs);
       io::save_safetensors(o->output, run_forward(module, inputs, o->inputs));

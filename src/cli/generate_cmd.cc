@@ -28,7 +28,7 @@ void register_generate(CLI::App& app, Runner& run) {
     std::string model, prompt, prompt_file, stop;
     GenerateOptions gen;
     int threads = 0;
-    std::string dtype = "f32";
+    std::string dtype;  // empty: the directory's (model_dtype)
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory (arch decoder)")->required();
@@ -44,16 +44,15 @@ void register_generate(CLI::App& app, Runner& run) {
   cmd->add_option("--stop", o->stop, "a sample ends after this text (printed)");
   cmd->add_flag("--ignore-eos", o->gen.ignore_eos, "go on past the end-of-text token (by default a sample ends there)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
-  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers")
-      ->type_name(choices_type<Precision>())
-      ->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
   cmd->callback([o, prompt, &run] {
     const bool prompt_given = prompt->count() > 0;
     run = [o, prompt_given] {
       apply_threads(o->threads);
-      const InferenceMode scope(enum_from_name<Precision>(o->dtype));
       check_sampling_options(o->gen.sampling);
+      if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model);
+      const InferenceMode scope(model_dtype(o->dtype, m.quantized));
       require_data(m, DataKind::TEXT, "generate needs --arch decoder (tfm translate decodes the others)");
       std::string text = "\n";
       if (prompt_given) {

@@ -12,6 +12,16 @@ namespace tfm::cli {
 void apply_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }
+Precision parse_dtype(const std::string& dtype) {
+  const Precision p = enum_from_name<Precision>(dtype);
+  if (p == Precision::INT8 && !int8_matmul_accelerated())
+    std::fprintf(stderr, "tfm: note: no AVX512-VNNI or AMX-INT8 on this CPU (or TFM_FORCE_SCALAR): int8 matmuls "
+                         "run on the portable loop (the same numbers, much slower)\n");
+  return p;
+}
+Precision model_dtype(const std::string& dtype, bool quantized) {
+  return parse_dtype(!dtype.empty() ? dtype : std::string(enum_name(quantized ? Precision::INT8 : Precision::FLOAT32)));
+}
 }  // namespace tfm::cli
 
 int main(int argc, char** argv) {
@@ -27,6 +37,7 @@ int main(int argc, char** argv) {
   tfm::cli::register_bench(app, run);
   tfm::cli::register_import(app, run);
   tfm::cli::register_export(app, run);
+  tfm::cli::register_quantize(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -17,6 +17,7 @@ void register_translate(CLI::App& app, Runner& run) {
       "  echo '3 1 4 1 5' | tfm translate --model runs/reverse\n"
       "  tfm translate --model runs/mt --beam 4 < sources.txt > predictions.txt\n"
       "  tfm translate --model runs/mt --dtype bf16 < sources.txt   # bfloat16 matmuls, docs/bf16.md\n"
+      "  tfm translate --model runs/mt-int8 < sources.txt   # a quantized directory runs int8, docs/int8.md\n"
       "  tfm translate --model runs/mt --sample --top-p 0.9 --seed 7 < sources.txt\n"
       "With --sample, input line i draws its tokens from its own random stream (seed, i), so the output\n"
       "does not depend on --batch-size or --threads.");
@@ -25,7 +26,7 @@ void register_translate(CLI::App& app, Runner& run) {
     int beam = 1;
     int64_t batch_size = 64;
     int threads = 0;
-    std::string dtype = "f32";
+    std::string dtype;  // empty: the directory's (model_dtype)
     bool sample = false;
     SamplingOptions sampling;
     uint64_t seed = 0;
@@ -35,9 +36,7 @@ void register_translate(CLI::App& app, Runner& run) {
   cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "sources decoded together")->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
-  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers")
-      ->type_name(choices_type<Precision>())
-      ->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
   cmd->add_flag("--sample", o->sample, "sample each token instead of searching (needs --beam 1)");
   auto* temperature = cmd->add_option("--temperature", o->sampling.temperature, "with --sample: softmax temperature (0 = greedy)")
                           ->capture_default_str();
@@ -51,7 +50,6 @@ void register_translate(CLI::App& app, Runner& run) {
       if (opt->count() > 0 && !o->sample) throw CLI::ValidationError(opt->get_name(), "needs --sample");
     run = [o] {
       apply_threads(o->threads);
-      const InferenceMode scope(enum_from_name<Precision>(o->dtype));  // weights packed once for the stream
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
       if (o->sample && o->beam > 1) throw std::invalid_argument("--sample cannot be used with --beam above 1");
@@ -61,7 +59,9 @@ void register_translate(CLI::App& app, Runner& run) {
       decode.sampling = o->sampling;
       decode.seed = o->seed;
       if (o->sample) check_sampling_options(decode.sampling);
+      if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model);
+      const InferenceMode scope(model_dtype(o->dtype, m.quantized));  // weights packed once for the stream
       require_data(m, DataKind::PAIRS, "sample from it with tfm generate");
       const size_t chunk = static_cast<size_t>(o->batch_size) * 64;
       std::vector<std::string> lines;

@@ -350,7 +350,7 @@ void check_tiling(const std::string& path, std::vector<const Entry*> order, uint
 
 // `keeper` is the mapping shared with zero-copy tensors; null in copying mode.
 SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file,
-                            const std::shared_ptr<MappedFile>& keeper) {
+                            const std::shared_ptr<MappedFile>& keeper, bool keep_int8) {
   const uint64_t file_size = file.size();
   if (file_size < 8)
     fail(path, "file is " + std::to_string(file_size) +
@@ -415,6 +415,13 @@ SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file,
         continue;
       }
     }
+    if (keep_int8 && std::string_view(e.dtype->name) == "I8") {
+      Int8Tensor t{e.shape, std::vector<int8_t>(static_cast<size_t>(e.numel))};
+      if (e.numel > 0) std::memcpy(t.data.data(), buffer + e.begin, static_cast<size_t>(e.numel));
+      out.int8.emplace(e.name, std::move(t));
+      out.dtypes.emplace(e.name, e.dtype->name);
+      continue;
+    }
     Tensor t = Tensor::empty(e.shape, e.dtype->target);
     if (e.numel > 0) {
       void* dst = e.dtype->target == DType::BOOL ? static_cast<void*>(t.data_bool())
@@ -453,17 +460,27 @@ SafeTensorsFile load_safetensors(const std::string& path, const LoadOptions& opt
   try {
     if (!options.zero_copy) {
       const MappedFile file(path);
-      return load_mapped(path, file, nullptr);
+      return load_mapped(path, file, nullptr, options.keep_int8);
     }
     const auto file = std::make_shared<MappedFile>(path, MappedFile::Access::CopyOnWrite);
-    return load_mapped(path, *file, file);
+    return load_mapped(path, *file, file, options.keep_int8);
   } catch (const IoError& e) {
     throw SafeTensorsError(e.what());  // already "<path>: <call> failed: <errno text>"
   }
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+                      const std::map<std::string, std::string>& metadata,
+                      const std::map<std::string, Int8Tensor>& int8) {
+  for (const auto& [name, t] : int8) {
+    const std::string who = "tensor " + quote_name(name);
+    if (name == "__metadata__") fail(path, who + ": the name is reserved for the metadata");
+    if (tensors.contains(name)) fail(path, who + ": given both as a tensor and as an int8 tensor");
+    int64_t n = 1;
+    for (const int64_t d : t.shape) n *= d;
+    if (n != static_cast<int64_t>(t.data.size()))
+      fail(path, who + ": " + std::to_string(t.data.size()) + " int8 values for shape " + shape_str(t.shape));
+  }
   // Validate everything before touching the file system (names are unique by NamedTensors' rule).
   for (const auto& [name, t] : tensors) {
     const std::string who = "tensor " + quote_name(name);
@@ -487,16 +504,30 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     header["__metadata__"] = std::move(m);
   }
   uint64_t offset = 0;
-  for (const auto* p : order) {
-    const Tensor& t = p->second;
-    const bool is_f32 = t.dtype() == DType::FLOAT32;
-    const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * (is_f32 ? 4 : 1);
+  // One-byte tensors (BOOL and I8) after F32, by name.
+  std::vector<std::pair<std::string, const Int8Tensor*>> bytes_order;
+  for (const auto* p : order)
+    if (p->second.dtype() != DType::FLOAT32) bytes_order.emplace_back(p->first, nullptr);
+  for (const auto& [name, t] : int8) bytes_order.emplace_back(name, &t);
+  std::sort(bytes_order.begin(), bytes_order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  auto add_entry = [&](const std::string& name, const char* dtype, const Shape& shape, uint64_t nbytes) {
     ordered_json e = ordered_json::object();
-    e["dtype"] = is_f32 ? "F32" : "BOOL";
-    e["shape"] = t.shape();
+    e["dtype"] = dtype;
+    e["shape"] = shape;
     e["data_offsets"] = {offset, offset + nbytes};
-    header[p->first] = std::move(e);
+    header[name] = std::move(e);
     offset += nbytes;
+  };
+  for (const auto* p : order)
+    if (p->second.dtype() == DType::FLOAT32)
+      add_entry(p->first, "F32", p->second.shape(), static_cast<uint64_t>(p->second.numel()) * 4);
+  for (const auto& [name, t8] : bytes_order) {
+    if (t8) {
+      add_entry(name, "I8", t8->shape, t8->data.size());
+    } else {
+      const Tensor& t = tensors.at(name);
+      add_entry(name, "BOOL", t.shape(), static_cast<uint64_t>(t.numel()));
+    }
   }
   std::string text;
   try {
@@ -513,11 +544,15 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     w.write(text.data(), text.size());
     for (const auto* p : order) {
       const Tensor& t = p->second;
-      if (t.numel() == 0) continue;
-      if (t.dtype() == DType::FLOAT32)
-        w.write(t.data(), static_cast<size_t>(t.numel()) * 4);
-      else
-        w.write(t.data_bool(), static_cast<size_t>(t.numel()));
+      if (t.dtype() == DType::FLOAT32 && t.numel() > 0) w.write(t.data(), static_cast<size_t>(t.numel()) * 4);
+    }
+    for (const auto& [name, t8] : bytes_order) {
+      if (t8) {
+        if (!t8->data.empty()) w.write(t8->data.data(), t8->data.size());
+      } else {
+        const Tensor& t = tensors.at(name);
+        if (t.numel() > 0) w.write(t.data_bool(), static_cast<size_t>(t.numel()));
+      }
     }
     w.commit();
   } catch (const IoError& e) {

@@ -11,6 +11,7 @@
 #include "tfm/data/batching.h"
 #include "tfm/inference.h"
 #include "tfm/io/safetensors.h"
+#include "tfm/models/quantize.h"
 #include "tfm/random.h"
 
 namespace tfm {
@@ -159,8 +160,19 @@ TrainedModel load_model_dir(const std::string& dir, bool weights) {
   if (weights) {
     const std::string file = model_dir::path(dir, model_dir::MODEL);
     // Zero-copy: load_state_dict copies into the parameters from the mapping (one copy, not two).
-    const io::SafeTensorsFile f = io::load_safetensors(file, io::LoadOptions{.zero_copy = true});
-    m.model->load_state_dict(f.tensors, file);
+    const io::SafeTensorsFile f = io::load_safetensors(file, io::LoadOptions{.zero_copy = true, .keep_int8 = true});
+    m.quantized = is_quantized(f);
+    if (m.quantized) {
+      m.model->load_state_dict(dequantize_state_dict(f), file);
+    } else {
+      NamedTensors state = f.tensors;
+      for (const auto& [key, q] : f.int8) {  // I8 in an unquantized file loads as Float32, as any integer dtype
+        Tensor t = Tensor::empty(q.shape);
+        for (size_t i = 0; i < q.data.size(); ++i) t.data()[i] = q.data[i];
+        state.insert(key, std::move(t));
+      }
+      m.model->load_state_dict(state, file);
+    }
   }
   m.model->eval();
   return m;

@@ -12,6 +12,7 @@
 #include "io/file_util.h"
 #include "json_fields.h"
 #include "tfm/io/safetensors.h"
+#include "tfm/models/quantize.h"
 #include "tfm/models/model_dir.h"
 #include "tfm/train/evaluate.h"
 #include "tfm/train/schedule.h"
@@ -394,6 +395,9 @@ void Run::setup_init_from() {
     throw std::invalid_argument("train config: out_dir " + c_.out_dir + " is the init_from directory; " +
                                 "a fine-tuning run writes into a new directory (its source stays as it is)");
   const TrainedModel from = load_model_dir(c_.init_from);
+  if (from.quantized)
+    throw std::invalid_argument("train config: init_from " + c_.init_from + " is an int8-quantized model directory " +
+                                "(tfm quantize), for inference only; start from the float32 directory it was made from");
   mc_ = init_model_config(c_, from.model->config());
   c_.model = mc_;  // the data's layout (equal lengths per position) follows the model
   if (c_.text() != (mc_.family().data == DataKind::TEXT))
@@ -420,6 +424,9 @@ void Run::setup_init_from() {
 // A run started from a model directory keeps that model's configuration (saved whole in the run's
 // config.json, so a resume reads it back as it is); otherwise the data sizes the model, as it did.
 void Run::setup_resume() {
+  if (is_quantized_model_dir(c_.out_dir))
+    throw std::invalid_argument("train config: resume: " + c_.out_dir + " is an int8-quantized model directory " +
+                                "(tfm quantize), for inference only; it cannot be trained further");
   const TrainedModel saved = load_model_dir(c_.out_dir, /*weights=*/false);
   load_data(saved_vocabs(saved));
   if (!c_.init_from.empty()) {

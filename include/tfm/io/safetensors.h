@@ -22,6 +22,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "tfm/named_tensors.h"
 #include "tfm/tensor.h"
@@ -54,6 +55,15 @@ struct LoadOptions {
   // the not-yet-written pages of the tensors read. tfm's own writers (save_safetensors,
   // checkpoints) replace files by atomic rename, which leaves an existing mapping untouched.
   bool zero_copy = false;
+  // Keep I8 tensors as int8 (in SafeTensorsFile::int8) instead of converting them to Float32: for
+  // int8-quantized weights (tfm/models/quantize.h), whose integers are the data.
+  bool keep_int8 = false;
+};
+
+// An int8 tensor as stored (I8): row-major, `shape` outermost first.
+struct Int8Tensor {
+  Shape shape;
+  std::vector<int8_t> data;  // numel(shape) values
 };
 
 struct SafeTensorsFile {
@@ -67,6 +77,8 @@ struct SafeTensorsFile {
   // Names of the tensors that point into the file's mapping (LoadOptions::zero_copy, F32 data
   // 4-byte aligned); each keeps the mapping alive (see LoadOptions).
   std::set<std::string> mapped;
+  // With LoadOptions::keep_int8: the I8 tensors, by name (not in `tensors`; their dtype is in `dtypes`).
+  std::map<std::string, Int8Tensor> int8;
   std::map<std::string, std::string> metadata;  // the "__metadata__" object (empty when absent)
   std::string path;                             // as given to load_safetensors
 
@@ -78,6 +90,7 @@ struct SafeTensorsFile {
 // Loads every tensor of a safetensors file. Conversions, all exact or failing loudly:
 //   F32 copied; F16, BF16 widened exactly; F64 rounded to nearest Float32 (a finite value beyond
 //   the Float32 range throws rather than becoming inf); BOOL -> Bool (bytes must be 0 or 1);
+//   I8 kept as int8 in SafeTensorsFile::int8 with LoadOptions::keep_int8;
 //   I8, I16, I32, I64, U8, U16, U32, U64 -> Float32, throwing when |v| > 2^24, beyond which
 //   consecutive integers are no longer all representable in Float32's 24-bit significand.
 // FP8 and other dtypes throw "unsupported dtype".
@@ -93,7 +106,9 @@ SafeTensorsFile load_safetensors(const std::string& path, const LoadOptions& opt
 // when non-empty), header padded with spaces to a multiple of 8 bytes so the data buffer starts
 // 8-aligned; the order of `tensors` does not matter. No tensor may be called "__metadata__" (names
 // are unique by NamedTensors' own rule).
+// `int8` adds I8 tensors (sorted with BOOL, by name; their names must differ from those in `tensors`).
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {},
+                      const std::map<std::string, Int8Tensor>& int8 = {});
 
 }  // namespace tfm::io

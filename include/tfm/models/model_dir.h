@@ -86,6 +86,7 @@ struct TrainedModel {
   // The tokenizers (an spm one with its model, loaded from the directory).
   data::Tokenizer src_tokenizer = data::Tokenization::SPACE, tgt_tokenizer = data::Tokenization::SPACE;
   std::string train_json;  // config.json's "train" object (the run that wrote it; tfm/train/config.h reads it)
+  bool quantized = false;  // its weights are int8 (tfm/models/quantize.h), dequantized into `model`
 };
 // With `weights` false the model keeps its initial draws (a resumed run takes its weights from its
 // checkpoint, tfm/train/trainer.h).

@@ -1,0 +1,55 @@
+// tfm/models/quantize.h — int8-quantized model directories (`tfm quantize`; docs/int8.md).
+//
+// A quantized directory is a model directory (tfm/models/model_dir.h) whose model.safetensors holds
+// every matrix of the state_dict (rank 2: the Linear weights, attention's in_proj_weight, the
+// embeddings, the output head) as I8 with its per-row float32 scales under "<key>.scale" (shape
+// (rows,)), and everything else (biases, norms) as F32; its metadata says {"tfm.quantization":
+// "int8-per-row"}. Row n holds round(W[n, :] / scale[n]) with scale[n] = max|W[n, :]| / 127, the
+// same rule Precision::INT8 applies when it packs a float32 weight (kernels::quantize_rows_s8); the
+// stored scales are that rule's fixed point, so packing the dequantized weight q·scale again gives
+// back exactly the stored integers and scales: a quantized directory run in int8 computes with the
+// integers it stores. config.json, the vocabularies and the tokenizers are copied as they are; the
+// training run's files (trainer_state.safetensors, metrics.csv, curves.svg) are not.
+//
+// load_model_dir reads such a directory (TrainedModel::quantized), dequantizing the weights into
+// the float32 model (the one the other precisions run); front ends run it in int8 unless told
+// otherwise. Training from it (--init-from, --resume) and tools/import_torch.py reverse refuse it.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "tfm/io/safetensors.h"
+#include "tfm/named_tensors.h"
+
+namespace tfm {
+
+inline constexpr const char* QUANTIZATION_METADATA_KEY = "tfm.quantization";
+inline constexpr const char* QUANTIZATION_INT8 = "int8-per-row";
+
+// A state_dict split for writing: the F32 tensors (including the scales) and the I8 matrices.
+struct QuantizedStateDict {
+  NamedTensors f32;
+  std::map<std::string, io::Int8Tensor> int8;
+};
+// Quantizes every rank-2 tensor of `state` (above); the others are kept as they are.
+QuantizedStateDict quantize_state_dict(const NamedTensors& state);
+
+// True when the file's metadata marks it as a quantized state_dict.
+bool is_quantized(const io::SafeTensorsFile& file);
+// The float32 state_dict of a quantized file read with LoadOptions::keep_int8: each I8 key k
+// becomes k's float32 matrix q·scale. Throws io::SafeTensorsError naming the file and the key for
+// an I8 tensor that is not a matrix, a missing "<k>.scale", a scale that is not F32 of shape
+// (rows,) or not finite and ≥ 0, and a "<k>.scale" without its I8 matrix.
+NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file);
+
+// True when DIR's model.safetensors is quantized (reads the file's header and tensors).
+bool is_quantized_model_dir(const std::string& dir);
+
+// Writes OUT as the quantized copy of the model directory DIR (loaded and checked first),
+// atomically: into a temporary directory beside OUT, renamed into place at the end. An existing
+// OUT is refused (std::invalid_argument) unless `force`, then replaced. DIR must not be quantized
+// already, and OUT must not be DIR.
+void quantize_model_dir(const std::string& dir, const std::string& out, bool force = false);
+
+}  // namespace tfm

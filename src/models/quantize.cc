@@ -1,0 +1,156 @@
+// src/models/quantize.cc — int8-quantized model directories (contract in tfm/models/quantize.h).
+#include "tfm/models/quantize.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "quote.h"
+#include "tfm/models/model_dir.h"
+
+namespace tfm {
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void fail(const std::string& path, const std::string& msg) { throw io::SafeTensorsError(path + ": " + msg); }
+
+// One matrix (rows, cols) → int8 rows and scales at the fixed point of quantize ∘ dequantize: the
+// stored scale s must satisfy fl(fl(127·s) / 127) = s for the packing of q·s to find it again;
+// one or two rounds reach it (the loop stops at the first repeat).
+void quantize_matrix(const float* w, int64_t rows, int64_t cols, io::Int8Tensor& q, std::vector<float>& scale) {
+  q.shape = {rows, cols};
+  q.data.resize(static_cast<size_t>(rows * cols));
+  scale.resize(static_cast<size_t>(rows));
+  kernels::quantize_rows_s8(w, rows, cols, cols, q.data.data(), scale.data());
+  std::vector<float> back(static_cast<size_t>(rows * cols)), s2(scale.size());
+  std::vector<int8_t> q2(q.data.size());
+  for (int round = 0; round < 8; ++round) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) back[r * cols + c] = float(q.data[r * cols + c]) * scale[r];
+    kernels::quantize_rows_s8(back.data(), rows, cols, cols, q2.data(), s2.data());
+    if (q2 == q.data && s2 == scale) return;
+    q.data.swap(q2);
+    scale.swap(s2);
+  }
+}
+
+}  // namespace
+
+QuantizedStateDict quantize_state_dict(const NamedTensors& state) {
+  QuantizedStateDict out;
+  for (const auto& [key, t] : state) {
+    if (t.dtype() != DType::FLOAT32 || t.dim() != 2 || t.numel() == 0) {
+      out.f32.insert(key, t);
+      continue;
+    }
+    const Tensor& c = t;  // tensors are contiguous
+    io::Int8Tensor q;
+    std::vector<float> scale;
+    quantize_matrix(c.data(), c.size(0), c.size(1), q, scale);
+    Tensor s = Tensor::empty({c.size(0)});
+    std::memcpy(s.data(), scale.data(), scale.size() * sizeof(float));
+    out.f32.insert(key + ".scale", s);
+    out.int8.emplace(key, std::move(q));
+  }
+  return out;
+}
+
+bool is_quantized(const io::SafeTensorsFile& file) {
+  const auto it = file.metadata.find(QUANTIZATION_METADATA_KEY);
+  return it != file.metadata.end() && it->second == QUANTIZATION_INT8;
+}
+
+NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file) {
+  const std::string& path = file.path;
+  NamedTensors out;
+  std::map<std::string, const Tensor*> scales;  // "<k>.scale" tensors, each claimed by its I8 matrix
+  for (const auto& [key, t] : file.tensors) {
+    if (key.size() > 6 && key.compare(key.size() - 6, 6, ".scale") == 0 && file.int8.contains(key.substr(0, key.size() - 6)))
+      scales.emplace(key, &t);
+    else if (key.size() > 6 && key.compare(key.size() - 6, 6, ".scale") == 0 && !file.tensors.contains(key.substr(0, key.size() - 6)))
+      fail(path, "tensor " + quote_name(key) + ": a scale without its I8 matrix " + quote_name(key.substr(0, key.size() - 6)));
+    else if (file.dtypes.at(key) != "F32")
+      fail(path, "tensor " + quote_name(key) + ": " + file.dtypes.at(key) + " where a quantized state_dict holds F32 (or I8 matrices)");
+    else
+      out.insert(key, t);
+  }
+  for (const auto& [key, q] : file.int8) {
+    const std::string who = "tensor " + quote_name(key);
+    if (q.shape.size() != 2)
+      fail(path, who + ": I8 of shape " + shape_str(q.shape) + " where F32 is required (only matrices are quantized)");
+    const std::string skey = key + ".scale";
+    if (file.int8.contains(skey)) fail(path, "tensor " + quote_name(skey) + ": dtype I8, expected F32");
+    const auto it = scales.find(skey);
+    if (it == scales.end()) fail(path, who + ": I8 matrix without its per-row scales " + quote_name(skey));
+    const Tensor& s = *it->second;
+    const std::string& sdt = file.dtypes.at(skey);
+    if (sdt != "F32") fail(path, "tensor " + quote_name(skey) + ": dtype " + sdt + ", expected F32");
+    if (s.shape() != Shape{q.shape[0]})
+      fail(path, "tensor " + quote_name(skey) + ": shape " + shape_str(s.shape()) + ", expected " +
+                     shape_str(Shape{q.shape[0]}) + " (one scale per row of " + quote_name(key) + ")");
+    const int64_t rows = q.shape[0], cols = q.shape[1];
+    const float* sp = s.data();
+    for (int64_t r = 0; r < rows; ++r)
+      if (!(std::isfinite(sp[r]) && sp[r] >= 0.0f))
+        fail(path, "tensor " + quote_name(skey) + ": element " + std::to_string(r) + " is " + std::to_string(sp[r]) +
+                       ", expected a finite scale ≥ 0");
+    Tensor w = Tensor::empty(q.shape);
+    float* wp = w.data();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) wp[r * cols + c] = float(q.data[r * cols + c]) * sp[r];
+    out.insert(key, std::move(w));
+  }
+  return out;
+}
+
+bool is_quantized_model_dir(const std::string& dir) {
+  const std::string file = model_dir::path(dir, model_dir::MODEL);
+  if (!fs::exists(file)) return false;
+  return is_quantized(io::load_safetensors(file, io::LoadOptions{.zero_copy = true, .keep_int8 = true}));
+}
+
+void quantize_model_dir(const std::string& dir, const std::string& out, bool force) {
+  std::error_code ec;
+  if (fs::exists(out) && fs::equivalent(dir, out, ec))
+    throw std::invalid_argument("quantize: --out " + out + " is the model directory itself");
+  if (fs::exists(out) && !force)
+    throw std::invalid_argument("quantize: " + out + " exists (give --force to replace it)");
+  const TrainedModel m = load_model_dir(dir);  // checks the directory whole
+  if (m.quantized) throw std::invalid_argument("quantize: " + dir + " is quantized already");
+  const QuantizedStateDict q = quantize_state_dict(m.model->state_dict());
+
+  const fs::path target = fs::absolute(out).lexically_normal();
+  const fs::path parent = target.parent_path();
+  fs::create_directories(parent);
+  const fs::path tmp = parent / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directory(tmp);
+  try {
+    for (const char* f : {model_dir::CONFIG, model_dir::SRC_VOCAB, model_dir::TGT_VOCAB, model_dir::SRC_VOCAB_JSON,
+                          model_dir::TGT_VOCAB_JSON, model_dir::SRC_SPM, model_dir::TGT_SPM, model_dir::JOINT_SPM}) {
+      const fs::path from = fs::path(dir) / f;
+      if (fs::exists(from)) fs::copy_file(from, tmp / f);
+    }
+    io::save_safetensors((tmp / model_dir::MODEL).string(), q.f32, {{QUANTIZATION_METADATA_KEY, QUANTIZATION_INT8}},
+                         q.int8);
+    if (fs::exists(target)) {
+      const fs::path old = parent / ("." + target.filename().string() + ".old." + std::to_string(::getpid()));
+      fs::rename(target, old);
+      fs::rename(tmp, target);
+      fs::remove_all(old);
+    } else {
+      fs::rename(tmp, target);
+    }
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace tfm

@@ -1,0 +1,262 @@
+// tests/models/quantize_test.cc — src/models/quantize.cc: int8-quantized state_dicts and model
+// directories (tfm/models/quantize.h).
+//
+// Method: the quantization rule is checked on a hand-made state_dict (matrices become I8 with per-row
+// scales, everything else stays, and the stored scales are the fixed point the int8 packing finds
+// again); a directory written by a tiny training run is quantized, read back and run; broken files are
+// written by hand and every error is checked by its message, which must name the file and the key.
+// The quantized directory's int8 run is compared with the original's: the integers are identical and
+// the scales differ by at most a few float32 ulps (the fixed point), so the outputs agree to float32
+// rounding (close_rel 1e-5), while both differ from f32 by the quantization (> 1e-4).
+#include "tfm/models/quantize.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "kernels/kernels.h"
+#include "test_util.h"
+#include "tfm/data/tasks.h"
+#include "tfm/inference.h"
+#include "tfm/io/safetensors.h"
+#include "tfm/models/model_dir.h"
+#include "tfm/train/trainer.h"
+
+namespace tfm {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::random_tensor;
+
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+std::vector<std::string>& temp_dirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+std::string temp_dir(const std::string& tag) {
+  temp_dirs().push_back(testing::temp_dir(tag));
+  return temp_dirs().back();
+}
+class RemoveTempDirs : public ::testing::Environment {
+  void TearDown() override {
+    for (const std::string& d : temp_dirs()) fs::remove_all(d);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveTempDirs = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
+
+train::TrainConfig tiny_config(const std::string& out) {
+  train::TrainConfig c;
+  c.task = data::Task::REVERSE;
+  c.task_train_size = 64;
+  c.task_valid_size = 16;
+  c.model.arch = Arch::SEQ2SEQ;
+  c.model.d_model = 16;
+  c.model.nhead = 2;
+  c.model.num_encoder_layers = 1;
+  c.model.num_decoder_layers = 1;
+  c.model.dim_feedforward = 32;
+  c.max_steps = 2;
+  c.eval_every = 2;
+  c.batch.batch_size = 32;
+  c.seed = 5;
+  c.out_dir = out;
+  return c;
+}
+
+const std::string& trained_dir() {  // 2 steps of a tiny seq2seq run on the reverse task
+  static const std::string dir = [] {
+    const train::TrainConfig c = tiny_config(temp_dir("q_run") + "/run");
+    train::run_training(c);
+    return c.out_dir;
+  }();
+  return dir;
+}
+
+const std::string& quantized_dir() {
+  static const std::string dir = [] {
+    const std::string d = temp_dir("q_out") + "/int8";
+    quantize_model_dir(trained_dir(), d);
+    return d;
+  }();
+  return dir;
+}
+
+TEST(QuantizeStateDict, MatricesBecomeInt8RowsAtTheFixedPoint) {
+  NamedTensors state;
+  state.insert("lin.weight", random_tensor({7, 19}, 3));
+  state.insert("lin.bias", random_tensor({7}, 4));
+  Tensor z = Tensor::zeros({2, 3});  // a row of zeros: scale 0
+  state.insert("zeros.weight", z);
+  const QuantizedStateDict q = quantize_state_dict(state);
+  ASSERT_EQ(q.int8.size(), 2u);
+  EXPECT_TRUE(q.f32.contains("lin.bias")) << "vectors stay float32";
+  EXPECT_FALSE(q.f32.contains("lin.weight"));
+  const io::Int8Tensor& w = q.int8.at("lin.weight");
+  const Tensor& s = q.f32.at("lin.weight.scale");
+  ASSERT_EQ(w.shape, (Shape{7, 19}));
+  ASSERT_EQ(s.shape(), (Shape{7}));
+  const float* wp = state.at("lin.weight").data();
+  std::vector<float> back(7 * 19);
+  for (int64_t r = 0; r < 7; ++r) {
+    int amax = 0;
+    for (int64_t c = 0; c < 19; ++c) {
+      const int v = w.data[r * 19 + c];
+      amax = std::max(amax, std::abs(v));
+      back[r * 19 + c] = float(v) * s.data()[r];
+      // Half a step from the weight (the fixed point moves the scale by ulps only).
+      EXPECT_LE(std::fabs(back[r * 19 + c] - wp[r * 19 + c]), s.data()[r] * (0.5 + 1e-5)) << r << "," << c;
+    }
+    EXPECT_EQ(amax, 127) << "row " << r << " spans the full range";
+  }
+  // Quantizing the dequantized weight (what Precision::INT8 does when it packs it) gives back the
+  // stored integers and scales, bit for bit.
+  std::vector<int8_t> q2(7 * 19);
+  std::vector<float> s2(7);
+  kernels::quantize_rows_s8(back.data(), 7, 19, 19, q2.data(), s2.data());
+  EXPECT_EQ(q2, w.data);
+  EXPECT_TRUE(testing::bitwise_equal(s2, std::vector<float>(s.data(), s.data() + 7), "scales"));
+  EXPECT_EQ(q.f32.at("zeros.weight.scale").data()[0], 0.0f);
+}
+
+TEST(QuantizeModelDir, WritesAQuantizedCopyThatRunsInInt8) {
+  const std::string in = trained_dir(), out = quantized_dir();
+  for (const char* f : {"config.json", "model.safetensors"}) EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
+  EXPECT_TRUE(fs::exists(model_dir::src_vocab_path(out)));
+  EXPECT_FALSE(fs::exists(out + "/trainer_state.safetensors")) << "the training run's files stay behind";
+  const io::SafeTensorsFile f = io::load_safetensors(out + "/model.safetensors", io::LoadOptions{.keep_int8 = true});
+  EXPECT_TRUE(is_quantized(f));
+  EXPECT_FALSE(f.int8.empty());
+  for (const auto& [k, q] : f.int8) {
+    EXPECT_EQ(q.shape.size(), 2u) << k;
+    EXPECT_EQ(f.dtypes.at(k + ".scale"), "F32") << k;
+  }
+  EXPECT_TRUE(is_quantized_model_dir(out));
+  EXPECT_FALSE(is_quantized_model_dir(in));
+
+  const TrainedModel a = load_model_dir(in), b = load_model_dir(out);
+  EXPECT_FALSE(a.quantized);
+  EXPECT_TRUE(b.quantized);
+  EXPECT_EQ(a.model->config().d_model, b.model->config().d_model);
+  // The encoder's output: the quantized directory in int8 against the original in int8 and in f32.
+  const std::vector<int32_t> src = {4, 5, 6, 7, 8, 9, 4, 5};
+  const auto encode = [&](const TrainedModel& m, Precision p) {
+    InferenceMode scope(p);
+    return m.model->encode(src, 2, 4);
+  };
+  const Tensor a8 = encode(a, Precision::INT8), b8 = encode(b, Precision::INT8), a32 = encode(a, Precision::FLOAT32),
+               b32 = encode(b, Precision::FLOAT32);
+  // The embeddings are looked up, not multiplied: the quantized directory's are its dequantized
+  // rows. Given those, the original in int8 computes what the quantized directory does (the same
+  // integers, scales within ulps).
+  TrainedModel c = load_model_dir(in);
+  NamedTensors cp = c.model->named_parameters();
+  const NamedTensors bp = b.model->named_parameters();
+  int embeddings = 0;
+  for (auto& [k, t] : cp)
+    if (k.find("embedding") != std::string::npos) {
+      std::memcpy(t.data(), bp.at(k).data(), sizeof(float) * t.numel());
+      ++embeddings;
+    }
+  EXPECT_GT(embeddings, 0);
+  EXPECT_TRUE(testing::close_rel(b8, encode(c, Precision::INT8), 1e-5, "quantized dir int8 vs original int8"));
+  EXPECT_GT(testing::rel_error(b8, a8), 0.0) << "the quantized embeddings are used";
+  EXPECT_GT(testing::rel_error(a8, a32), 1e-4) << "int8 really ran";
+  EXPECT_GT(testing::rel_error(b32, a32), 1e-4) << "--dtype f32 on a quantized directory runs its dequantized weights";
+  EXPECT_LT(fs::file_size(out + "/model.safetensors"), fs::file_size(in + "/model.safetensors") / 2);
+}
+
+TEST(QuantizeModelDir, RefusesAnExistingOutUnlessForcedAndQuantizedInput) {
+  const std::string in = trained_dir();
+  const std::string out = temp_dir("q_force") + "/int8";
+  fs::create_directories(out);
+  std::ofstream(out + "/stale.txt") << "x";
+  EXPECT_NE(error_of<std::invalid_argument>([&] { quantize_model_dir(in, out); }).find("exists (give --force"),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(out + "/stale.txt")) << "a refused run leaves --out alone";
+  quantize_model_dir(in, out, /*force=*/true);
+  EXPECT_FALSE(fs::exists(out + "/stale.txt")) << "--force replaces the directory whole";
+  EXPECT_TRUE(is_quantized_model_dir(out));
+  for (const auto& e : fs::directory_iterator(fs::path(out).parent_path()))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "left behind: " << e.path();
+  const std::string again = temp_dir("q_again") + "/int8";
+  EXPECT_NE(error_of<std::invalid_argument>([&] { quantize_model_dir(out, again); }).find("quantized already"),
+            std::string::npos);
+  EXPECT_NE(error_of<std::invalid_argument>([&] { quantize_model_dir(in, in, true); }).find("itself"),
+            std::string::npos);
+}
+
+TEST(QuantizeModelDir, TrainingFromItIsRefusedByName) {
+  train::TrainConfig c = tiny_config(temp_dir("q_init") + "/run");
+  c.init_from = quantized_dir();
+  const std::string e = error_of<std::invalid_argument>([&] { train::run_training(c); });
+  EXPECT_NE(e.find("int8-quantized"), std::string::npos) << e;
+  EXPECT_NE(e.find(quantized_dir()), std::string::npos) << e;
+}
+
+// ---- validation of a quantized file ---------------------------------------------------------------------
+
+io::Int8Tensor i8(Shape shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return io::Int8Tensor{shape, std::vector<int8_t>(static_cast<size_t>(n), 3)};
+}
+
+std::string dequantize_error(const NamedTensors& f32, const std::map<std::string, io::Int8Tensor>& int8) {
+  const std::string path = temp_dir("q_bad") + "/model.safetensors";
+  io::save_safetensors(path, f32, {{QUANTIZATION_METADATA_KEY, QUANTIZATION_INT8}}, int8);
+  const io::SafeTensorsFile f = io::load_safetensors(path, io::LoadOptions{.keep_int8 = true});
+  return error_of<io::SafeTensorsError>([&] { dequantize_state_dict(f); });
+}
+
+TEST(DequantizeStateDict, DequantizesAndNamesTheKeyOfEveryBadTensor) {
+  {  // a good file: q·scale per row
+    const std::string path = temp_dir("q_good") + "/model.safetensors";
+    NamedTensors f32;
+    f32.insert("w.scale", Tensor::from_vector({2}, {0.5f, 2.0f}));
+    f32.insert("b", Tensor::from_vector({2}, {1.f, 2.f}));
+    io::save_safetensors(path, f32, {{QUANTIZATION_METADATA_KEY, QUANTIZATION_INT8}}, {{"w", i8({2, 3})}});
+    const NamedTensors s = dequantize_state_dict(io::load_safetensors(path, io::LoadOptions{.keep_int8 = true}));
+    ASSERT_TRUE(s.contains("w"));
+    EXPECT_FALSE(s.contains("w.scale"));
+    EXPECT_EQ(s.at("w").shape(), (Shape{2, 3}));
+    EXPECT_EQ(s.at("w").data()[0], 1.5f);  // 3 × 0.5
+    EXPECT_EQ(s.at("w").data()[5], 6.0f);  // 3 × 2
+  }
+  NamedTensors ok;
+  ok.insert("w.scale", Tensor::from_vector({2}, {0.5f, 2.0f}));
+  std::string e = dequantize_error({}, {{"w", i8({2, 3})}});
+  EXPECT_NE(e.find("'w': I8 matrix without its per-row scales 'w.scale'"), std::string::npos) << e;
+  NamedTensors wrong_shape;
+  wrong_shape.insert("w.scale", Tensor::from_vector({3}, {1.f, 1.f, 1.f}));
+  e = dequantize_error(wrong_shape, {{"w", i8({2, 3})}});
+  EXPECT_NE(e.find("'w.scale': shape (3,), expected (2,)"), std::string::npos) << e;
+  e = dequantize_error({}, {{"w", i8({2, 3})}, {"w.scale", i8({2})}});
+  EXPECT_NE(e.find("'w.scale': dtype I8, expected F32"), std::string::npos) << e;
+  e = dequantize_error(ok, {{"w", i8({2, 3})}, {"b", i8({2})}});
+  EXPECT_NE(e.find("'b': I8 of shape (2,) where F32 is required"), std::string::npos) << e;
+  NamedTensors orphan;
+  orphan.insert("v.scale", Tensor::from_vector({2}, {1.f, 1.f}));
+  e = dequantize_error(orphan, {});
+  EXPECT_NE(e.find("'v.scale': a scale without its I8 matrix 'v'"), std::string::npos) << e;
+  NamedTensors negative;
+  negative.insert("w.scale", Tensor::from_vector({2}, {0.5f, -1.f}));
+  e = dequantize_error(negative, {{"w", i8({2, 3})}});
+  EXPECT_NE(e.find("'w.scale': element 1"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << "one line";
+}
+
+}  // namespace
+}  // namespace tfm
