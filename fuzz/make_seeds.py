@@ -41,6 +41,19 @@ SAFETENSORS = {
     "offsets_out_of_range": st({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 64]}}, f32(1, 2, 3, 4)),
     "overlap": st({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                    "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, f32(1, 2, 3)),
+    # int8 model directories' weights (tfm quantize): I8 matrices with F32 per-row scales, and near-misses.
+    "quantized": st({"__metadata__": {"tfm.quantization": "int8-per-row"},
+                     "w.scale": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                     "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]},
+                     "w": {"dtype": "I8", "shape": [2, 3], "data_offsets": [16, 22]}},
+                    f32(0.5, 0.25, 1, -1) + bytes([127, 0, 0x81, 3, 0xFF, 127])),
+    "quantized_bad_scale": st({"__metadata__": {"tfm.quantization": "int8-per-row"},
+                               "w.scale": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},
+                               "w": {"dtype": "I8", "shape": [2, 3], "data_offsets": [12, 18]}},
+                              f32(0.5, 0.25, 1) + bytes(6)),
+    "quantized_i8_vector": st({"__metadata__": {"tfm.quantization": "int8-per-row"},
+                               "b.scale": {"dtype": "I8", "shape": [2], "data_offsets": [0, 2]},
+                               "b": {"dtype": "I8", "shape": [2], "data_offsets": [2, 4]}}, bytes(4)),
     "truncated": st({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}, f32(1, 2, 3, 4))[:-5],
 }
 

@@ -219,6 +219,32 @@ TEST_F(SafeTensors, RoundTripIsBitwise) {
   EXPECT_EQ(raw.size(), 8 + n + 4 * (1 + 0 + 1 + 35) + 6);
 }
 
+// I8 kept as int8 on request (the int8 model directories' weights), written after F32 with BOOL by
+// name; without keep_int8 the same file reads as Float32, as every integer dtype.
+TEST_F(SafeTensors, Int8KeptOnRequestAndWrittenBack) {
+  const std::string path = tmp("int8.safetensors");
+  NamedTensors f32;
+  f32.insert("w.scale", Tensor::from_vector({2}, {0.5f, 2.0f}));
+  f32.insert("mask", Tensor::full({2}, 1.0f));
+  Int8Tensor q{{2, 3}, {-128, -1, 0, 1, 2, 127}};
+  save_safetensors(path, f32, {{"k", "v"}}, {{"w", q}});
+  const SafeTensorsFile kept = load_safetensors(path, LoadOptions{.keep_int8 = true});
+  ASSERT_TRUE(kept.int8.contains("w"));
+  EXPECT_FALSE(kept.contains("w"));
+  EXPECT_EQ(kept.int8.at("w").shape, (Shape{2, 3}));
+  EXPECT_EQ(kept.int8.at("w").data, q.data);
+  EXPECT_EQ(kept.dtypes.at("w"), "I8");
+  EXPECT_EQ(kept.metadata.at("k"), "v");
+  const SafeTensorsFile plain = load_safetensors(path);
+  EXPECT_TRUE(plain.int8.empty());
+  EXPECT_TRUE(bitwise_equal(tfm::testing::values(plain.at("w")), std::vector<float>{-128, -1, 0, 1, 2, 127}, "w"));
+  // Names are unique across both maps, and the values must fill the shape.
+  expect_message(error_of([&] { save_safetensors(tmp("x.safetensors"), f32, {}, {{"mask", q}}); }),
+                 tmp("x.safetensors"), {"'mask'", "both"});
+  expect_message(error_of([&] { save_safetensors(tmp("x.safetensors"), f32, {}, {{"v", Int8Tensor{{4}, {1}}}}); }),
+                 tmp("x.safetensors"), {"'v'", "1 int8 values for shape (4,)"});
+}
+
 TEST_F(SafeTensors, WriterMatchesReferenceLayoutBytes) {
   const SafeTensorsFile ref = load_safetensors(fixture("reference_layout.safetensors"));
   // Feed the tensors in reverse header order: the writer must sort them itself.
