@@ -26,6 +26,7 @@ _DTYPES = {
     "I64": (np.dtype("<i8"), 8),
     "I32": (np.dtype("<i4"), 4),
     "U8": (np.dtype("u1"), 1),
+    "I8": (np.dtype("i1"), 1),  # int8 model directories (tfm quantize)
 }
 _NUMPY_TO_ST = {
     np.dtype("float64"): "F64",
@@ -35,6 +36,7 @@ _NUMPY_TO_ST = {
     np.dtype("int64"): "I64",
     np.dtype("int32"): "I32",
     np.dtype("uint8"): "U8",
+    np.dtype("int8"): "I8",
 }
 
 

@@ -463,13 +463,18 @@ def _read_tfm(a, t):
         with open(os.path.join(a.model_dir, "config.json")) as f:
             doc = json.load(f)
         config = {**_MODEL_DEFAULTS, **doc.get("model", doc)}
-        tensors, _ = st.load(os.path.join(a.model_dir, "model.safetensors"))
+        tensors, meta = st.load(os.path.join(a.model_dir, "model.safetensors"))
+        if "tfm.quantization" in meta:  # tfm quantize's int8 copy (include/tfm/models/quantize.h)
+            fail(f"{a.model_dir} is an int8-quantized model directory (tfm quantize, {meta['tfm.quantization']}): "
+                 "reverse the float32 directory it was made from")
         return config, tensors
     if not (a.config and a.weights):
         fail("give --config and --weights (the tfm forward module)")
     with open(a.config) as f:
         config = {**_FORWARD_DEFAULTS, **json.load(f)}
-    tensors, _ = st.load(a.weights)
+    tensors, meta = st.load(a.weights)
+    if "tfm.quantization" in meta:
+        fail(f"{a.weights} holds int8-quantized weights (tfm quantize): reverse the float32 weights")
     return config, tensors
 
 

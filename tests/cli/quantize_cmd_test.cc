@@ -1,0 +1,109 @@
+// tests/cli/quantize_cmd_test.cc — `tfm quantize` and int8 on the command line: a quantized copy of
+// a tiny trained seq2seq directory runs in int8 by default (the same output as --dtype int8 given),
+// and from its dequantized weights with --dtype f32; the refusals, each one line naming the thing
+// refused: an existing --out without --force, training from the copy, tools/import_torch.py reverse
+// on it. The numbers themselves are tested in tests/models/quantize_test.cc and
+// tests/ops/inference_test.cc; this file checks the wiring.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tfm::testing::run_command;
+using tfm::testing::temp_dir;
+
+const std::string kCli = TFM_CLI_PATH;
+const std::string kSource = TFM_SOURCE_DIR;
+
+class QuantizeCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(temp_dir("cli_quantize"));
+    tfm::testing::Rng g(3);
+    std::ofstream train(*dir_ + "/train.tsv"), in(*dir_ + "/in.txt");
+    for (int i = 0; i < 80; ++i) {
+      std::string w;
+      const int len = g.uniform_int(2, 6);
+      for (int k = 0; k < len; ++k) w += static_cast<char>('a' + g.uniform_int(0, 4));
+      train << w << '\t' << std::string(w.rbegin(), w.rend()) << '\n';
+      if (i < 20) in << w << '\n';
+    }
+    train.close();
+    in.close();
+    std::string out;
+    ASSERT_EQ(run_command(kCli + " train --train " + *dir_ + "/train.tsv --valid " + *dir_ + "/train.tsv --out " + *dir_ +
+                              "/run --arch seq2seq --d-model 16 --nhead 2 --layers 1 --dim-feedforward 32"
+                              " --batch-size 16 --threads 1 --max-steps 10",
+                          &out),
+              0)
+        << out;
+    ASSERT_EQ(run_command(kCli + " quantize --model " + *dir_ + "/run --out " + *dir_ + "/int8", &out), 0) << out;
+    EXPECT_NE(out.find("wrote " + *dir_ + "/int8"), std::string::npos) << out;
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::string translate(const std::string& model, const std::string& options) {
+    std::string out;
+    EXPECT_EQ(run_command("(" + kCli + " translate --model " + *dir_ + "/" + model + " " + options + " < " + *dir_ +
+                              "/in.txt 2>/dev/null)",
+                          &out),
+              0)
+        << options << "\n" << out;
+    return out;
+  }
+  // Runs a command that must fail with one line on stderr holding `part`.
+  static void expect_refused(const std::string& cmd, const std::string& part) {
+    std::string out;
+    EXPECT_NE(run_command("(" + cmd + ") 2>&1", &out), 0) << cmd;
+    EXPECT_NE(out.find(part), std::string::npos) << cmd << "\n" << out;
+    EXPECT_EQ(out.find('\n'), out.size() - 1) << "one line:\n" << out;
+  }
+  static std::string* dir_;
+};
+std::string* QuantizeCli::dir_ = nullptr;
+
+TEST_F(QuantizeCli, QuantizedDirectoryRunsInt8ByDefault) {
+  const std::string by_default = translate("int8", "");
+  EXPECT_EQ(std::count(by_default.begin(), by_default.end(), '\n'), 20);
+  EXPECT_EQ(translate("int8", "--dtype int8 --threads 2"), by_default);
+  EXPECT_EQ(translate("int8", "--dtype int8 --threads 1 --batch-size 3"), by_default) << "any --threads";
+  EXPECT_EQ(translate("int8", "--dtype f32").size() > 0, true);
+  std::string a, b;
+  ASSERT_EQ(run_command(kCli + " eval --model " + *dir_ + "/int8 --data " + *dir_ + "/train.tsv --json 2>/dev/null", &a), 0);
+  ASSERT_EQ(run_command(kCli + " eval --model " + *dir_ + "/int8 --data " + *dir_ + "/train.tsv --json --dtype int8 2>/dev/null",
+                        &b),
+            0);
+  EXPECT_EQ(a, b);
+  EXPECT_FALSE(fs::exists(*dir_ + "/int8/trainer_state.safetensors"));
+  // Smaller, though not by 4: at width 16 the header and the float32 biases and norms weigh as much
+  // as the matrices (docs/int8.md has the figure for a real model).
+  EXPECT_LT(fs::file_size(*dir_ + "/int8/model.safetensors"), fs::file_size(*dir_ + "/run/model.safetensors"));
+}
+
+TEST_F(QuantizeCli, Refusals) {
+  expect_refused(kCli + " quantize --model " + *dir_ + "/run --out " + *dir_ + "/int8",
+                 "tfm: error: quantize: " + *dir_ + "/int8 exists (give --force to replace it)");
+  expect_refused(kCli + " train --train " + *dir_ + "/train.tsv --valid " + *dir_ + "/train.tsv --init-from " + *dir_ + "/int8 --out " + *dir_ +
+                     "/ft --max-steps 1",
+                 "init_from " + *dir_ + "/int8 is an int8-quantized model directory");
+  expect_refused(kCli + " eval --model " + *dir_ + "/int8 --data " + *dir_ + "/train.tsv --dtype int4",
+                 "unknown precision 'int4' (expected f32, bf16 or int8)");
+  std::string out;
+  if (run_command("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0) GTEST_SKIP() << "no numpy for import_torch.py";
+  EXPECT_NE(run_command("/usr/bin/python3 " + kSource + "/tools/import_torch.py reverse --map " + kSource +
+                            "/tools/import_maps/nb4_reverse.json --target model --model-dir " + *dir_ + "/int8 --out " + *dir_ +
+                            "/back.safetensors 2>&1",
+                        &out),
+            0);
+  EXPECT_NE(out.find(*dir_ + "/int8 is an int8-quantized model directory"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(*dir_ + "/back.safetensors"));
+}
+
+}  // namespace
