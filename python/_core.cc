@@ -293,14 +293,16 @@ PYBIND11_MODULE(_core, m) {
   // ---- trained model directories ----
   py::class_<PyTrainedModel>(m, "TrainedModel")
       .def(py::init([](const std::string& dir, const std::string& dtype) {
+             // dtype "": the directory's own, int8 for a quantized one (tfm/models/quantize.h), else f32.
              auto t = std::make_unique<PyTrainedModel>();
-             t->precision = precision_of(dtype);
+             if (!dtype.empty()) t->precision = precision_of(dtype);
              py::gil_scoped_release nogil;
              apply_threads();
              t->m = tfm::load_model_dir(dir);
+             if (dtype.empty()) t->precision = t->m.quantized ? tfm::Precision::INT8 : tfm::Precision::FLOAT32;
              return t;
            }),
-           py::arg("dir"), py::arg("dtype") = "f32")
+           py::arg("dir"), py::arg("dtype") = "")
       .def_property_readonly("is_language_model",
                              [](const PyTrainedModel& t) { return t.m.model->family().data == tfm::DataKind::TEXT; })
       .def("translate",

@@ -194,7 +194,7 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
     A hand-written module goes through a mapping (the name of one in tools/import_maps, e.g. "nb4_reverse",
     or a mapping file's path; `target` picks the mapping's target when it has several): its state_dict is
     renamed and reshaped as tools/import_torch.py does (tfm.torch_import, the same code), `overrides` playing
-    --set's part. dtype: "f32", or "bf16" (Linear matmuls in bfloat16, forward only; docs/bf16.md).
+    --set's part. dtype: "f32", "bf16" or "int8" (the Linear matmuls, forward only; docs/bf16.md, docs/int8.md).
     The weights are copied into tfm once; later changes to `module` are not seen.
     Raises ValueError when the module or its config is not one tfm runs.
     """
@@ -251,8 +251,11 @@ class Model:
     time per Model (a stream being consumed counts as a call); load the directory once per thread to decode in
     parallel."""
 
-    def __init__(self, path, dtype="f32"):
+    def __init__(self, path, dtype=None):
+        """dtype: "f32", "bf16" or "int8" (the Linear matmuls; docs/bf16.md, docs/int8.md); None: int8 for a
+        directory written by `tfm quantize`, else f32."""
         self.path = _os.fspath(path)
+        dtype = dtype or ""
         self._core = _core.TrainedModel(self.path, dtype)
 
     @property
@@ -346,9 +349,10 @@ class Model:
         return f"tfm.Model({self.path!r})"
 
 
-def load(path, dtype="f32"):
+def load(path, dtype=None):
     """A trained model directory as a tfm.Model (translate, generate, stream, score, evaluate).
-    dtype: "f32", or "bf16" for bfloat16 matmuls in the Linear layers (docs/bf16.md)."""
+    dtype: "f32", "bf16" or "int8" for the matmuls of the Linear layers (docs/bf16.md, docs/int8.md); None: int8
+    for a directory written by `tfm quantize`, else f32."""
     return Model(path, dtype)
 
 

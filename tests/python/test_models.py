@@ -121,6 +121,20 @@ def test_pairs_train_evaluate_translate(pair_runs, tfm_cli):
         m.translate("3 1 4")
 
 
+def test_quantized_directory_loads_int8_by_default(pair_runs, tfm_cli):
+    d, _ = pair_runs
+    _run([tfm_cli, "quantize", "--model", str(d / "cli"), "--out", str(d / "int8")])
+    lines = ["3 1 4 1 5", "9 2 6"]
+    want = _run([tfm_cli, "translate", "--model", str(d / "int8")], input="\n".join(lines) + "\n")
+    assert tfm.load(str(d / "int8")).translate(lines) == want.split("\n")[:-1]
+    assert tfm.load(str(d / "int8"), dtype="int8").translate(lines) == want.split("\n")[:-1]
+    f32 = _run([tfm_cli, "translate", "--model", str(d / "int8"), "--dtype", "f32"], input="\n".join(lines) + "\n")
+    assert tfm.load(str(d / "int8"), dtype="f32").translate(lines) == f32.split("\n")[:-1]
+    with pytest.raises(ValueError, match="int8-quantized"):
+        tfm.train(out=str(d / "ft"), init_from=str(d / "int8"), train=str(d / "p.tsv"), valid=str(d / "p.tsv"),
+                  max_steps=1)
+
+
 def test_train_option_errors(tmp_path):
     with pytest.raises(TypeError, match="d_modle"):
         tfm.train(out=str(tmp_path / "x"), task="reverse", d_modle=8)
