@@ -12,6 +12,8 @@
 //                 once, as InferenceMode runs a Linear (deterministic)
 //   repacked      the same with W packed again on every call, as a training step would need it
 //                 (its weights change every step): is the packed kernel worth its packing?
+//   prepacked_bf16, prepacked_int8   NT only: gemm_packed in bf16 and int8 (W packed once; int8 also
+//                 quantizes A's rows and dequantizes C on every call, which is counted)
 //   panels/MTxNT  gemm_paneled with explicit (mt × nt) panels, to choose gemm_plan() by measurement
 //
 // Shapes (config M: D = 512, F = 2048, T·B = 1024 tokens; and config L's, "L-"), named after their use:
@@ -253,6 +255,13 @@ int main(int argc, char** argv) {
       if (!s.ta && s.tb && s.beta == 0.f) {
         add("prepacked/" + sh, s, run_prepacked);
         add("repacked/" + sh, s, run_repacked);
+        for (const auto p : {tfm::kernels::MatmulPrecision::MATMUL_BF16, tfm::kernels::MatmulPrecision::MATMUL_INT8})
+          add(std::string(p == tfm::kernels::MatmulPrecision::MATMUL_BF16 ? "prepacked_bf16/" : "prepacked_int8/") + sh, s,
+              [p, w = std::make_shared<std::shared_ptr<const tfm::kernels::PackedWeight>>()](const Shape& sp,
+                                                                                                 Operands& o) {
+                if (!*w) *w = tfm::kernels::pack_weight(o.B.data(), sp.N, sp.K, o.ldb, p);
+                tfm::kernels::gemm_packed(sp.M, o.A.data(), o.lda, **w, nullptr, o.C.data(), o.ldc);
+              });
       }
       if (__builtin_cpu_supports("avx512f")) add("blocked/" + sh, s, run_blocked, check_blocked);
       // Candidate plans for gemm_plan(): row panels, a 2-D tile, column panels.

@@ -304,8 +304,8 @@ inline bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
 }
 
 // ---- int8 quantization (quantize.cc; the int8 Linear of gemm_packed.h and `tfm quantize`) ----------
-// Rounding is round-to-nearest-even everywhere (std::nearbyint / vroundscaleps), and the quotients
-// are true divisions, so the AVX-512 bodies are bitwise equal to the twins.
+// Rounding is round-to-nearest-even everywhere (std::nearbyint / vroundscaleps), with the same float
+// operations in the AVX-512 bodies as in the twins, so they are bitwise equal.
 //
 // Weights, per row, symmetric: scale[n] = max_k |W[n,k]| / 127 (float32), q[n,k] = clamp(round(W[n,k] /
 // scale[n]), −127, 127); a row of zeros gets scale 0 and q 0. W (N, K) at stride ldw ≥ K; q (N, K)
@@ -313,9 +313,9 @@ inline bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
 // weight (at pack or quantize time), never per call.
 void quantize_rows_s8(const float* W, int64_t N, int64_t K, int64_t ldw, int8_t* q, float* scale);
 // Activations, per row, asymmetric: lo = min(0, min_k x), hi = max(0, max_k x), scale[m] = (hi − lo) /
-// 255 (1 for a row of zeros), zero[m] = round(−lo / scale[m]) ∈ [0, 255], q[m,k] = clamp(round(x[m,k] /
-// scale[m]) + zero[m], 0, 255), so x ≈ scale·(q − zero) with |x − scale·(q − zero)| ≤ scale/2 (up to the
-// rounding of the quotient). NaN inputs are skipped by the min/max and quantize to 0. x (M, K) at
+// 255 (1 for a row of zeros), zero[m] = round(−lo / scale[m]) ∈ [0, 255], q[m,k] = clamp(round(x[m,k] ·
+// fl(1/scale[m])) + zero[m], 0, 255), so x ≈ scale·(q − zero) with |x − scale·(q − zero)| ≤ scale/2 (up to
+// the rounding of the reciprocal and the product, ≤ (2u + u²)·|x/scale| ≤ 511u of a step). NaN inputs are skipped by the min/max and quantize to 0. x (M, K) at
 // stride ldx ≥ K; q (M, K) dense; scale, zero (M). Overwrites q, scale and zero.
 void quantize_rows_u8(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* scale,
                       int32_t* zero);

@@ -1,7 +1,8 @@
 // src/kernels/quantize.cc — int8 quantization kernels (contract in kernels.h, "int8 quantization"):
 // per-row symmetric int8 weights, per-row asymmetric uint8 activations, and the dequantization of the
-// int32 sums. The AVX-512 bodies (quantize_avx512.cc) are bitwise equal to the twins here: both divide
-// (no reciprocal), round to nearest even, and skip NaN in min/max the way vminps/vmaxps do
+// int32 sums. The AVX-512 bodies (quantize_avx512.cc) are bitwise equal to the twins here: both
+// multiply by the same float reciprocal of the scale (activations; a division per element would cost
+// more than the rest of the quantization) or divide (weights, once), round to nearest even, and skip NaN in min/max the way vminps/vmaxps do
 // (`a < b ? a : b` keeps b when a is NaN).
 #include <cmath>
 
@@ -47,12 +48,12 @@ void quantize_rows_u8_scalar(const float* x, int64_t M, int64_t K, int64_t ldx, 
     }
     float s = (hi - lo) / 255.0f;
     if (!(s > 0.0f)) s = 1.0f;  // a row of zeros
-    const float z = std::nearbyint(-lo / s);
+    const float z = std::nearbyint(-lo / s), inv = 1.0f / s;
     scale[m] = s;
     zero[m] = static_cast<int32_t>(z);
     uint8_t* qm = q + m * K;
     for (int64_t k = 0; k < K; ++k) {
-      float v = std::nearbyint(xm[k] / s) + z;
+      float v = std::nearbyint(xm[k] * inv) + z;
       v = max_keep(v, 0.0f);  // NaN → 0
       v = min_keep(v, 255.0f);
       qm[k] = static_cast<uint8_t>(v);

@@ -1,5 +1,5 @@
 // src/kernels/quantize_avx512.cc — AVX-512 bodies of the int8 quantization kernels (contract in
-// kernels.h; twins in quantize.cc, to which they are bitwise equal: the same divisions, the same
+// kernels.h; twins in quantize.cc, to which they are bitwise equal: the same reciprocal, the same
 // round-to-nearest-even, NaN skipped by vminps/vmaxps exactly as the twins' `a < b ? a : b`; min and
 // max are exact, so reducing the lanes in another order changes nothing).
 // GCC 12's intrinsic headers seed pass-through operands (_mm512_reduce_min_ps, _mm512_cvtepi32_epi8) with
@@ -37,12 +37,12 @@ void quantize_rows_u8_avx512(const float* x, int64_t M, int64_t K, int64_t ldx, 
     const float z = _mm_cvtss_f32(zq);
     scale[m] = s;
     zero[m] = static_cast<int32_t>(z);
-    const __m512 sv = _mm512_set1_ps(s), zv = _mm512_set1_ps(z);
+    const __m512 inv = _mm512_set1_ps(1.0f / s), zv = _mm512_set1_ps(z);
     uint8_t* qm = q + m * K;
     for (int64_t k = 0; k < K; k += 16) {
       const __mmask16 mk = first_n(K - k);
       const __m512 v = _mm512_maskz_loadu_ps(mk, xm + k);
-      __m512 r = _mm512_roundscale_ps(_mm512_div_ps(v, sv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       r = _mm512_add_ps(r, zv);
       r = _mm512_max_ps(r, zero_ps);  // NaN → 0, as the twin
       r = _mm512_min_ps(r, top);

@@ -78,7 +78,7 @@ TEST(QuantizeRowsU8, SimdMatchesScalarTwinBitwiseAndWithinHalfAStep) {
       ASSERT_TRUE(bitwise_equal(qf, qs, what + " q"));
       ASSERT_TRUE(bitwise_equal(sf, ss, what + " scale"));
       ASSERT_EQ(zf, zs) << what;
-      // |x − s·(q − z)| ≤ s·(1/2 + 512u): half a step, plus the float quotient's rounding.
+      // |x − s·(q − z)| ≤ s·(1/2 + 512u): half a step, plus the rounding of x·fl(1/s) (< 511u steps).
       for (int64_t m = 0; m < M; ++m)
         for (int64_t k = 0; k < K; ++k) {
           const float v = x[m * ld + k];

@@ -16,7 +16,7 @@
 //
 // Int8 (docs/int8.md): row m of x is quantized with step s_x = (max(0, max x_m) − min(0, min x_m)) / 255,
 // row n of W with step s_w = max|w_n| / 127; each element moves by at most half its step, plus the
-// rounding of the float quotient x/s (≤ 255u steps for x, 127u for w, and the rounding of s itself):
+// rounding of the float quotient (x·fl(1/s): ≤ (2u + u²)·255 < 511u steps for x; w/s: ≤ 127u steps):
 // e_x = s_x·(1/2 + 512u), e_w = s_w·(1/2 + 256u). The int32 sum is exact, so
 //   |Σ x w − Σ x̂ ŵ| ≤ e_x·Σ|w| + e_w·Σ|x̂| ≤ e_x·Σ_k|w_k| + e_w·(Σ_k|x_k| + K·e_x),
 // and the float32 dequantization (int32 → float, the scale product, one fma with the bias) adds at
