@@ -153,7 +153,7 @@ def make_gpt2_dir(tfm, work, threads):
     text = os.path.join(work, "gpt2_text.txt")
     specials = 4  # <pad> <bos> <eos> <unk> of a character vocabulary; checked below
     chars = []
-    cp = 0x4E00 - 20000  # printable code points from U+0A00 on, skipping surrogates
+    cp = 0x0A00  # printable code points from U+0A00 on (surrogates and unassigned ones skipped)
     while len(chars) < 50257 - specials:
         if not (0xD800 <= cp <= 0xDFFF) and chr(cp).isprintable():
             chars.append(chr(cp))
@@ -195,7 +195,7 @@ def generate(args, settler):
     print("# " + "  ".join("%s %s" % (x, " ".join("%.1f" % t for t in tps[x])) for x in dtypes), file=sys.stderr)
     table(["dtype", "tokens/s", "vs f32"], [[x, "%.1f" % m[x], "%.2f" % (m[x] / m["f32"])] for x in dtypes],
           args.markdown)
-    print("\ntfm generate, GPT-2 small's shape (124M parameters + tied head over 50257), batch 1, greedy; tokens/s = "
+    print("\ntfm generate, GPT-2 small's shape (124M parameters, the output head tied to the 50257-token embedding), batch 1, greedy; tokens/s = "
           "(%d − %d) / (t(%d) − t(%d)), medians over %d alternating rounds, %d threads" %
           (args.n2, args.n1, args.n2, args.n1, args.rounds, args.threads))
 
