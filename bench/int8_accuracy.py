@@ -184,7 +184,7 @@ def e2e(args):
     print("\nnanogpt-baby on Vim's help (%d steps), bits per character of the user manual:" % steps_of("runs/vim"))
     print_table(("run", "bits/char"), rows, args.markdown)
     model_files = ["config.json", "model.safetensors", "spm.model", "src.spm.model", "tgt.spm.model",
-                   "src_vocab.txt", "tgt_vocab.txt", "src_vocab.json", "tgt_vocab.json"]
+                   "src_vocab.txt", "tgt_vocab.txt", "src_vocab.json", "tgt_vocab.json", "bpe_vocab.json", "bpe_merges.txt"]
     print("\nsizes (bytes):")
     rows = []
     for name in ("licenses", "vim"):

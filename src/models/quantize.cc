@@ -133,7 +133,8 @@ void quantize_model_dir(const std::string& dir, const std::string& out, bool for
   fs::create_directory(tmp);
   try {
     for (const char* f : {model_dir::CONFIG, model_dir::SRC_VOCAB, model_dir::TGT_VOCAB, model_dir::SRC_VOCAB_JSON,
-                          model_dir::TGT_VOCAB_JSON, model_dir::SRC_SPM, model_dir::TGT_SPM, model_dir::JOINT_SPM}) {
+                          model_dir::TGT_VOCAB_JSON, model_dir::SRC_SPM, model_dir::TGT_SPM, model_dir::JOINT_SPM,
+                          model_dir::BPE_VOCAB, model_dir::BPE_MERGES}) {
       const fs::path from = fs::path(dir) / f;
       if (fs::exists(from)) fs::copy_file(from, tmp / f);
     }

@@ -8,7 +8,8 @@
 // same rule Precision::INT8 applies when it packs a float32 weight (kernels::quantize_rows_s8); the
 // stored scales are that rule's fixed point, so packing the dequantized weight q·scale again gives
 // back exactly the stored integers and scales: a quantized directory run in int8 computes with the
-// integers it stores. config.json, the vocabularies and the tokenizers are copied as they are; the
+// integers it stores. config.json, the vocabularies and the tokenizers (SentencePiece models, GPT-2's
+// BPE files) are copied as they are; the
 // training run's files (trainer_state.safetensors, metrics.csv, curves.svg) are not.
 //
 // load_model_dir reads such a directory (TrainedModel::quantized), dequantizing the weights into
