@@ -70,11 +70,14 @@ NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file) {
   const std::string& path = file.path;
   NamedTensors out;
   std::map<std::string, const Tensor*> scales;  // "<k>.scale" tensors, each claimed by its I8 matrix
+  const std::string suffix = ".scale";
   for (const auto& [key, t] : file.tensors) {
-    if (key.size() > 6 && key.compare(key.size() - 6, 6, ".scale") == 0 && file.int8.contains(key.substr(0, key.size() - 6)))
+    const bool is_scale = key.size() > suffix.size() && key.ends_with(suffix);
+    const std::string base = is_scale ? key.substr(0, key.size() - suffix.size()) : std::string();
+    if (is_scale && file.int8.contains(base))
       scales.emplace(key, &t);
-    else if (key.size() > 6 && key.compare(key.size() - 6, 6, ".scale") == 0 && !file.tensors.contains(key.substr(0, key.size() - 6)))
-      fail(path, "tensor " + quote_name(key) + ": a scale without its I8 matrix " + quote_name(key.substr(0, key.size() - 6)));
+    else if (is_scale && !file.tensors.contains(base))
+      fail(path, "tensor " + quote_name(key) + ": a scale without its I8 matrix " + quote_name(base));
     else if (file.dtypes.at(key) != "F32")
       fail(path, "tensor " + quote_name(key) + ": " + file.dtypes.at(key) + " where a quantized state_dict holds F32 (or I8 matrices)");
     else
