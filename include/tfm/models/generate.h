@@ -40,7 +40,7 @@ struct GenerateOptions {
   std::vector<int32_t> suppress;
   bool use_cache = true;         // false: recompute the window's full forward every step (tests)
   // With the cache, a fresh window's tokens run as one causal pass (a prefill); false feeds them one
-  // position per model call instead, the loop tfm ran before (the baseline of bench/gpt2_generate.py).
+  // position per model call instead (the same tokens, slower: bench/gpt2_generate.py's baseline).
   bool prefill = true;
   // Called with each step's next-token logits (V) before the draw, when set (tests, tools).
   std::function<void(int64_t sample, const float* logits, int64_t V)> on_logits;
