@@ -180,8 +180,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 StagedDirectory::StagedDirectory(const std::string& dest, bool replace) : dest_(dest), replace_(replace) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const fs::path d = fs::path(dest).lexically_normal();
-  if (d.filename().empty()) throw IoError(dest + ": not a directory name");
+  fs::path d = fs::path(dest).lexically_normal();
+  if (d.filename().empty()) d = d.parent_path();  // "out/" names "out"
+  if (d.empty() || d.filename() == "." || d.filename() == "..") throw IoError(dest + ": not a directory name");
+  dest_ = d.string();
   if (fs::exists(d, ec) && !replace)
     throw IoError(dest + ": exists (choose another output directory, or replace it with --force)");
   if (fs::exists(d, ec) && !fs::is_directory(d, ec)) throw IoError(dest + ": exists and is not a directory");

@@ -1,14 +1,13 @@
 // src/models/quantize.cc — int8-quantized model directories (contract in tfm/models/quantize.h).
 #include "tfm/models/quantize.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
 #include <vector>
 
+#include "io/file_util.h"
 #include "kernels/kernels.h"
 #include "quote.h"
 #include "tfm/models/model_dir.h"
@@ -128,33 +127,17 @@ void quantize_model_dir(const std::string& dir, const std::string& out, bool for
   if (m.quantized) throw std::invalid_argument("quantize: " + dir + " is quantized already");
   const QuantizedStateDict q = quantize_state_dict(m.model->state_dict());
 
-  const fs::path target = fs::absolute(out).lexically_normal();
-  const fs::path parent = target.parent_path();
-  fs::create_directories(parent);
-  const fs::path tmp = parent / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
-  fs::remove_all(tmp);
-  fs::create_directory(tmp);
-  try {
-    for (const char* f : {model_dir::CONFIG, model_dir::SRC_VOCAB, model_dir::TGT_VOCAB, model_dir::SRC_VOCAB_JSON,
-                          model_dir::TGT_VOCAB_JSON, model_dir::SRC_SPM, model_dir::TGT_SPM, model_dir::JOINT_SPM,
-                          model_dir::BPE_VOCAB, model_dir::BPE_MERGES}) {
-      const fs::path from = fs::path(dir) / f;
-      if (fs::exists(from)) fs::copy_file(from, tmp / f);
-    }
-    io::save_safetensors((tmp / model_dir::MODEL).string(), q.f32, {{QUANTIZATION_METADATA_KEY, QUANTIZATION_INT8}},
-                         q.int8);
-    if (fs::exists(target)) {
-      const fs::path old = parent / ("." + target.filename().string() + ".old." + std::to_string(::getpid()));
-      fs::rename(target, old);
-      fs::rename(tmp, target);
-      fs::remove_all(old);
-    } else {
-      fs::rename(tmp, target);
-    }
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
+  io::StagedDirectory staged(out, force);  // written whole, then renamed over `out`
+  const fs::path tmp = staged.path();
+  for (const char* f : {model_dir::CONFIG, model_dir::SRC_VOCAB, model_dir::TGT_VOCAB, model_dir::SRC_VOCAB_JSON,
+                        model_dir::TGT_VOCAB_JSON, model_dir::SRC_SPM, model_dir::TGT_SPM, model_dir::JOINT_SPM,
+                        model_dir::BPE_VOCAB, model_dir::BPE_MERGES}) {
+    const fs::path from = fs::path(dir) / f;
+    if (fs::exists(from)) fs::copy_file(from, tmp / f);
   }
+  io::save_safetensors((tmp / model_dir::MODEL).string(), q.f32, {{QUANTIZATION_METADATA_KEY, QUANTIZATION_INT8}},
+                       q.int8);
+  staged.commit();
 }
 
 }  // namespace tfm

@@ -52,5 +52,40 @@ TEST(FileUtil, ReadAndAtomicWrite) {
   fs::remove_all(dir);
 }
 
+// A staged directory appears whole at commit, never before; without commit nothing is left; an
+// existing destination is refused unless replacing, and then swapped only at commit.
+TEST(FileUtil, StagedDirectoryAppearsWholeOrNotAtAll) {
+  const std::string root = testing::temp_dir("staged");
+  const std::string dest = root + "/out";
+  {
+    StagedDirectory d(dest + "/", /*replace=*/false);  // a trailing slash names the same directory
+    write_file_atomic(d.path() + "/a.txt", "one");
+    EXPECT_FALSE(fs::exists(dest));
+  }  // no commit
+  EXPECT_FALSE(fs::exists(dest));
+  EXPECT_EQ(std::distance(fs::directory_iterator(root), fs::directory_iterator()), 0);
+  {
+    StagedDirectory d(dest, false);
+    write_file_atomic(d.path() + "/a.txt", "one");
+    d.commit();
+  }
+  EXPECT_EQ(testing::slurp(dest + "/a.txt"), "one");
+  try {
+    StagedDirectory d(dest, false);
+    FAIL() << "an existing destination was accepted";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(dest + ": exists"), std::string::npos) << e.what();
+  }
+  {
+    StagedDirectory d(dest, /*replace=*/true);
+    write_file_atomic(d.path() + "/b.txt", "two");
+    EXPECT_EQ(testing::slurp(dest + "/a.txt"), "one");  // the old one stays until commit
+    d.commit();
+  }
+  EXPECT_FALSE(fs::exists(dest + "/a.txt"));
+  EXPECT_EQ(testing::slurp(dest + "/b.txt"), "two");
+  EXPECT_EQ(std::distance(fs::directory_iterator(root), fs::directory_iterator()), 1);  // no leftovers
+}
+
 }  // namespace
 }  // namespace tfm::io
