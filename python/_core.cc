@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -163,6 +164,11 @@ void apply_threads() {
 struct PyTrainedModel {
   tfm::TrainedModel m;
   tfm::Precision precision = tfm::Precision::FLOAT32;
+  // Every call's packed weights, kept between calls: a model called again packs nothing (a GPT-2
+  // small's 124M weights take a good part of a prompt's prefill to pack). The cache belongs to one
+  // thread at a time, so calls on one model run one at a time, the lock taken without the GIL.
+  mutable std::mutex mu;
+  mutable tfm::PackedWeightCache cache;
 };
 
 tfm::Precision precision_of(const std::string& dtype) { return tfm::enum_from_name<tfm::Precision>(dtype); }
@@ -312,7 +318,8 @@ PYBIND11_MODULE(_core, m) {
              py::gil_scoped_release nogil;
              apply_threads();
              tfm::require_data(t.m, tfm::DataKind::PAIRS, "sample from it with generate()");
-             const tfm::InferenceMode scope(t.precision);
+             const std::lock_guard<std::mutex> lock(t.mu);
+             const tfm::InferenceMode scope(t.precision, t.cache);
              return tfm::translate_lines(t.m, lines, beam, batch_size);
            },
            py::arg("lines"), py::arg("beam") = 1, py::arg("batch_size") = 64)
@@ -336,7 +343,8 @@ PYBIND11_MODULE(_core, m) {
                if (max_new_tokens < 0) throw std::invalid_argument("max_new_tokens must be ≥ 0");
                tfm::require_data(t.m, tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)");
                if (prompt.empty()) throw std::invalid_argument("the prompt is empty (give at least one character)");
-               const tfm::InferenceMode scope(t.precision);
+               const std::lock_guard<std::mutex> lock(t.mu);
+               const tfm::InferenceMode scope(t.precision, t.cache);
                const std::vector<int32_t> ids = tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, prompt, "prompt");
                if (stop && !stop->empty()) gen.stop = tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, *stop, "stop");
                gen.suppress = tfm::never_generated(t.m);
@@ -376,7 +384,8 @@ PYBIND11_MODULE(_core, m) {
              py::gil_scoped_release nogil;
              apply_threads();
              tfm::require_data(t.m, tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()");
-             const tfm::InferenceMode scope(t.precision);
+             const std::lock_guard<std::mutex> lock(t.mu);
+             const tfm::InferenceMode scope(t.precision, t.cache);
              return tfm::evaluate_text_string(t.m, text, batch_size).to_json();
            },
            py::arg("text"), py::arg("batch_size") = 16)
@@ -386,7 +395,8 @@ PYBIND11_MODULE(_core, m) {
              py::gil_scoped_release nogil;
              apply_threads();
              tfm::require_data(t.m, tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()");
-             const tfm::InferenceMode scope(t.precision);
+             const std::lock_guard<std::mutex> lock(t.mu);
+             const tfm::InferenceMode scope(t.precision, t.cache);
              return tfm::evaluate_text_file(t.m, path, batch_size).to_json();
            },
            py::arg("path"), py::arg("batch_size") = 16)
@@ -397,7 +407,8 @@ PYBIND11_MODULE(_core, m) {
              py::gil_scoped_release nogil;
              apply_threads();
              tfm::require_data(t.m, tfm::DataKind::PAIRS, "score it on a text with score()");
-             const tfm::InferenceMode scope(t.precision);
+             const std::lock_guard<std::mutex> lock(t.mu);
+             const tfm::InferenceMode scope(t.precision, t.cache);
              std::string note;
              const tfm::train::EvalSet set = tfm::train::tsv_test_set(t.m, tsv_path, &note);
              const tfm::train::Metrics r = tfm::train::evaluate(
