@@ -172,19 +172,24 @@ std::vector<int32_t> ByteLevelBpe::Impl::bpe(std::string_view piece) const {
   return word;
 }
 
-ByteLevelBpe ByteLevelBpe::load(const std::string& vocab_path, const std::string& merges_path) {
-  std::string vocab, merges;
+ByteLevelBpe::Files ByteLevelBpe::read_files(const std::string& vocab_path, const std::string& merges_path) {
+  Files f;
   try {
-    vocab = io::read_file(vocab_path);
+    f.vocab_json = io::read_file(vocab_path);
   } catch (const std::exception& e) {
     throw std::runtime_error(vocab_path + ": cannot read the BPE vocabulary: " + e.what());
   }
   try {
-    merges = io::read_file(merges_path);
+    f.merges = io::read_file(merges_path);
   } catch (const std::exception& e) {
     throw std::runtime_error(merges_path + ": cannot read the BPE merges: " + e.what());
   }
-  return from_strings(vocab, vocab_path, merges, merges_path);
+  return f;
+}
+
+ByteLevelBpe ByteLevelBpe::load(const std::string& vocab_path, const std::string& merges_path) {
+  const Files f = read_files(vocab_path, merges_path);
+  return from_strings(f.vocab_json, vocab_path, f.merges, merges_path);
 }
 
 ByteLevelBpe ByteLevelBpe::from_strings(std::string_view vocab_json, const std::string& vocab_name,

@@ -100,18 +100,8 @@ Tokenizer Tokenizer::from_spm_model(std::string model, const std::string& name) 
 }
 
 Tokenizer Tokenizer::load_gpt2_bpe(const std::string& vocab_path, const std::string& merges_path) {
-  std::string vocab, merges;
-  try {
-    vocab = io::read_file(vocab_path);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(vocab_path + ": cannot read the BPE vocabulary: " + e.what());
-  }
-  try {
-    merges = io::read_file(merges_path);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(merges_path + ": cannot read the BPE merges: " + e.what());
-  }
-  return from_gpt2_bpe(std::move(vocab), vocab_path, std::move(merges), merges_path);
+  ByteLevelBpe::Files f = ByteLevelBpe::read_files(vocab_path, merges_path);
+  return from_gpt2_bpe(std::move(f.vocab_json), vocab_path, std::move(f.merges), merges_path);
 }
 
 Tokenizer Tokenizer::from_gpt2_bpe(std::string vocab_json, const std::string& vocab_name, std::string merges,

@@ -58,6 +58,12 @@ class ByteLevelBpe {
   //   a merges line that is not two symbols separated by one space, a symbol or a merge result that
   //   is not in the vocabulary, a merge given twice.
   static ByteLevelBpe load(const std::string& vocab_path, const std::string& merges_path);
+  // The two files' contents, as read (what load parses; a data::Tokenizer keeps them to save them).
+  // Throws std::runtime_error naming the file that cannot be read.
+  struct Files {
+    std::string vocab_json, merges;
+  };
+  static Files read_files(const std::string& vocab_path, const std::string& merges_path);
   // The same from the files' contents; the names stand for the files in messages.
   static ByteLevelBpe from_strings(std::string_view vocab_json, const std::string& vocab_name,
                                    std::string_view merges, const std::string& merges_name);
