@@ -12,8 +12,8 @@ void register_forward(CLI::App& app, Runner& run) {
       "Example:\n  tfm forward --config enc.json --weights enc.safetensors --inputs in.safetensors "
       "--output out.safetensors\n"
       "If the inputs hold 'grad_output', gradients grad.<key> are written too.\n"
-      "--dtype bf16 runs the Linear layers' matmuls in bfloat16 (docs/bf16.md), --dtype int8 in int8 with\n"
-      "per-row scales (docs/int8.md); both forward only (a 'grad_output' input is refused).");
+      "--dtype bf16 runs the Linear layers' matmuls in bfloat16, forward and backward (docs/bf16.md);\n"
+      "--dtype int8 in int8 with per-row scales (docs/int8.md), forward only (a 'grad_output' input is refused).");
   struct Opts {
     std::string config, weights, inputs, output, dtype{enum_name(Precision::FLOAT32)};
     int threads = 0;

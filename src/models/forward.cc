@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "quote.h"
+#include "tfm/autocast.h"
 #include "tfm/autograd.h"
 #include "tfm/models/forward.h"
 #include "tfm/inference.h"
@@ -312,6 +313,7 @@ NamedTensors LoadedModule::forward_backward(const NamedTensors& inputs, const Te
     auto it = in.find(n);
     if (it != in.end() && it->second.dtype() == DType::FLOAT32) it->second.requires_grad_(true);
   }
+  Autocast autocast(impl_->precision);  // bf16: Linear matmuls forward and backward (tfm/autocast.h)
   Tensor y = call(in, source);
   if (!grad_output.defined() || grad_output.dtype() != DType::FLOAT32 || grad_output.shape() != y.shape())
     throw std::invalid_argument(source + ": 'grad_output' is " + describe(grad_output) + ", expected Float32" +
@@ -374,9 +376,9 @@ NamedTensors read_forward_inputs(const std::string& path) {
 NamedTensors run_forward(LoadedModule& module, const NamedTensors& inputs, const std::string& source) {
   auto go = inputs.find("grad_output");
   if (go == inputs.end()) return module.forward(inputs, source);
-  if (module.precision() != Precision::FLOAT32)
-    throw std::invalid_argument(source + ": 'grad_output' asks for gradients, which are computed in f32 only (got " +
-                                std::string(enum_name(module.precision())) + ")");
+  if (module.precision() == Precision::INT8)
+    throw std::invalid_argument(source + ": 'grad_output' asks for gradients, which int8 (inference only) does not "
+                                "compute; use f32 or bf16");
   NamedTensors rest;
   for (const auto& [k, v] : inputs)
     if (k != "grad_output") rest.insert(k, v);

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "kernels/kernels.h"
+#include "kernels/gemm_bf16.h"
+#include "ops/bf16_linear.h"
 #include "ops/check.h"
 #include "ops/linear_activation.h"
 #include "ops/packed_linear.h"
@@ -13,12 +15,14 @@
 namespace tfm::ops {
 namespace {
 
-// rows (N) of x (N, in), weight (out, in), bias (out).
+// rows (N) of x (N, in), weight (out, in), bias (out); w16: the weight's bfloat16 copy when the
+// forward ran under Autocast(BFLOAT16), then the backward's matmuls are bfloat16 too.
 struct LinearNode : Node {
   bool has_bias = false;
+  Bf16Weight w16;
   const char* name() const override { return "linear"; }
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
-    linear_backward(dy.data(), inputs[0], inputs[1], has_bias, din);
+    linear_backward(dy.data(), inputs[0], inputs[1], has_bias, din, w16.get());
   }
 };
 
@@ -31,16 +35,37 @@ int64_t linear_rows(const Tensor& x) {
 }
 
 // dx (N, in) = g (N, out) · W (out, in);  dW (out, in) += gᵀ (out, N) · x (N, in);  db (out) += Σ_rows g.
+// bfloat16 (w16 set): dx = bf16(g)·w16, dW += bf16(g)ᵀ·bf16(x), float32 sums; db in float32 alike.
 void linear_backward(const float* g, const Tensor& x, const Tensor& w, bool has_bias,
-                     const std::vector<Tensor*>& din) {
+                     const std::vector<Tensor*>& din, const std::vector<uint16_t>* w16) {
   const int64_t in = w.size(1), out = w.size(0), N = linear_rows(x);
-  if (din[0]) {
+  if (w16) {
+    thread_local std::vector<uint16_t> g16_buf, x16_buf;
+    if (g16_buf.size() < static_cast<size_t>(N * out)) g16_buf.resize(static_cast<size_t>(N * out));
+    kernels::convert_to_bf16(g, N * out, g16_buf.data());
+    const uint16_t* g16 = g16_buf.data();
+    if (din[0]) {
+      Tensor* slot = din[0];
+      const float beta = slot->defined() ? 1.0f : 0.0f;
+      if (!slot->defined()) *slot = Tensor::empty(x.shape());
+      kernels::gemm_bf16(false, false, N, in, out, g16, out, w16->data(), in, beta, slot->data(), in);
+    }
+    if (din[1]) {
+      Tensor* slot = din[1];
+      const float beta = slot->defined() ? 1.0f : 0.0f;
+      if (!slot->defined()) *slot = Tensor::empty(w.shape());
+      if (x16_buf.size() < static_cast<size_t>(N * in)) x16_buf.resize(static_cast<size_t>(N * in));
+      kernels::convert_to_bf16(x.data(), N * in, x16_buf.data());
+      kernels::gemm_bf16(true, false, out, in, N, g16, out, x16_buf.data(), in, beta, slot->data(), in);
+    }
+  }
+  if (!w16 && din[0]) {
     Tensor* slot = din[0];
     const float beta = slot->defined() ? 1.0f : 0.0f;
     if (!slot->defined()) *slot = Tensor::empty(x.shape());
     kernels::gemm(false, false, N, in, out, 1.0f, g, out, w.data(), in, beta, slot->data(), in);
   }
-  if (din[1]) {
+  if (!w16 && din[1]) {
     Tensor* slot = din[1];
     const float beta = slot->defined() ? 1.0f : 0.0f;
     if (!slot->defined()) *slot = Tensor::empty(w.shape());
@@ -79,11 +104,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // Inside an InferenceMode scope: the packed weight, bias added by the GEMM itself.
   if (!grad && linear_forward_packed(N, x.data(), weight, bias.defined() ? bias.data() : nullptr, yp))
     return y;
-  // y = x·Wᵀ + b (broadcast over rows); in = 0 gives y = b, or zeros without bias.
-  kernels::gemm_bias(false, true, N, out, in, x.data(), in, weight.data(), in,
-                     bias.defined() ? bias.data() : nullptr, yp, out);
+  // y = x·Wᵀ + b (broadcast over rows); in = 0 gives y = b, or zeros without bias. Under
+  // Autocast(BFLOAT16): bf16(x)·bf16(W)ᵀ + b.
+  Bf16Weight w16 = autocast_weight(weight);
+  if (w16)
+    linear_forward_bf16(N, in, out, x.data(), *w16, bias.defined() ? bias.data() : nullptr, yp);
+  else
+    kernels::gemm_bias(false, true, N, out, in, x.data(), in, weight.data(), in,
+                       bias.defined() ? bias.data() : nullptr, yp, out);
   if (grad) {
     auto node = std::make_shared<LinearNode>();
+    node->w16 = std::move(w16);
     node->has_bias = bias.defined();
     node->inputs = {x, weight, bias};
     record(y, node);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kernels/kernels.h"
+#include "ops/bf16_linear.h"
 #include "ops/check.h"
 #include "ops/packed_linear.h"
 #include "tfm/autograd.h"
@@ -24,13 +25,14 @@ namespace {
 // Linear backward of dz.
 struct LinearReluNode : Node {
   bool has_bias = false;
+  Bf16Weight w16;  // set when the forward ran under Autocast(BFLOAT16)
   Tensor y;  // (N, F)
   const char* name() const override { return "linear_relu"; }
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
     const int64_t F = y.size(-1), N = y.numel() / std::max<int64_t>(F, 1);
     Tensor dz = Tensor::empty(y.shape());
     kernels::activation_backward(Activation::RELU, dy.data(), y.data(), dz.data(), N, F);
-    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din);
+    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din, w16.get());
   }
 };
 
@@ -38,13 +40,14 @@ struct LinearReluNode : Node {
 // dz = y > 0 ? dy/(1 − p) : 0  (kernels::relu_dropout_backward), then the Linear backward of dz.
 struct LinearReluDropoutNode : Node {
   bool has_bias = false;
+  Bf16Weight w16;  // set when the forward ran under Autocast(BFLOAT16)
   float p = 0.0f;
   Tensor y;  // (N, F)
   const char* name() const override { return "linear_relu_dropout"; }
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
     Tensor dz = Tensor::empty(y.shape());
     kernels::relu_dropout_backward(dy.data(), y.data(), dz.data(), y.numel(), p);
-    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din);
+    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din, w16.get());
   }
 };
 
@@ -59,12 +62,15 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
   Shape ys = x.shape();
   ys.back() = out;
   Tensor y = Tensor::empty(ys);  // x·Wᵀ, then dropout(relu(· + b)) in place
-  kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, 0.0f, y.data(), out);
+  Bf16Weight w16 = autocast_weight(weight);  // Autocast(BFLOAT16): bf16(x)·bf16(W)ᵀ
+  if (w16) linear_forward_bf16(N, in, out, x.data(), *w16, nullptr, y.data());
+  else kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, 0.0f, y.data(), out);
   const uint64_t offset = gen.take(static_cast<uint64_t>(y.numel()));  // ops::dropout's draw
   kernels::bias_relu_dropout_forward(y.data(), bias.defined() ? bias.data() : nullptr, y.data(), N, out,
                                      {p, gen.seed, offset});
   if (needs_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<LinearReluDropoutNode>();
+    node->w16 = std::move(w16);
     node->has_bias = bias.defined();
     node->p = p;
     node->y = y.detach();
@@ -86,8 +92,12 @@ Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bi
   Shape zs = x.shape();
   zs.back() = out;
   Tensor z = Tensor::empty(zs);  // (N, Fin) = x·Wᵀ (K = 0 gives zeros, kernels::gemm's contract)
-  if (grad || !linear_forward_packed(N, x.data(), weight, nullptr, z.data()))  // InferenceMode
-    kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, 0.0f, z.data(), out);
+  Bf16Weight w16;
+  if (grad || !linear_forward_packed(N, x.data(), weight, nullptr, z.data())) {  // InferenceMode
+    w16 = autocast_weight(weight);  // Autocast(BFLOAT16): bf16(x)·bf16(W)ᵀ
+    if (w16) linear_forward_bf16(N, in, out, x.data(), *w16, nullptr, z.data());
+    else kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, 0.0f, z.data(), out);
+  }
   const float* b = bias.defined() ? bias.data() : nullptr;
   Tensor y = z;  // plain activations in place
   if (gated) {
@@ -98,6 +108,7 @@ Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bi
   kernels::bias_activation_forward(kind, z.data(), b, y.data(), N, F);
   if (grad) {  // ReLU only (above)
     auto node = std::make_shared<LinearReluNode>();
+    node->w16 = std::move(w16);
     node->has_bias = bias.defined();
     node->y = y.detach();
     node->inputs = {x, weight, bias};

@@ -3,6 +3,7 @@
 // backward shared by ops::linear and the fused op.
 #pragma once
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -42,8 +43,10 @@ int64_t linear_rows(const Tensor& x);
 
 // The Linear backward from the gradient g (N, out) of y = x·Wᵀ + b: din[0] (x's shape) gets dx = g·W,
 // din[1] (out, in) gets dW = gᵀ·x, din[2] (out) gets db = Σ_rows g (if has_bias); each slot is set
-// if empty, else accumulated into; null slots are skipped.
+// if empty, else accumulated into; null slots are skipped. With w16 (the weight's bfloat16 copy the
+// forward used under Autocast, src/ops/bf16_linear.h) the dx and dW matmuls take bfloat16 operands
+// (g and x rounded), float32 sums.
 void linear_backward(const float* g, const Tensor& x, const Tensor& weight, bool has_bias,
-                     const std::vector<Tensor*>& din);
+                     const std::vector<Tensor*>& din, const std::vector<uint16_t>* w16 = nullptr);
 
 }  // namespace tfm::ops

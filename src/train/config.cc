@@ -77,6 +77,9 @@ void TrainConfig::validate() const {
   if (eval_every < 0) bad("eval_every", "must be ≥ 0");
   if (ema && !(*ema > 0 && *ema < 1))
     bad("ema", "(--ema) must be a decay in (0, 1), e.g. 0.999, got " + std::to_string(*ema));
+  if (dtype == Precision::INT8)
+    bad("dtype", "(--dtype) int8 is for inference (eval, translate, generate, forward, bench --mode infer); "
+                 "train in f32 or bf16");
   if (out_dir.empty()) bad("out_dir", "is required");
   if (grad_shards < 0) bad("grad_shards", "must be ≥ 0 (0: one part per process)");
   model.validate(/*check_sizes=*/false);

@@ -154,6 +154,9 @@ std::vector<TrainOption> build_table() {
       {"ema", {"ema"}, "optimisation",
        "keep an exponential moving average of the weights with this decay in (0, 1), e.g. 0.999 (warm-up: "
        "min(DECAY, (1+t)/(10+t)) at step t); evaluation and model.safetensors use the average"},
+      {"dtype", {"dtype"}, "optimisation",
+       "precision of the Linear layers' matmuls: f32, or bf16 (bfloat16 operands, float32 sums and weights; "
+       "docs/bf16.md); kept on --resume"},
       {"grad-shards", {"grad_shards"}, "optimisation",
        "cut each batch into G parts whose gradients add in a fixed order: the same weights for any number of "
        "processes dividing G (0: one part per process, i.e. 1 without mpirun)"},
@@ -188,6 +191,8 @@ std::vector<TrainOption> build_table() {
       o.type = t.type;
       o.choices = t.choices;
       o.default_text = field_text(defaults, r.keys.front());
+      if (o.name == "dtype")  // int8 is for inference: not offered (TrainConfig::validate refuses it by name)
+        o.choices.erase(std::remove(o.choices.begin(), o.choices.end(), "int8"), o.choices.end());
       if (o.type == OptionType::FLAG && !o.default_text.empty()) o.default_text = o.default_text == "true" ? "on" : "off";
     } else if (o.name == "preset") {
       o.type = OptionType::CHOICE;
@@ -294,13 +299,24 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
     const std::string dir = given.at("resume");
     // A resumed run continues exactly as saved: an option silently ignored would look like it had
     // taken effect.
-    const std::string fixed = names([&](const TrainOption& o) { return o.name != "resume" && !is_length(o) && !is_run(o); });
+    const std::string fixed = names([&](const TrainOption& o) {
+      return o.name != "resume" && o.name != "dtype" && !is_length(o) && !is_run(o);
+    });
     if (!fixed.empty())
       throw std::invalid_argument("--resume continues the run with the settings saved in " + dir +
-                                  "/config.json; only --epochs, --max-steps, --time-budget and --threads may be "
+                                  "/config.json; only --epochs, --max-steps, --time-budget, --threads (and --dtype naming the run's own) may be "
                                   "given with it (got " + fixed + ")");
     setup.mode = StartMode::RESUME;
     setup.config = load_train_config(dir);
+    if (has("dtype")) {  // the run's own precision may be repeated; another would change its numbers
+      TrainConfig asked = setup.config;
+      set_field(asked, "dtype", given.at("dtype"));
+      if (asked.dtype != setup.config.dtype)
+        throw std::invalid_argument("--dtype " + given.at("dtype") + ": the run in " + dir + " trains in " +
+                                    std::string(enum_name(setup.config.dtype)) +
+                                    " (config.json \"dtype\"); --resume continues in it (start a new run, or "
+                                    "--init-from its model, to change it)");
+    }
     set_length(setup.config);
     return setup;
   }

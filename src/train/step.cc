@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kernels/kernels.h"
+#include "tfm/autocast.h"
 
 namespace tfm::train {
 namespace {
@@ -187,36 +188,39 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
   const int64_t N = offsets_.back();
   const int64_t first = comm_.rank() * local_;  // this rank's parts: [first, first + local_)
   float* acc = acc_.data();
-  for (int64_t j = 0; j < local_; ++j) {
-    bool empty = false;
-    // Across processes the last part's backward starts each bucket's exchange as soon as it is final.
-    BucketedExchange* during = j + 1 == local_ ? exchange_.get() : nullptr;
-    losses_in_[static_cast<size_t>(j)] =
-        part(model, gen, at_start, batch, first + j, label_smoothing, empty, during);
-    if (comm_.single()) {
-      // One process: fold each part's gradient as soon as it is computed (an empty part adds zeros,
-      // as the chunk owners do across processes). One part: its gradient, left in the grads, is the fold.
-      if (G_ == 1) continue;
-      if (j == 0) {
-        if (empty) std::fill(acc_.begin(), acc_.end(), 0.0f);
-        else copy_grads(acc, 0, N);
-        continue;
-      }
-      for (size_t i = 0; i < params_.size(); ++i) {
-        const Tensor g = params_[i].grad();
-        float* a = acc + offsets_[i];
-        const int64_t n = offsets_[i + 1] - offsets_[i];
-        if (empty || !g.defined()) {
-          for (int64_t k = 0; k < n; ++k) a[k] += 0.0f;
-        } else {
-          const float* d = g.data();
-          for (int64_t k = 0; k < n; ++k) a[k] += d[k];
+  {  // one Autocast scope for every part: each weight rounded once; the optimizer steps after it ends
+    Autocast autocast(precision_);
+    for (int64_t j = 0; j < local_; ++j) {
+      bool empty = false;
+      // Across processes the last part's backward starts each bucket's exchange as soon as it is final.
+      BucketedExchange* during = j + 1 == local_ ? exchange_.get() : nullptr;
+      losses_in_[static_cast<size_t>(j)] =
+          part(model, gen, at_start, batch, first + j, label_smoothing, empty, during);
+      if (comm_.single()) {
+        // One process: fold each part's gradient as soon as it is computed (an empty part adds zeros,
+        // as the chunk owners do across processes). One part: its gradient, left in the grads, is the fold.
+        if (G_ == 1) continue;
+        if (j == 0) {
+          if (empty) std::fill(acc_.begin(), acc_.end(), 0.0f);
+          else copy_grads(acc, 0, N);
+          continue;
         }
+        for (size_t i = 0; i < params_.size(); ++i) {
+          const Tensor g = params_[i].grad();
+          float* a = acc + offsets_[i];
+          const int64_t n = offsets_[i + 1] - offsets_[i];
+          if (empty || !g.defined()) {
+            for (int64_t k = 0; k < n; ++k) a[k] += 0.0f;
+          } else {
+            const float* d = g.data();
+            for (int64_t k = 0; k < n; ++k) a[k] += d[k];
+          }
+        }
+      } else if (during) {
+        exchange_->finish_last(empty);  // the buckets not started during the backward (all when empty)
+      } else {
+        exchange_->stage_part(j, empty);
       }
-    } else if (during) {
-      exchange_->finish_last(empty);  // the buckets not started during the backward (all when empty)
-    } else {
-      exchange_->stage_part(j, empty);
     }
   }
   const bool timed = !untimed_;

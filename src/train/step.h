@@ -103,6 +103,9 @@ class ShardedStep {
   // The weights' average (src/train/ema.h) each step updates after its optimizer step, on the
   // elements this rank steps (every element in one process); null: none. Not owned.
   void set_average(WeightAverage* average) { average_ = average; }
+  // The Linear matmuls' precision (TrainConfig::dtype): every part's forward and backward run in one
+  // tfm::Autocast scope, so each weight is rounded to bfloat16 once per step.
+  void set_precision(Precision precision) { precision_ = precision; }
   // Several processes: each rank's elements of `t` (one tensor per parameter, e.g. the average's)
   // gathered into every rank's `t`, as gather_optimizer_state does for the optimizer's slots. Every
   // rank calls it; nothing to do in one process.
@@ -145,6 +148,7 @@ class ShardedStep {
   std::vector<int> agree_counts_, agree_displs_;  // P > 1: rank s's doubles in losses_out_
   bool untimed_ = true;  // the first step: the ranks start at different times
   WeightAverage* average_ = nullptr;
+  Precision precision_ = Precision::FLOAT32;
 };
 
 }  // namespace tfm::train

@@ -11,6 +11,7 @@
 
 #include "io/file_util.h"
 #include "json_fields.h"
+#include "tfm/autocast.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/quantize.h"
 #include "tfm/models/model_dir.h"
@@ -261,6 +262,10 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   opt_ = make_optimizer(c_, *model_);
   params_ = model_->parameters();
   step_ = std::make_unique<ShardedStep>(params_, c_.grad_shards, comm_);
+  step_->set_precision(c_.dtype);
+  if (c_.dtype == Precision::BFLOAT16 && !bf16_matmul_accelerated())
+    note(ProgressEvent::Kind::NOTE, "bf16: this CPU has no AVX512-BF16 or AMX-BF16, so the bfloat16 matmuls are "
+                                    "emulated (the same numbers up to summation order, slower than f32)");
   if (c_.ema) {  // from the weights the run starts from (a checkpoint's average replaces them on resume)
     average_ = std::make_unique<WeightAverage>(model_->named_parameters(), *c_.ema);
     step_->set_average(average_.get());

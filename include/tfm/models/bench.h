@@ -39,7 +39,7 @@ struct BenchOptions {
   int64_t seq = 0;      // N: the sequence length (target length for decoders); must be positive
   int64_t src_seq = 0;  // S: source / memory length; 0 means N
   BenchMode mode = BenchMode::INFER;
-  Precision precision = Precision::FLOAT32;  // BFloat16 with INFER only (training is float32)
+  Precision precision = Precision::FLOAT32;  // INFER: f32, bf16, int8; TRAIN: f32 or bf16 (tfm/autocast.h)
   int iters = 10;   // timed iterations, at least 1
   int warmup = 3;   // untimed iterations before them
 };

@@ -96,8 +96,8 @@ ModuleConfig read_module_config(const std::string& path);
 // A module built from its config, holding its weights, called on named inputs as often as needed.
 // forward() runs in inference mode (an InferenceMode scope: no autograd tape) and packs each Linear
 // weight once, into a cache the handle keeps for its lifetime (in `precision`; see tfm/inference.h
-// for float32 against bfloat16). forward_backward() runs the float32 training math and returns
-// gradients. The module is in eval mode (dropout off) unless module().train() is called. One call
+// for float32 against bfloat16). forward_backward() runs the training math (float32, or bfloat16
+// Linear matmuls) and returns gradients. The module is in eval mode (dropout off) unless module().train() is called. One call
 // at a time: a handle is not safe to call from two threads at once.
 class LoadedModule {
  public:
@@ -123,7 +123,8 @@ class LoadedModule {
   // file passes its path.
   NamedTensors forward(const NamedTensors& inputs, const std::string& source = "inputs");
 
-  // Training math in float32, whatever precision() says, with dropout as the module's mode has it
+  // Training math in precision(): float32, or bfloat16 Linear matmuls forward and backward (an
+  // Autocast scope, tfm/autocast.h; int8 is refused by run_forward), with dropout as the module's mode has it
   // (off after construction): runs forward with autograd and the backward of
   // sum(output ⊙ grad_output), grad_output of the output's shape, and returns "output",
   // "grad.<param key>" for every parameter and "grad.<name>" for every differentiable input given
@@ -164,7 +165,7 @@ NamedTensors read_forward_inputs(const std::string& path);
 
 // The `tfm forward` contract on a loaded module: without "grad_output" among the inputs,
 // module.forward(inputs); with it, module.forward_backward(the other inputs, grad_output), which
-// needs precision() Float32 (gradients are float32 only) or throws std::invalid_argument.
+// needs precision() f32 or bf16 (int8 is inference only: std::invalid_argument).
 NamedTensors run_forward(LoadedModule& module, const NamedTensors& inputs, const std::string& source = "inputs");
 
 // The same contract from a config's JSON text and weights in memory, building a fresh module:

@@ -15,6 +15,7 @@
 #include "tfm/data/tasks.h"
 #include "tfm/data/tokenizer.h"
 #include "tfm/data/vocab.h"
+#include "tfm/inference.h"
 #include "tfm/models/config.h"
 #include "tfm/train/schedule.h"
 
@@ -95,6 +96,9 @@ struct TrainConfig {
   // average becomes d·avg + (1 − d)·w with d = min(ema, (1 + t)/(10 + t)) (src/train/ema.h); evaluation
   // and model.safetensors use the average, trainer_state.safetensors keeps both.
   std::optional<float> ema;
+  // Precision of the Linear layers' matmuls in training: FLOAT32, or BFLOAT16 (bfloat16 operands,
+  // float32 sums and master weights; tfm/autocast.h, docs/bf16.md). INT8 is for inference only.
+  Precision dtype = Precision::FLOAT32;
 
   std::string out_dir;
 
@@ -163,6 +167,7 @@ struct TrainConfig {
     visit("eval_every", c.eval_every);
     visit("skip_nonfinite", c.skip_nonfinite);
     visit("ema", c.ema);
+    visit("dtype", c.dtype);
     visit("out_dir", c.out_dir);
     visit("init_from", c.init_from);
     visit("grad_shards", c.grad_shards);

@@ -1,0 +1,58 @@
+// tfm/autocast.h — Autocast: the scope in which Linear layers train with bfloat16 matmuls.
+//
+// PyTorch analog: `with torch.autocast("cpu", dtype=torch.bfloat16):` around the forward and the
+// backward, restricted to the matmuls of Linear layers, with float32 master weights:
+//   forward   y  = bf16(x)·bf16(W)ᵀ + b
+//   backward  dx = bf16(g)·bf16(W),   dW = bf16(g)ᵀ·bf16(x)      (g = dL/dy; db = Σ_rows g in float32)
+// with products exact and sums in float32, the results float32 (PyTorch's are rounded to bfloat16 once
+// more). Everything else — attention scores and AV, softmax, LayerNorm, activations, dropout, residual
+// adds, embedding lookups, the loss, the optimizer and the weights themselves — stays float32.
+// The matmuls run through oneDNN on AMX-BF16 tiles or AVX512-BF16 (src/kernels/gemm_bf16.h); on a CPU
+// with neither they still run, emulated (bf16_matmul_accelerated() says which).
+//
+// Each weight is rounded to bfloat16 once per scope, on its first use (the backward reuses the
+// forward's copy), so a training step opens one scope around all its forward and backward passes and
+// the copies are made once per optimizer step. The contract: weights must not change while the scope
+// is alive (the optimizer steps after it ends). Scopes are per thread and nest (the innermost
+// precision applies; the weight copies belong to the outermost). An InferenceMode scope inside takes
+// precedence for what runs inside it.
+// Results are bitwise identical for any thread count. Error against float64 and what it means for
+// training: docs/bf16.md, "Training".
+//
+//   {
+//     tfm::Autocast scope(tfm::Precision::BFLOAT16);
+//     tfm::Tensor loss = model.loss(batch);
+//     loss.backward();
+//   }
+//   optimizer.step();
+#pragma once
+
+#include <cstddef>
+
+#include "tfm/inference.h"
+
+namespace tfm {
+
+class Autocast {
+ public:
+  // FLOAT32 (plain float32, e.g. to turn an outer scope off) or BFLOAT16; INT8 throws
+  // std::invalid_argument (int8 is for inference: InferenceMode).
+  explicit Autocast(Precision precision);
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+  // The innermost scope's precision on this thread; FLOAT32 outside any scope.
+  static Precision current_precision();
+  // bfloat16 weight copies held by the outermost scope (for tests and diagnostics).
+  static size_t cached_weights();
+
+ private:
+  Precision previous_;
+};
+
+// True when bfloat16 matmuls run on bf16 dot-product instructions (AVX512-BF16 or AMX-BF16); false when
+// they are emulated (the same numbers up to summation order, slower). For front ends to say so.
+bool bf16_matmul_accelerated();
+
+}  // namespace tfm

@@ -1,0 +1,25 @@
+// src/ops/bf16_linear.h — internal: the Linear matmuls inside a tfm::Autocast(BFLOAT16) scope
+// (include/tfm/autocast.h), shared by ops::linear and the fused ops of ops/linear_activation.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tfm/tensor.h"
+
+namespace tfm::ops {
+
+// A weight (out, in) rounded to bfloat16, row-major; made once per Autocast scope and kept by the
+// autograd nodes that recorded it, so the backward multiplies by the forward's copy.
+using Bf16Weight = std::shared_ptr<const std::vector<uint16_t>>;
+
+// The bfloat16 copy of `weight` when an Autocast(BFLOAT16) scope is active on this thread (callers try
+// InferenceMode's packed path first, which runs whenever such a scope is active); null otherwise.
+Bf16Weight autocast_weight(const Tensor& weight);
+
+// y (N, out) = bf16(x (N, in))·w16ᵀ (+ bias (out) if not null), float32 sums.
+void linear_forward_bf16(int64_t N, int64_t in, int64_t out, const float* x, const std::vector<uint16_t>& w16,
+                         const float* bias, float* y);
+
+}  // namespace tfm::ops
