@@ -104,15 +104,26 @@ TEST(LoadedModule, PrecisionIsTheHandles) {
   EXPECT_EQ(m.packed_weights(), 0u) << "weights packed in f32 kept after switching to bf16";
   EXPECT_TRUE(tfm::testing::bitwise_equal(m.forward(c.inputs).at("output"), want, "bf16"));
   EXPECT_GT(tfm::testing::rel_error(want, f32), 0.0) << "bf16 must change the numbers";
-  // Gradients are float32 only: the contract refuses them on a bf16 handle, naming the inputs.
+  // Gradients on a bf16 handle are the bf16 training math (Autocast): close to f32's, not equal; on an
+  // int8 handle the contract refuses them, naming the inputs.
   NamedTensors with_grad = c.inputs;
   with_grad.insert("grad_output", tfm::testing::random_tensor(f32.shape(), 3));
+  const NamedTensors g16 = run_forward(m, with_grad, "in.safetensors");
+  m.set_precision(Precision::FLOAT32);
+  const NamedTensors g32 = run_forward(m, with_grad, "in.safetensors");
+  ASSERT_EQ(g16.names(), g32.names());
+  for (const auto& [k, t] : g32) {
+    const double rel = tfm::testing::rel_error(g16.at(k), t);
+    EXPECT_GT(rel, 0.0) << k << ": bf16 must change the numbers";
+    EXPECT_LT(rel, 0.05) << k;
+  }
+  m.set_precision(Precision::INT8);
   try {
     run_forward(m, with_grad, "in.safetensors");
-    ADD_FAILURE() << "bf16 gradients were computed";
+    ADD_FAILURE() << "int8 gradients were computed";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "in.safetensors: 'grad_output' asks for gradients, which are computed in f32 only (got bf16)");
+    EXPECT_EQ(std::string(e.what()), "in.safetensors: 'grad_output' asks for gradients, which int8 (inference only) "
+                                     "does not compute; use f32 or bf16");
   }
 }
 
