@@ -168,6 +168,20 @@ TEST_F(Mpirun, Seq2seqTsvWithDropoutTwoProcessesEqualOneWithTwoShards) {
   EXPECT_TRUE(same_run(d + "/one4", d + "/four4"));
 }
 
+// bf16 training (--dtype bf16) under mpirun: the same bits as one process with as many shards.
+TEST_F(Mpirun, Bf16TwoProcessesEqualOneWithTwoShards) {
+  const std::string d = temp_dir("mpi_bf16");
+  write_pairs(d + "/train.tsv", 40, 21);
+  write_pairs(d + "/valid.tsv", 6, 22);
+  const std::string args = " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq +
+                           " --max-steps 6 --dtype bf16";
+  std::string out;
+  ASSERT_EQ(run_command(kCli + args + " --grad-shards 2 --out " + d + "/one", &out), 0) << out;
+  ASSERT_EQ(run_command(mpirun(2) + kCli + args + " --out " + d + "/two", &out), 0) << out;
+  EXPECT_TRUE(same_run(d + "/one", d + "/two"));
+  EXPECT_NE(read_file(d + "/two/config.json").find("\"dtype\": \"bf16\""), std::string::npos);
+}
+
 // A validation set of three evaluation batches (256 pairs each, the last of 88): under -np 2 rank 0
 // forwards batches 0 and 2, rank 1 batch 1, and the history saved in the run's state is still bitwise
 // the single process's (tests/train/evaluate_split_test.cc checks the split itself).

@@ -348,6 +348,24 @@ TEST(ResolveTrainOptions, ResumeRefusesSettingsByName) {
   EXPECT_TRUE(contains(e, "(got --out)")) << e;
 }
 
+// The run's precision may be repeated on --resume (it is the saved one); another is refused by name, and int8 is
+// refused for training wherever it is asked.
+TEST(ResolveTrainOptions, ResumeKeepsTheDtypeAndRefusesAnother) {
+  const std::string dir = saved_run();  // trained in f32
+  EXPECT_EQ(resolve({"--resume", dir, "--dtype", "f32"}).config.dtype, Precision::FLOAT32);
+  EXPECT_EQ(resolve({"--resume", dir, "--dtype", "float32"}).config.dtype, Precision::FLOAT32);
+  const std::string e = error_of({"--resume", dir, "--dtype", "bf16"});
+  EXPECT_TRUE(contains(e, "--dtype bf16: the run in " + dir + " trains in f32 (config.json \"dtype\")")) << e;
+  const TrainConfig int8 = resolve({"--task", "reverse", "--out", "x", "--dtype", "int8"}).config;
+  try {
+    int8.validate();
+    ADD_FAILURE() << "int8 training accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_TRUE(contains(e.what(), "dtype (--dtype) int8 is for inference")) << e.what();
+  }
+  EXPECT_EQ(resolve({"--task", "reverse", "--out", "x", "--dtype", "bf16"}).config.dtype, Precision::BFLOAT16);
+}
+
 TEST(ResolveTrainOptions, ResumeLengthOptionsReplaceTheSavedLengthTogether) {
   const std::string dir = saved_run();
   const TrainConfig epochs = resolve({"--resume", dir, "--epochs", "3"}).config;

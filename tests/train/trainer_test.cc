@@ -110,6 +110,51 @@ TEST(Trainer, SameNumbersForOneAndTwoThreads) {
       << "thread count changed the trainer state";
 }
 
+// bf16 training (TrainConfig::dtype): resumed equals uninterrupted bit for bit, and the thread count changes
+// nothing, on a model wide enough that the bf16 matmuls are cut into panels (M·N·K ≥ 2²¹); the weights differ from
+// the f32 run's (bf16 ran), and "dtype" is saved with the run.
+TrainConfig tiny_bf16(const std::string& out) {
+  TrainConfig c = tiny(out);
+  c.model.d_model = 64;
+  c.model.nhead = 4;
+  c.model.dim_feedforward = 512;
+  c.max_steps = 12;
+  c.eval_every = 6;
+  c.dtype = Precision::BFLOAT16;
+  return c;
+}
+
+TEST(TrainerBf16, InterruptedAndResumedEqualsUninterruptedAndDiffersFromF32) {
+  const std::string a = testing::temp_dir("bf16_a"), b = testing::temp_dir("bf16_b"), f = testing::temp_dir("bf16_f");
+  run_training(tiny_bf16(a));
+  TrainHooks stop;
+  stop.should_stop = [](int64_t step) { return step == 5; };
+  EXPECT_TRUE(run_training(tiny_bf16(b), stop).interrupted);
+  const TrainConfig saved = load_train_config(b);
+  EXPECT_EQ(saved.dtype, Precision::BFLOAT16);
+  EXPECT_EQ(run_training(saved, {}, /*resume=*/true).steps, 12);
+  EXPECT_TRUE(file(a, "model.safetensors") == file(b, "model.safetensors")) << "bf16 weights differ after resume";
+  EXPECT_TRUE(file(a, "trainer_state.safetensors") == file(b, "trainer_state.safetensors"));
+  TrainConfig c32 = tiny_bf16(f);
+  c32.dtype = Precision::FLOAT32;
+  run_training(c32);
+  EXPECT_FALSE(file(a, "model.safetensors") == file(f, "model.safetensors")) << "bf16 computed the f32 numbers";
+}
+
+TEST(TrainerBf16, SameNumbersForOneAndTwoThreads) {
+  const std::string a = testing::temp_dir("bf16_thr1"), b = testing::temp_dir("bf16_thr2");
+  TrainConfig c = tiny_bf16(a);
+  c.max_steps = 6;
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  run_training(c);
+  omp_set_num_threads(2);
+  c.out_dir = b;
+  run_training(c);
+  omp_set_num_threads(saved);
+  EXPECT_TRUE(file(a, "model.safetensors") == file(b, "model.safetensors")) << "thread count changed the bf16 weights";
+}
+
 TEST(Trainer, ResumeWithoutCheckpointIsAClearError) {
   const std::string a = testing::temp_dir("nockpt");
   TrainConfig c = tiny(a);
