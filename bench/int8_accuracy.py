@@ -129,31 +129,43 @@ def steps_of(d):
     return int(rows[-1].split(",")[0]) if rows else -1
 
 
+def make_data(w):
+    """The README's two data sets in directory w (made if needed): the common-licenses reversal pairs (train.tsv,
+    valid.tsv: the last 200) and Vim's help files (vimtrain.txt, vimvalid.txt: the user manual)."""
+    os.makedirs(w, exist_ok=True)
+    cwd = os.getcwd()
+    os.chdir(w)
+    try:
+        if not os.path.exists("train.tsv"):
+            pairs = []
+            for lic in LICENSES:
+                with open("/usr/share/common-licenses/" + lic, encoding="utf-8") as f:
+                    for line in f:
+                        words = line.split()
+                        if 4 <= len(words) <= 14:
+                            pairs.append(" ".join(reversed(words)) + "\t" + " ".join(words))
+            with open("train.tsv", "w") as f:
+                f.write("".join(p + "\n" for p in pairs[:-200]))
+            with open("valid.tsv", "w") as f:
+                f.write("".join(p + "\n" for p in pairs[-200:]))
+        if not os.path.exists("vimtrain.txt"):
+            doc = "/usr/share/vim/vim90/doc/"
+            with open("vimtrain.txt", "wb") as f:
+                for p in sorted(glob.glob(doc + "*.txt")):
+                    if not os.path.basename(p).startswith("usr_"):
+                        f.write(open(p, "rb").read())
+            with open("vimvalid.txt", "wb") as f:
+                for p in sorted(glob.glob(doc + "usr_0*.txt")):
+                    f.write(open(p, "rb").read())
+    finally:
+        os.chdir(cwd)
+
+
 def e2e(args):
     w = os.path.abspath(args.e2e)
     os.makedirs(os.path.join(w, "runs"), exist_ok=True)
     os.chdir(w)
-    if not os.path.exists("train.tsv"):
-        pairs = []
-        for lic in LICENSES:
-            with open("/usr/share/common-licenses/" + lic, encoding="utf-8") as f:
-                for line in f:
-                    words = line.split()
-                    if 4 <= len(words) <= 14:
-                        pairs.append(" ".join(reversed(words)) + "\t" + " ".join(words))
-        with open("train.tsv", "w") as f:
-            f.write("".join(p + "\n" for p in pairs[:-200]))
-        with open("valid.tsv", "w") as f:
-            f.write("".join(p + "\n" for p in pairs[-200:]))
-    if not os.path.exists("vimtrain.txt"):
-        doc = "/usr/share/vim/vim90/doc/"
-        with open("vimtrain.txt", "wb") as f:
-            for p in sorted(glob.glob(doc + "*.txt")):
-                if not os.path.basename(p).startswith("usr_"):
-                    f.write(open(p, "rb").read())
-        with open("vimvalid.txt", "wb") as f:
-            for p in sorted(glob.glob(doc + "usr_0*.txt")):
-                f.write(open(p, "rb").read())
+    make_data(w)
     length = lambda steps: (["--time-budget", str(args.time_budget)] if args.time_budget else ["--max-steps", str(steps)])
     th = ["--threads", str(args.threads)]
     if not os.path.exists("runs/licenses/model.safetensors"):
