@@ -237,13 +237,14 @@ TEST_F(TrainCliErrors, ResumeRefusesOptionsItWouldIgnore) {
   const std::string run = *dir_ + "/run";
   const std::string before = tfm::testing::slurp(run + "/config.json");
   const std::string head = "--resume continues the run with the settings saved in " + run +
-                           "/config.json; only --epochs, --max-steps, --time-budget and --threads may be given "
-                           "with it (got ";
+                           "/config.json; only --epochs, --max-steps, --time-budget, --threads (and --dtype naming "
+                           "the run's own) may be given with it (got ";
   expect_error("train --resume " + run + " --lr 0.5", head + "--lr)");
   expect_error("train --resume " + run + " --max-steps 3 --dropout 0.3 --norm-first --threads 1",
                head + "--dropout, --norm-first)");
   expect_error("train --resume " + run + " --task reverse", head + "--task)");
   expect_error("train --resume " + run + " --out " + *dir_ + "/elsewhere", head + "--out)");
+  expect_error("train --resume " + run + " --dtype bf16", "--dtype bf16: the run in " + run + " trains in f32");
   EXPECT_EQ(tfm::testing::slurp(run + "/config.json"), before);
   EXPECT_FALSE(std::filesystem::exists(*dir_ + "/elsewhere"));
 }
@@ -258,8 +259,8 @@ TEST_F(TrainCliErrors, InitFromRefusesModelOptions) {
                head + "--src-tokens, --arch, --qkv-bias)");
   expect_error("train --resume " + run + " --init-from " + run,
                "--resume continues the run with the settings saved in " + run +
-                   "/config.json; only --epochs, --max-steps, --time-budget and --threads may be given with it (got "
-                   "--init-from)");
+                   "/config.json; only --epochs, --max-steps, --time-budget, --threads (and --dtype naming the "
+                   "run's own) may be given with it (got --init-from)");
   EXPECT_FALSE(std::filesystem::exists(*dir_ + "/tuned"));
 }
 

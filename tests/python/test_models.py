@@ -103,6 +103,18 @@ def test_pairs_train_with_ema_is_the_clis(tmp_path, tfm_cli):
     assert (tmp_path / "py" / "model.safetensors").read_bytes() == (tmp_path / "cli" / "model.safetensors").read_bytes()
 
 
+def test_pairs_train_in_bf16_is_the_clis(tmp_path, tfm_cli):
+    (tmp_path / "p.tsv").write_text(PAIRS * 20)
+    opts = dict(train=str(tmp_path / "p.tsv"), valid=str(tmp_path / "p.tsv"), arch="seq2seq", d_model=32, nhead=2,
+                layers=1, dim_feedforward=64, max_steps=6, batch_size=16, threads=1, seed=1, dtype="bf16")
+    tfm.train(out=str(tmp_path / "py"), **opts)
+    _run([tfm_cli, "train", "--out", str(tmp_path / "cli")] + _cli_args(opts))
+    assert (tmp_path / "py" / "model.safetensors").read_bytes() == (tmp_path / "cli" / "model.safetensors").read_bytes()
+    assert json.loads((tmp_path / "py" / "config.json").read_text())["train"]["dtype"] == "bf16"
+    with pytest.raises(ValueError, match="int8 is for inference"):
+        tfm.train(out=str(tmp_path / "x"), task="reverse", dtype="int8", max_steps=1)
+
+
 def test_pairs_train_evaluate_translate(pair_runs, tfm_cli):
     d, r = pair_runs
     assert (d / "py" / "model.safetensors").read_bytes() == (d / "cli" / "model.safetensors").read_bytes()
