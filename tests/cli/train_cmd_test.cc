@@ -244,7 +244,9 @@ TEST_F(TrainCliErrors, ResumeRefusesOptionsItWouldIgnore) {
                head + "--dropout, --norm-first)");
   expect_error("train --resume " + run + " --task reverse", head + "--task)");
   expect_error("train --resume " + run + " --out " + *dir_ + "/elsewhere", head + "--out)");
-  expect_error("train --resume " + run + " --dtype bf16", "--dtype bf16: the run in " + run + " trains in f32");
+  expect_error("train --resume " + run + " --dtype bf16", "--dtype bf16: the run in " + run +
+                   " trains in f32 (config.json \"dtype\"); --resume continues in it (start a new run, or "
+                   "--init-from its model, to change it)");
   EXPECT_EQ(tfm::testing::slurp(run + "/config.json"), before);
   EXPECT_FALSE(std::filesystem::exists(*dir_ + "/elsewhere"));
 }
