@@ -191,17 +191,41 @@ void gemm_bf16_scalar(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
     }
 }
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
-               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
-  if (force_scalar()) return gemm_bf16_scalar(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) return bias_plus_beta(M, N, beta, C, ldc, bias);
+namespace {
+
+// op(A)'s panel rows [i0, i0 + m) as bfloat16: A itself when it is bfloat16; for float32 A, rounded into the
+// calling thread's buffer — (m, K) rows (lda' = K) or, transposed, the (K, m) block (lda' = m) — so the panel's
+// matmul reads a dense block it just wrote.
+const uint16_t* panel_a(const uint16_t* A, int64_t lda, bool trans_a, int64_t i0, int64_t, int64_t, int64_t& ld) {
+  ld = lda;
+  return trans_a ? A + i0 : A + i0 * lda;
+}
+const uint16_t* panel_a(const float* A, int64_t lda, bool trans_a, int64_t i0, int64_t m, int64_t K, int64_t& ld) {
+  thread_local std::vector<uint16_t> buf;
+  uint16_t* d = thread_buffer(buf, static_cast<size_t>(m * K));
+  if (trans_a) {
+    convert_rows_to_bf16(A + i0, lda, K, m, d);  // K rows of m values at stride lda
+    ld = m;
+  } else {
+    convert_rows_to_bf16(A + i0 * lda, lda, m, K, d);
+    ld = K;
+  }
+  return d;
+}
+
+// The panel's leading dimension of op(A): a function of the panel's shape only (the primitive's key).
+int64_t panel_lda(const uint16_t*, int64_t lda, bool, int64_t, int64_t) { return lda; }
+int64_t panel_lda(const float*, int64_t, bool trans_a, int64_t m, int64_t K) { return trans_a ? m : K; }
+
+template <typename TA>
+void gemm_bf16_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const TA* A, int64_t lda,
+                       const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
   const gemm_detail::GemmPlan p = gemm_detail::gemm_plan(M, N, K);
   const int64_t n_row = ceil_div(M, p.mt), n_col = ceil_div(N, p.nt);
   const int64_t last_m = M - (n_row - 1) * p.mt, last_n = N - (n_col - 1) * p.nt;
   // The (at most four) panel shapes' primitives, made here, before the threads need them.
   auto prim_for = [&](int64_t m, int64_t n) {
-    return panel_prim(Key{m, n, K, lda, ldb, ldc, trans_a, trans_b, beta, bias != nullptr});
+    return panel_prim(Key{m, n, K, panel_lda(A, lda, trans_a, m, K), ldb, ldc, trans_a, trans_b, beta, bias != nullptr});
   };
   const std::shared_ptr<const Prim> full = prim_for(p.mt, p.nt), row_tail = prim_for(last_m, p.nt),
                                     col_tail = prim_for(p.mt, last_n), corner = prim_for(last_m, last_n);
@@ -211,17 +235,46 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
     const bool tail_m = r == n_row - 1, tail_n = q == n_col - 1;
     const int64_t m = tail_m ? last_m : p.mt, n = tail_n ? last_n : p.nt;
     const Prim& pr = tail_m ? (tail_n ? *corner : *row_tail) : (tail_n ? *col_tail : *full);
-    const uint16_t* a = trans_a ? A + i0 : A + i0 * lda;  // op(A) rows i0..
-    const uint16_t* b = trans_b ? B + j0 * ldb : B + j0;  // op(B) columns j0..
+    int64_t la = lda;
+    const uint16_t* a = panel_a(A, lda, trans_a, i0, m, K, la);  // op(A) rows i0..
+    const uint16_t* b = trans_b ? B + j0 * ldb : B + j0;         // op(B) columns j0..
     float* c = C + i0 * ldc + j0;
     const float* bj = bias ? bias + j0 : nullptr;
     if (pr.ok) panel_onednn(pr, a, b, c, bj);
-    else panel_widened(trans_a, trans_b, m, n, K, a, lda, b, ldb, beta, c, ldc, bj);
+    else panel_widened(trans_a, trans_b, m, n, K, a, la, b, ldb, beta, c, ldc, bj);
   };
   const int64_t n_panels = n_row * n_col;
   if (n_panels == 1) return run_panel(0);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < n_panels; ++t) run_panel(t);
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (force_scalar()) return gemm_bf16_scalar(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return bias_plus_beta(M, N, beta, C, ldc, bias);
+  gemm_bf16_paneled(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (force_scalar()) return gemm_bf16_scalar(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return bias_plus_beta(M, N, beta, C, ldc, bias);
+  gemm_bf16_paneled(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
+void gemm_bf16_scalar(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                      const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (M <= 0 || N <= 0) return;
+  // op(A) rounded whole: A is (M, K) at lda, or (K, M) at lda when transposed.
+  const int64_t rows = trans_a ? K : M, cols = trans_a ? M : K;
+  std::vector<uint16_t> a(static_cast<size_t>(std::max<int64_t>(rows * cols, 1)));
+  convert_rows_to_bf16_scalar(A, lda, rows, cols, a.data());
+  gemm_bf16_scalar(trans_a, trans_b, M, N, K, a.data(), cols, B, ldb, beta, C, ldc, bias);
 }
 
 }  // namespace tfm::kernels

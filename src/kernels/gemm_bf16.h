@@ -34,6 +34,14 @@ void gemm_bf16_scalar(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
                       int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc,
                       const float* bias = nullptr);
 
+// The same product with A given in float32, rounded to bfloat16 (float_to_bf16) panel by panel by the thread
+// that multiplies the panel, into a per-thread buffer of the panel's size: no whole rounded copy of A is made
+// (a Linear's input or output gradient). The twin rounds all of A, then gemm_bf16_scalar.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
+void gemm_bf16_scalar(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                      const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
+
 // dst[i] = float_to_bf16(src[i]) for n floats, over the OpenMP team in fixed blocks (elementwise:
 // the same bits for any thread count); AVX-512 where cpu_has_avx512(), the scalar rounding otherwise.
 void convert_to_bf16(const float* src, int64_t n, uint16_t* dst);

@@ -63,13 +63,16 @@ Bf16Weight autocast_weight(const Tensor& weight) {
   return it->second.w16;
 }
 
+uint16_t* bf16_scratch(size_t n) {
+  thread_local std::vector<uint16_t> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
 void linear_forward_bf16(int64_t N, int64_t in, int64_t out, const float* x, const std::vector<uint16_t>& w16,
                          const float* bias, float* y) {
-  thread_local std::vector<uint16_t> x16;
-  if (x16.size() < static_cast<size_t>(N * in)) x16.resize(static_cast<size_t>(N * in));
-  kernels::convert_to_bf16(x, N * in, x16.data());
-  // y (N, out) = x16 (N, in) · w16ᵀ (w16 is (out, in)) + bias
-  kernels::gemm_bf16(false, true, N, out, in, x16.data(), in, w16.data(), in, 0.0f, y, out, bias);
+  // y (N, out) = bf16(x) (N, in) · w16ᵀ (w16 is (out, in)) + bias
+  kernels::gemm_bf16(false, true, N, out, in, x, in, w16.data(), in, 0.0f, y, out, bias);
 }
 
 }  // namespace ops

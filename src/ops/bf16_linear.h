@@ -2,6 +2,7 @@
 // (include/tfm/autocast.h), shared by ops::linear and the fused ops of ops/linear_activation.h.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -18,7 +19,12 @@ using Bf16Weight = std::shared_ptr<const std::vector<uint16_t>>;
 // InferenceMode's packed path first, which runs whenever such a scope is active); null otherwise.
 Bf16Weight autocast_weight(const Tensor& weight);
 
-// y (N, out) = bf16(x (N, in))·w16ᵀ (+ bias (out) if not null), float32 sums.
+// The calling thread's bfloat16 scratch, grown to at least n elements and reused from call to call: a
+// Linear's backward rounds its whole input into it for the weight gradient (B of dW = gᵀ·x); everything
+// else is rounded panel by panel inside kernels::gemm_bf16.
+uint16_t* bf16_scratch(size_t n);
+
+// y (N, out) = bf16(x (N, in))·w16ᵀ (+ bias (out) if not null), float32 sums (x rounded panel by panel).
 void linear_forward_bf16(int64_t N, int64_t in, int64_t out, const float* x, const std::vector<uint16_t>& w16,
                          const float* bias, float* y);
 

@@ -39,24 +39,20 @@ int64_t linear_rows(const Tensor& x) {
 void linear_backward(const float* g, const Tensor& x, const Tensor& w, bool has_bias,
                      const std::vector<Tensor*>& din, const std::vector<uint16_t>* w16) {
   const int64_t in = w.size(1), out = w.size(0), N = linear_rows(x);
-  if (w16) {
-    thread_local std::vector<uint16_t> g16_buf, x16_buf;
-    if (g16_buf.size() < static_cast<size_t>(N * out)) g16_buf.resize(static_cast<size_t>(N * out));
-    kernels::convert_to_bf16(g, N * out, g16_buf.data());
-    const uint16_t* g16 = g16_buf.data();
+  if (w16) {  // g and x rounded to bfloat16 panel by panel inside gemm_bf16, but x whole for dW (its B)
     if (din[0]) {
       Tensor* slot = din[0];
       const float beta = slot->defined() ? 1.0f : 0.0f;
       if (!slot->defined()) *slot = Tensor::empty(x.shape());
-      kernels::gemm_bf16(false, false, N, in, out, g16, out, w16->data(), in, beta, slot->data(), in);
+      kernels::gemm_bf16(false, false, N, in, out, g, out, w16->data(), in, beta, slot->data(), in);
     }
     if (din[1]) {
       Tensor* slot = din[1];
       const float beta = slot->defined() ? 1.0f : 0.0f;
       if (!slot->defined()) *slot = Tensor::empty(w.shape());
-      if (x16_buf.size() < static_cast<size_t>(N * in)) x16_buf.resize(static_cast<size_t>(N * in));
-      kernels::convert_to_bf16(x.data(), N * in, x16_buf.data());
-      kernels::gemm_bf16(true, false, out, in, N, g16, out, x16_buf.data(), in, beta, slot->data(), in);
+      uint16_t* x16 = bf16_scratch(static_cast<size_t>(N * in));
+      kernels::convert_to_bf16(x.data(), N * in, x16);
+      kernels::gemm_bf16(true, false, out, in, N, g, out, x16, in, beta, slot->data(), in);
     }
   }
   if (!w16 && din[0]) {

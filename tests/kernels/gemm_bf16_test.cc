@@ -1,7 +1,7 @@
-// tests/kernels/gemm_bf16_test.cc — gemm_bf16 (oneDNN's bf16 matmul on fixed panels) against its scalar
-// twin gemm_bf16_scalar, the twin against a double reference, every transpose with and without bias and
-// accumulation, padded leading dimensions, K = 0, bitwise thread-count independence, and convert_to_bf16
-// against the scalar rounding.
+// tests/kernels/gemm_bf16_test.cc — gemm_bf16 (oneDNN's bf16 matmul on fixed panels; A given in bfloat16 or in
+// float32, rounded per panel) against its scalar twin gemm_bf16_scalar, the twin against a double reference,
+// every transpose with and without bias and accumulation, padded leading dimensions, K = 0, bitwise thread-count
+// independence, and convert_to_bf16 against the scalar rounding.
 //
 // Tolerance. Both operands are bfloat16 values, so every product a·b is exact in float32 (8 + 8
 // significant bits); only the float32 sums round. Any summation order of K exact products, the bias
@@ -66,10 +66,16 @@ void check_case(bool ta, bool tb, const Shape3& s, float beta, bool with_bias, u
   const int64_t ldc = N + 2;
   std::vector<float> c0(static_cast<size_t>(M * ldc));
   for (auto& c : c0) c = rng.uniform(-1.f, 1.f);
-  std::vector<float> fast = c0, twin = c0;
+  std::vector<float> fast = c0, twin = c0, fast_f = c0, twin_f = c0;
   const float* bp = with_bias ? bias.data() : nullptr;
   gemm_bf16(ta, tb, M, N, K, A.v.data(), A.ld, B.v.data(), B.ld, beta, fast.data(), ldc, bp);
   gemm_bf16_scalar(ta, tb, M, N, K, A.v.data(), A.ld, B.v.data(), B.ld, beta, twin.data(), ldc, bp);
+  // A in float32 (rounded inside, panel by panel): values 2⁻¹⁰ above A's bf16 values round back to them, so the
+  // exact reference is the same; the padding stays NaN.
+  std::vector<float> af(A.v.size());
+  for (size_t i = 0; i < af.size(); ++i) af[i] = bf16_to_float(A.v[i]) * (1.0f + 0x1p-10f);
+  gemm_bf16(ta, tb, M, N, K, af.data(), A.ld, B.v.data(), B.ld, beta, fast_f.data(), ldc, bp);
+  gemm_bf16_scalar(ta, tb, M, N, K, af.data(), A.ld, B.v.data(), B.ld, beta, twin_f.data(), ldc, bp);
   const std::string what = "ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " " + std::to_string(M) + "x" +
                            std::to_string(N) + "x" + std::to_string(K) + " beta=" + std::to_string(beta) +
                            (with_bias ? " bias" : "");
@@ -87,9 +93,14 @@ void check_case(bool ta, bool tb, const Shape3& s, float beta, bool with_bias, u
       const double bound = gamma_f(K + 3) * mag;
       ASSERT_LE(std::fabs(twin[i * ldc + j] - exact), bound) << what << " twin at " << i << "," << j;
       ASSERT_LE(std::fabs(fast[i * ldc + j] - exact), bound) << what << " fast at " << i << "," << j;
+      ASSERT_LE(std::fabs(twin_f[i * ldc + j] - exact), bound) << what << " twin, float A, at " << i << "," << j;
+      ASSERT_LE(std::fabs(fast_f[i * ldc + j] - exact), bound) << what << " fast, float A, at " << i << "," << j;
     }
   for (int64_t i = 0; i < M; ++i)  // the padding columns of C are neither read nor written
-    for (int64_t j = N; j < ldc; ++j) ASSERT_EQ(fast[i * ldc + j], c0[i * ldc + j]) << what;
+    for (int64_t j = N; j < ldc; ++j) {
+      ASSERT_EQ(fast[i * ldc + j], c0[i * ldc + j]) << what;
+      ASSERT_EQ(fast_f[i * ldc + j], c0[i * ldc + j]) << what;
+    }
 }
 
 TEST(GemmBf16, EveryTransposeBiasAndBetaWithinTheSumBound) {
@@ -121,13 +132,16 @@ TEST(GemmBf16, BitwiseTheSameForOneAndTwoThreads) {
   Rng rng(7);
   const int64_t rows = 640, in = 256, out = 384;
   const Bf16Mat x(rows, in, 0, rng), w(out, in, 0, rng), g(rows, out, 0, rng);
+  std::vector<float> xf(x.v.size()), gf(g.v.size());  // the op's float32 operands (rounded inside)
+  for (auto& v : xf) v = rng.uniform(-1.f, 1.f);
+  for (auto& v : gf) v = rng.uniform(-1.f, 1.f);
   auto run = [&](int threads) {
     const int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
     std::vector<float> y(static_cast<size_t>(rows * out)), dx(static_cast<size_t>(rows * in)), dw(static_cast<size_t>(out * in));
-    gemm_bf16(false, true, rows, out, in, x.v.data(), in, w.v.data(), in, 0.0f, y.data(), out);
-    gemm_bf16(false, false, rows, in, out, g.v.data(), out, w.v.data(), in, 0.0f, dx.data(), in);
-    gemm_bf16(true, false, out, in, rows, g.v.data(), out, x.v.data(), in, 0.0f, dw.data(), in);
+    gemm_bf16(false, true, rows, out, in, xf.data(), in, w.v.data(), in, 0.0f, y.data(), out);
+    gemm_bf16(false, false, rows, in, out, gf.data(), out, w.v.data(), in, 0.0f, dx.data(), in);
+    gemm_bf16(true, false, out, in, rows, gf.data(), out, x.v.data(), in, 0.0f, dw.data(), in);
     omp_set_num_threads(saved);
     y.insert(y.end(), dx.begin(), dx.end());
     y.insert(y.end(), dw.begin(), dw.end());
