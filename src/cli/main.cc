@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "tfm/autocast.h"
 
 namespace tfm::cli {
 void apply_threads(int threads) {
@@ -17,6 +18,9 @@ Precision parse_dtype(const std::string& dtype) {
   if (p == Precision::INT8 && !int8_matmul_accelerated())
     std::fprintf(stderr, "tfm: note: no AVX512-VNNI or AMX-INT8 on this CPU (or TFM_FORCE_SCALAR): int8 matmuls "
                          "run on the portable loop (the same numbers, much slower)\n");
+  if (p == Precision::BFLOAT16 && !bf16_matmul_accelerated())
+    std::fprintf(stderr, "tfm: note: no AVX512-BF16 or AMX-BF16 on this CPU (or TFM_FORCE_SCALAR): bf16 matmuls are "
+                         "emulated (the same numbers up to summation order, slower than f32)\n");
   return p;
 }
 Precision model_dtype(const std::string& dtype, bool quantized) {
