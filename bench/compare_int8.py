@@ -5,14 +5,17 @@ encoder (default): configs M and M6 of bench/compare_torch.py (nn.TransformerEnc
 nn.TransformerEncoder, d_model 512, 8 heads, FFN 2048, B 8, N 128, batch_first, ReLU), inference. Per round, each
 measurement after build/bench/peak_fma reads a quiet machine (compare_torch.py's Settler):
   tfm f32, tfm bf16, tfm int8        `tfm bench --mode infer --dtype ...` (a fresh process each)
-  torch f32, torch int8              one long-lived /usr/bin/python3 worker, PyTorch at its best on this machine:
-                                     torch.set_num_threads(THREADS), OMP_NUM_THREADS=THREADS,
-                                     OPENBLAS_CORETYPE=SkylakeX, OMP_WAIT_POLICY=passive; under torch.no_grad.
+  torch f32, torch int8              long-lived /usr/bin/python3 workers, one per bench/torch_peer.py environment:
+                                     "inherited" (this environment, THREADS threads) and each "best" candidate
+                                     (OpenBLAS's kernel for the ISA named, passive OpenMP waiting, each thread
+                                     split of torch_peer.splits); "best" is the fastest candidate per row and
+                                     dtype, its split named; under torch.no_grad.
                                      int8 = torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, qint8) with
                                      the build's quantized engine (printed), which quantizes only the feed-forward
                                      Linears (attention's projections are not nn.Linear modules) and runs the layers'
                                      plain forward (the fused fast path cannot take quantized Linears).
-Each measurement is the median of ITERS iterations after WARMUP; the table shows the median over ROUNDS.
+Each measurement is the median of ITERS iterations after WARMUP; the table shows the median over ROUNDS, and the
+ratios against PyTorch are against "best" (inherited in its own columns).
 
 generate: `tfm generate` tokens/s at batch 1 on a decoder of GPT-2 small's shape (12 layers, d_model 768, 12 heads,
 FFN 3072, vocabulary 50257, context 1024, tied output head; weights from its initialisation plus one training step
@@ -34,6 +37,7 @@ import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
+import torch_peer  # noqa: E402
 from compare_torch import CONFIGS, Settler, write_config  # noqa: E402
 
 WORKER = r'''
@@ -41,7 +45,7 @@ import copy, json, sys, time, statistics
 import torch
 import torch.nn as nn
 threads = int(sys.argv[1])
-torch.set_num_threads(threads)
+torch.set_num_threads(threads)  # the peer's torch threads
 torch.manual_seed(0)
 print(json.dumps({"ready": True, "threads": torch.get_num_threads(), "engine": torch.backends.quantized.engine}),
       flush=True)
@@ -81,14 +85,6 @@ def tfm_bench(tfm, cfg, shape, dtype, iters, warmup, threads):
     return json.loads(out)["ms_median"]
 
 
-def lscpu():
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    name = next((l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name")), "?")
-    flags = next((l.split(":", 1)[1].split() for l in out.splitlines() if l.startswith("Flags")), [])
-    isa = [f for f in ("avx512f", "avx512_vnni", "avx512_bf16", "amx_int8", "amx_bf16") if f in flags]
-    return name, isa
-
-
 def table(hdr, rows, markdown):
     if markdown:
         print("| " + " | ".join(hdr) + " |")
@@ -102,46 +98,70 @@ def table(hdr, rows, markdown):
             print("  ".join(c.rjust(x) for c, x in zip(r, w)))
 
 
-def encoder(args, settler):
-    env = dict(os.environ)
-    env.update({"OPENBLAS_CORETYPE": "SkylakeX", "OMP_NUM_THREADS": str(args.threads),
-                "OPENBLAS_NUM_THREADS": str(args.threads), "OMP_WAIT_POLICY": "passive"})
-    proc = subprocess.Popen(["/usr/bin/python3", "-c", WORKER, str(args.threads)], env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    hello = json.loads(proc.stdout.readline())
-    print("# torch: %d threads, quantized engine %s" % (hello["threads"], hello["engine"]), file=sys.stderr)
+class Worker:
+    """The PyTorch worker (WORKER) in a torch_peer.Peer's environment."""
 
-    def torch_run(shape, mode):
-        proc.stdin.write(json.dumps({"shape": shape, "mode": mode, "iters": args.iters, "warmup": args.warmup}) + "\n")
-        proc.stdin.flush()
-        return json.loads(proc.stdout.readline())["ms_median"]
+    def __init__(self, peer):
+        self.peer = peer
+        self.proc = subprocess.Popen(["/usr/bin/python3", "-c", WORKER, str(peer.torch_threads)], env=peer.env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.hello = json.loads(self.proc.stdout.readline())
+
+    def run(self, shape, mode, iters, warmup):
+        self.proc.stdin.write(json.dumps({"shape": shape, "mode": mode, "iters": iters, "warmup": warmup}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())["ms_median"]
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def encoder(args, settler):
+    workers = [Worker(torch_peer.inherited(args.threads))] + [Worker(p) for p in torch_peer.best_candidates(args.threads)]
+    engine = workers[0].hello["engine"]
+    print("# torch: quantized engine %s; %s" % (engine, "; ".join(
+        "%s %s: %s" % (w.peer.name, w.peer.split, w.peer.describe()) for w in workers)), file=sys.stderr)
 
     runs = ["tfm f32", "tfm bf16", "tfm int8", "torch f32", "torch int8"]
+    tfm_runs, torch_runs = runs[:3], runs[3:]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only.split(","):
             shape = list(CONFIGS[name])
             cfg = write_config(tmp, name, shape)
-            t = {r: [] for r in runs}
+            t = {r: [] for r in tfm_runs}
+            tt = {(r, k): [] for r in torch_runs for k in range(len(workers))}
             for _ in range(args.rounds):
-                for r in runs:
+                for r in tfm_runs:
                     settler.settle()
-                    who, what = r.split()
-                    t[r].append(tfm_bench(args.tfm, cfg, shape, what, args.iters, args.warmup, args.threads)
-                                if who == "tfm" else torch_run(shape, what))
+                    t[r].append(tfm_bench(args.tfm, cfg, shape, r.split()[1], args.iters, args.warmup, args.threads))
+                for r in torch_runs:
+                    for k, w in enumerate(workers):
+                        settler.settle()
+                        tt[(r, k)].append(w.run(shape, r.split()[1], args.iters, args.warmup))
             m = {r: statistics.median(v) for r, v in t.items()}
-            print("# %s " % name + "  ".join("%s %s" % (r, " ".join("%.2f" % x for x in t[r])) for r in runs),
+            splits = {}
+            for r in torch_runs:
+                med = [statistics.median(tt[(r, k)]) for k in range(len(workers))]
+                best, _ = torch_peer.fastest([w.peer for w in workers[1:]], med[1:])
+                m[r], m[r + " inherited"], splits[r] = min(med[1:]), med[0], best.split
+            print("# %s " % name + "  ".join("%s %s" % (r, " ".join("%.2f" % x for x in t[r])) for r in tfm_runs) +
+                  "  " + "  ".join("%s %s %s" % (r, w.peer.name + " " + w.peer.split, " ".join(
+                      "%.2f" % x for x in tt[(r, k)])) for r in torch_runs for k, w in enumerate(workers)),
                   file=sys.stderr)
             rows.append([name] + ["%.2f" % m[r] for r in runs] +
-                        ["%.2f" % (m["tfm f32"] / m["tfm int8"]), "%.2f" % (m["tfm bf16"] / m["tfm int8"]),
+                        ["%.2f" % m[r + " inherited"] for r in torch_runs] +
+                        ["%s / %s" % (splits["torch f32"], splits["torch int8"]),
+                         "%.2f" % (m["tfm f32"] / m["tfm int8"]), "%.2f" % (m["tfm bf16"] / m["tfm int8"]),
                          "%.2f" % (m["torch int8"] / m["tfm int8"]), "%.2f" % (m["torch f32"] / m["torch int8"])])
-    proc.stdin.close()
-    proc.wait()
-    table(["config"] + [r + " ms" for r in runs] +
-          ["tfm f32 / int8", "tfm bf16 / int8", "torch int8 / tfm int8", "torch f32 / torch int8"], rows, args.markdown)
-    print("\nmedians over %d alternating rounds of %d iterations (after %d warm-up), %d threads; torch: "
-          "OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=passive, quantized engine %s, dynamic int8 of the feed-forward "
-          "Linears only" % (args.rounds, args.iters, args.warmup, args.threads, hello["engine"]))
+    for w in workers:
+        w.close()
+    print(torch_peer.header(args.threads) + "\n")
+    table(["config"] + [r + (" best ms" if r.startswith("torch") else " ms") for r in runs] +
+          [r + " inherited ms" for r in torch_runs] + ["best split (f32 / int8)", "tfm f32 / int8", "tfm bf16 / int8", "torch best int8 / tfm int8", "torch best f32 / int8"], rows, args.markdown)
+    print("\nmedians over %d alternating rounds of %d iterations (after %d warm-up); torch: quantized engine %s, "
+          "dynamic int8 of the feed-forward Linears only" % (args.rounds, args.iters, args.warmup, engine))
 
 
 def make_gpt2_dir(tfm, work, threads):
@@ -216,10 +236,7 @@ def main():
     args = ap.parse_args()
     args.tfm = os.path.abspath(args.tfm)
     peak = args.peak_fma or os.path.join(os.path.dirname(args.tfm), "bench", "peak_fma")
-    name, isa = lscpu()
-    print("# CPU: %s; %s; tfm int8 on VNNI: see `tfm bench --dtype int8` (no note = accelerated)" %
-          (name, " ".join(isa)), file=sys.stderr)
-    print("CPU: %s (%s)\n" % (name, ", ".join(isa)))
+    print("CPU: %s (%s)\n" % (torch_peer.cpu_name(), torch_peer.isa()))
     settler = Settler(peak if os.path.exists(peak) else None, args.threads)
     generate(args, settler) if args.generate else encoder(args, settler)
 

@@ -12,14 +12,11 @@ input converted with .bfloat16(), so every op runs in bfloat16 — 1.13's CPU au
 encoder fast path, "expected scalar type BFloat16 but found Float") and train (one step: forward in
 train mode, MSE against a random target, backward, Adam).
 
-tfm runs through `tfm bench --json` (a fresh process per measurement); PyTorch runs in two long-lived
-worker processes started with /usr/bin/python3:
-  torch-env    the environment exactly as this process inherited it (threads, OPENBLAS_* untouched)
-  torch-tuned  what PyTorch's CPU performance notes suggest for a 2-core machine: one intra-op thread per
-               physical core (torch.set_num_threads(2), OMP_NUM_THREADS=2), OpenBLAS allowed its AVX-512
-               kernels (OPENBLAS_CORETYPE=SkylakeX instead of the Haswell this environment pins) with 2
-               threads.
-For every (config, mode) the three are measured in turn, ROUNDS times, alternating, so drift on the shared
+tfm runs through `tfm bench --json` (a fresh process per measurement); PyTorch runs in long-lived worker
+processes started with /usr/bin/python3 in bench/torch_peer.py's environments: "inherited" (this environment,
+--threads threads) and one worker per "best" candidate (OpenBLAS's kernel named, passive OpenMP waiting, each
+thread split of torch_peer.splits); a row's "best" is the fastest candidate's median, its split named.
+For every (config, mode) they are measured in turn, ROUNDS times, alternating, so drift on the shared
 machine hits them alike; each measurement is the median of ITERS timed iterations after WARMUP, and the
 table shows the median over rounds.
 
@@ -43,6 +40,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_peer  # noqa: E402
 
 PEAK_GFLOPS = 468.0  # measured fp32 FMA peak of this machine with 2 threads (issue 3)
 
@@ -115,11 +115,11 @@ for line in sys.stdin:
 
 
 class TorchWorker:
-    def __init__(self, name, env, threads):
-        self.name = name
-        self.env_desc = "OPENBLAS_CORETYPE=%s OMP_NUM_THREADS=%s" % (
-            env.get("OPENBLAS_CORETYPE", "(unset)"), env.get("OMP_NUM_THREADS", "(unset)"))
-        self.proc = subprocess.Popen(["/usr/bin/python3", "-c", WORKER, str(threads)], env=env,
+    """A PyTorch worker process in a torch_peer.Peer's environment."""
+
+    def __init__(self, peer):
+        self.peer, self.name, self.env_desc = peer, (peer.name + " " + peer.split).strip(), peer.describe()
+        self.proc = subprocess.Popen(["/usr/bin/python3", "-c", WORKER, str(peer.torch_threads)], env=peer.env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         hello = json.loads(self.proc.stdout.readline())
         self.threads = hello["threads"]
@@ -196,7 +196,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2, help="tfm threads and the tuned PyTorch's threads")
+    ap.add_argument("--threads", type=int, default=2, help="tfm threads and PyTorch's (the most a split uses)")
     ap.add_argument("--only", default="S,M,L,M6")
     ap.add_argument("--modes", default="infer,infer-bf16,train")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -205,11 +205,8 @@ def main():
     if not os.path.exists(peak_bin):
         print("# no %s: the 'peak now' columns stay empty" % peak_bin, file=sys.stderr)
 
-    env_as_set = dict(os.environ)
-    tuned = dict(os.environ)
-    tuned.update({"OPENBLAS_CORETYPE": "SkylakeX", "OMP_NUM_THREADS": str(args.threads),
-                  "OPENBLAS_NUM_THREADS": str(args.threads)})
-    workers = [TorchWorker("torch-env", env_as_set, 0), TorchWorker("torch-tuned", tuned, args.threads)]
+    workers = [TorchWorker(torch_peer.inherited(args.threads))] + [
+        TorchWorker(p) for p in torch_peer.best_candidates(args.threads)]
     for w in workers:
         print("# %s: torch threads %d, %s" % (w.name, w.threads, w.env_desc), file=sys.stderr)
 
@@ -220,7 +217,7 @@ def main():
             shape = list(CONFIGS[name])
             cfg = write_config(tmp, name, shape)
             for mode in args.modes.split(","):
-                t_tfm, t_env, t_tuned, gflop = [], [], [], 0.0
+                t_tfm, t_torch, gflop = [], [[] for _ in workers], 0.0
                 rss = 0.0
                 peaks = []
                 for r in range(args.rounds):
@@ -231,33 +228,37 @@ def main():
                     t_tfm.append(res["ms_median"])
                     gflop = res["gflop_per_iter"]
                     rss = max(rss, res["peak_rss_mb"])
-                    settler.settle()
-                    t_env.append(workers[0].run(shape, mode, args.iters, args.warmup))
-                    settler.settle()
-                    t_tuned.append(workers[1].run(shape, mode, args.iters, args.warmup))
-                m_tfm, m_env, m_tuned = (statistics.median(t) for t in (t_tfm, t_env, t_tuned))
-                row = dict(config=name, mode=mode, gflop=gflop, tfm=m_tfm, env=m_env, tuned=m_tuned,
-                           r_env=m_env / m_tfm, r_tuned=m_tuned / m_tfm,
+                    for w, t in zip(workers, t_torch):
+                        settler.settle()
+                        t.append(w.run(shape, mode, args.iters, args.warmup))
+                m_tfm = statistics.median(t_tfm)
+                m_torch = [statistics.median(t) for t in t_torch]
+                best, split = torch_peer.fastest([w.peer for w in workers[1:]], m_torch[1:])
+                m_env, m_best = m_torch[0], min(m_torch[1:])
+                row = dict(config=name, mode=mode, gflop=gflop, tfm=m_tfm, env=m_env, best=m_best, split=best.split,
+                           r_env=m_env / m_tfm, r_best=m_best / m_tfm,
                            frac=gflop / (m_tfm / 1e3) / PEAK_GFLOPS,
-                           frac_tuned=gflop / (m_tuned / 1e3) / PEAK_GFLOPS, rss=rss,
+                           frac_best=gflop / (m_best / 1e3) / PEAK_GFLOPS, rss=rss,
                            peak=statistics.median(peaks) if peaks else None)
                 rows.append(row)
                 rounds = lambda ts: " ".join("%.2f" % t for t in ts)
-                print("# %-3s %-10s tfm %8.2f ms [%s]  torch-env %8.2f [%s]  torch-tuned %8.2f [%s]  peak now [%s]" % (
-                    name, mode, m_tfm, rounds(t_tfm), m_env, rounds(t_env), m_tuned, rounds(t_tuned),
-                    " ".join("%.0f" % p for p in peaks)), file=sys.stderr)
+                print("# %-3s %-10s tfm %8.2f ms [%s]  %s  best: %s  peak now [%s]" % (
+                    name, mode, m_tfm, rounds(t_tfm), "  ".join(
+                        "%s %.2f [%s]" % (w.name, m, rounds(t)) for w, m, t in zip(workers, m_torch, t_torch)),
+                    split, " ".join("%.0f" % p for p in peaks)), file=sys.stderr)
     for w in workers:
         w.close()
 
-    hdr = ["config", "mode", "GFLOP", "tfm ms", "torch env ms", "torch tuned ms", "env/tfm", "tuned/tfm",
-           "tfm % peak", "tuned % peak", "tfm RSS MB", "peak now", "tfm % peak now"]
+    hdr = ["config", "mode", "GFLOP", "tfm ms", "torch best ms", "best split", "torch inherited ms", "best/tfm",
+           "inherited/tfm", "tfm % peak", "best % peak", "tfm RSS MB", "peak now", "tfm % peak now"]
     lines = []
     for r in rows:
-        lines.append([r["config"], r["mode"], "%.2f" % r["gflop"], "%.2f" % r["tfm"], "%.2f" % r["env"],
-                      "%.2f" % r["tuned"], "%.2f" % r["r_env"], "%.2f" % r["r_tuned"], "%.0f%%" % (100 * r["frac"]),
-                      "%.0f%%" % (100 * r["frac_tuned"]), "%.0f" % r["rss"],
+        lines.append([r["config"], r["mode"], "%.2f" % r["gflop"], "%.2f" % r["tfm"], "%.2f" % r["best"], r["split"],
+                      "%.2f" % r["env"], "%.2f" % r["r_best"], "%.2f" % r["r_env"], "%.0f%%" % (100 * r["frac"]),
+                      "%.0f%%" % (100 * r["frac_best"]), "%.0f" % r["rss"],
                       "%.0f" % r["peak"] if r["peak"] else "-",
                       "%.0f%%" % (100 * r["frac"] * PEAK_GFLOPS / r["peak"]) if r["peak"] else "-"])
+    print(torch_peer.header(args.threads))
     if args.markdown:
         print("| " + " | ".join(hdr) + " |")
         print("|" + "|".join("---" for _ in hdr) + "|")
@@ -268,10 +269,9 @@ def main():
         print("  ".join(h.rjust(w) for h, w in zip(hdr, widths)))
         for l in lines:
             print("  ".join(c.rjust(w) for c, w in zip(l, widths)))
-    print("\npeak %.0f GFLOP/s (nominal; 'peak now': build/bench/peak_fma before each tfm run, median); medians over %d alternating rounds of %d iterations (after %d warm-up); "
-          "torch-env: %s, threads %d; torch-tuned: %s, threads %d" % (
-              PEAK_GFLOPS, args.rounds, args.iters, args.warmup, workers[0].env_desc, workers[0].threads,
-              workers[1].env_desc, workers[1].threads))
+    print("\npeak %.0f GFLOP/s (nominal; 'peak now': build/bench/peak_fma before each tfm run, median); medians over "
+          "%d alternating rounds of %d iterations (after %d warm-up); ratios above 1: tfm faster" % (
+              PEAK_GFLOPS, args.rounds, args.iters, args.warmup))
 
 
 if __name__ == "__main__":

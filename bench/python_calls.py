@@ -6,13 +6,12 @@ For each config an nn.TransformerEncoderLayer (or a 6-layer nn.TransformerEncode
 shapes is built in this process and converted once with tfm.from_torch; each round then measures, one after
 the other so that drift on a shared machine hits all alike:
   tfm          fast(x), x a float32 numpy array (shared without a copy), in this process
-  torch-env    the same module shape in eager mode under torch.no_grad() in a worker process that inherits
-               this environment (OPENBLAS_CORETYPE as the machine pins it, OMP_NUM_THREADS as set)
-  torch-tuned  the same in a worker with PyTorch at its best on this CPU, as compare_torch.py names it:
-               OpenBLAS's kernel for the ISA (SkylakeX with AVX-512, else Haswell), passive OpenMP waiting,
-               --threads intra-op threads
+  torch        the same module shape in eager mode under torch.no_grad() in worker processes, one per
+               bench/torch_peer.py environment: "inherited" (this environment, --threads threads) and each "best"
+               candidate (OpenBLAS's kernel for the ISA named, passive OpenMP waiting, each thread split of
+               torch_peer.splits); a row's "best" is the fastest candidate, its split named
 Each measurement is the median of ITERS calls after WARMUP; a row shows the median over rounds and the
-ratios torch / tfm (above 1: tfm faster). With --dtype bf16 the tfm side converts with dtype="bf16" and the
+ratios torch / tfm (above 1: tfm faster; the headline is against "best"). With --dtype bf16 the tfm side converts with dtype="bf16" and the
 PyTorch side runs the module's bfloat16() copy on bfloat16 input.
 
 The first row, "call", is config S at B 1, N 16: what one call through Python costs over the library's own
@@ -40,6 +39,7 @@ import torch.nn as nn
 import tfm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_peer  # noqa: E402
 from compare_torch import CONFIGS, TorchWorker, tfm_run, write_config  # noqa: E402
 
 CALL_SHAPE = (64, 4, 256, 0, 1, 16)  # config S at B 1, N 16: the call's overhead
@@ -63,14 +63,6 @@ def timed(fn, iters, warmup):
     return statistics.median(times) * 1e3  # ms
 
 
-def tuned_env(threads):
-    avx512 = "avx512f" in open("/proc/cpuinfo").read()
-    env = dict(os.environ)
-    env.update({"OPENBLAS_CORETYPE": "SkylakeX" if avx512 else "Haswell", "OMP_NUM_THREADS": str(threads),
-                "OMP_WAIT_POLICY": "passive"})
-    return env
-
-
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,7 +77,8 @@ def main():
     a = ap.parse_args()
     tfm.set_num_threads(a.threads)
     mode = "infer-bf16" if a.dtype == "bf16" else "infer"
-    workers = [TorchWorker("torch-env", dict(os.environ), 0), TorchWorker("torch-tuned", tuned_env(a.threads), a.threads)]
+    workers = [TorchWorker(torch_peer.inherited(a.threads))] + [
+        TorchWorker(p) for p in torch_peer.best_candidates(a.threads)]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in ["call"] + a.only.split(","):
@@ -95,27 +88,30 @@ def main():
             x = np.random.default_rng(0).uniform(-1, 1, (B, N, D)).astype(np.float32)
             iters = a.iters * (10 if name == "call" else 1)
             cfg = write_config(tmp, name, shape) if name == "call" else None
-            t_tfm, t_env, t_tuned, t_bench = [], [], [], []
+            t_tfm, t_torch, t_bench = [], [[] for _ in workers], []
             for _ in range(a.rounds):
                 t_tfm.append(timed(lambda: fast(x), iters, a.warmup))
-                t_env.append(workers[0].run(shape, mode, iters, a.warmup))
-                t_tuned.append(workers[1].run(shape, mode, iters, a.warmup))
+                for w, t in zip(workers, t_torch):
+                    t.append(w.run(shape, mode, iters, a.warmup))
                 if cfg:
                     t_bench.append(tfm_run(a.tfm, cfg, shape, mode, iters, a.warmup, a.threads)["ms_median"])
-            m = [statistics.median(t) for t in (t_tfm, t_env, t_tuned)]
-            row = [name, "%d/%d/%d x%d, B %d, N %d" % (D, H, FF, max(layers, 1), B, N), "%.3f" % m[0], "%.3f" % m[1],
-                   "%.3f" % m[2], "%.2f" % (m[1] / m[0]), "%.2f" % (m[2] / m[0])]
-            row.append("%.1f µs over tfm bench's %.3f ms" % ((m[0] - statistics.median(t_bench)) * 1e3,
+            m_tfm = statistics.median(t_tfm)
+            m_torch = [statistics.median(t) for t in t_torch]
+            best, _ = torch_peer.fastest([w.peer for w in workers[1:]], m_torch[1:])
+            m_best, m_env = min(m_torch[1:]), m_torch[0]
+            row = [name, "%d/%d/%d x%d, B %d, N %d" % (D, H, FF, max(layers, 1), B, N), "%.3f" % m_tfm,
+                   "%.3f" % m_best, best.split, "%.3f" % m_env, "%.2f" % (m_best / m_tfm), "%.2f" % (m_env / m_tfm)]
+            row.append("%.1f µs over tfm bench's %.3f ms" % ((m_tfm - statistics.median(t_bench)) * 1e3,
                                                              statistics.median(t_bench)) if cfg else "")
             rows.append(row)
-            print("# %s done: tfm %s, env %s, tuned %s" % (name, ["%.3f" % t for t in t_tfm], ["%.3f" % t for t in t_env],
-                                                           ["%.3f" % t for t in t_tuned]), file=sys.stderr, flush=True)
+            print("# %s done: tfm %s, %s" % (name, ["%.3f" % t for t in t_tfm], ", ".join(
+                "%s %s" % (w.name, ["%.3f" % x for x in t]) for w, t in zip(workers, t_torch))), file=sys.stderr, flush=True)
     for w in workers:
         w.close()
-    hdr = ["config", "shape", "tfm (Python) ms", "torch env ms", "torch tuned ms", "env/tfm", "tuned/tfm", "call overhead"]
-    print("torch %s, %d threads, dtype %s, median of %d calls (call row: %d), median over %d alternating rounds; "
-          "torch-env: %s; torch-tuned: %s" % (torch.__version__, a.threads, a.dtype, a.iters, a.iters * 10, a.rounds,
-                                              workers[0].env_desc, workers[1].env_desc + " OMP_WAIT_POLICY=passive"))
+    hdr = ["config", "shape", "tfm (Python) ms", "torch best ms", "best split", "torch inherited ms", "best/tfm",
+           "inherited/tfm", "call overhead"]
+    print("%s; torch %s, dtype %s, median of %d calls (call row: %d), median over %d alternating rounds" % (
+        torch_peer.header(a.threads), torch.__version__, a.dtype, a.iters, a.iters * 10, a.rounds))
     if a.markdown:
         print("| " + " | ".join(hdr) + " |")
         print("|" + "---|" * len(hdr))
