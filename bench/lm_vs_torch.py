@@ -3,9 +3,10 @@
 time, and generation speed with tfm's key/value cache against PyTorch's uncached loop.
 
     /usr/bin/python3 bench/lm_vs_torch.py --tfm build/tfm [--seconds 30] [--rounds 3] [--part both|train|generate]
-                     [--torch-env 'KEY=VALUE ...' ...]
+                     [--calibrate-seconds 6]
 
-(about 7 minutes with the defaults: 3 rounds of 3 training runs of 30 s plus evaluations, then generation).
+(about 8 minutes with the defaults: the calibration, 3 rounds of 3 training runs of 30 s plus evaluations, then
+generation).
 
 Data: Vim's documentation (Debian's vim-runtime), as the README's "Language models" section:
 train = every /usr/share/vim/vim90/doc/*.txt but the user manual, valid = usr_0*.txt (--train-text and
@@ -30,13 +31,11 @@ of 64 tokens (the last, shorter window counts too), mean loss per predicted toke
 log-sum-exp in float64. Bits per character = total bits / (code points − 1). Once, the script also loads
 tfm's trained weights into the twin and scores them with the PyTorch evaluation, so both evaluations are
 checked to be the same measurement (they agree to float32 rounding).
-Rounds alternate tfm, PyTorch, tfm, PyTorch ...; medians are printed. Every PyTorch run is a fresh
-/usr/bin/python3 process with torch.set_num_threads(THREADS) and the inherited environment plus, with
---torch-env 'KEY=VALUE ...' (repeatable: each is another PyTorch configuration measured in every round), those
-variables. The default is two configurations, --torch-env '' --torch-env OMP_WAIT_POLICY=passive:
-libgomp's threads spin after each parallel region while Debian's OpenBLAS (pthreads) runs its own two
-threads on the same two cores; passive waiting removes that collision (PyTorch 1.13's training step
-measured 100–140 ms inherited, ~70 ms passive on an idle 2-core machine), so it is the fairer peer.
+Rounds alternate tfm, PyTorch best, PyTorch inherited; medians are printed, the headline ratio against "best".
+Every PyTorch run is a fresh /usr/bin/python3 process in a bench/torch_peer.py environment: "inherited" (this
+environment, torch.set_num_threads(THREADS)) and "best" (OpenBLAS's kernel for the ISA named, passive OpenMP
+waiting, and the thread split of torch_peer.splits whose training ran fastest in a calibration run of
+--calibrate-seconds per split before the rounds: steps/s after the setup, on the same model and text).
 
 Generation (--part generate): a model of the same shape with block size 256 (tfm train --preset nanogpt-baby
 --block-size 256 --max-steps 1: the speed does not depend on the weights), batch 1, greedy. tfm:
@@ -68,8 +67,10 @@ import torch
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 import torch_models as tm  # noqa: E402
+import torch_peer  # noqa: E402
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 UNK = 3
@@ -262,14 +263,13 @@ def bench_generate(args, train_path, valid_path, tmp):
         r = subprocess.run(cmd, check=True, capture_output=True)
         return time.perf_counter() - t0, r.stdout.decode("utf-8").split("\n---\n")[0], cmd
 
-    names = torch_names(args)
-    rows = []  # per round: [tfm tok/s, then each PyTorch configuration's]
+    rows = []  # per round: [tfm tok/s, then each PyTorch peer's]
     for r in range(args.rounds):
         a1, _, _ = tfm_time(n1)
         a2, tfm_text, cmd = tfm_time(n2)
         row = [samples * (n2 - n1) / (a2 - a1)]
-        for env in args.torch_env:
-            (b1, _), (b2, torch_text) = torch_in_worker(args, env, "generate", [gdir, prompt, [n1, n2]])
+        for peer in args.peers:
+            (b1, _), (b2, torch_text) = torch_in_worker(peer, "generate", [gdir, prompt, [n1, n2]])
             row.append((n2 - n1) / (b2 - b1))
         rows.append(row)
         print(f"  generate round {r + 1}: tfm {row[0]:,.0f} tok/s, PyTorch " +
@@ -278,36 +278,43 @@ def bench_generate(args, train_path, valid_path, tmp):
     med = [statistics.median(row[i] for row in rows) for i in range(len(rows[0]))]
     print()
     print(f"Generation, batch 1, greedy, block 256, contexts 64→{block} ({n2 - n1} tokens timed as the difference of "
-          f"--max-new-tokens {n2} and {n1}; tfm: {samples} samples a run), {args.threads} threads, "
-          f"medians of {args.rounds} rounds:")
+          f"--max-new-tokens {n2} and {n1}; tfm: {samples} samples a run); {torch_peer.header(args.threads)}; "
+          f"best split {args.peers[0].split}; medians of {args.rounds} rounds:")
     print()
     print("| | tokens/s | tfm / this |")
     print("|---|---|---|")
     print(f"| tfm generate (KV cache) | {med[0]:,.0f} | |")
-    for name, m in zip(names, med[1:]):
-        print(f"| PyTorch, uncached nanoGPT loop, {name} | {m:,.0f} | {med[0] / m:.1f} |")
+    for peer, m in zip(args.peers, med[1:]):
+        print(f"| PyTorch, uncached nanoGPT loop, {peer.name} | {m:,.0f} | {med[0] / m:.1f} |")
     print()
     print("per round: " + "; ".join(", ".join(f"{x:,.0f}" for x in row) for row in rows))
     print(f"tfm command: {shlex.join(cmd)}")
     print(f"greedy continuations (prompt included) identical for the first {prefix} of {len(tfm_text)} characters")
 
 
-def torch_names(args):
-    return [f"env {env}" if env else "inherited env" for env in args.torch_env]
-
-
-def torch_in_worker(args, env_text, job, run_args):
-    """run_torch or torch_generate_timed in a fresh /usr/bin/python3 process with the environment plus env_text
-    (KEY=VALUE ...), its own OpenMP and OpenBLAS thread pools: no thread of an earlier run is alive and each
-    run starts alike."""
-    env = dict(os.environ)
-    for kv in env_text.split():
-        k, _, v = kv.partition("=")
-        env[k] = v
-    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-worker",
-                        json.dumps({"threads": args.threads, "job": job, "args": run_args})],
-                       check=True, capture_output=True, text=True, env=env)
+def torch_in_worker(peer, job, run_args):
+    """run_torch or torch_generate_timed in a fresh /usr/bin/python3 process in the peer's environment (its own
+    OpenMP and OpenBLAS thread pools: no thread of an earlier run is alive and each run starts alike)."""
+    r = subprocess.run(["/usr/bin/python3", os.path.abspath(__file__), "--torch-worker",
+                        json.dumps({"threads": peer.torch_threads, "job": job, "args": run_args})],
+                       check=True, capture_output=True, text=True, env=peer.env)
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def calibrate(args, train_path, valid_path, tmp):
+    """The fastest "best" candidate: each trains the preset for --calibrate-seconds (validated on a short text);
+    returns it and a note with every split's steps/s."""
+    cdir, cvalid = os.path.join(tmp, "calibrate"), os.path.join(tmp, "calibrate_valid.txt")
+    with open(valid_path, encoding="utf-8") as f, open(cvalid, "w", encoding="utf-8") as out:
+        out.write(f.read(2048))
+    run_tfm(args.tfm, train_path, cvalid, cdir, 1e9, 1, args.threads, 0)
+    cands = torch_peer.best_candidates(args.threads)
+    rates = []
+    for p in cands:
+        r = torch_in_worker(p, "train", [train_path, cvalid, cdir, args.calibrate_seconds, args.max_steps, 0])
+        rates.append(r["steps"] / (r["seconds"] - r["setup"]))
+    best, note = torch_peer.fastest(cands, [-x for x in rates])
+    return best, note + " (negated steps/s)"
 
 
 # ---- main -------------------------------------------------------------------------------------------------------------
@@ -323,10 +330,8 @@ def main():
     ap.add_argument("--train-text")
     ap.add_argument("--valid-text")
     ap.add_argument("--keep", help="keep the tfm model directories under this directory")
-    ap.add_argument("--torch-env", action="append", metavar="'KEY=VALUE ...'",
-                    help="a PyTorch configuration: environment variables added to the inherited ones for its "
-                         "processes; repeatable, each one is measured in every round; '' = as inherited "
-                         "(default: '' and OMP_WAIT_POLICY=passive)")
+    ap.add_argument("--calibrate-seconds", type=float, default=6.0,
+                    help="training time of each thread split's calibration run (PyTorch best)")
     ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
@@ -334,8 +339,6 @@ def main():
         torch.set_num_threads(w["threads"])
         print(json.dumps((run_torch if w["job"] == "train" else torch_generate_timed)(*w["args"])))
         return
-    args.torch_env = args.torch_env if args.torch_env is not None else ["", "OMP_WAIT_POLICY=passive"]
-    names = torch_names(args)
     torch.set_num_threads(args.threads)
     tmp_obj = tempfile.TemporaryDirectory()
     tmp = os.path.abspath(args.keep or tmp_obj.name)
@@ -348,9 +351,13 @@ def main():
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; torch {torch.__version__}, {args.threads} threads; "
           f"train {os.path.getsize(train_path):,} B, valid {os.path.getsize(valid_path):,} B; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    best, note = calibrate(args, train_path, valid_path, tmp)
+    args.peers = [best, torch_peer.inherited(args.threads)]
+    print(f"{torch_peer.header(args.threads)}\nPyTorch best split: {note}; load average {os.getloadavg()[0]:.2f}",
+          flush=True)
 
     if args.part in ("both", "train"):
-        results = [[] for _ in range(1 + len(args.torch_env))]  # tfm, then each PyTorch configuration
+        results = [[] for _ in range(1 + len(args.peers))]  # tfm, then each PyTorch peer
         checked = False
         for r in range(args.rounds):
             out = os.path.join(tmp, f"tfm_{r}")
@@ -359,10 +366,10 @@ def main():
             results[0].append(t)
             print(f"  round {r + 1} tfm: {t['steps']} steps, {t['tok_s']:,.0f} tok/s, val loss {t['loss']:.4f} "
                   f"({t['bpc']:.3f} bits/char); load average {os.getloadavg()[0]:.2f}", flush=True)
-            for i, env in enumerate(args.torch_env):
-                p = torch_in_worker(args, env, "train", [train_path, valid_path, out, args.seconds, args.max_steps, r])
+            for i, peer in enumerate(args.peers):
+                p = torch_in_worker(peer, "train", [train_path, valid_path, out, args.seconds, args.max_steps, r])
                 results[1 + i].append(p)
-                print(f"  round {r + 1} PyTorch ({names[i]}): {p['steps']} steps, {p['tok_s']:,.0f} tok/s, "
+                print(f"  round {r + 1} PyTorch {peer.name}: {p['steps']} steps, {p['tok_s']:,.0f} tok/s, "
                       f"val loss {p['loss']:.4f} ({p['bpc']:.3f} bits/char), setup {p['setup']:.1f} s; "
                       f"load average {os.getloadavg()[0]:.2f}", flush=True)
             if not checked:  # the same vocabulary, and the two evaluations are one measurement
@@ -377,12 +384,12 @@ def main():
                 checked = True
         med = [{f: statistics.median(x[f] for x in v) for f in ("tok_s", "loss", "bpc", "steps")} for v in results]
         print()
-        print(f"Training, nanogpt-baby, {args.seconds:g} s each, {args.threads} threads, "
-              f"medians of {args.rounds} alternating rounds:")
+        print(f"Training, nanogpt-baby, {args.seconds:g} s each; {torch_peer.header(args.threads)}; best split "
+              f"{args.peers[0].split}; medians of {args.rounds} alternating rounds:")
         print()
         print("| | steps | tokens/s | tfm / this | validation loss (nats/char) | bits/char |")
         print("|---|---|---|---|---|---|")
-        for name, m in zip(["tfm"] + [f"PyTorch, {n}" for n in names], med):
+        for name, m in zip(["tfm"] + [f"PyTorch, {p.name}" for p in args.peers], med):
             ratio = "" if m is med[0] else f"{med[0]['tok_s'] / m['tok_s']:.2f}"
             print(f"| {name} | {m['steps']:.0f} | {m['tok_s']:,.0f} | {ratio} | {m['loss']:.4f} | {m['bpc']:.3f} |")
         print()
