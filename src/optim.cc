@@ -93,11 +93,14 @@ SGD::SGD(const NamedTensors& params, float lr, float momentum, float weight_deca
 
 namespace {
 
-// g = grad + wd·p;  buf = μ·buf + g (buf = g on its first step);  p = p − lr·buf over n elements
-// (bp null: no momentum).
-void sgd_update(float* pp, const float* gp, float* bp, int64_t n, float wd, float mu, float neg_lr, bool first) {
+// g = grad·scale + wd·p;  buf = μ·buf + g (buf = g on its first step);  p = p − lr·buf over n elements
+// (bp null: no momentum). scale is clip_grad_norm's factor (1: none): grad·scale is the one multiply
+// the in-place clipping does, so the bits are those of clipping first, then stepping.
+void sgd_update(float* pp, const float* gp, float* bp, int64_t n, float wd, float mu, float neg_lr, bool first,
+                float scale) {
   for (int64_t j = 0; j < n; ++j) {
-    float d = wd != 0.0f ? gp[j] + wd * pp[j] : gp[j];
+    const float gj = gp[j] * scale;
+    float d = wd != 0.0f ? gj + wd * pp[j] : gj;
     if (bp) {
       bp[j] = first ? d : bp[j] * mu + d;
       d = bp[j];
@@ -125,11 +128,11 @@ void SGD::step() {
       if (first) buf_[i] = Tensor::empty(p.shape());
       bp = buf_[i].data();
     }
-    sgd_update(pp, gp, bp, n, wd, mu, neg_lr, first);
+    sgd_update(pp, gp, bp, n, wd, mu, neg_lr, first, 1.0f);
   }
 }
 
-void detail::OptimizerShards::step(SGD& sgd, const std::vector<ParamRange>& owned) {
+void detail::OptimizerShards::step(SGD& sgd, const std::vector<ParamRange>& owned, float grad_scale) {
   const size_t n = sgd.params_.size();
   const float mu = sgd.momentum_;
   std::vector<bool> first(n, false);
@@ -142,7 +145,7 @@ void detail::OptimizerShards::step(SGD& sgd, const std::vector<ParamRange>& owne
   for (const ParamRange& r : owned) {
     float* pp = sgd.params_[r.param].data() + r.begin;
     float* bp = mu != 0.0f ? sgd.buf_[r.param].data() + r.begin : nullptr;
-    sgd_update(pp, r.grad, bp, r.end - r.begin, sgd.weight_decay_, mu, -sgd.lr_, first[r.param]);
+    sgd_update(pp, r.grad, bp, r.end - r.begin, sgd.weight_decay_, mu, -sgd.lr_, first[r.param], grad_scale);
   }
 }
 
@@ -197,21 +200,22 @@ struct AdamScalars {
 namespace {
 
 // One Adam/AdamW update over n elements (torch.optim.Adam's single-tensor formula, in float):
-//   g ← g + wd·p (Adam, L2)   or   p ← p·(1 − lr·wd) (AdamW, decoupled)
+//   g ← grad·scale;   g ← g + wd·p (Adam, L2)   or   p ← p·(1 − lr·wd) (AdamW, decoupled)
 //   m ← β₁·m + (1 − β₁)·g,   v ← β₂·v + (1 − β₂)·g²
 //   p ← p − (lr / bc₁) · m / (√v / √bc₂ + eps)
-// Purely elementwise, so splitting it over threads (fixed static ranges) or vectorizing it gives the
-// same bits as the plain loop; the weight-decay mode is a template argument so the loop has no branch.
+// scale is clip_grad_norm's factor (1: none): grad·scale is the one multiply the in-place clipping
+// does, so the bits are those of clipping first, then stepping. Purely elementwise, so splitting it
+// over threads or vectorizing it gives the same bits as the plain loop; the weight-decay mode is a
+// template argument so the loop has no branch.
 enum AdamDecay { kNoDecay, kL2, kDecoupled };
 
 template <AdamDecay kMode>
 void adam_update(float* __restrict pp, const float* __restrict gp, float* __restrict mp, float* __restrict vp,
-                 int64_t n, const AdamScalars& s) {
+                 int64_t n, const AdamScalars& s, float scale) {
   // Vectorized by the compiler (__restrict: the tensors never alias; -fno-math-errno, CMakeLists.txt);
   // vector sqrt/div give the scalar bits.
-#pragma omp parallel for schedule(static) if (n >= 65536)
   for (int64_t j = 0; j < n; ++j) {
-    float gj = gp[j];
+    float gj = gp[j] * scale;
     if constexpr (kMode == kL2) gj = gj + s.wd * pp[j];
     if constexpr (kMode == kDecoupled) pp[j] = pp[j] * s.decay;
     mp[j] = mp[j] * s.beta1 + s.one_m_b1 * gj;
@@ -221,11 +225,46 @@ void adam_update(float* __restrict pp, const float* __restrict gp, float* __rest
   }
 }
 
-void adam_update(int mode, float* pp, const float* gp, float* mp, float* vp, int64_t n, const AdamScalars& s) {
+void adam_update(int mode, float* pp, const float* gp, float* mp, float* vp, int64_t n, const AdamScalars& s,
+                 float scale) {
   switch (mode) {
-    case kNoDecay: adam_update<kNoDecay>(pp, gp, mp, vp, n, s); break;
-    case kL2: adam_update<kL2>(pp, gp, mp, vp, n, s); break;
-    case kDecoupled: adam_update<kDecoupled>(pp, gp, mp, vp, n, s); break;
+    case kNoDecay: adam_update<kNoDecay>(pp, gp, mp, vp, n, s, scale); break;
+    case kL2: adam_update<kL2>(pp, gp, mp, vp, n, s, scale); break;
+    case kDecoupled: adam_update<kDecoupled>(pp, gp, mp, vp, n, s, scale); break;
+  }
+}
+
+// Below this many elements in all, a step runs on the calling thread: a parallel region would cost
+// more than the work.
+constexpr int64_t kMinParallelElems = 65536;
+
+// The updates of every range of `ranges` (parameter i's coefficients s[i], mode[i]) in one parallel
+// region: the ranges cut into pieces of at most kElemPiece elements, the pieces split statically over
+// the threads. Each element's update reads only that element, so any split gives the same bits.
+constexpr int64_t kElemPiece = 16384;
+
+void adam_update_ranges(std::vector<Tensor>& m, std::vector<Tensor>& v, std::vector<Tensor>& params,
+                        const std::vector<ParamRange>& ranges, const std::vector<AdamScalars>& s,
+                        const std::vector<int>& mode, float scale) {
+  struct Piece {
+    size_t range;
+    int64_t begin, n;  // elements [begin, begin + n) of the range's parameter
+  };
+  std::vector<Piece> pieces;
+  int64_t total = 0;
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    for (int64_t b = ranges[k].begin; b < ranges[k].end; b += kElemPiece)
+      pieces.push_back(Piece{k, b, std::min(kElemPiece, ranges[k].end - b)});
+    total += ranges[k].end - ranges[k].begin;
+  }
+  const int64_t count = static_cast<int64_t>(pieces.size());
+#pragma omp parallel for schedule(static) if (total >= kMinParallelElems)
+  for (int64_t c = 0; c < count; ++c) {
+    const Piece& q = pieces[static_cast<size_t>(c)];
+    const ParamRange& r = ranges[q.range];
+    const size_t i = r.param;
+    adam_update(mode[i], params[i].data() + q.begin, r.grad + (q.begin - r.begin), m[i].data() + q.begin,
+                v[i].data() + q.begin, q.n, s[i], scale);
   }
 }
 
@@ -262,27 +301,40 @@ int Adam::begin_param_step(size_t i, AdamScalars& s) {
   return decayed_.empty() || decayed_[i] ? decay_mode : kNoDecay;
 }
 
-void Adam::step() {
-  AdamScalars s = scalars();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i];
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    const int mode = begin_param_step(i, s);
-    adam_update(mode, p.data(), g.data(), m_[i].data(), v_[i].data(), p.numel(), s);
-  }
-}
+void Adam::step() { detail::OptimizerShards::step_scaled(static_cast<Optimizer&>(*this), 1.0f); }
 
-void detail::OptimizerShards::step(Adam& adam, const std::vector<ParamRange>& owned) {
+void detail::OptimizerShards::step(Adam& adam, const std::vector<ParamRange>& owned, float grad_scale) {
   const size_t n = adam.params_.size();
   std::vector<AdamScalars> s(n, adam.scalars());
   std::vector<int> mode(n);
   for (size_t i = 0; i < n; ++i) mode[i] = adam.begin_param_step(i, s[i]);
-  for (const ParamRange& r : owned) {
-    const size_t i = r.param;
-    adam_update(mode[i], adam.params_[i].data() + r.begin, r.grad, adam.m_[i].data() + r.begin,
-                adam.v_[i].data() + r.begin, r.end - r.begin, s[i]);
+  adam_update_ranges(adam.m_, adam.v_, adam.params_, owned, s, mode, grad_scale);
+}
+
+void detail::OptimizerShards::step_scaled(Adam& adam, float grad_scale) {
+  const size_t n = adam.params_.size();
+  std::vector<AdamScalars> s(n, adam.scalars());
+  std::vector<int> mode(n, kNoDecay);
+  std::vector<ParamRange> whole;
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor g = adam.params_[i].grad();
+    if (!g.defined()) continue;  // no step for it, and its step count stays (torch skips it alike)
+    mode[i] = adam.begin_param_step(i, s[i]);
+    whole.push_back(ParamRange{i, 0, g.numel(), g.data()});
   }
+  adam_update_ranges(adam.m_, adam.v_, adam.params_, whole, s, mode, grad_scale);
+}
+
+void detail::OptimizerShards::step_scaled(Optimizer& opt, float grad_scale) {
+  if (auto* adam = dynamic_cast<Adam*>(&opt)) return step_scaled(*adam, grad_scale);
+  if (grad_scale != 1.0f)  // any other optimizer: the grads scaled in place, then its own step
+    for (Tensor& p : opt.params_) {
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      float* gp = g.data();
+      for (int64_t j = 0, m = g.numel(); j < m; ++j) gp[j] *= grad_scale;
+    }
+  opt.step();
 }
 
 NamedTensors Adam::state_dict() const {
@@ -325,9 +377,9 @@ namespace {
 
 }  // namespace
 
-void detail::OptimizerShards::step(Optimizer& opt, const std::vector<ParamRange>& owned) {
-  if (auto* adam = dynamic_cast<Adam*>(&opt)) return step(*adam, owned);
-  if (auto* sgd = dynamic_cast<SGD*>(&opt)) return step(*sgd, owned);
+void detail::OptimizerShards::step(Optimizer& opt, const std::vector<ParamRange>& owned, float grad_scale) {
+  if (auto* adam = dynamic_cast<Adam*>(&opt)) return step(*adam, owned, grad_scale);
+  if (auto* sgd = dynamic_cast<SGD*>(&opt)) return step(*sgd, owned, grad_scale);
   fail_not_shardable();
 }
 
@@ -391,29 +443,55 @@ float clip_coefficient(float total, float max_norm) {
   return max_norm / (total + 1e-6f);
 }
 
-float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
-  if (!(max_norm > 0.0f)) fail("clip_grad_norm: max_norm must be positive, got " + std::to_string(max_norm));
-  double sq_total = 0;
-  std::vector<Tensor> grads;
+float grad_norm(const std::vector<Tensor>& params) {
+  // Work items of up to kChains blocks of one grad (norm_block_partials sums each block in its own
+  // order, whichever items the blocks are grouped in), each writing its blocks' partials in place.
+  struct Item {
+    const float* x;
+    int64_t n;
+    size_t out;  // index of its first block's partial
+  };
+  std::vector<Item> items;
+  std::vector<size_t> first_block;  // per grad, then the end
+  size_t blocks = 0;
+  int64_t total = 0;
   for (const Tensor& p : params) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    grads.push_back(g);
-    double sq = 0;
-    const float* gp = g.data();
+    first_block.push_back(blocks);
     const int64_t n = g.numel();
-    for (int64_t b = 0; b < n; b += kChains * kNormBlock) {  // up to kChains blocks' partials at a time
-      double partial[kChains];
+    for (int64_t b = 0; b < n; b += kChains * kNormBlock) {
       const int64_t len = std::min(kChains * kNormBlock, n - b);
-      norm_block_partials(gp + b, len, partial);
-      for (int64_t k = 0; k < (len + kNormBlock - 1) / kNormBlock; ++k) sq += partial[k];
+      items.push_back(Item{g.data() + b, len, blocks});
+      blocks += static_cast<size_t>((len + kNormBlock - 1) / kNormBlock);
     }
-    sq_total = add_tensor_norm(sq_total, sq);
+    total += n;
   }
-  const float total = static_cast<float>(std::sqrt(sq_total));
+  first_block.push_back(blocks);
+  std::vector<double> partials(blocks);
+  const int64_t count = static_cast<int64_t>(items.size());
+#pragma omp parallel for schedule(static) if (total >= 65536)
+  for (int64_t k = 0; k < count; ++k) {
+    const Item& it = items[static_cast<size_t>(k)];
+    norm_block_partials(it.x, it.n, partials.data() + it.out);
+  }
+  std::vector<double> tensor_sq(first_block.size() - 1);
+  for (size_t i = 0; i + 1 < first_block.size(); ++i) {
+    double sq = 0;
+    for (size_t k = first_block[i]; k < first_block[i + 1]; ++k) sq += partials[k];
+    tensor_sq[i] = sq;
+  }
+  return total_grad_norm(tensor_sq);
+}
+
+float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
+  if (!(max_norm > 0.0f)) fail("clip_grad_norm: max_norm must be positive, got " + std::to_string(max_norm));
+  const float total = grad_norm(params);
   const float coef = clip_coefficient(total, max_norm);
   if (coef < 1.0f)
-    for (Tensor& g : grads) {
+    for (const Tensor& p : params) {
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
       float* gp = g.data();
       for (int64_t j = 0, n = g.numel(); j < n; ++j) gp[j] *= coef;
     }

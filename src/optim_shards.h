@@ -36,7 +36,14 @@ struct OptimizerShards {
   // every parameter counts the step (its state is created and its step count advances as in step()),
   // and each owned element gets the bits step() would give it, the update being element-wise. Processes
   // that each own a part of the elements and exchange the results take the same step together.
-  static void step(Optimizer& opt, const std::vector<ParamRange>& owned);
+  // grad_scale multiplies every gradient element as it is read (clip_grad_norm's factor, 1 for none):
+  // the bits of scaling the gradient in place first, in the same pass.
+  static void step(Optimizer& opt, const std::vector<ParamRange>& owned, float grad_scale = 1.0f);
+  // opt.step() on grads multiplied by grad_scale (clip_grad_norm's factor, 1 for none), with the bits of
+  // scaling them in place and then calling opt.step(). For Adam one pass over every element in one
+  // parallel region (the grads are only read); any other optimizer: the grads scaled in place, then
+  // its step(). Adam::step() is this with grad_scale 1.
+  static void step_scaled(Optimizer& opt, float grad_scale);
   // The element-wise state: per slot (SGD with momentum: momentum_buffer; Adam: exp_avg then
   // exp_avg_sq), one tensor per parameter in the optimizer's order, undefined where the parameter has
   // no state yet; no slot at all for SGD without momentum. Adam's per-parameter step counts are not
@@ -46,8 +53,9 @@ struct OptimizerShards {
   static std::vector<std::vector<Tensor>> state_slots(Optimizer& opt);
 
  private:
-  static void step(SGD& sgd, const std::vector<ParamRange>& owned);
-  static void step(Adam& adam, const std::vector<ParamRange>& owned);
+  static void step(SGD& sgd, const std::vector<ParamRange>& owned, float grad_scale);
+  static void step(Adam& adam, const std::vector<ParamRange>& owned, float grad_scale);
+  static void step_scaled(Adam& adam, float grad_scale);
 };
 
 }  // namespace detail
@@ -66,6 +74,9 @@ void norm_block_partials(const float* x, int64_t n, double* out);
 // The total norm from the tensors' sums of squares, in the grads' order: norm_i = (float)√sq_i,
 // total = (float)√(Σ_i (double)norm_i²), the sum in order (torch's float32 per-tensor norms).
 float total_grad_norm(const std::vector<double>& tensor_sq);
+// clip_grad_norm's total norm of the grads of `params` (those without a grad skipped), its blocks'
+// partials computed in parallel: the same bits for any thread count, and as clip_grad_norm's.
+float grad_norm(const std::vector<Tensor>& params);
 // The factor clip_grad_norm scales every grad by when it is below 1: max_norm / (total + 1e-6).
 // Throws unless max_norm > 0.
 float clip_coefficient(float total, float max_norm);

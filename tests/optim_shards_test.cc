@@ -1,14 +1,18 @@
 // tests/optim_shards_test.cc — what processes that each own a part of the elements need from the
 // optimizers (detail::OptimizerShards: the step on owned elements, the state slots) and the blockwise
 // clip norm (src/optim_shards.h), checked bitwise against the whole step and against the definition
-// written out here.
+// written out here; and the fused clip-and-step (grad_norm, step_scaled, step with a grad scale)
+// bitwise against clip_grad_norm followed by step(), at one and at two threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
+
+#include <omp.h>
 
 #include "optim_shards.h"
 #include "test_util.h"
@@ -186,6 +190,80 @@ TEST(ClipGradNormBlocks, IsTheFoldOfBlockPartials) {
   const float coef = clip_coefficient(total, 0.5f);
   EXPECT_EQ(coef, 0.5f / (total + 1e-6f));
   EXPECT_THROW(clip_coefficient(total, 0.0f), std::invalid_argument);
+}
+
+// clip_grad_norm then step() (the definition), against grad_norm, clip_coefficient and one fused
+// step_scaled (the training step's path), and against step() on owned ranges with the factor: params
+// and optimizer state bit for bit, three steps, at 1 and 2 threads (the fused pass and the norm run
+// in parallel regions; every element's update and every block's partial are computed alike).
+void check_clip_then_step(const MakeOpt& make, float max_norm, int threads) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  NamedTensors ref = make_params(11), fused = make_params(11), owned_p = make_params(11);
+  auto a = make(ref), b = make(fused), c = make(owned_p);
+  for (uint64_t step = 0; step < 3; ++step) {
+    for (NamedTensors* p : {&ref, &fused, &owned_p}) set_grads(*p, 7 * step + 3);
+    std::vector<Tensor> pa, pb, pc;
+    for (const auto& [key, t] : ref) pa.push_back(t);
+    for (const auto& [key, t] : fused) pb.push_back(t);
+    for (const auto& [key, t] : owned_p) pc.push_back(t);
+    const float total = clip_grad_norm(pa, max_norm);
+    a->step();
+    const float norm = grad_norm(pb);
+    ASSERT_EQ(std::memcmp(&norm, &total, sizeof(float)), 0) << "step " << step;
+    const float scale = std::min(clip_coefficient(norm, max_norm), 1.0f);
+    detail::OptimizerShards::step_scaled(*b, scale);
+    std::vector<ParamRange> owned;
+    for (size_t i = 0; i < pc.size(); ++i) owned.push_back(ParamRange{i, 0, pc[i].numel(), pc[i].grad().data()});
+    detail::OptimizerShards::step(*c, owned, scale);
+    for (auto* o : {a.get(), b.get(), c.get()}) o->zero_grad();
+  }
+  omp_set_num_threads(saved);
+  const NamedTensors sa = a->state_dict(), sb = b->state_dict(), sc = c->state_dict();
+  ASSERT_EQ(sa.size(), sb.size());
+  ASSERT_EQ(sa.size(), sc.size());
+  for (const auto& [key, t] : ref) {
+    const std::vector<float> x = flat(t), y = flat(fused.at(key)), z = flat(owned_p.at(key));
+    for (size_t k = 0; k < x.size(); ++k) {
+      ASSERT_EQ(std::memcmp(&x[k], &y[k], sizeof(float)), 0) << key << "[" << k << "]: " << x[k] << " vs " << y[k];
+      ASSERT_EQ(std::memcmp(&x[k], &z[k], sizeof(float)), 0) << key << "[" << k << "]: " << x[k] << " vs " << z[k];
+    }
+  }
+  for (const auto& [key, t] : sa) {
+    const std::vector<float> x = flat(t), y = flat(sb.at(key)), z = flat(sc.at(key));
+    for (size_t k = 0; k < x.size(); ++k) {
+      ASSERT_EQ(std::memcmp(&x[k], &y[k], sizeof(float)), 0) << key << "[" << k << "]";
+      ASSERT_EQ(std::memcmp(&x[k], &z[k], sizeof(float)), 0) << key << "[" << k << "]";
+    }
+  }
+}
+
+TEST(ClipAndStepInOnePass, EqualsClippingThenStepping) {
+  const MakeOpt adam = [](const NamedTensors& p) { return std::make_unique<Adam>(p, 1e-2f); };
+  const MakeOpt adamw = [](const NamedTensors& p) {
+    return std::make_unique<Adam>(p, 1e-2f, 0.9f, 0.99f, 1e-8f, 0.1f, true, std::vector<bool>{true, false, true});
+  };
+  const MakeOpt l2 = [](const NamedTensors& p) {
+    return std::make_unique<Adam>(p, 1e-2f, 0.8f, 0.99f, 1e-8f, 0.1f, false, std::vector<bool>{false, true, true});
+  };
+  const MakeOpt sgd = [](const NamedTensors& p) { return std::make_unique<SGD>(p, 0.1f, 0.9f, 0.01f); };
+  // The grads of make_params have a norm near 0.29·√100,007 ≈ 91: max_norm 1 clips, 1e9 does not.
+  for (const MakeOpt& m : {adam, adamw, l2, sgd})
+    for (const float max_norm : {1.0f, 1e9f})
+      for (const int threads : {1, 2}) {
+        SCOPED_TRACE("max_norm " + std::to_string(max_norm) + ", threads " + std::to_string(threads));
+        check_clip_then_step(m, max_norm, threads);
+      }
+}
+
+// The grad norm is a norm: with max_norm 1 the factor is below 1 (the case the fused pass scales).
+TEST(ClipAndStepInOnePass, TheTestGradsAreClipped) {
+  NamedTensors p = make_params(11);
+  set_grads(p, 3);
+  std::vector<Tensor> params;
+  for (const auto& [key, t] : p) params.push_back(t);
+  EXPECT_GT(grad_norm(params), 10.0f);
+  EXPECT_LT(clip_coefficient(grad_norm(params), 1.0f), 0.1f);
 }
 
 TEST(ClipGradNormBlocks, TotalFromTensorSums) {

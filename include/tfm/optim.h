@@ -42,6 +42,7 @@ class Optimizer {
   virtual void load_state_dict(const NamedTensors& state) = 0;
 
  protected:
+  friend struct detail::OptimizerShards;
   Optimizer(const NamedTensors& params, float lr);
   std::vector<std::string> keys_;  // parameter keys, for state_dict() and load_state_dict()
   std::vector<Tensor> params_;     // the parameters, in the order of keys_

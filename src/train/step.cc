@@ -238,16 +238,25 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
   for (int64_t g = 1; g < G_; ++g) loss += static_cast<float>(losses_out_[static_cast<size_t>(g)]);
   r.loss = loss;
   r.loss_finite = r.finite = std::isfinite(loss);
+  float grad_scale = 1.0f;
   if (r.finite) {
     for (size_t i = 0; G_ > 1 && i < params_.size(); ++i) {  // the fold into the grads
       Tensor& slot = params_[i].mutable_grad();
       if (!slot.defined()) slot = Tensor::empty(params_[i].shape());
       std::copy(acc + offsets_[i], acc + offsets_[i + 1], slot.data());
     }
-    r.finite = clip_norm > 0 ? std::isfinite(clip_grad_norm(params_, clip_norm)) : finite_grads(params_);
+    if (clip_norm > 0) {
+      // Clipping and the optimizer in one pass over the elements: the optimizer reads each grad times
+      // the clip factor (the bits of clip_grad_norm's in-place scaling, then opt.step()).
+      const float total = grad_norm(params_);
+      r.finite = std::isfinite(total);
+      grad_scale = std::min(clip_coefficient(total, clip_norm), 1.0f);
+    } else {
+      r.finite = finite_grads(params_);
+    }
   }
   if (r.finite) {
-    opt.step();
+    detail::OptimizerShards::step_scaled(opt, grad_scale);
     if (average_) average_->update(params_);
   }
   opt.zero_grad();
@@ -278,6 +287,7 @@ StepOutcome ShardedStep::run_owned(Optimizer& opt, Generator& gen, const Generat
     agreement.stop |= losses_out_[static_cast<size_t>(agree_displs_[static_cast<size_t>(s)] + local_)] != 0;
 
   StepOutcome r;
+  float grad_scale = 1.0f;
   auto part_loss = [&](int64_t g) {
     return static_cast<float>(losses_out_[static_cast<size_t>(agree_displs_[static_cast<size_t>(g / local_)] + g % local_)]);
   };
@@ -303,18 +313,14 @@ StepOutcome ShardedStep::run_owned(Optimizer& opt, Generator& gen, const Generat
       }
       const float total = total_grad_norm(tensor_sq_);
       r.finite = std::isfinite(total);
-      const float coef = clip_coefficient(total, clip_norm);
-      if (r.finite && coef < 1.0f)
-        for (const ParamRange& o : owned_) {
-          float* mine = acc_.data() + offsets_[o.param];
-          for (int64_t k = o.begin; k < o.end; ++k) mine[k] *= coef;
-        }
+      // The optimizer reads each owned grad times the factor (the bits of scaling acc_ in place first).
+      grad_scale = std::min(clip_coefficient(total, clip_norm), 1.0f);
     } else {
       r.finite = finite_partials;  // a partial is finite exactly when its elements are
     }
   }
   if (r.finite) {
-    detail::OptimizerShards::step(opt, owned_);
+    detail::OptimizerShards::step(opt, owned_, grad_scale);
     if (average_) average_->update(params_, owned_);  // this rank's elements, stepped just now
     // The updated parameters: this rank's slice into acc_ (its gradient is spent), then everyone's.
     gather(params_, /*timed=*/true);
