@@ -31,14 +31,22 @@ def cpu_flags():
 
 
 def cpu_name():
+    """The model name with its family and model numbers, e.g. "AMD EPYC (family 25 model 17)": virtual machines
+    often report only the vendor's brand, and the numbers tell Zen 4 from Zen 5 or one Xeon from another."""
+    info = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break
+                k, _, v = line.partition(":")
+                info.setdefault(k.strip(), v.strip())
     except OSError:
         pass
-    return "unknown CPU"
+    name = info.get("model name", "unknown CPU")
+    if "cpu family" in info and "model" in info:
+        name += " (family %s model %s)" % (info["cpu family"], info["model"])
+    return name
 
 
 def isa():
