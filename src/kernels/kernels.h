@@ -132,16 +132,19 @@ void layer_norm_forward(const float* x, const float* w, const float* b, float* y
                         float* rstd, int64_t N, int64_t D, float eps);
 void layer_norm_forward_scalar(const float* x, const float* w, const float* b, float* y,
                                float* mean, float* rstd, int64_t N, int64_t D, float eps);
-// With x̂ = (x − μ)·rstd and g = dy ⊙ w:  dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂))  (overwrite);
-// dw += Σ_rows dy ⊙ x̂,  db += Σ_rows dy  (accumulate; db may be null).
+// With x̂ = (x − μ)·rstd and g = dy ⊙ w:  dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂))  (overwrite, or
+// with accumulate_dx dx += that float value: bitwise add_forward(dx, the overwritten dx), for a residual
+// stream whose gradient already holds the other branch's part); dw += Σ_rows dy ⊙ x̂,
+// db += Σ_rows dy  (accumulate; db may be null).
 // μ and rstd are recomputed from x in double (the forward's exact values), not taken from the
 // forward's float outputs: the formula cancels to O(eps·rstd²) when eps is not negligible against
 // var (e.g. D = 2: dx = rstd·(g₁ − g₂)/2 · eps·rstd²), so a float-rounded rstd (relative error up to
 // 2⁻²⁴) would come back amplified by (var + eps)/eps — 2000× at var 1, eps 1e-3.
 void layer_norm_backward(const float* dy, const float* x, const float* w, float* dx, float* dw,
-                         float* db, int64_t N, int64_t D, float eps);
+                         float* db, int64_t N, int64_t D, float eps, bool accumulate_dx = false);
 void layer_norm_backward_scalar(const float* dy, const float* x, const float* w, float* dx,
-                                float* dw, float* db, int64_t N, int64_t D, float eps);
+                                float* dw, float* db, int64_t N, int64_t D, float eps,
+                                bool accumulate_dx = false);
 
 // Residual add + LayerNorm in one pass over each chunk of rows: z = x + r, or z = x + dropout(r)
 // when r_drop is non-null (PyTorch's norm(x + dropout(sublayer(x)))), then y = layer_norm(z)
@@ -340,7 +343,7 @@ void dequantize_rows_scalar(const int32_t* acc, int64_t ldacc, int64_t M, int64_
 void layer_norm_forward_avx512(const float* x, const float* w, const float* b, float* y, float* mean,
                                float* rstd, int64_t N, int64_t D, float eps);
 void layer_norm_backward_avx512(const float* dy, const float* x, const float* w, float* dx, float* dw,
-                                float* db, int64_t N, int64_t D, float eps);
+                                float* db, int64_t N, int64_t D, float eps, bool accumulate_dx = false);
 void rms_norm_forward_avx512(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t D,
                              float eps);
 void rms_norm_backward_avx512(const float* dy, const float* x, const float* w, const float* rstd, float* dx,

@@ -17,8 +17,8 @@ void layer_norm_forward_scalar(const float* x, const float* w, const float* b, f
   layer_norm_forward_scalar<float>(x, w, b, y, mean, rstd, N, D, eps);
 }
 void layer_norm_backward_scalar(const float* dy, const float* x, const float* w, float* dx, float* dw,
-                                float* db, int64_t N, int64_t D, float eps) {
-  layer_norm_backward_scalar<float>(dy, x, w, dx, dw, db, N, D, eps);
+                                float* db, int64_t N, int64_t D, float eps, bool accumulate_dx) {
+  layer_norm_backward_scalar<float>(dy, x, w, dx, dw, db, N, D, eps, accumulate_dx);
 }
 void add_layer_norm_forward_scalar(const float* x, const float* r, const float* w, const float* b, float* z,
                                    float* y, float* mean, float* rstd, int64_t N, int64_t D, float eps,
@@ -46,14 +46,14 @@ void layer_norm_forward(const float* x, const float* w, const float* b, float* y
 }
 
 void layer_norm_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
-                         int64_t N, int64_t D, float eps) {
+                         int64_t N, int64_t D, float eps, bool accumulate_dx) {
   const bool simd = cpu_has_avx512();
   const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
   if (chunks <= 1) {
     if (simd)
-      layer_norm_backward_avx512(dy, x, w, dx, dw, db, N, D, eps);
+      layer_norm_backward_avx512(dy, x, w, dx, dw, db, N, D, eps, accumulate_dx);
     else
-      layer_norm_backward_scalar(dy, x, w, dx, dw, db, N, D, eps);
+      layer_norm_backward_scalar(dy, x, w, dx, dw, db, N, D, eps, accumulate_dx);
     return;
   }
   std::vector<float> part(static_cast<size_t>(chunks * 2 * D), 0.0f);  // per-chunk (dw, db)
@@ -61,9 +61,10 @@ void layer_norm_backward(const float* dy, const float* x, const float* w, float*
     float* pw = part.data() + c * 2 * D;
     if (simd)
       layer_norm_backward_avx512(dy + r0 * D, x + r0 * D, w, dx + r0 * D, pw, db ? pw + D : nullptr, rn, D,
-                                 eps);
+                                 eps, accumulate_dx);
     else
-      layer_norm_backward_scalar(dy + r0 * D, x + r0 * D, w, dx + r0 * D, pw, db ? pw + D : nullptr, rn, D, eps);
+      layer_norm_backward_scalar(dy + r0 * D, x + r0 * D, w, dx + r0 * D, pw, db ? pw + D : nullptr, rn, D, eps,
+                                 accumulate_dx);
   });
   for (int64_t c = 0; c < chunks; ++c) {
     const float* pw = part.data() + c * 2 * D;

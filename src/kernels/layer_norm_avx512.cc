@@ -80,7 +80,7 @@ void layer_norm_forward_avx512(const float* x, const float* w, const float* b, f
 // With x̂ = (x − μ)·rstd, g = dy ⊙ w: dx = rstd·(g − mean(g) − x̂·mean(g ⊙ x̂)); dw += dy ⊙ x̂; db += dy.
 // μ, rstd recomputed in double (kernels.h says why).
 void layer_norm_backward_avx512(const float* dy, const float* x, const float* w, float* dx, float* dw,
-                                float* db, int64_t N, int64_t D, float eps) {
+                                float* db, int64_t N, int64_t D, float eps, bool accumulate_dx) {
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = x + n * D;
     const float* dyr = dy + n * D;
@@ -122,7 +122,9 @@ void layer_norm_backward_avx512(const float* dy, const float* x, const float* w,
       // r·(g − mg − x̂·mgx)
       const __m512d o0 = _mm512_mul_pd(vr, _mm512_sub_pd(_mm512_sub_pd(q0, vmg), _mm512_mul_pd(h0, vmgx)));
       const __m512d o1 = _mm512_mul_pd(vr, _mm512_sub_pd(_mm512_sub_pd(q1, vmg), _mm512_mul_pd(h1, vmgx)));
-      _mm512_mask_storeu_ps(dx + n * D + d, k, join_ps(o0, o1));
+      const __m512 v = join_ps(o0, o1);
+      float* dxr = dx + n * D + d;
+      _mm512_mask_storeu_ps(dxr, k, accumulate_dx ? _mm512_add_ps(_mm512_maskz_loadu_ps(k, dxr), v) : v);
     }
   }
 }

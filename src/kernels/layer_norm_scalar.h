@@ -49,7 +49,7 @@ void layer_norm_forward_scalar(const T* x, const T* w, const T* b, T* y, T* mean
 
 template <typename T>
 void layer_norm_backward_scalar(const T* dy, const T* x, const T* w, T* dx, T* dw, T* db, int64_t N,
-                                int64_t D, T eps) {
+                                int64_t D, T eps, bool accumulate_dx = false) {
   for (int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * D;
     const T* dyr = dy + n * D;
@@ -69,7 +69,8 @@ void layer_norm_backward_scalar(const T* dy, const T* x, const T* w, T* dx, T* d
     for (int64_t d = 0; d < D; ++d) {
       double xh = (xr[d] - mu) * r;
       double g = static_cast<double>(dyr[d]) * w[d];
-      dx[n * D + d] = static_cast<T>(r * (g - mg - xh * mgx));
+      const T v = static_cast<T>(r * (g - mg - xh * mgx));
+      dx[n * D + d] = accumulate_dx ? dx[n * D + d] + v : v;
     }
   }
 }

@@ -24,15 +24,19 @@ struct LayerNormNode : Node {
     const Tensor& z = fused ? saved_sum : inputs[0];
     const Tensor& w = inputs[1];
     const int64_t D = w.numel(), N = z.numel() / D;
-    Tensor dz = Tensor::empty(z.shape());
     Tensor* dw = din[1];
     Tensor* db = din[2];
     if (dw && !dw->defined()) *dw = Tensor::zeros(w.shape());
     if (db && !db->defined()) *db = Tensor::zeros({D});
     Tensor dw_scratch = dw ? Tensor() : Tensor::zeros({D});
+    // A plain LayerNorm whose input's gradient already holds another branch's part (the residual
+    // stream of a pre-norm layer) adds its dx into it in the kernel's pass: bitwise accumulate_grad's
+    // add, without a dz tensor and a second pass.
+    const bool into_slot = !fused && din[0] && din[0]->defined() && din[0]->shape() == z.shape();
+    Tensor dz = into_slot ? *din[0] : Tensor::empty(z.shape());
     kernels::layer_norm_backward(dy.data(), z.data(), w.data(), dz.data(), dw ? dw->data() : dw_scratch.data(),
-                                 db ? db->data() : nullptr, N, D, eps);
-    if (din[0]) accumulate_grad(din[0], dz);
+                                 db ? db->data() : nullptr, N, D, eps, into_slot);
+    if (din[0] && !into_slot) accumulate_grad(din[0], dz);
     if (fused && din[3]) {
       if (r_drop) {
         Tensor dr = Tensor::empty(dz.shape());

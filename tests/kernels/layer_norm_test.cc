@@ -1,8 +1,9 @@
 // tests/kernels/layer_norm_test.cc — LayerNorm's kernels (layer_norm.cc, layer_norm_avx512.cc): the
 // AVX-512 bodies against their scalar twins on sizes that are not multiples of the 16-float vector,
 // the backward's accuracy when eps dominates the variance, the fused residual add + LayerNorm, the
-// dispatchers' thread-count independence and one hand-checked case. The finite-difference check of
-// the backward is in gradcheck_test.cc.
+// dispatchers' thread-count independence, the backward's accumulate_dx mode (bitwise the overwrite
+// followed by a float add, in every body and in the dispatcher at 1 and 2 threads) and one
+// hand-checked case. The finite-difference check of the backward is in gradcheck_test.cc.
 //
 // Expected agreement, derived:
 //   * dw, db: the SIMD body performs the same float operations in the same order per element as the
@@ -143,6 +144,34 @@ TEST(LayerNormKernel, AddLayerNormEqualsAddThenLayerNorm) {
   add_layer_norm_forward_scalar(x.data(), r.data(), w.data(), b.data(), nullptr, y3.data(), nullptr, nullptr, N, D,
                                 1e-5f);
   EXPECT_TRUE(near(y1, y3, 64.0 * std::ldexp(1.0, -52) * double(D) * (2.0 * std::sqrt(double(D)) + 2.0)));
+}
+
+// accumulate_dx: dx += the value the overwrite would store, one float add per element — bitwise
+// add_forward(dx, overwritten dx), whichever body runs (the AVX-512 body, the scalar twin, the
+// dispatcher over row chunks at 1 and 2 threads), on D not a multiple of 16 and N over several chunks.
+TEST(LayerNormKernel, BackwardAccumulateIsOverwriteThenAdd) {
+  using Body = void (*)(const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t, float,
+                        bool);
+  std::vector<std::pair<const char*, Body>> bodies = {{"scalar", layer_norm_backward_scalar},
+                                                      {"dispatcher", layer_norm_backward}};
+  if (cpu_has_avx512()) bodies.push_back({"avx512", layer_norm_backward_avx512});
+  const int saved = omp_get_max_threads();
+  for (const int64_t N : {int64_t{3}, int64_t{200}})
+    for (const int64_t D : {int64_t{7}, int64_t{130}})
+      for (const auto& [name, body] : bodies)
+        for (const int threads : {1, 2}) {
+          omp_set_num_threads(threads);
+          auto x = rnd(N * D, 70 + D), w = rnd(D, 71 + D), dy = rnd(N * D, 72 + D), slot = rnd(N * D, 73 + D);
+          std::vector<float> dz(N * D), dw1(D, 0.f), db1(D, 0.f), dw2(D, 0.f), db2(D, 0.f);
+          body(dy.data(), x.data(), w.data(), dz.data(), dw1.data(), db1.data(), N, D, 1e-5f, false);
+          std::vector<float> expected(N * D), acc = slot;
+          for (int64_t i = 0; i < N * D; ++i) expected[i] = slot[i] + dz[i];
+          body(dy.data(), x.data(), w.data(), acc.data(), dw2.data(), db2.data(), N, D, 1e-5f, true);
+          EXPECT_TRUE(bitwise_equal(acc, expected)) << name << " N=" << N << " D=" << D << " threads=" << threads;
+          EXPECT_TRUE(bitwise_equal(dw1, dw2)) << name << " dw N=" << N << " D=" << D;
+          EXPECT_TRUE(bitwise_equal(db1, db2)) << name << " db N=" << N << " D=" << D;
+        }
+  omp_set_num_threads(saved);
 }
 
 TEST(LayerNormKernel, DispatchersBitwiseAcrossThreadCounts) {
