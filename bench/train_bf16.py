@@ -132,7 +132,7 @@ def steps_part(a, tmp):
     best_split = {}
     rows = []
     envs = {"best": torch_peer.best_env(a.threads), "inherited": torch_peer.inherited_env(a.threads)}
-    splits = [(a.threads, a.threads)] + ([(a.threads, 1), (1, a.threads)] if a.threads > 1 else [])
+    splits = torch_peer.splits(a.threads)  # (torch threads, OpenBLAS threads)
     for config in a.only.split(","):
         d, h, f, B, N = CONFIGS[config]
         cfg = os.path.join(tmp, config + ".json")
@@ -154,11 +154,11 @@ def steps_part(a, tmp):
                 if key not in best_split:
                     trial = []
                     for tt, ot in splits:
-                        env = dict(envs["best"], OMP_NUM_THREADS=str(ot))
+                        env = torch_peer.best_env(tt, blas_threads=ot)
                         trial.append((run_torch(env, config, mode, a.iters, a.warmup, tt)["ms"], (tt, ot)))
                     best_split[key] = min(trial)[1]
                 tt, ot = best_split[key]
-                res = run_torch(dict(envs["best"], OMP_NUM_THREADS=str(ot)), config, mode, a.iters, a.warmup, tt)
+                res = run_torch(torch_peer.best_env(tt, blas_threads=ot), config, mode, a.iters, a.warmup, tt)
                 times["torch %s best" % mode].append(res["ms"])
                 if mode == "bf16":
                     ran = res["ran"]
