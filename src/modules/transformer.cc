@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "ops/linear_activation.h"
+#include "tfm/ops/layer_norm.h"
 
 namespace tfm {
 
@@ -52,6 +53,18 @@ static ops::AttentionMasks masks_of(const Tensor& attn_mask, const Tensor& kpm, 
 static Tensor residual(const Tensor& x, const Tensor& r, const Dropout& r_dropout, const DropPath& drop_path) {
   if (!drop_path.active()) return r_dropout.forward_add(x, r);
   return ops::add(x, drop_path.forward(r_dropout.forward(r)));
+}
+// {x + drop_path(r_dropout(r)), norm(that)}: a pre-norm layer's residual stream and its next
+// sublayer's input; with a LayerNorm and without an active drop_path both in one pass
+// (ops::add_dropout_and_layer_norm: the numbers, draw and gradients of residual() then norm.forward()).
+static std::pair<Tensor, Tensor> residual_and_norm(const Norm& norm, const Tensor& x, const Tensor& r,
+                                                   const Dropout& r_dropout, const DropPath& drop_path) {
+  if (drop_path.active() || norm.type != NormType::LAYER_NORM) {
+    Tensor z = residual(x, r, r_dropout, drop_path);
+    return {z, norm.forward(z)};
+  }
+  return ops::add_dropout_and_layer_norm(x, r, r_dropout.p, r_dropout.is_training(), r_dropout.generator(),
+                                         norm.weight, norm.bias, norm.eps);
 }
 // norm(x + drop_path(r_dropout(r))), the post-norm residual; without an active drop_path Norm's
 // fused forward_add.
@@ -109,8 +122,8 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mas
   const auto m = masks_of(src_mask, kpm, is_causal);
   if (options.norm_first) {
     Tensor h = norm1.forward(src);
-    Tensor x = residual(src, self_attn.forward(h, h, h, m, cache), dropout1, drop_path);
-    return residual(x, feed_forward(norm2.forward(x)), dropout2, drop_path);
+    const auto [x, h2] = residual_and_norm(norm2, src, self_attn.forward(h, h, h, m, cache), dropout1, drop_path);
+    return residual(x, feed_forward(h2), dropout2, drop_path);
   }
   Tensor x = norm_residual(norm1, src, self_attn.forward(src, src, src, m, cache), dropout1, drop_path);
   return norm_residual(norm2, x, feed_forward(x), dropout2, drop_path);

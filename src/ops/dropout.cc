@@ -2,6 +2,7 @@
 #include "tfm/ops/dropout.h"
 
 #include "kernels/kernels.h"
+#include "ops/add_dropout_node.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
 #include "tfm/ops/elementwise.h"
@@ -26,14 +27,17 @@ struct DropoutNode : Node {
   }
 };
 
-// y = x + dropout(r): dx = dy, dr = dropout(dy) with the forward's mask.
+// y = x + dropout(r): dx = dy, dr = dropout(dy) with the forward's mask (masked), or dr = dy (not
+// masked: no active dropout).
 struct AddDropoutNode : Node {
   float p = 0;
   uint64_t seed = 0, offset = 0;
+  bool masked = true;
   const char* name() const override { return "add_dropout"; }
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
     if (din[0]) accumulate_grad(din[0], dy);
-    if (din[1]) {
+    if (din[1] && !masked) accumulate_grad(din[1], dy);
+    if (din[1] && masked) {
       Tensor dr = Tensor::empty(dy.shape());
       apply_mask(dy.data(), dr.data(), dy.numel(), p, seed, offset);
       accumulate_grad(din[1], dr);
@@ -115,6 +119,18 @@ Tensor dropout(const Tensor& x, float p, bool training, Generator& gen) {
     record(y, node);
   }
   return y;
+}
+
+void record_add_dropout(Tensor& z, const Tensor& x, const Tensor& r, const kernels::DropoutSpec* drop) {
+  auto node = std::make_shared<AddDropoutNode>();
+  node->masked = drop != nullptr;
+  if (drop) {
+    node->p = drop->p;
+    node->seed = drop->seed;
+    node->offset = drop->offset;
+  }
+  node->inputs = {x, r};
+  record(z, node);
 }
 
 Tensor add_dropout(const Tensor& x, const Tensor& r, float p, bool training, Generator& gen) {

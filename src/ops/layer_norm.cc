@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "kernels/kernels.h"
+#include "ops/add_dropout_node.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
 #include "tfm/ops/dropout.h"
@@ -50,9 +51,7 @@ struct LayerNormNode : Node {
   Tensor saved_sum;
 };
 
-Tensor layer_norm_impl(const Tensor& x, const Tensor* r, const Tensor& weight, const Tensor& bias, float eps,
-                       const kernels::DropoutSpec* r_drop = nullptr) {
-  const char* op = r ? "add_layer_norm" : "layer_norm";
+void check_args(const char* op, const Tensor& x, const Tensor* r, const Tensor& weight, const Tensor& bias) {
   check_float(x, op, "input");
   check_float(weight, op, "weight");
   const int64_t D = weight.numel();
@@ -63,6 +62,20 @@ Tensor layer_norm_impl(const Tensor& x, const Tensor* r, const Tensor& weight, c
     check_float(*r, op, "residual");
     check_shape(*r, x.shape(), op, "residual");
   }
+}
+
+// The backward of y = layer_norm(z) recorded on y (z a plain input, not a fused sum).
+void record_layer_norm(Tensor& y, const Tensor& z, const Tensor& weight, const Tensor& bias, float eps) {
+  auto node = std::make_shared<LayerNormNode>();
+  node->eps = eps;
+  node->inputs = {z, weight, bias};
+  record(y, node);
+}
+
+Tensor layer_norm_impl(const Tensor& x, const Tensor* r, const Tensor& weight, const Tensor& bias, float eps,
+                       const kernels::DropoutSpec* r_drop = nullptr) {
+  check_args(r ? "add_layer_norm" : "layer_norm", x, r, weight, bias);
+  const int64_t D = weight.numel();
   const int64_t N = x.numel() / std::max<int64_t>(D, 1);
   Tensor y = Tensor::empty(x.shape());
   const bool grad = r ? needs_grad({&x, r, &weight, &bias}) : needs_grad({&x, &weight, &bias});
@@ -75,17 +88,14 @@ Tensor layer_norm_impl(const Tensor& x, const Tensor* r, const Tensor& weight, c
   } else {
     kernels::layer_norm_forward(x.data(), weight.data(), b, y.data(), nullptr, nullptr, N, D, eps);
   }
-  if (grad) {
+  if (grad && !r) record_layer_norm(y, x, weight, bias, eps);
+  if (grad && r) {
     auto node = std::make_shared<LayerNormNode>();
     node->eps = eps;
     if (r_drop) node->r_drop = *r_drop;
-    node->fused = r != nullptr;
-    if (r) {
-      node->saved_sum = z;
-      node->inputs = {x, weight, bias, *r};
-    } else {
-      node->inputs = {x, weight, bias};
-    }
+    node->fused = true;
+    node->saved_sum = z;
+    node->inputs = {x, weight, bias, *r};
     record(y, node);
   }
   return y;
@@ -106,6 +116,24 @@ Tensor add_dropout_layer_norm(const Tensor& x, const Tensor& r, float p, bool tr
   check_float(r, "dropout", "input");
   const kernels::DropoutSpec spec{p, gen.seed, gen.take(static_cast<uint64_t>(r.numel()))};
   return layer_norm_impl(x, &r, weight, bias, eps, &spec);
+}
+
+std::pair<Tensor, Tensor> add_dropout_and_layer_norm(const Tensor& x, const Tensor& r, float p, bool training,
+                                                     Generator& gen, const Tensor& weight, const Tensor& bias,
+                                                     float eps) {
+  check_args("add_dropout_and_layer_norm", x, &r, weight, bias);
+  const int64_t D = weight.numel();
+  const int64_t N = x.numel() / std::max<int64_t>(D, 1);
+  // Only a real dropout (training, 0 < p < 1) draws, as ops::add_dropout.
+  const bool drop = training && p > 0.0f && p < 1.0f;
+  kernels::DropoutSpec spec{p, gen.seed, 0};
+  if (drop) spec.offset = gen.take(static_cast<uint64_t>(r.numel()));
+  Tensor z = Tensor::empty(x.shape()), y = Tensor::empty(x.shape());
+  kernels::add_layer_norm_forward(x.data(), r.data(), weight.data(), bias.defined() ? bias.data() : nullptr, z.data(),
+                                  y.data(), nullptr, nullptr, N, D, eps, drop ? &spec : nullptr);
+  if (needs_grad({&x, &r})) record_add_dropout(z, x, r, drop ? &spec : nullptr);
+  if (needs_grad({&z, &weight, &bias})) record_layer_norm(y, z, weight, bias, eps);
+  return {z, y};
 }
 
 }  // namespace tfm::ops

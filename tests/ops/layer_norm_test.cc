@@ -3,8 +3,10 @@
 // Its kernels apply the same per-element float operations in the same order as the composition it
 // replaces (the mask is the same pure function of seed and counter), so the output, every gradient
 // and the generator's position afterwards must be bitwise equal to
-// ops::add_layer_norm(x, ops::dropout(r)). LayerNorm's kernels are tested in
-// tests/kernels/layer_norm_test.cc.
+// ops::add_layer_norm(x, ops::dropout(r)). Likewise ops::add_dropout_and_layer_norm (pre-norm: the
+// sum z and LayerNorm(z) from one pass) against z = ops::add_dropout(x, r), y = ops::layer_norm(z),
+// with a gradient flowing into z from elsewhere too (the residual stream's other use). LayerNorm's
+// kernels are tested in tests/kernels/layer_norm_test.cc.
 // To add a case: another shape or p in the loops below.
 #include "tfm/ops/layer_norm.h"
 
@@ -14,6 +16,7 @@
 #include "test_util.h"
 #include "tfm/autograd.h"
 #include "tfm/ops/dropout.h"
+#include "tfm/ops/elementwise.h"
 #include "tfm/random.h"
 
 namespace tfm::ops {
@@ -70,6 +73,35 @@ TEST(LayerNorm, AddDropoutLayerNormEvalIsAddLayerNorm) {
   Tensor y_eval = add_dropout_layer_norm(l.x, l.r, 0.5f, false, g, l.w, l.b, 1e-5f);
   EXPECT_TRUE(bitwise_equal(y_eval, add_layer_norm(l.x, l.r, l.w, l.b, 1e-5f), "eval"));
   EXPECT_EQ(g.offset, 0u);
+}
+
+// Pre-norm: {z, y} from one pass against the composition, in training with and without an active
+// dropout and in eval; the loss uses both outputs (y and z feed the rest of a layer), so z's gradient
+// has two parts, as a residual stream's does.
+TEST(LayerNorm, AddDropoutAndLayerNormEqualsComposition) {
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    for (Shape shape : {Shape{3, 5, 7}, Shape{130, 515}, Shape{2, 64, 128}})
+      for (float p : {0.0f, 0.1f})
+        for (bool training : {true, false}) {
+          const int64_t D = shape.back();
+          Leaves f = make_leaves(shape, D, 70), c = make_leaves(shape, D, 70);
+          Tensor gy = random_tensor(shape, 74);
+          Generator gf{9, 55}, gc{9, 55};
+          const auto [zf, yf] = add_dropout_and_layer_norm(f.x, f.r, p, training, gf, f.w, f.b, 1e-5f);
+          Tensor zc = add_dropout(c.x, c.r, p, training, gc);
+          Tensor yc = layer_norm(zc, c.w, c.b, 1e-5f);
+          SCOPED_TRACE("p " + std::to_string(p) + (training ? " training" : " eval") + ", threads " +
+                       std::to_string(threads));
+          ASSERT_TRUE(bitwise_equal(zf, zc, "z"));
+          ASSERT_TRUE(bitwise_equal(yf, yc, "y"));
+          EXPECT_EQ(gf.offset, gc.offset);
+          // d(y + 0.75·z) = gy: z's gradient is 0.75·gy plus what flows back through the LayerNorm.
+          add(yf, mul_scalar(zf, 0.75f)).backward(gy);
+          add(yc, mul_scalar(zc, 0.75f)).backward(gy);
+          expect_same_grads(f, c);
+        }
+  }
 }
 
 }  // namespace
