@@ -217,9 +217,13 @@ const uint16_t* panel_a(const float* A, int64_t lda, bool trans_a, int64_t i0, i
 int64_t panel_lda(const uint16_t*, int64_t lda, bool, int64_t, int64_t) { return lda; }
 int64_t panel_lda(const float*, int64_t, bool trans_a, int64_t m, int64_t K) { return trans_a ? m : K; }
 
+// Both gemm_bf16 entry points: the scalar switch, the degenerate shapes, then the panels.
 template <typename TA>
 void gemm_bf16_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const TA* A, int64_t lda,
                        const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (force_scalar()) return gemm_bf16_scalar(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return bias_plus_beta(M, N, beta, C, ldc, bias);
   const gemm_detail::GemmPlan p = gemm_detail::gemm_plan(M, N, K);
   const int64_t n_row = ceil_div(M, p.mt), n_col = ceil_div(N, p.nt);
   const int64_t last_m = M - (n_row - 1) * p.mt, last_n = N - (n_col - 1) * p.nt;
@@ -253,17 +257,11 @@ void gemm_bf16_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
-  if (force_scalar()) return gemm_bf16_scalar(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) return bias_plus_beta(M, N, beta, C, ldc, bias);
   gemm_bf16_paneled(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
-  if (force_scalar()) return gemm_bf16_scalar(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) return bias_plus_beta(M, N, beta, C, ldc, bias);
   gemm_bf16_paneled(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
