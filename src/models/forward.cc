@@ -305,6 +305,9 @@ NamedTensors LoadedModule::forward(const NamedTensors& inputs, const std::string
 
 NamedTensors LoadedModule::forward_backward(const NamedTensors& inputs, const Tensor& grad_output,
                                             const std::string& source) {
+  if (impl_->precision == Precision::INT8)
+    throw std::invalid_argument(source + ": 'grad_output' asks for gradients, which int8 (inference only) does not "
+                                "compute; use f32 or bf16");
   Module& m = module();
   m.zero_grad();
   NamedTensors in;
@@ -376,9 +379,6 @@ NamedTensors read_forward_inputs(const std::string& path) {
 NamedTensors run_forward(LoadedModule& module, const NamedTensors& inputs, const std::string& source) {
   auto go = inputs.find("grad_output");
   if (go == inputs.end()) return module.forward(inputs, source);
-  if (module.precision() == Precision::INT8)
-    throw std::invalid_argument(source + ": 'grad_output' asks for gradients, which int8 (inference only) does not "
-                                "compute; use f32 or bf16");
   NamedTensors rest;
   for (const auto& [k, v] : inputs)
     if (k != "grad_output") rest.insert(k, v);

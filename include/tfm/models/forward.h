@@ -124,7 +124,7 @@ class LoadedModule {
   NamedTensors forward(const NamedTensors& inputs, const std::string& source = "inputs");
 
   // Training math in precision(): float32, or bfloat16 Linear matmuls forward and backward (an
-  // Autocast scope, tfm/autocast.h; int8 is refused by run_forward), with dropout as the module's mode has it
+  // Autocast scope, tfm/autocast.h; int8 throws std::invalid_argument), with dropout as the module's mode has it
   // (off after construction): runs forward with autograd and the backward of
   // sum(output ⊙ grad_output), grad_output of the output's shape, and returns "output",
   // "grad.<param key>" for every parameter and "grad.<name>" for every differentiable input given
