@@ -51,13 +51,13 @@ def table(hdr, rows, markdown):
             print("  ".join(str(x).ljust(n) for x, n in zip(r, w)))
 
 
-def compare(a, name, args_of, steps):
+def compare(a, key, name, args_of, steps):
     seeds = [int(s) for s in a.seeds.split(",")]
     loss = {"f32": [], "bf16": []}
     rows = []
     for seed in seeds:
         for dtype in ("f32", "bf16"):
-            out = os.path.join(a.work, "runs", "%s-%s-%d-%d" % (name, dtype, steps, seed))
+            out = os.path.join(a.work, "runs", "%s-%s-%d-%d" % (key, dtype, steps, seed))
             last = train(a, out, args_of(seed, dtype))
             loss[dtype].append(float(last["valid_loss"]))
             rows.append([str(seed), dtype, last["step"], "%.4f" % float(last["valid_loss"]),
@@ -92,11 +92,11 @@ def main():
             torch_peer.cpu_name(), torch_peer.isa(), last["step"], 100 * float(last["valid_sequence_accuracy"]),
             100 * float(last["valid_token_accuracy"])))
     if "vim" in a.only:
-        compare(a, "nanogpt-baby on Vim's help", lambda seed, dtype: [
+        compare(a, "vim", "nanogpt-baby on Vim's help", lambda seed, dtype: [
             "--preset", "nanogpt-baby", "--text", d("vimtrain.txt"), "--valid-text", d("vimvalid.txt"), "--max-steps",
             str(a.lm_steps), "--seed", str(seed), "--dtype", dtype], a.lm_steps)
     if "licenses" in a.only:
-        compare(a, "seq2seq on the licenses TSV", lambda seed, dtype: [
+        compare(a, "licenses", "seq2seq on the licenses TSV", lambda seed, dtype: [
             "--train", d("train.tsv"), "--valid", d("valid.tsv"), "--arch", "seq2seq", "--tokens", "spm", "--joint-vocab",
             "--vocab-size", "1000", "--share-embeddings", "--d-model", "256", "--layers", "3", "--dim-feedforward", "1024",
             "--batch-tokens", "4096", "--max-steps", str(a.s2s_steps), "--seed", str(seed), "--dtype", dtype], a.s2s_steps)
