@@ -126,8 +126,9 @@ std::pair<Tensor, Tensor> add_dropout_and_layer_norm(const Tensor& x, const Tens
   const int64_t N = x.numel() / std::max<int64_t>(D, 1);
   // Only a real dropout (training, 0 < p < 1) draws, as ops::add_dropout.
   const bool drop = training && p > 0.0f && p < 1.0f;
-  kernels::DropoutSpec spec{p, gen.seed, 0};
-  if (drop) spec.offset = gen.take(static_cast<uint64_t>(r.numel()));
+  // The generator is read only when it draws: out of training it may be gone (a model built with a temporary one).
+  kernels::DropoutSpec spec{p, 0, 0};
+  if (drop) spec = {p, gen.seed, gen.take(static_cast<uint64_t>(r.numel()))};
   Tensor z = Tensor::empty(x.shape()), y = Tensor::empty(x.shape());
   kernels::add_layer_norm_forward(x.data(), r.data(), weight.data(), bias.defined() ? bias.data() : nullptr, z.data(),
                                   y.data(), nullptr, nullptr, N, D, eps, drop ? &spec : nullptr);
