@@ -2,7 +2,7 @@
 // inputs, for inference or a training step (the library's run_bench, include/tfm/models/bench.h).
 //
 //   tfm bench --config CONFIG.json --batch B --seq N [--src-seq S] [--mode infer|train] [--iters K]
-//             [--warmup W] [--threads T] [--dtype f32|bf16] [--json]
+//             [--warmup W] [--threads T] [--dtype f32|bf16|int8] [--json]
 //
 // Prints the median milliseconds per iteration, tokens/s (B·N per iteration), achieved GFLOP/s and
 // the peak resident memory, as text or (--json) one JSON object that bench/compare_torch.py reads.
@@ -62,7 +62,7 @@ void register_bench(CLI::App& app, Runner& run) {
   cmd->add_option("--mode", o->mode, "infer (eval, no gradients) or train (forward, MSE, backward, Adam)")
       ->type_name(choices_type<BenchMode>())
       ->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "f32, or for infer bf16 or int8 (the Linear matmuls; docs/bf16.md, docs/int8.md)")
+  cmd->add_option("--dtype", o->dtype, "the Linear matmuls: f32, bf16 (infer and train), int8 (infer only); docs/bf16.md, docs/int8.md")
       ->type_name(choices_type<Precision>())
       ->capture_default_str();
   cmd->add_option("--iters", o->bench.iters, "timed iterations")->capture_default_str();
