@@ -615,7 +615,7 @@ std::string float_text(float v) {
 // bf16's unit roundoff over float32's, u_b/u = 2⁻⁸/2⁻²⁴ = 2¹⁶: every bound above, the first loss's included, is
 // 2¹⁶ times wider — the float32 curve's drift with each rounding 2¹⁶ times larger. The bf16 curve must also leave
 // float32's envelope: its largest distance from float64 above 3× PyTorch float32's (bf16 really ran; tfm float32
-// stays near 0.5×, bf16 measures 7–8×: docs/bf16.md, "Training").
+// stays near 0.5×, bf16 measures about 10×: docs/bf16.md, "Training").
 void expect_training_like_torch(Model& m, const std::vector<data::TokenBatch>& raw, float lr, const char* what,
                                 const CurveOptim& optim = {}, Precision precision = Precision::FLOAT32) {
   const std::vector<data::TokenBatch> batches = pad_to_common_width(raw, m.config().pad_id);
@@ -711,39 +711,35 @@ std::vector<data::TokenBatch> reverse_batches(int steps, int B, uint64_t seed) {
   return batches;
 }
 
+// An encoder for the reverse task (vocabulary 20, 4 heads, dropout 0, context 64) of the given size.
+ModelConfig reverse_encoder(int64_t d_model, int64_t layers, int64_t dim_feedforward) {
+  ModelConfig c;
+  c.arch = Arch::ENCODER;
+  c.src_vocab_size = c.tgt_vocab_size = 20;
+  c.d_model = d_model;
+  c.nhead = 4;
+  c.num_encoder_layers = layers;
+  c.dim_feedforward = dim_feedforward;
+  c.dropout = 0;
+  c.max_len = 64;
+  return c;
+}
+
 // The notebook's configuration with torch.nn's layers: arch encoder, 4 layers, d_model 16, 4 heads,
 // FFN 512, Adam lr 5e-4, batch 128, on the reverse task, dropout 0, 30 steps.
 TEST(Model, NotebookConfigTrainsLikeTorch) {
   if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
-  ModelConfig c;
-  c.arch = Arch::ENCODER;
-  c.src_vocab_size = c.tgt_vocab_size = 20;
-  c.d_model = 16;
-  c.nhead = 4;
-  c.num_encoder_layers = 4;
-  c.dim_feedforward = 512;
-  c.dropout = 0;
-  c.max_len = 64;
   Generator g{2024, 0};
-  Model m(c, g);
+  Model m(reverse_encoder(16, 4, 512), g);
   expect_training_like_torch(m, reverse_batches(30, 128, 77), 5e-4f, "notebook encoder");
 }
 
-// The same reverse-task model's first 50 Adam steps in bf16 (tfm::Autocast) against PyTorch float64, the curve rule
-// scaled by u_b/u (expect_training_like_torch).
+// A reverse-task encoder (d_model 64, 2 layers, FFN 256, ReLU) trained its first 50 Adam steps in bf16
+// (tfm::Autocast) against PyTorch float64, the curve rule scaled by u_b/u (expect_training_like_torch).
 TEST(Model, Bf16CurveTracksFloat64) {
   if (!have_torch()) GTEST_SKIP() << "torch not importable by " << kPython;
-  ModelConfig c;
-  c.arch = Arch::ENCODER;
-  c.src_vocab_size = c.tgt_vocab_size = 20;
-  c.d_model = 64;
-  c.nhead = 4;
-  c.num_encoder_layers = 2;
-  c.dim_feedforward = 256;
-  c.dropout = 0;
-  c.max_len = 64;
   Generator g{2024, 0};
-  Model m(c, g);
+  Model m(reverse_encoder(64, 2, 256), g);
   expect_training_like_torch(m, reverse_batches(50, 128, 78), 5e-4f, "reverse encoder in bf16", {}, Precision::BFLOAT16);
 }
 

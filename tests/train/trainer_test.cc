@@ -94,17 +94,23 @@ TEST(Trainer, InterruptedAndResumedEqualsUninterrupted) {
   EXPECT_EQ(clock.at("history")[0].at("elapsed_seconds").get<double>(), rb1.history[0].elapsed_seconds);
 }
 
+// Trains `c` with 1 thread into dir_one and with 2 threads into dir_two (the thread count restored after).
+void train_with_one_and_two_threads(TrainConfig c, const std::string& dir_one, const std::string& dir_two) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  c.out_dir = dir_one;
+  run_training(c);
+  omp_set_num_threads(2);
+  c.out_dir = dir_two;
+  run_training(c);
+  omp_set_num_threads(saved);
+}
+
 TEST(Trainer, SameNumbersForOneAndTwoThreads) {
   const std::string a = testing::temp_dir("thr1"), b = testing::temp_dir("thr2");
   TrainConfig c = tiny(a);
   c.max_steps = 15;
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  run_training(c);
-  omp_set_num_threads(2);
-  c.out_dir = b;
-  run_training(c);
-  omp_set_num_threads(saved);
+  train_with_one_and_two_threads(c, a, b);
   EXPECT_TRUE(file(a, "model.safetensors") == file(b, "model.safetensors")) << "thread count changed the weights";
   EXPECT_TRUE(file(a, "trainer_state.safetensors") == file(b, "trainer_state.safetensors"))
       << "thread count changed the trainer state";
@@ -145,13 +151,7 @@ TEST(TrainerBf16, SameNumbersForOneAndTwoThreads) {
   const std::string a = testing::temp_dir("bf16_thr1"), b = testing::temp_dir("bf16_thr2");
   TrainConfig c = tiny_bf16(a);
   c.max_steps = 6;
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  run_training(c);
-  omp_set_num_threads(2);
-  c.out_dir = b;
-  run_training(c);
-  omp_set_num_threads(saved);
+  train_with_one_and_two_threads(c, a, b);
   EXPECT_TRUE(file(a, "model.safetensors") == file(b, "model.safetensors")) << "thread count changed the bf16 weights";
 }
 
@@ -656,13 +656,7 @@ TEST(TrainerLm, SameNumbersForOneAndTwoThreads) {
   TrainConfig c = tiny_lm(d + "/a", d + "/t.txt");
   c.max_steps = 10;
   c.tgt_tokens = c.src_tokens = data::Tokenization::BYTE;
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  run_training(c);
-  omp_set_num_threads(2);
-  c.out_dir = d + "/b";
-  run_training(c);
-  omp_set_num_threads(saved);
+  train_with_one_and_two_threads(c, d + "/a", d + "/b");
   EXPECT_TRUE(file(d + "/a", "model.safetensors") == file(d + "/b", "model.safetensors")) << "thread count changed the weights";
   EXPECT_EQ(load_model_dir(d + "/a").tgt_vocab.size(), 259);  // the byte vocabulary
   // Tokens read from a memory-mapped cache (written on the first run, mapped on the second): the same run.
