@@ -26,6 +26,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "kernels/gemm_backend.h"
+#include "kernels/onednn_primitives.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/gemm_scalar.h"
 #include "kernels/kernels.h"
@@ -36,24 +37,11 @@ namespace {
 using dnnl::memory;
 using Dt = memory::data_type;
 using gemm_detail::SerialOmpScope;
+using onednn::cpu_engine;
+using onednn::thread_buffer;
+using onednn::thread_stream;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-template <typename T>
-T* thread_buffer(std::vector<T>& buf, size_t n) {  // grows only: no allocation in the steady state
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
-
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream s(cpu_engine());
-  return s;
-}
 
 // One panel's primitive: (m, n, K), the strides, the transposes, accumulate (beta = 1) and bias.
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, bool>;

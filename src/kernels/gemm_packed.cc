@@ -30,6 +30,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "kernels/gemm_backend.h"
+#include "kernels/onednn_primitives.h"
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
@@ -127,24 +128,10 @@ namespace {
 
 using dnnl::memory;
 using gemm_detail::SerialOmpScope;
+using onednn::cpu_engine;
+using onednn::thread_buffer;
+using onednn::thread_stream;
 using Dt = memory::data_type;
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
-
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream s(cpu_engine());
-  return s;
-}
-
-// Grows-only per-thread buffers: no allocation in the steady state.
-template <typename T>
-T* thread_buffer(std::vector<T>& buf, size_t n) {
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
