@@ -72,6 +72,13 @@ const Shape kShapes[] = {
     {false, false, 2048, 1024, 256, 0.f, "L-dx"}, {true, false, 768, 256, 2048, 0.f, "L-dW"},
     {true, false, 256, 256, 2048, 0.f, "L-dW"},   {true, false, 1024, 256, 2048, 0.f, "L-dW"},
     {true, false, 256, 1024, 2048, 0.f, "L-dW"},
+    // the nanogpt-baby preset (D = 128, F = 512, 768 tokens): forward, input gradients, weight gradients
+    {false, true, 768, 384, 128, 0.f, "S-qkv"},   {false, true, 768, 128, 128, 0.f, "S-out"},
+    {false, true, 768, 512, 128, 0.f, "S-ffn1"},  {false, true, 768, 128, 512, 0.f, "S-ffn2"},
+    {false, false, 768, 128, 384, 0.f, "S-dx"},   {false, false, 768, 128, 512, 0.f, "S-dx"},
+    {false, false, 768, 512, 128, 0.f, "S-dx"},   {true, false, 384, 128, 768, 0.f, "S-dW"},
+    {true, false, 128, 128, 768, 0.f, "S-dW"},    {true, false, 512, 128, 768, 0.f, "S-dW"},
+    {true, false, 128, 512, 768, 0.f, "S-dW"},
     // ragged edges in every dimension (not multiples of any tile or block size)
     {false, true, 1001, 999, 700, 0.f, "odd"},    {true, false, 999, 1001, 1300, 0.f, "odd"},
     {false, false, 1001, 999, 700, 0.f, "odd"},

@@ -25,6 +25,10 @@ clip_grad_norm_(1.0), torch.set_num_threads(2), float32.
 Equal wall time: both clocks start before the training text is read (tfm's --time-budget counts its data
 loading) and stop after the first step that ends past SECONDS. Tokens/s = trained tokens / that time (for tfm,
 SECONDS·(steps+1)/steps: the last step's overshoot is bounded by one step, counted in full against tfm).
+tfm's --time-budget plans its run to end well, its evaluations included: it evaluates once when it fits its
+step count and once at the end, inside the budget. PyTorch's loop evaluates only after its clock stops, so
+tfm's timed run validates on the first 2 kB of the validation text (two evaluations of about 30 ms, where
+the whole text's would take about 3 s each of the 30) and both are scored on the whole text afterwards.
 Validation loss after the run, the same way on both sides: the validation text cut into consecutive windows
 of 64 tokens (the last, shorter window counts too), mean loss per predicted token; for tfm
 `tfm eval --model DIR --text VALID --json --threads 2`, for PyTorch the same windows through the twin with the
@@ -198,8 +202,17 @@ def run_torch(train_path, valid_path, model_dir, seconds, max_steps, seed):
 
 # ---- tfm side ---------------------------------------------------------------------------------------------------------
 
-def run_tfm(tfm, train_path, valid_path, out, seconds, max_steps, threads, seed):
-    cmd = [tfm, "train", "--preset", "nanogpt-baby", "--text", train_path, "--valid-text", valid_path,
+def short_text(valid_path, tmp):
+    """The first 2 kB of the validation text: what the timed training runs validate on (see the docstring)."""
+    path = os.path.join(tmp, "short_valid.txt")
+    with open(valid_path, encoding="utf-8") as f, open(path, "w", encoding="utf-8") as out:
+        out.write(f.read(2048))
+    return path
+
+
+def run_tfm(tfm, train_path, valid_path, out, seconds, max_steps, threads, seed, train_valid=None):
+    """Trains for `seconds` validating on train_valid (default valid_path), then `tfm eval` on valid_path."""
+    cmd = [tfm, "train", "--preset", "nanogpt-baby", "--text", train_path, "--valid-text", train_valid or valid_path,
            "--time-budget", str(seconds), "--max-steps", str(max_steps), "--eval-every", "100000000",
            "--threads", str(threads), "--seed", str(seed), "--out", out]
     # cwd: tfm train without --token-cache leaves a ".valid" token file in its working directory (fixed on branch spm)
@@ -304,9 +317,7 @@ def torch_in_worker(peer, job, run_args):
 def calibrate(args, train_path, valid_path, tmp):
     """The fastest "best" candidate: each trains the preset for --calibrate-seconds (validated on a short text);
     returns it and a note with every split's steps/s."""
-    cdir, cvalid = os.path.join(tmp, "calibrate"), os.path.join(tmp, "calibrate_valid.txt")
-    with open(valid_path, encoding="utf-8") as f, open(cvalid, "w", encoding="utf-8") as out:
-        out.write(f.read(2048))
+    cdir, cvalid = os.path.join(tmp, "calibrate"), short_text(valid_path, tmp)
     run_tfm(args.tfm, train_path, cvalid, cdir, 1e9, 1, args.threads, 0)
     cands = torch_peer.best_candidates(args.threads)
     rates = []
@@ -362,7 +373,8 @@ def main():
         for r in range(args.rounds):
             out = os.path.join(tmp, f"tfm_{r}")
             time.sleep(1)  # this process's OpenMP threads stop spinning after the check below (round 1)
-            t = run_tfm(args.tfm, train_path, valid_path, out, args.seconds, args.max_steps, args.threads, r)
+            t = run_tfm(args.tfm, train_path, valid_path, out, args.seconds, args.max_steps, args.threads, r,
+                        train_valid=short_text(valid_path, tmp))
             results[0].append(t)
             print(f"  round {r + 1} tfm: {t['steps']} steps, {t['tok_s']:,.0f} tok/s, val loss {t['loss']:.4f} "
                   f"({t['bpc']:.3f} bits/char); load average {os.getloadavg()[0]:.2f}", flush=True)

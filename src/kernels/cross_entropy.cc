@@ -21,6 +21,18 @@ void cross_entropy_forward(const float* logits, const int32_t* target, float* lo
   }
 }
 
+void log_softmax_rows(const float* logits, int64_t N, int64_t V, double* lse, int64_t* argmax) {
+  const bool simd = cpu_has_avx512();
+#pragma omp parallel for schedule(static) if (N * V > 65536)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* z = logits + n * V;
+    if (simd && log_softmax_row_avx512(z, V, lse + n, argmax + n)) continue;
+    const LogSoftmaxRow r = log_softmax_row_scalar(z, V);
+    lse[n] = r.lse;
+    argmax[n] = r.argmax;
+  }
+}
+
 void cross_entropy_backward(const float* logits, const int32_t* target, const float* lse, const float* scale,
                             float* dlogits, int64_t N, int64_t V, int32_t ignore_index, float label_smoothing) {
   const bool simd = cpu_has_avx512();

@@ -61,6 +61,39 @@ void cross_entropy_forward_avx512(const float* logits, const int32_t* target, fl
   }
 }
 
+// One row z (V): m = max z and its first index, then s = Σ exp_ps(z_v − m) in double as the forward
+// above, lse = m + log s. A NaN anywhere, or an infinite maximum (a +inf logit, or a row of −inf),
+// returns false for the twin (log_softmax_row_scalar), whose edge rows these are.
+bool log_softmax_row_avx512(const float* z, int64_t V, double* lse, int64_t* argmax) {
+  if (V <= 0) return false;
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 mv = neg_inf;
+  __mmask16 nan = 0;
+  for (int64_t v = 0; v < V; v += 16) {
+    const __mmask16 k = first_n(V - v);
+    const __m512 zv = _mm512_mask_loadu_ps(neg_inf, k, z + v);
+    nan |= _mm512_cmp_ps_mask(zv, zv, _CMP_UNORD_Q);
+    mv = _mm512_max_ps(mv, zv);
+  }
+  const float mf = _mm512_reduce_max_ps(mv);
+  if (nan != 0 || !std::isfinite(mf)) return false;
+  const __m512 m = _mm512_set1_ps(mf);
+  int64_t first = -1;
+  __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+  for (int64_t v = 0; v < V; v += 16) {
+    const __mmask16 k = first_n(V - v);
+    const __m512 zv = _mm512_maskz_loadu_ps(k, z + v);
+    const __mmask16 at_max = _mm512_mask_cmp_ps_mask(k, zv, m, _CMP_EQ_OQ);
+    if (first < 0 && at_max != 0) first = v + __builtin_ctz(at_max);
+    const __m512 e = _mm512_maskz_mov_ps(k, exp_ps(_mm512_sub_ps(zv, m)));
+    s0 = _mm512_add_pd(s0, lo_pd(e));
+    s1 = _mm512_add_pd(s1, hi_pd(e));
+  }
+  *lse = static_cast<double>(mf) + std::log(_mm512_reduce_add_pd(_mm512_add_pd(s0, s1)));
+  *argmax = first;
+  return true;
+}
+
 // dz_v = scale · (exp(z_v − lse) − ε/V), then dz_t −= scale·(1 − ε): the twin's operations with
 // exp_ps for std::exp.
 void cross_entropy_backward_avx512(const float* logits, const int32_t* target, const float* lse,

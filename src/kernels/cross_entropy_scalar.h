@@ -4,9 +4,10 @@
 // kernels.h.
 //
 // Its row statistic, log_softmax_row_scalar (a row's log-sum-exp in double and its argmax), is the
-// one definition of a log-softmax in double: the forward twin below, the teacher-forced scorer
-// (src/models/scorer.cc: validation and tfm eval --text) and decoding's log-probabilities
-// (src/models/decode.cc) all call it, so a token's loss is computed one way everywhere.
+// one definition of a log-softmax in double: the forward twin below, decoding's log-probabilities
+// (src/models/decode.cc) and the twin of kernels::log_softmax_rows (the teacher-forced scorer's rows,
+// src/models/scorer.cc: validation and tfm eval --text, whose AVX-512 body agrees with it within
+// float rounding) all call it, so a token's loss is computed one way everywhere.
 #pragma once
 
 #include <algorithm>

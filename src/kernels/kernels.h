@@ -259,6 +259,12 @@ void transpose_scalar(const float* src, int64_t sl, int64_t rows, int64_t cols, 
 // statistics are accumulated in double.
 void cross_entropy_forward(const float* logits, const int32_t* target, float* loss, float* lse,
                            int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
+// log-softmax statistics of N rows z (N,V): lse_n = m + log Σ_v exp(z_v − m) in double and argmax_n
+// (the first v with z_v = m), as log_softmax_row_scalar (cross_entropy_scalar.h) defines them — the
+// teacher-forced scorer's loss and accuracy. Rows in parallel, on the AVX-512 body (cross_entropy_avx512.cc:
+// exps by the vector exp, summed in double: lse within 2.5e-7 absolute of the twin, argmax the
+// same) or the twin, which also takes any row whose maximum is not finite or that holds a NaN.
+void log_softmax_rows(const float* logits, int64_t N, int64_t V, double* lse, int64_t* argmax);
 // dlogits_n = scale_n · (softmax(z) − (1−ε)·onehot(t) − ε/V)  (overwrite; zero for ignored rows).
 void cross_entropy_backward(const float* logits, const int32_t* target, const float* lse,
                             const float* scale, float* dlogits, int64_t N, int64_t V,
@@ -378,6 +384,9 @@ void cross_entropy_forward_avx512(const float* logits, const int32_t* target, fl
 void cross_entropy_backward_avx512(const float* logits, const int32_t* target, const float* lse,
                                    const float* scale, float* dlogits, int64_t N, int64_t V,
                                    int32_t ignore_index, float label_smoothing);
+// log_softmax_rows' body for rows whose entries are all finite (the dispatcher sends the others to
+// the twin): returns false, leaving lse and argmax of that row unset, on a row that is not.
+bool log_softmax_row_avx512(const float* z, int64_t V, double* lse, int64_t* argmax);
 // The attention kernel's vectorized exp, applied elementwise: exposed so the test can measure its
 // error in ulp against std::exp.
 void attention_exp_avx512(const float* x, float* y, int64_t n);

@@ -5,8 +5,9 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
-#include "kernels/cross_entropy_scalar.h"
+#include "kernels/kernels.h"
 #include "tfm/inference.h"
 
 namespace tfm::detail {
@@ -23,6 +24,12 @@ void record_batch(const data::TokenBatch& b, const Tensor& logits, int32_t ignor
   rec.insert(rec.end(), 4, 0.0);
   double n = 0, correct = 0, rows_ok = 0;
   const float* lp = logits.data();
+  // Every position's log-softmax statistics at once, rows in parallel (padding's too: cheaper than
+  // gathering the targeted rows first).
+  const int64_t rows = b.B * b.T;
+  std::vector<double> lse(static_cast<size_t>(rows));
+  std::vector<int64_t> argmax(static_cast<size_t>(rows));
+  kernels::log_softmax_rows(lp, rows, V, lse.data(), argmax.data());
   for (int64_t r = 0; r < b.B; ++r) {
     bool all = true;
     for (int64_t t = 0; t < b.T; ++t) {
@@ -31,12 +38,11 @@ void record_batch(const data::TokenBatch& b, const Tensor& logits, int32_t ignor
       if (y < 0 || y >= V)
         throw std::invalid_argument("scorer: target id " + std::to_string(y) + " outside the " + std::to_string(V) +
                                     " classes of the logits");
-      const float* z = lp + (r * b.T + t) * V;  // (V)
-      const kernels::LogSoftmaxRow s = kernels::log_softmax_row_scalar(z, V);
-      rec.push_back(s.lse - static_cast<double>(z[y]));
+      const int64_t i = r * b.T + t;
+      rec.push_back(lse[static_cast<size_t>(i)] - static_cast<double>(lp[i * V + y]));
       n += 1;
-      correct += s.argmax == y;
-      all = all && s.argmax == y;
+      correct += argmax[static_cast<size_t>(i)] == y;
+      all = all && argmax[static_cast<size_t>(i)] == y;
     }
     rows_ok += all;
   }

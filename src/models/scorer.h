@@ -11,7 +11,7 @@
 // count (the kernels' results do not depend on it).
 //
 // A batch's record (doubles): [n, correct, rows, rows all right, loss_1 … loss_n]; n the batch's
-// scored targets, loss_i = lse(logits_i) − logits_i[y_i] (kernels::log_softmax_row_scalar) in
+// scored targets, loss_i = lse(logits_i) − logits_i[y_i] (kernels::log_softmax_rows) in
 // (row, position) order, correct the targets whose argmax is y_i, a row all right when every scored
 // target of it is. Counts are whole numbers far below 2^53, exact in double.
 //

@@ -1,7 +1,8 @@
 // tests/kernels/log_softmax_row_test.cc — log_softmax_row_scalar (src/kernels/cross_entropy_scalar.h),
 // the one log-softmax of a row in double used by the cross-entropy twin, the teacher-forced scorer
 // and decoding: a hand-checked row, random rows against a long double reference, skipped entries,
-// ties and edge rows.
+// ties and edge rows; and kernels::log_softmax_rows (the scorer's rows), its AVX-512 body against the
+// twin.
 //
 // Tolerance against the reference: the sum s of V terms exp(z_v − m) ≤ 1, each exp within 1 ulp and
 // each addition rounding by u = 2^-53 relative, is within (V + 1)·u relative of the exact sum, so
@@ -9,12 +10,16 @@
 // (V + 3)·u·(1 + |lse|).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "kernels/cross_entropy_scalar.h"
+#include "kernels/kernels.h"
+#include "kernel_test_util.h"
 #include "test_util.h"
 
 namespace tfm::kernels {
@@ -97,6 +102,82 @@ TEST(LogSoftmaxRow, EdgeRows) {
   EXPECT_EQ(log_softmax_row_scalar(two, 2, 0, 1).lse, -kInf);  // nothing kept
   EXPECT_EQ(log_softmax_row_scalar(two, 2, 0, 1).argmax, -1);
   EXPECT_EQ(log_softmax_row_scalar(two, 2, 1).lse, 5.0);  // one kept entry: its own logit
+}
+
+// kernels::log_softmax_rows, the scorer's rows: its AVX-512 body sums the vector exp's terms (within
+// 2 ulp of exp, +2.2e-8 from rounding z − m in float) in double, so s is within 2.6e-7 relative of the
+// twin's and lse within 2.6e-7 absolute (m is exact in both); bound 3·eps_f plus the twin's own
+// (V + 3)·u·(1 + |lse|). The argmax is the same index.
+TEST(LogSoftmaxRows, Avx512BodyWithinFloatRoundingOfTheTwin) {
+  SKIP_WITHOUT_AVX512();
+  constexpr double u = std::numeric_limits<double>::epsilon() / 2;
+  constexpr double eps_f = std::numeric_limits<float>::epsilon();
+  uint64_t seed = 100;
+  double worst = 0;
+  for (int64_t V : {1, 2, 7, 16, 17, 100, 5000}) {
+    for (float offset : {0.0f, -300.0f, 1000.0f}) {
+      std::vector<float> z = testing::random_values(V, ++seed, -30.0f, 30.0f);
+      for (float& x : z) x += offset;
+      const LogSoftmaxRow r = log_softmax_row_scalar(z.data(), V);
+      double lse = 0;
+      int64_t argmax = -7;
+      ASSERT_TRUE(log_softmax_row_avx512(z.data(), V, &lse, &argmax)) << "V " << V;
+      const double bound = 3 * eps_f + (V + 3) * u * (1 + std::fabs(r.lse));
+      worst = std::max(worst, std::fabs(lse - r.lse) / bound);
+      EXPECT_EQ(argmax, r.argmax) << "V " << V;
+    }
+  }
+  EXPECT_LE(worst, 1.0);
+  std::printf("log_softmax_row_avx512: worst |lse − twin| = %.2f of the bound\n", worst);
+}
+
+// Ties resolve to the first maximum, across vector boundaries too.
+TEST(LogSoftmaxRows, TiesTakeTheFirstMaximum) {
+  SKIP_WITHOUT_AVX512();
+  std::vector<float> z(40, -1.0f);
+  z[21] = 2.0f, z[5] = 2.0f, z[37] = 2.0f;
+  double lse = 0;
+  int64_t argmax = -1;
+  ASSERT_TRUE(log_softmax_row_avx512(z.data(), 40, &lse, &argmax));
+  EXPECT_EQ(argmax, 5);
+  z[5] = 1.0f;
+  ASSERT_TRUE(log_softmax_row_avx512(z.data(), 40, &lse, &argmax));
+  EXPECT_EQ(argmax, 21);
+}
+
+// The dispatcher: edge rows (a NaN, a +inf, a row of −inf) are the twin's bit for bit; a row with some
+// −inf entries is finite (they add 0); with many rows (parallel), every row is what the body or the twin
+// gives it alone.
+TEST(LogSoftmaxRows, DispatcherRowsAndEdgeRows) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t V = 19, N = 4000;  // N·V above the parallel threshold
+  std::vector<float> z = testing::random_values(N * V, 77, -6.0f, 6.0f);
+  z[1 * V + 3] = std::numeric_limits<float>::quiet_NaN();
+  z[2 * V + 18] = inf;
+  for (int64_t v = 0; v < V; ++v) z[3 * V + v] = -inf;
+  z[4 * V + 0] = -inf, z[4 * V + 17] = -inf;
+  std::vector<double> lse(N);
+  std::vector<int64_t> argmax(N);
+  log_softmax_rows(z.data(), N, V, lse.data(), argmax.data());
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = z.data() + n * V;
+    const LogSoftmaxRow t = log_softmax_row_scalar(row, V);
+    double l = t.lse;
+    int64_t a = t.argmax;
+    const bool edge = n >= 1 && n <= 3;
+    if (!edge && cpu_has_avx512()) {
+      ASSERT_TRUE(log_softmax_row_avx512(row, V, &l, &a)) << n;
+    }
+    if (std::isnan(l)) {
+      EXPECT_TRUE(std::isnan(lse[n])) << "row " << n;
+    } else {
+      EXPECT_EQ(lse[n], l) << "row " << n;
+    }
+    EXPECT_EQ(argmax[n], a) << "row " << n;
+  }
+  EXPECT_TRUE(std::isnan(lse[1]) && std::isnan(lse[2]) && std::isnan(lse[3]));
+  EXPECT_EQ(argmax[3], 0);
+  EXPECT_TRUE(std::isfinite(lse[4]));
 }
 
 }  // namespace
