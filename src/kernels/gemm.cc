@@ -63,25 +63,6 @@ const float* transposed_panel(const float* a, int64_t lda, int64_t m, int64_t K)
   return buf.data();
 }
 
-// oneDNN's sgemm allocates its packing buffers for A and B (2–4 MB at transformer shapes) with
-// posix_memalign and frees them before it returns, on every call. Under glibc's default, adaptive
-// thresholds that memory goes back to the kernel on free (the heap top is trimmed, or the block is
-// mmap'ed) and is faulted in again, page by page, by the next call: thousands of page faults per
-// training step, a large share of its time at one thread (bench/RESULTS.md, "Design measurements
-// behind the kernels"). So, once, before the first oneDNN call: blocks below 32 MB (glibc's largest
-// mmap threshold) come from the heap, and up to 256 MB of free heap top is kept. Process-wide, hence
-// documented in the README; left alone when the user tunes malloc through GLIBC_TUNABLES, and a
-// no-op under allocators that are not glibc's (mallopt then returns 0 and changes nothing).
-void keep_gemm_buffers_resident() {
-  static const bool done = [] {
-    const char* tunables = std::getenv("GLIBC_TUNABLES");
-    if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return false;
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
-    return true;
-  }();
-  (void)done;
-}
 
 // C (M, N) = op(A)·op(B) as (Bᵀ·A)ᵀ: the product computed with the operands swapped into a
 // scratch Cᵀ (N, M), then transposed into C. For TN weight gradients dW = dyᵀ·x with a long-stride dy
@@ -120,6 +101,27 @@ void gemm_tn_swapped(int64_t M, int64_t N, int64_t K, float alpha, const float* 
 }
 
 }  // namespace
+
+// oneDNN's sgemm allocates its packing buffers for A and B (2–4 MB at transformer shapes) with
+// posix_memalign and frees them before it returns, on every call. Under glibc's default, adaptive
+// thresholds that memory goes back to the kernel on free (the heap top is trimmed, or the block is
+// mmap'ed) and is faulted in again, page by page, by the next call: thousands of page faults per
+// training step, a large share of its time at one thread (bench/RESULTS.md, "Design measurements
+// behind the kernels"); oneDNN's matmul primitives (gemm_bf16, gemm_packed) and a training step's
+// activations are such blocks too. So, once, before the first oneDNN call: blocks below 32 MB (glibc's largest
+// mmap threshold) come from the heap, and up to 256 MB of free heap top is kept. Process-wide, hence
+// documented in the README; left alone when the user tunes malloc through GLIBC_TUNABLES, and a
+// no-op under allocators that are not glibc's (mallopt then returns 0 and changes nothing).
+void keep_gemm_buffers_resident() {
+  static const bool done = [] {
+    const char* tunables = std::getenv("GLIBC_TUNABLES");
+    if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) return false;
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    return true;
+  }();
+  (void)done;
+}
 
 void preset_rows(float* C, int64_t ldc, int64_t m, const float* row, int64_t n) {
   for (int64_t i = 0; i < m; ++i) std::memcpy(C + i * ldc, row, sizeof(float) * static_cast<size_t>(n));

@@ -54,6 +54,12 @@ inline constexpr int64_t kSerialWork = int64_t(1) << 21;
 // The plan for a product: a function of the shape only, never of the thread count.
 GemmPlan gemm_plan(int64_t M, int64_t N, int64_t K);
 
+// Once per process, before the first oneDNN call of any GEMM (gemm, gemm_bf16, gemm_packed): glibc's
+// malloc keeps blocks below 32 MB on the heap and up to 256 MB of free heap top mapped, so that buffers
+// freed and allocated again every call or step are not faulted in page by page each time (gemm.cc says
+// why; the README documents it). Left alone under GLIBC_TUNABLES' malloc settings.
+void keep_gemm_buffers_resident();
+
 // One oneDNN sgemm on the calling thread only (oneDNN's thread budget is forced to 1 around the
 // call, inside or outside a parallel region). Returns false if oneDNN rejected the call. Same
 // argument contract as kernels::gemm, except that alpha must not be 0 (handled by gemm).

@@ -212,6 +212,7 @@ void gemm_bf16_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
   if (force_scalar()) return gemm_bf16_scalar(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return bias_plus_beta(M, N, beta, C, ldc, bias);
+  gemm_detail::keep_gemm_buffers_resident();
   const gemm_detail::GemmPlan p = gemm_detail::gemm_plan(M, N, K);
   const int64_t n_row = ceil_div(M, p.mt), n_col = ceil_div(N, p.nt);
   const int64_t last_m = M - (n_row - 1) * p.mt, last_n = N - (n_col - 1) * p.nt;

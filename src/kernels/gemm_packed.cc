@@ -385,6 +385,7 @@ void panel_onednn(const PackedWeight::Prim& p, int64_t m, const float* a, int64_
 void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, const float* bias,
                  float* C, int64_t ldc) {
   if (M <= 0) return;
+  gemm_detail::keep_gemm_buffers_resident();
   const int64_t N = W.N, K = W.K;
   if (!W.packed) {  // scalar twin requested, or oneDNN could not pack
     if (force_scalar() && W.precision != MatmulPrecision::MATMUL_INT8) {
