@@ -17,8 +17,10 @@ Two models (--models):
   src_vocab.txt/tgt_vocab.txt), batched as tfm batches them (shuffled, sorted by length in pools of 64
   batches, cut where a batch's rows × longest padded length would pass 4,096: `src/data/batching.cc`),
   source as it is, target in with bos, out with eos.
-tfm's figure is the tokens/s tfm records in metrics.csv (target tokens, padding excluded, over the
-training interval). PyTorch runs tools/torch_models.py's twin of the same model (built from the
+Both sides count target tokens (padding excluded) and time the same way: 10 untimed warm-up steps, then
+windows of 10 steps, the figure the median of the windows' tokens/s. tfm runs 10 + STEPS steps with
+--eval-every 10 and reads each metrics.csv row's tokens_per_sec (its window's training rate, the evaluation
+left out). PyTorch runs tools/torch_models.py's twin of the same model (built from the
 config.json tfm wrote) with the same step: forward (dropout as configured), cross-entropy ignoring
 padding, backward, clip_grad_norm_(1.0), Adam.
 Target tokens per second over STEPS steps after 10 warm-up steps, in a fresh /usr/bin/python3 process per run
@@ -54,15 +56,23 @@ NAMES = {"reverse": "reverse encoder (d 64, 2 layers, FFN 256, batch 256)",
          "s2s": "seq2seq on a TSV task (d 256, 3+3 layers, FFN 1024, --batch-tokens 4096, chars)"}
 
 
+WARMUP, WINDOW = 10, 10  # untimed first steps, and the steps of each timed window, on both sides
+
+
 def run_tfm(tfm, steps, threads, out, model="reverse", data=None):
+    """tfm's training tokens/s: WARMUP + steps steps with a metrics row every WINDOW steps (each row's
+    tokens_per_sec is its window's training rate, the evaluation left out); the median over the windows after the
+    warm-up."""
     task = (["--task", "reverse", "--arch", "encoder"] if model == "reverse" else
             ["--train", os.path.join(data, "train.tsv"), "--valid", os.path.join(data, "valid.tsv")] + S2S_ARGS)
-    subprocess.run([tfm, "train"] + task + ["--out", out, "--max-steps", str(steps), "--eval-every", str(steps),
-                    "--threads", str(threads)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([tfm, "train"] + task + ["--out", out, "--max-steps", str(WARMUP + steps), "--eval-every",
+                    str(WINDOW), "--threads", str(threads)], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
     with open(os.path.join(out, "metrics.csv")) as f:
         rows = [line.strip().split(",") for line in f if line.strip()]
-    header, last = rows[0], rows[-1]
-    return float(last[header.index("tokens_per_sec")])
+    header = rows[0]
+    return statistics.median(float(r[header.index("tokens_per_sec")]) for r in rows[1:]
+                             if int(r[header.index("step")]) > WARMUP)
 
 
 def reverse_batch(gen, batch, pad=0):
@@ -136,10 +146,10 @@ def run_torch(model_dir, steps, threads, tsv=None):
     model = tm.Model(cfg).train()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     if tsv:
-        batches = tsv_batches(model_dir, cfg, tsv, int(train_cfg["batch_tokens"]), steps + 10)
+        batches = tsv_batches(model_dir, cfg, tsv, int(train_cfg["batch_tokens"]), WARMUP + steps)
     else:
         gen = torch.Generator().manual_seed(0)
-        batches = [(src, None, tgt) for src, tgt in (reverse_batch(gen, batch, cfg["pad_id"]) for _ in range(steps + 10))]
+        batches = [(src, None, tgt) for src, tgt in (reverse_batch(gen, batch, cfg["pad_id"]) for _ in range(WARMUP + steps))]
 
     def step(src, tgt_in, tgt):
         loss = model.loss(model(src) if tgt_in is None else model(src, tgt_in), tgt)
@@ -148,13 +158,17 @@ def run_torch(model_dir, steps, threads, tsv=None):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
-    for b in batches[:10]:
+    for b in batches[:WARMUP]:
         step(*b)
-    tokens = sum(int((tgt != cfg["pad_id"]).sum()) for _, _, tgt in batches[10:])
-    t0 = time.perf_counter()
-    for b in batches[10:]:
-        step(*b)
-    return tokens / (time.perf_counter() - t0)
+    rates = []  # as tfm's: the median of the WINDOW-step windows' tokens/s
+    for w0 in range(WARMUP, len(batches), WINDOW):
+        window = batches[w0:w0 + WINDOW]
+        tokens = sum(int((tgt != cfg["pad_id"]).sum()) for _, _, tgt in window)
+        t0 = time.perf_counter()
+        for b in window:
+            step(*b)
+        rates.append(tokens / (time.perf_counter() - t0))
+    return statistics.median(rates)
 
 
 def torch_in_worker(peer, model_dir, steps, tsv=None):
@@ -174,7 +188,7 @@ def compare(a, model, steps, data, tmp):
     out0 = os.path.join(tmp, model + "-calibrate")
     run_tfm(a.tfm, 1, a.threads, out0, model, data)
     cands = torch_peer.best_candidates(a.threads)
-    calib = a.calibrate_steps if model == "reverse" else max(5, steps // 4)
+    calib = a.calibrate_steps if model == "reverse" else max(WINDOW, steps // 3)
     best, note = torch_peer.fastest(cands, [-torch_in_worker(p, out0, calib, tsv) for p in cands])
     print(f"{model}: best split {note} (negated tok/s)", flush=True)
     for r in range(a.rounds):

@@ -502,6 +502,9 @@ void Run::evaluate_and_record() {
   // the work, so no evaluation is too long for it). The ranks leave it together,
   // so the next step's exchange keeps its timeout.
   Comm* comm = comm_.single() ? nullptr : &comm_;
+  // The training rate of the steps since the last evaluation, this evaluation left out (since_eval_
+  // restarts when it ends).
+  const double dt = seconds_since(since_eval_);
   // With --ema the average is evaluated: complete on every rank, then in the model for the scoring.
   if (average_) {
     step_->gather_elements(average_->tensors());
@@ -518,7 +521,6 @@ void Run::evaluate_and_record() {
   r.valid_loss = tf.loss;
   r.valid_token_accuracy = tf.token_accuracy;
   r.valid_sequence_accuracy = tf.sequence_accuracy;
-  const double dt = seconds_since(since_eval_);
   r.tokens_per_sec = dt > 0 ? static_cast<double>(st_.tokens) / dt : 0.0;
   r.elapsed_seconds = elapsed();
   st_.history.push_back(r);

@@ -72,6 +72,8 @@ struct EvalRow {
   // which scores the starting model before any step; curves.svg draws no training point there)
   double lr = 0, train_loss = 0, valid_loss = 0;
   double valid_token_accuracy = 0, valid_sequence_accuracy = 0;  // teacher-forced
+  // tokens_per_sec: training tokens over the wall time of the steps since the last row, evaluations left
+  // out; elapsed_seconds: the run's clock when the row is written (evaluations included)
   double tokens_per_sec = 0, elapsed_seconds = 0;
 };
 std::string metrics_csv(const std::vector<EvalRow>& rows);  // header + one line per row
