@@ -108,10 +108,11 @@ void gemm_tn_swapped(int64_t M, int64_t N, int64_t K, float alpha, const float* 
 // mmap'ed) and is faulted in again, page by page, by the next call: thousands of page faults per
 // training step, a large share of its time at one thread (bench/RESULTS.md, "Design measurements
 // behind the kernels"); oneDNN's matmul primitives (gemm_bf16, gemm_packed) and a training step's
-// activations are such blocks too. So, once, before the first oneDNN call: blocks below 32 MB (glibc's largest
-// mmap threshold) come from the heap, and up to 256 MB of free heap top is kept. Process-wide, hence
-// documented in the README; left alone when the user tunes malloc through GLIBC_TUNABLES, and a
-// no-op under allocators that are not glibc's (mallopt then returns 0 and changes nothing).
+// activations are such blocks too. So, once, before the first oneDNN call: blocks below 32 MB
+// (glibc's largest mmap threshold) come from the heap, and up to 256 MB of free heap top is kept.
+// Process-wide, hence documented in the README; left alone when the user tunes malloc through
+// GLIBC_TUNABLES, and a no-op under allocators that are not glibc's (mallopt then returns 0 and
+// changes nothing).
 void keep_gemm_buffers_resident() {
   static const bool done = [] {
     const char* tunables = std::getenv("GLIBC_TUNABLES");

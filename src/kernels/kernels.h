@@ -262,7 +262,7 @@ void cross_entropy_forward(const float* logits, const int32_t* target, float* lo
 // log-softmax statistics of N rows z (N,V): lse_n = m + log Σ_v exp(z_v − m) in double and argmax_n
 // (the first v with z_v = m), as log_softmax_row_scalar (cross_entropy_scalar.h) defines them — the
 // teacher-forced scorer's loss and accuracy. Rows in parallel, on the AVX-512 body (cross_entropy_avx512.cc:
-// exps by the vector exp, summed in double: lse within 2.5e-7 absolute of the twin, argmax the
+// exps by the vector exp, summed in double: lse within 2.6e-7 absolute of the twin, argmax the
 // same) or the twin, which also takes any row whose maximum is not finite or that holds a NaN.
 void log_softmax_rows(const float* logits, int64_t N, int64_t V, double* lse, int64_t* argmax);
 // dlogits_n = scale_n · (softmax(z) − (1−ε)·onehot(t) − ε/V)  (overwrite; zero for ignored rows).
