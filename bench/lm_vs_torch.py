@@ -314,10 +314,10 @@ def torch_in_worker(peer, job, run_args):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def calibrate(args, train_path, valid_path, tmp):
-    """The fastest "best" candidate: each trains the preset for --calibrate-seconds (validated on a short text);
-    returns it and a note with every split's steps/s."""
-    cdir, cvalid = os.path.join(tmp, "calibrate"), short_text(valid_path, tmp)
+def calibrate(args, train_path, cvalid, tmp):
+    """The fastest "best" candidate: each trains the preset for --calibrate-seconds (validated on the short text
+    cvalid); returns it and a note with every split's steps/s."""
+    cdir = os.path.join(tmp, "calibrate")
     run_tfm(args.tfm, train_path, cvalid, cdir, 1e9, 1, args.threads, 0)
     cands = torch_peer.best_candidates(args.threads)
     rates = []
@@ -362,7 +362,8 @@ def main():
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; torch {torch.__version__}, {args.threads} threads; "
           f"train {os.path.getsize(train_path):,} B, valid {os.path.getsize(valid_path):,} B; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    best, note = calibrate(args, train_path, valid_path, tmp)
+    short_valid = short_text(valid_path, tmp)  # what the timed runs validate on
+    best, note = calibrate(args, train_path, short_valid, tmp)
     args.peers = [best, torch_peer.inherited(args.threads)]
     print(f"{torch_peer.header(args.threads)}\nPyTorch best split: {note}; load average {os.getloadavg()[0]:.2f}",
           flush=True)
@@ -374,7 +375,7 @@ def main():
             out = os.path.join(tmp, f"tfm_{r}")
             time.sleep(1)  # this process's OpenMP threads stop spinning after the check below (round 1)
             t = run_tfm(args.tfm, train_path, valid_path, out, args.seconds, args.max_steps, args.threads, r,
-                        train_valid=short_text(valid_path, tmp))
+                        train_valid=short_valid)
             results[0].append(t)
             print(f"  round {r + 1} tfm: {t['steps']} steps, {t['tok_s']:,.0f} tok/s, val loss {t['loss']:.4f} "
                   f"({t['bpc']:.3f} bits/char); load average {os.getloadavg()[0]:.2f}", flush=True)
