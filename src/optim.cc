@@ -152,7 +152,7 @@ void detail::OptimizerShards::step(SGD& sgd, const std::vector<ParamRange>& owne
 NamedTensors SGD::state_dict() const {
   NamedTensors s;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (buf_[i].defined()) s.insert(keys_[i] + ".momentum_buffer", buf_[i].clone());
+    if (buf_[i].defined()) s.insert(keys_[i] + ".momentum_buffer", buf_[i]);
   return s;
 }
 
@@ -342,8 +342,8 @@ NamedTensors Adam::state_dict() const {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!m_[i].defined()) continue;
     const std::string& key = keys_[i];
-    s.insert(key + ".exp_avg", m_[i].clone());
-    s.insert(key + ".exp_avg_sq", v_[i].clone());
+    s.insert(key + ".exp_avg", m_[i]);
+    s.insert(key + ".exp_avg_sq", v_[i]);
     s.insert(key + ".step", step_tensor(step_[i]));
   }
   return s;

@@ -32,8 +32,10 @@ class Optimizer {
   // "...weight.exp_avg"), torch's state_dict()["state"] with parameter keys for indices. Slots follow
   // torch: SGD "momentum_buffer"; Adam/AdamW "exp_avg", "exp_avg_sq" and "step" (a 0-dim tensor:
   // torch counts steps per parameter, so bias corrections use that count). A parameter that never
-  // had a gradient has no entries. The hyperparameters (torch's "param_groups") are not in it: they
-  // are the constructor's, and the learning rate is whatever set_lr gave last.
+  // had a gradient has no entries. The slots are the optimizer's own tensors, not copies (torch's
+  // state_dict() returns references too): the next step() changes them, so clone what must outlive
+  // it (a checkpoint writes them before the next step). The hyperparameters (torch's "param_groups")
+  // are not in it: they are the constructor's, and the learning rate is whatever set_lr gave last.
   // There is no optimizer-wide step count: torch keeps none, no update reads one, and a training
   // loop counts its own steps (src/train/checkpoint.h, State::step).
   virtual NamedTensors state_dict() const = 0;

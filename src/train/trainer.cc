@@ -11,6 +11,7 @@
 
 #include "io/file_util.h"
 #include "json_fields.h"
+#include "tensor_impl.h"
 #include "tfm/autocast.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/quantize.h"
@@ -671,9 +672,14 @@ TrainResult Run::train() {
     // The decoded figures are the average's too (the weights model.safetensors holds).
     if (average_) average_->swap_with(params_);
     // A language model has no sources to decode: its validation figures are the last row's.
-    if (!c_.text() && lead_)
+    if (!c_.text() && lead_) {
+      // Decoding allocates tensors of sizes the steps never used (its caches grow a token at a time):
+      // the steps' idle cached blocks go back to malloc first, so that the decoding reuses them and
+      // the run's peak memory stays the steps' (tensor_impl.h, the block cache).
+      allocator_release_cache();
       result.final_metrics = evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, ds_.valid_set, 1, kEvalBatch,
                                       [&](const data::Tokens& t) { return ds_.tgt_tokenizer.detokenize(t); });
+    }
     if (average_) average_->swap_with(params_);
   }
   result.steps = st_.step;
