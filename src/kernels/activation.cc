@@ -1,10 +1,12 @@
 // src/kernels/activation.cc — the activation kernels' dispatching entry points (activation_forward,
-// activation_backward, bias_activation_forward, bias_relu_dropout_forward, relu_dropout_backward)
+// activation_backward, bias_activation_forward, bias_relu_dropout_forward, relu_dropout_backward and
+// its bfloat16-input form)
 // and their float scalar twins. The twins instantiate the templates of activation_scalar.h; the entry
 // points run fixed chunks of rows or elements (parallel_chunks.h), so results never depend on the
 // thread count, on the AVX-512 bodies of activation_avx512.cc when cpu_has_avx512() and the kind has
 // one (every kind today). Contracts in kernels.h.
 #include "kernels/activation_scalar.h"
+#include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel_chunks.h"
 
@@ -28,6 +30,10 @@ void bias_relu_dropout_forward_scalar(const float* x, const float* bias, float* 
 }
 void relu_dropout_backward_scalar(const float* dy, const float* y, float* dx, int64_t n, float p) {
   relu_dropout_backward_scalar<float>(dy, y, dx, n, p);
+}
+void relu_dropout_backward_bf16_scalar(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p) {
+  const float scale = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; ++i) dx[i] = bf16_to_float(y16[i]) > 0.0f ? dy[i] * scale : 0.0f;
 }
 
 void activation_forward(Activation k, const float* x, float* y, int64_t N, int64_t F) {
@@ -73,6 +79,16 @@ void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n
       relu_dropout_backward_avx512(dy + i0, y + i0, dx + i0, m, p);
     else
       relu_dropout_backward_scalar(dy + i0, y + i0, dx + i0, m, p);
+  });
+}
+
+void relu_dropout_backward_bf16(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p) {
+  const bool simd = cpu_has_avx512();
+  for_each_elem_chunk(n, 65536, [&](int64_t i0, int64_t m) {
+    if (simd)
+      relu_dropout_backward_bf16_avx512(dy + i0, y16 + i0, dx + i0, m, p);
+    else
+      relu_dropout_backward_bf16_scalar(dy + i0, y16 + i0, dx + i0, m, p);
   });
 }
 

@@ -296,4 +296,16 @@ void relu_dropout_backward_avx512(const float* dy, const float* y, float* dx, in
   }
 }
 
+// relu_dropout_backward_avx512 with y widened from bfloat16 (bits << 16, exact) before the same compare.
+void relu_dropout_backward_bf16_avx512(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p) {
+  const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(1.0f / (1.0f - p));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_n(n - i);
+    const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, y16 + i));
+    const __m512 y = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+    const __mmask16 open = _mm512_cmp_ps_mask(y, zero, _CMP_GT_OQ);
+    _mm512_mask_storeu_ps(dx + i, m, _mm512_maskz_mul_ps(open, _mm512_maskz_loadu_ps(m, dy + i), scale));
+  }
+}
+
 }  // namespace tfm::kernels

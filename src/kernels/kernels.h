@@ -220,6 +220,12 @@ void bias_relu_dropout_forward_scalar(const float* x, const float* bias, float* 
                                       int64_t F, const DropoutSpec& drop);
 void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n, float p);
 void relu_dropout_backward_scalar(const float* dy, const float* y, float* dx, int64_t n, float p);
+// The same backward from y rounded to bfloat16 (y16 = float_to_bf16(y), the copy a bf16-trained FFN keeps
+// for its second Linear's weight gradient): dx = widen(y16) > 0 ? dy / (1 − p) : 0. Rounding keeps a
+// float's sign and rounds no positive float to 0 but those below 2⁻¹³⁴ (subnormals a ReLU of a sum of
+// products does not produce in practice), so this is relu_dropout_backward's result. dx may alias dy.
+void relu_dropout_backward_bf16(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p);
+void relu_dropout_backward_bf16_scalar(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p);
 
 // ---- Element-wise: add, dropout, bias gradient, transpose ------------------------------------------
 // y = a + b over n elements. y may alias a or b.
@@ -364,6 +370,7 @@ bool activation_backward_avx512(Activation k, const float* dy, const float* x, f
 void bias_relu_dropout_forward_avx512(const float* x, const float* bias, float* y, int64_t N,
                                       int64_t F, const DropoutSpec& drop);
 void relu_dropout_backward_avx512(const float* dy, const float* y, float* dx, int64_t n, float p);
+void relu_dropout_backward_bf16_avx512(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p);
 void add_forward_avx512(const float* a, const float* b, float* y, int64_t n);
 void dropout_forward_avx512(const float* x, float* y, int64_t n, float p, uint64_t seed,
                             uint64_t offset);

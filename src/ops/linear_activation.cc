@@ -1,13 +1,15 @@
 // src/ops/linear_activation.cc — the FFN input projection fused with its bias and activation:
 // y = act(x·Wᵀ + b) with the GEMM writing x·Wᵀ and one pass adding b and applying act in place
 // (kernels::bias_activation_forward), and with ReLU in training also the FFN's inner dropout
-// (kernels::bias_relu_dropout_forward). Contracts and backwards in ops/linear_activation.h.
+// (kernels::bias_relu_dropout_forward); and the whole ReLU FFN for bfloat16 training, which keeps its
+// hidden activation in bfloat16 only. Contracts and backwards in ops/linear_activation.h.
 #include "ops/linear_activation.h"
 
 #include <algorithm>
 #include <string>
 #include <utility>
 
+#include "kernels/gemm_bf16.h"
 #include "kernels/kernels.h"
 #include "ops/bf16_linear.h"
 #include "ops/check.h"
@@ -51,7 +53,82 @@ struct LinearReluDropoutNode : Node {
   }
 };
 
+// inputs = {x (N, in), w1 (F, in), b1 (F) or undefined, w2 (out, F), b2 (out) or undefined}; the forward
+// ran under Autocast(BFLOAT16) with w1_16, w2_16 the weights' copies. y16 holds bf16(y) for the hidden
+// y = dropout(relu(x·W1ᵀ + b1)) (N, F): N·F bfloat16 values in the bytes of a float tensor (storage from
+// the block cache, reused step to step). Backward as in linear_activation.h (feed_forward_relu).
+struct FeedForwardReluBf16Node : Node {
+  bool has_b1 = false, has_b2 = false;
+  float p = 0.0f;
+  int64_t N = 0, F = 0;
+  Bf16Weight w1_16, w2_16;
+  Tensor y16;
+  const char* name() const override { return "feed_forward_relu_bf16"; }
+  void backward(const Tensor& g, const std::vector<Tensor*>& din) override {
+    const int64_t out = inputs[3].size(0);
+    const uint16_t* y = reinterpret_cast<const uint16_t*>(y16.data());
+    if (Tensor* slot = din[3]) {  // dW2 (out, F) += bf16(g)ᵀ (out, N) · y16 (N, F)
+      const float beta = slot->defined() ? 1.0f : 0.0f;
+      if (!slot->defined()) *slot = Tensor::empty(inputs[3].shape());
+      kernels::gemm_bf16(true, false, out, F, N, g.data(), out, y, F, beta, slot->data(), F);
+    }
+    if (Tensor* slot = has_b2 ? din[4] : nullptr) {  // db2 (out) += Σ_rows g
+      if (!slot->defined()) *slot = Tensor::zeros({out});
+      kernels::bias_grad(g.data(), slot->data(), N, out);
+    }
+    if (!din[0] && !din[1] && !din[2]) return;
+    Tensor dz = Tensor::empty({N, F});  // dy (N, F) = bf16(g) · w2_16 (out, F), then dz in place
+    kernels::gemm_bf16(false, false, N, F, out, g.data(), out, w2_16->data(), F, 0.0f, dz.data(), F);
+    kernels::relu_dropout_backward_bf16(dz.data(), y, dz.data(), N * F, p);
+    linear_backward(dz.data(), inputs[0], inputs[1], has_b1, {din[0], din[1], din[2]}, w1_16.get());
+  }
+};
+
 }  // namespace
+
+Tensor feed_forward_relu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+                         float p, bool training, Generator& gen) {
+  Bf16Weight w1_16;
+  if (training && p > 0.0f && p < 1.0f && needs_grad({&x, &w1, &b1, &w2, &b2})) {
+    check_linear_args("linear_relu_dropout", x, w1, b1);  // before autocast_weight reads w1's shape
+    w1_16 = autocast_weight(w1);
+  }
+  if (!w1_16) return linear(linear_relu_dropout(x, w1, b1, p, training, gen), w2, b2);
+
+  // y (N, F) = dropout(relu(bf16(x)·w1_16ᵀ + b1)): linear_relu_dropout's forward and draw.
+  const int64_t F = w1.size(0), in = w1.size(1), N = linear_rows(x);
+  Shape ys = x.shape();
+  ys.back() = F;
+  Tensor y = Tensor::empty(ys);
+  linear_forward_bf16(N, in, F, x.data(), *w1_16, nullptr, y.data());
+  const uint64_t offset = gen.take(static_cast<uint64_t>(y.numel()));
+  kernels::bias_relu_dropout_forward(y.data(), b1.defined() ? b1.data() : nullptr, y.data(), N, F,
+                                     {p, gen.seed, offset});
+  // out (N, out) = y16 · w2_16ᵀ + b2: ops::linear's bf16 product, with y rounded once, whole, into the
+  // copy the node keeps (the same values, panels and primitives as rounding it panel by panel).
+  const auto [out, F2] = check_linear_args("linear", y, w2, b2);
+  Bf16Weight w2_16 = autocast_weight(w2);
+  Tensor y16 = Tensor::empty({(N * F + 1) / 2});
+  uint16_t* yb = reinterpret_cast<uint16_t*>(y16.data());
+  kernels::convert_to_bf16(y.data(), N * F, yb);
+  Shape os = x.shape();
+  os.back() = out;
+  Tensor o = Tensor::empty(os);
+  kernels::gemm_bf16(false, true, N, out, F2, yb, F2, w2_16->data(), F2, 0.0f, o.data(), out,
+                     b2.defined() ? b2.data() : nullptr);
+  auto node = std::make_shared<FeedForwardReluBf16Node>();
+  node->has_b1 = b1.defined();
+  node->has_b2 = b2.defined();
+  node->p = p;
+  node->N = N;
+  node->F = F;
+  node->w1_16 = std::move(w1_16);
+  node->w2_16 = std::move(w2_16);
+  node->y16 = std::move(y16);
+  node->inputs = {x, w1, b1, w2, b2};
+  record(o, node);
+  return o;
+}
 
 Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, float p, bool training,
                            Generator& gen) {

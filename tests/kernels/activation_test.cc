@@ -3,13 +3,14 @@
 // vector; the dispatcher against the kernel it runs for every kind; the other kinds' bodies (gelu,
 // gelu_tanh, glu, geglu, swiglu) against float64 and against the twin on edge values; and the fused
 // bias + relu + dropout kernels against their twins and the composition (bias_activation_forward,
-// then dropout_forward). The relu comparisons are bitwise: the SIMD body performs the same float
+// then dropout_forward), and the relu + dropout backward from a bfloat16 y against the float one. The relu comparisons are bitwise: the SIMD body performs the same float
 // operations in the same order per element as the twin. The other bodies use a vector erf / exp /
 // sigmoid, so their comparisons are bounded in float ulps (measured maxima stated at each test). The
 // fused op itself is tested in tests/ops/linear_activation_test.cc; the finite-difference checks of
 // every backward are in gradcheck_test.cc.
 // To add a SIMD body: a TEST comparing foo_avx512 with foo_scalar over kSizes, bitwise when it
 // performs the twin's operations, else within a measured bound in ulps.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -20,6 +21,7 @@
 
 #include "kernel_test_util.h"
 #include "kernels/activation_scalar.h"
+#include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
@@ -346,6 +348,33 @@ TEST(ActivationKernel, ReluDropoutMatchesScalarTwins) {
         }
       }
     }
+  }
+}
+
+// The backward from y rounded to bfloat16: the dispatcher (AVX-512 body on AVX-512 CPUs) against its
+// twin, bitwise, and both against relu_dropout_backward of the widened y: the mask is y's sign, which
+// the rounding keeps. y has +0, −0, negatives and values that round up across a binade; dy NaN and inf
+// where y is 0 give +0.
+TEST(ActivationKernel, ReluDropoutBackwardFromBf16IsTheFloatBackward) {
+  for (int64_t n : {1, 15, 16, 17, 100, 515, 70000}) {  // 70000: more than one element chunk
+    auto y = testing::random_values(n, 110);
+    for (int64_t i = 0; i < n; i += 3) y[i] = std::max(y[i], 0.0f);  // relu's zeros
+    y[0] = -0.0f;
+    if (n > 1) y[1] = 1.99999988f;  // rounds up to 2 in bfloat16
+    std::vector<uint16_t> y16(n);
+    for (int64_t i = 0; i < n; ++i) y16[i] = float_to_bf16(y[i]);
+    auto dy = testing::random_values(n, 111);
+    dy[0] = std::numeric_limits<float>::quiet_NaN();
+    if (n > 3) dy[3] = std::numeric_limits<float>::infinity();
+    std::vector<float> fast(n), slow(n), want(n);
+    relu_dropout_backward_bf16(dy.data(), y16.data(), fast.data(), n, 0.3f);
+    relu_dropout_backward_bf16_scalar(dy.data(), y16.data(), slow.data(), n, 0.3f);
+    ASSERT_TRUE(bitwise_equal(fast, slow, "twin n " + std::to_string(n)));
+    relu_dropout_backward_scalar(dy.data(), y.data(), want.data(), n, 0.3f);
+    ASSERT_TRUE(bitwise_equal(fast, want, "float backward n " + std::to_string(n)));
+    std::vector<float> inplace = dy;  // dx may alias dy
+    relu_dropout_backward_bf16(inplace.data(), y16.data(), inplace.data(), n, 0.3f);
+    ASSERT_TRUE(bitwise_equal(inplace, fast, "in place n " + std::to_string(n)));
   }
 }
 
