@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""profile_step.py — where a training step's time goes, by category: `perf record` over `tfm train`, then each
+sample of the step put in one category by its innermost frame that names one.
+
+    /usr/bin/python3 bench/profile_step.py --tfm build/tfm [--steps 100] [--threads 2] [--wait-policy default|passive]
+                     [--preset nanogpt-baby] [--markdown]
+
+Runs `tfm train --preset P` on Vim's documentation (Debian's vim-runtime; as bench/lm_vs_torch.py: the help
+files but the user manual) with a 3 kB validation text, so that evaluation is a negligible share, under
+`perf record --call-graph dwarf`. Two columns: the main thread's samples inside `ShardedStep::run` (the step:
+forward, backward, clip and optimizer), whose shares are the step's wall time — OpenMP there is the main thread
+waiting at a region's end for the others; and those plus every sample of the other threads (OpenMP workers,
+which run parallel regions and spin or sleep between them), the CPU time. Setup, data loading, evaluation and
+checkpoints are left out.
+
+Categories, tried on each sample's frames from the innermost outwards (the first frame matching any rule
+decides; rules in CATEGORIES order for one frame). oneDNN's JIT-compiled kernels have no symbols or unwind
+information: an innermost frame perf cannot name is counted as GEMM, the only JIT code a training step runs, and
+as the step's on the main thread (the evaluation's share of it is negligible with the short validation text).
+Needs perf (linux-perf) and permission to profile (perf_event_paranoid ≤ 1, or root).
+"""
+
+import argparse
+import collections
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+# (category, pattern on a frame's "symbol dso" text), in the order they are tried on one frame.
+CATEGORIES = [
+    ("allocation (malloc/free, page faults)",
+     r"\b(malloc|_int_malloc|_int_free|free|cfree|aligned_alloc|posix_memalign|_mid_memalign|sysmalloc|"
+     r"asm_exc_page_fault|exc_page_fault|clear_page\w*|do_anonymous_page|handle_mm_fault|__mmap|__munmap|"
+     r"madvise|brk)\b|BlockCache|allocate_storage"),
+    ("OpenMP fork/join/barrier", r"libgomp|\bgomp_|\bGOMP_"),
+    ("GEMM (oneDNN kernels, tfm's GEMM drivers, transposes)", r"dnnl|gemm|transpose|sgemm|jit_|libdnnl"),
+    ("attention (flash kernels forward and backward)", r"attention|forward_tile|backward_key_tile|backward_pair"),
+    ("layer norm", r"layer_norm|rms_norm"),
+    ("optimizer + clip", r"Adam|SGD|clip|OptimizerShards|zero_grad|optim"),
+    ("cross-entropy", r"cross_entropy|log_softmax"),
+    ("elementwise / activation / dropout / embedding",
+     r"activation|gelu|relu|add_forward|add_dropout|dropout|embedding|bias_grad|elementwise|accumulate_grad|"
+     r"add_into|scale"),
+]
+OTHER = "other (memcpy, autograd bookkeeping, the rest)"
+
+
+def vim_texts(tmp):
+    docs = sorted(glob.glob("/usr/share/vim/vim90/doc/*.txt"))
+    if not docs:
+        sys.exit("no /usr/share/vim/vim90/doc/*.txt: apt-get install vim-runtime")
+    train, valid = os.path.join(tmp, "train.txt"), os.path.join(tmp, "valid.txt")
+    with open(train, "wb") as out:
+        for p in docs:
+            if "/usr_" not in p:
+                with open(p, "rb") as f:
+                    out.write(f.read())
+    with open(os.path.join(os.path.dirname(docs[0]), "usr_01.txt"), "rb") as f:
+        text = f.read()[:3000]
+    with open(valid, "wb") as out:
+        out.write(text[:text.rfind(b"\n") + 1])
+    return train, valid
+
+
+def classify(frames):
+    """frames: innermost first, each 'symbol (dso)'."""
+    if frames and frames[0].startswith("[unknown]") and "libgomp" not in frames[0]:
+        return CATEGORIES[2][0]  # oneDNN's JIT code
+    for f in frames:
+        for name, pat in CATEGORIES:
+            if re.search(pat, f):
+                return name
+    return OTHER
+
+
+def samples(perf_data):
+    """Yields (pid, tid, frames) per sample of `perf script`."""
+    out = subprocess.run(["perf", "script", "-i", perf_data, "-F", "pid,tid,ip,sym,dso"], check=True,
+                         capture_output=True, text=True, errors="replace").stdout
+    head, frames = None, []
+    for line in out.splitlines() + [""]:
+        if not line.strip():
+            if head:
+                yield head[0], head[1], frames
+            head, frames = None, []
+        elif line[0] in " \t":
+            parts = line.strip().split(None, 1)
+            frames.append(parts[1] if len(parts) > 1 else parts[0])
+        else:
+            m = re.match(r"\s*(\d+)/(\d+)", line)
+            if m:
+                head = (int(m.group(1)), int(m.group(2)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tfm", default="build/tfm")
+    ap.add_argument("--preset", default="nanogpt-baby")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--wait-policy", choices=["default", "passive"], default="default",
+                    help="OMP_WAIT_POLICY for tfm (default: libgomp's own, as tfm runs unless the user sets it)")
+    ap.add_argument("--markdown", action="store_true")
+    a = ap.parse_args()
+    env = dict(os.environ)
+    env.pop("OMP_WAIT_POLICY", None)
+    if a.wait_policy == "passive":
+        env["OMP_WAIT_POLICY"] = "passive"
+    with tempfile.TemporaryDirectory() as tmp:
+        train, valid = vim_texts(tmp)
+        data = os.path.join(tmp, "perf.data")
+        subprocess.run(["perf", "record", "-q", "-F", "999", "--call-graph", "dwarf,16384", "-o", data, "--",
+                        a.tfm, "train", "--out", os.path.join(tmp, "run"), "--preset", a.preset, "--text", train,
+                        "--valid-text", valid, "--max-steps", str(a.steps), "--threads", str(a.threads),
+                        "--seed", "1"], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        main_thread, all_threads = collections.Counter(), collections.Counter()
+        for pid, tid, frames in samples(data):
+            if tid == pid:
+                jit = bool(frames) and frames[0].startswith("[unknown]") and "libgomp" not in frames[0]
+                if not jit and not any("ShardedStep::run" in f for f in frames):
+                    continue  # the main thread outside the step (JIT code cannot be unwound: counted as the step's)
+                main_thread[classify(frames)] += 1
+            all_threads[classify(frames)] += 1
+    n_main, n_all = sum(main_thread.values()), sum(all_threads.values())
+    if not n_main:
+        sys.exit("no samples: is perf allowed to profile (perf_event_paranoid)?")
+    names = [name for name, _ in CATEGORIES] + [OTHER]
+    names.sort(key=lambda k: -main_thread[k])
+    print(f"{a.preset}, {a.steps} steps, {a.threads} threads, OMP_WAIT_POLICY {a.wait_policy}: {n_main} samples of "
+          f"the main thread in the step (its wall time), {n_all} of all threads (CPU time)")
+    if a.markdown:
+        print("\n| category | main thread | all threads |\n|---|---|---|")
+        for k in names:
+            print(f"| {k} | {100.0 * main_thread[k] / n_main:.1f}% | {100.0 * all_threads[k] / n_all:.1f}% |")
+    else:
+        print("   main    all")
+        for k in names:
+            print(f"  {100.0 * main_thread[k] / n_main:5.1f}%  {100.0 * all_threads[k] / n_all:5.1f}%  {k}")
+
+
+if __name__ == "__main__":
+    main()
