@@ -3,7 +3,7 @@
 sample of the step put in one category by its innermost frame that names one.
 
     /usr/bin/python3 bench/profile_step.py --tfm build/tfm [--steps 100] [--threads 2] [--wait-policy default|passive]
-                     [--preset nanogpt-baby] [--markdown]
+                     [--preset nanogpt-baby] [--markdown] [--explain K]
 
 Runs `tfm train --preset P` on Vim's documentation (Debian's vim-runtime; as bench/lm_vs_torch.py: the help
 files but the user manual) with a 3 kB validation text, so that evaluation is a negligible share, under
@@ -39,7 +39,7 @@ CATEGORIES = [
     ("GEMM (oneDNN kernels, tfm's GEMM drivers, transposes)", r"dnnl|gemm|transpose|sgemm|jit_|libdnnl"),
     ("attention (flash kernels forward and backward)", r"attention|forward_tile|backward_key_tile|backward_pair"),
     ("layer norm", r"layer_norm|rms_norm"),
-    ("optimizer + clip", r"Adam|SGD|clip|OptimizerShards|zero_grad|optim"),
+    ("optimizer + clip", r"(?i)adam|sgd|clip|OptimizerShards|zero_grad|optim|grad_norm|norm_block_partials"),
     ("cross-entropy", r"cross_entropy|log_softmax"),
     ("elementwise / activation / dropout / embedding",
      r"activation|gelu|relu|add_forward|add_dropout|dropout|embedding|bias_grad|elementwise|accumulate_grad|"
@@ -66,14 +66,14 @@ def vim_texts(tmp):
 
 
 def classify(frames):
-    """frames: innermost first, each 'symbol (dso)'."""
+    """frames: innermost first, each 'symbol (dso)'. Returns (category, the frame that decided)."""
     if frames and frames[0].startswith("[unknown]") and "libgomp" not in frames[0]:
-        return CATEGORIES[2][0]  # oneDNN's JIT code
+        return CATEGORIES[2][0], frames[0]  # oneDNN's JIT code
     for f in frames:
         for name, pat in CATEGORIES:
             if re.search(pat, f):
-                return name
-    return OTHER
+                return name, f
+    return OTHER, frames[0] if frames else "(no frames)"
 
 
 def samples(perf_data):
@@ -86,10 +86,10 @@ def samples(perf_data):
             if head:
                 yield head[0], head[1], frames
             head, frames = None, []
-        elif line[0] in " \t":
+        elif line[0] == "\t":  # a frame: address, symbol, (dso)
             parts = line.strip().split(None, 1)
             frames.append(parts[1] if len(parts) > 1 else parts[0])
-        else:
+        else:  # a sample's header: pid/tid, right-aligned
             m = re.match(r"\s*(\d+)/(\d+)", line)
             if m:
                 head = (int(m.group(1)), int(m.group(2)))
@@ -104,6 +104,8 @@ def main():
     ap.add_argument("--wait-policy", choices=["default", "passive"], default="default",
                     help="OMP_WAIT_POLICY for tfm (default: libgomp's own, as tfm runs unless the user sets it)")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--explain", type=int, default=0, metavar="K",
+                    help="also print each category's K most frequent innermost frames (to check the rules)")
     a = ap.parse_args()
     env = dict(os.environ)
     env.pop("OMP_WAIT_POLICY", None)
@@ -117,13 +119,17 @@ def main():
                         "--valid-text", valid, "--max-steps", str(a.steps), "--threads", str(a.threads),
                         "--seed", "1"], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         main_thread, all_threads = collections.Counter(), collections.Counter()
+        deciding = collections.defaultdict(collections.Counter)  # category -> (innermost, deciding frame) -> n
         for pid, tid, frames in samples(data):
             if tid == pid:
                 jit = bool(frames) and frames[0].startswith("[unknown]") and "libgomp" not in frames[0]
                 if not jit and not any("ShardedStep::run" in f for f in frames):
                     continue  # the main thread outside the step (JIT code cannot be unwound: counted as the step's)
-                main_thread[classify(frames)] += 1
-            all_threads[classify(frames)] += 1
+            category, frame = classify(frames)
+            if tid == pid:
+                main_thread[category] += 1
+            all_threads[category] += 1
+            deciding[category][(frames[0][:70] if frames else "", frame[:90])] += 1
     n_main, n_all = sum(main_thread.values()), sum(all_threads.values())
     if not n_main:
         sys.exit("no samples: is perf allowed to profile (perf_event_paranoid)?")
@@ -139,6 +145,10 @@ def main():
         print("   main    all")
         for k in names:
             print(f"  {100.0 * main_thread[k] / n_main:5.1f}%  {100.0 * all_threads[k] / n_all:5.1f}%  {k}")
+    for k in names if a.explain else []:
+        print(f"\n{k}: the most frequent innermost frames (all threads), and the frame that decided")
+        for (inner, frame), n in deciding[k].most_common(a.explain):
+            print(f"  {100.0 * n / n_all:5.1f}%  {inner}  <-  {frame}")
 
 
 if __name__ == "__main__":
