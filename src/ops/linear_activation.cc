@@ -56,7 +56,9 @@ struct LinearReluDropoutNode : Node {
 // inputs = {x (N, in), w1 (F, in), b1 (F) or undefined, w2 (out, F), b2 (out) or undefined}; the forward
 // ran under Autocast(BFLOAT16) with w1_16, w2_16 the weights' copies. y16 holds bf16(y) for the hidden
 // y = dropout(relu(x·W1ᵀ + b1)) (N, F): N·F bfloat16 values in the bytes of a float tensor (storage from
-// the block cache, reused step to step). Backward as in linear_activation.h (feed_forward_relu).
+// the block cache, reused step to step). Backward as in linear_activation.h (feed_forward_relu): the second
+// Linear's part is linear_backward's bf16 branch with the kept y16 as dW's operand instead of a fresh rounding
+// of x, and its dx computed into the buffer the ReLU/dropout backward then overwrites.
 struct FeedForwardReluBf16Node : Node {
   bool has_b1 = false, has_b2 = false;
   float p = 0.0f;
