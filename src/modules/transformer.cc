@@ -97,19 +97,17 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
   register_module("drop_path", drop_path);
 }
 
-// ff(x) = linear2(dropout(act(linear1(x))))   (the residual's dropout applied by the caller).
-// act(linear1(x)) is one fused op (the bias and activation in one pass after the GEMM); with ReLU
-// the dropout joins that pass too, and bfloat16 training keeps the hidden activation in bfloat16
-// only (ops::feed_forward_relu, ops/linear_activation.h). Inside InferenceMode, where decoding
-// runs, the packed Linear adds its bias after the GEMM too (oneDNN's bias epilogue), so this is
-// bitwise activation(linear1(x)); outside, ops::linear starts the GEMM from the bias, which may
-// round differently.
+// ff(x) = linear2(dropout(act(linear1(x))))   (the residual's dropout applied by the caller), as
+// ops::feed_forward (ops/linear_activation.h): act(linear1(x)) is one fused op (the bias and
+// activation in one pass after the GEMM); with ReLU the dropout joins that pass too; bfloat16
+// training keeps the hidden activation the second Linear multiplies in bfloat16 only. Inside
+// InferenceMode, where decoding runs, the packed Linear adds its bias after the GEMM too (oneDNN's
+// bias epilogue), so this is bitwise activation(linear1(x)); outside, ops::linear starts the GEMM
+// from the bias, which may round differently.
 static Tensor feed_forward_of(const Tensor& x, const Linear& linear1, const Dropout& dropout,
                               const Linear& linear2, Activation act) {
-  if (act == Activation::RELU)  // linear2.forward(dropout(relu(linear1(x)))), as ops::feed_forward_relu
-    return ops::feed_forward_relu(x, linear1.weight, linear1.bias, linear2.weight, linear2.bias, dropout.p,
-                                  dropout.is_training(), dropout.generator());
-  return linear2.forward(dropout.forward(ops::linear_activation(x, linear1.weight, linear1.bias, act)));
+  return ops::feed_forward(x, linear1.weight, linear1.bias, linear2.weight, linear2.bias, act, dropout.p,
+                           dropout.is_training(), dropout.generator());
 }
 
 Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) const {

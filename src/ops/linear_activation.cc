@@ -1,8 +1,9 @@
 // src/ops/linear_activation.cc — the FFN input projection fused with its bias and activation:
 // y = act(x·Wᵀ + b) with the GEMM writing x·Wᵀ and one pass adding b and applying act in place
 // (kernels::bias_activation_forward), and with ReLU in training also the FFN's inner dropout
-// (kernels::bias_relu_dropout_forward); and the whole ReLU FFN for bfloat16 training, which keeps its
-// hidden activation in bfloat16 only. Contracts and backwards in ops/linear_activation.h.
+// (kernels::bias_relu_dropout_forward); and the whole feed-forward for bfloat16 training, which keeps the
+// hidden activation the second Linear multiplies in bfloat16 only. Contracts and backwards in
+// ops/linear_activation.h.
 #include "ops/linear_activation.h"
 
 #include <algorithm>
@@ -53,61 +54,114 @@ struct LinearReluDropoutNode : Node {
   }
 };
 
-// inputs = {x (N, in), w1 (F, in), b1 (F) or undefined, w2 (out, F), b2 (out) or undefined}; the forward
-// ran under Autocast(BFLOAT16) with w1_16, w2_16 the weights' copies. y16 holds bf16(y) for the hidden
-// y = dropout(relu(x·W1ᵀ + b1)) (N, F): N·F bfloat16 values in the bytes of a float tensor (storage from
-// the block cache, reused step to step). Backward as in linear_activation.h (feed_forward_relu): the second
-// Linear's part is linear_backward's bf16 branch with the kept y16 as dW's operand instead of a fresh rounding
-// of x, and its dx computed into the buffer the ReLU/dropout backward then overwrites.
-struct FeedForwardReluBf16Node : Node {
+// The feed-forward's nodes under Autocast(BFLOAT16): inputs = {x (N, in), w1 (Fin, in), b1 (Fin) or undefined,
+// w2 (out, F), b2 (out) or undefined}, w1_16, w2_16 the weights' copies the forward used, and y16 = bf16(y) for
+// the hidden y (N, F) the second Linear multiplies: N·F bfloat16 values in the bytes of a float tensor (storage
+// from the block cache, reused step to step). Backwards as in linear_activation.h (feed_forward).
+struct FeedForwardBf16Node : Node {
   bool has_b1 = false, has_b2 = false;
-  float p = 0.0f;
   int64_t N = 0, F = 0;
   Bf16Weight w1_16, w2_16;
   Tensor y16;
-  const char* name() const override { return "feed_forward_relu_bf16"; }
-  void backward(const Tensor& g, const std::vector<Tensor*>& din) override {
+
+  const uint16_t* hidden() const { return reinterpret_cast<const uint16_t*>(y16.data()); }
+  // The second Linear's backward: linear_backward's bf16 branch with the kept y16 as dW2's operand instead of
+  // a fresh rounding of its input. Returns dy (N, F) = bf16(g)·w2_16, or an undefined tensor when nothing
+  // before the second Linear needs a gradient.
+  Tensor second_linear_backward(const Tensor& g, const std::vector<Tensor*>& din) const {
     const int64_t out = inputs[3].size(0);
-    const uint16_t* y = reinterpret_cast<const uint16_t*>(y16.data());
     if (Tensor* slot = din[3]) {  // dW2 (out, F) += bf16(g)ᵀ (out, N) · y16 (N, F)
       const float beta = slot->defined() ? 1.0f : 0.0f;
       if (!slot->defined()) *slot = Tensor::empty(inputs[3].shape());
-      kernels::gemm_bf16(true, false, out, F, N, g.data(), out, y, F, beta, slot->data(), F);
+      kernels::gemm_bf16(true, false, out, F, N, g.data(), out, hidden(), F, beta, slot->data(), F);
     }
     if (Tensor* slot = has_b2 ? din[4] : nullptr) {  // db2 (out) += Σ_rows g
       if (!slot->defined()) *slot = Tensor::zeros({out});
       kernels::bias_grad(g.data(), slot->data(), N, out);
     }
-    if (!din[0] && !din[1] && !din[2]) return;
-    Tensor dz = Tensor::empty({N, F});  // dy (N, F) = bf16(g) · w2_16 (out, F), then dz in place
-    kernels::gemm_bf16(false, false, N, F, out, g.data(), out, w2_16->data(), F, 0.0f, dz.data(), F);
-    kernels::relu_dropout_backward_bf16(dz.data(), y, dz.data(), N * F, p);
+    if (!din[0] && !din[1] && !din[2]) return Tensor();
+    Tensor dy = Tensor::empty({N, F});
+    kernels::gemm_bf16(false, false, N, F, out, g.data(), out, w2_16->data(), F, 0.0f, dy.data(), F);
+    return dy;
+  }
+};
+
+// ReLU with dropout: y16 alone. dz = y > 0 ? dy/(1 − p) : 0 (y's sign read from y16), then the first Linear.
+struct FeedForwardReluBf16Node : FeedForwardBf16Node {
+  float p = 0.0f;
+  const char* name() const override { return "feed_forward_relu_bf16"; }
+  void backward(const Tensor& g, const std::vector<Tensor*>& din) override {
+    Tensor dz = second_linear_backward(g, din);
+    if (!dz.defined()) return;
+    kernels::relu_dropout_backward_bf16(dz.data(), hidden(), dz.data(), N * F, p);
     linear_backward(dz.data(), inputs[0], inputs[1], has_b1, {din[0], din[1], din[2]}, w1_16.get());
   }
 };
 
+// Any other activation: y16 and the pre-activation z (N, Fin) in float32, which the activation's derivative
+// reads. dy masked as the dropout's backward does it (when it dropped), dz = act'(z)·dy, then the first Linear.
+struct FeedForwardActivationBf16Node : FeedForwardBf16Node {
+  Activation kind = Activation::GELU;
+  kernels::DropoutSpec drop{0.0f, 0, 0};  // p = 0: no dropout ran
+  Tensor z;
+  const char* name() const override { return "feed_forward_activation_bf16"; }
+  void backward(const Tensor& g, const std::vector<Tensor*>& din) override {
+    Tensor dy = second_linear_backward(g, din);
+    if (!dy.defined()) return;
+    if (drop.p > 0.0f) kernels::dropout_forward(dy.data(), dy.data(), N * F, drop.p, drop.seed, drop.offset);
+    Tensor dz = Tensor::empty(z.shape());
+    kernels::activation_backward(kind, dy.data(), z.data(), dz.data(), N, F);
+    linear_backward(dz.data(), inputs[0], inputs[1], has_b1, {din[0], din[1], din[2]}, w1_16.get());
+  }
+};
+
+// The feed-forward's composition, which feed_forward runs whenever it does not fuse.
+Tensor composed_feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+                             Activation act, float p, bool training, Generator& gen) {
+  if (act == Activation::RELU) return linear(linear_relu_dropout(x, w1, b1, p, training, gen), w2, b2);
+  return linear(dropout(linear_activation(x, w1, b1, act), p, training, gen), w2, b2);
+}
+
 }  // namespace
 
-Tensor feed_forward_relu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
-                         float p, bool training, Generator& gen) {
+Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+                    Activation act, float p, bool training, Generator& gen) {
+  const bool drops = training && p > 0.0f && p < 1.0f;
   Bf16Weight w1_16;
-  if (training && p > 0.0f && p < 1.0f && needs_grad({&x, &w1, &b1, &w2, &b2})) {
-    check_linear_args("linear_relu_dropout", x, w1, b1);  // before autocast_weight reads w1's shape
+  // ReLU without dropout keeps only its output already (LinearReluNode); p = 1 zeroes the hidden.
+  if ((act != Activation::RELU || drops) && !(training && p >= 1.0f) && needs_grad({&x, &w1, &b1, &w2, &b2})) {
+    check_linear_args("linear_activation", x, w1, b1);  // before autocast_weight reads w1's shape
     w1_16 = autocast_weight(w1);
   }
-  if (!w1_16) return linear(linear_relu_dropout(x, w1, b1, p, training, gen), w2, b2);
+  if (!w1_16) return composed_feed_forward(x, w1, b1, w2, b2, act, p, training, gen);
 
-  // y (N, F) = dropout(relu(bf16(x)·w1_16ᵀ + b1)): linear_relu_dropout's forward and draw.
-  const int64_t F = w1.size(0), in = w1.size(1), N = linear_rows(x);
-  Shape ys = x.shape();
+  // z (N, Fin) = bf16(x)·w1_16ᵀ + b1; y (N, F) = act(z), then the dropout's mask and draw: the composition's
+  // ops::linear, ops::activation and ops::dropout (ReLU: linear_relu_dropout's one pass after the GEMM).
+  const bool gated = activation_is_gated(act);
+  const int64_t Fin = w1.size(0), in = w1.size(1), N = linear_rows(x), F = gated ? Fin / 2 : Fin;
+  check(!gated || Fin % 2 == 0, "linear_activation " + std::string(enum_name(act)) + ": weight " + describe(w1) +
+                                    " must have an even number of rows (two halves [a | b])");
+  Shape zs = x.shape(), ys = x.shape();
+  zs.back() = Fin;
   ys.back() = F;
-  Tensor y = Tensor::empty(ys);
-  linear_forward_bf16(N, in, F, x.data(), *w1_16, nullptr, y.data());
-  const uint64_t offset = gen.take(static_cast<uint64_t>(y.numel()));
-  kernels::bias_relu_dropout_forward(y.data(), b1.defined() ? b1.data() : nullptr, y.data(), N, F,
-                                     {p, gen.seed, offset});
-  // out (N, out) = y16 · w2_16ᵀ + b2: ops::linear's bf16 product, with y rounded once, whole, into the
-  // copy the node keeps (the same values, panels and primitives as rounding it panel by panel).
+  Tensor z = Tensor::empty(zs), y;
+  kernels::DropoutSpec drop{0.0f, 0, 0};
+  if (act == Activation::RELU) {
+    linear_forward_bf16(N, in, Fin, x.data(), *w1_16, nullptr, z.data());
+    drop = {p, gen.seed, gen.take(static_cast<uint64_t>(z.numel()))};
+    kernels::bias_relu_dropout_forward(z.data(), b1.defined() ? b1.data() : nullptr, z.data(), N, F, drop);
+    y = z;
+  } else {
+    linear_forward_bf16(N, in, Fin, x.data(), *w1_16, b1.defined() ? b1.data() : nullptr, z.data());
+    y = Tensor::empty(ys);
+    kernels::activation_forward(act, z.data(), y.data(), N, F);
+    if (drops) {
+      drop = {p, gen.seed, gen.take(static_cast<uint64_t>(y.numel()))};
+      kernels::dropout_forward(y.data(), y.data(), y.numel(), drop.p, drop.seed, drop.offset);
+    }
+  }
+  // out (N, out) = y16 · w2_16ᵀ + b2: ops::linear's bf16 product, with y rounded once, whole, into the copy the
+  // node keeps (the same values, panels and primitives as rounding it panel by panel).
   const auto [out, F2] = check_linear_args("linear", y, w2, b2);
   Bf16Weight w2_16 = autocast_weight(w2);
   Tensor y16 = Tensor::empty({(N * F + 1) / 2});
@@ -118,10 +172,20 @@ Tensor feed_forward_relu(const Tensor& x, const Tensor& w1, const Tensor& b1, co
   Tensor o = Tensor::empty(os);
   kernels::gemm_bf16(false, true, N, out, F2, yb, F2, w2_16->data(), F2, 0.0f, o.data(), out,
                      b2.defined() ? b2.data() : nullptr);
-  auto node = std::make_shared<FeedForwardReluBf16Node>();
+  std::shared_ptr<FeedForwardBf16Node> node;
+  if (act == Activation::RELU) {
+    auto relu = std::make_shared<FeedForwardReluBf16Node>();
+    relu->p = p;
+    node = relu;
+  } else {
+    auto other = std::make_shared<FeedForwardActivationBf16Node>();
+    other->kind = act;
+    other->drop = drop;
+    other->z = std::move(z);
+    node = other;
+  }
   node->has_b1 = b1.defined();
   node->has_b2 = b2.defined();
-  node->p = p;
   node->N = N;
   node->F = F;
   node->w1_16 = std::move(w1_16);

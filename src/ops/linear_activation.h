@@ -1,6 +1,6 @@
 // src/ops/linear_activation.h — internal fused ops used by the modules (not public API): the FFN
-// input projection with its bias and activation in one pass after the GEMM, the whole ReLU FFN for
-// bfloat16 training, and the Linear backward shared by ops::linear and the fused ops.
+// input projection with its bias and activation in one pass after the GEMM, the whole feed-forward (one node
+// in bfloat16 training), and the Linear backward shared by ops::linear and the fused ops.
 #pragma once
 
 #include <cstdint>
@@ -32,18 +32,20 @@ Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bi
 Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, float p, bool training,
                            Generator& gen);
 
-// linear(linear_relu_dropout(x, W1, b1, p, training, gen), W2, b2) — nn.TransformerEncoderLayer's
-// linear2(dropout(relu(linear1(x)))) — with the same numbers and the same generator draw. Under
-// Autocast(BFLOAT16), training with p ∈ (0, 1) and a tape to record, one node keeps the hidden
-// y = dropout(relu(x·W1ᵀ + b1)) (N, F) only as bfloat16: bf16(y) is the operand the second Linear's
-// weight gradient multiplies anyway, and the ReLU/dropout backward needs only y's sign
-// (kernels::relu_dropout_backward_bf16), so the FFN's largest saved activation takes half the bytes
-// (2N·F instead of the float32 y both nodes of the composition keep). Backward, g (N, out):
-//   dW2 += bf16(g)ᵀ·bf16(y);  db2 += Σ_rows g;  dy = bf16(g)·bf16(W2);  dz = y > 0 ? dy/(1 − p) : 0;
-//   then the first Linear's backward of dz (linear_backward with W1's bfloat16 copy).
-// Otherwise exactly the composition.
-Tensor feed_forward_relu(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
-                         float p, bool training, Generator& gen);
+// A Transformer layer's feed-forward, nn.TransformerEncoderLayer's linear2(dropout(act(linear1(x)))):
+//   ReLU:   linear(linear_relu_dropout(x, W1, b1, p, training, gen), W2, b2)
+//   others: linear(dropout(linear_activation(x, W1, b1, act), p, training, gen), W2, b2)
+// with the same numbers and the same generator draw. Under Autocast(BFLOAT16) with a tape to record, one node
+// keeps the hidden y (N, F) the second Linear multiplies only as bf16(y) — the operand its weight gradient
+// multiplies anyway — instead of the float32 y (and, with dropout, the y before it) the composition's nodes keep:
+//   ReLU with dropout: nothing else; the ReLU/dropout backward needs only y's sign, which rounding keeps
+//     (kernels::relu_dropout_backward_bf16). (ReLU without dropout keeps only y already, and stays composed.)
+//   other activations: the float32 pre-activation z too, which the derivative reads.
+// Backward, g (N, out): dW2 += bf16(g)ᵀ·bf16(y); db2 += Σ_rows g; dy = bf16(g)·bf16(W2); dy masked as the
+// dropout's backward does; dz = act'(z)·dy (ReLU: y > 0 ? dy/(1 − p) : 0); then the first Linear's backward of
+// dz (linear_backward with W1's bfloat16 copy). Otherwise, and for p = 1 in training, exactly the composition.
+Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+                    Activation act, float p, bool training, Generator& gen);
 
 // The argument checks of every Linear-shaped op (`op` names it in messages): x (..., in) float,
 // weight (out, in) float, bias (out) float or undefined. Returns (out, in).

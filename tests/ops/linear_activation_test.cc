@@ -10,9 +10,8 @@
 // ops::linear_relu_dropout, the FFN's dropout(relu(linear1(x))) in training, applies the same
 // per-element float operations in the same order as dropout(activation(linear(x, W, b), RELU)) (the
 // mask is the same pure function of seed and counter): output, gradients and the generator's
-// position bitwise equal. ops::feed_forward_relu, the whole ReLU FFN, is the composition
-// linear(linear_relu_dropout(...)) bitwise, in float32 and in bfloat16 training, where it keeps the
-// hidden activation as bfloat16 only.
+// position bitwise equal. ops::feed_forward, the whole feed-forward, is its composition bitwise, in
+// float32 and in bfloat16 training, where one node keeps the hidden activation as bfloat16.
 // To add a case: another activation or shape in the loops below.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -54,6 +53,12 @@ void expect_forward_close(const Tensor& fused, const Tensor& composed, const Ten
       tol.push_back(2.0 * gamma_f(K + 1) * s + FLT_MIN);
     }
   EXPECT_TRUE(tfm::testing::close_abs(fused, composed, tol, "fused vs composed"));
+}
+
+// The feed-forward's composition, as feed_forward documents it (no second bias).
+Tensor composed(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, Activation act, Generator& g) {
+  if (act == Activation::RELU) return linear(linear_relu_dropout(x, w1, b1, 0.1f, true, g), w2, Tensor());
+  return linear(dropout(linear_activation(x, w1, b1, act), 0.1f, true, g), w2, Tensor());
 }
 
 TEST(LinearActivation, InferenceMatchesComposition) {
@@ -175,12 +180,13 @@ TEST(LinearActivation, LinearReluDropoutEdgeCasesFollowDropout) {
   EXPECT_TRUE(bitwise_equal(linear_relu_dropout(x, w, b, 1.0f, true, g), Tensor::zeros({4, 6}), "p = 1"));
 }
 
-// The whole ReLU FFN, linear2(dropout(relu(linear1(x)))): under Autocast(BFLOAT16) in training one node
-// keeps the hidden activation as bfloat16 only, and must give the composition's output, generator draw
-// and every gradient bitwise (its second product reads y rounded whole where ops::linear rounds it
-// panel by panel: the same values in the same panels); with 1 and 2 threads, with and without biases,
-// and N·F odd. In float32, in eval mode and with p = 0 it is the composition itself.
-TEST(LinearActivation, FeedForwardReluEqualsComposition) {
+// The whole feed-forward, linear2(dropout(act(linear1(x)))): under Autocast(BFLOAT16) with a tape, one node keeps
+// the hidden activation as bfloat16 (and, for activations other than ReLU, the float32 pre-activation), and must
+// give the composition's output, generator draw and every gradient bitwise (its second product reads y rounded
+// whole where ops::linear rounds it panel by panel: the same values in the same panels). ReLU, GELU and a gated
+// kind; dropout 0.1 and 0; training and eval; 1 and 2 threads; with and without biases; N·F odd. In float32, and
+// for ReLU without dropout, it is the composition itself (a "linear" node on top).
+TEST(LinearActivation, FeedForwardEqualsComposition) {
   for (int threads : {1, 2}) {
     omp_set_num_threads(threads);
     struct Dims {
@@ -188,62 +194,89 @@ TEST(LinearActivation, FeedForwardReluEqualsComposition) {
     };
     for (const Dims& dims : {Dims{3, 5, 7, 4}, Dims{130, 64, 515, 64}, Dims{256, 128, 512, 128}}) {
       const int64_t N = dims.N, in = dims.in, F = dims.F, out = dims.out;
-      for (bool with_bias : {true, false}) {
-        for (Precision precision : {Precision::BFLOAT16, Precision::FLOAT32}) {
-          for (bool training : {true, false}) {
-            auto leaves = [&] {
-              std::vector<Tensor> l{random_tensor({N, in}, 180).requires_grad_(true),
-                                    random_tensor({F, in}, 181).requires_grad_(true),
-                                    with_bias ? random_tensor({F}, 182).requires_grad_(true) : Tensor(),
-                                    random_tensor({out, F}, 183).requires_grad_(true),
-                                    with_bias ? random_tensor({out}, 184).requires_grad_(true) : Tensor()};
-              return l;
-            };
-            std::vector<Tensor> f = leaves(), c = leaves();
-            Tensor gy = random_tensor({N, out}, 185);
-            Generator gf{13, 77}, gc{13, 77};
-            SCOPED_TRACE("N " + std::to_string(N) + " F " + std::to_string(F) + " threads " +
-                         std::to_string(threads) + (with_bias ? " bias " : " no bias ") +
-                         std::string(enum_name(precision)) + (training ? " training" : " eval"));
-            {
-              Autocast scope(precision);
-              Tensor yf = feed_forward_relu(f[0], f[1], f[2], f[3], f[4], 0.1f, training, gf);
-              Tensor yc = linear(linear_relu_dropout(c[0], c[1], c[2], 0.1f, training, gc), c[3], c[4]);
-              ASSERT_TRUE(bitwise_equal(yf, yc, "output"));
-              EXPECT_EQ(gf.offset, gc.offset);
-              const bool fused = precision == Precision::BFLOAT16 && training;
-              EXPECT_EQ(std::string(yf.grad_fn()->name()), fused ? "feed_forward_relu_bf16" : "linear");
-              yf.backward(gy);
-              yc.backward(gy);
-            }
-            const char* names[] = {"dx", "dW1", "db1", "dW2", "db2"};
-            for (size_t i = 0; i < f.size(); ++i)
-              if (f[i].defined()) {
-                EXPECT_TRUE(bitwise_equal(f[i].grad(), c[i].grad(), names[i]));
+      for (Activation act : {Activation::RELU, Activation::GELU, Activation::GEGLU}) {
+        const int64_t Fin = activation_is_gated(act) ? 2 * F : F;
+        for (bool with_bias : {true, false}) {
+          for (Precision precision : {Precision::BFLOAT16, Precision::FLOAT32}) {
+            for (float p : {0.1f, 0.0f}) {
+              for (bool training : {true, false}) {
+                auto leaves = [&] {
+                  std::vector<Tensor> l{random_tensor({N, in}, 180).requires_grad_(true),
+                                        random_tensor({Fin, in}, 181).requires_grad_(true),
+                                        with_bias ? random_tensor({Fin}, 182).requires_grad_(true) : Tensor(),
+                                        random_tensor({out, F}, 183).requires_grad_(true),
+                                        with_bias ? random_tensor({out}, 184).requires_grad_(true) : Tensor()};
+                  return l;
+                };
+                std::vector<Tensor> f = leaves(), c = leaves();
+                Tensor gy = random_tensor({N, out}, 185);
+                Generator gf{13, 77}, gc{13, 77};
+                SCOPED_TRACE("N " + std::to_string(N) + " F " + std::to_string(F) + " " +
+                             std::string(enum_name(act)) + " p " + std::to_string(p) + " threads " +
+                             std::to_string(threads) + (with_bias ? " bias " : " no bias ") +
+                             std::string(enum_name(precision)) + (training ? " training" : " eval"));
+                {
+                  Autocast scope(precision);
+                  Tensor yf = feed_forward(f[0], f[1], f[2], f[3], f[4], act, p, training, gf);
+                  Tensor yc = act == Activation::RELU
+                                  ? linear(linear_relu_dropout(c[0], c[1], c[2], p, training, gc), c[3], c[4])
+                                  : linear(dropout(linear_activation(c[0], c[1], c[2], act), p, training, gc), c[3],
+                                           c[4]);
+                  ASSERT_TRUE(bitwise_equal(yf, yc, "output"));
+                  EXPECT_EQ(gf.offset, gc.offset);
+                  const bool fused = precision == Precision::BFLOAT16 &&
+                                     (act != Activation::RELU || (training && p > 0.0f));
+                  const char* node = !fused                   ? "linear"
+                                     : act == Activation::RELU ? "feed_forward_relu_bf16"
+                                                               : "feed_forward_activation_bf16";
+                  EXPECT_EQ(std::string(yf.grad_fn()->name()), node);
+                  yf.backward(gy);
+                  yc.backward(gy);
+                }
+                const char* names[] = {"dx", "dW1", "db1", "dW2", "db2"};
+                for (size_t i = 0; i < f.size(); ++i)
+                  if (f[i].defined()) {
+                    EXPECT_TRUE(bitwise_equal(f[i].grad(), c[i].grad(), names[i]));
+                  }
               }
+            }
           }
         }
       }
     }
   }
-  Tensor x = random_tensor({4, 8}, 190), w1 = random_tensor({6, 8}, 191), w2 = random_tensor({3, 6}, 192);
-  Generator g{3, 0};
-  Autocast scope(Precision::BFLOAT16);  // p = 0 without a tape: the composition, no draw
-  EXPECT_TRUE(bitwise_equal(feed_forward_relu(x, w1, Tensor(), w2, Tensor(), 0.0f, true, g),
-                            linear(activation(linear(x, w1, Tensor()), Activation::RELU), w2, Tensor()), "p = 0"));
-  EXPECT_EQ(g.offset, 0u);
+}
+
+// Only the second Linear's weight needs a gradient: the node computes dW2 and db2 and nothing before them, as
+// the composition does.
+TEST(LinearActivation, FeedForwardOnlySecondLinearTrains) {
+  for (Activation act : {Activation::RELU, Activation::GELU}) {
+    Tensor x = random_tensor({9, 8}, 196), w1 = random_tensor({6, 8}, 197), b1 = random_tensor({6}, 198);
+    Tensor wf = random_tensor({3, 6}, 199).requires_grad_(true), wc = wf.detach().clone().requires_grad_(true);
+    Generator gf{5, 0}, gc{5, 0};
+    Autocast scope(Precision::BFLOAT16);
+    Tensor yf = feed_forward(x, w1, b1, wf, Tensor(), act, 0.1f, true, gf);
+    Tensor yc = composed(x, w1, b1, wc, act, gc);
+    ASSERT_TRUE(bitwise_equal(yf, yc, "output"));
+    Tensor g = random_tensor({9, 3}, 200);
+    yf.backward(g);
+    yc.backward(g);
+    EXPECT_TRUE(bitwise_equal(wf.grad(), wc.grad(), "dW2"));
+  }
 }
 
 // A misshapen second weight is ops::linear's error, as in the composition.
-TEST(LinearActivation, FeedForwardReluErrorsNameTheTensor) {
+TEST(LinearActivation, FeedForwardErrorsNameTheTensor) {
   Tensor x = random_tensor({4, 8}, 193).requires_grad_(true), w1 = random_tensor({6, 8}, 194);
   Generator g{3, 0};
   Autocast scope(Precision::BFLOAT16);
-  try {
-    feed_forward_relu(x, w1, Tensor(), random_tensor({3, 5}, 195), Tensor(), 0.1f, true, g);
-    FAIL() << "no error";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("linear: input"), std::string::npos) << e.what();
+  for (Activation act : {Activation::RELU, Activation::GELU}) {
+    try {
+      feed_forward(x, w1, Tensor(), random_tensor({3, 5}, 195), Tensor(), act, 0.1f, true, g);
+      FAIL() << "no error";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("linear: input"), std::string::npos) << e.what();
+    }
   }
 }
 
