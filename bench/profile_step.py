@@ -5,8 +5,8 @@ sample of the step put in one category by its innermost frame that names one.
     /usr/bin/python3 bench/profile_step.py --tfm build/tfm [--steps 100] [--threads 2] [--wait-policy default|passive]
                      [--preset nanogpt-baby] [--markdown] [--explain K]
 
-Runs `tfm train --preset P` on Vim's documentation (Debian's vim-runtime; as bench/lm_vs_torch.py: the help
-files but the user manual) with a 3 kB validation text, so that evaluation is a negligible share, under
+Runs `tfm train --preset P` on Vim's documentation (Debian's vim-runtime, split as bench/subword_lm.py does: the
+help files but the user manual) with the user manual's first 3 kB as validation text, so that evaluation is a negligible share, under
 `perf record --call-graph dwarf`. Two columns: the main thread's samples inside `ShardedStep::run` (the step:
 forward, backward, clip and optimizer), whose shares are the step's wall time — OpenMP there is the main thread
 waiting at a region's end for the others; and those plus every sample of the other threads (OpenMP workers,
@@ -22,12 +22,14 @@ Needs perf (linux-perf) and permission to profile (perf_event_paranoid ≤ 1, or
 
 import argparse
 import collections
-import glob
 import os
 import re
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from subword_lm import vim_texts  # noqa: E402
 
 # (category, pattern on a frame's "symbol dso" text), in the order they are tried on one frame.
 CATEGORIES = [
@@ -48,21 +50,15 @@ CATEGORIES = [
 OTHER = "other (memcpy, autograd bookkeeping, the rest)"
 
 
-def vim_texts(tmp):
-    docs = sorted(glob.glob("/usr/share/vim/vim90/doc/*.txt"))
-    if not docs:
-        sys.exit("no /usr/share/vim/vim90/doc/*.txt: apt-get install vim-runtime")
-    train, valid = os.path.join(tmp, "train.txt"), os.path.join(tmp, "valid.txt")
-    with open(train, "wb") as out:
-        for p in docs:
-            if "/usr_" not in p:
-                with open(p, "rb") as f:
-                    out.write(f.read())
-    with open(os.path.join(os.path.dirname(docs[0]), "usr_01.txt"), "rb") as f:
-        text = f.read()[:3000]
-    with open(valid, "wb") as out:
+def texts(tmp):
+    """Vim's help files as subword_lm.py splits them, with the validation text cut to its first 3 kB."""
+    train, valid = vim_texts(tmp)
+    with open(valid, "rb") as f:
+        text = f.read(3000)
+    short = os.path.join(tmp, "valid3k.txt")
+    with open(short, "wb") as out:
         out.write(text[:text.rfind(b"\n") + 1])
-    return train, valid
+    return train, short
 
 
 def classify(frames):
@@ -112,7 +108,7 @@ def main():
     if a.wait_policy == "passive":
         env["OMP_WAIT_POLICY"] = "passive"
     with tempfile.TemporaryDirectory() as tmp:
-        train, valid = vim_texts(tmp)
+        train, valid = texts(tmp)
         data = os.path.join(tmp, "perf.data")
         subprocess.run(["perf", "record", "-q", "-F", "999", "--call-graph", "dwarf,16384", "-o", data, "--",
                         a.tfm, "train", "--out", os.path.join(tmp, "run"), "--preset", a.preset, "--text", train,
