@@ -115,6 +115,13 @@ struct FeedForwardActivationBf16Node : FeedForwardBf16Node {
   }
 };
 
+// A gated kind's weight (Fin, in) holds two halves [a | b] of rows: Fin must be even.
+void check_gated_rows(Activation kind, const Tensor& weight) {
+  check(!activation_is_gated(kind) || weight.size(0) % 2 == 0,
+        "linear_activation " + std::string(enum_name(kind)) + ": weight " + describe(weight) +
+            " must have an even number of rows (two halves [a | b])");
+}
+
 // The feed-forward's composition, which feed_forward runs whenever it does not fuse.
 Tensor composed_feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
                              Activation act, float p, bool training, Generator& gen) {
@@ -139,8 +146,7 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
   // ops::linear, ops::activation and ops::dropout (ReLU: linear_relu_dropout's one pass after the GEMM).
   const bool gated = activation_is_gated(act);
   const int64_t Fin = w1.size(0), in = w1.size(1), N = linear_rows(x), F = gated ? Fin / 2 : Fin;
-  check(!gated || Fin % 2 == 0, "linear_activation " + std::string(enum_name(act)) + ": weight " + describe(w1) +
-                                    " must have an even number of rows (two halves [a | b])");
+  check_gated_rows(act, w1);
   Shape zs = x.shape(), ys = x.shape();
   zs.back() = Fin;
   ys.back() = F;
@@ -226,8 +232,7 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
 Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation kind) {
   const auto [out, in] = check_linear_args("linear_activation", x, weight, bias);
   const bool gated = activation_is_gated(kind);
-  check(!gated || out % 2 == 0, "linear_activation " + std::string(enum_name(kind)) + ": weight " +
-                                    describe(weight) + " must have an even number of rows (two halves [a | b])");
+  check_gated_rows(kind, weight);
   const bool grad = needs_grad({&x, &weight, &bias});
   if (grad && kind != Activation::RELU) return activation(linear(x, weight, bias), kind);
 
