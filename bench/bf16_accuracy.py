@@ -27,6 +27,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "tools"))
 import tfm_safetensors as st  # noqa: E402
 from export_torch import export  # noqa: E402
+from tables import print_table  # noqa: E402  (bench/, the script's own directory)
 
 CONFIGS = {  # as bench/compare_torch.py: (d_model, nhead, dim_feedforward, num_layers or 0, B, N)
     "S": (64, 4, 256, 0, 32, 32),
@@ -75,14 +76,7 @@ def main():
                 rows.append((name, run, rms, mx))
                 print("# %-3s %-10s rel_rms %.3e  rel_max %.3e" % (name, run, rms, mx), file=sys.stderr)
     hdr = ("config", "run", "rel_rms vs float64", "rel_max vs float64")
-    if args.markdown:
-        print("| " + " | ".join(hdr) + " |")
-        print("|" + "|".join("---" for _ in hdr) + "|")
-        for r in rows:
-            print("| %s | %s | %.2e | %.2e |" % r)
-    else:
-        for r in rows:
-            print("%-4s %-10s %.3e %.3e" % r)
+    print_table(hdr, [(name, run, "%.2e" % rms, "%.2e" % mx) for name, run, rms, mx in rows], args.markdown)
     print("\nbfloat16 unit roundoff u_b = 2^-8 = %.2e; float32 u = 2^-24 = %.2e" % (2.0 ** -8, 2.0 ** -24))
 
 

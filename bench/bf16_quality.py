@@ -26,6 +26,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 import int8_accuracy  # noqa: E402  (make_data: the README's data sets)
 import torch_peer  # noqa: E402  (cpu_name, isa)
+from tables import print_table  # noqa: E402
 
 
 def train(a, out, args):
@@ -37,18 +38,6 @@ def train(a, out, args):
     hdr = rows[0]
     last = dict(zip(hdr, rows[-1]))
     return last
-
-
-def table(hdr, rows, markdown):
-    if markdown:
-        print("| " + " | ".join(hdr) + " |")
-        print("|" + "|".join("---" for _ in hdr) + "|")
-        for r in rows:
-            print("| " + " | ".join(r) + " |")
-    else:
-        w = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
-        for r in [hdr] + rows:
-            print("  ".join(str(x).ljust(n) for x, n in zip(r, w)))
 
 
 def compare(a, key, name, args_of, steps):
@@ -66,7 +55,7 @@ def compare(a, key, name, args_of, steps):
     m32, m16 = statistics.mean(loss["f32"]), statistics.mean(loss["bf16"])
     spread = (max(loss["f32"]) - min(loss["f32"])) / m32
     print("\n%s, %d steps, seeds %s, %s (%s):" % (name, steps, a.seeds, torch_peer.cpu_name(), torch_peer.isa()))
-    table(["seed", "dtype", "step", "valid loss", "valid token accuracy %"], rows, a.markdown)
+    print_table(["seed", "dtype", "step", "valid loss", "valid token accuracy %"], rows, a.markdown)
     print("\nmean valid loss f32 %.4f, bf16 %.4f: bf16 %+.2f%% of f32; f32 seeds' spread %.2f%%" % (
         m32, m16, 100 * (m16 - m32) / m32, 100 * spread))
 

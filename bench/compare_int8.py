@@ -38,6 +38,7 @@ import time
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 import torch_peer  # noqa: E402
+from tables import print_table  # noqa: E402
 from compare_torch import CONFIGS, Settler, write_config  # noqa: E402
 
 WORKER = r'''
@@ -83,19 +84,6 @@ def tfm_bench(tfm, cfg, shape, dtype, iters, warmup, threads):
                           "--dtype", dtype, "--iters", str(iters), "--warmup", str(warmup), "--threads", str(threads),
                           "--json"], check=True, capture_output=True, text=True).stdout
     return json.loads(out)["ms_median"]
-
-
-def table(hdr, rows, markdown):
-    if markdown:
-        print("| " + " | ".join(hdr) + " |")
-        print("|" + "|".join("---" for _ in hdr) + "|")
-        for r in rows:
-            print("| " + " | ".join(r) + " |")
-    else:
-        w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(hdr)]
-        print("  ".join(h.rjust(x) for h, x in zip(hdr, w)))
-        for r in rows:
-            print("  ".join(c.rjust(x) for c, x in zip(r, w)))
 
 
 class Worker:
@@ -158,7 +146,7 @@ def encoder(args, settler):
     for w in workers:
         w.close()
     print(torch_peer.header(args.threads) + "\n")
-    table(["config"] + [r + (" best ms" if r.startswith("torch") else " ms") for r in runs] +
+    print_table(["config"] + [r + (" best ms" if r.startswith("torch") else " ms") for r in runs] +
           [r + " inherited ms" for r in torch_runs] + ["best split (f32 / int8)", "tfm f32 / int8", "tfm bf16 / int8", "torch best int8 / tfm int8", "torch best f32 / int8"], rows, args.markdown)
     print("\nmedians over %d alternating rounds of %d iterations (after %d warm-up); torch: quantized engine %s, "
           "dynamic int8 of the feed-forward Linears only" % (args.rounds, args.iters, args.warmup, engine))
@@ -213,7 +201,7 @@ def generate(args, settler):
             tps[x].append((args.n2 - args.n1) / (t2 - t1))
     m = {x: statistics.median(v) for x, v in tps.items()}
     print("# " + "  ".join("%s %s" % (x, " ".join("%.1f" % t for t in tps[x])) for x in dtypes), file=sys.stderr)
-    table(["dtype", "tokens/s", "vs f32"], [[x, "%.1f" % m[x], "%.2f" % (m[x] / m["f32"])] for x in dtypes],
+    print_table(["dtype", "tokens/s", "vs f32"], [[x, "%.1f" % m[x], "%.2f" % (m[x] / m["f32"])] for x in dtypes],
           args.markdown)
     print("\ntfm generate, GPT-2 small's shape (124M parameters, the output head tied to the 50257-token embedding), batch 1, greedy; tokens/s = "
           "(%d − %d) / (t(%d) − t(%d)), medians over %d alternating rounds, %d threads" %

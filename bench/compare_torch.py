@@ -43,6 +43,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_peer  # noqa: E402
+from tables import print_table  # noqa: E402
 
 PEAK_GFLOPS = 468.0  # measured fp32 FMA peak of this machine with 2 threads (issue 3)
 
@@ -259,16 +260,7 @@ def main():
                       "%.0f" % r["peak"] if r["peak"] else "-",
                       "%.0f%%" % (100 * r["frac"] * PEAK_GFLOPS / r["peak"]) if r["peak"] else "-"])
     print(torch_peer.header(args.threads))
-    if args.markdown:
-        print("| " + " | ".join(hdr) + " |")
-        print("|" + "|".join("---" for _ in hdr) + "|")
-        for l in lines:
-            print("| " + " | ".join(l) + " |")
-    else:
-        widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(hdr)]
-        print("  ".join(h.rjust(w) for h, w in zip(hdr, widths)))
-        for l in lines:
-            print("  ".join(c.rjust(w) for c, w in zip(l, widths)))
+    print_table(hdr, lines, args.markdown, right=True)
     print("\npeak %.0f GFLOP/s (nominal; 'peak now': build/bench/peak_fma before each tfm run, median); medians over "
           "%d alternating rounds of %d iterations (after %d warm-up); ratios above 1: tfm faster" % (
               PEAK_GFLOPS, args.rounds, args.iters, args.warmup))

@@ -28,7 +28,6 @@ import copy
 import glob
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import numpy as np
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "tools"))
+from tables import print_table  # noqa: E402  (bench/, the script's own directory)
 
 CONFIGS = {  # as bench/compare_torch.py: (d_model, nhead, dim_feedforward, num_layers or 0, B, N)
     "S": (64, 4, 256, 0, 32, 32),
@@ -51,19 +51,6 @@ def errors(y, ref):
     y = np.asarray(y, dtype=np.float64)
     d = y - ref
     return float(np.linalg.norm(d) / np.linalg.norm(ref)), float(np.abs(d).max() / np.abs(ref).max())
-
-
-def print_table(hdr, rows, markdown):
-    if markdown:
-        print("| " + " | ".join(hdr) + " |")
-        print("|" + "|".join("---" for _ in hdr) + "|")
-        for r in rows:
-            print("| " + " | ".join(r) + " |")
-    else:
-        w = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(hdr)]
-        print("  ".join(h.ljust(x) for h, x in zip(hdr, w)))
-        for r in rows:
-            print("  ".join(c.ljust(x) for c, x in zip(r, w)))
 
 
 def torch_dynamic_int8(model):

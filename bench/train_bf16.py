@@ -25,7 +25,6 @@ Usage: /usr/bin/python3 bench/train_bf16.py [--tfm build/tfm] [--threads 2] [--r
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ import time
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 import torch_peer  # noqa: E402
+from tables import print_table  # noqa: E402
 
 CONFIGS = {"M": (512, 8, 2048, 8, 128), "L": (256, 4, 1024, 1, 2048)}
 
@@ -116,18 +116,6 @@ def run_tfm(tfm, cfg, config, dtype, iters, warmup, threads):
     return json.loads(out)
 
 
-def table(hdr, rows, markdown):
-    if markdown:
-        print("| " + " | ".join(hdr) + " |")
-        print("|" + "|".join("---" for _ in hdr) + "|")
-        for r in rows:
-            print("| " + " | ".join(r) + " |")
-    else:
-        w = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
-        for r in [hdr] + rows:
-            print("  ".join(str(x).ljust(n) for x, n in zip(r, w)))
-
-
 def steps_part(a, tmp):
     best_split = {}
     rows = []
@@ -175,7 +163,7 @@ def steps_part(a, tmp):
           "torch best = %s with the fastest thread split %s; ratios against best" % (
               torch_peer.cpu_name(), torch_peer.isa(), a.threads, a.rounds, a.iters,
               torch_peer.describe(envs["best"]), {"%s %s" % k: v for k, v in best_split.items()}))
-    table(["config", "tfm f32 ms", "tfm bf16 ms", "bf16 / f32 speed-up", "torch f32 ms (best)", "torch bf16 ms (best)",
+    print_table(["config", "tfm f32 ms", "tfm bf16 ms", "bf16 / f32 speed-up", "torch f32 ms (best)", "torch bf16 ms (best)",
            "tfm bf16 vs torch bf16", "torch inherited f32 / bf16 ms", "torch bf16 ran", "tfm peak RSS MB f32 / bf16"],
           rows, a.markdown)
 
@@ -188,13 +176,13 @@ def s2s_part(a, tmp):
     for r in range(a.rounds):
         for dtype in ("f32", "bf16"):
             out = os.path.join(tmp, "s2s_%s_%d" % (dtype, r))
-            res = subprocess.run([a.tfm, "train", "--train", os.path.join(work, "train.tsv"), "--valid",
-                                  os.path.join(work, "valid.tsv"), "--arch", "seq2seq", "--tokens", "spm", "--joint-vocab", "--vocab-size", "1000",
-                                  "--share-embeddings", "--d-model", "256", "--layers",
-                                  "3", "--dim-feedforward", "1024", "--batch-tokens", "4096", "--max-steps",
-                                  str(a.s2s_steps), "--eval-every", str(10 * a.s2s_steps), "--dtype", dtype,
-                                  "--threads", str(a.threads), "--out", out], check=True, capture_output=True,
-                                 text=True)
+            subprocess.run([a.tfm, "train", "--train", os.path.join(work, "train.tsv"), "--valid",
+                            os.path.join(work, "valid.tsv"), "--arch", "seq2seq", "--tokens", "spm", "--joint-vocab", "--vocab-size", "1000",
+                            "--share-embeddings", "--d-model", "256", "--layers",
+                            "3", "--dim-feedforward", "1024", "--batch-tokens", "4096", "--max-steps",
+                            str(a.s2s_steps), "--eval-every", str(10 * a.s2s_steps), "--dtype", dtype,
+                            "--threads", str(a.threads), "--out", out], check=True, capture_output=True,
+                           text=True)
             with open(os.path.join(out, "metrics.csv")) as fh:
                 last = fh.read().strip().splitlines()[-1].split(",")
             tps[dtype].append(float(last[7]))  # tokens_per_sec of the last row
@@ -202,7 +190,7 @@ def s2s_part(a, tmp):
     print("\n`tfm train` seq2seq (d_model 256, 3+3 layers, FFN 1024, --batch-tokens 4096, %d steps), %s (%s), "
           "%d threads, medians of %d alternating runs:" % (a.s2s_steps, torch_peer.cpu_name(), torch_peer.isa(),
                                                             a.threads, a.rounds))
-    table(["dtype", "tokens/s", "vs f32"], [["f32", "%.0f" % f32, "1.00x"], ["bf16", "%.0f" % bf16, "%.2fx" % (bf16 / f32)]],
+    print_table(["dtype", "tokens/s", "vs f32"], [["f32", "%.0f" % f32, "1.00x"], ["bf16", "%.0f" % bf16, "%.2fx" % (bf16 / f32)]],
           a.markdown)
 
 
