@@ -169,7 +169,24 @@ struct PyTrainedModel {
   // thread at a time, so calls on one model run one at a time, the lock taken without the GIL.
   mutable std::mutex mu;
   mutable tfm::PackedWeightCache cache;
+
+  // One computing call on the model: the GIL released, the thread setting applied, the model's kind
+  // checked (hint: what to call instead), the model locked, its weights at the chosen precision.
+  template <class Body>
+  auto infer(tfm::DataKind kind, const char* hint, Body&& body) const {
+    py::gil_scoped_release nogil;
+    apply_threads();
+    tfm::require_data(m, kind, hint);
+    const std::lock_guard<std::mutex> lock(mu);
+    const tfm::InferenceMode scope(precision, cache);
+    return body();
+  }
 };
+
+// A count argument (beam, batch_size) below 1 as the ValueError every binding raises for it.
+void require_positive(const char* name, int64_t value) {
+  if (value < 1) throw std::invalid_argument(std::string(name) + " must be ≥ 1, got " + std::to_string(value));
+}
 
 tfm::Precision precision_of(const std::string& dtype) { return tfm::enum_from_name<tfm::Precision>(dtype); }
 
@@ -313,14 +330,10 @@ PYBIND11_MODULE(_core, m) {
                              [](const PyTrainedModel& t) { return t.m.model->family().data == tfm::DataKind::TEXT; })
       .def("translate",
            [](const PyTrainedModel& t, const std::vector<std::string>& lines, int beam, int64_t batch_size) {
-             if (beam < 1) throw std::invalid_argument("beam must be ≥ 1, got " + std::to_string(beam));
-             if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));
-             py::gil_scoped_release nogil;
-             apply_threads();
-             tfm::require_data(t.m, tfm::DataKind::PAIRS, "sample from it with generate()");
-             const std::lock_guard<std::mutex> lock(t.mu);
-             const tfm::InferenceMode scope(t.precision, t.cache);
-             return tfm::translate_lines(t.m, lines, beam, batch_size);
+             require_positive("beam", beam);
+             require_positive("batch_size", batch_size);
+             return t.infer(tfm::DataKind::PAIRS, "sample from it with generate()",
+                            [&] { return tfm::translate_lines(t.m, lines, beam, batch_size); });
            },
            py::arg("lines"), py::arg("beam") = 1, py::arg("batch_size") = 64)
       .def("generate",
@@ -335,16 +348,11 @@ PYBIND11_MODULE(_core, m) {
              gen.sampling.top_k = top_k;
              gen.sampling.top_p = top_p;
              gen.seed = seed;
+             tfm::check_sampling_options(gen.sampling);
+             if (max_new_tokens < 0) throw std::invalid_argument("max_new_tokens must be ≥ 0");
              std::string out, pending;  // pending: streamed bytes waiting for the rest of their character
-             {
-               py::gil_scoped_release nogil;
-               apply_threads();
-               tfm::check_sampling_options(gen.sampling);
-               if (max_new_tokens < 0) throw std::invalid_argument("max_new_tokens must be ≥ 0");
-               tfm::require_data(t.m, tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)");
+             t.infer(tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)", [&] {
                if (prompt.empty()) throw std::invalid_argument("the prompt is empty (give at least one character)");
-               const std::lock_guard<std::mutex> lock(t.mu);
-               const tfm::InferenceMode scope(t.precision, t.cache);
                const std::vector<int32_t> ids = tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, prompt, "prompt");
                if (stop && !stop->empty()) gen.stop = tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, *stop, "stop");
                gen.suppress = tfm::never_generated(t.m);
@@ -358,7 +366,7 @@ PYBIND11_MODULE(_core, m) {
                  py::gil_scoped_acquire gil;
                  (*on_piece)(text_of(whole));  // a Python exception propagates and ends the generation
                });
-             }
+             });
              if (on_piece && !pending.empty()) (*on_piece)(text_of(pending));
              return text_of(out);
            },
@@ -380,40 +388,29 @@ PYBIND11_MODULE(_core, m) {
            py::arg("ids"))
       .def("score",
            [](const PyTrainedModel& t, const std::string& text, int64_t batch_size) {
-             if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));
-             py::gil_scoped_release nogil;
-             apply_threads();
-             tfm::require_data(t.m, tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()");
-             const std::lock_guard<std::mutex> lock(t.mu);
-             const tfm::InferenceMode scope(t.precision, t.cache);
-             return tfm::evaluate_text_string(t.m, text, batch_size).to_json();
+             require_positive("batch_size", batch_size);
+             return t.infer(tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()",
+                            [&] { return tfm::evaluate_text_string(t.m, text, batch_size).to_json(); });
            },
            py::arg("text"), py::arg("batch_size") = 16)
       .def("score_file",
            [](const PyTrainedModel& t, const std::string& path, int64_t batch_size) {
-             if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));
-             py::gil_scoped_release nogil;
-             apply_threads();
-             tfm::require_data(t.m, tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()");
-             const std::lock_guard<std::mutex> lock(t.mu);
-             const tfm::InferenceMode scope(t.precision, t.cache);
-             return tfm::evaluate_text_file(t.m, path, batch_size).to_json();
+             require_positive("batch_size", batch_size);
+             return t.infer(tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()",
+                            [&] { return tfm::evaluate_text_file(t.m, path, batch_size).to_json(); });
            },
            py::arg("path"), py::arg("batch_size") = 16)
       .def("evaluate",
            [](const PyTrainedModel& t, const std::string& tsv_path, int beam, int64_t batch_size) {
-             if (beam < 1) throw std::invalid_argument("beam must be ≥ 1, got " + std::to_string(beam));
-             if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));
-             py::gil_scoped_release nogil;
-             apply_threads();
-             tfm::require_data(t.m, tfm::DataKind::PAIRS, "score it on a text with score()");
-             const std::lock_guard<std::mutex> lock(t.mu);
-             const tfm::InferenceMode scope(t.precision, t.cache);
-             std::string note;
-             const tfm::train::EvalSet set = tfm::train::tsv_test_set(t.m, tsv_path, &note);
-             const tfm::train::Metrics r = tfm::train::evaluate(
-                 t.m, set, beam, batch_size, [&](const tfm::data::Tokens& tok) { return tfm::data::detokenize(tok, t.m.tgt_tokenizer); });
-             return r.to_json();
+             require_positive("beam", beam);
+             require_positive("batch_size", batch_size);
+             return t.infer(tfm::DataKind::PAIRS, "score it on a text with score()", [&] {
+               std::string note;
+               const tfm::train::EvalSet set = tfm::train::tsv_test_set(t.m, tsv_path, &note);
+               return tfm::train::evaluate(t.m, set, beam, batch_size, [&](const tfm::data::Tokens& tok) {
+                        return tfm::data::detokenize(tok, t.m.tgt_tokenizer);
+                      }).to_json();
+             });
            },
            py::arg("tsv_path"), py::arg("beam") = 1, py::arg("batch_size") = 64);
 
