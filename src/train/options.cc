@@ -19,6 +19,8 @@ namespace {
 
 // Finds a field by key in TrainConfig's and then ModelConfig's fields() and records its type.
 struct TypeOf {
+  explicit TypeOf(const std::string& k) : key(k) {}
+
   const std::string& key;
   bool found = false;
   OptionType type = OptionType::TEXT;

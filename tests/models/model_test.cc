@@ -678,8 +678,9 @@ void expect_training_like_torch(Model& m, const std::vector<data::TokenBatch>& r
   for (size_t i = 0; i < ours.size(); ++i)
     EXPECT_NEAR(ours[i], t64[i], bound) << what << " step " << i + 1 << ": tfm " << ours[i] << ", torch32 " << t32[i];
   EXPECT_LT(ours.back(), ours.front()) << what;  // and it learns
-  if (precision == Precision::BFLOAT16)
+  if (precision == Precision::BFLOAT16) {
     EXPECT_GT(drift_tfm, 3 * drift32) << what << ": the bf16 curve is inside float32's envelope (did bf16 run?)";
+  }
   fs::remove_all(dir);
 }
 

@@ -75,7 +75,9 @@ std::vector<std::vector<float>> step_gradient(int64_t shards, float dropout, uin
   const train::StepOutcome s = step.run(model, opt, gen, ragged_batch(), 0.1f, 0.0f, agreement);
   EXPECT_TRUE(s.finite);
   // Several parts: the run generator advances by one counter a step (one part draws from it directly).
-  if (shards > 1) EXPECT_EQ(gen.offset, offset + 1);
+  if (shards > 1) {
+    EXPECT_EQ(gen.offset, offset + 1);
+  }
   std::vector<std::vector<float>> grads;
   for (size_t i = 0; i < params.size(); ++i) {
     std::vector<float> g(before[i].size());

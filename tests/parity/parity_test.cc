@@ -372,10 +372,13 @@ TEST_P(Bf16, TrainingMathWithinTheBf16BoundOfFloat64) {
     ASSERT_NE(it, one.end()) << c.name << ": no '" << name << "'";
     ASSERT_EQ(it->second.shape(), ref.shape) << c.name << ": " << name;
     const double rel = normwise(it->second, ref);
-    if (!relu || name == "output")
+    if (!relu || name == "output") {
       EXPECT_LE(rel, bound) << c.name << ": '" << name << "' normwise error of bf16 against float64 (" << linears
                             << " Linear weights)";
-    if (name == "output") EXPECT_GT(rel, 100 * 0x1p-24) << c.name << ": bf16 must change the output";
+    }
+    if (name == "output") {
+      EXPECT_GT(rel, 100 * 0x1p-24) << c.name << ": bf16 must change the output";
+    }
     if (rel > worst) worst = rel, worst_name = name;
     EXPECT_TRUE(tfm::testing::bitwise_equal(it->second, two.at(name), c.name + ": bf16 '" + name + "' 1 vs 2 threads"));
   }
