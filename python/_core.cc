@@ -12,7 +12,7 @@
 // data::DataError, a missing file) → FileNotFoundError / OSError, everything else → RuntimeError.
 //
 // To bind another library function: a def() below taking and returning Python-friendly types (str,
-// dict of Tensor, list), its body inside py::gil_scoped_release, then its Python face in
+// dict of Tensor, list), its body inside a Computing scope (the GIL released), then its Python face in
 // python/tfm/__init__.py with a docstring, and its signature in python/tfm/__init__.pyi.
 #include <omp.h>
 #include <pybind11/functional.h>
@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -91,8 +92,10 @@ tfm::Tensor tensor_over(py::array array) {
   return tfm::Tensor::from_external(shape, data, std::move(owner));
 }
 
-// Zero-copy for C-contiguous aligned float32 (writeable or not); one copy
-// for other float layouts and dtypes; bool arrays become Bool tensors (one copy, one byte each).
+// Zero-copy for C-contiguous aligned float32 (writeable or not); one copy for other float layouts and
+// dtypes and for a misaligned float32 buffer; bool arrays become Bool tensors (one copy, one byte each).
+// Integer arrays are refused, as PyTorch refuses them for a Transformer's inputs and masks (an integer
+// mask would otherwise be added to the scores as if it were a float one).
 tfm::Tensor from_numpy(py::array a) {
   if (a.dtype().is(py::dtype::of<bool>())) {
     py::array_t<bool, py::array::c_style | py::array::forcecast> c(a);
@@ -101,12 +104,16 @@ tfm::Tensor from_numpy(py::array a) {
     return tfm::Tensor::from_bool(shape, std::vector<uint8_t>(p, p + c.size()));
   }
   const char kind = a.dtype().kind();
-  if (kind != 'f' && kind != 'i' && kind != 'u')
-    throw std::invalid_argument(std::string("expected a float32 or bool array, got dtype '") +
-                                std::string(py::str(a.dtype())) + "'");
-  const bool direct = a.dtype().is(py::dtype::of<float>()) && (a.flags() & py::array::c_style) &&
-                      reinterpret_cast<uintptr_t>(a.data()) % alignof(float) == 0;
-  if (direct) return tensor_over(a);
+  if (kind != 'f')
+    throw std::invalid_argument(std::string("expected a float or bool array (masks: bool, True = blocked, or float, "
+                                            "added), got dtype '") + std::string(py::str(a.dtype())) + "'");
+  const bool aligned = reinterpret_cast<uintptr_t>(a.data()) % alignof(float) == 0;
+  if (a.dtype().is(py::dtype::of<float>()) && (a.flags() & py::array::c_style) && aligned) return tensor_over(a);
+  if (!aligned) {  // forcecast keeps a C-contiguous float32 array as it is, misaligned: copy it ourselves
+    py::array_t<float> c(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+    py::module_::import("numpy").attr("copyto")(c, a);
+    return tensor_over(c);
+  }
   py::array_t<float, py::array::c_style | py::array::forcecast> c(a);  // one copy
   return tensor_over(c);
 }
@@ -150,11 +157,64 @@ void apply_threads() {
   if (const int n = g_threads.load()) omp_set_num_threads(n);
 }
 
+// ---- computing calls, and the interpreter's exit ----
+
+// A thread still inside tfm when the interpreter finalizes (a daemon thread training, a stream left open)
+// is ended by CPython with pthread_exit as it takes the GIL back, and that unwinding through pybind11's
+// noexcept GIL guard calls std::terminate. So the package's atexit hook calls stop_calls(): no call
+// starts after it, generation stops at its next token and training at its next step (writing its
+// checkpoint, as after Ctrl-C), and it waits, without the GIL, until every call is back in Python.
+std::atomic<bool> g_exiting{false};
+std::mutex g_calls_mu;
+std::condition_variable g_calls_cv;
+int g_calls = 0;  // computing calls in progress, under g_calls_mu
+
+// One computing call's scope, taken with the GIL held: counted, the GIL released, the thread setting applied.
+class Computing {
+ public:
+  Computing() {
+    if (g_exiting.load()) throw std::runtime_error("tfm: the interpreter is exiting; no call starts now");
+    {
+      const std::lock_guard<std::mutex> lock(g_calls_mu);
+      ++g_calls;
+    }
+    nogil_.emplace();
+    apply_threads();
+  }
+  ~Computing() {
+    nogil_.reset();  // the GIL back before the count drops: stop_calls() must outwait this too
+    const std::lock_guard<std::mutex> lock(g_calls_mu);
+    if (--g_calls == 0) g_calls_cv.notify_all();
+  }
+  Computing(const Computing&) = delete;
+  Computing& operator=(const Computing&) = delete;
+
+ private:
+  std::optional<py::gil_scoped_release> nogil_;
+};
+
+// Generation's and training's cancellation point while the interpreter exits.
+void stop_if_exiting() {
+  if (g_exiting.load()) throw std::runtime_error("tfm: stopped, the interpreter is exiting");
+}
+
 // ---- errors ----
 
+// The errno whose strerror text a library message carries (its file errors end with it), or 0.
+int errno_in(const char* what) {
+  for (const int e : {ENOENT, ENOTDIR, EISDIR, EACCES, EPERM, EROFS, ENOSPC, EEXIST, EIO})
+    if (std::strstr(what, std::strerror(e))) return e;
+  return 0;
+}
+
+// A file error as the OSError subclass Python's own open() would raise for its errno.
 [[noreturn]] void raise_file_error(const char* what) {
-  // The library's file errors carry strerror's text; a missing file is FileNotFoundError.
-  PyObject* type = std::strstr(what, std::strerror(ENOENT)) ? PyExc_FileNotFoundError : PyExc_OSError;
+  const int e = errno_in(what);
+  PyObject* type = e == ENOENT ? PyExc_FileNotFoundError
+                   : e == ENOTDIR ? PyExc_NotADirectoryError
+                   : e == EISDIR ? PyExc_IsADirectoryError
+                   : e == EACCES || e == EPERM ? PyExc_PermissionError
+                   : PyExc_OSError;
   PyErr_SetString(type, what);
   throw py::error_already_set();
 }
@@ -170,12 +230,11 @@ struct PyTrainedModel {
   mutable std::mutex mu;
   mutable tfm::PackedWeightCache cache;
 
-  // One computing call on the model: the GIL released, the thread setting applied, the model's kind
+  // One computing call on the model (Computing: the GIL released, the thread setting applied), the model's kind
   // checked (hint: what to call instead), the model locked, its weights at the chosen precision.
   template <class Body>
   auto infer(tfm::DataKind kind, const char* hint, Body&& body) const {
-    py::gil_scoped_release nogil;
-    apply_threads();
+    const Computing call;
     tfm::require_data(m, kind, hint);
     const std::lock_guard<std::mutex> lock(mu);
     const tfm::InferenceMode scope(precision, cache);
@@ -237,9 +296,13 @@ PYBIND11_MODULE(_core, m) {
       raise_file_error(e.what());
     } catch (const std::invalid_argument& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::out_of_range& e) {  // a value outside its range (a token id, a count): a bad value
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const std::overflow_error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const std::runtime_error& e) {
-      // A file the library could not open (load_model_dir, a --prompt-file) says so with strerror.
-      if (std::strstr(e.what(), std::strerror(ENOENT))) raise_file_error(e.what());
+      // A file the library could not open or write (load_model_dir, a run directory) says so with strerror.
+      if (errno_in(e.what()) != 0) raise_file_error(e.what());
       throw;
     }
   });
@@ -256,6 +319,16 @@ PYBIND11_MODULE(_core, m) {
     g_threads.store(n);
     omp_set_num_threads(n);
   });
+  m.def(
+      "stop_calls",
+      [] {
+        g_exiting = true;
+        py::gil_scoped_release nogil;
+        std::unique_lock<std::mutex> lock(g_calls_mu);
+        g_calls_cv.wait(lock, [] { return g_calls == 0; });
+      },
+      "At interpreter exit (tfm's atexit hook): no tfm call starts after this; waits until every running call has "
+      "returned (generation stops at its next token, training at its next step, with its checkpoint).");
   m.def("get_num_threads", [] {
     const int n = g_threads.load();
     return n > 0 ? n : omp_get_max_threads();
@@ -267,8 +340,7 @@ PYBIND11_MODULE(_core, m) {
                        const std::string& source) {
              const tfm::NamedTensors w = named_from_dict(weights);
              const tfm::Precision p = precision_of(dtype);
-             py::gil_scoped_release nogil;
-             apply_threads();
+             const Computing call;
              auto mod = std::make_unique<tfm::LoadedModule>(tfm::parse_module_config(config_json), p);
              mod->load_weights(w, source);
              return mod;
@@ -278,8 +350,7 @@ PYBIND11_MODULE(_core, m) {
           "load",
           [](const std::string& config_path, const std::string& weights_path, const std::string& dtype) {
             const tfm::Precision p = precision_of(dtype);
-            py::gil_scoped_release nogil;
-            apply_threads();
+            const Computing call;
             return std::make_unique<tfm::LoadedModule>(tfm::load_module(config_path, weights_path, p));
           },
           py::arg("config_path"), py::arg("weights_path"), py::arg("dtype") = "f32")
@@ -288,8 +359,7 @@ PYBIND11_MODULE(_core, m) {
              const tfm::NamedTensors in = named_from_dict(inputs);
              tfm::NamedTensors out;
              {
-               py::gil_scoped_release nogil;
-               apply_threads();
+               const Computing call;
                out = mod.forward(in);
              }
              return dict_from_named(out);
@@ -299,8 +369,7 @@ PYBIND11_MODULE(_core, m) {
              const tfm::NamedTensors in = named_from_dict(inputs);
              tfm::NamedTensors out;
              {
-               py::gil_scoped_release nogil;
-               apply_threads();
+               const Computing call;
                out = mod.forward_backward(in, grad_output);
              }
              return dict_from_named(out);
@@ -319,8 +388,7 @@ PYBIND11_MODULE(_core, m) {
              // dtype "": the directory's own, int8 for a quantized one (tfm/models/quantize.h), else f32.
              auto t = std::make_unique<PyTrainedModel>();
              if (!dtype.empty()) t->precision = precision_of(dtype);
-             py::gil_scoped_release nogil;
-             apply_threads();
+             const Computing call;
              t->m = tfm::load_model_dir(dir);
              if (dtype.empty()) t->precision = t->m.quantized ? tfm::Precision::INT8 : tfm::Precision::FLOAT32;
              return t;
@@ -357,6 +425,7 @@ PYBIND11_MODULE(_core, m) {
                if (stop && !stop->empty()) gen.stop = tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, *stop, "stop");
                gen.suppress = tfm::never_generated(t.m);
                tfm::generate(*t.m.model, ids, gen, [&](int64_t, int32_t token) {
+                 stop_if_exiting();
                  const std::string piece = tfm::data::decode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, {token});
                  out += piece;
                  if (!on_piece) return;
@@ -404,12 +473,14 @@ PYBIND11_MODULE(_core, m) {
            [](const PyTrainedModel& t, const std::string& tsv_path, int beam, int64_t batch_size) {
              require_positive("beam", beam);
              require_positive("batch_size", batch_size);
+             // (metrics JSON, the note on skipped lines or "")
              return t.infer(tfm::DataKind::PAIRS, "score it on a text with score()", [&] {
                std::string note;
                const tfm::train::EvalSet set = tfm::train::tsv_test_set(t.m, tsv_path, &note);
-               return tfm::train::evaluate(t.m, set, beam, batch_size, [&](const tfm::data::Tokens& tok) {
-                        return tfm::data::detokenize(tok, t.m.tgt_tokenizer);
-                      }).to_json();
+               const std::string json = tfm::train::evaluate(t.m, set, beam, batch_size, [&](const tfm::data::Tokens& tok) {
+                                          return tfm::data::detokenize(tok, t.m.tgt_tokenizer);
+                                        }).to_json();
+               return std::make_pair(json, note);
              });
            },
            py::arg("tsv_path"), py::arg("beam") = 1, py::arg("batch_size") = 64);
@@ -441,8 +512,7 @@ PYBIND11_MODULE(_core, m) {
         tfm::train::TrainResult r;
         tfm::train::TrainConfig config;
         {
-          py::gil_scoped_release nogil;
-          apply_threads();
+          const Computing call;
           // In table order, as tfm train hands them over.
           tfm::train::GivenOptions ordered;
           for (const tfm::train::TrainOption& o : tfm::train::train_options())
@@ -450,7 +520,13 @@ PYBIND11_MODULE(_core, m) {
               if (g.first == o.name) ordered.push_back(g);
           for (const auto& g : given) tfm::train::train_option(g.first);  // an unknown name throws, naming it
           const tfm::train::TrainSetup setup = tfm::train::resolve_train_options(ordered);
-          if (setup.run.threads > 0) omp_set_num_threads(setup.run.threads);  // threads=: this run's count
+          // threads=: this run's count, this thread's setting restored after it (later calls keep theirs)
+          const int threads_before = omp_get_max_threads();
+          struct RestoreThreads {
+            int n;
+            ~RestoreThreads() { omp_set_num_threads(n); }
+          } restore{threads_before};
+          if (setup.run.threads > 0) omp_set_num_threads(setup.run.threads);
           config = setup.config;
           tfm::train::TrainHooks hooks;
           if (progress) {
@@ -465,6 +541,7 @@ PYBIND11_MODULE(_core, m) {
             };
           }
           hooks.should_stop = [&](int64_t) {
+            if (g_exiting.load()) return true;  // stop_calls(): the checkpoint, then back to Python
             py::gil_scoped_acquire gil;
             if (!pending && PyErr_CheckSignals() != 0) pending.emplace();  // KeyboardInterrupt (Ctrl-C)
             return pending.has_value();

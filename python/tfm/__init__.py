@@ -1,4 +1,4 @@
-"""tfm — PyTorch-exact Transformer modules on the CPU, from Python.
+"""PyTorch-exact Transformer modules on the CPU, from Python.
 
     import torch, tfm
     layer = torch.nn.TransformerEncoderLayer(64, 4, batch_first=True).eval()
@@ -11,7 +11,7 @@
 
 Arrays: inputs are numpy arrays or CPU torch tensors. A C-contiguous float32 array (or torch tensor) is used in
 place, without a copy; every other layout or float dtype is converted with one copy; masks are bool (True =
-blocked) or float (added). Outputs are numpy arrays over tfm's memory (or torch tensors sharing it, when the
+blocked) or float (added); an integer array is refused (ValueError), as PyTorch refuses it. Outputs are numpy arrays over tfm's memory (or torch tensors sharing it, when the
 inputs were torch tensors). An array shared with tfm must not be written from another thread while a call runs.
 
 Threads: tfm computes with OpenMP; set_num_threads(n) sets the thread count of every later tfm call, from any
@@ -22,13 +22,18 @@ exceed the cores.
 
 Errors: a bad argument, option, shape or value raises ValueError with the library's message, a missing or
 unreadable file FileNotFoundError / OSError, anything else RuntimeError. Every computing call releases the GIL.
+At interpreter exit tfm stops what still runs in other threads (generation at its next token, training at its
+next step, writing its checkpoint) and waits for it, so that no thread is inside tfm when Python finalizes.
 Training under MPI (mpirun) is not available from Python: use `tfm train`.
 """
 
+import atexit as _atexit
 import json as _json
+import operator as _operator
 import os as _os
 import queue as _queue
 import threading as _threading
+import warnings as _warnings
 
 import numpy as _np
 
@@ -40,6 +45,37 @@ __all__ = ["Tensor", "tensor", "set_num_threads", "get_num_threads", "from_torch
 
 MODULES = ("MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
            "TransformerDecoder", "Transformer")
+
+
+_exiting = False  # set by _at_exit: a stream's worker stops offering pieces no one will take
+
+
+def _at_exit():
+    global _exiting
+    _exiting = True
+    _core.stop_calls()
+
+
+_atexit.register(_at_exit)
+
+_DTYPES = ("f32", "bf16", "int8")
+
+
+def _dtype(dtype):
+    if not isinstance(dtype, str):
+        raise ValueError(f"dtype must be one of {', '.join(map(repr, _DTYPES))}, got {dtype!r}")
+    return dtype
+
+
+def _int(name, value, lo, hi):
+    """An integer argument within [lo, hi] (the native type's range), else ValueError naming it."""
+    v = _operator.index(value)
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {v}")
+    return v
+
+
+_INT32, _INT64, _UINT64 = (-(1 << 31), (1 << 31) - 1), (-(1 << 63), (1 << 63) - 1), (0, (1 << 64) - 1)
 
 
 def _is_torch(x):
@@ -64,8 +100,9 @@ def tensor(a):
 
     A C-contiguous float32 array (4-byte aligned, as numpy and torch allocate) is shared, not copied: the
     Tensor keeps it alive, np.asarray(result) and `a` are the same memory. Any other layout (a transpose, a
-    slice with steps) or float/int dtype is converted to contiguous float32 with one copy; a bool array becomes a
-    Bool mask tensor (one copy). Do not write the array from another thread while tfm uses it.
+    slice with steps), a misaligned buffer or another float dtype is converted to contiguous float32 with one
+    copy; a bool array becomes a Bool mask tensor (one copy); an integer array is a ValueError (a mask is bool or
+    float). Do not write the array from another thread while tfm uses it.
     """
     if isinstance(a, Tensor):
         return a
@@ -75,7 +112,7 @@ def tensor(a):
 def set_num_threads(n):
     """Sets the number of OpenMP threads every later tfm call computes with (n >= 1), whichever Python thread makes
     it and whatever torch.set_num_threads sets afterwards; results do not depend on it."""
-    _core.set_num_threads(int(n))
+    _core.set_num_threads(_int("n", n, *_INT32))
 
 
 def get_num_threads():
@@ -138,7 +175,10 @@ class Module:
                 if not bool(v):
                     continue
                 v = _np.array(True)
-            inputs[k] = tensor(v)
+            try:
+                inputs[k] = tensor(v)
+            except ValueError as e:
+                raise ValueError(f"{self.name}: {k}: {e}") from None
         return inputs, torch_out
 
     @staticmethod
@@ -150,6 +190,9 @@ class Module:
         return a
 
     def __call__(self, *args, **kwargs):
+        """The module's forward, with PyTorch's arguments (positional or by name; masks bool or float, the
+        *is_causal flags True/False); returns the output (MultiheadAttention: (output, None)) as a numpy array, or
+        as a torch tensor when an input was one."""
         inputs, torch_out = self._inputs(args, kwargs)
         with self._lock:
             out = self._core.forward(inputs)
@@ -210,10 +253,7 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
                 raise ValueError(f"mapping '{m['name']}' has targets {sorted(m['targets'])}: pass target=")
             target = next(iter(m["targets"]))
         state = {k: torch_import._to_numpy(v) for k, v in module.state_dict().items()}
-        try:
-            config, tensors = torch_import.import_state(m, target, state, overrides or {})
-        except torch_import.MappingError as e:
-            raise ValueError(str(e)) from None
+        config, tensors = torch_import.import_state(m, target, state, overrides or {})  # MappingError: a ValueError
         if m["targets"][target].get("output", "forward") != "forward":
             raise ValueError(f"mapping target '{target}' writes a model directory: use tools/import_torch.py import "
                              "--out DIR, then tfm.load(DIR)")
@@ -226,7 +266,7 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
         if config["module"] != "MultiheadAttention" and "activation" not in config:
             raise ValueError("the activation is a callable tfm cannot name: pass overrides={'activation': ...}")
         tensors = {k: _as_numpy(v) for k, v in module.state_dict().items()}
-    return Module(_core.Module(_json.dumps(config), _weights(tensors), dtype, "state_dict"), config)
+    return Module(_core.Module(_json.dumps(config), _weights(tensors), _dtype(dtype), "state_dict"), config)
 
 
 def load_module(config, weights, dtype="f32"):
@@ -238,10 +278,10 @@ def load_module(config, weights, dtype="f32"):
         with open(config) as f:
             cfg = _json.load(f)
     if isinstance(weights, (str, _os.PathLike)) and isinstance(config, (str, _os.PathLike)):
-        return Module(_core.Module.load(_os.fspath(config), _os.fspath(weights), dtype), cfg)
+        return Module(_core.Module.load(_os.fspath(config), _os.fspath(weights), _dtype(dtype)), cfg)
     if isinstance(weights, (str, _os.PathLike)):
         raise ValueError("load_module: give the config as a path too when the weights are a file")
-    return Module(_core.Module(_json.dumps(cfg), _weights(weights), dtype, "weights"), cfg)
+    return Module(_core.Module(_json.dumps(cfg), _weights(weights), _dtype(dtype), "weights"), cfg)
 
 
 # ---- trained models -----------------------------------------------------------------------------------------
@@ -255,18 +295,24 @@ class Model:
         """dtype: "f32", "bf16" or "int8" (the Linear matmuls; docs/bf16.md, docs/int8.md); None: int8 for a
         directory written by `tfm quantize`, else f32."""
         self.path = _os.fspath(path)
-        dtype = dtype or ""
-        self._core = _core.TrainedModel(self.path, dtype)
+        self._core = _core.TrainedModel(self.path, "" if dtype is None else _dtype(dtype))
 
     @property
     def is_language_model(self):
+        """True for a language model (generate, stream, score), False for a model of pairs (translate,
+        evaluate)."""
         return self._core.is_language_model
+
+    @staticmethod
+    def _generate_args(max_new_tokens, temperature, top_k, top_p, seed):
+        return (_int("max_new_tokens", max_new_tokens, *_INT64), float(temperature), _int("top_k", top_k, *_INT64),
+                float(top_p), _int("seed", seed, *_UINT64))
 
     def translate(self, lines, beam=1, batch_size=64):
         """Predicted targets of source lines (a list of str in, a list of str out), as `tfm translate`."""
         if isinstance(lines, str):
             raise TypeError("translate takes a list of lines, not a str")
-        return self._core.translate(list(lines), int(beam), int(batch_size))
+        return self._core.translate(list(lines), _int("beam", beam, *_INT32), _int("batch_size", batch_size, *_INT64))
 
     def generate(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
                  ignore_eos=False, prefill=True):
@@ -274,8 +320,8 @@ class Model:
         the same options prints it after the prompt. stop: the generation ends right after this text; it also
         ends at the end-of-text token unless ignore_eos. prefill=False feeds the prompt one position per model
         call instead of one pass (the same tokens, slower: a benchmark's baseline)."""
-        return self._core.generate(prompt, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
-                                   int(seed), stop, None, bool(ignore_eos), bool(prefill))
+        return self._core.generate(prompt, *self._generate_args(max_new_tokens, temperature, top_k, top_p, seed),
+                                   stop, None, bool(ignore_eos), bool(prefill))
 
     def encode(self, text):
         """A language model's token ids of `text` (list of int), as it reads a prompt."""
@@ -290,6 +336,7 @@ class Model:
                ignore_eos=False):
         """generate(), yielding each piece of text as soon as it is decoded (the pieces join to generate's text).
         Generation runs in a worker thread; closing the iterator early stops it at the next token."""
+        args = self._generate_args(max_new_tokens, temperature, top_k, top_p, seed)
         q = _queue.Queue(maxsize=64)
         done = object()
         cancelled = _threading.Event()
@@ -297,20 +344,29 @@ class Model:
         class _Stop(Exception):
             pass
 
+        def offer(item):
+            """Hands item to the consumer; False once no one will take it (the iterator closed, or the
+            interpreter exiting with the iterator left open)."""
+            while not (cancelled.is_set() or _exiting):
+                try:
+                    q.put(item, timeout=0.05)
+                    return True
+                except _queue.Full:
+                    pass
+            return False
+
         def on_piece(piece):
-            if cancelled.is_set():
+            if not offer(piece):
                 raise _Stop()
-            q.put(piece)
 
         def work():
             try:
-                self._core.generate(prompt, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
-                                    int(seed), stop, on_piece, bool(ignore_eos), True)
-                q.put(done)
+                self._core.generate(prompt, *args, stop, on_piece, bool(ignore_eos), True)
+                offer(done)
             except _Stop:
-                q.put(done)
+                pass
             except BaseException as e:  # handed to the consumer
-                q.put(e)
+                offer(e)
 
         t = _threading.Thread(target=work, daemon=True)
         t.start()
@@ -323,27 +379,27 @@ class Model:
                     raise item
                 yield item
         finally:
-            cancelled.set()
-            while t.is_alive():  # unblock a worker waiting on a full queue
-                try:
-                    q.get(timeout=0.05)
-                except _queue.Empty:
-                    pass
+            cancelled.set()  # the worker's offer() gives up within 50 ms, and its generation stops at the next token
             t.join()
 
     def score(self, text, batch_size=16):
         """A language model's figures on `text` (a str): the dict `tfm eval --text FILE --json` prints for a file
         holding that text (loss, perplexity, bits_per_token, bits_per_char, tokens)."""
-        return _json.loads(self._core.score(text, int(batch_size)))
+        return _json.loads(self._core.score(text, _int("batch_size", batch_size, *_INT64)))
 
     def score_file(self, path, batch_size=16):
         """score() on a text file: exactly `tfm eval --text PATH --json`."""
-        return _json.loads(self._core.score_file(_os.fspath(path), int(batch_size)))
+        return _json.loads(self._core.score_file(_os.fspath(path), _int("batch_size", batch_size, *_INT64)))
 
     def evaluate(self, tsv_path, beam=1, batch_size=64):
         """The dict `tfm eval --data TSV --json` prints: accuracies, error rates, BLEU and chrF of the decoded
-        sources of a TSV file against their references."""
-        return _json.loads(self._core.evaluate(_os.fspath(tsv_path), int(beam), int(batch_size)))
+        sources of a TSV file against their references. Lines it skips (malformed, empty) are reported as a
+        UserWarning, the note `tfm eval` prints on stderr."""
+        metrics, note = self._core.evaluate(_os.fspath(tsv_path), _int("beam", beam, *_INT32),
+                                            _int("batch_size", batch_size, *_INT64))
+        if note:
+            _warnings.warn(note, stacklevel=2)
+        return _json.loads(metrics)
 
     def __repr__(self):
         return f"tfm.Model({self.path!r})"

@@ -46,7 +46,7 @@ _MODEL_DEFAULTS = {"d_model": 64, "nhead": 4, "num_encoder_layers": 2, "num_deco
 _FORWARD_DEFAULTS = {"d_model": 512, "nhead": 8, "num_encoder_layers": 6, "num_decoder_layers": 6}
 
 
-class MappingError(Exception):
+class MappingError(ValueError):
     """A mapping or tensor problem; main() prints it as one line."""
 
 
@@ -58,6 +58,8 @@ def fail(msg):
 # Reading and writing
 
 def load_mapping(name_or_path):
+    """A mapping by its name in tools/import_maps or by its file's path (str or os.PathLike)."""
+    name_or_path = os.fspath(name_or_path)
     path = name_or_path
     if not os.path.exists(path):
         path = os.path.join(MAPS_DIR, name_or_path + ("" if name_or_path.endswith(".json") else ".json"))

@@ -446,8 +446,7 @@ void Run::setup_resume() {
 
 void Run::note(ProgressEvent::Kind kind, const std::string& msg) const {
   if (!hooks_.progress || !lead_) return;
-  ProgressEvent e;
-  e.kind = kind;
+  ProgressEvent e = event(kind);
   e.message = msg;
   hooks_.progress(e);
 }
@@ -457,6 +456,7 @@ ProgressEvent Run::event(ProgressEvent::Kind kind) const {
   e.kind = kind;
   e.step = st_.step;
   e.total_steps = total_steps_;
+  e.epoch = st_.epoch + 1;
   e.lr = lr_now_;
   e.elapsed_seconds = elapsed();
   e.processes = comm_.size();
@@ -615,7 +615,6 @@ TrainResult Run::train() {
       if (hooks_.progress && lead_ && seconds_since(last_progress) >= 0.25) {
         last_progress = Clock::now();
         ProgressEvent e = event(ProgressEvent::Kind::STEP);
-        e.epoch = st_.epoch + 1;
         e.loss = st_.loss_count ? st_.loss_sum / static_cast<double>(st_.loss_count) : 0.0;
         const double s_now = seconds_since(session_wall_);
         e.tokens_per_sec = s_now > 0 ? static_cast<double>(tokens_session_) / s_now : 0.0;

@@ -3,6 +3,7 @@ same model.safetensors; generate(seed=s) prints what `tfm generate --seed s` pri
 dicts `tfm eval --json` prints; translate what `tfm translate` prints. Plus the option keywords' errors and stream()."""
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -50,6 +51,8 @@ def test_train_matches_cli_bitwise(lm_runs):
     assert len(result["history"]) == 2 and result["valid_loss"] == result["history"][-1]["valid_loss"]
     kinds = {e["kind"] for e in events}
     assert "step" in kinds and "eval" in kinds
+    checkpoints = [e for e in events if e["kind"] == "checkpoint"]
+    assert checkpoints and all(e["step"] > 0 and e["total_steps"] == 12 and e["epoch"] >= 1 for e in checkpoints)
     assert any("eval" in e for e in events)
 
 
@@ -182,3 +185,71 @@ def test_ctrl_c_checkpoints_then_resume(tmp_path):
     assert (tmp_path / "run" / "trainer_state.safetensors").exists()
     r = tfm.train(resume=str(tmp_path / "run"), max_steps=6)
     assert r["steps"] == 6
+
+
+def test_errors_of_a_trained_model(lm_runs, tmp_path):
+    d, _, _ = lm_runs
+    m = tfm.load(str(d / "py"))
+    with pytest.raises(ValueError, match="vocabulary"):
+        m.decode([10 ** 6])
+    with pytest.raises(ValueError, match="seed"):
+        m.generate("To", seed=-1)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        m.generate("To", max_new_tokens=2 ** 70)
+    with pytest.raises(ValueError, match="dtype"):
+        tfm.load(str(d / "py"), dtype=7)
+    with pytest.raises(NotADirectoryError):
+        tfm.load(str(d / "t.txt"))
+    with pytest.raises(NotADirectoryError):
+        tfm.train(out=str(d / "t.txt" / "run"), task="reverse", max_steps=1)
+    assert m.generate("To", max_new_tokens=3, seed=1)  # the interpreter survives
+
+
+def test_evaluate_warns_of_skipped_lines(pair_runs):
+    d, _ = pair_runs
+    (d / "mixed.tsv").write_text(PAIRS + "no tab on this line\n")
+    m = tfm.load(str(d / "py"))
+    with pytest.warns(UserWarning, match="skipped 1 of 4"):
+        mixed = m.evaluate(str(d / "mixed.tsv"))
+    assert mixed == m.evaluate(str(d / "p.tsv"))
+
+
+def test_train_threads_apply_to_the_run_only(tmp_path):
+    code = ("import tfm\n"
+            "before = tfm.get_num_threads()\n"
+            f"tfm.train(out={str(tmp_path / 'r')!r}, task='reverse', max_steps=1, d_model=8, nhead=2, layers=1,"
+            " dim_feedforward=16, threads=1)\n"
+            "assert before == 2 and tfm.get_num_threads() == before, (before, tfm.get_num_threads())\n"
+            "print('ok')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env={**__import__("os").environ, "OMP_NUM_THREADS": "2"})
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]
+
+
+def _exits_cleanly(code):
+    """Runs code in a fresh interpreter: it must print 'done' and exit 0 (not abort in std::terminate as a
+    thread still inside tfm is ended by the interpreter's finalization)."""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and p.stdout.strip().endswith("done"), (p.returncode, p.stderr[-2000:])
+
+
+def test_exit_with_a_stream_left_open(lm_runs):
+    d, _, _ = lm_runs
+    start = f"import tfm\nm = tfm.load({str(d / 'py')!r})\ns = m.stream('To', max_new_tokens=100000, ignore_eos=True)\n"
+    _exits_cleanly(start + "for i, p in enumerate(s):\n    if i == 3: break\nprint('done')\n")
+    _exits_cleanly(start + "next(s)\nprint('done')\n")
+
+
+def test_exit_while_a_daemon_thread_trains(tmp_path):
+    (tmp_path / "t.txt").write_text(TEXT)
+    run = tmp_path / "run"
+    _exits_cleanly(
+        "import threading, tfm\n"
+        "started = threading.Event()\n"
+        "def train():\n"
+        f"    tfm.train(out={str(run)!r}, text={str(tmp_path / 't.txt')!r}, progress=lambda e: e['step'] >= 2 and"
+        " started.set(), **" + repr({**LM, "max_steps": 10 ** 6, "eval_every": 10 ** 6}) + ")\n"
+        "threading.Thread(target=train, daemon=True).start()\n"
+        "assert started.wait(300)\n"
+        "print('done')\n")
+    assert (run / "trainer_state.safetensors").exists()  # stopped as after Ctrl-C: with its checkpoint

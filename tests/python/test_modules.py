@@ -267,7 +267,63 @@ def test_errors(tmp_path):
         tfm.load(str(tmp_path / "no_such_run"))
     with pytest.raises(ValueError):
         tfm.set_num_threads(0)
+    with pytest.raises(ValueError, match="dtype"):
+        tfm.from_torch(layer, dtype=None)
     assert fast(np.zeros((1, 2, 4), dtype=np.float32)).shape == (1, 2, 4)  # the interpreter survives
+
+
+def test_integer_masks_refused_as_torch_refuses_them():
+    # An integer mask converted to float would be added to the scores: refused, naming the argument.
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    fast = tfm.from_torch(mha)
+    x = torch.randn(2, 5, 8)
+    for dtype in (torch.uint8, torch.int32, torch.int64):
+        with pytest.raises(ValueError, match="key_padding_mask.*bool"):
+            fast(x, x, x, key_padding_mask=torch.tensor([[0, 0, 0, 1, 1], [0] * 5], dtype=dtype))
+        with pytest.raises(ValueError, match="attn_mask"):
+            fast(x, x, x, attn_mask=torch.zeros(5, 5, dtype=dtype))
+    kpm = torch.tensor([[False, False, False, True, True], [False] * 5])
+    with torch.no_grad():
+        want = mha(x, x, x, key_padding_mask=kpm, need_weights=False)[0]
+    assert rel_err(fast(x, x, x, key_padding_mask=kpm)[0].numpy(), want.numpy()) < 1e-5
+
+
+def test_misaligned_float32_buffer_is_copied():
+    layer = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True).eval()
+    fast = tfm.from_torch(layer)
+    x = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
+    b = np.zeros(x.size * 4 + 1, np.uint8)[1:].view(np.float32).reshape(x.shape)  # C-contiguous, 1 byte off
+    b[...] = x
+    assert b.ctypes.data % 4 != 0 and b.flags.c_contiguous
+    np.testing.assert_array_equal(fast(b), fast(x))
+
+
+def test_modules_one_config_cannot_hold_are_refused():
+    # tfm's config holds one layer_norm_eps and one set of layer arguments per stack: a stack whose final norm or
+    # whose layers say otherwise would silently compute something else.
+    layer = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True)
+    enc = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(16, eps=0.1), enable_nested_tensor=False).eval()
+    with pytest.raises(ValueError, match="norm.eps"):
+        tfm.from_torch(enc)
+    enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    enc.layers[1].norm_first = True
+    with pytest.raises(ValueError, match=r"layers\[1\]'s norm_first"):
+        tfm.from_torch(enc)
+    dec_layer = nn.TransformerDecoderLayer(16, 4, 32)
+    dec_layer.norm3.eps = 1e-3
+    with pytest.raises(ValueError, match="norm3.eps"):
+        tfm.from_torch(dec_layer)
+    with pytest.raises(ValueError, match="no layers"):
+        tfm.from_torch(nn.Transformer(16, 4, 0, 1, 32))
+
+
+def test_mapping_errors_and_paths(tmp_path):
+    import pathlib
+    layer = nn.TransformerEncoderLayer(8, 2, 16).eval()
+    with pytest.raises(ValueError, match="nb4_revers"):
+        tfm.from_torch(layer, mapping="nb4_revers")
+    with pytest.raises(ValueError, match="nope.json"):
+        tfm.from_torch(layer, mapping=pathlib.Path(tmp_path / "nope.json"))
 
 
 # ---- the GIL ----------------------------------------------------------------------------------------------------

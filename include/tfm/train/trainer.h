@@ -89,7 +89,8 @@ struct ProgressEvent {
   double eta_seconds = -1;                  // −1 = unknown
   bool has_eval = false;                    // `last_eval` holds a row
   EvalRow last_eval;
-  std::string message;                      // NOTE / CHECKPOINT: a sentence for the user
+  std::string message;                      // NOTE / CHECKPOINT: a sentence for the user (the fields above
+                                            // then say where the run stands: step, total, epoch, lr, time)
   int processes = 1;                        // processes training together (tokens_per_sec is theirs)
 };
 using ProgressFn = std::function<void(const ProgressEvent&)>;
