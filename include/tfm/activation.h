@@ -7,8 +7,8 @@
 //
 // Plain kinds map x (..., F) → (..., F); gated kinds map x (..., 2F) = [a | b] → a ⊙ g(b) (..., F),
 // F.glu's convention (the gate is the second half). Formulas: src/kernels/kernels.h.
-// To add one: an enumerator here, its row in activation_is_gated, its name in
-// src/ops/activation.cc, and its scalar and dispatching kernels (src/kernels/activation*).
+// To add one: an enumerator here, its row in activation_is_gated, its name in EnumNames<Activation>
+// (tfm/ops/activation.h), and its scalar and dispatching kernels (src/kernels/activation*).
 #pragma once
 
 namespace tfm {

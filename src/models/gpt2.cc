@@ -20,7 +20,6 @@
 #include "tfm/io/safetensors.h"
 #include "tfm/models/model_dir.h"
 #include "tfm/random.h"
-#include "tfm/train/config.h"
 
 namespace tfm {
 namespace {
@@ -342,10 +341,11 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
   Model model(mc, init);
   model.load_state_dict(state, weights_file + " (as tfm's keys)");
 
-  train::TrainConfig tc;
-  tc.model = mc;
-  tc.src_tokens = tc.tgt_tokens = data::Tokenization::GPT2_BPE;
-  tc.block_size = g.n_positions;
+  // config.json's "train" object: what the model reads its data with (tfm/train/config.h fills in the
+  // defaults of everything a run would add, which an imported model never had).
+  ordered_json train;
+  train["src_tokens"] = train["tgt_tokens"] = std::string(enum_name(data::Tokenization::GPT2_BPE));
+  train["block_size"] = g.n_positions;
   ordered_json source;
   source["format"] = "tfm-gpt2-source";
   source["config_json"] = io::read_file(config_file);
@@ -356,7 +356,7 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
   io::StagedDirectory out(out_dir, force);
   const std::string& d = out.path();
   io::write_file_atomic(join(d, model_dir::CONFIG),
-                        model_dir::config_json(mc, tc.to_json(/*with_model=*/false), vocab, vocab,
+                        model_dir::config_json(mc, train.dump(2), vocab, vocab,
                                                data::Tokenization::GPT2_BPE, data::Tokenization::GPT2_BPE,
                                                /*json_vocab=*/true));
   model_dir::save_vocabs(d, vocab, vocab, /*json=*/true);

@@ -304,10 +304,13 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
     const std::string fixed = names([&](const TrainOption& o) {
       return o.name != "resume" && o.name != "dtype" && !is_length(o) && !is_run(o);
     });
-    if (!fixed.empty())
-      throw std::invalid_argument("--resume continues the run with the settings saved in " + dir +
-                                  "/config.json; only --epochs, --max-steps, --time-budget, --threads (and --dtype naming the run's own) may be "
-                                  "given with it (got " + fixed + ")");
+    if (!fixed.empty()) {
+      std::string allowed;  // the run's length and the run settings, in table order
+      for (const TrainOption& o : train_options())
+        if (is_length(o) || is_run(o)) allowed += (allowed.empty() ? "--" : ", --") + o.name;
+      throw std::invalid_argument("--resume continues the run with the settings saved in " + dir + "/config.json; only " +
+                                  allowed + " (and --dtype naming the run's own) may be given with it (got " + fixed + ")");
+    }
     setup.mode = StartMode::RESUME;
     setup.config = load_train_config(dir);
     if (has("dtype")) {  // the run's own precision may be repeated; another would change its numbers

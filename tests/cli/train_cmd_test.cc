@@ -237,7 +237,7 @@ TEST_F(TrainCliErrors, ResumeRefusesOptionsItWouldIgnore) {
   const std::string run = *dir_ + "/run";
   const std::string before = tfm::testing::slurp(run + "/config.json");
   const std::string head = "--resume continues the run with the settings saved in " + run +
-                           "/config.json; only --epochs, --max-steps, --time-budget, --threads (and --dtype naming "
+                           "/config.json; only --epochs, --max-steps, --time-budget, --threads, --comm-timeout, --bucket-mb (and --dtype naming "
                            "the run's own) may be given with it (got ";
   expect_error("train --resume " + run + " --lr 0.5", head + "--lr)");
   expect_error("train --resume " + run + " --max-steps 3 --dropout 0.3 --norm-first --threads 1",

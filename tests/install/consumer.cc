@@ -1,8 +1,12 @@
 // tests/install/consumer.cc — a user's program against an installed tfm: builds a module from its
-// PyTorch constructor arguments, runs the `tfm forward` contract in memory, and round-trips the
-// output through safetensors. Exits non-zero (with a message) on any mismatch.
+// PyTorch constructor arguments, runs the `tfm forward` contract in memory, round-trips the
+// output through safetensors, and trains a tiny model for one step (the trainer links MPI's
+// library where tfm was built with it: the link flags must bring it). Exits non-zero (with a
+// message) on any mismatch.
 #include <tfm/models/forward.h>
 #include <tfm/io/safetensors.h>
+#include <tfm/train/options.h>
+#include <tfm/train/trainer.h>
 
 #include <cstdio>
 #include <exception>
@@ -36,6 +40,14 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "round trip changed element %lld\n", static_cast<long long>(i));
         return 1;
       }
+    const tfm::train::TrainSetup setup = tfm::train::resolve_train_options(
+        {{"task", "reverse"}, {"out", out_path + ".run"}, {"max-steps", "1"}, {"d-model", "8"}, {"nhead", "2"},
+         {"layers", "1"}, {"dim-feedforward", "16"}, {"threads", "1"}});
+    const tfm::train::TrainResult r = tfm::train::run_training(setup.config);
+    if (r.steps != 1) {
+      std::fprintf(stderr, "trained %lld steps, expected 1\n", static_cast<long long>(r.steps));
+      return 1;
+    }
     std::printf("consumer ok: %s %s, %lld parameters\n", std::string(tfm::enum_name(m.config().kind)).c_str(), tfm::describe(y).c_str(),
                 static_cast<long long>(m.module().num_parameters()));
     return 0;

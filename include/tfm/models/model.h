@@ -6,8 +6,8 @@
 // state_dict keys, parameters, train()/eval() are the family's own. What every family answers:
 // forward (teacher-forced logits), loss, the family's description (family(): the data it takes, its
 // target layout). The decoding entry points belong to one family each and throw, naming the family,
-// on the others: encode / embed_target / decoder / project for an encoder–decoder (decode.h),
-// lm_logits / make_lm_cache for a language model (generate.h, text_eval.h).
+// on the others: encode / embed_target / decoder for an encoder–decoder (decode.h), lm_logits /
+// make_lm_cache for a language model (generate.h, text_eval.h); project (the generator) is every family's.
 //
 // Every family's parts share the embedding rule dropout(embedding(ids)·scale + pe[t]) with scale √D
 // when scale_embeddings, else 1, and pe[t] the row t of the sinusoidal or learned table (nothing with

@@ -17,7 +17,8 @@
 //   gpt2_source.json          a directory imported from GPT-2 (tfm/models/gpt2.h): how to write the
 //                              source back bit for bit
 //   model.safetensors         the model's state_dict (PyTorch keys)
-//   trainer_state.safetensors, metrics.csv, curves.svg   the training run (tfm/train/trainer.h)
+//   trainer_state.safetensors, trainer_clock.json, metrics.csv, curves.svg   the training run
+//                              (tfm/train/trainer.h)
 #pragma once
 
 #include <cstdint>

@@ -39,7 +39,7 @@ struct TrainConfig {
   int64_t task_valid_size = 1000;           // task validation sequences
 
   // ---- data: a text file for a language model (arch decoder), tfm/data/text.h ----
-  // The text is tokenized with tgt_tokens (char or byte; src_tokens is kept equal to it), and its
+  // The text is tokenized with tgt_tokens (char, byte, spm or gpt2-bpe; src_tokens is kept equal to it), and its
   // vocabulary (built from text_path, validation part included) is the model's target vocabulary.
   // Validation: valid_text_path, or else the last valid_fraction of text_path's tokens.
   std::string text_path, valid_text_path;   // text_path set: text data (no task, no TSV files)

@@ -12,7 +12,7 @@
 // Output directory (TrainConfig::out_dir), every file written atomically (temporary file + rename):
 //   config.json               {"format": "tfm-train", "version": 1, "model": ModelConfig, "train":
 //                              TrainConfig, "vocab": {...}} — written before the first step
-//   src_vocab.txt, tgt_vocab.txt   one token per line, line i = id i; src_vocab.json,
+//   src_vocab.txt, tgt_vocab.txt   one token per line, line i + 1 = id i; src_vocab.json,
 //                              tgt_vocab.json instead (JSON arrays) for text data and whenever a
 //                              token holds a newline (tfm/models/model_dir.h)
 //   model.safetensors         the model's state_dict (PyTorch keys), at every checkpoint; with --ema
@@ -100,10 +100,11 @@ struct TrainHooks {
   // Polled after every step; true = stop now, write a checkpoint and return interrupted.
   std::function<bool(int64_t step)> should_stop;
   // The processes training together (tfm/train/comm.h); null: this process alone. Under MPI every
-  // rank runs run_training with the same config and its Comm::world(): the data is read and batched
-  // by every rank (each builds the whole global batch and computes its parts of it); rank 0 alone
-  // evaluates, writes files and calls `progress` (the others' TrainResult has the steps, not the
-  // figures). should_stop is polled on
+  // rank runs run_training with the same config and its Comm::world(): every rank reads the data and
+  // builds only the rows of its parts of each batch (padded to the whole batch's lengths); periodic
+  // validation is split across the ranks and gathered; rank 0 alone writes files, calls `progress` and
+  // decodes the final metrics (the others' TrainResult has the steps, not the figures). should_stop is
+  // polled on
   // every rank and the run stops when any rank asks; a time budget follows rank 0's clock.
   Comm* comm = nullptr;
   // The clock --time-budget is measured on: seconds since any fixed origin, given the optimizer steps
