@@ -48,7 +48,7 @@ build: configure
 # One thread: at this model size (d_model 64) a step is mostly fixed overhead, and two OpenMP threads
 # measured 3x slower in wall time on the shared 2-core machine (84 s vs 253 s); results are identical.
 run: build
-	@./$(BUILD)/tfm train --task reverse --arch encoder --out runs/reverse --threads 1
+	@./$(BUILD)/tfm train --task reverse --arch encoder --out runs/reverse --threads 1 --force
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 900

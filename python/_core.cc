@@ -316,6 +316,7 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("set_num_threads", [](int n) {
     if (n < 1) throw std::invalid_argument("set_num_threads: n must be ≥ 1, got " + std::to_string(n));
+    tfm::train::check_threads(n, "set_num_threads: n");
     g_threads.store(n);
     omp_set_num_threads(n);
   });
@@ -422,7 +423,7 @@ PYBIND11_MODULE(_core, m) {
              t.infer(tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)", [&] {
                if (prompt.empty()) throw std::invalid_argument("the prompt is empty (give at least one character)");
                const std::vector<int32_t> ids = tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, prompt, "prompt");
-               if (stop && !stop->empty()) gen.stop = tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, *stop, "stop");
+               if (stop) gen.stop_after = tfm::stop_at_text(t.m, *stop);
                gen.suppress = tfm::never_generated(t.m);
                tfm::generate(*t.m.model, ids, gen, [&](int64_t, int32_t token) {
                  stop_if_exiting();

@@ -27,8 +27,14 @@ void register_import(CLI::App& app, Runner& run);
 void register_export(CLI::App& app, Runner& run);
 void register_quantize(CLI::App& app, Runner& run);
 
-// Sets the OpenMP thread count from --threads (0 = leave OMP_NUM_THREADS / the default).
+// Sets the OpenMP thread count from --threads (0 = leave OMP_NUM_THREADS / the default); throws for a
+// count outside [0, tfm::train::kMaxThreads].
 void apply_threads(int threads);
+
+// Refuses an option value with a leading minus (CLI11 would wrap "-1" into an unsigned seed).
+inline const CLI::Validator kNonNegative(
+    [](std::string& s) { return !s.empty() && s[0] == '-' ? "must be a non-negative integer, got " + s : std::string(); },
+    "≥ 0");
 
 // --dtype's value as a Precision. For int8 on a CPU without int8 dot products it says so on stderr
 // (one line: the matmuls take the portable loop, same numbers, slower).

@@ -45,7 +45,7 @@ void register_eval(CLI::App& app, Runner& run) {
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_option("--batch-size", o->batch_size, "sources decoded (--text: windows scored) together")->capture_default_str();
   auto* count = cmd->add_option("--count", o->count, "task sequences to generate")->capture_default_str();
-  auto* seed = cmd->add_option("--seed", o->seed, "task seed (default: the model's training seed)");
+  auto* seed = cmd->add_option("--seed", o->seed, "task seed (default: the model's training seed)")->check(kNonNegative);
   text->excludes(beam)->excludes(count)->excludes(seed);  // a text is scored, not decoded or generated
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());

@@ -40,7 +40,7 @@ void register_generate(CLI::App& app, Runner& run) {
   cmd->add_option("--top-p", o->gen.sampling.top_p, "keep the likeliest tokens of total probability ≥ P")
       ->capture_default_str();
   cmd->add_option("--num-samples", o->gen.num_samples, "samples, separated by a line ---")->capture_default_str();
-  cmd->add_option("--seed", o->gen.seed, "random seed")->capture_default_str();
+  cmd->add_option("--seed", o->gen.seed, "random seed")->check(kNonNegative)->capture_default_str();
   cmd->add_option("--stop", o->stop, "a sample ends after this text (printed)");
   cmd->add_flag("--ignore-eos", o->gen.ignore_eos, "go on past the end-of-text token (by default a sample ends there)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
@@ -69,7 +69,7 @@ void register_generate(CLI::App& app, Runner& run) {
           data::encode_text(m.tgt_vocab, m.tgt_tokenizer, text, prompt_given || o->prompt_file.empty() ? "--prompt" : o->prompt_file);
       GenerateOptions gen = o->gen;
       gen.suppress = never_generated(m);
-      if (!o->stop.empty()) gen.stop = data::encode_text(m.tgt_vocab, m.tgt_tokenizer, o->stop, "--stop");
+      gen.stop_after = stop_at_text(m, o->stop);
       // Each sample: the prompt, then its tokens as they come; a newline closes a sample that does
       // not end with one, then `---` separates it from the next.
       bool at_line_start = text.back() == '\n';

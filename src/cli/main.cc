@@ -5,12 +5,15 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <string>
 
 #include "commands.h"
 #include "tfm/autocast.h"
+#include "tfm/train/options.h"
 
 namespace tfm::cli {
 void apply_threads(int threads) {
+  train::check_threads(threads, "--threads");
   if (threads > 0) omp_set_num_threads(threads);
 }
 Precision parse_dtype(const std::string& dtype) {
@@ -45,7 +48,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // A usage error: one line, as every other error (CLI11's own exit code kept).
+    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty()) {  // `tfm bogus`
+      std::string commands;
+      for (const CLI::App* c : app.get_subcommands({})) commands += (commands.empty() ? "" : ", ") + c->get_name();
+      std::fprintf(stderr, "tfm: error: unknown command '%s' (the commands: %s)\n", argv[1], commands.c_str());
+    } else {
+      std::fprintf(stderr, "tfm: error: %s (tfm --help, tfm <command> --help)\n", e.what());
+    }
+    return e.get_exit_code();
   }
   try {
     return run ? run() : 0;

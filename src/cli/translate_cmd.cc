@@ -44,7 +44,7 @@ void register_translate(CLI::App& app, Runner& run) {
                     ->capture_default_str();
   auto* top_p = cmd->add_option("--top-p", o->sampling.top_p, "with --sample: keep the likeliest tokens of total probability ≥ P")
                     ->capture_default_str();
-  auto* seed = cmd->add_option("--seed", o->seed, "with --sample: random seed")->capture_default_str();
+  auto* seed = cmd->add_option("--seed", o->seed, "with --sample: random seed")->check(kNonNegative)->capture_default_str();
   cmd->callback([o, &run, temperature, top_k, top_p, seed] {
     for (const auto* opt : {temperature, top_k, top_p, seed})
       if (opt->count() > 0 && !o->sample) throw CLI::ValidationError(opt->get_name(), "needs --sample");

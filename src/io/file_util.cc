@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -177,9 +178,25 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   w.commit();
 }
 
-StagedDirectory::StagedDirectory(const std::string& dest, bool replace) : dest_(dest), replace_(replace) {
+void refuse_output_holding(const std::string& dest, const std::string& source) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  const auto resolved = [&](const std::string& p) {
+    fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec).lexically_normal();
+    if (r.filename().empty()) r = r.parent_path();  // "out/" names "out"
+    return r;
+  };
+  const fs::path d = resolved(dest), s = resolved(source);
+  if (std::mismatch(d.begin(), d.end(), s.begin(), s.end()).first == d.end())
+    throw IoError(dest + ": the output directory " + (d == s ? "is " : "holds ") + source +
+                  ", which it is made from (choose another output directory)");
+}
+
+StagedDirectory::StagedDirectory(const std::string& dest, bool replace, const std::vector<std::string>& sources)
+    : dest_(dest), replace_(replace) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const std::string& s : sources) refuse_output_holding(dest, s);
   fs::path d = fs::path(dest).lexically_normal();
   if (d.filename().empty()) d = d.parent_path();  // "out/" names "out"
   if (d.empty() || d.filename() == "." || d.filename() == "..") throw IoError(dest + ": not a directory name");

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace tfm::io {
 
@@ -81,10 +82,12 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 // A directory written whole or not at all: files go into a fresh hidden sibling ".<base>.tmp.<pid>"
 // (path()), and commit() renames it to `dest`. An existing `dest` is refused at construction
 // (IoError "<dest>: exists (...)") unless `replace`, when commit() swaps it out and deletes it only
-// after the new one is in place. Destroyed without commit(), the staging directory is deleted.
+// after the new one is in place. `sources`, the paths the new directory is made from, are checked
+// with refuse_output_holding (replacing `dest` must not delete them). Destroyed without commit(), the
+// staging directory is deleted.
 class StagedDirectory {
  public:
-  StagedDirectory(const std::string& dest, bool replace);
+  StagedDirectory(const std::string& dest, bool replace, const std::vector<std::string>& sources = {});
   ~StagedDirectory();  // never throws
   StagedDirectory(const StagedDirectory&) = delete;
   StagedDirectory& operator=(const StagedDirectory&) = delete;
@@ -96,6 +99,10 @@ class StagedDirectory {
   std::string dest_, temp_;
   bool replace_ = false, committed_ = false;
 };
+
+// Throws IoError when the output directory `dest` is `source` or holds it (paths compared after
+// resolving symlinks and ".."): replacing the output would delete what it is made from.
+void refuse_output_holding(const std::string& dest, const std::string& source);
 
 // Deletes the temporary files ".<base>.tmp.*" that an AtomicFileWriter for `path` left behind when its
 // process was killed mid-write (the real file is untouched). Returns how many were removed.

@@ -34,7 +34,6 @@ std::vector<std::vector<int32_t>> generate(const Model& model, const std::vector
                                     std::to_string(V) + ")");
   };
   check_ids(prompt, "prompt");
-  check_ids(opt.stop, "stop");
   check_ids(opt.suppress, "suppressed");
   std::vector<char> suppressed(static_cast<size_t>(V), 0);
   for (int32_t id : opt.suppress) suppressed[static_cast<size_t>(id)] = 1;
@@ -92,9 +91,7 @@ std::vector<std::vector<int32_t>> generate(const Model& model, const std::vector
       gen_ids.push_back(v);
       if (on_token) on_token(s, v);
       if (v == eos) break;
-      if (!opt.stop.empty() && gen_ids.size() >= opt.stop.size() &&
-          std::equal(opt.stop.begin(), opt.stop.end(), gen_ids.end() - static_cast<std::ptrdiff_t>(opt.stop.size())))
-        break;
+      if (opt.stop_after && opt.stop_after(s, v)) break;
       if (seq.size() - w0 > static_cast<size_t>(block)) {  // the next step's context would not fit
         w0 = seq.size() - keep;
         refill = true;

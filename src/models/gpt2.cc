@@ -353,7 +353,7 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
   source["vocab_file"] = names.vocab;
   source["merges_file"] = names.merges;
 
-  io::StagedDirectory out(out_dir, force);
+  io::StagedDirectory out(out_dir, force, {hf_dir});
   const std::string& d = out.path();
   io::write_file_atomic(join(d, model_dir::CONFIG),
                         model_dir::config_json(mc, train.dump(2), vocab, vocab,
@@ -413,7 +413,7 @@ void export_gpt2(const std::string& dir, const std::string& hf_dir, bool force) 
   }
 
   const std::string source_file = model_dir::path(dir, kSourceFile);
-  io::StagedDirectory out(hf_dir, force);
+  io::StagedDirectory out(hf_dir, force, {dir});
   const std::string& d = out.path();
   if (fs::exists(source_file)) {  // the source's own files: header, config and tokenizer names
     ordered_json s;

@@ -9,6 +9,7 @@
 #include "io/file_util.h"
 #include "json_fields.h"
 #include "tfm/data/batching.h"
+#include "tfm/data/text.h"
 #include "tfm/inference.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/quantize.h"
@@ -184,6 +185,24 @@ void require_data(const TrainedModel& m, DataKind kind, const std::string& use) 
   if (kind == DataKind::TEXT)
     throw std::invalid_argument(m.dir + " is not a language model (arch " + std::string(enum_name(c.arch)) + "); " + use);
   throw std::invalid_argument(m.dir + " is a language model: " + use);
+}
+
+std::function<bool(int64_t, int32_t)> stop_at_text(const TrainedModel& m, const std::string& text) {
+  if (text.empty()) return {};
+  // The sample's decoded tail: its last text.size() − 1 bytes before the newest token, where a match
+  // completed by that token may start.
+  struct Tail {
+    int64_t sample = -1;
+    std::string bytes;
+  };
+  auto tail = std::make_shared<Tail>();
+  return [&m, text, tail](int64_t sample, int32_t token) {
+    if (sample != tail->sample) *tail = Tail{sample, {}};
+    tail->bytes += data::decode_text(m.tgt_vocab, m.tgt_tokenizer, {token});
+    if (tail->bytes.find(text) != std::string::npos) return true;
+    if (tail->bytes.size() >= text.size()) tail->bytes.erase(0, tail->bytes.size() - (text.size() - 1));
+    return false;
+  };
 }
 
 std::vector<int32_t> never_generated(const TrainedModel& m) {

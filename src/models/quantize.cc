@@ -118,16 +118,14 @@ bool is_quantized_model_dir(const std::string& dir) {
 }
 
 void quantize_model_dir(const std::string& dir, const std::string& out, bool force) {
-  std::error_code ec;
-  if (fs::exists(out) && fs::equivalent(dir, out, ec))
-    throw std::invalid_argument("quantize: --out " + out + " is the model directory itself");
+  io::refuse_output_holding(out, dir);  // before the work: --force would delete the model it reads
   if (fs::exists(out) && !force)
     throw std::invalid_argument("quantize: " + out + " exists (give --force to replace it)");
   const TrainedModel m = load_model_dir(dir);  // checks the directory whole
   if (m.quantized) throw std::invalid_argument("quantize: " + dir + " is quantized already");
   const QuantizedStateDict q = quantize_state_dict(m.model->state_dict());
 
-  io::StagedDirectory staged(out, force);  // written whole, then renamed over `out`
+  io::StagedDirectory staged(out, force, {dir});  // written whole, then renamed over `out`
   const fs::path tmp = staged.path();
   for (const char* f : {model_dir::CONFIG, model_dir::SRC_VOCAB, model_dir::TGT_VOCAB, model_dir::SRC_VOCAB_JSON,
                         model_dir::TGT_VOCAB_JSON, model_dir::SRC_SPM, model_dir::TGT_SPM, model_dir::JOINT_SPM,

@@ -52,6 +52,7 @@ EvalSet tsv_eval_set(const data::TsvData& tsv) {
 }
 
 EvalSet task_test_set(const TrainedModel& m, data::Task task, std::optional<uint64_t> seed, int64_t count) {
+  if (count < 1) throw std::invalid_argument("count (--count) must be ≥ 1 task sequences, got " + std::to_string(count));
   if (m.src_vocab.tokens() != data::task_vocab().tokens())
     throw std::invalid_argument(m.dir + " was not trained on a built-in task (its vocabulary differs)");
   return task_eval_set(task, seed ? *seed : TrainConfig::from_json(m.train_json).seed, data::Split::TEST, count);

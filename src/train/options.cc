@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <stdexcept>
 
+#include "tfm/models/model_dir.h"
 #include "tfm/train/trainer.h"
 
 namespace tfm::train {
@@ -164,6 +166,8 @@ std::vector<TrainOption> build_table() {
        "processes dividing G (0: one part per process, i.e. 1 without mpirun)"},
       // ---- this process ----
       {"threads", {}, "run", "threads (0: all cores; results do not depend on it)"},
+      {"force", {}, "run", "train into an --out that holds another run (its config.json): that run's files are deleted "
+                           "first (without --force such an --out is refused)"},
       {"comm-timeout", {}, "run", "under mpirun: seconds a process waits for the others before the run stops with an error"},
       {"bucket-mb", {}, "run",
        "under mpirun: MiB of gradient per message, each sent as soon as the backward has finished it (a speed setting: "
@@ -199,6 +203,9 @@ std::vector<TrainOption> build_table() {
     } else if (o.name == "preset") {
       o.type = OptionType::CHOICE;
       for (const auto& [value, name] : EnumNames<Preset>::names) o.choices.emplace_back(name);
+    } else if (o.name == "force") {
+      o.type = OptionType::FLAG;
+      o.default_text = run.force ? "on" : "off";
     } else if (o.name == "threads") {
       o.type = OptionType::INT;
       o.default_text = std::to_string(run.threads);
@@ -234,6 +241,12 @@ T run_number(const std::string& name, const std::string& text) {
 }
 
 }  // namespace
+
+void check_threads(int64_t n, const std::string& what) {
+  if (n < 0 || n > kMaxThreads)
+    throw std::invalid_argument(what + " must be in [0, " + std::to_string(kMaxThreads) + "] (0: every core), got " +
+                                std::to_string(n));
+}
 
 const std::vector<TrainOption>& train_options() {
   static const std::vector<TrainOption> table = build_table();
@@ -271,7 +284,15 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
   };
 
   TrainSetup setup;
-  if (has("threads")) setup.run.threads = run_number<int>("threads", given.at("threads"));
+  if (has("threads")) {
+    setup.run.threads = run_number<int>("threads", given.at("threads"));
+    check_threads(setup.run.threads, "--threads");
+  }
+  if (has("force")) {
+    const std::string& v = given.at("force");
+    if (v != "true" && v != "false") throw std::invalid_argument("--force takes true or false, got '" + v + "'");
+    setup.run.force = v == "true";
+  }
   if (has("comm-timeout")) setup.run.comm_timeout = run_number<double>("comm-timeout", given.at("comm-timeout"));
   if (has("bucket-mb")) setup.run.bucket_mb = run_number<double>("bucket-mb", given.at("bucket-mb"));
   if (!(setup.run.comm_timeout > 0)) throw std::invalid_argument("--comm-timeout must be a positive number of seconds");
@@ -352,6 +373,19 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
   for (const TrainOption* o : in_order)
     if (!o->keys.empty() && !is_length(*o)) apply(c, *o);
   set_length(c);
+  // A model taken from a directory keeps the context it was trained with unless --block-size says
+  // otherwise (the default could exceed the model's positions).
+  if (has("init-from") && !has("block-size")) c.block_size = load_train_config(given.at("init-from")).block_size;
+  // Data paths are saved absolute, so that --resume works from any working directory.
+  for (std::string* p : {&c.train_path, &c.valid_path, &c.text_path, &c.valid_text_path})
+    if (!p->empty()) *p = std::filesystem::absolute(*p).lexically_normal().string();
+  // A fresh run into another run's directory would mix the two (a kill before the first checkpoint
+  // leaves the old checkpoint beside the new config): refused unless --force (the trainer then
+  // deletes the old run's files).
+  if (!setup.run.force && std::filesystem::exists(model_dir::path(c.out_dir, model_dir::CONFIG)))
+    throw std::invalid_argument("--out " + c.out_dir + " holds a run already (" + model_dir::path(c.out_dir, model_dir::CONFIG) +
+                                "): continue it with --resume " + c.out_dir +
+                                ", train into another --out, or give --force to delete it and start over");
   // A layer count for a stack the family does not have would be ignored.
   const ModelFamily& f = c.model.family();
   for (const auto& [name, has_stack] : {std::pair{"encoder-layers", f.encoder_layers}, {"decoder-layers", f.decoder_layers}})

@@ -365,6 +365,7 @@ TEST_F(ForwardErrors, MissingRequiredOption) {
   EXPECT_FALSE(r.signaled);
   EXPECT_NE(r.code, 0);
   EXPECT_NE((r.out + r.err).find("--weights"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(r.err, "tfm: error: --weights is required (tfm --help, tfm <command> --help)\n");  // one line
 }
 TEST_F(ForwardErrors, OutputDirectoryMissing) {
   output_ = dir_ + "/no/such/dir/out.safetensors";

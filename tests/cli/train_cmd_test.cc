@@ -261,7 +261,7 @@ TEST_F(TrainCliErrors, InitFromRefusesModelOptions) {
                head + "--src-tokens, --arch, --qkv-bias)");
   expect_error("train --resume " + run + " --init-from " + run,
                "--resume continues the run with the settings saved in " + run +
-                   "/config.json; only --epochs, --max-steps, --time-budget, --threads (and --dtype naming the "
+                   "/config.json; only --epochs, --max-steps, --time-budget, --threads, --comm-timeout, --bucket-mb (and --dtype naming the "
                    "run's own) may be given with it (got --init-from)");
   EXPECT_FALSE(std::filesystem::exists(*dir_ + "/tuned"));
 }
@@ -276,6 +276,49 @@ TEST_F(TrainCliErrors, TranslateSourceLongerThanMaxLen) {
   EXPECT_EQ(rc, 1) << out;
   EXPECT_EQ(tfm::testing::slurp(err),
             "tfm: error: decode: source of length 600 exceeds max_len 512 (chunk starting at input line 1)\n");
+}
+
+// A fresh run into another run's directory would mix the two: refused, naming it, and the run is left as it
+// was; --force replaces that run whole (here a TSV run by a language model: its src_vocab.txt goes too).
+TEST_F(TrainCliErrors, OutHoldingARunIsRefusedUnlessForced) {
+  namespace fs = std::filesystem;
+  const std::string run = *dir_ + "/run", copy = *dir_ + "/forced";
+  const std::string model = tfm::testing::slurp(run + "/model.safetensors");
+  expect_error("train --train " + *dir_ + "/train.tsv --valid " + *dir_ + "/valid.tsv --out " + run + kTinySeq2seq +
+                   " --max-steps 1",
+               "--out " + run + " holds a run already (" + run + "/config.json): continue it with --resume " + run +
+                   ", train into another --out, or give --force to delete it and start over");
+  EXPECT_EQ(tfm::testing::slurp(run + "/model.safetensors"), model);
+  fs::copy(run, copy, fs::copy_options::recursive);
+  ASSERT_TRUE(fs::exists(copy + "/src_vocab.txt"));
+  std::string out;
+  ASSERT_EQ(run_command(kCli + " train --text " + *dir_ + "/train.tsv --out " + copy + " --force --d-model 16 --nhead 2 " +
+                            "--layers 1 --dim-feedforward 32 --block-size 8 --batch-size 4 --max-steps 1 --threads 1",
+                        &out),
+            0)
+      << out;
+  EXPECT_FALSE(fs::exists(copy + "/src_vocab.txt")) << "the replaced run's files are deleted";
+  EXPECT_TRUE(fs::exists(copy + "/src_vocab.json"));
+  EXPECT_EQ(nlohmann::json::parse(tfm::testing::slurp(copy + "/config.json"))["model"]["arch"], "decoder");
+}
+
+// Thread counts, task counts and seeds out of range: one line each, nothing run.
+TEST_F(TrainCliErrors, CountsOutOfRange) {
+  const std::string run = *dir_ + "/run";
+  const std::string threads = "--threads must be in [0, 1024] (0: every core), got ";
+  expect_error("translate --model " + run + " --threads 100000", threads + "100000");
+  expect_error("eval --model " + run + " --data " + *dir_ + "/valid.tsv --threads -3", threads + "-3");
+  expect_error("train --task reverse --out " + *dir_ + "/never --threads 5000", threads + "5000");
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/never"));
+  expect_error("eval --model " + run + " --task reverse --count 0", "count (--count) must be ≥ 1 task sequences, got 0");
+  const std::string err = *dir_ + "/stderr.txt";
+  std::string out;
+  EXPECT_NE(run_command("(" + kCli + " translate --model " + run + " --sample --seed -1 </dev/null 2>" + err + ")", &out), 0);
+  EXPECT_EQ(tfm::testing::slurp(err),
+            "tfm: error: --seed: must be a non-negative integer, got -1 (tfm --help, tfm <command> --help)\n");
+  EXPECT_NE(run_command("(" + kCli + " bogus 2>" + err + ")", &out), 0);
+  EXPECT_EQ(tfm::testing::slurp(err).rfind("tfm: error: unknown command 'bogus' (the commands: forward, train,", 0), 0u)
+      << tfm::testing::slurp(err);
 }
 
 TEST_F(TrainCliErrors, EvalBatchSizeBelowOne) {

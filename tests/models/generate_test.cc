@@ -182,10 +182,17 @@ TEST(Generate, StopSequenceAndStreaming) {
   o.max_new_tokens = 40;
   o.seed = 2;
   const auto full = generate(m, {7}, o)[0];
-  // The stop sequence: tokens 5 and 6 of the run; the sample ends at their first occurrence.
-  o.stop = {full[5], full[6]};
+  // stop_after ends a sample right after the token it accepts: here the first time tokens 5 and 6 of
+  // the run follow each other (the predicate keeps each sample's previous token).
+  const int32_t a = full[5], b = full[6];
+  auto previous = std::make_shared<std::pair<int64_t, int32_t>>(-1, -1);
+  o.stop_after = [a, b, previous](int64_t s, int32_t t) {
+    const bool stop = previous->first == s && previous->second == a && t == b;
+    *previous = {s, t};
+    return stop;
+  };
   size_t end = 2;
-  while (!(full[end - 2] == o.stop[0] && full[end - 1] == o.stop[1])) ++end;
+  while (!(full[end - 2] == a && full[end - 1] == b)) ++end;
   std::vector<std::pair<int64_t, int32_t>> streamed;
   o.num_samples = 2;
   const auto out = generate(m, {7}, o, [&](int64_t s, int32_t t) { streamed.emplace_back(s, t); });
@@ -214,9 +221,6 @@ TEST(Generate, Errors) {
   fails({}, o, "prompt is empty");
   fails({3, 11}, o, "prompt id 11 at position 1 is outside the vocabulary [0, 11)");
   fails({3, -1}, o, "prompt id -1");
-  o.stop = {12};
-  fails({3}, o, "stop id 12");
-  o = {};
   o.num_samples = 0;
   fails({3}, o, "num_samples");
   o = {};

@@ -194,8 +194,13 @@ TEST(QuantizeModelDir, RefusesAnExistingOutUnlessForcedAndQuantizedInput) {
   const std::string again = temp_dir("q_again") + "/int8";
   EXPECT_NE(error_of<std::invalid_argument>([&] { quantize_model_dir(out, again); }).find("quantized already"),
             std::string::npos);
-  EXPECT_NE(error_of<std::invalid_argument>([&] { quantize_model_dir(in, in, true); }).find("itself"),
+  // --force never deletes the model it reads: --out the model directory, or a directory holding it.
+  EXPECT_NE(error_of<std::runtime_error>([&] { quantize_model_dir(in, in, true); }).find("output directory is " + in),
             std::string::npos);
+  const std::string parent = fs::path(in).parent_path().string();
+  EXPECT_NE(error_of<std::runtime_error>([&] { quantize_model_dir(in, parent + "/", true); }).find("holds " + in),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(in + "/model.safetensors"));
 }
 
 TEST(QuantizeModelDir, TrainingFromItIsRefusedByName) {

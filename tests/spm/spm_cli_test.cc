@@ -220,6 +220,27 @@ TEST(SpmCli, LanguageModelKeepsNewlinesAndScoresBitsPerChar) {
       << out;
   EXPECT_EQ(out.rfind("The GNU", 0), 0u) << out;
   EXPECT_EQ(out.find(kSpace), std::string::npos) << out;
+  // --stop matches the printed text, whatever pieces hold it: with the same seed (the same draws) the
+  // sample is the full one cut right after the piece that completes the continuation's first "e" (a
+  // piece of this 400-token vocabulary is at most a word).
+  std::string full, cut;
+  const std::string gen = kCli + " generate --model " + d + "/lm --prompt 'The GNU' --max-new-tokens 60 --seed 1 --ignore-eos";
+  ASSERT_EQ(run_command(gen + " 2>/dev/null", &full), 0) << full;
+  ASSERT_EQ(run_command(gen + " --stop e 2>/dev/null", &cut), 0) << cut;
+  const size_t first = full.find('e', 7);  // after the prompt
+  ASSERT_NE(first, std::string::npos) << full;
+  if (!cut.empty() && cut.back() == '\n' && full.compare(0, cut.size(), cut) != 0) cut.pop_back();  // the closing newline
+  EXPECT_EQ(full.compare(0, cut.size(), cut), 0) << "a prefix of the full sample:\n" << cut << "\n" << full;
+  EXPECT_GT(cut.size(), first) << cut;
+  EXPECT_LE(cut.size(), first + 16) << "ends with the piece holding the first 'e':\n" << cut;
+  // --init-from keeps the model's block size (32) when --block-size is not given: the default, 256,
+  // would exceed the model's positions.
+  ASSERT_EQ(run_command(kCli + " train --init-from " + d + "/lm --text /usr/share/common-licenses/GPL-2 --max-steps 1 " +
+                            "--threads 1 --out " + d + "/ft 2>&1",
+                        &out),
+            0)
+      << out;
+  EXPECT_EQ(nlohmann::json::parse(slurp(d + "/ft/config.json"))["train"]["block_size"], 32);
   ASSERT_EQ(run_command(kCli + " eval --model " + d + "/lm --text /usr/share/common-licenses/GPL-3 --json 2>/dev/null", &out), 0)
       << out;
   EXPECT_NE(out.find("\"bits_per_char\""), std::string::npos) << out;

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
@@ -100,7 +101,7 @@ TEST(TrainOptions, EveryKeyIsARealFieldOfItsType) {
     EXPECT_EQ(o.default_text, want) << "--" << o.name;
   }
   // The options that set no config field are exactly the run settings and how a run starts.
-  EXPECT_EQ(run_settings, (std::set<std::string>{"preset", "resume", "threads", "comm-timeout", "bucket-mb"}));
+  EXPECT_EQ(run_settings, (std::set<std::string>{"preset", "resume", "threads", "comm-timeout", "bucket-mb", "force"}));
   // The check above is not vacuous: an unknown key is refused.
   TrainConfig c;
   EXPECT_THROW(set_field(c, "no_such_field", "1"), std::invalid_argument);
@@ -138,7 +139,7 @@ TEST(ResolveTrainOptions, TextWithoutArchTrainsALanguageModel) {
   const TrainSetup s = resolve({"--text", "t.txt", "--out", "o"});
   EXPECT_EQ(s.mode, StartMode::FRESH);
   EXPECT_EQ(s.config.model.arch, Arch::DECODER);
-  EXPECT_EQ(s.config.text_path, "t.txt");
+  EXPECT_EQ(s.config.text_path, std::filesystem::absolute("t.txt").string());  // saved absolute: --resume from anywhere
   EXPECT_EQ(s.config.out_dir, "o");
   TrainConfig want;
   want.model.arch = Arch::DECODER;
@@ -170,7 +171,7 @@ TEST(ResolveTrainOptions, TaskStartsFromTheTaskPresetForItsArch) {
 
 TEST(ResolveTrainOptions, PresetStartsFromThePresetWithTheText) {
   const TrainSetup s = resolve({"--preset", "nanogpt-baby", "--text", "t.txt", "--out", "o"});
-  EXPECT_EQ(s.config.text_path, "t.txt");
+  EXPECT_EQ(s.config.text_path, std::filesystem::absolute("t.txt").string());  // saved absolute: --resume from anywhere
   EXPECT_EQ(s.config.out_dir, "o");
   TrainConfig want = preset_config(Preset::NANOGPT_BABY);
   want.text_path = s.config.text_path;  // (copied, not assigned from a literal: GCC 12's -Wrestrict false positive)

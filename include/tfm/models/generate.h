@@ -32,7 +32,9 @@ struct GenerateOptions {
   SamplingOptions sampling;
   int64_t num_samples = 1;       // ≥ 1 samples, one after the other
   uint64_t seed = 0;
-  std::vector<int32_t> stop;     // token ids: a sample ends right after producing them (empty: none)
+  // Called after each drawn token (after on_token); true ends the sample right after it. A stop text:
+  // stop_at_text (tfm/models/model_dir.h), which matches the decoded text whatever the tokens' cuts.
+  std::function<bool(int64_t sample, int32_t token)> stop_after;
   // A sample also ends right after producing the model's eos_id (config), unless ignore_eos.
   bool ignore_eos = false;
   // Token ids never drawn (their logits are −inf for the draw): a model directory's are
@@ -50,7 +52,7 @@ struct GenerateOptions {
 using TokenCallback = std::function<void(int64_t sample, int32_t token)>;
 
 // prompt: token ids (non-empty, each in [0, V)). Returns the generated ids of each sample (the prompt
-// not included; with a stop sequence or eos, ending with it). Throws when `suppress` leaves no token. Runs under InferenceMode (the caller's
+// not included; ending with the token stop_after accepted, or with eos). Throws when `suppress` leaves no token. Runs under InferenceMode (the caller's
 // precision) and in eval mode, restoring the model's training flag afterwards (do not generate
 // concurrently with training the same model). Throws std::invalid_argument for an architecture
 // other than DECODER, an empty prompt, an id outside the vocabulary, or bad options.

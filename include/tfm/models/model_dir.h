@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,6 +103,12 @@ void require_data(const TrainedModel& m, DataKind kind, const std::string& use);
 // order): <pad>, <bos> unless it is also <eos> (GPT-2's <|endoftext|>), <unk>, and with a gpt2-bpe
 // tokenizer the vocabulary's rows past the BPE's tokens (a vocabulary padded to a round size).
 std::vector<int32_t> never_generated(const TrainedModel& m);
+
+// GenerateOptions::stop_after for a stop text (empty: none): a sample ends right after the token with
+// which its decoded continuation (the prompt not included) first contains `text`, however the tokenizer
+// cuts it (a subword may hold the stop text and more: the whole token is kept). Decodes as
+// decode_text does token by token, i.e. as `tfm generate` prints. m must outlive the function.
+std::function<bool(int64_t sample, int32_t token)> stop_at_text(const TrainedModel& m, const std::string& text);
 
 // Source ids (no bos/eos/pad) → predicted target tokens (greedy or beam), in input order, decoded
 // in length-sorted batches of `batch_size` under one InferenceMode scope of the caller's precision.
