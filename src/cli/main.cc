@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 
 #include "commands.h"
@@ -61,6 +62,10 @@ int main(int argc, char** argv) {
   }
   try {
     return run ? run() : 0;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "tfm: error: out of memory: the sizes asked for need more memory than this machine has "
+                         "(a smaller batch, sequence or model)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tfm: error: %s\n", e.what());
     return 1;

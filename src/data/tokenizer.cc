@@ -4,6 +4,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <cstdio>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -212,9 +213,20 @@ std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptio
   LineIterator it(lines, std::move(pick));
   std::string model;
   const auto st = sentencepiece::SentencePieceTrainer::Train(spec, &it, &model);
-  if (!st.ok())
+  if (!st.ok()) {
+    // "Vocabulary size is smaller than required_chars. 300 vs 331. Increase vocab_size or decrease
+    // character_coverage with --character_coverage option.": said in tfm's terms (it has no such option).
+    const std::string text = status_text(st);
+    const size_t at = text.find("required_chars. ");
+    long long asked = 0, needed = 0;
+    if (at != std::string::npos &&
+        std::sscanf(text.c_str() + at + 16, "%lld vs %lld", &asked, &needed) == 2)
+      throw std::invalid_argument(name + ": a vocabulary of " + std::to_string(asked) + " pieces is too small: this text needs " +
+                                  std::to_string(needed) + " (its characters" + (o.lossless ? ", the 256 byte pieces" : "") +
+                                  " and the 4 specials); give a vocabulary size of " + std::to_string(needed) + " or more");
     throw std::invalid_argument(name + ": SentencePiece cannot make a vocabulary of " + std::to_string(o.vocab_size) +
-                                " pieces from " + std::to_string(m) + " lines: " + status_text(st));
+                                " pieces from " + std::to_string(m) + " lines: " + text);
+  }
   return model;
 }
 

@@ -137,9 +137,15 @@ TrainedModel load_model_dir(const std::string& dir, bool weights) {
   m.dir = dir;
   const model_dir::ConfigSections config = model_dir::read_config(dir);
   m.train_json = config.train;
-  const ModelConfig mc = ModelConfig::from_json(config.model);
-  const ordered_json vocab = ordered_json::parse(config.vocab);
   const std::string config_file = model_dir::path(dir, model_dir::CONFIG);
+  const ModelConfig mc = [&] {
+    try {
+      return ModelConfig::from_json(config.model);
+    } catch (const std::invalid_argument& e) {  // "model config: ..." — said of this file
+      throw std::invalid_argument(config_file + ": " + e.what());
+    }
+  }();
+  const ordered_json vocab = ordered_json::parse(config.vocab);
   data::Tokenization src_tokens{}, tgt_tokens{};
   try {
     src_tokens = enum_from_name<data::Tokenization>(vocab.at("src_tokens").get<std::string>());

@@ -654,7 +654,7 @@ TrainResult Run::train() {
         break;
       }
       if (comm_.single() ? hooks_.should_stop && hooks_.should_stop(st_.step) : agreed.stop) {
-        checkpoint();
+        if (st_.checkpoint_step != st_.step) checkpoint();  // this step's evaluation may have written it (every rank agrees)
         result.interrupted = true;
         reason = StopReason::INTERRUPTED;
         break;

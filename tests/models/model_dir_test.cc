@@ -318,6 +318,17 @@ TEST(LoadModelDir, ErrorsNameTheDirectoryOrFile) {
   EXPECT_EQ(e.rfind(config_file(d) + ": bad \"vocab\": ", 0), 0u) << e;
   EXPECT_NE(e.find("klingon"), std::string::npos) << e;
 
+  // A model config key of the wrong type, or unknown: said of the file.
+  nlohmann::ordered_json bad = j;
+  bad["model"]["d_model"] = "16";
+  testing::spit(config_file(d), bad.dump(2));
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { load_model_dir(d); }),
+            config_file(d) + ": model config: 'd_model' must be an integer, got \"16\"");
+  bad = j;
+  bad["model"]["bogus_key"] = 1;
+  testing::spit(config_file(d), bad.dump(2));
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { load_model_dir(d); }), config_file(d) + ": model config: unknown key 'bogus_key'");
+
   // A side said to be spm without its model file.
   j["vocab"]["tgt_tokens"] = "spm";
   testing::spit(config_file(d), j.dump(2));

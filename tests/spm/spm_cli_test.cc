@@ -259,6 +259,8 @@ TEST(SpmCli, OptionErrorsAreOneClearLine) {
   fails("--src-vocab-size 100", "src_vocab_size needs src_tokens spm");
   fails("--tokens spm --src-vocab-size 100000 --tgt-vocab-size 100",
         d + "/train.tsv (source side): SentencePiece cannot make a vocabulary of 100000 pieces");
+  fails("--tokens spm --src-vocab-size 10 --tgt-vocab-size 100",
+        d + "/train.tsv (source side): a vocabulary of 10 pieces is too small: this text needs ");  // in tfm's words, not spm's
   fails("--tokens spm --src-spm-model " + d + "/nope.model --tgt-vocab-size 100", d + "/nope.model");
   fails("--tokens spm --joint-vocab --vocab-size 100 --src-vocab-size 100", "src_vocab_size is for one side");
   fails("--tokens spm --src-vocab-size 100 --tgt-vocab-size 100 --share-embeddings", "share_embeddings needs joint_vocab");
