@@ -31,7 +31,7 @@ from tables import print_table  # noqa: E402
 
 def train(a, out, args):
     if not os.path.exists(os.path.join(out, "model.safetensors")):
-        subprocess.run([a.tfm, "train", "--out", out, "--threads", str(a.threads)] + args, check=True,
+        subprocess.run([a.tfm, "train", "--out", out, "--force", "--threads", str(a.threads)] + args, check=True,
                        capture_output=True, text=True)
     with open(os.path.join(out, "metrics.csv")) as fh:
         rows = [r.split(",") for r in fh.read().strip().splitlines()]

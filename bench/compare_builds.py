@@ -178,7 +178,7 @@ def main():
         if a.train_steps > 0:
             for arch in ("seq2seq", "encoder"):
                 base, new = alternating(a, lambda who, exe, r: train_seconds(
-                    exe, arch, a.train_steps, a.threads, os.path.join(tmp, "run_%s_%d" % (who, r))))
+                    exe, arch, a.train_steps, a.threads, os.path.join(tmp, "run_%s_%s_%d" % (arch, who, r))))
                 rows.append(("train loop %s, %d steps" % (arch, a.train_steps), "s", base, new))
                 print("# train loop %s done" % arch, file=sys.stderr)
         if "lm-train" in lm_modes:

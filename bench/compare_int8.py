@@ -171,7 +171,7 @@ def make_gpt2_dir(tfm, work, threads):
     subprocess.run([tfm, "train", "--arch", "decoder", "--tokens", "char", "--text", text, "--d-model", "768",
                     "--nhead", "12", "--layers", "12", "--dim-feedforward", "3072", "--block-size", "1024",
                     "--batch-size", "1", "--max-steps", "1", "--eval-every", "1000000", "--threads", str(threads),
-                    "--out", d], check=True, capture_output=True, text=True)
+                    "--out", d, "--force"], check=True, capture_output=True, text=True)
     with open(os.path.join(d, "config.json")) as f:
         v = json.load(f)["model"]["tgt_vocab_size"]
     if v != 50257:

@@ -158,10 +158,10 @@ def e2e(args):
     if not os.path.exists("runs/licenses/model.safetensors"):
         run([args.tfm, "train", "--train", "train.tsv", "--valid", "valid.tsv", "--arch", "seq2seq", "--tokens", "spm",
              "--joint-vocab", "--vocab-size", "1000", "--share-embeddings", "--d-model", "256", "--layers", "3",
-             "--dim-feedforward", "1024", "--out", "runs/licenses"] + length(args.s2s_steps) + th)
+             "--dim-feedforward", "1024", "--out", "runs/licenses", "--force"] + length(args.s2s_steps) + th)
     if not os.path.exists("runs/vim/model.safetensors"):
         run([args.tfm, "train", "--preset", "nanogpt-baby", "--text", "vimtrain.txt", "--valid-text", "vimvalid.txt",
-             "--out", "runs/vim"] + length(args.lm_steps) + th)
+             "--out", "runs/vim", "--force"] + length(args.lm_steps) + th)
     for name in ("licenses", "vim"):
         run([args.tfm, "quantize", "--model", "runs/" + name, "--out", "runs/" + name + "-int8", "--force"])
 

@@ -49,7 +49,7 @@ def vim_texts(work):
 def run(tfm, name, train, valid, work, budget, threads, extra):
     out = os.path.join(work, name)
     cmd = [tfm, "train", "--preset", "nanogpt-baby", "--text", train, "--valid-text", valid,
-           "--time-budget", str(budget), "--threads", str(threads), "--out", out] + extra
+           "--time-budget", str(budget), "--threads", str(threads), "--out", out, "--force"] + extra
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - t0

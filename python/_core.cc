@@ -22,7 +22,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -315,8 +317,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("from_numpy", &from_numpy, py::arg("array"));
 
   m.def("set_num_threads", [](int n) {
-    if (n < 1) throw std::invalid_argument("set_num_threads: n must be ≥ 1, got " + std::to_string(n));
-    tfm::train::check_threads(n, "set_num_threads: n");
+    if (n < 1 || n > tfm::train::kMaxThreads)
+      throw std::invalid_argument("set_num_threads: n must be in [1, " + std::to_string(tfm::train::kMaxThreads) +
+                                  "], got " + std::to_string(n));
     g_threads.store(n);
     omp_set_num_threads(n);
   });
@@ -326,7 +329,13 @@ PYBIND11_MODULE(_core, m) {
         g_exiting = true;
         py::gil_scoped_release nogil;
         std::unique_lock<std::mutex> lock(g_calls_mu);
-        g_calls_cv.wait(lock, [] { return g_calls == 0; });
+        // A call with no stopping point (a long translate, a Python callback that does not return) is
+        // waited for as long as it takes, as Python waits for its non-daemon threads; said once.
+        if (!g_calls_cv.wait_for(lock, std::chrono::seconds(5), [] { return g_calls == 0; })) {
+          std::fprintf(stderr, "tfm: the interpreter is exiting; waiting for %d tfm call(s) still running in other "
+                               "threads\n", g_calls);
+          g_calls_cv.wait(lock, [] { return g_calls == 0; });
+        }
       },
       "At interpreter exit (tfm's atexit hook): no tfm call starts after this; waits until every running call has "
       "returned (generation stops at its next token, training at its next step, with its checkpoint).");

@@ -23,7 +23,8 @@ exceed the cores.
 Errors: a bad argument, option, shape or value raises ValueError with the library's message, a missing or
 unreadable file FileNotFoundError / OSError, anything else RuntimeError. Every computing call releases the GIL.
 At interpreter exit tfm stops what still runs in other threads (generation at its next token, training at its
-next step, writing its checkpoint) and waits for it, so that no thread is inside tfm when Python finalizes.
+next step, writing its checkpoint) and waits for it, so that no thread is inside tfm when Python finalizes; a call
+started after that (from an atexit handler registered before `import tfm`) raises RuntimeError.
 Training under MPI (mpirun) is not available from Python: use `tfm train`.
 """
 
@@ -317,9 +318,10 @@ class Model:
     def generate(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
                  ignore_eos=False, prefill=True):
         """The text a language model generates after `prompt` (the prompt not included), as `tfm generate` with
-        the same options prints it after the prompt. stop: the generation ends right after this text; it also
-        ends at the end-of-text token unless ignore_eos. prefill=False feeds the prompt one position per model
-        call instead of one pass (the same tokens, slower: a benchmark's baseline)."""
+        the same options prints it after the prompt. stop: the generation ends with the token that completes this
+        text (a subword holding it and more is kept whole); it also ends at the end-of-text token unless
+        ignore_eos. prefill=False feeds the prompt one position per model call instead of one pass (the same
+        tokens, slower: a benchmark's baseline)."""
         return self._core.generate(prompt, *self._generate_args(max_new_tokens, temperature, top_k, top_p, seed),
                                    stop, None, bool(ignore_eos), bool(prefill))
 
@@ -443,9 +445,11 @@ def train(progress=None, **options):
     Keywords are tfm train's options with '_' for '-' (tfm.train_options() lists them): out, text, train,
     valid, task, arch, preset, d_model, max_steps, threads, resume, init_from, ...; a flag takes True/False
     (bias=False is --no-bias). An unknown keyword is a TypeError naming it; a bad value a ValueError with the
-    library's message. progress(event) receives the events tfm train prints: dicts with kind ("step", "eval",
-    "checkpoint", "note"), step, total_steps, epoch, loss, lr, tokens_per_sec, elapsed_seconds, eta_seconds,
-    message and, after an evaluation, eval (the metrics row). Ctrl-C (KeyboardInterrupt) finishes the current
+    library's message; an `out` holding a run already is a ValueError unless resume=out (continue it) or
+    force=True (delete it and start over). progress(event) receives the events tfm train prints: dicts with kind
+    ("step", "eval", "checkpoint", "note"), step, total_steps, epoch, lr, elapsed_seconds (where the run
+    stands, in every event), loss, tokens_per_sec, eta_seconds (step and eval events), message (checkpoint and
+    note events) and, once the run has evaluated, eval (the last metrics row). Ctrl-C (KeyboardInterrupt) finishes the current
     step, writes a checkpoint (resume with tfm.train(resume=out)) and raises KeyboardInterrupt; an exception
     raised by progress stops the run the same way and propagates.
 

@@ -180,13 +180,17 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 
 void refuse_output_holding(const std::string& dest, const std::string& source) {
   namespace fs = std::filesystem;
-  std::error_code ec;
-  const auto resolved = [&](const std::string& p) {
-    fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec).lexically_normal();
+  if (dest.empty() || source.empty()) return;
+  // Symlinks and ".." resolved as far as the path exists; where that fails, the lexical absolute path.
+  const auto resolved = [](const std::string& p) {
+    std::error_code ec;
+    fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec);
+    if (ec || r.empty()) r = fs::absolute(p, ec).lexically_normal();
     if (r.filename().empty()) r = r.parent_path();  // "out/" names "out"
     return r;
   };
   const fs::path d = resolved(dest), s = resolved(source);
+  if (d.empty() || s.empty()) return;
   if (std::mismatch(d.begin(), d.end(), s.begin(), s.end()).first == d.end())
     throw IoError(dest + ": the output directory " + (d == s ? "is " : "holds ") + source +
                   ", which it is made from (choose another output directory)");

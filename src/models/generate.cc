@@ -91,7 +91,7 @@ std::vector<std::vector<int32_t>> generate(const Model& model, const std::vector
       gen_ids.push_back(v);
       if (on_token) on_token(s, v);
       if (v == eos) break;
-      if (opt.stop_after && opt.stop_after(s, v)) break;
+      if (opt.stop_after && opt.stop_after(s, gen_ids)) break;
       if (seq.size() - w0 > static_cast<size_t>(block)) {  // the next step's context would not fit
         w0 = seq.size() - keep;
         refill = true;

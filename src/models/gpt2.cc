@@ -26,7 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kSourceFile = "gpt2_source.json";  // in a model directory (model_dir.h)
 constexpr const char* kPrefix = "transformer.";
 constexpr float kMaskedBias = -1e4f;  // GPT-2's attn.masked_bias buffer
 
@@ -362,7 +361,7 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
   model_dir::save_vocabs(d, vocab, vocab, /*json=*/true);
   model_dir::save_tokenizers(d, tok, tok);
   io::save_safetensors(join(d, model_dir::MODEL), model.state_dict());
-  io::write_file_atomic(join(d, kSourceFile), source.dump(2) + "\n");
+  io::write_file_atomic(join(d, model_dir::GPT2_SOURCE), source.dump(2) + "\n");
   out.commit();
   report.vocab_size = g.vocab_size;
   report.tokenizer_size = tok_size;
@@ -412,7 +411,7 @@ void export_gpt2(const std::string& dir, const std::string& hf_dir, bool force) 
     hf[k.hf] = k.transpose ? transposed(t) : t;
   }
 
-  const std::string source_file = model_dir::path(dir, kSourceFile);
+  const std::string source_file = model_dir::path(dir, model_dir::GPT2_SOURCE);
   io::StagedDirectory out(hf_dir, force, {dir});
   const std::string& d = out.path();
   if (fs::exists(source_file)) {  // the source's own files: header, config and tokenizer names

@@ -193,21 +193,19 @@ void require_data(const TrainedModel& m, DataKind kind, const std::string& use) 
   throw std::invalid_argument(m.dir + " is a language model: " + use);
 }
 
-std::function<bool(int64_t, int32_t)> stop_at_text(const TrainedModel& m, const std::string& text) {
+std::function<bool(int64_t, const std::vector<int32_t>&)> stop_at_text(const TrainedModel& m, const std::string& text) {
   if (text.empty()) return {};
-  // The sample's decoded tail: its last text.size() − 1 bytes before the newest token, where a match
-  // completed by that token may start.
-  struct Tail {
-    int64_t sample = -1;
-    std::string bytes;
-  };
-  auto tail = std::make_shared<Tail>();
-  return [&m, text, tail](int64_t sample, int32_t token) {
-    if (sample != tail->sample) *tail = Tail{sample, {}};
-    tail->bytes += data::decode_text(m.tgt_vocab, m.tgt_tokenizer, {token});
-    if (tail->bytes.find(text) != std::string::npos) return true;
-    if (tail->bytes.size() >= text.size()) tail->bytes.erase(0, tail->bytes.size() - (text.size() - 1));
-    return false;
+  return [&m, text](int64_t, const std::vector<int32_t>& generated) {
+    if (generated.empty()) return false;
+    const auto piece = [&](size_t i) { return data::decode_text(m.tgt_vocab, m.tgt_tokenizer, {generated[i]}); };
+    // The newest token's text after enough of the earlier tokens' to hold text.size() − 1 bytes: a match
+    // the newest token completes lies there, and every earlier match would have ended the sample before.
+    const std::string newest = piece(generated.size() - 1);
+    std::string before;
+    for (size_t i = generated.size() - 1; i-- > 0 && before.size() + 1 < text.size();) before = piece(i) + before;
+    const std::string tail = before + newest;
+    const size_t at = tail.find(text, before.size() >= text.size() ? before.size() - (text.size() - 1) : 0);
+    return at != std::string::npos && at + text.size() > before.size();
   };
 }
 

@@ -127,9 +127,7 @@ void quantize_model_dir(const std::string& dir, const std::string& out, bool for
 
   io::StagedDirectory staged(out, force, {dir});  // written whole, then renamed over `out`
   const fs::path tmp = staged.path();
-  for (const char* f : {model_dir::CONFIG, model_dir::SRC_VOCAB, model_dir::TGT_VOCAB, model_dir::SRC_VOCAB_JSON,
-                        model_dir::TGT_VOCAB_JSON, model_dir::SRC_SPM, model_dir::TGT_SPM, model_dir::JOINT_SPM,
-                        model_dir::BPE_VOCAB, model_dir::BPE_MERGES}) {
+  for (const char* f : model_dir::DESCRIPTION_FILES) {
     const fs::path from = fs::path(dir) / f;
     if (fs::exists(from)) fs::copy_file(from, tmp / f);
   }

@@ -373,19 +373,20 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
   for (const TrainOption* o : in_order)
     if (!o->keys.empty() && !is_length(*o)) apply(c, *o);
   set_length(c);
-  // A model taken from a directory keeps the context it was trained with unless --block-size says
-  // otherwise (the default could exceed the model's positions).
-  if (has("init-from") && !has("block-size")) c.block_size = load_train_config(given.at("init-from")).block_size;
-  // Data paths are saved absolute, so that --resume works from any working directory.
+  // Without --block-size, a model taken from a directory trains on windows no longer than those it was
+  // trained on (the default could exceed its positions; an imported GPT-2's 1024 would be slow).
+  if (has("init-from") && !has("block-size"))
+    c.block_size = std::min(c.block_size, load_train_config(given.at("init-from")).block_size);
+  // The data files' paths are saved absolute, so that --resume works from any working directory.
   for (std::string* p : {&c.train_path, &c.valid_path, &c.text_path, &c.valid_text_path})
-    if (!p->empty()) *p = std::filesystem::absolute(*p).lexically_normal().string();
+    if (!p->empty()) *p = std::filesystem::absolute(*p).string();
   // A fresh run into another run's directory would mix the two (a kill before the first checkpoint
   // leaves the old checkpoint beside the new config): refused unless --force (the trainer then
   // deletes the old run's files).
   if (!setup.run.force && std::filesystem::exists(model_dir::path(c.out_dir, model_dir::CONFIG)))
-    throw std::invalid_argument("--out " + c.out_dir + " holds a run already (" + model_dir::path(c.out_dir, model_dir::CONFIG) +
-                                "): continue it with --resume " + c.out_dir +
-                                ", train into another --out, or give --force to delete it and start over");
+    throw std::invalid_argument("--out " + c.out_dir + " holds a run or model already (" +
+                                model_dir::path(c.out_dir, model_dir::CONFIG) + "): continue a run with --resume " +
+                                c.out_dir + ", train into another --out, or give --force to delete it and start over");
   // A layer count for a stack the family does not have would be ignored.
   const ModelFamily& f = c.model.family();
   for (const auto& [name, has_stack] : {std::pair{"encoder-layers", f.encoder_layers}, {"decoder-layers", f.decoder_layers}})

@@ -249,12 +249,10 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   if (lead_) std::filesystem::create_directories(c_.out_dir, ec);
   if (ec) throw std::runtime_error(c_.out_dir + ": cannot create directory: " + ec.message());
   if (!resume && lead_) {
-    // A fresh run replaces whatever run the directory held (tfm train --force; the option layer refuses
-    // it otherwise): none of that run's files may outlive it beside the new config.
-    for (const char* f : {model_dir::CONFIG, model_dir::MODEL, model_dir::SRC_VOCAB, model_dir::TGT_VOCAB,
-                          model_dir::SRC_VOCAB_JSON, model_dir::TGT_VOCAB_JSON, model_dir::SRC_SPM, model_dir::TGT_SPM,
-                          model_dir::JOINT_SPM, model_dir::BPE_VOCAB, model_dir::BPE_MERGES, STATE_FILE, CLOCK_FILE,
-                          METRICS_FILE, CURVES_FILE})
+    // A fresh run replaces whatever run or model the directory held (tfm train --force; the option layer
+    // refuses it otherwise): none of its files may outlive it beside the new config.
+    for (const char* f : model_dir::DESCRIPTION_FILES) std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
+    for (const char* f : {model_dir::MODEL, model_dir::GPT2_SOURCE, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE})
       std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
     // JSON vocabulary files for text data (any character, newline included) and whenever a token
     // needs them; the one-token-a-line files otherwise.

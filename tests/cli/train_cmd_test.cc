@@ -286,8 +286,8 @@ TEST_F(TrainCliErrors, OutHoldingARunIsRefusedUnlessForced) {
   const std::string model = tfm::testing::slurp(run + "/model.safetensors");
   expect_error("train --train " + *dir_ + "/train.tsv --valid " + *dir_ + "/valid.tsv --out " + run + kTinySeq2seq +
                    " --max-steps 1",
-               "--out " + run + " holds a run already (" + run + "/config.json): continue it with --resume " + run +
-                   ", train into another --out, or give --force to delete it and start over");
+               "--out " + run + " holds a run or model already (" + run + "/config.json): continue a run with --resume " +
+                   run + ", train into another --out, or give --force to delete it and start over");
   EXPECT_EQ(tfm::testing::slurp(run + "/model.safetensors"), model);
   fs::copy(run, copy, fs::copy_options::recursive);
   ASSERT_TRUE(fs::exists(copy + "/src_vocab.txt"));
@@ -298,7 +298,7 @@ TEST_F(TrainCliErrors, OutHoldingARunIsRefusedUnlessForced) {
             0)
       << out;
   EXPECT_FALSE(fs::exists(copy + "/src_vocab.txt")) << "the replaced run's files are deleted";
-  EXPECT_TRUE(fs::exists(copy + "/src_vocab.json"));
+  EXPECT_TRUE(fs::exists(copy + "/src_vocab.json"));  // (the trainer's own deletion of the old run: Trainer.FreshRunDeletesTheFilesOfTheRunItReplaces)
   EXPECT_EQ(nlohmann::json::parse(tfm::testing::slurp(copy + "/config.json"))["model"]["arch"], "decoder");
 }
 

@@ -183,13 +183,10 @@ TEST(Generate, StopSequenceAndStreaming) {
   o.seed = 2;
   const auto full = generate(m, {7}, o)[0];
   // stop_after ends a sample right after the token it accepts: here the first time tokens 5 and 6 of
-  // the run follow each other (the predicate keeps each sample's previous token).
+  // the run follow each other.
   const int32_t a = full[5], b = full[6];
-  auto previous = std::make_shared<std::pair<int64_t, int32_t>>(-1, -1);
-  o.stop_after = [a, b, previous](int64_t s, int32_t t) {
-    const bool stop = previous->first == s && previous->second == a && t == b;
-    *previous = {s, t};
-    return stop;
+  o.stop_after = [a, b](int64_t, const std::vector<int32_t>& g) {
+    return g.size() >= 2 && g[g.size() - 2] == a && g.back() == b;
   };
   size_t end = 2;
   while (!(full[end - 2] == a && full[end - 1] == b)) ++end;

@@ -67,8 +67,15 @@ def test_generate_matches_cli(lm_runs, tfm_cli):
         assert out == "To delete" + text + ("" if text.endswith("\n") else "\n")
         pieces = list(m.stream("To delete", max_new_tokens=40, temperature=0.8, top_k=10, seed=seed))
         assert "".join(pieces) == text and len(pieces) == 40
-    greedy = m.generate("To", max_new_tokens=50, temperature=0, stop=".")
-    assert greedy.endswith(".") or len(greedy) > 0
+    # stop: the sample is the full one cut right after the first occurrence of the stop text (a char model: each
+    # token one character), the same as `tfm generate --stop`.
+    full = m.generate("To", max_new_tokens=50, temperature=0, ignore_eos=True)
+    stop = full[5:7]
+    cut = m.generate("To", max_new_tokens=50, temperature=0, ignore_eos=True, stop=stop)
+    assert cut == full[:full.find(stop) + len(stop)], (full, stop, cut)
+    out = _run([tfm_cli, "generate", "--model", str(d / "cli"), "--prompt", "To", "--max-new-tokens", "50",
+                "--temperature", "0", "--ignore-eos", "--stop", stop])
+    assert out == "To" + cut + ("" if cut.endswith("\n") else "\n")
     it = m.stream("To", max_new_tokens=1000)
     next(it)
     it.close()  # stops the worker early

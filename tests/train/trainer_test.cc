@@ -172,6 +172,30 @@ TEST(Trainer, ResumeWithoutCheckpointIsAClearError) {
   }
 }
 
+// A fresh run into a directory that holds another run or model (tfm train --force) deletes that run's
+// files before its own first step: a run that dies before its first checkpoint leaves no old checkpoint,
+// weights, metrics or GPT-2 source beside its new config.
+TEST(Trainer, FreshRunDeletesTheFilesOfTheRunItReplaces) {
+  const std::string a = testing::temp_dir("replaced");
+  TrainConfig c = tiny(a);
+  c.max_steps = 2;
+  run_training(c);
+  for (const char* f : {"model.safetensors", "trainer_state.safetensors", "trainer_clock.json", "metrics.csv", "curves.svg"})
+    ASSERT_TRUE(std::filesystem::exists(a + "/" + f)) << f;
+  testing::spit(a + "/gpt2_source.json", "{}");
+  TrainHooks dies;  // the replacing run fails at its first step, before any checkpoint
+  dies.progress = [](const ProgressEvent& e) {
+    if (e.kind == ProgressEvent::Kind::STEP) throw std::runtime_error("killed");
+  };
+  c.seed = 12;
+  EXPECT_THROW(run_training(c, dies), std::runtime_error);
+  for (const char* f : {"model.safetensors", "trainer_state.safetensors", "trainer_clock.json", "metrics.csv", "curves.svg",
+                        "gpt2_source.json"})
+    EXPECT_FALSE(std::filesystem::exists(a + "/" + f)) << f << " of the replaced run is left";
+  EXPECT_TRUE(std::filesystem::exists(a + "/config.json"));  // the new run's
+  EXPECT_NE(io::read_file(a + "/config.json").find("\"seed\": 12"), std::string::npos);
+}
+
 TEST(Trainer, DivergenceNamesTheStepAndSkipGivesUp) {
   const std::string a = testing::temp_dir("diverge");
   TrainConfig c = tiny(a);

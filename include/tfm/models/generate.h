@@ -32,9 +32,10 @@ struct GenerateOptions {
   SamplingOptions sampling;
   int64_t num_samples = 1;       // ≥ 1 samples, one after the other
   uint64_t seed = 0;
-  // Called after each drawn token (after on_token); true ends the sample right after it. A stop text:
-  // stop_at_text (tfm/models/model_dir.h), which matches the decoded text whatever the tokens' cuts.
-  std::function<bool(int64_t sample, int32_t token)> stop_after;
+  // Called after each drawn token (after on_token) with the sample's generated ids so far (the newest
+  // last); true ends the sample right after it. A stop text: stop_at_text (tfm/models/model_dir.h),
+  // which matches the decoded text whatever the tokens' cuts.
+  std::function<bool(int64_t sample, const std::vector<int32_t>& generated)> stop_after;
   // A sample also ends right after producing the model's eos_id (config), unless ignore_eos.
   bool ignore_eos = false;
   // Token ids never drawn (their logits are −inf for the draw): a model directory's are

@@ -46,6 +46,11 @@ inline constexpr const char* TGT_SPM = "tgt.spm.model";
 inline constexpr const char* JOINT_SPM = "spm.model";
 inline constexpr const char* BPE_VOCAB = "bpe_vocab.json";
 inline constexpr const char* BPE_MERGES = "bpe_merges.txt";
+inline constexpr const char* GPT2_SOURCE = "gpt2_source.json";  // tfm/models/gpt2.h
+// What describes the model besides its weights (config, vocabularies, tokenizer models): the files a
+// copy of the model takes along (tfm quantize) and a fresh run into the directory replaces.
+inline constexpr const char* DESCRIPTION_FILES[] = {CONFIG,  SRC_VOCAB, TGT_VOCAB, SRC_VOCAB_JSON, TGT_VOCAB_JSON,
+                                                     SRC_SPM, TGT_SPM,   JOINT_SPM, BPE_VOCAB,      BPE_MERGES};
 inline constexpr int FORMAT_VERSION = 1;
 
 std::string path(const std::string& dir, const char* file);  // dir/file
@@ -107,8 +112,10 @@ std::vector<int32_t> never_generated(const TrainedModel& m);
 // GenerateOptions::stop_after for a stop text (empty: none): a sample ends right after the token with
 // which its decoded continuation (the prompt not included) first contains `text`, however the tokenizer
 // cuts it (a subword may hold the stop text and more: the whole token is kept). Decodes as
-// decode_text does token by token, i.e. as `tfm generate` prints. m must outlive the function.
-std::function<bool(int64_t sample, int32_t token)> stop_at_text(const TrainedModel& m, const std::string& text);
+// decode_text does token by token, i.e. as `tfm generate` prints. Stateless (one function may serve
+// any number of calls and threads); m must outlive it.
+std::function<bool(int64_t sample, const std::vector<int32_t>& generated)> stop_at_text(const TrainedModel& m,
+                                                                                     const std::string& text);
 
 // Source ids (no bos/eos/pad) → predicted target tokens (greedy or beam), in input order, decoded
 // in length-sorted batches of `batch_size` under one InferenceMode scope of the caller's precision.
