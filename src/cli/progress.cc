@@ -53,9 +53,13 @@ void ProgressPrinter::operator()(const train::ProgressEvent& e) {
                 procs.c_str(), duration(e.eta_seconds).c_str());
   if (e.kind == K::EVAL) {
     clear();
-    std::fprintf(stderr, "eval  step %lld | epoch %lld | train loss %.4f | val loss %.4f | val token acc %.2f%%",
-                 static_cast<long long>(e.step), static_cast<long long>(e.epoch), e.last_eval.train_loss,
-                 e.last_eval.valid_loss, 100 * e.last_eval.valid_token_accuracy);
+    // Step 0 (an --init-from run's starting model) has trained on nothing: no training loss to show
+    // (metrics.csv keeps its 0 so that every cell parses as a number; curves.svg leaves the point out).
+    char train_loss[32] = "-";
+    if (e.step > 0) std::snprintf(train_loss, sizeof train_loss, "%.4f", e.last_eval.train_loss);
+    std::fprintf(stderr, "eval  step %lld | epoch %lld | train loss %s | val loss %.4f | val token acc %.2f%%",
+                 static_cast<long long>(e.step), static_cast<long long>(e.epoch), train_loss, e.last_eval.valid_loss,
+                 100 * e.last_eval.valid_token_accuracy);
     // A language model's windows are not sequences to get right: no sequence accuracy for it.
     if (!text_) std::fprintf(stderr, " | val seq acc %.2f%%", 100 * e.last_eval.valid_sequence_accuracy);
     std::fprintf(stderr, "\n");
