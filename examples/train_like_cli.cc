@@ -25,7 +25,7 @@
 // What it leaves out is the CLI's frontend only: the --help text, MPI start-up (mpirun) and Ctrl-C →
 // checkpoint handling. Errors — an unknown option, a missing value, a refused combination, a bad
 // data file — print `train_like_cli: error: <what>` and exit 1.
-#include <omp.h>
+#include <tfm/threads.h>
 #include <tfm/train/options.h>
 #include <tfm/train/trainer.h>
 
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     const tfm::train::TrainConfig& config = setup.config;
 
     // ---- 2. how this process runs it ----------------------------------------------------------------
-    if (setup.run.threads > 0) omp_set_num_threads(setup.run.threads);  // 0: OpenMP's default (every core)
+    tfm::set_num_threads(setup.run.threads);  // 0: OpenMP's default (every core)
     std::printf("%s run: %s model, out %s\n", std::string(tfm::enum_name(setup.mode)).c_str(),
                 std::string(tfm::enum_name(config.model.arch)).c_str(), config.out_dir.c_str());
 

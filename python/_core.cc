@@ -14,7 +14,6 @@
 // To bind another library function: a def() below taking and returning Python-friendly types (str,
 // dict of Tensor, list), its body inside a Computing scope (the GIL released), then its Python face in
 // python/tfm/__init__.py with a docstring, and its signature in python/tfm/__init__.pyi.
-#include <omp.h>
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/numpy.h>
@@ -41,6 +40,7 @@
 #include "tfm/models/generate.h"
 #include "tfm/models/model_dir.h"
 #include "tfm/models/text_eval.h"
+#include "tfm/threads.h"
 #include "tfm/train/evaluate.h"
 #include "tfm/train/options.h"
 #include "tfm/train/trainer.h"
@@ -156,7 +156,7 @@ py::dict dict_from_named(const tfm::NamedTensors& t) {
 std::atomic<int> g_threads{0};
 
 void apply_threads() {
-  if (const int n = g_threads.load()) omp_set_num_threads(n);
+  if (const int n = g_threads.load()) tfm::set_num_threads(n);
 }
 
 // ---- computing calls, and the interpreter's exit ----
@@ -317,11 +317,11 @@ PYBIND11_MODULE(_core, m) {
   m.def("from_numpy", &from_numpy, py::arg("array"));
 
   m.def("set_num_threads", [](int n) {
-    if (n < 1 || n > tfm::train::kMaxThreads)
-      throw std::invalid_argument("set_num_threads: n must be in [1, " + std::to_string(tfm::train::kMaxThreads) +
-                                  "], got " + std::to_string(n));
+    if (n < 1 || n > tfm::kMaxThreads)
+      throw std::invalid_argument("set_num_threads: n must be in [1, " + std::to_string(tfm::kMaxThreads) + "], got " +
+                                  std::to_string(n));
     g_threads.store(n);
-    omp_set_num_threads(n);
+    tfm::set_num_threads(n);
   });
   m.def(
       "stop_calls",
@@ -341,7 +341,7 @@ PYBIND11_MODULE(_core, m) {
       "returned (generation stops at its next token, training at its next step, with its checkpoint).");
   m.def("get_num_threads", [] {
     const int n = g_threads.load();
-    return n > 0 ? n : omp_get_max_threads();
+    return n > 0 ? n : tfm::get_num_threads();
   });
 
   // ---- modules ----
@@ -400,7 +400,7 @@ PYBIND11_MODULE(_core, m) {
              if (!dtype.empty()) t->precision = precision_of(dtype);
              const Computing call;
              t->m = tfm::load_model_dir(dir);
-             if (dtype.empty()) t->precision = t->m.quantized ? tfm::Precision::INT8 : tfm::Precision::FLOAT32;
+             if (dtype.empty()) t->precision = t->m.default_precision();
              return t;
            }),
            py::arg("dir"), py::arg("dtype") = "")
@@ -430,13 +430,8 @@ PYBIND11_MODULE(_core, m) {
              if (max_new_tokens < 0) throw std::invalid_argument("max_new_tokens must be ≥ 0");
              std::string out, pending;  // pending: streamed bytes waiting for the rest of their character
              t.infer(tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)", [&] {
-               if (prompt.empty()) throw std::invalid_argument("the prompt is empty (give at least one character)");
-               const std::vector<int32_t> ids = tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, prompt, "prompt");
-               if (stop) gen.stop_after = tfm::stop_at_text(t.m, *stop);
-               gen.suppress = tfm::never_generated(t.m);
-               tfm::generate(*t.m.model, ids, gen, [&](int64_t, int32_t token) {
+               tfm::generate_text(t.m, prompt, gen, stop.value_or(""), [&](int64_t, const std::string& piece) {
                  stop_if_exiting();
-                 const std::string piece = tfm::data::decode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, {token});
                  out += piece;
                  if (!on_piece) return;
                  pending += piece;
@@ -531,12 +526,17 @@ PYBIND11_MODULE(_core, m) {
           for (const auto& g : given) tfm::train::train_option(g.first);  // an unknown name throws, naming it
           const tfm::train::TrainSetup setup = tfm::train::resolve_train_options(ordered);
           // threads=: this run's count, this thread's setting restored after it (later calls keep theirs)
-          const int threads_before = omp_get_max_threads();
+          const int threads_before = tfm::get_num_threads();
           struct RestoreThreads {
             int n;
-            ~RestoreThreads() { omp_set_num_threads(n); }
+            ~RestoreThreads() {
+              try {
+                tfm::set_num_threads(n);
+              } catch (const std::invalid_argument&) {  // an OMP_NUM_THREADS past kMaxThreads: left as the run set it
+              }
+            }
           } restore{threads_before};
-          if (setup.run.threads > 0) omp_set_num_threads(setup.run.threads);
+          if (setup.run.threads > 0) tfm::set_num_threads(setup.run.threads);
           config = setup.config;
           tfm::train::TrainHooks hooks;
           if (progress) {

@@ -10,6 +10,7 @@
 
 #include "tfm/enum_names.h"
 #include "tfm/inference.h"
+#include "tfm/models/model_dir.h"
 
 namespace tfm::cli {
 
@@ -41,7 +42,7 @@ inline const CLI::Validator kNonNegative(
 Precision parse_dtype(const std::string& dtype);
 // --dtype of a command running a model directory: empty means the directory's own precision, int8
 // for a quantized directory (tfm quantize), else f32.
-Precision model_dtype(const std::string& dtype, bool quantized);
+Precision model_dtype(const std::string& dtype, const TrainedModel& m);
 inline constexpr const char* MODEL_DTYPE_HELP =
     "matmul precision of Linear layers (default: int8 for a quantized directory, else f32; docs/int8.md)";
 

@@ -57,7 +57,7 @@ void register_eval(CLI::App& app, Runner& run) {
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model);
-      const InferenceMode scope(model_dtype(o->dtype, m.quantized));  // weights packed once for all batches
+      const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for all batches
       if (!o->text.empty()) {
         const TextScore r = evaluate_text_file(m, o->text, o->batch_size);
         if (o->json) {

@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "commands.h"
-#include "tfm/data/text.h"
 #include "tfm/inference.h"
 #include "tfm/models/generate.h"
 #include "tfm/models/model_dir.h"
@@ -52,7 +51,7 @@ void register_generate(CLI::App& app, Runner& run) {
       check_sampling_options(o->gen.sampling);
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model);
-      const InferenceMode scope(model_dtype(o->dtype, m.quantized));
+      const InferenceMode scope(model_dtype(o->dtype, m));
       require_data(m, DataKind::TEXT, "generate needs --arch decoder (tfm translate decodes the others)");
       std::string text = "\n";
       if (prompt_given) {
@@ -64,15 +63,9 @@ void register_generate(CLI::App& app, Runner& run) {
         ss << f.rdbuf();
         text = ss.str();
       }
-      if (text.empty()) throw std::invalid_argument("the prompt is empty (give at least one character)");
-      const std::vector<int32_t> ids =
-          data::encode_text(m.tgt_vocab, m.tgt_tokenizer, text, prompt_given || o->prompt_file.empty() ? "--prompt" : o->prompt_file);
-      GenerateOptions gen = o->gen;
-      gen.suppress = never_generated(m);
-      gen.stop_after = stop_at_text(m, o->stop);
       // Each sample: the prompt, then its tokens as they come; a newline closes a sample that does
       // not end with one, then `---` separates it from the next.
-      bool at_line_start = text.back() == '\n';
+      bool at_line_start = !text.empty() && text.back() == '\n';
       const auto print = [&](const std::string& s) {
         if (s.empty()) return;
         std::fwrite(s.data(), 1, s.size(), stdout);
@@ -89,12 +82,12 @@ void register_generate(CLI::App& app, Runner& run) {
           ++current;
         }
       };
-      generate(*m.model, ids, gen, [&](int64_t sample, int32_t token) {
+      generate_text(m, text, o->gen, o->stop, [&](int64_t sample, const std::string& piece) {
         begin_sample(sample);
-        print(data::decode_text(m.tgt_vocab, m.tgt_tokenizer, {token}));
+        print(piece);
         std::fflush(stdout);
-      });
-      begin_sample(gen.num_samples - 1);
+      }, prompt_given || o->prompt_file.empty() ? "--prompt" : o->prompt_file);
+      begin_sample(o->gen.num_samples - 1);
       if (!at_line_start) print("\n");
       std::fflush(stdout);
       return 0;

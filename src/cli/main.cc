@@ -1,6 +1,5 @@
 // src/cli/main.cc — the `tfm` command line: parse, dispatch, and turn exceptions into one clear
 // line on stderr and a non-zero exit code. The library never prints or exits; only this file does.
-#include <omp.h>
 
 #include <cstdio>
 #include <exception>
@@ -10,12 +9,12 @@
 
 #include "commands.h"
 #include "tfm/autocast.h"
-#include "tfm/train/options.h"
+#include "tfm/threads.h"
 
 namespace tfm::cli {
 void apply_threads(int threads) {
-  train::check_threads(threads, "--threads");
-  if (threads > 0) omp_set_num_threads(threads);
+  check_threads(threads, "--threads");
+  set_num_threads(threads);
 }
 Precision parse_dtype(const std::string& dtype) {
   const Precision p = enum_from_name<Precision>(dtype);
@@ -27,8 +26,8 @@ Precision parse_dtype(const std::string& dtype) {
                          "emulated (the same numbers up to summation order, slower than f32)\n");
   return p;
 }
-Precision model_dtype(const std::string& dtype, bool quantized) {
-  return parse_dtype(!dtype.empty() ? dtype : std::string(enum_name(quantized ? Precision::INT8 : Precision::FLOAT32)));
+Precision model_dtype(const std::string& dtype, const TrainedModel& m) {
+  return parse_dtype(!dtype.empty() ? dtype : std::string(enum_name(m.default_precision())));
 }
 }  // namespace tfm::cli
 

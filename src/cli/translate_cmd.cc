@@ -61,7 +61,7 @@ void register_translate(CLI::App& app, Runner& run) {
       if (o->sample) check_sampling_options(decode.sampling);
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model);
-      const InferenceMode scope(model_dtype(o->dtype, m.quantized));  // weights packed once for the stream
+      const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for the stream
       require_data(m, DataKind::PAIRS, "sample from it with tfm generate");
       const size_t chunk = static_cast<size_t>(o->batch_size) * 64;
       std::vector<std::string> lines;

@@ -209,6 +209,24 @@ std::function<bool(int64_t, const std::vector<int32_t>&)> stop_at_text(const Tra
   };
 }
 
+std::vector<std::string> generate_text(const TrainedModel& m, const std::string& prompt, GenerateOptions options,
+                                       const std::string& stop,
+                                       const std::function<void(int64_t, const std::string&)>& on_piece,
+                                       const std::string& prompt_name) {
+  if (prompt.empty()) throw std::invalid_argument("the prompt is empty (give at least one character)");
+  const std::vector<int32_t> ids = data::encode_text(m.tgt_vocab, m.tgt_tokenizer, prompt, prompt_name);
+  const std::vector<int32_t> never = never_generated(m);
+  options.suppress.insert(options.suppress.end(), never.begin(), never.end());
+  if (!stop.empty()) options.stop_after = stop_at_text(m, stop);
+  std::vector<std::string> texts(static_cast<size_t>(std::max<int64_t>(options.num_samples, 0)));
+  generate(*m.model, ids, options, [&](int64_t sample, int32_t token) {
+    const std::string piece = data::decode_text(m.tgt_vocab, m.tgt_tokenizer, {token});
+    texts[static_cast<size_t>(sample)] += piece;
+    if (on_piece) on_piece(sample, piece);
+  });
+  return texts;
+}
+
 std::vector<int32_t> never_generated(const TrainedModel& m) {
   const data::Vocab& v = m.tgt_vocab;
   std::vector<int32_t> ids;
@@ -224,18 +242,20 @@ std::vector<int32_t> never_generated(const TrainedModel& m) {
 std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
                                   const std::vector<std::vector<int32_t>>& sources, int beam, int64_t batch_size) {
   DecodeOptions opt;
-  opt.beam = std::max(1, beam);
+  opt.beam = beam;
   return predict(model, tgt_vocab, sources, opt, batch_size);
 }
 
 std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
                                   const std::vector<std::vector<int32_t>>& sources, const DecodeOptions& options,
                                   int64_t batch_size, uint64_t first_stream) {
+  if (options.beam < 1) throw std::invalid_argument("beam must be ≥ 1, got " + std::to_string(options.beam));
+  if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));
   InferenceMode scope(InferenceMode::current_precision());  // one weight cache for every batch
   std::vector<data::Example> ex(sources.size());
   for (size_t i = 0; i < sources.size(); ++i) ex[i].src = sources[i];
   data::BatchSettings bs;
-  bs.batch_size = std::max<int64_t>(1, batch_size);
+  bs.batch_size = batch_size;
   std::vector<data::Tokens> out(sources.size());
   DecodeOptions opt = options;
   for (const auto& idx : data::plan_eval(ex, bs)) {
@@ -263,7 +283,7 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
 std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources, int beam,
                                          int64_t batch_size) {
   DecodeOptions opt;
-  opt.beam = std::max(1, beam);
+  opt.beam = beam;
   return translate_lines(m, sources, opt, batch_size);
 }
 

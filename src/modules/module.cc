@@ -56,6 +56,13 @@ void Module::zero_grad() {
   visit_parameters([](const std::string&, Tensor& t) { t.zero_grad(); });
 }
 
+bool Module::any_training() const {
+  if (training_) return true;
+  for (const auto& [name, m] : children_)
+    if (m->any_training()) return true;
+  return false;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, m] : children_) m->train(on);

@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "tfm/models/model_dir.h"
+#include "tfm/threads.h"
 #include "tfm/train/trainer.h"
 
 namespace tfm::train {
@@ -241,12 +242,6 @@ T run_number(const std::string& name, const std::string& text) {
 }
 
 }  // namespace
-
-void check_threads(int64_t n, const std::string& what) {
-  if (n < 0 || n > kMaxThreads)
-    throw std::invalid_argument(what + " must be in [0, " + std::to_string(kMaxThreads) + "] (0: every core), got " +
-                                std::to_string(n));
-}
 
 const std::vector<TrainOption>& train_options() {
   static const std::vector<TrainOption> table = build_table();

@@ -398,8 +398,11 @@ TEST(Predict, EncoderPredictsOneTokenPerPositionInInputOrder) {
     EXPECT_EQ(out[i], want) << "source " << i;
     EXPECT_LE(out[i].size(), sources[i].size());
   }
-  // beam < 1 is beam 1; a batch size below 1 is 1; every source alone gives the same.
-  EXPECT_EQ(predict(model, m.tgt_vocab, sources, 0, 0), out);
+  // beam and batch size below 1 are refused, as decode() refuses the beam (not silently taken as 1);
+  // every source alone gives the same.
+  EXPECT_THROW(predict(model, m.tgt_vocab, sources, 0, 2), std::invalid_argument);
+  EXPECT_THROW(predict(model, m.tgt_vocab, sources, 1, 0), std::invalid_argument);
+  EXPECT_THROW(predict(model, m.tgt_vocab, {{}, {}}, -3, 4), std::invalid_argument);  // even with nothing to decode
   for (size_t i = 0; i < sources.size(); ++i)
     EXPECT_EQ(predict(model, m.tgt_vocab, {sources[i]}, 1, 1)[0], out[i]) << "source " << i;
   // Only empty sources: nothing to decode.

@@ -115,6 +115,28 @@ double compare_steps(int64_t N0, bool batch_first, int steps, uint64_t seed, con
   return worst;
 }
 
+// EvalModeGuard writes the training flags only when some module of the tree trains, so that a model
+// in eval mode (a loaded one) is only read and threads may decode with it at once; it restores the
+// root's mode, as PyTorch's was_training idiom does.
+TEST(EvalModeGuard, WritesOnlyWhenSomeModuleTrains) {
+  Generator g{3, 0};
+  TransformerEncoderLayer layer(options(false, true, "relu"), g);
+  EXPECT_TRUE(layer.any_training());
+  {
+    EvalModeGuard eval(layer);
+    EXPECT_FALSE(layer.any_training());
+  }
+  EXPECT_TRUE(layer.is_training() && layer.linear1.is_training());
+  layer.eval();
+  layer.linear1.train();  // a child left training under an eval root
+  EXPECT_TRUE(layer.any_training());
+  {
+    EvalModeGuard eval(layer);
+    EXPECT_FALSE(layer.any_training());
+  }
+  EXPECT_FALSE(layer.any_training());  // the root was in eval mode: nothing is put back in training
+}
+
 TEST(TransformerCache, EncoderLayerSteppedEqualsCausalForward) {
   for (bool norm_first : {false, true})
     for (bool batch_first : {true, false}) {

@@ -51,7 +51,10 @@ struct SplitMix64 {
     return z ^ (z >> 31);
   }
   // Uniform in [0, n), n > 0: the high word of next()·n (Lemire's multiply-shift; bias ≤ n/2^64).
-  uint64_t below(uint64_t n) { return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64); }
+  uint64_t below(uint64_t n) {
+    __extension__ using u128 = unsigned __int128;  // GCC and Clang's 128-bit product (not ISO C++)
+    return static_cast<uint64_t>((static_cast<u128>(next()) * n) >> 64);
+  }
 };
 // A well-mixed seed for stream (a, b, c): three rounds of splitmix64 over the words.
 uint64_t mix_seed(uint64_t a, uint64_t b, uint64_t c = 0);

@@ -88,7 +88,8 @@ struct ModuleConfig {
 };
 
 // Parses and validates a config's JSON text. Throws std::invalid_argument naming the offending
-// key ("config: unknown key 'n_head'", "config: 'd_model' must be an integer, got \"8\"", ...).
+// key ("config: unknown key 'n_heads'" beside every required key present, "config: missing required key 'nhead'",
+// "config: 'd_model' must be an integer, got \"8\"", ...).
 ModuleConfig parse_module_config(const std::string& config_json);
 // Reads and parses a config file; errors start with the path ("enc.json: config: ...").
 ModuleConfig read_module_config(const std::string& path);

@@ -29,7 +29,9 @@
 
 #include "tfm/data/tokenizer.h"
 #include "tfm/data/vocab.h"
+#include "tfm/inference.h"
 #include "tfm/models/decode.h"
+#include "tfm/models/generate.h"
 #include "tfm/models/model.h"
 
 namespace tfm {
@@ -94,9 +96,16 @@ struct TrainedModel {
   data::Tokenizer src_tokenizer = data::Tokenization::SPACE, tgt_tokenizer = data::Tokenization::SPACE;
   std::string train_json;  // config.json's "train" object (the run that wrote it; tfm/train/config.h reads it)
   bool quantized = false;  // its weights are int8 (tfm/models/quantize.h), dequantized into `model`
+  // The precision it runs in unless told otherwise (tfm CLI and Python defaults): int8 for a quantized
+  // directory, float32 else. The functions below compute under the caller's InferenceMode, so open it
+  // with this: `tfm::InferenceMode scope(m.default_precision());`.
+  Precision default_precision() const { return quantized ? Precision::INT8 : Precision::FLOAT32; }
 };
 // With `weights` false the model keeps its initial draws (a resumed run takes its weights from its
-// checkpoint, tfm/train/trainer.h).
+// checkpoint, tfm/train/trainer.h). Throws, naming the file: std::runtime_error for a directory, config
+// or vocabulary that cannot be read (the message ends with strerror's text) or is malformed,
+// io::SafeTensorsError for missing or corrupt weights, std::invalid_argument for weights or a config
+// that do not fit the model.
 TrainedModel load_model_dir(const std::string& dir, bool weights = true);
 // Throws std::invalid_argument unless m's model family takes `kind` data (tfm/models/family.h), naming
 // the directory and its architecture, then `use`: what the command needs and where to go instead.
@@ -117,9 +126,21 @@ std::vector<int32_t> never_generated(const TrainedModel& m);
 std::function<bool(int64_t sample, const std::vector<int32_t>& generated)> stop_at_text(const TrainedModel& m,
                                                                                      const std::string& text);
 
+// A language model's text generation, text in and text out, as `tfm generate` and tfm.Model.generate run
+// it: the prompt (non-empty) encoded with m's tokenizer (`prompt_name` names it in errors), generate()
+// with m's never_generated tokens added to options.suppress and `stop` (empty: none) as stop_at_text,
+// each drawn token's text handed to on_piece(sample, bytes) at once (a piece may end inside a UTF-8
+// character: the bytes are the model's; a sample's pieces join to its text). Returns each sample's text,
+// the prompt not included. Runs under the caller's InferenceMode; check require_data(m, TEXT, ...) first.
+std::vector<std::string> generate_text(const TrainedModel& m, const std::string& prompt, GenerateOptions options,
+                                       const std::string& stop = "",
+                                       const std::function<void(int64_t sample, const std::string& piece)>& on_piece = {},
+                                       const std::string& prompt_name = "prompt");
+
 // Source ids (no bos/eos/pad) → predicted target tokens (greedy or beam), in input order, decoded
 // in length-sorted batches of `batch_size` under one InferenceMode scope of the caller's precision.
-// Empty sources predict nothing. A decoder's prediction ends at eos; an encoder's is one token per
+// beam and batch_size ≥ 1 (std::invalid_argument otherwise). Empty sources predict nothing (decode()
+// itself, given an empty source, decodes from the bos token alone). A decoder's prediction ends at eos; an encoder's is one token per
 // source position, padding dropped.
 std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
                                   const std::vector<std::vector<int32_t>>& sources, int beam, int64_t batch_size);

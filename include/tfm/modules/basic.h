@@ -77,7 +77,7 @@ class Norm : public Module {
 // nn.Dropout(p): active only in training mode.
 class Dropout : public Module {
  public:
-  explicit Dropout(float p = 0.5f, Generator& gen = default_generator()) : p(p), gen_(&gen) {}
+  explicit Dropout(float probability = 0.5f, Generator& gen = default_generator()) : p(probability), gen_(&gen) {}
   Tensor forward(const Tensor& x) const;
   // x + forward(r) in one pass (the residual add of a dropped-out branch; same numbers and draw).
   Tensor forward_add(const Tensor& x, const Tensor& r) const;
@@ -93,8 +93,8 @@ class Dropout : public Module {
 // (ops::drop_path); an identity with no generator draw in eval mode or with p = 0.
 class DropPath : public Module {
  public:
-  explicit DropPath(float p = 0.0f, int64_t sample_dim = 0, Generator& gen = default_generator())
-      : p(p), sample_dim(sample_dim), gen_(&gen) {}
+  explicit DropPath(float probability = 0.0f, int64_t sample_dimension = 0, Generator& gen = default_generator())
+      : p(probability), sample_dim(sample_dimension), gen_(&gen) {}
   Tensor forward(const Tensor& x) const;
   bool active() const { return is_training() && p > 0.0f; }  // false: forward returns x itself
   float p;

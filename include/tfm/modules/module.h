@@ -41,6 +41,7 @@ class Module {
   void train(bool on = true);  // recursive, like torch
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  bool any_training() const;  // this module or one below it in training mode
 
  protected:
   // Parameters are leaves that require grad.
@@ -59,20 +60,25 @@ class Module {
 // scope, training mode restored at its end if the module was training when the guard began —
 // PyTorch's `was_training = m.training; m.eval(); ...; m.train(was_training)`, exception-safe.
 // Inference functions take their model const (decode, generate, evaluate_text); the training flag is
-// a mode, not a weight, so the guard sets it through a const reference. A model guarded here must
-// therefore not be trained on another thread at the same time.
+// a mode, not a weight, so the guard sets it through a const reference — only when some module of the
+// tree is in training mode: a model already in eval mode (every loaded one) is only read, so any number
+// of threads may decode with it at once. A model guarded here must not be trained on another thread at
+// the same time.
 class EvalModeGuard {
  public:
-  explicit EvalModeGuard(const Module& m) : m_(const_cast<Module&>(m)), was_training_(m.is_training()) { m_.eval(); }
+  explicit EvalModeGuard(const Module& m)
+      : m_(const_cast<Module&>(m)), was_training_(m.is_training()), changed_(m.any_training()) {
+    if (changed_) m_.eval();
+  }
   ~EvalModeGuard() {
-    if (was_training_) m_.train(true);
+    if (changed_ && was_training_) m_.train(true);
   }
   EvalModeGuard(const EvalModeGuard&) = delete;
   EvalModeGuard& operator=(const EvalModeGuard&) = delete;
 
  private:
   Module& m_;
-  bool was_training_;
+  bool was_training_, changed_;
 };
 
 }  // namespace tfm

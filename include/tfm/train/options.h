@@ -39,12 +39,6 @@ const std::vector<TrainOption>& train_options();
 const TrainOption& train_option(const std::string& name);  // throws std::invalid_argument "unknown option --x"
 
 // How this process runs the training: not part of the run's config (a resumed run may change them).
-// The thread counts tfm takes (--threads of every command, tfm.set_num_threads): 0 = OpenMP's own
-// setting (OMP_NUM_THREADS, else every core), up to kMaxThreads (far past any 2-socket CPU's cores;
-// OpenMP and oneDNN fail well before 10^5). check_threads throws std::invalid_argument naming `what`.
-inline constexpr int64_t kMaxThreads = 1024;
-void check_threads(int64_t n, const std::string& what);
-
 struct RunSettings {
   int threads = 0;             // 0: every core (OMP_NUM_THREADS or the default)
   double comm_timeout = 600;   // seconds a process waits for the others under mpirun
