@@ -244,11 +244,6 @@ struct PyTrainedModel {
   }
 };
 
-// A count argument (beam, batch_size) below 1 as the ValueError every binding raises for it.
-void require_positive(const char* name, int64_t value) {
-  if (value < 1) throw std::invalid_argument(std::string(name) + " must be ≥ 1, got " + std::to_string(value));
-}
-
 tfm::Precision precision_of(const std::string& dtype) { return tfm::enum_from_name<tfm::Precision>(dtype); }
 
 // Code points predicted in a text: every UTF-8 lead byte but the first (tfm/models/text_eval.h).
@@ -408,8 +403,6 @@ PYBIND11_MODULE(_core, m) {
                              [](const PyTrainedModel& t) { return t.m.model->family().data == tfm::DataKind::TEXT; })
       .def("translate",
            [](const PyTrainedModel& t, const std::vector<std::string>& lines, int beam, int64_t batch_size) {
-             require_positive("beam", beam);
-             require_positive("batch_size", batch_size);
              return t.infer(tfm::DataKind::PAIRS, "sample from it with generate()",
                             [&] { return tfm::translate_lines(t.m, lines, beam, batch_size); });
            },
@@ -462,22 +455,18 @@ PYBIND11_MODULE(_core, m) {
            py::arg("ids"))
       .def("score",
            [](const PyTrainedModel& t, const std::string& text, int64_t batch_size) {
-             require_positive("batch_size", batch_size);
              return t.infer(tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()",
                             [&] { return tfm::evaluate_text_string(t.m, text, batch_size).to_json(); });
            },
            py::arg("text"), py::arg("batch_size") = 16)
       .def("score_file",
            [](const PyTrainedModel& t, const std::string& path, int64_t batch_size) {
-             require_positive("batch_size", batch_size);
              return t.infer(tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()",
                             [&] { return tfm::evaluate_text_file(t.m, path, batch_size).to_json(); });
            },
            py::arg("path"), py::arg("batch_size") = 16)
       .def("evaluate",
            [](const PyTrainedModel& t, const std::string& tsv_path, int beam, int64_t batch_size) {
-             require_positive("beam", beam);
-             require_positive("batch_size", batch_size);
              // (metrics JSON, the note on skipped lines or "")
              return t.infer(tfm::DataKind::PAIRS, "score it on a text with score()", [&] {
                std::string note;

@@ -250,7 +250,6 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
                                   const std::vector<std::vector<int32_t>>& sources, const DecodeOptions& options,
                                   int64_t batch_size, uint64_t first_stream) {
   if (options.beam < 1) throw std::invalid_argument("beam must be ≥ 1, got " + std::to_string(options.beam));
-  if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));
   InferenceMode scope(InferenceMode::current_precision());  // one weight cache for every batch
   std::vector<data::Example> ex(sources.size());
   for (size_t i = 0; i < sources.size(); ++i) ex[i].src = sources[i];

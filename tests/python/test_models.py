@@ -141,6 +141,10 @@ def test_pairs_train_evaluate_translate(pair_runs, tfm_cli):
         m.generate("3 1")
     with pytest.raises(TypeError):
         m.translate("3 1 4")
+    with pytest.raises(ValueError, match="beam must be ≥ 1, got 0"):
+        m.translate(lines, beam=0)
+    with pytest.raises(ValueError, match="batch_size must be ≥ 1, got -2"):
+        m.evaluate(str(d / "p.tsv"), batch_size=-2)
 
 
 def test_quantized_directory_loads_int8_by_default(pair_runs, tfm_cli):
@@ -205,6 +209,8 @@ def test_errors_of_a_trained_model(lm_runs, tmp_path):
         m.generate("To", max_new_tokens=2 ** 70)
     with pytest.raises(ValueError, match="dtype"):
         tfm.load(str(d / "py"), dtype=7)
+    with pytest.raises(ValueError, match="batch_size must be ≥ 1, got 0"):  # the library's check, through the binding
+        m.score("To", batch_size=0)
     with pytest.raises(NotADirectoryError):
         tfm.load(str(d / "t.txt"))
     with pytest.raises(NotADirectoryError):

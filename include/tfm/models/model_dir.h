@@ -139,7 +139,7 @@ std::vector<std::string> generate_text(const TrainedModel& m, const std::string&
 
 // Source ids (no bos/eos/pad) → predicted target tokens (greedy or beam), in input order, decoded
 // in length-sorted batches of `batch_size` under one InferenceMode scope of the caller's precision.
-// beam and batch_size ≥ 1 (std::invalid_argument otherwise). Empty sources predict nothing (decode()
+// beam and batch_size ≥ 1 (std::invalid_argument otherwise; the batch size checked by data::plan_eval). Empty sources predict nothing (decode()
 // itself, given an empty source, decodes from the bos token alone). A decoder's prediction ends at eos; an encoder's is one token per
 // source position, padding dropped.
 std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
