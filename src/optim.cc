@@ -14,6 +14,8 @@
 // give it its case in detail::OptimizerShards (src/optim_shards.h), beside its step() here.
 #include "tfm/optim.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -239,32 +241,35 @@ void adam_update(int mode, float* pp, const float* gp, float* mp, float* vp, int
 constexpr int64_t kMinParallelElems = 65536;
 
 // The updates of every range of `ranges` (parameter i's coefficients s[i], mode[i]) in one parallel
-// region: the ranges cut into pieces of at most kElemPiece elements, the pieces split statically over
-// the threads. Each element's update reads only that element, so any split gives the same bits.
-constexpr int64_t kElemPiece = 16384;
+// region. The ranges are laid end to end, and each thread takes an equal share of their elements (its
+// bounds rounded to kAlign elements, so the vector loops start aligned in that concatenation): a split by
+// elements, not by ranges, because a model's parameters range from a LayerNorm's 128 elements to an
+// embedding's hundreds of thousands. Each element's update reads only that element, so any split gives
+// the same bits.
+constexpr int64_t kAlign = 16;
 
 void adam_update_ranges(std::vector<Tensor>& m, std::vector<Tensor>& v, std::vector<Tensor>& params,
                         const std::vector<ParamRange>& ranges, const std::vector<AdamScalars>& s,
                         const std::vector<int>& mode, float scale) {
-  struct Piece {
-    size_t range;
-    int64_t begin, n;  // elements [begin, begin + n) of the range's parameter
-  };
-  std::vector<Piece> pieces;
-  int64_t total = 0;
-  for (size_t k = 0; k < ranges.size(); ++k) {
-    for (int64_t b = ranges[k].begin; b < ranges[k].end; b += kElemPiece)
-      pieces.push_back(Piece{k, b, std::min(kElemPiece, ranges[k].end - b)});
-    total += ranges[k].end - ranges[k].begin;
-  }
-  const int64_t count = static_cast<int64_t>(pieces.size());
-#pragma omp parallel for schedule(static) if (total >= kMinParallelElems)
-  for (int64_t c = 0; c < count; ++c) {
-    const Piece& q = pieces[static_cast<size_t>(c)];
-    const ParamRange& r = ranges[q.range];
-    const size_t i = r.param;
-    adam_update(mode[i], params[i].data() + q.begin, r.grad + (q.begin - r.begin), m[i].data() + q.begin,
-                v[i].data() + q.begin, q.n, s[i], scale);
+  std::vector<int64_t> start(ranges.size() + 1, 0);  // range k: elements [start[k], start[k+1]) of the whole
+  for (size_t k = 0; k < ranges.size(); ++k) start[k + 1] = start[k] + (ranges[k].end - ranges[k].begin);
+  const int64_t total = start.back();
+#pragma omp parallel if (total >= kMinParallelElems)
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    auto bound = [&](int64_t u) { return u == threads ? total : std::min(total, total / threads * u / kAlign * kAlign); };
+    const int64_t lo = bound(t), hi = bound(t + 1);
+    // The first range ending after lo, then every range until hi.
+    size_t k = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), lo) - start.begin()) - 1;
+    for (; k < ranges.size() && start[k] < hi; ++k) {
+      const ParamRange& r = ranges[k];
+      const int64_t a = std::max(lo, start[k]) - start[k], b = std::min(hi, start[k + 1]) - start[k];
+      if (a >= b) continue;
+      const size_t i = r.param;
+      const int64_t e = r.begin + a;  // element e of parameter i
+      adam_update(mode[i], params[i].data() + e, r.grad + a, m[i].data() + e, v[i].data() + e, b - a, s[i],
+                  scale);
+    }
   }
 }
 

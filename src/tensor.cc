@@ -247,6 +247,12 @@ struct ReshapeNode : Node {
   void backward(const Tensor& dout, const std::vector<Tensor*>& din) override {
     if (din[0]) accumulate_grad(din[0], dout.reshape(in_shape));
   }
+  void backward_taking(Tensor dout, const std::vector<Tensor*>& din) override {
+    if (!din[0]) return;
+    Tensor g = dout.reshape(in_shape);
+    dout = Tensor();  // g alone holds the storage now, unless someone else does too
+    accumulate_grad(din[0], g);
+  }
 };
 // Gradient of rows [start, start+len) of dim 0: scatter into zeros of the full shape.
 struct Narrow0Node : Node {
@@ -349,7 +355,11 @@ void Tensor::copy_(const Tensor& src) {
   size_t bytes = static_cast<size_t>(impl.numel) * dtype_size(impl.dtype);
   const char* s = static_cast<const char*>(src.impl_->storage->ptr) + src.impl_->offset * dtype_size(impl.dtype);
   char* d = static_cast<char*>(impl.storage->ptr) + impl.offset * dtype_size(impl.dtype);
-  if (bytes) std::memmove(d, s, bytes);
+  if (bytes == 0 || d == s) return;
+  if (d + bytes <= s || s + bytes <= d)
+    kernels::copy_bytes(s, d, bytes);
+  else
+    std::memmove(d, s, bytes);  // overlapping views of one storage
 }
 
 void Tensor::fill_(float value) {
@@ -505,7 +515,7 @@ void run_backward(const Tensor& self, const Tensor& grad_output, const GradFinal
         if (!in.defined() || !in.requires_grad()) continue;
         slots[i] = in.impl()->grad_fn ? &pending[in.impl()->grad_fn.get()] : &in.mutable_grad();
       }
-      node->backward(g, slots);
+      node->backward_taking(std::move(g), slots);
     }
     if (on_grad_final) {
       const size_t p = static_cast<size_t>(it - order.rbegin());

@@ -25,6 +25,10 @@ class Node {
   // dout: gradient of the loss w.r.t. this node's output (output's shape).
   // dinputs[i]: accumulator for inputs[i], or nullptr when that input needs no gradient.
   virtual void backward(const Tensor& dout, const std::vector<Tensor*>& dinputs) = 0;
+  // What the engine calls: it hands dout over, as it drops it after the call. A node whose input
+  // gradient is dout itself seen in another shape (reshape) overrides this to pass dout's storage on
+  // without a copy (accumulate_grad takes a gradient nobody else holds); the rest compute from dout.
+  virtual void backward_taking(Tensor dout, const std::vector<Tensor*>& dinputs) { backward(dout, dinputs); }
 
   std::vector<Tensor> inputs;  // the tensors gradients flow to (kept alive by the tape)
 };

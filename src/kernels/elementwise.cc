@@ -4,6 +4,7 @@
 // (parallel_chunks.h), so results never depend on the thread count, on the AVX-512 bodies of
 // elementwise_avx512.cc when cpu_has_avx512(). Contracts in kernels.h.
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/elementwise_scalar.h"
 #include "kernels/kernels.h"
@@ -44,6 +45,16 @@ void add_forward(const float* a, const float* b, float* y, int64_t n) {
     else
       add_forward_scalar(a + i0, b + i0, y + i0, m);
   });
+}
+
+void copy_bytes(const void* src, void* dst, size_t bytes) {
+  constexpr int64_t kChunk = 64 << 10;  // bytes per chunk: the split depends on the size only
+  const int64_t n = static_cast<int64_t>(bytes), chunks = (n + kChunk - 1) / kChunk;
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+#pragma omp parallel for schedule(static) if (n > (256 << 10))
+  for (int64_t c = 0; c < chunks; ++c)
+    std::memcpy(d + c * kChunk, s + c * kChunk, static_cast<size_t>(std::min(kChunk, n - c * kChunk)));
 }
 
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {

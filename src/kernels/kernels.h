@@ -232,6 +232,10 @@ void relu_dropout_backward_bf16_scalar(const float* dy, const uint16_t* y16, flo
 void add_forward(const float* a, const float* b, float* y, int64_t n);
 void add_forward_scalar(const float* a, const float* b, float* y, int64_t n);
 
+// dst[0, bytes) = src[0, bytes) for buffers that do not overlap: memcpy, in fixed chunks over the threads
+// above 256 kB (a gradient clone of a (768, 128) activation is 384 kB). No arithmetic, so no scalar twin.
+void copy_bytes(const void* src, void* dst, size_t bytes);
+
 // y = x ⊙ keep / (1 − p),  keep_i = dropout_keep(seed, offset + i, p)   (0 ≤ p < 1).
 // The backward is the same map applied to dy. y may alias x. Bitwise equal to the scalar twin
 // (integer hash, exact conversion of 24 bits, one multiply).
