@@ -209,6 +209,19 @@ int errno_in(const char* what) {
   return 0;
 }
 
+// Sets a Python exception of `type` with the library's message. The library escapes the bytes it
+// quotes (src/quote.h), but a file name may hold any byte: invalid UTF-8 is kept as \xNN escapes instead
+// of leaving the exception without a message (PyErr_SetString's decoding would fail).
+void set_error(PyObject* type, const char* what) {
+  PyObject* text = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace");
+  if (text == nullptr) {  // only out of memory
+    PyErr_SetString(type, "(the error message could not be decoded)");
+    return;
+  }
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
+}
+
 // A file error as the OSError subclass Python's own open() would raise for its errno.
 [[noreturn]] void raise_file_error(const char* what) {
   const int e = errno_in(what);
@@ -217,7 +230,7 @@ int errno_in(const char* what) {
                    : e == EISDIR ? PyExc_IsADirectoryError
                    : e == EACCES || e == EPERM ? PyExc_PermissionError
                    : PyExc_OSError;
-  PyErr_SetString(type, what);
+  set_error(type, what);
   throw py::error_already_set();
 }
 
@@ -292,15 +305,17 @@ PYBIND11_MODULE(_core, m) {
     } catch (const tfm::data::DataError& e) {
       raise_file_error(e.what());
     } catch (const std::invalid_argument& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      set_error(PyExc_ValueError, e.what());
     } catch (const std::out_of_range& e) {  // a value outside its range (a token id, a count): a bad value
-      PyErr_SetString(PyExc_ValueError, e.what());
+      set_error(PyExc_ValueError, e.what());
     } catch (const std::overflow_error& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      set_error(PyExc_ValueError, e.what());
+    } catch (const py::builtin_exception&) {  // pybind11's own (value_error, index_error, ...): a runtime_error
+      throw;
     } catch (const std::runtime_error& e) {
       // A file the library could not open or write (load_model_dir, a run directory) says so with strerror.
       if (errno_in(e.what()) != 0) raise_file_error(e.what());
-      throw;
+      set_error(PyExc_RuntimeError, e.what());
     }
   });
 

@@ -4,7 +4,7 @@
 // visit("key", self.member) for each (tfm/models/config.h, tfm/train/config.h). JsonWriter and
 // JsonReader are such visitors: the writer puts every field in a JSON object; the reader takes the
 // keys that are present (missing keys keep the struct's defaults), checks each value's JSON type
-// against the field's C++ type (enums by their EnumNames), and finish() rejects keys that no field
+// against the field's C++ type (enums by their EnumNames; integers must fit it), and finish() rejects keys that no field
 // claimed. Errors are std::invalid_argument "<what>: 'k' must be an integer, got <value>",
 // "<what>: unknown key 'k'", or the enum's own "unknown <noun> 'x' (expected ...)" prefixed with
 // "<what>: " (and the key, where the noun does not name it).
@@ -12,6 +12,8 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -89,6 +91,19 @@ class JsonReader {
       else if constexpr (std::is_unsigned_v<T>) ok = v.is_number_unsigned(), expected = "a non-negative integer";
       else ok = v.is_number_integer(), expected = "an integer";
       if (!ok) wrong_type(key, v, expected);
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {  // no silent narrowing
+        constexpr T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+        bool fits;
+        if (v.is_number_unsigned()) {
+          fits = v.template get<uint64_t>() <= static_cast<uint64_t>(hi);
+        } else {
+          const int64_t x = v.template get<int64_t>();
+          fits = x >= static_cast<int64_t>(lo) && (x < 0 || static_cast<uint64_t>(x) <= static_cast<uint64_t>(hi));
+        }
+        if (!fits)
+          throw std::invalid_argument(what_ + ": " + quote_name(key) + " must be an integer in [" + std::to_string(lo) +
+                                      ", " + std::to_string(hi) + "], got " + v.dump());
+      }
       out = v.get<T>();
     }
   }
@@ -116,7 +131,7 @@ inline ordered_json parse_json(const std::string& text, const std::string& what)
   try {
     return ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(what + ": invalid JSON: " + e.what());
+    throw std::invalid_argument(what + ": invalid JSON: " + escape_text(e.what(), kMaxMessage));
   }
 }
 

@@ -1,34 +1,54 @@
-// src/quote.h — a user-supplied name or value, made safe to put in a one-line error message.
+// src/quote.h — user-supplied text made safe to put in a one-line error message.
 //
 // Names in error messages come from files the user wrote (JSON configs, safetensors headers, TSV
-// vocabularies) and may hold any byte. quote_name(s) wraps s in single quotes, escapes control bytes
-// (< 0x20 and 0x7f) as \xHH so a message never spans two lines or moves the terminal's cursor,
-// and cuts names longer than kMaxQuoted bytes with "...". Internal: the library's messages only.
+// vocabularies) and may hold any byte. escape_text(s, max) copies s with control bytes (< 0x20 and
+// 0x7f) and bytes that are not part of a valid UTF-8 sequence written as \xHH, so a message never
+// spans two lines, moves the terminal's cursor, or holds invalid UTF-8 (Python could not decode it);
+// it cuts after at most `max` bytes of s, at a character boundary, with "...". quote_name(s) is that
+// in single quotes, cut at kMaxQuoted bytes; a parser's own message (nlohmann's echoes the bytes it
+// read) goes through escape_text(what, kMaxMessage). Internal: the library's messages only.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "utf8.h"
+
 namespace tfm {
 
-inline constexpr size_t kMaxQuoted = 200;  // longest name copied into a message
+inline constexpr size_t kMaxQuoted = 200;    // longest name copied into a message
+inline constexpr size_t kMaxMessage = 1000;  // longest foreign message (a JSON parser's) copied into one
 
-inline std::string quote_name(std::string_view s) {
+inline std::string escape_text(std::string_view s, size_t max) {
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < kMaxQuoted; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
+  const auto* u = reinterpret_cast<const uint8_t*>(s.data());
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t len = utf8_length(u, s.size(), i);
+    if (i + std::max<size_t>(len, 1) > max) break;
+    if (len == 0 || u[i] < 0x20 || u[i] == 0x7f) {
       out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
+      out += kHex[u[i] >> 4];
+      out += kHex[u[i] & 15];
+      ++i;
     } else {
-      out += static_cast<char>(c);
+      out.append(s.data() + i, len);
+      i += len;
     }
   }
-  if (s.size() > kMaxQuoted) out += "...";
-  return out + "'";
+  if (i < s.size()) out += "...";
+  return out;
+}
+
+inline std::string quote_name(std::string_view s) {
+  std::string out(1, '\'');
+  out += escape_text(s, kMaxQuoted);
+  out += '\'';
+  return out;
 }
 
 }  // namespace tfm

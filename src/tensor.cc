@@ -74,14 +74,17 @@ class BlockCache {
     }
     return p;
   }
-  void put(void* p, size_t cls) {
-    {
+  // Called from ~Storage, so it never throws: when the free list cannot grow (out of memory while
+  // an allocation failure unwinds), the block goes back to the system instead.
+  void put(void* p, size_t cls) noexcept {
+    try {
       std::lock_guard<std::mutex> lock(mu_);
       if (cached_ + cls <= limit_) {
         free_[cls].push_back(p);
         cached_ += cls;
         return;
       }
+    } catch (...) {
     }
     std::free(p);
   }

@@ -225,7 +225,13 @@ class Module:
 
 
 def _weights(state):
-    return {k: tensor(v) for k, v in state.items()}
+    out = {}
+    for k, v in state.items():
+        try:
+            out[k] = tensor(v)
+        except ValueError as e:  # the array's dtype or layout, said of its key
+            raise ValueError(f"weights: {k!r}: {e}") from None
+    return out
 
 
 def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
@@ -276,8 +282,12 @@ def load_module(config, weights, dtype="f32"):
     if isinstance(config, dict):
         cfg = dict(config)
     else:
-        with open(config) as f:
-            cfg = _json.load(f)
+        with open(config, "rb") as f:
+            text = f.read()
+        try:
+            cfg = _json.loads(text)
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError: said of the file, as the CLI says it
+            raise ValueError(f"{_os.fspath(config)}: not valid JSON: {e}") from None
     if isinstance(weights, (str, _os.PathLike)) and isinstance(config, (str, _os.PathLike)):
         return Module(_core.Module.load(_os.fspath(config), _os.fspath(weights), _dtype(dtype)), cfg)
     if isinstance(weights, (str, _os.PathLike)):

@@ -2,8 +2,6 @@
 // decoder). Prints the prompt, then streams the continuation token by token; several samples are
 // separated by a line `---`. The work is tfm::generate (tfm/models/generate.h).
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "commands.h"
 #include "tfm/inference.h"
@@ -57,11 +55,7 @@ void register_generate(CLI::App& app, Runner& run) {
       if (prompt_given) {
         text = o->prompt;
       } else if (!o->prompt_file.empty()) {
-        std::ifstream f(o->prompt_file, std::ios::binary);
-        if (!f) throw std::runtime_error(o->prompt_file + ": open failed (the --prompt-file)");
-        std::ostringstream ss;
-        ss << f.rdbuf();
-        text = ss.str();
+        text = read_prompt_file(o->prompt_file);
       }
       // Each sample: the prompt, then its tokens as they come; a newline closes a sample that does
       // not end with one, then `---` separates it from the next.

@@ -15,8 +15,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "data/utf8.h"
 #include "io/file_util.h"
+#include "utf8.h"
 
 namespace tfm::data {
 namespace {

@@ -8,11 +8,11 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "data/utf8.h"
 #include "io/file_util.h"
 #include "tfm/data/tasks.h"
 #include "tfm/data/tokenizer.h"
 #include "tfm/data/tsv.h"
+#include "utf8.h"
 
 namespace tfm::data {
 namespace {
@@ -316,8 +316,26 @@ TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, const T
       auto m = std::make_shared<io::MappedFile>(cache_path);
       CacheHeader h{};
       if (m->size() >= sizeof h) std::memcpy(&h, m->data(), sizeof h);
+      // Every id below the vocabulary's size, too: a cache whose body was damaged (its header intact) is
+      // derived data, encoded again and rewritten like a stale one.
+      const auto ids_in_vocab = [&] {
+        const uint8_t* body = m->data() + sizeof h;
+        const uint32_t v = static_cast<uint32_t>(vocab.size());
+        for (int64_t i = 0; i < h.count; ++i) {
+          uint32_t id;
+          if (c.width_ == 2) {
+            uint16_t x;
+            std::memcpy(&x, body + 2 * i, 2);
+            id = x;
+          } else {
+            std::memcpy(&id, body + 4 * i, 4);
+          }
+          if (id >= v) return false;
+        }
+        return true;
+      };
       if (m->size() >= sizeof h && matches(h) &&
-          m->size() == sizeof h + static_cast<size_t>(h.count) * static_cast<size_t>(c.width_)) {
+          m->size() == sizeof h + static_cast<size_t>(h.count) * static_cast<size_t>(c.width_) && ids_in_vocab()) {
         c.base_ = m->data() + sizeof h;
         c.size_ = h.count;
         c.owner_ = std::move(m);

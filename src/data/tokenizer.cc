@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "io/file_util.h"
+#include "quote.h"
 
 namespace tfm::data {
 
@@ -89,9 +90,9 @@ Tokenizer Tokenizer::from_spm_model(std::string model, const std::string& name) 
   for (int id = 0; id < 4; ++id)
     if (spm->processor.GetPieceSize() <= id || spm->processor.IdToPiece(id) != specials[id])
       throw std::runtime_error(name + ": SentencePiece model without tfm's specials <pad>=0, <bos>=1, <eos>=2, <unk>=3 "
-                               "(piece " + std::to_string(id) + " is '" +
-                               (spm->processor.GetPieceSize() > id ? spm->processor.IdToPiece(id) : std::string()) +
-                               "'; train it with --pad_id=0 --bos_id=1 --eos_id=2 --unk_id=3 --pad_piece=<pad> "
+                               "(piece " + std::to_string(id) + " is " +
+                               quote_name(spm->processor.GetPieceSize() > id ? spm->processor.IdToPiece(id) : std::string()) +
+                               "; train it with --pad_id=0 --bos_id=1 --eos_id=2 --unk_id=3 --pad_piece=<pad> "
                                "--bos_piece=<bos> --eos_piece=<eos> --unk_piece=<unk>)");
   spm->model = std::move(model);
   spm->name = name;
@@ -152,7 +153,7 @@ std::string Tokenizer::detokenize(const Tokens& tokens) const {
     ids.reserve(tokens.size());
     for (const auto& tok : tokens) {
       const auto id = b.find(tok);
-      if (!id) throw std::invalid_argument(name() + ": token '" + tok + "' is not in the BPE vocabulary");
+      if (!id) throw std::invalid_argument(name() + ": token " + quote_name(tok) + " is not in the BPE vocabulary");
       ids.push_back(*id);
     }
     return b.decode(ids);

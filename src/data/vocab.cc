@@ -7,8 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/utf8.h"
 #include "io/file_util.h"
+#include "quote.h"
+#include "utf8.h"
 
 namespace tfm::data {
 namespace {
@@ -16,7 +17,7 @@ namespace {
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
 
 size_t utf8_length(const std::string& s, size_t i) {
-  return data::utf8_length(reinterpret_cast<const uint8_t*>(s.data()), s.size(), i);
+  return tfm::utf8_length(reinterpret_cast<const uint8_t*>(s.data()), s.size(), i);
 }
 
 bool valid_utf8(const std::string& s) {
@@ -123,7 +124,7 @@ Vocab Vocab::from_tokens(std::vector<std::string> tokens) {
     const std::string& t = v.tokens_[i];
     if (t.empty()) throw std::invalid_argument("vocabulary entry " + std::to_string(i) + " is empty");
     if (!v.index_.emplace(t, static_cast<int32_t>(i)).second)
-      throw std::invalid_argument("vocabulary entry " + std::to_string(i) + " '" + t + "' appears twice");
+      throw std::invalid_argument("vocabulary entry " + std::to_string(i) + " " + quote_name(t) + " appears twice");
   }
   const auto find = [&](const char* s) { auto it = v.index_.find(s); return it == v.index_.end() ? -1 : it->second; };
   v.pad_ = find(PAD);
@@ -151,7 +152,7 @@ Vocab Vocab::load(const std::string& path) {
       }
       return from_tokens(std::move(tokens));
     } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument(path + ": not valid JSON: " + e.what());
+      throw std::invalid_argument(path + ": not valid JSON: " + escape_text(e.what(), kMaxMessage));
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(path + ": " + e.what());
     }
@@ -207,7 +208,7 @@ const std::string& Vocab::token(int32_t id) const {
 int32_t Vocab::id(const std::string& token) const {
   auto it = index_.find(token);
   if (it != index_.end()) return it->second;
-  if (unk_ < 0) throw std::invalid_argument("token '" + token + "' is not in the vocabulary (which has no <unk>)");
+  if (unk_ < 0) throw std::invalid_argument("token " + quote_name(token) + " is not in the vocabulary (which has no <unk>)");
   return unk_;
 }
 

@@ -367,13 +367,17 @@ SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file,
   const uint8_t* buffer = file.data() + 8 + header_len;
   const uint64_t buffer_size = file_size - 8 - header_len;
 
+  // nlohmann stops reading at a NUL byte, which would leave whatever follows it unread: refused.
+  if (const void* nul = std::memchr(hbegin, '\0', header_len))
+    fail(path, "header holds a NUL byte at offset " + std::to_string(static_cast<const char*>(nul) - hbegin) +
+                   " of its " + std::to_string(header_len));
   ordered_json header;
   {
     HeaderGuard guard(path);
     try {
       header = ordered_json::parse(hbegin, hbegin + header_len, std::ref(guard));
     } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
-      fail(path, std::string("header is not valid JSON: ") + e.what());
+      fail(path, std::string("header is not valid JSON: ") + escape_text(e.what(), kMaxMessage));
     }
   }
   if (!header.is_object())
@@ -533,7 +537,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   try {
     text = header.dump();  // compact, like the reference
   } catch (const nlohmann::json::type_error& e) {  // a name or metadata string is not UTF-8
-    fail(path, std::string("cannot encode header: ") + e.what());
+    fail(path, std::string("cannot encode header: ") + escape_text(e.what(), kMaxMessage));
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // data buffer starts 8-aligned
 

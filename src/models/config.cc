@@ -1,9 +1,13 @@
 // src/models/config.cc — ModelConfig: architecture defaults, JSON through fields(), validation.
 #include "tfm/models/config.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <stdexcept>
 
 #include "json_fields.h"
+#include "models/model_size.h"
 #include "tfm/modules/transformer.h"
 
 namespace tfm {
@@ -33,6 +37,18 @@ ModelConfig ModelConfig::from_json(const std::string& text, bool validate_sizes)
   }
   c.validate(validate_sizes);
   return c;
+}
+
+void check_model_fits(const LayerOptions& o, long double layers, long double extra, const std::string& sizes) {
+  const long double params = (o.share_layers ? 1.0L : layers) * 2.0L * static_cast<long double>(o.d_model) *
+                                 static_cast<long double>(o.dim_feedforward) + extra;
+  const long double pages = static_cast<long double>(sysconf(_SC_PHYS_PAGES));
+  const long double memory = pages * static_cast<long double>(sysconf(_SC_PAGE_SIZE));
+  if (pages <= 0 || 4.0L * params <= memory) return;
+  char text[160];
+  std::snprintf(text, sizeof text, "at least %.3Lg parameters (%.3Lg GB as float32), more than this machine's %.3Lg GB",
+                params, 4.0L * params / 1e9L, memory / 1e9L);
+  throw std::invalid_argument(sizes + " make a model of " + text);
 }
 
 void ModelConfig::validate(bool check_sizes) const {
@@ -86,6 +102,18 @@ void ModelConfig::validate(bool check_sizes) const {
   try {
     layer_options().validate();
   } catch (const std::exception& e) {
+    fail(e.what());
+  }
+  const int64_t enc = f.encoder_layers ? num_encoder_layers : 0, dec = f.decoder_layers ? num_decoder_layers : 0;
+  const long double tables = static_cast<long double>(d_model) *
+                             (static_cast<long double>(text ? 0 : src_vocab_size) + static_cast<long double>(tgt_vocab_size) +
+                              (positional_value() == Positional::LEARNED ? static_cast<long double>(max_len) : 0.0L));
+  try {
+    check_model_fits(layer_options(), static_cast<long double>(enc) + static_cast<long double>(dec), tables,
+                     "num_encoder_layers " + std::to_string(enc) + ", num_decoder_layers " + std::to_string(dec) +
+                       ", d_model " + std::to_string(d_model) + ", dim_feedforward " + std::to_string(dim_feedforward) +
+                         (tables > 0 ? " and the embedding tables" : ""));
+  } catch (const std::invalid_argument& e) {
     fail(e.what());
   }
 }

@@ -441,6 +441,9 @@ std::vector<Hypothesis> decode_hypotheses(const Model& model, const std::vector<
     throw std::invalid_argument("decode: arch decoder is a language model, it does not translate: use tfm generate "
                                 "(and tfm eval --text)");
   if (options.beam < 1) throw std::invalid_argument("decode: beam must be at least 1, got " + std::to_string(options.beam));
+  if (options.beam > kMaxBeam)
+    throw std::invalid_argument("decode: beam must be at most " + std::to_string(kMaxBeam) + ", got " +
+                                std::to_string(options.beam));
   if (options.max_len < 0) throw std::invalid_argument("decode: max_len must be non-negative");
   if (!(options.length_penalty >= 0.0f)) throw std::invalid_argument("decode: length_penalty must be non-negative");
   if (options.sample) {

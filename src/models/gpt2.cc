@@ -16,6 +16,7 @@
 #include "io/file_util.h"
 #include "json_fields.h"
 #include "kernels/gemm_packed.h"  // float_to_bf16
+#include "quote.h"
 #include "tfm/data/tokenizer.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/model_dir.h"
@@ -46,7 +47,7 @@ Gpt2Config read_hf_config(const std::string& file) {
   try {
     j = ordered_json::parse(io::read_file(file));
   } catch (const nlohmann::json::exception& e) {
-    bad(std::string("not valid JSON: ") + e.what());
+    bad(std::string("not valid JSON: ") + escape_text(e.what(), kMaxMessage));
   }
   if (!j.is_object()) bad("expected a JSON object, got " + std::string(j.type_name()));
   Gpt2Config c;
@@ -331,7 +332,7 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
       ++report.tensors_ignored;
       continue;
     }
-    throw std::invalid_argument(weights_file + ": unexpected tensor '" + key + "' (not part of GPT-2 with " +
+    throw std::invalid_argument(weights_file + ": unexpected tensor " + quote_name(key) + " (not part of GPT-2 with " +
                                 std::to_string(g.n_layer) + " layers" + (g.bias ? "" : ", without biases") + ")");
   }
   report.tensors_mapped = static_cast<int64_t>(used.size());
@@ -419,7 +420,7 @@ void export_gpt2(const std::string& dir, const std::string& hf_dir, bool force) 
     try {
       s = ordered_json::parse(io::read_file(source_file));
     } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument(source_file + ": not valid JSON: " + e.what());
+      throw std::invalid_argument(source_file + ": not valid JSON: " + escape_text(e.what(), kMaxMessage));
     }
     for (const char* key : {"config_json", "safetensors_header", "vocab_file", "merges_file"})
       if (!s.contains(key) || !s[key].is_string()) throw std::invalid_argument(source_file + ": missing \"" + key + "\" (a string)");
@@ -428,7 +429,7 @@ void export_gpt2(const std::string& dir, const std::string& hf_dir, bool force) 
     try {
       h = ordered_json::parse(header);
     } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument(source_file + ": \"safetensors_header\" is not valid JSON: " + e.what());
+      throw std::invalid_argument(source_file + ": \"safetensors_header\" is not valid JSON: " + escape_text(e.what(), kMaxMessage));
     }
     const std::string prefix = h.contains(std::string(kPrefix) + "wte.weight") ? kPrefix : "";
     // Data in the header's byte ranges, each tensor from the model (or a buffer GPT-2 defines).
@@ -438,7 +439,7 @@ void export_gpt2(const std::string& dir, const std::string& hf_dir, bool force) 
     std::string data(static_cast<size_t>(size), '\0');
     for (const auto& [key, e] : h.items()) {
       if (key == "__metadata__") continue;
-      const std::string what = source_file + ": tensor '" + key + "'";
+      const std::string what = source_file + ": tensor " + quote_name(key);
       const std::string dtype = e.at("dtype").get<std::string>();
       std::vector<int64_t> shape = e.at("shape").get<std::vector<int64_t>>();
       const uint64_t begin = e.at("data_offsets")[0].get<uint64_t>(), end = e.at("data_offsets")[1].get<uint64_t>();

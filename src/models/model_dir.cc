@@ -8,6 +8,7 @@
 
 #include "io/file_util.h"
 #include "json_fields.h"
+#include "quote.h"
 #include "tfm/data/batching.h"
 #include "tfm/data/text.h"
 #include "tfm/inference.h"
@@ -103,7 +104,7 @@ ordered_json parse_config(const std::string& dir) {
   try {
     j = ordered_json::parse(io::read_file(file));
   } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(file + ": not valid JSON: " + e.what());
+    throw std::runtime_error(file + ": not valid JSON: " + escape_text(e.what(), kMaxMessage));
   }
   const auto* format = j.is_object() && j.contains("format") ? &j.at("format") : nullptr;
   if (!format || !format->is_string() || format->get<std::string>() != "tfm-train")
@@ -151,7 +152,7 @@ TrainedModel load_model_dir(const std::string& dir, bool weights) {
     src_tokens = enum_from_name<data::Tokenization>(vocab.at("src_tokens").get<std::string>());
     tgt_tokens = enum_from_name<data::Tokenization>(vocab.at("tgt_tokens").get<std::string>());
   } catch (const std::exception& e) {
-    throw std::runtime_error(config_file + ": bad \"vocab\": " + e.what());
+    throw std::runtime_error(config_file + ": bad \"vocab\": " + escape_text(e.what(), kMaxMessage));
   }
   m.src_tokenizer = model_dir::load_tokenizer(dir, src_tokens, /*target=*/false);
   m.tgt_tokenizer = model_dir::load_tokenizer(dir, tgt_tokens, /*target=*/true);
@@ -209,11 +210,15 @@ std::function<bool(int64_t, const std::vector<int32_t>&)> stop_at_text(const Tra
   };
 }
 
+std::string read_prompt_file(const std::string& path) { return io::read_file(path); }
+
 std::vector<std::string> generate_text(const TrainedModel& m, const std::string& prompt, GenerateOptions options,
                                        const std::string& stop,
                                        const std::function<void(int64_t, const std::string&)>& on_piece,
                                        const std::string& prompt_name) {
-  if (prompt.empty()) throw std::invalid_argument("the prompt is empty (give at least one character)");
+  if (prompt.empty())
+    throw std::invalid_argument((prompt_name == "prompt" || prompt_name.rfind("--", 0) == 0 ? "" : prompt_name + ": ") +
+                                "the prompt is empty (give at least one character)");  // a file's name said
   const std::vector<int32_t> ids = data::encode_text(m.tgt_vocab, m.tgt_tokenizer, prompt, prompt_name);
   const std::vector<int32_t> never = never_generated(m);
   options.suppress.insert(options.suppress.end(), never.begin(), never.end());

@@ -7,6 +7,7 @@
 
 #include "io/file_util.h"
 #include "json_fields.h"
+#include "models/model_size.h"
 #include "quote.h"
 #include "tfm/models/forward.h"
 
@@ -103,6 +104,19 @@ ModuleConfig parse_module_config(const std::string& config_json) {
   // The checks, once: the option structs' own (a wrong type and an unknown key are reported first).
   if (c.kind == ModuleKind::MULTIHEAD_ATTENTION) checked([&] { c.attention.variant.validate(c.attention.embed_dim, c.attention.num_heads); });
   else checked([&] { c.layer.validate(); });
+  if (c.kind != ModuleKind::MULTIHEAD_ATTENTION) {
+    const bool one = c.kind == ModuleKind::TRANSFORMER_ENCODER_LAYER || c.kind == ModuleKind::TRANSFORMER_DECODER_LAYER;
+    const long double layers =
+        one ? 1.0L
+        : c.kind == ModuleKind::TRANSFORMER
+            ? static_cast<long double>(c.num_encoder_layers) + static_cast<long double>(c.num_decoder_layers)
+            : static_cast<long double>(c.num_layers);
+    checked([&] {
+      check_model_fits(c.layer, layers, 0.0L,
+                       std::string(one ? "one layer" : "its layers") + " of d_model " + std::to_string(c.layer.d_model) + " and dim_feedforward " +
+                           std::to_string(c.layer.dim_feedforward));
+    });
+  }
   return c;
 }
 

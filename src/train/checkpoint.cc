@@ -1,7 +1,9 @@
 // src/train/checkpoint.cc — writing and reading a run's checkpoint (src/train/checkpoint.h).
 #include "train/checkpoint.h"
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "io/file_util.h"
@@ -48,7 +50,7 @@ void read_clock(const std::string& dir, const json& state, State& st) {
     try {
       clock = json::parse(io::read_file(path));
     } catch (const json::exception& e) {
-      throw std::runtime_error(path + ": bad JSON: " + e.what());
+      throw std::runtime_error(path + ": bad JSON: " + escape_text(e.what(), kMaxMessage));
     }
   } else if (state.contains("elapsed")) {
     clock["elapsed"] = state.at("elapsed");
@@ -65,7 +67,7 @@ void read_clock(const std::string& dir, const json& state, State& st) {
         }
     }
   } catch (const json::exception& e) {
-    throw std::runtime_error(path + ": bad trainer clock: " + e.what());
+    throw std::runtime_error(path + ": bad trainer clock: " + escape_text(e.what(), kMaxMessage));
   }
 }
 
@@ -143,22 +145,31 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
   }
   try {
     const json s = json::parse(it->second);
+    // A count of the state: present (unless it has a default), a non-negative integer.
+    auto count = [&](const char* key, std::optional<int64_t> fallback = std::nullopt) -> int64_t {
+      if (!s.contains(key) && fallback) return *fallback;
+      const json& v = s.at(key);
+      if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t{INT64_MAX} : v.get<int64_t>() < 0))
+        throw std::runtime_error(path + ": " + quote_name(key) + " must be a non-negative integer, got " +
+                                 escape_text(v.dump(), kMaxQuoted));
+      return v.get<int64_t>();
+    };
     opt.load_state_dict(optim);
-    st.step = s.at("step");
-    st.epoch = s.at("epoch");
-    st.batch = s.at("batch");
+    st.step = count("step");
+    st.epoch = count("epoch");
+    st.batch = count("batch");
     st.loss_sum = s.at("loss_sum");
-    st.loss_count = s.at("loss_count");
-    st.tokens = s.at("tokens");
-    st.skipped = s.at("skipped");
+    st.loss_count = count("loss_count");
+    st.tokens = count("tokens");
+    st.skipped = count("skipped");
     st.checkpoint_step = st.step;
     st.text_hash = s.value("text_hash", "");
-    st.budget_steps = s.value("budget_steps", int64_t{0});
-    st.decay_start = s.value("decay_start", int64_t{0});
+    st.budget_steps = count("budget_steps", 0);
+    st.decay_start = count("decay_start", 0);
     st.budget_seconds = s.value("budget_seconds", 0.0);
-    if (average) average->set_updates(s.at("ema_updates"));
+    if (average) average->set_updates(count("ema_updates"));
     gen.seed = s.at("rng_seed");
-    gen.offset = s.at("rng_offset");
+    gen.offset = static_cast<uint64_t>(count("rng_offset"));
     st.history.clear();
     for (const auto& r : s.at("history")) {
       EvalRow row;
@@ -167,7 +178,7 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
     }
     read_clock(dir, s, st);
   } catch (const json::exception& e) {
-    throw std::runtime_error(path + ": bad trainer state: " + e.what());
+    throw std::runtime_error(path + ": bad trainer state: " + escape_text(e.what(), kMaxMessage));
   }
 }
 

@@ -13,6 +13,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "quote.h"
 #include "tfm/models/model_dir.h"
 #include "tfm/threads.h"
 #include "tfm/train/trainer.h"
@@ -233,10 +234,10 @@ T run_number(const std::string& name, const std::string& text) {
     used = 0;
   }
   if (used == 0 || used != text.size())
-    throw std::invalid_argument("--" + name + " must be a number, got '" + text + "'");
+    throw std::invalid_argument("--" + name + " must be a number, got " + quote_name(text));
   if constexpr (std::is_integral_v<T>) {
     if (v != static_cast<double>(static_cast<T>(v)) || v < 0)
-      throw std::invalid_argument("--" + name + " must be a non-negative integer, got '" + text + "'");
+      throw std::invalid_argument("--" + name + " must be a non-negative integer, got " + quote_name(text));
   }
   return static_cast<T>(v);
 }

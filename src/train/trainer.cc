@@ -173,6 +173,7 @@ class Run {
   // padded to the whole batch's lengths; text windows may draw from gen_.
   ShardedStep::BatchRows next_batch(data::TokenBatch& rows);
   void evaluate_and_record();
+  void describe();  // writes the model description of a fresh run once
   void checkpoint();
   void plan_length();   // total_steps_, schedule_, eval cadence and the budget schedule's mode
   void fix_length();    // the budget schedule: rank 0 fits the step count, every rank adopts it
@@ -189,6 +190,7 @@ class Run {
   Comm single_;  // the process alone, when hooks_.comm is null
   Comm& comm_;
   bool lead_;    // rank 0: writes the files and reports progress
+  bool described_ = false;  // the out dir holds this run's config.json and vocabularies (describe())
   Dataset ds_;
   ModelConfig mc_;
   Generator gen_;  // initialisation, then dropout
@@ -248,21 +250,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   std::error_code ec;
   if (lead_) std::filesystem::create_directories(c_.out_dir, ec);
   if (ec) throw std::runtime_error(c_.out_dir + ": cannot create directory: " + ec.message());
-  if (!resume && lead_) {
-    // A fresh run replaces whatever run or model the directory held (tfm train --force; the option layer
-    // refuses it otherwise): none of its files may outlive it beside the new config.
-    for (const char* f : model_dir::DESCRIPTION_FILES) std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
-    for (const char* f : {model_dir::MODEL, model_dir::GPT2_SOURCE, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE})
-      std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
-    // JSON vocabulary files for text data (any character, newline included) and whenever a token
-    // needs them; the one-token-a-line files otherwise.
-    const bool json_vocab = c_.text() || ds_.src_vocab.needs_json() || ds_.tgt_vocab.needs_json();
-    model_dir::save_vocabs(c_.out_dir, ds_.src_vocab, ds_.tgt_vocab, json_vocab);
-    model_dir::save_tokenizers(c_.out_dir, ds_.src_tokenizer, ds_.tgt_tokenizer);
-    io::write_file_atomic(model_dir::path(c_.out_dir, model_dir::CONFIG),
-                          model_dir::config_json(mc_, c_.to_json(/*with_model=*/false), ds_.src_vocab, ds_.tgt_vocab,
-                                                 c_.src_tokens, c_.tgt_tokens, json_vocab));
-  }
+  described_ = resume;  // a fresh run describes itself with its first checkpoint (describe())
 
   model_->train();
   opt_ = make_optimizer(c_, *model_);
@@ -543,6 +531,28 @@ void Run::evaluate_and_record() {
   }
 }
 
+// A fresh run's model description: config.json, the vocabularies and tokenizers, written by rank 0 just
+// before its first checkpoint, so that a run which fails before it (bad data, out of memory, a
+// diverged first step) leaves the directory as it found it — with --force, the previous run's files too.
+void Run::describe() {
+  if (described_ || !lead_) return;
+  std::error_code ec;
+  // A fresh run replaces whatever run or model the directory held (tfm train --force; the option layer
+  // refuses it otherwise): none of its files may outlive it beside the new config.
+  for (const char* f : model_dir::DESCRIPTION_FILES) std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
+  for (const char* f : {model_dir::MODEL, model_dir::GPT2_SOURCE, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE})
+    std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
+  // JSON vocabulary files for text data (any character, newline included) and whenever a token
+  // needs them; the one-token-a-line files otherwise.
+  const bool json_vocab = c_.text() || ds_.src_vocab.needs_json() || ds_.tgt_vocab.needs_json();
+  model_dir::save_vocabs(c_.out_dir, ds_.src_vocab, ds_.tgt_vocab, json_vocab);
+  model_dir::save_tokenizers(c_.out_dir, ds_.src_tokenizer, ds_.tgt_tokenizer);
+  io::write_file_atomic(model_dir::path(c_.out_dir, model_dir::CONFIG),
+                        model_dir::config_json(mc_, c_.to_json(/*with_model=*/false), ds_.src_vocab, ds_.tgt_vocab,
+                                               c_.src_tokens, c_.tgt_tokens, json_vocab));
+  described_ = true;
+}
+
 void Run::checkpoint() {
   st_.elapsed = elapsed();
   // Several processes each stepped the optimizer on their own elements: complete its state first.
@@ -555,6 +565,7 @@ void Run::checkpoint() {
     st_.checkpoint_step = st_.step;
     return;
   }
+  describe();
   write_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_,
                    c_.task ? std::string(enum_name(*c_.task)) : c_.text() ? c_.text_path : c_.train_path,
                    average_.get());
@@ -705,8 +716,13 @@ TrainResult run_training(const TrainConfig& config, const TrainHooks& hooks, boo
 }
 
 TrainConfig load_train_config(const std::string& dir) {
-  TrainConfig c = TrainConfig::from_json(model_dir::read_config_section(dir, "train"));
-  c.model = ModelConfig::from_json(model_dir::read_config_section(dir, "model"));
+  TrainConfig c;
+  try {
+    c = TrainConfig::from_json(model_dir::read_config_section(dir, "train"));
+    c.model = ModelConfig::from_json(model_dir::read_config_section(dir, "model"));
+  } catch (const std::invalid_argument& e) {  // "train config: ..." / "model config: ..." — said of the file
+    throw std::invalid_argument(model_dir::path(dir, model_dir::CONFIG) + ": " + e.what());
+  }
   c.out_dir = dir;
   return c;
 }

@@ -147,6 +147,11 @@ TEST_F(GenerateCli, Errors) {
   fails("generate" + lm + " --prompt ''", "tfm: error: the prompt is empty");
   fails("generate" + lm + " --prompt a --prompt-file x", "excludes");
   fails("generate" + lm + " --prompt-file " + *dir_ + "/missing.txt", "tfm: error: " + *dir_ + "/missing.txt: open failed");
+  fails("generate" + lm + " --prompt-file " + *dir_, "tfm: error: " + *dir_ + ": not a regular file");
+  fails("generate" + lm + " --prompt-file /dev/zero", "tfm: error: /dev/zero: not a regular file");  // not read forever
+  tfm::testing::spit(*dir_ + "/empty_prompt.txt", "");
+  fails("generate" + lm + " --prompt-file " + *dir_ + "/empty_prompt.txt",
+        "tfm: error: " + *dir_ + "/empty_prompt.txt: the prompt is empty");
   tfm::testing::spit(*dir_ + "/bad_prompt.txt", "ok\xff");
   fails("generate" + lm + " --prompt-file " + *dir_ + "/bad_prompt.txt",
         "tfm: error: " + *dir_ + "/bad_prompt.txt: invalid UTF-8 at byte 2");

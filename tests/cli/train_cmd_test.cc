@@ -211,11 +211,13 @@ TEST_F(TrainCliErrors, EvalTaskOnAModelTrainedOnTsv) {
                run + " was not trained on a built-in task (its vocabulary differs)");
 }
 
-TEST_F(TrainCliErrors, BeamBelowOne) {
+TEST_F(TrainCliErrors, BeamOutOfRange) {
   const std::string run = *dir_ + "/run";
   expect_error("eval --model " + run + " --data " + *dir_ + "/valid.tsv --beam 0", "--beam must be ≥ 1");
   expect_error("eval --model " + run + " --task reverse --beam -2", "--beam must be ≥ 1");
   expect_error("translate --model " + run + " --beam 0", "--beam must be ≥ 1");
+  // Wider than decode's bound: refused at once, not run until the memory runs out.
+  expect_error("eval --model " + run + " --data " + *dir_ + "/valid.tsv --beam 1000000", "decode: beam must be at most 1024, got 1000000");
 }
 
 TEST_F(TrainCliErrors, BatchSizeBelowOne) {
@@ -279,7 +281,8 @@ TEST_F(TrainCliErrors, TranslateSourceLongerThanMaxLen) {
 }
 
 // A fresh run into another run's directory would mix the two: refused, naming it, and the run is left as it
-// was; --force replaces that run whole (here a TSV run by a language model: its src_vocab.txt goes too).
+// was; --force replaces that run whole (here a TSV run by a language model: its src_vocab.txt goes too), once
+// the new run writes its first checkpoint.
 TEST_F(TrainCliErrors, OutHoldingARunIsRefusedUnlessForced) {
   namespace fs = std::filesystem;
   const std::string run = *dir_ + "/run", copy = *dir_ + "/forced";
@@ -292,6 +295,15 @@ TEST_F(TrainCliErrors, OutHoldingARunIsRefusedUnlessForced) {
   fs::copy(run, copy, fs::copy_options::recursive);
   ASSERT_TRUE(fs::exists(copy + "/src_vocab.txt"));
   std::string out;
+  // A forced run that fails before its first checkpoint (here its task set cannot be allocated) leaves the
+  // run it would have replaced whole: the directory changes with the new run's first checkpoint.
+  EXPECT_EQ(run_command(kCli + " train --task reverse --task-train-size 1000000000000 --out " + copy +
+                            " --force --max-steps 1 --threads 1",
+                        &out),
+            1)
+      << out;
+  EXPECT_EQ(tfm::testing::slurp(copy + "/model.safetensors"), model);
+  EXPECT_TRUE(fs::exists(copy + "/src_vocab.txt") && fs::exists(copy + "/trainer_state.safetensors"));
   ASSERT_EQ(run_command(kCli + " train --text " + *dir_ + "/train.tsv --out " + copy + " --force --d-model 16 --nhead 2 " +
                             "--layers 1 --dim-feedforward 32 --block-size 8 --batch-size 4 --max-steps 1 --threads 1",
                         &out),

@@ -350,6 +350,12 @@ TEST_F(SafeTensors, HeaderNotJsonOrNotObject) {
   expect_load_error(p, {"header is not valid JSON"});
   write_raw(p, std::string(50, '[') + std::string(50, ']'));
   expect_load_error(p, {"nested deeper"});
+  // A valid object, then a NUL and bytes the JSON parser would never read.
+  write_raw(p, std::string("{}\0 {not json", 13));
+  expect_load_error(p, {"header holds a NUL byte at offset 2 of its 13"});
+  // A parser message echoing invalid UTF-8 keeps the message valid UTF-8 (\xHH escapes).
+  write_raw(p, "{\"a\xff\": 1");
+  expect_load_error(p, {"header is not valid JSON", "\\xff"});
 }
 
 TEST_F(SafeTensors, EntryShapeOfHeader) {

@@ -325,6 +325,11 @@ TEST(LoadModelDir, ErrorsNameTheDirectoryOrFile) {
   EXPECT_EQ(error_of<std::invalid_argument>([&] { load_model_dir(d); }),
             config_file(d) + ": model config: 'd_model' must be an integer, got \"16\"");
   bad = j;
+  bad["model"]["pad_id"] = 4294967296;  // an int32 key: not narrowed to 0
+  testing::spit(config_file(d), bad.dump(2));
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { load_model_dir(d); }),
+            config_file(d) + ": model config: 'pad_id' must be an integer in [-2147483648, 2147483647], got 4294967296");
+  bad = j;
   bad["model"]["bogus_key"] = 1;
   testing::spit(config_file(d), bad.dump(2));
   EXPECT_EQ(error_of<std::invalid_argument>([&] { load_model_dir(d); }), config_file(d) + ": model config: unknown key 'bogus_key'");

@@ -78,6 +78,14 @@ TEST(ModuleConfig, ErrorsNameTheKey) {
             "config: missing required key 'num_layers'");
   EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2, "vdim": 4})"),
             "config: 'vdim' different from embed_dim is not supported");
+  // Integers that do not fit the key's type are refused, not narrowed (18446744073709551615 read as -1).
+  EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 18446744073709551615, "nhead": 2})"),
+            "config: 'd_model' must be an integer in [-9223372036854775808, 9223372036854775807], got 18446744073709551615");
+  // A model whose weights alone cannot fit in memory is refused before anything is allocated.
+  const std::string huge = error_of(R"({"module": "TransformerEncoder", "d_model": 16, "nhead": 2, "dim_feedforward": 32,
+                                       "num_layers": 100000000000})");
+  EXPECT_EQ(huge.rfind("config: its layers of d_model 16 and dim_feedforward 32 make a model of at least 1.02e+14 "
+                       "parameters (4.1e+05 GB as float32), more than this machine's ", 0), 0u) << huge;
   // A wrong type is reported before an unknown key, whatever their order in the file.
   EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "zz": 1, "d_model": 8, "nhead": 2, "bias": 1})"),
             "config: 'bias' must be a boolean, got 1");

@@ -269,6 +269,16 @@ def test_errors(tmp_path):
         tfm.set_num_threads(0)
     with pytest.raises(ValueError, match="dtype"):
         tfm.from_torch(layer, dtype=None)
+    # Messages holding bytes that are not UTF-8 (a parser echoing a file's bytes) still reach Python, escaped.
+    (tmp_path / "badkey.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{\"a\xff\": 1")
+    with pytest.raises(OSError, match=r"badkey.safetensors.*\\xff"):
+        tfm.load_module(str(tmp_path / "cfg.json"), str(tmp_path / "badkey.safetensors"))
+    # A config file that is not JSON is named, as the CLI names it.
+    (tmp_path / "notjson.json").write_bytes(b"{\"module\": \xff")
+    with pytest.raises(ValueError, match="notjson.json: not valid JSON"):
+        tfm.load_module(str(tmp_path / "notjson.json"), sd)
+    with pytest.raises(ValueError, match="'linear1.bias'.*int64"):
+        tfm.load_module(cfg, {**sd, "linear1.bias": np.zeros(8, np.int64)})
     assert fast(np.zeros((1, 2, 4), dtype=np.float32)).shape == (1, 2, 4)  # the interpreter survives
 
 

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -176,6 +177,41 @@ TEST(KillResume, SigkillAtRandomMomentsLeavesALoadableCheckpoint) {
   for (const auto& e : fs::directory_iterator(run))
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
         << "stale temporary left after resume: " << e.path();
+  fs::remove_all(d);
+}
+
+// A checkpoint whose trainer state holds a count that cannot be one (a corrupt or hand-edited file) is
+// refused in one line naming the file and the key, before any step: a negative batch index used to
+// index the epoch's plan (a crash).
+TEST(CheckpointState, ImpossibleCountsAreRefusedByName) {
+  const std::string d = temp_dir("tfm_bad_state"), run = d + "/run";
+  std::vector<std::string> args = kTrainArgs;
+  std::string cmd = kCli + " train";
+  for (const std::string& a : args) cmd += " " + a;
+  std::string out;
+  ASSERT_EQ(run_command(cmd + " --max-steps 2 --out " + run, &out), 0) << out;
+  const std::string state = run + "/trainer_state.safetensors";
+  const tfm::io::SafeTensorsFile good = tfm::io::load_safetensors(state);
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"batch", -7, "'batch' must be a non-negative integer, got -7"},
+      {"step", "two", "'step' must be a non-negative integer, got \"two\""},
+      {"rng_offset", -1, "'rng_offset' must be a non-negative integer, got -1"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = nlohmann::json::parse(good.metadata.at("tfm_trainer_state"));
+    j[c.key] = c.value;
+    std::map<std::string, std::string> meta = good.metadata;
+    meta["tfm_trainer_state"] = j.dump();
+    tfm::io::save_safetensors(state, good.tensors, meta);
+    out.clear();
+    EXPECT_EQ(run_command(kCli + " train --resume " + run + " --max-steps 4 --threads 1", &out), 1) << out;
+    EXPECT_NE(out.find(state + ": " + c.expected), std::string::npos) << c.key << ": " << out;
+  }
   fs::remove_all(d);
 }
 

@@ -172,27 +172,49 @@ TEST(Trainer, ResumeWithoutCheckpointIsAClearError) {
   }
 }
 
-// A fresh run into a directory that holds another run or model (tfm train --force) deletes that run's
-// files before its own first step: a run that dies before its first checkpoint leaves no old checkpoint,
-// weights, metrics or GPT-2 source beside its new config.
-TEST(Trainer, FreshRunDeletesTheFilesOfTheRunItReplaces) {
+// A fresh run into a directory that holds another run or model (tfm train --force) replaces it with its
+// first checkpoint: a run that dies before then leaves the old run as it was; once it checkpoints, no old
+// checkpoint, weights, metrics or GPT-2 source is left beside its new config.
+// A run directory's config.json that the resume cannot read is named in the error (tfm train --resume and
+// --init-from read it through load_train_config).
+TEST(Trainer, ResumeConfigErrorsNameTheFile) {
+  const std::string a = testing::temp_dir("badcfg");
+  TrainConfig c = tiny(a);
+  c.max_steps = 1;
+  run_training(c);
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(io::read_file(a + "/config.json"));
+  j["model"]["foo"] = 1;
+  testing::spit(a + "/config.json", j.dump(2));
+  try {
+    load_train_config(a);
+    FAIL() << "an unknown key was read";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), a + "/config.json: model config: unknown key 'foo'");
+  }
+}
+
+TEST(Trainer, FreshRunReplacesTheRunItReplacesAtItsFirstCheckpoint) {
   const std::string a = testing::temp_dir("replaced");
   TrainConfig c = tiny(a);
   c.max_steps = 2;
   run_training(c);
-  for (const char* f : {"model.safetensors", "trainer_state.safetensors", "trainer_clock.json", "metrics.csv", "curves.svg"})
-    ASSERT_TRUE(std::filesystem::exists(a + "/" + f)) << f;
+  const std::vector<const char*> files = {"model.safetensors", "trainer_state.safetensors", "trainer_clock.json",
+                                          "metrics.csv", "curves.svg", "config.json", "gpt2_source.json"};
   testing::spit(a + "/gpt2_source.json", "{}");
+  std::map<std::string, std::string> before;
+  for (const char* f : files) before[f] = io::read_file(a + "/" + f);
   TrainHooks dies;  // the replacing run fails at its first step, before any checkpoint
   dies.progress = [](const ProgressEvent& e) {
     if (e.kind == ProgressEvent::Kind::STEP) throw std::runtime_error("killed");
   };
   c.seed = 12;
   EXPECT_THROW(run_training(c, dies), std::runtime_error);
-  for (const char* f : {"model.safetensors", "trainer_state.safetensors", "trainer_clock.json", "metrics.csv", "curves.svg",
-                        "gpt2_source.json"})
-    EXPECT_FALSE(std::filesystem::exists(a + "/" + f)) << f << " of the replaced run is left";
-  EXPECT_TRUE(std::filesystem::exists(a + "/config.json"));  // the new run's
+  for (const char* f : files) EXPECT_EQ(io::read_file(a + "/" + f), before[f]) << f << " of the old run changed";
+  c.max_steps = 1;
+  run_training(c);
+  EXPECT_FALSE(std::filesystem::exists(a + "/gpt2_source.json")) << "the replaced model's GPT-2 source is left";
+  for (const char* f : {"model.safetensors", "trainer_state.safetensors", "metrics.csv", "config.json"})
+    EXPECT_NE(io::read_file(a + "/" + f), before[f]) << f << " is still the old run's";
   EXPECT_NE(io::read_file(a + "/config.json").find("\"seed\": 12"), std::string::npos);
 }
 
@@ -691,6 +713,13 @@ TEST(TrainerLm, SameNumbersForOneAndTwoThreads) {
     EXPECT_TRUE(file(d + "/a", "model.safetensors") == file(d + out, "model.safetensors")) << out;
   }
   EXPECT_EQ(std::filesystem::file_size(d + "/cache/t.txt.tokens"), 64 + 2 * std::filesystem::file_size(d + "/t.txt"));
+  // A cache whose body was damaged (its header intact: ids past the vocabulary) is encoded again, not trusted.
+  std::string cache = io::read_file(d + "/cache/t.txt.tokens");
+  for (size_t i = 64 + 1; i < cache.size(); i += 2) cache[i] = '\xff';
+  testing::spit(d + "/cache/t.txt.tokens", cache);
+  c.out_dir = d + "/f";
+  run_training(c);
+  EXPECT_TRUE(file(d + "/a", "model.safetensors") == file(d + "/f", "model.safetensors"));
 }
 
 TEST(TrainerLm, ResumeRefusesAnotherTextAndDataErrorsNameTheFile) {

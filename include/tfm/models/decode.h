@@ -18,6 +18,11 @@
 
 namespace tfm {
 
+// The widest beam decode takes: each hypothesis of the beam holds its own key/value cache and scores
+// every target token at every step, so memory and time grow with the beam; beams used in practice are
+// 1–16, and a width of millions (a typo) would run until memory runs out.
+inline constexpr int kMaxBeam = 1024;
+
 struct DecodeOptions {
   int beam = 1;
   int64_t max_len = 0;  // 0: 2·source length + 10

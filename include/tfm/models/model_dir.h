@@ -137,6 +137,10 @@ std::vector<std::string> generate_text(const TrainedModel& m, const std::string&
                                        const std::function<void(int64_t sample, const std::string& piece)>& on_piece = {},
                                        const std::string& prompt_name = "prompt");
 
+// A prompt file's text, its bytes as they are (a regular file; a directory, a device or an unreadable
+// file throws naming it), for generate_text with the file's name as prompt_name.
+std::string read_prompt_file(const std::string& path);
+
 // Source ids (no bos/eos/pad) → predicted target tokens (greedy or beam), in input order, decoded
 // in length-sorted batches of `batch_size` under one InferenceMode scope of the caller's precision.
 // beam and batch_size ≥ 1 (std::invalid_argument otherwise; the batch size checked by data::plan_eval). Empty sources predict nothing (decode()

@@ -1,11 +1,11 @@
-// src/data/utf8.h — UTF-8 sequence checking shared by the tokenizers (vocab.cc) and the text corpus
-// (text.cc). Internal.
+// src/utf8.h — UTF-8 sequence checking shared by the tokenizers (data/vocab.cc, data/bpe.cc), the text
+// corpus (data/text.cc) and the error messages (quote.h). Internal.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-namespace tfm::data {
+namespace tfm {
 
 // Length of the UTF-8 sequence starting at s[i] (i < n), or 0 if it is not a valid one (overlong
 // forms, surrogates and values above U+10FFFF are rejected, as RFC 3629 requires).
@@ -28,4 +28,4 @@ inline size_t utf8_length(const uint8_t* s, size_t n, size_t i) {
   return len;
 }
 
-}  // namespace tfm::data
+}  // namespace tfm
