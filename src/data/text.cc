@@ -433,7 +433,7 @@ TextCorpus TextCorpus::slice(int64_t begin, int64_t end, const std::string& name
 
 void check_windows(const TextCorpus& corpus, int64_t block_size) {
   if (block_size < 1) throw std::invalid_argument("block_size must be ≥ 1, got " + std::to_string(block_size));
-  if (corpus.size() < block_size + 1)
+  if (corpus.size() <= block_size)  // (block_size + 1 could overflow)
     throw DataError(corpus.name() + ": " + std::to_string(corpus.size()) + " tokens, too few for one window of block_size + 1 = " +
                     std::to_string(block_size + 1) + " tokens (a smaller --block-size, or a longer text)");
 }

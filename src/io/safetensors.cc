@@ -285,6 +285,11 @@ Entry parse_entry(const std::string& path, const std::string& name, const ordere
 
   const ordered_json& js = j.at("shape");
   if (!js.is_array()) fail(path, who + ": shape must be an array, got " + snippet(js));
+  // Far above any tensor a model holds (PyTorch's own kernels stop at 25 dimensions); it keeps a shape's
+  // text, which messages quote, a line long.
+  constexpr size_t kMaxRank = 64;
+  if (js.size() > kMaxRank)
+    fail(path, who + ": shape has " + std::to_string(js.size()) + " dimensions, more than " + std::to_string(kMaxRank));
   for (size_t d = 0; d < js.size(); ++d)
     e.shape.push_back(read_count(path, who + ": shape[" + std::to_string(d) + "]", js[d]));
   // numel and numel × element size must both fit int64 (Tensor sizes). A 0 dim anywhere makes the

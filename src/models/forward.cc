@@ -39,7 +39,7 @@ struct Inputs {
     auto it = in.find(name);
     if (it == in.end()) return false;
     const Tensor& t = it->second;
-    if (t.dtype() != DType::BOOL || t.numel() != 1)
+    if (t.dtype() != DType::BOOL || t.dim() != 0)
       throw std::invalid_argument(source + ": '" + name + "' must be a 0-dimensional BOOL tensor, got " + describe(t));
     return t.data_bool()[0] != 0;
   }
@@ -118,7 +118,8 @@ struct MhaCall : CallOf<MultiheadAttention> {
     const int64_t L = c.sequence("query");
     const int64_t S = in.has("key") ? c.sequence("key") : L;
     if (in.has("value") && c.sequence("value") != S)
-      throw std::invalid_argument(in.source + ": tensors 'key' and 'value' have different lengths");
+      throw std::invalid_argument(in.source + ": tensors 'key' and 'value' have different lengths (" + std::to_string(S) +
+                                  " and " + std::to_string(c.sequence("value")) + ")");
     c.attn_mask("attn_mask", L, S);
     c.padding_mask("key_padding_mask", S);
     const Tensor& q = in.req("query");

@@ -370,6 +370,11 @@ TEST_F(SafeTensors, EntryShapeOfHeader) {
   expect_load_error(p, {"tensor 'w'", "missing \"data_offsets\""});
   write_raw(p, R"({"w": {"dtype": 3, "shape": [2], "data_offsets": [0, 8]}})", kOneTensorData);
   expect_load_error(p, {"tensor 'w'", "dtype must be a string"});
+  // 65 dimensions of 1 and then 2: refused by its rank (its shape's text would make a message of any length).
+  std::string dims;
+  for (int d = 0; d < 65; ++d) dims += "1, ";
+  write_raw(p, R"({"w": {"dtype": "F32", "shape": [)" + dims + R"(2], "data_offsets": [0, 8]}})", kOneTensorData);
+  expect_load_error(p, {"tensor 'w'", "shape has 66 dimensions, more than 64"});
 }
 
 TEST_F(SafeTensors, UnknownDtype) {
