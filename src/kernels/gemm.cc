@@ -171,9 +171,10 @@ void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     }
     if (!onednn_sgemm_serial(ta, trans_b, m, n, K, alpha, a, la, b, ldb, beta, c, ldc)) {
       // oneDNN only fails on malformed arguments (checked by the calling op) or out of memory;
-      // stay correct (and deterministic) anyway.
+      // stay correct (and deterministic) anyway. The twin gets the operands oneDNN was given: a
+      // transposed-first panel is the (m, K) copy, read untransposed at stride K (ta, la).
       assert(false && "oneDNN rejected a gemm panel");
-      gemm_scalar(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc);
+      gemm_scalar(ta, trans_b, m, n, K, alpha, a, la, b, ldb, beta, c, ldc);
     }
   };
   if (n_panels == 1) {
