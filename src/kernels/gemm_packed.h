@@ -28,7 +28,8 @@
 // count, as for kernels::gemm.
 //
 // Unlike the rest of the kernel layer this allocates (the packed copy, oneDNN primitives cached per
-// panel height) and may fail to find a oneDNN implementation; it never throws: a weight oneDNN
+// panel height; gemm_packed_scalar, the TFM_FORCE_SCALAR path, its rounded or quantized operands on
+// every call) and may fail to find a oneDNN implementation; it never throws: a weight oneDNN
 // cannot pack falls back to kernels::gemm on a plain (rounded) copy, with the same numbers up to
 // summation order.
 #pragma once

@@ -4,8 +4,14 @@
 // Rules for everything declared here (docs/ARCHITECTURE.md):
 //   * no tensor objects, no allocation beyond thread-local scratch that grows once to the largest
 //     size a thread has needed (attention's tiles and packed operands, the GEMM's transposed
-//     panels: the steady state allocates nothing), no exceptions but std::bad_alloc from that
-//     growth; arguments are checked by the op that calls the kernel, kernels only assert in debug.
+//     panels, the norms' per-chunk gradient partials: our code allocates nothing in the steady
+//     state), no exceptions but std::bad_alloc from that growth; arguments are checked by the op
+//     that calls the kernel, kernels only assert in debug. What does allocate, all behind the GEMMs:
+//     oneDNN allocates inside its calls (sgemm's packing buffers, which keep_gemm_buffers_resident
+//     keeps off the page-fault path; a matmul primitive's argument map and memory handles on each
+//     panel of gemm_bf16 and gemm_packed), a primitive is created and cached on a panel shape's first
+//     use, and the twins gemm_bf16_scalar and gemm_packed_scalar (the TFM_FORCE_SCALAR path and the
+//     tests' oracle, never the default path) allocate their widened or rounded operands every call.
 //   * names put the op first: the dispatching entry point is `<op>_forward` / `<op>_backward`, its
 //     scalar twin `<same>_scalar` has the same signature and is compiled into the library (the
 //     specification, the fallback and the test oracle), its AVX-512 body is `<same>_avx512`. Kernels
@@ -139,7 +145,8 @@ void layer_norm_forward_scalar(const float* x, const float* w, const float* b, f
 // μ and rstd are recomputed from x in double (the forward's exact values), not taken from the
 // forward's float outputs: the formula cancels to O(eps·rstd²) when eps is not negligible against
 // var (e.g. D = 2: dx = rstd·(g₁ − g₂)/2 · eps·rstd²), so a float-rounded rstd (relative error up to
-// 2⁻²⁴) would come back amplified by (var + eps)/eps — 2000× at var 1, eps 1e-3.
+// 2⁻²⁴) would come back amplified by 2·var/eps — 2000× at var 1, eps 1e-3 (a relative error ε in rstd
+// moves 1 − var·rstd² = eps·rstd² by 2ε·var·rstd², a relative 2ε·var/eps).
 void layer_norm_backward(const float* dy, const float* x, const float* w, float* dx, float* dw,
                          float* db, int64_t N, int64_t D, float eps, bool accumulate_dx = false);
 void layer_norm_backward_scalar(const float* dy, const float* x, const float* w, float* dx,
@@ -355,7 +362,9 @@ void dequantize_rows_scalar(const int32_t* acc, int64_t ldacc, int64_t M, int64_
 // ---- AVX-512 bodies ---------------------------------------------------------------------------------
 // Defined in the <op>_avx512.cc files (compiled with AVX-512 flags). Only the dispatching entry points
 // above and the tests call them, and only when cpu_has_avx512(). Each has the contract of the entry
-// point it is named after, run single-threaded over the rows or elements it is given.
+// point it is named after, run single-threaded over the rows or elements it is given — except the
+// attention bodies, which split (b, h, tile) over the threads themselves (attention_avx512.cc,
+// its "Determinism" note).
 void layer_norm_forward_avx512(const float* x, const float* w, const float* b, float* y, float* mean,
                                float* rstd, int64_t N, int64_t D, float eps);
 void layer_norm_backward_avx512(const float* dy, const float* x, const float* w, float* dx, float* dw,
