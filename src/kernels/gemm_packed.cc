@@ -59,9 +59,10 @@ void convert_rows_to_bf16_scalar(const float* src, int64_t lds, int64_t m, int64
 }
 
 void convert_rows_to_bf16(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst) {
-  if (!cpu_has_avx512()) return convert_rows_to_bf16_scalar(src, lds, m, K, dst);
-  if (lds == K) return float_to_bf16_avx512(src, dst, m * K);  // dense: one run
-  for (int64_t i = 0; i < m; ++i) float_to_bf16_avx512(src + i * lds, dst + i * K, K);
+  if (cpu_has_avx512())
+    convert_rows_to_bf16_avx512(src, lds, m, K, dst);
+  else
+    convert_rows_to_bf16_scalar(src, lds, m, K, dst);
 }
 
 namespace {

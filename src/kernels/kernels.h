@@ -17,6 +17,26 @@
 //     specification, the fallback and the test oracle), its AVX-512 body is `<same>_avx512`. Kernels
 //     that are not one direction of an op (gemm, gemm_bias, bias_grad, transpose) are named by the
 //     noun alone, with the same suffixes. No sub-namespaces: everything is tfm::kernels::<name>.
+//     The templates of <op>_scalar.h carry the twins' names (cross_entropy_forward_scalar<T>, with T
+//     label_smoothing too): a call with <float> is the template, one without it the float twin,
+//     which runs that template. Where a kernel departs from the rule, it is for a reason:
+//       - no twin of its own: gemm_bias (defined as gemm onto rows preset to the bias, which
+//         TFM_FORCE_SCALAR runs over gemm_scalar); copy_bytes (no arithmetic); quantize_rows_s8 (one
+//         scalar body, run once per weight).
+//       - no AVX-512 body of its own: gemm, gemm_bias (oneDNN is their fast path, gemm_backend.h);
+//         activation_forward (bias_activation_forward's body without a bias); add_layer_norm_forward
+//         (add_(dropout_)forward_avx512, then layer_norm_forward_avx512, on each chunk of rows).
+//       - bias_activation_forward_avx512 and activation_backward_avx512 return false for a kind they
+//         do not handle (the entry point then runs the twin).
+//       - bias_grad_avx512 and the template behind bias_grad_scalar take dy's row stride ld: the
+//         dispatcher hands each a block of columns.
+//       - log_softmax_rows' AVX-512 body is per row, log_softmax_row_avx512, returning false on a row
+//         the twin must take; its twin log_softmax_rows_scalar runs log_softmax_row_scalar
+//         (cross_entropy_scalar.h, the one double log-softmax of a row, which decoding calls too).
+//       - gemm_bf16, gemm_packed and convert_rows_to_bf16 are declared with their twins and bodies
+//         in gemm_bf16.h and gemm_packed.h, beside the packed weight and the bfloat16 rounding they
+//         share, not here.
+//       - attention_exp_avx512 is not a kernel: it exposes attention's vector exp to its test.
 //   * results do not depend on the thread count: work is split in fixed-size chunks whose reduction
 //     order never changes with the number of threads.
 //   * row-major everywhere; shapes use the legend B batch, T/L target (query) length, S source (key)
@@ -276,16 +296,23 @@ void transpose_scalar(const float* src, int64_t sl, int64_t rows, int64_t cols, 
 // statistics are accumulated in double.
 void cross_entropy_forward(const float* logits, const int32_t* target, float* loss, float* lse,
                            int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
+void cross_entropy_forward_scalar(const float* logits, const int32_t* target, float* loss, float* lse,
+                                  int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
 // log-softmax statistics of N rows z (N,V): lse_n = m + log Σ_v exp(z_v − m) in double and argmax_n
 // (the first v with z_v = m), as log_softmax_row_scalar (cross_entropy_scalar.h) defines them — the
 // teacher-forced scorer's loss and accuracy. Rows in parallel, on the AVX-512 body (cross_entropy_avx512.cc:
 // exps by the vector exp, summed in double: lse within 2.6e-7 absolute of the twin, argmax the
 // same) or the twin, which also takes any row whose maximum is not finite or that holds a NaN.
 void log_softmax_rows(const float* logits, int64_t N, int64_t V, double* lse, int64_t* argmax);
+// The twin: log_softmax_row_scalar row by row.
+void log_softmax_rows_scalar(const float* logits, int64_t N, int64_t V, double* lse, int64_t* argmax);
 // dlogits_n = scale_n · (softmax(z) − (1−ε)·onehot(t) − ε/V)  (overwrite; zero for ignored rows).
 void cross_entropy_backward(const float* logits, const int32_t* target, const float* lse,
                             const float* scale, float* dlogits, int64_t N, int64_t V,
                             int32_t ignore_index, float label_smoothing);
+void cross_entropy_backward_scalar(const float* logits, const int32_t* target, const float* lse,
+                                   const float* scale, float* dlogits, int64_t N, int64_t V,
+                                   int32_t ignore_index, float label_smoothing);
 
 // ---- Random numbers -------------------------------------------------------------------------------
 // Counter-based: the value for index i depends only on (seed, i), so results never depend on
@@ -404,8 +431,9 @@ void cross_entropy_forward_avx512(const float* logits, const int32_t* target, fl
 void cross_entropy_backward_avx512(const float* logits, const int32_t* target, const float* lse,
                                    const float* scale, float* dlogits, int64_t N, int64_t V,
                                    int32_t ignore_index, float label_smoothing);
-// log_softmax_rows' body for rows whose entries are all finite (the dispatcher sends the others to
-// the twin): returns false, leaving lse and argmax of that row unset, on a row that is not.
+// log_softmax_rows' body, one row: for a row whose entries are all finite; returns false, leaving lse
+// and argmax unset, on a row that is not (the dispatcher sends it to the twin). Same statistics as
+// cross_entropy_forward_avx512's (one row log-sum-exp in cross_entropy_avx512.cc).
 bool log_softmax_row_avx512(const float* z, int64_t V, double* lse, int64_t* argmax);
 // The attention kernel's vectorized exp, applied elementwise: exposed so the test can measure its
 // error in ulp against std::exp.
