@@ -1,6 +1,7 @@
 // src/kernels/attention_avx512.cc — flash-attention forward and backward for AVX-512 (fp32).
 //
-// Compiled with -mavx512f/bw/dq/vl -mfma (CMake, because of the *_avx512.cc name); the dispatch in
+// Compiled with AVX-512 flags (CMakeLists.txt's TFM_AVX512_OPTIONS, because of the *_avx512.cc name:
+// the F, BW, DQ and VL subsets cpu_has_avx512() checks, and FMA); the dispatch in
 // attention.cc calls it only when cpu_has_avx512(). The specification is the scalar reference in
 // attention_scalar.h; tests/kernels/attention_test.cc checks this file against it.
 //

@@ -45,10 +45,21 @@
 // Files are named for their op: src/kernels/<op>.cc holds the dispatching entry points and the
 // float twins, <op>_scalar.h the scalar specification (templates over T with the twin's name, so the
 // gradient checks run the same code in double), <op>_avx512.cc the AVX-512 bodies (compiled with
-// AVX-512 flags because of the name; see CMakeLists.txt). Ops: gemm (gemm_scalar.*, gemm_backend.h;
-// gemm_packed.* for packed inference weights), attention, layer_norm, rms_norm, activation, cross_entropy,
-// elementwise (add, dropout, bias gradient, transpose). Shared pieces: parallel_chunks.h (the fixed
-// work split), *_avx512.h (helpers for AVX-512 files only), cpu.cc (dispatch switch, hash).
+// AVX-512 flags because of the name; see CMakeLists.txt). The ops:
+//   attention, layer_norm (with the residual add + LayerNorm), rms_norm, activation, cross_entropy (with
+//     log_softmax_rows), elementwise (add, dropout, bias gradient, transpose, copy_bytes): all three files;
+//   gemm and gemm_bias: gemm.cc (oneDNN sgemm on fixed panels) and gemm_backend.h (its panel plan, shared
+//     with gemm_bf16, gemm_packed and bench/); the twin's template in gemm_scalar.h and the float twin
+//     in gemm_scalar.cc, not gemm.cc; no AVX-512 file (oneDNN is the fast path);
+//   gemm_bf16.{h,cc} (bfloat16 operands: Autocast's matmuls) and gemm_packed.{h,cc} (weights packed once
+//     for inference: f32, bf16, int8), each declared in its own header with its twin, a plain float
+//     function in the .cc (no _scalar.h); gemm_packed_avx512.cc holds the bfloat16 rounding's body;
+//   quantize (int8 rules, declared here): quantize.cc with its twins as plain functions (no _scalar.h),
+//     quantize_avx512.cc.
+// Shared pieces: onednn_primitives.h (the engine, the per-thread streams and grow-only buffers of
+// gemm_bf16 and gemm_packed), parallel_chunks.h (the fixed work split, the norms' partials),
+// common_avx512.h, dropout_hash_avx512.h and transpose_avx512.h (helpers for AVX-512 files only),
+// cpu.cc (the CPU checks, the scalar switch, splitmix64).
 //
 // To add a kernel `foo_forward`: declare it and `foo_forward_scalar` here with the shapes in
 // comments (and `foo_forward_avx512` at the end), write the scalar template in foo_scalar.h, the
