@@ -44,7 +44,8 @@ void log_softmax_rows(const float* logits, int64_t N, int64_t V, double* lse, in
 #pragma omp parallel for schedule(static) if (N * V > 65536)
   for (int64_t n = 0; n < N; ++n) {
     const float* z = logits + n * V;
-    if (!simd || !log_softmax_row_avx512(z, V, lse + n, argmax + n)) log_softmax_rows_scalar(z, 1, V, lse + n, argmax + n);
+    if (!simd || !log_softmax_row_avx512(z, V, lse + n, argmax + n))
+      log_softmax_rows_scalar(z, 1, V, lse + n, argmax + n);
   }
 }
 
