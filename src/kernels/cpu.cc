@@ -19,8 +19,10 @@ bool force_scalar() {
 bool cpu_has_avx512() {
   static const bool has = [] {
     __builtin_cpu_init();
+    // Every flag the *_avx512.cc files are compiled with (CMakeLists.txt, TFM_AVX512_OPTIONS).
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("fma");
   }();
   return has && !force_scalar();
 }

@@ -78,7 +78,7 @@ namespace tfm::kernels {
 // ---- CPU features and the scalar switch ----------------------------------------------------------
 // TFM_FORCE_SCALAR=1 in the environment makes every dispatching kernel take its scalar twin
 // (for bisecting numerical differences). Read once.
-bool cpu_has_avx512();  // AVX-512F/BW/DQ/VL and not forced scalar
+bool cpu_has_avx512();  // AVX-512F/BW/DQ/VL and FMA (the *_avx512.cc files' flags) and not forced scalar
 bool force_scalar();
 // AVX512-VNNI (vpdpbusd) or AMX-INT8, and not forced scalar: the int8 Linear (gemm_packed.h) runs on
 // oneDNN only then. Without them oneDNN's u8·s8 kernels pair products in saturating int16 (vpmaddubsw),
