@@ -6,7 +6,9 @@
 // scalar coefficients (bias corrections, step size) are computed in double like Python floats and
 // rounded to float once, as ATen does when it applies a Python scalar to a float32 tensor; the
 // element-wise updates run in float32. Each element's update reads only that element, so the loops
-// that run in parallel (Adam's over a large tensor, OpenMP) give the same bits for any thread count.
+// that run in parallel give the same bits for any thread count: Adam's update (adam_update_ranges, one
+// OpenMP region over the elements of every parameter laid end to end, once they total 65,536 or more,
+// each thread an equal share).
 //
 // To add an optimizer: derive from Optimizer, keep one state tensor per parameter and slot (lazily
 // created on the first step that sees a gradient, like torch), name the slots as torch's state

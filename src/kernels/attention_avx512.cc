@@ -1,6 +1,7 @@
 // src/kernels/attention_avx512.cc — flash-attention forward and backward for AVX-512 (fp32).
 //
-// Compiled with -mavx512f/bw/dq/vl -mfma (CMake, because of the *_avx512.cc name); the dispatch in
+// Compiled with AVX-512 flags (CMakeLists.txt's TFM_AVX512_OPTIONS, because of the *_avx512.cc name:
+// the F, BW, DQ and VL subsets cpu_has_avx512() checks, and FMA); the dispatch in
 // attention.cc calls it only when cpu_has_avx512(). The specification is the scalar reference in
 // attention_scalar.h; tests/kernels/attention_test.cc checks this file against it.
 //
@@ -198,12 +199,12 @@ struct Layout {
 };
 
 // Why pack: in the caller's layout consecutive rows of one head are H·Dh or 3·H·Dh floats apart
-// (3 KB for config L's packed in-projection). Such a stride maps a head's rows onto a small subset
-// of the cache sets: config L's K and V rows (1 MB together) compete for 512 of L2's 2048 sets, so
-// without the copy every query tile re-streams K and V from L3 and the forward runs far below its
-// micro-kernels' in-cache rate (bench/RESULTS.md, "Design measurements behind the kernels"). Copied
-// once into contiguous (B, H, rows, Dh) blocks, a head's operands stay in L2 across all of its tiles.
-// Short sequences fit either way and skip the copy.
+// (3 KB for the packed in-projection of D = 256: 48 cache lines). Such a stride maps a head's rows
+// onto a small subset of the cache sets: with Dh = 64 and S = 2048, a head's K and V rows (1 MB
+// together) start only on every 16th set and compete for 512 of a 2048-set L2, so without the copy
+// every query tile re-streams K and V from L3 (bench/RESULTS.md, "Design measurements behind the
+// kernels", has what that cost). Copied once into contiguous (B, H, rows, Dh) blocks, a head's
+// operands stay in L2 across all of its tiles. Short sequences fit either way and skip the copy.
 inline bool worth_packing(const AttentionParams& p) { return p.L * p.S >= 256 * 256; }
 
 // Rows [0, rows) of every head, W wide, src → dst (any two layouts), in parallel over (b, h) when `par`.
@@ -541,8 +542,8 @@ void backward_query_tile(const BackwardCall& c, const Head& hd, int64_t i0) {
   }
 }
 
-// Below this many multiply-adds (≈ 50 µs on one core) a parallel region costs more than it saves:
-// run on the calling thread. Results do not depend on it.
+// Below 2^21 multiply-adds (B·H·L·S·Dh; the GEMM's kSerialWork, gemm_backend.h) a parallel region
+// costs more than it saves: run on the calling thread. Results do not depend on it.
 inline bool worth_threading(const AttentionParams& p) {
   return p.B * p.H * p.L * p.S * std::max<int64_t>(p.Dh, 1) >= (int64_t{1} << 21);
 }
@@ -616,8 +617,9 @@ void attention_backward_avx512(const AttentionParams& p, const float* dout, floa
   }
   const BackwardCall c{p, lt, Dropout(p), dk, dv};
   if (BH >= nth) {
-    // Scheme 1: one head per task, no recomputation. (With BH = 3 on 2 threads the last round
-    // idles one thread, still cheaper than scheme 2's ≈ 1.5× work.)
+    // Scheme 1: one head per task, no recomputation: preferred whenever there are at least as many
+    // heads as threads, even when the last round leaves threads idle (B·H = 3 on 2 threads), since
+    // scheme 2 computes S and dP in both of its passes.
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int64_t bh = 0; bh < BH; ++bh) backward_head(c, bh);
   } else {

@@ -26,7 +26,8 @@ inline __m512 join_ps(__m512d lo, __m512d hi) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
 }
 
-// Vector exp, 16 lanes (the softmax of attention_avx512.cc, the GELU of activation_avx512.cc):
+// Vector exp, 16 lanes (the softmax of attention_avx512.cc, the GELU and the sigmoid of
+// activation_avx512.cc, the log-sum-exp and softmax of cross_entropy_avx512.cc):
 // exp(x) = 2^n · e^r with n = round(x·log2 e), r = x − n·ln2 (Cody–Waite: ln2 = C1 + C2, C1 with few
 // bits so n·C1 is exact), |r| ≤ ln2/2, e^r by its degree-7 Taylor polynomial (truncation error
 // r^8/8! ≤ 5e-9 relative, far below float's 6e-8 half-ulp), 2^n applied by vscalefps (which

@@ -1,5 +1,6 @@
-// src/kernels/cpu.cc — run-time CPU feature detection, the TFM_FORCE_SCALAR switch, and the
-// counter-based random hash used by dropout.
+// src/kernels/cpu.cc — run-time CPU feature detection, the TFM_FORCE_SCALAR switch, and splitmix64, the
+// counter-based hash behind every random number: initial weights draw from it directly (uniform01), and
+// dropout's own 32-bit hash takes its key per (seed, counter / 2³²) from it (dropout_key, kernels.h).
 #include <cstdlib>
 #include <cstring>
 
@@ -18,8 +19,10 @@ bool force_scalar() {
 bool cpu_has_avx512() {
   static const bool has = [] {
     __builtin_cpu_init();
+    // Every flag the *_avx512.cc files are compiled with (CMakeLists.txt, TFM_AVX512_OPTIONS).
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("fma");
   }();
   return has && !force_scalar();
 }
@@ -34,8 +37,8 @@ bool cpu_has_int8_dot() {
 }
 
 // SplitMix64's output step on the state seed·φ + counter + φ (φ = 2⁶⁴/golden ratio): a cheap,
-// well-mixed 64-bit hash, so dropout masks and initial weights are a pure function of (seed, element
-// index).
+// well-mixed 64-bit hash, so initial weights and dropout's keys (hence its masks) are a pure function of
+// (seed, element index).
 // One round is enough: it passes the uniformity, consecutive-pair and seed-to-seed tests
 // (tests/kernels/elementwise_test.cc, ElementwiseKernel.HashIsUniformAndUncorrelated), which a
 // second round does not improve while adding to the cost of every draw (bench/RESULTS.md, "Design

@@ -1,8 +1,9 @@
 // src/kernels/elementwise.cc — the element-wise kernels' dispatching entry points (add_forward,
-// dropout_forward, add_dropout_forward, bias_grad, transpose) and their float scalar twins. The twins
-// instantiate the templates of elementwise_scalar.h; the entry points run fixed chunks
-// (parallel_chunks.h), so results never depend on the thread count, on the AVX-512 bodies of
-// elementwise_avx512.cc when cpu_has_avx512(). Contracts in kernels.h.
+// dropout_forward, add_dropout_forward, bias_grad, transpose; copy_bytes, which has no twin) and their
+// float scalar twins. The twins instantiate the templates of elementwise_scalar.h (but transpose_scalar,
+// a plain copy loop written here); the entry points run fixed chunks (parallel_chunks.h), so results
+// never depend on the thread count, on the AVX-512 bodies of elementwise_avx512.cc when
+// cpu_has_avx512(). Contracts in kernels.h.
 #include <algorithm>
 #include <cstring>
 
@@ -19,7 +20,7 @@ void dropout_forward_scalar(const float* x, float* y, int64_t n, float p, uint64
   dropout_forward_scalar<float>(x, y, n, p, seed, offset);
 }
 void bias_grad_scalar(const float* dy, float* db, int64_t N, int64_t F) {
-  bias_grad_scalar<float>(dy, db, N, F);
+  bias_grad_scalar<float>(dy, F, db, N, F);
 }
 void transpose_scalar(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld) {
   for (int64_t r = 0; r < rows; ++r)
@@ -78,11 +79,10 @@ void bias_grad(const float* dy, float* db, int64_t N, int64_t F) {
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t f0 = c * kColChunk, m = std::min(kColChunk, F - f0);
     // The column block is strided in dy (row stride F).
-    if (simd) {
+    if (simd)
       bias_grad_avx512(dy + f0, F, db + f0, N, m);
-    } else {
-      for (int64_t n = 0; n < N; ++n) add_forward_scalar(db + f0, dy + n * F + f0, db + f0, m);
-    }
+    else
+      bias_grad_scalar<float>(dy + f0, F, db + f0, N, m);
   }
 }
 

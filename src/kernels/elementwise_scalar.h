@@ -33,11 +33,12 @@ void add_dropout_forward_scalar(const T* a, const T* x, T* y, int64_t n, float p
     y[i] = a[i] + (dropout_keep(seed, offset + static_cast<uint64_t>(i), p) ? x[i] * scale : T(0));
 }
 
-// db += Σ_rows dy, each column summed over rows 0..N−1 in order.
+// db (F) += Σ_rows dy, each column summed over rows 0..N−1 in order; dy's rows at stride ld ≥ F (like
+// bias_grad_avx512's, so the dispatcher can hand it a block of columns).
 template <typename T>
-void bias_grad_scalar(const T* dy, T* db, int64_t N, int64_t F) {
+void bias_grad_scalar(const T* dy, int64_t ld, T* db, int64_t N, int64_t F) {
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t f = 0; f < F; ++f) db[f] += dy[n * F + f];
+    for (int64_t f = 0; f < F; ++f) db[f] += dy[n * ld + f];
 }
 
 }  // namespace tfm::kernels

@@ -28,10 +28,10 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // Row panels of at most kMaxPanelRows rows, an even number of them (≥ 2) so two threads share
 // evenly; tall-skinny outputs with few rows (M < 128, e.g. decoding) are cut into column panels
-// instead. At most 512 rows: a 512-row panel runs at the full-matrix single-core speed, smaller
-// panels amortize A's packing and the kernel's blocking over fewer rows, and two 512-row panels on
-// 2 threads match oneDNN's own (non-deterministic) threading (bench/bench_gemm.cc on the transformer
-// shapes; the figures are in bench/RESULTS.md, "Design measurements behind the kernels").
+// instead. At most 512 rows, and no fewer than needed: a 512-row panel already amortizes A's packing
+// and the kernel's blocking as the whole matrix would, while shorter panels amortize them over fewer
+// rows (bench/bench_gemm.cc on the transformer shapes; the figures are in bench/RESULTS.md, "Design
+// measurements behind the kernels").
 // TODO(gemm): machines with more than 2 cores want more panels for M = 1024; re-measure there
 // before lowering kMaxPanelRows (the plan must stay a function of the shape only).
 constexpr int64_t kMaxPanelRows = 512, kMinPanelRows = 64, kMaxPanelCols = 1024;
@@ -68,10 +68,11 @@ const float* transposed_panel(const float* a, int64_t lda, int64_t m, int64_t K)
 // scratch Cᵀ (N, M), then transposed into C. For TN weight gradients dW = dyᵀ·x with a long-stride dy
 // and many more output rows than columns — FFN1's dW (2048, 512) = dz (1024, 2048)ᵀ · x (1024, 512):
 // the swapped product reads x, the short-stride operand, as its transposed A, which oneDNN packs
-// fast, and moves 4 MB once instead of copying dz's panels to rows (transpose_a_first). It pays when
-// the stride is long and the swapped product keeps enough rows to panel well: config L's FFN1 dW
-// (1024×256×2048, stride 1024) gains nothing swapped (its swapped product has only 256 rows, two
-// 128-row panels), hence the stride and ratio conditions (bench/bench_gemm.cc, tfm_gemm against
+// fast, and moves 4 MB once instead of copying dz's panels to rows (transpose_a_first). Swapped only
+// where the stride is long (lda ≥ kTransposeMinLda, where oneDNN's transposed packing slows) and the
+// output has at least kSwapMinRatio times more rows than columns. So FFN1's dW at D = 256, F = 1024
+// over 2048 tokens (M 1024, N 256, K 2048, lda 1024) stays unswapped: its stride is short, and its
+// swapped product would have only 256 rows, two 128-row panels (bench/bench_gemm.cc, tfm_gemm against
 // panels/512x512; the figures are in bench/RESULTS.md, "Design measurements behind the kernels").
 // Only for beta = 0 (a gradient slot written, not accumulated), which is how Linear's backward calls
 // it after zero_grad.
@@ -105,10 +106,10 @@ void gemm_tn_swapped(int64_t M, int64_t N, int64_t K, float alpha, const float* 
 // oneDNN's sgemm allocates its packing buffers for A and B (2–4 MB at transformer shapes) with
 // posix_memalign and frees them before it returns, on every call. Under glibc's default, adaptive
 // thresholds that memory goes back to the kernel on free (the heap top is trimmed, or the block is
-// mmap'ed) and is faulted in again, page by page, by the next call: thousands of page faults per
-// training step, a large share of its time at one thread (bench/RESULTS.md, "Design measurements
-// behind the kernels"); oneDNN's matmul primitives (gemm_bf16, gemm_packed) and a training step's
-// activations are such blocks too. So, once, before the first oneDNN call: blocks below 32 MB
+// mmap'ed) and is faulted in again, page by page, by the next call: a trap and a zeroed page for
+// every 4 KB of every buffer, every call (bench/RESULTS.md, "Design measurements behind the
+// kernels", has the count and the cost); oneDNN's matmul primitives (gemm_bf16, gemm_packed) and a
+// training step's activations are such blocks too. So, once, before the first oneDNN call: blocks below 32 MB
 // (glibc's largest mmap threshold) come from the heap, and up to 256 MB of free heap top is kept.
 // Process-wide, hence documented in the README; left alone when the user tunes malloc through
 // GLIBC_TUNABLES, and a no-op under allocators that are not glibc's (mallopt then returns 0 and
@@ -171,9 +172,10 @@ void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     }
     if (!onednn_sgemm_serial(ta, trans_b, m, n, K, alpha, a, la, b, ldb, beta, c, ldc)) {
       // oneDNN only fails on malformed arguments (checked by the calling op) or out of memory;
-      // stay correct (and deterministic) anyway.
+      // stay correct (and deterministic) anyway. The twin gets the operands oneDNN was given: a
+      // transposed-first panel is the (m, K) copy, read untransposed at stride K (ta, la).
       assert(false && "oneDNN rejected a gemm panel");
-      gemm_scalar(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc);
+      gemm_scalar(ta, trans_b, m, n, K, alpha, a, la, b, ldb, beta, c, ldc);
     }
   };
   if (n_panels == 1) {

@@ -1,6 +1,7 @@
 // src/kernels/gemm_backend.h — internals of the fast gemm (src/kernels/gemm.cc), exposed only to
-// gemm.cc, gemm_packed.cc and bench/bench_gemm.cc so the panel choice can be measured against oneDNN's own
-// threading. Not part of the kernel interface: ops call gemm() from kernels.h.
+// gemm.cc, gemm_bf16.cc and gemm_packed.cc (which run oneDNN on the same panel plan, or the same serial
+// scope) and bench/bench_gemm.cc, so the panel choice can be measured against oneDNN's own threading.
+// Not part of the kernel interface: ops call gemm() from kernels.h.
 //
 // Determinism scheme. oneDNN's sgemm, when it threads, may split the K reduction between threads
 // and the split depends on the thread count, so results change with OMP_NUM_THREADS. Instead, C is
@@ -21,9 +22,9 @@ namespace tfm::kernels::gemm_detail {
 // runs serially inside an active parallel region (it checks omp_in_parallel()), but outside one,
 // and when a primitive descriptor picks its blocking, it asks omp_get_max_threads(). That is an
 // ICV of the calling task only, so lowering it here and restoring it afterwards affects nobody
-// else, inside or outside our parallel region. (A 2-thread top-level dnnl_sgemm of NT 1024×512×2048
-// differs bitwise from the 1-thread one; the same call inside a 2-thread parallel region equals the
-// 1-thread result.)
+// else, inside or outside our parallel region. A call that sees a budget above 1 may thread, and its
+// bits then depend on the budget (the scheme above; bench/RESULTS.md, "Design measurements behind the
+// kernels", records the check).
 class SerialOmpScope {
  public:
   SerialOmpScope() : saved_(omp_get_max_threads()) {
@@ -45,10 +46,10 @@ struct GemmPlan {
 };
 
 // Below this many multiply-adds (M·N·K) the whole product is one single-threaded call: a thread
-// team costs more than it saves. 2^21 (≈20 µs of single-core work) is half of the smallest
-// benchmarked shape, 1024×64×64 = 2^22, which still gains from 2 threads (bench/RESULTS.md, "Design
-// measurements behind the kernels"). TODO(gemm): add 1024×{16,32}×64 to bench_gemm to pin the
-// break-even.
+// team costs more than it saves. 2^21 is half of the smallest benchmarked shape that still gains
+// from 2 threads, 1024×64×64 = 2^22: the conservative side of an unmeasured break-even
+// (bench/RESULTS.md, "Design measurements behind the kernels"). TODO(gemm): add 1024×{16,32}×64 to
+// bench_gemm to pin the break-even.
 inline constexpr int64_t kSerialWork = int64_t(1) << 21;
 
 // The plan for a product: a function of the shape only, never of the thread count.

@@ -19,7 +19,9 @@
 //
 // The scalar twin gemm_bf16_scalar is the specification: every operand widened to float32 exactly,
 // then gemm_scalar (one accumulator per output, k ascending), bias added after the sum, then beta·C.
-// TFM_FORCE_SCALAR=1 selects it.
+// TFM_FORCE_SCALAR=1 selects it. Unlike the rest of the kernels it allocates on every call (the widened
+// operands, and the float32-A form's rounded A): an exception to kernels.h's no-allocation rule that
+// only the forced-scalar path and the tests pay.
 #pragma once
 
 #include <cstdint>

@@ -59,9 +59,10 @@ void convert_rows_to_bf16_scalar(const float* src, int64_t lds, int64_t m, int64
 }
 
 void convert_rows_to_bf16(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst) {
-  if (!cpu_has_avx512()) return convert_rows_to_bf16_scalar(src, lds, m, K, dst);
-  if (lds == K) return float_to_bf16_avx512(src, dst, m * K);  // dense: one run
-  for (int64_t i = 0; i < m; ++i) float_to_bf16_avx512(src + i * lds, dst + i * K, K);
+  if (cpu_has_avx512())
+    convert_rows_to_bf16_avx512(src, lds, m, K, dst);
+  else
+    convert_rows_to_bf16_scalar(src, lds, m, K, dst);
 }
 
 namespace {
@@ -298,9 +299,9 @@ std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64
 bool packed_by_onednn(const PackedWeight& W) { return W.packed; }
 
 int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K) {
-  // At most 128 rows per panel: single-core, panels of 16–256 rows run faster than panels of 512
-  // or more (bench/RESULTS.md, "Design measurements behind the kernels"). Small products stay one
-  // serial call (gemm_backend.h: kSerialWork).
+  // At most 128 rows per panel, inside the range of panel heights at which one thread's packed
+  // matmul keeps its best rate; taller panels lose it (bench/RESULTS.md, "Design measurements behind
+  // the kernels"). Small products stay one serial call (gemm_backend.h: kSerialWork).
   constexpr int64_t kMaxRows = 128, kAlign = 16;
   if (M <= kAlign || M * N * K < gemm_detail::kSerialWork) return std::max<int64_t>(M, 1);
   int64_t n = std::max<int64_t>(2, ceil_div(M, kMaxRows));

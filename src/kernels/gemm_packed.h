@@ -28,7 +28,8 @@
 // count, as for kernels::gemm.
 //
 // Unlike the rest of the kernel layer this allocates (the packed copy, oneDNN primitives cached per
-// panel height) and may fail to find a oneDNN implementation; it never throws: a weight oneDNN
+// panel height; gemm_packed_scalar, the TFM_FORCE_SCALAR path, its rounded or quantized operands on
+// every call) and may fail to find a oneDNN implementation; it never throws: a weight oneDNN
 // cannot pack falls back to kernels::gemm on a plain (rounded) copy, with the same numbers up to
 // summation order.
 #pragma once
@@ -72,12 +73,11 @@ int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K);
 uint16_t float_to_bf16(float x);
 float bf16_to_float(uint16_t h);
 // dst[i*K + k] = float_to_bf16(src[i*lds + k]) for an (m, K) block. Single-threaded (callers run it
-// per panel). Runs float_to_bf16_avx512 over the rows when cpu_has_avx512(), bitwise equal to the
-// scalar twin.
+// per panel). Runs the AVX-512 body when cpu_has_avx512(), bitwise equal to the scalar twin.
 void convert_rows_to_bf16(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst);
 void convert_rows_to_bf16_scalar(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst);
-// dst[i] = float_to_bf16(src[i]) for n floats, 16 lanes at once with the same integer rounding
-// (gemm_packed_avx512.cc, compiled with AVX-512 flags; call only when cpu_has_avx512()).
-void float_to_bf16_avx512(const float* src, uint16_t* dst, int64_t n);
+// The AVX-512 body: 16 lanes at once with the same integer rounding (gemm_packed_avx512.cc, compiled
+// with AVX-512 flags; call only when cpu_has_avx512()).
+void convert_rows_to_bf16_avx512(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst);
 
 }  // namespace tfm::kernels

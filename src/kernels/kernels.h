@@ -4,13 +4,39 @@
 // Rules for everything declared here (docs/ARCHITECTURE.md):
 //   * no tensor objects, no allocation beyond thread-local scratch that grows once to the largest
 //     size a thread has needed (attention's tiles and packed operands, the GEMM's transposed
-//     panels: the steady state allocates nothing), no exceptions but std::bad_alloc from that
-//     growth; arguments are checked by the op that calls the kernel, kernels only assert in debug.
+//     panels, the norms' per-chunk gradient partials: our code allocates nothing in the steady
+//     state), no exceptions but std::bad_alloc from that growth; arguments are checked by the op
+//     that calls the kernel, kernels only assert in debug. What does allocate, all behind the GEMMs:
+//     oneDNN allocates inside its calls (sgemm's packing buffers, which keep_gemm_buffers_resident
+//     keeps off the page-fault path; a matmul primitive's argument map and memory handles on each
+//     panel of gemm_bf16 and gemm_packed), a primitive is created and cached on a panel shape's first
+//     use, and the twins gemm_bf16_scalar and gemm_packed_scalar (the TFM_FORCE_SCALAR path and the
+//     tests' oracle, never the default path) allocate their widened or rounded operands every call.
 //   * names put the op first: the dispatching entry point is `<op>_forward` / `<op>_backward`, its
 //     scalar twin `<same>_scalar` has the same signature and is compiled into the library (the
 //     specification, the fallback and the test oracle), its AVX-512 body is `<same>_avx512`. Kernels
 //     that are not one direction of an op (gemm, gemm_bias, bias_grad, transpose) are named by the
 //     noun alone, with the same suffixes. No sub-namespaces: everything is tfm::kernels::<name>.
+//     The templates of <op>_scalar.h carry the twins' names (cross_entropy_forward_scalar<T>, with T
+//     label_smoothing too): a call with <float> is the template, one without it the float twin,
+//     which runs that template. Where a kernel departs from the rule, it is for a reason:
+//       - no twin of its own: gemm_bias (defined as gemm onto rows preset to the bias, which
+//         TFM_FORCE_SCALAR runs over gemm_scalar); copy_bytes (no arithmetic); quantize_rows_s8 (one
+//         scalar body, run once per weight).
+//       - no AVX-512 body of its own: gemm, gemm_bias (oneDNN is their fast path, gemm_backend.h);
+//         activation_forward (bias_activation_forward's body without a bias); add_layer_norm_forward
+//         (add_(dropout_)forward_avx512, then layer_norm_forward_avx512, on each chunk of rows).
+//       - bias_activation_forward_avx512 and activation_backward_avx512 return false for a kind they
+//         do not handle (the entry point then runs the twin).
+//       - bias_grad_avx512 and the template behind bias_grad_scalar take dy's row stride ld: the
+//         dispatcher hands each a block of columns.
+//       - log_softmax_rows' AVX-512 body is per row, log_softmax_row_avx512, returning false on a row
+//         the twin must take; its twin log_softmax_rows_scalar runs log_softmax_row_scalar
+//         (cross_entropy_scalar.h, the one double log-softmax of a row, which decoding calls too).
+//       - gemm_bf16, gemm_packed and convert_rows_to_bf16 are declared with their twins and bodies
+//         in gemm_bf16.h and gemm_packed.h, beside the packed weight and the bfloat16 rounding they
+//         share, not here.
+//       - attention_exp_avx512 is not a kernel: it exposes attention's vector exp to its test.
 //   * results do not depend on the thread count: work is split in fixed-size chunks whose reduction
 //     order never changes with the number of threads.
 //   * row-major everywhere; shapes use the legend B batch, T/L target (query) length, S source (key)
@@ -19,10 +45,21 @@
 // Files are named for their op: src/kernels/<op>.cc holds the dispatching entry points and the
 // float twins, <op>_scalar.h the scalar specification (templates over T with the twin's name, so the
 // gradient checks run the same code in double), <op>_avx512.cc the AVX-512 bodies (compiled with
-// AVX-512 flags because of the name; see CMakeLists.txt). Ops: gemm (gemm_scalar.*, gemm_backend.h;
-// gemm_packed.* for packed inference weights), attention, layer_norm, rms_norm, activation, cross_entropy,
-// elementwise (add, dropout, bias gradient, transpose). Shared pieces: parallel_chunks.h (the fixed
-// work split), *_avx512.h (helpers for AVX-512 files only), cpu.cc (dispatch switch, hash).
+// AVX-512 flags because of the name; see CMakeLists.txt). The ops:
+//   attention, layer_norm (with the residual add + LayerNorm), rms_norm, activation, cross_entropy (with
+//     log_softmax_rows), elementwise (add, dropout, bias gradient, transpose, copy_bytes): all three files;
+//   gemm and gemm_bias: gemm.cc (oneDNN sgemm on fixed panels) and gemm_backend.h (its panel plan, shared
+//     with gemm_bf16, gemm_packed and bench/); the twin's template in gemm_scalar.h and the float twin
+//     in gemm_scalar.cc, not gemm.cc; no AVX-512 file (oneDNN is the fast path);
+//   gemm_bf16.{h,cc} (bfloat16 operands: Autocast's matmuls) and gemm_packed.{h,cc} (weights packed once
+//     for inference: f32, bf16, int8), each declared in its own header with its twin, a plain float
+//     function in the .cc (no _scalar.h); gemm_packed_avx512.cc holds the bfloat16 rounding's body;
+//   quantize (int8 rules, declared here): quantize.cc with its twins as plain functions (no _scalar.h),
+//     quantize_avx512.cc.
+// Shared pieces: onednn_primitives.h (the engine, the per-thread streams and grow-only buffers of
+// gemm_bf16 and gemm_packed), parallel_chunks.h (the fixed work split, the norms' partials),
+// common_avx512.h, dropout_hash_avx512.h and transpose_avx512.h (helpers for AVX-512 files only),
+// cpu.cc (the CPU checks, the scalar switch, splitmix64).
 //
 // To add a kernel `foo_forward`: declare it and `foo_forward_scalar` here with the shapes in
 // comments (and `foo_forward_avx512` at the end), write the scalar template in foo_scalar.h, the
@@ -41,7 +78,7 @@ namespace tfm::kernels {
 // ---- CPU features and the scalar switch ----------------------------------------------------------
 // TFM_FORCE_SCALAR=1 in the environment makes every dispatching kernel take its scalar twin
 // (for bisecting numerical differences). Read once.
-bool cpu_has_avx512();  // AVX-512F/BW/DQ/VL and not forced scalar
+bool cpu_has_avx512();  // AVX-512F/BW/DQ/VL and FMA (the *_avx512.cc files' flags) and not forced scalar
 bool force_scalar();
 // AVX512-VNNI (vpdpbusd) or AMX-INT8, and not forced scalar: the int8 Linear (gemm_packed.h) runs on
 // oneDNN only then. Without them oneDNN's u8·s8 kernels pair products in saturating int16 (vpmaddubsw),
@@ -139,7 +176,8 @@ void layer_norm_forward_scalar(const float* x, const float* w, const float* b, f
 // μ and rstd are recomputed from x in double (the forward's exact values), not taken from the
 // forward's float outputs: the formula cancels to O(eps·rstd²) when eps is not negligible against
 // var (e.g. D = 2: dx = rstd·(g₁ − g₂)/2 · eps·rstd²), so a float-rounded rstd (relative error up to
-// 2⁻²⁴) would come back amplified by (var + eps)/eps — 2000× at var 1, eps 1e-3.
+// 2⁻²⁴) would come back amplified by 2·var/eps — 2000× at var 1, eps 1e-3 (a relative error ε in rstd
+// moves 1 − var·rstd² = eps·rstd² by 2ε·var·rstd², a relative 2ε·var/eps).
 void layer_norm_backward(const float* dy, const float* x, const float* w, float* dx, float* dw,
                          float* db, int64_t N, int64_t D, float eps, bool accumulate_dx = false);
 void layer_norm_backward_scalar(const float* dy, const float* x, const float* w, float* dx,
@@ -269,16 +307,23 @@ void transpose_scalar(const float* src, int64_t sl, int64_t rows, int64_t cols, 
 // statistics are accumulated in double.
 void cross_entropy_forward(const float* logits, const int32_t* target, float* loss, float* lse,
                            int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
+void cross_entropy_forward_scalar(const float* logits, const int32_t* target, float* loss, float* lse,
+                                  int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
 // log-softmax statistics of N rows z (N,V): lse_n = m + log Σ_v exp(z_v − m) in double and argmax_n
 // (the first v with z_v = m), as log_softmax_row_scalar (cross_entropy_scalar.h) defines them — the
 // teacher-forced scorer's loss and accuracy. Rows in parallel, on the AVX-512 body (cross_entropy_avx512.cc:
 // exps by the vector exp, summed in double: lse within 2.6e-7 absolute of the twin, argmax the
 // same) or the twin, which also takes any row whose maximum is not finite or that holds a NaN.
 void log_softmax_rows(const float* logits, int64_t N, int64_t V, double* lse, int64_t* argmax);
+// The twin: log_softmax_row_scalar row by row.
+void log_softmax_rows_scalar(const float* logits, int64_t N, int64_t V, double* lse, int64_t* argmax);
 // dlogits_n = scale_n · (softmax(z) − (1−ε)·onehot(t) − ε/V)  (overwrite; zero for ignored rows).
 void cross_entropy_backward(const float* logits, const int32_t* target, const float* lse,
                             const float* scale, float* dlogits, int64_t N, int64_t V,
                             int32_t ignore_index, float label_smoothing);
+void cross_entropy_backward_scalar(const float* logits, const int32_t* target, const float* lse,
+                                   const float* scale, float* dlogits, int64_t N, int64_t V,
+                                   int32_t ignore_index, float label_smoothing);
 
 // ---- Random numbers -------------------------------------------------------------------------------
 // Counter-based: the value for index i depends only on (seed, i), so results never depend on
@@ -355,7 +400,9 @@ void dequantize_rows_scalar(const int32_t* acc, int64_t ldacc, int64_t M, int64_
 // ---- AVX-512 bodies ---------------------------------------------------------------------------------
 // Defined in the <op>_avx512.cc files (compiled with AVX-512 flags). Only the dispatching entry points
 // above and the tests call them, and only when cpu_has_avx512(). Each has the contract of the entry
-// point it is named after, run single-threaded over the rows or elements it is given.
+// point it is named after, run single-threaded over the rows or elements it is given — except the
+// attention bodies, which split (b, h, tile) over the threads themselves (attention_avx512.cc,
+// its "Determinism" note).
 void layer_norm_forward_avx512(const float* x, const float* w, const float* b, float* y, float* mean,
                                float* rstd, int64_t N, int64_t D, float eps);
 void layer_norm_backward_avx512(const float* dy, const float* x, const float* w, float* dx, float* dw,
@@ -395,8 +442,9 @@ void cross_entropy_forward_avx512(const float* logits, const int32_t* target, fl
 void cross_entropy_backward_avx512(const float* logits, const int32_t* target, const float* lse,
                                    const float* scale, float* dlogits, int64_t N, int64_t V,
                                    int32_t ignore_index, float label_smoothing);
-// log_softmax_rows' body for rows whose entries are all finite (the dispatcher sends the others to
-// the twin): returns false, leaving lse and argmax of that row unset, on a row that is not.
+// log_softmax_rows' body, one row: for a row whose entries are all finite; returns false, leaving lse
+// and argmax unset, on a row that is not (the dispatcher sends it to the twin). Same statistics as
+// cross_entropy_forward_avx512's (one row log-sum-exp in cross_entropy_avx512.cc).
 bool log_softmax_row_avx512(const float* z, int64_t V, double* lse, int64_t* argmax);
 // The attention kernel's vectorized exp, applied elementwise: exposed so the test can measure its
 // error in ulp against std::exp.

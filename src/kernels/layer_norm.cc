@@ -3,8 +3,6 @@
 // layer_norm_scalar.h; the entry points run fixed chunks of rows (parallel_chunks.h), so results never
 // depend on the thread count, on the AVX-512 bodies of layer_norm_avx512.cc when cpu_has_avx512().
 // Contracts in kernels.h.
-#include <vector>
-
 #include "kernels/elementwise_scalar.h"
 #include "kernels/kernels.h"
 #include "kernels/layer_norm_scalar.h"
@@ -56,9 +54,11 @@ void layer_norm_backward(const float* dy, const float* x, const float* w, float*
       layer_norm_backward_scalar(dy, x, w, dx, dw, db, N, D, eps, accumulate_dx);
     return;
   }
-  std::vector<float> part(static_cast<size_t>(chunks * 2 * D), 0.0f);  // per-chunk (dw, db)
+  // Each chunk accumulates its dw, db into its own zeroed partial; the partials are added to dw, db in
+  // chunk order, so the sums do not depend on which thread ran which chunk.
+  float* part = zeroed_chunk_partials(static_cast<size_t>(chunks * 2 * D));  // (chunks, 2, D): (dw, db)
   for_each_row_chunk(N, D, [&](int64_t c, int64_t r0, int64_t rn) {
-    float* pw = part.data() + c * 2 * D;
+    float* pw = part + c * 2 * D;
     if (simd)
       layer_norm_backward_avx512(dy + r0 * D, x + r0 * D, w, dx + r0 * D, pw, db ? pw + D : nullptr, rn, D,
                                  eps, accumulate_dx);
@@ -67,7 +67,7 @@ void layer_norm_backward(const float* dy, const float* x, const float* w, float*
                                  accumulate_dx);
   });
   for (int64_t c = 0; c < chunks; ++c) {
-    const float* pw = part.data() + c * 2 * D;
+    const float* pw = part + c * 2 * D;
     for (int64_t d = 0; d < D; ++d) dw[d] += pw[d];
     if (db)
       for (int64_t d = 0; d < D; ++d) db[d] += pw[D + d];

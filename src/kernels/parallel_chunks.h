@@ -1,17 +1,31 @@
 // src/kernels/parallel_chunks.h — the fixed work split shared by the row-wise and element-wise
-// dispatching kernels (layer_norm.cc, activation.cc, elementwise.cc). Chunks depend only on the
+// dispatching kernels (layer_norm.cc, rms_norm.cc, activation.cc, elementwise.cc). Chunks depend only on the
 // sizes, never on the thread count, and each chunk is computed by one thread in a fixed order, so
 // results are bitwise the same for any number of threads.
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace tfm::kernels {
 
 // Rows are processed in chunks of kRowChunk; each chunk is independent, so any schedule gives the
-// same bits. Parameter-gradient reductions (LayerNorm dw, db) sum per-chunk partials in chunk order.
+// same bits. Parameter-gradient reductions (LayerNorm's dw, db; RMSNorm's dw) sum per-chunk partials
+// in chunk order.
 inline constexpr int64_t kRowChunk = 64;
+
+// n zeroed floats for those per-chunk partials: the calling thread's buffer, grown once to the
+// largest n it has needed (no allocation in the steady state) and written by the chunks' threads.
+// Valid until the calling thread's next call, so a reduction takes it once and sums it before
+// returning.
+inline float* zeroed_chunk_partials(size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  std::fill_n(buf.data(), n, 0.0f);
+  return buf.data();
+}
 
 // Calls body(c, r0, rn) for chunk c = rows [r0, r0 + rn), in parallel when N·width is large enough to
 // pay for the threads. The chunking depends only on N, never on the thread count.

@@ -2,8 +2,6 @@
 // their float scalar twins. The twins instantiate the templates of rms_norm_scalar.h; the entry points
 // run fixed chunks of rows (parallel_chunks.h), so results never depend on the thread count, on the
 // AVX-512 bodies of rms_norm_avx512.cc when cpu_has_avx512(). Contracts in kernels.h.
-#include <vector>
-
 #include "kernels/kernels.h"
 #include "kernels/parallel_chunks.h"
 #include "kernels/rms_norm_scalar.h"
@@ -43,16 +41,16 @@ void rms_norm_backward(const float* dy, const float* x, const float* w, const fl
   }
   // Each chunk accumulates its dw into its own zeroed partial; the partials are added to dw in chunk
   // order, so the sum does not depend on which thread ran which chunk.
-  std::vector<float> part(static_cast<size_t>(chunks * D), 0.0f);  // (chunks, D)
+  float* part = zeroed_chunk_partials(static_cast<size_t>(chunks * D));  // (chunks, D)
   for_each_row_chunk(N, D, [&](int64_t c, int64_t r0, int64_t rn) {
-    float* pw = part.data() + c * D;
+    float* pw = part + c * D;
     if (simd)
       rms_norm_backward_avx512(dy + r0 * D, x + r0 * D, w, rstd + r0, dx + r0 * D, pw, rn, D);
     else
       rms_norm_backward_scalar(dy + r0 * D, x + r0 * D, w, rstd + r0, dx + r0 * D, pw, rn, D);
   });
   for (int64_t c = 0; c < chunks; ++c) {
-    const float* pw = part.data() + c * D;
+    const float* pw = part + c * D;
     for (int64_t d = 0; d < D; ++d) dw[d] += pw[d];
   }
 }

@@ -114,8 +114,11 @@ Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) const {
   return feed_forward_of(x, linear1, dropout, linear2, options.activation);
 }
 
-// In eval mode the dropouts and drop_path are identities: the residual is ops::add (pre-norm) and the
-// fused residual + LayerNorm ops::add_layer_norm (post-norm), with or without a cache.
+// In eval mode the dropouts and drop_path are identities, with or without a cache. Pre-norm: the
+// residual before norm2 and norm2 are one op, ops::add_dropout_and_layer_norm (with an RMSNorm, the
+// add, then the norm), the last residual ops::add. Post-norm: each residual and the norm after it is
+// Norm::forward_add (with a LayerNorm the fused ops::add_layer_norm, reached through
+// ops::add_dropout_layer_norm; with an RMSNorm, the add, then the norm).
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& kpm,
                                         bool is_causal, AttentionCache* cache) const {
   const auto m = masks_of(src_mask, kpm, is_causal);

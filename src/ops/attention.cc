@@ -53,7 +53,7 @@ struct AttentionNode : Node {
   bool causal = false;
   float dropout_p = 0;
   uint64_t seed = 0, offset = 0;
-  Tensor out, lse;  // saved forward output (B·L·E) and (B, H, L) log-sum-exp
+  Tensor out, lse;  // saved forward output (B, L, H·Dv) / (L, B, H·Dv) and (B, H, L) log-sum-exp
   const char* name() const override { return "attention"; }
 
   kernels::AttentionParams params(const float* q, const float* k, const float* v) const {

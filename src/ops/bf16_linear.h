@@ -1,5 +1,6 @@
 // src/ops/bf16_linear.h — internal: the Linear matmuls inside a tfm::Autocast(BFLOAT16) scope
-// (include/tfm/autocast.h), shared by ops::linear and the fused ops of ops/linear_activation.h.
+// (include/tfm/autocast.h), run by linear_matmul and linear_backward (ops/linear_impl.h, linear.cc) and by
+// the bfloat16 feed-forward of ops/linear_activation.h.
 #pragma once
 
 #include <cstddef>

@@ -12,8 +12,8 @@
 namespace tfm::ops {
 namespace {
 
-// inputs: normalized input z (N, D) (x, or x + r for the fused form), weight, bias[, r].
-// The fused form's input z is the saved sum, so the gradient to x and r is the same dz.
+// inputs: x (N, D), weight, bias[, r]. The normalized input z is inputs[0], or saved_sum = x + r
+// (x + dropout(r)) when fused; the gradient to x and r is then the same dz (r's masked by the dropout).
 // The backward recomputes each row's mean and rstd from z in double (kernels.h says why), so
 // nothing but z is saved.
 struct LayerNormNode : Node {

@@ -1,4 +1,5 @@
-// src/ops/linear.cc — Linear forward and backward over the GEMM kernel.
+// src/ops/linear.cc — Linear forward and backward over the GEMM kernels, and the pieces every
+// Linear-shaped op shares (declared in ops/linear_impl.h: checks, rows, product, backward).
 #include "tfm/ops/linear.h"
 
 #include <algorithm>
@@ -8,7 +9,7 @@
 #include "kernels/gemm_bf16.h"
 #include "ops/bf16_linear.h"
 #include "ops/check.h"
-#include "ops/linear_activation.h"
+#include "ops/linear_impl.h"
 #include "ops/packed_linear.h"
 #include "tfm/autograd.h"
 
@@ -89,25 +90,29 @@ std::pair<int64_t, int64_t> check_linear_args(const char* op, const Tensor& x, c
   return {out, in};
 }
 
+Bf16Weight linear_matmul(int64_t N, const float* x, const Tensor& weight, const float* bias, float* y,
+                         bool may_pack) {
+  const int64_t out = weight.size(0), in = weight.size(1);
+  if (may_pack && linear_forward_packed(N, x, weight, bias, y)) return nullptr;  // InferenceMode
+  Bf16Weight w16 = autocast_weight(weight);
+  if (w16)
+    linear_forward_bf16(N, in, out, x, *w16, bias, y);
+  else
+    kernels::gemm_bias(false, true, N, out, in, x, in, weight.data(), in, bias, y, out);
+  return w16;
+}
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  const auto [out, in] = check_linear_args("linear", x, weight, bias);
+  const int64_t out = check_linear_args("linear", x, weight, bias).first;
   Shape ys = x.shape();
   ys.back() = out;
   Tensor y = Tensor::empty(ys);
-  const int64_t N = linear_rows(x);
-  float* yp = y.data();
   const bool grad = needs_grad({&x, &weight, &bias});
-  // Inside an InferenceMode scope: the packed weight, bias added by the GEMM itself.
-  if (!grad && linear_forward_packed(N, x.data(), weight, bias.defined() ? bias.data() : nullptr, yp))
-    return y;
-  // y = x·Wᵀ + b (broadcast over rows); in = 0 gives y = b, or zeros without bias. Under
-  // Autocast(BFLOAT16): bf16(x)·bf16(W)ᵀ + b.
-  Bf16Weight w16 = autocast_weight(weight);
-  if (w16)
-    linear_forward_bf16(N, in, out, x.data(), *w16, bias.defined() ? bias.data() : nullptr, yp);
-  else
-    kernels::gemm_bias(false, true, N, out, in, x.data(), in, weight.data(), in,
-                       bias.defined() ? bias.data() : nullptr, yp, out);
+  // y = x·Wᵀ + b (broadcast over rows); in = 0 gives y = b, or zeros without bias. Inside an
+  // InferenceMode scope the packed weight, bias added by the GEMM itself; under Autocast(BFLOAT16)
+  // bf16(x)·bf16(W)ᵀ + b.
+  Bf16Weight w16 = linear_matmul(linear_rows(x), x.data(), weight, bias.defined() ? bias.data() : nullptr,
+                                 y.data(), /*may_pack=*/!grad);
   if (grad) {
     auto node = std::make_shared<LinearNode>();
     node->w16 = std::move(w16);

@@ -3,7 +3,7 @@
 // (kernels::bias_activation_forward), and with ReLU in training also the FFN's inner dropout
 // (kernels::bias_relu_dropout_forward); and the whole feed-forward for bfloat16 training, which keeps the
 // hidden activation the second Linear multiplies in bfloat16 only. Contracts and backwards in
-// ops/linear_activation.h.
+// ops/linear_activation.h; the Linear pieces (checks, product, backward) are ops/linear_impl.h's.
 #include "ops/linear_activation.h"
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 #include "kernels/kernels.h"
 #include "ops/bf16_linear.h"
 #include "ops/check.h"
-#include "ops/packed_linear.h"
+#include "ops/linear_impl.h"
 #include "tfm/autograd.h"
 #include "tfm/ops/dropout.h"
 #include "tfm/ops/linear.h"
@@ -206,14 +206,12 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
                            Generator& gen) {
   if (!training || !(p > 0.0f && p < 1.0f))
     return dropout(linear_activation(x, weight, bias, Activation::RELU), p, training, gen);
-  const auto [out, in] = check_linear_args("linear_relu_dropout", x, weight, bias);
+  const int64_t out = check_linear_args("linear_relu_dropout", x, weight, bias).first;
   const int64_t N = linear_rows(x);
   Shape ys = x.shape();
   ys.back() = out;
-  Tensor y = Tensor::empty(ys);  // x·Wᵀ, then dropout(relu(· + b)) in place
-  Bf16Weight w16 = autocast_weight(weight);  // Autocast(BFLOAT16): bf16(x)·bf16(W)ᵀ
-  if (w16) linear_forward_bf16(N, in, out, x.data(), *w16, nullptr, y.data());
-  else kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, 0.0f, y.data(), out);
+  Tensor y = Tensor::empty(ys);  // x·Wᵀ (Autocast(BFLOAT16): bf16(x)·bf16(W)ᵀ), then dropout(relu(· + b)) in place
+  Bf16Weight w16 = linear_matmul(N, x.data(), weight, nullptr, y.data(), /*may_pack=*/false);
   const uint64_t offset = gen.take(static_cast<uint64_t>(y.numel()));  // ops::dropout's draw
   kernels::bias_relu_dropout_forward(y.data(), bias.defined() ? bias.data() : nullptr, y.data(), N, out,
                                      {p, gen.seed, offset});
@@ -230,7 +228,7 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
 }
 
 Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation kind) {
-  const auto [out, in] = check_linear_args("linear_activation", x, weight, bias);
+  const int64_t out = check_linear_args("linear_activation", x, weight, bias).first;
   const bool gated = activation_is_gated(kind);
   check_gated_rows(kind, weight);
   const bool grad = needs_grad({&x, &weight, &bias});
@@ -240,12 +238,7 @@ Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bi
   Shape zs = x.shape();
   zs.back() = out;
   Tensor z = Tensor::empty(zs);  // (N, Fin) = x·Wᵀ (K = 0 gives zeros, kernels::gemm's contract)
-  Bf16Weight w16;
-  if (grad || !linear_forward_packed(N, x.data(), weight, nullptr, z.data())) {  // InferenceMode
-    w16 = autocast_weight(weight);  // Autocast(BFLOAT16): bf16(x)·bf16(W)ᵀ
-    if (w16) linear_forward_bf16(N, in, out, x.data(), *w16, nullptr, z.data());
-    else kernels::gemm(false, true, N, out, in, 1.0f, x.data(), in, weight.data(), in, 0.0f, z.data(), out);
-  }
+  Bf16Weight w16 = linear_matmul(N, x.data(), weight, nullptr, z.data(), /*may_pack=*/!grad);
   const float* b = bias.defined() ? bias.data() : nullptr;
   Tensor y = z;  // plain activations in place
   if (gated) {

@@ -1,11 +1,8 @@
 // src/ops/linear_activation.h — internal fused ops used by the modules (not public API): the FFN
-// input projection with its bias and activation in one pass after the GEMM, the whole feed-forward (one node
-// in bfloat16 training), and the Linear backward shared by ops::linear and the fused ops.
+// input projection with its bias and activation in one pass after the GEMM, and the whole feed-forward
+// (one node in bfloat16 training). Defined in linear_activation.cc over the Linear pieces of
+// ops/linear_impl.h (checks, product, backward), which linear.cc defines.
 #pragma once
-
-#include <cstdint>
-#include <utility>
-#include <vector>
 
 #include "tfm/ops/activation.h"
 #include "tfm/random.h"
@@ -46,22 +43,5 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
 // dz (linear_backward with W1's bfloat16 copy). Otherwise, and for p = 1 in training, exactly the composition.
 Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
                     Activation act, float p, bool training, Generator& gen);
-
-// The argument checks of every Linear-shaped op (`op` names it in messages): x (..., in) float,
-// weight (out, in) float, bias (out) float or undefined. Returns (out, in).
-std::pair<int64_t, int64_t> check_linear_args(const char* op, const Tensor& x, const Tensor& weight,
-                                              const Tensor& bias);
-
-// The rows N of an input (..., in): the product of its leading dims (not numel / in, which is 0 when in
-// is 0 while the rows are not).
-int64_t linear_rows(const Tensor& x);
-
-// The Linear backward from the gradient g (N, out) of y = x·Wᵀ + b: din[0] (x's shape) gets dx = g·W,
-// din[1] (out, in) gets dW = gᵀ·x, din[2] (out) gets db = Σ_rows g (if has_bias); each slot is set
-// if empty, else accumulated into; null slots are skipped. With w16 (the weight's bfloat16 copy the
-// forward used under Autocast, src/ops/bf16_linear.h) the dx and dW matmuls take bfloat16 operands
-// (g and x rounded), float32 sums.
-void linear_backward(const float* g, const Tensor& x, const Tensor& weight, bool has_bias,
-                     const std::vector<Tensor*>& din, const std::vector<uint16_t>* w16 = nullptr);
 
 }  // namespace tfm::ops

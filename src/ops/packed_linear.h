@@ -1,5 +1,6 @@
 // src/ops/packed_linear.h — internal: the Linear forward against InferenceMode's packed weights
-// (include/tfm/inference.h), shared by ops::linear and ops::linear_activation.
+// (include/tfm/inference.h), one of linear_matmul's products (ops/linear_impl.h, linear.cc), which every
+// Linear-shaped op runs.
 #pragma once
 
 #include <cstdint>

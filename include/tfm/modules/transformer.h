@@ -164,8 +164,8 @@ class TransformerEncoder : public TransformerStack<TransformerEncoderLayer> {
 
 // What a TransformerDecoderLayer keeps between decoding steps, named after its attention modules.
 struct DecoderLayerCache {
-  AttentionCache self_attn;       // keys, values (N, capacity, A) of the positions fed so far
-  AttentionCache multihead_attn;  // the memory's keys, values (Bm, S, 2A), row_source (N), memory_len (Bm)
+  AttentionCache self_attn;       // keys (N, capacity, A), values (N, capacity, Av) of the positions fed so far
+  AttentionCache multihead_attn;  // the memory's [keys | values] (Bm, S, A+Av), row_source (N), memory_len (Bm)
   void select_rows(const std::vector<int64_t>& rows);
 };
 

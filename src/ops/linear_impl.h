@@ -1,0 +1,40 @@
+// src/ops/linear_impl.h — internal: what every Linear-shaped op shares (ops::linear, and the fused ops
+// of ops/linear_activation.h), defined in linear.cc: the argument checks, the rows of an input, the one
+// choice of product for x·Wᵀ, and the Linear backward. Not public API.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "ops/bf16_linear.h"
+#include "tfm/tensor.h"
+
+namespace tfm::ops {
+
+// The argument checks of every Linear-shaped op (`op` names it in messages): x (..., in) float,
+// weight (out, in) float, bias (out) float or undefined. Returns (out, in).
+std::pair<int64_t, int64_t> check_linear_args(const char* op, const Tensor& x, const Tensor& weight,
+                                              const Tensor& bias);
+
+// The rows N of an input (..., in): the product of its leading dims (not numel / in, which is 0 when in
+// is 0 while the rows are not).
+int64_t linear_rows(const Tensor& x);
+
+// y (N, out) = x (N, in)·Wᵀ (+ bias (out), or null: none), weight (out, in), y overwritten: the product
+// every Linear-shaped forward runs. The weight InferenceMode packed (ops/packed_linear.h) when `may_pack`
+// (no gradient will be recorded) and such a scope is active; else, under Autocast(BFLOAT16),
+// bf16(x)·bf16(W)ᵀ with float32 sums (ops/bf16_linear.h), returning the weight's bfloat16 copy for the
+// node to keep; else kernels::gemm_bias (the GEMM started from the bias). Returns null but for bf16.
+// The caller has checked the shapes (check_linear_args).
+Bf16Weight linear_matmul(int64_t N, const float* x, const Tensor& weight, const float* bias, float* y, bool may_pack);
+
+// The Linear backward from the gradient g (N, out) of y = x·Wᵀ + b: din[0] (x's shape) gets dx = g·W,
+// din[1] (out, in) gets dW = gᵀ·x, din[2] (out) gets db = Σ_rows g (if has_bias); each slot is set
+// if empty, else accumulated into; null slots are skipped. With w16 (the weight's bfloat16 copy the
+// forward used under Autocast, ops/bf16_linear.h) the dx and dW matmuls take bfloat16 operands
+// (g and x rounded), float32 sums.
+void linear_backward(const float* g, const Tensor& x, const Tensor& weight, bool has_bias,
+                     const std::vector<Tensor*>& din, const std::vector<uint16_t>* w16 = nullptr);
+
+}  // namespace tfm::ops
