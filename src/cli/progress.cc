@@ -40,7 +40,8 @@ void ProgressPrinter::operator()(const train::ProgressEvent& e) {
     return;
   }
   char line[256];
-  std::string step = std::to_string(e.step) + (e.total_steps > 0 ? "/" + std::to_string(e.total_steps) : "");
+  std::string step = std::to_string(e.step);
+  if (e.total_steps > 0) step.append("/").append(std::to_string(e.total_steps));
   std::string val = e.has_eval ? std::to_string(e.last_eval.valid_token_accuracy * 100).substr(0, 5) + "%" : "-";
   if (text_) {
     char v[32] = "-";

@@ -211,7 +211,11 @@ StagedDirectory::StagedDirectory(const std::string& dest, bool replace, const st
   const fs::path parent = d.parent_path().empty() ? fs::path(".") : d.parent_path();
   fs::create_directories(parent, ec);
   if (ec) throw IoError(parent.string() + ": create_directories failed: " + ec.message());
-  temp_ = (parent / ("." + d.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  std::string name = ".";  // (appended, not "." + string: GCC 12's -Wrestrict misreads that)
+  name += d.filename().string();
+  name += ".tmp.";
+  name += std::to_string(::getpid());
+  temp_ = (parent / name).string();
   fs::remove_all(temp_, ec);  // a leftover of an earlier process with our pid
   if (!fs::create_directory(temp_, ec) || ec)
     throw IoError(temp_ + ": create_directory failed: " + (ec ? ec.message() : std::string("exists")));
