@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "quote.h"
 #include "tfm/enum_names.h"
@@ -126,12 +127,34 @@ class JsonReader {
   std::set<std::string> known_;
 };
 
-// Parses text as JSON, throwing "<what>: invalid JSON: ..." on a syntax error.
+// Parses text as JSON, refusing an object that names a key twice: nlohmann keeps the last of them without a
+// word, so a config saying "d_model": 8, then "d_model": 16, would silently run the second. Throws nlohmann's
+// parse errors, and std::invalid_argument "key 'k' appears twice in one object".
+inline ordered_json parse_json_keys_once(const std::string& text) {
+  std::vector<std::set<std::string>> open;  // the keys of each object being read, innermost last
+  const auto each = [&](int, ordered_json::parse_event_t event, ordered_json& parsed) {
+    using Event = ordered_json::parse_event_t;
+    if (event == Event::object_start) {
+      open.emplace_back();
+    } else if (event == Event::object_end) {
+      open.pop_back();
+    } else if (event == Event::key && !open.back().insert(parsed.get<std::string>()).second) {
+      throw std::invalid_argument("key " + quote_name(parsed.get<std::string>()) + " appears twice in one object");
+    }
+    return true;
+  };
+  return ordered_json::parse(text, each);
+}
+
+// Parses text as JSON (parse_json_keys_once), throwing "<what>: invalid JSON: ..." on a syntax error and
+// "<what>: key 'k' appears twice in one object".
 inline ordered_json parse_json(const std::string& text, const std::string& what) {
   try {
-    return ordered_json::parse(text);
+    return parse_json_keys_once(text);
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(what + ": invalid JSON: " + escape_text(e.what(), kMaxMessage));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(what + ": " + e.what());
   }
 }
 

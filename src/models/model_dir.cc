@@ -102,9 +102,11 @@ ordered_json parse_config(const std::string& dir) {
   const std::string file = path(dir, CONFIG);
   ordered_json j;
   try {
-    j = ordered_json::parse(io::read_file(file));
+    j = parse_json_keys_once(io::read_file(file));
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error(file + ": not valid JSON: " + escape_text(e.what(), kMaxMessage));
+  } catch (const std::invalid_argument& e) {  // a repeated key
+    throw std::runtime_error(file + ": " + e.what());
   }
   const auto* format = j.is_object() && j.contains("format") ? &j.at("format") : nullptr;
   if (!format || !format->is_string() || format->get<std::string>() != "tfm-train")

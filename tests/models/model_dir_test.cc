@@ -324,6 +324,11 @@ TEST(LoadModelDir, ErrorsNameTheDirectoryOrFile) {
   testing::spit(config_file(d), bad.dump(2));
   EXPECT_EQ(error_of<std::invalid_argument>([&] { load_model_dir(d); }),
             config_file(d) + ": model config: 'd_model' must be an integer, got \"16\"");
+  std::string twice = j.dump(2);  // "format" said twice: refused even when both say the same
+  twice.insert(twice.find('{') + 1, "\"format\": \"tfm-train\", ");
+  testing::spit(config_file(d), twice);
+  EXPECT_EQ(error_of<std::runtime_error>([&] { load_model_dir(d); }),
+            config_file(d) + ": key 'format' appears twice in one object");
   bad = j;
   bad["model"]["pad_id"] = 4294967296;  // an int32 key: not narrowed to 0
   testing::spit(config_file(d), bad.dump(2));

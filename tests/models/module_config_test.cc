@@ -86,6 +86,9 @@ TEST(ModuleConfig, ErrorsNameTheKey) {
                                        "num_layers": 100000000000})");
   EXPECT_EQ(huge.rfind("config: its layers of d_model 16 and dim_feedforward 32 make a model of at least 1.02e+14 "
                        "parameters (4.1e+05 GB as float32), more than this machine's ", 0), 0u) << huge;
+  // A key said twice: refused, not the last one taken.
+  EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "d_model": 16})"),
+            "config: key 'd_model' appears twice in one object");
   // A wrong type is reported before an unknown key, whatever their order in the file.
   EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "zz": 1, "d_model": 8, "nhead": 2, "bias": 1})"),
             "config: 'bias' must be a boolean, got 1");
