@@ -215,7 +215,16 @@ int32_t Vocab::id(const std::string& token) const {
 std::vector<int32_t> Vocab::encode(const std::vector<std::string>& tokens) const {
   std::vector<int32_t> ids;
   ids.reserve(tokens.size());
-  for (const auto& t : tokens) ids.push_back(id(t));
+  for (const auto& t : tokens) {
+    const int32_t i = id(t);
+    // A data word spelled like the padding or sequence marks would be read as one: masked out of attention
+    // and loss (<pad>), or a sequence ending mid-target (<eos>). <unk> is the unknown token either way.
+    if (i == pad_ || i == bos_ || i == eos_)
+      throw std::invalid_argument("token " + quote_name(t) + " is the name of a special token (" +
+                                  (i == pad_ ? "padding" : i == bos_ ? "sequence start" : "sequence end") +
+                                  "), which the model would read as that, not as a word of the text");
+    ids.push_back(i);
+  }
   return ids;
 }
 

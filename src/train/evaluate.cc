@@ -65,6 +65,13 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
   opt.max_tokens = TrainConfig::from_json(m.train_json).max_tokens;
   const data::TsvData d = data::read_tsv(path, opt);
   if (note) *note = d.problems.empty() ? std::string() : d.summary();
+  for (const auto& p : d.pairs) {  // a source evaluate() cannot encode, said of its line
+    try {
+      m.src_vocab.encode(p.src);
+    } catch (const std::invalid_argument& e) {
+      throw data::DataError(path + ":" + std::to_string(p.line) + ": source " + e.what());
+    }
+  }
   return tsv_eval_set(d);
 }
 

@@ -211,6 +211,28 @@ TEST_F(TrainCliErrors, EvalTaskOnAModelTrainedOnTsv) {
                run + " was not trained on a built-in task (its vocabulary differs)");
 }
 
+// Data words spelled like the padding or sequence marks would be read as those marks (masked out, or a target
+// ending early): refused with the file and line, in training and in evaluation.
+TEST_F(TrainCliErrors, DataWordsNamedLikeSpecialTokens) {
+  tfm::testing::spit(*dir_ + "/marks.tsv", "a b\tb a\nc <eos> d\td <eos> c\n");
+  expect_error("train --train " + *dir_ + "/marks.tsv --valid " + *dir_ + "/marks.tsv --src-tokens space --tgt-tokens space "
+                   "--out " + *dir_ + "/never_marks" + kTinySeq2seq + " --max-steps 1",
+               *dir_ + "/marks.tsv:2: source token '<eos>' is the name of a special token (sequence end), which the model "
+                       "would read as that, not as a word of the text");
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/never_marks/config.json"));
+  tfm::testing::spit(*dir_ + "/words.tsv", "a b\tb a\nc d\td c\n");
+  std::string out;
+  ASSERT_EQ(run_command(kCli + " train --train " + *dir_ + "/words.tsv --valid " + *dir_ + "/words.tsv --src-tokens space " +
+                            "--tgt-tokens space --out " + *dir_ + "/words_run" + kTinySeq2seq + " --max-steps 1",
+                        &out),
+            0)
+      << out;
+  tfm::testing::spit(*dir_ + "/pad.tsv", "a <pad>\tb\n");
+  expect_error("eval --model " + *dir_ + "/words_run --data " + *dir_ + "/pad.tsv",
+               *dir_ + "/pad.tsv:1: source token '<pad>' is the name of a special token (padding), which the model would "
+                       "read as that, not as a word of the text");
+}
+
 TEST_F(TrainCliErrors, BeamOutOfRange) {
   const std::string run = *dir_ + "/run";
   expect_error("eval --model " + run + " --data " + *dir_ + "/valid.tsv --beam 0", "--beam must be ≥ 1");

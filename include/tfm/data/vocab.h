@@ -77,6 +77,7 @@ class Vocab {
   // Unknown tokens map to <unk>; a vocabulary without <unk> throws naming the token.
   int32_t id(const std::string& token) const;
   bool contains(const std::string& token) const { return index_.count(token) != 0; }
+  // Ids of data tokens: a token spelled like <pad>, <bos> or <eos> throws (the model would read it as the mark).
   std::vector<int32_t> encode(const std::vector<std::string>& tokens) const;
   // Stops at the first <eos>; drops <pad> and <bos>.
   std::vector<std::string> decode(const std::vector<int32_t>& ids) const;
