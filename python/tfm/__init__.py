@@ -22,9 +22,10 @@ exceed the cores.
 
 Errors: a bad argument, option, shape or value raises ValueError with the library's message, a missing or
 unreadable file FileNotFoundError / OSError, anything else RuntimeError. Every computing call releases the GIL.
-At interpreter exit tfm stops what still runs in other threads (generation at its next token, training at its
+At interpreter exit tfm stops what daemon threads still run in it (generation at its next token, training at its
 next step, writing its checkpoint) and waits for it, so that no thread is inside tfm when Python finalizes; a call
-started after that (from an atexit handler registered before `import tfm`) raises RuntimeError.
+started after that (from an atexit handler registered before `import tfm`) raises RuntimeError. A non-daemon
+thread is one Python itself waits for before exiting: its call runs to its end, as any of its work would.
 Training under MPI (mpirun) is not available from Python: use `tfm train`.
 """
 

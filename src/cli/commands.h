@@ -35,7 +35,7 @@ void apply_threads(int threads);
 // Refuses an option value with a leading minus (CLI11 would wrap "-1" into an unsigned seed).
 inline const CLI::Validator kNonNegative(
     [](std::string& s) { return !s.empty() && s[0] == '-' ? "must be a non-negative integer, got " + s : std::string(); },
-    "≥ 0");
+    ">= 0");  // (ASCII: CLI11 aligns its help by bytes)
 
 // --dtype's value as a Precision. For int8 on a CPU without int8 dot products it says so on stderr
 // (one line: the matmuls take the portable loop, same numbers, slower).

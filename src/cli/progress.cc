@@ -42,7 +42,9 @@ void ProgressPrinter::operator()(const train::ProgressEvent& e) {
   char line[256];
   std::string step = std::to_string(e.step);
   if (e.total_steps > 0) step.append("/").append(std::to_string(e.total_steps));
-  std::string val = e.has_eval ? std::to_string(e.last_eval.valid_token_accuracy * 100).substr(0, 5) + "%" : "-";
+  char acc[16];  // rounded to 2 decimals, as the eval line prints it
+  std::snprintf(acc, sizeof acc, "%.2f%%", e.last_eval.valid_token_accuracy * 100);
+  std::string val = e.has_eval ? acc : "-";
   if (text_) {
     char v[32] = "-";
     if (e.has_eval) std::snprintf(v, sizeof v, "%.4f", e.last_eval.valid_loss);

@@ -213,7 +213,7 @@ void register_train(CLI::App& app, Runner& run) {
       "  mpirun -np 4 tfm train --train pairs.tsv --valid dev.tsv --grad-shards 4 --out runs/mt4\n"
       "                                        (4 processes; bitwise the run of one process with --grad-shards 4)\n"
       "The defaults shown are for TSV data. --task starts from the task's preset instead (train::task_preset:\n"
-      "1600 steps, --lr 2e-3, --dropout 0, --batch-size 256; reverse: 100% by step ~1300); options given\n"
+      "1600 steps, --lr 2e-3, --dropout 0, --batch-size 256; reverse: 99.7% of validation sequences by step ~1300); options given\n"
       "still apply. --epochs, --max-steps and --time-budget replace the run's length together.\n"
       "A time budget with the cosine (or auto) schedule fits the run to it: the run measures its step rate\n"
       "after the warmup, fixes its step count (saved in its state; the progress line shows it) and decays to\n"

@@ -397,8 +397,10 @@ std::vector<Hypothesis> sample_chunk(const Model& model, const std::vector<std::
   return out;
 }
 
-// Without a decoder: argmax at every source position (one forward, no search).
-// Sampling: a draw at every position, source b's draws from its own Generator.
+// Without a decoder: argmax at every source position (one forward, no search); sampling: a draw at every
+// position, source b's draws from its own Generator. Neither picks <pad>, <bos> or <eos>: a position's
+// prediction is a word (a <pad> would vanish from the output and shift the rest). The log-probabilities
+// reported are the model's own, over the whole vocabulary.
 std::vector<Hypothesis> decode_encoder(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                        const std::vector<uint64_t>& streams, const DecodeOptions& opt) {
   const ModelConfig& c = model.config();
@@ -414,6 +416,7 @@ std::vector<Hypothesis> decode_encoder(const Model& model, const std::vector<std
   const int64_t V = c.tgt_vocab_size;
   std::vector<Hypothesis> out(sources.size());
   std::vector<double> lp;
+  std::vector<float> row(static_cast<size_t>(V));
   for (int64_t b = 0; b < batch.B; ++b) {
     Hypothesis& h = out[static_cast<size_t>(b)];
     double total = 0;
@@ -422,8 +425,11 @@ std::vector<Hypothesis> decode_encoder(const Model& model, const std::vector<std
     for (int64_t i = 0; i < len; ++i) {
       const float* z = logits.data() + (b * batch.S + i) * V;
       log_softmax_row(z, V, -1, -1, lp);
-      const int64_t v = opt.sample ? sample_token(z, V, opt.sampling, gen)
-                                   : std::max_element(lp.begin(), lp.end()) - lp.begin();  // first maximum
+      std::copy(z, z + V, row.begin());
+      for (const int32_t special : {c.pad_id, c.bos_id, c.eos_id})
+        if (special >= 0) row[static_cast<size_t>(special)] = -INFINITY;
+      const int64_t v = opt.sample ? sample_token(row.data(), V, opt.sampling, gen)
+                                   : std::max_element(row.begin(), row.end()) - row.begin();  // first maximum
       h.tokens.push_back(static_cast<int32_t>(v));
       total += lp[static_cast<size_t>(v)];
     }

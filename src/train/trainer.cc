@@ -286,6 +286,16 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
 
   load_epoch(st_.epoch);
   plan_length();
+  if (budget_ == Budget::OFF && total_steps_ > 0 && c_.warmup >= total_steps_ && st_.step == 0) {
+    char buf[256];  // a run that ends inside its warmup: the learning rate only ever rises
+    std::snprintf(buf, sizeof buf,
+                  "warmup: the run's %lld steps end within its %lld warmup steps, so the learning rate rises only to "
+                  "%.3g (--lr %.3g) and never decays; a shorter --warmup (e.g. %lld) fits the run",
+                  static_cast<long long>(total_steps_), static_cast<long long>(c_.warmup),
+                  static_cast<double>(c_.lr) * static_cast<double>(total_steps_) / static_cast<double>(c_.warmup),
+                  static_cast<double>(c_.lr), static_cast<long long>(std::max<int64_t>(1, total_steps_ / 10)));
+    note(ProgressEvent::Kind::NOTE, buf);
+  }
   since_eval_ = Clock::now();
 }
 

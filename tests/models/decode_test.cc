@@ -389,6 +389,14 @@ TEST(Decode, SamplingArgmaxIsGreedy) {
   const auto drawn = decode(e, esrc, o);
   EXPECT_NE(drawn, decode(e, esrc));  // 40-odd draws from flat random-model distributions
   for (size_t i = 0; i < esrc.size(); ++i) EXPECT_EQ(drawn[i].size(), esrc[i].size());
+  // Hot draws (temperature 50: all but uniform over the 20 tokens, 900 of them) are words: never <pad>, <bos> or
+  // <eos>, one per position.
+  o.sampling.temperature = 50;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    o.seed = seed;
+    for (const auto& h : decode_hypotheses(e, esrc, o))
+      for (int32_t t : h.tokens) EXPECT_TRUE(t != c.pad_id && t != c.bos_id && t != c.eos_id) << t;
+  }
 }
 
 // The sampled decode against a hand loop: the full (teacher-forced) model's last-position logits,

@@ -175,6 +175,29 @@ TEST(Trainer, ResumeWithoutCheckpointIsAClearError) {
 // A fresh run into a directory that holds another run or model (tfm train --force) replaces it with its
 // first checkpoint: a run that dies before then leaves the old run as it was; once it checkpoints, no old
 // checkpoint, weights, metrics or GPT-2 source is left beside its new config.
+// A run that ends inside its warmup never reaches --lr: it says so once, with the rate it reaches; a run
+// longer than its warmup says nothing.
+TEST(Trainer, RunShorterThanItsWarmupSaysSo) {
+  const std::string a = testing::temp_dir("warmup");
+  std::vector<std::string> notes;
+  TrainHooks hooks;
+  hooks.progress = [&](const ProgressEvent& e) {
+    if (e.kind == ProgressEvent::Kind::NOTE && e.message.rfind("warmup:", 0) == 0) notes.push_back(e.message);
+  };
+  TrainConfig c = tiny(a + "/short");
+  c.max_steps = 5;
+  c.warmup = 100;
+  run_training(c, hooks);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0], "warmup: the run's 5 steps end within its 100 warmup steps, so the learning rate rises only to "
+                      "0.00015 (--lr 0.003) and never decays; a shorter --warmup (e.g. 1) fits the run");
+  notes.clear();
+  c = tiny(a + "/long");
+  c.warmup = 10;
+  run_training(c, hooks);
+  EXPECT_TRUE(notes.empty());
+}
+
 // A run directory's config.json that the resume cannot read is named in the error (tfm train --resume and
 // --init-from read it through load_train_config).
 TEST(Trainer, ResumeConfigErrorsNameTheFile) {
