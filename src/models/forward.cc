@@ -5,6 +5,7 @@
 // Each module kind has a ModuleCall (the module and the call of its forward) that maps the named inputs
 // onto its forward's arguments after checking names, dtypes and shapes (every error names the tensor and
 // starts with the inputs' source). To add a kind: a ModuleCall below and its case in make_call and differentiable_inputs_of.
+#include <new>
 #include <stdexcept>
 
 #include "quote.h"
@@ -347,6 +348,9 @@ LoadedModule load_module(const std::string& config_path, const std::string& weig
       return LoadedModule(config, precision);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(config_path + ": " + e.what());
+    } catch (const std::bad_alloc&) {
+      throw std::runtime_error(config_path + ": out of memory building the module's weights (a smaller d_model, "
+                               "dim_feedforward or layer count)");
     } catch (const std::exception& e) {
       throw std::runtime_error(config_path + ": " + e.what());
     }
