@@ -49,13 +49,11 @@ void add_forward(const float* a, const float* b, float* y, int64_t n) {
 }
 
 void copy_bytes(const void* src, void* dst, size_t bytes) {
-  constexpr int64_t kChunk = 64 << 10;  // bytes per chunk: the split depends on the size only
-  const int64_t n = static_cast<int64_t>(bytes), chunks = (n + kChunk - 1) / kChunk;
   const char* s = static_cast<const char*>(src);
   char* d = static_cast<char*>(dst);
-#pragma omp parallel for schedule(static) if (n > (256 << 10))
-  for (int64_t c = 0; c < chunks; ++c)
-    std::memcpy(d + c * kChunk, s + c * kChunk, static_cast<size_t>(std::min(kChunk, n - c * kChunk)));
+  for_each_elem_chunk(static_cast<int64_t>(bytes), 256 << 10, [&](int64_t i0, int64_t m) {
+    std::memcpy(d + i0, s + i0, static_cast<size_t>(m));  // the chunks, of bytes here
+  });
 }
 
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
