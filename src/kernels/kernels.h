@@ -270,9 +270,9 @@ void relu_dropout_backward_bf16_scalar(const float* dy, const uint16_t* y16, flo
 void add_forward(const float* a, const float* b, float* y, int64_t n);
 void add_forward_scalar(const float* a, const float* b, float* y, int64_t n);
 
-// dst[0, bytes) = src[0, bytes) for buffers that do not overlap: memcpy over the element-wise kernels' fixed chunks
-// (parallel_chunks.h, here of bytes), over the threads above 256 kB (a gradient clone of a (768, 128)
-// activation is 384 kB). No arithmetic, so no scalar twin.
+// dst[0, bytes) = src[0, bytes) for buffers that do not overlap: memcpy over the element-wise kernels'
+// fixed chunks (parallel_chunks.h, here of bytes), over the threads above 256 kB (a gradient clone of a
+// (768, 128) activation is 384 kB). No arithmetic, so no scalar twin.
 void copy_bytes(const void* src, void* dst, size_t bytes);
 
 // y = x ⊙ keep / (1 − p),  keep_i = dropout_keep(seed, offset + i, p)   (0 ≤ p < 1).
