@@ -2,8 +2,9 @@
 //
 // Names in error messages come from files the user wrote (JSON configs, safetensors headers, TSV
 // vocabularies) and may hold any byte. escape_text(s, max) copies s with control bytes (< 0x20 and
-// 0x7f) and bytes that are not part of a valid UTF-8 sequence written as \xHH, so a message never
-// spans two lines, moves the terminal's cursor, or holds invalid UTF-8 (Python could not decode it);
+// 0x7f), Unicode's other line breaks (U+0085, U+2028, U+2029) and bytes that are not part of a valid
+// UTF-8 sequence written as \xHH, so a message never spans two lines, moves the terminal's cursor, or
+// holds invalid UTF-8 (Python could not decode it);
 // it cuts after at most `max` bytes of s, at a character boundary, with "...". quote_name(s) is that
 // in single quotes, cut at kMaxQuoted bytes; a parser's own message (nlohmann's echoes the bytes it
 // read) goes through escape_text(what, kMaxMessage). Internal: the library's messages only.
@@ -30,11 +31,18 @@ inline std::string escape_text(std::string_view s, size_t max) {
   while (i < s.size()) {
     const size_t len = utf8_length(u, s.size(), i);
     if (i + std::max<size_t>(len, 1) > max) break;
-    if (len == 0 || u[i] < 0x20 || u[i] == 0x7f) {
-      out += "\\x";
-      out += kHex[u[i] >> 4];
-      out += kHex[u[i] & 15];
-      ++i;
+    // Control bytes, bytes outside a valid sequence, and the line breaks beyond ASCII (U+0085 NEL, U+2028 LINE
+    // SEPARATOR, U+2029 PARAGRAPH SEPARATOR, which Python's str.splitlines and some terminals break at).
+    const bool line_break = (len == 2 && u[i] == 0xC2 && u[i + 1] == 0x85) ||
+                            (len == 3 && u[i] == 0xE2 && u[i + 1] == 0x80 && (u[i + 2] == 0xA8 || u[i + 2] == 0xA9));
+    if (line_break || len == 0 || u[i] < 0x20 || u[i] == 0x7f) {
+      const size_t n = line_break ? len : 1;  // every byte of a line break, else the one byte
+      for (size_t k = 0; k < n; ++k) {
+        out += "\\x";
+        out += kHex[u[i + k] >> 4];
+        out += kHex[u[i + k] & 15];
+      }
+      i += n;
     } else {
       out.append(s.data() + i, len);
       i += len;

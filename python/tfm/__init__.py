@@ -285,9 +285,18 @@ def load_module(config, weights, dtype="f32"):
     else:
         with open(config, "rb") as f:
             text = f.read()
+        def keys_once(pairs):  # a key said twice is refused, as the library's config reader refuses it
+            obj = {}
+            for k, v in pairs:
+                if k in obj:
+                    raise ValueError(f"{_os.fspath(config)}: config: key {k!r} appears twice in one object")
+                obj[k] = v
+            return obj
         try:
-            cfg = _json.loads(text)
-        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError: said of the file, as the CLI says it
+            cfg = _json.loads(text, object_pairs_hook=keys_once)
+        except _json.JSONDecodeError as e:  # said of the file, as the CLI says it
+            raise ValueError(f"{_os.fspath(config)}: not valid JSON: {e}") from None
+        except UnicodeDecodeError as e:
             raise ValueError(f"{_os.fspath(config)}: not valid JSON: {e}") from None
     if isinstance(weights, (str, _os.PathLike)) and isinstance(config, (str, _os.PathLike)):
         return Module(_core.Module.load(_os.fspath(config), _os.fspath(weights), _dtype(dtype)), cfg)

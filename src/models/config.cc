@@ -106,7 +106,8 @@ void ModelConfig::validate(bool check_sizes) const {
   }
   const int64_t enc = f.encoder_layers ? num_encoder_layers : 0, dec = f.decoder_layers ? num_decoder_layers : 0;
   const long double tables = static_cast<long double>(d_model) *
-                             (static_cast<long double>(text ? 0 : src_vocab_size) + static_cast<long double>(tgt_vocab_size) +
+                             (static_cast<long double>(text || share_embeddings ? 0 : src_vocab_size) +  // shared: one
+                              static_cast<long double>(tgt_vocab_size) +
                               (positional_value() == Positional::LEARNED ? static_cast<long double>(max_len) : 0.0L));
   try {
     check_model_fits(layer_options(), static_cast<long double>(enc) + static_cast<long double>(dec), tables,

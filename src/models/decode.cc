@@ -398,9 +398,9 @@ std::vector<Hypothesis> sample_chunk(const Model& model, const std::vector<std::
 }
 
 // Without a decoder: argmax at every source position (one forward, no search); sampling: a draw at every
-// position, source b's draws from its own Generator. Neither picks <pad>, <bos> or <eos>: a position's
-// prediction is a word (a <pad> would vanish from the output and shift the rest). The log-probabilities
-// reported are the model's own, over the whole vocabulary.
+// position, source b's draws from its own Generator. Neither picks opt.suppress (predict(): the target
+// vocabulary's <pad>, <bos>, <eos>; a position's prediction is a word, and a <pad> would vanish from the
+// output and shift the rest). The log-probabilities reported are the model's own, over the whole vocabulary.
 std::vector<Hypothesis> decode_encoder(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                        const std::vector<uint64_t>& streams, const DecodeOptions& opt) {
   const ModelConfig& c = model.config();
@@ -426,8 +426,8 @@ std::vector<Hypothesis> decode_encoder(const Model& model, const std::vector<std
       const float* z = logits.data() + (b * batch.S + i) * V;
       log_softmax_row(z, V, -1, -1, lp);
       std::copy(z, z + V, row.begin());
-      for (const int32_t special : {c.pad_id, c.bos_id, c.eos_id})
-        if (special >= 0) row[static_cast<size_t>(special)] = -INFINITY;
+      for (const int32_t id : opt.suppress)
+        if (id >= 0 && id < V) row[static_cast<size_t>(id)] = -INFINITY;
       const int64_t v = opt.sample ? sample_token(row.data(), V, opt.sampling, gen)
                                    : std::max_element(row.begin(), row.end()) - row.begin();  // first maximum
       h.tokens.push_back(static_cast<int32_t>(v));

@@ -3,7 +3,10 @@
 #include "tfm/models/model_dir.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 #include "io/file_util.h"
@@ -212,7 +215,22 @@ std::function<bool(int64_t, const std::vector<int32_t>&)> stop_at_text(const Tra
   };
 }
 
-std::string read_prompt_file(const std::string& path) { return io::read_file(path); }
+std::string read_prompt_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) return io::read_file(path);
+  if (std::filesystem::is_directory(path, ec)) throw io::IoError(path + ": is a directory, not a prompt file");
+  // A pipe or a device (--prompt-file /dev/stdin, <(cmd)): read to its end, within a bound a prompt never nears.
+  constexpr size_t kMaxPrompt = size_t(64) << 20;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw io::IoError(path + ": open failed: " + std::strerror(errno));
+  std::string text;
+  std::vector<char> buf(size_t(1) << 16);
+  while (f.read(buf.data(), static_cast<std::streamsize>(buf.size())) || f.gcount() > 0) {
+    text.append(buf.data(), static_cast<size_t>(f.gcount()));
+    if (text.size() > kMaxPrompt) throw io::IoError(path + ": longer than 64 MiB, more than a prompt");
+  }
+  return text;
+}
 
 std::vector<std::string> generate_text(const TrainedModel& m, const std::string& prompt, GenerateOptions options,
                                        const std::string& stop,
@@ -264,6 +282,8 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
   bs.batch_size = batch_size;
   std::vector<data::Tokens> out(sources.size());
   DecodeOptions opt = options;
+  for (const int32_t id : {tgt_vocab.pad_id(), tgt_vocab.bos_id(), tgt_vocab.eos_id()})  // the marks, not words
+    if (id >= 0) opt.suppress.push_back(id);
   for (const auto& idx : data::plan_eval(ex, bs)) {
     std::vector<std::vector<int32_t>> batch;
     std::vector<int64_t> which;

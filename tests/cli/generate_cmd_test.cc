@@ -78,6 +78,13 @@ TEST_F(GenerateCli, PromptThenContinuationDeterministic) {
   std::string prompt_file = *dir_ + "/prompt.txt";
   std::ofstream(prompt_file) << "the ";
   EXPECT_EQ(generate("--prompt-file " + prompt_file + " --max-new-tokens 40 --seed 3"), a);
+  // A pipe as the prompt file: read to its end.
+  std::string piped;
+  EXPECT_EQ(run_command("(cat " + prompt_file + " | " + kCli + " generate --model " + *dir_ +
+                            "/lm --prompt-file /dev/stdin --max-new-tokens 40 --seed 3 2>/dev/null)",
+                        &piped),
+            0);
+  EXPECT_EQ(piped, a);
   EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 0"), "the \n");
   // Past the block size (16): the window slides, generation goes on.
   const std::string long_run = generate("--prompt 'the ' --max-new-tokens 100 --temperature 0");
@@ -147,8 +154,8 @@ TEST_F(GenerateCli, Errors) {
   fails("generate" + lm + " --prompt ''", "tfm: error: the prompt is empty");
   fails("generate" + lm + " --prompt a --prompt-file x", "excludes");
   fails("generate" + lm + " --prompt-file " + *dir_ + "/missing.txt", "tfm: error: " + *dir_ + "/missing.txt: open failed");
-  fails("generate" + lm + " --prompt-file " + *dir_, "tfm: error: " + *dir_ + ": not a regular file");
-  fails("generate" + lm + " --prompt-file /dev/zero", "tfm: error: /dev/zero: not a regular file");  // not read forever
+  fails("generate" + lm + " --prompt-file " + *dir_, "tfm: error: " + *dir_ + ": is a directory, not a prompt file");
+  fails("generate" + lm + " --prompt-file /dev/zero", "tfm: error: /dev/zero: longer than 64 MiB");  // not read forever
   tfm::testing::spit(*dir_ + "/empty_prompt.txt", "");
   fails("generate" + lm + " --prompt-file " + *dir_ + "/empty_prompt.txt",
         "tfm: error: " + *dir_ + "/empty_prompt.txt: the prompt is empty");

@@ -356,6 +356,9 @@ TEST_F(SafeTensors, HeaderNotJsonOrNotObject) {
   // A parser message echoing invalid UTF-8 keeps the message valid UTF-8 (\xHH escapes).
   write_raw(p, "{\"a\xff\": 1");
   expect_load_error(p, {"header is not valid JSON", "\\xff"});
+  // A name holding U+2028 (a line break to Python and some terminals) is quoted on one line.
+  write_raw(p, "{\"a\xe2\x80\xa8" "b\": {\"dtype\": \"Q9\", \"shape\": [1], \"data_offsets\": [0, 4]}}", std::string(4, '\0'));
+  expect_load_error(p, {"tensor 'a\\xe2\\x80\\xa8b'"});
 }
 
 TEST_F(SafeTensors, EntryShapeOfHeader) {

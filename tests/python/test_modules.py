@@ -277,6 +277,9 @@ def test_errors(tmp_path):
     (tmp_path / "notjson.json").write_bytes(b"{\"module\": \xff")
     with pytest.raises(ValueError, match="notjson.json: not valid JSON"):
         tfm.load_module(str(tmp_path / "notjson.json"), sd)
+    (tmp_path / "twice.json").write_text('{"module": "TransformerEncoderLayer", "d_model": 4, "d_model": 8}')
+    with pytest.raises(ValueError, match="twice.json: config: key 'd_model' appears twice"):
+        tfm.load_module(str(tmp_path / "twice.json"), sd)
     with pytest.raises(ValueError, match="'linear1.bias'.*int64"):
         tfm.load_module(cfg, {**sd, "linear1.bias": np.zeros(8, np.int64)})
     assert fast(np.zeros((1, 2, 4), dtype=np.float32)).shape == (1, 2, 4)  # the interpreter survives

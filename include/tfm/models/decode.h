@@ -35,6 +35,10 @@ struct DecodeOptions {
   SamplingOptions sampling;
   uint64_t seed = 0;
   std::vector<uint64_t> sample_streams;  // empty, or one per source
+  // arch "encoder": token ids a position's prediction (argmax or draw) never picks — predict() passes the
+  // target vocabulary's own <pad>, <bos> and <eos>, as a word is what a position predicts. Ids, not the
+  // config's special ids: an imported model's config may name ids that are real tokens in its vocabulary.
+  std::vector<int32_t> suppress;
 };
 
 // One decoded target: tokens without bos/eos; logprob = Σ log p of the tokens (and of the eos when

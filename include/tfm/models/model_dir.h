@@ -137,8 +137,9 @@ std::vector<std::string> generate_text(const TrainedModel& m, const std::string&
                                        const std::function<void(int64_t sample, const std::string& piece)>& on_piece = {},
                                        const std::string& prompt_name = "prompt");
 
-// A prompt file's text, its bytes as they are (a regular file; a directory, a device or an unreadable
-// file throws naming it), for generate_text with the file's name as prompt_name.
+// A prompt file's text, its bytes as they are, for generate_text with the file's name as prompt_name: a
+// regular file, or a pipe or device read to its end (/dev/stdin, a shell's <(cmd)) up to 64 MiB; a
+// directory, a missing or unreadable file, or a longer stream throws naming it.
 std::string read_prompt_file(const std::string& path);
 
 // Source ids (no bos/eos/pad) → predicted target tokens (greedy or beam), in input order, decoded
