@@ -298,8 +298,7 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
       if (model.config().target_layout() == data::TargetLayout::SHIFTED) {
         t = tgt_vocab.decode(pred[k]);  // stops at eos
       } else {
-        for (int32_t id : pred[k])
-          if (id != tgt_vocab.pad_id()) t.push_back(tgt_vocab.token(id));
+        for (int32_t id : pred[k]) t.push_back(tgt_vocab.token(id));  // never a mark: opt.suppress
       }
     }
   }
