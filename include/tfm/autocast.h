@@ -1,14 +1,17 @@
-// tfm/autocast.h — Autocast: the scope in which Linear layers train with bfloat16 matmuls.
+// tfm/autocast.h — Autocast: the scope in which training runs its matmuls in bfloat16.
 //
 // PyTorch analog: `with torch.autocast("cpu", dtype=torch.bfloat16):` around the forward and the
-// backward, restricted to the matmuls of Linear layers, with float32 master weights:
+// backward, restricted to the matmuls, with float32 master weights. The Linear layers:
 //   forward   y  = bf16(x)·bf16(W)ᵀ + b
 //   backward  dx = bf16(g)·bf16(W),   dW = bf16(g)ᵀ·bf16(x)      (g = dL/dy; db = Σ_rows g in float32)
-// with products exact and sums in float32, the results float32 (PyTorch's are rounded to bfloat16 once
-// more). Everything else — attention scores and AV, softmax, LayerNorm, activations, dropout, residual
-// adds, embedding lookups, the loss, the optimizer and the weights themselves — stays float32.
-// The matmuls run through oneDNN on AMX-BF16 tiles or AVX512-BF16 (src/kernels/gemm_bf16.h); on a CPU
-// with neither they still run, emulated (bf16_matmul_accelerated() says which).
+// and, where the CPU has AVX512-BF16, attention's products: the scores bf16(q)·bf16(k)ᵀ, the output
+// bf16(drop(p))·bf16(v), and their backward (dp, dv, dq, dk with bf16(dout) and bf16(scale·ds)), as
+// autocast runs PyTorch's bmm. Products are exact and sums float32, the results float32 (PyTorch's are
+// rounded to bfloat16 once more). Everything else — softmax and its log-sum-exp, LayerNorm, activations,
+// dropout, residual adds, embedding lookups, the loss, the optimizer and the weights themselves — stays
+// float32. The Linear matmuls run through oneDNN on AMX-BF16 tiles or AVX512-BF16 (src/kernels/gemm_bf16.h);
+// on a CPU with neither they still run, emulated (bf16_matmul_accelerated() says which), and attention
+// keeps float32 products there.
 //
 // Each weight is rounded to bfloat16 once per scope, on its first use (the backward reuses the
 // forward's copy), so a training step opens one scope around all its forward and backward passes and

@@ -3,10 +3,13 @@
 //
 // The scalar twins are the float instantiation of the specification in attention_scalar.h. The fast
 // kernel handles every shape; the twin is taken when AVX-512 is missing, when TFM_FORCE_SCALAR is
-// set, or when the backward has no saved lse (the fast backward recomputes p from it).
+// set, or when the backward has no saved lse (the fast backward recomputes p from it). A bf16 request
+// (AttentionParams::bf16) is kept only where the CPU has bf16 dot products, which the fast kernel then
+// uses; elsewhere (and under TFM_FORCE_SCALAR) the products stay float32.
 #include <cassert>
 
 #include "kernels/attention_scalar.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
@@ -20,22 +23,33 @@ void attention_backward_scalar(const AttentionParams& p, const float* dout, floa
   attention_backward_scalar<float>(p, attention_scalar_tensors(p), dout, dq, dk, dv);
 }
 
+namespace {
+// p with bf16 kept only where the CPU multiplies bfloat16 pairs (vdpbf16ps).
+AttentionParams with_supported_precision(const AttentionParams& p) {
+  AttentionParams r = p;
+  r.bf16 = p.bf16 && cpu_has_bf16_dot();
+  return r;
+}
+}  // namespace
+
 void attention_forward(const AttentionParams& p) {
   assert(p.q && p.k && p.v && p.o);
+  const AttentionParams r = with_supported_precision(p);
   if (cpu_has_avx512()) {
-    attention_forward_avx512(p);
+    attention_forward_avx512(r);
   } else {
-    attention_forward_scalar(p);
+    attention_forward_scalar(r);
   }
 }
 
 void attention_backward(const AttentionParams& p, const float* dout, float* dq, float* dk,
                         float* dv) {
   assert(p.q && p.k && p.v && p.o && dout && dq && dk && dv);
+  const AttentionParams r = with_supported_precision(p);
   if (cpu_has_avx512() && p.lse != nullptr) {
-    attention_backward_avx512(p, dout, dq, dk, dv);
+    attention_backward_avx512(r, dout, dq, dk, dv);
   } else {
-    attention_backward_scalar(p, dout, dq, dk, dv);
+    attention_backward_scalar(r, dout, dq, dk, dv);
   }
 }
 

@@ -1,9 +1,11 @@
-// src/kernels/attention_avx512.cc — flash-attention forward and backward for AVX-512 (fp32).
+// src/kernels/attention_avx512.cc — flash-attention forward and backward for AVX-512: float32 products
+// (FMA), or bfloat16 operands with float32 sums (vdpbf16ps) when AttentionParams::bf16.
 //
 // Compiled with AVX-512 flags (CMakeLists.txt's TFM_AVX512_OPTIONS, because of the *_avx512.cc name:
-// the F, BW, DQ and VL subsets cpu_has_avx512() checks, and FMA); the dispatch in
-// attention.cc calls it only when cpu_has_avx512(). The specification is the scalar reference in
-// attention_scalar.h; tests/kernels/attention_test.cc checks this file against it.
+// the F, BW, DQ and VL subsets cpu_has_avx512() checks, and FMA) plus AVX512-BF16, whose instructions
+// only the BF template instances contain; the dispatch in attention.cc calls it only when
+// cpu_has_avx512(), and with bf16 set only when cpu_has_bf16_dot(). The specification is the scalar
+// reference in attention_scalar.h; tests/kernels/attention_test.cc checks this file against it.
 //
 // Algorithm (Dao et al., FlashAttention-2), never materializing the (L,S) score matrix:
 //   forward, per (bh, tile of Br ≤ 64 queries): for each tile of kBc = 64 keys,
@@ -17,6 +19,9 @@
 // Every product goes through one register-blocked micro-kernel (MR rows × NV·16 columns of C in
 // zmm registers, A broadcast, B loaded as vectors), whose per-element arithmetic is a plain FMA
 // chain in the reduction order — so a score has the same bits in the forward and the backward.
+// bf16: the same tiles and schedule; each operand is rounded once into the layout vdpbf16ps reads
+// ("bfloat16 pairs" below: q, k, v and dout per head before the tiles, drop(P) and scale·dS per tile),
+// and the chain runs over pairs, still in the reduction order, so the scores still match.
 // Long sequences (L·S ≥ 256²) first copy each head's operand rows into contiguous blocks
 // (worth_packing explains why); the arithmetic, and so every bit, is the same either way.
 //
@@ -86,7 +91,9 @@ struct Dropout {
 // C(MR, NV·16) (+)= Σ_kk A(r, kk) · B(kk, :) with A(r, kk) = A[r·a_rs + kk·a_ks] (broadcast) and
 // B row kk at B + kk·ldb (vectors); the last vector of each row uses the lane mask `tail`.
 // Per element the arithmetic is c = fma(a, b, c) in increasing kk, starting from 0 or from C.
-template <int MR, int NV, bool ACC>
+// BF: A and B hold bfloat16 pairs (Pairs below), kk counts pairs, and each step is one vdpbf16ps,
+// c += a₀·b₀ + a₁·b₁ with exact products and float32 sums.
+template <int MR, int NV, bool ACC, bool BF = false>
 inline void micro(int64_t K, const float* A, int64_t a_rs, int64_t a_ks, const float* B,
                   int64_t ldb, float* C, int64_t ldc, __mmask16 tail) {
   __m512 c[MR][NV];
@@ -108,7 +115,13 @@ inline void micro(int64_t K, const float* A, int64_t a_rs, int64_t a_ks, const f
     for (int r = 0; r < MR; ++r) {
       const __m512 a = _mm512_set1_ps(ak[r * a_rs]);
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(a, bv[v], c[r][v]);
+      for (int v = 0; v < NV; ++v) {
+        if constexpr (BF) {
+          c[r][v] = _mm512_dpbf16_ps(c[r][v], (__m512bh)a, (__m512bh)bv[v]);
+        } else {
+          c[r][v] = _mm512_fmadd_ps(a, bv[v], c[r][v]);
+        }
+      }
     }
   }
 #pragma GCC unroll 16
@@ -126,42 +139,84 @@ inline void micro(int64_t K, const float* A, int64_t a_rs, int64_t a_ks, const f
 // Rows per micro-kernel call for a width of NV vectors: MR·NV ≤ 24 accumulators + NV + 1 registers.
 constexpr int mr_for(int nv) { return nv == 1 ? 8 : nv == 2 ? 12 : nv == 3 ? 8 : 6; }
 
-template <int NV, bool ACC, int R>
+template <int NV, bool ACC, bool BF, int R>
 void micro_rest(int64_t rows, int64_t K, const float* A, int64_t a_rs, int64_t a_ks,
                 const float* B, int64_t ldb, float* C, int64_t ldc, __mmask16 tail) {
   if constexpr (R > 0) {
     if (rows == R) {
-      micro<R, NV, ACC>(K, A, a_rs, a_ks, B, ldb, C, ldc, tail);
+      micro<R, NV, ACC, BF>(K, A, a_rs, a_ks, B, ldb, C, ldc, tail);
     } else {
-      micro_rest<NV, ACC, R - 1>(rows, K, A, a_rs, a_ks, B, ldb, C, ldc, tail);
+      micro_rest<NV, ACC, BF, R - 1>(rows, K, A, a_rs, a_ks, B, ldb, C, ldc, tail);
     }
   }
 }
 
-template <int NV, bool ACC>
+template <int NV, bool ACC, bool BF>
 void rows_of(int64_t M, int64_t K, const float* A, int64_t a_rs, int64_t a_ks, const float* B,
              int64_t ldb, float* C, int64_t ldc, __mmask16 tail) {
   constexpr int MR = mr_for(NV);
   int64_t r = 0;
   for (; r + MR <= M; r += MR)
-    micro<MR, NV, ACC>(K, A + r * a_rs, a_rs, a_ks, B, ldb, C + r * ldc, ldc, tail);
+    micro<MR, NV, ACC, BF>(K, A + r * a_rs, a_rs, a_ks, B, ldb, C + r * ldc, ldc, tail);
   if (r < M)
-    micro_rest<NV, ACC, MR - 1>(M - r, K, A + r * a_rs, a_rs, a_ks, B, ldb, C + r * ldc, ldc, tail);
+    micro_rest<NV, ACC, BF, MR - 1>(M - r, K, A + r * a_rs, a_rs, a_ks, B, ldb, C + r * ldc, ldc, tail);
 }
 
 // C(M,N) (+)= A(M,K) · B(K,N) with the strides above, in column chunks of 64. ACC: add to C,
-// else overwrite. Only the M×N elements of C are touched (masked tail stores).
-template <bool ACC>
+// else overwrite. Only the M×N elements of C are touched (masked tail stores). BF: A and B are
+// bfloat16 pairs and K counts pairs (strides in pairs).
+template <bool ACC, bool BF = false>
 void gemm_small(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_t a_ks,
                 const float* B, int64_t ldb, float* C, int64_t ldc) {
   for (int64_t c0 = 0; c0 < N; c0 += 64) {
     const int64_t n = std::min<int64_t>(64, N - c0);
     const __mmask16 tail = first_n(n - 16 * ((n - 1) / 16));
     switch ((n + 15) / 16) {
-      case 1: rows_of<1, ACC>(M, K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, tail); break;
-      case 2: rows_of<2, ACC>(M, K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, tail); break;
-      case 3: rows_of<3, ACC>(M, K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, tail); break;
-      default: rows_of<4, ACC>(M, K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, tail); break;
+      case 1: rows_of<1, ACC, BF>(M, K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, tail); break;
+      case 2: rows_of<2, ACC, BF>(M, K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, tail); break;
+      case 3: rows_of<3, ACC, BF>(M, K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, tail); break;
+      default: rows_of<4, ACC, BF>(M, K, A, a_rs, a_ks, B + c0, ldb, C + c0, ldc, tail); break;
+    }
+  }
+}
+
+// ---- bfloat16 pairs ---------------------------------------------------------------------------------
+// With AttentionParams::bf16 every product takes bfloat16 operands: vdpbf16ps multiplies pairs along
+// the reduction, so each operand is stored as 32-bit words of two bfloat16 (element 2t in the low half,
+// 2t+1 in the high half), held in float buffers (the words are only moved, never computed on, until
+// vdpbf16ps reads them). Two forms, by which way the reduction runs through the matrix X (n, W):
+//   rows  (n, ⌈W/2⌉): word (i, t) = (X[i][2t], X[i][2t+1]): the reduction runs along a row
+//   pairs (⌈n/2⌉, W): word (t, d) = (X[2t][d], X[2t+1][d]): the reduction runs down the columns
+// An odd count is padded with a bfloat16 zero. Rounding: bf16_hi (common_avx512.h), the twin's
+// float_to_bf16.
+inline int64_t half_up(int64_t n) { return (n + 1) / 2; }
+
+// dst (n, ⌈W/2⌉ words, row stride ldw words) ← rows of src (n, W, row stride sl).
+void to_bf16_rows(const float* src, int64_t sl, int64_t n, int64_t W, float* dst, int64_t ldw) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* s = src + i * sl;
+    auto* d = reinterpret_cast<uint16_t*>(dst + i * ldw);
+    for (int64_t c = 0; c < W; c += 16) {
+      const __mmask16 m = first_n(W - c);
+      const __m512i h = _mm512_srli_epi32(bf16_hi(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, s + c))), 16);
+      _mm256_mask_storeu_epi16(d + c, m, _mm512_cvtepi32_epi16(h));
+    }
+    if (W % 2 != 0) d[W] = 0;
+  }
+}
+
+// dst (⌈n/2⌉, W words, row stride ldw words) ← rows of src (n, W, row stride sl), paired.
+void to_bf16_pairs(const float* src, int64_t sl, int64_t n, int64_t W, float* dst, int64_t ldw) {
+  for (int64_t t = 0; 2 * t < n; ++t) {
+    const float* s0 = src + 2 * t * sl;
+    const float* s1 = 2 * t + 1 < n ? s0 + sl : nullptr;
+    float* d = dst + t * ldw;
+    for (int64_t c = 0; c < W; c += 16) {
+      const __mmask16 m = first_n(W - c);
+      const __m512i lo = _mm512_srli_epi32(bf16_hi(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, s0 + c))), 16);
+      const __m512i hi =
+          s1 ? bf16_hi(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, s1 + c))) : _mm512_setzero_si512();
+      _mm512_mask_storeu_ps(d + c, m, _mm512_castsi512_ps(_mm512_or_si512(lo, hi)));
     }
   }
 }
@@ -193,6 +248,10 @@ struct View {
 struct Layout {
   View<const float> q, k, v, dout;  // dout: the backward's incoming gradient, o's shape
   View<float> o, dq;                // dq: where the backward accumulates dq
+  // bf16 (bfloat16 pairs, sh and sl in words): q, k and (backward) v hold the rows form, (forward) v
+  // the pairs form; qp, kp, dop hold the pairs form of q, k, dout and dow the rows form of dout. dout
+  // itself stays float32 (for D_i).
+  View<const float> qp, kp, dow, dop;
   explicit Layout(const AttentionParams& p)
       : q{p.q, p.q_sb, p.Dh, p.q_sl}, k{p.k, p.k_sb, p.Dh, p.k_sl}, v{p.v, p.v_sb, p.dv(), p.v_sl},
         o{p.o, p.o_sb, p.dv(), p.o_sl} {}
@@ -231,6 +290,31 @@ View<const float> pack_heads(const View<const float>& src, const AttentionParams
   return packed_view<const float>(dst, p, rows, src.sh);
 }
 
+// Rows [0, rows) of every head of src (W = src.sh floats wide) → dst in the bf16 rows or pairs form,
+// each head's block contiguous; returns the view (sh, sl in words).
+View<const float> pack_heads_bf16(const View<const float>& src, const AttentionParams& p, int64_t rows,
+                                  bool pairs, float* dst, bool par) {
+  const int64_t W = src.sh;
+  const int64_t n = pairs ? half_up(rows) : rows, w = pairs ? W : half_up(W);
+  const View<float> out = packed_view(dst, p, n, w);
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+    const float* s = src.head(bh / p.H, bh % p.H);
+    float* d = out.head(bh / p.H, bh % p.H);
+    if (pairs) {
+      to_bf16_pairs(s, src.sl, rows, W, d, w);
+    } else {
+      to_bf16_rows(s, src.sl, rows, W, d, w);
+    }
+  }
+  return {out.base, out.sb, out.sh, out.sl};
+}
+
+// Words a packed bf16 form of (rows, W) per head takes, for all heads.
+inline size_t bf16_words(const AttentionParams& p, int64_t rows, int64_t W, bool pairs) {
+  return static_cast<size_t>(p.B * p.H * (pairs ? half_up(rows) * W : rows * half_up(W)));
+}
+
 // ---- per-(b,h) views ------------------------------------------------------------------------------
 struct Head {
   int64_t bh, b, h;
@@ -240,7 +324,8 @@ struct Head {
   float* o;           // row i at o + i·o_sl, (Dv)
   const float* dout;  // row i at dout + i·do_sl (backward only)
   float* dq;          // row i at dq + i·dq_sl (backward only)
-  int64_t q_sl, k_sl, v_sl, o_sl, do_sl, dq_sl;
+  const float *qp, *kp, *dow, *dop;  // bf16 only: Layout's pairs and rows forms
+  int64_t q_sl, k_sl, v_sl, o_sl, do_sl, dq_sl, qp_sl, kp_sl, dow_sl, dop_sl;
   const float* mask;  // (L,S) additive, or null
   const float* kpm;   // (S) additive, or null
   Head(const AttentionParams& p, const Layout& lt, int64_t bh_)
@@ -248,8 +333,10 @@ struct Head {
         q(lt.q.head(b, h)), k(lt.k.head(b, h)), v(lt.v.head(b, h)), o(lt.o.head(b, h)),
         dout(lt.dout.base ? lt.dout.head(b, h) : nullptr),
         dq(lt.dq.base ? lt.dq.head(b, h) : nullptr),
+        qp(lt.qp.base ? lt.qp.head(b, h) : nullptr), kp(lt.kp.base ? lt.kp.head(b, h) : nullptr),
+        dow(lt.dow.base ? lt.dow.head(b, h) : nullptr), dop(lt.dop.base ? lt.dop.head(b, h) : nullptr),
         q_sl(lt.q.sl), k_sl(lt.k.sl), v_sl(lt.v.sl), o_sl(lt.o.sl), do_sl(lt.dout.sl),
-        dq_sl(lt.dq.sl),
+        dq_sl(lt.dq.sl), qp_sl(lt.qp.sl), kp_sl(lt.kp.sl), dow_sl(lt.dow.sl), dop_sl(lt.dop.sl),
         mask(p.mask ? p.mask + bh_ * p.mask_sbh : nullptr), kpm(p.kpm ? p.kpm + b * p.S : nullptr) {}
 };
 
@@ -265,17 +352,28 @@ void pack_transposed(const float* src, int64_t sl, int64_t n, int64_t Dh, float*
 
 // ---- forward --------------------------------------------------------------------------------------
 // One tile of Br = 16·NVQ queries [i0, i0+ni) of head hd.
-template <int NVQ>
+// BF (AttentionParams::bf16): hd.k holds K's bf16 rows form and hd.v V's pairs form; the query tile is
+// rounded here, and drop(P) once per key tile before its product with V.
+template <int NVQ, bool BF>
 void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, int64_t i0) {
   constexpr int64_t Br = 16 * NVQ;
   const int64_t Dh = p.Dh, Dv = p.dv(), S = p.S;
+  const int64_t Dk = BF ? half_up(Dh) : Dh;  // the product's reduction length over d (pairs when BF)
   const int64_t ni = std::min(Br, p.L - i0);
-  float* qt = tl_scratch.get(round16(Dh * Br) + kBc * Br + round16(Br * Dv) + Br);  // (Dh, Br)
-  float* st = qt + round16(Dh * Br);  // (Bc, Br): scores, then dropped probabilities, transposed
+  const size_t nbf = BF ? round16(ni * Dk) + kBc / 2 * Br : 0;
+  float* qt = tl_scratch.get(round16(Dk * Br) + kBc * Br + round16(Br * Dv) + Br + nbf);  // (Dk, Br)
+  float* st = qt + round16(Dk * Br);  // (Bc, Br): scores, then dropped probabilities, transposed
   float* acc = st + kBc * Br;         // (Br, Dv): Σ_j drop(exp(s_ij − m_i)) v_j
   float* alpha = acc + round16(Br * Dv);  // (Br): exp(m_old − m_new) of the current key tile
+  float* qw = alpha + Br;                 // BF: (ni, Dk) the query tile's rows form
+  float* pw = qw + round16(ni * Dk);      // BF: (Bc/2, Br) drop(P) in the pairs form over keys
 
-  pack_transposed(hd.q + i0 * hd.q_sl, hd.q_sl, ni, Dh, qt, Br);
+  if constexpr (BF) {
+    to_bf16_rows(hd.q + i0 * hd.q_sl, hd.q_sl, ni, Dh, qw, Dk);
+    pack_transposed(qw, Dk, ni, Dk, qt, Br);
+  } else {
+    pack_transposed(hd.q + i0 * hd.q_sl, hd.q_sl, ni, Dh, qt, Br);
+  }
   std::fill(acc, acc + ni * Dv, 0.0f);
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
@@ -296,7 +394,7 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
   const int64_t jend = p.causal ? std::min(S, i0 + ni) : S;  // keys j > every i are skipped
   for (int64_t j0 = 0; j0 < jend; j0 += kBc) {
     const int64_t nk = std::min(kBc, jend - j0);
-    gemm_small<false>(nk, Br, Dh, hd.k + j0 * hd.k_sl, hd.k_sl, 1, qt, Br, st, Br);  // Sᵀ = K·Qᵀ
+    gemm_small<false, BF>(nk, Br, Dk, hd.k + j0 * hd.k_sl, hd.k_sl, 1, qt, Br, st, Br);  // Sᵀ = K·Qᵀ
     const bool diag = p.causal && j0 + nk - 1 > i0;  // the tile holds some j > i
     for (int v = 0; v < NVQ; ++v) {
       // s_ij = scale·⟨q_i,k_j⟩ + mask(i,j) + kpm(j), −inf where causal and j > i; m_tile = max_j.
@@ -351,7 +449,12 @@ void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, i
       for (; d + 16 < Dv; d += 16) _mm512_storeu_ps(ai + d, _mm512_mul_ps(a, _mm512_loadu_ps(ai + d)));
       _mm512_mask_storeu_ps(ai + d, dtail, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(dtail, ai + d)));
     }
-    gemm_small<true>(ni, Dv, nk, st, 1, Br, hd.v + j0 * hd.v_sl, hd.v_sl, acc, Dv);
+    if constexpr (BF) {  // key pairs: j0 is even (kBc is)
+      to_bf16_pairs(st, Br, nk, Br, pw, Br);
+      gemm_small<true, true>(ni, Dv, half_up(nk), pw, 1, Br, hd.v + j0 / 2 * hd.v_sl, hd.v_sl, acc, Dv);
+    } else {
+      gemm_small<true>(ni, Dv, nk, st, 1, Br, hd.v + j0 * hd.v_sl, hd.v_sl, acc, Dv);
+    }
   }
 
   // o_i = acc_i / l_i, lse_i = m_i + log l_i; a row with no unmasked key has l_i = 0: o_i = 0, −inf.
@@ -387,15 +490,22 @@ struct BackwardScratch {
   float* dk_acc;  // (Bc, Dh)
   float* dv_acc;  // (Bc, Dv)
   float* D;       // (L) D_i = ⟨do_i, o_i⟩
+  // bf16: kt, vt hold the key tile's rows forms transposed, (⌈Dh/2⌉, Bc) and (⌈Dv/2⌉, Bc) words, and
+  float* pw;      // (Br/2, Bc) drop(P) in the pairs form over queries
+  float* dsp;     // (Br/2, Bc) scale·dS in the pairs form over queries
+  float* dsw;     // (Br, Bc/2) scale·dS in the rows form (pairs over keys)
   explicit BackwardScratch(const AttentionParams& p) {
-    const size_t t = round16(p.Dh * kBc), tv = round16(p.dv() * kBc);
-    kt = tl_scratch.get(2 * t + 2 * tv + 2 * kBr * kBc + round16(p.L));
+    const size_t t = round16(p.Dh * kBc), tv = round16(p.dv() * kBc), tb = p.bf16 ? kBr * kBc / 2 : 0;
+    kt = tl_scratch.get(2 * t + 2 * tv + 2 * kBr * kBc + round16(p.L) + 3 * tb);
     vt = kt + t;
     sb = vt + tv;
     dpb = sb + kBr * kBc;
     dk_acc = dpb + kBr * kBc;
     dv_acc = dk_acc + t;
     D = dv_acc + tv;
+    pw = D + round16(p.L);
+    dsp = pw + tb;
+    dsw = dsp + tb;
   }
 };
 
@@ -408,7 +518,11 @@ void compute_D(const BackwardCall& c, const Head& hd, int64_t i_begin, int64_t i
 // Queries [i0, i0+ni) against keys [j0, j0+nk) (ws.kt, ws.vt hold that key tile). Adds the tile's
 // share to ws.dk_acc/dv_acc (kFirst: overwrites them, the first query tile of the key tile), and
 // to the rows of hd.dq when dq.
+// BF (AttentionParams::bf16): the five products take the bfloat16 forms of Layout (hd.q, hd.k, hd.v the
+// rows forms; hd.qp, hd.kp, hd.dop the pairs forms, hd.dow dout's rows form), and drop(P) and scale·dS are
+// rounded once per pair of tiles; S has the forward's bits (the same pairs in the same order).
 enum class DkDv { kNone, kFirst, kAccumulate };
+template <bool BF>
 void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni, int64_t j0,
                    int64_t nk, const BackwardScratch& ws, DkDv dkdv, bool dq) {
   const AttentionParams& p = c.p;
@@ -417,8 +531,13 @@ void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni
   const float* doi = hd.dout + i0 * hd.do_sl;
   // S(ni,nk) = Q·K_tileᵀ (unscaled), dP(ni,nk) = dO·V_tileᵀ, computed over nk rounded up to 16.
   const int64_t nk16 = 16 * ((nk + 15) / 16);
-  gemm_small<false>(ni, nk16, Dh, qi, hd.q_sl, 1, ws.kt, kBc, ws.sb, kBc);
-  gemm_small<false>(ni, nk16, Dv, doi, hd.do_sl, 1, ws.vt, kBc, ws.dpb, kBc);
+  if constexpr (BF) {
+    gemm_small<false, true>(ni, nk16, half_up(Dh), qi, hd.q_sl, 1, ws.kt, kBc, ws.sb, kBc);
+    gemm_small<false, true>(ni, nk16, half_up(Dv), hd.dow + i0 * hd.dow_sl, hd.dow_sl, 1, ws.vt, kBc, ws.dpb, kBc);
+  } else {
+    gemm_small<false>(ni, nk16, Dh, qi, hd.q_sl, 1, ws.kt, kBc, ws.sb, kBc);
+    gemm_small<false>(ni, nk16, Dv, doi, hd.do_sl, 1, ws.vt, kBc, ws.dpb, kBc);
+  }
 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   DropoutMask16 drop_mask = c.dr.lanes(1);
@@ -464,6 +583,35 @@ void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni
       _mm512_storeu_ps(dpp, ds);
     }
   }
+  if constexpr (BF) {
+    // Query pairs: i0 is even (kBr is). The columns past nk are zero (masked above), so rounding
+    // whole 16-wide blocks is exact padding.
+    const int64_t ni2 = half_up(ni);
+    if (dkdv != DkDv::kNone) {
+      to_bf16_pairs(ws.sb, kBc, ni, nk16, ws.pw, kBc);
+      to_bf16_pairs(ws.dpb, kBc, ni, nk16, ws.dsp, kBc);
+      const float* dop = hd.dop + i0 / 2 * hd.dop_sl;
+      const float* qp = hd.qp + i0 / 2 * hd.qp_sl;
+      if (dkdv == DkDv::kFirst) {
+        gemm_small<false, true>(nk, Dv, ni2, ws.pw, 1, kBc, dop, hd.dop_sl, ws.dv_acc, Dv);
+        gemm_small<false, true>(nk, Dh, ni2, ws.dsp, 1, kBc, qp, hd.qp_sl, ws.dk_acc, Dh);
+      } else {
+        gemm_small<true, true>(nk, Dv, ni2, ws.pw, 1, kBc, dop, hd.dop_sl, ws.dv_acc, Dv);
+        gemm_small<true, true>(nk, Dh, ni2, ws.dsp, 1, kBc, qp, hd.qp_sl, ws.dk_acc, Dh);
+      }
+    }
+    if (dq) {
+      to_bf16_rows(ws.dpb, kBc, ni, nk16, ws.dsw, kBc / 2);
+      const float* kp = hd.kp + j0 / 2 * hd.kp_sl;
+      float* dqi = hd.dq + i0 * hd.dq_sl;
+      if (j0 == 0) {
+        gemm_small<false, true>(ni, Dh, half_up(nk), ws.dsw, kBc / 2, 1, kp, hd.kp_sl, dqi, hd.dq_sl);
+      } else {
+        gemm_small<true, true>(ni, Dh, half_up(nk), ws.dsw, kBc / 2, 1, kp, hd.kp_sl, dqi, hd.dq_sl);
+      }
+    }
+    return;
+  }
   if (dkdv == DkDv::kFirst) {  // the same FMA chains as accumulating onto zeros
     gemm_small<false>(nk, Dv, ni, ws.sb, 1, kBc, doi, hd.do_sl, ws.dv_acc, Dv);
     gemm_small<false>(nk, Dh, ni, ws.dpb, 1, kBc, qi, hd.q_sl, ws.dk_acc, Dh);
@@ -485,10 +633,22 @@ void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni
   }
 }
 
+// K_tileᵀ, V_tileᵀ (bf16: of the rows forms, word by word).
 void pack_key_tile(const AttentionParams& p, const Head& hd, int64_t j0, int64_t nk,
                    const BackwardScratch& ws) {
-  pack_transposed(hd.k + j0 * hd.k_sl, hd.k_sl, nk, p.Dh, ws.kt, kBc);
-  pack_transposed(hd.v + j0 * hd.v_sl, hd.v_sl, nk, p.dv(), ws.vt, kBc);
+  const int64_t dk = p.bf16 ? half_up(p.Dh) : p.Dh, dv = p.bf16 ? half_up(p.dv()) : p.dv();
+  pack_transposed(hd.k + j0 * hd.k_sl, hd.k_sl, nk, dk, ws.kt, kBc);
+  pack_transposed(hd.v + j0 * hd.v_sl, hd.v_sl, nk, dv, ws.vt, kBc);
+}
+
+// backward_pair with BF = p.bf16.
+void backward_pair_of(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni, int64_t j0, int64_t nk,
+                      const BackwardScratch& ws, DkDv dkdv, bool dq) {
+  if (c.p.bf16) {
+    backward_pair<true>(c, hd, i0, ni, j0, nk, ws, dkdv, dq);
+  } else {
+    backward_pair<false>(c, hd, i0, ni, j0, nk, ws, dkdv, dq);
+  }
 }
 
 // First query row that can see key j0 (causal: earlier query tiles are fully masked).
@@ -504,7 +664,7 @@ void backward_key_tile(const BackwardCall& c, const Head& hd, int64_t j0,
   pack_key_tile(p, hd, j0, nk, ws);
   const int64_t i_first = first_query_tile_row(p, j0);
   for (int64_t i0 = i_first; i0 < p.L; i0 += kBr)
-    backward_pair(c, hd, i0, std::min(kBr, p.L - i0), j0, nk, ws,
+    backward_pair_of(c, hd, i0, std::min(kBr, p.L - i0), j0, nk, ws,
                   i0 == i_first ? DkDv::kFirst : DkDv::kAccumulate, dq);
   if (i_first >= p.L) {  // no query sees these keys (causal, S > L): zero gradients
     std::fill(ws.dk_acc, ws.dk_acc + nk * Dh, 0.0f);
@@ -538,7 +698,7 @@ void backward_query_tile(const BackwardCall& c, const Head& hd, int64_t i0) {
     if (first_query_tile_row(p, j0) > i0) break;  // the pairs scheme 1 skips
     const int64_t nk = std::min(kBc, p.S - j0);
     pack_key_tile(p, hd, j0, nk, ws);
-    backward_pair(c, hd, i0, ni, j0, nk, ws, DkDv::kNone, true);
+    backward_pair_of(c, hd, i0, ni, j0, nk, ws, DkDv::kNone, true);
   }
 }
 
@@ -569,7 +729,12 @@ void attention_forward_avx512(const AttentionParams& p) {
   const int64_t nqt = (p.L + br - 1) / br;
   const bool par = worth_threading(p);
   Layout lt(p);
-  if (worth_packing(p)) {
+  if (p.bf16) {  // K's rows form, V's pairs form (queries are rounded tile by tile)
+    const size_t nk = bf16_words(p, p.S, p.Dh, false), nv = bf16_words(p, p.S, p.dv(), true);
+    float* buf = tl_packed.get(nk + nv);
+    lt.k = pack_heads_bf16(lt.k, p, p.S, false, buf, par);
+    lt.v = pack_heads_bf16(lt.v, p, p.S, true, buf + nk, par);
+  } else if (worth_packing(p)) {
     const size_t nk = static_cast<size_t>(BH * p.S * p.Dh), nv = static_cast<size_t>(BH * p.S * p.dv());
     float* buf = tl_packed.get(nk + nv);
     lt.k = pack_heads(lt.k, p, p.S, buf, par);
@@ -579,11 +744,20 @@ void attention_forward_avx512(const AttentionParams& p) {
   for (int64_t t = 0; t < BH * nqt; ++t) {
     const Head hd(p, lt, t / nqt);
     const int64_t i0 = (t % nqt) * br;
-    switch (nvq) {
-      case 1: forward_tile<1>(p, dr, hd, i0); break;
-      case 2: forward_tile<2>(p, dr, hd, i0); break;
-      case 3: forward_tile<3>(p, dr, hd, i0); break;
-      default: forward_tile<4>(p, dr, hd, i0); break;
+    if (p.bf16) {
+      switch (nvq) {
+        case 1: forward_tile<1, true>(p, dr, hd, i0); break;
+        case 2: forward_tile<2, true>(p, dr, hd, i0); break;
+        case 3: forward_tile<3, true>(p, dr, hd, i0); break;
+        default: forward_tile<4, true>(p, dr, hd, i0); break;
+      }
+    } else {
+      switch (nvq) {
+        case 1: forward_tile<1, false>(p, dr, hd, i0); break;
+        case 2: forward_tile<2, false>(p, dr, hd, i0); break;
+        case 3: forward_tile<3, false>(p, dr, hd, i0); break;
+        default: forward_tile<4, false>(p, dr, hd, i0); break;
+      }
     }
   }
 }
@@ -604,7 +778,24 @@ void attention_backward_avx512(const AttentionParams& p, const float* dout, floa
   lt.dout = {dout, p.o_sb, p.dv(), p.o_sl};
   lt.dq = {dq, p.q_sb, p.Dh, p.q_sl};
   const bool packed = worth_packing(p);
-  if (packed) {  // q, k, v, dout read packed; dq accumulated packed, copied out at the end
+  if (p.bf16) {
+    // The bfloat16 forms the five products read (sizes in words); dout stays float32 for D_i, and dq is
+    // accumulated packed (float32) when worth_packing, like the float32 path's.
+    const size_t nqw = bf16_words(p, p.L, p.Dh, false), nqp = bf16_words(p, p.L, p.Dh, true);
+    const size_t nkw = bf16_words(p, p.S, p.Dh, false), nkp = bf16_words(p, p.S, p.Dh, true);
+    const size_t nvw = bf16_words(p, p.S, p.dv(), false);
+    const size_t ndw = bf16_words(p, p.L, p.dv(), false), ndp = bf16_words(p, p.L, p.dv(), true);
+    const size_t nq = packed ? static_cast<size_t>(BH * p.L * p.Dh) : 0;
+    float* buf = tl_packed.get(nqw + nqp + nkw + nkp + nvw + ndw + ndp + nq);
+    lt.qp = pack_heads_bf16(lt.q, p, p.L, true, buf, par);
+    lt.q = pack_heads_bf16(lt.q, p, p.L, false, buf += nqp, par);
+    lt.kp = pack_heads_bf16(lt.k, p, p.S, true, buf += nqw, par);
+    lt.k = pack_heads_bf16(lt.k, p, p.S, false, buf += nkp, par);
+    lt.v = pack_heads_bf16(lt.v, p, p.S, false, buf += nkw, par);
+    lt.dop = pack_heads_bf16(lt.dout, p, p.L, true, buf += nvw, par);
+    lt.dow = pack_heads_bf16(lt.dout, p, p.L, false, buf += ndp, par);
+    if (packed) lt.dq = packed_view(buf + ndw, p, p.L, p.Dh);
+  } else if (packed) {  // q, k, v, dout read packed; dq accumulated packed, copied out at the end
     // q, dq (B,H,L,Dh), dout (B,H,L,Dv), k (B,H,S,Dh), v (B,H,S,Dv)
     const size_t nq = static_cast<size_t>(BH * p.L * p.Dh), ndo = static_cast<size_t>(BH * p.L * p.dv());
     const size_t nk = static_cast<size_t>(BH * p.S * p.Dh), nv = static_cast<size_t>(BH * p.S * p.dv());

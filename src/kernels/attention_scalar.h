@@ -12,6 +12,12 @@
 // memory at all. The fast kernel (attention_avx512.cc) must agree with it up to rounding, and
 // exactly on which elements dropout removes.
 //
+// With AttentionParams::bf16 every product's operands are rounded to bfloat16 first (bf(), below): q and
+// k in the scores, the dropped probability and v in o, dout and v in dp, the dropped probability and
+// dout in dv, scale·ds and k in dq, scale·ds and q in dk; the sums stay in T. The fast kernel rounds the
+// forward's probabilities before dividing by the row sum (online softmax), this spec after, so the two
+// forwards differ by bfloat16 rounding there, not only by summation order.
+//
 // To add a feature (another mask kind, say): add it to score() below and to the fast kernel's score
 // step, then extend the mask cases in the test.
 #pragma once
@@ -21,6 +27,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
@@ -58,6 +65,11 @@ struct Head {
   const AttentionScalarTensors<T>& t;
   int64_t bh, b, h;
 
+  // x rounded to bfloat16 (float_to_bf16, round to nearest even) when p.bf16, else x.
+  T bf(T x) const {
+    return p.bf16 ? static_cast<T>(bf16_to_float(float_to_bf16(static_cast<float>(x)))) : x;
+  }
+
   const T* q(int64_t i) const { return t.q + b * p.q_sb + i * p.q_sl + h * p.Dh; }  // (Dh)
   const T* k(int64_t j) const { return t.k + b * p.k_sb + j * p.k_sl + h * p.Dh; }  // (Dh)
   const T* v(int64_t j) const { return t.v + b * p.v_sb + j * p.v_sl + h * p.dv(); }  // (Dv)
@@ -69,7 +81,7 @@ struct Head {
     const T* qi = q(i);
     const T* kj = k(j);
     T dot = 0;
-    for (int64_t d = 0; d < p.Dh; ++d) dot += qi[d] * kj[d];
+    for (int64_t d = 0; d < p.Dh; ++d) dot += bf(qi[d]) * bf(kj[d]);
     T s = static_cast<T>(p.scale) * dot;
     if (t.mask != nullptr) s += t.mask[bh * p.mask_sbh + i * p.S + j];
     if (t.kpm != nullptr) s += t.kpm[b * p.S + j];
@@ -119,9 +131,9 @@ void attention_forward_scalar(const AttentionParams& p, const AttentionScalarTen
       if (lse == -std::numeric_limits<T>::infinity()) continue;  // all keys masked: o_i = 0
       for (int64_t j = 0; j < p.S; ++j) {
         if (!hd.keep(i, j)) continue;
-        const T pij = std::exp(hd.score(i, j) - lse) * inv_keep;
+        const T pij = hd.bf(std::exp(hd.score(i, j) - lse) * inv_keep);
         const T* vj = hd.v(j);
-        for (int64_t d = 0; d < Dv; ++d) oi[d] += pij * vj[d];
+        for (int64_t d = 0; d < Dv; ++d) oi[d] += pij * hd.bf(vj[d]);
       }
     }
   }
@@ -172,15 +184,15 @@ void attention_backward_scalar(const AttentionParams& p, const AttentionScalarTe
         T dp = 0;
         if (kept) {
           T dot = 0;
-          for (int64_t d = 0; d < Dv; ++d) dot += doi[d] * vj[d];
+          for (int64_t d = 0; d < Dv; ++d) dot += hd.bf(doi[d]) * hd.bf(vj[d]);
           dp = dot * inv_keep;
-          const T w = pij * inv_keep;
-          for (int64_t d = 0; d < Dv; ++d) dvj[d] += w * doi[d];
+          const T w = hd.bf(pij * inv_keep);
+          for (int64_t d = 0; d < Dv; ++d) dvj[d] += w * hd.bf(doi[d]);
         }
-        const T g = scale * (pij * (dp - D));  // scale·ds_ij
+        const T g = hd.bf(scale * (pij * (dp - D)));  // scale·ds_ij
         for (int64_t d = 0; d < p.Dh; ++d) {
-          dqi[d] += g * kj[d];
-          dkj[d] += g * qi[d];
+          dqi[d] += g * hd.bf(kj[d]);
+          dkj[d] += g * hd.bf(qi[d]);
         }
       }
     }

@@ -1,6 +1,6 @@
 // src/kernels/common_avx512.h — small pieces shared by the AVX-512 kernels (include only from files
 // compiled with AVX-512 flags): the lane mask of a partial vector, float ↔ double halves of a vector
-// (the row sums of the norms run in double), a vector exp, and a thread's grow-only scratch.
+// (the row sums of the norms run in double), float32 → bfloat16 rounding, a vector exp, and a thread's grow-only scratch.
 #pragma once
 
 #include <immintrin.h>
@@ -24,6 +24,23 @@ inline __m512d hi_pd(__m512 v) {
 }
 inline __m512 join_ps(__m512d lo, __m512d hi) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)), _mm512_cvtpd_ps(hi), 1);
+}
+
+// float32 → bfloat16 bits in the upper half of each 32-bit lane (the lower half zero), rounded to nearest
+// even as the scalar kernels::float_to_bf16 (gemm_packed.h) rounds, on the bits u:
+//   NaN (|u| > 0x7F800000) → (u & 0xFFFF0000) | 0x00400000 (quiet; sign and top payload kept)
+//   else                   → (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000 (the carry may reach the exponent)
+// Integer arithmetic rather than VCVTNEPS2BF16, which treats denormal inputs as zero and so would not match
+// the twin. `>> 16` gives the 16-bit value in the lower half.
+inline __m512i bf16_hi(__m512i u) {
+  const __m512i top = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m512i rounded = _mm512_and_si512(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)),
+                       _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))),
+      top);
+  const __mmask16 nan =
+      _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+  return _mm512_mask_or_epi32(rounded, nan, _mm512_and_si512(u, top), _mm512_set1_epi32(0x00400000));
 }
 
 // Vector exp, 16 lanes (the softmax of attention_avx512.cc, the GELU and the sigmoid of

@@ -18,23 +18,13 @@
 
 namespace tfm::kernels {
 
-// float32 → bfloat16, round to nearest even, as the scalar kernels::float_to_bf16: on the bits u,
-//   NaN (|u| > 0x7F800000) → (u >> 16) | 0x0040 (quiet, sign and top payload kept)
-//   else                   → (u + 0x7FFF + ((u >> 16) & 1)) >> 16   (the carry may reach the exponent)
-// Integer arithmetic rather than VCVTNEPS2BF16, which treats denormal inputs as zero and so would not
-// be bitwise equal to the twin. n contiguous floats.
+// float32 → bfloat16 as the scalar kernels::float_to_bf16 rounds (bf16_hi, common_avx512.h), n contiguous
+// floats.
 namespace {
 void round_run_to_bf16(const float* src, uint16_t* dst, int64_t n) {
-  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
-  const __m512i bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = first_n(n - i);
-    const __m512i u = _mm512_maskz_loadu_epi32(m, src + i);
-    const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(hi, one)), 16);
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
-    const __m512i h = _mm512_mask_or_epi32(rounded, nan, hi, quiet);
+    const __m512i h = _mm512_srli_epi32(bf16_hi(_mm512_maskz_loadu_epi32(m, src + i)), 16);
     _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(h));
   }
 }

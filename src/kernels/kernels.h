@@ -138,6 +138,11 @@ struct AttentionParams {
   float dropout_p = 0.0f;      // 0 in eval
   uint64_t seed = 0, offset = 0;
   float* lse = nullptr;  // (B,H,L) log-sum-exp of s over j, written by forward (may be null in eval)
+  // Products with bfloat16 operands and float32 sums, as Autocast's matmuls run (q, k, v, the dropped
+  // probabilities, dout and scale·ds rounded to bfloat16 before they are multiplied; softmax, lse, D and
+  // every sum stay float32). attention_forward/backward honour it where the CPU has bf16 dot products
+  // (cpu_has_bf16_dot, gemm_bf16.h) and run float32 products elsewhere; the scalar twins always honour it.
+  bool bf16 = false;
 };
 
 // Forward: writes o (and lse if non-null). Memory O(L + S) per tile, never (L,S).

@@ -9,6 +9,8 @@
 #include <tuple>
 
 #include "kernels/kernels.h"
+#include "ops/packed_linear.h"
+#include "tfm/autocast.h"
 #include "ops/check.h"
 #include "tfm/autograd.h"
 
@@ -53,6 +55,7 @@ struct AttentionNode : Node {
   bool causal = false;
   float dropout_p = 0;
   uint64_t seed = 0, offset = 0;
+  bool bf16 = false;  // bfloat16 products (Autocast(BFLOAT16)), the same in the backward as in the forward
   Tensor out, lse;  // saved forward output (B, L, H·Dv) / (L, B, H·Dv) and (B, H, L) log-sum-exp
   const char* name() const override { return "attention"; }
 
@@ -79,6 +82,7 @@ struct AttentionNode : Node {
     p.dropout_p = dropout_p;
     p.seed = seed;
     p.offset = offset;
+    p.bf16 = bf16;
     return p;
   }
 
@@ -183,6 +187,9 @@ Tensor attention(const AttentionInput& q, const AttentionInput& k, const Attenti
           "key_padding_mask: expected shape " + shape_str({lo.B, lo.S}) + ", got " + shape_str(m.shape()));
     node->kpm = to_additive(m);
   }
+  // Under Autocast(BFLOAT16) the products QKᵀ and PV (and their backward) take bfloat16 operands, as
+  // PyTorch's autocast runs them; an InferenceMode scope inside keeps them float32.
+  node->bf16 = Autocast::current_precision() == Precision::BFLOAT16 && !inference_scope_active();
   const bool train_dropout = training && dropout_p > 0.0f;
   node->dropout_p = train_dropout ? dropout_p : 0.0f;
   if (train_dropout) {

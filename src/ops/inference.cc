@@ -82,6 +82,8 @@ Precision InferenceMode::current_precision() {
 
 namespace ops {
 
+bool inference_scope_active() { return g_scope.depth > 0; }
+
 bool linear_forward_packed(int64_t N, const float* x, const Tensor& weight, const float* bias,
                            float* y) {
   if (g_scope.depth == 0) return false;

@@ -15,4 +15,8 @@ namespace tfm::ops {
 bool linear_forward_packed(int64_t N, const float* x, const Tensor& weight, const float* bias,
                            float* y);
 
+// Whether an InferenceMode scope is active on this thread (it takes precedence over Autocast: attention
+// runs its bfloat16 products only under Autocast(BFLOAT16) with no such scope inside).
+bool inference_scope_active();
+
 }  // namespace tfm::ops

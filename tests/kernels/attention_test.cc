@@ -12,9 +12,11 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/attention_scalar.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
 
@@ -235,6 +237,21 @@ double forward_bound(const Case& c) {
 }
 double backward_bound(const Case& c) { return 4.0 * forward_bound(c); }
 
+// With AttentionParams::bf16 both kernels multiply the same bfloat16-rounded operands with exact products
+// and float sums, so the bounds above cover their summation orders; on top of that:
+//   * the forward's probabilities are rounded at different points (the fast kernel rounds
+//     exp(s − m_running)·keep before dividing by the row sum, the twin exp(s − lse)·keep), each within
+//     u_b = 2⁻⁸ relative of the exact value, so o differs by up to 2·u_b·Σ_j p_j |v_j| ≤ 2·u_b·max|v|,
+//     8 × that relative to max|o| (the max|o|/max|v| ≥ 1/8 above);
+//   * a value the two compute with a float-level difference can round to neighbouring bfloat16 numbers
+//     (p·keep, scale·ds): such an element moves by u_b relative. It is rare (the float difference must
+//     straddle a rounding boundary), and a moved term is one of many in a sum; the backward's 4× of
+//     the forward's rounding term covers it.
+// lse is summed from unrounded exponentials: the float bound holds for it.
+constexpr double kUb = 1.0 / 256;
+double forward_bound_bf16(const Case& c) { return forward_bound(c) + 2.0 * kUb * 8.0; }
+double backward_bound_bf16(const Case& c) { return 4.0 * forward_bound_bf16(c); }
+
 void check_dead_rows(const Case& c, const Result& r, const char* who) {
   const int64_t E = c.E();
   for (int64_t row : c.dead_rows) {
@@ -259,10 +276,12 @@ const int64_t kLongDhs[] = {17, 64};
 const int64_t kLongLens[] = {257, 300};
 
 // dv_of(Dh): the value head width to pair with Dh (null: Dv = Dh).
+// bf16: both run with AttentionParams::bf16 (the fast kernel's vdpbf16ps path against the twin's rounding).
 template <size_t ND, size_t NL>
 void sweep(MaskKind kind, const int64_t (&dhs)[ND], const int64_t (&lens)[NL], int64_t B,
-           int64_t (*dv_of)(int64_t) = nullptr) {
+           int64_t (*dv_of)(int64_t) = nullptr, bool bf16 = false) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 (or TFM_FORCE_SCALAR): nothing to compare";
+  if (bf16 && !cpu_has_bf16_dot()) GTEST_SKIP() << "no AVX512-BF16 (or TFM_FORCE_SCALAR): nothing to compare";
   uint64_t seed = 1000 * static_cast<uint64_t>(kind) + 100 * NL;
   for (int64_t Dh : dhs)
     for (int64_t L : lens)
@@ -270,13 +289,15 @@ void sweep(MaskKind kind, const int64_t (&dhs)[ND], const int64_t (&lens)[NL], i
         for (Layout layout : {Layout::BATCH_FIRST, Layout::SEQ_FIRST, Layout::PACKED}) {
           if (layout == Layout::PACKED && L != S) continue;  // packed qkv is self-attention
           const int64_t H = (Dh == 64 ? 2 : 3);
-          const Case c = make_case(B, H, L, S, Dh, layout, kind, seed += 10, dv_of ? dv_of(Dh) : 0);
-          SCOPED_TRACE(c.name());
+          Case c = make_case(B, H, L, S, Dh, layout, kind, seed += 10, dv_of ? dv_of(Dh) : 0);
+          c.p.bf16 = bf16;
+          SCOPED_TRACE(c.name() + (bf16 ? " bf16" : ""));
           const Result ref = run(c, false);
           const Result fast = run(c, true, &ref);  // fast backward on the reference's o and lse
-          const double fb = forward_bound(c), bb = backward_bound(c);
+          const double fb = bf16 ? forward_bound_bf16(c) : forward_bound(c);
+          const double bb = bf16 ? backward_bound_bf16(c) : backward_bound(c);
           ASSERT_TRUE(close_rel(fast.o, ref.o, fb, "o"));
-          ASSERT_TRUE(close_rel(fast.lse, ref.lse, fb, "lse"));
+          ASSERT_TRUE(close_rel(fast.lse, ref.lse, forward_bound(c), "lse"));
           double dv_max = 0;
           const std::vector<float>& dv_ref = layout == Layout::PACKED ? ref.dq : ref.dv;
           for (float g : dv_ref) dv_max = std::max(dv_max, std::fabs(double(g)));
@@ -317,6 +338,35 @@ TEST(AttentionKernel, FastMatchesScalarValueHeadWidth) {
   }
   const int64_t dhs[] = {17};
   sweep(MaskKind::CAUSAL, dhs, kLongLens, 1, other_dv);
+}
+
+// The bfloat16 products (AttentionParams::bf16) against the twin's rounding: odd and even head widths and
+// lengths (padded pairs), Dv ≠ Dh, the strided and the packed-operand paths; the mask kinds whose code
+// differs (the masks themselves are applied by the code the float32 sweeps test).
+TEST(AttentionKernel, Bf16FastMatchesScalar) {
+  for (MaskKind kind : {MaskKind::NONE, MaskKind::MASK_3D, MaskKind::CAUSAL_FULLY_MASKED, MaskKind::DROPOUT}) {
+    SCOPED_TRACE(static_cast<int>(kind));
+    sweep(kind, kShortDhs, kShortLens, 2, nullptr, true);
+  }
+  sweep(MaskKind::KEY_PADDING, kShortDhs, kShortLens, 2, other_dv, true);
+  const int64_t long_dhs[] = {17}, long_lens[] = {257};  // one packed-path shape: the twin is slow there
+  sweep(MaskKind::DROPOUT, long_dhs, long_lens, 1, nullptr, true);
+  sweep(MaskKind::CAUSAL, long_dhs, long_lens, 1, other_dv, true);
+}
+
+// bf16 really rounds: its output differs from the float32 products' by far more than float rounding,
+// and by no more than bfloat16 rounding explains (forward_bound_bf16).
+TEST(AttentionKernel, Bf16DiffersFromFloat32ByBf16Rounding) {
+  if (!cpu_has_bf16_dot()) GTEST_SKIP() << "no AVX512-BF16 (or TFM_FORCE_SCALAR)";
+  Case c = make_case(2, 3, 100, 90, 64, Layout::BATCH_FIRST, MaskKind::KEY_PADDING, 4242);
+  const Result f32 = run(c, true);
+  c.p.bf16 = true;
+  const Result bf = run(c, true);
+  EXPECT_TRUE(close_rel(bf.o, f32.o, forward_bound_bf16(c), "o"));
+  EXPECT_FALSE(close_rel(bf.o, f32.o, forward_bound(c), "o")) << "bf16 changed o by float rounding only";
+  for (const auto& [got, want, name] : {std::tuple{&bf.dq, &f32.dq, "dq"}, std::tuple{&bf.dk, &f32.dk, "dk"},
+                                        std::tuple{&bf.dv, &f32.dv, "dv"}})
+    EXPECT_FALSE(close_rel(*got, *want, 100 * kEps, name)) << "bf16 left " << name << " within 100 float ulps";
 }
 
 // Dropout really drops: with p = 0.3 about 30% of the (bh, i, j) counters are dropped, and the
@@ -537,9 +587,12 @@ TEST(AttentionKernel, BitwiseSameForOneAndTwoThreads) {
                           {2, 2, 150, 150, 32, MaskKind::CAUSAL},
                           {1, 2, 260, 300, 64, MaskKind::KEY_PADDING}};
   uint64_t seed = 777;
+  for (const bool bf16 : {false, true})
   for (const Shape& s : shapes) {
-    const Case c = make_case(s.B, s.H, s.L, s.S, s.Dh, Layout::SEQ_FIRST, s.kind, seed += 10);
-    SCOPED_TRACE(c.name());
+    if (bf16 && !cpu_has_bf16_dot()) break;
+    Case c = make_case(s.B, s.H, s.L, s.S, s.Dh, Layout::SEQ_FIRST, s.kind, seed += 10);
+    c.p.bf16 = bf16;
+    SCOPED_TRACE(c.name() + (bf16 ? " bf16" : ""));
     omp_set_num_threads(1);
     const Result one = run(c, true);
     omp_set_num_threads(2);

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "tfm/autocast.h"
 #include "tfm/models/forward.h"
 #include "tfm/tensor.h"
 
@@ -315,14 +316,18 @@ TEST_P(Threads, BitwiseIdenticalAcrossThreadCounts) {
   }
 }
 
-// The same case with bfloat16 Linear matmuls (Precision::BFLOAT16: tfm::Autocast for the gradients), forward and
-// backward, against the float64 reference, normwise per tensor. The bound, derived as docs/bf16.md derives the
-// inference one: a matmul with both operands rounded to bfloat16 is within 2·u_b (u_b = 2⁻⁸) relative of the exact
-// product in the worst case, and an error entering a chain of matmuls adds, to first order, to the errors of the
-// matmuls after it. Every output or gradient is reached through at most all the forward matmuls and all the
-// backward ones (each Linear makes one forward product and at most two backward ones, of which a given gradient's
-// path takes one), so with L Linear weights in the module the relative error is at most 2·u_b·2L. The output must
-// also be more than 100× float32's unit roundoff away (bf16 really ran), and 1 and 2 threads give the same bits.
+// The same case with bfloat16 matmuls (Precision::BFLOAT16: tfm::Autocast for the gradients; the Linear layers'
+// products and, where the CPU has AVX512-BF16, attention's QKᵀ and PV and their backward), forward and backward,
+// against the float64 reference, normwise per tensor. The bound, derived as docs/bf16.md derives the inference
+// one: a matmul with both operands rounded to bfloat16 is within 2·u_b (u_b = 2⁻⁸) relative of the exact product
+// in the worst case, and an error entering a chain of matmuls adds, to first order, to the errors of the matmuls
+// after it. Every output or gradient is reached through at most all the forward matmuls and all the backward ones
+// (each makes at most two backward products, of which a given gradient's path takes one), so with M matmuls in
+// the forward the relative error is at most 2·u_b·2M. M counts each Linear weight once and two products per
+// attention module (its in-projection weight: in_proj_weight or q_proj_weight). The scores' error reaches the
+// probabilities through exp as an absolute error, which is the relative error of p: within the product's own
+// bound when the scores are O(1), as in these fixtures. The output must also be more than 100× float32's unit
+// roundoff away (bf16 really ran), and 1 and 2 threads give the same bits.
 // ReLU layers: relu'(z) jumps at z = 0, so a pre-activation within bfloat16's rounding of zero can take the other
 // branch and move that unit's gradient by the whole dy — no first-order bound covers it, and in these small
 // fixtures one such unit among a few dozen moves a gradient's norm by up to ~25% (bf16 training with PyTorch's
@@ -343,16 +348,21 @@ double normwise(const tfm::Tensor& got, const StTensor& ref) {
 
 TEST_P(Bf16, TrainingMathWithinTheBf16BoundOfFloat64) {
   const ParityCase c = load_case(kFixtureRoot / GetParam());
-  int linears = 0;
+  int linears = 0, attentions = 0;
+  const auto ends_with = [](const std::string& k, const std::string& tail) {
+    return k.size() >= tail.size() && k.compare(k.size() - tail.size(), tail.size(), tail) == 0;
+  };
   for (const auto& [k, t] : c.weights) {
     const bool matrix = t.dim() == 2 && k.find("norm") == std::string::npos;
-    if (matrix && (k.size() >= 6 && (k.compare(k.size() - 6, 6, "weight") == 0))) ++linears;
+    if (matrix && ends_with(k, "weight")) ++linears;
+    if (ends_with(k, "in_proj_weight") || ends_with(k, "q_proj_weight")) ++attentions;
   }
   ASSERT_GT(linears, 0) << c.name;
+  const int matmuls = linears + (tfm::bf16_matmul_accelerated() ? 2 * attentions : 0);
   const nlohmann::json cfg = nlohmann::json::parse(c.config);
   const bool relu = cfg.at("module") != "MultiheadAttention" && cfg.value("activation", std::string("relu")) == "relu";
   constexpr double kUb = 1.0 / 256;
-  const double bound = 2 * kUb * 2 * linears;
+  const double bound = 2 * kUb * 2 * matmuls;
   const int saved = omp_get_max_threads();
   tfm::NamedTensors one, two;
   try {
@@ -373,8 +383,8 @@ TEST_P(Bf16, TrainingMathWithinTheBf16BoundOfFloat64) {
     ASSERT_EQ(it->second.shape(), ref.shape) << c.name << ": " << name;
     const double rel = normwise(it->second, ref);
     if (!relu || name == "output") {
-      EXPECT_LE(rel, bound) << c.name << ": '" << name << "' normwise error of bf16 against float64 (" << linears
-                            << " Linear weights)";
+      EXPECT_LE(rel, bound) << c.name << ": '" << name << "' normwise error of bf16 against float64 (" << matmuls
+                            << " matmuls)";
     }
     if (name == "output") {
       EXPECT_GT(rel, 100 * 0x1p-24) << c.name << ": bf16 must change the output";
