@@ -455,6 +455,12 @@ PYBIND11_MODULE(_core, m) {
            py::arg("prompt"), py::arg("max_new_tokens") = 256, py::arg("temperature") = 1.0f, py::arg("top_k") = 0,
            py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(), py::arg("on_piece") = py::none(),
            py::arg("ignore_eos") = false, py::arg("prefill") = true)
+      .def("unknown_tokens",
+           [](const PyTrainedModel& t, const std::string& text) {
+             tfm::require_data(t.m, tfm::DataKind::TEXT, "unknown_tokens() is a language model's");
+             return tfm::unknown_tokens(t.m, text);
+           },
+           py::arg("text"))
       .def("encode",
            [](const PyTrainedModel& t, const std::string& text) {
              tfm::require_data(t.m, tfm::DataKind::TEXT, "encode() is a language model's (translate() takes lines)");

@@ -335,13 +335,23 @@ class Model:
             raise TypeError("translate takes a list of lines, not a str")
         return self._core.translate(list(lines), _int("beam", beam, *_INT32), _int("batch_size", batch_size, *_INT64))
 
+    def _note_unknown(self, prompt):
+        """Warns (UserWarning) when prompt tokens are not in the vocabulary, as `tfm generate` notes it."""
+        if isinstance(prompt, str) and self._core.is_language_model and prompt:
+            n = self._core.unknown_tokens(prompt)
+            if n:
+                _warnings.warn("%d prompt token%s not in the model's vocabulary, read as <unk>" %
+                               (n, " is" if n == 1 else "s are"), stacklevel=3)
+
     def generate(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
                  ignore_eos=False, prefill=True):
         """The text a language model generates after `prompt` (the prompt not included), as `tfm generate` with
         the same options prints it after the prompt. stop: the generation ends with the token that completes this
         text (a subword holding it and more is kept whole); it also ends at the end-of-text token unless
         ignore_eos. prefill=False feeds the prompt one position per model call instead of one pass (the same
-        tokens, slower: a benchmark's baseline)."""
+        tokens, slower: a benchmark's baseline). Prompt tokens the vocabulary lacks are read as <unk>, with a
+        UserWarning saying how many."""
+        self._note_unknown(prompt)
         return self._core.generate(prompt, *self._generate_args(max_new_tokens, temperature, top_k, top_p, seed),
                                    stop, None, bool(ignore_eos), bool(prefill))
 
@@ -358,6 +368,7 @@ class Model:
                ignore_eos=False):
         """generate(), yielding each piece of text as soon as it is decoded (the pieces join to generate's text).
         Generation runs in a worker thread; closing the iterator early stops it at the next token."""
+        self._note_unknown(prompt)
         args = self._generate_args(max_new_tokens, temperature, top_k, top_p, seed)
         q = _queue.Queue(maxsize=64)
         done = object()

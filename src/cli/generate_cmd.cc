@@ -57,6 +57,10 @@ void register_generate(CLI::App& app, Runner& run) {
       } else if (!o->prompt_file.empty()) {
         text = read_prompt_file(o->prompt_file);
       }
+      const std::string prompt_name = prompt_given || o->prompt_file.empty() ? "--prompt" : o->prompt_file;
+      if (const int64_t unknown = unknown_tokens(m, text, prompt_name); unknown > 0)
+        std::fprintf(stderr, "note: %lld prompt token%s not in the model's vocabulary, read as <unk>\n",
+                     static_cast<long long>(unknown), unknown == 1 ? " is" : "s are");
       // Each sample: the prompt, then its tokens as they come; a newline closes a sample that does
       // not end with one, then `---` separates it from the next.
       bool at_line_start = !text.empty() && text.back() == '\n';
@@ -80,7 +84,7 @@ void register_generate(CLI::App& app, Runner& run) {
         begin_sample(sample);
         print(piece);
         std::fflush(stdout);
-      }, prompt_given || o->prompt_file.empty() ? "--prompt" : o->prompt_file);
+      }, prompt_name);
       begin_sample(o->gen.num_samples - 1);
       if (!at_line_start) print("\n");
       std::fflush(stdout);

@@ -252,6 +252,13 @@ std::vector<std::string> generate_text(const TrainedModel& m, const std::string&
   return texts;
 }
 
+int64_t unknown_tokens(const TrainedModel& m, const std::string& text, const std::string& prompt_name) {
+  const int32_t unk = m.tgt_vocab.unk_id();
+  if (unk < 0 || text.empty()) return 0;
+  const std::vector<int32_t> ids = data::encode_text(m.tgt_vocab, m.tgt_tokenizer, text, prompt_name);
+  return std::count(ids.begin(), ids.end(), unk);
+}
+
 std::vector<int32_t> never_generated(const TrainedModel& m) {
   const data::Vocab& v = m.tgt_vocab;
   std::vector<int32_t> ids;

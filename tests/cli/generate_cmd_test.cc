@@ -92,6 +92,26 @@ TEST_F(GenerateCli, PromptThenContinuationDeterministic) {
   EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 100 --top-k 1 --seed 8"), long_run);
 }
 
+// Prompt characters the vocabulary lacks are read as <unk>, and stderr says how many; a prompt the
+// vocabulary covers gets no note (stdout, the text, is dropped here). The library's count is the one printed.
+TEST_F(GenerateCli, UnknownPromptCharactersAreNoted) {
+  std::string out;
+  ASSERT_EQ(run_command("(" + kCli + " generate --model " + *dir_ + "/lm --prompt 'the Zebra€' --max-new-tokens 3 2>&1 >/dev/null)",
+                        &out),
+            0);
+  EXPECT_EQ(out, "note: 3 prompt tokens are not in the model's vocabulary, read as <unk>\n");
+  ASSERT_EQ(run_command("(" + kCli + " generate --model " + *dir_ + "/lm --prompt 'Q' --max-new-tokens 3 2>&1 >/dev/null)", &out), 0);
+  EXPECT_EQ(out, "note: 1 prompt token is not in the model's vocabulary, read as <unk>\n");
+  ASSERT_EQ(run_command("(" + kCli + " generate --model " + *dir_ + "/lm --prompt 'the cat' --max-new-tokens 3 2>&1 >/dev/null)",
+                        &out),
+            0);
+  EXPECT_EQ(out, "");
+  const tfm::TrainedModel m = tfm::load_model_dir(*dir_ + "/lm");
+  EXPECT_EQ(tfm::unknown_tokens(m, "the Zebra\xe2\x82\xac"), 3);  // Z, r (not in the text), €
+  EXPECT_EQ(tfm::unknown_tokens(m, "a cat"), 0);
+  EXPECT_THROW(tfm::unknown_tokens(m, "bad \xff byte", "p.txt"), std::invalid_argument);
+}
+
 TEST_F(GenerateCli, SamplesSeparatedByDashes) {
   const std::string out = generate("--prompt 'a ' --max-new-tokens 20 --num-samples 3 --seed 1");
   std::vector<std::string> samples;

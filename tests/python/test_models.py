@@ -56,6 +56,23 @@ def test_train_matches_cli_bitwise(lm_runs):
     assert any("eval" in e for e in events)
 
 
+def test_generate_warns_about_unknown_prompt_characters(lm_runs, tfm_cli):
+    d, _, _ = lm_runs
+    m = tfm.load(str(d / "py"))
+    with pytest.warns(UserWarning, match=r"^2 prompt tokens are not in the model's vocabulary, read as <unk>$"):
+        m.generate("To \u2603\u2604", max_new_tokens=2)
+    with pytest.warns(UserWarning, match=r"^1 prompt token is not"):
+        list(m.stream("\u2603", max_new_tokens=2))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m.generate("To delete", max_new_tokens=2)
+    assert m._core.unknown_tokens("To \u2603") == 1
+    err = subprocess.run([tfm_cli, "generate", "--model", str(d / "cli"), "--prompt", "To \u2603\u2604",
+                          "--max-new-tokens", "2"], capture_output=True, text=True)
+    assert err.returncode == 0 and err.stderr == "note: 2 prompt tokens are not in the model's vocabulary, read as <unk>\n"
+
+
 def test_generate_matches_cli(lm_runs, tfm_cli):
     d, _, _ = lm_runs
     m = tfm.load(str(d / "py"))

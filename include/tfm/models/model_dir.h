@@ -137,6 +137,12 @@ std::vector<std::string> generate_text(const TrainedModel& m, const std::string&
                                        const std::function<void(int64_t sample, const std::string& piece)>& on_piece = {},
                                        const std::string& prompt_name = "prompt");
 
+// How many of `text`'s tokens m's tokenizer reads as <unk> (tokens its vocabulary lacks, and "<unk>" itself):
+// what a front end tells the user before it generates from a prompt that lost characters. 0 for a
+// vocabulary without <unk> (bytes, GPT-2's BPE: every text encodes). Throws as generate_text does for text
+// that does not encode (`prompt_name` names it).
+int64_t unknown_tokens(const TrainedModel& m, const std::string& text, const std::string& prompt_name = "prompt");
+
 // A prompt file's text, its bytes as they are, for generate_text with the file's name as prompt_name: a
 // regular file, or a pipe or device read to its end (/dev/stdin, a shell's <(cmd)) up to 64 MiB; a
 // directory, a missing or unreadable file, or a longer stream throws naming it.
