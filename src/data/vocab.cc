@@ -164,6 +164,11 @@ Vocab Vocab::load(const std::string& path) {
     tokens.emplace_back(text, start, end - start);
     start = end + 1;
   }
+  // A file whose every line ends in CR LF went through an editor or a transfer that rewrote tfm's LF endings
+  // (tfm writes LF only, and a token "\r" of its own is then a line "\r" among LF lines): drop one CR a line.
+  if (!tokens.empty() &&
+      std::all_of(tokens.begin(), tokens.end(), [](const std::string& t) { return !t.empty() && t.back() == '\r'; }))
+    for (std::string& t : tokens) t.pop_back();
   try {
     return from_tokens(std::move(tokens));
   } catch (const std::invalid_argument& e) {

@@ -74,6 +74,27 @@ TEST(Vocab, SaveLoadRoundTripAndErrors) {
   EXPECT_EQ(gpt2.decode({0, 2, 1, 0}), (std::vector<std::string>{"a", "b"}));
 }
 
+// A one-a-line file rewritten with CR LF endings (every line) loads as the LF file; a token "\r" of tfm's own
+// (a line "\r" among LF lines) stays "\r", also after the file's rewrite to CR LF.
+TEST(Vocab, CrLfFileLoadsAsTheLfFile) {
+  const std::string dir = testing::temp_dir("vocab");
+  { std::ofstream(dir + "/crlf.txt", std::ios::binary) << "<pad>\r\n<bos>\r\n<eos>\r\n<unk>\r\nx\r\ny\r\n"; }
+  const Vocab v = Vocab::load(dir + "/crlf.txt");
+  EXPECT_EQ(v.tokens(), (std::vector<std::string>{"<pad>", "<bos>", "<eos>", "<unk>", "x", "y"}));
+  EXPECT_EQ(v.pad_id(), 0);
+  EXPECT_EQ(v.unk_id(), 3);
+  const Vocab cr = Vocab::build({{"a", "\r", "a"}});
+  cr.save(dir + "/cr.txt");
+  EXPECT_EQ(Vocab::load(dir + "/cr.txt").tokens(), cr.tokens());
+  std::string rewritten;
+  for (const std::string& t : cr.tokens()) rewritten += t + "\r\n";
+  { std::ofstream(dir + "/cr_crlf.txt", std::ios::binary) << rewritten; }
+  EXPECT_EQ(Vocab::load(dir + "/cr_crlf.txt").tokens(), cr.tokens());
+  // Some lines only: tokens as they are (a CR is a character like any other).
+  { std::ofstream(dir + "/mixed.txt", std::ios::binary) << "<pad>\na\r\nb\n"; }
+  EXPECT_EQ(Vocab::load(dir + "/mixed.txt").tokens(), (std::vector<std::string>{"<pad>", "a\r", "b"}));
+}
+
 TEST(Vocab, JsonFileHoldsAnyCodePointAndTxtFilesKeepLoading) {
   const std::string dir = testing::temp_dir("vocab");
   const Vocab v = Vocab::build({{"\n", "\t", "a", "\r", "\"", "\\", "\x01", "\xF0\x9F\x98\x80", "\xC2\x85"}});

@@ -63,7 +63,8 @@ class Vocab {
   static Vocab build(const std::vector<std::vector<std::string>>& sequences);
   // Exactly these tokens in this order; specials found by spelling (any may be absent).
   static Vocab from_tokens(std::vector<std::string> tokens);
-  // "*.json": a JSON array of strings; otherwise one token per line. Throws std::invalid_argument
+  // "*.json": a JSON array of strings; otherwise one token per line (a file whose every line ends in
+  // CR LF, as an editor may rewrite it, reads as the LF file). Throws std::invalid_argument
   // naming the file and the entry (and its line) on an empty token, a duplicate or malformed JSON.
   static Vocab load(const std::string& path);
   // Atomic (temporary file + rename), in the format the name says; one token per line throws naming
