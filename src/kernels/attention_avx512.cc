@@ -91,8 +91,10 @@ struct Dropout {
 // C(MR, NV·16) (+)= Σ_kk A(r, kk) · B(kk, :) with A(r, kk) = A[r·a_rs + kk·a_ks] (broadcast) and
 // B row kk at B + kk·ldb (vectors); the last vector of each row uses the lane mask `tail`.
 // Per element the arithmetic is c = fma(a, b, c) in increasing kk, starting from 0 or from C.
-// BF: A and B hold bfloat16 pairs (Pairs below), kk counts pairs, and each step is one vdpbf16ps,
-// c += a₀·b₀ + a₁·b₁ with exact products and float32 sums.
+// BF: A and B hold bfloat16 pairs ("bfloat16 pairs" below), kk counts pairs, and each step is one
+// vdpbf16ps: c ← (c + a₁·b₁) + a₀·b₀, exact products added in float32 one after the other, the pair's odd
+// element first, with denormal inputs and results taken as zero (the instruction's definition; measured so
+// on Zen 4).
 template <int MR, int NV, bool ACC, bool BF = false>
 inline void micro(int64_t K, const float* A, int64_t a_rs, int64_t a_ks, const float* B,
                   int64_t ldb, float* C, int64_t ldc, __mmask16 tail) {
@@ -201,7 +203,10 @@ void to_bf16_rows(const float* src, int64_t sl, int64_t n, int64_t W, float* dst
       const __m512i h = _mm512_srli_epi32(bf16_hi(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, s + c))), 16);
       _mm256_mask_storeu_epi16(d + c, m, _mm512_cvtepi32_epi16(h));
     }
-    if (W % 2 != 0) d[W] = 0;
+    if (W % 2 != 0) {  // the pad of the last pair (a uint16_t store into float storage: memcpy)
+      const uint16_t zero = 0;
+      std::memcpy(d + W, &zero, sizeof zero);
+    }
   }
 }
 
@@ -353,7 +358,10 @@ void pack_transposed(const float* src, int64_t sl, int64_t n, int64_t Dh, float*
 // ---- forward --------------------------------------------------------------------------------------
 // One tile of Br = 16·NVQ queries [i0, i0+ni) of head hd.
 // BF (AttentionParams::bf16): hd.k holds K's bf16 rows form and hd.v V's pairs form; the query tile is
-// rounded here, and drop(P) once per key tile before its product with V.
+// rounded here, and drop(P) once per key tile before its product with V. When a causal tile ends on an odd
+// key count below S, its last pair of V holds the next key's row too, multiplied by a zero probability (as
+// the float32 path multiplies the masked keys of a diagonal tile): only an Inf or NaN there would show, as it
+// does in PyTorch's masked matmul.
 template <int NVQ, bool BF>
 void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, int64_t i0) {
   constexpr int64_t Br = 16 * NVQ;

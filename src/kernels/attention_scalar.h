@@ -16,7 +16,9 @@
 // k in the scores, the dropped probability and v in o, dout and v in dp, the dropped probability and
 // dout in dv, scale·ds and k in dq, scale·ds and q in dk; the sums stay in T. The fast kernel rounds the
 // forward's probabilities before dividing by the row sum (online softmax), this spec after, so the two
-// forwards differ by bfloat16 rounding there, not only by summation order.
+// forwards differ by bfloat16 rounding there, not only by summation order. Its vdpbf16ps also adds each
+// pair's odd product before the even one and takes denormal operands and sums as zero; this spec sums in
+// order and keeps denormals (differences of float rounding size).
 //
 // To add a feature (another mask kind, say): add it to score() below and to the fast kernel's score
 // step, then extend the mask cases in the test.

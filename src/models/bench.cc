@@ -192,7 +192,7 @@ BenchResult run_bench(const ModuleConfig& config, const BenchOptions& options) {
       const auto t0 = clock::now();
       module.zero_grad();
       {
-        Autocast autocast(options.precision);  // bf16: the Linear matmuls, weights rounded once per step
+        Autocast autocast(options.precision);  // bf16: the matmuls (tfm/autocast.h), weights rounded once per step
         Tensor loss = ops::mse_loss(m.call(inputs), target);
         loss.backward();
       }

@@ -318,7 +318,7 @@ NamedTensors LoadedModule::forward_backward(const NamedTensors& inputs, const Te
     auto it = in.find(n);
     if (it != in.end() && it->second.dtype() == DType::FLOAT32) it->second.requires_grad_(true);
   }
-  Autocast autocast(impl_->precision);  // bf16: Linear matmuls forward and backward (tfm/autocast.h)
+  Autocast autocast(impl_->precision);  // bf16: the matmuls forward and backward (tfm/autocast.h)
   Tensor y = call(in, source);
   if (!grad_output.defined() || grad_output.dtype() != DType::FLOAT32 || grad_output.shape() != y.shape())
     throw std::invalid_argument(source + ": 'grad_output' is " + describe(grad_output) + ", expected Float32" +

@@ -161,8 +161,8 @@ std::vector<TrainOption> build_table() {
        "keep an exponential moving average of the weights with this decay in (0, 1), e.g. 0.999 (warm-up: "
        "min(DECAY, (1+t)/(10+t)) at step t); evaluation and model.safetensors use the average"},
       {"dtype", {"dtype"}, "optimisation",
-       "precision of the Linear layers' matmuls: f32, or bf16 (bfloat16 operands, float32 sums and weights; "
-       "docs/bf16.md); kept on --resume"},
+       "precision of the matmuls (the Linear layers', and attention's where the CPU has AVX512-BF16): f32, or "
+       "bf16 (bfloat16 operands, float32 sums and weights; docs/bf16.md); kept on --resume"},
       {"grad-shards", {"grad_shards"}, "optimisation",
        "cut each batch into G parts whose gradients add in a fixed order: the same weights for any number of "
        "processes dividing G (0: one part per process, i.e. 1 without mpirun)"},

@@ -103,7 +103,7 @@ class ShardedStep {
   // The weights' average (src/train/ema.h) each step updates after its optimizer step, on the
   // elements this rank steps (every element in one process); null: none. Not owned.
   void set_average(WeightAverage* average) { average_ = average; }
-  // The Linear matmuls' precision (TrainConfig::dtype): every part's forward and backward run in one
+  // The matmuls' precision (TrainConfig::dtype; tfm/autocast.h): every part's forward and backward run in one
   // tfm::Autocast scope, so each weight is rounded to bfloat16 once per step.
   void set_precision(Precision precision) { precision_ = precision; }
   // Several processes: each rank's elements of `t` (one tensor per parameter, e.g. the average's)

@@ -98,7 +98,7 @@ ModuleConfig read_module_config(const std::string& path);
 // forward() runs in inference mode (an InferenceMode scope: no autograd tape) and packs each Linear
 // weight once, into a cache the handle keeps for its lifetime (in `precision`; see tfm/inference.h
 // for float32 against bfloat16). forward_backward() runs the training math (float32, or bfloat16
-// Linear matmuls) and returns gradients. The module is in eval mode (dropout off) unless module().train() is called. One call
+// matmuls as tfm/autocast.h has them) and returns gradients. The module is in eval mode (dropout off) unless module().train() is called. One call
 // at a time: a handle is not safe to call from two threads at once.
 class LoadedModule {
  public:
@@ -124,8 +124,8 @@ class LoadedModule {
   // file passes its path.
   NamedTensors forward(const NamedTensors& inputs, const std::string& source = "inputs");
 
-  // Training math in precision(): float32, or bfloat16 Linear matmuls forward and backward (an
-  // Autocast scope, tfm/autocast.h; int8 throws std::invalid_argument), with dropout as the module's mode has it
+  // Training math in precision(): float32, or bfloat16 matmuls forward and backward (an
+  // Autocast scope, tfm/autocast.h: the Linear layers' and, with AVX512-BF16, attention's; int8 throws std::invalid_argument), with dropout as the module's mode has it
   // (off after construction): runs forward with autograd and the backward of
   // sum(output ⊙ grad_output), grad_output of the output's shape, and returns "output",
   // "grad.<param key>" for every parameter and "grad.<name>" for every differentiable input given
