@@ -62,7 +62,8 @@ void register_bench(CLI::App& app, Runner& run) {
   cmd->add_option("--mode", o->mode, "infer (eval, no gradients) or train (forward, MSE, backward, Adam)")
       ->type_name(choices_type<BenchMode>())
       ->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "the Linear matmuls: f32, bf16 (infer and train), int8 (infer only); docs/bf16.md, docs/int8.md")
+  cmd->add_option("--dtype", o->dtype, "the matmuls' precision: f32; bf16 (infer: the Linear layers'; train: as tfm train --dtype, attention's too); "
+                  "int8 (infer only); docs/bf16.md, docs/int8.md")
       ->type_name(choices_type<Precision>())
       ->capture_default_str();
   cmd->add_option("--iters", o->bench.iters, "timed iterations")->capture_default_str();
