@@ -455,6 +455,16 @@ PYBIND11_MODULE(_core, m) {
            py::arg("prompt"), py::arg("max_new_tokens") = 256, py::arg("temperature") = 1.0f, py::arg("top_k") = 0,
            py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(), py::arg("on_piece") = py::none(),
            py::arg("ignore_eos") = false, py::arg("prefill") = true)
+      .def("check_generate_options",
+           [](const PyTrainedModel&, int64_t max_new_tokens, float temperature, int64_t top_k, float top_p) {
+             tfm::GenerateOptions gen;
+             gen.max_new_tokens = max_new_tokens;
+             gen.sampling.temperature = temperature;
+             gen.sampling.top_k = top_k;
+             gen.sampling.top_p = top_p;
+             tfm::check_generate_options(gen);
+           },
+           py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"))
       .def("unknown_tokens",
            [](const PyTrainedModel& t, const std::string& text) {
              tfm::require_data(t.m, tfm::DataKind::TEXT, "unknown_tokens() is a language model's");

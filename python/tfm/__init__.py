@@ -204,7 +204,8 @@ class Module:
     forward = __call__
 
     def forward_backward(self, inputs, grad_output):
-        """The `tfm forward` contract with a grad_output: runs the float32 training math on `inputs` (a dict by
+        """The `tfm forward` contract with a grad_output: runs the training math (float32, or for a bf16 module the
+        bf16 training math of `tfm train --dtype bf16`: docs/bf16.md) on `inputs` (a dict by
         the forward's argument names, or a tuple of positional arguments) and the backward of
         sum(output * grad_output). Returns {"output": ..., "grad.<parameter key>": ..., "grad.<input>": ...}
         (parameter gradients by their PyTorch state_dict key), as numpy arrays or torch tensors."""
@@ -245,7 +246,8 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
     A hand-written module goes through a mapping (the name of one in tools/import_maps, e.g. "nb4_reverse",
     or a mapping file's path; `target` picks the mapping's target when it has several): its state_dict is
     renamed and reshaped as tools/import_torch.py does (tfm.torch_import, the same code), `overrides` playing
-    --set's part. dtype: "f32", "bf16" or "int8" (the Linear matmuls, forward only; docs/bf16.md, docs/int8.md).
+    --set's part. dtype: "f32", "bf16" or "int8" (the Linear matmuls when called; forward_backward in bf16 trains
+    as `tfm train --dtype bf16` does; int8 is forward only; docs/bf16.md, docs/int8.md).
     The weights are copied into tfm once; later changes to `module` are not seen.
     Raises ValueError when the module or its config is not one tfm runs.
     """
@@ -335,25 +337,31 @@ class Model:
             raise TypeError("translate takes a list of lines, not a str")
         return self._core.translate(list(lines), _int("beam", beam, *_INT32), _int("batch_size", batch_size, *_INT64))
 
-    def _note_unknown(self, prompt):
-        """Warns (UserWarning) when prompt tokens are not in the vocabulary, as `tfm generate` notes it."""
-        if isinstance(prompt, str) and self._core.is_language_model and prompt:
+    def _prompt_of(self, prompt, args):
+        """The prompt to generate from, once the options are checked: None (the default) is a newline, as
+        `tfm generate` starts without a prompt; a given prompt with tokens the vocabulary lacks (read as <unk>)
+        gets a UserWarning saying how many, as `tfm generate` notes it."""
+        self._core.check_generate_options(*args[:4])  # a bad option is said before any warning
+        if prompt is None:
+            return "\n"
+        if isinstance(prompt, str) and prompt and self._core.is_language_model:
             n = self._core.unknown_tokens(prompt)
             if n:
                 _warnings.warn("%d prompt token%s not in the model's vocabulary, read as <unk>" %
                                (n, " is" if n == 1 else "s are"), stacklevel=3)
+        return prompt
 
-    def generate(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
+    def generate(self, prompt=None, max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
                  ignore_eos=False, prefill=True):
         """The text a language model generates after `prompt` (the prompt not included), as `tfm generate` with
-        the same options prints it after the prompt. stop: the generation ends with the token that completes this
-        text (a subword holding it and more is kept whole); it also ends at the end-of-text token unless
-        ignore_eos. prefill=False feeds the prompt one position per model call instead of one pass (the same
-        tokens, slower: a benchmark's baseline). Prompt tokens the vocabulary lacks are read as <unk>, with a
-        UserWarning saying how many."""
-        self._note_unknown(prompt)
-        return self._core.generate(prompt, *self._generate_args(max_new_tokens, temperature, top_k, top_p, seed),
-                                   stop, None, bool(ignore_eos), bool(prefill))
+        the same options prints it after the prompt; prompt None starts from a newline. stop: the generation ends
+        with the token that completes this text (a subword holding it and more is kept whole); it also ends at the
+        end-of-text token unless ignore_eos. prefill=False feeds the prompt one position per model call instead of
+        one pass (the same tokens, slower: a benchmark's baseline). Prompt tokens the vocabulary lacks are read as
+        <unk>, with a UserWarning saying how many."""
+        args = self._generate_args(max_new_tokens, temperature, top_k, top_p, seed)
+        prompt = self._prompt_of(prompt, args)
+        return self._core.generate(prompt, *args, stop, None, bool(ignore_eos), bool(prefill))
 
     def encode(self, text):
         """A language model's token ids of `text` (list of int), as it reads a prompt."""
@@ -364,12 +372,13 @@ class Model:
         decode to text); the end-of-text and padding tokens add nothing."""
         return self._core.decode(list(ids))
 
-    def stream(self, prompt="\n", max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
+    def stream(self, prompt=None, max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
                ignore_eos=False):
         """generate(), yielding each piece of text as soon as it is decoded (the pieces join to generate's text).
-        Generation runs in a worker thread; closing the iterator early stops it at the next token."""
-        self._note_unknown(prompt)
+        Generation runs in a worker thread; closing the iterator early stops it at the next token. Like any
+        generator it starts on the first next(): bad options raise, and the unknown-token warning comes, there."""
         args = self._generate_args(max_new_tokens, temperature, top_k, top_p, seed)
+        prompt = self._prompt_of(prompt, args)
         q = _queue.Queue(maxsize=64)
         done = object()
         cancelled = _threading.Event()

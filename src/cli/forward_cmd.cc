@@ -12,7 +12,8 @@ void register_forward(CLI::App& app, Runner& run) {
       "Example:\n  tfm forward --config enc.json --weights enc.safetensors --inputs in.safetensors "
       "--output out.safetensors\n"
       "If the inputs hold 'grad_output', gradients grad.<key> are written too.\n"
-      "--dtype bf16 runs the Linear layers' matmuls in bfloat16, forward and backward (docs/bf16.md);\n"
+      "--dtype bf16 runs the Linear layers' matmuls in bfloat16, and with a 'grad_output' trains as tfm train\n"
+      "--dtype bf16 does, attention's products included where the CPU has AVX512-BF16 (docs/bf16.md);\n"
       "--dtype int8 in int8 with per-row scales (docs/int8.md), forward only (a 'grad_output' input is refused).");
   struct Opts {
     std::string config, weights, inputs, output, dtype{enum_name(Precision::FLOAT32)};
@@ -24,7 +25,7 @@ void register_forward(CLI::App& app, Runner& run) {
   cmd->add_option("--inputs", o->inputs, "forward arguments as safetensors")->required();
   cmd->add_option("--output", o->output, "where to write output (and grad.*)")->required();
   cmd->add_option("--threads", o->threads, "threads (default: OMP_NUM_THREADS or all cores)");
-  cmd->add_option("--dtype", o->dtype, "matmul precision of Linear layers")
+  cmd->add_option("--dtype", o->dtype, "matmul precision: f32, bf16 (the Linear layers'; with a grad_output, as tfm train --dtype bf16), int8")
       ->type_name(choices_type<Precision>())
       ->capture_default_str();
   cmd->callback([o, &run] {

@@ -46,7 +46,7 @@ void register_generate(CLI::App& app, Runner& run) {
     const bool prompt_given = prompt->count() > 0;
     run = [o, prompt_given] {
       apply_threads(o->threads);
-      check_sampling_options(o->gen.sampling);
+      check_generate_options(o->gen);  // a bad option fails before the load (and before any note)
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model);
       const InferenceMode scope(model_dtype(o->dtype, m));
@@ -58,7 +58,8 @@ void register_generate(CLI::App& app, Runner& run) {
         text = read_prompt_file(o->prompt_file);
       }
       const std::string prompt_name = prompt_given || o->prompt_file.empty() ? "--prompt" : o->prompt_file;
-      if (const int64_t unknown = unknown_tokens(m, text, prompt_name); unknown > 0)
+      if (const int64_t unknown = prompt_given || !o->prompt_file.empty() ? unknown_tokens(m, text, prompt_name) : 0;
+          unknown > 0)
         std::fprintf(stderr, "note: %lld prompt token%s not in the model's vocabulary, read as <unk>\n",
                      static_cast<long long>(unknown), unknown == 1 ? " is" : "s are");
       // Each sample: the prompt, then its tokens as they come; a newline closes a sample that does

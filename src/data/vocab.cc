@@ -164,11 +164,20 @@ Vocab Vocab::load(const std::string& path) {
     tokens.emplace_back(text, start, end - start);
     start = end + 1;
   }
-  // A file whose every line ends in CR LF went through an editor or a transfer that rewrote tfm's LF endings
-  // (tfm writes LF only, and a token "\r" of its own is then a line "\r" among LF lines): drop one CR a line.
-  if (!tokens.empty() &&
-      std::all_of(tokens.begin(), tokens.end(), [](const std::string& t) { return !t.empty() && t.back() == '\r'; }))
-    for (std::string& t : tokens) t.pop_back();
+  // A file whose every line break is CR LF went through an editor or a transfer that rewrote tfm's LF endings
+  // (the last line may have lost its break): drop the CR of each. tfm writes LF only, and a token "\r" of its
+  // own is a line "\r" — which such a rewrite never leaves, since tokens are not empty — so a file with one is
+  // read as it is.
+  size_t breaks = 0, crlf = 0;
+  for (size_t i = text.find('\n'); i != std::string::npos; i = text.find('\n', i + 1)) {
+    ++breaks;
+    if (i > 0 && text[i - 1] == '\r') ++crlf;
+  }
+  const bool lone_cr_token = std::find(tokens.begin(), tokens.end(), "\r") != tokens.end();
+  if (breaks > 0 && crlf == breaks && !lone_cr_token) {
+    const size_t terminated = text.back() == '\n' ? tokens.size() : tokens.size() - 1;
+    for (size_t i = 0; i < terminated; ++i) tokens[i].pop_back();
+  }
   try {
     return from_tokens(std::move(tokens));
   } catch (const std::invalid_argument& e) {

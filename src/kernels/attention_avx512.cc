@@ -362,8 +362,10 @@ void pack_transposed(const float* src, int64_t sl, int64_t n, int64_t Dh, float*
 // key count below S, its last pair of V holds the next key's row too, multiplied by a zero probability (as
 // the float32 path multiplies the masked keys of a diagonal tile): only an Inf or NaN there would show, as it
 // does in PyTorch's masked matmul.
+// noinline: the BF instances stay functions of their own, the only ones holding AVX512-BF16 instructions with
+// the micro-kernel's (tests/kernels/check_bf16_isa.py checks it); a tile is far more work than a call.
 template <int NVQ, bool BF>
-void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, int64_t i0) {
+__attribute__((noinline)) void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, int64_t i0) {
   constexpr int64_t Br = 16 * NVQ;
   const int64_t Dh = p.Dh, Dv = p.dv(), S = p.S;
   const int64_t Dk = BF ? half_up(Dh) : Dh;  // the product's reduction length over d (pairs when BF)
@@ -531,8 +533,8 @@ void compute_D(const BackwardCall& c, const Head& hd, int64_t i_begin, int64_t i
 // rounded once per pair of tiles; S has the forward's bits (the same pairs in the same order).
 enum class DkDv { kNone, kFirst, kAccumulate };
 template <bool BF>
-void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni, int64_t j0,
-                   int64_t nk, const BackwardScratch& ws, DkDv dkdv, bool dq) {
+__attribute__((noinline)) void backward_pair(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni,
+                                             int64_t j0, int64_t nk, const BackwardScratch& ws, DkDv dkdv, bool dq) {
   const AttentionParams& p = c.p;
   const int64_t Dh = p.Dh, Dv = p.dv(), S = p.S;
   const float* qi = hd.q + i0 * hd.q_sl;

@@ -18,6 +18,14 @@
 
 namespace tfm {
 
+void check_generate_options(const GenerateOptions& opt) {
+  if (opt.max_new_tokens < 0)
+    throw std::invalid_argument("generate: max_new_tokens must be ≥ 0, got " + std::to_string(opt.max_new_tokens));
+  if (opt.num_samples < 1)
+    throw std::invalid_argument("generate: num_samples must be ≥ 1, got " + std::to_string(opt.num_samples));
+  check_sampling_options(opt.sampling);
+}
+
 std::vector<std::vector<int32_t>> generate(const Model& model, const std::vector<int32_t>& prompt,
                                            const GenerateOptions& opt, const TokenCallback& on_token) {
   const ModelConfig& c = model.config();
@@ -40,12 +48,8 @@ std::vector<std::vector<int32_t>> generate(const Model& model, const std::vector
   if (std::count(suppressed.begin(), suppressed.end(), 1) == V)
     throw std::invalid_argument("generate: every token of the vocabulary is suppressed");
   const int32_t eos = opt.ignore_eos || c.eos_id < 0 || c.eos_id >= V ? -1 : c.eos_id;
-  if (opt.max_new_tokens < 0)
-    throw std::invalid_argument("generate: max_new_tokens must be ≥ 0, got " + std::to_string(opt.max_new_tokens));
-  if (opt.num_samples < 1)
-    throw std::invalid_argument("generate: num_samples must be ≥ 1, got " + std::to_string(opt.num_samples));
+  check_generate_options(opt);
   if (block < 1) throw std::invalid_argument("generate: the model's max_len (block size) must be ≥ 1");
-  check_sampling_options(opt.sampling);
   InferenceMode scope(InferenceMode::current_precision());  // no tape; weights packed once
   EvalModeGuard eval(model);
 

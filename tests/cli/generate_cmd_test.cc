@@ -106,6 +106,12 @@ TEST_F(GenerateCli, UnknownPromptCharactersAreNoted) {
                         &out),
             0);
   EXPECT_EQ(out, "");
+  // A bad option is said alone (checked before the note).
+  ASSERT_NE(run_command("(" + kCli + " generate --model " + *dir_ + "/lm --prompt 'Q' --max-new-tokens -1 2>&1 >/dev/null)",
+                        &out),
+            0);
+  EXPECT_EQ(out.find("note:"), std::string::npos) << out;
+  EXPECT_NE(out.find("max_new_tokens must be"), std::string::npos) << out;
   const tfm::TrainedModel m = tfm::load_model_dir(*dir_ + "/lm");
   EXPECT_EQ(tfm::unknown_tokens(m, "the Zebra\xe2\x82\xac"), 3);  // Z, r (not in the text), €
   EXPECT_EQ(tfm::unknown_tokens(m, "a cat"), 0);

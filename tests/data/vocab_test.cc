@@ -93,6 +93,14 @@ TEST(Vocab, CrLfFileLoadsAsTheLfFile) {
   // Some lines only: tokens as they are (a CR is a character like any other).
   { std::ofstream(dir + "/mixed.txt", std::ios::binary) << "<pad>\na\r\nb\n"; }
   EXPECT_EQ(Vocab::load(dir + "/mixed.txt").tokens(), (std::vector<std::string>{"<pad>", "a\r", "b"}));
+  // The last line without its break (as Windows editors leave it).
+  { std::ofstream(dir + "/crlf_open.txt", std::ios::binary) << "<pad>\r\nx\r\ny"; }
+  EXPECT_EQ(Vocab::load(dir + "/crlf_open.txt").tokens(), (std::vector<std::string>{"<pad>", "x", "y"}));
+  // An LF file of tfm's whose one token is "\r" (a vocabulary without specials) reads as it is.
+  { std::ofstream(dir + "/lone_cr.txt", std::ios::binary) << "\r\n"; }
+  EXPECT_EQ(Vocab::load(dir + "/lone_cr.txt").tokens(), (std::vector<std::string>{"\r"}));
+  { std::ofstream(dir + "/lone_cr2.txt", std::ios::binary) << "\r\na\n"; }
+  EXPECT_EQ(Vocab::load(dir + "/lone_cr2.txt").tokens(), (std::vector<std::string>{"\r", "a"}));
 }
 
 TEST(Vocab, JsonFileHoldsAnyCodePointAndTxtFilesKeepLoading) {

@@ -68,6 +68,14 @@ def test_generate_warns_about_unknown_prompt_characters(lm_runs, tfm_cli):
         warnings.simplefilter("error")
         m.generate("To delete", max_new_tokens=2)
     assert m._core.unknown_tokens("To \u2603") == 1
+    # A bad option raises before any warning; the default prompt (a newline) never warns.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="max_new_tokens"):
+            m.generate("\u2603", max_new_tokens=-1)
+        with pytest.raises(ValueError, match="top_p"):
+            next(m.stream("\u2603", top_p=2.0))
+        assert m.generate(max_new_tokens=2, seed=1) == m.generate("\n", max_new_tokens=2, seed=1)
     err = subprocess.run([tfm_cli, "generate", "--model", str(d / "cli"), "--prompt", "To \u2603\u2604",
                           "--max-new-tokens", "2"], capture_output=True, text=True)
     assert err.returncode == 0 and err.stderr == "note: 2 prompt tokens are not in the model's vocabulary, read as <unk>\n"

@@ -52,6 +52,11 @@ struct GenerateOptions {
 // Called with every generated token as soon as it is drawn (streaming); sample in [0, num_samples).
 using TokenCallback = std::function<void(int64_t sample, int32_t token)>;
 
+// Throws std::invalid_argument naming the option when max_new_tokens < 0, num_samples < 1 or a sampling
+// option is out of range (check_sampling_options): generate()'s own checks of its options, for a front end
+// to run before it says anything else about the call.
+void check_generate_options(const GenerateOptions& opt);
+
 // prompt: token ids (non-empty, each in [0, V)). Returns the generated ids of each sample (the prompt
 // not included; ending with the token stop_after accepted, or with eos). Throws when `suppress` leaves no token. Runs under InferenceMode (the caller's
 // precision) and in eval mode, restoring the model's training flag afterwards (do not generate
