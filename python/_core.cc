@@ -434,8 +434,7 @@ PYBIND11_MODULE(_core, m) {
              gen.sampling.top_k = top_k;
              gen.sampling.top_p = top_p;
              gen.seed = seed;
-             tfm::check_sampling_options(gen.sampling);
-             if (max_new_tokens < 0) throw std::invalid_argument("max_new_tokens must be ≥ 0");
+             tfm::check_generate_options(gen);
              std::string out, pending;  // pending: streamed bytes waiting for the rest of their character
              t.infer(tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)", [&] {
                tfm::generate_text(t.m, prompt, gen, stop.value_or(""), [&](int64_t, const std::string& piece) {

@@ -49,6 +49,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <type_traits>
 
 #include "kernels/common_avx512.h"
 #include "kernels/dropout_hash_avx512.h"
@@ -196,13 +197,8 @@ inline int64_t half_up(int64_t n) { return (n + 1) / 2; }
 // dst (n, ⌈W/2⌉ words, row stride ldw words) ← rows of src (n, W, row stride sl).
 void to_bf16_rows(const float* src, int64_t sl, int64_t n, int64_t W, float* dst, int64_t ldw) {
   for (int64_t i = 0; i < n; ++i) {
-    const float* s = src + i * sl;
     auto* d = reinterpret_cast<uint16_t*>(dst + i * ldw);
-    for (int64_t c = 0; c < W; c += 16) {
-      const __mmask16 m = first_n(W - c);
-      const __m512i h = _mm512_srli_epi32(bf16_hi(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, s + c))), 16);
-      _mm256_mask_storeu_epi16(d + c, m, _mm512_cvtepi32_epi16(h));
-    }
+    round_run_to_bf16(src + i * sl, d, W);
     if (W % 2 != 0) {  // the pad of the last pair (a uint16_t store into float storage: memcpy)
       const uint16_t zero = 0;
       std::memcpy(d + W, &zero, sizeof zero);
@@ -754,20 +750,19 @@ void attention_forward_avx512(const AttentionParams& p) {
   for (int64_t t = 0; t < BH * nqt; ++t) {
     const Head hd(p, lt, t / nqt);
     const int64_t i0 = (t % nqt) * br;
+    const auto tile = [&](auto bf) {  // forward_tile<nvq, BF>
+      constexpr bool BF = decltype(bf)::value;
+      switch (nvq) {
+        case 1: forward_tile<1, BF>(p, dr, hd, i0); break;
+        case 2: forward_tile<2, BF>(p, dr, hd, i0); break;
+        case 3: forward_tile<3, BF>(p, dr, hd, i0); break;
+        default: forward_tile<4, BF>(p, dr, hd, i0); break;
+      }
+    };
     if (p.bf16) {
-      switch (nvq) {
-        case 1: forward_tile<1, true>(p, dr, hd, i0); break;
-        case 2: forward_tile<2, true>(p, dr, hd, i0); break;
-        case 3: forward_tile<3, true>(p, dr, hd, i0); break;
-        default: forward_tile<4, true>(p, dr, hd, i0); break;
-      }
+      tile(std::true_type{});
     } else {
-      switch (nvq) {
-        case 1: forward_tile<1, false>(p, dr, hd, i0); break;
-        case 2: forward_tile<2, false>(p, dr, hd, i0); break;
-        case 3: forward_tile<3, false>(p, dr, hd, i0); break;
-        default: forward_tile<4, false>(p, dr, hd, i0); break;
-      }
+      tile(std::false_type{});
     }
   }
 }

@@ -43,6 +43,15 @@ inline __m512i bf16_hi(__m512i u) {
   return _mm512_mask_or_epi32(rounded, nan, _mm512_and_si512(u, top), _mm512_set1_epi32(0x00400000));
 }
 
+// dst[i] = bfloat16 of src[i] (bf16_hi's rounding) for n contiguous floats, 16 at a time (masked tail).
+inline void round_run_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_n(n - i);
+    const __m512i h = _mm512_srli_epi32(bf16_hi(_mm512_maskz_loadu_epi32(m, src + i)), 16);
+    _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(h));
+  }
+}
+
 // Vector exp, 16 lanes (the softmax of attention_avx512.cc, the GELU and the sigmoid of
 // activation_avx512.cc, the log-sum-exp and softmax of cross_entropy_avx512.cc):
 // exp(x) = 2^n · e^r with n = round(x·log2 e), r = x − n·ln2 (Cody–Waite: ln2 = C1 + C2, C1 with few

@@ -18,18 +18,7 @@
 
 namespace tfm::kernels {
 
-// float32 → bfloat16 as the scalar kernels::float_to_bf16 rounds (bf16_hi, common_avx512.h), n contiguous
-// floats.
-namespace {
-void round_run_to_bf16(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = first_n(n - i);
-    const __m512i h = _mm512_srli_epi32(bf16_hi(_mm512_maskz_loadu_epi32(m, src + i)), 16);
-    _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(h));
-  }
-}
-}  // namespace
-
+// The rounding is common_avx512.h's round_run_to_bf16 (bf16_hi: the scalar kernels::float_to_bf16's).
 void convert_rows_to_bf16_avx512(const float* src, int64_t lds, int64_t m, int64_t K, uint16_t* dst) {
   if (lds == K) return round_run_to_bf16(src, dst, m * K);  // dense: one run
   for (int64_t i = 0; i < m; ++i) round_run_to_bf16(src + i * lds, dst + i * K, K);
