@@ -3,7 +3,10 @@
 sample of the step put in one category by its innermost frame that names one.
 
     /usr/bin/python3 bench/profile_step.py --tfm build/tfm [--steps 100] [--threads 2] [--wait-policy default|passive]
-                     [--preset nanogpt-baby] [--markdown] [--explain K]
+                     [--preset nanogpt-baby | --model s2s] [--markdown] [--explain K]
+
+`--model s2s` profiles the seq2seq model of bench/compare_train_torch.py instead (d_model 256, 3+3 layers,
+FFN 1024, `--batch-tokens 4096`, characters, on its TSV task), with one evaluation at the end.
 
 Runs `tfm train --preset P` on Vim's documentation (Debian's vim-runtime, split as bench/subword_lm.py does: the
 help files but the user manual) with the user manual's first 3 kB as validation text, so that evaluation is a negligible share, under
@@ -30,6 +33,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from subword_lm import vim_texts  # noqa: E402
+import int8_accuracy  # noqa: E402  (make_data: the licenses TSV)
+from compare_train_torch import S2S_ARGS  # noqa: E402
 
 # (category, pattern on a frame's "symbol dso" text), in the order they are tried on one frame.
 CATEGORIES = [
@@ -38,8 +43,10 @@ CATEGORIES = [
      r"asm_exc_page_fault|exc_page_fault|clear_page\w*|do_anonymous_page|handle_mm_fault|__mmap|__munmap|"
      r"madvise|brk)\b|BlockCache|allocate_storage"),
     ("OpenMP fork/join/barrier", r"libgomp|\bgomp_|\bGOMP_"),
+    # before GEMM: the flash kernels' own small products (gemm_small, attention_avx512.cc) are attention's
+    ("attention (flash kernels forward and backward)",
+     r"attention|forward_tile|backward_key_tile|backward_pair|gemm_small"),
     ("GEMM (oneDNN kernels, tfm's GEMM drivers, transposes)", r"dnnl|gemm|transpose|sgemm|jit_|libdnnl"),
-    ("attention (flash kernels forward and backward)", r"attention|forward_tile|backward_key_tile|backward_pair"),
     ("layer norm", r"layer_norm|rms_norm"),
     ("optimizer + clip", r"(?i)adam|sgd|clip|OptimizerShards|zero_grad|optim|grad_norm|norm_block_partials"),
     ("cross-entropy", r"cross_entropy|log_softmax"),
@@ -47,6 +54,9 @@ CATEGORIES = [
      r"activation|gelu|relu|add_forward|add_dropout|dropout|embedding|bias_grad|elementwise|accumulate_grad|"
      r"add_into|scale"),
 ]
+GEMM = CATEGORIES[3][0]
+assert GEMM.startswith("GEMM")
+S2S = "seq2seq d256 3+3 FFN 1024 --batch-tokens 4096"
 OTHER = "other (memcpy, autograd bookkeeping, the rest)"
 
 
@@ -61,10 +71,21 @@ def texts(tmp):
     return train, short
 
 
+def s2s_task(tmp):
+    """The seq2seq model's arguments: compare_train_torch.py's model on the licenses TSV, validated on the first 20
+    pairs of its validation set (so that the evaluation is a negligible share)."""
+    data = os.path.join(tmp, "data")
+    int8_accuracy.make_data(data)
+    short = os.path.join(tmp, "valid20.tsv")
+    with open(os.path.join(data, "valid.tsv"), encoding="utf-8") as f, open(short, "w", encoding="utf-8") as out:
+        out.writelines(f.readlines()[:20])
+    return ["--train", os.path.join(data, "train.tsv"), "--valid", short] + S2S_ARGS
+
+
 def classify(frames):
     """frames: innermost first, each 'symbol (dso)'. Returns (category, the frame that decided)."""
     if frames and frames[0].startswith("[unknown]") and "libgomp" not in frames[0]:
-        return CATEGORIES[2][0], frames[0]  # oneDNN's JIT code
+        return GEMM, frames[0]  # oneDNN's JIT code
     for f in frames:
         for name, pat in CATEGORIES:
             if re.search(pat, f):
@@ -95,6 +116,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tfm", default="build/tfm")
     ap.add_argument("--preset", default="nanogpt-baby")
+    ap.add_argument("--model", choices=["preset", "s2s"], default="preset",
+                    help="s2s: compare_train_torch.py's seq2seq model instead of the preset")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--wait-policy", choices=["default", "passive"], default="default",
@@ -108,11 +131,15 @@ def main():
     if a.wait_policy == "passive":
         env["OMP_WAIT_POLICY"] = "passive"
     with tempfile.TemporaryDirectory() as tmp:
-        train, valid = texts(tmp)
+        if a.model == "s2s":
+            task = s2s_task(tmp)
+        else:
+            train, valid = texts(tmp)
+            task = ["--preset", a.preset, "--text", train, "--valid-text", valid]
         data = os.path.join(tmp, "perf.data")
         subprocess.run(["perf", "record", "-q", "-F", "999", "--call-graph", "dwarf,16384", "-o", data, "--",
-                        a.tfm, "train", "--out", os.path.join(tmp, "run"), "--preset", a.preset, "--text", train,
-                        "--valid-text", valid, "--max-steps", str(a.steps), "--threads", str(a.threads),
+                        a.tfm, "train", "--out", os.path.join(tmp, "run")] + task +
+                       ["--max-steps", str(a.steps), "--eval-every", str(a.steps), "--threads", str(a.threads),
                         "--seed", "1"], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         main_thread, all_threads = collections.Counter(), collections.Counter()
         deciding = collections.defaultdict(collections.Counter)  # category -> (innermost, deciding frame) -> n
@@ -131,7 +158,7 @@ def main():
         sys.exit("no samples: is perf allowed to profile (perf_event_paranoid)?")
     names = [name for name, _ in CATEGORIES] + [OTHER]
     names.sort(key=lambda k: -main_thread[k])
-    print(f"{a.preset}, {a.steps} steps, {a.threads} threads, OMP_WAIT_POLICY {a.wait_policy}: {n_main} samples of "
+    print(f"{S2S if a.model == 's2s' else a.preset}, {a.steps} steps, {a.threads} threads, OMP_WAIT_POLICY {a.wait_policy}: {n_main} samples of "
           f"the main thread in the step (its wall time), {n_all} of all threads (CPU time)")
     if a.markdown:
         print("\n| category | main thread | all threads |\n|---|---|---|")
