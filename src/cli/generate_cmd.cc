@@ -58,8 +58,8 @@ void register_generate(CLI::App& app, Runner& run) {
         text = read_prompt_file(o->prompt_file);
       }
       const std::string prompt_name = prompt_given || o->prompt_file.empty() ? "--prompt" : o->prompt_file;
-      if (const int64_t unknown = prompt_given || !o->prompt_file.empty() ? unknown_tokens(m, text, prompt_name) : 0;
-          unknown > 0)
+      const std::vector<int32_t> ids = encode_prompt(m, text, prompt_name);
+      if (const int64_t unknown = prompt_given || !o->prompt_file.empty() ? unknown_tokens(m, ids) : 0; unknown > 0)
         std::fprintf(stderr, "note: %lld prompt token%s not in the model's vocabulary, read as <unk>\n",
                      static_cast<long long>(unknown), unknown == 1 ? " is" : "s are");
       // Each sample: the prompt, then its tokens as they come; a newline closes a sample that does
@@ -81,11 +81,11 @@ void register_generate(CLI::App& app, Runner& run) {
           ++current;
         }
       };
-      generate_text(m, text, o->gen, o->stop, [&](int64_t sample, const std::string& piece) {
+      generate_text(m, ids, o->gen, o->stop, [&](int64_t sample, const std::string& piece) {
         begin_sample(sample);
         print(piece);
         std::fflush(stdout);
-      }, prompt_name);
+      });
       begin_sample(o->gen.num_samples - 1);
       if (!at_line_start) print("\n");
       std::fflush(stdout);

@@ -232,19 +232,28 @@ std::string read_prompt_file(const std::string& path) {
   return text;
 }
 
+std::vector<int32_t> encode_prompt(const TrainedModel& m, const std::string& prompt, const std::string& prompt_name) {
+  if (prompt.empty())
+    throw std::invalid_argument((prompt_name == "prompt" || prompt_name.rfind("--", 0) == 0 ? "" : prompt_name + ": ") +
+                                "the prompt is empty (give at least one character)");  // a file's name said
+  return data::encode_text(m.tgt_vocab, m.tgt_tokenizer, prompt, prompt_name);
+}
+
 std::vector<std::string> generate_text(const TrainedModel& m, const std::string& prompt, GenerateOptions options,
                                        const std::string& stop,
                                        const std::function<void(int64_t, const std::string&)>& on_piece,
                                        const std::string& prompt_name) {
-  if (prompt.empty())
-    throw std::invalid_argument((prompt_name == "prompt" || prompt_name.rfind("--", 0) == 0 ? "" : prompt_name + ": ") +
-                                "the prompt is empty (give at least one character)");  // a file's name said
-  const std::vector<int32_t> ids = data::encode_text(m.tgt_vocab, m.tgt_tokenizer, prompt, prompt_name);
+  return generate_text(m, encode_prompt(m, prompt, prompt_name), std::move(options), stop, on_piece);
+}
+
+std::vector<std::string> generate_text(const TrainedModel& m, const std::vector<int32_t>& prompt_ids,
+                                       GenerateOptions options, const std::string& stop,
+                                       const std::function<void(int64_t, const std::string&)>& on_piece) {
   const std::vector<int32_t> never = never_generated(m);
   options.suppress.insert(options.suppress.end(), never.begin(), never.end());
   if (!stop.empty()) options.stop_after = stop_at_text(m, stop);
   std::vector<std::string> texts(static_cast<size_t>(std::max<int64_t>(options.num_samples, 0)));
-  generate(*m.model, ids, options, [&](int64_t sample, int32_t token) {
+  generate(*m.model, prompt_ids, options, [&](int64_t sample, int32_t token) {
     const std::string piece = data::decode_text(m.tgt_vocab, m.tgt_tokenizer, {token});
     texts[static_cast<size_t>(sample)] += piece;
     if (on_piece) on_piece(sample, piece);
@@ -253,10 +262,13 @@ std::vector<std::string> generate_text(const TrainedModel& m, const std::string&
 }
 
 int64_t unknown_tokens(const TrainedModel& m, const std::string& text, const std::string& prompt_name) {
+  if (m.tgt_vocab.unk_id() < 0 || text.empty()) return 0;
+  return unknown_tokens(m, data::encode_text(m.tgt_vocab, m.tgt_tokenizer, text, prompt_name));
+}
+
+int64_t unknown_tokens(const TrainedModel& m, const std::vector<int32_t>& ids) {
   const int32_t unk = m.tgt_vocab.unk_id();
-  if (unk < 0 || text.empty()) return 0;
-  const std::vector<int32_t> ids = data::encode_text(m.tgt_vocab, m.tgt_tokenizer, text, prompt_name);
-  return std::count(ids.begin(), ids.end(), unk);
+  return unk < 0 ? 0 : std::count(ids.begin(), ids.end(), unk);
 }
 
 std::vector<int32_t> never_generated(const TrainedModel& m) {

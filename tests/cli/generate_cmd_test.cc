@@ -11,6 +11,7 @@
 
 #include "test_util.h"
 #include "tfm/data/text.h"
+#include "tfm/inference.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/model_dir.h"
 
@@ -116,6 +117,21 @@ TEST_F(GenerateCli, UnknownPromptCharactersAreNoted) {
   EXPECT_EQ(tfm::unknown_tokens(m, "the Zebra\xe2\x82\xac"), 3);  // Z, r (not in the text), €
   EXPECT_EQ(tfm::unknown_tokens(m, "a cat"), 0);
   EXPECT_THROW(tfm::unknown_tokens(m, "bad \xff byte", "p.txt"), std::invalid_argument);
+  // The CLI encodes its prompt once (encode_prompt), counts on the ids and generates from them: the same
+  // count and the same text as from the string.
+  const std::vector<int32_t> ids = tfm::encode_prompt(m, "the Zebra\xe2\x82\xac");
+  EXPECT_EQ(tfm::unknown_tokens(m, ids), 3);
+  tfm::GenerateOptions opt;
+  opt.max_new_tokens = 12;
+  opt.seed = 5;
+  const tfm::InferenceMode scope;
+  EXPECT_EQ(tfm::generate_text(m, ids, opt), tfm::generate_text(m, "the Zebra\xe2\x82\xac", opt));
+  try {
+    tfm::encode_prompt(m, "", "p.txt");
+    ADD_FAILURE() << "an empty prompt encoded";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "p.txt: the prompt is empty (give at least one character)");
+  }
 }
 
 TEST_F(GenerateCli, SamplesSeparatedByDashes) {

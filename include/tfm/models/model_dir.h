@@ -127,21 +127,34 @@ std::function<bool(int64_t sample, const std::vector<int32_t>& generated)> stop_
                                                                                      const std::string& text);
 
 // A language model's text generation, text in and text out, as `tfm generate` and tfm.Model.generate run
-// it: the prompt (non-empty) encoded with m's tokenizer (`prompt_name` names it in errors), generate()
-// with m's never_generated tokens added to options.suppress and `stop` (empty: none) as stop_at_text,
-// each drawn token's text handed to on_piece(sample, bytes) at once (a piece may end inside a UTF-8
-// character: the bytes are the model's; a sample's pieces join to its text). Returns each sample's text,
-// the prompt not included. Runs under the caller's InferenceMode; check require_data(m, TEXT, ...) first.
+// it: the prompt encoded by encode_prompt, generate() with m's never_generated tokens added to
+// options.suppress and `stop` (empty: none) as stop_at_text, each drawn token's text handed to
+// on_piece(sample, bytes) at once (a piece may end inside a UTF-8 character: the bytes are the model's; a
+// sample's pieces join to its text). Returns each sample's text, the prompt not included. Runs under the
+// caller's InferenceMode; check require_data(m, TEXT, ...) first.
 std::vector<std::string> generate_text(const TrainedModel& m, const std::string& prompt, GenerateOptions options,
                                        const std::string& stop = "",
                                        const std::function<void(int64_t sample, const std::string& piece)>& on_piece = {},
                                        const std::string& prompt_name = "prompt");
+// The same from a prompt encode_prompt has encoded (non-empty): for a front end that also looks at the ids
+// (unknown_tokens) without encoding the prompt twice.
+std::vector<std::string> generate_text(const TrainedModel& m, const std::vector<int32_t>& prompt_ids,
+                                       GenerateOptions options, const std::string& stop = "",
+                                       const std::function<void(int64_t sample, const std::string& piece)>& on_piece = {});
+
+// A language model's prompt as its token ids: `prompt` (non-empty) encoded with m's tokenizer; an empty
+// prompt or text that does not encode (invalid UTF-8 for a text tokenizer) throws std::invalid_argument
+// naming `prompt_name` (a file's name, or an option or "prompt" for a given string).
+std::vector<int32_t> encode_prompt(const TrainedModel& m, const std::string& prompt,
+                                   const std::string& prompt_name = "prompt");
 
 // How many of `text`'s tokens m's tokenizer reads as <unk> (tokens its vocabulary lacks, and "<unk>" itself):
 // what a front end tells the user before it generates from a prompt that lost characters. 0 for a
-// vocabulary without <unk> (bytes, GPT-2's BPE: every text encodes). Throws as generate_text does for text
-// that does not encode (`prompt_name` names it).
+// vocabulary without <unk> (bytes, GPT-2's BPE: every text encodes). Throws as encode_prompt does for text
+// that does not encode (`prompt_name` names it); "" has none.
 int64_t unknown_tokens(const TrainedModel& m, const std::string& text, const std::string& prompt_name = "prompt");
+// The same over ids already encoded (encode_prompt).
+int64_t unknown_tokens(const TrainedModel& m, const std::vector<int32_t>& ids);
 
 // A prompt file's text, its bytes as they are, for generate_text with the file's name as prompt_name: a
 // regular file, or a pipe or device read to its end (/dev/stdin, a shell's <(cmd)) up to 64 MiB; a
