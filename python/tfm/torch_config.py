@@ -70,6 +70,13 @@ def _stack_args(stack, name):
     return args
 
 
+def _nested_args(encoder):
+    """nn.TransformerEncoder's fast-path switches: with enable_nested_tensor PyTorch's no-grad call returns 0 at the
+    padded positions (before the final norm), and tfm's forward does as it does (include/tfm/models/forward.h)."""
+    return {"enable_nested_tensor": bool(encoder.enable_nested_tensor),
+            "mask_check": bool(getattr(encoder, "mask_check", True))}
+
+
 def infer_config(module):
     """The tfm config of a torch.nn module, as far as it can be read back from the instance. Raises ValueError when
     the instance holds what one tfm config cannot (layers of a stack that differ, a final norm with another eps)."""
@@ -87,7 +94,7 @@ def infer_config(module):
         return {"module": "TransformerDecoderLayer", **_layer_args(module)}
     if isinstance(module, nn.TransformerEncoder):
         return {"module": "TransformerEncoder", **_stack_args(module, "encoder"), "num_layers": len(module.layers),
-                "norm": module.norm is not None}
+                "norm": module.norm is not None, **_nested_args(module)}
     if isinstance(module, nn.TransformerDecoder):
         return {"module": "TransformerDecoder", **_stack_args(module, "decoder"), "num_layers": len(module.layers),
                 "norm": module.norm is not None}
@@ -102,5 +109,5 @@ def infer_config(module):
             if stack.norm is None:
                 raise ValueError(f"{name}.norm is None: nn.Transformer's stacks end in a LayerNorm, and tfm's too")
         return {"module": "Transformer", **enc, "num_encoder_layers": len(module.encoder.layers),
-                "num_decoder_layers": len(module.decoder.layers)}
+                "num_decoder_layers": len(module.decoder.layers), **_nested_args(module.encoder)}
     return {}

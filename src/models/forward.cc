@@ -97,6 +97,76 @@ struct ShapeChecker {
   }
 };
 
+// ---- nn.TransformerEncoder's nested-tensor fast path ----------------------------------------------
+// PyTorch's TransformerEncoder.forward, with enable_nested_tensor, runs a batch given only a
+// src_key_padding_mask as a nested tensor of each row's unpadded positions, and pads the stack's output
+// with 0 before its final norm (which then gives its bias there); the other positions are what the
+// regular path computes. It does so when all of PyTorch's conditions hold: the first layer in eval mode,
+// post-norm, batch_first, ReLU or GELU, norm eps equal (tfm's one eps), an even head count; a 3-D src, no
+// mask (nor is_causal), no autocast; gradients disabled or nothing requiring one (src, the first layer's
+// parameters); and with mask_check, a left-aligned mask (each row's padding at its end). Without mask_check
+// a row with n unpadded positions is its first n, as torch._nested_tensor_from_mask takes them. A float
+// mask pads where it is not 0 (PyTorch converts it with logical_not). tfm takes the path on a layer
+// torch.nn builds (no tfm variant), and keeps the input's shape: PyTorch 1.13 also drops the positions
+// padded in every row from its output, PyTorch 2 keeps them as here.
+//
+// Returns each row's sequence length (its first positions) when the path is taken, else nothing.
+std::vector<int64_t> nested_lengths(const ModuleConfig& c, const TransformerEncoder& enc, const Tensor& src,
+                                    const Tensor& mask, const Tensor& kpm, bool is_causal) {
+  if (!c.enable_nested_tensor || !kpm.defined() || mask.defined() || is_causal || enc.num_layers() == 0) return {};
+  const TransformerLayerOptions& o = enc.layer(0).options;
+  const AttentionVariant& v = o.attention;
+  const bool torch_layer = !v.head_dim && !v.v_head_dim && v.qkv_bias.value_or(o.bias) == o.bias &&
+                           v.out_bias.value_or(o.bias) == o.bias && !v.attn_scale && o.has_ffn_bias() == o.bias &&
+                           o.has_norm_bias() == o.bias && o.norm_type == NormType::LAYER_NORM && !o.share_layers;
+  const bool relu_or_gelu =
+      o.activation == Activation::RELU || o.activation == Activation::GELU || o.activation == Activation::GELU_TANH;
+  if (!torch_layer || !relu_or_gelu || o.norm_first || !o.batch_first || o.nhead % 2 != 0 ||
+      enc.layer(0).is_training() || src.dim() != 3 || Autocast::current_precision() != Precision::FLOAT32)
+    return {};
+  if (grad_enabled()) {
+    bool wants_grad = src.requires_grad();
+    const_cast<TransformerEncoderLayer&>(enc.layer(0)).visit_parameters(
+        [&](const std::string&, Tensor& p) { wants_grad = wants_grad || p.requires_grad(); });
+    if (wants_grad) return {};
+  }
+  const int64_t B = kpm.size(0), S = kpm.size(1);
+  std::vector<int64_t> lengths(static_cast<size_t>(B), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t n = 0;
+    bool padded_before = false, left_aligned = true;
+    for (int64_t s = 0; s < S; ++s) {
+      const bool pad = kpm.dtype() == DType::BOOL ? kpm.data_bool()[b * S + s] != 0 : !(kpm.data()[b * S + s] == 0.0f);
+      if (!pad) {
+        ++n;
+        left_aligned = left_aligned && !padded_before;
+      }
+      padded_before = padded_before || pad;
+    }
+    if (c.mask_check && !left_aligned) return {};  // PyTorch's regular path
+    lengths[static_cast<size_t>(b)] = n;
+  }
+  return lengths;
+}
+
+// nn.TransformerEncoder's forward as PyTorch runs it: the nested-tensor path where it applies, else enc.forward.
+Tensor encoder_forward(const ModuleConfig& c, const TransformerEncoder& enc, const Tensor& src, const Tensor& mask,
+                       const Tensor& kpm, bool is_causal) {
+  const std::vector<int64_t> lengths = nested_lengths(c, enc, src, mask, kpm, is_causal);
+  if (lengths.empty()) return enc.forward(src, mask, kpm, is_causal);
+  const int64_t B = src.size(0), S = src.size(1), D = src.size(2);
+  std::vector<uint8_t> pad(static_cast<size_t>(B * S));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) pad[static_cast<size_t>(b * S + s)] = s >= lengths[static_cast<size_t>(b)];
+  const Tensor prefix = Tensor::from_bool({B, S}, pad);  // each row's sequence: its first lengths[b] positions
+  Tensor x = src;
+  for (int64_t l = 0; l < enc.num_layers(); ++l) x = enc.layer(l).forward(x, {}, prefix, false);
+  Tensor y = Tensor::zeros(x.shape());  // the nested output padded with 0 (a new tensor: x may be shared)
+  for (int64_t b = 0; b < B; ++b)
+    std::copy_n(x.data() + b * S * D, lengths[static_cast<size_t>(b)] * D, y.data() + b * S * D);
+  return enc.norm ? enc.norm->forward(y) : y;
+}
+
 // One module kind behind a uniform call.
 struct ModuleCall {
   virtual ~ModuleCall() = default;
@@ -148,7 +218,9 @@ struct EncLayerCall : CallOf<TransformerEncoderLayer> {
 };
 
 struct EncCall : CallOf<TransformerEncoder> {
-  using CallOf::CallOf;
+  EncCall(std::unique_ptr<TransformerEncoder> module, const ModuleConfig& config)
+      : CallOf(std::move(module)), config(config) {}
+  ModuleConfig config;
   Tensor forward(const Inputs& in) const override {
     in.check_names({"src", "mask", "src_key_padding_mask", "is_causal"}, {"src"});
     if (!m->layers.empty()) {
@@ -158,7 +230,7 @@ struct EncCall : CallOf<TransformerEncoder> {
       c.attn_mask("mask", S, S);
       c.padding_mask("src_key_padding_mask", S);
     }
-    return m->forward(in.req("src"), in.opt("mask"), in.opt("src_key_padding_mask"), in.flag("is_causal"));
+    return encoder_forward(config, *m, in.req("src"), in.opt("mask"), in.opt("src_key_padding_mask"), in.flag("is_causal"));
   }
 };
 
@@ -193,7 +265,9 @@ struct DecCall : CallOf<M> {
 };
 
 struct TransformerCall : CallOf<Transformer> {
-  using CallOf::CallOf;
+  TransformerCall(std::unique_ptr<Transformer> module, const ModuleConfig& config)
+      : CallOf(std::move(module)), config(config) {}
+  ModuleConfig config;
   Tensor forward(const Inputs& in) const override {
     in.check_names({"src", "tgt", "src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask",
                     "tgt_key_padding_mask", "memory_key_padding_mask", "src_is_causal", "tgt_is_causal",
@@ -209,10 +283,12 @@ struct TransformerCall : CallOf<Transformer> {
     c.padding_mask("src_key_padding_mask", S);
     c.padding_mask("tgt_key_padding_mask", T);
     c.padding_mask("memory_key_padding_mask", S);
-    return m->forward(in.req("src"), in.req("tgt"), in.opt("src_mask"), in.opt("tgt_mask"), in.opt("memory_mask"),
-                      in.opt("src_key_padding_mask"), in.opt("tgt_key_padding_mask"),
-                      in.opt("memory_key_padding_mask"), in.flag("src_is_causal"), in.flag("tgt_is_causal"),
-                      in.flag("memory_is_causal"));
+    // nn.Transformer.forward: memory = encoder(src, mask=src_mask, src_key_padding_mask=...), then the decoder.
+    const Tensor memory = encoder_forward(config, m->encoder, in.req("src"), in.opt("src_mask"),
+                                          in.opt("src_key_padding_mask"), in.flag("src_is_causal"));
+    return m->decoder.forward(in.req("tgt"), memory, in.opt("tgt_mask"), in.opt("memory_mask"),
+                              in.opt("tgt_key_padding_mask"), in.opt("memory_key_padding_mask"),
+                              in.flag("tgt_is_causal"), in.flag("memory_is_causal"));
   }
 };
 
@@ -226,7 +302,7 @@ std::unique_ptr<ModuleCall> make_call(const ModuleConfig& c, Generator& gen) {
     case ModuleKind::TRANSFORMER_ENCODER_LAYER:
       return std::make_unique<EncLayerCall>(std::make_unique<TransformerEncoderLayer>(c.layer, gen));
     case ModuleKind::TRANSFORMER_ENCODER:
-      return std::make_unique<EncCall>(std::make_unique<TransformerEncoder>(c.layer, c.num_layers, c.norm, gen));
+      return std::make_unique<EncCall>(std::make_unique<TransformerEncoder>(c.layer, c.num_layers, c.norm, gen), c);
     case ModuleKind::TRANSFORMER_DECODER_LAYER:
       return std::make_unique<DecCall<TransformerDecoderLayer>>(std::make_unique<TransformerDecoderLayer>(c.layer, gen));
     case ModuleKind::TRANSFORMER_DECODER:
@@ -234,7 +310,7 @@ std::unique_ptr<ModuleCall> make_call(const ModuleConfig& c, Generator& gen) {
           std::make_unique<TransformerDecoder>(c.layer, c.num_layers, c.norm, gen));
     case ModuleKind::TRANSFORMER:
       return std::make_unique<TransformerCall>(
-          std::make_unique<Transformer>(c.layer, c.num_encoder_layers, c.num_decoder_layers, gen));
+          std::make_unique<Transformer>(c.layer, c.num_encoder_layers, c.num_decoder_layers, gen), c);
   }
   throw std::invalid_argument("LoadedModule: not a ModuleKind");
 }

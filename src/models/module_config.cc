@@ -90,14 +90,16 @@ ModuleConfig parse_module_config(const std::string& config_json) {
       r("num_layers", c.num_layers);
       r("norm", c.norm);
       if (c.kind == ModuleKind::TRANSFORMER_ENCODER) {  // nn.TransformerEncoder's fast-path switches
-        r.ignore("enable_nested_tensor");
-        r.ignore("mask_check");
+        r("enable_nested_tensor", c.enable_nested_tensor);
+        r("mask_check", c.mask_check);
       }
       break;
     case ModuleKind::TRANSFORMER:
       c.layer = layer_options(j, r, true, true);
       r("num_encoder_layers", c.num_encoder_layers);
       r("num_decoder_layers", c.num_decoder_layers);
+      r("enable_nested_tensor", c.enable_nested_tensor);  // its encoder's (nn.Transformer builds it with the default)
+      r("mask_check", c.mask_check);
       break;
   }
   r.finish();

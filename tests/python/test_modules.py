@@ -132,6 +132,47 @@ def test_transformer():
                  ["src", "tgt"])
 
 
+def test_nested_tensor_fast_path_as_torch_no_grad():
+    """nn.TransformerEncoder's enable_nested_tensor (PyTorch's default): PyTorch's no-grad call gives 0 at the padded
+    positions before the final norm (so the norm's bias there), which reaches every output of an nn.Transformer
+    whose decoder is not given the memory's padding; tfm's forward does the same where PyTorch takes the path, and
+    the regular path elsewhere (a mask not left-aligned, norm_first, the switch off), against float64 PyTorch."""
+    torch.manual_seed(7)
+    x = torch.randn(3, 5, 8)
+    left = torch.tensor([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0], [0, 1, 1, 1, 1]], dtype=torch.bool)
+    holes = torch.tensor([[0, 1, 0, 1, 1], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1]], dtype=torch.bool)
+
+    def compare(module, args, kpm):
+        fast = tfm.from_torch(module.eval())
+        ref_module = copy.deepcopy(module).double()
+        with torch.no_grad():
+            ref = ref_module(*[a.double() for a in args], src_key_padding_mask=kpm).numpy()
+        out = fast(*[a.numpy() for a in args], src_key_padding_mask=kpm.numpy())
+        assert out.shape == ref.shape and rel_err(out, ref) <= 2e-6, (out.shape, ref.shape)
+        return out
+
+    def stack(nested=True, mask_check=True, norm_first=False):
+        layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, norm_first=norm_first)
+        return nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(8), enable_nested_tensor=nested, mask_check=mask_check)
+
+    enc = stack()
+    with torch.no_grad():
+        enc.norm.bias.uniform_(-1, 1)
+    bias = enc.norm.bias.detach().numpy()
+    out = compare(enc, (x,), left)
+    assert np.array_equal(out[0, 3:], np.broadcast_to(bias, (2, 8)))  # the padded rows: norm(0) = bias
+    assert np.array_equal(out[2, 1:], np.broadcast_to(bias, (4, 8)))
+    assert tfm.from_torch(enc).config["enable_nested_tensor"] is True
+    float_kpm = torch.zeros(3, 5).masked_fill(left, float("-inf"))
+    assert np.array_equal(compare(enc, (x,), float_kpm), out)
+    for regular in (compare(enc, (x,), holes), compare(stack(nested=False), (x,), left),
+                    compare(stack(norm_first=True), (x,), left)):
+        assert not np.allclose(regular[0, 3:], np.broadcast_to(bias, (2, 8)))
+    compare(stack(mask_check=False), (x,), holes)  # a row of n unpadded positions is its first n
+    tr = nn.Transformer(8, 2, 1, 1, 16, batch_first=True)
+    compare(tr, (x, torch.randn(3, 4, 8)), left)
+
+
 # ---- the notebook mappings (tools/import_maps), through tests/import/check_notebooks.py's cases -----------------
 
 def _notebook_cases():

@@ -9,7 +9,8 @@
 // Config JSON: {"module": NAME, ...}, NAME one of MultiheadAttention, TransformerEncoderLayer,
 // TransformerEncoder, TransformerDecoderLayer, TransformerDecoder, Transformer, with the module's
 // PyTorch constructor arguments by their PyTorch names (missing keys take PyTorch's defaults), plus
-// num_layers / norm for the stacks and num_encoder_layers / num_decoder_layers for Transformer, and
+// num_layers / norm for the stacks and num_encoder_layers / num_decoder_layers for Transformer (whose
+// config may also hold its encoder's enable_nested_tensor and mask_check), and
 // the variants beyond torch.nn, each off by default: head_dim, v_head_dim, qkv_bias, out_bias,
 // attn_scale (every module), ffn_bias, norm_bias, norm_type, drop_path (layers, stacks, Transformer),
 // share_layers (stacks, Transformer) — TransformerLayerOptions and AttentionVariant say what each does.
@@ -85,6 +86,13 @@ struct ModuleConfig {
   bool norm = false;               // TRANSFORMER_ENCODER, TRANSFORMER_DECODER: a final norm (layer.norm_type)
   int64_t num_encoder_layers = 6;  // TRANSFORMER
   int64_t num_decoder_layers = 6;  // TRANSFORMER
+  // TRANSFORMER_ENCODER, and TRANSFORMER's encoder: nn.TransformerEncoder's enable_nested_tensor and
+  // mask_check (PyTorch's defaults, true). With enable_nested_tensor, forward() takes PyTorch's
+  // nested-tensor fast path where PyTorch takes it (its conditions in src/models/forward.cc): given only a
+  // src_key_padding_mask, in eval mode without gradients, the encoder's output is 0 at the padded
+  // positions before its final norm, as PyTorch's torch.no_grad() / inference_mode() call computes it.
+  bool enable_nested_tensor = true;
+  bool mask_check = true;
 };
 
 // Parses and validates a config's JSON text. Throws std::invalid_argument naming the offending
