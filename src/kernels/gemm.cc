@@ -16,6 +16,7 @@
 
 #include "kernels/gemm_backend.h"
 #include "kernels/kernels.h"
+#include "kernels/signal_stack.h"
 
 namespace tfm::kernels {
 namespace gemm_detail {
@@ -144,6 +145,7 @@ bool onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
                          const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                          float* C, int64_t ldc) {
   keep_gemm_buffers_resident();
+  ensure_signal_stacks();  // oneDNN's JIT sgemm moves rsp into the heap (signal_stack.h)
   SerialOmpScope serial;
   return dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta,
                     C, ldc) == dnnl_success;

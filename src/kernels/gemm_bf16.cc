@@ -30,6 +30,7 @@
 #include "kernels/gemm_packed.h"
 #include "kernels/gemm_scalar.h"
 #include "kernels/kernels.h"
+#include "kernels/signal_stack.h"
 
 namespace tfm::kernels {
 namespace {
@@ -124,6 +125,7 @@ void panel_onednn(const Prim& p, const uint16_t* a, const uint16_t* b, float* c,
       {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, ns ? thread_buffer(scratch, ns) : nullptr)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, const_cast<float*>(bias)));
   SerialOmpScope serial;
+  ensure_signal_stacks();  // signal_stack.h
   p.prim.execute(thread_stream(), args);
   thread_stream().wait();
 }

@@ -32,6 +32,7 @@
 #include "kernels/gemm_backend.h"
 #include "kernels/onednn_primitives.h"
 #include "kernels/kernels.h"
+#include "kernels/signal_stack.h"
 
 namespace tfm::kernels {
 
@@ -350,6 +351,7 @@ void panel_int8(const PackedWeight::Prim* p, int64_t m, const float* a, int64_t 
         {DNNL_ARG_DST, memory(p->dst, eng, acc)},
         {DNNL_ARG_SCRATCHPAD, memory(p->scratch, eng, ns ? thread_buffer(scratch, ns) : nullptr)}};
     gemm_detail::SerialOmpScope serial;
+    ensure_signal_stacks();  // signal_stack.h
     p->prim.execute(thread_stream(), args);
     thread_stream().wait();
   } else {
@@ -377,6 +379,7 @@ void panel_onednn(const PackedWeight::Prim& p, int64_t m, const float* a, int64_
       {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, ns ? thread_buffer(scratch, ns) : nullptr)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, const_cast<float*>(bias)));
   gemm_detail::SerialOmpScope serial;
+  ensure_signal_stacks();  // signal_stack.h
   p.prim.execute(thread_stream(), args);
   thread_stream().wait();
 }
