@@ -18,6 +18,7 @@
 
 #include "commands.h"
 #include "progress.h"
+#include "tfm/models/model_dir.h"
 #include "tfm/train/comm.h"
 #include "tfm/train/options.h"
 #include "tfm/train/trainer.h"
@@ -35,7 +36,9 @@ void install_stop_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;
+  // SA_ONSTACK: on the thread's alternate signal stack, which every thread running oneDNN has
+  // (src/kernels/signal_stack.h: oneDNN's JIT sgemm keeps rsp in the heap).
+  sa.sa_flags = SA_RESETHAND | SA_ONSTACK;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 }
@@ -172,6 +175,11 @@ int train_main(const train::TrainSetup& setup, MpiSession& mpi) {
                  static_cast<long long>(r.skipped_nonfinite));
   std::fprintf(stderr, "trained %lld steps in %.1f s (%s); model in %s\n", static_cast<long long>(r.steps), r.seconds,
                std::string(enum_name(r.stop_reason)).c_str(), c.out_dir.c_str());
+  if (const int64_t best = train::best_row(r.history); c.keep_best && best >= 0) {
+    const train::EvalRow& b = r.history[static_cast<size_t>(best)];
+    std::fprintf(stderr, "best validation loss %.4f at step %lld; that model in %s\n", b.valid_loss,
+                 static_cast<long long>(b.step), model_dir::path(c.out_dir, train::BEST_DIR).c_str());
+  }
   if (r.time_budget > 0) {
     const double off = r.train_seconds - r.time_budget;
     std::fprintf(stderr, "time budget %g s: training and its evaluations took %.1f s, %.1f s (%.1f%%) %s it%s\n",

@@ -75,6 +75,7 @@ void TrainConfig::validate() const {
   if (batch.batch_tokens < 0 || (batch.batch_tokens == 0 && batch.batch_size < 1))
     bad("batch_size/batch_tokens", "need batch_size ≥ 1 or batch_tokens ≥ 1");
   if (eval_every < 0) bad("eval_every", "must be ≥ 0");
+  if (patience < 0) bad("patience", "must be ≥ 0 (0: no early stopping)");
   if (ema && !(*ema > 0 && *ema < 1))
     bad("ema", "(--ema) must be a decay in (0, 1), e.g. 0.999, got " + std::to_string(*ema));
   if (dtype == Precision::INT8)

@@ -157,6 +157,11 @@ std::vector<TrainOption> build_table() {
       {"batch-tokens", {"batch_tokens"}, "optimisation", "padded tokens per batch (overrides --batch-size)"},
       {"eval-every", {"eval_every"}, "optimisation", "steps between evaluations (0: each epoch, or 10 per run)"},
       {"skip-nonfinite", {"skip_nonfinite"}, "optimisation", "skip batches whose loss or gradient is not finite"},
+      {"keep-best", {"keep_best"}, "length",
+       "after each evaluation that lowers the best validation loss, write that model to OUT/best (a model directory "
+       "for eval, translate and generate)"},
+      {"patience", {"patience"}, "length",
+       "early stopping: end the run once N evaluations in a row have not lowered the best validation loss (0: off)"},
       {"ema", {"ema"}, "optimisation",
        "keep an exponential moving average of the weights with this decay in (0, 1), e.g. 0.999 (warm-up: "
        "min(DECAY, (1+t)/(10+t)) at step t); evaluation and model.safetensors use the average"},

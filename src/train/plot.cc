@@ -116,6 +116,15 @@ void draw_panel(std::string& svg, const Panel& p, const std::vector<EvalRow>& ro
 
 }  // namespace
 
+int64_t best_row(const std::vector<EvalRow>& rows) {
+  int64_t best = -1;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].valid_loss == rows[i].valid_loss &&  // not NaN
+        (best < 0 || rows[i].valid_loss < rows[static_cast<size_t>(best)].valid_loss))
+      best = static_cast<int64_t>(i);
+  return best;
+}
+
 std::string metrics_csv(const std::vector<EvalRow>& rows) {
   std::string s =
       "step,epoch,lr,train_loss,valid_loss,valid_token_accuracy,valid_sequence_accuracy,tokens_per_sec,elapsed_seconds\n";

@@ -111,6 +111,21 @@ ModelConfig init_model_config(const TrainConfig& c, const ModelConfig& dir) {
 }
 
 // A model directory's vocabularies and tokenizers, for load_dataset.
+// A resumed run's length as the resuming command gave it (--epochs, --max-steps, --time-budget replace the
+// saved one): config.json's train object takes it, so that the run resumed once more goes on to it.
+void save_length(const TrainConfig& c) {
+  const std::string path = model_dir::path(c.out_dir, model_dir::CONFIG);
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(io::read_file(path));
+  nlohmann::ordered_json& t = j.at("train");
+  if (t.value("epochs", int64_t{0}) == c.epochs && t.value("max_steps", int64_t{0}) == c.max_steps &&
+      t.value("time_budget", 0.0) == c.time_budget)
+    return;
+  t["epochs"] = c.epochs;
+  t["max_steps"] = c.max_steps;
+  t["time_budget"] = c.time_budget;
+  io::write_file_atomic(path, j.dump(2) + "\n");
+}
+
 SavedVocabs saved_vocabs(const TrainedModel& m) {
   return SavedVocabs{&m.src_vocab, &m.tgt_vocab, &m.src_tokenizer, &m.tgt_tokenizer};
 }
@@ -175,6 +190,8 @@ class Run {
   void evaluate_and_record();
   void describe();  // writes the model description of a fresh run once
   void checkpoint();
+  void write_best();    // keep_best: the model just evaluated, to out_dir/best
+  bool out_of_patience() const;  // patience: that many evaluations since the best one
   void plan_length();   // total_steps_, schedule_, eval cadence and the budget schedule's mode
   void fix_length();    // the budget schedule: rank 0 fits the step count, every rank adopts it
   double lr_at(int64_t step) const;  // the learning rate of optimizer step `step` (1-based)
@@ -277,6 +294,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
                                   "); resume with the original text, or start a new run");
     note(ProgressEvent::Kind::NOTE, "resuming " + c_.out_dir + " at step " + std::to_string(st_.step) + " (epoch " +
                                         std::to_string(st_.epoch + 1) + ")");
+    if (lead_) save_length(c_);
   }
   if (c_.text()) st_.text_hash = ds_.text_train.hash();
   elapsed_before_ = st_.elapsed;
@@ -528,6 +546,9 @@ void Run::evaluate_and_record() {
   r.tokens_per_sec = dt > 0 ? static_cast<double>(st_.tokens) / dt : 0.0;
   r.elapsed_seconds = elapsed();
   st_.history.push_back(r);
+  // keep_best: this evaluation's model is the best so far (the history is every rank's, so every rank
+  // agrees; rank 0 writes it, now, before the weights move on).
+  if (c_.keep_best && best_row(st_.history) == static_cast<int64_t>(st_.history.size()) - 1) write_best();
   st_.loss_sum = 0;
   st_.loss_count = 0;
   st_.tokens = 0;
@@ -552,6 +573,7 @@ void Run::describe() {
   for (const char* f : model_dir::DESCRIPTION_FILES) std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
   for (const char* f : {model_dir::MODEL, model_dir::GPT2_SOURCE, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE})
     std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
+  std::filesystem::remove_all(model_dir::path(c_.out_dir, BEST_DIR), ec);
   // JSON vocabulary files for text data (any character, newline included) and whenever a token
   // needs them; the one-token-a-line files otherwise.
   const bool json_vocab = c_.text() || ds_.src_vocab.needs_json() || ds_.tgt_vocab.needs_json();
@@ -561,6 +583,34 @@ void Run::describe() {
                         model_dir::config_json(mc_, c_.to_json(/*with_model=*/false), ds_.src_vocab, ds_.tgt_vocab,
                                                c_.src_tokens, c_.tgt_tokens, json_vocab));
   described_ = true;
+}
+
+// out_dir/best: the run's model description (describe()) and the evaluated weights (with ema the average, as
+// model.safetensors holds them), staged whole and renamed over the previous best. Rank 0 only.
+void Run::write_best() {
+  if (!lead_) return;
+  describe();
+  namespace fs = std::filesystem;
+  io::StagedDirectory staged(model_dir::path(c_.out_dir, BEST_DIR), /*replace=*/true);
+  const fs::path tmp = staged.path();
+  for (const char* f : model_dir::DESCRIPTION_FILES) {
+    const fs::path from = model_dir::path(c_.out_dir, f);
+    if (fs::exists(from)) fs::copy_file(from, tmp / f);
+  }
+  io::save_safetensors((tmp / model_dir::MODEL).string(), average_ ? average_->named() : model_->named_parameters(),
+                       {{"format", "pt"}});
+  staged.commit();
+  const EvalRow& r = st_.history.back();
+  char loss[32];
+  std::snprintf(loss, sizeof loss, "%.4f", r.valid_loss);
+  note(ProgressEvent::Kind::CHECKPOINT, "best validation loss so far (" + std::string(loss) + ", step " +
+                                            std::to_string(r.step) + "): model in " +
+                                            model_dir::path(c_.out_dir, BEST_DIR));
+}
+
+bool Run::out_of_patience() const {
+  const int64_t best = best_row(st_.history);
+  return c_.patience > 0 && best >= 0 && static_cast<int64_t>(st_.history.size()) - 1 - best >= c_.patience;
 }
 
 void Run::checkpoint() {
@@ -666,6 +716,10 @@ TrainResult Run::train() {
         checkpoint();
         if (window_opens) eval_cost_ = elapsed() - t, fit_t0_ = elapsed();
         else if (budget_ == Budget::MEASURING && st_.step > fit_from_) window_evals_ += elapsed() - t;
+        if (out_of_patience()) {
+          reason = StopReason::EARLY_STOPPING;
+          break;
+        }
       }
       const bool clock_stops = c_.time_budget > 0 && budget_ != Budget::FIXED;
       if (comm_.single() ? clock_stops && elapsed() >= c_.time_budget : agreed.time_up) {
@@ -685,6 +739,7 @@ TrainResult Run::train() {
     if (eval_at_epoch_end_) {
       evaluate_and_record();
       checkpoint();
+      if (out_of_patience()) reason = StopReason::EARLY_STOPPING;
     }
   }
 
@@ -702,7 +757,7 @@ TrainResult Run::train() {
       // the steps' idle cached blocks go back to malloc first, so that the decoding reuses them and
       // the run's peak memory stays the steps' (tensor_impl.h, the block cache).
       allocator_release_cache();
-      result.final_metrics = evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, ds_.valid_set, 1, kEvalBatch,
+      result.final_metrics = evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, ds_.valid_set, DecodeOptions{}, kEvalBatch,
                                       [&](const data::Tokens& t) { return ds_.tgt_tokenizer.detokenize(t); });
     }
     if (average_) average_->swap_with(params_);

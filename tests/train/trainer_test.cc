@@ -7,13 +7,18 @@
 
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "io/file_util.h"
 #include "test_util.h"
@@ -92,6 +97,24 @@ TEST(Trainer, InterruptedAndResumedEqualsUninterrupted) {
   const auto clock = nlohmann::json::parse(file(b, "trainer_clock.json"));
   EXPECT_EQ(clock.at("history").size(), ra.history.size());
   EXPECT_EQ(clock.at("history")[0].at("elapsed_seconds").get<double>(), rb1.history[0].elapsed_seconds);
+}
+
+// A length given on resume (tfm train --resume DIR --max-steps N) is saved with the run: interrupted again,
+// the run resumed without options goes on to it, as the printed "resume with" line promises.
+TEST(Trainer, LengthGivenOnResumeIsKeptForTheNextResume) {
+  const std::string d = testing::temp_dir("train_longer");
+  TrainConfig c = tiny(d);
+  c.max_steps = 20;
+  EXPECT_EQ(run_training(c).steps, 20);
+  TrainConfig longer = load_train_config(d);
+  longer.max_steps = 40;
+  TrainHooks stop;
+  stop.should_stop = [](int64_t step) { return step == 27; };
+  EXPECT_EQ(run_training(longer, stop, /*resume=*/true).steps, 27);
+  EXPECT_EQ(load_train_config(d).max_steps, 40);
+  const TrainResult r = run_training(load_train_config(d), {}, /*resume=*/true);
+  EXPECT_EQ(r.steps, 40);
+  EXPECT_EQ(r.stop_reason, StopReason::MAX_STEPS);
 }
 
 // Trains `c` with 1 thread into dir_one and with 2 threads into dir_two (the thread count restored after).
@@ -234,8 +257,10 @@ TEST(Trainer, FreshRunReplacesTheRunItReplacesAtItsFirstCheckpoint) {
   EXPECT_THROW(run_training(c, dies), std::runtime_error);
   for (const char* f : files) EXPECT_EQ(io::read_file(a + "/" + f), before[f]) << f << " of the old run changed";
   c.max_steps = 1;
+  std::filesystem::create_directories(a + "/best");  // a --keep-best run's best model
   run_training(c);
   EXPECT_FALSE(std::filesystem::exists(a + "/gpt2_source.json")) << "the replaced model's GPT-2 source is left";
+  EXPECT_FALSE(std::filesystem::exists(a + "/best")) << "the replaced run's best model is left";
   for (const char* f : {"model.safetensors", "trainer_state.safetensors", "metrics.csv", "config.json"})
     EXPECT_NE(io::read_file(a + "/" + f), before[f]) << f << " is still the old run's";
   EXPECT_NE(io::read_file(a + "/config.json").find("\"seed\": 12"), std::string::npos);
@@ -278,7 +303,7 @@ TEST(Trainer, LoadedModelTranslatesAndEvaluates) {
   EXPECT_EQ(std::count(out[0].begin(), out[0].end(), ' '), 2);  // encoder: one token per source token
   EXPECT_EQ(out[1], "");
   EXPECT_THROW(translate_lines(m, {"1 99"}, 1, 2), std::invalid_argument);  // 99 is not a task token
-  const Metrics r = evaluate(m, EvalSet{{{"1", "2"}}, {{{"2", "1"}}}}, 1, 4,
+  const Metrics r = evaluate(m, EvalSet{{{"1", "2"}}, {{{"2", "1"}}}}, DecodeOptions{}, 4,
                              [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokenizer); });
   EXPECT_EQ(r.examples, 1);
   EXPECT_EQ(r.reference_tokens, 2);
@@ -617,6 +642,115 @@ TEST(TrainerEma, EvaluatesAndSavesTheAverageAndInitFromStartsFromIt) {
   EXPECT_EQ(rb.history.front().step, 0);
   EXPECT_EQ(rb.history.front().valid_loss, r.history.back().valid_loss);
   EXPECT_EQ(state_json(b).at("ema_updates"), 6);
+}
+
+// --keep-best: after each evaluation that lowers the best validation loss, OUT/best holds that model, a model
+// directory of its own whose teacher-forced loss is that row's; an interrupted and resumed run writes the same
+// best model byte for byte. best_row takes the first of equal losses and never a NaN.
+TEST(TrainerBest, KeepBestHoldsTheModelOfTheLowestValidationLoss) {
+  const std::string a = testing::temp_dir("best_a"), b = testing::temp_dir("best_b");
+  TrainConfig c = tiny(a);
+  c.keep_best = true;
+  c.lr = 3e-2f;  // high enough that the validation loss does not fall at every evaluation
+  c.eval_every = 5;
+  const TrainResult r = run_training(c);
+  const int64_t best = best_row(r.history);
+  ASSERT_GE(best, 0);
+  for (const EvalRow& row : r.history) EXPECT_GE(row.valid_loss, r.history[static_cast<size_t>(best)].valid_loss);
+  const TrainedModel m = load_model_dir(a + "/best");
+  std::vector<data::Example> valid;
+  for (auto& e : data::make_task_set(data::Task::REVERSE, 11, data::Split::VALID, 50))
+    valid.push_back({std::move(e.src), std::move(e.tgt)});
+  EXPECT_EQ(evaluate_teacher_forced(*m.model, valid, 256).loss, r.history[static_cast<size_t>(best)].valid_loss);
+  EXPECT_EQ(file(a, "config.json"), io::read_file(a + "/best/config.json"));
+  if (static_cast<size_t>(best) + 1 == r.history.size()) {
+    EXPECT_EQ(file(a, "model.safetensors"), io::read_file(a + "/best/model.safetensors"));
+  } else {
+    EXPECT_NE(file(a, "model.safetensors"), io::read_file(a + "/best/model.safetensors"));
+  }
+  TrainConfig cb = c;
+  cb.out_dir = b;
+  TrainHooks stop;
+  stop.should_stop = [](int64_t step) { return step == 17; };
+  run_training(cb, stop);
+  run_training(load_train_config(b), {}, /*resume=*/true);
+  EXPECT_EQ(io::read_file(a + "/best/model.safetensors"), io::read_file(b + "/best/model.safetensors"));
+
+  std::vector<EvalRow> rows(4);
+  rows[0].valid_loss = 2.0;
+  rows[1].valid_loss = std::nan("");
+  rows[2].valid_loss = 1.5;
+  rows[3].valid_loss = 1.5;
+  EXPECT_EQ(best_row(rows), 2);
+  EXPECT_EQ(best_row({}), -1);
+}
+
+// --patience N: the run ends once N evaluations in a row have not lowered the best validation loss. A learning
+// rate too small to move a float32 weight keeps the loss exactly where it was.
+TEST(TrainerBest, PatienceEndsARunWhoseValidationLossStopsFalling) {
+  const std::string a = testing::temp_dir("patience");
+  TrainConfig c = tiny(a);
+  c.lr = 1e-30f;
+  c.max_steps = 100;
+  c.patience = 2;
+  const TrainResult r = run_training(c);
+  EXPECT_EQ(r.stop_reason, StopReason::EARLY_STOPPING);
+  EXPECT_EQ(r.steps, 30);  // evaluations at 10 (the best), 20 and 30
+  ASSERT_EQ(r.history.size(), 3u);
+  EXPECT_EQ(r.history[1].valid_loss, r.history[0].valid_loss);
+  c.patience = -1;
+  EXPECT_THROW(c.validate(), std::invalid_argument);
+}
+
+// oneDNN 2.7's JIT sgemm keeps rsp in a heap workspace while it runs (src/kernels/signal_stack.h): a signal
+// handled meanwhile on a thread without an alternate signal stack wrote its frame there, and a Ctrl-C could
+// abort `tfm train` with a corrupted heap. A stream of signals at every computing thread, handled with
+// SA_ONSTACK as tfm train's and CPython's handlers are, now leaves training as it was: the weights of a run
+// without signals, byte for byte.
+TEST(TrainerSignals, SignalsDuringTrainingChangeNothing) {
+  const std::string a = testing::temp_dir("signals_a"), b = testing::temp_dir("signals_b");
+  TrainConfig c = tiny(a);
+  c.model.d_model = 64;  // Linear products large enough for oneDNN's JIT kernels
+  c.model.nhead = 4;
+  c.model.dim_feedforward = 128;
+  c.batch.batch_size = 64;
+  c.task_train_size = 2000;
+  c.max_steps = 120;
+  c.eval_every = 60;
+  run_training(c);
+
+  struct sigaction quiet {}, old {};
+  quiet.sa_handler = [](int) {};
+  sigemptyset(&quiet.sa_mask);
+  quiet.sa_flags = SA_RESTART | SA_ONSTACK;
+  ASSERT_EQ(sigaction(SIGUSR2, &quiet, &old), 0);
+  std::vector<long> tids;  // the main thread and its OpenMP team, which run the steps
+#pragma omp parallel
+  {
+    const long tid = syscall(SYS_gettid);
+#pragma omp critical
+    tids.push_back(tid);
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> sent{0};
+  std::thread storm([&] {
+    sigset_t mine;
+    sigemptyset(&mine);
+    sigaddset(&mine, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &mine, nullptr);
+    while (!done.load()) {
+      for (const long tid : tids)
+        if (syscall(SYS_tgkill, getpid(), tid, SIGUSR2) == 0) sent.fetch_add(1);
+      usleep(200);
+    }
+  });
+  c.out_dir = b;
+  run_training(c);
+  done.store(true);
+  storm.join();
+  sigaction(SIGUSR2, &old, nullptr);
+  EXPECT_GT(sent.load(), 100);
+  EXPECT_TRUE(file(a, "model.safetensors") == file(b, "model.safetensors")) << "signals changed the weights";
 }
 
 TEST(TrainerEma, DecayOutsideZeroOneIsAnErrorNamingTheOption) {

@@ -91,6 +91,13 @@ struct TrainConfig {
   data::BatchSettings batch;
   uint64_t seed = 0;
   int64_t eval_every = 0;                   // steps between evaluations; 0 = each epoch (or 10 per run)
+  // After each evaluation that lowers the best validation loss so far, write the evaluated model (with ema,
+  // the average) to out_dir/best, a model directory of its own (config, vocabularies, tokenizers, weights),
+  // written whole and renamed into place.
+  bool keep_best = false;
+  // Early stopping: end the run once this many evaluations in a row have not lowered the best validation
+  // loss (0 = off). Counted from the run's evaluation history, so a resumed run counts on where it stopped.
+  int64_t patience = 0;
   bool skip_nonfinite = false;              // skip batches with a non-finite loss or gradient
   // Exponential moving average of the weights, in (0, 1); unset = none. After optimizer step t the
   // average becomes d·avg + (1 − d)·w with d = min(ema, (1 + t)/(10 + t)) (src/train/ema.h); evaluation
@@ -165,6 +172,8 @@ struct TrainConfig {
     visit("batch_tokens", c.batch.batch_tokens);
     visit("seed", c.seed);
     visit("eval_every", c.eval_every);
+    visit("keep_best", c.keep_best);
+    visit("patience", c.patience);
     visit("skip_nonfinite", c.skip_nonfinite);
     visit("ema", c.ema);
     visit("dtype", c.dtype);

@@ -77,6 +77,11 @@ struct EvalRow {
   double tokens_per_sec = 0, elapsed_seconds = 0;
 };
 std::string metrics_csv(const std::vector<EvalRow>& rows);  // header + one line per row
+// The best of rows: the index of the first with the lowest validation loss (NaN rows never), -1 for none.
+// TrainConfig::keep_best writes the model of this row, patience counts the rows after it.
+int64_t best_row(const std::vector<EvalRow>& rows);
+// The model directory TrainConfig::keep_best writes inside the run's directory.
+inline constexpr const char* BEST_DIR = "best";
 // curves.svg: loss (train, valid) and accuracy (token, sequence) against steps, two panels.
 std::string plot_curves_svg(const std::vector<EvalRow>& rows, const std::string& title);
 
@@ -114,7 +119,7 @@ struct TrainHooks {
 };
 
 // Why a run ended.
-enum class StopReason { EPOCHS, MAX_STEPS, TIME_BUDGET, INTERRUPTED };
+enum class StopReason { EPOCHS, MAX_STEPS, TIME_BUDGET, INTERRUPTED, EARLY_STOPPING };
 
 struct TrainResult {
   int64_t steps = 0, epochs_completed = 0;
@@ -151,10 +156,11 @@ namespace tfm {
 template <>
 struct EnumNames<train::StopReason> {
   static constexpr const char* noun = "stop reason";
-  static constexpr std::array<std::pair<train::StopReason, std::string_view>, 4> names{
+  static constexpr std::array<std::pair<train::StopReason, std::string_view>, 5> names{
       {{train::StopReason::EPOCHS, "epochs"},
        {train::StopReason::MAX_STEPS, "max-steps"},
        {train::StopReason::TIME_BUDGET, "time-budget"},
-       {train::StopReason::INTERRUPTED, "interrupted"}}};
+       {train::StopReason::INTERRUPTED, "interrupted"},
+       {train::StopReason::EARLY_STOPPING, "early-stopping"}}};
 };
 }  // namespace tfm
