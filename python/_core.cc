@@ -417,11 +417,20 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("is_language_model",
                              [](const PyTrainedModel& t) { return t.m.model->family().data == tfm::DataKind::TEXT; })
       .def("translate",
-           [](const PyTrainedModel& t, const std::vector<std::string>& lines, int beam, int64_t batch_size) {
-             return t.infer(tfm::DataKind::PAIRS, "sample from it with generate()",
-                            [&] { return tfm::translate_lines(t.m, lines, beam, batch_size); });
+           [](const PyTrainedModel& t, const std::vector<std::string>& lines, int beam, int64_t batch_size,
+              int64_t max_len) {
+             // (the targets, the note on outputs the length limit stopped or "")
+             return t.infer(tfm::DataKind::PAIRS, "sample from it with generate()", [&] {
+               tfm::DecodeOptions decode;
+               decode.beam = beam;
+               decode.max_len = max_len;
+               int64_t truncated = 0;
+               std::vector<std::string> out = tfm::translate_lines(t.m, lines, decode, batch_size, 0, &truncated);
+               return std::make_pair(std::move(out), tfm::truncation_note(t.m, truncated,
+                                                                          static_cast<int64_t>(lines.size()), max_len));
+             });
            },
-           py::arg("lines"), py::arg("beam") = 1, py::arg("batch_size") = 64)
+           py::arg("lines"), py::arg("beam") = 1, py::arg("batch_size") = 64, py::arg("max_len") = 0)
       .def("generate",
            [](const PyTrainedModel& t, const std::string& prompt, int64_t max_new_tokens, float temperature,
               int64_t top_k, float top_p, uint64_t seed, std::optional<std::string> stop,
@@ -496,18 +505,22 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("path"), py::arg("batch_size") = 16)
       .def("evaluate",
-           [](const PyTrainedModel& t, const std::string& tsv_path, int beam, int64_t batch_size) {
-             // (metrics JSON, the note on skipped lines or "")
+           [](const PyTrainedModel& t, const std::string& tsv_path, int beam, int64_t batch_size, int64_t max_len) {
+             // (metrics JSON, the notes on skipped lines and on outputs the length limit stopped, each or "")
              return t.infer(tfm::DataKind::PAIRS, "score it on a text with score()", [&] {
+               tfm::DecodeOptions decode;
+               decode.beam = beam;
+               decode.max_len = max_len;
+               tfm::check_decode_options(t.m, decode);  // before the file is read, as tfm eval does
                std::string note;
                const tfm::train::EvalSet set = tfm::train::tsv_test_set(t.m, tsv_path, &note);
-               const std::string json = tfm::train::evaluate(t.m, set, beam, batch_size, [&](const tfm::data::Tokens& tok) {
-                                          return tfm::data::detokenize(tok, t.m.tgt_tokenizer);
-                                        }).to_json();
-               return std::make_pair(json, note);
+               const tfm::train::Metrics r = tfm::train::evaluate(t.m, set, decode, batch_size, [&](const tfm::data::Tokens& tok) {
+                 return tfm::data::detokenize(tok, t.m.tgt_tokenizer);
+               });
+               return std::make_tuple(r.to_json(), note, tfm::truncation_note(t.m, r.truncated, r.examples, max_len));
              });
            },
-           py::arg("tsv_path"), py::arg("beam") = 1, py::arg("batch_size") = 64);
+           py::arg("tsv_path"), py::arg("beam") = 1, py::arg("batch_size") = 64, py::arg("max_len") = 0);
 
   // ---- training ----
   m.def("train_options", [] {

@@ -248,8 +248,10 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
     renamed and reshaped as tools/import_torch.py does (tfm.torch_import, the same code), `overrides` playing
     --set's part. dtype: "f32", "bf16" or "int8" (the Linear matmuls when called; forward_backward in bf16 trains
     as `tfm train --dtype bf16` does; int8 is forward only; docs/bf16.md, docs/int8.md).
-    The weights are copied into tfm once; later changes to `module` are not seen.
-    Raises ValueError when the module or its config is not one tfm runs.
+    The weights are copied into tfm once; later changes to `module` are not seen. tfm runs the module in eval mode
+    (dropout off): a module in training mode gets a UserWarning saying so.
+    Raises ValueError when the module or its config is not one tfm runs (for the six classes: also a subclass
+    overriding their forward, a forward hook, a submodule of another type; tfm runs the stock forward).
     """
     try:
         from . import torch_config
@@ -276,7 +278,11 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
         if config["module"] != "MultiheadAttention" and "activation" not in config:
             raise ValueError("the activation is a callable tfm cannot name: pass overrides={'activation': ...}")
         tensors = {k: _as_numpy(v) for k, v in module.state_dict().items()}
-    return Module(_core.Module(_json.dumps(config), _weights(tensors), _dtype(dtype), "state_dict"), config)
+    fast = Module(_core.Module(_json.dumps(config), _weights(tensors), _dtype(dtype), "state_dict"), config)
+    if getattr(module, "training", False):
+        _warnings.warn(f"the {type(module).__name__} is in training mode: tfm runs it in eval mode (dropout off; "
+                       "forward_backward gives eval-mode gradients)", stacklevel=2)
+    return fast
 
 
 def load_module(config, weights, dtype="f32"):
@@ -309,16 +315,47 @@ def load_module(config, weights, dtype="f32"):
 
 # ---- trained models -----------------------------------------------------------------------------------------
 
+def _utf8(name, text):
+    """A str argument as the native module takes it: its UTF-8 bytes, where the lone surrogates U+DC80..U+DCFF
+    (the bytes that are not UTF-8 in a text tfm returned, decoded with surrogateescape) are those bytes again, so
+    that such a text can be given back. Other types are passed on as they are (bytes are taken as they are)."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as e:  # another lone surrogate: no bytes stand for it
+        raise ValueError(f"{name}: {e}") from None
+
+
 class Model:
     """A trained model directory (written by `tfm train` or tfm.train), loaded once by tfm.load. Make one call at a
-    time per Model (a stream being consumed counts as a call); load the directory once per thread to decode in
-    parallel."""
+    time per Model; load the directory once per thread to decode in parallel. A stream holds the model from its
+    first next() until it is exhausted or closed: a call that computes (translate, generate, stream, score,
+    score_file, evaluate) from another thread waits until then, and one from a thread that has taken pieces of the
+    stream raises RuntimeError (the stream would wait for that thread to take the rest, and the call for the
+    stream, forever).
+
+    Text arguments may hold the lone surrogates of a text tfm returned (generate's bytes that are not UTF-8): they
+    are read as those bytes."""
 
     def __init__(self, path, dtype=None):
         """dtype: "f32", "bf16" or "int8" (the Linear matmuls; docs/bf16.md, docs/int8.md); None: int8 for a
         directory written by `tfm quantize`, else f32."""
         self.path = _os.fspath(path)
-        self._core = _core.TrainedModel(self.path, "" if dtype is None else _dtype(dtype))
+        self._core = _core.TrainedModel(_os.fsencode(self.path), "" if dtype is None else _dtype(dtype))
+        # The open streams of this model: by stream, the threads that took pieces of it (Thread objects: a thread's
+        # id may be reused once it ends).
+        self._streams = {}
+        self._streams_lock = _threading.Lock()
+
+    def _no_open_stream(self):
+        """Raises RuntimeError when this thread has taken pieces of an open stream of this model: the stream's worker
+        holds the model until the stream is exhausted or closed, which this thread would then never do."""
+        me = _threading.current_thread()
+        with self._streams_lock:
+            mine = any(me in threads for threads in self._streams.values())
+        if mine:
+            raise RuntimeError("this model has an open stream in this thread: exhaust or close it first")
 
     @property
     def is_language_model(self):
@@ -331,20 +368,30 @@ class Model:
         return (_int("max_new_tokens", max_new_tokens, *_INT64), float(temperature), _int("top_k", top_k, *_INT64),
                 float(top_p), _int("seed", seed, *_UINT64))
 
-    def translate(self, lines, beam=1, batch_size=64):
-        """Predicted targets of source lines (a list of str in, a list of str out), as `tfm translate`."""
+    def translate(self, lines, beam=1, batch_size=64, max_len=0):
+        """Predicted targets of source lines (a list of str in, a list of str out), as `tfm translate`. max_len: the
+        longest output in target tokens (0: 2·source tokens + 10; at most the model's max_len); outputs that stop
+        at the limit without an end token get a UserWarning saying how many, the note `tfm translate` prints."""
         if isinstance(lines, str):
             raise TypeError("translate takes a list of lines, not a str")
-        return self._core.translate(list(lines), _int("beam", beam, *_INT32), _int("batch_size", batch_size, *_INT64))
+        self._no_open_stream()
+        lines = [_utf8(f"lines[{i}]", line) for i, line in enumerate(lines)]
+        out, note = self._core.translate(lines, _int("beam", beam, *_INT32), _int("batch_size", batch_size, *_INT64),
+                                         _int("max_len", max_len, *_INT64))
+        if note:
+            _warnings.warn(note, stacklevel=2)
+        return out
 
     def _prompt_of(self, prompt, args):
         """The prompt to generate from, once the options are checked: None (the default) is a newline, as
         `tfm generate` starts without a prompt; a given prompt with tokens the vocabulary lacks (read as <unk>)
-        gets a UserWarning saying how many, as `tfm generate` notes it."""
+        gets a UserWarning saying how many, as `tfm generate` notes it. Returned as the native module takes it
+        (_utf8)."""
         self._core.check_generate_options(*args[:4])  # a bad option is said before any warning
         if prompt is None:
             return "\n"
-        if isinstance(prompt, str) and prompt and self._core.is_language_model:
+        prompt = _utf8("prompt", prompt)
+        if isinstance(prompt, bytes) and prompt and self._core.is_language_model:
             n = self._core.unknown_tokens(prompt)
             if n:
                 _warnings.warn("%d prompt token%s not in the model's vocabulary, read as <unk>" %
@@ -359,13 +406,14 @@ class Model:
         end-of-text token unless ignore_eos. prefill=False feeds the prompt one position per model call instead of
         one pass (the same tokens, slower: a benchmark's baseline). Prompt tokens the vocabulary lacks are read as
         <unk>, with a UserWarning saying how many."""
+        self._no_open_stream()
         args = self._generate_args(max_new_tokens, temperature, top_k, top_p, seed)
         prompt = self._prompt_of(prompt, args)
-        return self._core.generate(prompt, *args, stop, None, bool(ignore_eos), bool(prefill))
+        return self._core.generate(prompt, *args, _utf8("stop", stop), None, bool(ignore_eos), bool(prefill))
 
     def encode(self, text):
         """A language model's token ids of `text` (list of int), as it reads a prompt."""
-        return self._core.encode(text)
+        return self._core.encode(_utf8("text", text))
 
     def decode(self, ids):
         """The bytes a language model's token ids stand for (bytes: ids cut inside a UTF-8 character need not
@@ -377,8 +425,10 @@ class Model:
         """generate(), yielding each piece of text as soon as it is decoded (the pieces join to generate's text).
         Generation runs in a worker thread; closing the iterator early stops it at the next token. Like any
         generator it starts on the first next(): bad options raise, and the unknown-token warning comes, there."""
+        self._no_open_stream()
         args = self._generate_args(max_new_tokens, temperature, top_k, top_p, seed)
         prompt = self._prompt_of(prompt, args)
+        stop = _utf8("stop", stop)
         q = _queue.Queue(maxsize=64)
         done = object()
         cancelled = _threading.Event()
@@ -412,6 +462,9 @@ class Model:
 
         t = _threading.Thread(target=work, daemon=True)
         t.start()
+        key = object()
+        with self._streams_lock:
+            self._streams[key] = {_threading.current_thread()}
         try:
             while True:
                 item = q.get()
@@ -420,27 +473,36 @@ class Model:
                 if isinstance(item, BaseException):
                     raise item
                 yield item
+                with self._streams_lock:  # the thread resuming the stream (a generator may pass between threads)
+                    self._streams[key].add(_threading.current_thread())
         finally:
             cancelled.set()  # the worker's offer() gives up within 50 ms, and its generation stops at the next token
             t.join()
+            with self._streams_lock:
+                del self._streams[key]
 
     def score(self, text, batch_size=16):
         """A language model's figures on `text` (a str): the dict `tfm eval --text FILE --json` prints for a file
         holding that text (loss, perplexity, bits_per_token, bits_per_char, tokens)."""
-        return _json.loads(self._core.score(text, _int("batch_size", batch_size, *_INT64)))
+        self._no_open_stream()
+        return _json.loads(self._core.score(_utf8("text", text), _int("batch_size", batch_size, *_INT64)))
 
     def score_file(self, path, batch_size=16):
         """score() on a text file: exactly `tfm eval --text PATH --json`."""
-        return _json.loads(self._core.score_file(_os.fspath(path), _int("batch_size", batch_size, *_INT64)))
+        self._no_open_stream()
+        return _json.loads(self._core.score_file(_os.fsencode(path), _int("batch_size", batch_size, *_INT64)))
 
-    def evaluate(self, tsv_path, beam=1, batch_size=64):
+    def evaluate(self, tsv_path, beam=1, batch_size=64, max_len=0):
         """The dict `tfm eval --data TSV --json` prints: accuracies, error rates, BLEU and chrF of the decoded
-        sources of a TSV file against their references. Lines it skips (malformed, empty) are reported as a
-        UserWarning, the note `tfm eval` prints on stderr."""
-        metrics, note = self._core.evaluate(_os.fspath(tsv_path), _int("beam", beam, *_INT32),
-                                            _int("batch_size", batch_size, *_INT64))
-        if note:
-            _warnings.warn(note, stacklevel=2)
+        sources of a TSV file against their references, and "truncated", the outputs the length limit (max_len,
+        as translate's) stopped. Lines it skips (malformed, empty) and outputs the limit stopped are reported as
+        UserWarnings, the notes `tfm eval` prints on stderr."""
+        self._no_open_stream()
+        metrics, *notes = self._core.evaluate(_os.fsencode(tsv_path), _int("beam", beam, *_INT32),
+                                              _int("batch_size", batch_size, *_INT64), _int("max_len", max_len, *_INT64))
+        for note in notes:
+            if note:
+                _warnings.warn(note, stacklevel=2)
         return _json.loads(metrics)
 
     def __repr__(self):

@@ -37,6 +37,18 @@ inline const CLI::Validator kNonNegative(
     [](std::string& s) { return !s.empty() && s[0] == '-' ? "must be a non-negative integer, got " + s : std::string(); },
     ">= 0");  // (ASCII: CLI11 aligns its help by bytes)
 
+// Adds to every option of `app` and its subcommands whose type is INT or UINT a check that refuses a value
+// beyond the 64-bit range ("--seed: 18446744073709551616 is out of range ..."): CLI11 2.1 reads 64-bit
+// integers with strtoll/strtoull and keeps their saturated result without a word (narrower types it
+// refuses itself). Called once, after every command is registered.
+void refuse_out_of_range_integers(CLI::App& app);
+
+inline constexpr const char* MAX_LEN_HELP =
+    "longest output in target tokens (0 = 2·source tokens + 10; at most the model's max_len)";
+// The one-line note on stderr after decoding when `truncated` of `outputs` predictions stopped at the
+// length limit without an end token (nothing when none did).
+void note_truncated(int64_t truncated, int64_t outputs, int64_t max_len, const TrainedModel& m);
+
 // --dtype's value as a Precision. For int8 on a CPU without int8 dot products it says so on stderr
 // (one line: the matmuls take the portable loop, same numbers, slower).
 Precision parse_dtype(const std::string& dtype);

@@ -1,7 +1,8 @@
 // src/cli/eval_cmd.cc — `tfm eval`: decode a task's fresh test sequences or a TSV file with a trained
 // model and print token accuracy, sequence accuracy and token error rate, and for a TSV file BLEU and
-// chrF on the detokenized text (or one JSON object, which always has "bleu" and "chrf"); or,
-// for a language model, score a text file (tfm::evaluate_text_file, tfm/models/text_eval.h).
+// chrF on the detokenized text (or one JSON object, which always has "bleu", "chrf" and "truncated": the
+// predictions the length limit stopped); or, for a language model, score a text file
+// (tfm::evaluate_text_file, tfm/models/text_eval.h).
 #include <cstdio>
 #include <optional>
 
@@ -24,10 +25,12 @@ void register_eval(CLI::App& app, Runner& run) {
       "A source on several lines of the file has several accepted targets: a prediction is exact if it\n"
       "matches any, and its edit distance is to the closest. With --data, BLEU (sacreBLEU's defaults: 13a\n"
       "tokenization, 4-grams) and chrF2 (character 6-grams, beta 2) score the detokenized text against all\n"
-      "of a source's targets.");
+      "of a source's targets. When predictions stop at the length limit without an end token, a note on\n"
+      "stderr says how many (--max-len raises the limit); --json has the count as \"truncated\".");
   struct Opts {
     std::string model, task, data, text;
     int beam = 1;
+    int64_t max_len = 0;  // DecodeOptions::max_len
     bool json = false;
     int64_t batch_size = 64, count = 1000;
     uint64_t seed = 0;
@@ -38,15 +41,18 @@ void register_eval(CLI::App& app, Runner& run) {
   cmd->add_option("--model", o->model, "trained model directory")->required();
   auto* g = cmd->add_option_group("data", "a built-in task, a TSV file, or a text file");
   g->add_option("--task", o->task, "built-in task (fresh test sequences)")->type_name(choices_type<data::Task>());
-  g->add_option("--data", o->data, "TSV pairs, one 'source<TAB>target' a line");
+  auto* data = g->add_option("--data", o->data, "TSV pairs, one 'source<TAB>target' a line");
   auto* text = g->add_option("--text", o->text, "a language model's text: scored in consecutive block-size windows");
   g->require_option(1);
   auto* beam = cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
+  auto* max_len = cmd->add_option("--max-len", o->max_len, MAX_LEN_HELP)->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object");
   cmd->add_option("--batch-size", o->batch_size, "sources decoded (--text: windows scored) together")->capture_default_str();
-  auto* count = cmd->add_option("--count", o->count, "task sequences to generate")->capture_default_str();
-  auto* seed = cmd->add_option("--seed", o->seed, "task seed (default: the model's training seed)")->check(kNonNegative);
-  text->excludes(beam)->excludes(count)->excludes(seed);  // a text is scored, not decoded or generated
+  auto* count = cmd->add_option("--count", o->count, "with --task: sequences to generate")->capture_default_str();
+  auto* seed =
+      cmd->add_option("--seed", o->seed, "with --task: seed (default: the model's training seed)")->check(kNonNegative);
+  text->excludes(beam)->excludes(max_len)->excludes(count)->excludes(seed);  // a text is scored, not decoded or generated
+  data->excludes(count)->excludes(seed);  // a file's pairs are read, not generated
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
   cmd->callback([o, seed, &run] {
@@ -55,6 +61,8 @@ void register_eval(CLI::App& app, Runner& run) {
       apply_threads(o->threads);
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
+      if (o->max_len < 0)
+        throw std::invalid_argument("--max-len must be ≥ 0 (0: the default limit), got " + std::to_string(o->max_len));
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model);
       const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for all batches
@@ -72,6 +80,10 @@ void register_eval(CLI::App& app, Runner& run) {
         return 0;
       }
       require_data(m, DataKind::PAIRS, "evaluate it on a text with --text FILE");
+      DecodeOptions decode;
+      decode.beam = o->beam;
+      decode.max_len = o->max_len;
+      check_decode_options(m, decode);  // before the data is read
       train::EvalSet set;
       if (!o->task.empty()) {
         set = train::task_test_set(m, enum_from_name<data::Task>(o->task),
@@ -81,9 +93,10 @@ void register_eval(CLI::App& app, Runner& run) {
         set = train::tsv_test_set(m, o->data, &note);
         if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
       }
-      const train::Metrics r = train::evaluate(m, set, o->beam, o->batch_size, [&](const data::Tokens& t) {
+      const train::Metrics r = train::evaluate(m, set, decode, o->batch_size, [&](const data::Tokens& t) {
         return data::detokenize(t, m.tgt_tokenizer);
       });
+      note_truncated(r.truncated, r.examples, o->max_len, m);
       if (o->json) {
         std::printf("%s\n", r.to_json().c_str());
       } else {

@@ -16,8 +16,10 @@ void register_generate(CLI::App& app, Runner& run) {
       "Examples:\n"
       "  tfm generate --model runs/lm --prompt 'ROMEO:' --max-new-tokens 500\n"
       "  tfm generate --model runs/lm --temperature 0.8 --top-k 40 --num-samples 3 --seed 7\n"
-      "  tfm generate --model runs/lm --prompt-file start.txt --stop $'\\n\\n'\n"
+      "  tfm generate --model runs/lm --prompt-file start.txt --stop $'\\n\\n'   # stop after a blank line within the continuation\n"
       "Without a prompt, generation starts from a newline. --temperature 0 or --top-k 1 is greedy.\n"
+      "--stop is looked for in each sample's continuation only, not across the prompt's end: after a prompt\n"
+      "ending in a newline, one generated newline does not match $'\\n\\n', two do.\n"
       "A sample ends at the end-of-text token (--ignore-eos goes on); <pad>, <bos> and <unk> are never drawn.\n"
       "Past the model's block size the context slides (its last half is kept). The same --seed gives\n"
       "the same samples whatever --threads.");
@@ -38,7 +40,8 @@ void register_generate(CLI::App& app, Runner& run) {
       ->capture_default_str();
   cmd->add_option("--num-samples", o->gen.num_samples, "samples, separated by a line ---")->capture_default_str();
   cmd->add_option("--seed", o->gen.seed, "random seed")->check(kNonNegative)->capture_default_str();
-  cmd->add_option("--stop", o->stop, "a sample ends after this text (printed)");
+  cmd->add_option("--stop", o->stop,
+                  "a sample ends once its continuation (the prompt not included) contains this text, printed whole");
   cmd->add_flag("--ignore-eos", o->gen.ignore_eos, "go on past the end-of-text token (by default a sample ends there)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());

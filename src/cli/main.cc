@@ -1,9 +1,12 @@
 // src/cli/main.cc — the `tfm` command line: parse, dispatch, and turn exceptions into one clear
 // line on stderr and a non-zero exit code. The library never prints or exits; only this file does.
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <limits>
 #include <new>
 #include <string>
 
@@ -29,6 +32,40 @@ Precision parse_dtype(const std::string& dtype) {
 Precision model_dtype(const std::string& dtype, const TrainedModel& m) {
   return parse_dtype(!dtype.empty() ? dtype : std::string(enum_name(m.default_precision())));
 }
+
+void refuse_out_of_range_integers(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();  // "UINT", or "UINT:>= 0" with a check's description
+    const std::string base = type.substr(0, type.find(':'));
+    if (base != "INT" && base != "UINT") continue;
+    const bool is_unsigned = base == "UINT";
+    opt->check(CLI::Validator(
+        [is_unsigned](std::string& s) -> std::string {
+          // The conversion CLI11 makes (base 0: decimal, 0x hex, 0 octal), asked only whether it overflowed;
+          // anything else (not a number, a negative unsigned) is left to CLI11 and the other checks.
+          char* end = nullptr;
+          errno = 0;
+          if (is_unsigned) {
+            (void)std::strtoull(s.c_str(), &end, 0);
+          } else {
+            (void)std::strtoll(s.c_str(), &end, 0);
+          }
+          if (s.empty() || end != s.c_str() + s.size() || errno != ERANGE) return {};
+          return s + " is out of range (" +
+                 (is_unsigned ? "at most " + std::to_string(std::numeric_limits<uint64_t>::max())
+                              : "from " + std::to_string(std::numeric_limits<int64_t>::min()) + " to " +
+                                    std::to_string(std::numeric_limits<int64_t>::max())) +
+                 ")";
+        },
+        ""));  // no description: --help stays as it was
+  }
+  for (CLI::App* sub : app.get_subcommands({})) refuse_out_of_range_integers(*sub);  // option groups too
+}
+
+void note_truncated(int64_t truncated, int64_t outputs, int64_t max_len, const TrainedModel& m) {
+  const std::string note = truncation_note(m, truncated, outputs, max_len);
+  if (!note.empty()) std::fprintf(stderr, "tfm: note: %s\n", note.c_str());
+}
 }  // namespace tfm::cli
 
 int main(int argc, char** argv) {
@@ -45,6 +82,7 @@ int main(int argc, char** argv) {
   tfm::cli::register_import(app, run);
   tfm::cli::register_export(app, run);
   tfm::cli::register_quantize(app, run);
+  tfm::cli::refuse_out_of_range_integers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,7 +1,14 @@
 // src/cli/translate_cmd.cc — `tfm translate`: sources on stdin, one a line; predictions on stdout
-// in the same order. Input is processed in chunks so arbitrarily long streams need bounded memory.
+// in the same order. Input is processed in chunks so arbitrarily long streams need bounded memory, and
+// a chunk is translated as soon as no more input is at hand, so a program that writes a line and waits
+// for its translation gets it.
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
-#include <iostream>
+#include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "commands.h"
@@ -9,6 +16,70 @@
 #include "tfm/models/model_dir.h"
 
 namespace tfm::cli {
+namespace {
+
+// The lines of standard input, read with read(2) into a buffer of its own, so that the reader knows
+// whether the next line can be had without waiting (std::cin cannot say what the stdio buffer under it holds).
+class StdinLines {
+ public:
+  // The next line, without its '\n' and a '\r' before it; false at the end of input. A last line
+  // without a newline is a line; the empty text after a final newline is not.
+  bool next(std::string& line) {
+    for (;;) {
+      const size_t nl = buf_.find('\n', scanned_);
+      if (nl != std::string::npos) {
+        take(line, nl);
+        pos_ = scanned_ = nl + 1;
+        return true;
+      }
+      scanned_ = buf_.size();
+      if (eof_) {
+        if (pos_ == buf_.size()) return false;
+        take(line, buf_.size());
+        pos_ = buf_.size();
+        return true;
+      }
+      read_more();
+    }
+  }
+  // True when next() would return without blocking: a whole line is buffered, the input has ended, or
+  // stdin has bytes (or its end) ready now. A partial line and an idle writer: false.
+  bool ready() const {
+    if (eof_ || buf_.find('\n', pos_) != std::string::npos) return true;
+    pollfd p{STDIN_FILENO, POLLIN, 0};
+    return ::poll(&p, 1, 0) != 0;  // an error (< 0) too: the next read reports it
+  }
+
+ private:
+  void take(std::string& line, size_t end) {
+    line.assign(buf_, pos_, end - pos_);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+  }
+  void read_more() {
+    buf_.erase(0, pos_);  // the lines already returned
+    scanned_ -= pos_;
+    pos_ = 0;
+    char tmp[1 << 16];
+    for (;;) {
+      const ssize_t n = ::read(STDIN_FILENO, tmp, sizeof tmp);
+      if (n > 0) {
+        buf_.append(tmp, static_cast<size_t>(n));
+        return;
+      }
+      if (n == 0) {
+        eof_ = true;
+        return;
+      }
+      if (errno != EINTR) throw std::runtime_error(std::string("reading standard input: ") + std::strerror(errno));
+    }
+  }
+  std::string buf_;
+  size_t pos_ = 0;      // start of the first line not returned
+  size_t scanned_ = 0;  // ≥ pos_; buf_[pos_, scanned_) holds no newline
+  bool eof_ = false;
+};
+
+}  // namespace
 
 void register_translate(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand("translate", "Predict targets for sources read from stdin, one a line");
@@ -19,11 +90,16 @@ void register_translate(CLI::App& app, Runner& run) {
       "  tfm translate --model runs/mt --dtype bf16 < sources.txt   # bfloat16 matmuls, docs/bf16.md\n"
       "  tfm translate --model runs/mt-int8 < sources.txt   # a quantized directory runs int8, docs/int8.md\n"
       "  tfm translate --model runs/mt --sample --top-p 0.9 --seed 7 < sources.txt\n"
+      "  tfm translate --model runs/spell --max-len 200 < numbers.txt   # outputs longer than 2·source + 10\n"
       "With --sample, input line i draws its tokens from its own random stream (seed, i), so the output\n"
-      "does not depend on --batch-size or --threads.");
+      "does not depend on --batch-size or --threads.\n"
+      "Lines are translated as soon as no more input is at hand (or 64·--batch-size lines are waiting), so\n"
+      "a program may write a line and wait for its translation. When outputs stop at the length limit\n"
+      "without an end token, a note on stderr says how many (--max-len raises the limit).");
   struct Opts {
     std::string model;
     int beam = 1;
+    int64_t max_len = 0;  // DecodeOptions::max_len
     int64_t batch_size = 64;
     int threads = 0;
     std::string dtype;  // empty: the directory's (model_dtype)
@@ -34,6 +110,7 @@ void register_translate(CLI::App& app, Runner& run) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory")->required();
   cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
+  cmd->add_option("--max-len", o->max_len, MAX_LEN_HELP)->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "sources decoded together")->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
@@ -52,9 +129,12 @@ void register_translate(CLI::App& app, Runner& run) {
       apply_threads(o->threads);
       if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
+      if (o->max_len < 0)
+        throw std::invalid_argument("--max-len must be ≥ 0 (0: the default limit), got " + std::to_string(o->max_len));
       if (o->sample && o->beam > 1) throw std::invalid_argument("--sample cannot be used with --beam above 1");
       DecodeOptions decode;
       decode.beam = o->beam;
+      decode.max_len = o->max_len;
       decode.sample = o->sample;
       decode.sampling = o->sampling;
       decode.seed = o->seed;
@@ -63,29 +143,31 @@ void register_translate(CLI::App& app, Runner& run) {
       const TrainedModel m = load_model_dir(o->model);
       const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for the stream
       require_data(m, DataKind::PAIRS, "sample from it with tfm generate");
+      check_decode_options(m, decode);  // before any input is read
       const size_t chunk = static_cast<size_t>(o->batch_size) * 64;
       std::vector<std::string> lines;
       std::string line;
-      int64_t done = 0;
+      int64_t done = 0, truncated = 0;
       const auto flush = [&] {
-        std::vector<std::string> out;
-        try {
-          out = translate_lines(m, lines, decode, o->batch_size, static_cast<uint64_t>(done));
-        } catch (const std::invalid_argument& e) {
-          // translate_lines numbers lines within the chunk; report the position in the stream.
-          throw std::invalid_argument(std::string(e.what()) + " (chunk starting at input line " + std::to_string(done + 1) + ")");
-        }
+        int64_t cut = 0;
+        // `done` places the chunk in the stream: line numbers in errors and the sampling streams.
+        const std::vector<std::string> out =
+            translate_lines(m, lines, decode, o->batch_size, static_cast<uint64_t>(done), &cut);
         for (const auto& s : out) std::fwrite(s.data(), 1, s.size(), stdout), std::fputc('\n', stdout);
         std::fflush(stdout);
         done += static_cast<int64_t>(lines.size());
+        truncated += cut;
         lines.clear();
       };
-      while (std::getline(std::cin, line)) {
-        if (!line.empty() && line.back() == '\r') line.pop_back();
+      StdinLines in;
+      for (;;) {
+        if (!lines.empty() && !in.ready()) flush();  // the writer may be waiting for these
+        if (!in.next(line)) break;
         lines.push_back(line);
         if (lines.size() == chunk) flush();
       }
       if (!lines.empty()) flush();
+      note_truncated(truncated, done, o->max_len, m);
       return 0;
     };
   });

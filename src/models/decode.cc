@@ -15,13 +15,13 @@
 //     the same length); or (b) no live hypothesis can still beat the best finished one: scores only
 //     decrease, so a live log-probability s ≤ 0 ends with a score ≤ s / limit^length_penalty
 //     (limit = the source's maximum length); or (c) at that maximum length, where the live rows are
-//     finished as they are (no eos). The answer is the finished hypothesis of highest
-//     score = logprob / length^length_penalty, length counting the eos.
+//     finished as they are (no eos: Hypothesis::truncated). The answer is the finished hypothesis of
+//     highest score = logprob / length^length_penalty, length counting the eos.
 // The search is deterministic: no randomness, fixed tie-breaking, kernels independent of threads.
 //
 // Sampling (sample_chunk) runs the same step decoder one row per source: each step draws the next
 // token with sample_token from the row's logits (pad and bos masked to −inf) using the source's own
-// Generator, adds its log-probability, and ends the source at eos or at its maximum length, as
+// Generator, adds its log-probability, and ends the source at eos or at its maximum length (truncated), as
 // greedy search does; with an argmax draw it yields greedy's tokens and log-probabilities.
 #include "tfm/models/decode.h"
 
@@ -246,6 +246,7 @@ std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::
     h.tokens = std::move(toks);
     h.logprob = static_cast<float>(logprob);
     h.score = static_cast<float>(normalized(logprob, len, opt.length_penalty));
+    h.truncated = !with_eos;  // only the length limit finishes a hypothesis without eos
     finished[static_cast<size_t>(b)].push_back(std::move(h));
   };
 
@@ -384,6 +385,7 @@ std::vector<Hypothesis> sample_chunk(const Model& model, const std::vector<std::
         h.logprob = static_cast<float>(logprob[b]);
         h.score = static_cast<float>(
             normalized(logprob[b], static_cast<int64_t>(h.tokens.size()) + (eos ? 1 : 0), opt.length_penalty));
+        h.truncated = !eos;
         continue;
       }
       next_rows.push_back(static_cast<int64_t>(a));
@@ -450,7 +452,12 @@ std::vector<Hypothesis> decode_hypotheses(const Model& model, const std::vector<
   if (options.beam > kMaxBeam)
     throw std::invalid_argument("decode: beam must be at most " + std::to_string(kMaxBeam) + ", got " +
                                 std::to_string(options.beam));
-  if (options.max_len < 0) throw std::invalid_argument("decode: max_len must be non-negative");
+  if (options.max_len < 0)
+    throw std::invalid_argument("decode: max_len must be non-negative, got " + std::to_string(options.max_len));
+  if (options.max_len > model.config().max_len)
+    throw std::invalid_argument("decode: max_len " + std::to_string(options.max_len) +
+                                " exceeds the model's max_len " + std::to_string(model.config().max_len) +
+                                " (the length of its position table)");
   if (!(options.length_penalty >= 0.0f)) throw std::invalid_argument("decode: length_penalty must be non-negative");
   if (options.sample) {
     if (options.beam != 1)

@@ -23,6 +23,9 @@ void check_generate_options(const GenerateOptions& opt) {
     throw std::invalid_argument("generate: max_new_tokens must be ≥ 0, got " + std::to_string(opt.max_new_tokens));
   if (opt.num_samples < 1)
     throw std::invalid_argument("generate: num_samples must be ≥ 1, got " + std::to_string(opt.num_samples));
+  if (opt.num_samples > kMaxSamples)  // before anything is allocated for them
+    throw std::invalid_argument("generate: num_samples must be at most " + std::to_string(kMaxSamples) + ", got " +
+                                std::to_string(opt.num_samples) + " (every sample is kept until the call returns)");
   check_sampling_options(opt.sampling);
 }
 

@@ -249,10 +249,11 @@ std::vector<std::string> generate_text(const TrainedModel& m, const std::string&
 std::vector<std::string> generate_text(const TrainedModel& m, const std::vector<int32_t>& prompt_ids,
                                        GenerateOptions options, const std::string& stop,
                                        const std::function<void(int64_t, const std::string&)>& on_piece) {
+  check_generate_options(options);  // num_samples bounded before `texts` is sized by it
   const std::vector<int32_t> never = never_generated(m);
   options.suppress.insert(options.suppress.end(), never.begin(), never.end());
   if (!stop.empty()) options.stop_after = stop_at_text(m, stop);
-  std::vector<std::string> texts(static_cast<size_t>(std::max<int64_t>(options.num_samples, 0)));
+  std::vector<std::string> texts(static_cast<size_t>(options.num_samples));
   generate(*m.model, prompt_ids, options, [&](int64_t sample, int32_t token) {
     const std::string piece = data::decode_text(m.tgt_vocab, m.tgt_tokenizer, {token});
     texts[static_cast<size_t>(sample)] += piece;
@@ -292,7 +293,8 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
 
 std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
                                   const std::vector<std::vector<int32_t>>& sources, const DecodeOptions& options,
-                                  int64_t batch_size, uint64_t first_stream) {
+                                  int64_t batch_size, uint64_t first_stream, int64_t* truncated) {
+  if (truncated) *truncated = 0;
   if (options.beam < 1) throw std::invalid_argument("beam must be ≥ 1, got " + std::to_string(options.beam));
   InferenceMode scope(InferenceMode::current_precision());  // one weight cache for every batch
   std::vector<data::Example> ex(sources.size());
@@ -311,17 +313,42 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
     if (batch.empty()) continue;  // empty sources predict nothing
     opt.sample_streams.clear();
     for (int64_t i : which) opt.sample_streams.push_back(first_stream + static_cast<uint64_t>(i));
-    const auto pred = decode(model, batch, opt);
+    const auto pred = decode_hypotheses(model, batch, opt);
     for (size_t k = 0; k < which.size(); ++k) {
       data::Tokens& t = out[static_cast<size_t>(which[k])];
       if (model.config().target_layout() == data::TargetLayout::SHIFTED) {
-        t = tgt_vocab.decode(pred[k]);  // stops at eos
+        t = tgt_vocab.decode(pred[k].tokens);  // stops at eos
       } else {
-        for (int32_t id : pred[k]) t.push_back(tgt_vocab.token(id));  // never a mark: opt.suppress
+        for (int32_t id : pred[k].tokens) t.push_back(tgt_vocab.token(id));  // never a mark: opt.suppress
       }
+      if (truncated && pred[k].truncated) ++*truncated;
     }
   }
   return out;
+}
+
+std::string truncation_note(const TrainedModel& m, int64_t truncated, int64_t outputs, int64_t max_len) {
+  if (truncated <= 0) return "";
+  const std::string limit = max_len > 0 ? "max_len " + std::to_string(max_len) : "by default 2·source tokens + 10";
+  return std::to_string(truncated) + " of " + std::to_string(outputs) + " output" + (outputs == 1 ? "" : "s") +
+         " stopped at the length limit (" + limit + ") without an end token; a larger max_len (--max-len) raises "
+         "it, up to the model's max_len " + std::to_string(m.model->config().max_len);
+}
+
+void check_decode_options(const TrainedModel& m, const DecodeOptions& options) {
+  const ModelConfig& c = m.model->config();
+  if (c.target_layout() == data::TargetLayout::PER_POSITION) {
+    const std::string model = m.dir + " (arch " + std::string(enum_name(c.arch)) + ")";
+    if (options.beam > 1)
+      throw std::invalid_argument("beam " + std::to_string(options.beam) + " does nothing for " + model +
+                                  ": it predicts every source position at once, without a search (use beam 1)");
+    if (options.max_len != 0)
+      throw std::invalid_argument("max_len does nothing for " + model +
+                                  ": its output has one token per source position, whatever the limit");
+  }
+  if (options.max_len > c.max_len)
+    throw std::invalid_argument("max_len " + std::to_string(options.max_len) + " is beyond the model's max_len " +
+                                std::to_string(c.max_len) + " (the positions it has; " + m.dir + "/config.json)");
 }
 
 std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources, int beam,
@@ -332,17 +359,24 @@ std::vector<std::string> translate_lines(const TrainedModel& m, const std::vecto
 }
 
 std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources,
-                                         const DecodeOptions& options, int64_t batch_size, uint64_t first_stream) {
+                                         const DecodeOptions& options, int64_t batch_size, uint64_t first_stream,
+                                         int64_t* truncated) {
+  check_decode_options(m, options);
   std::vector<std::vector<int32_t>> ids;
   ids.reserve(sources.size());
+  const int64_t max_len = m.model->config().max_len;
   for (size_t i = 0; i < sources.size(); ++i) {
+    const std::string line = "input line " + std::to_string(first_stream + i + 1);  // in the whole stream
     try {
       ids.push_back(m.src_vocab.encode(m.src_tokenizer.tokenize(sources[i])));
     } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument("input line " + std::to_string(i + 1) + ": " + e.what());
+      throw std::invalid_argument(line + ": " + e.what());
     }
+    if (static_cast<int64_t>(ids.back().size()) > max_len)  // decode would refuse its batch, not naming the line
+      throw std::invalid_argument(line + ": " + std::to_string(ids.back().size()) +
+                                  " source tokens, more than the model's max_len " + std::to_string(max_len));
   }
-  const auto pred = predict(*m.model, m.tgt_vocab, ids, options, batch_size, first_stream);
+  const auto pred = predict(*m.model, m.tgt_vocab, ids, options, batch_size, first_stream, truncated);
   std::vector<std::string> out;
   out.reserve(pred.size());
   for (const auto& p : pred) out.push_back(m.tgt_tokenizer.detokenize(p));

@@ -5,6 +5,7 @@
 #include "tfm/models/sampling.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -12,13 +13,25 @@
 #include <vector>
 
 namespace tfm {
+namespace {
+
+// x as the shortest text that reads back as the same float ("1.0000001", "-1e-07", "nan", "inf"), so a
+// message shows the value that was refused (std::to_string's 6 decimals would print 1.000000 and
+// -0.000000 for values just outside a range).
+std::string shortest(float x) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+}  // namespace
 
 void check_sampling_options(const SamplingOptions& opt) {
   if (!(opt.temperature >= 0.0f) || !std::isfinite(opt.temperature))
-    throw std::invalid_argument("sampling: temperature must be finite and ≥ 0, got " + std::to_string(opt.temperature));
+    throw std::invalid_argument("sampling: temperature must be finite and ≥ 0, got " + shortest(opt.temperature));
   if (opt.top_k < 0) throw std::invalid_argument("sampling: top_k must be ≥ 0, got " + std::to_string(opt.top_k));
   if (!(opt.top_p > 0.0f && opt.top_p <= 1.0f))
-    throw std::invalid_argument("sampling: top_p must be in (0, 1], got " + std::to_string(opt.top_p));
+    throw std::invalid_argument("sampling: top_p must be in (0, 1], got " + shortest(opt.top_p));
 }
 
 int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& opt, Generator& gen) {

@@ -76,14 +76,15 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
 }
 
 Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, const EvalSet& set,
-                 int beam, int64_t batch_size, const std::function<std::string(const data::Tokens&)>& detokenize) {
+                 const DecodeOptions& decode, int64_t batch_size,
+                 const std::function<std::string(const data::Tokens&)>& detokenize) {
   if (set.sources.size() != set.references.size())
     throw std::invalid_argument("evaluate: sources and references differ in count");
   std::vector<std::vector<int32_t>> ids;
   ids.reserve(set.sources.size());
   for (const auto& s : set.sources) ids.push_back(src_vocab.encode(s));
-  const auto pred = predict(model, tgt_vocab, ids, beam, batch_size);
   Metrics m;
+  const auto pred = predict(model, tgt_vocab, ids, decode, batch_size, 0, &m.truncated);
   std::vector<std::string> ref_texts;
   for (size_t i = 0; i < set.sources.size(); ++i) {
     m.add(pred[i], set.references[i]);
@@ -94,9 +95,10 @@ Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::V
   return m;
 }
 
-Metrics evaluate(const TrainedModel& m, const EvalSet& set, int beam, int64_t batch_size,
+Metrics evaluate(const TrainedModel& m, const EvalSet& set, const DecodeOptions& decode, int64_t batch_size,
                  const std::function<std::string(const data::Tokens&)>& detokenize) {
-  return evaluate(*m.model, m.src_vocab, m.tgt_vocab, set, beam, batch_size, detokenize);
+  check_decode_options(m, decode);
+  return evaluate(*m.model, m.src_vocab, m.tgt_vocab, set, decode, batch_size, detokenize);
 }
 
 namespace {

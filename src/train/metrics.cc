@@ -66,6 +66,7 @@ std::string Metrics::to_json() const {
   j["examples"] = examples;
   j["bleu"] = bleu();
   j["chrf"] = chrf();
+  j["truncated"] = truncated;
   return j.dump();
 }
 

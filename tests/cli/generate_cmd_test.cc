@@ -163,6 +163,26 @@ TEST_F(GenerateCli, StopText) {
   EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 60 --temperature 0 --stop '" + stop + "'"), want);
 }
 
+// The stop text is looked for in the continuation only, as --help says: a match made of the prompt's last
+// character and the first generated one does not end the sample; its first match inside the continuation does.
+TEST_F(GenerateCli, StopTextIsMatchedInTheContinuationOnly) {
+  const std::string full = generate("--prompt 'the ' --max-new-tokens 60 --temperature 0");
+  const std::string cont = full.substr(4);
+  ASSERT_FALSE(cont.empty());
+  const std::string across = " " + cont.substr(0, 1);  // the prompt's last character + the first generated
+  const size_t at = cont.find(across);
+  std::string want = at == std::string::npos ? full : "the " + cont.substr(0, at + across.size());
+  if (want.back() != '\n') want += '\n';
+  EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 60 --temperature 0 --stop '" + across + "'"), want);
+  EXPECT_GT(want.size(), 4 + 1 + 1u);  // it went on past the first generated character
+  std::string help;
+  ASSERT_EQ(run_command(kCli + " generate --help", &help), 0);
+  EXPECT_NE(help.find("its continuation (the prompt not included) contains this text"), std::string::npos) << help;
+  EXPECT_NE(help.find("--stop is looked for in each sample's continuation only, not across the prompt's end"),
+            std::string::npos)
+      << help;
+}
+
 TEST_F(GenerateCli, EvalText) {
   std::string out;
   ASSERT_EQ(run_command("(" + kCli + " eval --model " + *dir_ + "/lm --text " + *dir_ + "/text.txt --json 2>/dev/null)",
@@ -193,6 +213,18 @@ TEST_F(GenerateCli, Errors) {
   fails("generate" + lm + " --top-p 0", "tfm: error: sampling: top_p must be in (0, 1]");
   fails("generate" + lm + " --temperature -1", "tfm: error: sampling: temperature");
   fails("generate" + lm + " --num-samples 0", "tfm: error: generate: num_samples must be ≥ 1");
+  // Beyond the bound, refused before anything is set up for the samples (not an allocation failure).
+  fails("generate" + lm + " --num-samples 1000000000000", "tfm: error: generate: num_samples must be at most 1048576");
+  // Integers beyond their type are refused, not clamped: the largest seed is taken, one more is not.
+  fails("generate" + lm + " --seed 18446744073709551616",
+        "tfm: error: --seed: 18446744073709551616 is out of range (at most 18446744073709551615)");
+  fails("generate" + lm + " --seed 99999999999999999999999", "tfm: error: --seed: 99999999999999999999999 is out of range");
+  fails("generate" + lm + " --max-new-tokens 9223372036854775808",
+        "tfm: error: --max-new-tokens: 9223372036854775808 is out of range");
+  fails("generate" + lm + " --max-new-tokens -9223372036854775809",
+        "tfm: error: --max-new-tokens: -9223372036854775809 is out of range");
+  EXPECT_EQ(generate("--seed 18446744073709551615 --max-new-tokens 3 --prompt ab").substr(0, 2), "ab");
+  fails("generate" + lm + " --top-p 1.0000001", "tfm: error: sampling: top_p must be in (0, 1], got 1.0000001\n");
   fails("generate" + lm + " --prompt ''", "tfm: error: the prompt is empty");
   fails("generate" + lm + " --prompt a --prompt-file x", "excludes");
   fails("generate" + lm + " --prompt-file " + *dir_ + "/missing.txt", "tfm: error: " + *dir_ + "/missing.txt: open failed");
@@ -205,7 +237,7 @@ TEST_F(GenerateCli, Errors) {
   fails("generate" + lm + " --prompt-file " + *dir_ + "/bad_prompt.txt",
         "tfm: error: " + *dir_ + "/bad_prompt.txt: invalid UTF-8 at byte 2");
   fails("eval" + lm + " --task reverse", "is a language model: evaluate it on a text with --text FILE");
-  for (const std::string opt : {"--beam", "--count", "--seed"})  // a text is scored, never decoded
+  for (const std::string opt : {"--beam", "--max-len", "--count", "--seed"})  // a text is scored, never decoded
     fails("eval" + lm + " --text " + *dir_ + "/missing.txt " + opt + " 2", opt + " excludes --text");
   fails("translate" + lm, "is a language model: sample from it with tfm generate");
 }

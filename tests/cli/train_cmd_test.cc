@@ -299,7 +299,7 @@ TEST_F(TrainCliErrors, TranslateSourceLongerThanMaxLen) {
                              &out);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_EQ(tfm::testing::slurp(err),
-            "tfm: error: decode: source of length 600 exceeds max_len 512 (chunk starting at input line 1)\n");
+            "tfm: error: input line 2: 600 source tokens, more than the model's max_len 512\n");
 }
 
 // A fresh run into another run's directory would mix the two: refused, naming it, and the run is left as it

@@ -1,13 +1,33 @@
-// tests/cli/translate_cmd_test.cc — `tfm translate --sample`: greedy at temperature 0, the same
-// output for a seed whatever --batch-size (and so the input chunking) and --threads, and the
-// option errors.
+// tests/cli/translate_cmd_test.cc — `tfm translate`: --sample (greedy at temperature 0, the same
+// output for a seed whatever --batch-size (and so the input chunking) and --threads), the length limit
+// (--max-len and the note on outputs it cut), errors naming the input line in the stream, a line
+// translated as soon as it is written (a coprocess), and the option errors; and `tfm eval`'s decoding
+// options on the same models.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
+#include <sstream>
 
 #include "test_util.h"
+#include "tfm/data/tokenizer.h"
+#include "tfm/inference.h"
+#include "tfm/models/model_dir.h"
+#include "tfm/train/evaluate.h"
+
+extern char** environ;
 
 namespace {
 
@@ -15,6 +35,89 @@ using tfm::testing::run_command;
 using tfm::testing::temp_dir;
 
 const std::string kCli = TFM_CLI_PATH;
+
+// A program run with its stdin and stdout on pipes held here (stderr to /dev/null): a coprocess, as an
+// interactive user of `tfm translate` runs it. Killed on destruction if still running.
+class Coprocess {
+ public:
+  explicit Coprocess(const std::vector<std::string>& args) {
+    int in[2], out[2];
+    if (::pipe(in) != 0 || ::pipe(out) != 0) throw std::runtime_error("pipe failed");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+    for (int fd : {in[0], in[1], out[0], out[1]}) posix_spawn_file_actions_addclose(&fa, fd);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(in[0]);
+    ::close(out[1]);
+    to_ = in[1];
+    from_ = out[0];
+    if (rc != 0) pid_ = -1;
+  }
+  ~Coprocess() {
+    close_input();
+    if (from_ >= 0) ::close(from_);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool started() const { return pid_ > 0; }
+  bool write_text(const std::string& s) { return ::write(to_, s.data(), s.size()) == static_cast<ssize_t>(s.size()); }
+  void close_input() {
+    if (to_ >= 0) ::close(to_);
+    to_ = -1;
+  }
+  // The next line of its output (without the newline), waiting at most `seconds` for it; nothing at the
+  // end of its output or when the time is up.
+  std::optional<std::string> read_line(double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    for (;;) {
+      if (const size_t nl = buf_.find('\n'); nl != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{from_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;  // timeout (checked above) or EINTR
+      char tmp[4096];
+      const ssize_t n = ::read(from_, tmp, sizeof tmp);
+      if (n <= 0) return std::nullopt;
+      buf_.append(tmp, static_cast<size_t>(n));
+    }
+  }
+  // Its exit status (-1 unless it exited), after it ends.
+  int wait() {
+    int status = 0;
+    if (pid_ <= 0 || ::waitpid(pid_, &status, 0) != pid_) return -1;
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  std::string buf_;
+};
+
+// The note `tfm translate` and `tfm eval` print when outputs stopped at the length limit: its count, or -1
+// when `err` has no such note (and a test failure when it has more than one).
+int64_t truncated_in_note(const std::string& err, int64_t outputs) {
+  const std::regex note("tfm: note: (\\d+) of " + std::to_string(outputs) +
+                        " outputs? stopped at the length limit \\([^)]*\\) without an end token; a larger max_len \\(--max-len\\) raises it");
+  std::smatch m;
+  if (!std::regex_search(err, m, note)) return -1;
+  EXPECT_EQ(err.find("tfm: note:", static_cast<size_t>(m.position(0)) + 1), std::string::npos) << "one note: " << err;
+  return std::stoll(m[1].str());
+}
 
 class TranslateSample : public ::testing::Test {
  protected:
@@ -42,6 +145,12 @@ class TranslateSample : public ::testing::Test {
                           &out),
               0)
         << out;
+    // An encoder (one prediction a source position, no search) on the built-in reversal task.
+    ASSERT_EQ(run_command(kCli + " train --task reverse --arch encoder --out " + *dir_ +
+                              "/enc --d-model 16 --nhead 2 --layers 1 --dim-feedforward 32 --threads 1 --max-steps 2",
+                          &out),
+              0)
+        << out;
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*dir_);
@@ -55,6 +164,19 @@ class TranslateSample : public ::testing::Test {
               0)
         << options << "\n" << out;
     return out;
+  }
+  // Runs `cmd` (a shell command) with stdout and stderr apart; returns the exit status.
+  static int run_split(const std::string& cmd, std::string* out, std::string* err) {
+    const std::string err_file = *dir_ + "/stderr.txt";
+    const int rc = run_command("((" + cmd + ") 2>" + err_file + ")", out);
+    *err = tfm::testing::slurp(err_file);
+    return rc;
+  }
+  static std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> v;
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);) v.push_back(l);
+    return v;
   }
   static std::string* dir_;
 };
@@ -89,6 +211,158 @@ TEST_F(TranslateSample, Errors) {
   fails("--sample --top-k -1", "tfm: error: sampling: top_k must be ≥ 0");
   fails("--temperature 0.5", "--temperature: needs --sample");
   fails("--seed 3", "--seed: needs --sample");
+  // A value just outside a range is printed as it is, not rounded into the range ("1.000000").
+  fails("--sample --top-p 1.0000001", "tfm: error: sampling: top_p must be in (0, 1], got 1.0000001\n");
+  fails("--sample --temperature -0.0000001", "tfm: error: sampling: temperature must be finite and ≥ 0, got -1e-07\n");
+  // An integer beyond its type is refused, not clamped to the largest value.
+  fails("--sample --seed 18446744073709551616", "tfm: error: --seed: 18446744073709551616 is out of range");
+  fails("--batch-size 9223372036854775808", "tfm: error: --batch-size: 9223372036854775808 is out of range");
+  fails("--max-len -1", "tfm: error: --max-len must be ≥ 0 (0: the default limit), got -1\n");
+  fails("--max-len 513", "tfm: error: max_len 513 is beyond the model's max_len 512");
+  // An encoder predicts every position at once: a beam or a length limit would be silently ignored.
+  const auto fails_enc = [](const std::string& options, const std::string& message) {
+    std::string out;
+    const int rc = run_command("(echo '1 2 3' | " + kCli + " translate --model " + *dir_ + "/enc " + options + ")", &out);
+    EXPECT_EQ(rc, 1) << options;
+    EXPECT_EQ(out, "tfm: error: " + message + "\n") << options;
+  };
+  fails_enc("--beam 2", "beam 2 does nothing for " + *dir_ +
+                            "/enc (arch encoder): it predicts every source position at once, without a search (use beam 1)");
+  fails_enc("--max-len 5", "max_len does nothing for " + *dir_ +
+                               "/enc (arch encoder): its output has one token per source position, whatever the limit");
+}
+
+// Outputs cut at the length limit (2·source + 10 by default; a model trained 20 steps rarely ends) are
+// counted in one note on stderr, and --max-len lets them go on: the same output first, then more. Those
+// that ended at eos are the same under both limits, and only cut ones can change.
+TEST_F(TranslateSample, LengthLimitIsNotedAndMaxLenRaisesIt) {
+  const std::string cmd = kCli + " translate --model " + *dir_ + "/run < " + *dir_ + "/in.txt";
+  std::string out, err;
+  ASSERT_EQ(run_split(cmd, &out, &err), 0) << err;
+  const std::vector<std::string> cut = lines_of(out);
+  ASSERT_EQ(cut.size(), 70u);
+  const int64_t n_cut = truncated_in_note(err, 70);
+  ASSERT_GT(n_cut, 0) << err;
+  EXPECT_NE(err.find("(by default 2·source tokens + 10)"), std::string::npos) << err;
+  ASSERT_EQ(run_split(cmd + " --max-len 100", &out, &err), 0) << err;
+  const std::vector<std::string> longer = lines_of(out);
+  ASSERT_EQ(longer.size(), 70u);
+  int64_t went_on = 0;
+  for (size_t i = 0; i < 70; ++i) {
+    EXPECT_EQ(longer[i].substr(0, cut[i].size()), cut[i]) << "line " << i + 1;
+    went_on += longer[i].size() > cut[i].size();
+  }
+  EXPECT_GT(went_on, 0);
+  EXPECT_LE(went_on, n_cut);
+  const int64_t n_longer = truncated_in_note(err, 70);
+  EXPECT_LE(n_longer, n_cut) << err;  // -1: none reached 100 tokens
+  if (n_longer > 0) {
+    EXPECT_NE(err.find("(max_len 100)"), std::string::npos) << err;
+  }
+  // A limit of 1 token (a character) stops every output whose first token is not eos — whether or not eos
+  // would have come next: decoding does not look past the limit — and no other.
+  ASSERT_EQ(run_split(cmd + " --max-len 1", &out, &err), 0) << err;
+  const std::vector<std::string> one = lines_of(out);
+  ASSERT_EQ(one.size(), 70u);
+  int64_t started = 0;
+  for (size_t i = 0; i < 70; ++i) {
+    EXPECT_EQ(one[i], cut[i].substr(0, 1)) << "line " << i + 1;
+    started += !cut[i].empty();
+  }
+  EXPECT_EQ(truncated_in_note(err, 70), started) << err;
+  // Nothing cut: no note.
+  ASSERT_EQ(run_split("printf '' | " + kCli + " translate --model " + *dir_ + "/run", &out, &err), 0);
+  EXPECT_EQ(err, "");
+}
+
+// A line that cannot be tokenized after the first chunk (--batch-size 1: 64 lines a chunk) is named by
+// its line number in the input, once.
+TEST_F(TranslateSample, ErrorNamesTheInputLine) {
+  std::string out, err;
+  EXPECT_EQ(run_split("(for i in $(seq 69); do echo abc; done; printf 'ab\\377\\n') | " + kCli + " translate --model " +
+                          *dir_ + "/run --batch-size 1",
+                      &out, &err),
+            1);
+  EXPECT_EQ(err.rfind("tfm: error: input line 70: invalid UTF-8", 0), 0u) << err;
+  EXPECT_EQ(err.find("input line", 20), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+// A coprocess writes a line and waits for its translation before writing the next: each arrives while
+// the input is still open (before, nothing came until 64·--batch-size lines or the end of input, and the
+// wait would time out). The translations are those of the whole input at once.
+TEST_F(TranslateSample, TranslatesALineAsSoonAsItIsWritten) {
+  ::signal(SIGPIPE, SIG_IGN);  // a dead coprocess fails the test, not the test process
+  std::ifstream f(*dir_ + "/in.txt");
+  std::string first, second;
+  std::getline(f, first);
+  std::getline(f, second);
+  std::string out, err;
+  ASSERT_EQ(run_split("printf '%s\\n%s\\n' " + first + " " + second + " | " + kCli + " translate --model " + *dir_ + "/run",
+                      &out, &err),
+            0);
+  const std::vector<std::string> want = lines_of(out);
+  ASSERT_EQ(want.size(), 2u);
+  Coprocess tr({kCli, "translate", "--model", *dir_ + "/run"});
+  ASSERT_TRUE(tr.started());
+  ASSERT_TRUE(tr.write_text(first + "\n"));
+  const std::optional<std::string> a = tr.read_line(60);
+  ASSERT_TRUE(a.has_value()) << "no translation of the first line within 60 s while the input stays open";
+  EXPECT_EQ(*a, want[0]);
+  ASSERT_TRUE(tr.write_text(second + "\r\n"));  // a CRLF line too
+  const std::optional<std::string> b = tr.read_line(60);
+  ASSERT_TRUE(b.has_value()) << "no translation of the second line within 60 s";
+  EXPECT_EQ(*b, want[1]);
+  tr.close_input();
+  EXPECT_FALSE(tr.read_line(60).has_value());  // the end of its output, nothing more
+  EXPECT_EQ(tr.wait(), 0);
+}
+
+// `tfm eval` with a file: --max-len sets the limit, the note and "truncated" in --json count the
+// predictions it cut, and the other figures are train::evaluate's (which Python's evaluate runs).
+TEST_F(TranslateSample, EvalCountsTruncatedPredictions) {
+  const std::string eval = kCli + " eval --model " + *dir_ + "/run --data " + *dir_ + "/valid.tsv";
+  std::string out, err;
+  ASSERT_EQ(run_split(eval + " --json", &out, &err), 0) << err;
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(out);
+  const int64_t truncated = j["truncated"].get<int64_t>();
+  EXPECT_EQ(truncated_in_note(err, 10), truncated > 0 ? truncated : -1) << err;
+  {
+    const tfm::TrainedModel m = tfm::load_model_dir(*dir_ + "/run");
+    std::string note;
+    const tfm::train::EvalSet set = tfm::train::tsv_test_set(m, *dir_ + "/valid.tsv", &note);
+    const tfm::train::Metrics r = tfm::train::evaluate(m, set, tfm::DecodeOptions{}, 64, [&](const tfm::data::Tokens& t) {
+      return tfm::data::detokenize(t, m.tgt_tokenizer);
+    });
+    EXPECT_EQ(j.dump(), r.to_json());
+  }
+  ASSERT_EQ(run_split(eval + " --json --max-len 1", &out, &err), 0) << err;
+  const int64_t cut = nlohmann::json::parse(out)["truncated"].get<int64_t>();
+  EXPECT_GT(cut, truncated);  // a 20-step model's outputs are longer than one character
+  EXPECT_EQ(truncated_in_note(err, 10), cut) << err;
+  EXPECT_NE(err.find("(max_len 1)"), std::string::npos) << err;
+  ASSERT_EQ(run_split(eval + " --max-len 1", &out, &err), 0) << err;  // the text report notes it too
+  EXPECT_EQ(truncated_in_note(err, 10), cut) << err;
+}
+
+TEST_F(TranslateSample, EvalRefusesOptionsWithoutEffect) {
+  const auto fails = [](const std::string& args, const std::string& message) {
+    std::string out;
+    const int rc = run_command("(" + kCli + " eval --model " + *dir_ + "/" + args + ")", &out);
+    EXPECT_NE(rc, 0) << args;
+    EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  };
+  // --count and --seed make a task's sequences; a file's pairs are read.
+  fails("run --data " + *dir_ + "/valid.tsv --count 5", "tfm: error: --count excludes --data");
+  fails("run --data " + *dir_ + "/valid.tsv --seed 3", "tfm: error: --seed excludes --data");
+  fails("run --data " + *dir_ + "/valid.tsv --max-len 513", "tfm: error: max_len 513 is beyond the model's max_len 512");
+  fails("run --data " + *dir_ + "/valid.tsv --max-len -2", "tfm: error: --max-len must be ≥ 0");
+  fails("enc --task reverse --count 5 --beam 3", "tfm: error: beam 3 does nothing for " + *dir_ + "/enc (arch encoder)");
+  fails("enc --task reverse --count 5 --max-len 3", "tfm: error: max_len does nothing for " + *dir_ + "/enc (arch encoder)");
+  std::string out;
+  EXPECT_EQ(run_command(kCli + " eval --model " + *dir_ + "/enc --task reverse --count 5 --seed 3 --json", &out), 0) << out;
+  EXPECT_EQ(nlohmann::json::parse(out)["truncated"].get<int64_t>(), 0);  // one token a position: never cut
 }
 
 }  // namespace

@@ -225,6 +225,7 @@ TEST(Decode, BeamBeatsGreedyAndScoresAreTrue) {
         if (seed < 43) {  // the scores are true (a subset keeps the test fast)
           for (const auto* h : {&greedy[i], &beam[i]}) {
             const bool eos = h->tokens.size() < static_cast<size_t>(o.max_len);
+            EXPECT_EQ(h->truncated, !eos) << "seed " << seed << " source " << i;  // cut at the limit, no eos
             const double lp = sequence_logprob(m, src[i], h->tokens, eos);
             EXPECT_NEAR(h->logprob, lp, 1e-4) << "seed " << seed << " source " << i;
             const double len = static_cast<double>(h->tokens.size() + (eos ? 1 : 0));
@@ -331,6 +332,67 @@ TEST(Decode, LimitsAndErrors) {
   EXPECT_THROW(decode(m, {{3, 0, 4}}), std::invalid_argument);                    // pad inside a source
   EXPECT_THROW(decode(m, {std::vector<int32_t>(41, 3)}), std::invalid_argument);  // longer than max_len
   EXPECT_THROW(decode(m, {{3, 12}}), std::invalid_argument);                      // outside the vocabulary
+  // An explicit limit beyond the position table is refused, naming both (the default rule is capped).
+  DecodeOptions far;
+  far.max_len = 41;
+  try {
+    decode(m, src, far);
+    ADD_FAILURE() << "max_len 41 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "decode: max_len 41 exceeds the model's max_len 40 (the length of its position table)");
+  }
+  far.max_len = 40;
+  EXPECT_NO_THROW(decode(m, src, far));
+}
+
+// Hypothesis::truncated marks exactly the predictions the length limit stopped: with a random model
+// and a limit of 3 some stop there (3 tokens, no eos), greedy and beam. Greedy with the limit raised:
+// the cut ones go on from the same tokens, and those that ended at eos are the same and not marked.
+TEST(Decode, TruncatedMarksPredictionsStoppedByTheLimit) {
+  Generator g{61, 0};
+  Model m(config(false), g);
+  const auto src = sources(24, 5);
+  for (int beam : {1, 3}) {
+    DecodeOptions o;
+    o.beam = beam;
+    o.max_len = 3;
+    const auto cut = decode_hypotheses(m, src, o);
+    o.max_len = 40;
+    const auto longer = decode_hypotheses(m, src, o);
+    int truncated = 0, went_on = 0;
+    for (size_t i = 0; i < src.size(); ++i) {
+      // Ended at eos: at most 2 tokens (the eos would be the 3rd); cut by the limit: 3 tokens.
+      EXPECT_EQ(cut[i].truncated, cut[i].tokens.size() == 3) << "source " << i;
+      if (!cut[i].truncated) {
+        EXPECT_LT(cut[i].tokens.size(), 3u);
+        if (beam == 1) {
+          EXPECT_EQ(longer[i].tokens, cut[i].tokens) << "source " << i;
+        }
+        continue;
+      }
+      ++truncated;
+      if (beam == 1) {  // (a wider beam may prefer another hypothesis once longer ones compete)
+        ASSERT_GE(longer[i].tokens.size(), 3u) << "source " << i;
+        EXPECT_TRUE(std::equal(cut[i].tokens.begin(), cut[i].tokens.end(), longer[i].tokens.begin())) << i;
+        went_on += longer[i].tokens.size() > 3;
+        EXPECT_EQ(longer[i].truncated, longer[i].tokens.size() == 40u) << "source " << i;
+      }
+    }
+    EXPECT_GT(truncated, 0) << "beam " << beam;
+    if (beam == 1) {
+      EXPECT_GT(went_on, 0);
+    }
+  }
+  // An encoder's prediction has one token per position: never truncated.
+  ModelConfig ec;
+  ec.arch = Arch::ENCODER;
+  ec.src_vocab_size = ec.tgt_vocab_size = 12;
+  ec.d_model = 16;
+  ec.nhead = 2;
+  ec.num_encoder_layers = 1;
+  ec.dim_feedforward = 32;
+  Model enc(ec, g);
+  for (const auto& h : decode_hypotheses(enc, src)) EXPECT_FALSE(h.truncated);
 }
 
 // Decoding does not depend on which other sources share the batch (beyond float rounding, which
@@ -444,6 +506,7 @@ TEST(Decode, SamplingMatchesHandLoop) {
       prefix.push_back(v);
     }
     EXPECT_EQ(got[i].tokens, prefix) << "source " << i;
+    EXPECT_EQ(got[i].truncated, !eos) << "source " << i;
     EXPECT_NEAR(got[i].logprob, sequence_logprob(m, src[i], prefix, eos), 1e-4) << "source " << i;
   }
   EXPECT_GT(drawn, 20);

@@ -220,6 +220,13 @@ TEST(Generate, Errors) {
   fails({3, -1}, o, "prompt id -1");
   o.num_samples = 0;
   fails({3}, o, "num_samples");
+  // Beyond kMaxSamples: refused before anything is sized by the count (10^15 samples would otherwise
+  // ask for petabytes at once); the bound itself is accepted by the check.
+  o.num_samples = 1'000'000'000'000'000;
+  fails({3}, o, "num_samples must be at most 1048576, got 1000000000000000");
+  EXPECT_THROW(check_generate_options(o), std::invalid_argument);
+  o.num_samples = kMaxSamples;
+  EXPECT_NO_THROW(check_generate_options(o));
   o = {};
   o.max_new_tokens = -1;
   fails({3}, o, "max_new_tokens");

@@ -489,5 +489,53 @@ TEST(TranslateLines, SampledLinesDrawFromStreamFirstStreamPlusIndex) {
   EXPECT_NE(translate_lines(m, lines, greedy, 3), all);
 }
 
+// A stream cut into calls (tfm translate's chunks): first_stream places the call's lines in the stream, so an
+// error names the line's number in the whole stream, once; a line of more tokens than the model's positions is
+// refused naming its line too (decode would refuse the batch without saying which line).
+TEST(TranslateLines, ErrorsNameTheLineInTheStream) {
+  const TrainedModel m = seq2seq_model();
+  DecodeOptions o;
+  const std::string e = error_of<std::invalid_argument>([&] { translate_lines(m, {"a b", "c", "a zz b"}, o, 1, 67); });
+  EXPECT_EQ(e.rfind("input line 70: ", 0), 0u) << e;
+  EXPECT_EQ(e.find("input line", 1), std::string::npos) << e;
+  std::string long_line = "a";
+  for (int i = 1; i < 65; ++i) long_line += " a";  // 65 tokens, max_len 64
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { translate_lines(m, {"a", long_line}, o, 4, 10); }),
+            "input line 12: 65 source tokens, more than the model's max_len 64");
+}
+
+// predict and translate_lines count the predictions the length limit stopped without eos: with a limit of 2
+// tokens on this random model, those of 2 tokens (the others ended at eos, at most 1 token); empty sources
+// are not predicted, so not counted. The count is the same through translate_lines.
+TEST(Predict, CountsPredictionsStoppedByTheLengthLimit) {
+  const TrainedModel m = seq2seq_model();
+  const std::vector<std::string> lines = {"a b c", "", "h", "d e f g a b", "c c", "e", "f g", "b", "h h h", "a d"};
+  std::vector<std::vector<int32_t>> sources;
+  for (const auto& l : lines) sources.push_back(m.src_vocab.encode(data::tokenize(l, Tokenization::SPACE)));
+  for (int beam : {1, 2}) {
+    DecodeOptions o;
+    o.beam = beam;
+    o.max_len = 2;
+    int64_t truncated = -1;
+    const std::vector<data::Tokens> out = predict(*m.model, m.tgt_vocab, sources, o, 3, 0, &truncated);
+    int64_t at_limit = 0;
+    for (const auto& t : out) at_limit += t.size() == 2;
+    EXPECT_EQ(truncated, at_limit) << "beam " << beam;
+    EXPECT_GT(truncated, 0) << "beam " << beam;
+    int64_t through_lines = -1;
+    translate_lines(m, lines, o, 3, 0, &through_lines);
+    EXPECT_EQ(through_lines, truncated) << "beam " << beam;
+    // The default limit (2·source + 10) stops fewer of them, and none when all end at eos before it.
+    o.max_len = 0;
+    int64_t by_default = -1;
+    const std::vector<data::Tokens> free = predict(*m.model, m.tgt_vocab, sources, o, 3, 0, &by_default);
+    int64_t full = 0;
+    for (size_t i = 0; i < sources.size(); ++i)
+      full += !sources[i].empty() && static_cast<int64_t>(free[i].size()) == 2 * static_cast<int64_t>(sources[i].size()) + 10;
+    EXPECT_EQ(by_default, full) << "beam " << beam;
+    EXPECT_LE(by_default, truncated);
+  }
+}
+
 }  // namespace
 }  // namespace tfm

@@ -146,3 +146,23 @@ TEST(Sampling, Errors) {
   EXPECT_THROW(check_sampling_options({1.0f, 0, -0.1f}), std::invalid_argument);
   EXPECT_NO_THROW(check_sampling_options({}));
 }
+
+// A refused value is printed so that it shows why (shortest round trip), not rounded to 6 decimals,
+// which made a value just outside the range look inside it ("1.000000", "-0.000000").
+TEST(Sampling, ErrorsShowTheRefusedValue) {
+  const auto message = [](SamplingOptions o) {
+    try {
+      check_sampling_options(o);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no throw");
+  };
+  EXPECT_EQ(message({1.0f, 0, 1.0000001f}), "sampling: top_p must be in (0, 1], got 1.0000001");
+  EXPECT_EQ(message({-1e-7f, 0, 1.0f}), "sampling: temperature must be finite and ≥ 0, got -1e-07");
+  EXPECT_EQ(message({1.0f, 0, 1e-30f * -1.0f}), "sampling: top_p must be in (0, 1], got -1e-30");
+  EXPECT_EQ(message({1.0f, 0, 0.0f}), "sampling: top_p must be in (0, 1], got 0");
+  EXPECT_EQ(message({NAN, 0, 1.0f}), "sampling: temperature must be finite and ≥ 0, got nan");
+  EXPECT_EQ(message({INFINITY, 0, 1.0f}), "sampling: temperature must be finite and ≥ 0, got inf");
+  EXPECT_EQ(message({1.0f, 0, 0.25f}), "no throw");
+}

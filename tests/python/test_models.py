@@ -106,6 +106,85 @@ def test_generate_matches_cli(lm_runs, tfm_cli):
     it.close()  # stops the worker early
 
 
+def test_a_call_from_the_thread_holding_a_stream_raises(lm_runs):
+    # A stream's worker holds the model until the stream is exhausted or closed: a call from the thread that takes
+    # its pieces would wait for itself forever, so it raises; another thread's call waits for the stream's end. Run in
+    # a subprocess, so that a regression fails on the timeout instead of hanging the tests.
+    d, _, _ = lm_runs
+    code = (
+        "import threading, tfm\n"
+        f"m = tfm.load({str(d / 'py')!r})\n"
+        "def refused(call):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except RuntimeError as e:\n"
+        "        assert str(e) == 'this model has an open stream in this thread: exhaust or close it first', e\n"
+        "    else:\n"
+        "        raise AssertionError('not refused')\n"
+        "want = m.generate('To', max_new_tokens=5, seed=1)\n"
+        "s = m.stream('To', max_new_tokens=1000, ignore_eos=True)\n"
+        "next(s)\n"
+        "for call in (lambda: m.generate('To', max_new_tokens=5), lambda: m.score('To'), lambda: m.translate(['To']),\n"
+        "             lambda: next(m.stream('To'))):\n"
+        "    refused(call)\n"
+        "assert m.encode('To') and m.decode(m.encode('To')) == b'To'  # these do not wait for the model\n"
+        "other = []\n"
+        "t = threading.Thread(target=lambda: other.append(m.generate('To', max_new_tokens=5, seed=1)))\n"
+        "t.start()\n"
+        "t.join(0.5)\n"
+        "assert t.is_alive() and not other  # waiting for the stream\n"
+        "s.close()\n"
+        "t.join()\n"
+        "assert other == [want] and m.generate('To', max_new_tokens=5, seed=1) == want\n"
+        "a, b = m.stream('To', max_new_tokens=50), m.stream('The', max_new_tokens=50)\n"
+        "refused(lambda: list(zip(a, b)))\n"
+        "a.close()\n"
+        "s = m.stream('To', max_new_tokens=1000, ignore_eos=True)\n"
+        "next(s)\n"
+        "t = threading.Thread(target=lambda: next(s))  # a stream passed to another thread: both took pieces\n"
+        "t.start()\n"
+        "t.join()\n"
+        "refused(lambda: m.generate('To', max_new_tokens=5))\n"
+        "for piece in s:\n"
+        "    pass\n"
+        "assert m.generate('To', max_new_tokens=5, seed=1) == want  # exhausted: the model is free\n"
+        "print('done')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip() == "done", (p.returncode, p.stderr[-2000:])
+
+
+def test_text_with_surrogate_escapes_goes_back_in(tmp_path, lm_runs):
+    # A byte-level model may generate bytes that are not UTF-8: tfm returns them as lone surrogates
+    # (surrogateescape), and such a text is taken back as those bytes by every method reading text.
+    (tmp_path / "t.txt").write_text(TEXT)
+    tfm.train(out=str(tmp_path / "byte"), text=str(tmp_path / "t.txt"), **{**LM, "tokens": "byte"})
+    m = tfm.load(str(tmp_path / "byte"))
+    for seed in range(100):
+        text = m.generate("To", max_new_tokens=20, temperature=3.0, seed=seed)
+        if any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
+            break
+    else:
+        pytest.fail("no generated text holds a byte that is not UTF-8")
+    raw = text.encode("utf-8", "surrogateescape")
+    assert m.decode(m.encode(text)) == raw and m.encode(text) == m.encode(raw)
+    assert m.generate(text, max_new_tokens=5, seed=2) == m.generate(raw, max_new_tokens=5, seed=2)
+    assert "".join(m.stream(text, max_new_tokens=5, seed=2)) == m.generate(text, max_new_tokens=5, seed=2)
+    assert m.score(text) == m.score(raw) and m.score(text)["tokens"] == len(raw) - 1
+    lone = next(c for c in text if 0xDC80 <= ord(c) <= 0xDCFF)
+    assert m.generate("To", max_new_tokens=20, temperature=3.0, seed=seed, stop=lone) == text[:text.index(lone) + 1]
+    # A char model reads UTF-8 text: a lone byte is the library's ValueError, not the binding's TypeError.
+    d, _, _ = lm_runs
+    char = tfm.load(str(d / "py"))
+    with pytest.raises(ValueError, match="^prompt: invalid UTF-8 at byte 0"):
+        char.generate("\udcff", max_new_tokens=2)
+    with pytest.raises(ValueError, match="^text: invalid UTF-8 at byte 2"):
+        char.encode("To\udcff")
+    with pytest.raises(ValueError, match="invalid UTF-8"):
+        char.score("To\udcff")
+    with pytest.raises(ValueError, match="^prompt: .*surrogates not allowed"):  # no byte stands for it
+        char.generate("\ud800", max_new_tokens=2)
+
+
 def test_score_matches_cli_eval(lm_runs, tfm_cli):
     d, _, _ = lm_runs
     m = tfm.load(str(d / "py"))
@@ -162,10 +241,24 @@ def test_pairs_train_evaluate_translate(pair_runs, tfm_cli):
     lines = ["3 1 4 1 5", "9 2 6", ""]
     out = _run([tfm_cli, "translate", "--model", str(d / "cli"), "--beam", "2"], input="\n".join(lines) + "\n")
     assert m.translate(lines, beam=2) == out.split("\n")[:-1]
+    # max_len as tfm translate/eval's --max-len: the same outputs, a warning counting those it stopped, and
+    # evaluate's "truncated" the CLI's
+    out = _run([tfm_cli, "translate", "--model", str(d / "cli"), "--max-len", "2"], input="\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match=r"^2 of 3 outputs stopped at the length limit \(max_len 2\)"):
+        assert m.translate(lines, max_len=2) == out.split("\n")[:-1]
+    want = json.loads(_run([tfm_cli, "eval", "--model", str(d / "cli"), "--data", str(d / "p.tsv"), "--json",
+                            "--max-len", "1"]))
+    with pytest.warns(UserWarning, match="stopped at the length limit"):
+        assert m.evaluate(str(d / "p.tsv"), max_len=1) == want
+    assert want["truncated"] == want["examples"]
+    with pytest.raises(ValueError, match="max_len 513 is beyond the model's max_len 512"):
+        m.translate(lines, max_len=513)
     with pytest.raises(ValueError, match="language model"):
         m.generate("3 1")
     with pytest.raises(TypeError):
         m.translate("3 1 4")
+    with pytest.raises(ValueError, match=r"^input line 2: invalid UTF-8"):
+        m.translate(["3 1", "3 \udcff"])  # a line with a byte that is not UTF-8 reaches the library
     with pytest.raises(ValueError, match="beam must be ≥ 1, got 0"):
         m.translate(lines, beam=0)
     with pytest.raises(ValueError, match="batch_size must be ≥ 1, got -2"):

@@ -187,7 +187,7 @@ def test_notebook_mapping(nb):
     import zlib
     cn, _ = _notebook_cases()
     for case in cn.CASES[nb]():
-        fast = tfm.from_torch(case.module, mapping=case.mapping, target=case.target, overrides=case.overrides)
+        fast = tfm.from_torch(case.module.eval(), mapping=case.mapping, target=case.target, overrides=case.overrides)
         rng = np.random.default_rng(zlib.crc32(case.name.encode()))
         with torch.no_grad():
             probe = case.call(copy.deepcopy(case.module).eval(), cn.torch_inputs(case.inputs, torch.float32, ()))
@@ -369,6 +369,125 @@ def test_modules_one_config_cannot_hold_are_refused():
         tfm.from_torch(dec_layer)
     with pytest.raises(ValueError, match="no layers"):
         tfm.from_torch(nn.Transformer(16, 4, 0, 1, 32))
+
+
+def test_modules_computing_otherwise_are_refused():
+    # tfm runs the stock forward of the six classes: a module that PyTorch computes otherwise (a subclass overriding
+    # the forward path, a forward hook, a submodule of another type) is refused, naming the submodule.
+    def refused(module, match):
+        with pytest.raises(ValueError, match=match):
+            tfm.from_torch(module.eval())
+
+    class FeedForwardSkipped(nn.TransformerEncoderLayer):
+        def _ff_block(self, x):
+            return x
+
+    class Called(nn.Transformer):
+        def __call__(self, *args, **kwargs):
+            return super().__call__(*args, **kwargs)
+
+    class Attention(nn.MultiheadAttention):
+        def forward(self, *args, **kwargs):
+            return super().forward(*args, **kwargs)
+
+    refused(FeedForwardSkipped(8, 2, 16),
+            r"^layer \(FeedForwardSkipped\) overrides nn.TransformerEncoderLayer._ff_block: tfm runs")
+    refused(nn.TransformerEncoder(FeedForwardSkipped(8, 2, 16), 2, enable_nested_tensor=False),
+            r"^encoder.layers\[0\] \(FeedForwardSkipped\) overrides")
+    refused(Called(8, 2, 1, 1, 16), r"^transformer \(Called\) overrides nn.Transformer.__call__")
+    refused(Attention(8, 2), r"^attention \(Attention\) overrides nn.MultiheadAttention.forward")
+    layer = nn.TransformerEncoderLayer(8, 2, 16)
+    layer.forward = lambda src, *args, **kwargs: src
+    refused(layer, r"^layer \(TransformerEncoderLayer\) overrides nn.TransformerEncoderLayer.forward")
+
+    # Forward hooks and pre-hooks, on the module or a submodule, and PyTorch's global ones.
+    tr = nn.Transformer(8, 2, 1, 2, 16)
+    handle = tr.decoder.layers[1].linear2.register_forward_hook(lambda module, args, out: out * 2)
+    refused(tr, r"^decoder.layers\[1\].linear2 has a forward hook")
+    handle.remove()
+    handle = tr.register_forward_pre_hook(lambda module, args: None)
+    refused(tr, r"^transformer has a forward pre-hook")
+    handle.remove()
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16), 2, enable_nested_tensor=False)
+    enc.layers[1].activation = nn.ReLU()
+    enc.layers[1].activation.register_forward_hook(lambda module, args, out: out + 1)
+    refused(enc, r"^encoder.layers\[1\].activation has a forward hook")
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, out: out)
+    try:
+        refused(nn.TransformerEncoderLayer(8, 2, 16), "_global_forward_hooks is not empty")
+    finally:
+        handle.remove()
+
+    # Submodules replaced by another type.
+    layer = nn.TransformerEncoderLayer(8, 2, 16)
+    layer.linear1 = nn.Sequential(nn.Linear(8, 16))
+    refused(layer, r"^layer.linear1 is Sequential: tfm runs nn.Linear there")
+    dec_layer = nn.TransformerDecoderLayer(8, 2, 16)
+    dec_layer.norm3 = nn.Identity()
+    refused(dec_layer, r"^layer.norm3 is Identity: tfm runs nn.LayerNorm there")
+    dec_layer = nn.TransformerDecoderLayer(8, 2, 16)
+    dec_layer.dropout3 = nn.Identity()
+    refused(dec_layer, r"^layer.dropout3 is Identity: tfm runs nn.Dropout there")
+    dec_layer = nn.TransformerDecoderLayer(8, 2, 16)
+    dec_layer.multihead_attn = Attention(8, 2)
+    refused(dec_layer, r"^layer.multihead_attn is Attention: tfm runs nn.MultiheadAttention there")
+    mha = nn.MultiheadAttention(8, 2)
+    mha.out_proj = nn.Sequential(nn.Linear(8, 8))
+    refused(mha, r"^attention.out_proj is Sequential: tfm runs nn.Linear or NonDynamicallyQuantizableLinear")
+
+    # A decoder layer's two attentions with different head counts (tfm's config holds one nhead).
+    dec_layer = nn.TransformerDecoderLayer(8, 2, 16)
+    dec_layer.multihead_attn = nn.MultiheadAttention(8, 4)
+    refused(dec_layer, r"^layer.multihead_attn.num_heads is 4 but layer.self_attn.num_heads is 2")
+
+    # Attention tfm does not have: separate q/k/v projections, add_bias_kv / add_zero_attn, one bias of two.
+    dec_layer = nn.TransformerDecoderLayer(8, 2, 16)
+    dec_layer.multihead_attn = nn.MultiheadAttention(8, 2, kdim=4, vdim=4)
+    refused(dec_layer, r"^layer.multihead_attn has separate q/k/v projections")
+    refused(nn.MultiheadAttention(8, 2, vdim=4), r"^attention has separate q/k/v projections")
+    layer = nn.TransformerEncoderLayer(8, 2, 16)
+    layer.self_attn = nn.MultiheadAttention(8, 2, add_bias_kv=True)
+    refused(layer, r"^layer.self_attn has add_bias_kv or add_zero_attn")
+    refused(nn.MultiheadAttention(8, 2, add_zero_attn=True), r"^attention has add_bias_kv or add_zero_attn")
+    mha = nn.MultiheadAttention(8, 2)
+    mha.out_proj.bias = None
+    refused(mha, r"^attention has an in_proj_bias but no out_proj.bias")
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16), 2, enable_nested_tensor=False)
+    enc.layers[1].self_attn.in_proj_bias = None
+    refused(enc, r"^encoder.layers\[1\].self_attn has an out_proj.bias but no in_proj_bias")
+
+    # A subclass adding attributes only computes as the stock class does, and is run; an activation of a subclass of
+    # nn.ReLU is a callable tfm cannot name: it needs overrides.
+    class Tagged(nn.TransformerEncoderLayer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.tag = "mine"
+
+    torch.manual_seed(12)
+    tagged = Tagged(8, 2, 16, batch_first=True).eval()
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        assert rel_err(tfm.from_torch(tagged)(x).numpy(), tagged(x).numpy()) < 1e-5
+
+    class Relu(nn.ReLU):
+        pass
+
+    tagged.activation = Relu()
+    with pytest.raises(ValueError, match="activation is a callable tfm cannot name"):
+        tfm.from_torch(tagged)
+    assert tfm.from_torch(tagged, overrides={"activation": "relu"}).config["activation"] == "relu"
+
+
+def test_training_mode_warns():
+    # tfm runs a module in eval mode: one in training mode (dropout on in PyTorch) is converted with a warning.
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.5)
+    with pytest.warns(UserWarning, match=r"^the TransformerEncoderLayer is in training mode: tfm runs it in eval mode "
+                                         r"\(dropout off; forward_backward gives eval-mode gradients\)$"):
+        tfm.from_torch(layer)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tfm.from_torch(layer.eval())
 
 
 def test_mapping_errors_and_paths(tmp_path):

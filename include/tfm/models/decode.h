@@ -25,7 +25,10 @@ inline constexpr int kMaxBeam = 1024;
 
 struct DecodeOptions {
   int beam = 1;
-  int64_t max_len = 0;  // 0: 2·source length + 10
+  // The longest prediction in target tokens (eos not counted); a prediction that reaches it without eos
+  // ends there (Hypothesis::truncated). 0: 2·source length + 10, at most config.max_len; a value above
+  // config.max_len (the decoder's position table) throws.
+  int64_t max_len = 0;
   float length_penalty = 1.0f;
   bool use_cache = true;
   // Sampling instead of search (beam must be 1). Source i draws its tokens from the Generator
@@ -43,10 +46,13 @@ struct DecodeOptions {
 
 // One decoded target: tokens without bos/eos; logprob = Σ log p of the tokens (and of the eos when
 // the hypothesis ended with one); score = logprob / length^length_penalty, length counting the eos.
+// truncated: it stopped at its maximum length (DecodeOptions::max_len) without eos, so a longer limit
+// may let it go on (never for arch "encoder", whose prediction has one token per source position).
 struct Hypothesis {
   std::vector<int32_t> tokens;
   float logprob = 0;
   float score = 0;
+  bool truncated = false;
 };
 
 // sources: token ids (no bos/eos, no pad). Runs under NoGradGuard and in eval mode (the model's

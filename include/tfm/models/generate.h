@@ -27,10 +27,15 @@
 
 namespace tfm {
 
+// The most samples one call draws: every sample's tokens (and generate_text's text) are kept until the
+// call returns, set up for all samples before the first token (56 bytes a sample through generate_text),
+// so a typo's billions of samples would exhaust memory before any output; 2^20 samples take under 60 MiB.
+inline constexpr int64_t kMaxSamples = int64_t(1) << 20;
+
 struct GenerateOptions {
   int64_t max_new_tokens = 256;  // ≥ 0 tokens after the prompt, per sample
   SamplingOptions sampling;
-  int64_t num_samples = 1;       // ≥ 1 samples, one after the other
+  int64_t num_samples = 1;       // in [1, kMaxSamples] samples, one after the other
   uint64_t seed = 0;
   // Called after each drawn token (after on_token) with the sample's generated ids so far (the newest
   // last); true ends the sample right after it. A stop text: stop_at_text (tfm/models/model_dir.h),
@@ -52,9 +57,9 @@ struct GenerateOptions {
 // Called with every generated token as soon as it is drawn (streaming); sample in [0, num_samples).
 using TokenCallback = std::function<void(int64_t sample, int32_t token)>;
 
-// Throws std::invalid_argument naming the option when max_new_tokens < 0, num_samples < 1 or a sampling
-// option is out of range (check_sampling_options): generate()'s own checks of its options, for a front end
-// to run before it says anything else about the call.
+// Throws std::invalid_argument naming the option when max_new_tokens < 0, num_samples is outside
+// [1, kMaxSamples] or a sampling option is out of range (check_sampling_options): generate()'s own checks
+// of its options, for a front end to run before it says anything else about the call.
 void check_generate_options(const GenerateOptions& opt);
 
 // prompt: token ids (non-empty, each in [0, V)). Returns the generated ids of each sample (the prompt

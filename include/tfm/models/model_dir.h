@@ -169,17 +169,35 @@ std::string read_prompt_file(const std::string& path);
 std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
                                   const std::vector<std::vector<int32_t>>& sources, int beam, int64_t batch_size);
 // The same with every decoding option (options.sample_streams is ignored: source i samples from
-// stream first_stream + i, so a stream cut into calls samples as one call would).
+// stream first_stream + i, so a stream cut into calls samples as one call would). When `truncated` is
+// given, it is set to the number of predictions that stopped at the length limit (options.max_len, by
+// default 2·source length + 10) without eos (Hypothesis::truncated): a front end's cue to say that
+// --max-len raises the limit. The library says nothing itself.
 std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
                                   const std::vector<std::vector<int32_t>>& sources, const DecodeOptions& options,
-                                  int64_t batch_size, uint64_t first_stream = 0);
+                                  int64_t batch_size, uint64_t first_stream = 0, int64_t* truncated = nullptr);
 
-// Source texts → predicted target texts: tokenized, predicted, detokenized. An untokenizable line
-// throws naming its line number.
+// Checks decoding options against a loaded model, naming the option (std::invalid_argument): beam above 1
+// and max_len other than 0 for a model that predicts every source position at once (arch encoder: no
+// search, no length limit), and max_len beyond the model's max_len (its position table). translate_lines
+// and train::evaluate check with it; a front end may call it first, to fail before reading its input.
+void check_decode_options(const TrainedModel& m, const DecodeOptions& options);
+
+// What a front end tells the user when `truncated` of `outputs` predictions stopped at the length limit
+// without an end token (predict's count), decoded with max_len (0: the default limit): one line saying how
+// many and that max_len raises the limit; "" when none did.
+std::string truncation_note(const TrainedModel& m, int64_t truncated, int64_t outputs, int64_t max_len);
+
+// Source texts → predicted target texts: tokenized, predicted, detokenized. An untokenizable line, or
+// one of more tokens than the model's max_len, throws std::invalid_argument naming its line number
+// ("input line N: ...").
 std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources, int beam,
                                          int64_t batch_size);
-// The same with every decoding option; sources[i] samples from stream first_stream + i (predict).
+// The same with every decoding option, for a stream cut into calls: first_stream is the index of sources[0]
+// in the stream, so sources[i] samples from stream first_stream + i (predict) and an error names it as
+// input line first_stream + i + 1. `truncated`: as predict's.
 std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources,
-                                         const DecodeOptions& options, int64_t batch_size, uint64_t first_stream = 0);
+                                         const DecodeOptions& options, int64_t batch_size, uint64_t first_stream = 0,
+                                         int64_t* truncated = nullptr);
 
 }  // namespace tfm

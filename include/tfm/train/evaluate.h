@@ -42,13 +42,15 @@ EvalSet tsv_eval_set(const data::TsvData& tsv);
 EvalSet task_test_set(const TrainedModel& m, data::Task task, std::optional<uint64_t> seed, int64_t count);
 EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string* note);
 
-// Decodes every source (greedy or beam) and scores it against its references: the token figures on
-// the tokens, BLEU and chrF (tfm/train/text_metrics.h) on the prediction and references as turned
-// into text by `detokenize` (target side), e.g.
+// Decodes every source (greedy or beam, with `decode`'s options: predict()) and scores it against its
+// references: the token figures on the tokens, BLEU and chrF (tfm/train/text_metrics.h) on the prediction
+// and references as turned into text by `detokenize` (target side), e.g.
 //   [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokens); }
+// and Metrics::truncated, the predictions the length limit stopped.
 Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, const EvalSet& set,
-                 int beam, int64_t batch_size, const std::function<std::string(const data::Tokens&)>& detokenize);
-Metrics evaluate(const TrainedModel& m, const EvalSet& set, int beam, int64_t batch_size,
+                 const DecodeOptions& decode, int64_t batch_size,
+                 const std::function<std::string(const data::Tokens&)>& detokenize);
+Metrics evaluate(const TrainedModel& m, const EvalSet& set, const DecodeOptions& decode, int64_t batch_size,
                  const std::function<std::string(const data::Tokens&)>& detokenize);
 
 // Teacher-forced figures over every pair, without label smoothing: loss = mean over non-pad targets

@@ -37,6 +37,9 @@ struct Metrics {
   double sequence_accuracy() const;
   double sequence_error_rate() const { return examples ? 1.0 - sequence_accuracy() : 0.0; }
   double token_error_rate() const;
+  // Predictions the decoder's length limit stopped without an end token (predict's count; evaluate sets it):
+  // the front ends say that --max-len raises the limit.
+  int64_t truncated = 0;
   BleuStats bleu_stats;  // summed over add_text
   ChrfStats chrf_stats;
   double bleu() const { return bleu_stats.score(); }  // 0–100; 0 before any add_text
@@ -47,7 +50,7 @@ struct Metrics {
   // Throws std::invalid_argument when `references` is empty.
   void add_text(const std::string& prediction, const std::vector<std::string>& references);
   // {"token_accuracy":..,"sequence_accuracy":..,"token_error_rate":..,"sequence_error_rate":..,"examples":..,
-  //  "bleu":..,"chrf":..}
+  //  "bleu":..,"chrf":..,"truncated":..}
   std::string to_json() const;
 };
 
