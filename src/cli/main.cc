@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "tfm/autocast.h"
+#include "tfm/train/comm.h"
 #include "tfm/threads.h"
 
 namespace tfm::cli {
@@ -83,10 +84,15 @@ int main(int argc, char** argv) {
   tfm::cli::register_export(app, run);
   tfm::cli::register_quantize(app, run);
   tfm::cli::refuse_out_of_range_integers(app);
+  // A copy of an mpirun job other than rank 0, before MPI has started: it exits as rank 0 does, quietly.
+  const auto quiet = [] {
+    return !tfm::cli::g_mpi_started && tfm::train::Comm::launched_size() > 1 && tfm::train::Comm::launched_rank() != 0;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    if (quiet()) return e.get_exit_code();
     // A usage error: one line, as every other error (CLI11's own exit code kept).
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty()) {  // `tfm bogus`
       std::string commands;
@@ -100,11 +106,12 @@ int main(int argc, char** argv) {
   try {
     return run ? run() : 0;
   } catch (const std::bad_alloc&) {
+    if (quiet()) return 1;
     std::fprintf(stderr, "tfm: error: out of memory: the sizes asked for need more memory than this machine has "
                          "(a smaller batch, sequence or model)\n");
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tfm: error: %s\n", e.what());
+    if (!quiet()) std::fprintf(stderr, "tfm: error: %s\n", e.what());
     return 1;
   }
 }

@@ -65,6 +65,7 @@ class MpiSession {
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     initialised_ = true;
+    g_mpi_started = true;
     comm_ = train::Comm::world();
     comm_.set_timeout(comm_timeout);
     comm_.set_bucket_bytes(static_cast<int64_t>(bucket_mb * (1 << 20)));
@@ -165,8 +166,12 @@ int train_main(const train::TrainSetup& setup, MpiSession& mpi) {
   if (!mpi.lead()) return r.interrupted ? 128 + (g_signal.load() ? g_signal.load() : SIGINT) : 0;
   if (r.interrupted) {
     const int sig = g_signal.load();
+    // Under mpirun the ranks stop together; rank 0 may not be the one the signal reached.
     std::fprintf(stderr, "%s at step %lld: checkpoint written to %s\nresume with: tfm train --resume %s\n",
-                 sig == SIGTERM ? "terminated (SIGTERM)" : "interrupted (SIGINT)", static_cast<long long>(r.steps),
+                 sig == SIGTERM ? "terminated (SIGTERM)"
+                 : sig == SIGINT ? "interrupted (SIGINT)"
+                                 : "stopped (another process of the run received a signal)",
+                 static_cast<long long>(r.steps),
                  c.out_dir.c_str(), c.out_dir.c_str());
     return 128 + (sig ? sig : SIGINT);
   }

@@ -22,6 +22,12 @@ bool Comm::available() {
 #endif
 }
 
+int Comm::launched_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
 int Comm::launched_size() {
   // Open MPI's mpirun, then the PMI / PMIx variables of MPICH's hydra and of Slurm's srun.
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {

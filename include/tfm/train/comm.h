@@ -43,6 +43,9 @@ class Comm {
   // (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_SIZE... ), 1 when none: a program built without MPI uses
   // it to refuse to run as one of P > 1 copies that would each train alone.
   static int launched_size();
+  // This process's rank among them, from the same environment (OMPI_COMM_WORLD_RANK, PMI_RANK,
+  // PMIX_RANK), 0 when none: who reports an error found before MPI starts, which every copy finds alike.
+  static int launched_rank();
 
   int rank() const { return rank_; }
   int size() const { return size_; }
