@@ -136,7 +136,7 @@ AtomicFileWriter::~AtomicFileWriter() {
 }
 
 void AtomicFileWriter::write(const void* bytes, size_t n) {
-  if (committed_ || fd_ < 0) throw IoError(path_ + ": write after commit");
+  if (committed_ || fd_ < 0) throw IoError(path_ + ": write after sync or commit");
   const char* p = static_cast<const char*>(bytes);
   while (n > 0) {
     const ssize_t w = ::write(fd_, p, n);
@@ -149,13 +149,19 @@ void AtomicFileWriter::write(const void* bytes, size_t n) {
   }
 }
 
-void AtomicFileWriter::commit() {
-  if (committed_ || fd_ < 0) throw IoError(path_ + ": commit called twice");
+void AtomicFileWriter::sync() {
+  if (committed_ || synced_ || fd_ < 0) throw IoError(path_ + ": sync after sync or commit");
   if (::fsync(fd_) != 0) throw_errno(path_, "fsync", errno);
   const int fd = fd_;
   fd_ = -1;
+  synced_ = true;
   // close can report a deferred write error (NFS); the destructor still unlinks the temp file.
   if (::close(fd) != 0) throw_errno(path_, "close", errno);
+}
+
+void AtomicFileWriter::commit() {
+  if (committed_) throw IoError(path_ + ": commit called twice");
+  if (!synced_) sync();
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0) throw_errno(path_, "rename", errno);
   committed_ = true;
   // Make the rename itself durable. Some file systems cannot fsync a directory (EINVAL): the data

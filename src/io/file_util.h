@@ -64,7 +64,10 @@ class AtomicFileWriter {
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
   void write(const void* bytes, size_t n);  // appends; retries short writes and EINTR
-  void commit();                            // fsync + close + rename + fsync(dir); once
+  // fsync + close: the bytes are on disk (a full disk is reported here at the latest), not yet in place.
+  // For a set of files that should change together: sync() every writer, then commit() each.
+  void sync();
+  void commit();                            // sync() unless done, rename + fsync(dir); once
 
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return temp_path_; }
@@ -73,7 +76,7 @@ class AtomicFileWriter {
   std::string path_;
   std::string temp_path_;
   int fd_ = -1;
-  bool committed_ = false;
+  bool synced_ = false, committed_ = false;
 };
 
 // One-shot form: write_file_atomic(path, s) == AtomicFileWriter w(path); w.write(s); w.commit().

@@ -15,11 +15,13 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
 #include "io/file_util.h"
+#include "io/safetensors_writer.h"
 #include "quote.h"
 
 static_assert(std::endian::native == std::endian::little,
@@ -478,9 +480,10 @@ SafeTensorsFile load_safetensors(const std::string& path, const LoadOptions& opt
   }
 }
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata,
-                      const std::map<std::string, Int8Tensor>& int8) {
+void write_safetensors(AtomicFileWriter& w, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata,
+                       const std::map<std::string, Int8Tensor>& int8) {
+  const std::string& path = w.path();
   for (const auto& [name, t] : int8) {
     const std::string who = "tensor " + quote_name(name);
     if (name == "__metadata__") fail(path, who + ": the name is reserved for the metadata");
@@ -547,7 +550,6 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   text.append((8 - text.size() % 8) % 8, ' ');  // data buffer starts 8-aligned
 
   try {
-    AtomicFileWriter w(path);
     const uint64_t n = text.size();
     w.write(&n, 8);  // little-endian u64 (static_assert above)
     w.write(text.data(), text.size());
@@ -563,7 +565,23 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
         if (t.numel() > 0) w.write(t.data_bool(), static_cast<size_t>(t.numel()));
       }
     }
-    w.commit();
+  } catch (const IoError& e) {
+    throw SafeTensorsError(e.what());
+  }
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata,
+                      const std::map<std::string, Int8Tensor>& int8) {
+  std::optional<AtomicFileWriter> w;
+  try {
+    w.emplace(path);
+  } catch (const IoError& e) {
+    throw SafeTensorsError(e.what());
+  }
+  write_safetensors(*w, tensors, metadata, int8);
+  try {
+    w->commit();
   } catch (const IoError& e) {
     throw SafeTensorsError(e.what());
   }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/file_util.h"
+#include "io/safetensors_writer.h"
 #include "quote.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/model_dir.h"
@@ -75,9 +76,7 @@ void read_clock(const std::string& dir, const json& state, State& st) {
 
 void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt, const Generator& gen, State& st,
                       const std::string& title, const WeightAverage* average) {
-  st.checkpoint_step = st.step;
   auto params = model.named_parameters();
-  io::save_safetensors(model_dir::path(dir, model_dir::MODEL), average ? average->named() : params, {{"format", "pt"}});
   NamedTensors all;
   for (auto& [k, t] : params) all.insert("model." + k, t);
   for (auto& [k, t] : opt.state_dict()) all.insert("optim." + k, t);
@@ -103,12 +102,23 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
     s["history"].push_back(computed_fields(r));
     clock["history"].push_back(clock_fields(r));
   }
-  // The clock first: a kill between the two leaves a clock one checkpoint ahead of the state, whose
-  // extra row read_clock ignores.
-  io::write_file_atomic(model_dir::path(dir, CLOCK_FILE), clock.dump(1) + "\n");
-  io::save_safetensors(model_dir::path(dir, STATE_FILE), all, {{kStateKey, s.dump()}});
-  io::write_file_atomic(model_dir::path(dir, METRICS_FILE), metrics_csv(st.history));
-  io::write_file_atomic(model_dir::path(dir, CURVES_FILE), plot_curves_svg(st.history, title));
+  // Every file is written and synced to its temporary first, then each is renamed into place: a write
+  // that fails (a full disk) leaves the previous checkpoint whole, not a model of one step beside the
+  // state of another. The clock is renamed first: a kill among the renames leaves a clock one
+  // checkpoint ahead of the state, whose extra row read_clock ignores.
+  io::AtomicFileWriter clock_w(model_dir::path(dir, CLOCK_FILE)), state_w(model_dir::path(dir, STATE_FILE)),
+      model_w(model_dir::path(dir, model_dir::MODEL)), metrics_w(model_dir::path(dir, METRICS_FILE)),
+      curves_w(model_dir::path(dir, CURVES_FILE));
+  const std::string clock_text = clock.dump(1) + "\n", metrics = metrics_csv(st.history),
+                    curves = plot_curves_svg(st.history, title);
+  clock_w.write(clock_text.data(), clock_text.size());
+  io::write_safetensors(state_w, all, {{kStateKey, s.dump()}});
+  io::write_safetensors(model_w, average ? average->named() : params, {{"format", "pt"}});
+  metrics_w.write(metrics.data(), metrics.size());
+  curves_w.write(curves.data(), curves.size());
+  for (io::AtomicFileWriter* w : {&clock_w, &state_w, &model_w, &metrics_w, &curves_w}) w->sync();
+  for (io::AtomicFileWriter* w : {&clock_w, &state_w, &model_w, &metrics_w, &curves_w}) w->commit();
+  st.checkpoint_step = st.step;
 }
 
 void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Generator& gen, State& st,

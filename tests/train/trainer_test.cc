@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -115,6 +116,37 @@ TEST(Trainer, LengthGivenOnResumeIsKeptForTheNextResume) {
   const TrainResult r = run_training(load_train_config(d), {}, /*resume=*/true);
   EXPECT_EQ(r.steps, 40);
   EXPECT_EQ(r.stop_reason, StopReason::MAX_STEPS);
+}
+
+// A checkpoint whose writing fails part of the way (here a file-size limit the state file exceeds, as a
+// full disk would stop it) leaves the previous checkpoint whole: every file of it as it was, not the model
+// of one step beside the state of another; the run then resumes from it.
+TEST(Trainer, FailedCheckpointLeavesThePreviousOneWhole) {
+  const std::string d = testing::temp_dir("train_efbig");
+  TrainConfig c = tiny(d);
+  c.max_steps = 10;
+  run_training(c);
+  const std::vector<const char*> files = {"model.safetensors", "trainer_state.safetensors", "trainer_clock.json",
+                                          "metrics.csv", "curves.svg"};
+  std::map<std::string, std::string> before;
+  for (const char* f : files) before[f] = file(d, f);
+  const size_t limit = (before["model.safetensors"].size() + before["trainer_state.safetensors"].size()) / 2;
+  ASSERT_GT(limit, before["model.safetensors"].size());
+  TrainConfig longer = load_train_config(d);
+  longer.max_steps = 20;
+  struct sigaction ignore {}, old_action {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &old_action);  // writes past the limit fail with EFBIG instead
+  rlimit old_limit{};
+  getrlimit(RLIMIT_FSIZE, &old_limit);
+  rlimit small = old_limit;
+  small.rlim_cur = limit;
+  setrlimit(RLIMIT_FSIZE, &small);
+  EXPECT_THROW(run_training(longer, {}, /*resume=*/true), std::runtime_error);
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  sigaction(SIGXFSZ, &old_action, nullptr);
+  for (const char* f : files) EXPECT_EQ(file(d, f), before[f]) << f << " changed";
+  EXPECT_EQ(run_training(longer, {}, /*resume=*/true).steps, 20);
 }
 
 // Trains `c` with 1 thread into dir_one and with 2 threads into dir_two (the thread count restored after).
