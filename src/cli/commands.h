@@ -47,10 +47,6 @@ inline constexpr const char* MAX_LEN_HELP =
     "longest output in target tokens (0 = 2·source tokens + 10; at most the model's max_len)";
 // The one-line note on stderr after decoding when `truncated` of `outputs` predictions stopped at the
 // length limit without an end token (nothing when none did).
-// Set once `tfm train` has started MPI. Before that, every copy mpirun started finds the same usage
-// error: only the first (Comm::launched_rank() 0) prints it (main.cc), not one line per process.
-inline bool g_mpi_started = false;
-
 void note_truncated(int64_t truncated, int64_t outputs, int64_t max_len, const TrainedModel& m);
 
 // --dtype's value as a Precision. For int8 on a CPU without int8 dot products it says so on stderr

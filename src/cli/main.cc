@@ -52,11 +52,7 @@ void refuse_out_of_range_integers(CLI::App& app) {
             (void)std::strtoll(s.c_str(), &end, 0);
           }
           if (s.empty() || end != s.c_str() + s.size() || errno != ERANGE) return {};
-          return s + " is out of range (" +
-                 (is_unsigned ? "at most " + std::to_string(std::numeric_limits<uint64_t>::max())
-                              : "from " + std::to_string(std::numeric_limits<int64_t>::min()) + " to " +
-                                    std::to_string(std::numeric_limits<int64_t>::max())) +
-                 ")";
+          return s + " is out of range (beyond " + (is_unsigned ? "an unsigned" : "a") + " 64-bit integer)";
         },
         ""));  // no description: --help stays as it was
   }
@@ -84,10 +80,9 @@ int main(int argc, char** argv) {
   tfm::cli::register_export(app, run);
   tfm::cli::register_quantize(app, run);
   tfm::cli::refuse_out_of_range_integers(app);
-  // A copy of an mpirun job other than rank 0, before MPI has started: it exits as rank 0 does, quietly.
-  const auto quiet = [] {
-    return !tfm::cli::g_mpi_started && tfm::train::Comm::launched_size() > 1 && tfm::train::Comm::launched_rank() != 0;
-  };
+  // A usage error depends on the arguments alone, so every copy an mpirun job started finds it: the
+  // copies other than rank 0 exit as rank 0 does, quietly (other errors may differ by process: each says its own).
+  const auto quiet = [] { return tfm::train::Comm::launched_size() > 1 && tfm::train::Comm::launched_rank() != 0; };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -106,12 +101,11 @@ int main(int argc, char** argv) {
   try {
     return run ? run() : 0;
   } catch (const std::bad_alloc&) {
-    if (quiet()) return 1;
     std::fprintf(stderr, "tfm: error: out of memory: the sizes asked for need more memory than this machine has "
                          "(a smaller batch, sequence or model)\n");
     return 1;
   } catch (const std::exception& e) {
-    if (!quiet()) std::fprintf(stderr, "tfm: error: %s\n", e.what());
+    std::fprintf(stderr, "tfm: error: %s\n", e.what());
     return 1;
   }
 }

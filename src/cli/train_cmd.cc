@@ -65,7 +65,6 @@ class MpiSession {
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     initialised_ = true;
-    g_mpi_started = true;
     comm_ = train::Comm::world();
     comm_.set_timeout(comm_timeout);
     comm_.set_bucket_bytes(static_cast<int64_t>(bucket_mb * (1 << 20)));

@@ -108,7 +108,9 @@ struct ShapeChecker {
 // a row with n unpadded positions is its first n, as torch._nested_tensor_from_mask takes them. A float
 // mask pads where it is not 0 (PyTorch converts it with logical_not). tfm takes the path on a layer
 // torch.nn builds (no tfm variant), and keeps the input's shape: PyTorch 1.13 also drops the positions
-// padded in every row from its output, PyTorch 2 keeps them as here.
+// padded in every row from its output, PyTorch 2 keeps them as here. One difference stays: PyTorch's fast
+// path runs nn.GELU(approximate="tanh") as the exact GELU (its flag says only "GELU"); tfm runs the
+// module's tanh form there too (about 1e-4 apart).
 //
 // Returns each row's sequence length (its first positions) when the path is taken, else nothing.
 std::vector<int64_t> nested_lengths(const ModuleConfig& c, const TransformerEncoder& enc, const Tensor& src,

@@ -329,10 +329,14 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
 
 std::string truncation_note(const TrainedModel& m, int64_t truncated, int64_t outputs, int64_t max_len) {
   if (truncated <= 0) return "";
-  const std::string limit = max_len > 0 ? "max_len " + std::to_string(max_len) : "by default 2·source tokens + 10";
+  const std::string cap = std::to_string(m.model->config().max_len);  // the longest any output can be
+  const std::string raise = "; a larger max_len (--max-len) raises it, up to the model's max_len " + cap;
+  const bool at_cap = max_len >= m.model->config().max_len;
+  const std::string limit = at_cap      ? "the model's max_len " + cap + ", its longest output"
+                            : max_len > 0 ? "max_len " + std::to_string(max_len)
+                                          : "by default 2·source tokens + 10, at most the model's max_len " + cap;
   return std::to_string(truncated) + " of " + std::to_string(outputs) + " output" + (outputs == 1 ? "" : "s") +
-         " stopped at the length limit (" + limit + ") without an end token; a larger max_len (--max-len) raises "
-         "it, up to the model's max_len " + std::to_string(m.model->config().max_len);
+         " stopped at the length limit (" + limit + ") without an end token" + (at_cap ? "" : raise);
 }
 
 void check_decode_options(const TrainedModel& m, const DecodeOptions& options) {

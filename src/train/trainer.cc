@@ -242,6 +242,7 @@ class Run {
   double lr_now_ = 0;
   Clock::time_point since_eval_ = Clock::now();
   int64_t tokens_session_ = 0;
+  bool best_pending_ = false;  // keep_best: the last evaluation's model is the best; the checkpoint writes it
 };
 
 Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
@@ -286,6 +287,12 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
     if (lead_)
       for (const char* f : {model_dir::MODEL, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE, model_dir::CONFIG})
         io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
+    if (lead_) {  // and the staging directory of a best model being written (io::StagedDirectory's name)
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(c_.out_dir, ec))
+        if (e.path().filename().string().rfind(std::string(".") + BEST_DIR + ".tmp.", 0) == 0)
+          std::filesystem::remove_all(e.path(), ec);
+    }
     read_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_, average_.get());
     if (c_.text() && st_.text_hash != ds_.text_train.hash())
       throw std::invalid_argument(c_.text_path + ": not the training text this run started with (its hash is " +
@@ -294,7 +301,6 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
                                   "); resume with the original text, or start a new run");
     note(ProgressEvent::Kind::NOTE, "resuming " + c_.out_dir + " at step " + std::to_string(st_.step) + " (epoch " +
                                         std::to_string(st_.epoch + 1) + ")");
-    if (lead_) save_length(c_);
   }
   if (c_.text()) st_.text_hash = ds_.text_train.hash();
   elapsed_before_ = st_.elapsed;
@@ -303,7 +309,8 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   session_wall_ = Clock::now();
 
   load_epoch(st_.epoch);
-  plan_length();
+  plan_length();  // refuses a length the run cannot take
+  if (resume && lead_) save_length(c_);
   if (budget_ == Budget::OFF && total_steps_ > 0 && c_.warmup >= total_steps_ && st_.step == 0) {
     char buf[256];  // a run that ends inside its warmup: the learning rate only ever rises
     std::snprintf(buf, sizeof buf,
@@ -547,8 +554,14 @@ void Run::evaluate_and_record() {
   r.elapsed_seconds = elapsed();
   st_.history.push_back(r);
   // keep_best: this evaluation's model is the best so far (the history is every rank's, so every rank
-  // agrees; rank 0 writes it, now, before the weights move on).
-  if (c_.keep_best && best_row(st_.history) == static_cast<int64_t>(st_.history.size()) - 1) write_best();
+  // agrees). Rank 0 writes it with the checkpoint that follows every evaluation in the loop, after the
+  // ranks' gather (step.h: the other ranks then wait untimed); the step-0 row of an --init-from run has no
+  // checkpoint after it: its best is written now, before the first step, whose first wait is untimed too.
+  best_pending_ = c_.keep_best && best_row(st_.history) == static_cast<int64_t>(st_.history.size()) - 1;
+  if (best_pending_ && st_.step == 0) {
+    write_best();
+    best_pending_ = false;
+  }
   st_.loss_sum = 0;
   st_.loss_count = 0;
   st_.tokens = 0;
@@ -621,6 +634,8 @@ void Run::checkpoint() {
   // The other ranks wait for rank 0 to write for as long as that takes; rank 0, its checkpoint
   // written, waits for them with the timeout, so a rank that stopped meanwhile is still detected.
   if (!lead_) step_->untimed_next();
+  const bool best = best_pending_;
+  best_pending_ = false;
   if (!lead_) {  // rank 0 writes; the others keep what the checkpoint records in step with it
     st_.checkpoint_step = st_.step;
     return;
@@ -629,6 +644,7 @@ void Run::checkpoint() {
   write_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_,
                    c_.task ? std::string(enum_name(*c_.task)) : c_.text() ? c_.text_path : c_.train_path,
                    average_.get());
+  if (best) write_best();  // the weights just saved are the ones evaluated
   note(ProgressEvent::Kind::CHECKPOINT, "checkpoint at step " + std::to_string(st_.step) + " in " + c_.out_dir);
 }
 
@@ -639,6 +655,7 @@ TrainResult Run::train() {
   int64_t consecutive_skips = 0;
   // A run started from a model directory first scores that model, as its step-0 row.
   if (!c_.init_from.empty() && st_.step == 0 && st_.history.empty()) evaluate_and_record();
+  if (out_of_patience()) reason = StopReason::EARLY_STOPPING;  // a resumed run that had stopped early
   while (!reason) {
     if (c_.epochs > 0 && st_.epoch >= c_.epochs) {
       reason = StopReason::EPOCHS;

@@ -243,7 +243,7 @@ TEST_F(TranslateSample, LengthLimitIsNotedAndMaxLenRaisesIt) {
   ASSERT_EQ(cut.size(), 70u);
   const int64_t n_cut = truncated_in_note(err, 70);
   ASSERT_GT(n_cut, 0) << err;
-  EXPECT_NE(err.find("(by default 2·source tokens + 10)"), std::string::npos) << err;
+  EXPECT_NE(err.find("(by default 2·source tokens + 10, at most the model's max_len 512)"), std::string::npos) << err;
   ASSERT_EQ(run_split(cmd + " --max-len 100", &out, &err), 0) << err;
   const std::vector<std::string> longer = lines_of(out);
   ASSERT_EQ(longer.size(), 70u);
@@ -273,6 +273,15 @@ TEST_F(TranslateSample, LengthLimitIsNotedAndMaxLenRaisesIt) {
   // Nothing cut: no note.
   ASSERT_EQ(run_split("printf '' | " + kCli + " translate --model " + *dir_ + "/run", &out, &err), 0);
   EXPECT_EQ(err, "");
+  // At the model's own max_len no larger limit exists: the note says so instead of offering one.
+  const tfm::TrainedModel m = tfm::load_model_dir(*dir_ + "/run");
+  EXPECT_EQ(tfm::truncation_note(m, 2, 5, 512),
+            "2 of 5 outputs stopped at the length limit (the model's max_len 512, its longest output) without an end "
+            "token");
+  EXPECT_EQ(tfm::truncation_note(m, 1, 1, 30),
+            "1 of 1 output stopped at the length limit (max_len 30) without an end token; a larger max_len "
+            "(--max-len) raises it, up to the model's max_len 512");
+  EXPECT_EQ(tfm::truncation_note(m, 0, 5, 0), "");
 }
 
 // A line that cannot be tokenized after the first chunk (--batch-size 1: 64 lines a chunk) is named by

@@ -595,6 +595,7 @@ TEST(TrainerBudget, OnResumeTimeBudgetIsRefusedAndMaxStepsReplacesTheCount) {
   TrainHooks stop = ticking();
   stop.should_stop = [](int64_t step) { return step == 70; };
   EXPECT_TRUE(run_training(budgeted(a), stop).interrupted);
+  const std::string config = file(a, "config.json");
 
   TrainConfig more = load_train_config(a);
   more.time_budget = 20;
@@ -610,6 +611,7 @@ TEST(TrainerBudget, OnResumeTimeBudgetIsRefusedAndMaxStepsReplacesTheCount) {
   // The same on the command line's path: --resume with --time-budget.
   EXPECT_THROW(run_training(resolve_train_options({{"resume", a}, {"time-budget", "30"}}).config, ticking(), true),
                std::invalid_argument);
+  EXPECT_EQ(file(a, "config.json"), config) << "a refused length was saved with the run";
 
   // --max-steps replaces the count: the decay still starts at step 60 and now ends at step 80.
   const TrainSetup s = resolve_train_options({{"resume", a}, {"max-steps", "80"}});
@@ -730,6 +732,10 @@ TEST(TrainerBest, PatienceEndsARunWhoseValidationLossStopsFalling) {
   EXPECT_EQ(r.steps, 30);  // evaluations at 10 (the best), 20 and 30
   ASSERT_EQ(r.history.size(), 3u);
   EXPECT_EQ(r.history[1].valid_loss, r.history[0].valid_loss);
+  // Resumed, it is still out of patience: it stops where it was, without another step.
+  const TrainResult again = run_training(load_train_config(a), {}, /*resume=*/true);
+  EXPECT_EQ(again.stop_reason, StopReason::EARLY_STOPPING);
+  EXPECT_EQ(again.steps, 30);
   c.patience = -1;
   EXPECT_THROW(c.validate(), std::invalid_argument);
 }

@@ -184,8 +184,9 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
 void check_decode_options(const TrainedModel& m, const DecodeOptions& options);
 
 // What a front end tells the user when `truncated` of `outputs` predictions stopped at the length limit
-// without an end token (predict's count), decoded with max_len (0: the default limit): one line saying how
-// many and that max_len raises the limit; "" when none did.
+// without an end token (predict's count), decoded with max_len (0: the default limit, 2·source + 10 but at
+// most the model's max_len): one line saying how many and, below the model's max_len, that a larger
+// max_len raises the limit; "" when none did.
 std::string truncation_note(const TrainedModel& m, int64_t truncated, int64_t outputs, int64_t max_len);
 
 // Source texts → predicted target texts: tokenized, predicted, detokenized. An untokenizable line, or
