@@ -60,6 +60,13 @@ void save_vocabs(const std::string& dir, const data::Vocab& src_vocab, const dat
   std::filesystem::remove(path(dir, json ? TGT_VOCAB : TGT_VOCAB_JSON), ec);
 }
 
+void copy_description(const std::string& from, const std::string& to) {
+  for (const char* f : DESCRIPTION_FILES) {
+    const std::filesystem::path p = std::filesystem::path(from) / f;
+    if (std::filesystem::exists(p)) std::filesystem::copy_file(p, std::filesystem::path(to) / f);
+  }
+}
+
 void save_tokenizers(const std::string& dir, const data::Tokenizer& src, const data::Tokenizer& tgt) {
   const bool joint = src.is_spm() && tgt.is_spm() && src.spm_model() == tgt.spm_model();
   std::error_code ec;

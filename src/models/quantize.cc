@@ -127,10 +127,7 @@ void quantize_model_dir(const std::string& dir, const std::string& out, bool for
 
   io::StagedDirectory staged(out, force, {dir});  // written whole, then renamed over `out`
   const fs::path tmp = staged.path();
-  for (const char* f : model_dir::DESCRIPTION_FILES) {
-    const fs::path from = fs::path(dir) / f;
-    if (fs::exists(from)) fs::copy_file(from, tmp / f);
-  }
+  model_dir::copy_description(dir, tmp.string());
   io::save_safetensors((tmp / model_dir::MODEL).string(), q.f32, {{QUANTIZATION_METADATA_KEY, QUANTIZATION_INT8}},
                        q.int8);
   staged.commit();

@@ -110,7 +110,6 @@ ModelConfig init_model_config(const TrainConfig& c, const ModelConfig& dir) {
   return m;
 }
 
-// A model directory's vocabularies and tokenizers, for load_dataset.
 // A resumed run's length as the resuming command gave it (--epochs, --max-steps, --time-budget replace the
 // saved one): config.json's train object takes it, so that the run resumed once more goes on to it.
 void save_length(const TrainConfig& c) {
@@ -126,6 +125,7 @@ void save_length(const TrainConfig& c) {
   io::write_file_atomic(path, j.dump(2) + "\n");
 }
 
+// A model directory's vocabularies and tokenizers, for load_dataset.
 SavedVocabs saved_vocabs(const TrainedModel& m) {
   return SavedVocabs{&m.src_vocab, &m.tgt_vocab, &m.src_tokenizer, &m.tgt_tokenizer};
 }
@@ -606,10 +606,7 @@ void Run::write_best() {
   namespace fs = std::filesystem;
   io::StagedDirectory staged(model_dir::path(c_.out_dir, BEST_DIR), /*replace=*/true);
   const fs::path tmp = staged.path();
-  for (const char* f : model_dir::DESCRIPTION_FILES) {
-    const fs::path from = model_dir::path(c_.out_dir, f);
-    if (fs::exists(from)) fs::copy_file(from, tmp / f);
-  }
+  model_dir::copy_description(c_.out_dir, tmp.string());
   io::save_safetensors((tmp / model_dir::MODEL).string(), average_ ? average_->named() : model_->named_parameters(),
                        {{"format", "pt"}});
   staged.commit();

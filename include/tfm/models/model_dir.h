@@ -72,6 +72,9 @@ void save_vocabs(const std::string& dir, const data::Vocab& src_vocab, const dat
 // model, else src.spm.model / tgt.spm.model; and a gpt2-bpe side's two files (one BPE a directory:
 // two different ones throw). Removes the files no side uses.
 void save_tokenizers(const std::string& dir, const data::Tokenizer& src, const data::Tokenizer& tgt);
+// Copies the DESCRIPTION_FILES `from` holds (config, vocabularies, tokenizers) into the directory `to`: a new
+// model directory of the same model, whose weights the caller writes (tfm quantize, tfm train --keep-best).
+void copy_description(const std::string& from, const std::string& to);
 // A side's tokenizer for tokenization `t`: for spm, DIR's src.spm.model (tgt.spm.model), else its
 // spm.model; throws std::runtime_error naming the files when neither exists (or the file's error).
 // For gpt2-bpe DIR's bpe_vocab.json and bpe_merges.txt (their errors name them).
