@@ -217,7 +217,7 @@ TEST_F(GenerateCli, Errors) {
   fails("generate" + lm + " --num-samples 1000000000000", "tfm: error: generate: num_samples must be at most 1048576");
   // Integers beyond their type are refused, not clamped: the largest seed is taken, one more is not.
   fails("generate" + lm + " --seed 18446744073709551616",
-        "tfm: error: --seed: 18446744073709551616 is out of range (at most 18446744073709551615)");
+        "tfm: error: --seed: 18446744073709551616 is out of range (beyond an unsigned 64-bit integer)");
   fails("generate" + lm + " --seed 99999999999999999999999", "tfm: error: --seed: 99999999999999999999999 is out of range");
   fails("generate" + lm + " --max-new-tokens 9223372036854775808",
         "tfm: error: --max-new-tokens: 9223372036854775808 is out of range");
