@@ -111,11 +111,17 @@ struct ShapeChecker {
 // padded in every row from its output, PyTorch 2 keeps them as here. One difference stays: PyTorch's fast
 // path runs nn.GELU(approximate="tanh") as the exact GELU (its flag says only "GELU"); tfm runs the
 // module's tanh form there too (about 1e-4 apart).
-//
+
+// The config's two switches (ModuleConfig::enable_nested_tensor, mask_check), all the path reads of it.
+struct NestedSwitches {
+  bool enable = true, mask_check = true;
+  explicit NestedSwitches(const ModuleConfig& c) : enable(c.enable_nested_tensor), mask_check(c.mask_check) {}
+};
+
 // Returns each row's sequence length (its first positions) when the path is taken, else nothing.
-std::vector<int64_t> nested_lengths(const ModuleConfig& c, const TransformerEncoder& enc, const Tensor& src,
+std::vector<int64_t> nested_lengths(NestedSwitches c, const TransformerEncoder& enc, const Tensor& src,
                                     const Tensor& mask, const Tensor& kpm, bool is_causal) {
-  if (!c.enable_nested_tensor || !kpm.defined() || mask.defined() || is_causal || enc.num_layers() == 0) return {};
+  if (!c.enable || !kpm.defined() || mask.defined() || is_causal || enc.num_layers() == 0) return {};
   const TransformerLayerOptions& o = enc.layer(0).options;
   const AttentionVariant& v = o.attention;
   const bool torch_layer = !v.head_dim && !v.v_head_dim && v.qkv_bias.value_or(o.bias) == o.bias &&
@@ -152,7 +158,7 @@ std::vector<int64_t> nested_lengths(const ModuleConfig& c, const TransformerEnco
 }
 
 // nn.TransformerEncoder's forward as PyTorch runs it: the nested-tensor path where it applies, else enc.forward.
-Tensor encoder_forward(const ModuleConfig& c, const TransformerEncoder& enc, const Tensor& src, const Tensor& mask,
+Tensor encoder_forward(NestedSwitches c, const TransformerEncoder& enc, const Tensor& src, const Tensor& mask,
                        const Tensor& kpm, bool is_causal) {
   const std::vector<int64_t> lengths = nested_lengths(c, enc, src, mask, kpm, is_causal);
   if (lengths.empty()) return enc.forward(src, mask, kpm, is_causal);
@@ -221,8 +227,8 @@ struct EncLayerCall : CallOf<TransformerEncoderLayer> {
 
 struct EncCall : CallOf<TransformerEncoder> {
   EncCall(std::unique_ptr<TransformerEncoder> module, const ModuleConfig& config)
-      : CallOf(std::move(module)), config(config) {}
-  ModuleConfig config;
+      : CallOf(std::move(module)), nested(config) {}
+  NestedSwitches nested;
   Tensor forward(const Inputs& in) const override {
     in.check_names({"src", "mask", "src_key_padding_mask", "is_causal"}, {"src"});
     if (!m->layers.empty()) {
@@ -232,7 +238,7 @@ struct EncCall : CallOf<TransformerEncoder> {
       c.attn_mask("mask", S, S);
       c.padding_mask("src_key_padding_mask", S);
     }
-    return encoder_forward(config, *m, in.req("src"), in.opt("mask"), in.opt("src_key_padding_mask"), in.flag("is_causal"));
+    return encoder_forward(nested, *m, in.req("src"), in.opt("mask"), in.opt("src_key_padding_mask"), in.flag("is_causal"));
   }
 };
 
@@ -268,8 +274,8 @@ struct DecCall : CallOf<M> {
 
 struct TransformerCall : CallOf<Transformer> {
   TransformerCall(std::unique_ptr<Transformer> module, const ModuleConfig& config)
-      : CallOf(std::move(module)), config(config) {}
-  ModuleConfig config;
+      : CallOf(std::move(module)), nested(config) {}
+  NestedSwitches nested;
   Tensor forward(const Inputs& in) const override {
     in.check_names({"src", "tgt", "src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask",
                     "tgt_key_padding_mask", "memory_key_padding_mask", "src_is_causal", "tgt_is_causal",
@@ -286,7 +292,7 @@ struct TransformerCall : CallOf<Transformer> {
     c.padding_mask("tgt_key_padding_mask", T);
     c.padding_mask("memory_key_padding_mask", S);
     // nn.Transformer.forward: memory = encoder(src, mask=src_mask, src_key_padding_mask=...), then the decoder.
-    const Tensor memory = encoder_forward(config, m->encoder, in.req("src"), in.opt("src_mask"),
+    const Tensor memory = encoder_forward(nested, m->encoder, in.req("src"), in.opt("src_mask"),
                                           in.opt("src_key_padding_mask"), in.flag("src_is_causal"));
     return m->decoder.forward(in.req("tgt"), memory, in.opt("tgt_mask"), in.opt("memory_mask"),
                               in.opt("tgt_key_padding_mask"), in.opt("memory_key_padding_mask"),
