@@ -432,7 +432,7 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("lines"), py::arg("beam") = 1, py::arg("batch_size") = 64, py::arg("max_len") = 0)
       .def("generate",
-           [](const PyTrainedModel& t, const std::string& prompt, int64_t max_new_tokens, float temperature,
+           [](const PyTrainedModel& t, const std::vector<int32_t>& prompt_ids, int64_t max_new_tokens, float temperature,
               int64_t top_k, float top_p, uint64_t seed, std::optional<std::string> stop,
               std::optional<py::function> on_piece, bool ignore_eos, bool prefill) {
              tfm::GenerateOptions gen;
@@ -446,7 +446,7 @@ PYBIND11_MODULE(_core, m) {
              tfm::check_generate_options(gen);
              std::string out, pending;  // pending: streamed bytes waiting for the rest of their character
              t.infer(tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)", [&] {
-               tfm::generate_text(t.m, prompt, gen, stop.value_or(""), [&](int64_t, const std::string& piece) {
+               tfm::generate_text(t.m, prompt_ids, gen, stop.value_or(""), [&](int64_t, const std::string& piece) {
                  stop_if_exiting();
                  out += piece;
                  if (!on_piece) return;
@@ -460,7 +460,7 @@ PYBIND11_MODULE(_core, m) {
              if (on_piece && !pending.empty()) (*on_piece)(text_of(pending));
              return text_of(out);
            },
-           py::arg("prompt"), py::arg("max_new_tokens") = 256, py::arg("temperature") = 1.0f, py::arg("top_k") = 0,
+           py::arg("prompt_ids"), py::arg("max_new_tokens") = 256, py::arg("temperature") = 1.0f, py::arg("top_k") = 0,
            py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(), py::arg("on_piece") = py::none(),
            py::arg("ignore_eos") = false, py::arg("prefill") = true)
       .def("check_generate_options",
@@ -473,12 +473,19 @@ PYBIND11_MODULE(_core, m) {
              tfm::check_generate_options(gen);
            },
            py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"))
-      .def("unknown_tokens",
-           [](const PyTrainedModel& t, const std::string& text) {
-             tfm::require_data(t.m, tfm::DataKind::TEXT, "unknown_tokens() is a language model's");
-             return tfm::unknown_tokens(t.m, text);
+      .def("encode_prompt",
+           [](const PyTrainedModel& t, const std::string& prompt) {
+             // generate()'s prompt as its ids, encoded once for both the unknown-token count and the generation
+             tfm::require_data(t.m, tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)");
+             return tfm::encode_prompt(t.m, prompt);
            },
-           py::arg("text"))
+           py::arg("prompt"))
+      .def("unknown_tokens",
+           [](const PyTrainedModel& t, const std::vector<int32_t>& ids) {
+             tfm::require_data(t.m, tfm::DataKind::TEXT, "unknown_tokens() is a language model's");
+             return tfm::unknown_tokens(t.m, ids);
+           },
+           py::arg("ids"))
       .def("encode",
            [](const PyTrainedModel& t, const std::string& text) {
              tfm::require_data(t.m, tfm::DataKind::TEXT, "encode() is a language model's (translate() takes lines)");

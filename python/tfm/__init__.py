@@ -11,8 +11,9 @@
 
 Arrays: inputs are numpy arrays or CPU torch tensors. A C-contiguous float32 array (or torch tensor) is used in
 place, without a copy; every other layout or float dtype is converted with one copy; masks are bool (True =
-blocked) or float (added); an integer array is refused (ValueError), as PyTorch refuses it. Outputs are numpy arrays over tfm's memory (or torch tensors sharing it, when the
-inputs were torch tensors). An array shared with tfm must not be written from another thread while a call runs.
+blocked) or float (added); an integer array is refused (ValueError), as PyTorch 2 refuses it (1.13 still took a
+uint8 mask as bool, deprecated). Outputs are numpy arrays over tfm's memory (or torch tensors sharing it, when the
+inputs were torch tensors; both read-only: they are tfm's). An array shared with tfm must not be written from another thread while a call runs.
 
 Threads: tfm computes with OpenMP; set_num_threads(n) sets the thread count of every later tfm call, from any
 Python thread (before it: OMP_NUM_THREADS, else every core). Results are bitwise the same for every count. Debian's
@@ -36,6 +37,7 @@ import os as _os
 import queue as _queue
 import threading as _threading
 import warnings as _warnings
+from collections.abc import Mapping as _Mapping
 
 import numpy as _np
 
@@ -77,6 +79,17 @@ def _int(name, value, lo, hi):
     return v
 
 
+def _float32(name, value):
+    """A float argument the native module takes as float32: a finite value float32 would turn into 0 or inf is a
+    ValueError naming it (the library's range check would otherwise see, and name, the rounded value)."""
+    v = float(value)
+    with _np.errstate(over="ignore"):
+        f = float(_np.float32(v)) if _np.isfinite(v) else v
+    if _np.isfinite(v) and ((f == 0.0) != (v == 0.0) or not _np.isfinite(f)):
+        raise ValueError(f"{name} must be representable as a float32, got {v!r}")
+    return v
+
+
 _INT32, _INT64, _UINT64 = (-(1 << 31), (1 << 31) - 1), (-(1 << 63), (1 << 63) - 1), (0, (1 << 64) - 1)
 
 
@@ -114,7 +127,7 @@ def tensor(a):
 def set_num_threads(n):
     """Sets the number of OpenMP threads every later tfm call computes with (n >= 1), whichever Python thread makes
     it and whatever torch.set_num_threads sets afterwards; results do not depend on it."""
-    _core.set_num_threads(_int("n", n, *_INT32))
+    _core.set_num_threads(_int("n", n, 1, _INT32[1]))
 
 
 def get_num_threads():
@@ -140,6 +153,10 @@ _ARGS = {
                     "memory_is_causal"],
 }
 _IGNORED = {"need_weights", "average_attn_weights"}
+# The ones PyTorch's forward requires (no default).
+_REQUIRED = {"MultiheadAttention": ["query", "key", "value"], "TransformerEncoderLayer": ["src"],
+             "TransformerEncoder": ["src"], "TransformerDecoderLayer": ["tgt", "memory"],
+             "TransformerDecoder": ["tgt", "memory"], "Transformer": ["src", "tgt"]}
 
 
 class Module:
@@ -168,6 +185,10 @@ class Module:
             if k in given:
                 raise TypeError(f"{self.name}() got multiple values for argument '{k}'")
             given[k] = v
+        missing = [k for k in _REQUIRED[self.name] if given.get(k) is None]
+        if missing:  # PyTorch's forward takes no default for these
+            raise TypeError(f"{self.name}.forward() missing required argument{'s' if len(missing) > 1 else ''}: "
+                            + " and ".join(map(repr, missing)))
         torch_out = any(_is_torch(v) for v in given.values())
         inputs = {}
         for k, v in given.items():
@@ -209,31 +230,59 @@ class Module:
         the forward's argument names, or a tuple of positional arguments) and the backward of
         sum(output * grad_output). Returns {"output": ..., "grad.<parameter key>": ..., "grad.<input>": ...}
         (parameter gradients by their PyTorch state_dict key), as numpy arrays or torch tensors."""
-        if isinstance(inputs, dict):
-            named, torch_out = self._inputs((), inputs)
+        if isinstance(inputs, _Mapping):
+            named, torch_out = self._inputs((), dict(inputs))
         else:
             named, torch_out = self._inputs(tuple(inputs), {})
         torch_out = torch_out or _is_torch(grad_output)
+        try:
+            g = tensor(grad_output)
+        except ValueError as e:
+            raise ValueError(f"{self.name}: grad_output: {e}") from None
         with self._lock:
-            out = self._core.forward_backward(named, tensor(grad_output))
+            out = self._core.forward_backward(named, g)
         return {k: self._out(v, torch_out) for k, v in out.items()}
 
     def state_dict(self):
         """The weights tfm holds, by PyTorch key, as numpy arrays (sharing tfm's memory: do not write)."""
-        return {k: _np.asarray(v) for k, v in self._core.state_dict().items()}
+        out = {}
+        for k, v in self._core.state_dict().items():
+            a = _np.asarray(v)
+            a.flags.writeable = False
+            out[k] = a
+        return out
 
     def __repr__(self):
         return f"tfm.Module({self.name})"
 
 
 def _weights(state):
+    if not isinstance(state, _Mapping):
+        raise TypeError(f"weights must be a safetensors file's path or a dict of arrays, got {type(state).__name__}")
     out = {}
     for k, v in state.items():
+        if not isinstance(k, str):
+            raise TypeError(f"weights: keys are PyTorch state_dict keys (str), got {k!r}")
         try:
             out[k] = tensor(v)
         except ValueError as e:  # the array's dtype or layout, said of its key
             raise ValueError(f"weights: {k!r}: {e}") from None
     return out
+
+
+def _json_text(config):
+    """A config dict as the JSON the library reads; numpy scalars (an override read off an array) as their
+    Python values, any other non-JSON value a TypeError naming its key."""
+    def plain(o):
+        if isinstance(o, _np.generic):
+            return o.item()
+        raise TypeError(f"config: a {type(o).__name__} is not a JSON value")
+    for k, v in config.items():
+        try:
+            _json.dumps(v, default=plain)
+        except TypeError as e:
+            raise TypeError(f"config key {k!r}: {e}") from None
+    return _json.dumps(config, default=plain)
 
 
 def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
@@ -278,7 +327,7 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
         if config["module"] != "MultiheadAttention" and "activation" not in config:
             raise ValueError("the activation is a callable tfm cannot name: pass overrides={'activation': ...}")
         tensors = {k: _as_numpy(v) for k, v in module.state_dict().items()}
-    fast = Module(_core.Module(_json.dumps(config), _weights(tensors), _dtype(dtype), "state_dict"), config)
+    fast = Module(_core.Module(_json_text(config), _weights(tensors), _dtype(dtype), "state_dict"), config)
     if getattr(module, "training", False):
         _warnings.warn(f"the {type(module).__name__} is in training mode: tfm runs it in eval mode (dropout off; "
                        "forward_backward gives eval-mode gradients)", stacklevel=2)
@@ -288,8 +337,10 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
 def load_module(config, weights, dtype="f32"):
     """A tfm.Module from a `tfm forward` config (a JSON file's path, or a dict) and weights (a safetensors file's
     path, or a dict of arrays by PyTorch key), as tools/export_torch.py and tools/import_torch.py write them."""
-    if isinstance(config, dict):
+    if isinstance(config, _Mapping):
         cfg = dict(config)
+    elif not isinstance(config, (str, bytes, _os.PathLike)):  # an int would be read as a file descriptor
+        raise TypeError(f"config must be a JSON file's path or a dict, got {type(config).__name__}")
     else:
         with open(config, "rb") as f:
             text = f.read()
@@ -310,7 +361,7 @@ def load_module(config, weights, dtype="f32"):
         return Module(_core.Module.load(_os.fspath(config), _os.fspath(weights), _dtype(dtype)), cfg)
     if isinstance(weights, (str, _os.PathLike)):
         raise ValueError("load_module: give the config as a path too when the weights are a file")
-    return Module(_core.Module(_json.dumps(cfg), _weights(weights), _dtype(dtype), "weights"), cfg)
+    return Module(_core.Module(_json_text(cfg), _weights(weights), _dtype(dtype), "weights"), cfg)
 
 
 # ---- trained models -----------------------------------------------------------------------------------------
@@ -318,13 +369,27 @@ def load_module(config, weights, dtype="f32"):
 def _utf8(name, text):
     """A str argument as the native module takes it: its UTF-8 bytes, where the lone surrogates U+DC80..U+DCFF
     (the bytes that are not UTF-8 in a text tfm returned, decoded with surrogateescape) are those bytes again, so
-    that such a text can be given back. Other types are passed on as they are (bytes are taken as they are)."""
-    if not isinstance(text, str):
+    that such a text can be given back. bytes are taken as they are, None stays None (an option not given); any
+    other type is a TypeError naming the argument."""
+    if text is None or isinstance(text, bytes):
         return text
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, got {type(text).__name__}")
     try:
         return text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as e:  # another lone surrogate: no bytes stand for it
         raise ValueError(f"{name}: {e}") from None
+
+
+def _line(name, text):
+    """One source line of translate(): _utf8, and no line break inside it (`tfm translate` reads one source a
+    line, so a model never sees one)."""
+    text = _utf8(name, text)
+    if text is None:
+        raise TypeError(f"{name} must be a str, got None")
+    if b"\n" in text:
+        raise ValueError(f"{name} holds a line break: give one source per list item")
+    return text
 
 
 class Model:
@@ -365,8 +430,8 @@ class Model:
 
     @staticmethod
     def _generate_args(max_new_tokens, temperature, top_k, top_p, seed):
-        return (_int("max_new_tokens", max_new_tokens, *_INT64), float(temperature), _int("top_k", top_k, *_INT64),
-                float(top_p), _int("seed", seed, *_UINT64))
+        return (_int("max_new_tokens", max_new_tokens, *_INT64), _float32("temperature", temperature),
+                _int("top_k", top_k, *_INT64), _float32("top_p", top_p), _int("seed", seed, *_UINT64))
 
     def translate(self, lines, beam=1, batch_size=64, max_len=0):
         """Predicted targets of source lines (a list of str in, a list of str out), as `tfm translate`. max_len: the
@@ -375,7 +440,7 @@ class Model:
         if isinstance(lines, str):
             raise TypeError("translate takes a list of lines, not a str")
         self._no_open_stream()
-        lines = [_utf8(f"lines[{i}]", line) for i, line in enumerate(lines)]
+        lines = [_line(f"lines[{i}]", line) for i, line in enumerate(lines)]
         out, note = self._core.translate(lines, _int("beam", beam, *_INT32), _int("batch_size", batch_size, *_INT64),
                                          _int("max_len", max_len, *_INT64))
         if note:
@@ -383,20 +448,19 @@ class Model:
         return out
 
     def _prompt_of(self, prompt, args):
-        """The prompt to generate from, once the options are checked: None (the default) is a newline, as
-        `tfm generate` starts without a prompt; a given prompt with tokens the vocabulary lacks (read as <unk>)
-        gets a UserWarning saying how many, as `tfm generate` notes it. Returned as the native module takes it
-        (_utf8)."""
+        """The prompt to generate from as its token ids, once the options are checked: None (the default) is a
+        newline, as `tfm generate` starts without a prompt; a given prompt with tokens the vocabulary lacks (read
+        as <unk>) gets a UserWarning saying how many, as `tfm generate` notes it. Encoded once, as the native
+        module's generate takes it."""
         self._core.check_generate_options(*args[:4])  # a bad option is said before any warning
         if prompt is None:
-            return "\n"
-        prompt = _utf8("prompt", prompt)
-        if isinstance(prompt, bytes) and prompt and self._core.is_language_model:
-            n = self._core.unknown_tokens(prompt)
-            if n:
-                _warnings.warn("%d prompt token%s not in the model's vocabulary, read as <unk>" %
-                               (n, " is" if n == 1 else "s are"), stacklevel=3)
-        return prompt
+            return self._core.encode_prompt("\n")
+        ids = self._core.encode_prompt(_utf8("prompt", prompt))
+        n = self._core.unknown_tokens(ids)
+        if n:
+            _warnings.warn("%d prompt token%s not in the model's vocabulary, read as <unk>" %
+                           (n, " is" if n == 1 else "s are"), stacklevel=3)
+        return ids
 
     def generate(self, prompt=None, max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
                  ignore_eos=False, prefill=True):
@@ -408,17 +472,19 @@ class Model:
         <unk>, with a UserWarning saying how many."""
         self._no_open_stream()
         args = self._generate_args(max_new_tokens, temperature, top_k, top_p, seed)
-        prompt = self._prompt_of(prompt, args)
-        return self._core.generate(prompt, *args, _utf8("stop", stop), None, bool(ignore_eos), bool(prefill))
+        ids = self._prompt_of(prompt, args)
+        return self._core.generate(ids, *args, _utf8("stop", stop), None, bool(ignore_eos), bool(prefill))
 
     def encode(self, text):
         """A language model's token ids of `text` (list of int), as it reads a prompt."""
+        if text is None:
+            raise TypeError("text must be a str, got None")
         return self._core.encode(_utf8("text", text))
 
     def decode(self, ids):
         """The bytes a language model's token ids stand for (bytes: ids cut inside a UTF-8 character need not
         decode to text); the end-of-text and padding tokens add nothing."""
-        return self._core.decode(list(ids))
+        return self._core.decode([_int(f"ids[{i}]", t, *_INT32) for i, t in enumerate(ids)])
 
     def stream(self, prompt=None, max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
                ignore_eos=False):
@@ -427,7 +493,7 @@ class Model:
         generator it starts on the first next(): bad options raise, and the unknown-token warning comes, there."""
         self._no_open_stream()
         args = self._generate_args(max_new_tokens, temperature, top_k, top_p, seed)
-        prompt = self._prompt_of(prompt, args)
+        ids = self._prompt_of(prompt, args)
         stop = _utf8("stop", stop)
         q = _queue.Queue(maxsize=64)
         done = object()
@@ -453,7 +519,7 @@ class Model:
 
         def work():
             try:
-                self._core.generate(prompt, *args, stop, on_piece, bool(ignore_eos), True)
+                self._core.generate(ids, *args, stop, on_piece, bool(ignore_eos), True)
                 offer(done)
             except _Stop:
                 pass
@@ -485,6 +551,8 @@ class Model:
         """A language model's figures on `text` (a str): the dict `tfm eval --text FILE --json` prints for a file
         holding that text (loss, perplexity, bits_per_token, bits_per_char, tokens)."""
         self._no_open_stream()
+        if text is None:
+            raise TypeError("text must be a str, got None")
         return _json.loads(self._core.score(_utf8("text", text), _int("batch_size", batch_size, *_INT64)))
 
     def score_file(self, path, batch_size=16):
@@ -556,11 +624,14 @@ def train(progress=None, **options):
     raised by progress stops the run the same way and propagates.
 
     Returns a dict: steps, epochs_completed, stop_reason, seconds, train_seconds (what time_budget counts),
-    time_budget, budget_steps (the step count fitted to time_budget, 0: none), history (the metrics rows), out, and the
-    final metrics: for pairs, the greedy decode's figures on the validation set (token_accuracy,
-    sequence_accuracy, ...); for a language model, valid_loss and perplexity of the last evaluation.
+    time_budget, budget_steps (the step count fitted to time_budget, 0: none), skipped_nonfinite (steps skipped for
+    a non-finite loss or gradient), history (the metrics rows), out, and the final metrics: for pairs, the greedy
+    decode's figures on the validation set (token_accuracy, sequence_accuracy, ...); for a language model,
+    valid_loss, perplexity and bits_per_token of the last evaluation.
     Training under MPI is not available from Python (use mpirun tfm train).
     """
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be callable (it receives each event), got {type(progress).__name__}")
     kinds = {o["name"]: o["type"] for o in _core.train_options()}
     given = []
     for key, value in options.items():

@@ -67,7 +67,7 @@ def test_generate_warns_about_unknown_prompt_characters(lm_runs, tfm_cli):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         m.generate("To delete", max_new_tokens=2)
-    assert m._core.unknown_tokens("To \u2603") == 1
+    assert m._core.unknown_tokens(m._core.encode_prompt("To \u2603")) == 1
     # A bad option raises before any warning; the default prompt (a newline) never warns.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -334,6 +334,36 @@ def test_errors_of_a_trained_model(lm_runs, tmp_path):
     with pytest.raises(NotADirectoryError):
         tfm.train(out=str(d / "t.txt" / "run"), task="reverse", max_steps=1)
     assert m.generate("To", max_new_tokens=3, seed=1)  # the interpreter survives
+
+
+def test_wrong_argument_types_are_named(lm_runs, pair_runs, tmp_path):
+    # A wrong type is a TypeError naming the argument, never pybind11's dump of a private function's signature.
+    d, _, _ = lm_runs
+    m = tfm.load(str(d / "py"))
+    for call, name in [(lambda: m.generate(5), "prompt"), (lambda: m.generate("To", stop=5), "stop"),
+                       (lambda: next(m.stream(5)), "prompt"), (lambda: m.encode(5), "text"),
+                       (lambda: m.score(None), "text"), (lambda: m.score(5), "text")]:
+        with pytest.raises(TypeError, match=f"^{name} must be a str, got "):
+            call()
+    with pytest.raises(ValueError, match=r"^ids\[1\] must be in \[-2147483648, 2147483647\], got 1099511627776$"):
+        m.decode([1, 2 ** 40])
+    with pytest.raises(TypeError):
+        m.decode(["a"])
+    # float32 would make these 0 and inf: the value given is named, not the rounded one.
+    with pytest.raises(ValueError, match=r"^top_p must be representable as a float32, got 1e-50$"):
+        m.generate("To", top_p=1e-50)
+    with pytest.raises(ValueError, match=r"^temperature must be representable as a float32, got 1e\+300$"):
+        m.generate("To", temperature=1e300)
+    p = tfm.load(str(pair_runs[0] / "py"))
+    with pytest.raises(TypeError, match=r"^lines\[1\] must be a str, got int$"):
+        p.translate(["3 1", 2])
+    with pytest.raises(ValueError, match=r"^lines\[0\] holds a line break: give one source per list item$"):
+        p.translate(["3 1\n4"])
+    with pytest.raises(TypeError, match="^progress must be callable"):
+        tfm.train(out=str(tmp_path / "x"), task="reverse", max_steps=1, progress=5)
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match=r"^n must be in \[1, 2147483647\], got 1099511627776$"):
+        tfm.set_num_threads(2 ** 40)
 
 
 def test_evaluate_warns_of_skipped_lines(pair_runs):

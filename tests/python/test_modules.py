@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -324,6 +325,45 @@ def test_errors(tmp_path):
     with pytest.raises(ValueError, match="'linear1.bias'.*int64"):
         tfm.load_module(cfg, {**sd, "linear1.bias": np.zeros(8, np.int64)})
     assert fast(np.zeros((1, 2, 4), dtype=np.float32)).shape == (1, 2, 4)  # the interpreter survives
+
+
+def test_argument_types(tmp_path):
+    # A config that is neither a path nor a mapping is refused before anything is opened: an int would be read
+    # (and closed) as a file descriptor.
+    layer = nn.TransformerEncoderLayer(4, 1, dim_feedforward=8, batch_first=True).eval()
+    fast = tfm.from_torch(layer)
+    sd = fast.state_dict()
+    with open(tmp_path / "log.txt", "w") as log:
+        for config in (log.fileno(), False, 3.5):
+            with pytest.raises(TypeError, match="^config must be a JSON file's path or a dict, got "):
+                tfm.load_module(config, sd)
+        os.fstat(log.fileno())  # still open
+    with pytest.raises(TypeError, match="^weights: keys are PyTorch state_dict keys"):
+        tfm.load_module(fast.config, {1: np.zeros((12, 4), np.float32)})
+    with pytest.raises(TypeError, match="^weights must be a safetensors file's path or a dict"):
+        tfm.load_module(fast.config, [1, 2])
+    # Any Mapping serves where a dict does; numpy scalars are config values.
+    again = tfm.load_module(types.MappingProxyType(fast.config), types.MappingProxyType(sd))
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(again(x), fast(x))
+    got = fast.forward_backward(types.MappingProxyType({"src": x}), np.ones((2, 3, 4), np.float32))
+    assert got["output"].shape == (2, 3, 4)
+    with pytest.raises(ValueError, match="grad_output: .*int64"):
+        fast.forward_backward({"src": x}, np.ones((2, 3, 4), np.int64))
+    wide = tfm.from_torch(layer, overrides={"layer_norm_eps": np.float64(1e-5)})
+    np.testing.assert_array_equal(wide(x), fast(x))
+    with pytest.raises(TypeError, match="^config key 'layer_norm_eps': "):
+        tfm.from_torch(layer, overrides={"layer_norm_eps": object()})
+    # The weights tfm holds are read-only views.
+    with pytest.raises(ValueError, match="read-only"):
+        sd["linear1.weight"][0, 0] = 1.0
+    # PyTorch's MultiheadAttention.forward requires query, key and value.
+    mha = tfm.from_torch(nn.MultiheadAttention(4, 1, batch_first=True).eval())
+    with pytest.raises(TypeError, match="^MultiheadAttention.forward\\(\\) missing required arguments: 'key' and 'value'$"):
+        mha(x)
+    with pytest.raises(TypeError, match="missing required argument: 'value'$"):
+        mha(x, key=x)
+    assert mha(x, x, x)[0].shape == (2, 3, 4)
 
 
 def test_integer_masks_refused_as_torch_refuses_them():

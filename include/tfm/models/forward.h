@@ -25,8 +25,9 @@
 //   Transformer               src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask,
 //                               tgt_key_padding_mask, memory_key_padding_mask, src_is_causal,
 //                               tgt_is_causal, memory_is_causal
-// Sequences are Float32 (B, T, D) with batch_first, else (T, B, D) (key and value default to the
-// query); masks are Bool (true = blocked) or Float32 (added); causal flags are 0-dim Bool tensors.
+// Sequences are Float32 (B, T, D) with batch_first, else (T, B, D) (the key defaults to the query and
+// the value to the key: self-attention from one tensor; Python's call requires all three, as PyTorch's);
+// masks are Bool (true = blocked) or Float32 (added); causal flags are 0-dim Bool tensors.
 //
 // To add a module kind: an enumerator in ModuleKind and its name in EnumNames<ModuleKind>, its keys in
 // parse_module_config (src/models/module_config.cc), its inputs in src/models/forward.cc and
