@@ -23,6 +23,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -163,38 +164,77 @@ class PackedWeight {
   memory::desc wmd;
   memory wmem;
 
-  // One primitive per (panel rows, lda, ldc, bias?) — a handful per weight in practice.
+  // Column slabs (products of a few rows: gemm_packed_slabs). When the layout stores whole blocks of
+  // n_block output columns one after another (oneDNN's BA16a64b-style tags: the N blocks outermost),
+  // the columns [c0, c1) of a slab with c0 a multiple of n_block are one contiguous stretch of wmem,
+  // itself a weight of that layout: n_block > 0 then, else 0 (no slabs). slab_bounds: the slabs'
+  // first columns and N, a function of (N, K, precision) only.
+  int64_t n_block = 0;
+  std::vector<int64_t> slab_bounds;
+
+  // The weight desc of columns [c0, c0 + cols) (c0 a multiple of n_block; cols = N: wmd itself),
+  // and where its data starts in wmem.
+  memory::desc columns_desc(int64_t cols) const {
+    if (cols == N) return wmd;
+    dnnl_memory_desc_t d = wmd.data;
+    d.dims[1] = cols;
+    d.padded_dims[1] = ceil_div(cols, n_block) * n_block;
+    return memory::desc(d);
+  }
+  void* columns_data(int64_t c0) const {
+    const int64_t offset = c0 / n_block * wmd.data.format_desc.blocking.strides[1];  // elements
+    return static_cast<char*>(wmem.get_data_handle()) + offset * int64_t(memory::data_type_size(data_type(precision)));
+  }
+
+  // One primitive per (panel rows, lda, ldc, bias?, output columns) — a handful per weight in practice.
   struct Prim {
     dnnl::matmul prim;
-    memory::desc src, dst, bias, scratch;
+    memory::desc src, wei, dst, bias, scratch;
+    std::string impl;  // oneDNN's implementation name
     bool ok = false;
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, int64_t>;
 
-  // The prim for a key, created on first use (on the calling thread, outside any parallel region).
-  const Prim& prim(int64_t m, int64_t lda, int64_t ldc, bool has_bias) const {
+  // The prim for a key, created on first use (under the weight's lock; oneDNN's own threading off).
+  const Prim& prim(int64_t m, int64_t lda, int64_t ldc, bool has_bias, int64_t cols) const {
     std::lock_guard<std::mutex> lock(mu_);
-    auto [it, fresh] = prims_.try_emplace(Key{m, lda, ldc, has_bias});
-    if (!fresh) return it->second;
-    Prim& p = it->second;
-    try {
-      SerialOmpScope serial;  // blocking chosen for one thread
-      p.src = memory::desc({m, K}, src_type(precision), {lda, 1});
-      p.dst = memory::desc({m, N}, dst_type(precision), {ldc, 1});
-      if (has_bias) p.bias = memory::desc({1, N}, Dt::f32, memory::format_tag::ab);
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      const auto d = has_bias ? dnnl::matmul::desc(p.src, wmd, p.bias, p.dst)
-                              : dnnl::matmul::desc(p.src, wmd, p.dst);
-      const dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
-      p.scratch = pd.scratchpad_desc();
-      p.prim = dnnl::matmul(pd);
-      p.ok = true;
-    } catch (const dnnl::error&) {
-      p.ok = false;
-    }
-    return p;
+    return prim_locked(m, lda, ldc, has_bias, cols);
   }
+
+  // At pack time: whether slabs are on (n_block), and their bounds. A slab must run the same
+  // implementation as the whole weight (a strided or unusual desc could fall to oneDNN's reference
+  // matmul, many times slower): checked once here for one row.
+  void plan_slabs() {
+    const dnnl_memory_desc_t& d = wmd.data;
+    if (d.format_kind != dnnl_blocked || d.ndims != 2 || d.extra.flags != 0 || d.offset0 != 0) return;
+    const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+    int64_t nb = 1, kb = 1;
+    for (int i = 0; i < b.inner_nblks; ++i) (b.inner_idxs[i] == 1 ? nb : kb) *= b.inner_blks[i];
+    // N blocks outermost, each holding all of K: [K blocks][inner block], dense.
+    if (nb <= 1 || b.strides[0] != kb * nb || b.strides[1] != d.padded_dims[0] * nb) return;
+    const int64_t blocks = ceil_div(N, nb);
+    const int64_t bytes = N * K * int64_t(memory::data_type_size(data_type(precision)));
+    int64_t slabs = std::min(blocks, 2 * ceil_div(bytes, 2 * kSlabBytes));  // even, when there are blocks enough
+    if (slabs < 2 || bytes < kSlabMinBytes) return;
+    n_block = nb;
+    std::vector<int64_t> bounds;
+    for (int64_t i = 0; i <= slabs; ++i) bounds.push_back(std::min(N, i * blocks / slabs * nb));
+    const std::lock_guard<std::mutex> lock(mu_);
+    const std::string whole = prim_locked(1, K, N, false, N).impl;
+    for (int64_t i = 0; i < slabs; ++i) {
+      const int64_t cols = bounds[i + 1] - bounds[i];
+      const Prim& p = prim_locked(1, K, cols, false, cols);
+      if (!p.ok || p.impl != whole) {
+        n_block = 0;
+        return;
+      }
+    }
+    slab_bounds = std::move(bounds);
+  }
+
+  // A slab holds about kSlabBytes of the weight (an even count of slabs, so two threads share them
+  // evenly); weights under kSlabMinBytes are read by one thread (a fork/join would cost more than it saves).
+  static constexpr int64_t kSlabBytes = int64_t(1) << 20, kSlabMinBytes = int64_t(1) << 19;
 
   // Plain (N, K) float copy of the weight (already rounded for bf16), made on first need: always
   // for the scalar path, and for the fallback when oneDNN rejects a shape.
@@ -231,6 +271,31 @@ class PackedWeight {
       const auto* h = static_cast<const uint16_t*>(out.get_data_handle());
       for (size_t i = 0; i < plain_.size(); ++i) plain_[i] = bf16_to_float(h[i]);
     }
+  }
+
+  const Prim& prim_locked(int64_t m, int64_t lda, int64_t ldc, bool has_bias, int64_t cols) const {
+    auto [it, fresh] = prims_.try_emplace(Key{m, lda, ldc, has_bias, cols});
+    if (!fresh) return it->second;
+    Prim& p = it->second;
+    try {
+      SerialOmpScope serial;  // blocking chosen for one thread
+      p.src = memory::desc({m, K}, src_type(precision), {lda, 1});
+      p.wei = columns_desc(cols);
+      p.dst = memory::desc({m, cols}, dst_type(precision), {ldc, 1});
+      if (has_bias) p.bias = memory::desc({1, cols}, Dt::f32, memory::format_tag::ab);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      const auto d = has_bias ? dnnl::matmul::desc(p.src, p.wei, p.bias, p.dst)
+                              : dnnl::matmul::desc(p.src, p.wei, p.dst);
+      const dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
+      p.scratch = pd.scratchpad_desc();
+      p.impl = pd.impl_info_str();
+      p.prim = dnnl::matmul(pd);
+      p.ok = true;
+    } catch (const dnnl::error&) {
+      p.ok = false;
+    }
+    return p;
   }
 
   mutable std::mutex mu_;
@@ -279,6 +344,7 @@ std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64
       dnnl::reorder(user, pw->wmem).execute(thread_stream(), user, pw->wmem);
       thread_stream().wait();
       pw->packed = true;
+      pw->plan_slabs();
       return pw;
     } catch (const dnnl::error&) {
       pw->packed = false;  // no oneDNN support: plain copy below
@@ -298,6 +364,10 @@ std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64
 }
 
 bool packed_by_onednn(const PackedWeight& W) { return W.packed; }
+
+int64_t packed_column_slabs(const PackedWeight& W) {
+  return W.slab_bounds.empty() ? 0 : static_cast<int64_t>(W.slab_bounds.size()) - 1;
+}
 
 int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K) {
   // At most 128 rows per panel, inside the range of panel heights at which one thread's packed
@@ -384,6 +454,85 @@ void panel_onednn(const PackedWeight::Prim& p, int64_t m, const float* a, int64_
   thread_stream().wait();
 }
 
+// The most rows a product takes column slabs for: a single row panel (gemm_packed_panel_rows).
+constexpr int64_t kSlabRows = 16;
+
+// C (m, N) = A · Wᵀ (+ bias) for a few rows (m ≤ kSlabRows) and a weight with slabs: each slab of
+// columns one single-threaded call into a dense (m, cols) buffer, copied into C (a slab's output
+// written at stride ldc would take oneDNN's reference matmul); the source rounded (bf16) or
+// quantized (int8) once for all slabs. Every output column is the same sum, in the same order, as
+// the whole weight's product computes it: the slabs are the whole layout's own blocks. Returns
+// false, having written nothing, when a slab's primitive for these rows is not the whole weight's
+// implementation.
+bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, const float* bias, float* c,
+                int64_t ldc) {
+  const int64_t N = W.N, K = W.K;
+  const bool int8 = W.precision == MatmulPrecision::MATMUL_INT8;
+  const int64_t src_ld = W.precision == MatmulPrecision::MATMUL_F32 ? lda : K;
+  const bool prim_bias = bias && !int8;  // int8 adds the bias when it dequantizes
+  const std::vector<int64_t>& bounds = W.slab_bounds;
+  const int64_t slabs = static_cast<int64_t>(bounds.size()) - 1;
+  const PackedWeight::Prim& whole = W.prim(m, src_ld, int8 ? N : ldc, prim_bias, N);
+  std::vector<const PackedWeight::Prim*> prims(static_cast<size_t>(slabs));
+  for (int64_t s = 0; s < slabs; ++s) {
+    const int64_t cols = bounds[s + 1] - bounds[s];
+    prims[s] = &W.prim(m, src_ld, cols, prim_bias, cols);
+    if (!prims[s]->ok || !whole.ok || prims[s]->impl != whole.impl) return false;
+  }
+  // The source as the primitive takes it, made once by the calling thread.
+  const void* src = a;
+  thread_local std::vector<uint16_t> a16;
+  thread_local std::vector<uint8_t> qa_buf;
+  thread_local std::vector<float> sx_buf;
+  thread_local std::vector<int32_t> zx_buf;
+  float* sx = nullptr;
+  int32_t* zx = nullptr;
+  if (W.precision == MatmulPrecision::MATMUL_BF16) {
+    uint16_t* d = thread_buffer(a16, static_cast<size_t>(m * K));
+    convert_rows_to_bf16(a, lda, m, K, d);
+    src = d;
+  } else if (int8) {
+    uint8_t* qa = thread_buffer(qa_buf, static_cast<size_t>(m * K));
+    sx = thread_buffer(sx_buf, static_cast<size_t>(m));
+    zx = thread_buffer(zx_buf, static_cast<size_t>(m));
+    quantize_rows_u8(a, m, K, lda, qa, sx, zx);
+    src = qa;
+  }
+  auto run = [&](int64_t s) {
+    const int64_t c0 = bounds[s], cols = bounds[s + 1] - c0;
+    const PackedWeight::Prim& p = *prims[s];
+    const dnnl::engine& eng = cpu_engine();
+    thread_local std::vector<float> out_f;
+    thread_local std::vector<int32_t> out_i;
+    thread_local std::vector<uint8_t> scratch;
+    void* out = int8 ? static_cast<void*>(thread_buffer(out_i, static_cast<size_t>(m * cols)))
+                     : static_cast<void*>(thread_buffer(out_f, static_cast<size_t>(m * cols)));
+    const size_t ns = p.scratch.get_size();
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, memory(p.src, eng, const_cast<void*>(src))},
+        {DNNL_ARG_WEIGHTS, memory(p.wei, eng, W.columns_data(c0))},
+        {DNNL_ARG_DST, memory(p.dst, eng, out)},
+        {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, ns ? thread_buffer(scratch, ns) : nullptr)}};
+    if (prim_bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, const_cast<float*>(bias + c0)));
+    {
+      gemm_detail::SerialOmpScope serial;
+      ensure_signal_stacks();  // signal_stack.h
+      p.prim.execute(thread_stream(), args);
+      thread_stream().wait();
+    }
+    if (int8) {
+      dequantize_rows(static_cast<const int32_t*>(out), cols, m, cols, sx, zx, W.scale.data() + c0,
+                      W.colsum.data() + c0, bias ? bias + c0 : nullptr, c + c0, ldc);
+      return;
+    }
+    for (int64_t i = 0; i < m; ++i)
+      std::memcpy(c + i * ldc + c0, static_cast<const float*>(out) + i * cols, static_cast<size_t>(cols) * sizeof(float));
+  };
+#pragma omp parallel for schedule(static)
+  for (int64_t s = 0; s < slabs; ++s) run(s);
+  return true;
+}
+
 }  // namespace
 
 void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, const float* bias,
@@ -399,14 +548,15 @@ void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, 
   }
   const int64_t mt = gemm_packed_panel_rows(M, N, K);
   const int64_t n_panels = ceil_div(M, mt), last = M - (n_panels - 1) * mt;
+  if (n_panels == 1 && M <= kSlabRows && !W.slab_bounds.empty() && gemm_slabs(M, A, lda, W, bias, C, ldc)) return;
   // bf16 panels are converted into a dense buffer (lda = K) before the call.
   const bool int8 = W.precision == MatmulPrecision::MATMUL_INT8;
   if (int8) {  // panels of quantized rows (dense, lda = K) into dense int32 sums (ldc = N)
     const PackedWeight::Prim* full = nullptr;
     const PackedWeight::Prim* tail = nullptr;
     if (W.packed) {
-      full = &W.prim(mt, K, N, false);
-      tail = last == mt ? full : &W.prim(last, K, N, false);
+      full = &W.prim(mt, K, N, false, N);
+      tail = last == mt ? full : &W.prim(last, K, N, false, N);
       if (!full->ok || !tail->ok) full = tail = nullptr;
     }
     if (!full) W.plain_q();  // made once, before the threads need it
@@ -427,8 +577,8 @@ void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, 
   const PackedWeight::Prim* tail = nullptr;
   bool use_onednn = W.packed;
   if (use_onednn) {
-    full = &W.prim(mt, src_ld, ldc, bias != nullptr);
-    tail = last == mt ? full : &W.prim(last, src_ld, ldc, bias != nullptr);
+    full = &W.prim(mt, src_ld, ldc, bias != nullptr, N);
+    tail = last == mt ? full : &W.prim(last, src_ld, ldc, bias != nullptr, N);
     use_onednn = full->ok && tail->ok;
   }
   const std::vector<float>* plain = use_onednn ? nullptr : &W.plain();

@@ -25,7 +25,10 @@
 //
 // Determinism: C is cut into fixed row panels chosen from (M, N, K) only, each panel one
 // single-threaded oneDNN call (or the fallback), so results are bitwise identical for any thread
-// count, as for kernels::gemm.
+// count, as for kernels::gemm. A product of a few rows (at most 16: decoding, one panel) with a large
+// weight is cut by columns instead, into slabs fixed at pack time from the weight's shape and
+// precision (about 1 MiB of weight each, whole blocks of oneDNN's layout): a one-row product reads
+// the whole weight for little arithmetic, and one thread cannot draw the memory bandwidth two can.
 //
 // Unlike the rest of the kernel layer this allocates (the packed copy, oneDNN primitives cached per
 // panel height; gemm_packed_scalar, the TFM_FORCE_SCALAR path, its rounded or quantized operands on
@@ -64,6 +67,10 @@ void gemm_packed_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t
 // True when W lives in oneDNN's blocked layout (false: TFM_FORCE_SCALAR, or no oneDNN support and
 // the plain fallback, or int8 without cpu_has_int8_dot()). For tests and diagnostics.
 bool packed_by_onednn(const PackedWeight& W);
+
+// The column slabs a product of at most 16 rows is cut into (0: none, one call): a function of the
+// weight's shape and precision only, where the blocked layout allows them. For tests and diagnostics.
+int64_t packed_column_slabs(const PackedWeight& W);
 
 // Row panels for M output rows: a function of the shape only. Exposed for the tests.
 int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K);

@@ -15,6 +15,7 @@
 // bf16 units' flush-to-zero of subnormals plays no part.
 #include <omp.h>
 
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -147,7 +148,9 @@ void expect_within_bound(const Problem& pb, MatmulPrecision prec, const std::vec
 const Problem kProblems[] = {
     {1, 1, 1, 0, false},    {1, 17, 3, 2, true},     {5, 33, 70, 3, true},   {16, 64, 64, 0, false},
     {17, 100, 33, 1, true}, {100, 130, 257, 4, true}, {300, 96, 128, 0, true}, {1000, 70, 40, 5, false},
-    {520, 200, 512, 0, true}, {129, 1536, 512, 0, true}};
+    {520, 200, 512, 0, true}, {129, 1536, 512, 0, true},
+    // Few rows and a weight large enough for column slabs (packed_column_slabs), one ragged.
+    {1, 1000, 300, 1, true}, {3, 2100, 520, 2, true}, {16, 1536, 512, 0, false}};
 
 std::vector<float> random_matrix(int64_t rows, int64_t cols, int64_t ld, Rng& rng) {
   // Padding is NaN: reading it would poison the result.
@@ -225,6 +228,43 @@ TEST(GemmPacked, Bf16DiffersFromF32ByTheRoundingOfItsInputs) {
   EXPECT_LT(max_diff, 0.5);
 }
 
+TEST(GemmPacked, FewRowsOfALargeWeightTakeColumnSlabs) {
+  // Where oneDNN packs, a large weight is cut into an even count of slabs (a fallback to one call
+  // would pass the bounds above unseen); small weights and the scalar path keep one call.
+  Rng rng(9);
+  const std::vector<float> W = random_matrix(2100, 520, 520, rng);
+  const auto f32 = pack_weight(W.data(), 2100, 520, 520, MatmulPrecision::MATMUL_F32);
+  const auto bf16 = pack_weight(W.data(), 2100, 520, 520, MatmulPrecision::MATMUL_BF16);
+  const auto small = pack_weight(W.data(), 64, 520, 520, MatmulPrecision::MATMUL_F32);
+  EXPECT_EQ(packed_column_slabs(*small), 0);
+  if (force_scalar()) {
+    EXPECT_EQ(packed_column_slabs(*f32), 0);
+    return;
+  }
+  EXPECT_EQ(packed_column_slabs(*f32), 6);   // 4.4 MB: ⌈4.4 / 2⌉ pairs of about 1 MiB
+  EXPECT_EQ(packed_column_slabs(*bf16), 4);  // 2.2 MB
+  if (cpu_has_int8_dot()) EXPECT_EQ(packed_column_slabs(*pack_weight(W.data(), 2100, 520, 520, MatmulPrecision::MATMUL_INT8)), 2);
+}
+
+TEST(GemmPacked, ColumnSlabsComputeWhatTheWholeWeightComputes) {
+  // A 17-row product runs as row panels of 16 and 1 (no slabs), its last row through the whole
+  // weight's one-row primitive; the same row alone goes through the slabs: the same bits, since
+  // each slab is the whole layout's own blocks.
+  Rng rng(10);
+  const int64_t N = 2100, K = 520;
+  ASSERT_EQ(gemm_packed_panel_rows(17, N, K), 16);
+  const std::vector<float> A = random_matrix(17, K, K, rng), W = random_matrix(N, K, K, rng),
+                           b = random_matrix(1, N, N, rng);
+  for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16, MatmulPrecision::MATMUL_INT8}) {
+    const auto packed = pack_weight(W.data(), N, K, K, prec);
+    std::vector<float> c17(17 * N), c1(N);
+    gemm_packed(17, A.data(), K, *packed, b.data(), c17.data(), N);
+    gemm_packed(1, A.data() + 16 * K, K, *packed, b.data(), c1.data(), N);
+    EXPECT_TRUE(bitwise_equal(c1, std::vector<float>(c17.begin() + 16 * N, c17.end()),
+                              "precision " + std::to_string(int(prec))));
+  }
+}
+
 TEST(GemmPacked, PanelsAreAFunctionOfTheShapeOnly) {
   EXPECT_EQ(gemm_packed_panel_rows(1, 512, 512), 1);
   EXPECT_EQ(gemm_packed_panel_rows(16, 512, 512), 16);
@@ -236,8 +276,9 @@ TEST(GemmPacked, PanelsAreAFunctionOfTheShapeOnly) {
 TEST(GemmPacked, BitwiseIdenticalForOneAndTwoThreads) {
   Rng rng(9);
   for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16, MatmulPrecision::MATMUL_INT8}) {
-    for (const int64_t M : {int64_t(1000), int64_t(100)}) {
-      const int64_t N = 384, K = 200;
+    // Row panels (1000, 100 rows), and column slabs (a few rows of a weight over 1 MiB, ragged N).
+    for (const auto& [M, N, K] : {std::array<int64_t, 3>{1000, 384, 200}, {100, 384, 200}, {1, 2100, 520},
+                                  {5, 2100, 520}}) {
       const std::vector<float> A = random_matrix(M, K, K, rng), W = random_matrix(N, K, K, rng),
                                b = random_matrix(1, N, N, rng);
       const auto packed = pack_weight(W.data(), N, K, K, prec);
