@@ -23,12 +23,15 @@ text on this one), written once into the temporary directory; they do not depend
              the wall time with --max-new-tokens 1), which takes out the start and the model's loading.
   eval-text  wall seconds of `tfm eval --model MODEL --text T` (the whole text, in block-size windows).
 MODEL is one model directory trained at the start by the base executable (`--preset nanogpt-baby`,
-50 steps: neither command's speed depends on the weights' values), read by both executables.
+50 steps: neither command's speed depends on the weights' values), read by both executables; or
+--gen-model DIR, any language model directory (e.g. bench/gpt2_generate.py's import of GPT-2 small's
+shape), with --gen-dtype f32|bf16|int8 for generate's --dtype.
 In a tokens/s row, a new/base ratio above 1 is faster; in the others, below 1.
 
 Usage:  python3 bench/compare_builds.py --base OLD/tfm --new build/tfm [--rounds 5] [--iters 10]
         [--only S,M,L,M6] [--modes infer,infer-bf16,train,lm-train,generate,eval-text] [--train-steps 200]
-        [--text FILE] [--lm-steps 300] [--gen-tokens 5000] [--threads 2] [--markdown]
+        [--text FILE] [--lm-steps 300] [--gen-tokens 5000] [--gen-model DIR] [--gen-dtype f32]
+        [--threads 2] [--markdown]
 """
 import argparse
 import csv
@@ -105,10 +108,11 @@ def wall(cmd):
     return time.perf_counter() - t0
 
 
-def generate_tps(tfm, model, tokens, threads):
+def generate_tps(tfm, model, tokens, threads, dtype="f32"):
     """Tokens/s of `tfm generate`: (tokens - 1) over the wall time of a run of `tokens` new tokens minus
     that of a run of 1 (the start and the model's loading)."""
-    cmd = [tfm, "generate", "--model", model, "--seed", "1", "--threads", str(threads), "--max-new-tokens"]
+    cmd = [tfm, "generate", "--model", model, "--seed", "1", "--threads", str(threads), "--dtype", dtype,
+           "--max-new-tokens"]
     one = wall(cmd + ["1"])
     many = wall(cmd + [str(tokens)])
     return (tokens - 1) / (many - one) if many > one else float("nan")
@@ -148,6 +152,8 @@ def main():
     ap.add_argument("--text", help="the language-model modes' text (default: /usr/share/common-licenses/*)")
     ap.add_argument("--lm-steps", type=int, default=300, help="steps of a lm-train run")
     ap.add_argument("--gen-tokens", type=int, default=5000, help="new tokens of a generate run")
+    ap.add_argument("--gen-model", help="the model directory generate and eval-text read (default: one trained here)")
+    ap.add_argument("--gen-dtype", default="f32", choices=("f32", "bf16", "int8"), help="generate's --dtype")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
     modes = [m for m in a.modes.split(",") if m]
@@ -160,7 +166,9 @@ def main():
         lm_modes = [m for m in LM_MODES if m in modes]
         if lm_modes:
             text = write_text(tmp, a.text)
-        if "generate" in lm_modes or "eval-text" in lm_modes:
+        if a.gen_model:
+            model = a.gen_model
+        elif "generate" in lm_modes or "eval-text" in lm_modes:
             model = os.path.join(tmp, "lm_model")
             subprocess.run([a.base, "train", "--preset", "nanogpt-baby", "--text", text, "--out", model, "--max-steps",
                             str(LM_MODEL_STEPS), "--eval-every", str(LM_MODEL_STEPS), "--threads", str(a.threads)],
@@ -190,8 +198,11 @@ def main():
                 rows.append((what + ", trainer's", "tok/s", [t for _, t in base], [t for _, t in new]))
             print("# lm train done", file=sys.stderr)
         if "generate" in lm_modes:
-            base, new = alternating(a, lambda who, exe, r: generate_tps(exe, model, a.gen_tokens, a.threads))
-            rows.append(("generate, %d tokens" % a.gen_tokens, "tok/s", base, new))
+            base, new = alternating(a, lambda who, exe, r: generate_tps(exe, model, a.gen_tokens, a.threads,
+                                                                        a.gen_dtype))
+            rows.append(("generate %s, %d tokens%s" % (a.gen_dtype, a.gen_tokens,
+                                                       ", " + os.path.basename(os.path.normpath(a.gen_model))
+                                                       if a.gen_model else ""), "tok/s", base, new))
             print("# generate done", file=sys.stderr)
         if "eval-text" in lm_modes:
             base, new = alternating(a, lambda who, exe, r: eval_text_seconds(exe, model, text, a.threads))

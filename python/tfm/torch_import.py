@@ -427,6 +427,15 @@ def write_model_dir(out_dir, mapping, target, config, tensors, src_vocab=None, t
     for k in ("src_vocab_size", "tgt_vocab_size"):
         if k not in cfg:
             fail(f"model config has no '{k}': the mapping must infer it")
+    if "nhead" not in cfg:  # no weight's shape says it, and a wrong count computes other numbers without an error
+        fail("model config has no 'nhead': the mapping cannot infer the head count from the weights; give it "
+             "(--set nhead=H)")
+    # The keys tfm requires of a model directory, written out (the library's defaults where the mapping gives none).
+    arch = cfg.get("arch", "encoder")
+    for k, v in {"d_model": 64, "dim_feedforward": 256, "max_len": 512, "pad_id": 0, "bos_id": 1, "eos_id": 2,
+                 "num_encoder_layers": 0 if arch == "decoder" else 2,
+                 "num_decoder_layers": 0 if arch == "encoder" else 2}.items():
+        cfg.setdefault(k, v)
     src = _vocab_tokens(src_vocab, cfg["src_vocab_size"], specials, {**_MODEL_DEFAULTS, "pad_id": 0, "bos_id": 1,
                                                                      "eos_id": 2, **cfg}, "source")
     tgt = _vocab_tokens(tgt_vocab, cfg["tgt_vocab_size"], specials, {"pad_id": 0, "bos_id": 1, "eos_id": 2, **cfg},

@@ -49,6 +49,11 @@ inline constexpr const char* MAX_LEN_HELP =
 // length limit without an end token (nothing when none did).
 void note_truncated(int64_t truncated, int64_t outputs, int64_t max_len, const TrainedModel& m);
 
+// Flushes stdout and throws std::runtime_error ("stdout: write failed (No space left on device)") when
+// it or an earlier write to it failed: a command printing its results (translate, eval, generate)
+// must not report success over lost output. Called after each chunk of output and once at the end.
+void check_stdout();
+
 // --dtype's value as a Precision. For int8 on a CPU without int8 dot products it says so on stderr
 // (one line: the matmuls take the portable loop, same numbers, slower).
 Precision parse_dtype(const std::string& dtype);

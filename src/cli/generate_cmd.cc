@@ -87,7 +87,7 @@ void register_generate(CLI::App& app, Runner& run) {
       generate_text(m, ids, o->gen, o->stop, [&](int64_t sample, const std::string& piece) {
         begin_sample(sample);
         print(piece);
-        std::fflush(stdout);
+        check_stdout();
       });
       begin_sample(o->gen.num_samples - 1);
       if (!at_line_start) print("\n");

@@ -4,10 +4,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <limits>
 #include <new>
+#include <stdexcept>
 #include <string>
 
 #include "commands.h"
@@ -59,6 +61,14 @@ void refuse_out_of_range_integers(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) refuse_out_of_range_integers(*sub);  // option groups too
 }
 
+void check_stdout() {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return;
+  const int e = errno;
+  std::clearerr(stdout);  // said once
+  throw std::runtime_error(std::string("stdout: write failed") + (e ? std::string(" (") + std::strerror(e) + ")" : ""));
+}
+
 void note_truncated(int64_t truncated, int64_t outputs, int64_t max_len, const TrainedModel& m) {
   const std::string note = truncation_note(m, truncated, outputs, max_len);
   if (!note.empty()) std::fprintf(stderr, "tfm: note: %s\n", note.c_str());
@@ -99,7 +109,9 @@ int main(int argc, char** argv) {
     return e.get_exit_code();
   }
   try {
-    return run ? run() : 0;
+    const int code = run ? run() : 0;
+    tfm::cli::check_stdout();
+    return code;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "tfm: error: out of memory: the sizes asked for need more memory than this machine has "
                          "(a smaller batch, sequence or model)\n");

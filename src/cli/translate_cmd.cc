@@ -154,7 +154,7 @@ void register_translate(CLI::App& app, Runner& run) {
         const std::vector<std::string> out =
             translate_lines(m, lines, decode, o->batch_size, static_cast<uint64_t>(done), &cut);
         for (const auto& s : out) std::fwrite(s.data(), 1, s.size(), stdout), std::fputc('\n', stdout);
-        std::fflush(stdout);
+        check_stdout();  // a full disk stops the run here, not after the rest of the input
         done += static_cast<int64_t>(lines.size());
         truncated += cut;
         lines.clear();

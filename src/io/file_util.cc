@@ -252,6 +252,17 @@ void StagedDirectory::commit() {
   if (!old.empty()) fs::remove_all(old, ec);
 }
 
+void require_writable_directory(const std::string& dir) {
+  const std::string probe = (std::filesystem::path(dir) / (".tfm-write-probe." + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int e = errno;
+    throw IoError(dir + ": cannot write files there (" + std::strerror(e) + ")");
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 int remove_stale_temp_files(const std::string& path) {
   std::string dir, base;
   split_path(path, &dir, &base);

@@ -107,6 +107,11 @@ class StagedDirectory {
 // resolving symlinks and ".."): replacing the output would delete what it is made from.
 void refuse_output_holding(const std::string& dest, const std::string& source);
 
+// Throws IoError "<dir>: cannot write files there (Permission denied)" when a file cannot be created in
+// the existing directory `dir` (read-only, not ours, a read-only file system): said before long work
+// whose results would go there, not after it. Leaves nothing behind.
+void require_writable_directory(const std::string& dir);
+
 // Deletes the temporary files ".<base>.tmp.*" that an AtomicFileWriter for `path` left behind when its
 // process was killed mid-write (the real file is untouched). Returns how many were removed.
 int remove_stale_temp_files(const std::string& path);

@@ -152,6 +152,13 @@ TrainedModel load_model_dir(const std::string& dir, bool weights) {
   m.train_json = config.train;
   const std::string config_file = model_dir::path(dir, model_dir::CONFIG);
   const ModelConfig mc = [&] {
+    // Keys every config.json tfm has written holds. Missing, one would take its default without a word, and
+    // some change what the model computes without changing a weight's shape (nhead, the special ids).
+    const ordered_json model = ordered_json::parse(config.model);
+    for (const char* key : {"d_model", "nhead", "dim_feedforward", "num_encoder_layers", "num_decoder_layers",
+                            "src_vocab_size", "tgt_vocab_size", "max_len", "pad_id", "bos_id", "eos_id"})
+      if (model.is_object() && !model.contains(key))
+        throw std::invalid_argument(config_file + ": model config: missing required key '" + key + "'");
     try {
       return ModelConfig::from_json(config.model);
     } catch (const std::invalid_argument& e) {  // "model config: ..." — said of this file

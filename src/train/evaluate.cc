@@ -51,18 +51,29 @@ EvalSet tsv_eval_set(const data::TsvData& tsv) {
   return group_references(s, t);
 }
 
+namespace {
+// The "train" section of m's config.json (the run that wrote it), its errors said of that file.
+TrainConfig run_config(const TrainedModel& m) {
+  try {
+    return TrainConfig::from_json(m.train_json);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(model_dir::path(m.dir, model_dir::CONFIG) + ": " + e.what());
+  }
+}
+}  // namespace
+
 EvalSet task_test_set(const TrainedModel& m, data::Task task, std::optional<uint64_t> seed, int64_t count) {
   if (count < 1) throw std::invalid_argument("count (--count) must be ≥ 1 task sequences, got " + std::to_string(count));
   if (m.src_vocab.tokens() != data::task_vocab().tokens())
     throw std::invalid_argument(m.dir + " was not trained on a built-in task (its vocabulary differs)");
-  return task_eval_set(task, seed ? *seed : TrainConfig::from_json(m.train_json).seed, data::Split::TEST, count);
+  return task_eval_set(task, seed ? *seed : run_config(m).seed, data::Split::TEST, count);
 }
 
 EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string* note) {
   data::TsvOptions opt;
   opt.src_tokens = m.src_tokenizer;
   opt.tgt_tokens = m.tgt_tokenizer;
-  opt.max_tokens = TrainConfig::from_json(m.train_json).max_tokens;
+  opt.max_tokens = run_config(m).max_tokens;
   const data::TsvData d = data::read_tsv(path, opt);
   if (note) *note = d.problems.empty() ? std::string() : d.summary();
   for (const auto& p : d.pairs) {  // a source evaluate() cannot encode, said of its line

@@ -189,6 +189,7 @@ class Run {
   ShardedStep::BatchRows next_batch(data::TokenBatch& rows);
   void evaluate_and_record();
   void describe();  // writes the model description of a fresh run once
+  void undescribe() noexcept;  // removes it again (its first checkpoint failed)
   void checkpoint();
   void write_best();    // keep_best: the model just evaluated, to out_dir/best
   bool out_of_patience() const;  // patience: that many evaluations since the best one
@@ -268,6 +269,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   std::error_code ec;
   if (lead_) std::filesystem::create_directories(c_.out_dir, ec);
   if (ec) throw std::runtime_error(c_.out_dir + ": cannot create directory: " + ec.message());
+  if (lead_) io::require_writable_directory(c_.out_dir);  // now, not at the first checkpoint after the training
   described_ = resume;  // a fresh run describes itself with its first checkpoint (describe())
 
   model_->train();
@@ -313,12 +315,19 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   if (resume && lead_) save_length(c_);
   if (budget_ == Budget::OFF && total_steps_ > 0 && c_.warmup >= total_steps_ && st_.step == 0) {
     char buf[256];  // a run that ends inside its warmup: the learning rate only ever rises
-    std::snprintf(buf, sizeof buf,
-                  "warmup: the run's %lld steps end within its %lld warmup steps, so the learning rate rises only to "
-                  "%.3g (--lr %.3g) and never decays; a shorter --warmup (e.g. %lld) fits the run",
-                  static_cast<long long>(total_steps_), static_cast<long long>(c_.warmup),
-                  static_cast<double>(c_.lr) * static_cast<double>(total_steps_) / static_cast<double>(c_.warmup),
-                  static_cast<double>(c_.lr), static_cast<long long>(std::max<int64_t>(1, total_steps_ / 10)));
+    const long long fit = std::max<int64_t>(1, total_steps_ / 10);
+    if (c_.warmup == total_steps_)
+      std::snprintf(buf, sizeof buf,
+                    "warmup: all of the run's %lld steps are warmup steps, so the learning rate reaches --lr %.3g only "
+                    "at the last step and never decays; a shorter --warmup (e.g. %lld) fits the run",
+                    static_cast<long long>(total_steps_), static_cast<double>(c_.lr), fit);
+    else
+      std::snprintf(buf, sizeof buf,
+                    "warmup: the run's %lld steps end within its %lld warmup steps, so the learning rate rises only to "
+                    "%.3g (--lr %.3g) and never decays; a shorter --warmup (e.g. %lld) fits the run",
+                    static_cast<long long>(total_steps_), static_cast<long long>(c_.warmup),
+                    static_cast<double>(c_.lr) * static_cast<double>(total_steps_) / static_cast<double>(c_.warmup),
+                    static_cast<double>(c_.lr), fit);
     note(ProgressEvent::Kind::NOTE, buf);
   }
   since_eval_ = Clock::now();
@@ -598,6 +607,14 @@ void Run::describe() {
   described_ = true;
 }
 
+// Removes what describe() wrote: a run whose first checkpoint failed leaves the directory without a
+// half-written model. Never throws.
+void Run::undescribe() noexcept {
+  std::error_code ec;
+  for (const char* f : model_dir::DESCRIPTION_FILES) std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
+  described_ = false;
+}
+
 // out_dir/best: the run's model description (describe()) and the evaluated weights (with ema the average, as
 // model.safetensors holds them), staged whole and renamed over the previous best. Rank 0 only.
 void Run::write_best() {
@@ -637,10 +654,19 @@ void Run::checkpoint() {
     st_.checkpoint_step = st_.step;
     return;
   }
+  const bool first = !described_;
   describe();
-  write_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_,
-                   c_.task ? std::string(enum_name(*c_.task)) : c_.text() ? c_.text_path : c_.train_path,
-                   average_.get());
+  try {
+    write_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_,
+                     c_.task ? std::string(enum_name(*c_.task)) : c_.text() ? c_.text_path : c_.train_path,
+                     average_.get());
+  } catch (...) {
+    // The first checkpoint failed (a full disk): its description goes too, so that the directory does
+    // not hold a config without weights, which neither a new run (it holds a run) nor --resume (no
+    // checkpoint) would take.
+    if (first) undescribe();
+    throw;
+  }
   if (best) write_best();  // the weights just saved are the ones evaluated
   note(ProgressEvent::Kind::CHECKPOINT, "checkpoint at step " + std::to_string(st_.step) + " in " + c_.out_dir);
 }

@@ -211,6 +211,26 @@ TEST_F(TrainCliErrors, EvalTaskOnAModelTrainedOnTsv) {
                run + " was not trained on a built-in task (its vocabulary differs)");
 }
 
+// A model directory's config.json with a key taken out (nhead sizes no weight: read by default it would
+// compute other numbers) or a "train" value of the wrong type: refused, naming the file.
+TEST_F(TrainCliErrors, ModelDirectoryConfigMissingAKeyOrHoldingABadTrainValue) {
+  namespace fs = std::filesystem;
+  const std::string run = *dir_ + "/run";
+  for (const char* what : {"no_nhead", "bad_lr"}) {
+    const std::string copy = *dir_ + "/" + what;
+    fs::remove_all(copy);
+    fs::copy(run, copy, fs::copy_options::recursive);
+    auto j = nlohmann::ordered_json::parse(tfm::testing::slurp(copy + "/config.json"));
+    if (std::string(what) == "no_nhead") j["model"].erase("nhead");
+    else j["train"]["lr"] = "x";
+    std::ofstream(copy + "/config.json") << j.dump(1);
+  }
+  expect_error("eval --model " + *dir_ + "/no_nhead --data " + *dir_ + "/valid.tsv",
+               *dir_ + "/no_nhead/config.json: model config: missing required key 'nhead'");
+  expect_error("eval --model " + *dir_ + "/bad_lr --data " + *dir_ + "/valid.tsv",
+               *dir_ + "/bad_lr/config.json: train config: 'lr' must be a number, got \"x\"");
+}
+
 // Data words spelled like the padding or sequence marks would be read as those marks (masked out, or a target
 // ending early): refused with the file and line, in training and in evaluation.
 TEST_F(TrainCliErrors, DataWordsNamedLikeSpecialTokens) {
@@ -305,6 +325,14 @@ TEST_F(TrainCliErrors, TranslateSourceLongerThanMaxLen) {
 // A fresh run into another run's directory would mix the two: refused, naming it, and the run is left as it
 // was; --force replaces that run whole (here a TSV run by a language model: its src_vocab.txt goes too), once
 // the new run writes its first checkpoint.
+// An --out no file can be written in is refused before training, not at the first checkpoint after it
+// (sysfs: no new files even for root).
+TEST_F(TrainCliErrors, OutWhereNothingCanBeWrittenIsRefusedAtOnce) {
+  if (!std::filesystem::is_directory("/sys/kernel")) GTEST_SKIP() << "no /sys";
+  expect_error("train --task reverse --out /sys/kernel --max-steps 1 --threads 1",
+               "/sys/kernel: cannot write files there (Permission denied)");
+}
+
 TEST_F(TrainCliErrors, OutHoldingARunIsRefusedUnlessForced) {
   namespace fs = std::filesystem;
   const std::string run = *dir_ + "/run", copy = *dir_ + "/forced";

@@ -297,6 +297,20 @@ TEST_F(TranslateSample, ErrorNamesTheInputLine) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
+// Output that cannot be written (a full disk: /dev/full) is an error, not a success over lost predictions;
+// eval and generate likewise (main's check after every command).
+TEST_F(TranslateSample, StdoutWriteErrorIsAnError) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  std::string out, err;
+  EXPECT_EQ(run_split(kCli + " translate --model " + *dir_ + "/run < " + *dir_ + "/in.txt > /dev/full", &out, &err), 1);
+  EXPECT_EQ(err, "tfm: error: stdout: write failed (No space left on device)\n");
+  EXPECT_EQ(run_split(kCli + " eval --model " + *dir_ + "/run --data " + *dir_ + "/valid.tsv --json > /dev/full", &out,
+                      &err),
+            1);
+  const std::string last = "tfm: error: stdout: write failed (No space left on device)\n";  // after eval's notes
+  EXPECT_TRUE(err.size() >= last.size() && err.compare(err.size() - last.size(), last.size(), last) == 0) << err;
+}
+
 // A coprocess writes a line and waits for its translation before writing the next: each arrives while
 // the input is still open (before, nothing came until 64·--batch-size lines or the end of input, and the
 // wait would time out). The translations are those of the whole input at once.

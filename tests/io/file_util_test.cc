@@ -7,6 +7,7 @@
 #include "io/file_util.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -85,6 +86,28 @@ TEST(FileUtil, StagedDirectoryAppearsWholeOrNotAtAll) {
   EXPECT_FALSE(fs::exists(dest + "/a.txt"));
   EXPECT_EQ(testing::slurp(dest + "/b.txt"), "two");
   EXPECT_EQ(std::distance(fs::directory_iterator(root), fs::directory_iterator()), 1);  // no leftovers
+}
+
+// A directory no file can be created in is said at once, naming it; a writable one is left as it was.
+TEST(FileUtil, RequireWritableDirectory) {
+  const std::string d = testing::temp_dir("writable");
+  require_writable_directory(d);
+  EXPECT_TRUE(fs::is_empty(d));
+  std::string locked = d + "/locked";
+  fs::create_directory(locked);
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+  if (::geteuid() == 0) {  // permissions do not stop root: sysfs refuses new files to everyone
+    fs::permissions(locked, fs::perms::owner_all);
+    if (!fs::is_directory("/sys/kernel")) GTEST_SKIP() << "running as root without /sys";
+    locked = "/sys/kernel";
+  }
+  try {
+    require_writable_directory(locked);
+    ADD_FAILURE() << "no error for " << locked;
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(locked + ": cannot write files there (", 0), 0u) << e.what();
+  }
+  fs::permissions(d + "/locked", fs::perms::owner_all);
 }
 
 }  // namespace

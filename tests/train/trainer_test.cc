@@ -149,6 +149,33 @@ TEST(Trainer, FailedCheckpointLeavesThePreviousOneWhole) {
   EXPECT_EQ(run_training(longer, {}, /*resume=*/true).steps, 20);
 }
 
+// A fresh run whose first checkpoint fails (a full disk; here a file-size limit the model file exceeds) takes
+// its description (config.json, vocabularies) away again: the directory holds no config without weights,
+// and the same run started again trains.
+TEST(Trainer, FailedFirstCheckpointLeavesNoHalfWrittenModel) {
+  const std::string ref = testing::temp_dir("train_first_ref"), d = testing::temp_dir("train_first_efbig");
+  TrainConfig c = tiny(ref);
+  c.max_steps = 3;
+  run_training(c);
+  const size_t limit = file(ref, "model.safetensors").size() / 2;
+  ASSERT_GT(limit, file(ref, "config.json").size());
+  c.out_dir = d;
+  struct sigaction ignore {}, old_action {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &old_action);
+  rlimit old_limit{};
+  getrlimit(RLIMIT_FSIZE, &old_limit);
+  rlimit small = old_limit;
+  small.rlim_cur = limit;
+  setrlimit(RLIMIT_FSIZE, &small);
+  EXPECT_THROW(run_training(c), std::runtime_error);
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  sigaction(SIGXFSZ, &old_action, nullptr);
+  EXPECT_TRUE(std::filesystem::is_empty(d)) << "the failed first checkpoint left files in " << d;
+  EXPECT_EQ(run_training(c).steps, 3);
+  EXPECT_EQ(file(d, "model.safetensors"), file(ref, "model.safetensors"));
+}
+
 // Trains `c` with 1 thread into dir_one and with 2 threads into dir_two (the thread count restored after).
 void train_with_one_and_two_threads(TrainConfig c, const std::string& dir_one, const std::string& dir_two) {
   const int saved = omp_get_max_threads();
