@@ -39,7 +39,7 @@ int run_bench_cmd(Opts o) {
                 enum_name(b.precision).data(), static_cast<long long>(b.batch), static_cast<long long>(b.seq),
                 static_cast<long long>(r.src_seq), b.iters, b.warmup);
     std::printf("  median %.3f ms  (min %.3f, max %.3f)\n", r.ms_median, r.ms_min, r.ms_max);
-    std::printf("  %.0f tokens/s   %.1f GFLOP/s (%.3f GFLOP per iteration)\n", r.tokens_per_s, r.gflops,
+    std::printf("  %.0f tokens/s   %.1f GFLOP/s (%.3g GFLOP per iteration)\n", r.tokens_per_s, r.gflops,
                 r.gflop_per_iter);
     std::printf("  peak RSS %.1f MB\n", r.peak_rss_mb);
   }

@@ -32,7 +32,7 @@ void register_generate(CLI::App& app, Runner& run) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory (arch decoder)")->required();
   auto* prompt = cmd->add_option("--prompt", o->prompt, "text to continue");
-  cmd->add_option("--prompt-file", o->prompt_file, "file whose text to continue")->excludes(prompt);
+  cmd->add_option("--prompt-file", o->prompt_file, "file whose text to continue (-: standard input)")->excludes(prompt);
   cmd->add_option("--max-new-tokens", o->gen.max_new_tokens, "tokens generated per sample")->capture_default_str();
   cmd->add_option("--temperature", o->gen.sampling.temperature, "softmax temperature (0 = greedy)")->capture_default_str();
   cmd->add_option("--top-k", o->gen.sampling.top_k, "keep the K likeliest tokens (0 = all)")->capture_default_str();
@@ -41,7 +41,9 @@ void register_generate(CLI::App& app, Runner& run) {
   cmd->add_option("--num-samples", o->gen.num_samples, "samples, separated by a line ---")->capture_default_str();
   cmd->add_option("--seed", o->gen.seed, "random seed")->check(kNonNegative)->capture_default_str();
   cmd->add_option("--stop", o->stop,
-                  "a sample ends once its continuation (the prompt not included) contains this text, printed whole");
+                  "a sample ends once its continuation (the prompt not included) contains this text, printed whole")
+      ->check(CLI::Validator([](std::string& s) { return s.empty() ? std::string("empty: give the text to stop at") : ""; },
+                             "TEXT"));
   cmd->add_flag("--ignore-eos", o->gen.ignore_eos, "go on past the end-of-text token (by default a sample ends there)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());

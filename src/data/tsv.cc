@@ -35,7 +35,8 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
     if (options.strict) throw DataError(name + ":" + std::to_string(line) + ": " + what + " (--strict)");
     data.problems.push_back({line, std::move(what)});
   };
-  size_t start = 0;
+  // A UTF-8 byte order mark (editors on Windows write one) marks the encoding, not a character of line 1.
+  size_t start = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
   int64_t line_no = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);

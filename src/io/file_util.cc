@@ -223,8 +223,9 @@ StagedDirectory::StagedDirectory(const std::string& dest, bool replace, const st
   name += std::to_string(::getpid());
   temp_ = (parent / name).string();
   fs::remove_all(temp_, ec);  // a leftover of an earlier process with our pid
-  if (!fs::create_directory(temp_, ec) || ec)
-    throw IoError(temp_ + ": create_directory failed: " + (ec ? ec.message() : std::string("exists")));
+  if (!fs::create_directory(temp_, ec) || ec)  // said of the output asked for (the staging name is ours)
+    throw IoError(dest + ": cannot write it (its staging directory " + temp_ + ": " +
+                  (ec ? ec.message() : std::string("exists")) + ")");
 }
 
 StagedDirectory::~StagedDirectory() {

@@ -20,7 +20,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <string>
@@ -201,9 +203,8 @@ class PackedWeight {
     return prim_locked(m, lda, ldc, has_bias, cols);
   }
 
-  // At pack time: whether slabs are on (n_block), and their bounds. A slab must run the same
-  // implementation as the whole weight (a strided or unusual desc could fall to oneDNN's reference
-  // matmul, many times slower): checked once here for one row.
+  // At pack time, from the layout alone: whether slabs are on (n_block), and their bounds. Whether a
+  // slab runs the whole weight's implementation is checked at the call (gemm_slabs), per call shape.
   void plan_slabs() {
     const dnnl_memory_desc_t& d = wmd.data;
     if (d.format_kind != dnnl_blocked || d.ndims != 2 || d.extra.flags != 0 || d.offset0 != 0) return;
@@ -214,27 +215,18 @@ class PackedWeight {
     if (nb <= 1 || b.strides[0] != kb * nb || b.strides[1] != d.padded_dims[0] * nb) return;
     const int64_t blocks = ceil_div(N, nb);
     const int64_t bytes = N * K * int64_t(memory::data_type_size(data_type(precision)));
-    int64_t slabs = std::min(blocks, 2 * ceil_div(bytes, 2 * kSlabBytes));  // even, when there are blocks enough
+    int64_t slabs = std::min(blocks, 2 * ceil_div(bytes, 2 * kSlabBytes));
+    slabs -= slabs & 1;  // even: two threads share them evenly (3 blocks: slabs of 1 and 2)
     if (slabs < 2 || bytes < kSlabMinBytes) return;
     n_block = nb;
-    std::vector<int64_t> bounds;
-    for (int64_t i = 0; i <= slabs; ++i) bounds.push_back(std::min(N, i * blocks / slabs * nb));
-    const std::lock_guard<std::mutex> lock(mu_);
-    const std::string whole = prim_locked(1, K, N, false, N).impl;
-    for (int64_t i = 0; i < slabs; ++i) {
-      const int64_t cols = bounds[i + 1] - bounds[i];
-      const Prim& p = prim_locked(1, K, cols, false, cols);
-      if (!p.ok || p.impl != whole) {
-        n_block = 0;
-        return;
-      }
-    }
-    slab_bounds = std::move(bounds);
+    for (int64_t i = 0; i <= slabs; ++i) slab_bounds.push_back(std::min(N, i * blocks / slabs * nb));
   }
 
   // A slab holds about kSlabBytes of the weight (an even count of slabs, so two threads share them
   // evenly); weights under kSlabMinBytes are read by one thread (a fork/join would cost more than it saves).
   static constexpr int64_t kSlabBytes = int64_t(1) << 20, kSlabMinBytes = int64_t(1) << 19;
+  // Products that took the slabs, for the tests (gemm_packed_slab_runs).
+  mutable std::atomic<int64_t> slab_runs{0};
 
   // Plain (N, K) float copy of the weight (already rounded for bf16), made on first need: always
   // for the scalar path, and for the fallback when oneDNN rejects a shape.
@@ -369,6 +361,8 @@ int64_t packed_column_slabs(const PackedWeight& W) {
   return W.slab_bounds.empty() ? 0 : static_cast<int64_t>(W.slab_bounds.size()) - 1;
 }
 
+int64_t gemm_packed_slab_runs(const PackedWeight& W) { return W.slab_runs.load(std::memory_order_relaxed); }
+
 int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K) {
   // At most 128 rows per panel, inside the range of panel heights at which one thread's packed
   // matmul keeps its best rate; taller panels lose it (bench/RESULTS.md, "Design measurements behind
@@ -498,6 +492,7 @@ bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, c
     quantize_rows_u8(a, m, K, lda, qa, sx, zx);
     src = qa;
   }
+  std::exception_ptr failed;  // a throw inside the team would end the process: kept, rethrown after it
   auto run = [&](int64_t s) {
     const int64_t c0 = bounds[s], cols = bounds[s + 1] - c0;
     const PackedWeight::Prim& p = *prims[s];
@@ -529,7 +524,16 @@ bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, c
       std::memcpy(c + i * ldc + c0, static_cast<const float*>(out) + i * cols, static_cast<size_t>(cols) * sizeof(float));
   };
 #pragma omp parallel for schedule(static)
-  for (int64_t s = 0; s < slabs; ++s) run(s);
+  for (int64_t s = 0; s < slabs; ++s) {
+    try {
+      run(s);
+    } catch (...) {
+#pragma omp critical(tfm_gemm_slabs_failed)
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+  W.slab_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

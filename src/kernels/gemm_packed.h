@@ -71,6 +71,9 @@ bool packed_by_onednn(const PackedWeight& W);
 // The column slabs a product of at most 16 rows is cut into (0: none, one call): a function of the
 // weight's shape and precision only, where the blocked layout allows them. For tests and diagnostics.
 int64_t packed_column_slabs(const PackedWeight& W);
+// How many products with W have run as column slabs so far (a call shape whose slab primitives are not
+// the whole weight's implementation runs whole). For tests and diagnostics.
+int64_t gemm_packed_slab_runs(const PackedWeight& W);
 
 // Row panels for M output rows: a function of the shape only. Exposed for the tests.
 int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K);

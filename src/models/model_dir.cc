@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -200,6 +201,15 @@ TrainedModel load_model_dir(const std::string& dir, bool weights) {
       }
       m.model->load_state_dict(state, file);
     }
+    // A weight that is NaN or infinite (a corrupt or hand-made file: training never saves one) would make
+    // every output NaN, decoded without a word as empty text.
+    for (const auto& [key, t] : m.model->named_parameters()) {
+      const float* p = t.data();
+      for (int64_t i = 0, n = t.numel(); i < n; ++i)
+        if (!std::isfinite(p[i]))
+          throw std::runtime_error(file + ": tensor '" + key + "' holds " + (std::isnan(p[i]) ? "NaN" : "an infinity") +
+                                   " (element " + std::to_string(i) + "): not a model tfm can run");
+    }
   }
   m.model->eval();
   return m;
@@ -230,6 +240,7 @@ std::function<bool(int64_t, const std::vector<int32_t>&)> stop_at_text(const Tra
 }
 
 std::string read_prompt_file(const std::string& path) {
+  if (path == "-") return read_prompt_file("/dev/stdin");  // the usual name of standard input
   std::error_code ec;
   if (std::filesystem::is_regular_file(path, ec)) return io::read_file(path);
   if (std::filesystem::is_directory(path, ec)) throw io::IoError(path + ": is a directory, not a prompt file");

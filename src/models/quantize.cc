@@ -119,7 +119,10 @@ bool is_quantized_model_dir(const std::string& dir) {
 
 void quantize_model_dir(const std::string& dir, const std::string& out, bool force) {
   io::refuse_output_holding(out, dir);  // before the work: --force would delete the model it reads
-  if (fs::exists(out) && !force)
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_directory(out, ec))  // --force replaces a directory only
+    throw std::invalid_argument("quantize: " + out + " exists and is not a directory (choose another --out)");
+  if (fs::exists(out, ec) && !force)
     throw std::invalid_argument("quantize: " + out + " exists (give --force to replace it)");
   const TrainedModel m = load_model_dir(dir);  // checks the directory whole
   if (m.quantized) throw std::invalid_argument("quantize: " + dir + " is quantized already");

@@ -155,7 +155,7 @@ std::vector<TrainOption> build_table() {
       {"seed", {"seed"}, "optimisation", "seed for data, initialisation and dropout"},
       {"batch-size", {"batch_size"}, "optimisation", "examples per batch"},
       {"batch-tokens", {"batch_tokens"}, "optimisation", "padded tokens per batch (overrides --batch-size)"},
-      {"eval-every", {"eval_every"}, "optimisation", "steps between evaluations (0: each epoch, or 10 per run)"},
+      {"eval-every", {"eval_every"}, "optimisation", "steps between evaluations (0: each epoch in an --epochs run, 10 per --max-steps run, every 200 steps with --time-budget)"},
       {"skip-nonfinite", {"skip_nonfinite"}, "optimisation", "skip batches whose loss or gradient is not finite"},
       {"keep-best", {"keep_best"}, "length",
        "after each evaluation that lowers the best validation loss, write that model to OUT/best (a model directory "

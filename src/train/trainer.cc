@@ -153,14 +153,21 @@ void check_fits(const ModelConfig& m, const Dataset& ds, const TrainConfig& c) {
                                 " (a lower --max-tokens skips longer lines)");
 }
 
+// A number as %g writes it (std::to_string writes %f: "0.001000", or 31 digits for 1e30).
+std::string number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
 std::string diverged_message(const TrainConfig& c, const State& st, const StepOutcome& s) {
   const std::string where = st.checkpoint_step >= 0 ? "The last good checkpoint (step " +
                                                            std::to_string(st.checkpoint_step) + ") is kept in " +
                                                            c.out_dir + "."
                                                      : "No checkpoint was written yet.";
   return "training diverged at step " + std::to_string(st.step + 1) + " (epoch " + std::to_string(st.epoch + 1) +
-         "): " + (s.loss_finite ? "the gradient" : "the loss") + " is not finite (loss " + std::to_string(s.loss) +
-         "). " + where + " Usual fixes: a lower --lr (now " + std::to_string(c.lr) + "), a longer --warmup (now " +
+         "): " + (s.loss_finite ? "the gradient" : "the loss") + " is not finite (loss " + number(s.loss) +
+         "). " + where + " Usual fixes: a lower --lr (now " + number(c.lr) + "), a longer --warmup (now " +
          std::to_string(c.warmup) + "), --clip-norm 1.0, or --skip-nonfinite to skip such batches.";
 }
 
@@ -313,6 +320,10 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   load_epoch(st_.epoch);
   plan_length();  // refuses a length the run cannot take
   if (resume && lead_) save_length(c_);
+  if (resume && c_.max_steps > 0 && st_.step >= c_.max_steps)
+    note(ProgressEvent::Kind::NOTE, "the run is at step " + std::to_string(st_.step) + " already, --max-steps " +
+                                        std::to_string(c_.max_steps) + ": nothing to train (a larger --max-steps "
+                                        "continues it)");
   if (budget_ == Budget::OFF && total_steps_ > 0 && c_.warmup >= total_steps_ && st_.step == 0) {
     char buf[256];  // a run that ends inside its warmup: the learning rate only ever rises
     const long long fit = std::max<int64_t>(1, total_steps_ / 10);

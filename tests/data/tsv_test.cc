@@ -22,6 +22,14 @@ TEST(Tsv, ReadsPairsAndStripsCrlf) {
   EXPECT_TRUE(d.problems.empty());
 }
 
+// A leading UTF-8 byte order mark is not a character of the first source (U+FEFF would enter the vocabulary).
+TEST(Tsv, ByteOrderMarkIsDropped) {
+  const TsvData d = parse_tsv("\xEF\xBB\xBF" "ab\tba\n\xEF\xBB\xBFx\ty\n", "t.tsv", char_opts());
+  ASSERT_EQ(d.pairs.size(), 2u);
+  EXPECT_EQ(d.pairs[0].src, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(d.pairs[1].src, (std::vector<std::string>{"\xEF\xBB\xBF", "x"}));  // only the file's first one
+}
+
 TEST(Tsv, SkipsBadLinesWithLineNumbers) {
   TsvOptions o = char_opts();
   o.max_tokens = 5;

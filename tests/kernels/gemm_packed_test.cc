@@ -26,6 +26,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/gemm_bf16.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
@@ -241,9 +242,33 @@ TEST(GemmPacked, FewRowsOfALargeWeightTakeColumnSlabs) {
     EXPECT_EQ(packed_column_slabs(*f32), 0);
     return;
   }
-  EXPECT_EQ(packed_column_slabs(*f32), 6);   // 4.4 MB: ⌈4.4 / 2⌉ pairs of about 1 MiB
-  EXPECT_EQ(packed_column_slabs(*bf16), 4);  // 2.2 MB
-  if (cpu_has_int8_dot()) EXPECT_EQ(packed_column_slabs(*pack_weight(W.data(), 2100, 520, 520, MatmulPrecision::MATMUL_INT8)), 2);
+  // The layouts with whole column blocks one after another: oneDNN's AVX-512 kernels' (a CPU with
+  // AVX-512 but not AVX512-BF16 runs bf16 on a plain layout: no slabs).
+  const std::vector<float> A = random_matrix(3, 520, 520, rng);
+  std::vector<float> C(3 * 2100);
+  if (cpu_has_avx512()) {
+    EXPECT_EQ(packed_column_slabs(*f32), 6);  // 4.4 MB: ⌈4.4 / 2⌉ pairs of about 1 MiB
+    gemm_packed(3, A.data(), 520, *f32, nullptr, C.data(), 2100);
+    EXPECT_EQ(gemm_packed_slab_runs(*f32), 1);  // the call took them
+    gemm_packed(17, random_matrix(17, 520, 520, rng).data(), 520, *f32, nullptr,
+                std::vector<float>(17 * 2100).data(), 2100);
+    EXPECT_EQ(gemm_packed_slab_runs(*f32), 1);  // more than 16 rows: row panels
+  }
+  if (cpu_has_bf16_dot()) {
+    EXPECT_EQ(packed_column_slabs(*bf16), 4);  // 2.2 MB
+    gemm_packed(3, A.data(), 520, *bf16, nullptr, C.data(), 2100);
+    EXPECT_EQ(gemm_packed_slab_runs(*bf16), 1);
+  }
+  if (cpu_has_int8_dot()) {
+    const auto int8 = pack_weight(W.data(), 2100, 520, 520, MatmulPrecision::MATMUL_INT8);
+    EXPECT_EQ(packed_column_slabs(*int8), 2);
+    gemm_packed(3, A.data(), 520, *int8, nullptr, C.data(), 2100);
+    EXPECT_EQ(gemm_packed_slab_runs(*int8), 1);
+  }
+  // Three column blocks make two slabs, not three (two threads would share three unevenly).
+  const std::vector<float> narrow = random_matrix(130, 4096, 4096, rng);
+  if (cpu_has_avx512())
+    EXPECT_EQ(packed_column_slabs(*pack_weight(narrow.data(), 130, 4096, 4096, MatmulPrecision::MATMUL_F32)), 2);
 }
 
 TEST(GemmPacked, ColumnSlabsComputeWhatTheWholeWeightComputes) {
@@ -260,6 +285,8 @@ TEST(GemmPacked, ColumnSlabsComputeWhatTheWholeWeightComputes) {
     std::vector<float> c17(17 * N), c1(N);
     gemm_packed(17, A.data(), K, *packed, b.data(), c17.data(), N);
     gemm_packed(1, A.data() + 16 * K, K, *packed, b.data(), c1.data(), N);
+    // The one-row product really took the slabs, where the layout has them.
+    EXPECT_EQ(gemm_packed_slab_runs(*packed), packed_column_slabs(*packed) > 0 ? 1 : 0);
     EXPECT_TRUE(bitwise_equal(c1, std::vector<float>(c17.begin() + 16 * N, c17.end()),
                               "precision " + std::to_string(int(prec))));
   }

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -350,6 +351,19 @@ TEST(LoadModelDir, ErrorsNameTheDirectoryOrFile) {
   fs::remove(d + "/model.safetensors");
   e = error_of<std::exception>([&] { load_model_dir(d); });
   EXPECT_NE(e.find(d + "/model.safetensors"), std::string::npos) << e;
+
+  // A weight that is NaN: every output would be NaN, decoded as empty text without a word.
+  d = copy_of_trained("md_nan");
+  {
+    io::SafeTensorsFile f = io::load_safetensors(d + "/model.safetensors");
+    auto& [key, t] = *f.tensors.begin();
+    t.data()[t.numel() - 1] = std::numeric_limits<float>::quiet_NaN();
+    const std::string bad_key = key;
+    io::save_safetensors(d + "/model.safetensors", f.tensors, f.metadata);
+    EXPECT_EQ(error_of<std::runtime_error>([&] { load_model_dir(d); }),
+              d + "/model.safetensors: tensor '" + bad_key + "' holds NaN (element " + std::to_string(t.numel() - 1) +
+                  "): not a model tfm can run");
+  }
 
   // Not a model directory at all.
   e = error_of<std::runtime_error>([&] { load_model_dir(d + "/nowhere"); });

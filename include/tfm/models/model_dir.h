@@ -160,7 +160,7 @@ int64_t unknown_tokens(const TrainedModel& m, const std::string& text, const std
 int64_t unknown_tokens(const TrainedModel& m, const std::vector<int32_t>& ids);
 
 // A prompt file's text, its bytes as they are, for generate_text with the file's name as prompt_name: a
-// regular file, or a pipe or device read to its end (/dev/stdin, a shell's <(cmd)) up to 64 MiB; a
+// regular file, or a pipe or device read to its end (/dev/stdin or "-", a shell's <(cmd)) up to 64 MiB; a
 // directory, a missing or unreadable file, or a longer stream throws naming it.
 std::string read_prompt_file(const std::string& path);
 
