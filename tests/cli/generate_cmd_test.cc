@@ -230,6 +230,14 @@ TEST_F(GenerateCli, Errors) {
   fails("generate" + lm + " --prompt-file " + *dir_ + "/missing.txt", "tfm: error: " + *dir_ + "/missing.txt: open failed");
   fails("generate" + lm + " --prompt-file " + *dir_, "tfm: error: " + *dir_ + ": is a directory, not a prompt file");
   fails("generate" + lm + " --prompt-file /dev/zero", "tfm: error: /dev/zero: longer than 64 MiB");  // not read forever
+  fails("generate" + lm + " --prompt ab --stop ''", "tfm: error: --stop: empty: give the text to stop at");
+  // "-" is standard input, as it is to most tools.
+  std::string piped;
+  ASSERT_EQ(run_command("(printf ab | " + kCli + " generate --model " + *dir_ + "/lm --prompt-file - --seed 3 "
+                        "--max-new-tokens 4 2>/dev/null)",
+                        &piped),
+            0);
+  EXPECT_EQ(piped, generate("--prompt ab --seed 3 --max-new-tokens 4"));
   tfm::testing::spit(*dir_ + "/empty_prompt.txt", "");
   fails("generate" + lm + " --prompt-file " + *dir_ + "/empty_prompt.txt",
         "tfm: error: " + *dir_ + "/empty_prompt.txt: the prompt is empty");

@@ -110,6 +110,10 @@ TEST_F(QuantizeCli, WithoutVnniTheSameOutputAndANote) {
 TEST_F(QuantizeCli, Refusals) {
   expect_refused(kCli + " quantize --model " + *dir_ + "/run --out " + *dir_ + "/int8",
                  "tfm: error: quantize: " + *dir_ + "/int8 exists (give --force to replace it)");
+  // --force replaces a directory, not a file: said at once.
+  tfm::testing::spit(*dir_ + "/afile", "x");
+  expect_refused(kCli + " quantize --model " + *dir_ + "/run --out " + *dir_ + "/afile --force",
+                 "tfm: error: quantize: " + *dir_ + "/afile exists and is not a directory (choose another --out)");
   expect_refused(kCli + " train --train " + *dir_ + "/train.tsv --valid " + *dir_ + "/train.tsv --init-from " + *dir_ + "/int8 --out " + *dir_ +
                      "/ft --max-steps 1",
                  "init_from " + *dir_ + "/int8 is an int8-quantized model directory");
