@@ -424,10 +424,14 @@ PYBIND11_MODULE(_core, m) {
                tfm::DecodeOptions decode;
                decode.beam = beam;
                decode.max_len = max_len;
-               int64_t truncated = 0;
-               std::vector<std::string> out = tfm::translate_lines(t.m, lines, decode, batch_size, 0, &truncated);
-               return std::make_pair(std::move(out), tfm::truncation_note(t.m, truncated,
-                                                                          static_cast<int64_t>(lines.size()), max_len));
+               int64_t truncated = 0, unknown = 0;
+               std::vector<std::string> out =
+                   tfm::translate_lines(t.m, lines, decode, batch_size, 0, &truncated, &unknown);
+               std::vector<std::string> notes;  // what tfm translate notes on stderr, in its order
+               for (std::string note : {tfm::unknown_note(unknown),
+                                        tfm::truncation_note(t.m, truncated, static_cast<int64_t>(lines.size()), max_len)})
+                 if (!note.empty()) notes.push_back(std::move(note));
+               return std::make_pair(std::move(out), std::move(notes));
              });
            },
            py::arg("lines"), py::arg("beam") = 1, py::arg("batch_size") = 64, py::arg("max_len") = 0)

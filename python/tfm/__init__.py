@@ -436,14 +436,15 @@ class Model:
     def translate(self, lines, beam=1, batch_size=64, max_len=0):
         """Predicted targets of source lines (a list of str in, a list of str out), as `tfm translate`. max_len: the
         longest output in target tokens (0: 2·source tokens + 10; at most the model's max_len); outputs that stop
-        at the limit without an end token get a UserWarning saying how many, the note `tfm translate` prints."""
+        at the limit without an end token get a UserWarning saying how many, the note `tfm translate` prints, and so
+        do source tokens the vocabulary lacks (read as <unk>)."""
         if isinstance(lines, str):
             raise TypeError("translate takes a list of lines, not a str")
         self._no_open_stream()
         lines = [_line(f"lines[{i}]", line) for i, line in enumerate(lines)]
-        out, note = self._core.translate(lines, _int("beam", beam, *_INT32), _int("batch_size", batch_size, *_INT64),
-                                         _int("max_len", max_len, *_INT64))
-        if note:
+        out, notes = self._core.translate(lines, _int("beam", beam, *_INT32), _int("batch_size", batch_size, *_INT64),
+                                          _int("max_len", max_len, *_INT64))
+        for note in notes:
             _warnings.warn(note, stacklevel=2)
         return out
 

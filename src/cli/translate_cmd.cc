@@ -147,12 +147,12 @@ void register_translate(CLI::App& app, Runner& run) {
       const size_t chunk = static_cast<size_t>(o->batch_size) * 64;
       std::vector<std::string> lines;
       std::string line;
-      int64_t done = 0, truncated = 0;
+      int64_t done = 0, truncated = 0, unknown = 0;
       const auto flush = [&] {
         int64_t cut = 0;
         // `done` places the chunk in the stream: line numbers in errors and the sampling streams.
         const std::vector<std::string> out =
-            translate_lines(m, lines, decode, o->batch_size, static_cast<uint64_t>(done), &cut);
+            translate_lines(m, lines, decode, o->batch_size, static_cast<uint64_t>(done), &cut, &unknown);
         for (const auto& s : out) std::fwrite(s.data(), 1, s.size(), stdout), std::fputc('\n', stdout);
         check_stdout();  // a full disk stops the run here, not after the rest of the input
         done += static_cast<int64_t>(lines.size());
@@ -167,6 +167,7 @@ void register_translate(CLI::App& app, Runner& run) {
         if (lines.size() == chunk) flush();
       }
       if (!lines.empty()) flush();
+      if (const std::string note = unknown_note(unknown); !note.empty()) std::fprintf(stderr, "tfm: note: %s\n", note.c_str());
       note_truncated(truncated, done, o->max_len, m);
       return 0;
     };

@@ -380,6 +380,12 @@ void check_decode_options(const TrainedModel& m, const DecodeOptions& options) {
                                 std::to_string(c.max_len) + " (the positions it has; " + m.dir + "/config.json)");
 }
 
+std::string unknown_note(int64_t unknown) {
+  if (unknown <= 0) return "";
+  return std::to_string(unknown) + " source token" + (unknown == 1 ? " is" : "s are") +
+         " not in the model's vocabulary, read as <unk>";
+}
+
 std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources, int beam,
                                          int64_t batch_size) {
   DecodeOptions opt;
@@ -389,7 +395,7 @@ std::vector<std::string> translate_lines(const TrainedModel& m, const std::vecto
 
 std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources,
                                          const DecodeOptions& options, int64_t batch_size, uint64_t first_stream,
-                                         int64_t* truncated) {
+                                         int64_t* truncated, int64_t* unknown) {
   check_decode_options(m, options);
   std::vector<std::vector<int32_t>> ids;
   ids.reserve(sources.size());
@@ -401,6 +407,8 @@ std::vector<std::string> translate_lines(const TrainedModel& m, const std::vecto
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(line + ": " + e.what());
     }
+    if (unknown && m.src_vocab.unk_id() >= 0)
+      *unknown += std::count(ids.back().begin(), ids.back().end(), m.src_vocab.unk_id());
     if (static_cast<int64_t>(ids.back().size()) > max_len)  // decode would refuse its batch, not naming the line
       throw std::invalid_argument(line + ": " + std::to_string(ids.back().size()) +
                                   " source tokens, more than the model's max_len " + std::to_string(max_len));

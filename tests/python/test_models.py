@@ -253,6 +253,12 @@ def test_pairs_train_evaluate_translate(pair_runs, tfm_cli):
     assert want["truncated"] == want["examples"]
     with pytest.raises(ValueError, match="max_len 513 is beyond the model's max_len 512"):
         m.translate(lines, max_len=513)
+    # Source tokens the vocabulary lacks are read as <unk>, with the note tfm translate prints.
+    p = subprocess.run([tfm_cli, "translate", "--model", str(d / "cli")], input="3 x 4 y\n", capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0 and "tfm: note: 2 source tokens are not in the model's vocabulary, read as <unk>" in p.stderr
+    with pytest.warns(UserWarning, match=r"^2 source tokens are not in the model's vocabulary, read as <unk>$"):
+        assert m.translate(["3 x 4 y"]) == p.stdout.split("\n")[:-1]
     with pytest.raises(ValueError, match="language model"):
         m.generate("3 1")
     with pytest.raises(TypeError):

@@ -199,9 +199,14 @@ std::vector<std::string> translate_lines(const TrainedModel& m, const std::vecto
                                          int64_t batch_size);
 // The same with every decoding option, for a stream cut into calls: first_stream is the index of sources[0]
 // in the stream, so sources[i] samples from stream first_stream + i (predict) and an error names it as
-// input line first_stream + i + 1. `truncated`: as predict's.
+// input line first_stream + i + 1. `truncated`: as predict's. `unknown`, when given, is increased by the
+// source tokens the vocabulary lacks (read as <unk>: unknown_note says so).
 std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources,
                                          const DecodeOptions& options, int64_t batch_size, uint64_t first_stream = 0,
-                                         int64_t* truncated = nullptr);
+                                         int64_t* truncated = nullptr, int64_t* unknown = nullptr);
+
+// The one-line note a front end gives when `unknown` source tokens were read as <unk> ("" for none): the
+// prediction of such a source may lose what they stood for.
+std::string unknown_note(int64_t unknown);
 
 }  // namespace tfm
