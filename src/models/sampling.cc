@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -22,6 +24,19 @@ std::string shortest(float x) {
   char buf[32];
   const auto r = std::to_chars(buf, buf + sizeof buf, x);
   return std::string(buf, r.ptr);
+}
+
+// A sort key whose ascending order is the candidates' order: logit highest first, ties by lower id. The
+// float's bits made order-preserving as an unsigned integer (negatives flipped whole, positives their sign
+// bit set; -0 read as +0, which compares equal to it), complemented for descending, above the id: one
+// integer compare instead of two loads through the ids (the sort of a 50,257-token row was 5% of a
+// decoded token).
+uint64_t candidate_key(float logit, int32_t id) {
+  logit += 0.0f;  // -0 → +0
+  uint32_t bits;
+  std::memcpy(&bits, &logit, sizeof bits);
+  const uint32_t ascending = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+  return (uint64_t(~ascending) << 32) | uint32_t(id);
 }
 
 }  // namespace
@@ -43,19 +58,20 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& opt,
   if (best < 0) throw std::invalid_argument("sampling: no finite logit among " + std::to_string(V));
   if (opt.temperature == 0.0f || opt.top_k == 1) return static_cast<int32_t>(best);
 
-  // Candidates: finite logits, highest first, ties by lower id; top-k keeps the first k.
-  std::vector<int32_t> ids;
-  ids.reserve(static_cast<size_t>(V));
+  // Candidates: finite logits, highest first, ties by lower id (candidate_key); top-k keeps the first k.
+  std::vector<uint64_t> keys;
+  keys.reserve(static_cast<size_t>(V));
   for (int64_t v = 0; v < V; ++v)
-    if (!std::isnan(logits[v]) && logits[v] != -INFINITY) ids.push_back(static_cast<int32_t>(v));
-  const auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  size_t n = ids.size();
+    if (!std::isnan(logits[v]) && logits[v] != -INFINITY) keys.push_back(candidate_key(logits[v], static_cast<int32_t>(v)));
+  size_t n = keys.size();
   if (opt.top_k > 0 && static_cast<size_t>(opt.top_k) < n) {
     n = static_cast<size_t>(opt.top_k);
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), by_logit);
+    std::partial_sort(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(n), keys.end());
   } else {
-    std::sort(ids.begin(), ids.end(), by_logit);
+    std::sort(keys.begin(), keys.end());
   }
+  std::vector<int32_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(keys[i] & 0xFFFFFFFFu);
   // p_i = exp((z_i − z_max) / T) / Σ, over the n candidates; z_max = logits[ids[0]].
   std::vector<double> p(n);
   const double inv_t = 1.0 / static_cast<double>(opt.temperature), zmax = logits[ids[0]];

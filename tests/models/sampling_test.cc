@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -121,6 +122,58 @@ TEST(Sampling, SameSeedSameTokensOneCounterPerDraw) {
   }
   EXPECT_EQ(a.offset, 200u);
   EXPECT_GT(differ, 50);  // another seed, another stream
+}
+
+// The draw as its specification reads (the candidates sorted through their ids by logit, highest first, ties by
+// lower id; the inverse CDF in that order), against sample_token's sort of integer keys: the same token for every
+// row and uniform, on rows with ties, -0 beside +0, ±inf, NaN and the extremes of float's range.
+int32_t reference_draw(const std::vector<float>& z, const SamplingOptions& opt, double uniform) {
+  std::vector<int32_t> ids;
+  for (size_t v = 0; v < z.size(); ++v)
+    if (!std::isnan(z[v]) && z[v] != -INFINITY) ids.push_back(static_cast<int32_t>(v));
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+  size_t n = opt.top_k > 0 ? std::min(ids.size(), static_cast<size_t>(opt.top_k)) : ids.size();
+  std::vector<double> p(n);
+  double total = 0;
+  for (size_t i = 0; i < n; ++i)
+    total += p[i] = std::exp((double(z[ids[i]]) - double(z[ids[0]])) / double(opt.temperature));
+  if (opt.top_p < 1.0f) {
+    double cum = 0;
+    size_t keep = 0;
+    while (keep < n && cum < double(opt.top_p) * total) cum += p[keep++];
+    n = std::max<size_t>(keep, 1);
+    total = 0;
+    for (size_t i = 0; i < n; ++i) total += p[i];
+  }
+  const double u = uniform * total;
+  double cum = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (u < (cum += p[i])) return ids[i];
+  return ids[n - 1];
+}
+
+TEST(Sampling, DrawsAsTheSpecificationOrdersTheCandidates) {
+  Generator values{7, 0};
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3.4e38f, -3.4e38f, 1e-45f, -1e-45f, 1.0f, 1.0f};
+  for (int row = 0; row < 201; ++row) {
+    std::vector<float> z(1 + row % 97);
+    if (row == 200) z = {-0.0f, 0.0f, -0.0f, 0.0f, -1.0f, NAN};  // -0 and +0 tie: ids 0, 1, 2, 3 in that order
+    for (size_t v = 0; v < z.size() && row < 200; ++v) {
+      const float u = values.uniform();
+      z[v] = row % 3 == 0 ? std::round(u * 4.0f) - 2.0f  // many ties, -0 among them
+                          : u < 0.1f ? specials[static_cast<size_t>(u * 110.0f) % 11] : (u - 0.5f) * 20.0f;
+    }
+    if (std::none_of(z.begin(), z.end(), [](float x) { return std::isfinite(x); })) z[0] = 0.5f;
+    if (std::any_of(z.begin(), z.end(), [](float x) { return x == INFINITY; })) continue;  // all-NaN softmax: below
+    for (const SamplingOptions opt : {SamplingOptions{1.0f, 0, 1.0f}, SamplingOptions{0.7f, 5, 1.0f},
+                                      SamplingOptions{1.3f, 0, 0.6f}}) {
+      Generator g{static_cast<uint64_t>(row), 0}, same{static_cast<uint64_t>(row), 0};
+      for (int draw = 0; draw < 5; ++draw) {
+        const int32_t got = sample_token(z.data(), static_cast<int64_t>(z.size()), opt, g);
+        EXPECT_EQ(got, reference_draw(z, opt, static_cast<double>(same.uniform()))) << "row " << row;
+      }
+    }
+  }
 }
 
 TEST(Sampling, Errors) {
