@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -118,6 +119,30 @@ TEST(Trainer, LengthGivenOnResumeIsKeptForTheNextResume) {
   EXPECT_EQ(r.stop_reason, StopReason::MAX_STEPS);
 }
 
+// Runs f with writes past `limit` bytes of a file failing with EFBIG, as a full disk fails them (SIGXFSZ
+// ignored, RLIMIT_FSIZE lowered); both restored after, also when f throws.
+void with_file_size_limit(size_t limit, const std::function<void()>& f) {
+  struct sigaction ignore {}, old_action {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &old_action);
+  rlimit old_limit{};
+  getrlimit(RLIMIT_FSIZE, &old_limit);
+  rlimit small = old_limit;
+  small.rlim_cur = limit;
+  setrlimit(RLIMIT_FSIZE, &small);
+  const auto restore = [&] {
+    setrlimit(RLIMIT_FSIZE, &old_limit);
+    sigaction(SIGXFSZ, &old_action, nullptr);
+  };
+  try {
+    f();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+}
+
 // A checkpoint whose writing fails part of the way (here a file-size limit the state file exceeds, as a
 // full disk would stop it) leaves the previous checkpoint whole: every file of it as it was, not the model
 // of one step beside the state of another; the run then resumes from it.
@@ -134,17 +159,7 @@ TEST(Trainer, FailedCheckpointLeavesThePreviousOneWhole) {
   ASSERT_GT(limit, before["model.safetensors"].size());
   TrainConfig longer = load_train_config(d);
   longer.max_steps = 20;
-  struct sigaction ignore {}, old_action {};
-  ignore.sa_handler = SIG_IGN;
-  sigaction(SIGXFSZ, &ignore, &old_action);  // writes past the limit fail with EFBIG instead
-  rlimit old_limit{};
-  getrlimit(RLIMIT_FSIZE, &old_limit);
-  rlimit small = old_limit;
-  small.rlim_cur = limit;
-  setrlimit(RLIMIT_FSIZE, &small);
-  EXPECT_THROW(run_training(longer, {}, /*resume=*/true), std::runtime_error);
-  setrlimit(RLIMIT_FSIZE, &old_limit);
-  sigaction(SIGXFSZ, &old_action, nullptr);
+  EXPECT_THROW(with_file_size_limit(limit, [&] { run_training(longer, {}, /*resume=*/true); }), std::runtime_error);
   for (const char* f : files) EXPECT_EQ(file(d, f), before[f]) << f << " changed";
   EXPECT_EQ(run_training(longer, {}, /*resume=*/true).steps, 20);
 }
@@ -160,17 +175,7 @@ TEST(Trainer, FailedFirstCheckpointLeavesNoHalfWrittenModel) {
   const size_t limit = file(ref, "model.safetensors").size() / 2;
   ASSERT_GT(limit, file(ref, "config.json").size());
   c.out_dir = d;
-  struct sigaction ignore {}, old_action {};
-  ignore.sa_handler = SIG_IGN;
-  sigaction(SIGXFSZ, &ignore, &old_action);
-  rlimit old_limit{};
-  getrlimit(RLIMIT_FSIZE, &old_limit);
-  rlimit small = old_limit;
-  small.rlim_cur = limit;
-  setrlimit(RLIMIT_FSIZE, &small);
-  EXPECT_THROW(run_training(c), std::runtime_error);
-  setrlimit(RLIMIT_FSIZE, &old_limit);
-  sigaction(SIGXFSZ, &old_action, nullptr);
+  EXPECT_THROW(with_file_size_limit(limit, [&] { run_training(c); }), std::runtime_error);
   EXPECT_TRUE(std::filesystem::is_empty(d)) << "the failed first checkpoint left files in " << d;
   EXPECT_EQ(run_training(c).steps, 3);
   EXPECT_EQ(file(d, "model.safetensors"), file(ref, "model.safetensors"));
