@@ -166,7 +166,7 @@ class PackedWeight {
   memory::desc wmd;
   memory wmem;
 
-  // Column slabs (products of a few rows: gemm_packed_slabs). When the layout stores whole blocks of
+  // Column slabs (products of a few rows: gemm_slabs). When the layout stores whole blocks of
   // n_block output columns one after another (oneDNN's BA16a64b-style tags: the N blocks outermost),
   // the columns [c0, c1) of a slab with c0 a multiple of n_block are one contiguous stretch of wmem,
   // itself a weight of that layout: n_block > 0 then, else 0 (no slabs). slab_bounds: the slabs'
@@ -200,7 +200,28 @@ class PackedWeight {
   // The prim for a key, created on first use (under the weight's lock; oneDNN's own threading off).
   const Prim& prim(int64_t m, int64_t lda, int64_t ldc, bool has_bias, int64_t cols) const {
     std::lock_guard<std::mutex> lock(mu_);
-    return prim_locked(m, lda, ldc, has_bias, cols);
+    auto [it, fresh] = prims_.try_emplace(Key{m, lda, ldc, has_bias, cols});
+    if (!fresh) return it->second;
+    Prim& p = it->second;
+    try {
+      SerialOmpScope serial;  // blocking chosen for one thread
+      p.src = memory::desc({m, K}, src_type(precision), {lda, 1});
+      p.wei = columns_desc(cols);
+      p.dst = memory::desc({m, cols}, dst_type(precision), {ldc, 1});
+      if (has_bias) p.bias = memory::desc({1, cols}, Dt::f32, memory::format_tag::ab);
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      const auto d = has_bias ? dnnl::matmul::desc(p.src, p.wei, p.bias, p.dst)
+                              : dnnl::matmul::desc(p.src, p.wei, p.dst);
+      const dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
+      p.scratch = pd.scratchpad_desc();
+      p.impl = pd.impl_info_str();
+      p.prim = dnnl::matmul(pd);
+      p.ok = true;
+    } catch (const dnnl::error&) {
+      p.ok = false;
+    }
+    return p;
   }
 
   // At pack time, from the layout alone: whether slabs are on (n_block), and their bounds. Whether a
@@ -263,31 +284,6 @@ class PackedWeight {
       const auto* h = static_cast<const uint16_t*>(out.get_data_handle());
       for (size_t i = 0; i < plain_.size(); ++i) plain_[i] = bf16_to_float(h[i]);
     }
-  }
-
-  const Prim& prim_locked(int64_t m, int64_t lda, int64_t ldc, bool has_bias, int64_t cols) const {
-    auto [it, fresh] = prims_.try_emplace(Key{m, lda, ldc, has_bias, cols});
-    if (!fresh) return it->second;
-    Prim& p = it->second;
-    try {
-      SerialOmpScope serial;  // blocking chosen for one thread
-      p.src = memory::desc({m, K}, src_type(precision), {lda, 1});
-      p.wei = columns_desc(cols);
-      p.dst = memory::desc({m, cols}, dst_type(precision), {ldc, 1});
-      if (has_bias) p.bias = memory::desc({1, cols}, Dt::f32, memory::format_tag::ab);
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      const auto d = has_bias ? dnnl::matmul::desc(p.src, p.wei, p.bias, p.dst)
-                              : dnnl::matmul::desc(p.src, p.wei, p.dst);
-      const dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
-      p.scratch = pd.scratchpad_desc();
-      p.impl = pd.impl_info_str();
-      p.prim = dnnl::matmul(pd);
-      p.ok = true;
-    } catch (const dnnl::error&) {
-      p.ok = false;
-    }
-    return p;
   }
 
   mutable std::mutex mu_;
