@@ -388,6 +388,24 @@ void panel_fallback(int64_t m, const float* a, int64_t lda, const PackedWeight& 
   gemm_bias(false, true, m, N, K, a, lda, plain.data(), K, bias, c, ldc);
 }
 
+// Runs prim p on the calling thread alone: src, weights (wei: the whole packed weight, or a slab of it) and
+// dst as p's descs say, the bias when p has one (nullptr: none), the scratchpad a thread buffer.
+void execute(const PackedWeight::Prim& p, const void* src, const memory& wei, void* dst, const float* bias) {
+  const dnnl::engine& eng = cpu_engine();
+  thread_local std::vector<uint8_t> scratch;
+  const size_t ns = p.scratch.get_size();
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, memory(p.src, eng, const_cast<void*>(src))},
+      {DNNL_ARG_WEIGHTS, wei},
+      {DNNL_ARG_DST, memory(p.dst, eng, dst)},
+      {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, ns ? thread_buffer(scratch, ns) : nullptr)}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, const_cast<float*>(bias)));
+  gemm_detail::SerialOmpScope serial;
+  ensure_signal_stacks();  // signal_stack.h
+  p.prim.execute(thread_stream(), args);
+  thread_stream().wait();
+}
+
 // One int8 panel: quantize the rows of A, int32 sums (oneDNN when `p`, else the portable loop),
 // dequantize into C with the bias.
 void panel_int8(const PackedWeight::Prim* p, int64_t m, const float* a, int64_t lda, const PackedWeight& W,
@@ -402,18 +420,7 @@ void panel_int8(const PackedWeight::Prim* p, int64_t m, const float* a, int64_t 
   int32_t* acc = thread_buffer(acc_buf, static_cast<size_t>(m * N));
   quantize_rows_u8(a, m, K, lda, qa, sx, zx);
   if (p) {
-    const dnnl::engine& eng = cpu_engine();
-    thread_local std::vector<uint8_t> scratch;
-    const size_t ns = p->scratch.get_size();
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, memory(p->src, eng, qa)},
-        {DNNL_ARG_WEIGHTS, W.wmem},
-        {DNNL_ARG_DST, memory(p->dst, eng, acc)},
-        {DNNL_ARG_SCRATCHPAD, memory(p->scratch, eng, ns ? thread_buffer(scratch, ns) : nullptr)}};
-    gemm_detail::SerialOmpScope serial;
-    ensure_signal_stacks();  // signal_stack.h
-    p->prim.execute(thread_stream(), args);
-    thread_stream().wait();
+    execute(*p, qa, W.wmem, acc, nullptr);
   } else {
     int8_dot_rows(m, N, K, qa, W.plain_q().data(), acc);
   }
@@ -422,26 +429,14 @@ void panel_int8(const PackedWeight::Prim* p, int64_t m, const float* a, int64_t 
 
 void panel_onednn(const PackedWeight::Prim& p, int64_t m, const float* a, int64_t lda,
                   const PackedWeight& W, const float* bias, float* c) {
-  const dnnl::engine& eng = cpu_engine();
-  void* src = const_cast<float*>(a);
+  const void* src = a;
   if (W.precision == MatmulPrecision::MATMUL_BF16) {
     thread_local std::vector<uint16_t> a16;
     uint16_t* d = thread_buffer(a16, static_cast<size_t>(m * W.K));
     convert_rows_to_bf16(a, lda, m, W.K, d);
     src = d;
   }
-  thread_local std::vector<uint8_t> scratch;
-  const size_t ns = p.scratch.get_size();
-  std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, memory(p.src, eng, src)},
-      {DNNL_ARG_WEIGHTS, W.wmem},
-      {DNNL_ARG_DST, memory(p.dst, eng, c)},
-      {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, ns ? thread_buffer(scratch, ns) : nullptr)}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, const_cast<float*>(bias)));
-  gemm_detail::SerialOmpScope serial;
-  ensure_signal_stacks();  // signal_stack.h
-  p.prim.execute(thread_stream(), args);
-  thread_stream().wait();
+  execute(p, src, W.wmem, c, bias);
 }
 
 // The most rows a product takes column slabs for: a single row panel (gemm_packed_panel_rows).
@@ -492,25 +487,11 @@ bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, c
   auto run = [&](int64_t s) {
     const int64_t c0 = bounds[s], cols = bounds[s + 1] - c0;
     const PackedWeight::Prim& p = *prims[s];
-    const dnnl::engine& eng = cpu_engine();
     thread_local std::vector<float> out_f;
     thread_local std::vector<int32_t> out_i;
-    thread_local std::vector<uint8_t> scratch;
     void* out = int8 ? static_cast<void*>(thread_buffer(out_i, static_cast<size_t>(m * cols)))
                      : static_cast<void*>(thread_buffer(out_f, static_cast<size_t>(m * cols)));
-    const size_t ns = p.scratch.get_size();
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, memory(p.src, eng, const_cast<void*>(src))},
-        {DNNL_ARG_WEIGHTS, memory(p.wei, eng, W.columns_data(c0))},
-        {DNNL_ARG_DST, memory(p.dst, eng, out)},
-        {DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, ns ? thread_buffer(scratch, ns) : nullptr)}};
-    if (prim_bias) args.emplace(DNNL_ARG_BIAS, memory(p.bias, eng, const_cast<float*>(bias + c0)));
-    {
-      gemm_detail::SerialOmpScope serial;
-      ensure_signal_stacks();  // signal_stack.h
-      p.prim.execute(thread_stream(), args);
-      thread_stream().wait();
-    }
+    execute(p, src, memory(p.wei, cpu_engine(), W.columns_data(c0)), out, prim_bias ? bias + c0 : nullptr);
     if (int8) {
       dequantize_rows(static_cast<const int32_t*>(out), cols, m, cols, sx, zx, W.scale.data() + c0,
                       W.colsum.data() + c0, bias ? bias + c0 : nullptr, c + c0, ldc);
