@@ -20,6 +20,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -127,6 +128,18 @@ void gemm_packed_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t
   if (bias)
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
+}
+
+void gemm_rows_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* W,
+                      int64_t ldw, const float* bias, float* C, int64_t ldc, MatmulPrecision precision) {
+  const bool bf16 = precision == MatmulPrecision::MATMUL_BF16;
+  auto rounded = [bf16](float x) { return bf16 ? bf16_to_float(float_to_bf16(x)) : x; };
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t n = 0; n < N; ++n) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc = std::fma(rounded(A[i * lda + k]), rounded(W[n * ldw + k]), acc);
+      C[i * ldc + n] = bias ? acc + bias[n] : acc;
+    }
 }
 
 namespace {
@@ -243,6 +256,30 @@ class PackedWeight {
     for (int64_t i = 0; i <= slabs; ++i) slab_bounds.push_back(std::min(N, i * blocks / slabs * nb));
   }
 
+  // The row kernel (gemm_rows): on when the layout is one gemm_rows_avx512 reads and the CPU has AVX-512;
+  // `rows` then describes wmem's layout. Decided at pack time from the layout alone.
+  bool row_kernel = false;
+  PackedRows rows{};
+  mutable std::atomic<int64_t> row_runs{0};  // products the row kernel ran, for the tests
+
+  void plan_rows() {
+    const dnnl_memory_desc_t& d = wmd.data;
+    if (!cpu_has_avx512() || precision == MatmulPrecision::MATMUL_INT8) return;
+    if (d.format_kind != dnnl_blocked || d.ndims != 2 || d.extra.flags != 0 || d.offset0 != 0) return;
+    const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+    const int64_t group = precision == MatmulPrecision::MATMUL_BF16 ? 2 : 1;
+    // Inner blocks [kb a][nb b] (f32) or [kb a][nb b][group a] (bf16): "BA16a64b", "BA16a64b2a".
+    const int want = group == 1 ? 2 : 3;
+    if (b.inner_nblks != want || b.inner_idxs[0] != 0 || b.inner_idxs[1] != 1) return;
+    if (group > 1 && (b.inner_idxs[2] != 0 || b.inner_blks[2] != group)) return;
+    const int64_t kb = b.inner_blks[0] * group, nb = b.inner_blks[1];
+    if (nb % 16 != 0 || nb > 64) return;
+    // N blocks outermost, each all of (padded) K, dense: the same check as plan_slabs.
+    if (b.strides[0] != kb * nb || b.strides[1] != d.padded_dims[0] * nb || d.padded_dims[0] % kb != 0) return;
+    rows = PackedRows{wmem.get_data_handle(), N, K, nb, group, b.strides[1]};
+    row_kernel = true;
+  }
+
   // A slab holds about kSlabBytes of the weight (an even count of slabs, so two threads share them
   // evenly); weights under kSlabMinBytes are read by one thread (a fork/join would cost more than it saves).
   static constexpr int64_t kSlabBytes = int64_t(1) << 20, kSlabMinBytes = int64_t(1) << 19;
@@ -333,6 +370,7 @@ std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64
       thread_stream().wait();
       pw->packed = true;
       pw->plan_slabs();
+      pw->plan_rows();
       return pw;
     } catch (const dnnl::error&) {
       pw->packed = false;  // no oneDNN support: plain copy below
@@ -358,6 +396,10 @@ int64_t packed_column_slabs(const PackedWeight& W) {
 }
 
 int64_t gemm_packed_slab_runs(const PackedWeight& W) { return W.slab_runs.load(std::memory_order_relaxed); }
+
+int64_t gemm_packed_row_kernel_runs(const PackedWeight& W) { return W.row_runs.load(std::memory_order_relaxed); }
+
+bool packed_for_row_kernel(const PackedWeight& W) { return W.row_kernel; }
 
 int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K) {
   // At most 128 rows per panel, inside the range of panel heights at which one thread's packed
@@ -514,6 +556,38 @@ bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, c
   return true;
 }
 
+// C (m, N) = A · Wᵀ (+ bias) for m ≤ kRowKernelRows rows in the row kernel (gemm_packed.h): bf16 rounds
+// the rows once; the blocks of columns go to the threads in contiguous runs when the weight is large
+// enough to pay for the team (kSlabMinBytes), else to the calling thread. Each output is one fma chain,
+// so the split changes no bit.
+void gemm_rows(int64_t m, const float* a, int64_t lda, const PackedWeight& W, const float* bias, float* c,
+               int64_t ldc) {
+  const int64_t K = W.K;
+  if (W.precision == MatmulPrecision::MATMUL_BF16) {
+    thread_local std::vector<uint16_t> a16;
+    thread_local std::vector<float> widened;
+    uint16_t* h = thread_buffer(a16, static_cast<size_t>(m * K));
+    float* f = thread_buffer(widened, static_cast<size_t>(m * K));
+    convert_rows_to_bf16(a, lda, m, K, h);
+    for (int64_t i = 0; i < m * K; ++i) f[i] = bf16_to_float(h[i]);
+    a = f;
+    lda = K;
+  }
+  const PackedRows& w = W.rows;
+  const int64_t blocks = ceil_div(W.N, w.n_block);
+  const int64_t bytes = W.N * K * int64_t(memory::data_type_size(data_type(W.precision)));
+  if (bytes < PackedWeight::kSlabMinBytes || omp_get_max_threads() == 1 || omp_in_parallel()) {
+    gemm_rows_avx512(w, m, a, lda, bias, c, ldc, 0, blocks);
+  } else {
+#pragma omp parallel
+    {
+      const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+      gemm_rows_avx512(w, m, a, lda, bias, c, ldc, t * blocks / T, (t + 1) * blocks / T);
+    }
+  }
+  W.row_runs.fetch_add(1, std::memory_order_relaxed);
+}
+
 }  // namespace
 
 void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, const float* bias,
@@ -529,6 +603,7 @@ void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, 
   }
   const int64_t mt = gemm_packed_panel_rows(M, N, K);
   const int64_t n_panels = ceil_div(M, mt), last = M - (n_panels - 1) * mt;
+  if (M <= kRowKernelRows && W.row_kernel) return gemm_rows(M, A, lda, W, bias, C, ldc);
   if (n_panels == 1 && M <= kSlabRows && !W.slab_bounds.empty() && gemm_slabs(M, A, lda, W, bias, C, ldc)) return;
   // bf16 panels are converted into a dense buffer (lda = K) before the call.
   const bool int8 = W.precision == MatmulPrecision::MATMUL_INT8;

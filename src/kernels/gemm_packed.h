@@ -25,10 +25,12 @@
 //
 // Determinism: C is cut into fixed row panels chosen from (M, N, K) only, each panel one
 // single-threaded oneDNN call (or the fallback), so results are bitwise identical for any thread
-// count, as for kernels::gemm. A product of a few rows (at most 16: decoding, one panel) with a large
-// weight is cut by columns instead, into slabs fixed at pack time from the weight's shape and
-// precision (about 1 MiB of weight each, whole blocks of oneDNN's layout): a one-row product reads
-// the whole weight for little arithmetic, and one thread cannot draw the memory bandwidth two can.
+// count, as for kernels::gemm. A product of a few rows (decoding) reads the whole weight for little
+// arithmetic, and one thread cannot draw the memory bandwidth two can, so such products are cut by
+// columns instead: up to kRowKernelRows rows in f32 or bf16 run in the row kernel below (blocks of
+// columns over the threads, each output one fma chain); other products of at most 16 rows (one panel)
+// with a large weight run as column slabs fixed at pack time from the weight's shape and precision
+// (about 1 MiB of weight each, whole blocks of oneDNN's layout, each slab one oneDNN call).
 //
 // Unlike the rest of the kernel layer this allocates (the packed copy, oneDNN primitives cached per
 // panel height; gemm_packed_scalar, the TFM_FORCE_SCALAR path, its rounded or quantized operands on
@@ -78,8 +80,52 @@ int64_t gemm_packed_slab_runs(const PackedWeight& W);
 // Row panels for M output rows: a function of the shape only. Exposed for the tests.
 int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K);
 
-// bfloat16 as used above: the top 16 bits of the float32 after rounding to nearest even; NaN maps
-// to a quiet NaN (0x7FC0 with the sign), ±inf stays ±inf, overflow rounds to ±inf.
+// The row kernel: a product of at most kRowKernelRows rows (decoding: one token per sequence) reads the
+// whole weight for 2·M flops a weight element, so it is bound by memory, and oneDNN's kernels, built
+// for tall panels, read the weight at about half the rate a plain loop does. Where oneDNN's layout is
+// one this kernel reads (f32 or bf16 weights, PackedRows below) and the CPU has AVX-512, such products
+// run here, the blocks of columns spread over the threads when the weight is large.
+//
+// What it computes — the specification is gemm_rows_scalar:
+//   C[i, n] = Σ_k a[i, k]·w[n, k] (+ bias[n]), one float accumulator per output, k ascending, each
+//   step one fused multiply-add (std::fma); bf16 rounds a and w first (float_to_bf16), so every product is
+//   exact and only the sums round. The bias is added once, after the sum (no bias: the sum itself).
+// Each output is that one sum whatever M, the thread count or the columns' split, so the row kernel
+// equals its twin bit for bit; it differs from oneDNN's taller panels only in summation order.
+constexpr int64_t kRowKernelRows = 4;
+
+// A weight in the blocked layout the row kernel reads: for each block of n_block output columns (the
+// last one zero-padded), ⌈K/group⌉ runs of n_block·group elements, the group consecutive k of one
+// column side by side: element (n, k) at
+//   (n / n_block)·stride + (k / group)·n_block·group + (n % n_block)·group + k % group,
+// where stride, the elements from one block of columns to the next, is n_block times K padded as oneDNN
+// pads it (to 16 for "BA16a64b" f32, to 32 for "BA16a64b2a" bf16).
+// f32: group 1, data float; bf16: group 2, data bfloat16 bits (uint16_t). n_block ∈ {16, 32, 48, 64}.
+struct PackedRows {
+  const void* data;
+  int64_t N, K, n_block, group, stride;
+};
+
+// The AVX-512 body (gemm_packed_avx512.cc; call only when cpu_has_avx512()): the columns of blocks
+// [b0, b1) of C (m, N) = a (m, K) · Wᵀ (+ bias), 1 ≤ m ≤ kRowKernelRows. For bf16, a holds values
+// already rounded to bfloat16 (as floats). Single-threaded.
+void gemm_rows_avx512(const PackedRows& w, int64_t m, const float* a, int64_t lda, const float* bias, float* C,
+                      int64_t ldc, int64_t b0, int64_t b1);
+
+// The scalar twin (the specification above), on the plain weight W (N, K) at stride ldw; precision f32
+// or bf16.
+void gemm_rows_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* W,
+                      int64_t ldw, const float* bias, float* C, int64_t ldc, MatmulPrecision precision);
+
+// How many products with W the row kernel ran (0 where its layout is not one the kernel reads). For tests
+// and diagnostics.
+int64_t gemm_packed_row_kernel_runs(const PackedWeight& W);
+// Whether products of at most kRowKernelRows rows with W run in the row kernel. For tests and diagnostics.
+bool packed_for_row_kernel(const PackedWeight& W);
+
+// bfloat16 as used above: the top 16 bits of the float32 after rounding to nearest even; a NaN stays
+// that NaN made quiet (sign and top 7 payload bits kept, the quiet bit 0x0040 set), ±inf stays ±inf,
+// overflow rounds to ±inf.
 uint16_t float_to_bf16(float x);
 float bf16_to_float(uint16_t h);
 // dst[i*K + k] = float_to_bf16(src[i*lds + k]) for an (m, K) block. Single-threaded (callers run it

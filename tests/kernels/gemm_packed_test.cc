@@ -243,12 +243,13 @@ TEST(GemmPacked, FewRowsOfALargeWeightTakeColumnSlabs) {
     return;
   }
   // The layouts with whole column blocks one after another: oneDNN's AVX-512 kernels' (a CPU with
-  // AVX-512 but not AVX512-BF16 runs bf16 on a plain layout: no slabs).
-  const std::vector<float> A = random_matrix(3, 520, 520, rng);
-  std::vector<float> C(3 * 2100);
+  // AVX-512 but not AVX512-BF16 runs bf16 on a plain layout: no slabs). Five rows: fewer take the row
+  // kernel where it reads the layout (RowKernelEqualsItsTwinBitwise).
+  const std::vector<float> A = random_matrix(5, 520, 520, rng);
+  std::vector<float> C(5 * 2100);
   if (cpu_has_avx512()) {
     EXPECT_EQ(packed_column_slabs(*f32), 6);  // 4.4 MB: ⌈4.4 / 2⌉ pairs of about 1 MiB
-    gemm_packed(3, A.data(), 520, *f32, nullptr, C.data(), 2100);
+    gemm_packed(5, A.data(), 520, *f32, nullptr, C.data(), 2100);
     EXPECT_EQ(gemm_packed_slab_runs(*f32), 1);  // the call took them
     gemm_packed(17, random_matrix(17, 520, 520, rng).data(), 520, *f32, nullptr,
                 std::vector<float>(17 * 2100).data(), 2100);
@@ -256,40 +257,82 @@ TEST(GemmPacked, FewRowsOfALargeWeightTakeColumnSlabs) {
   }
   if (cpu_has_bf16_dot()) {
     EXPECT_EQ(packed_column_slabs(*bf16), 4);  // 2.2 MB
-    gemm_packed(3, A.data(), 520, *bf16, nullptr, C.data(), 2100);
+    gemm_packed(5, A.data(), 520, *bf16, nullptr, C.data(), 2100);
     EXPECT_EQ(gemm_packed_slab_runs(*bf16), 1);
   }
   if (cpu_has_int8_dot()) {
     const auto int8 = pack_weight(W.data(), 2100, 520, 520, MatmulPrecision::MATMUL_INT8);
     EXPECT_EQ(packed_column_slabs(*int8), 2);
-    gemm_packed(3, A.data(), 520, *int8, nullptr, C.data(), 2100);
+    gemm_packed(5, A.data(), 520, *int8, nullptr, C.data(), 2100);
     EXPECT_EQ(gemm_packed_slab_runs(*int8), 1);
   }
   // Three column blocks make two slabs, not three (two threads would share three unevenly).
   const std::vector<float> narrow = random_matrix(130, 4096, 4096, rng);
-  if (cpu_has_avx512())
+  if (cpu_has_avx512()) {
     EXPECT_EQ(packed_column_slabs(*pack_weight(narrow.data(), 130, 4096, 4096, MatmulPrecision::MATMUL_F32)), 2);
+  }
 }
 
 TEST(GemmPacked, ColumnSlabsComputeWhatTheWholeWeightComputes) {
-  // A 17-row product runs as row panels of 16 and 1 (no slabs), its last row through the whole
-  // weight's one-row primitive; the same row alone goes through the slabs: the same bits, since
-  // each slab is the whole layout's own blocks.
+  // A 21-row product runs as row panels of 16 and 5 (no slabs), its last five rows through the whole
+  // weight's five-row primitive; the same rows alone go through the slabs: the same bits, since each
+  // slab is the whole layout's own blocks.
   Rng rng(10);
   const int64_t N = 2100, K = 520;
-  ASSERT_EQ(gemm_packed_panel_rows(17, N, K), 16);
-  const std::vector<float> A = random_matrix(17, K, K, rng), W = random_matrix(N, K, K, rng),
+  ASSERT_EQ(gemm_packed_panel_rows(21, N, K), 16);
+  const std::vector<float> A = random_matrix(21, K, K, rng), W = random_matrix(N, K, K, rng),
                            b = random_matrix(1, N, N, rng);
   for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16, MatmulPrecision::MATMUL_INT8}) {
     const auto packed = pack_weight(W.data(), N, K, K, prec);
-    std::vector<float> c17(17 * N), c1(N);
-    gemm_packed(17, A.data(), K, *packed, b.data(), c17.data(), N);
-    gemm_packed(1, A.data() + 16 * K, K, *packed, b.data(), c1.data(), N);
-    // The one-row product really took the slabs, where the layout has them.
+    std::vector<float> c21(21 * N), c5(5 * N);
+    gemm_packed(21, A.data(), K, *packed, b.data(), c21.data(), N);
+    gemm_packed(5, A.data() + 16 * K, K, *packed, b.data(), c5.data(), N);
+    // The five-row product really took the slabs, where the layout has them.
     EXPECT_EQ(gemm_packed_slab_runs(*packed), packed_column_slabs(*packed) > 0 ? 1 : 0);
-    EXPECT_TRUE(bitwise_equal(c1, std::vector<float>(c17.begin() + 16 * N, c17.end()),
+    EXPECT_TRUE(bitwise_equal(c5, std::vector<float>(c21.begin() + 16 * N, c21.end()),
                               "precision " + std::to_string(int(prec))));
   }
+}
+
+TEST(GemmPacked, RowKernelEqualsItsTwinBitwise) {
+  // Products of at most kRowKernelRows rows run in the row kernel where it reads oneDNN's layout (f32
+  // wherever oneDNN packs on AVX-512; bf16 where the CPU has bf16 dot products, whose layout pairs k):
+  // each output one fma chain, k ascending, so the kernel equals gemm_rows_scalar bit for bit — odd K
+  // (bf16's last pair half padding), a ragged last block of columns, padded strides, with and without
+  // bias, small weights (the calling thread) and large ones (the blocks over the threads), one to four rows.
+  Rng rng(11);
+  struct Shape { int64_t N, K, pad; bool bias; };
+  const Shape shapes[] = {{1, 1, 0, true}, {17, 3, 2, false}, {64, 64, 0, true}, {100, 37, 3, true},
+                          {130, 257, 1, false}, {2100, 520, 0, true}, {1000, 777, 5, true}};
+  for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16}) {
+    const bool expect_kernel = cpu_has_avx512() && !force_scalar() &&
+                               (prec == MatmulPrecision::MATMUL_F32 || cpu_has_bf16_dot());
+    for (const Shape& sh : shapes) {
+      const int64_t ld = sh.K + sh.pad, ldc = sh.N + sh.pad;
+      const std::vector<float> W = random_matrix(sh.N, sh.K, ld, rng), b = random_matrix(1, sh.N, sh.N, rng);
+      const auto packed = pack_weight(W.data(), sh.N, sh.K, ld, prec);
+      const std::string what = std::string(prec == MatmulPrecision::MATMUL_F32 ? "f32" : "bf16") + " N=" +
+                               std::to_string(sh.N) + " K=" + std::to_string(sh.K);
+      EXPECT_EQ(packed_for_row_kernel(*packed), expect_kernel) << what;
+      for (int64_t M = 1; M <= kRowKernelRows; ++M) {
+        const std::vector<float> A = random_matrix(M, sh.K, ld, rng);
+        std::vector<float> C(static_cast<size_t>(M * ldc), -7.0f), Cs = C;
+        const int64_t runs = gemm_packed_row_kernel_runs(*packed);
+        gemm_packed(M, A.data(), ld, *packed, sh.bias ? b.data() : nullptr, C.data(), ldc);
+        EXPECT_EQ(gemm_packed_row_kernel_runs(*packed), runs + (expect_kernel ? 1 : 0)) << what;
+        if (!expect_kernel) continue;
+        gemm_rows_scalar(M, sh.N, sh.K, A.data(), ld, W.data(), ld, sh.bias ? b.data() : nullptr, Cs.data(), ldc,
+                         prec);
+        EXPECT_TRUE(bitwise_equal(C, Cs, what + " M=" + std::to_string(M)));  // padding of C untouched too
+      }
+    }
+  }
+  // More rows than kRowKernelRows take oneDNN's panels (or the slabs).
+  const std::vector<float> W = random_matrix(64, 64, 64, rng);
+  const auto packed = pack_weight(W.data(), 64, 64, 64, MatmulPrecision::MATMUL_F32);
+  std::vector<float> C(5 * 64);
+  gemm_packed(5, random_matrix(5, 64, 64, rng).data(), 64, *packed, nullptr, C.data(), 64);
+  EXPECT_EQ(gemm_packed_row_kernel_runs(*packed), 0);
 }
 
 TEST(GemmPacked, PanelsAreAFunctionOfTheShapeOnly) {
@@ -303,9 +346,10 @@ TEST(GemmPacked, PanelsAreAFunctionOfTheShapeOnly) {
 TEST(GemmPacked, BitwiseIdenticalForOneAndTwoThreads) {
   Rng rng(9);
   for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16, MatmulPrecision::MATMUL_INT8}) {
-    // Row panels (1000, 100 rows), and column slabs (a few rows of a weight over 1 MiB, ragged N).
+    // Row panels (1000, 100 rows), the row kernel (1, 4 rows) and column slabs (5 rows of a weight
+    // over 1 MiB, ragged N).
     for (const auto& [M, N, K] : {std::array<int64_t, 3>{1000, 384, 200}, {100, 384, 200}, {1, 2100, 520},
-                                  {5, 2100, 520}}) {
+                                  {4, 2100, 520}, {5, 2100, 520}}) {
       const std::vector<float> A = random_matrix(M, K, K, rng), W = random_matrix(N, K, K, rng),
                                b = random_matrix(1, N, N, rng);
       const auto packed = pack_weight(W.data(), N, K, K, prec);
