@@ -119,10 +119,27 @@ struct AttentionNode : Node {
   }
 };
 
-int source_index(std::vector<Tensor>& sources, const Tensor& t) {
-  for (size_t i = 0; i < sources.size(); ++i)
-    if (sources[i].same(t)) return static_cast<int>(i);
+// Roles that read one tensor share a source (one gradient buffer, each role's block written into it by
+// the kernel, which overwrites) when their column blocks are disjoint. A role whose block overlaps
+// another's on that tensor (attention of x with itself: query and key both x's columns) gets a source
+// of its own: its gradient is then added to the other's, not written over it.
+struct RoleBlock {
+  int src;
+  int64_t col, end;
+};
+int source_index(std::vector<Tensor>& sources, std::vector<RoleBlock>& taken, const Tensor& t, int64_t col,
+                 int64_t width) {
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (!sources[i].same(t)) continue;
+    bool overlaps = false;
+    for (const RoleBlock& r : taken)
+      overlaps = overlaps || (r.src == static_cast<int>(i) && col < r.end && r.col < col + width);
+    if (overlaps) continue;
+    taken.push_back({static_cast<int>(i), col, col + width});
+    return static_cast<int>(i);
+  }
   sources.push_back(t);
+  taken.push_back({static_cast<int>(sources.size() - 1), col, col + width});
   return static_cast<int>(sources.size() - 1);
 }
 
@@ -198,9 +215,10 @@ Tensor attention(const AttentionInput& q, const AttentionInput& k, const Attenti
   }
 
   std::vector<Tensor> sources;
-  node->q_src = source_index(sources, q.src);
-  node->k_src = source_index(sources, k.src);
-  node->v_src = source_index(sources, v.src);
+  std::vector<RoleBlock> taken;
+  node->q_src = source_index(sources, taken, q.src, q.col, heads.qk_width());
+  node->k_src = source_index(sources, taken, k.src, k.col, heads.qk_width());
+  node->v_src = source_index(sources, taken, v.src, v.col, heads.v_width());
   node->inputs = sources;
 
   const int64_t Ev = heads.v_width();

@@ -337,6 +337,47 @@ TEST(Attention, GradientsAccumulateAndNoTapeWithoutGrad) {
   EXPECT_TRUE(bitwise_equal(plain, out, "without the tape"));
 }
 
+// One tensor read by several roles over the same columns (attention of x with itself, no projection):
+// each role's gradient is added into x's, as when the roles read three copies of x. (The kernel writes
+// each role's gradient over its block of a shared buffer; overlapping roles get buffers of their own.)
+TEST(Attention, RolesReadingTheSameColumnsAddTheirGradients) {
+  Geometry g;
+  g.S = g.L;
+  g.Dv = g.Dh;
+  const Shape shape{g.B, g.L, g.A()};
+  const Tensor w = random_tensor(shape, 8101);
+  Generator gen{1, 0};
+  for (const bool causal : {false, true}) {
+    const AttentionMasks m{{}, {}, causal};
+    Tensor x = random_tensor(shape, 8100).requires_grad_(true);
+    const Tensor same = attention({x, 0}, {x, 0}, {x, 0}, g.heads(), true, m, 0.0f, true, gen);
+    same.backward(w);
+    // q and k the same columns, v a copy: two roles overlapping.
+    Tensor y = x.clone().requires_grad_(true), yv = x.clone().requires_grad_(true);
+    attention({y, 0}, {y, 0}, {yv, 0}, g.heads(), true, m, 0.0f, true, gen).backward(w);
+    Tensor q = x.clone().requires_grad_(true), k = x.clone().requires_grad_(true), v = x.clone().requires_grad_(true);
+    const Tensor apart = attention({q, 0}, {k, 0}, {v, 0}, g.heads(), true, m, 0.0f, true, gen);
+    apart.backward(w);
+    const std::string what = causal ? "causal" : "no mask";
+    EXPECT_TRUE(bitwise_equal(same, apart, what + ": forward"));
+    const auto gq = tfm::testing::values(q.grad()), gk = tfm::testing::values(k.grad()),
+               gv = tfm::testing::values(v.grad()), gx = tfm::testing::values(x.grad()),
+               gy = tfm::testing::values(y.grad());
+    std::vector<double> sum3, sum2, got3, got2;
+    std::vector<double> tol;
+    for (size_t i = 0; i < gx.size(); ++i) {
+      sum3.push_back(double(gq[i]) + gk[i] + gv[i]);
+      sum2.push_back(double(gq[i]) + gk[i]);
+      got3.push_back(gx[i]);
+      got2.push_back(gy[i]);
+      tol.push_back(4e-7 * (std::fabs(gq[i]) + std::fabs(gk[i]) + std::fabs(gv[i])) + 1e-30);  // two float adds
+    }
+    EXPECT_TRUE(close_abs(got3, sum3, tol, what + ": q, k, v all x"));
+    EXPECT_TRUE(close_abs(got2, sum2, tol, what + ": q and k both y"));
+    EXPECT_TRUE(bitwise_equal(tfm::testing::values(yv.grad()), gv, what + ": v's copy"));
+  }
+}
+
 // B = H = L = 1, S = 2, Dh = Dv = 1, scale 1: q = 1, k = (0, ln 3), v = (4, 8), dO = 1.
 //   No mask: s = (0, ln 3), p = (1/4, 3/4), o = 4/4 + 8·3/4 = 7;
 //     dv = p = (1/4, 3/4); dp = v = (4, 8), D = o = 7, ds = p·(dp − D) = (−3/4, 3/4);

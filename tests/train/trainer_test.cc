@@ -259,6 +259,23 @@ TEST(Trainer, ResumeWithoutCheckpointIsAClearError) {
   }
 }
 
+// Subword tokens for a built-in task are refused by name, before anything is written (the task's tokens are
+// numbers; tfm train --task reverse --tokens spm).
+TEST(Trainer, SpmTokensForATaskAreRefused) {
+  const std::string a = testing::temp_dir("taskspm");
+  for (const bool source : {true, false}) {
+    TrainConfig c = tiny(a + "/run");
+    (source ? c.src_tokens : c.tgt_tokens) = data::Tokenization::SPM;
+    try {
+      run_training(c);
+      FAIL() << "trained a task with spm tokens";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("spm does not apply to a built-in task"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(a + "/run/config.json"));
+  }
+}
+
 // A fresh run into a directory that holds another run or model (tfm train --force) replaces it with its
 // first checkpoint: a run that dies before then leaves the old run as it was; once it checkpoints, no old
 // checkpoint, weights, metrics or GPT-2 source is left beside its new config.
