@@ -37,7 +37,10 @@ namespace {
 //             = 0.6 against G ≈ 0.43–0.56), so rounding stays near one ulp.
 //             Then q = 2 − erfc(|z|) for z > 0 and q = erfc(|z|) for z < 0: the negative tail keeps
 //             its relative precision instead of cancelling in 1 + erf(z) (the twin's form).
-//             |z| is clamped to 10 for t (erfc(10) ≈ 2e-45 is below float's range, and e is 0 there).
+//             |z| is clamped to 10 for t, the end of G's fitted range: erfc(10) ≈ 2.1e-45 is at the
+//             bottom of float's denormals (it rounds to 2⁻¹⁴⁹ ≈ 1.4e-45), and e = exp(−z²) is itself a
+//             denormal there (exp(−100) ≈ 3.7e-44) and 0 from |z| ≈ 10.2 on (exp_ps rounds exp(−104)
+//             to 0), so beyond 10 the clamped t·G moves erfc by a few denormal units at most.
 // e is exp_ps of −x²/2 with x² = h + l split exactly by an FMA (h = x·x rounded, l = fma(x, x, −h)):
 // e = exp(−h/2)·(1 − l/2), so the rounding of x² (relative 6e-8, i.e. an absolute 6e-8·x²/2 in the
 // exponent, 1e-6 at |x| = 6) does not reach e. |x| is clamped to 15 there, where e is already 0
@@ -226,7 +229,8 @@ void grad_map(const float* dy, const float* x, float* dx, int64_t n, Grad grad) 
 
 }  // namespace
 
-// relu(x + b) = max(x + b, 0): _mm512_max_ps(v, 0) returns 0 for NaN and −0, like `v > 0 ? v : 0`.
+// relu(x + b) = max(x + b, 0): _mm512_max_ps(v, 0) returns 0 for NaN and −0, like `v > 0 ? v : 0`
+// (torch.relu keeps NaN: kernels.h lists ReLU's departures from PyTorch).
 // gelu(x + b), gelu_tanh(x + b) by gelu_ps, gelu_tanh_ps; the gated kinds by gated_forward_rows.
 bool bias_activation_forward_avx512(Activation k, const float* x, const float* bias, float* y,
                                     int64_t N, int64_t F) {
@@ -297,6 +301,8 @@ void relu_dropout_backward_avx512(const float* dy, const float* y, float* dx, in
 }
 
 // relu_dropout_backward_avx512 with y widened from bfloat16 (bits << 16, exact) before the same compare.
+// Its scalar twin is relu_dropout_backward_bf16_scalar in activation.cc (a plain float function, not a
+// template of activation_scalar.h).
 void relu_dropout_backward_bf16_avx512(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p) {
   const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(1.0f / (1.0f - p));
   for (int64_t i = 0; i < n; i += 16) {

@@ -46,7 +46,7 @@ T sigmoid(T x) {
 template <typename T>
 T act_plain(Activation k, T x) {
   switch (k) {
-    case Activation::RELU: return x > T(0) ? x : T(0);
+    case Activation::RELU: return x > T(0) ? x : T(0);  // NaN → 0, unlike torch.relu (kernels.h)
     case Activation::GELU: return gelu(x);
     case Activation::GELU_TANH: return gelu_tanh(x);
     default: return x;

@@ -409,6 +409,10 @@ __attribute__((noinline)) void forward_tile(const AttentionParams& p, const Drop
         float* sj = st + j * Br + 16 * v;
         __m512 s = _mm512_loadu_ps(sj);
         if (hd.mask) {
+          // The scores are transposed: this vector is one key j against 16 consecutive queries
+          // i = i0 + 16v + lane, so mask(i, j) for its lanes is a column of the row-major (L,S) mask,
+          // one element every S floats: a gather at lane·S (lane_S, scaled by 4 bytes) from
+          // mask(i0 + 16v, j0 + j). Lanes past the tile's last query (not in valid) read nothing, 0.
           const __m512 mk = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), valid[v], lane_S,
                                                      hd.mask + (i0 + 16 * v) * S + j0 + j, 4);
           s = _mm512_fmadd_ps(s, scale, mk);
@@ -430,6 +434,9 @@ __attribute__((noinline)) void forward_tile(const AttentionParams& p, const Drop
       const __m512 m_use =
           _mm512_mask_mov_ps(m_new, _mm512_cmpeq_ps_mask(m_new, neg_inf), _mm512_setzero_ps());
       const __m512 a = exp_ps(_mm512_sub_ps(m[v], m_use));
+      // l ← l·exp(m_old − m_new) + Σ_j exp(s_ij − m_new), undropped: lsum adds each e before the
+      // dropout mask is applied, because dropout acts on softmax's output p = e/l, so the normaliser
+      // l must not see the mask. Only the e stored for the product with V are dropped (and scaled).
       __m512 lsum = _mm512_setzero_ps();
       const uint64_t cbase = dr.offset + static_cast<uint64_t>((hd.bh * p.L + i0 + 16 * v) * S + j0);
       for (int64_t j = 0; j < nk; ++j) {
@@ -556,7 +563,7 @@ __attribute__((noinline)) void backward_pair(const BackwardCall& c, const Head& 
     const float lse = p.lse[hd.bh * p.L + ia];
     // A row with no unmasked key (lse = −inf) gets p = exp(s − (+inf)) = 0: no gradient, no NaN.
     const __m512 lse_v = _mm512_set1_ps(lse == -kInf ? kInf : lse);
-    const __m512 Dv = _mm512_set1_ps(ws.D[ia]);
+    const __m512 Di = _mm512_set1_ps(ws.D[ia]);  // D_i in every lane
     const uint64_t cbase = c.dr.offset + static_cast<uint64_t>((hd.bh * p.L + ia) * S + j0);
     for (int64_t v = 0; v < nvk; ++v) {
       const __mmask16 jvalid = first_n(nk - 16 * v);
@@ -584,7 +591,7 @@ __attribute__((noinline)) void backward_pair(const BackwardCall& c, const Head& 
         dp = _mm512_maskz_mul_ps(keep, dp, ik);
       }
       // scale·ds_ij = scale·(p_ij·(dp_ij − D_i))
-      const __m512 ds = _mm512_mul_ps(scale, _mm512_mul_ps(pe, _mm512_sub_ps(dp, Dv)));
+      const __m512 ds = _mm512_mul_ps(scale, _mm512_mul_ps(pe, _mm512_sub_ps(dp, Di)));
       _mm512_storeu_ps(sp, pd);
       _mm512_storeu_ps(dpp, ds);
     }
@@ -657,7 +664,11 @@ void backward_pair_of(const BackwardCall& c, const Head& hd, int64_t i0, int64_t
   }
 }
 
-// First query row that can see key j0 (causal: earlier query tiles are fully masked).
+// First row of the first query tile that can see key j0 (causal: earlier query tiles are fully
+// masked). Key j0 is first seen by query i = j0, which lies in the tile starting at ⌊j0/kBr⌋·kBr —
+// correct only because every backward query tile starts at a multiple of kBr (backward_key_tile steps
+// from here by kBr; scheme 2 passes backward_query_tile i0 = (t mod nqt)·kBr). With kBc = kBr, j0
+// (a multiple of kBc) is already one, and the result is j0 itself.
 inline int64_t first_query_tile_row(const AttentionParams& p, int64_t j0) {
   return p.causal ? (j0 / kBr) * kBr : 0;
 }

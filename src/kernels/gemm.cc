@@ -28,7 +28,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // Row panels of at most kMaxPanelRows rows, an even number of them (≥ 2) so two threads share
-// evenly; tall-skinny outputs with few rows (M < 128, e.g. decoding) are cut into column panels
+// evenly; short, wide outputs with few rows (M < 128, e.g. decoding) are cut into column panels
 // instead. At most 512 rows, and no fewer than needed: a 512-row panel already amortizes A's packing
 // and the kernel's blocking as the whole matrix would, while shorter panels amortize them over fewer
 // rows (bench/bench_gemm.cc on the transformer shapes; the figures are in bench/RESULTS.md, "Design
@@ -134,6 +134,10 @@ GemmPlan gemm_plan(int64_t M, int64_t N, int64_t K) {
   GemmPlan p{M, N};
   if (M * N * K < kSerialWork) return p;  // one serial call, no thread team
   if (M >= 2 * kMinPanelRows) {
+    // M split into an even number of panels, each height rounded up to a multiple of 16 rows (still
+    // ≤ kMaxPanelRows, itself a multiple of 16; the last panel takes what is left), so every panel
+    // but the last starts on a row that is a multiple of 16: M = 1000 gives 512 + 488. Neither this
+    // file nor bench/RESULTS.md records a measurement behind the 16.
     p.mt = std::min(M, round_up(ceil_div(M, even_count(M, kMaxPanelRows)), 16));
   } else if (N >= 2 * kMinPanelRows) {
     p.nt = std::min(N, round_up(ceil_div(N, even_count(N, kMaxPanelCols)), 64));

@@ -46,6 +46,8 @@ void gemm_bf16_scalar(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 
 // dst[i] = float_to_bf16(src[i]) for n floats, over the OpenMP team in fixed blocks (elementwise:
 // the same bits for any thread count); AVX-512 where cpu_has_avx512(), the scalar rounding otherwise.
+// Each block is one convert_rows_to_bf16 call (gemm_packed.h), so its twin is that function's,
+// convert_rows_to_bf16_scalar (tests/kernels/gemm_bf16_test.cc compares them).
 void convert_to_bf16(const float* src, int64_t n, uint16_t* dst);
 
 // AVX512-BF16 (vdpbf16ps) or AMX-BF16, and not forced scalar: gemm_bf16 runs on bf16 dot-product

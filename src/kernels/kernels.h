@@ -37,6 +37,11 @@
 //         in gemm_bf16.h and gemm_packed.h, beside the packed weight and the bfloat16 rounding they
 //         share, not here.
 //       - attention_exp_avx512 is not a kernel: it exposes attention's vector exp to its test.
+//         Neither it nor exp_ps (common_avx512.h), the vector exp it wraps, has a twin: the test
+//         (tests/kernels/attention_test.cc, VectorExpWithinTwoUlp) measures it against std::exp in
+//         double rounded to float, ≤ 2 ulp over the normal range, plus ±inf, 0, −200 and NaN.
+//       - convert_to_bf16 (gemm_bf16.h) has no twin of its own: it runs convert_rows_to_bf16 over fixed
+//         blocks, and convert_rows_to_bf16_scalar (gemm_packed.h) is its twin.
 //   * results do not depend on the thread count: work is split in fixed-size chunks whose reduction
 //     order never changes with the number of threads.
 //   * row-major everywhere; shapes use the legend B batch, T/L target (query) length, S source (key)
@@ -145,7 +150,10 @@ struct AttentionParams {
   bool bf16 = false;
 };
 
-// Forward: writes o (and lse if non-null). Memory O(L + S) per tile, never (L,S).
+// Forward: writes o (and lse if non-null). Never an (L,S) buffer. Memory (attention_avx512.cc):
+// per-thread tile scratch of O(Br·(Dh + Bc + Dv)) floats (Br ≤ 64 queries, Bc = 64 keys), the same for
+// every L and S; plus, when L·S ≥ 256² or bf16, one copy of K and V for all heads, B·H·S·(Dh + Dv)
+// floats (half as many words in bf16). The scalar twin uses no scratch.
 void attention_forward(const AttentionParams& p);
 void attention_forward_scalar(const AttentionParams& p);
 
@@ -154,6 +162,10 @@ void attention_forward_scalar(const AttentionParams& p);
 //   ds_ij = p_ij (dp_ij − D_i);  dq_i = scale Σ_j ds_ij k_j;  dk_j = scale Σ_i ds_ij q_i
 // dout has o's layout; dq, dk, dv have q's, k's, v's layout (same strides) and are OVERWRITTEN on
 // the (b, i, h, ·) elements they address (packed buffers: the three blocks are disjoint).
+// Memory (attention_avx512.cc): per-thread scratch of one key tile, O(Bc·(Dh + Dv) + Br·Bc) with
+// Br = Bc = 64, plus D (L floats); when L·S ≥ 256² or bf16, copies of q, k, v and dout for all heads,
+// O(B·H·(L + S)·(Dh + Dv)), and when L·S ≥ 256² a float dq (B·H·L·Dh) accumulated before its copy
+// into the caller's dq. Never an (L,S) buffer. The scalar twin uses no scratch.
 void attention_backward(const AttentionParams& p, const float* dout, float* dq, float* dk,
                         float* dv);
 void attention_backward_scalar(const AttentionParams& p, const float* dout, float* dq, float* dk,
@@ -227,14 +239,21 @@ void rms_norm_backward_scalar(const float* dy, const float* x, const float* w, c
 // ---- Activations (tfm::Activation, tfm/activation.h) ----------------------------------------------
 // Plain: y = f(x), x and y (N,F).  Gated: x (N,2F) = [a | b] per row, y (N,F) = a ⊙ g(b)
 // (F.glu's convention: the gate is the second half).
-//   RELU       max(x, 0)
+//   RELU       x > 0 ? x : 0 (max(x, 0), but see NaN below)
 //   GELU       x·Φ(x) = 0.5·x·(1 + erf(x/√2))
-//   GELU_TANH  0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+//   GELU_TANH  0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): PyTorch's F.gelu(x, approximate='tanh')
 //   GLU        a·σ(b)
 //   GEGLU      a·gelu(b)
 //   SWIGLU     a·silu(b) = a·b·σ(b)
 // y may alias x for plain activations. The backward overwrites dx (x's shape) from dy (y's shape):
 // relu' = [x > 0]; gelu' = Φ(x) + x·φ(x); glu: da = dy·g(b), db = dy·a·g'(b).
+// ReLU departs from PyTorch on non-finite values, in the scalar twin and the AVX-512 body alike:
+//   * forward: relu(NaN) = 0 (`x > 0 ? x : 0`; vmaxps(x, 0) returns its second operand for a NaN),
+//     where torch.relu(NaN) = NaN;
+//   * backward: dx = dy·[x > 0] multiplies, where PyTorch's threshold_backward selects
+//     (relu's output ≤ 0 ? 0 : dy). Where x ≤ 0 a NaN or ±inf dy gives NaN here (NaN·0, inf·0), 0 in
+//     PyTorch; where x is NaN, dx = dy·0 (0 for a finite dy) here, dy in PyTorch (NaN ≤ 0 is false).
+// relu_dropout_backward (below) selects instead.
 void activation_forward(Activation k, const float* x, float* y, int64_t N, int64_t F);
 void activation_forward_scalar(Activation k, const float* x, float* y, int64_t N, int64_t F);
 void activation_backward(Activation k, const float* dy, const float* x, float* dx, int64_t N,
@@ -255,8 +274,9 @@ void bias_activation_forward_scalar(Activation k, const float* x, const float* b
 // bitwise dropout_forward(bias_activation_forward(RELU)). x, y (N, F), bias (F) or null; y may
 // alias x. The backward needs only y: where y > 0 the element was kept and relu was open, so
 //   dx = y > 0 ? dy / (1 − p) : 0
-// (PyTorch's threshold_backward selects rather than multiplies, so a NaN dy where relu was shut or
-// the element dropped gives 0 here as in PyTorch).
+// It selects, unlike activation_backward(RELU): a NaN or ±inf dy where y ≤ 0 gives 0. Where relu was
+// shut that is PyTorch's result too (threshold_backward selects); where relu was open but the element
+// dropped, PyTorch's dropout backward multiplies dy by the mask's 0 and gives NaN, this gives 0.
 void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int64_t N, int64_t F,
                                const DropoutSpec& drop);
 void bias_relu_dropout_forward_scalar(const float* x, const float* bias, float* y, int64_t N,
@@ -324,6 +344,9 @@ void log_softmax_rows(const float* logits, int64_t N, int64_t V, double* lse, in
 // The twin: log_softmax_row_scalar row by row.
 void log_softmax_rows_scalar(const float* logits, int64_t N, int64_t V, double* lse, int64_t* argmax);
 // dlogits_n = scale_n · (softmax(z) − (1−ε)·onehot(t) − ε/V)  (overwrite; zero for ignored rows).
+// scale (N): scale_n = ∂L/∂loss_n, the gradient of the reduced loss L with respect to row n's loss:
+// dy/count for reduction='mean' over the count rows not ignored (ops::cross_entropy, src/ops/loss.cc,
+// passes that to every row; 0 when count = 0).
 void cross_entropy_backward(const float* logits, const int32_t* target, const float* lse,
                             const float* scale, float* dlogits, int64_t N, int64_t V,
                             int32_t ignore_index, float label_smoothing);
@@ -381,6 +404,10 @@ inline bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
 // scale[n]), −127, 127); a row of zeros gets scale 0 and q 0. W (N, K) at stride ldw ≥ K; q (N, K)
 // dense; scale (N). Overwrites q and scale. The scalar twin is the only body: it runs once per
 // weight (at pack or quantize time), never per call.
+// W must be finite: a NaN is skipped by the max and quantizes to −127 (to 0 when the row's other
+// weights are all zero: scale 0); an infinite weight makes scale[n] = inf, itself −127 (±inf/inf = NaN) and the row's
+// finite weights 0. Model directories refuse NaN and infinite weights when they are loaded
+// (src/models/model_dir.cc), so `tfm quantize` and the int8 pack of a loaded model never see one.
 void quantize_rows_s8(const float* W, int64_t N, int64_t K, int64_t ldw, int8_t* q, float* scale);
 // Activations, per row, asymmetric: lo = min(0, min_k x), hi = max(0, max_k x), scale[m] = (hi − lo) /
 // 255 (1 for a row of zeros), zero[m] = round(−lo / scale[m]) ∈ [0, 255], q[m,k] = clamp(round(x[m,k] ·

@@ -6,7 +6,12 @@
 //
 // Precision: the moments are accumulated and the formulas evaluated in double, like the scalar
 // template, so the two differ only by the order of the moment sums (and then by at most a rounding of
-// y); dw and db are bitwise the twin's.
+// y). db is bitwise the twin's: the same float adds of dy, in the same order. dw += float(dy·x̂) is the
+// twin's float operation, but on this body's x̂ = (x − μ)·rstd, whose μ and rstd (row_moments, summed
+// in another order) may differ from the twin's in the last bits of a double; the float rounding of
+// dy·x̂ differs only where the double product lies that close to a rounding boundary between two
+// floats (then by one ulp). That is rare, not excluded: tests/kernels/layer_norm_test.cc asserts equal
+// bits on its fixed inputs.
 // GCC 12's intrinsic headers seed the pass-through operand of _mm512_cvtps_pd and
 // _mm512_extractf64x4_pd with an "undefined" vector, which -Wmaybe-uninitialized / -Wuninitialized
 // report from inside the header; the value is never read.
@@ -48,6 +53,10 @@ static void row_moments(const float* xr, int64_t D, float eps, double& mu_out, d
     q1 = _mm512_fmadd_pd(c1, c1, q1);
   }
   double var = _mm512_reduce_add_pd(_mm512_add_pd(q0, q1)) / static_cast<double>(D);
+  // A two-pass variance is a sum of rounded squares, never negative, so `var > 0 ? var : 0` changes
+  // no finite var (it would guard the one-pass E[x²] − μ², which rounding can push below 0). It does
+  // map a NaN var (x holding NaN or ±inf) to 0, giving rstd = 1/√eps where the twin's std::max keeps
+  // NaN; y is non-finite in both.
   mu_out = mu;
   r_out = 1.0 / std::sqrt((var > 0.0 ? var : 0.0) + static_cast<double>(eps));
 }

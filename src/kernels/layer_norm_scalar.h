@@ -25,6 +25,9 @@ void row_moments(const T* xr, int64_t D, T eps, double& mu, double& r) {
   double v = 0;
   for (int64_t d = 0; d < D; ++d) v += (xr[d] - mu) * (xr[d] - mu);
   v /= static_cast<double>(D);
+  // v is a sum of rounded squares, never negative: std::max(v, 0) changes no finite v (it would guard
+  // the one-pass E[x²] − μ², which rounding can push below 0). A NaN v (x holding NaN or ±inf) passes
+  // through it (NaN < 0 is false), so rstd is NaN; the AVX-512 body maps that NaN to 0 instead.
   r = 1.0 / std::sqrt(std::max(v, 0.0) + static_cast<double>(eps));
 }
 

@@ -24,13 +24,16 @@ void quantize_rows_s8(const float* W, int64_t N, int64_t K, int64_t ldw, int8_t*
     const float s = amax / 127.0f;
     scale[n] = s;
     int8_t* qn = q + n * K;
-    if (!(s > 0.0f)) {  // a row of zeros (or of NaN)
+    if (!(s > 0.0f)) {  // a row of zeros (or of zeros and NaN: the max skips NaN, so amax = 0)
       for (int64_t k = 0; k < K; ++k) qn[k] = 0;
       continue;
     }
     for (int64_t k = 0; k < K; ++k) {
       float v = std::nearbyint(w[k] / s);
-      v = max_keep(v, -127.0f);  // NaN → −127 (and inf/inf never occurs: s is finite or inf, then w/s ≤ 1)
+      // NaN → −127 (max_keep keeps −127 when v is NaN). w/s is NaN for a NaN weight (the max skipped it,
+      // so s is the rest's) and for an infinite one: amax = inf makes s = inf, and ±inf/inf = NaN, so
+      // +inf and −inf both come out −127 while the row's finite weights become 0 (w/inf = ±0).
+      v = max_keep(v, -127.0f);
       v = min_keep(v, 127.0f);
       qn[k] = static_cast<int8_t>(v);
     }

@@ -26,8 +26,9 @@ inline void transpose16x16(__m512 r[16]) {
     u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
     u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
   }
-  // v[c] (c < 4): lanes = column c of rows 0-3, column c+8 of rows 0-3, column c of rows 4-7, c+8 of 4-7;
-  // v[4 + c]: the same for columns c+4, c+12; v[8..15]: rows 8-15.
+  // t is reused. With h = 0 (rows 0-7) and h = 8 (rows 8-15), c < 4: the 128-bit lanes of t[h + c] are
+  // column c of rows h..h+3, column c+8 of rows h..h+3, column c of rows h+4..h+7, column c+8 of rows
+  // h+4..h+7; t[h + 4 + c] holds the same for columns c+4 and c+12.
   for (int h = 0; h < 16; h += 8)
     for (int c = 0; c < 4; ++c) {
       t[h + c] = _mm512_shuffle_f32x4(u[h + c], u[h + 4 + c], 0x88);

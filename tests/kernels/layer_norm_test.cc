@@ -6,8 +6,13 @@
 // hand-checked case. The finite-difference check of the backward is in gradcheck_test.cc.
 //
 // Expected agreement, derived:
-//   * dw, db: the SIMD body performs the same float operations in the same order per element as the
+//   * db: the SIMD body performs the same float adds of dy in the same order per element as the
 //     twin → bitwise equal.
+//   * dw: the same float operation, dw += float(dy·x̂), but each body's x̂ comes from its own μ and
+//     rstd (recomputed from x, the sums in a different order), which can differ in the last bits of a
+//     double. float(dy·x̂) then differs only where the double product lies within that difference of
+//     a rounding boundary between two floats — rare, not impossible. BackwardMatchesScalar asserts
+//     equal bits on its fixed inputs; other inputs may move dw by an ulp of one row's term.
 //   * y and dx: both compute in double from the same inputs; only the order of the moment sums
 //     (μ, var, mean(g), mean(g·x̂)) differs, which moves the double results by a few units of 2^-52
 //     relative to the row's magnitudes. Rounding to float can then differ by one float ulp of the

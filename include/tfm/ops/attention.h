@@ -11,7 +11,11 @@ namespace tfm::ops {
 // Masks exactly as nn.MultiheadAttention:
 //   attn_mask (L, S) or (B·H, L, S): Bool (true = may not attend) or Float32 (added; −inf allowed)
 //   key_padding_mask (B, S): Bool (true = padding, ignored) or Float32 (added)
-//   is_causal: additionally block key j > query i.
+//   is_causal: additionally block key j > query i, on top of the other masks: the top-left-aligned
+//     tril(L, S) mask of F.scaled_dot_product_attention(is_causal=True). In nn.MultiheadAttention
+//     (PyTorch ≥ 2.0) is_causal is different: only a hint that attn_mask already holds the causal
+//     mask, which must still be given. tfm's MultiheadAttention passes is_causal here as it is, so it
+//     needs no attn_mask and applies the causal mask itself.
 // A query row whose keys are all masked gets zeros (not NaN) and no gradient.
 struct AttentionMasks {
   Tensor attn_mask;
