@@ -789,7 +789,7 @@ TEST(TrainerBest, PatienceEndsARunWhoseValidationLossStopsFalling) {
   EXPECT_THROW(c.validate(), std::invalid_argument);
 }
 
-// oneDNN 2.7's JIT sgemm keeps rsp in a heap workspace while it runs (src/kernels/signal_stack.h): a signal
+// oneDNN 2.6's JIT sgemm keeps rsp in a heap workspace while it runs (src/kernels/signal_stack.h): a signal
 // handled meanwhile on a thread without an alternate signal stack wrote its frame there, and a Ctrl-C could
 // abort `tfm train` with a corrupted heap. A stream of signals at every computing thread, handled with
 // SA_ONSTACK as tfm train's and CPython's handlers are, now leaves training as it was: the weights of a run
