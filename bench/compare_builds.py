@@ -17,10 +17,11 @@ text on this one), written once into the temporary directory; they do not depend
              text's last 10%); and a row of the trainer's own tokens/s, read from DIR/metrics.csv's
              last row: the training tokens over the time since the first step began, which takes in
              that evaluation but not the process's start or the text's loading.
-  generate   tokens/s of `tfm generate --model MODEL --max-new-tokens GEN_TOKENS --seed 1` (sampling at
-             temperature 1, no prompt). tfm generate says nothing of its speed, so each measurement runs
-             it twice, a fresh process each: (GEN_TOKENS - 1) / (the wall time with GEN_TOKENS minus
-             the wall time with --max-new-tokens 1), which takes out the start and the model's loading.
+  generate   tokens/s of `tfm generate --model MODEL --max-new-tokens GEN_TOKENS --seed 1 --ignore-eos`
+             (sampling at temperature 1, no prompt, every token drawn). tfm generate says nothing of its
+             speed, so each measurement runs it twice, a fresh process each: (GEN_TOKENS - 1) / (the wall
+             time with GEN_TOKENS minus the wall time with --max-new-tokens 1), which takes out the start
+             and the model's loading.
   eval-text  wall seconds of `tfm eval --model MODEL --text T` (the whole text, in block-size windows).
 MODEL is one model directory trained at the start by the base executable (`--preset nanogpt-baby`,
 50 steps: neither command's speed depends on the weights' values), read by both executables; or
@@ -112,7 +113,7 @@ def generate_tps(tfm, model, tokens, threads, dtype="f32"):
     """Tokens/s of `tfm generate`: (tokens - 1) over the wall time of a run of `tokens` new tokens minus
     that of a run of 1 (the start and the model's loading)."""
     cmd = [tfm, "generate", "--model", model, "--seed", "1", "--threads", str(threads), "--dtype", dtype,
-           "--max-new-tokens"]
+           "--ignore-eos", "--max-new-tokens"]  # every run draws all its tokens
     one = wall(cmd + ["1"])
     many = wall(cmd + [str(tokens)])
     return (tokens - 1) / (many - one) if many > one else float("nan")

@@ -42,12 +42,11 @@ class LanguageModel : public FamilyModel {
     pos_embedding_ = learned_positions("pos_embedding", gen);
     const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.num_decoder_layers));
     visit_parameters([&](const std::string& key, Tensor& t) {
-      float* p = t.data();
       if (t.dim() > 1) {
         const bool residual = ends_with(key, "out_proj.weight") || ends_with(key, "linear2.weight");
-        const float std = static_cast<float>(residual ? residual_std : 0.02);
-        for (int64_t i = 0; i < t.numel(); ++i) p[i] = gen.normal() * std;
+        init_normal(t, static_cast<float>(residual ? residual_std : 0.02), gen);
       } else if (ends_with(key, "bias") && key.find("norm") == std::string::npos) {
+        float* p = t.data();
         for (int64_t i = 0; i < t.numel(); ++i) p[i] = 0.0f;
       }
     });

@@ -7,6 +7,8 @@
 
 #include "kernels/kernels.h"
 #include "tfm/ops/dropout.h"
+#include <algorithm>
+
 #include "tfm/ops/elementwise.h"
 #include "tfm/ops/embedding.h"
 #include "tfm/ops/layer_norm.h"
@@ -16,10 +18,23 @@
 namespace tfm {
 
 void init_uniform(Tensor& t, float low, float high, Generator& gen) {
-  const uint64_t base = gen.take(static_cast<uint64_t>(t.numel()));
   float* p = t.data();
+  if (gen.no_draws) {  // every draw 0: low, in one pass (a model about to be loaded)
+    std::fill(p, p + t.numel(), low);
+    return;
+  }
+  const uint64_t base = gen.take(static_cast<uint64_t>(t.numel()));
   for (int64_t i = 0; i < t.numel(); ++i)
     p[i] = low + (high - low) * kernels::uniform01(gen.seed, base + static_cast<uint64_t>(i));
+}
+
+void init_normal(Tensor& t, float std, Generator& gen) {
+  float* p = t.data();
+  if (gen.no_draws) {  // every draw 0
+    std::fill(p, p + t.numel(), 0.0f);
+    return;
+  }
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = gen.normal() * std;
 }
 
 void init_xavier_uniform(Tensor& t, Generator& gen) {
@@ -93,8 +108,8 @@ Tensor Dropout::forward_add(const Tensor& x, const Tensor& r) const {
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, int64_t padding_idx_, Generator& gen)
     : padding_idx(padding_idx_) {
   weight = Tensor::empty({num_embeddings, dim});
+  init_normal(weight, 1.0f, gen);
   float* p = weight.data();
-  for (int64_t i = 0; i < weight.numel(); ++i) p[i] = gen.normal();
   if (padding_idx >= 0 && padding_idx < num_embeddings)
     for (int64_t d = 0; d < dim; ++d) p[padding_idx * dim + d] = 0.0f;
   register_parameter("weight", weight);
