@@ -14,9 +14,16 @@ namespace {
 inline float min_keep(float x, float acc) { return x < acc ? x : acc; }  // vminps(x, acc)
 inline float max_keep(float x, float acc) { return x > acc ? x : acc; }  // vmaxps(x, acc)
 
+// v rounded to the nearest integer, ties to even, for |v| ≤ 2^22: adding 1.5·2^23 leaves no bits for a
+// fraction, so the addition itself rounds (to nearest even, the default mode), and subtracting it back is
+// exact — std::nearbyint's result, without a library call per element.
+inline float round_small(float v) { return (v + 12582912.0f) - 12582912.0f; }
+
 }  // namespace
 
 void quantize_rows_s8(const float* W, int64_t N, int64_t K, int64_t ldw, int8_t* q, float* scale) {
+  // Rows are independent: the threads share them (a large weight at pack time), with the same bits.
+#pragma omp parallel for schedule(static) if (N * K >= (int64_t(1) << 18))
   for (int64_t n = 0; n < N; ++n) {
     const float* w = W + n * ldw;
     float amax = 0.0f;
@@ -29,13 +36,14 @@ void quantize_rows_s8(const float* W, int64_t N, int64_t K, int64_t ldw, int8_t*
       continue;
     }
     for (int64_t k = 0; k < K; ++k) {
-      float v = std::nearbyint(w[k] / s);
+      float v = w[k] / s;
       // NaN → −127 (max_keep keeps −127 when v is NaN). w/s is NaN for a NaN weight (the max skipped it,
       // so s is the rest's) and for an infinite one: amax = inf makes s = inf, and ±inf/inf = NaN, so
       // +inf and −inf both come out −127 while the row's finite weights become 0 (w/inf = ±0).
+      // Clamping before rounding gives what rounding first would: |v| ≤ |w|/s ≤ 127 but for rounding error.
       v = max_keep(v, -127.0f);
       v = min_keep(v, 127.0f);
-      qn[k] = static_cast<int8_t>(v);
+      qn[k] = static_cast<int8_t>(round_small(v));
     }
   }
 }

@@ -3,6 +3,9 @@
 // special values, widths that are not multiples of 16, strided rows), and the round trip's error
 // within half a step. No tolerance besides that half step: both rules are exact up to the float
 // quotient, so the twins must agree bit for bit.
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -32,6 +35,54 @@ TEST(QuantizeRowsS8, HandChecked) {
   EXPECT_EQ(s[1], 0.0f);
   EXPECT_EQ((std::vector<int>{q[0], q[1], q[2], q[3]}), (std::vector<int>{50, -127, 0, 2}));
   EXPECT_EQ((std::vector<int>{q[4], q[5], q[6], q[7]}), (std::vector<int>{0, 0, 0, 0}));
+}
+
+// The rule as kernels.h states it, written plainly: q = clamp(nearbyint(w / s), −127, 127), NaN → −127.
+void quantize_rows_s8_rule(const float* W, int64_t N, int64_t K, int8_t* q, float* scale) {
+  for (int64_t n = 0; n < N; ++n) {
+    float amax = 0.0f;
+    for (int64_t k = 0; k < K; ++k) amax = std::fabs(W[n * K + k]) > amax ? std::fabs(W[n * K + k]) : amax;
+    scale[n] = amax / 127.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      const float v = scale[n] > 0.0f ? std::nearbyint(W[n * K + k] / scale[n]) : 0.0f;
+      q[n * K + k] = static_cast<int8_t>(std::isnan(v) ? -127.0f : v < -127.0f ? -127.0f : v > 127.0f ? 127.0f : v);
+    }
+  }
+}
+
+TEST(QuantizeRowsS8, EqualsTheRuleBitwiseForAnyThreadCount) {
+  // Random rows, rows whose scale is exactly 1 (max |w| = 127) holding every tie k + 1/2 in [−127, 127] and
+  // values just off the ties, −0, NaN and ±inf, a row of zeros; large enough that the threads share the rows.
+  Rng rng(21);
+  const int64_t N = 600, K = 520;
+  std::vector<float> W(static_cast<size_t>(N * K));
+  for (float& w : W) w = rng.uniform(-3.f, 3.f);
+  for (int64_t n = 0; n < 20; ++n) {
+    float* row = W.data() + n * K;
+    row[0] = n % 2 ? 127.0f : -127.0f;
+    for (int64_t k = 1; k < K; ++k) {
+      const float tie = static_cast<float>(k % 255 - 127) + 0.5f;
+      row[k] = n % 3 == 0 ? tie : n % 3 == 1 ? std::nextafter(tie, 200.0f) : std::nextafter(tie, -200.0f);
+    }
+  }
+  W[static_cast<size_t>(25 * K + 3)] = -0.0f;
+  W[static_cast<size_t>(26 * K + 4)] = std::numeric_limits<float>::quiet_NaN();
+  W[static_cast<size_t>(27 * K + 5)] = std::numeric_limits<float>::infinity();
+  W[static_cast<size_t>(28 * K + 6)] = -std::numeric_limits<float>::infinity();
+  std::fill(W.begin() + 29 * K, W.begin() + 30 * K, 0.0f);
+  std::vector<int8_t> want(W.size()), got(W.size());
+  std::vector<float> s_want(N), s_got(N);
+  quantize_rows_s8_rule(W.data(), N, K, want.data(), s_want.data());
+  for (const int threads : {1, 2}) {
+    std::fill(got.begin(), got.end(), int8_t{99});
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    quantize_rows_s8(W.data(), N, K, K, got.data(), s_got.data());
+    omp_set_num_threads(saved);
+    EXPECT_TRUE(bitwise_equal(s_got, s_want, std::to_string(threads) + " threads: scales"));
+    EXPECT_EQ(got, want) << threads << " threads";
+  }
+  EXPECT_EQ(want[static_cast<size_t>(27 * K + 5)], -127);  // +inf: inf/inf = NaN → −127 (kernels.h)
 }
 
 TEST(QuantizeRowsU8, HandChecked) {
