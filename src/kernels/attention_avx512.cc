@@ -720,9 +720,13 @@ void backward_query_tile(const BackwardCall& c, const Head& hd, int64_t i0) {
 }
 
 // Below 2^21 multiply-adds (B·H·L·S·Dh; the GEMM's kSerialWork, gemm_backend.h) a parallel region
-// costs more than it saves: run on the calling thread. Results do not depend on it.
+// costs more than it saves: run on the calling thread. A few query rows (decoding: one per sequence)
+// read every cached key and value for two multiply-adds each, so they are bound by memory, which two
+// threads read faster than one: there from 2^16 (GPT-2 small's 12 heads of 64 at one query: 86 keys).
+// Results do not depend on it.
 inline bool worth_threading(const AttentionParams& p) {
-  return p.B * p.H * p.L * p.S * std::max<int64_t>(p.Dh, 1) >= (int64_t{1} << 21);
+  const int64_t work = p.B * p.H * p.L * p.S * std::max<int64_t>(p.Dh, 1);
+  return work >= (p.L <= 16 ? int64_t{1} << 16 : int64_t{1} << 21) && p.B * p.H > 1;
 }
 
 }  // namespace

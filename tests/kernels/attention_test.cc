@@ -638,8 +638,9 @@ TEST(AttentionKernel, VectorExpWithinTwoUlp) {
 // B·H = 1 with 2 threads uses the backward's two-pass scheme while 1 thread uses the per-head
 // scheme (checked with dropout and with causal + fully masked rows); B·H = 3 and 4 use the
 // per-head scheme for both (uneven and even split); L·S ≥ 256² (400², 260·300) also packs the
-// operands into contiguous per-head blocks first. All must give the same bits. The shapes are
-// above the kernel's threading threshold (B·H·L·S·Dh ≥ 2^21), so 2 threads really run.
+// operands into contiguous per-head blocks first; one and two query rows (decoding) thread from
+// B·H·L·S·Dh ≥ 2^16. All must give the same bits. The shapes are above the kernel's threading
+// thresholds (B·H·L·S·Dh ≥ 2^21, or 2^16 for at most 16 query rows), so 2 threads really run.
 TEST(AttentionKernel, BitwiseSameForOneAndTwoThreads) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512";
   const int saved = omp_get_max_threads();
@@ -651,7 +652,9 @@ TEST(AttentionKernel, BitwiseSameForOneAndTwoThreads) {
                           {1, 1, 400, 400, 16, MaskKind::CAUSAL_FULLY_MASKED},
                           {1, 3, 197, 300, 17, MaskKind::MASK_3D},
                           {2, 2, 150, 150, 32, MaskKind::CAUSAL},
-                          {1, 2, 260, 300, 64, MaskKind::KEY_PADDING}};
+                          {1, 2, 260, 300, 64, MaskKind::KEY_PADDING},
+                          {1, 12, 1, 300, 64, MaskKind::NONE},
+                          {3, 4, 2, 150, 32, MaskKind::KEY_PADDING}};
   uint64_t seed = 777;
   for (const bool bf16 : {false, true})
   for (const Shape& s : shapes) {
