@@ -155,20 +155,24 @@ int32_t reference_draw(const std::vector<float>& z, const SamplingOptions& opt, 
 TEST(Sampling, DrawsAsTheSpecificationOrdersTheCandidates) {
   Generator values{7, 0};
   const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3.4e38f, -3.4e38f, 1e-45f, -1e-45f, 1.0f, 1.0f};
-  for (int row = 0; row < 201; ++row) {
-    std::vector<float> z(1 + row % 97);
+  // Rows 201 on are long enough for sample_token's radix sort (at least 1024 candidates), GPT-2's 50,257 among them.
+  for (int row = 0; row < 207; ++row) {
+    std::vector<float> z(row <= 200 ? 1 + row % 97 : row == 206 ? 50257 : 1024 + (row - 201) * 977);
     if (row == 200) z = {-0.0f, 0.0f, -0.0f, 0.0f, -1.0f, NAN};  // -0 and +0 tie: ids 0, 1, 2, 3 in that order
-    for (size_t v = 0; v < z.size() && row < 200; ++v) {
+    for (size_t v = 0; v < z.size() && row != 200; ++v) {
       const float u = values.uniform();
       z[v] = row % 3 == 0 ? std::round(u * 4.0f) - 2.0f  // many ties, -0 among them
                           : u < 0.1f ? specials[static_cast<size_t>(u * 110.0f) % 11] : (u - 0.5f) * 20.0f;
+      // A long row would almost always hold +inf (skipped below) or ±3.4e38 (all the mass on one token).
+      if (row > 200 && std::isfinite(z[v]) == false && z[v] > 0) z[v] = (u - 0.5f) * 20.0f;
+      if (row > 200 && std::fabs(z[v]) == 3.4e38f) z[v] = (u - 0.5f) * 20.0f;
     }
     if (std::none_of(z.begin(), z.end(), [](float x) { return std::isfinite(x); })) z[0] = 0.5f;
     if (std::any_of(z.begin(), z.end(), [](float x) { return x == INFINITY; })) continue;  // all-NaN softmax: below
     for (const SamplingOptions opt : {SamplingOptions{1.0f, 0, 1.0f}, SamplingOptions{0.7f, 5, 1.0f},
                                       SamplingOptions{1.3f, 0, 0.6f}}) {
       Generator g{static_cast<uint64_t>(row), 0}, same{static_cast<uint64_t>(row), 0};
-      for (int draw = 0; draw < 5; ++draw) {
+      for (int draw = 0; draw < (row > 200 ? 40 : 5); ++draw) {
         const int32_t got = sample_token(z.data(), static_cast<int64_t>(z.size()), opt, g);
         EXPECT_EQ(got, reference_draw(z, opt, static_cast<double>(same.uniform()))) << "row " << row;
       }
