@@ -359,7 +359,7 @@ void pack_transposed(const float* src, int64_t sl, int64_t n, int64_t Dh, float*
 // the float32 path multiplies the masked keys of a diagonal tile): only an Inf or NaN there would show, as it
 // does in PyTorch's masked matmul.
 // noinline: the BF instances stay functions of their own, the only ones holding AVX512-BF16 instructions with
-// the micro-kernel's (tests/kernels/check_bf16_isa.py checks it); a tile is far more work than a call.
+// the micro-kernel's (tests/kernels/check_isa.py checks it); a tile is far more work than a call.
 template <int NVQ, bool BF>
 __attribute__((noinline)) void forward_tile(const AttentionParams& p, const Dropout& dr, const Head& hd, int64_t i0) {
   constexpr int64_t Br = 16 * NVQ;

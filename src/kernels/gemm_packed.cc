@@ -264,11 +264,13 @@ class PackedWeight {
 
   void plan_rows() {
     const dnnl_memory_desc_t& d = wmd.data;
-    if (!cpu_has_avx512() || precision == MatmulPrecision::MATMUL_INT8) return;
+    const bool int8 = precision == MatmulPrecision::MATMUL_INT8;
+    if (!cpu_has_avx512() || (int8 && !cpu_has_int8_dot())) return;
     if (d.format_kind != dnnl_blocked || d.ndims != 2 || d.extra.flags != 0 || d.offset0 != 0) return;
     const dnnl_blocking_desc_t& b = d.format_desc.blocking;
-    const int64_t group = precision == MatmulPrecision::MATMUL_BF16 ? 2 : 1;
-    // Inner blocks [kb a][nb b] (f32) or [kb a][nb b][group a] (bf16): "BA16a64b", "BA16a64b2a".
+    const int64_t group = precision == MatmulPrecision::MATMUL_BF16 ? 2 : int8 ? 4 : 1;
+    // Inner blocks [kb a][nb b] (f32) or [kb a][nb b][group a] (bf16, int8): "BA16a64b", "BA16a64b2a",
+    // "BA16a64b4a".
     const int want = group == 1 ? 2 : 3;
     if (b.inner_nblks != want || b.inner_idxs[0] != 0 || b.inner_idxs[1] != 1) return;
     if (group > 1 && (b.inner_idxs[2] != 0 || b.inner_blks[2] != group)) return;
@@ -557,12 +559,50 @@ bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, c
 }
 
 // C (m, N) = A · Wᵀ (+ bias) for m ≤ kRowKernelRows rows in the row kernel (gemm_packed.h): bf16 rounds
-// the rows once; the blocks of columns go to the threads in contiguous runs when the weight is large
-// enough to pay for the team (kSlabMinBytes), else to the calling thread. Each output is one fma chain,
-// so the split changes no bit.
+// the rows once, int8 quantizes them once; the blocks of columns go to the threads in contiguous runs when
+// the weight is large enough to pay for the team (kSlabMinBytes), else to the calling thread. Each output
+// is one fma chain (f32, bf16) or one exact int32 sum (int8), so the split changes no bit.
 void gemm_rows(int64_t m, const float* a, int64_t lda, const PackedWeight& W, const float* bias, float* c,
                int64_t ldc) {
   const int64_t K = W.K;
+  const PackedRows& w = W.rows;
+  const int64_t blocks = ceil_div(W.N, w.n_block);
+  const int64_t bytes = W.N * K * int64_t(memory::data_type_size(data_type(W.precision)));
+  const bool serial = bytes < PackedWeight::kSlabMinBytes || omp_get_max_threads() == 1 || omp_in_parallel();
+  if (W.precision == MatmulPrecision::MATMUL_INT8) {
+    // The rows quantized once (each zero-padded to a multiple of 4 bytes, the kernel's step), the int32
+    // sums of a thread's blocks dequantized by that thread.
+    const int64_t N = W.N, K4 = ceil_div(K, 4) * 4;
+    thread_local std::vector<uint8_t> qa_buf;
+    thread_local std::vector<float> sx_buf;
+    thread_local std::vector<int32_t> zx_buf, acc_buf;
+    uint8_t* qa = thread_buffer(qa_buf, static_cast<size_t>(m * K4));
+    float* sx = thread_buffer(sx_buf, static_cast<size_t>(m));
+    int32_t* zx = thread_buffer(zx_buf, static_cast<size_t>(m));
+    int32_t* acc = thread_buffer(acc_buf, static_cast<size_t>(m * N));
+    for (int64_t i = 0; i < m; ++i) {
+      quantize_rows_u8(a + i * lda, 1, K, lda, qa + i * K4, sx + i, zx + i);
+      std::fill(qa + i * K4 + K, qa + (i + 1) * K4, uint8_t{0});
+    }
+    auto run = [&](int64_t b0, int64_t b1) {
+      gemm_rows_s8_avx512vnni(w, m, qa, K4, acc, N, b0, b1);
+      const int64_t n0 = b0 * w.n_block, n1 = std::min(N, b1 * w.n_block);
+      if (n1 > n0)
+        dequantize_rows(acc + n0, N, m, n1 - n0, sx, zx, W.scale.data() + n0, W.colsum.data() + n0,
+                        bias ? bias + n0 : nullptr, c + n0, ldc);
+    };
+    if (serial) {
+      run(0, blocks);
+    } else {
+#pragma omp parallel
+      {
+        const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+        run(t * blocks / T, (t + 1) * blocks / T);
+      }
+    }
+    W.row_runs.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (W.precision == MatmulPrecision::MATMUL_BF16) {
     thread_local std::vector<uint16_t> a16;
     thread_local std::vector<float> widened;
@@ -573,10 +613,7 @@ void gemm_rows(int64_t m, const float* a, int64_t lda, const PackedWeight& W, co
     a = f;
     lda = K;
   }
-  const PackedRows& w = W.rows;
-  const int64_t blocks = ceil_div(W.N, w.n_block);
-  const int64_t bytes = W.N * K * int64_t(memory::data_type_size(data_type(W.precision)));
-  if (bytes < PackedWeight::kSlabMinBytes || omp_get_max_threads() == 1 || omp_in_parallel()) {
+  if (serial) {
     gemm_rows_avx512(w, m, a, lda, bias, c, ldc, 0, blocks);
   } else {
 #pragma omp parallel

@@ -27,8 +27,8 @@
 // single-threaded oneDNN call (or the fallback), so results are bitwise identical for any thread
 // count, as for kernels::gemm. A product of a few rows (decoding) reads the whole weight for little
 // arithmetic, and one thread cannot draw the memory bandwidth two can, so such products are cut by
-// columns instead: up to kRowKernelRows rows in f32 or bf16 run in the row kernel below (blocks of
-// columns over the threads, each output one fma chain); other products of at most 16 rows (one panel)
+// columns instead: up to kRowKernelRows rows run in the row kernel below (blocks of columns over the
+// threads, each output one sum in a fixed order); other products of at most 16 rows (one panel)
 // with a large weight run as column slabs fixed at pack time from the weight's shape and precision
 // (about 1 MiB of weight each, whole blocks of oneDNN's layout, each slab one oneDNN call).
 //
@@ -82,16 +82,18 @@ int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K);
 
 // The row kernel: a product of at most kRowKernelRows rows (decoding: one token per sequence) reads the
 // whole weight for 2·M flops a weight element, so it is bound by memory, and oneDNN's kernels, built
-// for tall panels, read the weight at about half the rate a plain loop does. Where oneDNN's layout is
-// one this kernel reads (f32 or bf16 weights, PackedRows below) and the CPU has AVX-512, such products
-// run here, the blocks of columns spread over the threads when the weight is large.
+// for tall panels, read the weight well below the rate a plain loop does (bench/RESULTS.md, "Decoding:
+// the row kernel"). Where oneDNN's layout is one this kernel reads (PackedRows below) and the CPU has
+// AVX-512 (and VNNI for int8), such products run here, the blocks of columns spread over the threads
+// when the weight is large.
 //
-// What it computes — the specification is gemm_rows_scalar:
+// What it computes — the specification is gemm_rows_scalar for f32 and bf16:
 //   C[i, n] = Σ_k a[i, k]·w[n, k] (+ bias[n]), one float accumulator per output, k ascending, each
 //   step one fused multiply-add (std::fma); bf16 rounds a and w first (float_to_bf16), so every product is
 //   exact and only the sums round. The bias is added once, after the sum (no bias: the sum itself).
 // Each output is that one sum whatever M, the thread count or the columns' split, so the row kernel
-// equals its twin bit for bit; it differs from oneDNN's taller panels only in summation order.
+// equals its twin bit for bit; it differs from oneDNN's taller panels only in summation order. int8
+// computes what every int8 path does (exact int32 sums, dequantize_rows): the same bits as the panels.
 constexpr int64_t kRowKernelRows = 4;
 
 // A weight in the blocked layout the row kernel reads: for each block of n_block output columns (the
@@ -100,7 +102,8 @@ constexpr int64_t kRowKernelRows = 4;
 //   (n / n_block)·stride + (k / group)·n_block·group + (n % n_block)·group + k % group,
 // where stride, the elements from one block of columns to the next, is n_block times K padded as oneDNN
 // pads it (to 16 for "BA16a64b" f32, to 32 for "BA16a64b2a" bf16).
-// f32: group 1, data float; bf16: group 2, data bfloat16 bits (uint16_t). n_block ∈ {16, 32, 48, 64}.
+// f32: group 1, data float; bf16: group 2, data bfloat16 bits (uint16_t); int8: group 4, data int8_t.
+// n_block ∈ {16, 32, 48, 64}.
 struct PackedRows {
   const void* data;
   int64_t N, K, n_block, group, stride;
@@ -112,8 +115,15 @@ struct PackedRows {
 void gemm_rows_avx512(const PackedRows& w, int64_t m, const float* a, int64_t lda, const float* bias, float* C,
                       int64_t ldc, int64_t b0, int64_t b1);
 
-// The scalar twin (the specification above), on the plain weight W (N, K) at stride ldw; precision f32
-// or bf16.
+// The int8 body (gemm_rows_vnni_avx512.cc; call only when cpu_has_int8_dot()): the int32 sums
+// acc (m, N) = qa (m, K) · Wᵀ of u8 activation rows (quantize_rows_u8; each row zero-padded to a multiple of
+// 4 bytes, lda ≥ that) and the s8 weight, for the columns of blocks [b0, b1); dequantize_rows turns them
+// into C. Exact int32 sums, so bitwise those of gemm_packed_scalar's int8 twin. Single-threaded.
+void gemm_rows_s8_avx512vnni(const PackedRows& w, int64_t m, const uint8_t* qa, int64_t lda, int32_t* acc,
+                             int64_t ldacc, int64_t b0, int64_t b1);
+
+// The scalar twin of the f32 and bf16 bodies (the specification above), on the plain weight W (N, K) at
+// stride ldw; precision f32 or bf16. The int8 body's twin is gemm_packed_scalar's int8 path.
 void gemm_rows_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* W,
                       int64_t ldw, const float* bias, float* C, int64_t ldc, MatmulPrecision precision);
 

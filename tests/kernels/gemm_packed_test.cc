@@ -296,22 +296,27 @@ TEST(GemmPacked, ColumnSlabsComputeWhatTheWholeWeightComputes) {
 
 TEST(GemmPacked, RowKernelEqualsItsTwinBitwise) {
   // Products of at most kRowKernelRows rows run in the row kernel where it reads oneDNN's layout (f32
-  // wherever oneDNN packs on AVX-512; bf16 where the CPU has bf16 dot products, whose layout pairs k):
-  // each output one fma chain, k ascending, so the kernel equals gemm_rows_scalar bit for bit — odd K
-  // (bf16's last pair half padding), a ragged last block of columns, padded strides, with and without
-  // bias, small weights (the calling thread) and large ones (the blocks over the threads), one to four rows.
+  // wherever oneDNN packs on AVX-512; bf16 where the CPU has bf16 dot products, whose layout pairs k; int8
+  // where it has int8 dot products, k in fours): each f32 or bf16 output one fma chain, k ascending, so the
+  // kernel equals gemm_rows_scalar bit for bit; int8 sums are exact, equal to gemm_packed_scalar's int8
+  // twin — odd K (the last pair or four part padding), a ragged last block of columns, padded strides, with
+  // and without bias, small weights (the calling thread) and large ones (the blocks over the threads), one
+  // to four rows.
   Rng rng(11);
   struct Shape { int64_t N, K, pad; bool bias; };
   const Shape shapes[] = {{1, 1, 0, true}, {17, 3, 2, false}, {64, 64, 0, true}, {100, 37, 3, true},
                           {130, 257, 1, false}, {2100, 520, 0, true}, {1000, 777, 5, true}};
-  for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16}) {
+  for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16, MatmulPrecision::MATMUL_INT8}) {
     const bool expect_kernel = cpu_has_avx512() && !force_scalar() &&
-                               (prec == MatmulPrecision::MATMUL_F32 || cpu_has_bf16_dot());
+                               (prec == MatmulPrecision::MATMUL_F32 ||
+                                (prec == MatmulPrecision::MATMUL_BF16 ? cpu_has_bf16_dot() : cpu_has_int8_dot()));
     for (const Shape& sh : shapes) {
       const int64_t ld = sh.K + sh.pad, ldc = sh.N + sh.pad;
       const std::vector<float> W = random_matrix(sh.N, sh.K, ld, rng), b = random_matrix(1, sh.N, sh.N, rng);
       const auto packed = pack_weight(W.data(), sh.N, sh.K, ld, prec);
-      const std::string what = std::string(prec == MatmulPrecision::MATMUL_F32 ? "f32" : "bf16") + " N=" +
+      const std::string what = std::string(prec == MatmulPrecision::MATMUL_F32    ? "f32"
+                                           : prec == MatmulPrecision::MATMUL_BF16 ? "bf16"
+                                                                                  : "int8") + " N=" +
                                std::to_string(sh.N) + " K=" + std::to_string(sh.K);
       EXPECT_EQ(packed_for_row_kernel(*packed), expect_kernel) << what;
       for (int64_t M = 1; M <= kRowKernelRows; ++M) {
@@ -321,8 +326,12 @@ TEST(GemmPacked, RowKernelEqualsItsTwinBitwise) {
         gemm_packed(M, A.data(), ld, *packed, sh.bias ? b.data() : nullptr, C.data(), ldc);
         EXPECT_EQ(gemm_packed_row_kernel_runs(*packed), runs + (expect_kernel ? 1 : 0)) << what;
         if (!expect_kernel) continue;
-        gemm_rows_scalar(M, sh.N, sh.K, A.data(), ld, W.data(), ld, sh.bias ? b.data() : nullptr, Cs.data(), ldc,
-                         prec);
+        if (prec == MatmulPrecision::MATMUL_INT8)
+          gemm_packed_scalar(M, sh.N, sh.K, A.data(), ld, W.data(), ld, sh.bias ? b.data() : nullptr, Cs.data(), ldc,
+                             prec);
+        else
+          gemm_rows_scalar(M, sh.N, sh.K, A.data(), ld, W.data(), ld, sh.bias ? b.data() : nullptr, Cs.data(), ldc,
+                           prec);
         EXPECT_TRUE(bitwise_equal(C, Cs, what + " M=" + std::to_string(M)));  // padding of C untouched too
       }
     }
