@@ -726,7 +726,8 @@ void backward_query_tile(const BackwardCall& c, const Head& hd, int64_t i0) {
 // Results do not depend on it.
 inline bool worth_threading(const AttentionParams& p) {
   const int64_t work = p.B * p.H * p.L * p.S * std::max<int64_t>(p.Dh, 1);
-  return work >= (p.L <= 16 ? int64_t{1} << 16 : int64_t{1} << 21) && p.B * p.H > 1;
+  if (p.L <= 16) return work >= (int64_t{1} << 16) && p.B * p.H > 1;  // one unit (B·H) per thread at least
+  return work >= (int64_t{1} << 21);
 }
 
 }  // namespace

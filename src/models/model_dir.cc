@@ -183,8 +183,9 @@ TrainedModel load_model_dir(const std::string& dir, bool weights) {
     throw std::runtime_error(src_file + " and " + tgt_file + ": " + std::to_string(m.src_vocab.size()) + " and " +
                              std::to_string(m.tgt_vocab.size()) + " entries, but the model's config.json says " +
                              std::to_string(mc.src_vocab_size) + " and " + std::to_string(mc.tgt_vocab_size));
-  Generator init{0, 0, /*no_draws=*/weights};  // with weights, every parameter is overwritten next
-  m.model = std::make_unique<Model>(mc, init);
+  // With weights, every parameter is overwritten next: the initialisation draws nothing.
+  m.generator = std::make_unique<Generator>(Generator{0, 0, /*no_draws=*/weights});
+  m.model = std::make_unique<Model>(mc, *m.generator);
   if (weights) {
     const std::string file = model_dir::path(dir, model_dir::MODEL);
     // Zero-copy: load_state_dict copies into the parameters from the mapping (one copy, not two).
@@ -211,6 +212,7 @@ TrainedModel load_model_dir(const std::string& dir, bool weights) {
                                    " (element " + std::to_string(i) + "): not a model tfm can run");
     }
   }
+  m.generator->no_draws = false;
   m.model->eval();
   return m;
 }

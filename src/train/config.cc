@@ -97,7 +97,10 @@ void TrainConfig::validate_subwords() const {
   const bool one = text() || joint_vocab;  // one vocabulary: vocab_size / spm_model
   // A run from a model directory uses its tokenizers (its config then says spm with no sizes).
   const bool from_dir = !init_from.empty();
-  if (task && (src_spm || tgt_spm)) bad("src_tokens/tgt_tokens", "spm does not apply to a built-in task");
+  // A task's tokens are numbers, read space-separated (Run::Run sets char to space): subwords and bytes do not apply.
+  for (const Tokenization t : {src_tokens, tgt_tokens})
+    if (task && t != Tokenization::CHAR && t != Tokenization::SPACE)
+      bad("src_tokens/tgt_tokens", std::string(enum_name(t)) + " does not apply to a built-in task (its tokens are numbers)");
   if (from_dir && (src_vocab_size || tgt_vocab_size || vocab_size || !src_spm_model.empty() || !tgt_spm_model.empty() ||
                    !spm_model.empty() || joint_vocab))
     bad("init_from", "takes the vocabularies and tokenizers from the model directory; the subword fields must stay unset");

@@ -262,11 +262,11 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
     throw std::invalid_argument("train config: grad_shards " + std::to_string(c_.grad_shards) +
                                 " is not a multiple of the " + std::to_string(comm_.size()) +
                                 " processes (each process computes grad_shards / processes parts of every batch)");
-  // A task's tokens are numbers, read space-separated whatever the config's tokens say; spm stays, for
-  // validate() to refuse by name (a task has no text to learn subwords from).
+  // A task's tokens are numbers, read space-separated: char (the default) becomes space; spm, byte and
+  // gpt2 stay, for validate() to refuse by name.
   if (c_.task)
     for (data::Tokenization* t : {&c_.src_tokens, &c_.tgt_tokens})
-      if (*t != data::Tokenization::SPM) *t = data::Tokenization::SPACE;
+      if (*t == data::Tokenization::CHAR) *t = data::Tokenization::SPACE;
   if (c_.epochs == 0 && c_.max_steps == 0 && c_.time_budget == 0) c_.epochs = kDefaultEpochs;
   c_.validate();
   if (c_.init_from.empty() && c_.model.family().data == DataKind::TEXT && !c_.text())

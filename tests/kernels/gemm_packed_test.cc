@@ -344,6 +344,67 @@ TEST(GemmPacked, RowKernelEqualsItsTwinBitwise) {
   EXPECT_EQ(gemm_packed_row_kernel_runs(*packed), 0);
 }
 
+// The row kernel's bodies on blocks of 16, 32, 48 and 64 columns (oneDNN picks 64 for the reference panel
+// on the CPUs CI runs on; an AMX machine may pick 32 or 48), on a weight laid out here by PackedRows'
+// formula: f32 and bf16 against gemm_rows_scalar bit for bit, int8's int32 sums against a plain loop. The
+// padding (K to a whole K block, N to a whole column block) is NaN for f32 and bf16, whose kernels must not
+// read it into a kept output, and zero for int8, as oneDNN leaves it (the kernel reads whole fours of k).
+TEST(GemmPacked, RowKernelBodiesOnEveryColumnBlock) {
+  if (!cpu_has_avx512() || force_scalar()) GTEST_SKIP() << "no AVX-512 row kernel";
+  Rng rng(12);
+  for (const int64_t nb : {16, 32, 48, 64})
+    for (const auto& [N, K] : {std::array<int64_t, 2>{70, 37}, {16, 64}, {131, 5}}) {
+      const std::vector<float> W = random_matrix(N, K, K, rng), b = random_matrix(1, N, N, rng);
+      const int64_t blocks = (N + nb - 1) / nb;
+      for (const int64_t group : {1, 2, 4}) {
+        if (group == 4 && !cpu_has_int8_dot()) continue;
+        const int64_t kpad = (K + 16 * group - 1) / (16 * group) * (16 * group), stride = kpad * nb;
+        std::vector<float> wf(static_cast<size_t>(blocks * stride), std::numeric_limits<float>::quiet_NaN());
+        std::vector<uint16_t> wh(wf.size(), uint16_t{0x7FC0});  // bf16 NaN
+        std::vector<int8_t> wq(wf.size(), int8_t{0});
+        std::vector<int8_t> q(static_cast<size_t>(N * K));
+        std::vector<float> scale(static_cast<size_t>(N));
+        quantize_rows_s8(W.data(), N, K, K, q.data(), scale.data());
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t k = 0; k < K; ++k) {
+            const size_t at = static_cast<size_t>((n / nb) * stride + (k / group) * nb * group + (n % nb) * group + k % group);
+            wf[at] = W[n * K + k];
+            wh[at] = float_to_bf16(W[n * K + k]);
+            wq[at] = q[n * K + k];
+          }
+        const void* data = group == 1 ? static_cast<const void*>(wf.data())
+                           : group == 2 ? static_cast<const void*>(wh.data()) : static_cast<const void*>(wq.data());
+        const PackedRows rows{data, N, K, nb, group, stride};
+        const std::string what = "n_block " + std::to_string(nb) + " group " + std::to_string(group) + " N=" +
+                                 std::to_string(N) + " K=" + std::to_string(K);
+        for (int64_t M = 1; M <= kRowKernelRows; ++M) {
+          const std::vector<float> A = random_matrix(M, K, K, rng);
+          if (group == 4) {
+            const int64_t K4 = (K + 3) / 4 * 4;
+            std::vector<uint8_t> qa(static_cast<size_t>(M * K4), 0);
+            for (size_t i = 0; i < qa.size(); ++i)
+              if (static_cast<int64_t>(i) % K4 < K) qa[i] = static_cast<uint8_t>(rng.uniform(0.f, 255.99f));
+            std::vector<int32_t> acc(static_cast<size_t>(M * N), -1), want(acc.size(), 0);
+            gemm_rows_s8_avx512vnni(rows, M, qa.data(), K4, acc.data(), N, 0, blocks);
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t n = 0; n < N; ++n)
+                for (int64_t k = 0; k < K; ++k) want[i * N + n] += int32_t(qa[i * K4 + k]) * int32_t(q[n * K + k]);
+            EXPECT_EQ(acc, want) << what << " M=" << M;
+            continue;
+          }
+          std::vector<float> a = A;  // bf16: the rows as the kernel takes them, rounded
+          if (group == 2)
+            for (float& x : a) x = bf16_to_float(float_to_bf16(x));
+          std::vector<float> C(static_cast<size_t>(M * N), -7.0f), Cs = C;
+          gemm_rows_avx512(rows, M, a.data(), K, b.data(), C.data(), N, 0, blocks);
+          gemm_rows_scalar(M, N, K, A.data(), K, W.data(), K, b.data(), Cs.data(), N,
+                           group == 1 ? MatmulPrecision::MATMUL_F32 : MatmulPrecision::MATMUL_BF16);
+          EXPECT_TRUE(bitwise_equal(C, Cs, what + " M=" + std::to_string(M)));
+        }
+      }
+    }
+}
+
 TEST(GemmPacked, PanelsAreAFunctionOfTheShapeOnly) {
   EXPECT_EQ(gemm_packed_panel_rows(1, 512, 512), 1);
   EXPECT_EQ(gemm_packed_panel_rows(16, 512, 512), 16);

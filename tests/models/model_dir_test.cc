@@ -303,6 +303,27 @@ TEST(LoadModelDir, LoadsATrainedDirectoryInEvalMode) {
   for (const auto& [key, p] : params) EXPECT_TRUE(testing::bitwise_equal(p, f.tensors.at(key), key));
 }
 
+// A loaded model keeps the generator its dropout draws from (its modules point at it): put in training
+// mode, its dropout draws from that generator after load_model_dir has returned, and two forwards differ.
+TEST(LoadModelDir, ALoadedModelInTrainingDrawsFromItsOwnGenerator) {
+  const TrainedModel m = load_model_dir(trained_dir());
+  ASSERT_TRUE(m.generator);
+  EXPECT_FALSE(m.generator->no_draws);
+  EXPECT_EQ(m.generator->offset, 0u);  // the loaded weights took no draw
+  data::TokenBatch batch;
+  batch.B = 1;
+  batch.S = batch.T = 6;
+  batch.src = {4, 5, 6, 7, 4, 5};
+  batch.tgt_out = {5, 4, 7, 6, 5, 4};
+  const Tensor eval_out = m.model->forward(batch);
+  m.model->train();
+  const Tensor a = m.model->forward(batch), b = m.model->forward(batch);
+  m.model->eval();
+  EXPECT_GT(m.generator->offset, 0u);
+  EXPECT_FALSE(testing::bitwise_equal(a, b, "two dropout draws"));
+  EXPECT_TRUE(testing::bitwise_equal(m.model->forward(batch), eval_out, "eval again"));
+}
+
 TEST(LoadModelDir, ErrorsNameTheDirectoryOrFile) {
   // Vocabulary files that do not match config.json's sizes (22 task tokens a side).
   std::string d = copy_of_trained("md_badvocab");

@@ -259,21 +259,23 @@ TEST(Trainer, ResumeWithoutCheckpointIsAClearError) {
   }
 }
 
-// Subword tokens for a built-in task are refused by name, before anything is written (the task's tokens are
-// numbers; tfm train --task reverse --tokens spm).
-TEST(Trainer, SpmTokensForATaskAreRefused) {
+// Subword or byte tokens for a built-in task are refused by name, before anything is written (the task's
+// tokens are numbers; tfm train --task reverse --tokens spm).
+TEST(Trainer, SubwordOrByteTokensForATaskAreRefused) {
   const std::string a = testing::temp_dir("taskspm");
-  for (const bool source : {true, false}) {
-    TrainConfig c = tiny(a + "/run");
-    (source ? c.src_tokens : c.tgt_tokens) = data::Tokenization::SPM;
-    try {
-      run_training(c);
-      FAIL() << "trained a task with spm tokens";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("spm does not apply to a built-in task"), std::string::npos) << e.what();
+  for (const data::Tokenization t : {data::Tokenization::SPM, data::Tokenization::BYTE, data::Tokenization::GPT2_BPE})
+    for (const bool source : {true, false}) {
+      TrainConfig c = tiny(a + "/run");
+      (source ? c.src_tokens : c.tgt_tokens) = t;
+      const std::string name(enum_name(t));
+      try {
+        run_training(c);
+        FAIL() << "trained a task with " << name << " tokens";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find(name + " does not apply to a built-in task"), std::string::npos) << e.what();
+      }
+      EXPECT_FALSE(std::filesystem::exists(a + "/run/config.json"));
     }
-    EXPECT_FALSE(std::filesystem::exists(a + "/run/config.json"));
-  }
 }
 
 // A fresh run into a directory that holds another run or model (tfm train --force) replaces it with its

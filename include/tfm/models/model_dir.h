@@ -32,6 +32,7 @@
 #include "tfm/inference.h"
 #include "tfm/models/decode.h"
 #include "tfm/models/generate.h"
+#include "tfm/random.h"
 #include "tfm/models/model.h"
 
 namespace tfm {
@@ -92,7 +93,10 @@ ConfigSections read_config(const std::string& dir);
 // A trained model directory, ready for decoding, fine-tuning or resuming: the one reader of a model
 // directory (config.json is read once).
 struct TrainedModel {
-  std::string dir;               // where it was loaded from
+  std::string dir;  // where it was loaded from
+  // The generator the model's dropout draws from, should it be put in training mode (its modules keep a
+  // pointer to it, so it lives here, at a fixed address): Generator{0, 0}.
+  std::unique_ptr<Generator> generator;
   std::unique_ptr<Model> model;  // in eval mode
   data::Vocab src_vocab, tgt_vocab;
   // The tokenizers (an spm one with its model, loaded from the directory).
