@@ -20,8 +20,9 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -558,21 +559,33 @@ bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, c
   return true;
 }
 
+// Runs fn(b0, b1) over the blocks [0, blocks): on the calling thread when `serial`, else in contiguous
+// runs, one per thread of the team.
+template <class F>
+void over_blocks(bool serial, int64_t blocks, const F& fn) {
+  if (serial) return fn(int64_t{0}, blocks);
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+    fn(t * blocks / T, (t + 1) * blocks / T);
+  }
+}
+
 // C (m, N) = A · Wᵀ (+ bias) for m ≤ kRowKernelRows rows in the row kernel (gemm_packed.h): bf16 rounds
 // the rows once, int8 quantizes them once; the blocks of columns go to the threads in contiguous runs when
 // the weight is large enough to pay for the team (kSlabMinBytes), else to the calling thread. Each output
 // is one fma chain (f32, bf16) or one exact int32 sum (int8), so the split changes no bit.
 void gemm_rows(int64_t m, const float* a, int64_t lda, const PackedWeight& W, const float* bias, float* c,
                int64_t ldc) {
-  const int64_t K = W.K;
+  const int64_t N = W.N, K = W.K;
   const PackedRows& w = W.rows;
-  const int64_t blocks = ceil_div(W.N, w.n_block);
-  const int64_t bytes = W.N * K * int64_t(memory::data_type_size(data_type(W.precision)));
+  const int64_t blocks = ceil_div(N, w.n_block);
+  const int64_t bytes = N * K * int64_t(memory::data_type_size(data_type(W.precision)));
   const bool serial = bytes < PackedWeight::kSlabMinBytes || omp_get_max_threads() == 1 || omp_in_parallel();
   if (W.precision == MatmulPrecision::MATMUL_INT8) {
     // The rows quantized once (each zero-padded to a multiple of 4 bytes, the kernel's step), the int32
     // sums of a thread's blocks dequantized by that thread.
-    const int64_t N = W.N, K4 = ceil_div(K, 4) * 4;
+    const int64_t K4 = ceil_div(K, 4) * 4;
     thread_local std::vector<uint8_t> qa_buf;
     thread_local std::vector<float> sx_buf;
     thread_local std::vector<int32_t> zx_buf, acc_buf;
@@ -584,43 +597,26 @@ void gemm_rows(int64_t m, const float* a, int64_t lda, const PackedWeight& W, co
       quantize_rows_u8(a + i * lda, 1, K, lda, qa + i * K4, sx + i, zx + i);
       std::fill(qa + i * K4 + K, qa + (i + 1) * K4, uint8_t{0});
     }
-    auto run = [&](int64_t b0, int64_t b1) {
+    over_blocks(serial, blocks, [&](int64_t b0, int64_t b1) {
       gemm_rows_s8_avx512vnni(w, m, qa, K4, acc, N, b0, b1);
       const int64_t n0 = b0 * w.n_block, n1 = std::min(N, b1 * w.n_block);
       if (n1 > n0)
         dequantize_rows(acc + n0, N, m, n1 - n0, sx, zx, W.scale.data() + n0, W.colsum.data() + n0,
                         bias ? bias + n0 : nullptr, c + n0, ldc);
-    };
-    if (serial) {
-      run(0, blocks);
-    } else {
-#pragma omp parallel
-      {
-        const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
-        run(t * blocks / T, (t + 1) * blocks / T);
-      }
-    }
-    W.row_runs.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  if (W.precision == MatmulPrecision::MATMUL_BF16) {
-    thread_local std::vector<uint16_t> a16;
-    thread_local std::vector<float> widened;
-    uint16_t* h = thread_buffer(a16, static_cast<size_t>(m * K));
-    float* f = thread_buffer(widened, static_cast<size_t>(m * K));
-    convert_rows_to_bf16(a, lda, m, K, h);
-    for (int64_t i = 0; i < m * K; ++i) f[i] = bf16_to_float(h[i]);
-    a = f;
-    lda = K;
-  }
-  if (serial) {
-    gemm_rows_avx512(w, m, a, lda, bias, c, ldc, 0, blocks);
+    });
   } else {
-#pragma omp parallel
-    {
-      const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
-      gemm_rows_avx512(w, m, a, lda, bias, c, ldc, t * blocks / T, (t + 1) * blocks / T);
+    if (W.precision == MatmulPrecision::MATMUL_BF16) {  // the rows rounded, widened back to float (exact)
+      thread_local std::vector<uint16_t> a16;
+      thread_local std::vector<float> widened;
+      uint16_t* h = thread_buffer(a16, static_cast<size_t>(m * K));
+      float* f = thread_buffer(widened, static_cast<size_t>(m * K));
+      convert_rows_to_bf16(a, lda, m, K, h);
+      for (int64_t i = 0; i < m * K; ++i) f[i] = std::bit_cast<float>(uint32_t{h[i]} << 16);
+      a = f;
+      lda = K;
     }
+    over_blocks(serial, blocks,
+                [&](int64_t b0, int64_t b1) { gemm_rows_avx512(w, m, a, lda, bias, c, ldc, b0, b1); });
   }
   W.row_runs.fetch_add(1, std::memory_order_relaxed);
 }
