@@ -451,25 +451,46 @@ void execute(const PackedWeight::Prim& p, const void* src, const memory& wei, vo
   thread_stream().wait();
 }
 
+// The rows of A (m, K at stride lda) quantized by quantize_rows_u8 into the calling thread's buffers: row i
+// at q + i·ld (ld ≥ K, the bytes from K to ld zero), its scale and zero point at scale[i], zero[i]. Valid
+// until the thread's next call.
+struct QuantizedRows {
+  const uint8_t* q;
+  const float* scale;
+  const int32_t* zero;
+};
+QuantizedRows quantize_into_thread_buffers(const float* a, int64_t m, int64_t K, int64_t lda, int64_t ld) {
+  thread_local std::vector<uint8_t> q_buf;
+  thread_local std::vector<float> scale_buf;
+  thread_local std::vector<int32_t> zero_buf;
+  uint8_t* q = thread_buffer(q_buf, static_cast<size_t>(m * ld));
+  float* scale = thread_buffer(scale_buf, static_cast<size_t>(m));
+  int32_t* zero = thread_buffer(zero_buf, static_cast<size_t>(m));
+  if (ld == K) {
+    quantize_rows_u8(a, m, K, lda, q, scale, zero);
+  } else {
+    for (int64_t i = 0; i < m; ++i) {
+      quantize_rows_u8(a + i * lda, 1, K, lda, q + i * ld, scale + i, zero + i);
+      std::fill(q + i * ld + K, q + (i + 1) * ld, uint8_t{0});
+    }
+  }
+  return {q, scale, zero};
+}
+
 // One int8 panel: quantize the rows of A, int32 sums (oneDNN when `p`, else the portable loop),
 // dequantize into C with the bias.
 void panel_int8(const PackedWeight::Prim* p, int64_t m, const float* a, int64_t lda, const PackedWeight& W,
                 const float* bias, float* c, int64_t ldc) {
   const int64_t N = W.N, K = W.K;
-  thread_local std::vector<uint8_t> qa_buf;
-  thread_local std::vector<float> sx_buf;
-  thread_local std::vector<int32_t> zx_buf, acc_buf;
-  uint8_t* qa = thread_buffer(qa_buf, static_cast<size_t>(m * K));
-  float* sx = thread_buffer(sx_buf, static_cast<size_t>(m));
-  int32_t* zx = thread_buffer(zx_buf, static_cast<size_t>(m));
+  const QuantizedRows x = quantize_into_thread_buffers(a, m, K, lda, K);
+  thread_local std::vector<int32_t> acc_buf;
   int32_t* acc = thread_buffer(acc_buf, static_cast<size_t>(m * N));
-  quantize_rows_u8(a, m, K, lda, qa, sx, zx);
   if (p) {
-    execute(*p, qa, W.wmem, acc, nullptr);
+    execute(*p, x.q, W.wmem, acc, nullptr);
   } else {
-    int8_dot_rows(m, N, K, qa, W.plain_q().data(), acc);
+    int8_dot_rows(m, N, K, x.q, W.plain_q().data(), acc);
   }
-  dequantize_rows(acc, N, m, N, sx, zx, W.scale.data(), W.colsum.data(), bias, c, ldc);
+  dequantize_rows(acc, N, m, N, x.scale, x.zero, W.scale.data(), W.colsum.data(), bias, c, ldc);
 }
 
 void panel_onednn(const PackedWeight::Prim& p, int64_t m, const float* a, int64_t lda,
@@ -512,21 +533,14 @@ bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, c
   // The source as the primitive takes it, made once by the calling thread.
   const void* src = a;
   thread_local std::vector<uint16_t> a16;
-  thread_local std::vector<uint8_t> qa_buf;
-  thread_local std::vector<float> sx_buf;
-  thread_local std::vector<int32_t> zx_buf;
-  float* sx = nullptr;
-  int32_t* zx = nullptr;
+  QuantizedRows x{};
   if (W.precision == MatmulPrecision::MATMUL_BF16) {
     uint16_t* d = thread_buffer(a16, static_cast<size_t>(m * K));
     convert_rows_to_bf16(a, lda, m, K, d);
     src = d;
   } else if (int8) {
-    uint8_t* qa = thread_buffer(qa_buf, static_cast<size_t>(m * K));
-    sx = thread_buffer(sx_buf, static_cast<size_t>(m));
-    zx = thread_buffer(zx_buf, static_cast<size_t>(m));
-    quantize_rows_u8(a, m, K, lda, qa, sx, zx);
-    src = qa;
+    x = quantize_into_thread_buffers(a, m, K, lda, K);
+    src = x.q;
   }
   std::exception_ptr failed;  // a throw inside the team would end the process: kept, rethrown after it
   auto run = [&](int64_t s) {
@@ -538,7 +552,7 @@ bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, c
                      : static_cast<void*>(thread_buffer(out_f, static_cast<size_t>(m * cols)));
     execute(p, src, memory(p.wei, cpu_engine(), W.columns_data(c0)), out, prim_bias ? bias + c0 : nullptr);
     if (int8) {
-      dequantize_rows(static_cast<const int32_t*>(out), cols, m, cols, sx, zx, W.scale.data() + c0,
+      dequantize_rows(static_cast<const int32_t*>(out), cols, m, cols, x.scale, x.zero, W.scale.data() + c0,
                       W.colsum.data() + c0, bias ? bias + c0 : nullptr, c + c0, ldc);
       return;
     }
@@ -586,22 +600,14 @@ void gemm_rows(int64_t m, const float* a, int64_t lda, const PackedWeight& W, co
     // The rows quantized once (each zero-padded to a multiple of 4 bytes, the kernel's step), the int32
     // sums of a thread's blocks dequantized by that thread.
     const int64_t K4 = ceil_div(K, 4) * 4;
-    thread_local std::vector<uint8_t> qa_buf;
-    thread_local std::vector<float> sx_buf;
-    thread_local std::vector<int32_t> zx_buf, acc_buf;
-    uint8_t* qa = thread_buffer(qa_buf, static_cast<size_t>(m * K4));
-    float* sx = thread_buffer(sx_buf, static_cast<size_t>(m));
-    int32_t* zx = thread_buffer(zx_buf, static_cast<size_t>(m));
+    const QuantizedRows x = quantize_into_thread_buffers(a, m, K, lda, K4);
+    thread_local std::vector<int32_t> acc_buf;
     int32_t* acc = thread_buffer(acc_buf, static_cast<size_t>(m * N));
-    for (int64_t i = 0; i < m; ++i) {
-      quantize_rows_u8(a + i * lda, 1, K, lda, qa + i * K4, sx + i, zx + i);
-      std::fill(qa + i * K4 + K, qa + (i + 1) * K4, uint8_t{0});
-    }
     over_blocks(serial, blocks, [&](int64_t b0, int64_t b1) {
-      gemm_rows_s8_avx512vnni(w, m, qa, K4, acc, N, b0, b1);
+      gemm_rows_s8_avx512vnni(w, m, x.q, K4, acc, N, b0, b1);
       const int64_t n0 = b0 * w.n_block, n1 = std::min(N, b1 * w.n_block);
       if (n1 > n0)
-        dequantize_rows(acc + n0, N, m, n1 - n0, sx, zx, W.scale.data() + n0, W.colsum.data() + n0,
+        dequantize_rows(acc + n0, N, m, n1 - n0, x.scale, x.zero, W.scale.data() + n0, W.colsum.data() + n0,
                         bias ? bias + n0 : nullptr, c + n0, ldc);
     });
   } else {
