@@ -13,6 +13,8 @@
 //     acc(Br,Dv) = acc·exp(m_old − m_new) + drop(P)·V_tile;  finally o = acc / l, lse = m + log l.
 //     The scores are kept transposed (keys × queries) so the per-query max/sum are lane-wise
 //     vector ops with no horizontal reductions, and Q_tileᵀ is packed once per query tile.
+//     At most 8 query rows (decoding) take forward_rows instead: keys in the lanes, K_tileᵀ packed
+//     once per key tile, the same arithmetic in the same order, so the same bits.
 //   backward, per key tile (dk, dv accumulated in registers/scratch over query tiles in order):
 //     S(Br,Bc) = Q·K_tileᵀ, P = exp(S − lse), dP = dO·V_tileᵀ, dS = P ⊙ (dP − D),
 //     dv += drop(P)ᵀ·dO, dk += scale·dSᵀ·Q, dq += scale·dS·K_tile  (K_tileᵀ, V_tileᵀ packed once).
@@ -486,6 +488,110 @@ __attribute__((noinline)) void forward_tile(const AttentionParams& p, const Drop
   }
 }
 
+// ---- forward, a few query rows (decoding) -----------------------------------------------------------
+// A decoded token asks for one query row (or a few: beams, a short batch) against every cached key. The
+// tiles above would put those rows in the 16 lanes of Sᵀ = K·Qᵀ, most lanes padding, and run the softmax
+// bookkeeping once per key for 16 lanes. Here the keys are the lanes: each key tile is transposed once
+// through registers (Kᵀ, Dh × Bc; transpose_block) and a row's 64 scores are 4 vectors of FMA chains over
+// d. Every number is the tile path's: a score is the same chain (c = fma(k_jd, q_d, c) in increasing d
+// from 0), then the same scale, mask, key padding and causal cut, the same running max and exp_ps, the
+// same sum in increasing j, rescale and product with V (gemm_small, one chain per output in increasing
+// j). So a decoded row equals that row of a full forward bit for bit (AttentionKernel.RowPathEqualsTilePath,
+// AttentionCache.StepEqualsFullCausalForwardPositionByPosition). Float32 products without dropout only:
+// bf16 and dropout (training, long L) take the tiles.
+constexpr int64_t kRowPathRows = 8;
+
+// The tile path's max over the scores of one tile, m_t = max_ps(…max_ps(max_ps(−inf, s_0), s_1)…, s_{n−1})
+// (max_ps(a, b) = a > b ? a : b). A tree of vmaxps gives the same value whenever no score is NaN and the
+// maximum is not zero (equal nonzero floats have equal bits); otherwise the fold itself is run, in key order.
+inline float tile_max(const __m512 s[4], const float* stored, int64_t nk) {
+  const __m512 t = _mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3]));
+  const float m = _mm512_reduce_max_ps(t);
+  __mmask16 nan = 0;
+  for (int g = 0; g < 4; ++g) nan |= _mm512_cmp_ps_mask(s[g], s[g], _CMP_UNORD_Q);
+  if (nan == 0 && m != 0.0f) return m;
+  float f = -kInf;
+  for (int64_t j = 0; j < nk; ++j) f = f > stored[j] ? f : stored[j];
+  return f;
+}
+
+// Query rows [i0, i0 + ni) of head hd, ni ≤ kRowPathRows; p.bf16 and dropout off.
+__attribute__((noinline)) void forward_rows(const AttentionParams& p, const Head& hd, int64_t i0, int64_t ni) {
+  const int64_t Dh = p.Dh, Dv = p.dv(), S = p.S;
+  float* kt = tl_scratch.get(round16(Dh * kBc) + ni * kBc + round16(ni * Dv));  // (Dh, Bc) K_tileᵀ
+  float* e = kt + round16(Dh * kBc);  // (ni, Bc): row i's scores, then exp(s_ij − m_i)
+  float* acc = e + ni * kBc;          // (ni, Dv): Σ_j exp(s_ij − m_i) v_j
+  std::fill(acc, acc + ni * Dv, 0.0f);
+  float m[kRowPathRows], l[kRowPathRows];
+  std::fill(m, m + ni, -kInf);
+  std::fill(l, l + ni, 0.0f);
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512 scale = _mm512_set1_ps(p.scale), neg_inf = _mm512_set1_ps(-kInf);
+  const __mmask16 dtail = first_n(Dv - 16 * ((Dv - 1) / 16));
+
+  const int64_t jend = p.causal ? std::min(S, i0 + ni) : S;  // as the tile of these rows would
+  for (int64_t j0 = 0; j0 < jend; j0 += kBc) {
+    const int64_t nk = std::min(kBc, jend - j0);
+    transpose_block(hd.k + j0 * hd.k_sl, hd.k_sl, nk, Dh, kt, kBc);  // columns ≥ nk are not written
+    __mmask16 in[4];  // lanes of keys < nk
+    for (int g = 0; g < 4; ++g) in[g] = first_n(nk - 16 * g);
+    for (int64_t r = 0; r < ni; ++r) {
+      const int64_t i = i0 + r;
+      const float* qi = hd.q + i * hd.q_sl;
+      __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int64_t d = 0; d < Dh; ++d) {
+        const __m512 qd = _mm512_set1_ps(qi[d]);
+        const float* kd = kt + d * kBc;
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) s[g] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(in[g], kd + 16 * g), qd, s[g]);
+      }
+      // s_ij = scale·⟨q_i,k_j⟩ + mask(i,j) + kpm(j), −inf where causal and j > i, and past the tile's keys.
+      float* ei = e + r * kBc;
+      for (int g = 0; g < 4; ++g) {
+        __m512 x = s[g];
+        if (hd.mask) {
+          x = _mm512_fmadd_ps(x, scale, _mm512_maskz_loadu_ps(in[g], hd.mask + i * S + j0 + 16 * g));
+        } else {
+          x = _mm512_mul_ps(x, scale);
+        }
+        if (hd.kpm) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(in[g], hd.kpm + j0 + 16 * g));
+        if (p.causal) {
+          const __m512i j = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(j0 + 16 * g)));
+          x = _mm512_mask_mov_ps(x, _mm512_cmpgt_epi32_mask(j, _mm512_set1_epi32(static_cast<int>(i))), neg_inf);
+        }
+        s[g] = _mm512_mask_mov_ps(neg_inf, in[g], x);
+        _mm512_storeu_ps(ei + 16 * g, s[g]);
+      }
+      // Online softmax, as the tiles run it (see forward_tile).
+      const float mt = tile_max(s, ei, nk);
+      const float m_new = m[r] > mt ? m[r] : mt;
+      const float m_use = m_new == -kInf ? 0.0f : m_new;
+      const float a = _mm512_cvtss_f32(exp_ps(_mm512_set1_ps(m[r] - m_use)));
+      const __m512 mu = _mm512_set1_ps(m_use);
+      for (int g = 0; g < 4; ++g) _mm512_storeu_ps(ei + 16 * g, exp_ps(_mm512_sub_ps(s[g], mu)));
+      float lsum = 0.0f;
+      for (int64_t j = 0; j < nk; ++j) lsum += ei[j];
+      l[r] = std::fma(l[r], a, lsum);
+      m[r] = m_new;
+      float* ar = acc + r * Dv;
+      const __m512 av = _mm512_set1_ps(a);
+      int64_t d = 0;
+      for (; d + 16 < Dv; d += 16) _mm512_storeu_ps(ar + d, _mm512_mul_ps(av, _mm512_loadu_ps(ar + d)));
+      _mm512_mask_storeu_ps(ar + d, dtail, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(dtail, ar + d)));
+    }
+    gemm_small<true>(ni, Dv, nk, e, kBc, 1, hd.v + j0 * hd.v_sl, hd.v_sl, acc, Dv);  // acc += P·V_tile
+  }
+
+  for (int64_t r = 0; r < ni; ++r) {  // o_i = acc_i / l_i, lse_i = m_i + log l_i (as forward_tile)
+    float* oi = hd.o + (i0 + r) * hd.o_sl;
+    const float* ar = acc + r * Dv;
+    const bool empty = !(l[r] > 0.0f);
+    const float inv = empty ? 0.0f : 1.0f / l[r];
+    for (int64_t d = 0; d < Dv; ++d) oi[d] = ar[d] * inv;
+    if (p.lse) p.lse[hd.bh * p.L + i0 + r] = empty ? -kInf : m[r] + std::log(l[r]);
+  }
+}
+
 // ---- backward -------------------------------------------------------------------------------------
 struct BackwardCall {
   const AttentionParams& p;
@@ -747,7 +853,8 @@ void attention_forward_avx512(const AttentionParams& p) {
   // Query tile width: 16·NVQ ≤ 64 rows. Rows are independent in the forward, so the width changes
   // nothing numerically; short L (decoding) avoids computing padded rows.
   const int nvq = static_cast<int>(std::clamp<int64_t>((p.L + 15) / 16, 1, 4));
-  const int64_t br = 16 * nvq;
+  const bool rows = !p.bf16 && !dr.on && p.L <= kRowPathRows;  // forward_rows: all L rows at once
+  const int64_t br = rows ? kRowPathRows : 16 * nvq;
   const int64_t nqt = (p.L + br - 1) / br;
   const bool par = worth_threading(p);
   Layout lt(p);
@@ -766,6 +873,10 @@ void attention_forward_avx512(const AttentionParams& p) {
   for (int64_t t = 0; t < BH * nqt; ++t) {
     const Head hd(p, lt, t / nqt);
     const int64_t i0 = (t % nqt) * br;
+    if (rows) {
+      forward_rows(p, hd, i0, p.L);
+      continue;
+    }
     const auto tile = [&](auto bf) {  // forward_tile<nvq, BF>
       constexpr bool BF = decltype(bf)::value;
       switch (nvq) {
