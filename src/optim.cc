@@ -400,7 +400,7 @@ std::vector<std::vector<Tensor>> detail::OptimizerShards::state_slots(Optimizer&
 }
 
 // ---- clipping -------------------------------------------------------------------------------------
-// torch.nn.utils.clip_grad_norm_(norm_type=2): total = ‖(‖g_1‖, ‖g_2‖, …)‖; c = max_norm/(total + 1e-6);
+// torch.nn.utils.clip_grad_norm_(norm_type=2): total = ‖(‖g_1‖, ‖g_2‖, …)‖; c = (1/(total + 1e-6))·max_norm;
 // every grad is multiplied by min(c, 1). Norms accumulate in double and round to float like torch's
 // float32 results; each tensor's sum of squares is folded from blocks of kNormBlock elements
 // (src/optim_shards.h), the order processes that hold different blocks can reproduce.
@@ -447,7 +447,9 @@ float total_grad_norm(const std::vector<double>& tensor_sq) {
 
 float clip_coefficient(float total, float max_norm) {
   if (!(max_norm > 0.0f)) fail("clip_grad_norm: max_norm must be positive, got " + std::to_string(max_norm));
-  return max_norm / (total + 1e-6f);
+  // torch 1.13 evaluates max_norm / (total + 1e-6) as Tensor.__rtruediv__, reciprocal() * max_norm:
+  // two roundings, which a single division misses by an ulp in about a quarter of the cases.
+  return (1.0f / (total + 1e-6f)) * max_norm;
 }
 
 float grad_norm(const std::vector<Tensor>& params) {

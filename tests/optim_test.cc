@@ -230,4 +230,21 @@ TEST(Optim, ClipGradNormMatchesTorch) {
   }
 }
 
+// The clip factor alone: a one-element gradient g has the norm |g| exactly (in double and in torch's
+// float32), so the clipped value is g times the factor, which must have torch's bits: 1.13 computes
+// max_norm / (total + 1e-6) as Tensor.__rtruediv__, i.e. reciprocal() then a multiply, two
+// roundings (a single division differs by an ulp in 8 of the 32 cases).
+TEST(Optim, ClipFactorIsTorchsReciprocalTimesMaxNorm) {
+  const json doc = load_fixture();
+  ASSERT_GT(doc.at("clip_coef").size(), 0u);
+  for (const json& c : doc.at("clip_coef")) {
+    const float g = c.at("grad").get<float>(), max_norm = c.at("max_norm").get<float>();
+    Tensor p = Tensor::zeros({1}).requires_grad_(true);
+    p.mutable_grad() = Tensor::from_vector({1}, {g});
+    EXPECT_EQ(clip_grad_norm({p}, max_norm), std::fabs(g));
+    EXPECT_TRUE(tfm::testing::bitwise_equal(tfm::testing::values(p.grad()), std::vector<float>{c.at("clipped").get<float>()},
+                                            "g " + std::to_string(g) + ", max_norm " + std::to_string(max_norm)));
+  }
+}
+
 }  // namespace

@@ -94,7 +94,7 @@ class Adam : public Optimizer {
 };
 
 // torch.nn.utils.clip_grad_norm_: total 2-norm over all grads; if > max_norm, scale every grad by
-// max_norm / (total + 1e-6). Returns the total norm before clipping. Each tensor's sum of squares is
+// max_norm / (total + 1e-6) (torch's float32 bits: (1 / (total + 1e-6)) · max_norm). Returns the total norm before clipping. Each tensor's sum of squares is
 // accumulated in double in fixed blocks (src/optim_shards.h), so processes holding different parts
 // of the gradient compute the same norm bit for bit.
 float clip_grad_norm(const std::vector<Tensor>& params, float max_norm);
