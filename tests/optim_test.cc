@@ -247,4 +247,32 @@ TEST(Optim, ClipFactorIsTorchsReciprocalTimesMaxNorm) {
   }
 }
 
+// Non-finite gradients, as torch.nn.utils.clip_grad_norm_ (1.13) treats them: it always multiplies by
+// clamp(max_norm / (total + 1e-6), max=1). A NaN element makes the total NaN, the factor NaN, and
+// every gradient NaN; an infinite element makes the total inf and the factor 0, so the other
+// elements become 0 and the infinite one NaN (inf·0).
+TEST(Optim, ClipGradNormOfNonFiniteGradientsFollowsTorch) {
+  const float inf = INFINITY, nan = NAN;
+  for (const float bad : {nan, inf, -inf}) {
+    Tensor a = Tensor::zeros({3}).requires_grad_(true), b = Tensor::zeros({2}).requires_grad_(true);
+    a.mutable_grad() = Tensor::from_vector({3}, {1, bad, 2});
+    b.mutable_grad() = Tensor::from_vector({2}, {3, 4});
+    const float total = clip_grad_norm({a, b}, 1.0f);
+    const std::string what = "gradient holding " + std::to_string(bad);
+    if (std::isnan(bad)) {
+      EXPECT_TRUE(std::isnan(total)) << total;
+      for (const Tensor& p : {a, b})
+        for (const float x : tfm::testing::values(p.grad())) EXPECT_TRUE(std::isnan(x)) << what << ": " << x;
+    } else {
+      EXPECT_EQ(total, inf);
+      const auto ga = tfm::testing::values(a.grad()), gb = tfm::testing::values(b.grad());
+      EXPECT_EQ(ga[0], 0.0f) << what;
+      EXPECT_TRUE(std::isnan(ga[1])) << what;
+      EXPECT_EQ(ga[2], 0.0f) << what;
+      EXPECT_EQ(gb[0], 0.0f) << what;
+      EXPECT_EQ(gb[1], 0.0f) << what;
+    }
+  }
+}
+
 }  // namespace
