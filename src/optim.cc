@@ -400,8 +400,8 @@ std::vector<std::vector<Tensor>> detail::OptimizerShards::state_slots(Optimizer&
 }
 
 // ---- clipping -------------------------------------------------------------------------------------
-// torch.nn.utils.clip_grad_norm_(norm_type=2): total = ‖(‖g_1‖, ‖g_2‖, …)‖; c = max_norm/(total + 1e-6);
-// every grad is multiplied by min(c, 1). Norms accumulate in double and round to float like torch's
+// torch.nn.utils.clip_grad_norm_(norm_type=2): total = ‖(‖g_1‖, ‖g_2‖, …)‖; c = (1/(total + 1e-6))·max_norm;
+// every grad is multiplied by min(c, 1) (NaN when the total is NaN). Norms accumulate in double and round to float like torch's
 // float32 results; each tensor's sum of squares is folded from blocks of kNormBlock elements
 // (src/optim_shards.h), the order processes that hold different blocks can reproduce.
 namespace {
@@ -447,7 +447,9 @@ float total_grad_norm(const std::vector<double>& tensor_sq) {
 
 float clip_coefficient(float total, float max_norm) {
   if (!(max_norm > 0.0f)) fail("clip_grad_norm: max_norm must be positive, got " + std::to_string(max_norm));
-  return max_norm / (total + 1e-6f);
+  // torch 1.13 evaluates max_norm / (total + 1e-6) as Tensor.__rtruediv__, reciprocal() * max_norm:
+  // two roundings, which a single division misses by an ulp in about a quarter of the cases.
+  return (1.0f / (total + 1e-6f)) * max_norm;
 }
 
 float grad_norm(const std::vector<Tensor>& params) {
@@ -495,7 +497,9 @@ float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
   if (!(max_norm > 0.0f)) fail("clip_grad_norm: max_norm must be positive, got " + std::to_string(max_norm));
   const float total = grad_norm(params);
   const float coef = clip_coefficient(total, max_norm);
-  if (coef < 1.0f)
+  // torch multiplies every grad by clamp(coef, max=1) unconditionally. A factor of 1 changes no bits,
+  // so the pass runs for a factor below 1 and for NaN (a NaN total: every grad becomes NaN, as torch's).
+  if (!(coef >= 1.0f))
     for (const Tensor& p : params) {
       Tensor g = p.grad();
       if (!g.defined()) continue;

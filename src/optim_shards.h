@@ -77,7 +77,9 @@ float total_grad_norm(const std::vector<double>& tensor_sq);
 // clip_grad_norm's total norm of the grads of `params` (those without a grad skipped), its blocks'
 // partials computed in parallel: the same bits for any thread count, and as clip_grad_norm's.
 float grad_norm(const std::vector<Tensor>& params);
-// The factor clip_grad_norm scales every grad by when it is below 1: max_norm / (total + 1e-6).
+// The factor clip_grad_norm scales every grad by when it is below 1: max_norm / (total + 1e-6), as
+// torch computes it, (1 / (total + 1e-6)) · max_norm in float32 (Tensor.__rtruediv__ is a reciprocal
+// and a multiply).
 // Throws unless max_norm > 0.
 float clip_coefficient(float total, float max_norm);
 

@@ -230,4 +230,49 @@ TEST(Optim, ClipGradNormMatchesTorch) {
   }
 }
 
+// The clip factor alone: a one-element gradient g has the norm |g| exactly (in double and in torch's
+// float32), so the clipped value is g times the factor, which must have torch's bits: 1.13 computes
+// max_norm / (total + 1e-6) as Tensor.__rtruediv__, i.e. reciprocal() then a multiply, two
+// roundings (a single division differs by an ulp in 8 of the 32 cases).
+TEST(Optim, ClipFactorIsTorchsReciprocalTimesMaxNorm) {
+  const json doc = load_fixture();
+  ASSERT_GT(doc.at("clip_coef").size(), 0u);
+  for (const json& c : doc.at("clip_coef")) {
+    const float g = c.at("grad").get<float>(), max_norm = c.at("max_norm").get<float>();
+    Tensor p = Tensor::zeros({1}).requires_grad_(true);
+    p.mutable_grad() = Tensor::from_vector({1}, {g});
+    EXPECT_EQ(clip_grad_norm({p}, max_norm), std::fabs(g));
+    EXPECT_TRUE(tfm::testing::bitwise_equal(tfm::testing::values(p.grad()), std::vector<float>{c.at("clipped").get<float>()},
+                                            "g " + std::to_string(g) + ", max_norm " + std::to_string(max_norm)));
+  }
+}
+
+// Non-finite gradients, as torch.nn.utils.clip_grad_norm_ (1.13) treats them: it always multiplies by
+// clamp(max_norm / (total + 1e-6), max=1). A NaN element makes the total NaN, the factor NaN, and
+// every gradient NaN; an infinite element makes the total inf and the factor 0, so the other
+// elements become 0 and the infinite one NaN (inf·0).
+TEST(Optim, ClipGradNormOfNonFiniteGradientsFollowsTorch) {
+  const float inf = INFINITY, nan = NAN;
+  for (const float bad : {nan, inf, -inf}) {
+    Tensor a = Tensor::zeros({3}).requires_grad_(true), b = Tensor::zeros({2}).requires_grad_(true);
+    a.mutable_grad() = Tensor::from_vector({3}, {1, bad, 2});
+    b.mutable_grad() = Tensor::from_vector({2}, {3, 4});
+    const float total = clip_grad_norm({a, b}, 1.0f);
+    const std::string what = "gradient holding " + std::to_string(bad);
+    if (std::isnan(bad)) {
+      EXPECT_TRUE(std::isnan(total)) << total;
+      for (const Tensor& p : {a, b})
+        for (const float x : tfm::testing::values(p.grad())) EXPECT_TRUE(std::isnan(x)) << what << ": " << x;
+    } else {
+      EXPECT_EQ(total, inf);
+      const auto ga = tfm::testing::values(a.grad()), gb = tfm::testing::values(b.grad());
+      EXPECT_EQ(ga[0], 0.0f) << what;
+      EXPECT_TRUE(std::isnan(ga[1])) << what;
+      EXPECT_EQ(ga[2], 0.0f) << what;
+      EXPECT_EQ(gb[0], 0.0f) << what;
+      EXPECT_EQ(gb[1], 0.0f) << what;
+    }
+  }
+}
+
 }  // namespace

@@ -94,9 +94,11 @@ class Adam : public Optimizer {
 };
 
 // torch.nn.utils.clip_grad_norm_: total 2-norm over all grads; if > max_norm, scale every grad by
-// max_norm / (total + 1e-6). Returns the total norm before clipping. Each tensor's sum of squares is
-// accumulated in double in fixed blocks (src/optim_shards.h), so processes holding different parts
-// of the gradient compute the same norm bit for bit.
+// max_norm / (total + 1e-6) (torch's float32 bits: (1 / (total + 1e-6)) · max_norm). Non-finite grads
+// as torch: a NaN element makes the total and every grad NaN; an infinite one makes the total inf and
+// the factor 0 (the other elements 0, the infinite ones NaN). Returns the total norm before clipping.
+// Each tensor's sum of squares is accumulated in double in fixed blocks (src/optim_shards.h), so
+// processes holding different parts of the gradient compute the same norm bit for bit.
 float clip_grad_norm(const std::vector<Tensor>& params, float max_norm);
 
 }  // namespace tfm

@@ -94,6 +94,10 @@ void cross_entropy_forward_avx512(const float* logits, const int32_t* target, fl
       continue;
     }
     const double nll = l - z[target[n]];
+    if (!(label_smoothing > 0.0f)) {  // the twin's rule: no smoothing term without smoothing
+      loss[n] = static_cast<float>(nll);
+      continue;
+    }
     const double smooth = l - r.zsum / static_cast<double>(V);
     loss[n] = static_cast<float>((1.0 - label_smoothing) * nll + label_smoothing * smooth);
   }

@@ -327,7 +327,8 @@ void transpose_scalar(const float* src, int64_t sl, int64_t rows, int64_t cols, 
 
 // ---- Softmax cross-entropy (PyTorch F.cross_entropy, reduction over rows done by the op) --------
 // logits (N,V), target (N) class ids; rows with target == ignore_index give loss 0 and grad 0.
-// With ε = label_smoothing: loss_n = (1−ε)·(lse − z_t) + ε·(lse − mean_v z_v)
+// With ε = label_smoothing: loss_n = (1−ε)·(lse − z_t) + ε·(lse − mean_v z_v); with ε = 0 only lse − z_t,
+// as torch, which forms the smoothing term only for ε > 0 (a −inf logit makes that term +inf, and 0·inf NaN).
 // Writes loss (N) and lse (N). Rows in parallel, on AVX-512 bodies (cross_entropy_avx512.cc: vector
 // exp, within float rounding of the twin) or the scalar twin (cross_entropy_scalar.h); the row
 // statistics are accumulated in double.

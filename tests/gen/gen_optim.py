@@ -8,7 +8,12 @@ Writes tests/fixtures/optim/optim.json:
    "cases":  [{"name", "optimizer", "lr", hyper-parameters..., ["decay_params": "matrices"],
                "expected": [{name: [..]}, ...]}],
              the parameters after each step
-   "clip":   [{"max_norm", "total_norm", "grads": {name: [..]}}]}  clip_grad_norm_ on grads[0]
+   "clip":   [{"max_norm", "total_norm", "grads": {name: [..]}}],  clip_grad_norm_ on grads[2]
+   "clip_coef": [{"grad", "max_norm", "clipped"}]}  clip_grad_norm_ on one one-element gradient
+The "clip_coef" cases isolate the clip factor: the norm of a one-element gradient g is |g| exactly,
+so the clipped value is g times torch's factor, (1 / (|g| + 1e-6)) * max_norm in float32 (1.13's
+Tensor.__rtruediv__ is reciprocal() * other), which a single division max_norm / (|g| + 1e-6)
+misses by an ulp in about a quarter of the cases.
 Every number is a float32 value written as the shortest decimal that reads back to the same double,
 so it is exact. Hyper-parameters are rounded to float32 before torch sees them, because tfm's
 optimizers take float arguments: both then start from the same numbers.
@@ -95,11 +100,21 @@ def main():
         clip.append({"max_norm": max_norm, "total_norm": float(total),
                      "grads": {k: values(p.grad) for k, p in params.items()}})
 
+    clip_coef = []
+    crng = np.random.default_rng(20261128)  # its own generator: the data above stays as it was
+    for _ in range(32):
+        g = f32(crng.uniform(1.0, 100.0) * (1 if crng.uniform() < 0.5 else -1))
+        max_norm = f32(crng.uniform(0.05, 1.0))
+        p = torch.zeros(1, requires_grad=True)
+        p.grad = torch.tensor([g])
+        torch.nn.utils.clip_grad_norm_([p], max_norm)
+        clip_coef.append({"grad": g, "max_norm": max_norm, "clipped": float(p.grad[0])})
+
     doc = {
         "magic": "tfm-optim-fixture", "version": 1, "torch": torch.__version__,
         "params": {k: {"shape": list(v.shape), "values": [float(x) for x in v.reshape(-1)]} for k, v in init.items()},
         "grads": [{k: (None if v is None else [float(x) for x in v.reshape(-1)]) for k, v in g.items()} for g in grads],
-        "cases": cases, "clip": clip,
+        "cases": cases, "clip": clip, "clip_coef": clip_coef,
     }
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)
