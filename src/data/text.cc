@@ -43,9 +43,20 @@ std::unique_ptr<io::MappedFile> map_text(const std::string& path) {
   return f;
 }
 
-[[noreturn]] void bad_utf8(const std::string& path, size_t offset) {
-  throw DataError(path + ": invalid UTF-8 at byte " + std::to_string(offset) +
-                  " (--tokens char reads UTF-8 text; --tokens byte reads any bytes)");
+[[noreturn]] void bad_utf8(const std::string& path, size_t offset, Tokenization t = Tokenization::CHAR) {
+  throw DataError(path + ": invalid UTF-8 at byte " + std::to_string(offset) + " (--tokens " +
+                  std::string(enum_name(t)) + " reads UTF-8 text; --tokens byte reads any bytes)");
+}
+
+// Throws bad_utf8 at the first byte of p[0, n) that does not start a valid UTF-8 sequence. SPM checks
+// the whole text first, as char does while it encodes: SentencePiece would read such bytes as U+FFFD
+// without a word, so a lossless model would train on and encode another text than the file's.
+void check_utf8(const uint8_t* p, size_t n, const std::string& path, Tokenization t) {
+  for (size_t i = 0; i < n;) {
+    const size_t len = utf8_length(p, n, i);
+    if (len == 0) bad_utf8(path, i, t);
+    i += len;
+  }
 }
 
 void check_text_tokenization(Tokenization t) {
@@ -100,13 +111,15 @@ uint64_t vocab_hash(const Vocab& v) {
 
 // SPM: calls emit(id) for every piece of p[0, n), encoded line by line, and the id of the piece
 // "<0x0A>" for every newline (SentencePiece never sees a newline inside a sentence). Unknown pieces
-// map to <unk>. Throws DataError naming `name` when the model has no "<0x0A>" piece.
+// map to <unk>. Throws DataError naming `name` when the model has no "<0x0A>" piece, or on invalid
+// UTF-8 (with its byte offset in the whole text).
 template <class Emit>
 void encode_spm(const char* p, size_t n, const Vocab& v, const Tokenizer& t, const std::string& name, Emit&& emit) {
   const std::string newline = byte_token('\n');
   if (!v.contains(newline))
     throw DataError(name + ": the SentencePiece model " + t.spm_name() + " has no piece " + newline +
                     " (byte_fallback), so it cannot encode a newline; a language model needs one");
+  check_utf8(reinterpret_cast<const uint8_t*>(p), n, name, Tokenization::SPM);
   const int32_t nl = v.id(newline);
   size_t start = 0;
   while (start < n) {
@@ -271,6 +284,7 @@ std::string text_file_hash(const std::string& path) {
 
 Tokenizer train_text_spm(const std::string& path, const SpmOptions& options) {
   const auto f = map_text(path);
+  check_utf8(f->data(), f->size(), path, Tokenization::SPM);  // before training: encoding the text would refuse it
   const char* p = reinterpret_cast<const char*>(f->data());
   const size_t n = f->size();
   std::vector<std::string_view> lines;

@@ -114,6 +114,31 @@ TEST(Text, ErrorsNameTheFile) {
   EXPECT_NE(bad_read.find("bad.txt: invalid UTF-8 at byte 7"), std::string::npos) << bad_read;
 }
 
+// SentencePiece's normaliser turns bytes that are not UTF-8 into U+FFFD without a word, so a lossless
+// model would train on and encode another text than the file's: spm refuses them as char does, naming
+// the file and the byte (a prompt: its name), and so does tokenize (a TSV side, a translated line).
+TEST(Text, SpmRefusesInvalidUtf8NamingTheFileAndByte) {
+  const std::string dir = testing::temp_dir("text_spm");
+  std::string good;
+  for (int i = 0; i < 40; ++i) good += "line " + std::to_string(i) + " of a short text, caf\xC3\xA9 included\n";
+  testing::spit(dir + "/good.txt", good);
+  testing::spit(dir + "/bad.txt", "abc\ndef\xFFghi\n");
+  SpmOptions o;
+  o.vocab_size = 290;
+  const Tokenizer tok = train_text_spm(dir + "/good.txt", o);
+  const Vocab v = tok.vocab();
+  EXPECT_EQ(decode_text(v, tok, encode_text(v, tok, good)), good);
+  const std::string want = dir + "/bad.txt: invalid UTF-8 at byte 7 (--tokens spm reads UTF-8 text; --tokens byte reads any bytes)";
+  EXPECT_EQ(error_of([&] { TextCorpus::read(dir + "/bad.txt", v, tok); }), want);
+  EXPECT_THROW(TextCorpus::read(dir + "/bad.txt", v, tok), DataError);
+  EXPECT_EQ(error_of([&] { train_text_spm(dir + "/bad.txt", o); }), want);
+  EXPECT_EQ(error_of([&] { encode_text(v, tok, "ok\n\xC3(", "prompt.txt"); }),
+            "prompt.txt: invalid UTF-8 at byte 3 (--tokens spm reads UTF-8 text; --tokens byte reads any bytes)");
+  EXPECT_THROW(encode_text(v, tok, "\xC3(", "prompt.txt"), std::invalid_argument);
+  EXPECT_EQ(error_of([&] { tok.tokenize("ab\xE2\x82"); }), "invalid UTF-8 at byte 2");
+  EXPECT_THROW(tok.tokenize("ab\xE2\x82"), std::invalid_argument);
+}
+
 std::vector<int32_t> iota_ids(int32_t n) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = i;

@@ -57,6 +57,27 @@ TEST(Tsv, SkipsBadLinesWithLineNumbers) {
   EXPECT_NE(s.find("bad.tsv: skipped 6 of 8 lines (line 2: blank line"), std::string::npos) << s;
 }
 
+// An spm side that is not UTF-8 is a malformed line, as under char tokens (SentencePiece alone would
+// read the bad bytes as U+FFFD); training the model skips such lines.
+TEST(Tsv, SpmSideWithInvalidUtf8IsMalformed) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 40; ++i) lines.push_back("the pair number " + std::to_string(i) + " of words");
+  lines.push_back("bad \xFF\xFE bytes");
+  const std::vector<std::string_view> views(lines.begin(), lines.end());
+  SpmOptions so;
+  so.vocab_size = 33;
+  const Tokenizer spm = Tokenizer::from_spm_model(train_spm(views, so, "lines"), "lines.model");
+  const Vocab pieces = spm.vocab();
+  for (const auto& p : pieces.tokens()) EXPECT_EQ(p.find("\xEF\xBF\xBD"), std::string::npos) << "a U+FFFD piece";
+  TsvOptions o;
+  o.src_tokens = o.tgt_tokens = spm;
+  const TsvData d = parse_tsv("the pair\tof words\nw\xFFords\tthe pair\n", "s.tsv", o);
+  ASSERT_EQ(d.pairs.size(), 1u);
+  ASSERT_EQ(d.problems.size(), 1u);
+  EXPECT_EQ(d.problems[0].line, 2);
+  EXPECT_EQ(d.problems[0].what, "malformed line: invalid UTF-8 at byte 1");
+}
+
 TEST(Tsv, StrictFailsAtTheFirstBadLine) {
   TsvOptions o = char_opts();
   o.strict = true;

@@ -2,7 +2,7 @@
 //
 // Every line is checked; a bad line never crashes the reader. Problems, each with its 1-based line
 // number: blank line (empty or whitespace only), malformed (no tab, more than one tab, an empty side,
-// invalid UTF-8 under char tokenization, source/target lengths differ when equal lengths are
+// invalid UTF-8 under char or spm tokenization, source/target lengths differ when equal lengths are
 // required), over-long (more than max_tokens tokens on a side). By default bad lines are skipped and
 // listed in TsvData::problems; with strict the first one throws DataError
 // "<path>:<line>: <what>". A file without a single usable pair always throws (an empty training
