@@ -30,6 +30,15 @@ TEST(Tsv, ByteOrderMarkIsDropped) {
   EXPECT_EQ(d.pairs[1].src, (std::vector<std::string>{"\xEF\xBB\xBF", "x"}));  // only the file's first one
 }
 
+// The sides an spm model trains on are the lines parse_tsv reads: the mark is not text there either.
+TEST(Tsv, SidesDropTheByteOrderMarkAndCrlf) {
+  const std::string dir = testing::temp_dir("tsv_sides");
+  testing::spit(dir + "/bom.tsv", "\xEF\xBB\xBF" "ab\tba\r\nno tab\r\n \tx\r\ncd\tdc");
+  const TsvSides s = read_tsv_sides(dir + "/bom.tsv");
+  EXPECT_EQ(s.src, (std::vector<std::string>{"ab", "cd"}));
+  EXPECT_EQ(s.tgt, (std::vector<std::string>{"ba", "dc"}));
+}
+
 TEST(Tsv, SkipsBadLinesWithLineNumbers) {
   TsvOptions o = char_opts();
   o.max_tokens = 5;
