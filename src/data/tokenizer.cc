@@ -4,7 +4,9 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -212,6 +214,11 @@ std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptio
   const auto m = std::min<uint64_t>(n, static_cast<uint64_t>(o.max_lines));
   std::vector<size_t> pick(m);
   for (uint64_t i = 0; i < m; ++i) pick[i] = nonempty[static_cast<size_t>(i * n / m)];  // evenly spaced
+  // SentencePiece's trainer skips, silently, every line longer than max_sentence_length (4192 bytes by
+  // default): a text of long lines would train on its short lines alone. The longest chosen line sets it.
+  size_t longest = 4192;
+  for (const size_t i : pick) longest = std::max(longest, lines[i].size());
+  longest = std::min<size_t>(longest, std::numeric_limits<int32_t>::max());  // a proto int32
   const std::unordered_map<std::string, std::string> spec = {
       {"model_type", o.type == SpmType::BPE ? "bpe" : "unigram"},
       {"vocab_size", std::to_string(o.vocab_size)},
@@ -219,6 +226,7 @@ std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptio
       {"pad_piece", Vocab::PAD}, {"bos_piece", Vocab::BOS}, {"eos_piece", Vocab::EOS}, {"unk_piece", Vocab::UNK},
       {"num_threads", std::to_string(kSpmTrainerThreads)},
       {"input_sentence_size", "0"},  // every line given (our own sampling chose them)
+      {"max_sentence_length", std::to_string(longest)},  // ... and none skipped for its length
       {"shuffle_input_sentence", "false"},
       {"minloglevel", "100"},  // nothing on stderr
       {"hard_vocab_limit", "true"},

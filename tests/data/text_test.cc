@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "test_util.h"
@@ -137,6 +138,33 @@ TEST(Text, SpmRefusesInvalidUtf8NamingTheFileAndByte) {
   EXPECT_THROW(encode_text(v, tok, "\xC3(", "prompt.txt"), std::invalid_argument);
   EXPECT_EQ(error_of([&] { tok.tokenize("ab\xE2\x82"); }), "invalid UTF-8 at byte 2");
   EXPECT_THROW(tok.tokenize("ab\xE2\x82"), std::invalid_argument);
+}
+
+// SentencePiece's trainer skips, without a word, every line longer than its max_sentence_length (4192
+// bytes by default): a text of long lines (a paragraph a line, a minified file) trained a model on its
+// few short lines, or failed with an empty reason when it had none. Every chosen line trains it.
+TEST(Text, SpmTrainsOnLinesLongerThanSentencePiecesDefaultLimit) {
+  const std::string license = testing::slurp("/usr/share/common-licenses/GPL-3");
+  ASSERT_GT(license.size(), 30000u);
+  std::string flat = license;
+  std::replace(flat.begin(), flat.end(), '\n', ' ');
+  std::string text;
+  for (size_t i = 0; i + 6000 <= flat.size(); i += 6000) text += flat.substr(i, 6000) + "\n";
+  const std::string dir = testing::temp_dir("text_spm_long");
+  testing::spit(dir + "/long.txt", text);
+  SpmOptions o;
+  o.vocab_size = 400;
+  const Tokenizer tok = train_text_spm(dir + "/long.txt", o);
+  const Vocab v = tok.vocab();
+  EXPECT_EQ(tok.tokenize(" License"), Tokens{"\xE2\x96\x81License"});  // a word learnt from the long lines
+  EXPECT_EQ(decode_text(v, tok, encode_text(v, tok, text)), text);
+  // One short line among long ones: the long ones count too (alone it allows at most 26 pieces).
+  std::vector<std::string> lines = {"the GNU General Public License is free"};
+  for (size_t i = 0; i + 6000 <= flat.size(); i += 6000) lines.push_back(flat.substr(i, 6000));
+  SpmOptions small;
+  small.vocab_size = 200;
+  const std::vector<std::string_view> views(lines.begin(), lines.end());
+  EXPECT_EQ(Tokenizer::from_spm_model(train_spm(views, small, "mixed"), "mixed").vocab().size(), 200);
 }
 
 std::vector<int32_t> iota_ids(int32_t n) {

@@ -116,7 +116,8 @@ inline std::string detokenize(const Tokens& tokens, const Tokenizer& t) { return
 
 // Trains a SentencePiece model on `lines` (at most o.max_lines of them, evenly spaced: line
 // ⌊i·n/max_lines⌋ for i < max_lines; empty lines and lines that are not UTF-8, which tokenize
-// refuses, are skipped) and returns the serialized model.
+// refuses, are skipped; a chosen line trains it however long it is, where SentencePiece's trainer alone
+// skips lines above 4192 bytes) and returns the serialized model.
 // `name` names the data in messages. Throws std::invalid_argument "<name>: ..." when there is no text,
 // or when SentencePiece cannot make o.vocab_size pieces from it (with the size it allows when it says).
 std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptions& o, const std::string& name);
