@@ -134,22 +134,23 @@ void encode_spm(const char* p, size_t n, const Vocab& v, const Tokenizer& t, con
 }
 
 // GPT2_BPE: calls emit(id) for every BPE token of p[0, n) (the whole text at once: GPT-2's pieces
-// depend on what follows a run of whitespace, so cutting the text could change them). The ids are
-// the vocabulary's, which must start with the BPE's tokens (a padded vocabulary may have more).
-// Throws DataError naming `name` on invalid UTF-8.
+// depend on what follows a run of whitespace, so cutting the text could change them; the pieces are
+// encoded as they are matched, so the text costs its ids only). The ids are the vocabulary's, which
+// must start with the BPE's tokens (a padded vocabulary may have more). Throws DataError naming
+// `name` on invalid UTF-8.
 template <class Emit>
 void encode_bpe(const char* p, size_t n, const Vocab& v, const Tokenizer& t, const std::string& name, Emit&& emit) {
   const ByteLevelBpe& bpe = t.bpe();
   if (v.size() < bpe.vocab_size())
     throw DataError(name + ": the vocabulary has " + std::to_string(v.size()) + " entries, fewer than the BPE's " +
                     std::to_string(bpe.vocab_size()) + " (" + t.name() + ")");
-  std::vector<int32_t> ids;
   try {
-    ids = bpe.encode(std::string_view(p, n));
-  } catch (const std::invalid_argument& e) {
+    bpe.encode(std::string_view(p, n), [&](const int32_t* ids, size_t count) {
+      for (size_t i = 0; i < count; ++i) emit(ids[i]);
+    });
+  } catch (const std::invalid_argument& e) {  // raised before the first id (tfm/data/bpe.h)
     throw DataError(name + ": " + e.what() + " (gpt2-bpe reads UTF-8 text)");
   }
-  for (int32_t id : ids) emit(id);
 }
 
 // The cache file: this header (64 bytes), then `count` ids of `width` bytes.
@@ -357,34 +358,39 @@ TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, const T
       }
     }
   }
-  // Encode straight into an array of the compact width, sized by the tokens the text can hold (one
-  // a byte, or one a UTF-8 lead byte): the only copy of the text's tokens in memory.
+  // Encode straight into an array of the compact width: the only copy of the text's tokens in memory.
+  // Char and byte tokens size it first by the tokens the text can hold (one a byte, or one a UTF-8
+  // lead byte); subwords, whose count is known only after encoding, grow it as their ids come.
   const uint8_t* p = f->data();
   const size_t n = f->size();
   const auto lead = [](uint8_t b) { return (b & 0xC0) != 0x80; };
-  const bool subwords = t == Tokenization::SPM || t == Tokenization::GPT2_BPE;
-  std::vector<int32_t> spm_ids;  // subwords: the token count is known only after encoding
-  if (t == Tokenization::SPM)
-    encode_spm(reinterpret_cast<const char*>(p), n, vocab, tokenizer, path, [&](int32_t id) { spm_ids.push_back(id); });
-  if (t == Tokenization::GPT2_BPE)
-    encode_bpe(reinterpret_cast<const char*>(p), n, vocab, tokenizer, path, [&](int32_t id) { spm_ids.push_back(id); });
-  const size_t upper = t == Tokenization::BYTE ? n
-                       : subwords              ? spm_ids.size()
-                                               : static_cast<size_t>(std::count_if(p, p + n, lead));
-  auto store = std::make_shared<std::vector<uint8_t>>(upper * static_cast<size_t>(c.width_));
+  const auto width = static_cast<size_t>(c.width_);
+  auto store = std::make_shared<std::vector<uint8_t>>();
   size_t k = 0;
-  uint8_t* out = store->data();
-  if (subwords) {
-    for (int32_t id : spm_ids) {
-      if (c.width_ == 2) reinterpret_cast<uint16_t*>(out)[k++] = static_cast<uint16_t>(id);
-      else reinterpret_cast<int32_t*>(out)[k++] = id;
-    }
-    std::vector<int32_t>().swap(spm_ids);
-  } else if (c.width_ == 2)
-    encode_bytes(p, n, vocab, t, path, [&](int32_t id) { reinterpret_cast<uint16_t*>(out)[k++] = static_cast<uint16_t>(id); });
-  else
-    encode_bytes(p, n, vocab, t, path, [&](int32_t id) { reinterpret_cast<int32_t*>(out)[k++] = id; });
-  const auto count = static_cast<int64_t>(k);  // == upper: every token starts at a lead byte
+  if (t == Tokenization::SPM || t == Tokenization::GPT2_BPE) {
+    const auto append = [&](int32_t id) {
+      store->resize((k + 1) * width);  // amortised growth
+      if (width == 2) {
+        const auto x = static_cast<uint16_t>(id);
+        std::memcpy(store->data() + k * width, &x, 2);
+      } else {
+        std::memcpy(store->data() + k * width, &id, 4);
+      }
+      ++k;
+    };
+    if (t == Tokenization::SPM) encode_spm(reinterpret_cast<const char*>(p), n, vocab, tokenizer, path, append);
+    else encode_bpe(reinterpret_cast<const char*>(p), n, vocab, tokenizer, path, append);
+    if (cache_path.empty()) store->shrink_to_fit();  // kept for the run: not the growth's spare half
+  } else {
+    const size_t upper = t == Tokenization::BYTE ? n : static_cast<size_t>(std::count_if(p, p + n, lead));
+    store->resize(upper * width);
+    uint8_t* out = store->data();
+    if (width == 2)
+      encode_bytes(p, n, vocab, t, path, [&](int32_t id) { reinterpret_cast<uint16_t*>(out)[k++] = static_cast<uint16_t>(id); });
+    else
+      encode_bytes(p, n, vocab, t, path, [&](int32_t id) { reinterpret_cast<int32_t*>(out)[k++] = id; });
+  }
+  const auto count = static_cast<int64_t>(k);  // char / byte: == upper, every token starts at a lead byte
   if (!cache_path.empty()) {
     CacheHeader h{};
     std::memcpy(h.magic, kCacheMagic, 8);
