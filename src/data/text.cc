@@ -17,6 +17,9 @@
 namespace tfm::data {
 namespace {
 
+// U+2581 LOWER ONE EIGHTH BLOCK: SentencePiece's spelling of a space inside its pieces.
+constexpr const char* kSpmSpace = "\xE2\x96\x81";
+
 constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull, kFnvPrime = 0x100000001b3ull;
 
 uint64_t fnv1a(const uint8_t* p, size_t n, uint64_t h = kFnvOffset) {
@@ -110,8 +113,9 @@ uint64_t vocab_hash(const Vocab& v) {
 }
 
 // SPM: calls emit(id) for every piece of p[0, n), encoded line by line, and the id of the piece
-// "<0x0A>" for every newline (SentencePiece never sees a newline inside a sentence). Unknown pieces
-// map to <unk>. Throws DataError naming `name` when the model has no "<0x0A>" piece, or on invalid
+// "<0x0A>" for every newline (SentencePiece never sees a newline inside a sentence). A "▁" (U+2581)
+// of the text is its three byte pieces: SentencePiece writes a space as "▁" inside its pieces, so it
+// would decode as a space. Unknown pieces map to <unk>. Throws DataError naming `name` when the model has no "<0x0A>" piece, or on invalid
 // UTF-8 (with its byte offset in the whole text).
 template <class Emit>
 void encode_spm(const char* p, size_t n, const Vocab& v, const Tokenizer& t, const std::string& name, Emit&& emit) {
@@ -121,12 +125,22 @@ void encode_spm(const char* p, size_t n, const Vocab& v, const Tokenizer& t, con
                     " (byte_fallback), so it cannot encode a newline; a language model needs one");
   check_utf8(reinterpret_cast<const uint8_t*>(p), n, name, Tokenization::SPM);
   const int32_t nl = v.id(newline);
+  const std::string_view meta = kSpmSpace;
+  int32_t meta_bytes[3];
+  for (size_t i = 0; i < 3; ++i) meta_bytes[i] = v.id(byte_token(static_cast<uint8_t>(meta[i])));
   size_t start = 0;
   while (start < n) {
     const char* end = static_cast<const char*>(std::memchr(p + start, '\n', n - start));
     const size_t stop = end ? static_cast<size_t>(end - p) : n;
-    if (stop > start)
-      for (const auto& piece : t.tokenize(std::string(p + start, stop - start))) emit(v.id(piece));
+    const std::string_view line(p + start, stop - start);
+    for (size_t a = 0; a < line.size();) {
+      const size_t b = std::min(line.find(meta, a), line.size());
+      if (b > a)
+        for (const auto& piece : t.tokenize(std::string(line.substr(a, b - a)))) emit(v.id(piece));
+      if (b == line.size()) break;
+      for (const int32_t id : meta_bytes) emit(id);
+      a = b + meta.size();
+    }
     if (!end) break;
     emit(nl);
     start = stop + 1;
@@ -178,11 +192,11 @@ void append_piece_text(std::string& out, const std::string& piece) {
       return;
     }
   }
-  static const std::string kSpace = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's space
+  const std::string_view space = kSpmSpace;
   for (size_t i = 0; i < piece.size();) {
-    if (piece.compare(i, kSpace.size(), kSpace) == 0) {
+    if (std::string_view(piece).substr(i, space.size()) == space) {
       out += ' ';
-      i += kSpace.size();
+      i += space.size();
     } else {
       out += piece[i++];
     }

@@ -140,6 +140,30 @@ TEST(Text, SpmRefusesInvalidUtf8NamingTheFileAndByte) {
   EXPECT_THROW(tok.tokenize("ab\xE2\x82"), std::invalid_argument);
 }
 
+// SentencePiece writes a space as U+2581 "▁" inside its pieces, so a "▁" of the text itself came back
+// as a space (sparklines "▁▂▃" lost their lowest bar): a lossless model encodes it as its three byte
+// pieces, and every text decodes back to itself, piece by piece too.
+TEST(Text, SpmKeepsALiteralLowerOneEighthBlock) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 40; ++i) lines.push_back("load " + std::to_string(i) + " \xE2\x96\x81\xE2\x96\x82\xE2\x96\x83 done");
+  const std::vector<std::string_view> views(lines.begin(), lines.end());
+  SpmOptions o;
+  o.vocab_size = 280;
+  o.lossless = true;
+  const Tokenizer tok = Tokenizer::from_spm_model(train_spm(views, o, "bars"), "bars");
+  const Vocab v = tok.vocab();
+  for (const std::string text : {"x\xE2\x96\x81y", "\xE2\x96\x81", "a \xE2\x96\x81\xE2\x96\x81 b\n\xE2\x96\x81\n", "load 7 \xE2\x96\x81\xE2\x96\x82\xE2\x96\x83 done"}) {
+    const std::vector<int32_t> ids = encode_text(v, tok, text);
+    EXPECT_EQ(decode_text(v, tok, ids), text);
+    std::string piecewise;
+    for (const int32_t id : ids) piecewise += decode_text(v, tok, {id});
+    EXPECT_EQ(piecewise, text);
+  }
+  // A space still is the pieces' "▁": "x y" is not spelled with byte pieces.
+  const std::vector<int32_t> ids = encode_text(v, tok, "load 7 done");
+  for (const int32_t id : ids) EXPECT_NE(v.token(id).rfind("<0x", 0), 0u) << v.token(id);
+}
+
 // SentencePiece's trainer skips, without a word, every line longer than its max_sentence_length (4192
 // bytes by default): a text of long lines (a paragraph a line, a minified file) trained a model on its
 // few short lines, or failed with an empty reason when it had none. Every chosen line trains it.

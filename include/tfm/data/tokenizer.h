@@ -19,7 +19,8 @@
 //                      "<0xNN>"), so that every text, newlines included, encodes and decodes back to
 //                      itself. A text is encoded line by line with the piece "<0x0A>" for each
 //                      newline (tfm/data/text.h), since SentencePiece never sees a newline inside a
-//                      sentence.
+//                      sentence, and a "▁" (U+2581) of the text as its byte pieces, since pieces
+//                      spell a space so.
 //
 // Determinism: train_spm gives bitwise the same model for the same lines and options whatever the
 // machine and tfm's --threads: SentencePiece's own trainer runs a fixed number of threads
