@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "io/file_util.h"
+#include "quote.h"
 #include "utf8.h"
 
 namespace tfm::data {
@@ -59,8 +60,10 @@ std::string utf8_of(uint32_t cp) {
   return s;
 }
 
-// A token or line quoted for a one-line message: control bytes and bytes that are not valid UTF-8
-// as \xNN, at most 60 bytes of the text (cut at a character boundary) then "...".
+// A token or line quoted for a one-line message: in double quotes (a quote or backslash of the text
+// after a backslash), each character as escape_text writes it (src/quote.h: control bytes, Unicode's
+// line breaks and bytes that are not valid UTF-8 as \xhh), at most 60 bytes of the text (cut at a
+// character boundary) then "...".
 std::string quote(std::string_view s) {
   std::string out = "\"";
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
@@ -70,17 +73,10 @@ std::string quote(std::string_view s) {
       out += "...";
       break;
     }
-    const size_t len = utf8_length(p, s.size(), i);
-    if (len == 1 && p[i] >= 0x20 && p[i] != 0x7F && p[i] != '"' && p[i] != '\\') {
-      out += static_cast<char>(p[i]);
-    } else if (len > 1) {
-      out.append(s.substr(i, len));
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", p[i]);
-      out += (p[i] == '"' || p[i] == '\\') ? std::string("\\") + static_cast<char>(p[i]) : std::string(buf);
-    }
-    i += std::max<size_t>(len, 1);
+    const size_t len = std::max<size_t>(utf8_length(p, s.size(), i), 1);
+    if (s[i] == '"' || s[i] == '\\') out += '\\';
+    out += escape_text(s.substr(i, len), len);
+    i += len;
   }
   return out + "\"";
 }
