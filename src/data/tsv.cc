@@ -70,11 +70,13 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
     }
     TextPair pair;
     pair.line = line_no;
+    const char* side = "source";  // a tokenizer's byte offsets count from its side's start: say which
     try {
       pair.src = options.src_tokens.tokenize(line.substr(0, tab));
+      side = "target";
       pair.tgt = options.tgt_tokens.tokenize(line.substr(tab + 1));
     } catch (const std::invalid_argument& e) {
-      problem(line_no, std::string("malformed line: ") + e.what());
+      problem(line_no, std::string("malformed line: ") + e.what() + " (in the " + side + ")");
       return;
     }
     if (pair.src.empty() || pair.tgt.empty()) {

@@ -84,7 +84,24 @@ TEST(Tsv, SpmSideWithInvalidUtf8IsMalformed) {
   ASSERT_EQ(d.pairs.size(), 1u);
   ASSERT_EQ(d.problems.size(), 1u);
   EXPECT_EQ(d.problems[0].line, 2);
-  EXPECT_EQ(d.problems[0].what, "malformed line: invalid UTF-8 at byte 1");
+  EXPECT_EQ(d.problems[0].what, "malformed line: invalid UTF-8 at byte 1 (in the source)");
+}
+
+// A tokenizer's byte offset counts from the start of its side: the message says which side, so
+// "byte 1" of a target is not read as byte 1 of the line.
+TEST(Tsv, InvalidUtf8NamesItsSide) {
+  const TsvData d = parse_tsv("abc\tx\xFFy\nq\xC3\tz\nok\tko\n", "u.tsv", char_opts());
+  ASSERT_EQ(d.problems.size(), 2u);
+  EXPECT_EQ(d.problems[0].what, "malformed line: invalid UTF-8 at byte 1 (in the target)");
+  EXPECT_EQ(d.problems[1].what, "malformed line: invalid UTF-8 at byte 1 (in the source)");
+  TsvOptions strict = char_opts();
+  strict.strict = true;
+  try {
+    parse_tsv("abc\tx\xFFy\n", "u.tsv", strict);
+    FAIL() << "strict accepted invalid UTF-8";
+  } catch (const DataError& e) {
+    EXPECT_STREQ(e.what(), "u.tsv:1: malformed line: invalid UTF-8 at byte 1 (in the target) (--strict)");
+  }
 }
 
 TEST(Tsv, StrictFailsAtTheFirstBadLine) {
