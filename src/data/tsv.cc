@@ -12,6 +12,16 @@ bool all_space(const std::string& s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; });
 }
 
+// A side's token count. Char, space and byte tokens are counted without being made (count_tokens),
+// so that a huge side is refused as over-long at the cost of its bytes, not of millions of token
+// strings (a 20 MB side took 1.6 GB); a model's tokens (spm, gpt2-bpe) are made into `tokens` to be
+// counted. Throws as tokenize does.
+int64_t count_side(const Tokenizer& t, const std::string& text, Tokens& tokens) {
+  if (!t.has_vocab()) return count_tokens(text, t.kind());
+  tokens = t.tokenize(text);
+  return static_cast<int64_t>(tokens.size());
+}
+
 // Calls f(line_no, line) for each line of `text` (1-based; a final line without "\n" counts, a final
 // "\n" starts no empty line) and returns how many there were. A UTF-8 byte order mark at the start
 // (editors on Windows write one) marks the encoding, not a character of line 1, and a trailing "\r"
@@ -68,32 +78,37 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
       problem(line_no, "malformed line: more than one tab");
       return;
     }
+    const std::string src = line.substr(0, tab), tgt = line.substr(tab + 1);
     TextPair pair;
     pair.line = line_no;
+    int64_t ns = 0, nt = 0;       // the sides' token counts
     const char* side = "source";  // a tokenizer's byte offsets count from its side's start: say which
     try {
-      pair.src = options.src_tokens.tokenize(line.substr(0, tab));
+      ns = count_side(options.src_tokens, src, pair.src);
       side = "target";
-      pair.tgt = options.tgt_tokens.tokenize(line.substr(tab + 1));
+      nt = count_side(options.tgt_tokens, tgt, pair.tgt);
     } catch (const std::invalid_argument& e) {
       problem(line_no, std::string("malformed line: ") + e.what() + " (in the " + side + ")");
       return;
     }
-    if (pair.src.empty() || pair.tgt.empty()) {
-      problem(line_no, std::string("malformed line: empty ") + (pair.src.empty() ? "source" : "target"));
+    if (ns == 0 || nt == 0) {
+      problem(line_no, std::string("malformed line: empty ") + (ns == 0 ? "source" : "target"));
       return;
     }
-    const int64_t longest = static_cast<int64_t>(std::max(pair.src.size(), pair.tgt.size()));
+    const int64_t longest = std::max(ns, nt);
     if (longest > options.max_tokens) {
       problem(line_no, "over-long line: " + std::to_string(longest) + " tokens, the limit is " +
                            std::to_string(options.max_tokens));
       return;
     }
-    if (options.equal_lengths && pair.src.size() != pair.tgt.size()) {
-      problem(line_no, "malformed line: source has " + std::to_string(pair.src.size()) + " tokens, target " +
-                           std::to_string(pair.tgt.size()) + " (arch encoder needs one target token per source token)");
+    if (options.equal_lengths && ns != nt) {
+      problem(line_no, "malformed line: source has " + std::to_string(ns) + " tokens, target " + std::to_string(nt) +
+                           " (arch encoder needs one target token per source token)");
       return;
     }
+    // A side only counted is made now: it passed the checks, so this cannot throw.
+    if (!options.src_tokens.has_vocab()) pair.src = options.src_tokens.tokenize(src);
+    if (!options.tgt_tokens.has_vocab()) pair.tgt = options.tgt_tokens.tokenize(tgt);
     data.pairs.push_back(std::move(pair));
   });
   if (data.pairs.empty())

@@ -2,61 +2,18 @@
 // memory: a language model's text (tfm/data/text.h) costs its token array, not a record of every
 // pre-tokenizer piece besides it.
 //
-// Method: this binary replaces the global operator new / delete with ones that count the live heap
-// bytes and their peak (each block carries its size in a 16-byte header), so the peak a call adds is
-// exact and the same on every machine. The vocabulary is the 256 byte tokens and no merges, so each
-// byte of the text is one token and a token count is a byte count.
+// Method: the heap counted (tests/data/heap_counter.h: the peak a call adds, exact on every
+// machine). The vocabulary is the 256 byte tokens and no merges, so each byte of the text is one
+// token and a token count is a byte count.
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
 #include <filesystem>
-#include <new>
 #include <nlohmann/json.hpp>
 
+#include "data/heap_counter.h"
 #include "test_util.h"
 #include "tfm/data/bpe.h"
 #include "tfm/data/text.h"
-
-namespace {
-
-std::atomic<int64_t> g_live{0}, g_peak{0};
-constexpr size_t kHeader = 16;  // keeps the block 16-byte aligned
-
-void* counted_alloc(size_t n) {
-  void* p = std::malloc(n + kHeader);
-  if (!p) throw std::bad_alloc();
-  *static_cast<size_t*>(p) = n;
-  const int64_t live = g_live += static_cast<int64_t>(n);
-  for (int64_t peak = g_peak.load(); live > peak && !g_peak.compare_exchange_weak(peak, live);) {
-  }
-  return static_cast<char*>(p) + kHeader;
-}
-
-void counted_free(void* q) {
-  if (!q) return;
-  void* p = static_cast<char*>(q) - kHeader;
-  g_live -= static_cast<int64_t>(*static_cast<size_t*>(p));
-  std::free(p);
-}
-
-// The peak of live heap bytes while f runs, above what was live when it started.
-template <class F>
-int64_t peak_added(F&& f) {
-  const int64_t base = g_live.load();
-  g_peak = base;
-  f();
-  return g_peak.load() - base;
-}
-
-}  // namespace
-
-void* operator new(size_t n) { return counted_alloc(n); }
-void* operator new[](size_t n) { return counted_alloc(n); }
-void operator delete(void* p) noexcept { counted_free(p); }
-void operator delete[](void* p) noexcept { counted_free(p); }
-void operator delete(void* p, size_t) noexcept { counted_free(p); }
-void operator delete[](void* p, size_t) noexcept { counted_free(p); }
 
 namespace tfm::data {
 namespace {
@@ -81,7 +38,7 @@ TEST(BpeMemory, TextCorpusCostsItsTokensNotThePieces) {
   const Tokenizer bpe = bytes_only_bpe();
   const Vocab vocab = bpe.vocab();
   TextCorpus corpus;
-  const int64_t added = peak_added([&] { corpus = TextCorpus::read(dir + "/t.txt", vocab, bpe); });
+  const int64_t added = testing::heap::peak_added([&] { corpus = TextCorpus::read(dir + "/t.txt", vocab, bpe); });
   ASSERT_EQ(corpus.size(), static_cast<int64_t>(tokens));
   EXPECT_EQ(corpus[0], ' ');
   EXPECT_EQ(corpus[1], 'a');
@@ -96,7 +53,7 @@ TEST(BpeMemory, EncodeKeepsNoPieces) {
   std::string text;
   for (size_t i = 0; i < 1000000; ++i) text += " a";
   std::vector<int32_t> ids;
-  const int64_t added = peak_added([&] { ids = bpe.bpe().encode(text); });
+  const int64_t added = testing::heap::peak_added([&] { ids = bpe.bpe().encode(text); });
   ASSERT_EQ(ids.size(), text.size());
   EXPECT_LT(static_cast<double>(added) / static_cast<double>(ids.size()), 10.0) << added << " bytes at the peak";
 }

@@ -3,8 +3,9 @@
 // Every line is checked; a bad line never crashes the reader. Problems, each with its 1-based line
 // number: blank line (empty or whitespace only), malformed (no tab, more than one tab, an empty side,
 // invalid UTF-8 under char or spm tokenization, source/target lengths differ when equal lengths are
-// required), over-long (more than max_tokens tokens on a side). By default bad lines are skipped and
-// listed in TsvData::problems; with strict the first one throws DataError
+// required), over-long (more than max_tokens tokens on a side; char, space and byte sides are counted
+// before their tokens are made, so a huge line costs its bytes only). By default bad lines are
+// skipped and listed in TsvData::problems; with strict the first one throws DataError
 // "<path>:<line>: <what>". A file without a single usable pair always throws (an empty training
 // file is never a silent no-op). A trailing "\r" (CRLF files) is removed before checking, and a UTF-8
 // byte order mark at the start of the file is not text.
