@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "io/file_util.h"
+#include "quote.h"
 #include "utf8.h"
 
 namespace tfm::data {
@@ -59,8 +60,10 @@ std::string utf8_of(uint32_t cp) {
   return s;
 }
 
-// A token or line quoted for a one-line message: control bytes and bytes that are not valid UTF-8
-// as \xNN, at most 60 bytes of the text (cut at a character boundary) then "...".
+// A token or line quoted for a one-line message: in double quotes (a quote or backslash of the text
+// after a backslash), each character as escape_text writes it (src/quote.h: control bytes, Unicode's
+// line breaks and bytes that are not valid UTF-8 as \xhh), at most 60 bytes of the text (cut at a
+// character boundary) then "...".
 std::string quote(std::string_view s) {
   std::string out = "\"";
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
@@ -70,17 +73,10 @@ std::string quote(std::string_view s) {
       out += "...";
       break;
     }
-    const size_t len = utf8_length(p, s.size(), i);
-    if (len == 1 && p[i] >= 0x20 && p[i] != 0x7F && p[i] != '"' && p[i] != '\\') {
-      out += static_cast<char>(p[i]);
-    } else if (len > 1) {
-      out.append(s.substr(i, len));
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", p[i]);
-      out += (p[i] == '"' || p[i] == '\\') ? std::string("\\") + static_cast<char>(p[i]) : std::string(buf);
-    }
-    i += std::max<size_t>(len, 1);
+    const size_t len = std::max<size_t>(utf8_length(p, s.size(), i), 1);
+    if (s[i] == '"' || s[i] == '\\') out += '\\';
+    out += escape_text(s.substr(i, len), len);
+    i += len;
   }
   return out + "\"";
 }
@@ -306,22 +302,27 @@ ByteLevelBpe ByteLevelBpe::from_strings(std::string_view vocab_json, const std::
   return bpe;
 }
 
-std::vector<std::string_view> ByteLevelBpe::pretokenize(std::string_view text) const {
+namespace {
+
+// Step 1 of tfm/data/bpe.h: calls piece(view) for each piece of `text` in order, matching the next one
+// only after the last was handled (so no list of pieces is kept). Throws std::invalid_argument on
+// invalid UTF-8 before the first piece.
+template <class F>
+void for_each_piece(const pcre2_code* pattern, std::string_view text, F&& piece) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   for (size_t i = 0; i < text.size();) {
     const size_t len = utf8_length(s, text.size(), i);
     if (len == 0) throw std::invalid_argument("text is not valid UTF-8 (byte " + std::to_string(i) + ")");
     i += len;
   }
-  std::unique_ptr<pcre2_match_data, MatchDataFree> md(pcre2_match_data_create_from_pattern(impl_->pattern, nullptr));
+  std::unique_ptr<pcre2_match_data, MatchDataFree> md(pcre2_match_data_create_from_pattern(pattern, nullptr));
   if (!md) throw std::bad_alloc();
-  std::vector<std::string_view> pieces;
   size_t pos = 0;
   while (pos < text.size()) {
     // Validity was checked once above: without PCRE2_NO_UTF_CHECK each call would check again.
-    int rc = pcre2_match(impl_->pattern, s, text.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
+    int rc = pcre2_match(pattern, s, text.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      rc = pcre2_match(impl_->pattern, s, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md.get(), nullptr);
+      rc = pcre2_match(pattern, s, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md.get(), nullptr);
     if (rc < 0)
       throw std::runtime_error("GPT-2 pre-tokenizer: " +
                                (rc == PCRE2_ERROR_NOMATCH ? std::string("no piece matches") : pcre2_message(rc)) +
@@ -329,29 +330,46 @@ std::vector<std::string_view> ByteLevelBpe::pretokenize(std::string_view text) c
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
     // Every character starts some alternative, so an anchored match is never empty.
     if (ov[0] != pos || ov[1] <= pos) throw std::logic_error("GPT-2 pre-tokenizer: empty piece at byte " + std::to_string(pos));
-    pieces.push_back(text.substr(pos, ov[1] - pos));
-    pos = ov[1];
+    const size_t end = ov[1];
+    piece(text.substr(pos, end - pos));
+    pos = end;
   }
+}
+
+}  // namespace
+
+std::vector<std::string_view> ByteLevelBpe::pretokenize(std::string_view text) const {
+  std::vector<std::string_view> pieces;
+  for_each_piece(impl_->pattern, text, [&](std::string_view p) { pieces.push_back(p); });
   return pieces;
+}
+
+void ByteLevelBpe::encode(std::string_view text, const std::function<void(const int32_t*, size_t)>& emit) const {
+  Impl& m = *impl_;
+  std::string key;            // the piece's bytes, the cache's key
+  std::vector<int32_t> word;  // its ids; emitted outside the lock (emit may take its time)
+  for_each_piece(m.pattern, text, [&](std::string_view piece) {
+    key.assign(piece);
+    bool cached = false;
+    {
+      const std::lock_guard<std::mutex> lock(m.cache_mutex);
+      const auto it = m.cache.find(key);
+      if (it != m.cache.end()) {
+        word.assign(it->second.begin(), it->second.end());
+        cached = true;
+      }
+    }
+    if (!cached) word = m.bpe(piece);
+    emit(word.data(), word.size());
+    if (cached) return;
+    const std::lock_guard<std::mutex> lock(m.cache_mutex);
+    if (m.cache.size() < kBpeCacheEntries) m.cache.emplace(key, std::move(word));
+  });
 }
 
 std::vector<int32_t> ByteLevelBpe::encode(std::string_view text) const {
   std::vector<int32_t> ids;
-  Impl& m = *impl_;
-  for (const std::string_view piece : pretokenize(text)) {
-    {
-      const std::lock_guard<std::mutex> lock(m.cache_mutex);
-      const auto it = m.cache.find(std::string(piece));
-      if (it != m.cache.end()) {
-        ids.insert(ids.end(), it->second.begin(), it->second.end());
-        continue;
-      }
-    }
-    std::vector<int32_t> word = m.bpe(piece);
-    ids.insert(ids.end(), word.begin(), word.end());
-    const std::lock_guard<std::mutex> lock(m.cache_mutex);
-    if (m.cache.size() < kBpeCacheEntries) m.cache.emplace(std::string(piece), std::move(word));
-  }
+  encode(text, [&](const int32_t* p, size_t n) { ids.insert(ids.end(), p, p + n); });
   return ids;
 }
 

@@ -17,6 +17,9 @@
 namespace tfm::data {
 namespace {
 
+// U+2581 LOWER ONE EIGHTH BLOCK: SentencePiece's spelling of a space inside its pieces.
+constexpr const char* kSpmSpace = "\xE2\x96\x81";
+
 constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull, kFnvPrime = 0x100000001b3ull;
 
 uint64_t fnv1a(const uint8_t* p, size_t n, uint64_t h = kFnvOffset) {
@@ -43,9 +46,20 @@ std::unique_ptr<io::MappedFile> map_text(const std::string& path) {
   return f;
 }
 
-[[noreturn]] void bad_utf8(const std::string& path, size_t offset) {
-  throw DataError(path + ": invalid UTF-8 at byte " + std::to_string(offset) +
-                  " (--tokens char reads UTF-8 text; --tokens byte reads any bytes)");
+[[noreturn]] void bad_utf8(const std::string& path, size_t offset, Tokenization t = Tokenization::CHAR) {
+  throw DataError(path + ": invalid UTF-8 at byte " + std::to_string(offset) + " (--tokens " +
+                  std::string(enum_name(t)) + " reads UTF-8 text; --tokens byte reads any bytes)");
+}
+
+// Throws bad_utf8 at the first byte of p[0, n) that does not start a valid UTF-8 sequence. SPM checks
+// the whole text first, as char does while it encodes: SentencePiece would read such bytes as U+FFFD
+// without a word, so a lossless model would train on and encode another text than the file's.
+void check_utf8(const uint8_t* p, size_t n, const std::string& path, Tokenization t) {
+  for (size_t i = 0; i < n;) {
+    const size_t len = utf8_length(p, n, i);
+    if (len == 0) bad_utf8(path, i, t);
+    i += len;
+  }
 }
 
 void check_text_tokenization(Tokenization t) {
@@ -99,21 +113,34 @@ uint64_t vocab_hash(const Vocab& v) {
 }
 
 // SPM: calls emit(id) for every piece of p[0, n), encoded line by line, and the id of the piece
-// "<0x0A>" for every newline (SentencePiece never sees a newline inside a sentence). Unknown pieces
-// map to <unk>. Throws DataError naming `name` when the model has no "<0x0A>" piece.
+// "<0x0A>" for every newline (SentencePiece never sees a newline inside a sentence). A "▁" (U+2581)
+// of the text is its three byte pieces: SentencePiece writes a space as "▁" inside its pieces, so it
+// would decode as a space. Unknown pieces map to <unk>. Throws DataError naming `name` when the model has no "<0x0A>" piece, or on invalid
+// UTF-8 (with its byte offset in the whole text).
 template <class Emit>
 void encode_spm(const char* p, size_t n, const Vocab& v, const Tokenizer& t, const std::string& name, Emit&& emit) {
   const std::string newline = byte_token('\n');
   if (!v.contains(newline))
     throw DataError(name + ": the SentencePiece model " + t.spm_name() + " has no piece " + newline +
                     " (byte_fallback), so it cannot encode a newline; a language model needs one");
+  check_utf8(reinterpret_cast<const uint8_t*>(p), n, name, Tokenization::SPM);
   const int32_t nl = v.id(newline);
+  const std::string_view meta = kSpmSpace;
+  int32_t meta_bytes[3];
+  for (size_t i = 0; i < 3; ++i) meta_bytes[i] = v.id(byte_token(static_cast<uint8_t>(meta[i])));
   size_t start = 0;
   while (start < n) {
     const char* end = static_cast<const char*>(std::memchr(p + start, '\n', n - start));
     const size_t stop = end ? static_cast<size_t>(end - p) : n;
-    if (stop > start)
-      for (const auto& piece : t.tokenize(std::string(p + start, stop - start))) emit(v.id(piece));
+    const std::string_view line(p + start, stop - start);
+    for (size_t a = 0; a < line.size();) {
+      const size_t b = std::min(line.find(meta, a), line.size());
+      if (b > a)
+        for (const auto& piece : t.tokenize(std::string(line.substr(a, b - a)))) emit(v.id(piece));
+      if (b == line.size()) break;
+      for (const int32_t id : meta_bytes) emit(id);
+      a = b + meta.size();
+    }
     if (!end) break;
     emit(nl);
     start = stop + 1;
@@ -121,22 +148,23 @@ void encode_spm(const char* p, size_t n, const Vocab& v, const Tokenizer& t, con
 }
 
 // GPT2_BPE: calls emit(id) for every BPE token of p[0, n) (the whole text at once: GPT-2's pieces
-// depend on what follows a run of whitespace, so cutting the text could change them). The ids are
-// the vocabulary's, which must start with the BPE's tokens (a padded vocabulary may have more).
-// Throws DataError naming `name` on invalid UTF-8.
+// depend on what follows a run of whitespace, so cutting the text could change them; the pieces are
+// encoded as they are matched, so the text costs its ids only). The ids are the vocabulary's, which
+// must start with the BPE's tokens (a padded vocabulary may have more). Throws DataError naming
+// `name` on invalid UTF-8.
 template <class Emit>
 void encode_bpe(const char* p, size_t n, const Vocab& v, const Tokenizer& t, const std::string& name, Emit&& emit) {
   const ByteLevelBpe& bpe = t.bpe();
   if (v.size() < bpe.vocab_size())
     throw DataError(name + ": the vocabulary has " + std::to_string(v.size()) + " entries, fewer than the BPE's " +
                     std::to_string(bpe.vocab_size()) + " (" + t.name() + ")");
-  std::vector<int32_t> ids;
   try {
-    ids = bpe.encode(std::string_view(p, n));
-  } catch (const std::invalid_argument& e) {
+    bpe.encode(std::string_view(p, n), [&](const int32_t* ids, size_t count) {
+      for (size_t i = 0; i < count; ++i) emit(ids[i]);
+    });
+  } catch (const std::invalid_argument& e) {  // raised before the first id (tfm/data/bpe.h)
     throw DataError(name + ": " + e.what() + " (gpt2-bpe reads UTF-8 text)");
   }
-  for (int32_t id : ids) emit(id);
 }
 
 // The cache file: this header (64 bytes), then `count` ids of `width` bytes.
@@ -164,11 +192,11 @@ void append_piece_text(std::string& out, const std::string& piece) {
       return;
     }
   }
-  static const std::string kSpace = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's space
+  const std::string_view space = kSpmSpace;
   for (size_t i = 0; i < piece.size();) {
-    if (piece.compare(i, kSpace.size(), kSpace) == 0) {
+    if (std::string_view(piece).substr(i, space.size()) == space) {
       out += ' ';
-      i += kSpace.size();
+      i += space.size();
     } else {
       out += piece[i++];
     }
@@ -271,6 +299,7 @@ std::string text_file_hash(const std::string& path) {
 
 Tokenizer train_text_spm(const std::string& path, const SpmOptions& options) {
   const auto f = map_text(path);
+  check_utf8(f->data(), f->size(), path, Tokenization::SPM);  // before training: encoding the text would refuse it
   const char* p = reinterpret_cast<const char*>(f->data());
   const size_t n = f->size();
   std::vector<std::string_view> lines;
@@ -343,34 +372,39 @@ TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, const T
       }
     }
   }
-  // Encode straight into an array of the compact width, sized by the tokens the text can hold (one
-  // a byte, or one a UTF-8 lead byte): the only copy of the text's tokens in memory.
+  // Encode straight into an array of the compact width: the only copy of the text's tokens in memory.
+  // Char and byte tokens size it first by the tokens the text can hold (one a byte, or one a UTF-8
+  // lead byte); subwords, whose count is known only after encoding, grow it as their ids come.
   const uint8_t* p = f->data();
   const size_t n = f->size();
   const auto lead = [](uint8_t b) { return (b & 0xC0) != 0x80; };
-  const bool subwords = t == Tokenization::SPM || t == Tokenization::GPT2_BPE;
-  std::vector<int32_t> spm_ids;  // subwords: the token count is known only after encoding
-  if (t == Tokenization::SPM)
-    encode_spm(reinterpret_cast<const char*>(p), n, vocab, tokenizer, path, [&](int32_t id) { spm_ids.push_back(id); });
-  if (t == Tokenization::GPT2_BPE)
-    encode_bpe(reinterpret_cast<const char*>(p), n, vocab, tokenizer, path, [&](int32_t id) { spm_ids.push_back(id); });
-  const size_t upper = t == Tokenization::BYTE ? n
-                       : subwords              ? spm_ids.size()
-                                               : static_cast<size_t>(std::count_if(p, p + n, lead));
-  auto store = std::make_shared<std::vector<uint8_t>>(upper * static_cast<size_t>(c.width_));
+  const auto width = static_cast<size_t>(c.width_);
+  auto store = std::make_shared<std::vector<uint8_t>>();
   size_t k = 0;
-  uint8_t* out = store->data();
-  if (subwords) {
-    for (int32_t id : spm_ids) {
-      if (c.width_ == 2) reinterpret_cast<uint16_t*>(out)[k++] = static_cast<uint16_t>(id);
-      else reinterpret_cast<int32_t*>(out)[k++] = id;
-    }
-    std::vector<int32_t>().swap(spm_ids);
-  } else if (c.width_ == 2)
-    encode_bytes(p, n, vocab, t, path, [&](int32_t id) { reinterpret_cast<uint16_t*>(out)[k++] = static_cast<uint16_t>(id); });
-  else
-    encode_bytes(p, n, vocab, t, path, [&](int32_t id) { reinterpret_cast<int32_t*>(out)[k++] = id; });
-  const auto count = static_cast<int64_t>(k);  // == upper: every token starts at a lead byte
+  if (t == Tokenization::SPM || t == Tokenization::GPT2_BPE) {
+    const auto append = [&](int32_t id) {
+      store->resize((k + 1) * width);  // amortised growth
+      if (width == 2) {
+        const auto x = static_cast<uint16_t>(id);
+        std::memcpy(store->data() + k * width, &x, 2);
+      } else {
+        std::memcpy(store->data() + k * width, &id, 4);
+      }
+      ++k;
+    };
+    if (t == Tokenization::SPM) encode_spm(reinterpret_cast<const char*>(p), n, vocab, tokenizer, path, append);
+    else encode_bpe(reinterpret_cast<const char*>(p), n, vocab, tokenizer, path, append);
+    if (cache_path.empty()) store->shrink_to_fit();  // kept for the run: not the growth's spare half
+  } else {
+    const size_t upper = t == Tokenization::BYTE ? n : static_cast<size_t>(std::count_if(p, p + n, lead));
+    store->resize(upper * width);
+    uint8_t* out = store->data();
+    if (width == 2)
+      encode_bytes(p, n, vocab, t, path, [&](int32_t id) { reinterpret_cast<uint16_t*>(out)[k++] = static_cast<uint16_t>(id); });
+    else
+      encode_bytes(p, n, vocab, t, path, [&](int32_t id) { reinterpret_cast<int32_t*>(out)[k++] = id; });
+  }
+  const auto count = static_cast<int64_t>(k);  // char / byte: == upper, every token starts at a lead byte
   if (!cache_path.empty()) {
     CacheHeader h{};
     std::memcpy(h.magic, kCacheMagic, 8);

@@ -4,12 +4,15 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "io/file_util.h"
 #include "quote.h"
+#include "utf8.h"
 
 namespace tfm::data {
 
@@ -28,6 +31,19 @@ struct Tokenizer::Bpe {
 namespace {
 
 const std::string kEmpty;
+
+// The offset of the first byte of `text` that does not start a valid UTF-8 sequence, or text.size().
+// SentencePiece's normaliser turns such bytes into U+FFFD without a word, so an spm tokenizer checks
+// first: its pieces would stand for another text than the one given (even a lossless model's).
+size_t invalid_utf8_at(std::string_view text) {
+  const auto* p = reinterpret_cast<const uint8_t*>(text.data());
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_length(p, text.size(), i);
+    if (n == 0) return i;
+    i += n;
+  }
+  return text.size();
+}
 
 // Feeds the chosen lines to SentencePiece's trainer without copying them into a file.
 class LineIterator : public sentencepiece::SentenceIterator {
@@ -140,6 +156,8 @@ Tokens Tokenizer::tokenize(const std::string& text) const {
   }
   if (kind_ != Tokenization::SPM) return data::tokenize(text, kind_);
   if (!spm_) data::tokenize(text, kind_);  // throws: no model
+  if (const size_t bad = invalid_utf8_at(text); bad < text.size())
+    throw std::invalid_argument("invalid UTF-8 at byte " + std::to_string(bad));  // as char tokens say
   Tokens pieces;
   const auto st = spm_->processor.Encode(text, &pieces);
   if (!st.ok()) throw std::invalid_argument(spm_->name + ": cannot encode: " + status_text(st));
@@ -189,13 +207,18 @@ std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptio
                                                     std::to_string(o.vocab_size));
   if (o.max_lines < 1) throw std::invalid_argument(name + ": spm_max_lines must be ≥ 1");
   std::vector<size_t> nonempty;
-  for (size_t i = 0; i < lines.size(); ++i)
-    if (!lines[i].empty()) nonempty.push_back(i);
+  for (size_t i = 0; i < lines.size(); ++i)  // a line that is not UTF-8 would teach U+FFFD (tokenize refuses it)
+    if (!lines[i].empty() && invalid_utf8_at(lines[i]) == lines[i].size()) nonempty.push_back(i);
   if (nonempty.empty()) throw std::invalid_argument(name + ": no text to train a SentencePiece model on");
   const auto n = static_cast<uint64_t>(nonempty.size());
   const auto m = std::min<uint64_t>(n, static_cast<uint64_t>(o.max_lines));
   std::vector<size_t> pick(m);
   for (uint64_t i = 0; i < m; ++i) pick[i] = nonempty[static_cast<size_t>(i * n / m)];  // evenly spaced
+  // SentencePiece's trainer skips, silently, every line longer than max_sentence_length (4192 bytes by
+  // default): a text of long lines would train on its short lines alone. The longest chosen line sets it.
+  size_t longest = 4192;
+  for (const size_t i : pick) longest = std::max(longest, lines[i].size());
+  longest = std::min<size_t>(longest, std::numeric_limits<int32_t>::max());  // a proto int32
   const std::unordered_map<std::string, std::string> spec = {
       {"model_type", o.type == SpmType::BPE ? "bpe" : "unigram"},
       {"vocab_size", std::to_string(o.vocab_size)},
@@ -203,6 +226,7 @@ std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptio
       {"pad_piece", Vocab::PAD}, {"bos_piece", Vocab::BOS}, {"eos_piece", Vocab::EOS}, {"unk_piece", Vocab::UNK},
       {"num_threads", std::to_string(kSpmTrainerThreads)},
       {"input_sentence_size", "0"},  // every line given (our own sampling chose them)
+      {"max_sentence_length", std::to_string(longest)},  // ... and none skipped for its length
       {"shuffle_input_sentence", "false"},
       {"minloglevel", "100"},  // nothing on stderr
       {"hard_vocab_limit", "true"},

@@ -12,6 +12,35 @@ bool all_space(const std::string& s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; });
 }
 
+// A side's token count. Char, space and byte tokens are counted without being made (count_tokens),
+// so that a huge side is refused as over-long at the cost of its bytes, not of millions of token
+// strings (a 20 MB side took 1.6 GB); a model's tokens (spm, gpt2-bpe) are made into `tokens` to be
+// counted. Throws as tokenize does.
+int64_t count_side(const Tokenizer& t, const std::string& text, Tokens& tokens) {
+  if (!t.has_vocab()) return count_tokens(text, t.kind());
+  tokens = t.tokenize(text);
+  return static_cast<int64_t>(tokens.size());
+}
+
+// Calls f(line_no, line) for each line of `text` (1-based; a final line without "\n" counts, a final
+// "\n" starts no empty line) and returns how many there were. A UTF-8 byte order mark at the start
+// (editors on Windows write one) marks the encoding, not a character of line 1, and a trailing "\r"
+// (CRLF files) is not part of its line: parse_tsv and read_tsv_sides see the same lines.
+template <class F>
+int64_t for_each_line(const std::string& text, F&& f) {
+  size_t start = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
+  int64_t line_no = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line(text, start, end - start);
+    start = end + 1;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    f(++line_no, line);
+  }
+  return line_no;
+}
+
 }  // namespace
 
 std::string TsvData::summary() const {
@@ -35,58 +64,55 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
     if (options.strict) throw DataError(name + ":" + std::to_string(line) + ": " + what + " (--strict)");
     data.problems.push_back({line, std::move(what)});
   };
-  // A UTF-8 byte order mark (editors on Windows write one) marks the encoding, not a character of line 1.
-  size_t start = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
-  int64_t line_no = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line(text, start, end - start);
-    start = end + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+  data.lines = for_each_line(text, [&](int64_t line_no, const std::string& line) {
     if (all_space(line)) {
       problem(line_no, "blank line");
-      continue;
+      return;
     }
     const size_t tab = line.find('\t');
     if (tab == std::string::npos) {
       problem(line_no, "malformed line: no tab between source and target");
-      continue;
+      return;
     }
     if (line.find('\t', tab + 1) != std::string::npos) {
       problem(line_no, "malformed line: more than one tab");
-      continue;
+      return;
     }
+    const std::string src = line.substr(0, tab), tgt = line.substr(tab + 1);
     TextPair pair;
     pair.line = line_no;
+    int64_t ns = 0, nt = 0;       // the sides' token counts
+    const char* side = "source";  // a tokenizer's byte offsets count from its side's start: say which
     try {
-      pair.src = options.src_tokens.tokenize(line.substr(0, tab));
-      pair.tgt = options.tgt_tokens.tokenize(line.substr(tab + 1));
+      ns = count_side(options.src_tokens, src, pair.src);
+      side = "target";
+      nt = count_side(options.tgt_tokens, tgt, pair.tgt);
     } catch (const std::invalid_argument& e) {
-      problem(line_no, std::string("malformed line: ") + e.what());
-      continue;
+      problem(line_no, std::string("malformed line: ") + e.what() + " (in the " + side + ")");
+      return;
     }
-    if (pair.src.empty() || pair.tgt.empty()) {
-      problem(line_no, std::string("malformed line: empty ") + (pair.src.empty() ? "source" : "target"));
-      continue;
+    if (ns == 0 || nt == 0) {
+      problem(line_no, std::string("malformed line: empty ") + (ns == 0 ? "source" : "target"));
+      return;
     }
-    const int64_t longest = static_cast<int64_t>(std::max(pair.src.size(), pair.tgt.size()));
+    const int64_t longest = std::max(ns, nt);
     if (longest > options.max_tokens) {
       problem(line_no, "over-long line: " + std::to_string(longest) + " tokens, the limit is " +
                            std::to_string(options.max_tokens));
-      continue;
+      return;
     }
-    if (options.equal_lengths && pair.src.size() != pair.tgt.size()) {
-      problem(line_no, "malformed line: source has " + std::to_string(pair.src.size()) + " tokens, target " +
-                           std::to_string(pair.tgt.size()) + " (arch encoder needs one target token per source token)");
-      continue;
+    if (options.equal_lengths && ns != nt) {
+      problem(line_no, "malformed line: source has " + std::to_string(ns) + " tokens, target " + std::to_string(nt) +
+                           " (arch encoder needs one target token per source token)");
+      return;
     }
+    // A side only counted is made now: it passed the checks, so this cannot throw.
+    if (!options.src_tokens.has_vocab()) pair.src = options.src_tokens.tokenize(src);
+    if (!options.tgt_tokens.has_vocab()) pair.tgt = options.tgt_tokens.tokenize(tgt);
     data.pairs.push_back(std::move(pair));
-  }
-  data.lines = line_no;
+  });
   if (data.pairs.empty())
-    throw DataError(name + ": no usable pairs in " + std::to_string(line_no) + " lines" +
+    throw DataError(name + ": no usable pairs in " + std::to_string(data.lines) + " lines" +
                     (data.problems.empty() ? "" : " — " + data.summary().substr(name.size() + 2)));
   return data;
 }
@@ -109,20 +135,14 @@ TsvSides read_tsv_sides(const std::string& path) {
     throw DataError(e.what());
   }
   TsvSides sides;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line(text, start, end - start);
-    start = end + 1;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+  for_each_line(text, [&](int64_t, const std::string& line) {
     const size_t tab = line.find('\t');
-    if (tab == std::string::npos || line.find('\t', tab + 1) != std::string::npos) continue;
+    if (tab == std::string::npos || line.find('\t', tab + 1) != std::string::npos) return;
     std::string src = line.substr(0, tab), tgt = line.substr(tab + 1);
-    if (all_space(src) || all_space(tgt)) continue;
+    if (all_space(src) || all_space(tgt)) return;
     sides.src.push_back(std::move(src));
     sides.tgt.push_back(std::move(tgt));
-  }
+  });
   return sides;
 }
 

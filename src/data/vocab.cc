@@ -51,17 +51,19 @@ void needs_files(Tokenization t) {
 }
 }  // namespace
 
-std::vector<std::string> tokenize(const std::string& text, Tokenization t) {
+namespace {
+// Calls token(start, length) for each token of `text` (char / space / byte) in order: what tokenize
+// makes and count_tokens counts. CHAR throws std::invalid_argument at invalid UTF-8.
+template <class F>
+void for_each_token(const std::string& text, Tokenization t, F&& token) {
   needs_files(t);
-  std::vector<std::string> out;
   if (t == Tokenization::BYTE) {
-    out.reserve(text.size());
-    for (char c : text) out.push_back(byte_token(static_cast<uint8_t>(c)));
+    for (size_t i = 0; i < text.size(); ++i) token(i, size_t{1});
   } else if (t == Tokenization::CHAR) {
     for (size_t i = 0; i < text.size();) {
       const size_t n = utf8_length(text, i);
       if (n == 0) throw std::invalid_argument("invalid UTF-8 at byte " + std::to_string(i));
-      out.emplace_back(text, i, n);
+      token(i, n);
       i += n;
     }
   } else {
@@ -70,10 +72,26 @@ std::vector<std::string> tokenize(const std::string& text, Tokenization t) {
       while (i < text.size() && is_space(text[i])) ++i;
       const size_t start = i;
       while (i < text.size() && !is_space(text[i])) ++i;
-      if (i > start) out.emplace_back(text, start, i - start);
+      if (i > start) token(start, i - start);
     }
   }
+}
+}  // namespace
+
+std::vector<std::string> tokenize(const std::string& text, Tokenization t) {
+  std::vector<std::string> out;
+  if (t == Tokenization::BYTE) out.reserve(text.size());
+  for_each_token(text, t, [&](size_t start, size_t n) {
+    if (t == Tokenization::BYTE) out.push_back(byte_token(static_cast<uint8_t>(text[start])));
+    else out.emplace_back(text, start, n);
+  });
   return out;
+}
+
+int64_t count_tokens(const std::string& text, Tokenization t) {
+  int64_t n = 0;
+  for_each_token(text, t, [&](size_t, size_t) { ++n; });
+  return n;
 }
 
 std::string detokenize(const std::vector<std::string>& tokens, Tokenization t) {

@@ -271,6 +271,23 @@ TEST(ByteLevelBpe, MergesErrors) {
   EXPECT_EQ(bpe.encode("low"), (Ids{257}));
 }
 
+// Unicode's line breaks beyond ASCII (U+0085, U+2028, U+2029), which Python's splitlines and some
+// terminals break at, are escaped like the control bytes (src/quote.h): a message stays one line.
+TEST(ByteLevelBpe, MessagesEscapeUnicodeLineBreaks) {
+  const std::string v = hand_made().vocab_json;
+  for (const std::string brk : {"\u0085", "\u2028", "\u2029"}) {
+    try {
+      ByteLevelBpe::from_strings(v, "v.json", "l" + brk + " o\n", "m.txt");
+      ADD_FAILURE() << "no exception";
+    } catch (const std::invalid_argument& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.find(brk), std::string::npos) << msg;
+      EXPECT_NE(msg.find("m.txt:1: symbol \"l\\x"), std::string::npos) << msg;
+    }
+  }
+  expect_error(v, "l\u2028 o\n", "symbol \"l\\xe2\\x80\\xa8\" of the merge");
+}
+
 // ---- reference: tiktoken's gpt2 encoding ----
 
 TEST(BpeReference, Gpt2IdsEqualTiktoken) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "test_util.h"
@@ -112,6 +113,82 @@ TEST(Text, ErrorsNameTheFile) {
   EXPECT_THROW(check_windows(c, 4), DataError);
   const std::string bad_read = error_of([&] { TextCorpus::read(dir + "/bad.txt", v, Tokenization::CHAR); });
   EXPECT_NE(bad_read.find("bad.txt: invalid UTF-8 at byte 7"), std::string::npos) << bad_read;
+}
+
+// SentencePiece's normaliser turns bytes that are not UTF-8 into U+FFFD without a word, so a lossless
+// model would train on and encode another text than the file's: spm refuses them as char does, naming
+// the file and the byte (a prompt: its name), and so does tokenize (a TSV side, a translated line).
+TEST(Text, SpmRefusesInvalidUtf8NamingTheFileAndByte) {
+  const std::string dir = testing::temp_dir("text_spm");
+  std::string good;
+  for (int i = 0; i < 40; ++i) good += "line " + std::to_string(i) + " of a short text, caf\xC3\xA9 included\n";
+  testing::spit(dir + "/good.txt", good);
+  testing::spit(dir + "/bad.txt", "abc\ndef\xFFghi\n");
+  SpmOptions o;
+  o.vocab_size = 290;
+  const Tokenizer tok = train_text_spm(dir + "/good.txt", o);
+  const Vocab v = tok.vocab();
+  EXPECT_EQ(decode_text(v, tok, encode_text(v, tok, good)), good);
+  const std::string want = dir + "/bad.txt: invalid UTF-8 at byte 7 (--tokens spm reads UTF-8 text; --tokens byte reads any bytes)";
+  EXPECT_EQ(error_of([&] { TextCorpus::read(dir + "/bad.txt", v, tok); }), want);
+  EXPECT_THROW(TextCorpus::read(dir + "/bad.txt", v, tok), DataError);
+  EXPECT_EQ(error_of([&] { train_text_spm(dir + "/bad.txt", o); }), want);
+  EXPECT_EQ(error_of([&] { encode_text(v, tok, "ok\n\xC3(", "prompt.txt"); }),
+            "prompt.txt: invalid UTF-8 at byte 3 (--tokens spm reads UTF-8 text; --tokens byte reads any bytes)");
+  EXPECT_THROW(encode_text(v, tok, "\xC3(", "prompt.txt"), std::invalid_argument);
+  EXPECT_EQ(error_of([&] { tok.tokenize("ab\xE2\x82"); }), "invalid UTF-8 at byte 2");
+  EXPECT_THROW(tok.tokenize("ab\xE2\x82"), std::invalid_argument);
+}
+
+// SentencePiece writes a space as U+2581 "▁" inside its pieces, so a "▁" of the text itself came back
+// as a space (sparklines "▁▂▃" lost their lowest bar): a lossless model encodes it as its three byte
+// pieces, and every text decodes back to itself, piece by piece too.
+TEST(Text, SpmKeepsALiteralLowerOneEighthBlock) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 40; ++i) lines.push_back("load " + std::to_string(i) + " \xE2\x96\x81\xE2\x96\x82\xE2\x96\x83 done");
+  const std::vector<std::string_view> views(lines.begin(), lines.end());
+  SpmOptions o;
+  o.vocab_size = 280;
+  o.lossless = true;
+  const Tokenizer tok = Tokenizer::from_spm_model(train_spm(views, o, "bars"), "bars");
+  const Vocab v = tok.vocab();
+  for (const std::string text : {"x\xE2\x96\x81y", "\xE2\x96\x81", "a \xE2\x96\x81\xE2\x96\x81 b\n\xE2\x96\x81\n", "load 7 \xE2\x96\x81\xE2\x96\x82\xE2\x96\x83 done"}) {
+    const std::vector<int32_t> ids = encode_text(v, tok, text);
+    EXPECT_EQ(decode_text(v, tok, ids), text);
+    std::string piecewise;
+    for (const int32_t id : ids) piecewise += decode_text(v, tok, {id});
+    EXPECT_EQ(piecewise, text);
+  }
+  // A space still is the pieces' "▁": "x y" is not spelled with byte pieces.
+  const std::vector<int32_t> ids = encode_text(v, tok, "load 7 done");
+  for (const int32_t id : ids) EXPECT_NE(v.token(id).rfind("<0x", 0), 0u) << v.token(id);
+}
+
+// SentencePiece's trainer skips, without a word, every line longer than its max_sentence_length (4192
+// bytes by default): a text of long lines (a paragraph a line, a minified file) trained a model on its
+// few short lines, or failed with an empty reason when it had none. Every chosen line trains it.
+TEST(Text, SpmTrainsOnLinesLongerThanSentencePiecesDefaultLimit) {
+  const std::string license = testing::slurp("/usr/share/common-licenses/GPL-3");
+  ASSERT_GT(license.size(), 30000u);
+  std::string flat = license;
+  std::replace(flat.begin(), flat.end(), '\n', ' ');
+  std::string text;
+  for (size_t i = 0; i + 6000 <= flat.size(); i += 6000) text += flat.substr(i, 6000) + "\n";
+  const std::string dir = testing::temp_dir("text_spm_long");
+  testing::spit(dir + "/long.txt", text);
+  SpmOptions o;
+  o.vocab_size = 400;
+  const Tokenizer tok = train_text_spm(dir + "/long.txt", o);
+  const Vocab v = tok.vocab();
+  EXPECT_EQ(tok.tokenize(" License"), Tokens{"\xE2\x96\x81License"});  // a word learnt from the long lines
+  EXPECT_EQ(decode_text(v, tok, encode_text(v, tok, text)), text);
+  // One short line among long ones: the long ones count too (alone it allows at most 26 pieces).
+  std::vector<std::string> lines = {"the GNU General Public License is free"};
+  for (size_t i = 0; i + 6000 <= flat.size(); i += 6000) lines.push_back(flat.substr(i, 6000));
+  SpmOptions small;
+  small.vocab_size = 200;
+  const std::vector<std::string_view> views(lines.begin(), lines.end());
+  EXPECT_EQ(Tokenizer::from_spm_model(train_spm(views, small, "mixed"), "mixed").vocab().size(), 200);
 }
 
 std::vector<int32_t> iota_ids(int32_t n) {

@@ -30,6 +30,15 @@ TEST(Tsv, ByteOrderMarkIsDropped) {
   EXPECT_EQ(d.pairs[1].src, (std::vector<std::string>{"\xEF\xBB\xBF", "x"}));  // only the file's first one
 }
 
+// The sides an spm model trains on are the lines parse_tsv reads: the mark is not text there either.
+TEST(Tsv, SidesDropTheByteOrderMarkAndCrlf) {
+  const std::string dir = testing::temp_dir("tsv_sides");
+  testing::spit(dir + "/bom.tsv", "\xEF\xBB\xBF" "ab\tba\r\nno tab\r\n \tx\r\ncd\tdc");
+  const TsvSides s = read_tsv_sides(dir + "/bom.tsv");
+  EXPECT_EQ(s.src, (std::vector<std::string>{"ab", "cd"}));
+  EXPECT_EQ(s.tgt, (std::vector<std::string>{"ba", "dc"}));
+}
+
 TEST(Tsv, SkipsBadLinesWithLineNumbers) {
   TsvOptions o = char_opts();
   o.max_tokens = 5;
@@ -55,6 +64,44 @@ TEST(Tsv, SkipsBadLinesWithLineNumbers) {
   }
   const std::string s = d.summary();
   EXPECT_NE(s.find("bad.tsv: skipped 6 of 8 lines (line 2: blank line"), std::string::npos) << s;
+}
+
+// An spm side that is not UTF-8 is a malformed line, as under char tokens (SentencePiece alone would
+// read the bad bytes as U+FFFD); training the model skips such lines.
+TEST(Tsv, SpmSideWithInvalidUtf8IsMalformed) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 40; ++i) lines.push_back("the pair number " + std::to_string(i) + " of words");
+  lines.push_back("bad \xFF\xFE bytes");
+  const std::vector<std::string_view> views(lines.begin(), lines.end());
+  SpmOptions so;
+  so.vocab_size = 33;
+  const Tokenizer spm = Tokenizer::from_spm_model(train_spm(views, so, "lines"), "lines.model");
+  const Vocab pieces = spm.vocab();
+  for (const auto& p : pieces.tokens()) EXPECT_EQ(p.find("\xEF\xBF\xBD"), std::string::npos) << "a U+FFFD piece";
+  TsvOptions o;
+  o.src_tokens = o.tgt_tokens = spm;
+  const TsvData d = parse_tsv("the pair\tof words\nw\xFFords\tthe pair\n", "s.tsv", o);
+  ASSERT_EQ(d.pairs.size(), 1u);
+  ASSERT_EQ(d.problems.size(), 1u);
+  EXPECT_EQ(d.problems[0].line, 2);
+  EXPECT_EQ(d.problems[0].what, "malformed line: invalid UTF-8 at byte 1 (in the source)");
+}
+
+// A tokenizer's byte offset counts from the start of its side: the message says which side, so
+// "byte 1" of a target is not read as byte 1 of the line.
+TEST(Tsv, InvalidUtf8NamesItsSide) {
+  const TsvData d = parse_tsv("abc\tx\xFFy\nq\xC3\tz\nok\tko\n", "u.tsv", char_opts());
+  ASSERT_EQ(d.problems.size(), 2u);
+  EXPECT_EQ(d.problems[0].what, "malformed line: invalid UTF-8 at byte 1 (in the target)");
+  EXPECT_EQ(d.problems[1].what, "malformed line: invalid UTF-8 at byte 1 (in the source)");
+  TsvOptions strict = char_opts();
+  strict.strict = true;
+  try {
+    parse_tsv("abc\tx\xFFy\n", "u.tsv", strict);
+    FAIL() << "strict accepted invalid UTF-8";
+  } catch (const DataError& e) {
+    EXPECT_STREQ(e.what(), "u.tsv:1: malformed line: invalid UTF-8 at byte 1 (in the target) (--strict)");
+  }
 }
 
 TEST(Tsv, StrictFailsAtTheFirstBadLine) {

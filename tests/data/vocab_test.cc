@@ -33,6 +33,16 @@ TEST(Tokenize, SpaceSplitsOnRuns) {
   EXPECT_THROW(enum_from_name<Tokenization>("word"), std::invalid_argument);
 }
 
+// count_tokens is tokenize's size, with its errors, for every kind without a model.
+TEST(Tokenize, CountTokensIsTheTokenizersCount) {
+  for (Tokenization t : {Tokenization::CHAR, Tokenization::SPACE, Tokenization::BYTE})
+    for (const std::string text : {"", "  ", "a", "  the  cat\tsat \r\n", "a\xC3\xB1\xE2\x82\xAC\xF0\x9F\x98\x80 x"})
+      EXPECT_EQ(count_tokens(text, t), static_cast<int64_t>(tokenize(text, t).size())) << enum_name(t) << " " << text;
+  EXPECT_THROW(count_tokens("ab\xC3", Tokenization::CHAR), std::invalid_argument);
+  EXPECT_EQ(count_tokens("ab\xC3", Tokenization::BYTE), 3);
+  EXPECT_THROW(count_tokens("x", Tokenization::SPM), std::invalid_argument);
+}
+
 TEST(Vocab, BuildOrdersSpecialsThenFrequencyThenBytes) {
   // counts: b 3, a 2, c 2 → a before c on the tie (byte order).
   const Vocab v = Vocab::build({{"b", "a", "c"}, {"b", "c", "a", "b"}});

@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,8 +69,13 @@ class ByteLevelBpe {
   static ByteLevelBpe from_strings(std::string_view vocab_json, const std::string& vocab_name,
                                    std::string_view merges, const std::string& merges_name);
 
-  // Text (UTF-8) → ids. Throws std::invalid_argument "text is not valid UTF-8 (byte N)" otherwise.
+  // Text (UTF-8) → ids. Throws std::invalid_argument "text is not valid UTF-8 (byte N)" otherwise
+  // (before any id is made).
   std::vector<int32_t> encode(std::string_view text) const;
+  // The same ids handed to emit a piece at a time (ids[0, n) of each piece, in order), for a caller
+  // that stores them otherwise (tfm/data/text.h: a compact array): the pieces are matched as they are
+  // encoded, so a text costs no more than its ids (not a record of every piece besides them).
+  void encode(std::string_view text, const std::function<void(const int32_t* ids, size_t n)>& emit) const;
   // Ids → the bytes they stand for. Throws std::out_of_range naming an id outside 0..V−1.
   std::string decode(const std::vector<int32_t>& ids) const;
   // Step 1 alone: the pieces of `text` (views into it), which concatenate to `text`.

@@ -36,9 +36,11 @@ namespace tfm::data {
 // Text → ids: CHAR maps each code point to its id (an unknown one to <unk>; a vocabulary without
 // <unk> throws std::invalid_argument naming it), invalid UTF-8 throws std::invalid_argument naming
 // the byte offset; BYTE maps each byte to the id of byte_token(b). SPACE: tokenize + Vocab::encode.
-// SPM: each line's pieces (an unknown one <unk>), and the piece "<0x0A>" for each newline (a model
-// without it throws naming `source` and the model). `source` names the text in messages
-// ("prompt.txt: invalid UTF-8 at byte 3 ..."). GPT2_BPE: the BPE's ids of the whole text
+// SPM: each line's pieces (an unknown one <unk>), the piece "<0x0A>" for each newline (a model
+// without it throws naming `source` and the model) and the byte pieces of each "▁" (U+2581, the
+// pieces' space); invalid UTF-8 throws naming its byte offset, as under CHAR (SentencePiece would
+// read it as U+FFFD). `source` names the text in messages ("prompt.txt: invalid UTF-8 at byte 3
+// ..."). GPT2_BPE: the BPE's ids of the whole text
 // (tfm/data/bpe.h). A Tokenization converts to its Tokenizer.
 std::vector<int32_t> encode_text(const Vocab& vocab, const Tokenizer& t, const std::string& text,
                                  const std::string& source = "text");

@@ -19,7 +19,8 @@
 //                      "<0xNN>"), so that every text, newlines included, encodes and decodes back to
 //                      itself. A text is encoded line by line with the piece "<0x0A>" for each
 //                      newline (tfm/data/text.h), since SentencePiece never sees a newline inside a
-//                      sentence.
+//                      sentence, and a "▁" (U+2581) of the text as its byte pieces, since pieces
+//                      spell a space so.
 //
 // Determinism: train_spm gives bitwise the same model for the same lines and options whatever the
 // machine and tfm's --threads: SentencePiece's own trainer runs a fixed number of threads
@@ -86,8 +87,9 @@ class Tokenizer {
   std::string name() const;
 
   // Text → tokens: char / space / byte as data::tokenize; SPM the model's pieces ("▁the", "<0x0A>");
-  // GPT2_BPE the BPE's tokens ("Ġthe"). Throws std::invalid_argument (invalid UTF-8 under char and
-  // gpt2-bpe, SPM / GPT2_BPE without their files).
+  // GPT2_BPE the BPE's tokens ("Ġthe"). Throws std::invalid_argument (invalid UTF-8 under char, spm
+  // and gpt2-bpe — SentencePiece alone would read such bytes as U+FFFD; SPM / GPT2_BPE without their
+  // files).
   Tokens tokenize(const std::string& text) const;
   // Tokens → text: char / space / byte as data::detokenize; SPM SentencePiece's decoding ("▁" becomes
   // a space, the dummy prefix is dropped, byte pieces become their bytes, <unk> " ⁇ "); GPT2_BPE the
@@ -114,7 +116,9 @@ inline Tokens tokenize(const std::string& text, const Tokenizer& t) { return t.t
 inline std::string detokenize(const Tokens& tokens, const Tokenizer& t) { return t.detokenize(tokens); }
 
 // Trains a SentencePiece model on `lines` (at most o.max_lines of them, evenly spaced: line
-// ⌊i·n/max_lines⌋ for i < max_lines; empty lines are skipped) and returns the serialized model.
+// ⌊i·n/max_lines⌋ for i < max_lines; empty lines and lines that are not UTF-8, which tokenize
+// refuses, are skipped; a chosen line trains it however long it is, where SentencePiece's trainer alone
+// skips lines above 4192 bytes) and returns the serialized model.
 // `name` names the data in messages. Throws std::invalid_argument "<name>: ..." when there is no text,
 // or when SentencePiece cannot make o.vocab_size pieces from it (with the size it allows when it says).
 std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptions& o, const std::string& name);

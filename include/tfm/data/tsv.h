@@ -2,11 +2,13 @@
 //
 // Every line is checked; a bad line never crashes the reader. Problems, each with its 1-based line
 // number: blank line (empty or whitespace only), malformed (no tab, more than one tab, an empty side,
-// invalid UTF-8 under char tokenization, source/target lengths differ when equal lengths are
-// required), over-long (more than max_tokens tokens on a side). By default bad lines are skipped and
-// listed in TsvData::problems; with strict the first one throws DataError
+// invalid UTF-8 under char or spm tokenization, source/target lengths differ when equal lengths are
+// required), over-long (more than max_tokens tokens on a side; char, space and byte sides are counted
+// before their tokens are made, so a huge line costs its bytes only). By default bad lines are
+// skipped and listed in TsvData::problems; with strict the first one throws DataError
 // "<path>:<line>: <what>". A file without a single usable pair always throws (an empty training
-// file is never a silent no-op). A trailing "\r" (CRLF files) is removed before checking.
+// file is never a silent no-op). A trailing "\r" (CRLF files) is removed before checking, and a UTF-8
+// byte order mark at the start of the file is not text.
 //
 // To add a check: a branch in parse_tsv's per-line loop that calls its `problem(...)` helper, and a
 // case in tests/data/tsv_test.cc.
@@ -57,7 +59,8 @@ struct TsvData {
 
 TsvData read_tsv(const std::string& path, const TsvOptions& options);
 // The raw text of each side of every line that has one tab and a non-blank side each (what an spm
-// model of a side trains on), in file order; DataError naming the file when it cannot be read.
+// model of a side trains on), in file order: the lines parse_tsv reads (a leading byte order mark
+// and each line's trailing "\r" dropped); DataError naming the file when it cannot be read.
 struct TsvSides {
   std::vector<std::string> src, tgt;
 };

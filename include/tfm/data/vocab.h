@@ -43,6 +43,9 @@ enum class Tokenization { CHAR, SPACE, BYTE, SPM, GPT2_BPE };
 // GPT2_BPE: GPT-2's byte-level BPE (tfm/data/bpe.h); it needs its two files, so it too goes through
 // data::Tokenizer and these two functions throw for it.
 std::vector<std::string> tokenize(const std::string& text, Tokenization t);
+// tokenize(text, t).size() with the same errors, without making the tokens (a huge text's count is
+// cheap: tfm/data/tsv.h refuses an over-long side by it).
+int64_t count_tokens(const std::string& text, Tokenization t);
 // Inverse for well-formed text: CHAR concatenates, SPACE joins with one space, BYTE turns each
 // "<0xNN>" back into its byte (other tokens are copied as they are).
 std::string detokenize(const std::vector<std::string>& tokens, Tokenization t);
