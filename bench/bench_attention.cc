@@ -8,6 +8,10 @@
 //   L  B 1, H 4, N 2048, Dh 64   (config L: attention is ~60% of its training FLOPs)
 //   M  B 8, H 8, N 128,  Dh 64   (config M)
 //   S  B 32, H 4, N 32,  Dh 16   (config S)
+// and decoding (forward only): one query row of GPT-2 small's shape (H 12, Dh 64) against S cached keys,
+// K and V rows H·Dh apart as in the key/value cache (ops/attention_cache.cc), beams B 1 and 4:
+//   dec/S256/B1 … dec/S1024/B4, /hot (K and V left in the caches) and /cold (read from memory)
+//   (FLOPs counted as QKᵀ + AV: 4·B·H·S·Dh)
 // Run: build/bench/bench_attention --benchmark_min_time=0.3 [--benchmark_filter=L/]
 #include <omp.h>
 
@@ -84,9 +88,52 @@ void backward(benchmark::State& state, const Shape& s, int threads, bool causal,
       benchmark::Counter(2e-9 * forward_flop(s), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// One decoding step: B rows of one query each against S cached keys (separate K and V, row stride H·Dh).
+// cold: before each call 64 MB are streamed through the caches (untimed), so K and V come from memory as
+// in a real decoded token, where the layer's weights evict them between steps.
+void decode(benchmark::State& state, int64_t B, int64_t S, int threads, bool cold) {
+  omp_set_num_threads(threads);
+  const int64_t H = 12, Dh = 64, E = H * Dh;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> q(B * E), k(B * S * E), v(B * S * E), o(B * E);
+  for (auto* buf : {&q, &k, &v})
+    for (float& x : *buf) x = u(rng);
+  tfm::kernels::AttentionParams p;
+  p.B = B, p.H = H, p.L = 1, p.S = S, p.Dh = Dh;
+  p.q = q.data(), p.q_sb = E, p.q_sl = E;
+  p.k = k.data(), p.k_sb = S * E, p.k_sl = E;
+  p.v = v.data(), p.v_sb = S * E, p.v_sl = E;
+  p.o = o.data(), p.o_sb = E, p.o_sl = E;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(Dh));
+  std::vector<float> scrub(cold ? (64 << 20) / sizeof(float) : 0, 1.0f);
+  for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      float sum = 0;
+      for (size_t i = 0; i < scrub.size(); i += 16) sum += scrub[i]++;
+      benchmark::DoNotOptimize(sum);
+      state.ResumeTiming();
+    }
+    tfm::kernels::attention_forward(p);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(4e-9 * double(B * H * S * Dh), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int64_t S : {256, 1024})
+    for (int64_t B : {1, 4})
+      for (int threads : {1, 2})
+        for (bool cold : {false, true}) {
+          const std::string tag = "dec/S" + std::to_string(S) + "/B" + std::to_string(B) + "/t" +
+                                  std::to_string(threads) + (cold ? "/cold" : "/hot");
+          benchmark::RegisterBenchmark(tag.c_str(), decode, B, S, threads, cold)
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        }
   for (const Shape& s : kShapes)
     for (int threads : {1, 2})
       for (bool causal : {false, true})
