@@ -573,20 +573,23 @@ bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, c
   return true;
 }
 
-// Runs fn(b0, b1) over the blocks [0, blocks): on the calling thread when `serial`, else in contiguous
-// runs, one per thread of the team.
+// Runs fn(b0, b1) over the blocks [0, blocks): on the calling thread when `serial`, else in runs of
+// about an eighth of a thread's share, taken by whichever thread is free (the products read the weight
+// from memory, and two cores sharing its bandwidth do not finish equal shares at the same time).
 template <class F>
 void over_blocks(bool serial, int64_t blocks, const F& fn) {
   if (serial) return fn(int64_t{0}, blocks);
 #pragma omp parallel
   {
-    const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
-    fn(t * blocks / T, (t + 1) * blocks / T);
+    const int64_t T = omp_get_num_threads();
+    const int64_t run = std::max<int64_t>(1, blocks / (8 * T)), runs = ceil_div(blocks, run);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t r = 0; r < runs; ++r) fn(r * run, std::min(blocks, (r + 1) * run));
   }
 }
 
 // C (m, N) = A · Wᵀ (+ bias) for m ≤ kRowKernelRows rows in the row kernel (gemm_packed.h): bf16 rounds
-// the rows once, int8 quantizes them once; the blocks of columns go to the threads in contiguous runs when
+// the rows once, int8 quantizes them once; the blocks of columns go to the threads in runs (over_blocks) when
 // the weight is large enough to pay for the team (kSlabMinBytes), else to the calling thread. Each output
 // is one fma chain (f32, bf16) or one exact int32 sum (int8), so the split changes no bit.
 void gemm_rows(int64_t m, const float* a, int64_t lda, const PackedWeight& W, const float* bias, float* c,
