@@ -191,8 +191,9 @@ TrainedModel load_model_dir(const std::string& dir, bool weights) {
     // Zero-copy: load_state_dict copies into the parameters from the mapping (one copy, not two).
     const io::SafeTensorsFile f = io::load_safetensors(file, io::LoadOptions{.zero_copy = true, .keep_int8 = true});
     m.quantized = is_quantized(f);
-    if (m.quantized) {
-      m.model->load_state_dict(dequantize_state_dict(f), file);
+    if (m.quantized) {  // dequantized straight into the parameters (a failed load discards the model)
+      const NamedTensors params = m.model->state_dict();
+      m.model->load_state_dict(dequantize_state_dict(f, &params), file);
     } else {
       NamedTensors state = f.tensors;
       for (const auto& [key, q] : f.int8) {  // I8 in an unquantized file loads as Float32, as any integer dtype

@@ -65,7 +65,7 @@ bool is_quantized(const io::SafeTensorsFile& file) {
   return it != file.metadata.end() && it->second == QUANTIZATION_INT8;
 }
 
-NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file) {
+NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file, const NamedTensors* into) {
   const std::string& path = file.path;
   NamedTensors out;
   std::map<std::string, const Tensor*> scales;  // "<k>.scale" tensors, each claimed by its I8 matrix
@@ -102,7 +102,10 @@ NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file) {
       if (!(std::isfinite(sp[r]) && sp[r] >= 0.0f))
         fail(path, "tensor " + quote_name(skey) + ": element " + std::to_string(r) + " is " + std::to_string(sp[r]) +
                        ", expected a finite scale ≥ 0");
-    Tensor w = Tensor::empty(q.shape);
+    const auto dst = into ? into->find(key) : NamedTensors::const_iterator{};
+    const bool in_place =
+        into && dst != into->end() && dst->second.dtype() == DType::FLOAT32 && dst->second.shape() == Shape(q.shape);
+    Tensor w = in_place ? dst->second : Tensor::empty(q.shape);
     float* wp = w.data();
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) wp[r * cols + c] = float(q.data[r * cols + c]) * sp[r];

@@ -240,6 +240,29 @@ TEST(DequantizeStateDict, DequantizesAndNamesTheKeyOfEveryBadTensor) {
     EXPECT_EQ(s.at("w").data()[0], 1.5f);  // 3 × 0.5
     EXPECT_EQ(s.at("w").data()[5], 6.0f);  // 3 × 2
   }
+  {  // into a model's tensors: a matrix of the same key and shape is written there (loading it copies
+     // nothing, and no second float copy exists); another shape or an absent key gets a tensor of its own
+    const std::string path = temp_dir("q_into") + "/model.safetensors";
+    NamedTensors f32;
+    f32.insert("w.scale", Tensor::from_vector({2}, {0.5f, 2.0f}));
+    f32.insert("u.scale", Tensor::from_vector({2}, {1.0f, 1.0f}));
+    f32.insert("x.scale", Tensor::from_vector({1}, {4.0f}));
+    io::save_safetensors(path, f32, {{QUANTIZATION_METADATA_KEY, QUANTIZATION_INT8}},
+                         {{"w", i8({2, 3})}, {"u", i8({2, 2})}, {"x", i8({1, 2})}});
+    NamedTensors params;
+    params.insert("w", Tensor::zeros({2, 3}));
+    params.insert("u", Tensor::zeros({2, 5}));  // another shape: left alone
+    const io::SafeTensorsFile f = io::load_safetensors(path, io::LoadOptions{.keep_int8 = true});
+    const NamedTensors s = dequantize_state_dict(f, &params);
+    EXPECT_EQ(s.at("w").data(), params.at("w").data()) << "written into the model's tensor";
+    EXPECT_EQ(params.at("w").data()[0], 1.5f);
+    EXPECT_EQ(params.at("w").data()[5], 6.0f);
+    EXPECT_NE(s.at("u").data(), params.at("u").data());
+    EXPECT_EQ(params.at("u").data()[0], 0.0f);
+    EXPECT_EQ(s.at("x").data()[1], 12.0f);  // 3 × 4, a key params lacks
+    const NamedTensors plain = dequantize_state_dict(f);
+    for (const char* k : {"w", "u", "x"}) EXPECT_TRUE(testing::bitwise_equal(s.at(k), plain.at(k), k));
+  }
   NamedTensors ok;
   ok.insert("w.scale", Tensor::from_vector({2}, {0.5f, 2.0f}));
   std::string e = dequantize_error({}, {{"w", i8({2, 3})}});

@@ -42,7 +42,11 @@ bool is_quantized(const io::SafeTensorsFile& file);
 // becomes k's float32 matrix q·scale. Throws io::SafeTensorsError naming the file and the key for
 // an I8 tensor that is not a matrix, a missing "<k>.scale", a scale that is not F32 of shape
 // (rows,) or not finite and ≥ 0, and a "<k>.scale" without its I8 matrix.
-NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file);
+// With `into` (a model's state_dict), a matrix whose key it holds as a float32 tensor of the
+// same shape is written into that tensor, which the result then holds: loading it is then a copy of
+// each such tensor onto itself (none), and the model's parameters are the only float copy in memory. A
+// throw may leave some of them written.
+NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file, const NamedTensors* into = nullptr);
 
 // True when DIR's model.safetensors is quantized (reads the file's header and tensors).
 bool is_quantized_model_dir(const std::string& dir);
