@@ -13,15 +13,15 @@ namespace tfm::ops {
 namespace {
 
 void check_inference(std::initializer_list<const Tensor*> ts, const char* op) {
-  check(!needs_grad(ts), std::string(op) + ": inference only; run it under NoGradGuard");
+  check(!needs_grad(ts), [&] { return std::string(op) + ": inference only; run it under NoGradGuard"; });
 }
 
 // (N, 1, C) query source with columns [col, col + E).
 void check_query(const AttentionInput& q, int64_t E, const char* op) {
   check_float(q.src, op, "query");
   check(q.src.dim() == 3 && q.src.size(1) == 1 && q.col >= 0 && q.col + E <= q.src.size(2),
-        std::string(op) + ": query must be (N, 1, C ≥ col + " + std::to_string(E) + "), got " + describe(q.src) +
-            " with col " + std::to_string(q.col));
+        [&] { return std::string(op) + ": query must be (N, 1, C ≥ col + " + std::to_string(E) + "), got " + describe(q.src) +
+            " with col " + std::to_string(q.col); });
 }
 
 }  // namespace
@@ -39,8 +39,8 @@ void KVCache::append(const Tensor& src, int64_t k_col, int64_t v_col) {
   check_float(src, "KVCache::append", "src");
   check(src.dim() == 3 && src.size(0) == N && src.size(1) >= 1 && k_col >= 0 && v_col >= 0 &&
             k_col + E <= src.size(2) && v_col + Ev <= src.size(2),
-        "KVCache::append: src " + describe(src) + " does not fit " + std::to_string(N) + " rows of keys " +
-            std::to_string(E) + " and values " + std::to_string(Ev) + " wide");
+        [&] { return "KVCache::append: src " + describe(src) + " does not fit " + std::to_string(N) + " rows of keys " +
+            std::to_string(E) + " and values " + std::to_string(Ev) + " wide"; });
   const int64_t T = src.size(1);
   if (length + T > cap) {  // grow: double the capacity until the new positions fit, keep [0, length)
     int64_t bigger_cap = cap;
@@ -71,8 +71,8 @@ void KVCache::select_rows(const std::vector<int64_t>& rows) {
   Tensor nk = Tensor::empty({static_cast<int64_t>(rows.size()), cap, E});
   Tensor nv = Tensor::empty({static_cast<int64_t>(rows.size()), cap, Ev});
   for (size_t r = 0; r < rows.size(); ++r) {
-    check(rows[r] >= 0 && rows[r] < N, "KVCache::select_rows: row " + std::to_string(rows[r]) + " out of range [0, " +
-                                           std::to_string(N) + ")");
+    check(rows[r] >= 0 && rows[r] < N, [&] { return "KVCache::select_rows: row " + std::to_string(rows[r]) + " out of range [0, " +
+                                           std::to_string(N) + ")"; });
     const int64_t r_out = static_cast<int64_t>(r);
     std::memcpy(nk.data() + r_out * cap * E, k.data() + rows[r] * cap * E, sizeof(float) * length * E);
     std::memcpy(nv.data() + r_out * cap * Ev, v.data() + rows[r] * cap * Ev, sizeof(float) * length * Ev);
@@ -86,11 +86,11 @@ Tensor attention_step(const AttentionInput& q, const KVCache& cache, const Atten
   const char* op = "attention_step";
   const int64_t Ek = heads.qk_width(), Ev = heads.v_width();
   check(heads.num_heads > 0 && heads.head_dim > 0 && heads.v_head_dim > 0,
-        std::string(op) + ": num_heads, head_dim and v_head_dim must be positive");
+        [&] { return std::string(op) + ": num_heads, head_dim and v_head_dim must be positive"; });
   check_query(q, Ek, op);
   check(cache.k.defined() && cache.k.size(0) == q.src.size(0) && cache.k.size(2) == Ek && cache.v.size(2) == Ev &&
             cache.length >= 1,
-        std::string(op) + ": cache does not match query " + describe(q.src));
+        [&] { return std::string(op) + ": cache does not match query " + describe(q.src); });
   check_inference({&q.src}, op);
   const int64_t N = q.src.size(0), C = q.src.size(2), cap = cache.k.size(1);
   Tensor out = Tensor::empty({N, 1, Ev});
@@ -124,14 +124,14 @@ Tensor attention_memory(const AttentionInput& q, const AttentionInput& k, const 
   const char* op = "attention_memory";
   const int64_t Ek = heads.qk_width(), Ev = heads.v_width();
   check(heads.num_heads > 0 && heads.head_dim > 0 && heads.v_head_dim > 0,
-        std::string(op) + ": num_heads, head_dim and v_head_dim must be positive");
+        [&] { return std::string(op) + ": num_heads, head_dim and v_head_dim must be positive"; });
   check_query(q, Ek, op);
   check_float(k.src, op, "key");
   check_float(v.src, op, "value");
   check(k.src.dim() == 3 && v.src.dim() == 3 && k.src.size(0) == v.src.size(0) && k.src.size(1) == v.src.size(1) &&
             k.col >= 0 && v.col >= 0 && k.col + Ek <= k.src.size(2) && v.col + Ev <= v.src.size(2),
-        std::string(op) + ": key " + describe(k.src) + " and value " + describe(v.src) + " do not fit widths " +
-            std::to_string(Ek) + " and " + std::to_string(Ev));
+        [&] { return std::string(op) + ": key " + describe(k.src) + " and value " + describe(v.src) + " do not fit widths " +
+            std::to_string(Ek) + " and " + std::to_string(Ev); });
   check_inference({&q.src, &k.src, &v.src}, op);
   const int64_t N = q.src.size(0), C = q.src.size(2);
   const int64_t Bm = k.src.size(batch_first ? 0 : 1), S = k.src.size(batch_first ? 1 : 0);
@@ -140,14 +140,14 @@ Tensor attention_memory(const AttentionInput& q, const AttentionInput& k, const 
   const int64_t k_b = batch_first ? S * Ck : Ck, k_j = batch_first ? Ck : Bm * Ck;
   const int64_t v_b = batch_first ? S * Cv : Cv, v_j = batch_first ? Cv : Bm * Cv;
   check(static_cast<int64_t>(row_source.size()) == N && static_cast<int64_t>(memory_len.size()) == Bm,
-        std::string(op) + ": row_source needs " + std::to_string(N) + " entries and memory_len " + std::to_string(Bm));
+        [&] { return std::string(op) + ": row_source needs " + std::to_string(N) + " entries and memory_len " + std::to_string(Bm); });
   Tensor out = Tensor::zeros({N, 1, Ev});
   int64_t n0 = 0;
   while (n0 < N) {
     const int64_t b = row_source[static_cast<size_t>(n0)];
-    check(b >= 0 && b < Bm, std::string(op) + ": row_source " + std::to_string(b) + " out of range");
+    check(b >= 0 && b < Bm, [&] { return std::string(op) + ": row_source " + std::to_string(b) + " out of range"; });
     const int64_t len = memory_len[static_cast<size_t>(b)];
-    check(len >= 0 && len <= S, std::string(op) + ": memory_len " + std::to_string(len) + " exceeds S");
+    check(len >= 0 && len <= S, [&] { return std::string(op) + ": memory_len " + std::to_string(len) + " exceeds S"; });
     int64_t n1 = n0 + 1;
     while (n1 < N && row_source[static_cast<size_t>(n1)] == b) ++n1;
     if (len > 0) {  // an empty memory leaves the zeros (all keys masked)

@@ -68,10 +68,10 @@ Tensor mul_scalar(const Tensor& x, float s) {
 
 Tensor add_positional(const Tensor& x, const Tensor& table, bool batch_first) {
   check_float(x, "add_positional", "input");
-  check(x.dim() == 3, "add_positional: input must be 3-D, got " + describe(x));
+  check(x.dim() == 3, [&] { return "add_positional: input must be 3-D, got " + describe(x); });
   const int64_t B = batch_first ? x.size(0) : x.size(1), T = batch_first ? x.size(1) : x.size(0), D = x.size(2);
   check(table.dim() == 2 && table.size(1) == D && table.size(0) >= T,
-        "add_positional: table " + describe(table) + " too short or wrong width for " + describe(x));
+        [&] { return "add_positional: table " + describe(table) + " too short or wrong width for " + describe(x); });
   Tensor y = Tensor::empty(x.shape());
   const float* px = x.data();
   const float* pe = table.data();

@@ -32,9 +32,9 @@ struct EmbeddingNode : Node {
 
 Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Shape& shape, int64_t padding_idx) {
   check_float(weight, "embedding", "weight");
-  check(weight.dim() == 2, "embedding: weight must be (V, D), got " + describe(weight));
+  check(weight.dim() == 2, [&] { return "embedding: weight must be (V, D), got " + describe(weight); });
   check(shape_numel(shape) == static_cast<int64_t>(ids.size()),
-        "embedding: " + std::to_string(ids.size()) + " ids for shape " + shape_str(shape));
+        [&] { return "embedding: " + std::to_string(ids.size()) + " ids for shape " + shape_str(shape); });
   const int64_t V = weight.size(0), D = weight.size(1);
   Shape ys = shape;
   ys.push_back(D);
@@ -43,7 +43,7 @@ Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Sh
   const float* pw = weight.data();
   for (size_t n = 0; n < ids.size(); ++n) {
     check(ids[n] >= 0 && ids[n] < V,
-          "embedding: id " + std::to_string(ids[n]) + " out of range [0, " + std::to_string(V) + ")");
+          [&] { return "embedding: id " + std::to_string(ids[n]) + " out of range [0, " + std::to_string(V) + ")"; });
     std::memcpy(py + static_cast<int64_t>(n) * D, pw + static_cast<int64_t>(ids[n]) * D, sizeof(float) * D);
   }
   if (needs_grad({&weight})) {

@@ -38,7 +38,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   check_float(weight, op, "weight");
   const int64_t D = weight.numel();
   check(weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == D,
-        std::string(op) + ": input " + describe(x) + " does not match normalized shape (" + std::to_string(D) + ",)");
+        [&] { return std::string(op) + ": input " + describe(x) + " does not match normalized shape (" + std::to_string(D) + ",)"; });
   const int64_t N = x.numel() / std::max<int64_t>(D, 1);
   Tensor y = Tensor::empty(x.shape());
   const bool grad = needs_grad({&x, &weight});
