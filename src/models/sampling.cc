@@ -1,7 +1,8 @@
 // src/models/sampling.cc — sample_token: temperature, top-k and top-p over one row of logits (V).
 //
-// Everything is computed in double on one thread in a fixed order (candidates sorted by logit,
-// highest first, ties by lower id), so a draw depends only on the logits and the uniform.
+// Everything is computed in double in a fixed order (candidates sorted by logit, highest first, ties by
+// lower id; the exps of long rows shared by the threads, each the same value on any thread), so a draw
+// depends only on the logits and the uniform.
 #include "tfm/models/sampling.h"
 
 #include <algorithm>
@@ -98,10 +99,15 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& opt,
   std::vector<int32_t> ids(n);
   for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(keys[i] & 0xFFFFFFFFu);
   // p_i = exp((z_i − z_max) / T) / Σ, over the n candidates; z_max = logits[ids[0]].
+  // The exps (one per candidate: 50,257 libm calls for GPT-2's vocabulary, the larger part of a draw) are
+  // shared by the threads, each value the same whoever computes it; the sum runs in order on this thread.
   std::vector<double> p(n);
   const double inv_t = 1.0 / static_cast<double>(opt.temperature), zmax = logits[ids[0]];
+  const int64_t count = static_cast<int64_t>(n);
+#pragma omp parallel for schedule(static) if (count >= 16384)
+  for (int64_t i = 0; i < count; ++i) p[i] = std::exp((static_cast<double>(logits[ids[i]]) - zmax) * inv_t);
   double total = 0;
-  for (size_t i = 0; i < n; ++i) total += p[i] = std::exp((static_cast<double>(logits[ids[i]]) - zmax) * inv_t);
+  for (size_t i = 0; i < n; ++i) total += p[i];
   if (opt.top_p < 1.0f) {  // shortest prefix (already sorted by probability) with mass ≥ top_p
     const double want = static_cast<double>(opt.top_p) * total;
     double cum = 0;
