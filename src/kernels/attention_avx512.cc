@@ -863,7 +863,7 @@ void attention_forward_avx512(const AttentionParams& p) {
     float* buf = tl_packed.get(nk + nv);
     lt.k = pack_heads_bf16(lt.k, p, p.S, false, buf, par);
     lt.v = pack_heads_bf16(lt.v, p, p.S, true, buf + nk, par);
-  } else if (worth_packing(p)) {
+  } else if (!rows && worth_packing(p)) {  // forward_rows streams K and V once: nothing to keep in L2
     const size_t nk = static_cast<size_t>(BH * p.S * p.Dh), nv = static_cast<size_t>(BH * p.S * p.dv());
     float* buf = tl_packed.get(nk + nv);
     lt.k = pack_heads(lt.k, p, p.S, buf, par);

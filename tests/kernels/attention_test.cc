@@ -440,7 +440,9 @@ TEST(AttentionKernel, Bf16ForwardExactWhereRoundingIsExact) {
 // rows they run in tiles of 16·NVQ queries. A row's output and lse must be the same bits either way: a
 // call on the first L rows of a case of 40 rows (the same buffers and strides, so the same queries, masks
 // and keys) against those rows of the whole case. Every mask kind but dropout (which always takes the
-// tiles), key counts within one tile and across several (S = 1, 17, 64, 130), head widths off 16.
+// tiles), key counts within one tile and across several (S = 1, 17, 64, 130), and S = 8200, where the
+// tiles first copy K and V into per-head blocks (L·S ≥ 256²) and the rows read them in place; head widths
+// off 16.
 TEST(AttentionKernel, RowPathEqualsTilePath) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 (or TFM_FORCE_SCALAR): nothing to compare";
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -448,7 +450,7 @@ TEST(AttentionKernel, RowPathEqualsTilePath) {
   for (MaskKind kind : {MaskKind::NONE, MaskKind::MASK_2D, MaskKind::MASK_3D, MaskKind::KEY_PADDING,
                         MaskKind::CAUSAL, MaskKind::CAUSAL_FULLY_MASKED})
     for (int64_t Dh : {3, 17, 64})
-      for (int64_t S : {1, 17, 64, 130})
+      for (int64_t S : {1, 17, 64, 130, 8200})
         for (Layout layout : {Layout::BATCH_FIRST, Layout::SEQ_FIRST}) {
           const int64_t Lbig = 40;
           const Case c = make_case(2, 3, Lbig, S, Dh, layout, kind, seed += 10);
