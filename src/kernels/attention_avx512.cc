@@ -24,7 +24,7 @@
 // bf16: the same tiles and schedule; each operand is rounded once into the layout vdpbf16ps reads
 // ("bfloat16 pairs" below: q, k, v and dout per head before the tiles, drop(P) and scale·dS per tile),
 // and the chain runs over pairs, still in the reduction order, so the scores still match.
-// Long sequences (L·S ≥ 256²) first copy each head's operand rows into contiguous blocks
+// Long sequences (L·S ≥ 256²) on the tiles first copy each head's operand rows into contiguous blocks
 // (worth_packing explains why); the arithmetic, and so every bit, is the same either way.
 //
 // Determinism: tile sizes are fixed; forward tiles are independent; in the backward every dk/dv

@@ -152,8 +152,8 @@ struct AttentionParams {
 
 // Forward: writes o (and lse if non-null). Never an (L,S) buffer. Memory (attention_avx512.cc):
 // per-thread tile scratch of O(Br·(Dh + Bc + Dv)) floats (Br ≤ 64 queries, Bc = 64 keys), the same for
-// every L and S; plus, when bf16, or when L·S ≥ 256² with more than 8 query rows, one copy of K and V for
-// all heads, B·H·S·(Dh + Dv) floats (half as many words in bf16). The scalar twin uses no scratch.
+// every L and S; plus, when bf16, or when L·S ≥ 256² with more than 8 query rows or dropout, one copy of K
+// and V for all heads, B·H·S·(Dh + Dv) floats (half as many words in bf16). The scalar twin uses no scratch.
 void attention_forward(const AttentionParams& p);
 void attention_forward_scalar(const AttentionParams& p);
 
