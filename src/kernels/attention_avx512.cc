@@ -354,6 +354,31 @@ void pack_transposed(const float* src, int64_t sl, int64_t n, int64_t Dh, float*
 }
 
 // ---- forward --------------------------------------------------------------------------------------
+// The end of a forward for query rows [i0, i0 + ni) of head hd, from their accumulators acc (ni, Dv),
+// running maxima m and sums l: o_i = acc_i / l_i, lse_i = m_i + log l_i; a row with no unmasked key has
+// l_i = 0: o_i = 0, lse_i = −inf. Shared by forward_tile and forward_rows, whose rows must agree bit for bit.
+void write_rows(const AttentionParams& p, const Head& hd, int64_t i0, int64_t ni, const float* acc,
+                const float* m, const float* l) {
+  const int64_t Dv = p.dv();
+  for (int64_t i = 0; i < ni; ++i) {
+    float* oi = hd.o + (i0 + i) * hd.o_sl;
+    const float* ai = acc + i * Dv;
+    const bool empty = !(l[i] > 0.0f);
+    const float inv = empty ? 0.0f : 1.0f / l[i];
+    for (int64_t d = 0; d < Dv; ++d) oi[d] = ai[d] * inv;
+    if (p.lse) p.lse[hd.bh * p.L + i0 + i] = empty ? -kInf : m[i] + std::log(l[i]);
+  }
+}
+
+// acc (Dv) ← a·acc, the rescale of a row's accumulator when its running max moves.
+inline void scale_row(float* acc, float a, int64_t Dv) {
+  const __m512 av = _mm512_set1_ps(a);
+  const __mmask16 tail = first_n(Dv - 16 * ((Dv - 1) / 16));
+  int64_t d = 0;
+  for (; d + 16 < Dv; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(av, _mm512_loadu_ps(acc + d)));
+  _mm512_mask_storeu_ps(acc + d, tail, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(tail, acc + d)));
+}
+
 // One tile of Br = 16·NVQ queries [i0, i0+ni) of head hd.
 // BF (AttentionParams::bf16): hd.k holds K's bf16 rows form and hd.v V's pairs form; the query tile is
 // rounded here, and drop(P) once per key tile before its product with V. When a causal tile ends on an odd
@@ -456,14 +481,7 @@ __attribute__((noinline)) void forward_tile(const AttentionParams& p, const Drop
       _mm512_storeu_ps(alpha + 16 * v, a);
     }
     // acc = diag(alpha)·acc + drop(P)·V_tile
-    const __mmask16 dtail = first_n(Dv - 16 * ((Dv - 1) / 16));
-    for (int64_t i = 0; i < ni; ++i) {
-      const __m512 a = _mm512_set1_ps(alpha[i]);
-      float* ai = acc + i * Dv;
-      int64_t d = 0;
-      for (; d + 16 < Dv; d += 16) _mm512_storeu_ps(ai + d, _mm512_mul_ps(a, _mm512_loadu_ps(ai + d)));
-      _mm512_mask_storeu_ps(ai + d, dtail, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(dtail, ai + d)));
-    }
+    for (int64_t i = 0; i < ni; ++i) scale_row(acc + i * Dv, alpha[i], Dv);
     if constexpr (BF) {  // key pairs: j0 is even (kBc is)
       to_bf16_pairs(st, Br, nk, Br, pw, Br);
       gemm_small<true, true>(ni, Dv, half_up(nk), pw, 1, Br, hd.v + j0 / 2 * hd.v_sl, hd.v_sl, acc, Dv);
@@ -472,20 +490,13 @@ __attribute__((noinline)) void forward_tile(const AttentionParams& p, const Drop
     }
   }
 
-  // o_i = acc_i / l_i, lse_i = m_i + log l_i; a row with no unmasked key has l_i = 0: o_i = 0, −inf.
+  // The rows' maxima and sums out of their vectors, for write_rows.
   alignas(64) float mm[64], ll[64];
   for (int v = 0; v < NVQ; ++v) {
     _mm512_store_ps(mm + 16 * v, m[v]);
     _mm512_store_ps(ll + 16 * v, l[v]);
   }
-  for (int64_t i = 0; i < ni; ++i) {
-    float* oi = hd.o + (i0 + i) * hd.o_sl;
-    const float* ai = acc + i * Dv;
-    const bool empty = !(ll[i] > 0.0f);
-    const float inv = empty ? 0.0f : 1.0f / ll[i];
-    for (int64_t d = 0; d < Dv; ++d) oi[d] = ai[d] * inv;
-    if (p.lse) p.lse[hd.bh * p.L + i0 + i] = empty ? -kInf : mm[i] + std::log(ll[i]);
-  }
+  write_rows(p, hd, i0, ni, acc, mm, ll);
 }
 
 // ---- forward, a few query rows (decoding) -----------------------------------------------------------
@@ -527,7 +538,6 @@ __attribute__((noinline)) void forward_rows(const AttentionParams& p, const Head
   std::fill(l, l + ni, 0.0f);
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512 scale = _mm512_set1_ps(p.scale), neg_inf = _mm512_set1_ps(-kInf);
-  const __mmask16 dtail = first_n(Dv - 16 * ((Dv - 1) / 16));
 
   const int64_t jend = p.causal ? std::min(S, i0 + ni) : S;  // as the tile of these rows would
   for (int64_t j0 = 0; j0 < jend; j0 += kBc) {
@@ -573,23 +583,12 @@ __attribute__((noinline)) void forward_rows(const AttentionParams& p, const Head
       for (int64_t j = 0; j < nk; ++j) lsum += ei[j];
       l[r] = std::fma(l[r], a, lsum);
       m[r] = m_new;
-      float* ar = acc + r * Dv;
-      const __m512 av = _mm512_set1_ps(a);
-      int64_t d = 0;
-      for (; d + 16 < Dv; d += 16) _mm512_storeu_ps(ar + d, _mm512_mul_ps(av, _mm512_loadu_ps(ar + d)));
-      _mm512_mask_storeu_ps(ar + d, dtail, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(dtail, ar + d)));
+      scale_row(acc + r * Dv, a, Dv);
     }
     gemm_small<true>(ni, Dv, nk, e, kBc, 1, hd.v + j0 * hd.v_sl, hd.v_sl, acc, Dv);  // acc += P·V_tile
   }
 
-  for (int64_t r = 0; r < ni; ++r) {  // o_i = acc_i / l_i, lse_i = m_i + log l_i (as forward_tile)
-    float* oi = hd.o + (i0 + r) * hd.o_sl;
-    const float* ar = acc + r * Dv;
-    const bool empty = !(l[r] > 0.0f);
-    const float inv = empty ? 0.0f : 1.0f / l[r];
-    for (int64_t d = 0; d < Dv; ++d) oi[d] = ar[d] * inv;
-    if (p.lse) p.lse[hd.bh * p.L + i0 + r] = empty ? -kInf : m[r] + std::log(l[r]);
-  }
+  write_rows(p, hd, i0, ni, acc, m, l);
 }
 
 // ---- backward -------------------------------------------------------------------------------------
