@@ -31,8 +31,10 @@ Tensor activation(const Tensor& x, Activation kind) {
   const bool gated = activation_is_gated(kind);
   int64_t F = x.size(-1);
   if (gated) {
-    check(F % 2 == 0, [&] { return "activation " + std::string(enum_name(kind)) + ": last dim of " + describe(x) +
-                          " must be even (two halves [a | b])"; });
+    check(F % 2 == 0, [&] {
+      return "activation " + std::string(enum_name(kind)) + ": last dim of " + describe(x) +
+             " must be even (two halves [a | b])";
+    });
     F /= 2;
   }
   Shape ys = x.shape();

@@ -152,13 +152,15 @@ Tensor attention(const AttentionInput& q, const AttentionInput& k, const Attenti
   check_float(q.src, op, "query");
   check_float(k.src, op, "key");
   check_float(v.src, op, "value");
-  check(q.src.dim() == 3 && k.src.dim() == 3 && v.src.dim() == 3,
-        [&] { return std::string(op) + ": query, key and value must be 3-D, got " + describe(q.src) + ", " + describe(k.src) +
-            ", " + describe(v.src); });
-  check(heads.num_heads > 0 && heads.head_dim > 0 && heads.v_head_dim > 0,
-        [&] { return std::string(op) + ": num_heads, head_dim and v_head_dim must be positive, got " +
-            std::to_string(heads.num_heads) + ", " + std::to_string(heads.head_dim) + ", " +
-            std::to_string(heads.v_head_dim); });
+  check(q.src.dim() == 3 && k.src.dim() == 3 && v.src.dim() == 3, [&] {
+    return std::string(op) + ": query, key and value must be 3-D, got " + describe(q.src) + ", " + describe(k.src) +
+           ", " + describe(v.src);
+  });
+  check(heads.num_heads > 0 && heads.head_dim > 0 && heads.v_head_dim > 0, [&] {
+    return std::string(op) + ": num_heads, head_dim and v_head_dim must be positive, got " +
+           std::to_string(heads.num_heads) + ", " + std::to_string(heads.head_dim) + ", " +
+           std::to_string(heads.v_head_dim);
+  });
   Layout lo{};
   lo.batch_first = batch_first;
   lo.heads = heads;
@@ -169,10 +171,11 @@ Tensor attention(const AttentionInput& q, const AttentionInput& k, const Attenti
   auto check_src = [&](const AttentionInput& in, int64_t T, int64_t width, const char* name) {
     const int64_t b = batch_first ? in.src.size(0) : in.src.size(1);
     const int64_t t = batch_first ? in.src.size(1) : in.src.size(0);
-    check(b == lo.B && t == T && in.col >= 0 && in.col + width <= in.src.size(2),
-          [&] { return std::string(op) + ": " + name + " " + describe(in.src) + " (columns from " + std::to_string(in.col) +
-              ") does not fit batch " + std::to_string(lo.B) + ", length " + std::to_string(T) + ", width " +
-              std::to_string(width); });
+    check(b == lo.B && t == T && in.col >= 0 && in.col + width <= in.src.size(2), [&] {
+      return std::string(op) + ": " + name + " " + describe(in.src) + " (columns from " + std::to_string(in.col) +
+             ") does not fit batch " + std::to_string(lo.B) + ", length " + std::to_string(T) + ", width " +
+             std::to_string(width);
+    });
   };
   check_src(q, lo.L, heads.qk_width(), "query");
   check_src(k, lo.S, heads.qk_width(), "key");
@@ -187,21 +190,24 @@ Tensor attention(const AttentionInput& q, const AttentionInput& k, const Attenti
   if (masks.attn_mask.defined()) {
     const Tensor& m = masks.attn_mask;
     if (m.dim() == 2) {
-      check(m.size(0) == lo.L && m.size(1) == lo.S, [&] { return "attn_mask: expected shape " + shape_str({lo.L, lo.S}) +
-                                                        ", got " + shape_str(m.shape()); });
+      check(m.size(0) == lo.L && m.size(1) == lo.S, [&] {
+        return "attn_mask: expected shape " + shape_str({lo.L, lo.S}) + ", got " + shape_str(m.shape());
+      });
       node->mask_sbh = 0;
     } else {
-      check(m.dim() == 3 && m.size(0) == lo.B * H && m.size(1) == lo.L && m.size(2) == lo.S,
-            [&] { return "attn_mask: expected shape " + shape_str({lo.L, lo.S}) + " or " + shape_str({lo.B * H, lo.L, lo.S}) +
-                ", got " + shape_str(m.shape()); });
+      check(m.dim() == 3 && m.size(0) == lo.B * H && m.size(1) == lo.L && m.size(2) == lo.S, [&] {
+        return "attn_mask: expected shape " + shape_str({lo.L, lo.S}) + " or " + shape_str({lo.B * H, lo.L, lo.S}) +
+               ", got " + shape_str(m.shape());
+      });
       node->mask_sbh = lo.L * lo.S;
     }
     node->mask = to_additive(m);
   }
   if (masks.key_padding_mask.defined()) {
     const Tensor& m = masks.key_padding_mask;
-    check(m.dim() == 2 && m.size(0) == lo.B && m.size(1) == lo.S,
-          [&] { return "key_padding_mask: expected shape " + shape_str({lo.B, lo.S}) + ", got " + shape_str(m.shape()); });
+    check(m.dim() == 2 && m.size(0) == lo.B && m.size(1) == lo.S, [&] {
+      return "key_padding_mask: expected shape " + shape_str({lo.B, lo.S}) + ", got " + shape_str(m.shape());
+    });
     node->kpm = to_additive(m);
   }
   // Under Autocast(BFLOAT16) the products QKᵀ and PV (and their backward) take bfloat16 operands, as

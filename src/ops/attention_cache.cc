@@ -19,9 +19,10 @@ void check_inference(std::initializer_list<const Tensor*> ts, const char* op) {
 // (N, 1, C) query source with columns [col, col + E).
 void check_query(const AttentionInput& q, int64_t E, const char* op) {
   check_float(q.src, op, "query");
-  check(q.src.dim() == 3 && q.src.size(1) == 1 && q.col >= 0 && q.col + E <= q.src.size(2),
-        [&] { return std::string(op) + ": query must be (N, 1, C ≥ col + " + std::to_string(E) + "), got " + describe(q.src) +
-            " with col " + std::to_string(q.col); });
+  check(q.src.dim() == 3 && q.src.size(1) == 1 && q.col >= 0 && q.col + E <= q.src.size(2), [&] {
+    return std::string(op) + ": query must be (N, 1, C ≥ col + " + std::to_string(E) + "), got " + describe(q.src) +
+           " with col " + std::to_string(q.col);
+  });
 }
 
 }  // namespace
@@ -39,8 +40,10 @@ void KVCache::append(const Tensor& src, int64_t k_col, int64_t v_col) {
   check_float(src, "KVCache::append", "src");
   check(src.dim() == 3 && src.size(0) == N && src.size(1) >= 1 && k_col >= 0 && v_col >= 0 &&
             k_col + E <= src.size(2) && v_col + Ev <= src.size(2),
-        [&] { return "KVCache::append: src " + describe(src) + " does not fit " + std::to_string(N) + " rows of keys " +
-            std::to_string(E) + " and values " + std::to_string(Ev) + " wide"; });
+        [&] {
+          return "KVCache::append: src " + describe(src) + " does not fit " + std::to_string(N) + " rows of keys " +
+                 std::to_string(E) + " and values " + std::to_string(Ev) + " wide";
+        });
   const int64_t T = src.size(1);
   if (length + T > cap) {  // grow: double the capacity until the new positions fit, keep [0, length)
     int64_t bigger_cap = cap;
@@ -71,8 +74,9 @@ void KVCache::select_rows(const std::vector<int64_t>& rows) {
   Tensor nk = Tensor::empty({static_cast<int64_t>(rows.size()), cap, E});
   Tensor nv = Tensor::empty({static_cast<int64_t>(rows.size()), cap, Ev});
   for (size_t r = 0; r < rows.size(); ++r) {
-    check(rows[r] >= 0 && rows[r] < N, [&] { return "KVCache::select_rows: row " + std::to_string(rows[r]) + " out of range [0, " +
-                                           std::to_string(N) + ")"; });
+    check(rows[r] >= 0 && rows[r] < N, [&] {
+      return "KVCache::select_rows: row " + std::to_string(rows[r]) + " out of range [0, " + std::to_string(N) + ")";
+    });
     const int64_t r_out = static_cast<int64_t>(r);
     std::memcpy(nk.data() + r_out * cap * E, k.data() + rows[r] * cap * E, sizeof(float) * length * E);
     std::memcpy(nv.data() + r_out * cap * Ev, v.data() + rows[r] * cap * Ev, sizeof(float) * length * Ev);
@@ -130,8 +134,10 @@ Tensor attention_memory(const AttentionInput& q, const AttentionInput& k, const 
   check_float(v.src, op, "value");
   check(k.src.dim() == 3 && v.src.dim() == 3 && k.src.size(0) == v.src.size(0) && k.src.size(1) == v.src.size(1) &&
             k.col >= 0 && v.col >= 0 && k.col + Ek <= k.src.size(2) && v.col + Ev <= v.src.size(2),
-        [&] { return std::string(op) + ": key " + describe(k.src) + " and value " + describe(v.src) + " do not fit widths " +
-            std::to_string(Ek) + " and " + std::to_string(Ev); });
+        [&] {
+          return std::string(op) + ": key " + describe(k.src) + " and value " + describe(v.src) +
+                 " do not fit widths " + std::to_string(Ek) + " and " + std::to_string(Ev);
+        });
   check_inference({&q.src, &k.src, &v.src}, op);
   const int64_t N = q.src.size(0), C = q.src.size(2);
   const int64_t Bm = k.src.size(batch_first ? 0 : 1), S = k.src.size(batch_first ? 1 : 0);
@@ -139,8 +145,10 @@ Tensor attention_memory(const AttentionInput& q, const AttentionInput& k, const 
   const int64_t Ck = k.src.size(2), Cv = v.src.size(2);
   const int64_t k_b = batch_first ? S * Ck : Ck, k_j = batch_first ? Ck : Bm * Ck;
   const int64_t v_b = batch_first ? S * Cv : Cv, v_j = batch_first ? Cv : Bm * Cv;
-  check(static_cast<int64_t>(row_source.size()) == N && static_cast<int64_t>(memory_len.size()) == Bm,
-        [&] { return std::string(op) + ": row_source needs " + std::to_string(N) + " entries and memory_len " + std::to_string(Bm); });
+  check(static_cast<int64_t>(row_source.size()) == N && static_cast<int64_t>(memory_len.size()) == Bm, [&] {
+    return std::string(op) + ": row_source needs " + std::to_string(N) + " entries and memory_len " +
+           std::to_string(Bm);
+  });
   Tensor out = Tensor::zeros({N, 1, Ev});
   int64_t n0 = 0;
   while (n0 < N) {

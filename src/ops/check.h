@@ -17,7 +17,8 @@ inline void check(bool ok, const char* msg) {
 }
 template <class Message>
 inline void check(bool ok, Message&& message) {
-  if (!ok) [[unlikely]] throw std::invalid_argument(std::string(message()));
+  if (!ok) [[unlikely]]
+    throw std::invalid_argument(std::string(message()));
 }
 inline void check_float(const Tensor& t, const char* op, const char* name) {
   check(t.defined(), [&] { return std::string(op) + ": " + name + " is undefined"; });
@@ -25,8 +26,9 @@ inline void check_float(const Tensor& t, const char* op, const char* name) {
         [&] { return std::string(op) + ": " + name + " must be Float32, got " + describe(t); });
 }
 inline void check_shape(const Tensor& t, const Shape& expected, const char* op, const char* name) {
-  check(t.shape() == expected, [&] { return std::string(op) + ": " + name + " expected shape " + shape_str(expected) +
-                                   ", got " + shape_str(t.shape()); });
+  check(t.shape() == expected, [&] {
+    return std::string(op) + ": " + name + " expected shape " + shape_str(expected) + ", got " + shape_str(t.shape());
+  });
 }
 
 }  // namespace tfm::ops

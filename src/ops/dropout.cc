@@ -79,8 +79,10 @@ Tensor drop_path(const Tensor& x, float p, int64_t sample_dim, bool training, Ge
   check(p >= 0.0f && p < 1.0f, [&] { return "drop_path: probability must be in [0, 1), got " + std::to_string(p); });
   if (!training || p == 0.0f) return x;
   check_float(x, "drop_path", "input");
-  check(sample_dim >= 0 && sample_dim < x.dim(), [&] { return "drop_path: sample dim " + std::to_string(sample_dim) +
-                                                     " out of range for a tensor of rank " + std::to_string(x.dim()); });
+  check(sample_dim >= 0 && sample_dim < x.dim(), [&] {
+    return "drop_path: sample dim " + std::to_string(sample_dim) + " out of range for a tensor of rank " +
+           std::to_string(x.dim());
+  });
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < sample_dim; ++d) outer *= x.size(d);
   for (int64_t d = sample_dim + 1; d < x.dim(); ++d) inner *= x.size(d);

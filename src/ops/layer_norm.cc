@@ -55,8 +55,9 @@ void check_args(const char* op, const Tensor& x, const Tensor* r, const Tensor& 
   check_float(x, op, "input");
   check_float(weight, op, "weight");
   const int64_t D = weight.numel();
-  check(weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == D,
-        [&] { return std::string(op) + ": input " + describe(x) + " does not match normalized shape (" + std::to_string(D) + ",)"; });
+  check(weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == D, [&] {
+    return std::string(op) + ": input " + describe(x) + " does not match normalized shape (" + std::to_string(D) + ",)";
+  });
   if (bias.defined()) check_shape(bias, {D}, op, "bias");
   if (r) {
     check_float(*r, op, "residual");

@@ -81,8 +81,10 @@ std::pair<int64_t, int64_t> check_linear_args(const char* op, const Tensor& x, c
   check_float(weight, op, "weight");
   check(weight.dim() == 2, [&] { return std::string(op) + ": weight must be 2-D (out, in), got " + describe(weight); });
   const int64_t out = weight.size(0), in = weight.size(1);
-  check(x.dim() >= 1 && x.size(-1) == in, [&] { return std::string(op) + ": input " + describe(x) + " does not match weight " +
-                                              describe(weight) + " (last dim " + std::to_string(in) + ")"; });
+  check(x.dim() >= 1 && x.size(-1) == in, [&] {
+    return std::string(op) + ": input " + describe(x) + " does not match weight " + describe(weight) + " (last dim " +
+           std::to_string(in) + ")";
+  });
   if (bias.defined()) {
     check_float(bias, op, "bias");
     check_shape(bias, {out}, op, "bias");

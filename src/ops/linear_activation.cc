@@ -117,9 +117,10 @@ struct FeedForwardActivationBf16Node : FeedForwardBf16Node {
 
 // A gated kind's weight (Fin, in) holds two halves [a | b] of rows: Fin must be even.
 void check_gated_rows(Activation kind, const Tensor& weight) {
-  check(!activation_is_gated(kind) || weight.size(0) % 2 == 0,
-        [&] { return "linear_activation " + std::string(enum_name(kind)) + ": weight " + describe(weight) +
-            " must have an even number of rows (two halves [a | b])"; });
+  check(!activation_is_gated(kind) || weight.size(0) % 2 == 0, [&] {
+    return "linear_activation " + std::string(enum_name(kind)) + ": weight " + describe(weight) +
+           " must have an even number of rows (two halves [a | b])";
+  });
 }
 
 // The feed-forward's composition, which feed_forward runs whenever it does not fuse.

@@ -82,13 +82,16 @@ Tensor cross_entropy(const Tensor& logits, const std::vector<int32_t>& target, i
   check_float(logits, "cross_entropy", "input");
   check(logits.dim() == 2, [&] { return "cross_entropy: input must be (N, V), got " + describe(logits); });
   const int64_t N = logits.size(0), V = logits.size(1);
-  check(static_cast<int64_t>(target.size()) == N,
-        [&] { return "cross_entropy: " + std::to_string(target.size()) + " targets for " + std::to_string(N) + " rows"; });
+  check(static_cast<int64_t>(target.size()) == N, [&] {
+    return "cross_entropy: " + std::to_string(target.size()) + " targets for " + std::to_string(N) + " rows";
+  });
   check(label_smoothing >= 0.0f && label_smoothing <= 1.0f, "cross_entropy: label_smoothing must be in [0, 1]");
   int64_t count = 0;
   for (int32_t t : target) {
     if (t == ignore_index) continue;
-    check(t >= 0 && t < V, [&] { return "cross_entropy: target " + std::to_string(t) + " out of range [0, " + std::to_string(V) + ")"; });
+    check(t >= 0 && t < V, [&] {
+      return "cross_entropy: target " + std::to_string(t) + " out of range [0, " + std::to_string(V) + ")";
+    });
     ++count;
   }
   Tensor lse = Tensor::empty({N});

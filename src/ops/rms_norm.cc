@@ -37,8 +37,9 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, float eps) {
   check_float(x, op, "input");
   check_float(weight, op, "weight");
   const int64_t D = weight.numel();
-  check(weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == D,
-        [&] { return std::string(op) + ": input " + describe(x) + " does not match normalized shape (" + std::to_string(D) + ",)"; });
+  check(weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == D, [&] {
+    return std::string(op) + ": input " + describe(x) + " does not match normalized shape (" + std::to_string(D) + ",)";
+  });
   const int64_t N = x.numel() / std::max<int64_t>(D, 1);
   Tensor y = Tensor::empty(x.shape());
   const bool grad = needs_grad({&x, &weight});
