@@ -1,9 +1,10 @@
-// src/utf8.h — UTF-8 sequence checking shared by the tokenizers (data/vocab.cc, data/bpe.cc), the text
-// corpus (data/text.cc) and the error messages (quote.h). Internal.
+// src/utf8.h — UTF-8 sequence checking shared by the tokenizers (data/vocab.cc, data/bpe.cc,
+// data/tokenizer.cc), the text corpus (data/text.cc) and the error messages (quote.h). Internal.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace tfm {
 
@@ -26,6 +27,20 @@ inline size_t utf8_length(const uint8_t* s, size_t n, size_t i) {
   static constexpr uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
   if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
   return len;
+}
+
+// The offset of the first byte of s[0, n) that does not start a valid UTF-8 sequence, or n when the
+// whole text is valid.
+inline size_t first_invalid_utf8(const uint8_t* s, size_t n) {
+  for (size_t i = 0; i < n;) {
+    const size_t len = utf8_length(s, n, i);
+    if (len == 0) return i;
+    i += len;
+  }
+  return n;
+}
+inline size_t first_invalid_utf8(std::string_view s) {
+  return first_invalid_utf8(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
 
 }  // namespace tfm

@@ -310,11 +310,8 @@ namespace {
 template <class F>
 void for_each_piece(const pcre2_code* pattern, std::string_view text, F&& piece) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  for (size_t i = 0; i < text.size();) {
-    const size_t len = utf8_length(s, text.size(), i);
-    if (len == 0) throw std::invalid_argument("text is not valid UTF-8 (byte " + std::to_string(i) + ")");
-    i += len;
-  }
+  if (const size_t bad = first_invalid_utf8(text); bad < text.size())
+    throw std::invalid_argument("text is not valid UTF-8 (byte " + std::to_string(bad) + ")");
   std::unique_ptr<pcre2_match_data, MatchDataFree> md(pcre2_match_data_create_from_pattern(pattern, nullptr));
   if (!md) throw std::bad_alloc();
   size_t pos = 0;

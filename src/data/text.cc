@@ -55,11 +55,7 @@ std::unique_ptr<io::MappedFile> map_text(const std::string& path) {
 // the whole text first, as char does while it encodes: SentencePiece would read such bytes as U+FFFD
 // without a word, so a lossless model would train on and encode another text than the file's.
 void check_utf8(const uint8_t* p, size_t n, const std::string& path, Tokenization t) {
-  for (size_t i = 0; i < n;) {
-    const size_t len = utf8_length(p, n, i);
-    if (len == 0) bad_utf8(path, i, t);
-    i += len;
-  }
+  if (const size_t bad = first_invalid_utf8(p, n); bad < n) bad_utf8(path, bad, t);
 }
 
 void check_text_tokenization(Tokenization t) {

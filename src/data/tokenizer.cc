@@ -32,19 +32,6 @@ namespace {
 
 const std::string kEmpty;
 
-// The offset of the first byte of `text` that does not start a valid UTF-8 sequence, or text.size().
-// SentencePiece's normaliser turns such bytes into U+FFFD without a word, so an spm tokenizer checks
-// first: its pieces would stand for another text than the one given (even a lossless model's).
-size_t invalid_utf8_at(std::string_view text) {
-  const auto* p = reinterpret_cast<const uint8_t*>(text.data());
-  for (size_t i = 0; i < text.size();) {
-    const size_t n = utf8_length(p, text.size(), i);
-    if (n == 0) return i;
-    i += n;
-  }
-  return text.size();
-}
-
 // Feeds the chosen lines to SentencePiece's trainer without copying them into a file.
 class LineIterator : public sentencepiece::SentenceIterator {
  public:
@@ -156,7 +143,9 @@ Tokens Tokenizer::tokenize(const std::string& text) const {
   }
   if (kind_ != Tokenization::SPM) return data::tokenize(text, kind_);
   if (!spm_) data::tokenize(text, kind_);  // throws: no model
-  if (const size_t bad = invalid_utf8_at(text); bad < text.size())
+  // SentencePiece's normaliser turns bytes that are not UTF-8 into U+FFFD without a word: its pieces
+  // would stand for another text than the one given (even a lossless model's).
+  if (const size_t bad = first_invalid_utf8(text); bad < text.size())
     throw std::invalid_argument("invalid UTF-8 at byte " + std::to_string(bad));  // as char tokens say
   Tokens pieces;
   const auto st = spm_->processor.Encode(text, &pieces);
@@ -208,7 +197,7 @@ std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptio
   if (o.max_lines < 1) throw std::invalid_argument(name + ": spm_max_lines must be ≥ 1");
   std::vector<size_t> nonempty;
   for (size_t i = 0; i < lines.size(); ++i)  // a line that is not UTF-8 would teach U+FFFD (tokenize refuses it)
-    if (!lines[i].empty() && invalid_utf8_at(lines[i]) == lines[i].size()) nonempty.push_back(i);
+    if (!lines[i].empty() && first_invalid_utf8(lines[i]) == lines[i].size()) nonempty.push_back(i);
   if (nonempty.empty()) throw std::invalid_argument(name + ": no text to train a SentencePiece model on");
   const auto n = static_cast<uint64_t>(nonempty.size());
   const auto m = std::min<uint64_t>(n, static_cast<uint64_t>(o.max_lines));

@@ -20,14 +20,7 @@ size_t utf8_length(const std::string& s, size_t i) {
   return tfm::utf8_length(reinterpret_cast<const uint8_t*>(s.data()), s.size(), i);
 }
 
-bool valid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = utf8_length(s, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
+bool valid_utf8(const std::string& s) { return first_invalid_utf8(s) == s.size(); }
 
 bool is_json_path(const std::string& path) { return path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0; }
 
