@@ -409,7 +409,7 @@ PYBIND11_MODULE(_core, m) {
              auto t = std::make_unique<PyTrainedModel>();
              if (!dtype.empty()) t->precision = precision_of(dtype);
              const Computing call;
-             t->m = tfm::load_model_dir(dir);
+             t->m = tfm::load_model_dir(dir, tfm::WeightsLoad::MAP_READ_ONLY);
              if (dtype.empty()) t->precision = t->m.default_precision();
              return t;
            }),

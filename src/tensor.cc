@@ -1,4 +1,7 @@
 // src/tensor.cc — Tensor storage, views and the autograd engine (topological backward).
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -149,7 +152,7 @@ static std::shared_ptr<TensorImpl> make_impl(const Shape& shape, DType dtype) {
   return impl;
 }
 
-Tensor tensor_from_borrowed(const Shape& shape, DType dtype, void* ptr, std::shared_ptr<void> keeper) {
+Tensor tensor_from_borrowed(const Shape& shape, DType dtype, void* ptr, std::shared_ptr<void> keeper, bool file_pages) {
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->dtype = dtype;
@@ -158,7 +161,22 @@ Tensor tensor_from_borrowed(const Shape& shape, DType dtype, void* ptr, std::sha
   impl->storage->ptr = ptr;
   impl->storage->bytes = static_cast<size_t>(impl->numel) * dtype_size(dtype);
   impl->storage->keeper = std::move(keeper);
+  impl->storage->file_pages = file_pages;
   return Tensor(std::move(impl));
+}
+
+size_t drop_file_pages(const Tensor& t) {
+  const TensorImpl* impl = t.impl();
+  if (!impl || !impl->storage || !impl->storage->file_pages || impl->numel == 0) return 0;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin =
+      reinterpret_cast<uintptr_t>(impl->storage->ptr) + static_cast<uintptr_t>(impl->offset) * dtype_size(impl->dtype);
+  const uintptr_t end = begin + static_cast<uintptr_t>(impl->numel) * dtype_size(impl->dtype);
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages only
+  if (last <= first) return 0;
+  // Read-only private file pages: dropping them loses nothing. A failure (not expected) only keeps them.
+  if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) return 0;
+  return last - first;
 }
 
 static Tensor wrap(std::shared_ptr<TensorImpl> impl) { return Tensor(std::move(impl)); }
@@ -349,6 +367,14 @@ Tensor Tensor::detach() const {
   out->storage = impl.storage;
   out->offset = impl.offset;
   return wrap(out);
+}
+
+void Tensor::set_(const Tensor& source) {
+  auto& impl = need(impl_.get(), "set_");
+  if (!source.defined() || source.shape() != impl.shape || source.dtype() != impl.dtype)
+    throw std::invalid_argument("set_: destination " + describe(*this) + ", source " + describe(source));
+  impl.storage = source.impl_->storage;
+  impl.offset = source.impl_->offset;
 }
 
 void Tensor::copy_(const Tensor& src) {

@@ -17,6 +17,10 @@ struct Storage {
   size_t bytes = 0;
   size_t capacity = 0;           // owned: size of the cached block behind ptr (≥ bytes)
   std::shared_ptr<void> keeper;  // set for borrowed memory; null when owned
+  // Borrowed from a read-only mapping of a file (io::LoadOptions::read_only): nothing writes these
+  // bytes, so their resident pages may be dropped (drop_file_pages) and are read again from the file
+  // on the next touch.
+  bool file_pages = false;
   ~Storage();
 };
 // Owned storage from the process-wide block cache (src/tensor.cc): freed blocks are kept by size
@@ -44,7 +48,15 @@ struct TensorImpl {
 };
 
 // A tensor that views `bytes` owned by `keeper` (zero-copy loading). ptr must be 4-byte aligned
-// for Float32.
-Tensor tensor_from_borrowed(const Shape& shape, DType dtype, void* ptr, std::shared_ptr<void> keeper);
+// for Float32. file_pages: the bytes lie in a read-only file mapping (Storage::file_pages).
+Tensor tensor_from_borrowed(const Shape& shape, DType dtype, void* ptr, std::shared_ptr<void> keeper,
+                            bool file_pages = false);
+
+// Gives the process's resident pages of t's bytes back to the kernel (madvise MADV_DONTNEED on the
+// whole pages inside them) when t's storage has file_pages; the values are unchanged, the next read
+// of a dropped page takes it from the page cache or the file again. Returns the bytes of whole pages
+// advised (0: not file pages, or no whole page inside). For a weight read once and kept in another
+// form (InferenceMode's packed copies), so the process does not hold both.
+size_t drop_file_pages(const Tensor& t);
 
 }  // namespace tfm

@@ -64,6 +64,10 @@ class Tensor {
   Tensor clone() const;   // deep copy, no autograd history
   Tensor detach() const;  // shares storage, no autograd history, requires_grad false
   void copy_(const Tensor& src);  // element copy, same shape and dtype; not recorded
+  // PyTorch's Tensor.set_(source) for same-shaped tensors: this handle's target now views source's
+  // storage (no copy); every handle of the same target sees it, views taken before keep the old
+  // storage. Same shape and dtype (throws otherwise); not recorded. Module::load_state_dict's assign.
+  void set_(const Tensor& source);
   void fill_(float value);
   bool same(const Tensor& other) const { return impl_ == other.impl_; }  // same handle target
 

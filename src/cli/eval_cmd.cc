@@ -64,7 +64,7 @@ void register_eval(CLI::App& app, Runner& run) {
       if (o->max_len < 0)
         throw std::invalid_argument("--max-len must be ≥ 0 (0: the default limit), got " + std::to_string(o->max_len));
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
-      const TrainedModel m = load_model_dir(o->model);
+      const TrainedModel m = load_model_dir(o->model, WeightsLoad::MAP_READ_ONLY);
       const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for all batches
       if (!o->text.empty()) {
         const TextScore r = evaluate_text_file(m, o->text, o->batch_size);

@@ -53,7 +53,7 @@ void register_generate(CLI::App& app, Runner& run) {
       apply_threads(o->threads);
       check_generate_options(o->gen);  // a bad option fails before the load (and before any note)
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
-      const TrainedModel m = load_model_dir(o->model);
+      const TrainedModel m = load_model_dir(o->model, WeightsLoad::MAP_READ_ONLY);
       const InferenceMode scope(model_dtype(o->dtype, m));
       require_data(m, DataKind::TEXT, "generate needs --arch decoder (tfm translate decodes the others)");
       std::string text = "\n";

@@ -140,7 +140,7 @@ void register_translate(CLI::App& app, Runner& run) {
       decode.seed = o->seed;
       if (o->sample) check_sampling_options(decode.sampling);
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
-      const TrainedModel m = load_model_dir(o->model);
+      const TrainedModel m = load_model_dir(o->model, WeightsLoad::MAP_READ_ONLY);
       const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for the stream
       require_data(m, DataKind::PAIRS, "sample from it with tfm generate");
       check_decode_options(m, decode);  // before any input is read

@@ -15,14 +15,15 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "io/file_util.h"
 #include "io/safetensors_writer.h"
 #include "quote.h"
+#include "tensor_impl.h"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; tfm reads it in place on little-endian CPUs only");
@@ -355,9 +356,10 @@ void check_tiling(const std::string& path, std::vector<const Entry*> order, uint
                    " trailing bytes belong to no tensor)");
 }
 
-// `keeper` is the mapping shared with zero-copy tensors; null in copying mode.
-SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file,
-                            const std::shared_ptr<MappedFile>& keeper, bool keep_int8) {
+// `keeper` is the mapping shared with zero-copy tensors; null in copying mode. read_only: keeper is a
+// ReadOnly mapping, whose views are file pages (tensor_from_borrowed).
+SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file, const std::shared_ptr<MappedFile>& keeper,
+                            bool keep_int8, bool read_only) {
   const uint64_t file_size = file.size();
   if (file_size < 8)
     fail(path, "file is " + std::to_string(file_size) +
@@ -418,9 +420,14 @@ SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file,
     // Zero-copy: F32 bytes are the Float32 values already (little-endian, static_assert above);
     // only alignment can stop a view. Empty tensors have no bytes to share.
     if (keeper && e.dtype->convert == convert_f32 && e.numel > 0) {
-      uint8_t* at = keeper->mutable_data() + (buffer - file.data()) + e.begin;
+      // A read-only mapping's bytes are never written through (LoadOptions::read_only): the cast only
+      // fits Tensor's pointer type.
+      uint8_t* at = (read_only ? const_cast<uint8_t*>(keeper->data()) : keeper->mutable_data()) +
+                    (buffer - file.data()) + e.begin;
       if (reinterpret_cast<uintptr_t>(at) % alignof(float) == 0) {
-        out.tensors.insert(e.name, Tensor::from_external(e.shape, reinterpret_cast<float*>(at), keeper));
+        out.tensors.insert(e.name, read_only ? tensor_from_borrowed(e.shape, DType::FLOAT32, at, keeper,
+                                                                    /*file_pages=*/true)
+                                             : Tensor::from_external(e.shape, reinterpret_cast<float*>(at), keeper));
         out.dtypes.emplace(e.name, e.dtype->name);
         out.mapped.insert(e.name);
         continue;
@@ -471,10 +478,11 @@ SafeTensorsFile load_safetensors(const std::string& path, const LoadOptions& opt
   try {
     if (!options.zero_copy) {
       const MappedFile file(path);
-      return load_mapped(path, file, nullptr, options.keep_int8);
+      return load_mapped(path, file, nullptr, options.keep_int8, false);
     }
-    const auto file = std::make_shared<MappedFile>(path, MappedFile::Access::CopyOnWrite);
-    return load_mapped(path, *file, file, options.keep_int8);
+    const auto file = std::make_shared<MappedFile>(
+        path, options.read_only ? MappedFile::Access::ReadOnly : MappedFile::Access::CopyOnWrite);
+    return load_mapped(path, *file, file, options.keep_int8, options.read_only);
   } catch (const IoError& e) {
     throw SafeTensorsError(e.what());  // already "<path>: <call> failed: <errno text>"
   }

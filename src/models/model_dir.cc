@@ -13,6 +13,7 @@
 #include "io/file_util.h"
 #include "json_fields.h"
 #include "quote.h"
+#include "tensor_impl.h"
 #include "tfm/data/batching.h"
 #include "tfm/data/text.h"
 #include "tfm/inference.h"
@@ -146,7 +147,7 @@ ConfigSections read_config(const std::string& dir) {
 
 }  // namespace model_dir
 
-TrainedModel load_model_dir(const std::string& dir, bool weights) {
+TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights) {
   TrainedModel m;
   m.dir = dir;
   const model_dir::ConfigSections config = model_dir::read_config(dir);
@@ -184,12 +185,15 @@ TrainedModel load_model_dir(const std::string& dir, bool weights) {
                              std::to_string(m.tgt_vocab.size()) + " entries, but the model's config.json says " +
                              std::to_string(mc.src_vocab_size) + " and " + std::to_string(mc.tgt_vocab_size));
   // With weights, every parameter is overwritten next: the initialisation draws nothing.
-  m.generator = std::make_unique<Generator>(Generator{0, 0, /*no_draws=*/weights});
+  m.generator = std::make_unique<Generator>(Generator{0, 0, /*no_draws=*/weights != WeightsLoad::NONE});
   m.model = std::make_unique<Model>(mc, *m.generator);
-  if (weights) {
+  if (weights != WeightsLoad::NONE) {
     const std::string file = model_dir::path(dir, model_dir::MODEL);
-    // Zero-copy: load_state_dict copies into the parameters from the mapping (one copy, not two).
-    const io::SafeTensorsFile f = io::load_safetensors(file, io::LoadOptions{.zero_copy = true, .keep_int8 = true});
+    const bool mapped = weights == WeightsLoad::MAP_READ_ONLY;
+    // Zero-copy: COPY copies into the parameters from the mapping (one copy, not two); MAP_READ_ONLY's
+    // parameters are the mapping's views (load_state_dict's assign).
+    const io::SafeTensorsFile f =
+        io::load_safetensors(file, io::LoadOptions{.zero_copy = true, .read_only = mapped, .keep_int8 = true});
     m.quantized = is_quantized(f);
     if (m.quantized) {  // dequantized straight into the parameters (a failed load discards the model)
       const NamedTensors params = m.model->state_dict();
@@ -201,7 +205,9 @@ TrainedModel load_model_dir(const std::string& dir, bool weights) {
         for (size_t i = 0; i < q.data.size(); ++i) t.data()[i] = q.data[i];
         state.insert(key, std::move(t));
       }
-      m.model->load_state_dict(state, file);
+      m.model->load_state_dict(state, file, /*assign=*/mapped);
+      // The parameters' first storage, now unused, to the system rather than the allocator's idle blocks.
+      if (mapped) allocator_release_cache();
     }
     // A weight that is NaN or infinite (a corrupt or hand-made file: training never saves one) would make
     // every output NaN, decoded without a word as empty text.
@@ -211,6 +217,7 @@ TrainedModel load_model_dir(const std::string& dir, bool weights) {
         if (!std::isfinite(p[i]))
           throw std::runtime_error(file + ": tensor '" + key + "' holds " + (std::isnan(p[i]) ? "NaN" : "an infinity") +
                                    " (element " + std::to_string(i) + "): not a model tfm can run");
+      drop_file_pages(t);  // MAP_READ_ONLY's, read once here: the run reads again only what it uses
     }
   }
   m.generator->no_draws = false;

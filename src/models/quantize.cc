@@ -127,7 +127,7 @@ void quantize_model_dir(const std::string& dir, const std::string& out, bool for
     throw std::invalid_argument("quantize: " + out + " exists and is not a directory (choose another --out)");
   if (fs::exists(out, ec) && !force)
     throw std::invalid_argument("quantize: " + out + " exists (give --force to replace it)");
-  const TrainedModel m = load_model_dir(dir);  // checks the directory whole
+  const TrainedModel m = load_model_dir(dir, WeightsLoad::MAP_READ_ONLY);  // checks the directory whole
   if (m.quantized) throw std::invalid_argument("quantize: " + dir + " is quantized already");
   const QuantizedStateDict q = quantize_state_dict(m.model->state_dict());
 

@@ -37,7 +37,7 @@ int64_t Module::num_parameters() {
   return n;
 }
 
-void Module::load_state_dict(const NamedTensors& state, const std::string& source) {
+void Module::load_state_dict(const NamedTensors& state, const std::string& source, bool assign) {
   std::set<std::string> used;
   visit_parameters([&](const std::string& k, Tensor& t) {
     auto it = state.find(k);
@@ -45,7 +45,10 @@ void Module::load_state_dict(const NamedTensors& state, const std::string& sourc
     const Tensor& v = it->second;
     if (!v.defined() || v.dtype() != DType::FLOAT32 || v.shape() != t.shape())
       throw std::invalid_argument(source + ": key " + quote_name(k) + " has " + describe(v) + ", expected " + describe(t));
-    t.copy_(v);
+    if (assign)
+      t.set_(v);
+    else
+      t.copy_(v);
     used.insert(k);
   });
   for (auto& [k, v] : state)

@@ -11,6 +11,7 @@
 #include "kernels/kernels.h"
 #include "ops/packed_linear.h"
 #include "quote.h"
+#include "tensor_impl.h"
 
 namespace tfm {
 namespace {
@@ -95,6 +96,9 @@ bool linear_forward_packed(int64_t N, const float* x, const Tensor& weight, cons
   if (it == cache.end()) {
     Entry e{weight, kernels::pack_weight(weight.data(), out, in, in, kernel_precision(g_scope.precision))};
     it = cache.emplace(key, std::move(e)).first;
+    // A weight mapped read-only from its file (WeightsLoad::MAP_READ_ONLY) is read here once: the packed
+    // copy is what runs, so its float32 pages go back (read again from the file if touched).
+    drop_file_pages(weight);
   }
   kernels::gemm_packed(N, x, in, *it->second.packed, bias, y, out);
   return true;

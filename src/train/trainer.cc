@@ -485,7 +485,7 @@ void Run::setup_resume() {
   if (is_quantized_model_dir(c_.out_dir))
     throw std::invalid_argument("train config: resume: " + c_.out_dir + " is an int8-quantized model directory " +
                                 "(tfm quantize), for inference only; it cannot be trained further");
-  const TrainedModel saved = load_model_dir(c_.out_dir, /*weights=*/false);
+  const TrainedModel saved = load_model_dir(c_.out_dir, WeightsLoad::NONE);
   load_data(saved_vocabs(saved));
   if (!c_.init_from.empty()) {
     mc_ = c_.model;

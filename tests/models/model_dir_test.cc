@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -22,6 +23,7 @@
 #include "models/model_configs.h"
 #include "test_util.h"
 #include "tfm/data/tasks.h"
+#include "tfm/inference.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/train/trainer.h"
 
@@ -401,6 +403,132 @@ TrainedModel in_memory(const ModelConfig& config, Vocab src, Vocab tgt, const st
   m.src_vocab = std::move(src);
   m.tgt_vocab = std::move(tgt);
   return m;
+}
+
+// ---- WeightsLoad::MAP_READ_ONLY ---------------------------------------------------------------------
+
+// A model directory holding `mc`'s fresh weights (char tokens over `v` on both sides), written by hand.
+std::string write_model_dir(const ModelConfig& mc, const Vocab& v, const std::string& tag) {
+  const std::string d = testing::temp_dir(tag);
+  Generator gen{7, 0};
+  Model model(mc, gen);
+  testing::spit(config_file(d), model_dir::config_json(mc, "{}", v, v, Tokenization::CHAR, Tokenization::CHAR));
+  model_dir::save_vocabs(d, v, v, /*json=*/false);
+  io::save_safetensors(model_dir::path(d, model_dir::MODEL), model.state_dict());
+  return d;
+}
+
+// This process's mapping holding address p (/proc/self/smaps): its file ("" for anonymous memory) and
+// the bytes of it resident in this process (Rss).
+struct Mapping {
+  std::string file;
+  size_t rss = 0;
+};
+Mapping mapping_of(const void* p) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  Mapping m;
+  while (std::getline(smaps, line)) {
+    const std::string first = line.substr(0, line.find(' '));
+    const size_t dash = first.find('-');
+    if (first.back() != ':' &&
+        dash != std::string::npos) {  // a mapping's line: "begin-end perms offset dev inode [path]"
+      if (inside) break;
+      const uintptr_t begin = std::stoull(first.substr(0, dash), nullptr, 16);
+      const uintptr_t end = std::stoull(first.substr(dash + 1), nullptr, 16);
+      inside = begin <= at && at < end;
+      if (inside) {
+        const size_t slash = line.find('/');
+        m.file = slash == std::string::npos ? "" : line.substr(slash);
+      }
+    } else if (inside && first == "Rss:") {
+      m.rss = std::stoull(line.substr(4)) * 1024;  // "Rss:   123 kB"
+    }
+  }
+  return m;
+}
+
+// A read-only load's parameters view the file (no copy) and compute what the copy computes; its pages are
+// given back after the load's checks and after InferenceMode packs a Linear weight, and are read again
+// from the file when touched, so a second run (the packed copies gone with the first scope) is the same.
+TEST(LoadModelDir, MapReadOnlyViewsTheFileGivesPagesBackAndRunsAsTheCopy) {
+  ModelConfig mc = testing::small_decoder();
+  mc.d_model = 256;  // Linear weights of 256 KiB to 1 MiB: whole pages inside each
+  mc.nhead = 4;
+  mc.dim_feedforward = 1024;
+  const Vocab v = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c", "d", "e", "f", "g", "h", "i"});
+  const std::string d = write_model_dir(mc, v, "md_mapped");
+  const std::string file = fs::canonical(model_dir::path(d, model_dir::MODEL)).string();
+  const TrainedModel copy = load_model_dir(d);
+  const TrainedModel mapped = load_model_dir(d, WeightsLoad::MAP_READ_ONLY);
+  const NamedTensors a = copy.model->named_parameters(), b = mapped.model->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  // After the load only the pages a tensor shares with its neighbours stay (at most 2 a tensor).
+  const Tensor w = b.at("decoder.layers.0.linear1.weight");  // (1024, 256): 1 MiB
+  const size_t w_bytes = static_cast<size_t>(w.numel()) * sizeof(float), page = 4096;
+  const size_t after_load = mapping_of(w.data()).rss;
+  EXPECT_LE(after_load, 2 * b.size() * page);
+  for (const auto& [key, t] : a) {
+    EXPECT_EQ(mapping_of(b.at(key).data()).file, file) << key;  // a view of the file
+    EXPECT_NE(mapping_of(t.data()).file, file) << key;          // memory of its own
+    EXPECT_TRUE(testing::bitwise_equal(b.at(key), t, key));     // (reads every page back)
+  }
+  EXPECT_GE(mapping_of(w.data()).rss, after_load + w_bytes);
+  size_t unpacked_bytes = 0;  // the parameters that are not Linear weights (all of those are 256 or more a side)
+  for (const auto& [key, t] : b)
+    if (t.dim() != 2 || t.size(0) < 256 || t.size(1) < 256)
+      unpacked_bytes += static_cast<size_t>(t.numel()) * sizeof(float);
+  EXPECT_LT(unpacked_bytes * 10, w_bytes);  // a bound far below one Linear weight
+
+  const std::vector<int32_t> prompt = {4, 5, 6};
+  GenerateOptions o;
+  o.max_new_tokens = 12;
+  o.ignore_eos = true;
+  o.sampling.temperature = 0.8f;
+  o.seed = 3;
+  for (const Precision p : {Precision::FLOAT32, Precision::BFLOAT16}) {
+    std::vector<std::string> want, got;
+    {
+      const InferenceMode scope(p);
+      want = generate_text(copy, prompt, o);
+    }
+    {
+      const InferenceMode scope(p);
+      got = generate_text(mapped, prompt, o);
+      // Packing gives every Linear weight's pages back: what stays is what the run reads unpacked (the
+      // embeddings, biases and norms).
+      EXPECT_LE(mapping_of(w.data()).rss, after_load + unpacked_bytes + 2 * page) << enum_name(p);
+    }
+    EXPECT_EQ(got, want) << enum_name(p);
+    {
+      const InferenceMode scope(p);  // packs again, from pages read back from the file
+      EXPECT_EQ(generate_text(mapped, prompt, o), want) << enum_name(p);
+    }
+  }
+  fs::remove_all(d);
+}
+
+// An encoder-decoder's cross-attention packs slices of in_proj_weight (the query rows, the key and value
+// rows): a read-only load translates as the copy does, greedy and with a beam.
+TEST(LoadModelDir, MapReadOnlyTranslatesAsTheCopy) {
+  ModelConfig mc = testing::small_seq2seq();
+  mc.d_model = 128;
+  mc.dim_feedforward = 512;
+  const Vocab v = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c", "d", "e", "f", "g", "h", "i"});
+  mc.src_vocab_size = mc.tgt_vocab_size = v.size();
+  const std::string d = write_model_dir(mc, v, "md_mapped_s2s");
+  const TrainedModel copy = load_model_dir(d), mapped = load_model_dir(d, WeightsLoad::MAP_READ_ONLY);
+  const std::vector<std::string> sources = {"abc", "hgfedcba", "i"};
+  for (const int beam : {1, 3}) {
+    for (const Precision p : {Precision::FLOAT32, Precision::BFLOAT16, Precision::INT8}) {
+      const InferenceMode scope(p);
+      EXPECT_EQ(translate_lines(mapped, sources, beam, 2), translate_lines(copy, sources, beam, 2))
+          << "beam " << beam << ", " << enum_name(p);
+    }
+  }
+  fs::remove_all(d);
 }
 
 TEST(RequireData, NamesTheDirectoryTheArchitectureAndTheUse) {

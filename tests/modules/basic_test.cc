@@ -2,7 +2,7 @@
 // checks against PyTorch: RMSNorm (no torch.nn twin in PyTorch 1.13) — its state_dict key, its
 // initial weight, and that its forward is ops::rms_norm with its eps (the op itself is tested in
 // tests/ops/rms_norm_test.cc); Norm, the layers' norm, which must be LayerNorm's or RMSNorm's own
-// ops (bitwise) with their keys.
+// ops (bitwise) with their keys; Module::load_state_dict's copy and assign.
 // To add a case: a TEST per module property that parity cannot see.
 #include "tfm/modules/basic.h"
 
@@ -55,6 +55,36 @@ TEST(RMSNormModule, RefusesABias) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("bias"), std::string::npos) << e.what();
   }
+}
+
+// load_state_dict copies into the parameters, or with assign makes each view the state's tensor (no
+// copy: the module's handles see the state's storage, and a write to one is seen by the other); both
+// refuse a shape that does not fit and leave nothing unchecked.
+TEST(ModuleLoadStateDict, CopiesOrAssigns) {
+  NamedTensors state;
+  state.insert("weight", random_tensor({3, 5}, 1));
+  state.insert("bias", random_tensor({3}, 2));
+  Linear copied(5, 3), assigned(5, 3);
+  copied.load_state_dict(state);
+  assigned.load_state_dict(state, "state", /*assign=*/true);
+  for (const char* key : {"weight", "bias"}) {
+    const Tensor& s = state.at(key);
+    const Tensor c = copied.state_dict().at(key);
+    const Tensor a = assigned.state_dict().at(key);
+    EXPECT_TRUE(bitwise_equal(c, s, key));
+    EXPECT_TRUE(bitwise_equal(a, s, key));
+    EXPECT_NE(c.data(), s.data()) << key;
+    EXPECT_EQ(a.data(), s.data()) << key;
+  }
+  EXPECT_TRUE(assigned.weight.requires_grad());  // still the module's parameter
+  state.at("weight").data()[0] = 42.0f;
+  EXPECT_EQ(assigned.weight.data()[0], 42.0f);
+  EXPECT_NE(copied.weight.data()[0], 42.0f);
+  NamedTensors wrong;
+  wrong.insert("weight", random_tensor({5, 3}, 3));
+  wrong.insert("bias", random_tensor({3}, 4));
+  EXPECT_THROW(assigned.load_state_dict(wrong, "w", true), std::invalid_argument);
+  EXPECT_THROW(Tensor(random_tensor({2}, 5)).set_(random_tensor({3}, 6)), std::invalid_argument);
 }
 
 TEST(NormModule, KeysPerTypeAndBias) {

@@ -55,6 +55,12 @@ struct LoadOptions {
   // the not-yet-written pages of the tensors read. tfm's own writers (save_safetensors,
   // checkpoints) replace files by atomic rename, which leaves an existing mapping untouched.
   bool zero_copy = false;
+  // With zero_copy: map the file read-only (PROT_READ) instead. The views are then for reading only —
+  // a write through one is a segmentation fault — and, being clean file pages nothing can have
+  // changed, they may be given back to the kernel once read (InferenceMode does so for the Linear
+  // weights it packs) and are read from the file again if touched. For a model that only runs
+  // (tfm::load_model_dir's WeightsLoad::MAP_READ_ONLY).
+  bool read_only = false;
   // Keep I8 tensors as int8 (in SafeTensorsFile::int8) instead of converting them to Float32: for
   // int8-quantized weights (tfm/models/quantize.h), whose integers are the data.
   bool keep_int8 = false;

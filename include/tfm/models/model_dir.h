@@ -108,12 +108,24 @@ struct TrainedModel {
   // with this: `tfm::InferenceMode scope(m.default_precision());`.
   Precision default_precision() const { return quantized ? Precision::INT8 : Precision::FLOAT32; }
 };
-// With `weights` false the model keeps its initial draws (a resumed run takes its weights from its
-// checkpoint, tfm/train/trainer.h). Throws, naming the file: std::runtime_error for a directory, config
-// or vocabulary that cannot be read (the message ends with strerror's text) or is malformed,
-// io::SafeTensorsError for missing or corrupt weights, std::invalid_argument for weights or a config
-// that do not fit the model.
-TrainedModel load_model_dir(const std::string& dir, bool weights = true);
+// How load_model_dir brings in DIR/model.safetensors.
+enum class WeightsLoad {
+  NONE,  // none: the model keeps its initial draws (a resumed run takes its weights from its checkpoint)
+  COPY,  // copied into memory of the model's own, free to change (training, fine-tuning)
+  // For a model that only runs: each float32 parameter views the file's read-only mapping (no copy;
+  // a write to one is a segmentation fault), and once read its pages are given back — after the load's
+  // checks, and after InferenceMode packs a Linear weight — to be read again from the page cache or
+  // the file when touched. So a running model holds its packed Linear weights, not those and a float32
+  // copy too. The file must not be truncated or written in place while the model lives (tfm's writers
+  // replace files by rename, which the mapping does not see); an int8 directory's weights are
+  // dequantized into memory of their own either way.
+  MAP_READ_ONLY,
+};
+
+// Throws, naming the file: std::runtime_error for a directory, config or vocabulary that cannot be read
+// (the message ends with strerror's text) or is malformed, io::SafeTensorsError for missing or corrupt
+// weights, std::invalid_argument for weights or a config that do not fit the model.
+TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights = WeightsLoad::COPY);
 // Throws std::invalid_argument unless m's model family takes `kind` data (tfm/models/family.h), naming
 // the directory and its architecture, then `use`: what the command needs and where to go instead.
 //   "<dir> is not a language model (arch seq2seq); <use>"   (kind TEXT)

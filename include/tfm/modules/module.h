@@ -34,8 +34,10 @@ class Module {
   int64_t num_parameters();
 
   // Strict load: every key must be present with the right shape, and no key may be left over.
-  // Values are copied into the existing parameters. `source` names the file in messages.
-  void load_state_dict(const NamedTensors& state, const std::string& source = "state_dict");
+  // Values are copied into the existing parameters; with assign (PyTorch's load_state_dict(...,
+  // assign=True)) each parameter views the state's tensor instead (Tensor::set_, no copy), which
+  // then holds its storage: a zero-copy load keeps the file's mapping. `source` names the file in messages.
+  void load_state_dict(const NamedTensors& state, const std::string& source = "state_dict", bool assign = false);
 
   void zero_grad();
   void train(bool on = true);  // recursive, like torch
