@@ -13,8 +13,9 @@ namespace tfm {
 struct Generator {
   uint64_t seed = 0;
   uint64_t offset = 0;
-  // Every draw is 0 and costs nothing (no counter taken): for building a model whose weights are
-  // loaded right after, as torch's skip_init does.
+  // Every draw is 0 and costs nothing (no counter taken), and the initialisers (init_uniform, init_normal)
+  // leave their tensors' values unset: for building a model whose weights are loaded right after, as
+  // torch's skip_init does.
   bool no_draws = false;
   uint64_t take(uint64_t n) {  // first counter of a fresh block of n
     uint64_t o = offset;

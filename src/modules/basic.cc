@@ -18,22 +18,16 @@
 namespace tfm {
 
 void init_uniform(Tensor& t, float low, float high, Generator& gen) {
+  if (gen.no_draws) return;  // a model about to be loaded: its values are left unset
   float* p = t.data();
-  if (gen.no_draws) {  // every draw 0: low, in one pass (a model about to be loaded)
-    std::fill(p, p + t.numel(), low);
-    return;
-  }
   const uint64_t base = gen.take(static_cast<uint64_t>(t.numel()));
   for (int64_t i = 0; i < t.numel(); ++i)
     p[i] = low + (high - low) * kernels::uniform01(gen.seed, base + static_cast<uint64_t>(i));
 }
 
 void init_normal(Tensor& t, float std, Generator& gen) {
+  if (gen.no_draws) return;  // a model about to be loaded: its values are left unset
   float* p = t.data();
-  if (gen.no_draws) {  // every draw 0
-    std::fill(p, p + t.numel(), 0.0f);
-    return;
-  }
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = gen.normal() * std;
 }
 

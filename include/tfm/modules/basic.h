@@ -123,8 +123,9 @@ class PositionalEncoding : public Module {
   Tensor table;                                             // (max_len, D)
 };
 
-// PyTorch's initialisers over our generator (nn.init.uniform_, normal_, xavier_uniform_). A generator
-// with no_draws fills each with the value of a 0 draw (low; 0) in one pass.
+// PyTorch's initialisers over our generator (nn.init.uniform_, normal_, xavier_uniform_). With a
+// no_draws generator they leave t's values unset (a model whose weights are loaded next: its fresh pages
+// are never touched).
 void init_uniform(Tensor& t, float low, float high, Generator& gen);
 void init_normal(Tensor& t, float std, Generator& gen);  // N(0, std²): gen.normal()·std each
 void init_xavier_uniform(Tensor& t, Generator& gen);  // U(±√(6/(fan_in+fan_out))), t (out, in)
