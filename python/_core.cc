@@ -404,134 +404,146 @@ PYBIND11_MODULE(_core, m) {
 
   // ---- trained model directories ----
   py::class_<PyTrainedModel>(m, "TrainedModel")
-      .def(py::init([](const std::string& dir, const std::string& dtype) {
+      .def(py::init([](const std::string& dir, const std::string& dtype, bool mmap) {
              // dtype "": the directory's own, int8 for a quantized one (tfm/models/quantize.h), else f32.
              auto t = std::make_unique<PyTrainedModel>();
              if (!dtype.empty()) t->precision = precision_of(dtype);
              const Computing call;
-             t->m = tfm::load_model_dir(dir, tfm::WeightsLoad::MAP_READ_ONLY);
+             t->m = tfm::load_model_dir(dir, mmap ? tfm::WeightsLoad::MAP_READ_ONLY : tfm::WeightsLoad::COPY);
              if (dtype.empty()) t->precision = t->m.default_precision();
              return t;
            }),
-           py::arg("dir"), py::arg("dtype") = "")
+           py::arg("dir"), py::arg("dtype") = "", py::arg("mmap") = true)
       .def_property_readonly("is_language_model",
                              [](const PyTrainedModel& t) { return t.m.model->family().data == tfm::DataKind::TEXT; })
-      .def("translate",
-           [](const PyTrainedModel& t, const std::vector<std::string>& lines, int beam, int64_t batch_size,
-              int64_t max_len) {
-             // (the targets, the note on outputs the length limit stopped or "")
-             return t.infer(tfm::DataKind::PAIRS, "sample from it with generate()", [&] {
-               tfm::DecodeOptions decode;
-               decode.beam = beam;
-               decode.max_len = max_len;
-               int64_t truncated = 0, unknown = 0;
-               std::vector<std::string> out =
-                   tfm::translate_lines(t.m, lines, decode, batch_size, 0, &truncated, &unknown);
-               std::vector<std::string> notes;  // what tfm translate notes on stderr, in its order
-               for (std::string note : {tfm::unknown_note(unknown),
-                                        tfm::truncation_note(t.m, truncated, static_cast<int64_t>(lines.size()), max_len)})
-                 if (!note.empty()) notes.push_back(std::move(note));
-               return std::make_pair(std::move(out), std::move(notes));
-             });
-           },
-           py::arg("lines"), py::arg("beam") = 1, py::arg("batch_size") = 64, py::arg("max_len") = 0)
-      .def("generate",
-           [](const PyTrainedModel& t, const std::vector<int32_t>& prompt_ids, int64_t max_new_tokens, float temperature,
-              int64_t top_k, float top_p, uint64_t seed, std::optional<std::string> stop,
-              std::optional<py::function> on_piece, bool ignore_eos, bool prefill) {
-             tfm::GenerateOptions gen;
-             gen.ignore_eos = ignore_eos;
-             gen.prefill = prefill;
-             gen.max_new_tokens = max_new_tokens;
-             gen.sampling.temperature = temperature;
-             gen.sampling.top_k = top_k;
-             gen.sampling.top_p = top_p;
-             gen.seed = seed;
-             tfm::check_generate_options(gen);
-             std::string out, pending;  // pending: streamed bytes waiting for the rest of their character
-             t.infer(tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)", [&] {
-               tfm::generate_text(t.m, prompt_ids, gen, stop.value_or(""), [&](int64_t, const std::string& piece) {
-                 stop_if_exiting();
-                 out += piece;
-                 if (!on_piece) return;
-                 pending += piece;
-                 const std::string whole = complete_utf8(pending);
-                 if (whole.empty()) return;
-                 py::gil_scoped_acquire gil;
-                 (*on_piece)(text_of(whole));  // a Python exception propagates and ends the generation
-               });
-             });
-             if (on_piece && !pending.empty()) (*on_piece)(text_of(pending));
-             return text_of(out);
-           },
-           py::arg("prompt_ids"), py::arg("max_new_tokens") = 256, py::arg("temperature") = 1.0f, py::arg("top_k") = 0,
-           py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(), py::arg("on_piece") = py::none(),
-           py::arg("ignore_eos") = false, py::arg("prefill") = true)
-      .def("check_generate_options",
-           [](const PyTrainedModel&, int64_t max_new_tokens, float temperature, int64_t top_k, float top_p) {
-             tfm::GenerateOptions gen;
-             gen.max_new_tokens = max_new_tokens;
-             gen.sampling.temperature = temperature;
-             gen.sampling.top_k = top_k;
-             gen.sampling.top_p = top_p;
-             tfm::check_generate_options(gen);
-           },
-           py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"))
-      .def("encode_prompt",
-           [](const PyTrainedModel& t, const std::string& prompt) {
-             // generate()'s prompt as its ids, encoded once for both the unknown-token count and the generation
-             tfm::require_data(t.m, tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)");
-             return tfm::encode_prompt(t.m, prompt);
-           },
-           py::arg("prompt"))
-      .def("unknown_tokens",
-           [](const PyTrainedModel& t, const std::vector<int32_t>& ids) {
-             tfm::require_data(t.m, tfm::DataKind::TEXT, "unknown_tokens() is a language model's");
-             return tfm::unknown_tokens(t.m, ids);
-           },
-           py::arg("ids"))
-      .def("encode",
-           [](const PyTrainedModel& t, const std::string& text) {
-             tfm::require_data(t.m, tfm::DataKind::TEXT, "encode() is a language model's (translate() takes lines)");
-             return tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, text, "text");
-           },
-           py::arg("text"))
-      .def("decode",
-           [](const PyTrainedModel& t, const std::vector<int32_t>& ids) {
-             tfm::require_data(t.m, tfm::DataKind::TEXT, "decode() is a language model's");
-             const std::string s = tfm::data::decode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, ids);
-             return py::bytes(s);
-           },
-           py::arg("ids"))
-      .def("score",
-           [](const PyTrainedModel& t, const std::string& text, int64_t batch_size) {
-             return t.infer(tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()",
-                            [&] { return tfm::evaluate_text_string(t.m, text, batch_size).to_json(); });
-           },
-           py::arg("text"), py::arg("batch_size") = 16)
-      .def("score_file",
-           [](const PyTrainedModel& t, const std::string& path, int64_t batch_size) {
-             return t.infer(tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()",
-                            [&] { return tfm::evaluate_text_file(t.m, path, batch_size).to_json(); });
-           },
-           py::arg("path"), py::arg("batch_size") = 16)
-      .def("evaluate",
-           [](const PyTrainedModel& t, const std::string& tsv_path, int beam, int64_t batch_size, int64_t max_len) {
-             // (metrics JSON, the notes on skipped lines and on outputs the length limit stopped, each or "")
-             return t.infer(tfm::DataKind::PAIRS, "score it on a text with score()", [&] {
-               tfm::DecodeOptions decode;
-               decode.beam = beam;
-               decode.max_len = max_len;
-               tfm::check_decode_options(t.m, decode);  // before the file is read, as tfm eval does
-               std::string note;
-               const tfm::train::EvalSet set = tfm::train::tsv_test_set(t.m, tsv_path, &note);
-               const tfm::train::Metrics r = tfm::train::evaluate(t.m, set, decode, batch_size, [&](const tfm::data::Tokens& tok) {
-                 return tfm::data::detokenize(tok, t.m.tgt_tokenizer);
-               });
-               return std::make_tuple(r.to_json(), note, tfm::truncation_note(t.m, r.truncated, r.examples, max_len));
-             });
-           },
-           py::arg("tsv_path"), py::arg("beam") = 1, py::arg("batch_size") = 64, py::arg("max_len") = 0);
+      .def(
+          "translate",
+          [](const PyTrainedModel& t, const std::vector<std::string>& lines, int beam, int64_t batch_size,
+             int64_t max_len) {
+            // (the targets, the note on outputs the length limit stopped or "")
+            return t.infer(tfm::DataKind::PAIRS, "sample from it with generate()", [&] {
+              tfm::DecodeOptions decode;
+              decode.beam = beam;
+              decode.max_len = max_len;
+              int64_t truncated = 0, unknown = 0;
+              std::vector<std::string> out =
+                  tfm::translate_lines(t.m, lines, decode, batch_size, 0, &truncated, &unknown);
+              std::vector<std::string> notes;  // what tfm translate notes on stderr, in its order
+              for (std::string note :
+                   {tfm::unknown_note(unknown),
+                    tfm::truncation_note(t.m, truncated, static_cast<int64_t>(lines.size()), max_len)})
+                if (!note.empty()) notes.push_back(std::move(note));
+              return std::make_pair(std::move(out), std::move(notes));
+            });
+          },
+          py::arg("lines"), py::arg("beam") = 1, py::arg("batch_size") = 64, py::arg("max_len") = 0)
+      .def(
+          "generate",
+          [](const PyTrainedModel& t, const std::vector<int32_t>& prompt_ids, int64_t max_new_tokens, float temperature,
+             int64_t top_k, float top_p, uint64_t seed, std::optional<std::string> stop,
+             std::optional<py::function> on_piece, bool ignore_eos, bool prefill) {
+            tfm::GenerateOptions gen;
+            gen.ignore_eos = ignore_eos;
+            gen.prefill = prefill;
+            gen.max_new_tokens = max_new_tokens;
+            gen.sampling.temperature = temperature;
+            gen.sampling.top_k = top_k;
+            gen.sampling.top_p = top_p;
+            gen.seed = seed;
+            tfm::check_generate_options(gen);
+            std::string out, pending;  // pending: streamed bytes waiting for the rest of their character
+            t.infer(tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)", [&] {
+              tfm::generate_text(t.m, prompt_ids, gen, stop.value_or(""), [&](int64_t, const std::string& piece) {
+                stop_if_exiting();
+                out += piece;
+                if (!on_piece) return;
+                pending += piece;
+                const std::string whole = complete_utf8(pending);
+                if (whole.empty()) return;
+                py::gil_scoped_acquire gil;
+                (*on_piece)(text_of(whole));  // a Python exception propagates and ends the generation
+              });
+            });
+            if (on_piece && !pending.empty()) (*on_piece)(text_of(pending));
+            return text_of(out);
+          },
+          py::arg("prompt_ids"), py::arg("max_new_tokens") = 256, py::arg("temperature") = 1.0f, py::arg("top_k") = 0,
+          py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(), py::arg("on_piece") = py::none(),
+          py::arg("ignore_eos") = false, py::arg("prefill") = true)
+      .def(
+          "check_generate_options",
+          [](const PyTrainedModel&, int64_t max_new_tokens, float temperature, int64_t top_k, float top_p) {
+            tfm::GenerateOptions gen;
+            gen.max_new_tokens = max_new_tokens;
+            gen.sampling.temperature = temperature;
+            gen.sampling.top_k = top_k;
+            gen.sampling.top_p = top_p;
+            tfm::check_generate_options(gen);
+          },
+          py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"))
+      .def(
+          "encode_prompt",
+          [](const PyTrainedModel& t, const std::string& prompt) {
+            // generate()'s prompt as its ids, encoded once for both the unknown-token count and the generation
+            tfm::require_data(t.m, tfm::DataKind::TEXT,
+                              "generate needs a language model (translate() decodes the others)");
+            return tfm::encode_prompt(t.m, prompt);
+          },
+          py::arg("prompt"))
+      .def(
+          "unknown_tokens",
+          [](const PyTrainedModel& t, const std::vector<int32_t>& ids) {
+            tfm::require_data(t.m, tfm::DataKind::TEXT, "unknown_tokens() is a language model's");
+            return tfm::unknown_tokens(t.m, ids);
+          },
+          py::arg("ids"))
+      .def(
+          "encode",
+          [](const PyTrainedModel& t, const std::string& text) {
+            tfm::require_data(t.m, tfm::DataKind::TEXT, "encode() is a language model's (translate() takes lines)");
+            return tfm::data::encode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, text, "text");
+          },
+          py::arg("text"))
+      .def(
+          "decode",
+          [](const PyTrainedModel& t, const std::vector<int32_t>& ids) {
+            tfm::require_data(t.m, tfm::DataKind::TEXT, "decode() is a language model's");
+            const std::string s = tfm::data::decode_text(t.m.tgt_vocab, t.m.tgt_tokenizer, ids);
+            return py::bytes(s);
+          },
+          py::arg("ids"))
+      .def(
+          "score",
+          [](const PyTrainedModel& t, const std::string& text, int64_t batch_size) {
+            return t.infer(tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()",
+                           [&] { return tfm::evaluate_text_string(t.m, text, batch_size).to_json(); });
+          },
+          py::arg("text"), py::arg("batch_size") = 16)
+      .def(
+          "score_file",
+          [](const PyTrainedModel& t, const std::string& path, int64_t batch_size) {
+            return t.infer(tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()",
+                           [&] { return tfm::evaluate_text_file(t.m, path, batch_size).to_json(); });
+          },
+          py::arg("path"), py::arg("batch_size") = 16)
+      .def(
+          "evaluate",
+          [](const PyTrainedModel& t, const std::string& tsv_path, int beam, int64_t batch_size, int64_t max_len) {
+            // (metrics JSON, the notes on skipped lines and on outputs the length limit stopped, each or "")
+            return t.infer(tfm::DataKind::PAIRS, "score it on a text with score()", [&] {
+              tfm::DecodeOptions decode;
+              decode.beam = beam;
+              decode.max_len = max_len;
+              tfm::check_decode_options(t.m, decode);  // before the file is read, as tfm eval does
+              std::string note;
+              const tfm::train::EvalSet set = tfm::train::tsv_test_set(t.m, tsv_path, &note);
+              const tfm::train::Metrics r = tfm::train::evaluate(
+                  t.m, set, decode, batch_size,
+                  [&](const tfm::data::Tokens& tok) { return tfm::data::detokenize(tok, t.m.tgt_tokenizer); });
+              return std::make_tuple(r.to_json(), note, tfm::truncation_note(t.m, r.truncated, r.examples, max_len));
+            });
+          },
+          py::arg("tsv_path"), py::arg("beam") = 1, py::arg("batch_size") = 64, py::arg("max_len") = 0);
 
   // ---- training ----
   m.def("train_options", [] {

@@ -403,11 +403,11 @@ class Model:
     Text arguments may hold the lone surrogates of a text tfm returned (generate's bytes that are not UTF-8): they
     are read as those bytes."""
 
-    def __init__(self, path, dtype=None):
+    def __init__(self, path, dtype=None, mmap=True):
         """dtype: "f32", "bf16" or "int8" (the Linear matmuls; docs/bf16.md, docs/int8.md); None: int8 for a
-        directory written by `tfm quantize`, else f32."""
+        directory written by `tfm quantize`, else f32. mmap: see tfm.load."""
         self.path = _os.fspath(path)
-        self._core = _core.TrainedModel(_os.fsencode(self.path), "" if dtype is None else _dtype(dtype))
+        self._core = _core.TrainedModel(_os.fsencode(self.path), "" if dtype is None else _dtype(dtype), bool(mmap))
         # The open streams of this model: by stream, the threads that took pieces of it (Thread objects: a thread's
         # id may be reused once it ends).
         self._streams = {}
@@ -578,11 +578,16 @@ class Model:
         return f"tfm.Model({self.path!r})"
 
 
-def load(path, dtype=None):
+def load(path, dtype=None, mmap=True):
     """A trained model directory as a tfm.Model (translate, generate, stream, score, evaluate).
     dtype: "f32", "bf16" or "int8" for the matmuls of the Linear layers (docs/bf16.md, docs/int8.md); None: int8
-    for a directory written by `tfm quantize`, else f32."""
-    return Model(path, dtype)
+    for a directory written by `tfm quantize`, else f32.
+    mmap: True maps model.safetensors read-only instead of copying it, and gives a weight's pages back once its
+    packed copy is made, so the process holds about the packed weights only (as `tfm generate` does); the file
+    must then not be truncated or written in place while the model lives (tfm's own writers replace it by rename,
+    which is safe): a truncated file kills the process (SIGBUS). False copies the weights into memory of the
+    model's own, independent of the file. An int8 directory's weights are dequantized into memory either way."""
+    return Model(path, dtype, mmap)
 
 
 # ---- training -----------------------------------------------------------------------------------------------

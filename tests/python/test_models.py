@@ -81,6 +81,36 @@ def test_generate_warns_about_unknown_prompt_characters(lm_runs, tfm_cli):
     assert err.returncode == 0 and err.stderr == "note: 2 prompt tokens are not in the model's vocabulary, read as <unk>\n"
 
 
+def test_load_maps_or_copies(lm_runs, tmp_path):
+    """mmap=True (the default) and mmap=False generate the same; a model loaded either way keeps generating the
+    same when its directory's file is replaced by rename (what tfm's writers do), and a copied model also when the
+    file is overwritten in place (a mapped one must not be: the documented hazard)."""
+    import shutil
+    d, _, _ = lm_runs
+    src = tmp_path / "m"
+    shutil.copytree(d / "py", src)
+
+    def gen(m):
+        return m.generate("To delete", max_new_tokens=30, temperature=0.8, seed=4)
+
+    want = gen(tfm.load(str(d / "py")))
+    mapped, copied = tfm.load(str(src)), tfm.load(str(src), mmap=False)
+    assert gen(mapped) == want and gen(copied) == want
+    data = (src / "model.safetensors").read_bytes()
+    header = 8 + int.from_bytes(data[:8], "little")
+    import numpy as np
+    half = (np.frombuffer(data[header:], dtype="<f4") * np.float32(0.5)).astype("<f4")
+    (tmp_path / "new.safetensors").write_bytes(data[:header] + half.tobytes())  # every weight halved
+    (tmp_path / "new.safetensors").replace(src / "model.safetensors")  # a rename over the file
+    half_copy = tfm.load(str(src), mmap=False)
+    halved = gen(half_copy)
+    assert halved != want  # the replacement is what a new load reads ...
+    assert gen(mapped) == want and gen(copied) == want  # ... not what the loaded models read
+    (src / "model.safetensors").write_bytes(data)  # in place: truncated and written again
+    assert gen(half_copy) == halved
+    assert gen(tfm.load(str(src))) == want
+
+
 def test_generate_matches_cli(lm_runs, tfm_cli):
     d, _, _ = lm_runs
     m = tfm.load(str(d / "py"))
