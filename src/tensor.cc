@@ -165,13 +165,39 @@ Tensor tensor_from_borrowed(const Shape& shape, DType dtype, void* ptr, std::sha
   return Tensor(std::move(impl));
 }
 
+Tensor tensor_from_int8_rows(std::shared_ptr<const Int8Rows> rows) {
+  auto impl = make_impl({rows->rows, rows->cols}, DType::FLOAT32);
+  impl->storage->int8_rows = rows;
+  impl->storage->fill = [rows](void* ptr) {
+    float* w = static_cast<float*>(ptr);
+    const int64_t R = rows->rows, C = rows->cols;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) w[r * C + c] = float(rows->q[r * C + c]) * rows->scale[r];
+  };
+  return Tensor(std::move(impl));
+}
+
+const void* storage_address(const Tensor& t) {
+  const TensorImpl* impl = t.impl();
+  if (!impl || !impl->storage) return nullptr;
+  return static_cast<const char*>(impl->storage->ptr) + impl->offset * static_cast<int64_t>(dtype_size(impl->dtype));
+}
+
+bool materialized(const Tensor& t) {
+  const TensorImpl* impl = t.impl();
+  return !impl || !impl->storage || !impl->storage->fill || impl->storage->is_filled.load(std::memory_order_acquire);
+}
+
 size_t drop_file_pages(const Tensor& t) {
   const TensorImpl* impl = t.impl();
   if (!impl || !impl->storage || !impl->storage->file_pages || impl->numel == 0) return 0;
+  return drop_mapped_pages(storage_address(t), static_cast<size_t>(impl->numel) * dtype_size(impl->dtype));
+}
+
+size_t drop_mapped_pages(const void* p, size_t bytes) {
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin =
-      reinterpret_cast<uintptr_t>(impl->storage->ptr) + static_cast<uintptr_t>(impl->offset) * dtype_size(impl->dtype);
-  const uintptr_t end = begin + static_cast<uintptr_t>(impl->numel) * dtype_size(impl->dtype);
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t end = begin + bytes;
   const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages only
   if (last <= first) return 0;
   // Read-only private file pages: dropping them loses nothing. A failure (not expected) only keeps them.
@@ -246,6 +272,7 @@ int64_t Tensor::numel() const { return need(impl_.get(), "numel").numel; }
 float* Tensor::data() {
   auto& impl = need(impl_.get(), "data");
   if (impl.dtype != DType::FLOAT32) throw std::logic_error("data(): tensor is " + describe(*this));
+  impl.storage->materialize();
   return static_cast<float*>(impl.storage->ptr) + impl.offset;
 }
 const float* Tensor::data() const { return const_cast<Tensor*>(this)->data(); }
@@ -382,6 +409,8 @@ void Tensor::copy_(const Tensor& src) {
   if (src.shape() != impl.shape || src.dtype() != impl.dtype)
     throw std::invalid_argument("copy_: destination " + describe(*this) + ", source " + describe(src));
   size_t bytes = static_cast<size_t>(impl.numel) * dtype_size(impl.dtype);
+  src.impl_->storage->materialize();
+  impl.storage->materialize();
   const char* s = static_cast<const char*>(src.impl_->storage->ptr) + src.impl_->offset * dtype_size(impl.dtype);
   char* d = static_cast<char*>(impl.storage->ptr) + impl.offset * dtype_size(impl.dtype);
   if (bytes == 0 || d == s) return;

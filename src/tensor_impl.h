@@ -1,14 +1,27 @@
 // src/tensor_impl.h — what a Tensor handle points to. Internal: ops and I/O may use it, users may not.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 
 #include "tfm/autograd.h"
 #include "tfm/tensor.h"
 
 namespace tfm {
+
+// Float32 values stored as int8 rows: value[r][c] = float(q[r·cols + c]) · scale[r] (an int8 directory's
+// weight, tfm/models/quantize.h). `keeper` holds what q and scale point into.
+struct Int8Rows {
+  const int8_t* q = nullptr;
+  const float* scale = nullptr;
+  int64_t rows = 0, cols = 0;
+  bool file_pages = false;  // q lies in a read-only file mapping (drop_mapped_pages may give its pages back)
+  std::shared_ptr<const void> keeper;
+};
 
 // 64-byte aligned bytes. Either owned (returned to the block cache on destruction) or borrowed from
 // a keeper (e.g. a memory-mapped file) that outlives every tensor pointing into it.
@@ -21,6 +34,22 @@ struct Storage {
   // bytes, so their resident pages may be dropped (drop_file_pages) and are read again from the file
   // on the next touch.
   bool file_pages = false;
+  // Values computed on first use: when set, ptr's bytes are unset until `fill` has written them, which
+  // materialize() does once (thread-safe) on the first access through the tensor API (data(), copy_).
+  // So a tensor nothing reads never touches its memory.
+  std::function<void(void* ptr)> fill;
+  std::once_flag filled;
+  std::atomic<bool> is_filled{false};  // fill has run
+  // Set when the Float32 values are int8 rows (Int8Rows; with `fill` their dequantization): InferenceMode's
+  // int8 packing reads these instead, and never materializes the floats.
+  std::shared_ptr<const Int8Rows> int8_rows;
+  void materialize() {
+    if (fill && !is_filled.load(std::memory_order_acquire))
+      std::call_once(filled, [this] {
+        fill(ptr);
+        is_filled.store(true, std::memory_order_release);
+      });
+  }
   ~Storage();
 };
 // Owned storage from the process-wide block cache (src/tensor.cc): freed blocks are kept by size
@@ -58,5 +87,18 @@ Tensor tensor_from_borrowed(const Shape& shape, DType dtype, void* ptr, std::sha
 // advised (0: not file pages, or no whole page inside). For a weight read once and kept in another
 // form (InferenceMode's packed copies), so the process does not hold both.
 size_t drop_file_pages(const Tensor& t);
+// The same for any bytes of a read-only file mapping (the caller's to know): the whole pages inside
+// [p, p + bytes) given back. Returns the bytes advised.
+size_t drop_mapped_pages(const void* p, size_t bytes);
+
+// A Float32 matrix (rows, cols) whose values are int8 rows' (q · scale per row), computed only when
+// first read (Storage::fill, Storage::int8_rows): an int8 directory's weight that int8 inference packs
+// from its integers, never holding the floats.
+Tensor tensor_from_int8_rows(std::shared_ptr<const Int8Rows> rows);
+// Where t's values start, without computing them (a key for t's storage; Tensor::data() would
+// materialize a lazy tensor).
+const void* storage_address(const Tensor& t);
+// Whether t's values are in memory (false only for a lazy tensor not yet read).
+bool materialized(const Tensor& t);
 
 }  // namespace tfm

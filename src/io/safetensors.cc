@@ -434,8 +434,14 @@ SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file, con
       }
     }
     if (keep_int8 && std::string_view(e.dtype->name) == "I8") {
-      Int8Tensor t{e.shape, std::vector<int8_t>(static_cast<size_t>(e.numel))};
-      if (e.numel > 0) std::memcpy(t.data.data(), buffer + e.begin, static_cast<size_t>(e.numel));
+      Int8Tensor t{e.shape, {}};
+      if (read_only) {  // a view: its pages read when used
+        t.view = reinterpret_cast<const int8_t*>(buffer + e.begin);
+        t.keeper = keeper;
+      } else {
+        t.data.resize(static_cast<size_t>(e.numel));
+        if (e.numel > 0) std::memcpy(t.data.data(), buffer + e.begin, static_cast<size_t>(e.numel));
+      }
       out.int8.emplace(e.name, std::move(t));
       out.dtypes.emplace(e.name, e.dtype->name);
       continue;

@@ -332,6 +332,16 @@ class PackedWeight {
   mutable std::vector<int8_t> plain_q_;
 };
 
+namespace {
+
+// The rest of pack_weight once the weight is rounded as the precision says: W (f32, at stride ldw), w16
+// (bf16 bits, dense) or w8 (int8, dense, with pw's scale and colsum set) into oneDNN's layout, or the
+// plain fallback.
+std::shared_ptr<const PackedWeight> pack_rounded(std::shared_ptr<PackedWeight> pw, const float* W, int64_t ldw,
+                                                 std::vector<uint16_t>& w16, std::vector<int8_t>& w8);
+
+}  // namespace
+
 std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64_t K, int64_t ldw,
                                                 MatmulPrecision precision) {
   auto pw = std::make_shared<PackedWeight>();
@@ -345,13 +355,36 @@ std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64
     w16.resize(static_cast<size_t>(N * K));
     convert_rows_to_bf16(W, ldw, N, K, w16.data());
   }
-  const bool int8 = precision == MatmulPrecision::MATMUL_INT8;
-  if (int8) {
+  if (precision == MatmulPrecision::MATMUL_INT8) {
     w8.resize(static_cast<size_t>(N * K));
     pw->scale.resize(static_cast<size_t>(N));
     quantize_rows_s8(W, N, K, ldw, w8.data(), pw->scale.data());
     pw->colsum = column_sums(w8, N, K);
   }
+  return pack_rounded(std::move(pw), W, ldw, w16, w8);
+}
+
+std::shared_ptr<const PackedWeight> pack_weight_int8(const int8_t* q, int64_t ldq, const float* scale, int64_t N,
+                                                     int64_t K) {
+  auto pw = std::make_shared<PackedWeight>();
+  pw->N = N;
+  pw->K = K;
+  pw->precision = MatmulPrecision::MATMUL_INT8;
+  std::vector<uint16_t> w16;
+  std::vector<int8_t> w8(static_cast<size_t>(N * K));
+  for (int64_t n = 0; n < N; ++n) std::copy(q + n * ldq, q + n * ldq + K, w8.begin() + n * K);
+  pw->scale.assign(scale, scale + N);
+  pw->colsum = column_sums(w8, N, K);
+  return pack_rounded(std::move(pw), nullptr, 0, w16, w8);
+}
+
+namespace {
+
+std::shared_ptr<const PackedWeight> pack_rounded(std::shared_ptr<PackedWeight> pw, const float* W, int64_t ldw,
+                                                 std::vector<uint16_t>& w16, std::vector<int8_t>& w8) {
+  const int64_t N = pw->N, K = pw->K;
+  const MatmulPrecision precision = pw->precision;
+  const bool int8 = precision == MatmulPrecision::MATMUL_INT8;
   if (!force_scalar() && (!int8 || cpu_has_int8_dot())) {
     try {
       const Dt dt = data_type(precision);
@@ -391,6 +424,8 @@ std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64
                                                                    : W[n * ldw + k];
   return pw;
 }
+
+}  // namespace
 
 bool packed_by_onednn(const PackedWeight& W) { return W.packed; }
 

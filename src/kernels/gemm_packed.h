@@ -53,6 +53,13 @@ class PackedWeight;  // opaque; defined in gemm_packed.cc
 std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64_t K, int64_t ldw,
                                                 MatmulPrecision precision);
 
+// An int8 weight packed from its integers: the weight q[n][k] · scale[n] (q (N, K) at stride ldq ≥ K, scale
+// (N) finite ≥ 0) for MATMUL_INT8, without quantizing. The same packed weight as pack_weight of those
+// values when (q, scale) is what quantize_rows_s8 gives for them (a stored int8 weight at quantize's fixed
+// point, tfm/models/quantize.h). q and scale are copied.
+std::shared_ptr<const PackedWeight> pack_weight_int8(const int8_t* q, int64_t ldq, const float* scale, int64_t N,
+                                                     int64_t K);
+
 // C (M, N) = A (M, K) · Wᵀ + bias (N, broadcast over rows; nullptr for none). A at stride lda ≥ K,
 // C at stride ldc ≥ N; C is overwritten (may hold garbage) and must not alias A. M ≥ 0.
 void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, const float* bias,

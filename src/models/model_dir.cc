@@ -192,17 +192,21 @@ TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights) {
     const bool mapped = weights == WeightsLoad::MAP_READ_ONLY;
     // Zero-copy: COPY copies into the parameters from the mapping (one copy, not two); MAP_READ_ONLY's
     // parameters are the mapping's views (load_state_dict's assign).
-    const io::SafeTensorsFile f =
+    io::SafeTensorsFile f =
         io::load_safetensors(file, io::LoadOptions{.zero_copy = true, .read_only = mapped, .keep_int8 = true});
     m.quantized = is_quantized(f);
-    if (m.quantized) {  // dequantized straight into the parameters (a failed load discards the model)
+    if (m.quantized && mapped) {  // matrices computed when read: int8 inference packs their integers
+      m.model->load_state_dict(dequantize_state_dict_lazy(f), file, /*assign=*/true);
+      allocator_release_cache();
+    } else if (m.quantized) {  // dequantized straight into the parameters (a failed load discards the model)
       const NamedTensors params = m.model->state_dict();
       m.model->load_state_dict(dequantize_state_dict(f, &params), file);
     } else {
       NamedTensors state = f.tensors;
       for (const auto& [key, q] : f.int8) {  // I8 in an unquantized file loads as Float32, as any integer dtype
         Tensor t = Tensor::empty(q.shape);
-        for (size_t i = 0; i < q.data.size(); ++i) t.data()[i] = q.data[i];
+        const int8_t* v = q.values();
+        for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = v[i];
         state.insert(key, std::move(t));
       }
       m.model->load_state_dict(state, file, /*assign=*/mapped);
@@ -212,6 +216,7 @@ TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights) {
     // A weight that is NaN or infinite (a corrupt or hand-made file: training never saves one) would make
     // every output NaN, decoded without a word as empty text.
     for (const auto& [key, t] : m.model->named_parameters()) {
+      if (!materialized(t)) continue;  // a lazy int8 matrix: finite by its scales' check
       const float* p = t.data();
       for (int64_t i = 0, n = t.numel(); i < n; ++i)
         if (!std::isfinite(p[i]))

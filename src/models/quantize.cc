@@ -10,6 +10,7 @@
 #include "io/file_util.h"
 #include "kernels/kernels.h"
 #include "quote.h"
+#include "tensor_impl.h"
 #include "tfm/models/model_dir.h"
 
 namespace tfm {
@@ -65,7 +66,11 @@ bool is_quantized(const io::SafeTensorsFile& file) {
   return it != file.metadata.end() && it->second == QUANTIZATION_INT8;
 }
 
-NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file, const NamedTensors* into) {
+namespace {
+
+// dequantize_state_dict's body; with `lazy` (and a file whose int8 data it may take) each matrix becomes
+// a tensor_from_int8_rows instead of float32 values.
+NamedTensors dequantize(io::SafeTensorsFile& file, const NamedTensors* into, bool lazy) {
   const std::string& path = file.path;
   NamedTensors out;
   std::map<std::string, const Tensor*> scales;  // "<k>.scale" tensors, each claimed by its I8 matrix
@@ -98,21 +103,47 @@ NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file, const NamedT
                      shape_str(Shape{q.shape[0]}) + " (one scale per row of " + quote_name(key) + ")");
     const int64_t rows = q.shape[0], cols = q.shape[1];
     const float* sp = s.data();
+    // Finite and ≥ 0, and small enough that every q·scale (|q| ≤ 127) is finite: a lazy matrix's values are
+    // computed after the load's finite check.
     for (int64_t r = 0; r < rows; ++r)
-      if (!(std::isfinite(sp[r]) && sp[r] >= 0.0f))
+      if (!(std::isfinite(sp[r]) && sp[r] >= 0.0f && std::isfinite(127.0f * sp[r])))
         fail(path, "tensor " + quote_name(skey) + ": element " + std::to_string(r) + " is " + std::to_string(sp[r]) +
-                       ", expected a finite scale ≥ 0");
+                       ", expected a finite scale ≥ 0 (at most FLT_MAX / 127)");
+    if (lazy) {
+      struct Held {  // what the lazy tensor's rows point into: q's values (or its mapping), the scales
+        io::Int8Tensor q;
+        Tensor scale;
+      };
+      auto held = std::make_shared<Held>(Held{std::move(file.int8.at(key)), s});
+      auto r = std::make_shared<Int8Rows>();
+      r->q = held->q.values();
+      r->file_pages = held->q.view != nullptr;
+      r->scale = held->scale.data();
+      r->rows = rows;
+      r->cols = cols;
+      r->keeper = held;
+      out.insert(key, tensor_from_int8_rows(std::move(r)));
+      continue;
+    }
     const auto dst = into ? into->find(key) : NamedTensors::const_iterator{};
     const bool in_place =
         into && dst != into->end() && dst->second.dtype() == DType::FLOAT32 && dst->second.shape() == Shape(q.shape);
     Tensor w = in_place ? dst->second : Tensor::empty(q.shape);
     float* wp = w.data();
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) wp[r * cols + c] = float(q.data[r * cols + c]) * sp[r];
+      for (int64_t c = 0; c < cols; ++c) wp[r * cols + c] = float(q.values()[r * cols + c]) * sp[r];
     out.insert(key, std::move(w));
   }
   return out;
 }
+
+}  // namespace
+
+NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file, const NamedTensors* into) {
+  return dequantize(const_cast<io::SafeTensorsFile&>(file), into, /*lazy=*/false);  // reads file only
+}
+
+NamedTensors dequantize_state_dict_lazy(io::SafeTensorsFile& file) { return dequantize(file, nullptr, /*lazy=*/true); }
 
 bool is_quantized_model_dir(const std::string& dir) {
   const std::string file = model_dir::path(dir, model_dir::MODEL);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ops/check.h"
+#include "tensor_impl.h"
 #include "tfm/autograd.h"
 
 namespace tfm::ops {
@@ -40,11 +41,23 @@ Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Sh
   ys.push_back(D);
   Tensor y = Tensor::empty(ys);
   float* py = y.data();
-  const float* pw = weight.data();
+  // A table stored as int8 rows whose float32 values are not computed yet (an int8 directory's, read only):
+  // each looked-up row computed alone (q·scale, the values the table would hold), the table left as it is.
+  const Int8Rows* rows = materialized(weight) ? nullptr : weight.impl()->storage->int8_rows.get();
+  const int64_t at = weight.impl()->offset;
+  if (rows && (rows->cols != D || at % D != 0)) rows = nullptr;
+  const float* pw = rows ? nullptr : weight.data();
   for (size_t n = 0; n < ids.size(); ++n) {
     check(ids[n] >= 0 && ids[n] < V,
           [&] { return "embedding: id " + std::to_string(ids[n]) + " out of range [0, " + std::to_string(V) + ")"; });
-    std::memcpy(py + static_cast<int64_t>(n) * D, pw + static_cast<int64_t>(ids[n]) * D, sizeof(float) * D);
+    float* dst = py + static_cast<int64_t>(n) * D;
+    if (rows) {
+      const int64_t r = at / D + ids[n];
+      const int8_t* q = rows->q + r * D;
+      for (int64_t d = 0; d < D; ++d) dst[d] = float(q[d]) * rows->scale[r];
+    } else {
+      std::memcpy(dst, pw + static_cast<int64_t>(ids[n]) * D, sizeof(float) * D);
+    }
   }
   if (needs_grad({&weight})) {
     auto node = std::make_shared<EmbeddingNode>();

@@ -90,11 +90,23 @@ bool linear_forward_packed(int64_t N, const float* x, const Tensor& weight, cons
   if (g_scope.depth == 0) return false;
   const int64_t out = weight.size(0), in = weight.size(1);
   if (out == 0 || in == 0) return false;  // degenerate: the plain path handles it
-  const Key key{weight.data(), out, in, g_scope.precision};
+  // storage_address: the key must not compute a lazy weight's values (an int8 directory's, below).
+  const Key key{static_cast<const float*>(storage_address(weight)), out, in, g_scope.precision};
   Cache& cache = *g_scope.cache.back();
   auto it = cache.find(key);
   if (it == cache.end()) {
-    Entry e{weight, kernels::pack_weight(weight.data(), out, in, in, kernel_precision(g_scope.precision))};
+    // A weight stored as int8 rows (an int8 directory's) packs for int8 from its integers: the same packed
+    // weight as from its float values (the stored rows are quantize's fixed point), without computing them.
+    const Int8Rows* rows = weight.impl()->storage->int8_rows.get();
+    const int64_t at = weight.impl()->offset;  // elements into the storage: whole rows of a narrow0 view
+    std::shared_ptr<const kernels::PackedWeight> packed;
+    if (g_scope.precision == Precision::INT8 && rows && rows->cols == in && at % in == 0 &&
+        at / in + out <= rows->rows) {
+      packed = kernels::pack_weight_int8(rows->q + at, in, rows->scale + at / in, out, in);
+      if (rows->file_pages) drop_mapped_pages(rows->q + at, static_cast<size_t>(out * in));
+    } else
+      packed = kernels::pack_weight(weight.data(), out, in, in, kernel_precision(g_scope.precision));
+    Entry e{weight, std::move(packed)};
     it = cache.emplace(key, std::move(e)).first;
     // A weight mapped read-only from its file (WeightsLoad::MAP_READ_ONLY) is read here once: the packed
     // copy is what runs, so its float32 pages go back (read again from the file if touched).

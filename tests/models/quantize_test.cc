@@ -19,6 +19,7 @@
 #include <string>
 
 #include "kernels/kernels.h"
+#include "tensor_impl.h"
 #include "test_util.h"
 #include "tfm/data/tasks.h"
 #include "tfm/inference.h"
@@ -176,6 +177,40 @@ TEST(QuantizeModelDir, WritesAQuantizedCopyThatRunsInInt8) {
   EXPECT_GT(testing::rel_error(a8, a32), 1e-4) << "int8 really ran";
   EXPECT_GT(testing::rel_error(b32, a32), 1e-4) << "--dtype f32 on a quantized directory runs its dequantized weights";
   EXPECT_LT(fs::file_size(out + "/model.safetensors"), fs::file_size(in + "/model.safetensors") / 2);
+}
+
+// A read-only load (WeightsLoad::MAP_READ_ONLY) of a quantized directory: each matrix's float32 values are
+// computed only when read, int8 inference packs the stored integers instead and looks up an embedding's
+// rows from them (computing no matrix), and every output and value is bitwise the copying load's.
+TEST(QuantizeModelDir, ReadOnlyLoadPacksTheIntegersAndComputesFloatsOnlyWhenRead) {
+  const std::string out = quantized_dir();
+  const TrainedModel copy = load_model_dir(out), lazy = load_model_dir(out, WeightsLoad::MAP_READ_ONLY);
+  ASSERT_TRUE(lazy.quantized);
+  const NamedTensors lp = lazy.model->named_parameters(), cp = copy.model->named_parameters();
+  int matrices = 0;
+  for (const auto& [k, t] : lp)
+    if (t.dim() == 2) {
+      EXPECT_FALSE(materialized(t)) << k;
+      ++matrices;
+    }
+  EXPECT_GT(matrices, 2);
+  const std::vector<int32_t> src = {4, 5, 6, 7, 8, 9, 4, 5};
+  const auto encode = [&](const TrainedModel& m, Precision p) {
+    InferenceMode scope(p);
+    return m.model->encode(src, 2, 4);
+  };
+  EXPECT_TRUE(testing::bitwise_equal(encode(lazy, Precision::INT8), encode(copy, Precision::INT8), "int8"));
+  // No matrix was computed: the Linear layers packed their integers, the embedding computed the rows it
+  // looked up.
+  for (const auto& [k, t] : lp)
+    if (t.dim() == 2) EXPECT_FALSE(materialized(t)) << k;
+  EXPECT_TRUE(testing::bitwise_equal(encode(lazy, Precision::FLOAT32), encode(copy, Precision::FLOAT32), "f32"));
+  EXPECT_TRUE(testing::bitwise_equal(encode(lazy, Precision::BFLOAT16), encode(copy, Precision::BFLOAT16), "bf16"));
+  for (const auto& [k, t] : lp) {
+    if (t.dim() == 2 && k.find("encoder.layers") != std::string::npos)
+      EXPECT_TRUE(materialized(t)) << k;  // f32 and bf16 packed the computed values
+    EXPECT_TRUE(testing::bitwise_equal(t, cp.at(k), k));
+  }
 }
 
 TEST(QuantizeModelDir, RefusesAnExistingOutUnlessForcedAndQuantizedInput) {

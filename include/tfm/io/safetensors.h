@@ -62,14 +62,19 @@ struct LoadOptions {
   // (tfm::load_model_dir's WeightsLoad::MAP_READ_ONLY).
   bool read_only = false;
   // Keep I8 tensors as int8 (in SafeTensorsFile::int8) instead of converting them to Float32: for
-  // int8-quantized weights (tfm/models/quantize.h), whose integers are the data.
+  // int8-quantized weights (tfm/models/quantize.h), whose integers are the data. With zero_copy and
+  // read_only they are views of the mapping (Int8Tensor::view), like the F32 tensors.
   bool keep_int8 = false;
 };
 
-// An int8 tensor as stored (I8): row-major, `shape` outermost first.
+// An int8 tensor as stored (I8): row-major, `shape` outermost first. Its values are `data`, or, for a
+// view of a read-only mapping (LoadOptions), `view` (data empty), which `keeper` keeps mapped.
 struct Int8Tensor {
   Shape shape;
   std::vector<int8_t> data;  // numel(shape) values
+  const int8_t* view = nullptr;
+  std::shared_ptr<const void> keeper;
+  const int8_t* values() const { return view ? view : data.data(); }
 };
 
 struct SafeTensorsFile {

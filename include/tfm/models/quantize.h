@@ -47,6 +47,11 @@ bool is_quantized(const io::SafeTensorsFile& file);
 // each such tensor onto itself (none), and the model's parameters are the only float copy in memory. A
 // throw may leave some of them written.
 NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file, const NamedTensors* into = nullptr);
+// The same state_dict, checked the same way, with each matrix a Float32 tensor whose values are computed
+// (q·scale) only when first read, and which int8 inference (InferenceMode, Precision::INT8) packs from its
+// integers without computing them: a model run in int8 then holds its int8 weights, not the float32 ones
+// too (load_model_dir's WeightsLoad::MAP_READ_ONLY). Takes the I8 data out of `file`.
+NamedTensors dequantize_state_dict_lazy(io::SafeTensorsFile& file);
 
 // True when DIR's model.safetensors is quantized (reads the file's header and tensors).
 bool is_quantized_model_dir(const std::string& dir);
