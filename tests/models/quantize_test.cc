@@ -319,6 +319,11 @@ TEST(DequantizeStateDict, DequantizesAndNamesTheKeyOfEveryBadTensor) {
   e = dequantize_error(negative, {{"w", i8({2, 3})}});
   EXPECT_NE(e.find("'w.scale': element 1"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << "one line";
+  NamedTensors huge;  // finite, but 127·scale is not: the values q·scale could be infinite
+  huge.insert("w.scale", Tensor::from_vector({2}, {3e38f, 0.5f}));
+  e = dequantize_error(huge, {{"w", i8({2, 3})}});
+  EXPECT_NE(e.find("'w.scale': element 0 is"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected a finite scale ≥ 0 (at most FLT_MAX / 127)"), std::string::npos) << e;
 }
 
 }  // namespace
