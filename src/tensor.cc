@@ -411,6 +411,7 @@ void Tensor::copy_(const Tensor& src) {
   size_t bytes = static_cast<size_t>(impl.numel) * dtype_size(impl.dtype);
   src.impl_->storage->materialize();
   impl.storage->materialize();
+  if (impl.storage->int8_rows) impl.storage->int8_rows.reset();  // written: its integers no longer the values
   const char* s = static_cast<const char*>(src.impl_->storage->ptr) + src.impl_->offset * dtype_size(impl.dtype);
   char* d = static_cast<char*>(impl.storage->ptr) + impl.offset * dtype_size(impl.dtype);
   if (bytes == 0 || d == s) return;
@@ -427,6 +428,7 @@ void Tensor::fill_(float value) {
   }
   float* p = data();
   for (int64_t i = 0; i < numel(); ++i) p[i] = value;
+  if (impl_->storage->int8_rows) impl_->storage->int8_rows.reset();  // written: its integers no longer the values
 }
 
 std::string describe(const Tensor& t) {

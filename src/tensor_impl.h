@@ -20,6 +20,9 @@ struct Int8Rows {
   const float* scale = nullptr;
   int64_t rows = 0, cols = 0;
   bool file_pages = false;  // q lies in a read-only file mapping (drop_mapped_pages may give its pages back)
+  // (q, scale) is what kernels::quantize_rows_s8 gives for the values q·scale, row by row: int8 packing may
+  // take the integers as they are.
+  bool fixed_point = false;
   std::shared_ptr<const void> keeper;
 };
 

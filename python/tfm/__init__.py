@@ -585,8 +585,9 @@ def load(path, dtype=None, mmap=True):
     mmap: True maps model.safetensors read-only instead of copying it, and gives a weight's pages back once its
     packed copy is made, so the process holds about the packed weights only (as `tfm generate` does); the file
     must then not be truncated or written in place while the model lives (tfm's own writers replace it by rename,
-    which is safe): a truncated file kills the process (SIGBUS). False copies the weights into memory of the
-    model's own, independent of the file. An int8 directory's weights are dequantized into memory either way."""
+    which is safe): a truncated file kills the process (SIGBUS). An int8 directory's matrices then stay int8 in
+    the mapping (expanded to float32 only if read: dtype "f32" or "bf16"). False copies the weights into memory
+    of the model's own, independent of the file."""
     return Model(path, dtype, mmap)
 
 

@@ -62,6 +62,11 @@ Precision parse_dtype(const std::string& dtype);
 Precision model_dtype(const std::string& dtype, const TrainedModel& m);
 inline constexpr const char* MODEL_DTYPE_HELP =
     "matmul precision of Linear layers (default: int8 for a quantized directory, else f32; docs/int8.md)";
+// --no-mmap of the decoding commands: how they load the model (WeightsLoad).
+inline constexpr const char* NO_MMAP_HELP =
+    "copy the weights into memory instead of mapping model.safetensors read-only (by default the run reads the "
+    "file again for pages it gave back, so the file must not be overwritten in place while it runs)";
+inline WeightsLoad weights_load(bool no_mmap) { return no_mmap ? WeightsLoad::COPY : WeightsLoad::MAP_READ_ONLY; }
 
 // A closed set's names as --help shows an option's type: "{f32,bf16}".
 template <typename E>

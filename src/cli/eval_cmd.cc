@@ -36,6 +36,7 @@ void register_eval(CLI::App& app, Runner& run) {
     uint64_t seed = 0;
     int threads = 0;
     std::string dtype;  // empty: the directory's (model_dtype)
+    bool no_mmap = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory")->required();
@@ -55,6 +56,7 @@ void register_eval(CLI::App& app, Runner& run) {
   data->excludes(count)->excludes(seed);  // a file's pairs are read, not generated
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
+  cmd->add_flag("--no-mmap", o->no_mmap, NO_MMAP_HELP);
   cmd->callback([o, seed, &run] {
     const bool seed_given = seed->count() > 0;
     run = [o, seed_given] {
@@ -64,7 +66,7 @@ void register_eval(CLI::App& app, Runner& run) {
       if (o->max_len < 0)
         throw std::invalid_argument("--max-len must be ≥ 0 (0: the default limit), got " + std::to_string(o->max_len));
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
-      const TrainedModel m = load_model_dir(o->model, WeightsLoad::MAP_READ_ONLY);
+      const TrainedModel m = load_model_dir(o->model, weights_load(o->no_mmap));
       const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for all batches
       if (!o->text.empty()) {
         const TextScore r = evaluate_text_file(m, o->text, o->batch_size);

@@ -28,6 +28,7 @@ void register_generate(CLI::App& app, Runner& run) {
     GenerateOptions gen;
     int threads = 0;
     std::string dtype;  // empty: the directory's (model_dtype)
+    bool no_mmap = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory (arch decoder)")->required();
@@ -47,13 +48,14 @@ void register_generate(CLI::App& app, Runner& run) {
   cmd->add_flag("--ignore-eos", o->gen.ignore_eos, "go on past the end-of-text token (by default a sample ends there)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
+  cmd->add_flag("--no-mmap", o->no_mmap, NO_MMAP_HELP);
   cmd->callback([o, prompt, &run] {
     const bool prompt_given = prompt->count() > 0;
     run = [o, prompt_given] {
       apply_threads(o->threads);
       check_generate_options(o->gen);  // a bad option fails before the load (and before any note)
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
-      const TrainedModel m = load_model_dir(o->model, WeightsLoad::MAP_READ_ONLY);
+      const TrainedModel m = load_model_dir(o->model, weights_load(o->no_mmap));
       const InferenceMode scope(model_dtype(o->dtype, m));
       require_data(m, DataKind::TEXT, "generate needs --arch decoder (tfm translate decodes the others)");
       std::string text = "\n";

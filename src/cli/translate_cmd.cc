@@ -103,6 +103,7 @@ void register_translate(CLI::App& app, Runner& run) {
     int64_t batch_size = 64;
     int threads = 0;
     std::string dtype;  // empty: the directory's (model_dtype)
+    bool no_mmap = false;
     bool sample = false;
     SamplingOptions sampling;
     uint64_t seed = 0;
@@ -114,6 +115,7 @@ void register_translate(CLI::App& app, Runner& run) {
   cmd->add_option("--batch-size", o->batch_size, "sources decoded together")->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
+  cmd->add_flag("--no-mmap", o->no_mmap, NO_MMAP_HELP);
   cmd->add_flag("--sample", o->sample, "sample each token instead of searching (needs --beam 1)");
   auto* temperature = cmd->add_option("--temperature", o->sampling.temperature, "with --sample: softmax temperature (0 = greedy)")
                           ->capture_default_str();
@@ -140,7 +142,7 @@ void register_translate(CLI::App& app, Runner& run) {
       decode.seed = o->seed;
       if (o->sample) check_sampling_options(decode.sampling);
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
-      const TrainedModel m = load_model_dir(o->model, WeightsLoad::MAP_READ_ONLY);
+      const TrainedModel m = load_model_dir(o->model, weights_load(o->no_mmap));
       const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for the stream
       require_data(m, DataKind::PAIRS, "sample from it with tfm generate");
       check_decode_options(m, decode);  // before any input is read

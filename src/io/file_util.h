@@ -25,8 +25,8 @@ std::string read_file(const std::string& path);
 // A private memory map of a whole regular file. A zero-length file is "mapped" as
 // data() == nullptr, size() == 0 (mmap cannot map zero bytes). The mapping stays valid until the
 // object dies; the bytes are untrusted input. If another process truncates the file while it is
-// mapped, touching the lost pages raises SIGBUS: ReadOnly callers copy what they need and drop the
-// map; CopyOnWrite callers that keep it (zero-copy tensors) document the hazard to their users.
+// mapped, touching the lost pages raises SIGBUS: callers that keep a map beyond reading it (zero-copy
+// tensors, io::LoadOptions) document the hazard to their users; the others copy what they need and drop it.
 //   ReadOnly:    PROT_READ, MAP_PRIVATE; writes through the pointer fault.
 //   CopyOnWrite: PROT_READ | PROT_WRITE, MAP_PRIVATE; a write copies the touched page into this
 //                process's private memory, so it never reaches the file or other mappers.

@@ -504,7 +504,7 @@ void write_safetensors(AtomicFileWriter& w, const NamedTensors& tensors,
     if (tensors.contains(name)) fail(path, who + ": given both as a tensor and as an int8 tensor");
     int64_t n = 1;
     for (const int64_t d : t.shape) n *= d;
-    if (n != static_cast<int64_t>(t.data.size()))
+    if (!t.view && n != static_cast<int64_t>(t.data.size()))  // a view holds its shape's values
       fail(path, who + ": " + std::to_string(t.data.size()) + " int8 values for shape " + shape_str(t.shape));
   }
   // Validate everything before touching the file system (names are unique by NamedTensors' rule).
@@ -573,7 +573,8 @@ void write_safetensors(AtomicFileWriter& w, const NamedTensors& tensors,
     }
     for (const auto& [name, t8] : bytes_order) {
       if (t8) {
-        if (!t8->data.empty()) w.write(t8->data.data(), t8->data.size());
+        const size_t n = static_cast<size_t>(shape_numel(t8->shape));
+        if (n > 0) w.write(t8->values(), n);
       } else {
         const Tensor& t = tensors.at(name);
         if (t.numel() > 0) w.write(t.data_bool(), static_cast<size_t>(t.numel()));

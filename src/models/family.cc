@@ -82,6 +82,7 @@ Embedder::Embedder(const ModelConfig& c, Generator& gen)
 
 std::unique_ptr<Embedding> Embedder::learned_table(const ModelConfig& c, Generator& gen) {
   auto e = std::make_unique<Embedding>(c.max_len, c.d_model, -1, gen);
+  if (gen.no_draws) return e;  // its values left unset: loaded next
   float* p = e->weight.data();
   for (int64_t i = 0; i < e->weight.numel(); ++i) p[i] *= 0.02f;
   return e;

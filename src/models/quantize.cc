@@ -103,21 +103,37 @@ NamedTensors dequantize(io::SafeTensorsFile& file, const NamedTensors* into, boo
                      shape_str(Shape{q.shape[0]}) + " (one scale per row of " + quote_name(key) + ")");
     const int64_t rows = q.shape[0], cols = q.shape[1];
     const float* sp = s.data();
-    // Finite and ≥ 0, and small enough that every q·scale (|q| ≤ 127) is finite: a lazy matrix's values are
+    // Finite and ≥ 0, and small enough that every q·scale (|q| ≤ 128) is finite: a lazy matrix's values are
     // computed after the load's finite check.
     for (int64_t r = 0; r < rows; ++r)
-      if (!(std::isfinite(sp[r]) && sp[r] >= 0.0f && std::isfinite(127.0f * sp[r])))
+      if (!(std::isfinite(sp[r]) && sp[r] >= 0.0f && std::isfinite(128.0f * sp[r])))
         fail(path, "tensor " + quote_name(skey) + ": element " + std::to_string(r) + " is " + std::to_string(sp[r]) +
-                       ", expected a finite scale ≥ 0 (at most FLT_MAX / 127)");
+                       ", expected a finite scale ≥ 0 (at most FLT_MAX / 128)");
     if (lazy) {
       struct Held {  // what the lazy tensor's rows point into: q's values (or its mapping), the scales
         io::Int8Tensor q;
         Tensor scale;
       };
-      auto held = std::make_shared<Held>(Held{std::move(file.int8.at(key)), s});
+      io::Int8Tensor& stored = file.int8.at(key);
+      auto held = std::make_shared<Held>(Held{std::move(stored), s});
+      stored.view = nullptr;  // moved out: the keeper went with it
       auto r = std::make_shared<Int8Rows>();
       r->q = held->q.values();
       r->file_pages = held->q.view != nullptr;
+      // Int8 inference packs these integers only if they are what quantizing their values gives (tfm quantize
+      // writes that fixed point; another tool's file may not): then the packed weight is the copying load's.
+      // Else it quantizes the computed values, as the copying load does.
+      r->fixed_point = true;
+      std::vector<float> row(static_cast<size_t>(cols));
+      std::vector<int8_t> q2(static_cast<size_t>(cols));
+      for (int64_t i = 0; i < rows && r->fixed_point; ++i) {
+        const int8_t* qi = r->q + i * cols;
+        for (int64_t c = 0; c < cols; ++c) row[c] = float(qi[c]) * sp[i];
+        float s2 = 0.0f;
+        kernels::quantize_rows_s8(row.data(), 1, cols, cols, q2.data(), &s2);
+        r->fixed_point = s2 == sp[i] && std::memcmp(q2.data(), qi, static_cast<size_t>(cols)) == 0;
+      }
+      if (r->file_pages) drop_mapped_pages(r->q, static_cast<size_t>(rows * cols));  // read by the check
       r->scale = held->scale.data();
       r->rows = rows;
       r->cols = cols;
@@ -130,8 +146,9 @@ NamedTensors dequantize(io::SafeTensorsFile& file, const NamedTensors* into, boo
         into && dst != into->end() && dst->second.dtype() == DType::FLOAT32 && dst->second.shape() == Shape(q.shape);
     Tensor w = in_place ? dst->second : Tensor::empty(q.shape);
     float* wp = w.data();
+    const int8_t* qv = q.values();
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) wp[r * cols + c] = float(q.values()[r * cols + c]) * sp[r];
+      for (int64_t c = 0; c < cols; ++c) wp[r * cols + c] = float(qv[r * cols + c]) * sp[r];
     out.insert(key, std::move(w));
   }
   return out;

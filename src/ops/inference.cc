@@ -100,13 +100,13 @@ bool linear_forward_packed(int64_t N, const float* x, const Tensor& weight, cons
     const Int8Rows* rows = weight.impl()->storage->int8_rows.get();
     const int64_t at = weight.impl()->offset;  // elements into the storage: whole rows of a narrow0 view
     std::shared_ptr<const kernels::PackedWeight> packed;
-    if (g_scope.precision == Precision::INT8 && rows && rows->cols == in && at % in == 0 &&
+    if (g_scope.precision == Precision::INT8 && rows && rows->fixed_point && rows->cols == in && at % in == 0 &&
         at / in + out <= rows->rows) {
       packed = kernels::pack_weight_int8(rows->q + at, in, rows->scale + at / in, out, in);
       if (rows->file_pages) drop_mapped_pages(rows->q + at, static_cast<size_t>(out * in));
     } else
       packed = kernels::pack_weight(weight.data(), out, in, in, kernel_precision(g_scope.precision));
-    Entry e{weight, std::move(packed)};
+    Entry e{weight.detach(), std::move(packed)};  // the storage itself kept (a set_ on weight cannot free it)
     it = cache.emplace(key, std::move(e)).first;
     // A weight mapped read-only from its file (WeightsLoad::MAP_READ_ONLY) is read here once: the packed
     // copy is what runs, so its float32 pages go back (read again from the file if touched).

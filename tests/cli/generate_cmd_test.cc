@@ -75,6 +75,9 @@ TEST_F(GenerateCli, PromptThenContinuationDeterministic) {
   const std::string a = generate("--prompt 'the ' --max-new-tokens 40 --seed 3 --threads 2");
   ASSERT_EQ(a.rfind("the ", 0), 0u) << a;
   EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 40 --seed 3 --threads 1"), a);
+  EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 40 --seed 3 --no-mmap"), a);  // copied, not mapped
+  EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 40 --seed 3 --no-mmap --dtype bf16"),
+            generate("--prompt 'the ' --max-new-tokens 40 --seed 3 --dtype bf16"));
   EXPECT_NE(generate("--prompt 'the ' --max-new-tokens 40 --seed 4"), a);
   std::string prompt_file = *dir_ + "/prompt.txt";
   std::ofstream(prompt_file) << "the ";

@@ -213,6 +213,32 @@ TEST(QuantizeModelDir, ReadOnlyLoadPacksTheIntegersAndComputesFloatsOnlyWhenRead
   }
 }
 
+// A file whose int8 rows are not quantize's fixed point (another tool's: here one row halved, its largest
+// |q| 63, not 127): the read-only load packs the quantized values, as the copying load does, not the
+// stored integers — the same outputs bit for bit.
+TEST(QuantizeModelDir, ReadOnlyLoadOfRowsOffTheFixedPointRunsAsTheCopy) {
+  const std::string d = temp_dir("q_offpoint") + "/int8";
+  fs::copy(quantized_dir(), d, fs::copy_options::recursive);
+  io::SafeTensorsFile f = io::load_safetensors(d + "/model.safetensors", io::LoadOptions{.keep_int8 = true});
+  int changed = 0;
+  for (auto& [k, q] : f.int8)
+    if (k.find("encoder.layers.0.linear1.weight") != std::string::npos) {
+      for (int64_t c = 0; c < q.shape[1]; ++c) q.data[c] = static_cast<int8_t>(q.data[c] / 2);
+      ++changed;
+    }
+  ASSERT_EQ(changed, 1);
+  io::save_safetensors(d + "/model.safetensors", f.tensors, f.metadata, f.int8);
+  const TrainedModel copy = load_model_dir(d), lazy = load_model_dir(d, WeightsLoad::MAP_READ_ONLY);
+  const std::vector<int32_t> src = {4, 5, 6, 7, 8, 9, 4, 5};
+  const auto encode = [&](const TrainedModel& m) {
+    InferenceMode scope(Precision::INT8);
+    return m.model->encode(src, 2, 4);
+  };
+  EXPECT_TRUE(testing::bitwise_equal(encode(lazy), encode(copy), "int8"));
+  const TrainedModel original = load_model_dir(quantized_dir());
+  EXPECT_GT(testing::rel_error(encode(copy), encode(original)), 0.0) << "the changed row is used";
+}
+
 TEST(QuantizeModelDir, RefusesAnExistingOutUnlessForcedAndQuantizedInput) {
   const std::string in = trained_dir();
   const std::string out = temp_dir("q_force") + "/int8";
@@ -319,11 +345,11 @@ TEST(DequantizeStateDict, DequantizesAndNamesTheKeyOfEveryBadTensor) {
   e = dequantize_error(negative, {{"w", i8({2, 3})}});
   EXPECT_NE(e.find("'w.scale': element 1"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << "one line";
-  NamedTensors huge;  // finite, but 127·scale is not: the values q·scale could be infinite
+  NamedTensors huge;  // finite, but 128·scale is not: the values q·scale (q down to −128) could be infinite
   huge.insert("w.scale", Tensor::from_vector({2}, {3e38f, 0.5f}));
   e = dequantize_error(huge, {{"w", i8({2, 3})}});
   EXPECT_NE(e.find("'w.scale': element 0 is"), std::string::npos) << e;
-  EXPECT_NE(e.find("expected a finite scale ≥ 0 (at most FLT_MAX / 127)"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected a finite scale ≥ 0 (at most FLT_MAX / 128)"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -102,7 +102,7 @@ struct TrainedModel {
   // The tokenizers (an spm one with its model, loaded from the directory).
   data::Tokenizer src_tokenizer = data::Tokenization::SPACE, tgt_tokenizer = data::Tokenization::SPACE;
   std::string train_json;  // config.json's "train" object (the run that wrote it; tfm/train/config.h reads it)
-  bool quantized = false;  // its weights are int8 (tfm/models/quantize.h), dequantized into `model`
+  bool quantized = false;  // its weights are int8 (tfm/models/quantize.h), dequantized into `model` (or lazily)
   // The precision it runs in unless told otherwise (tfm CLI and Python defaults): int8 for a quantized
   // directory, float32 else. The functions below compute under the caller's InferenceMode, so open it
   // with this: `tfm::InferenceMode scope(m.default_precision());`.
@@ -112,13 +112,15 @@ struct TrainedModel {
 enum class WeightsLoad {
   NONE,  // none: the model keeps its initial draws (a resumed run takes its weights from its checkpoint)
   COPY,  // copied into memory of the model's own, free to change (training, fine-tuning)
-  // For a model that only runs: each float32 parameter views the file's read-only mapping (no copy;
-  // a write to one is a segmentation fault), and once read its pages are given back — after the load's
-  // checks, and after InferenceMode packs a Linear weight — to be read again from the page cache or
-  // the file when touched. So a running model holds its packed Linear weights, not those and a float32
-  // copy too. The file must not be truncated or written in place while the model lives (tfm's writers
-  // replace files by rename, which the mapping does not see); an int8 directory's weights are
-  // dequantized into memory of their own either way.
+  // For a model that only runs, whose parameters are never written: each float32 parameter views the
+  // file's read-only mapping (no copy; a write to one faults), and once read its pages are given back —
+  // after the load's checks, and after InferenceMode packs a Linear weight — to be read again from the
+  // page cache or the file when touched. An int8 directory's matrices stay int8 in the mapping: each is
+  // a lazy tensor whose float32 values are computed only if read (dequantize_state_dict_lazy), which
+  // int8 inference never does. So a running model holds its packed Linear weights, not those and a
+  // float32 copy too. The file must not be truncated or written in place while the model lives (tfm's
+  // writers replace files by rename, which the mapping does not see): a truncated file's lost pages
+  // raise SIGBUS, an overwritten one's are read with their new bytes.
   MAP_READ_ONLY,
 };
 

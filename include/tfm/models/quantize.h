@@ -13,8 +13,10 @@
 // training run's files (trainer_state.safetensors, metrics.csv, curves.svg) are not.
 //
 // load_model_dir reads such a directory (TrainedModel::quantized), dequantizing the weights into
-// the float32 model (the one the other precisions run); front ends run it in int8 unless told
-// otherwise. Training from it (--init-from, --resume) and tools/import_torch.py reverse refuse it.
+// the float32 model (the one the other precisions run), or for a model that only runs
+// (WeightsLoad::MAP_READ_ONLY) into lazy matrices whose values are computed only if read; front ends
+// run it in int8 unless told otherwise. Training from it (--init-from, --resume) and tools/import_torch.py reverse
+// refuse it.
 #pragma once
 
 #include <map>
