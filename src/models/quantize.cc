@@ -68,9 +68,9 @@ bool is_quantized(const io::SafeTensorsFile& file) {
 
 namespace {
 
-// dequantize_state_dict's body; with `lazy` (and a file whose int8 data it may take) each matrix becomes
-// a tensor_from_int8_rows instead of float32 values.
-NamedTensors dequantize(io::SafeTensorsFile& file, const NamedTensors* into, bool lazy) {
+// dequantize_state_dict's body; with `take` (file itself, whose int8 data it takes) each matrix becomes a
+// tensor_from_int8_rows instead of float32 values.
+NamedTensors dequantize(const io::SafeTensorsFile& file, const NamedTensors* into, io::SafeTensorsFile* take) {
   const std::string& path = file.path;
   NamedTensors out;
   std::map<std::string, const Tensor*> scales;  // "<k>.scale" tensors, each claimed by its I8 matrix
@@ -109,12 +109,12 @@ NamedTensors dequantize(io::SafeTensorsFile& file, const NamedTensors* into, boo
       if (!(std::isfinite(sp[r]) && sp[r] >= 0.0f && std::isfinite(128.0f * sp[r])))
         fail(path, "tensor " + quote_name(skey) + ": element " + std::to_string(r) + " is " + std::to_string(sp[r]) +
                        ", expected a finite scale ≥ 0 (at most FLT_MAX / 128)");
-    if (lazy) {
+    if (take) {
       struct Held {  // what the lazy tensor's rows point into: q's values (or its mapping), the scales
         io::Int8Tensor q;
         Tensor scale;
       };
-      io::Int8Tensor& stored = file.int8.at(key);
+      io::Int8Tensor& stored = take->int8.at(key);  // q itself: not read after this
       auto held = std::make_shared<Held>(Held{std::move(stored), s});
       stored.view = nullptr;  // moved out: the keeper went with it
       auto r = std::make_shared<Int8Rows>();
@@ -157,10 +157,10 @@ NamedTensors dequantize(io::SafeTensorsFile& file, const NamedTensors* into, boo
 }  // namespace
 
 NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file, const NamedTensors* into) {
-  return dequantize(const_cast<io::SafeTensorsFile&>(file), into, /*lazy=*/false);  // reads file only
+  return dequantize(file, into, nullptr);
 }
 
-NamedTensors dequantize_state_dict_lazy(io::SafeTensorsFile& file) { return dequantize(file, nullptr, /*lazy=*/true); }
+NamedTensors dequantize_state_dict_lazy(io::SafeTensorsFile& file) { return dequantize(file, nullptr, &file); }
 
 bool is_quantized_model_dir(const std::string& dir) {
   const std::string file = model_dir::path(dir, model_dir::MODEL);
