@@ -169,10 +169,7 @@ Tensor tensor_from_int8_rows(std::shared_ptr<const Int8Rows> rows) {
   auto impl = make_impl({rows->rows, rows->cols}, DType::FLOAT32);
   impl->storage->int8_rows = rows;
   impl->storage->fill = [rows](void* ptr) {
-    float* w = static_cast<float*>(ptr);
-    const int64_t R = rows->rows, C = rows->cols;
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t c = 0; c < C; ++c) w[r * C + c] = float(rows->q[r * C + c]) * rows->scale[r];
+    kernels::dequantize_rows_s8(rows->q, rows->rows, rows->cols, rows->cols, rows->scale, static_cast<float*>(ptr));
   };
   return Tensor(std::move(impl));
 }

@@ -21,8 +21,8 @@
 //     label_smoothing too): a call with <float> is the template, one without it the float twin,
 //     which runs that template. Where a kernel departs from the rule, it is for a reason:
 //       - no twin of its own: gemm_bias (defined as gemm onto rows preset to the bias, which
-//         TFM_FORCE_SCALAR runs over gemm_scalar); copy_bytes (no arithmetic); quantize_rows_s8 (one
-//         scalar body, run once per weight).
+//         TFM_FORCE_SCALAR runs over gemm_scalar); copy_bytes (no arithmetic); quantize_rows_s8 and
+//         dequantize_rows_s8 (one scalar body each, run once per weight or per looked-up row).
 //       - no AVX-512 body of its own: gemm, gemm_bias (oneDNN is their fast path, gemm_backend.h);
 //         activation_forward (bias_activation_forward's body without a bias); add_layer_norm_forward
 //         (add_(dropout_)forward_avx512, then layer_norm_forward_avx512, on each chunk of rows).
@@ -410,6 +410,11 @@ inline bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
 // finite weights 0. Model directories refuse NaN and infinite weights when they are loaded
 // (src/models/model_dir.cc), so `tfm quantize` and the int8 pack of a loaded model never see one.
 void quantize_rows_s8(const float* W, int64_t N, int64_t K, int64_t ldw, int8_t* q, float* scale);
+// Its inverse, the values int8 rows stand for: W[n,k] = float(q[n,k]) · scale[n] (one float product, so
+// every caller — a dequantized state_dict, a lazy matrix, an embedding row — gets the same bits). q (N, K)
+// at stride ldq ≥ K; W (N, K) dense. The scalar twin is the only body (no arithmetic to vectorize that
+// a compiler does not).
+void dequantize_rows_s8(const int8_t* q, int64_t N, int64_t K, int64_t ldq, const float* scale, float* W);
 // Activations, per row, asymmetric: lo = min(0, min_k x), hi = max(0, max_k x), scale[m] = (hi − lo) /
 // 255 (1 for a row of zeros), zero[m] = round(−lo / scale[m]) ∈ [0, 255], q[m,k] = clamp(round(x[m,k] ·
 // fl(1/scale[m])) + zero[m], 0, 255), so x ≈ scale·(q − zero) with |x − scale·(q − zero)| ≤ scale/2 (up to

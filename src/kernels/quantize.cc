@@ -21,6 +21,11 @@ inline float round_small(float v) { return (v + 12582912.0f) - 12582912.0f; }
 
 }  // namespace
 
+void dequantize_rows_s8(const int8_t* q, int64_t N, int64_t K, int64_t ldq, const float* scale, float* W) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) W[n * K + k] = float(q[n * ldq + k]) * scale[n];
+}
+
 void quantize_rows_s8(const float* W, int64_t N, int64_t K, int64_t ldw, int8_t* q, float* scale) {
   // Rows are independent: the threads share them (a large weight at pack time), with the same bits.
 #pragma omp parallel for schedule(static) if (N * K >= (int64_t(1) << 18))

@@ -31,8 +31,7 @@ void quantize_matrix(const float* w, int64_t rows, int64_t cols, io::Int8Tensor&
   std::vector<float> back(static_cast<size_t>(rows * cols)), s2(scale.size());
   std::vector<int8_t> q2(q.data.size());
   for (int round = 0; round < 8; ++round) {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) back[r * cols + c] = float(q.data[r * cols + c]) * scale[r];
+    kernels::dequantize_rows_s8(q.data.data(), rows, cols, cols, scale.data(), back.data());
     kernels::quantize_rows_s8(back.data(), rows, cols, cols, q2.data(), s2.data());
     if (q2 == q.data && s2 == scale) return;
     q.data.swap(q2);
@@ -128,7 +127,7 @@ NamedTensors dequantize(const io::SafeTensorsFile& file, const NamedTensors* int
       std::vector<int8_t> q2(static_cast<size_t>(cols));
       for (int64_t i = 0; i < rows && r->fixed_point; ++i) {
         const int8_t* qi = r->q + i * cols;
-        for (int64_t c = 0; c < cols; ++c) row[c] = float(qi[c]) * sp[i];
+        kernels::dequantize_rows_s8(qi, 1, cols, cols, sp + i, row.data());
         float s2 = 0.0f;
         kernels::quantize_rows_s8(row.data(), 1, cols, cols, q2.data(), &s2);
         r->fixed_point = s2 == sp[i] && std::memcmp(q2.data(), qi, static_cast<size_t>(cols)) == 0;
@@ -145,10 +144,7 @@ NamedTensors dequantize(const io::SafeTensorsFile& file, const NamedTensors* int
     const bool in_place =
         into && dst != into->end() && dst->second.dtype() == DType::FLOAT32 && dst->second.shape() == Shape(q.shape);
     Tensor w = in_place ? dst->second : Tensor::empty(q.shape);
-    float* wp = w.data();
-    const int8_t* qv = q.values();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) wp[r * cols + c] = float(qv[r * cols + c]) * sp[r];
+    kernels::dequantize_rows_s8(q.values(), rows, cols, cols, sp, w.data());
     out.insert(key, std::move(w));
   }
   return out;

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "kernels/kernels.h"
 #include "ops/check.h"
 #include "tensor_impl.h"
 #include "tfm/autograd.h"
@@ -53,8 +54,7 @@ Tensor embedding(const Tensor& weight, const std::vector<int32_t>& ids, const Sh
     float* dst = py + static_cast<int64_t>(n) * D;
     if (rows) {
       const int64_t r = at / D + ids[n];
-      const int8_t* q = rows->q + r * D;
-      for (int64_t d = 0; d < D; ++d) dst[d] = float(q[d]) * rows->scale[r];
+      kernels::dequantize_rows_s8(rows->q + r * D, 1, D, D, rows->scale + r, dst);
     } else {
       std::memcpy(dst, pw + static_cast<int64_t>(ids[n]) * D, sizeof(float) * D);
     }

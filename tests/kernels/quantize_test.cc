@@ -85,6 +85,25 @@ TEST(QuantizeRowsS8, EqualsTheRuleBitwiseForAnyThreadCount) {
   EXPECT_EQ(want[static_cast<size_t>(27 * K + 5)], -127);  // +inf: inf/inf = NaN → −127 (kernels.h)
 }
 
+// The inverse of quantize_rows_s8: one product a value, q read at its stride, W dense; and what it gives
+// quantize_rows_s8 takes back to the same rows when they are a quantization's (127 in every nonzero row).
+TEST(DequantizeRowsS8, OneProductAValueAtTheStride) {
+  const std::vector<int8_t> q = {1, -127, 5, 99, /*row 1*/ 0, 0, 0, 77, /*row 2*/ 127, -3, 0, -128};
+  const std::vector<float> scale = {0.5f, 3.0f, 1e-3f};
+  std::vector<float> w(9, -1.0f);
+  dequantize_rows_s8(q.data(), 3, 3, 4, scale.data(), w.data());  // the 4th column of each row is skipped
+  EXPECT_EQ(w, (std::vector<float>{0.5f, -63.5f, 2.5f, 0.0f, 0.0f, 0.0f, 127 * 1e-3f, -3 * 1e-3f, 0.0f}));
+  std::vector<int8_t> q2(9);
+  std::vector<float> s2(3);
+  const std::vector<int8_t> dense = {1, -127, 5, 0, 0, 0, 127, -3, 0};
+  std::vector<float> back(9);
+  dequantize_rows_s8(dense.data(), 3, 3, 3, scale.data(), back.data());
+  quantize_rows_s8(back.data(), 3, 3, 3, q2.data(), s2.data());
+  EXPECT_EQ(q2, dense);
+  EXPECT_EQ(s2[0], scale[0]);
+  EXPECT_EQ(s2[1], 0.0f);  // a row of zeros: scale 0
+}
+
 TEST(QuantizeRowsU8, HandChecked) {
   // lo = −1, hi = 1.55 → scale 2.55/255 = 0.01, zero = round(1/0.01) = 100;
   // −1 → −100 + 100 = 0, 1.55 → 155 + 100 = 255, 0 → 100, 0.004 → round(0.4) + 100 = 100.
