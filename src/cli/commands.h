@@ -54,8 +54,14 @@ void note_truncated(int64_t truncated, int64_t outputs, int64_t max_len, const T
 // must not report success over lost output. Called after each chunk of output and once at the end.
 void check_stdout();
 
-// --dtype's value as a Precision. For int8 on a CPU without int8 dot products it says so on stderr
-// (one line: the matmuls take the portable loop, same numbers, slower).
+// Notes for stderr ("tfm: note: ..."), held until the command has checked its inputs: flush_notes() prints
+// them, called by a command once its model is loaded and by main after a command succeeds. A command
+// that fails prints its one error line only, and the held notes are dropped.
+void queue_note(std::string note);
+void flush_notes();
+
+// --dtype's value as a Precision. For int8 on a CPU without int8 dot products, or bf16 without bf16 ones, it
+// queues a note (queue_note: the matmuls take the portable loop or are emulated, same numbers, slower).
 Precision parse_dtype(const std::string& dtype);
 // --dtype of a command running a model directory: empty means the directory's own precision, int8
 // for a quantized directory (tfm quantize), else f32.

@@ -68,6 +68,7 @@ void register_eval(CLI::App& app, Runner& run) {
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model, weights_load(o->no_mmap));
       const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for all batches
+      flush_notes();
       if (!o->text.empty()) {
         const TextScore r = evaluate_text_file(m, o->text, o->batch_size);
         if (o->json) {

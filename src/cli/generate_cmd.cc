@@ -57,6 +57,7 @@ void register_generate(CLI::App& app, Runner& run) {
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model, weights_load(o->no_mmap));
       const InferenceMode scope(model_dtype(o->dtype, m));
+      flush_notes();
       require_data(m, DataKind::TEXT, "generate needs --arch decoder (tfm translate decodes the others)");
       std::string text = "\n";
       if (prompt_given) {

@@ -11,25 +11,40 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "commands.h"
 #include "tfm/autocast.h"
-#include "tfm/train/comm.h"
 #include "tfm/threads.h"
+#include "tfm/train/comm.h"
 
 namespace tfm::cli {
 void apply_threads(int threads) {
   check_threads(threads, "--threads");
   set_num_threads(threads);
 }
+namespace {
+std::vector<std::string>& pending_notes() {
+  static std::vector<std::string> notes;
+  return notes;
+}
+}  // namespace
+void queue_note(std::string note) { pending_notes().push_back(std::move(note)); }
+void flush_notes() {
+  for (const std::string& n : pending_notes()) std::fprintf(stderr, "tfm: note: %s\n", n.c_str());
+  pending_notes().clear();
+}
 Precision parse_dtype(const std::string& dtype) {
   const Precision p = enum_from_name<Precision>(dtype);
   if (p == Precision::INT8 && !int8_matmul_accelerated())
-    std::fprintf(stderr, "tfm: note: no AVX512-VNNI or AMX-INT8 on this CPU (or TFM_FORCE_SCALAR): int8 matmuls "
-                         "run on the portable loop (the same numbers, much slower)\n");
+    queue_note(
+        "no AVX512-VNNI or AMX-INT8 on this CPU (or TFM_FORCE_SCALAR): int8 matmuls run on the portable "
+        "loop (the same numbers, much slower)");
   if (p == Precision::BFLOAT16 && !bf16_matmul_accelerated())
-    std::fprintf(stderr, "tfm: note: no AVX512-BF16 or AMX-BF16 on this CPU (or TFM_FORCE_SCALAR): bf16 matmuls are "
-                         "emulated (the same numbers up to summation order, slower than f32)\n");
+    queue_note(
+        "no AVX512-BF16 or AMX-BF16 on this CPU (or TFM_FORCE_SCALAR): bf16 matmuls are emulated (the same "
+        "numbers up to summation order, slower than f32)");
   return p;
 }
 Precision model_dtype(const std::string& dtype, const TrainedModel& m) {
@@ -111,6 +126,7 @@ int main(int argc, char** argv) {
   try {
     const int code = run ? run() : 0;
     tfm::cli::check_stdout();
+    tfm::cli::flush_notes();
     return code;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "tfm: error: out of memory: the sizes asked for need more memory than this machine has "

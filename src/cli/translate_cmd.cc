@@ -144,6 +144,7 @@ void register_translate(CLI::App& app, Runner& run) {
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model, weights_load(o->no_mmap));
       const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for the stream
+      flush_notes();
       require_data(m, DataKind::PAIRS, "sample from it with tfm generate");
       check_decode_options(m, decode);  // before any input is read
       const size_t chunk = static_cast<size_t>(o->batch_size) * 64;
