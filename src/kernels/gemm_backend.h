@@ -1,6 +1,7 @@
 // src/kernels/gemm_backend.h — internals of the fast gemm (src/kernels/gemm.cc), exposed only to
 // gemm.cc, gemm_bf16.cc and gemm_packed.cc (which run oneDNN on the same panel plan, or the same serial
-// scope) and bench/bench_gemm.cc, so the panel choice can be measured against oneDNN's own threading.
+// scope), attention_gemm.cc (its single-threaded sgemm calls) and bench/bench_gemm.cc, so the panel
+// choice can be measured against oneDNN's own threading.
 // Not part of the kernel interface: ops call gemm() from kernels.h.
 //
 // Determinism scheme. oneDNN's sgemm, when it threads, may split the K reduction between threads

@@ -1,6 +1,8 @@
 // tests/kernels/attention_test.cc — attention kernels (src/kernels/attention*.cc):
 //   * the AVX-512 flash kernel against its scalar twin, forward (o, lse) and backward (dq, dk, dv),
-//     over head widths, lengths, mask kinds and the three memory layouts;
+//     over head widths, lengths, mask kinds and the three memory layouts; the sgemm bodies of CPUs
+//     without AVX-512 (attention_gemm.cc) over the same sweeps, on every CPU, and the dispatching entry
+//     points, whichever body they take on this one;
 //   * the double-precision reference (attention_scalar.h) against central finite differences;
 //   * a hand-checkable L = S = 1 case; fully masked rows; the vector exp in ulp;
 //   * bitwise equality of the fast kernel for 1 and 2 threads (both backward threading schemes).
@@ -185,16 +187,26 @@ struct Result {
   std::vector<float> o, lse, dq, dk, dv;  // dq holds all of dqkv for the packed layout
 };
 
-Result run(const Case& c, bool fast, const Result* forward_from = nullptr) {
+// Which code computes: the twin, the entry points (the flash kernel with AVX-512, the gemm bodies without),
+// or the gemm bodies called directly (any CPU).
+enum class Body { SCALAR, DISPATCH, GEMM };
+
+Result run(const Case& c, Body body, const Result* forward_from = nullptr) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Result r;
   r.o.assign(o_elems(c), nan);
   r.lse.assign(c.B * c.H * c.L, nan);
   AttentionParams p = bind(c, r.o.data(), r.lse.data());
-  if (fast) {
-    attention_forward(p);
-  } else {
-    attention_forward_scalar(p);
+  switch (body) {
+    case Body::SCALAR:
+      attention_forward_scalar(p);
+      break;
+    case Body::DISPATCH:
+      attention_forward(p);
+      break;
+    case Body::GEMM:
+      attention_forward_gemm(p);
+      break;
   }
   // The backward reads o and lse: use forward_from's when given, so both backwards see the same.
   Result in = forward_from ? *forward_from : r;
@@ -207,10 +219,16 @@ Result run(const Case& c, bool fast, const Result* forward_from = nullptr) {
   float* dq = r.dq.data();
   float* dk = c.layout == Layout::PACKED ? dq + E : r.dk.data();
   float* dv = c.layout == Layout::PACKED ? dq + 2 * E : r.dv.data();
-  if (fast) {
-    attention_backward(p, c.dout.data(), dq, dk, dv);
-  } else {
-    attention_backward_scalar(p, c.dout.data(), dq, dk, dv);
+  switch (body) {
+    case Body::SCALAR:
+      attention_backward_scalar(p, c.dout.data(), dq, dk, dv);
+      break;
+    case Body::DISPATCH:
+      attention_backward(p, c.dout.data(), dq, dk, dv);
+      break;
+    case Body::GEMM:
+      attention_backward_gemm(p, c.dout.data(), dq, dk, dv);
+      break;
   }
   return r;
 }
@@ -297,6 +315,30 @@ void check_dead_rows(const Case& c, const Result& r, const char* who) {
   (void)E;
 }
 
+// One case through `body` against the twin: o and lse within forward_bound, dq, dk, dv within backward_bound
+// (the backward on the twin's o and lse), fully masked rows exactly 0.
+void compare_with_twin(const Case& c, Body body) {
+  SCOPED_TRACE(c.name() + (c.p.bf16 ? " bf16" : ""));
+  const Result ref = run(c, Body::SCALAR);
+  const Result fast = run(c, body, &ref);  // fast backward on the reference's o and lse
+  const double fb = forward_bound(c), bb = backward_bound(c);
+  if (c.p.bf16) {
+    ASSERT_TRUE(bf16_output_close(fast.o, ref.o, run(with_abs_v(c), Body::SCALAR).o, fb));
+  } else {
+    ASSERT_TRUE(close_rel(fast.o, ref.o, fb, "o"));
+  }
+  ASSERT_TRUE(close_rel(fast.lse, ref.lse, fb, "lse"));
+  double dv_max = 0;
+  const std::vector<float>& dv_ref = c.layout == Layout::PACKED ? ref.dq : ref.dv;
+  for (float g : dv_ref) dv_max = std::max(dv_max, std::fabs(double(g)));
+  const double floor = std::max(c.p.scale * dv_max, testing::kTinyMagnitude);
+  ASSERT_TRUE(close_rel(fast.dq, ref.dq, bb, "dq", floor));
+  ASSERT_TRUE(close_rel(fast.dk, ref.dk, bb, "dk", floor));
+  ASSERT_TRUE(close_rel(fast.dv, ref.dv, bb, "dv"));
+  check_dead_rows(c, ref, "scalar");
+  check_dead_rows(c, fast, "fast");
+}
+
 // Fast vs scalar for every (Dh, L, S, layout) with the given mask kind. The default lengths run
 // the kernel on the caller's strided rows; `long_lens` (L·S ≥ 256²) take its path that first copies
 // each head's rows into contiguous blocks.
@@ -308,9 +350,10 @@ const int64_t kLongLens[] = {257, 300};
 // dv_of(Dh): the value head width to pair with Dh (null: Dv = Dh).
 // bf16: both run with AttentionParams::bf16 (the fast kernel's vdpbf16ps path against the twin's rounding).
 template <size_t ND, size_t NL>
+// body: DISPATCH (the entry points: the flash kernel, or without AVX-512 the gemm bodies) or GEMM.
 void sweep(MaskKind kind, const int64_t (&dhs)[ND], const int64_t (&lens)[NL], int64_t B,
-           int64_t (*dv_of)(int64_t) = nullptr, bool bf16 = false) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 (or TFM_FORCE_SCALAR): nothing to compare";
+           int64_t (*dv_of)(int64_t) = nullptr, bool bf16 = false, Body body = Body::DISPATCH) {
+  if (body == Body::DISPATCH && force_scalar()) GTEST_SKIP() << "TFM_FORCE_SCALAR: nothing to compare";
   if (bf16 && !cpu_has_bf16_dot()) GTEST_SKIP() << "no AVX512-BF16 (or TFM_FORCE_SCALAR): nothing to compare";
   uint64_t seed = 1000 * static_cast<uint64_t>(kind) + 100 * NL;
   for (int64_t Dh : dhs)
@@ -321,25 +364,8 @@ void sweep(MaskKind kind, const int64_t (&dhs)[ND], const int64_t (&lens)[NL], i
           const int64_t H = (Dh == 64 ? 2 : 3);
           Case c = make_case(B, H, L, S, Dh, layout, kind, seed += 10, dv_of ? dv_of(Dh) : 0);
           c.p.bf16 = bf16;
-          SCOPED_TRACE(c.name() + (bf16 ? " bf16" : ""));
-          const Result ref = run(c, false);
-          const Result fast = run(c, true, &ref);  // fast backward on the reference's o and lse
-          const double fb = forward_bound(c), bb = backward_bound(c);
-          if (bf16) {
-            ASSERT_TRUE(bf16_output_close(fast.o, ref.o, run(with_abs_v(c), false).o, fb));
-          } else {
-            ASSERT_TRUE(close_rel(fast.o, ref.o, fb, "o"));
-          }
-          ASSERT_TRUE(close_rel(fast.lse, ref.lse, fb, "lse"));
-          double dv_max = 0;
-          const std::vector<float>& dv_ref = layout == Layout::PACKED ? ref.dq : ref.dv;
-          for (float g : dv_ref) dv_max = std::max(dv_max, std::fabs(double(g)));
-          const double floor = std::max(c.p.scale * dv_max, testing::kTinyMagnitude);
-          ASSERT_TRUE(close_rel(fast.dq, ref.dq, bb, "dq", floor));
-          ASSERT_TRUE(close_rel(fast.dk, ref.dk, bb, "dk", floor));
-          ASSERT_TRUE(close_rel(fast.dv, ref.dv, bb, "dv"));
-          check_dead_rows(c, ref, "scalar");
-          check_dead_rows(c, fast, "fast");
+          compare_with_twin(c, body);
+          if (::testing::Test::HasFatalFailure()) return;
         }
 }
 
@@ -373,6 +399,52 @@ TEST(AttentionKernel, FastMatchesScalarValueHeadWidth) {
   sweep(MaskKind::CAUSAL, dhs, kLongLens, 1, other_dv);
 }
 
+// The gemm bodies (CPUs without AVX-512) against the twin on every CPU: every mask kind, the short and
+// the long lengths (L·S ≥ 256²: more than one query tile), Dv ≠ Dh.
+TEST(AttentionKernel, GemmBodyMatchesScalar) {
+  for (MaskKind kind : {MaskKind::NONE, MaskKind::MASK_2D, MaskKind::MASK_3D, MaskKind::KEY_PADDING, MaskKind::CAUSAL,
+                        MaskKind::CAUSAL_FULLY_MASKED, MaskKind::DROPOUT}) {
+    SCOPED_TRACE(mask_name(kind));
+    sweep(kind, kShortDhs, kShortLens, 2, nullptr, false, Body::GEMM);
+    sweep(kind, kLongDhs, kLongLens, 1, nullptr, false, Body::GEMM);
+  }
+  for (MaskKind kind : {MaskKind::KEY_PADDING, MaskKind::CAUSAL_FULLY_MASKED, MaskKind::DROPOUT})
+    sweep(kind, kShortDhs, kShortLens, 2, other_dv, false, Body::GEMM);
+}
+
+// The gemm bodies' tiles hold at most 64·1024 scores: with S = 5000 a tile has 13 query rows, so 40 rows
+// take four tiles, the last one short (the backward adds each tile into dk, dv in turn).
+TEST(AttentionKernel, GemmBodyMatchesScalarOnShortTilesOfLongRows) {
+  uint64_t seed = 555;
+  for (MaskKind kind : {MaskKind::MASK_3D, MaskKind::CAUSAL_FULLY_MASKED, MaskKind::DROPOUT})
+    for (Layout layout : {Layout::BATCH_FIRST, Layout::SEQ_FIRST}) {
+      const Case c = make_case(2, 2, 40, 5000, 8, layout, kind, seed += 10);
+      compare_with_twin(c, Body::GEMM);
+      if (HasFatalFailure()) return;
+    }
+}
+
+// The gemm bodies give the same bits on 1 and 2 threads (the forward splits (b, h, tile), the backward (b, h)).
+TEST(AttentionKernel, GemmBodyBitwiseAcrossThreadCounts) {
+  const int saved = omp_get_max_threads();
+  uint64_t seed = 777;
+  for (MaskKind kind : {MaskKind::KEY_PADDING, MaskKind::CAUSAL, MaskKind::DROPOUT})
+    for (int64_t L : {1, 70, 300}) {
+      const Case c = make_case(2, 3, L, 300, 17, Layout::BATCH_FIRST, kind, seed += 10);
+      SCOPED_TRACE(c.name());
+      omp_set_num_threads(1);
+      const Result one = run(c, Body::GEMM);
+      omp_set_num_threads(2);
+      const Result two = run(c, Body::GEMM);
+      omp_set_num_threads(saved);
+      EXPECT_TRUE(bitwise_equal(one.o, two.o, "o"));
+      EXPECT_TRUE(bitwise_equal(one.lse, two.lse, "lse"));
+      EXPECT_TRUE(bitwise_equal(one.dq, two.dq, "dq"));
+      EXPECT_TRUE(bitwise_equal(one.dk, two.dk, "dk"));
+      EXPECT_TRUE(bitwise_equal(one.dv, two.dv, "dv"));
+    }
+}
+
 // The bfloat16 products (AttentionParams::bf16) against the twin's rounding: odd and even head widths and
 // lengths (padded pairs), Dv ≠ Dh, the strided and the packed-operand paths; the mask kinds whose code
 // differs (the masks themselves are applied by the code the float32 sweeps test).
@@ -391,9 +463,9 @@ TEST(AttentionKernel, Bf16FastMatchesScalar) {
 TEST(AttentionKernel, Bf16DiffersFromFloat32ByBf16Rounding) {
   if (!cpu_has_bf16_dot()) GTEST_SKIP() << "no AVX512-BF16 (or TFM_FORCE_SCALAR)";
   Case c = make_case(2, 3, 100, 90, 64, Layout::BATCH_FIRST, MaskKind::KEY_PADDING, 4242);
-  const Result f32 = run(c, true);
+  const Result f32 = run(c, Body::DISPATCH);
   c.p.bf16 = true;
-  const Result bf = run(c, true);
+  const Result bf = run(c, Body::DISPATCH);
   EXPECT_FALSE(close_rel(bf.o, f32.o, forward_bound(c), "o")) << "bf16 changed o by float rounding only";
   for (const auto& [got, want, name] : {std::tuple{&bf.dq, &f32.dq, "dq"}, std::tuple{&bf.dk, &f32.dk, "dk"},
                                         std::tuple{&bf.dv, &f32.dv, "dv"}})
@@ -419,7 +491,7 @@ TEST(AttentionKernel, Bf16ForwardExactWhereRoundingIsExact) {
           std::fill(c.qbuf.begin(), c.qbuf.end(), 0.0f);
           for (float& x : c.vbuf) x = std::round(x * 64) / 64;
           for (float& m : c.kpm) m = m == -kInf ? -kInf : 0.0f;
-          const Result r = run(c, true);
+          const Result r = run(c, Body::DISPATCH);
           for (int64_t b = 0; b < c.B; ++b)
             for (int64_t h = 0; h < c.H; ++h)
               for (int64_t d = 0; d < Dv; ++d) {
@@ -493,7 +565,7 @@ TEST(AttentionKernel, DropoutRateIsP) {
 TEST(AttentionKernel, HandCheckedSingleKey) {
   const float q[2] = {1, 2}, k[2] = {3, 4}, v[2] = {5, -6}, dout[2] = {1, 1};
   for (bool fast : {false, true}) {
-    if (fast && !cpu_has_avx512()) continue;
+    if (fast && force_scalar()) continue;
     float o[2], lse[1], dq[2], dk[2], dv[2];
     AttentionParams p;
     p.B = p.H = p.L = p.S = 1;
@@ -530,7 +602,7 @@ TEST(AttentionKernel, NoKeysGivesZeroOutputAndGradient) {
   std::vector<float> q(L * Dh, 0.5f), dout(L * Dh, 1.0f);
   const float none[1] = {nan};
   for (bool fast : {false, true}) {
-    if (fast && !cpu_has_avx512()) continue;
+    if (fast && force_scalar()) continue;
     std::vector<float> o(L * Dh, nan), lse(L, nan), dq(L * Dh, nan);
     AttentionParams p;
     p.B = p.H = 1;
@@ -684,7 +756,7 @@ TEST(AttentionKernel, VectorExpWithinTwoUlp) {
 // B·H·L·S·Dh ≥ 2^16. All must give the same bits. The shapes are above the kernel's threading
 // thresholds (B·H·L·S·Dh ≥ 2^21, or 2^16 for at most 16 query rows), so 2 threads really run.
 TEST(AttentionKernel, BitwiseSameForOneAndTwoThreads) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512";
+  if (force_scalar()) GTEST_SKIP() << "TFM_FORCE_SCALAR: the twin is single-threaded";
   const int saved = omp_get_max_threads();
   struct Shape {
     int64_t B, H, L, S, Dh;
@@ -705,9 +777,9 @@ TEST(AttentionKernel, BitwiseSameForOneAndTwoThreads) {
     c.p.bf16 = bf16;
     SCOPED_TRACE(c.name() + (bf16 ? " bf16" : ""));
     omp_set_num_threads(1);
-    const Result one = run(c, true);
+    const Result one = run(c, Body::DISPATCH);
     omp_set_num_threads(2);
-    const Result two = run(c, true);
+    const Result two = run(c, Body::DISPATCH);
     EXPECT_TRUE(bitwise_equal(one.o, two.o, "o"));
     EXPECT_TRUE(bitwise_equal(one.lse, two.lse, "lse"));
     EXPECT_TRUE(bitwise_equal(one.dq, two.dq, "dq"));

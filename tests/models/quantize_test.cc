@@ -202,13 +202,17 @@ TEST(QuantizeModelDir, ReadOnlyLoadPacksTheIntegersAndComputesFloatsOnlyWhenRead
   EXPECT_TRUE(testing::bitwise_equal(encode(lazy, Precision::INT8), encode(copy, Precision::INT8), "int8"));
   // No matrix was computed: the Linear layers packed their integers, the embedding computed the rows it
   // looked up.
-  for (const auto& [k, t] : lp)
-    if (t.dim() == 2) EXPECT_FALSE(materialized(t)) << k;
+  for (const auto& [k, t] : lp) {
+    if (t.dim() == 2) {
+      EXPECT_FALSE(materialized(t)) << k;
+    }
+  }
   EXPECT_TRUE(testing::bitwise_equal(encode(lazy, Precision::FLOAT32), encode(copy, Precision::FLOAT32), "f32"));
   EXPECT_TRUE(testing::bitwise_equal(encode(lazy, Precision::BFLOAT16), encode(copy, Precision::BFLOAT16), "bf16"));
   for (const auto& [k, t] : lp) {
-    if (t.dim() == 2 && k.find("encoder.layers") != std::string::npos)
+    if (t.dim() == 2 && k.find("encoder.layers") != std::string::npos) {
       EXPECT_TRUE(materialized(t)) << k;  // f32 and bf16 packed the computed values
+    }
     EXPECT_TRUE(testing::bitwise_equal(t, cp.at(k), k));
   }
 }
@@ -277,7 +281,10 @@ TEST(QuantizeModelDir, TrainingFromItIsRefusedByName) {
 io::Int8Tensor i8(Shape shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  return io::Int8Tensor{shape, std::vector<int8_t>(static_cast<size_t>(n), 3)};
+  io::Int8Tensor t;
+  t.shape = shape;
+  t.data.assign(static_cast<size_t>(n), 3);
+  return t;
 }
 
 std::string dequantize_error(const NamedTensors& f32, const std::map<std::string, io::Int8Tensor>& int8) {

@@ -1,0 +1,204 @@
+// src/kernels/attention_gemm.cc — attention's body for CPUs without AVX-512 (an AVX2-only EPYC, say): the
+// products as oneDNN sgemm calls (its JIT kernels are AVX2 there), the softmax between them in plain C++.
+// The flash kernel (attention_avx512.cc) needs AVX-512; the scalar twin (attention_scalar.h) is the
+// specification, written to be obviously correct: it recomputes every score three times, one product at a
+// time, on one thread. This body computes what the twin does, up to float rounding (the same masks, the
+// same dropout elements), and is what attention_forward/backward run where cpu_has_avx512() is false.
+//
+// Per (b, h) and per tile of m ≤ kMaxRows query rows i0..i0+m (q_t, o_t, do_t: the tile's rows):
+//   forward   S(m,S) = scale · q_t · kᵀ  (one sgemm), + mask, + key padding, −inf where causal and j > i
+//             per row: mx = max_j s_ij; e_ij = exp(s_ij − mx); l_i = Σ_j e_ij; lse_i = mx + log l_i
+//             P(m,S) = e_ij · keep_ij / l_i          (keep_ij ∈ {0, 1/(1−p)}: dropout's counter rule)
+//             o_t(m,Dv) = P · v                      (one sgemm)
+//   backward  S as above; p_ij = exp(s_ij − lse_i) from the saved lse
+//             dv(S,Dv) += (p ∘ keep)ᵀ · do_t;  dP(m,S) = do_t · vᵀ;  D_i = ⟨do_i, o_i⟩
+//             G_ij = scale · p_ij · (keep_ij · dP_ij − D_i)   (scale · ds)
+//             dq_t(m,Dh) = G · k;  dk(S,Dh) += Gᵀ · q_t      (four sgemms)
+// A row whose keys are all masked (mx = −inf) gets o_i = 0 and lse_i = −inf, and no gradient (its p is 0).
+//
+// Memory: per thread, one or two tiles of m·S floats (thread-local, grown once), m = kMaxRows query rows,
+// fewer when S is long (m·S ≤ kTileFloats, at least one row): never the whole (L,S) matrix.
+// Determinism: the forward splits (b, h, tile) over the threads, the backward (b, h) (its tiles add into
+// one dk, dv in tile order); every job is a fixed sequence of single-threaded calls on its own rows, so the
+// bits do not depend on the thread count. The products with bfloat16 operands (AttentionParams::bf16) are
+// not here: attention.cc sends them to the scalar twin (no CPU without AVX-512 has bf16 dot products).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernels/gemm_backend.h"
+#include "kernels/kernels.h"
+
+namespace tfm::kernels {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+// Query rows per tile, and the most scores a tile holds (64 rows of 1024 keys: 256 KB) unless one row
+// alone is longer.
+constexpr int64_t kMaxRows = 64, kTileFloats = int64_t(64) * 1024;
+
+int64_t tile_rows(const AttentionParams& p) {
+  return std::clamp<int64_t>(kTileFloats / std::max<int64_t>(p.S, 1), 1, std::min(kMaxRows, p.L));
+}
+
+// C = alpha·op(A)·op(B) + beta·C on the calling thread: oneDNN's sgemm, or the twin if oneDNN refuses.
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
+           int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (!gemm_detail::onednn_sgemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+    gemm_scalar(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// The calling thread's scratch number `slot` with room for n floats (grows once).
+float* scratch(int slot, int64_t n) {
+  thread_local std::vector<float> buf[2];
+  std::vector<float>& b = buf[slot];
+  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
+// One (b, h) pair's operands.
+struct HeadView {
+  const AttentionParams& p;
+  int64_t bh, b, h;
+  const float* q(int64_t i) const { return p.q + b * p.q_sb + i * p.q_sl + h * p.Dh; }  // (Dh)
+  const float* k() const { return p.k + b * p.k_sb + h * p.Dh; }                        // (S, Dh) at k_sl
+  const float* v() const { return p.v + b * p.v_sb + h * p.dv(); }                      // (S, Dv) at v_sl
+  int64_t o_at(int64_t i) const { return b * p.o_sb + i * p.o_sl + h * p.dv(); }        // o, dout: (Dv)
+  int64_t q_at(int64_t i) const { return b * p.q_sb + i * p.q_sl + h * p.Dh; }          // dq
+  int64_t k_at() const { return b * p.k_sb + h * p.Dh; }                                // dk
+  int64_t v_at() const { return b * p.v_sb + h * p.dv(); }                              // dv
+
+  // s(m, S) ← the scores of query rows i0..i0+m: scale·q·kᵀ + mask + key padding, −inf where causal
+  // and j > i (the twin's score()).
+  void scores(int64_t i0, int64_t m, float* s) const {
+    const int64_t S = p.S;
+    sgemm(false, true, m, S, p.Dh, p.scale, q(i0), p.q_sl, k(), p.k_sl, 0.0f, s, S);
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t i = i0 + r;
+      float* row = s + r * S;
+      if (p.mask != nullptr) {
+        const float* mr = p.mask + bh * p.mask_sbh + i * S;
+        for (int64_t j = 0; j < S; ++j) row[j] += mr[j];
+      }
+      if (p.kpm != nullptr) {
+        const float* kr = p.kpm + b * S;
+        for (int64_t j = 0; j < S; ++j) row[j] += kr[j];
+      }
+      if (p.causal)
+        for (int64_t j = i + 1; j < S; ++j) row[j] = -kInf;
+    }
+  }
+
+  // Dropout's factor of element (i, j): 1/(1−p) when kept, 0 when dropped (kernels.h's counter rule).
+  float keep(int64_t i, int64_t j, float inv_keep) const {
+    const uint64_t counter = p.offset + static_cast<uint64_t>((bh * p.L + i) * p.S + j);
+    return dropout_keep(p.seed, counter, p.dropout_p) ? inv_keep : 0.0f;
+  }
+};
+
+float inv_keep_of(float dropout_p) { return dropout_p < 1.0f ? 1.0f / (1.0f - dropout_p) : 0.0f; }
+
+}  // namespace
+
+void attention_forward_gemm(const AttentionParams& p) {
+  const int64_t S = p.S, Dv = p.dv(), BH = p.B * p.H;
+  if (p.L <= 0 || BH <= 0) return;
+  const int64_t mt = tile_rows(p), tiles = (p.L + mt - 1) / mt;
+  const bool dropout = p.dropout_p > 0.0f;
+  const float inv_keep = inv_keep_of(p.dropout_p);
+  auto run = [&](int64_t job) {
+    const int64_t bh = job / tiles, i0 = (job % tiles) * mt, m = std::min(mt, p.L - i0);
+    const HeadView hv{p, bh, bh / p.H, bh % p.H};
+    float* P = scratch(0, m * S);  // (m, S): scores, then probabilities
+    hv.scores(i0, m, P);
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t i = i0 + r;
+      float* row = P + r * S;
+      float mx = -kInf;
+      for (int64_t j = 0; j < S; ++j) mx = std::max(mx, row[j]);
+      if (mx == -kInf) {  // every key masked: p = 0, o_i = 0, lse_i = −inf
+        std::fill(row, row + S, 0.0f);
+        if (p.lse != nullptr) p.lse[bh * p.L + i] = -kInf;
+        continue;
+      }
+      float l = 0.0f;
+      for (int64_t j = 0; j < S; ++j) l += (row[j] = std::exp(row[j] - mx));
+      if (p.lse != nullptr) p.lse[bh * p.L + i] = mx + std::log(l);
+      const float w = 1.0f / l;
+      if (dropout) {
+        for (int64_t j = 0; j < S; ++j) row[j] *= w * hv.keep(i, j, inv_keep);
+      } else {
+        for (int64_t j = 0; j < S; ++j) row[j] *= w;
+      }
+    }
+    sgemm(false, false, m, Dv, S, 1.0f, P, S, hv.v(), p.v_sl, 0.0f, p.o + hv.o_at(i0), p.o_sl);
+  };
+  const int64_t jobs = BH * tiles;
+  if (jobs == 1) return run(0);
+#pragma omp parallel for schedule(static)
+  for (int64_t job = 0; job < jobs; ++job) run(job);
+}
+
+void attention_backward_gemm(const AttentionParams& p, const float* dout, float* dq, float* dk, float* dv) {
+  const int64_t S = p.S, Dh = p.Dh, Dv = p.dv(), BH = p.B * p.H;
+  if (BH <= 0) return;
+  const int64_t mt = p.L > 0 ? tile_rows(p) : 1;
+  const bool dropout = p.dropout_p > 0.0f;
+  const float inv_keep = inv_keep_of(p.dropout_p);
+  const float scale = p.scale;
+  auto run = [&](int64_t bh) {
+    const HeadView hv{p, bh, bh / p.H, bh % p.H};
+    float* dk_h = dk + hv.k_at();  // (S, Dh) at k_sl
+    float* dv_h = dv + hv.v_at();  // (S, Dv) at v_sl
+    for (int64_t j = 0; j < S; ++j) {
+      std::fill(dk_h + j * p.k_sl, dk_h + j * p.k_sl + Dh, 0.0f);
+      std::fill(dv_h + j * p.v_sl, dv_h + j * p.v_sl + Dv, 0.0f);
+    }
+    for (int64_t i0 = 0; i0 < p.L; i0 += mt) {
+      const int64_t m = std::min(mt, p.L - i0);
+      float* P = scratch(0, m * S);  // (m, S): p_ij
+      float* T = scratch(1, m * S);  // (m, S): p·keep, then dP, then G
+      hv.scores(i0, m, P);
+      for (int64_t r = 0; r < m; ++r) {
+        const int64_t i = i0 + r;
+        const float lse = p.lse[bh * p.L + i];
+        float* row = P + r * S;
+        float* trow = T + r * S;
+        if (lse == -kInf) {  // every key masked: no gradient
+          std::fill(row, row + S, 0.0f);
+          std::fill(trow, trow + S, 0.0f);
+          continue;
+        }
+        for (int64_t j = 0; j < S; ++j) row[j] = std::exp(row[j] - lse);  // exp(−inf) = 0 where masked
+        for (int64_t j = 0; j < S; ++j) trow[j] = dropout ? row[j] * hv.keep(i, j, inv_keep) : row[j];
+      }
+      const float* do_t = dout + hv.o_at(i0);                                        // (m, Dv) at o_sl
+      sgemm(true, false, S, Dv, m, 1.0f, T, S, do_t, p.o_sl, 1.0f, dv_h, p.v_sl);    // dv += (p·keep)ᵀ · do
+      sgemm(false, true, m, S, Dv, 1.0f, do_t, p.o_sl, hv.v(), p.v_sl, 0.0f, T, S);  // dP = do · vᵀ
+      for (int64_t r = 0; r < m; ++r) {
+        const int64_t i = i0 + r;
+        const float* doi = do_t + r * p.o_sl;
+        const float* oi = p.o + hv.o_at(i);
+        float D = 0.0f;
+        for (int64_t d = 0; d < Dv; ++d) D += doi[d] * oi[d];
+        const float* row = P + r * S;
+        float* trow = T + r * S;
+        for (int64_t j = 0; j < S; ++j) {
+          const float dp = dropout ? trow[j] * hv.keep(i, j, inv_keep) : trow[j];
+          trow[j] = scale * (row[j] * (dp - D));
+        }
+      }
+      sgemm(false, false, m, Dh, S, 1.0f, T, S, hv.k(), p.k_sl, 0.0f, dq + hv.q_at(i0), p.q_sl);  // dq = G·k
+      sgemm(true, false, S, Dh, m, 1.0f, T, S, hv.q(i0), p.q_sl, 1.0f, dk_h, p.k_sl);             // dk += Gᵀ·q
+    }
+  };
+  if (BH == 1) return run(0);
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < BH; ++bh) run(bh);
+}
+
+}  // namespace tfm::kernels
