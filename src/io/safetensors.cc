@@ -434,7 +434,8 @@ SafeTensorsFile load_mapped(const std::string& path, const MappedFile& file, con
       }
     }
     if (keep_int8 && std::string_view(e.dtype->name) == "I8") {
-      Int8Tensor t{e.shape, {}};
+      Int8Tensor t;
+      t.shape = e.shape;
       if (read_only) {  // a view: its pages read when used
         t.view = reinterpret_cast<const int8_t*>(buffer + e.begin);
         t.keeper = keeper;

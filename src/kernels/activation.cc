@@ -4,7 +4,8 @@
 // and their float scalar twins. The twins instantiate the templates of activation_scalar.h; the entry
 // points run fixed chunks of rows or elements (parallel_chunks.h), so results never depend on the
 // thread count, on the AVX-512 bodies of activation_avx512.cc when cpu_has_avx512() and the kind has
-// one (every kind today). Contracts in kernels.h.
+// one (every kind today), else on the AVX2 bodies of activation_avx2.cc when cpu_has_avx2() and the kind
+// has one (GELU). Contracts in kernels.h.
 #include "kernels/activation_scalar.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
@@ -42,21 +43,28 @@ void activation_forward(Activation k, const float* x, float* y, int64_t N, int64
 
 void bias_activation_forward(Activation k, const float* x, const float* bias, float* y, int64_t N,
                              int64_t F) {
-  const bool simd = cpu_has_avx512();
+  const bool avx512 = cpu_has_avx512(), avx2 = !avx512 && cpu_has_avx2();
   const int64_t in_row = activation_is_gated(k) ? 2 * F : F;
   for_each_row_chunk(N, F, [&](int64_t, int64_t r0, int64_t rn) {
-    if (!simd || !bias_activation_forward_avx512(k, x + r0 * in_row, bias, y + r0 * F, rn, F))
-      bias_activation_forward_scalar(k, x + r0 * in_row, bias, y + r0 * F, rn, F);
+    const float* xr = x + r0 * in_row;
+    float* yr = y + r0 * F;
+    if (avx512 && bias_activation_forward_avx512(k, xr, bias, yr, rn, F)) return;
+    if (avx2 && bias_activation_forward_avx2(k, xr, bias, yr, rn, F)) return;
+    bias_activation_forward_scalar(k, xr, bias, yr, rn, F);
   });
 }
 
 void activation_backward(Activation k, const float* dy, const float* x, float* dx, int64_t N,
                          int64_t F) {
-  const bool simd = cpu_has_avx512();
+  const bool avx512 = cpu_has_avx512(), avx2 = !avx512 && cpu_has_avx2();
   const int64_t in_row = activation_is_gated(k) ? 2 * F : F;
   for_each_row_chunk(N, F, [&](int64_t, int64_t r0, int64_t rn) {
-    if (!simd || !activation_backward_avx512(k, dy + r0 * F, x + r0 * in_row, dx + r0 * in_row, rn, F))
-      activation_backward_scalar(k, dy + r0 * F, x + r0 * in_row, dx + r0 * in_row, rn, F);
+    const float* dyr = dy + r0 * F;
+    const float* xr = x + r0 * in_row;
+    float* dxr = dx + r0 * in_row;
+    if (avx512 && activation_backward_avx512(k, dyr, xr, dxr, rn, F)) return;
+    if (avx2 && activation_backward_avx2(k, dyr, xr, dxr, rn, F)) return;
+    activation_backward_scalar(k, dyr, xr, dxr, rn, F);
   });
 }
 

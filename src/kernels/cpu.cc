@@ -27,6 +27,15 @@ bool cpu_has_avx512() {
   return has && !force_scalar();
 }
 
+bool cpu_has_avx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    // Every flag the *_avx2.cc files are compiled with (CMakeLists.txt).
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return has && !force_scalar();
+}
+
 bool cpu_has_int8_dot() {
   static const bool has = [] {
     __builtin_cpu_init();

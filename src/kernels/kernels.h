@@ -86,6 +86,7 @@ namespace tfm::kernels {
 // TFM_FORCE_SCALAR=1 in the environment makes every dispatching kernel take its scalar twin
 // (for bisecting numerical differences). Read once.
 bool cpu_has_avx512();  // AVX-512F/BW/DQ/VL and FMA (the *_avx512.cc files' flags) and not forced scalar
+bool cpu_has_avx2();    // AVX2 and FMA (the *_avx2.cc files' flags) and not forced scalar
 bool force_scalar();
 // AVX512-VNNI (vpdpbusd) or AMX-INT8, and not forced scalar: the int8 Linear (gemm_packed.h) runs on
 // oneDNN only then. Without them oneDNN's u8·s8 kernels pair products in saturating int16 (vpmaddubsw),
@@ -478,6 +479,11 @@ void add_dropout_forward_avx512(const float* a, const float* x, float* y, int64_
 void bias_grad_avx512(const float* dy, int64_t ld, float* db, int64_t N, int64_t F);
 void transpose_avx512(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst,
                       int64_t ld);
+// AVX2 bodies (activation_avx2.cc, compiled with AVX2 and FMA flags), for CPUs without AVX-512: called by
+// the entry points only when cpu_has_avx2() and not cpu_has_avx512(). GELU only; they return false (doing
+// nothing) for another kind, and the entry point runs the twin. Same method and bounds as the AVX-512 ones.
+bool bias_activation_forward_avx2(Activation k, const float* x, const float* bias, float* y, int64_t N, int64_t F);
+bool activation_backward_avx2(Activation k, const float* dy, const float* x, float* dx, int64_t N, int64_t F);
 // Flash attention (attention_avx512.cc); the backward needs p.lse.
 void attention_forward_avx512(const AttentionParams& p);
 void attention_backward_avx512(const AttentionParams& p, const float* dout, float* dq, float* dk,

@@ -52,8 +52,9 @@ TEST(ActivationKernel, ReluBiasForwardAndBackwardBitwise) {
 }
 
 TEST(ActivationKernel, BiasActivationDispatchMatchesItsKernelForEveryKind) {
-  // The dispatcher runs the AVX-512 body of a kind when there is one (relu, gelu) and the twin
-  // otherwise; cut into row chunks, it must equal that kernel run on the whole matrix bitwise.
+  // The dispatcher runs the AVX-512 body of a kind when there is one (every kind), else the AVX2 body
+  // when there is one (gelu), and the twin otherwise; cut into row chunks, it must equal that kernel run on the whole
+  // matrix bitwise.
   const int64_t N = 70;  // more than one row chunk
   for (auto k : {Activation::RELU, Activation::GELU, Activation::GELU_TANH,
                  Activation::GLU, Activation::GEGLU, Activation::SWIGLU}) {
@@ -62,8 +63,9 @@ TEST(ActivationKernel, BiasActivationDispatchMatchesItsKernelForEveryKind) {
       auto x = rnd(N * in_row, 30 + F), b = rnd(in_row, 31 + F), dy = rnd(N * F, 32 + F);
       std::vector<float> y1(N * F), y2(N * F);
       bias_activation_forward(k, x.data(), b.data(), y1.data(), N, F);
-      if (!cpu_has_avx512() ||
-          !bias_activation_forward_avx512(k, x.data(), b.data(), y2.data(), N, F))
+      const bool avx512 = cpu_has_avx512(), avx2 = !avx512 && cpu_has_avx2();
+      if (!(avx512 && bias_activation_forward_avx512(k, x.data(), b.data(), y2.data(), N, F)) &&
+          !(avx2 && bias_activation_forward_avx2(k, x.data(), b.data(), y2.data(), N, F)))
         bias_activation_forward_scalar(k, x.data(), b.data(), y2.data(), N, F);
       EXPECT_TRUE(bitwise_equal(y1, y2)) << "kind " << int(k) << " F=" << F;
       // bias_activation with the bias pre-added equals activation_forward on the sum.
@@ -74,7 +76,8 @@ TEST(ActivationKernel, BiasActivationDispatchMatchesItsKernelForEveryKind) {
       EXPECT_TRUE(bitwise_equal(y1, y2)) << "pre-added bias, kind " << int(k) << " F=" << F;
       std::vector<float> d1(N * in_row), d2(N * in_row);
       activation_backward(k, dy.data(), x.data(), d1.data(), N, F);
-      if (!cpu_has_avx512() || !activation_backward_avx512(k, dy.data(), x.data(), d2.data(), N, F))
+      if (!(avx512 && activation_backward_avx512(k, dy.data(), x.data(), d2.data(), N, F)) &&
+          !(avx2 && activation_backward_avx2(k, dy.data(), x.data(), d2.data(), N, F)))
         activation_backward_scalar(k, dy.data(), x.data(), d2.data(), N, F);
       EXPECT_TRUE(bitwise_equal(d1, d2)) << "backward, kind " << int(k) << " F=" << F;
     }
@@ -89,6 +92,21 @@ double gelu_grad_ref(double x) {
   return 0.5 * std::erfc(-x * 0.70710678118654752440) +
          x * std::exp(-0.5 * x * x) * 0.39894228040143267794;
 }
+
+// The SIMD bodies of GELU this CPU runs: AVX-512 (16 lanes) and AVX2 (8 lanes; AVX-512 CPUs have it too).
+struct GeluBody {
+  const char* name;
+  bool (*forward)(Activation, const float*, const float*, float*, int64_t, int64_t);
+  bool (*backward)(Activation, const float*, const float*, float*, int64_t, int64_t);
+};
+std::vector<GeluBody> gelu_bodies() {
+  std::vector<GeluBody> b;
+  if (cpu_has_avx512()) b.push_back({"avx512", bias_activation_forward_avx512, activation_backward_avx512});
+  if (cpu_has_avx2()) b.push_back({"avx2", bias_activation_forward_avx2, activation_backward_avx2});
+  return b;
+}
+#define SKIP_WITHOUT_GELU_BODY() \
+  if (gelu_bodies().empty()) GTEST_SKIP() << "no AVX-512 or AVX2 on this CPU (or TFM_FORCE_SCALAR set)"
 
 // x over [−14, 14] densely (where gelu is a normal float), then the edge values.
 std::vector<float> gelu_inputs() {
@@ -105,35 +123,38 @@ std::vector<float> gelu_inputs() {
 // denormal and both are checked within 1e-36 absolute. The twin's own 1 + erf cancels in the
 // negative tail (x < −5 gives 0 or large relative errors), so it is not held to this bound.
 TEST(ActivationKernel, GeluWithinFewUlpOfFloat64) {
-  SKIP_WITHOUT_AVX512();
-  const auto x = gelu_inputs();
-  const int64_t n = static_cast<int64_t>(x.size());
-  std::vector<float> y(n), dy(n, 1.0f), d(n);
-  ASSERT_TRUE(bias_activation_forward_avx512(Activation::GELU, x.data(), nullptr, y.data(), 1, n));
-  ASSERT_TRUE(activation_backward_avx512(Activation::GELU, dy.data(), x.data(), d.data(), 1, n));
-  const double eps = std::numeric_limits<float>::epsilon();
-  double worst_f = 0, worst_b = 0;
-  int64_t at_f = 0, at_b = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double xi = x[i], r = gelu_ref(xi), rg = gelu_grad_ref(xi);
-    if (std::fabs(xi) > 13.0) {  // exp(−x²/2) < 2e-37 is denormal: relative precision ends
-      EXPECT_LE(std::fabs(y[i] - r), 1e-36) << "x = " << x[i];
-      EXPECT_LE(std::fabs(d[i] - rg), 1e-36) << "x = " << x[i];
-      continue;
+  SKIP_WITHOUT_GELU_BODY();
+  for (const GeluBody& body : gelu_bodies()) {
+    SCOPED_TRACE(body.name);
+    const auto x = gelu_inputs();
+    const int64_t n = static_cast<int64_t>(x.size());
+    std::vector<float> y(n), dy(n, 1.0f), d(n);
+    ASSERT_TRUE(body.forward(Activation::GELU, x.data(), nullptr, y.data(), 1, n));
+    ASSERT_TRUE(body.backward(Activation::GELU, dy.data(), x.data(), d.data(), 1, n));
+    const double eps = std::numeric_limits<float>::epsilon();
+    double worst_f = 0, worst_b = 0;
+    int64_t at_f = 0, at_b = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double xi = x[i], r = gelu_ref(xi), rg = gelu_grad_ref(xi);
+      if (std::fabs(xi) > 13.0) {  // exp(−x²/2) < 2e-37 is denormal: relative precision ends
+        EXPECT_LE(std::fabs(y[i] - r), 1e-36) << "x = " << x[i];
+        EXPECT_LE(std::fabs(d[i] - rg), 1e-36) << "x = " << x[i];
+        continue;
+      }
+      if (std::fabs(r) >= std::numeric_limits<float>::min()) {
+        const double e = std::fabs(y[i] - r) / (std::fabs(r) * eps);
+        if (e > worst_f) worst_f = e, at_f = i;
+      } else {  // reference below float's normal range: y is 0 or tiny of its sign
+        EXPECT_LE(std::fabs(y[i] - r), 2.0 * std::numeric_limits<float>::min()) << "x = " << x[i];
+      }
+      const double scale = 0.5 * std::erfc(-xi * 0.70710678118654752440) +
+                           std::fabs(xi * std::exp(-0.5 * xi * xi) * 0.39894228040143267794);
+      const double e = std::fabs(d[i] - rg) / (scale * eps);
+      if (e > worst_b) worst_b = e, at_b = i;
     }
-    if (std::fabs(r) >= std::numeric_limits<float>::min()) {
-      const double e = std::fabs(y[i] - r) / (std::fabs(r) * eps);
-      if (e > worst_f) worst_f = e, at_f = i;
-    } else {  // reference below float's normal range: y is 0 or tiny of its sign
-      EXPECT_LE(std::fabs(y[i] - r), 2.0 * std::numeric_limits<float>::min()) << "x = " << x[i];
-    }
-    const double scale = 0.5 * std::erfc(-xi * 0.70710678118654752440) +
-                         std::fabs(xi * std::exp(-0.5 * xi * xi) * 0.39894228040143267794);
-    const double e = std::fabs(d[i] - rg) / (scale * eps);
-    if (e > worst_b) worst_b = e, at_b = i;
+    EXPECT_LE(worst_f, 8.0) << "forward at x = " << x[at_f] << ": " << y[at_f];
+    EXPECT_LE(worst_b, 3.0) << "backward at x = " << x[at_b] << ": " << d[at_b];
   }
-  EXPECT_LE(worst_f, 8.0) << "forward at x = " << x[at_f] << ": " << y[at_f];
-  EXPECT_LE(worst_b, 3.0) << "backward at x = " << x[at_b] << ": " << d[at_b];
 }
 
 // Against the scalar twin (std::erf), with and without bias, over kSizes and on the edge values.
@@ -165,35 +186,39 @@ TEST(ActivationKernel, GeluWithinFewUlpOfFloat64) {
 }
 
 TEST(ActivationKernel, GeluBiasForwardAndBackwardCloseToTwin) {
-  SKIP_WITHOUT_AVX512();
-  const int64_t N = 3;
-  for (int64_t F : kSizes) {
-    auto x = rnd(N * F, 40 + F), b = rnd(F, 41 + F), dy = rnd(N * F, 42 + F);
-    for (auto& v : x) v *= 3.0f;  // x + b over [−8, 8]: both branches of the erf and the tails
-    std::vector<float> xb(N * F), y(N * F), yt(N * F), d(N * F), dt(N * F);
-    for (int64_t i = 0; i < N * F; ++i) xb[i] = x[i] + b[i % F];
-    ASSERT_TRUE(bias_activation_forward_avx512(Activation::GELU, x.data(), b.data(), y.data(), N, F));
-    bias_activation_forward_scalar(Activation::GELU, x.data(), b.data(), yt.data(), N, F);
-    ASSERT_TRUE(activation_backward_avx512(Activation::GELU, dy.data(), xb.data(), d.data(), N, F));
-    activation_backward_scalar(Activation::GELU, dy.data(), xb.data(), dt.data(), N, F);
-    EXPECT_TRUE(gelu_close_to_twin(xb, dy, y, yt, d, dt)) << "F=" << F;
+  SKIP_WITHOUT_GELU_BODY();
+  for (const GeluBody& body : gelu_bodies()) {
+    SCOPED_TRACE(body.name);
+    const int64_t N = 3;
+    for (int64_t F : kSizes) {
+      auto x = rnd(N * F, 40 + F), b = rnd(F, 41 + F), dy = rnd(N * F, 42 + F);
+      for (auto& v : x) v *= 3.0f;  // x + b over [−8, 8]: both branches of the erf and the tails
+      std::vector<float> xb(N * F), y(N * F), yt(N * F), d(N * F), dt(N * F);
+      for (int64_t i = 0; i < N * F; ++i) xb[i] = x[i] + b[i % F];
+      ASSERT_TRUE(body.forward(Activation::GELU, x.data(), b.data(), y.data(), N, F));
+      bias_activation_forward_scalar(Activation::GELU, x.data(), b.data(), yt.data(), N, F);
+      ASSERT_TRUE(body.backward(Activation::GELU, dy.data(), xb.data(), d.data(), N, F));
+      activation_backward_scalar(Activation::GELU, dy.data(), xb.data(), dt.data(), N, F);
+      EXPECT_TRUE(gelu_close_to_twin(xb, dy, y, yt, d, dt)) << "F=" << F;
+    }
+    const float inf = std::numeric_limits<float>::infinity(), tiny = 1e-30f,
+                denormal = std::numeric_limits<float>::denorm_min() * 1000.0f;
+    std::vector<float> x = {0.0f,      -0.0f,  tiny,   -tiny,      denormal,
+                            -denormal, 0.7f,   -0.7f,  1.4142135f, -1.4142135f,
+                            5.0f,      -5.0f,  10.5f,  -10.5f,     14.0f,
+                            -14.0f,    20.0f,  -20.0f, 1e10f,      -1e10f,
+                            3e38f,     -3e38f, inf,    -inf,       std::numeric_limits<float>::quiet_NaN()};
+    const int64_t n = static_cast<int64_t>(x.size());
+    std::vector<float> dy(n, 1.0f), y(n), yt(n), d(n), dt(n);
+    ASSERT_TRUE(body.forward(Activation::GELU, x.data(), nullptr, y.data(), 1, n));
+    activation_forward_scalar(Activation::GELU, x.data(), yt.data(), 1, n);
+    ASSERT_TRUE(body.backward(Activation::GELU, dy.data(), x.data(), d.data(), 1, n));
+    activation_backward_scalar(Activation::GELU, dy.data(), x.data(), dt.data(), 1, n);
+    EXPECT_TRUE(gelu_close_to_twin(x, dy, y, yt, d, dt));
+    EXPECT_TRUE(std::signbit(y[1]) && y[1] == 0.0f);  // gelu(−0) = −0
+    EXPECT_EQ(y[22], inf);
+    EXPECT_TRUE(std::isnan(y[23]) && std::isnan(d[22]) && std::isnan(d[23]) && std::isnan(y[24]));
   }
-  const float inf = std::numeric_limits<float>::infinity(), tiny = 1e-30f,
-              denormal = std::numeric_limits<float>::denorm_min() * 1000.0f;
-  std::vector<float> x = {0.0f, -0.0f, tiny, -tiny, denormal, -denormal, 0.7f, -0.7f, 1.4142135f,
-                          -1.4142135f, 5.0f, -5.0f, 10.5f, -10.5f, 14.0f, -14.0f, 20.0f, -20.0f,
-                          1e10f, -1e10f, 3e38f, -3e38f, inf, -inf,
-                          std::numeric_limits<float>::quiet_NaN()};
-  const int64_t n = static_cast<int64_t>(x.size());
-  std::vector<float> dy(n, 1.0f), y(n), yt(n), d(n), dt(n);
-  ASSERT_TRUE(bias_activation_forward_avx512(Activation::GELU, x.data(), nullptr, y.data(), 1, n));
-  activation_forward_scalar(Activation::GELU, x.data(), yt.data(), 1, n);
-  ASSERT_TRUE(activation_backward_avx512(Activation::GELU, dy.data(), x.data(), d.data(), 1, n));
-  activation_backward_scalar(Activation::GELU, dy.data(), x.data(), dt.data(), 1, n);
-  EXPECT_TRUE(gelu_close_to_twin(x, dy, y, yt, d, dt));
-  EXPECT_TRUE(std::signbit(y[1]) && y[1] == 0.0f);  // gelu(−0) = −0
-  EXPECT_EQ(y[22], inf);
-  EXPECT_TRUE(std::isnan(y[23]) && std::isnan(d[22]) && std::isnan(d[23]) && std::isnan(y[24]));
 }
 
 // ---- gelu_tanh and the gated kinds --------------------------------------------------------------
