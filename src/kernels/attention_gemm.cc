@@ -1,27 +1,25 @@
-// src/kernels/attention_gemm.cc — attention's body for CPUs without AVX-512 (an AVX2-only EPYC, say): the
-// products as oneDNN sgemm calls (its JIT kernels are AVX2 there), the softmax between them in plain C++.
-// The flash kernel (attention_avx512.cc) needs AVX-512; the scalar twin (attention_scalar.h) is the
-// specification, written to be obviously correct: it recomputes every score three times, one product at a
-// time, on one thread. This body computes what the twin does, up to float rounding (the same masks, the
-// same dropout elements), and is what attention_forward/backward run where cpu_has_avx512() is false.
+// src/kernels/attention_gemm.cc — attention's backward for CPUs without AVX-512 (an AVX2-only EPYC, say):
+// the products as oneDNN sgemm calls (its JIT kernels are AVX2 there), the softmax between them in plain
+// C++. The flash kernel (attention_avx512.cc) needs AVX-512; the scalar twin (attention_scalar.h) is the
+// specification, written to be obviously correct: it recomputes every score, one product at a time, on one
+// thread. This body computes what the twin does, up to float rounding (the same masks, the same dropout
+// elements), and is what attention_backward runs where cpu_has_avx512() is false; the forward there is
+// attention_forward_avx2 (attention_avx2.cc).
 //
 // Per (b, h) and per tile of m ≤ kMaxRows query rows i0..i0+m (q_t, o_t, do_t: the tile's rows):
-//   forward   S(m,S) = scale · q_t · kᵀ  (one sgemm), + mask, + key padding, −inf where causal and j > i
-//             per row: mx = max_j s_ij; e_ij = exp(s_ij − mx); l_i = Σ_j e_ij; lse_i = mx + log l_i
-//             P(m,S) = e_ij · keep_ij / l_i          (keep_ij ∈ {0, 1/(1−p)}: dropout's counter rule)
-//             o_t(m,Dv) = P · v                      (one sgemm)
-//   backward  S as above; p_ij = exp(s_ij − lse_i) from the saved lse
-//             dv(S,Dv) += (p ∘ keep)ᵀ · do_t;  dP(m,S) = do_t · vᵀ;  D_i = ⟨do_i, o_i⟩
-//             G_ij = scale · p_ij · (keep_ij · dP_ij − D_i)   (scale · ds)
-//             dq_t(m,Dh) = G · k;  dk(S,Dh) += Gᵀ · q_t      (four sgemms)
-// A row whose keys are all masked (mx = −inf) gets o_i = 0 and lse_i = −inf, and no gradient (its p is 0).
+//   S(m,S) = scale · q_t · kᵀ  (one sgemm), + mask, + key padding, −inf where causal and j > i
+//   p_ij = exp(s_ij − lse_i) from the forward's lse; keep_ij ∈ {0, 1/(1−p)}: dropout's counter rule
+//   dv(S,Dv) += (p ∘ keep)ᵀ · do_t;  dP(m,S) = do_t · vᵀ;  D_i = ⟨do_i, o_i⟩
+//   G_ij = scale · p_ij · (keep_ij · dP_ij − D_i)   (scale · ds)
+//   dq_t(m,Dh) = G · k;  dk(S,Dh) += Gᵀ · q_t      (four sgemms)
+// A row whose keys are all masked (lse_i = −inf) gets no gradient (its p is 0).
 //
-// Memory: per thread, one or two tiles of m·S floats (thread-local, grown once), m = kMaxRows query rows,
-// fewer when S is long (m·S ≤ kTileFloats, at least one row): never the whole (L,S) matrix.
-// Determinism: the forward splits (b, h, tile) over the threads, the backward (b, h) (its tiles add into
-// one dk, dv in tile order); every job is a fixed sequence of single-threaded calls on its own rows, so the
-// bits do not depend on the thread count. The products with bfloat16 operands (AttentionParams::bf16) are
-// not here: attention.cc sends them to the scalar twin (no CPU without AVX-512 has bf16 dot products).
+// Memory: per thread two tiles of m·S floats (thread-local, grown once), m = kMaxRows query rows, fewer
+// when S is long (m·S ≤ kTileFloats, at least one row): never the whole (L,S) matrix.
+// Determinism: (b, h) over the threads, its tiles adding into one dk, dv in tile order; every job is a
+// fixed sequence of single-threaded calls on its own rows, so the bits do not depend on the thread count.
+// The products with bfloat16 operands (AttentionParams::bf16) are not here: attention.cc sends them to the
+// scalar twin (no CPU without AVX-512 has bf16 dot products).
 #include <omp.h>
 
 #include <algorithm>
@@ -103,45 +101,6 @@ struct HeadView {
 float inv_keep_of(float dropout_p) { return dropout_p < 1.0f ? 1.0f / (1.0f - dropout_p) : 0.0f; }
 
 }  // namespace
-
-void attention_forward_gemm(const AttentionParams& p) {
-  const int64_t S = p.S, Dv = p.dv(), BH = p.B * p.H;
-  if (p.L <= 0 || BH <= 0) return;
-  const int64_t mt = tile_rows(p), tiles = (p.L + mt - 1) / mt;
-  const bool dropout = p.dropout_p > 0.0f;
-  const float inv_keep = inv_keep_of(p.dropout_p);
-  auto run = [&](int64_t job) {
-    const int64_t bh = job / tiles, i0 = (job % tiles) * mt, m = std::min(mt, p.L - i0);
-    const HeadView hv{p, bh, bh / p.H, bh % p.H};
-    float* P = scratch(0, m * S);  // (m, S): scores, then probabilities
-    hv.scores(i0, m, P);
-    for (int64_t r = 0; r < m; ++r) {
-      const int64_t i = i0 + r;
-      float* row = P + r * S;
-      float mx = -kInf;
-      for (int64_t j = 0; j < S; ++j) mx = std::max(mx, row[j]);
-      if (mx == -kInf) {  // every key masked: p = 0, o_i = 0, lse_i = −inf
-        std::fill(row, row + S, 0.0f);
-        if (p.lse != nullptr) p.lse[bh * p.L + i] = -kInf;
-        continue;
-      }
-      float l = 0.0f;
-      for (int64_t j = 0; j < S; ++j) l += (row[j] = std::exp(row[j] - mx));
-      if (p.lse != nullptr) p.lse[bh * p.L + i] = mx + std::log(l);
-      const float w = 1.0f / l;
-      if (dropout) {
-        for (int64_t j = 0; j < S; ++j) row[j] *= w * hv.keep(i, j, inv_keep);
-      } else {
-        for (int64_t j = 0; j < S; ++j) row[j] *= w;
-      }
-    }
-    sgemm(false, false, m, Dv, S, 1.0f, P, S, hv.v(), p.v_sl, 0.0f, p.o + hv.o_at(i0), p.o_sl);
-  };
-  const int64_t jobs = BH * tiles;
-  if (jobs == 1) return run(0);
-#pragma omp parallel for schedule(static)
-  for (int64_t job = 0; job < jobs; ++job) run(job);
-}
 
 void attention_backward_gemm(const AttentionParams& p, const float* dout, float* dq, float* dk, float* dv) {
   const int64_t S = p.S, Dh = p.Dh, Dv = p.dv(), BH = p.B * p.H;

@@ -36,8 +36,8 @@
 //       - gemm_bf16, gemm_packed and convert_rows_to_bf16 are declared with their twins and bodies
 //         in gemm_bf16.h and gemm_packed.h, beside the packed weight and the bfloat16 rounding they
 //         share, not here.
-//       - attention has a third body, attention_forward_gemm / attention_backward_gemm (attention_gemm.cc):
-//         what the entry points run on CPUs without AVX-512, its products as oneDNN sgemm calls.
+//       - attention's bodies for CPUs without AVX-512 are attention_forward_avx2 (attention_avx2.cc) and
+//         attention_backward_gemm (attention_gemm.cc: its products as oneDNN sgemm calls, any CPU).
 //       - attention_exp_avx512 is not a kernel: it exposes attention's vector exp to its test.
 //         Neither it nor exp_ps (common_avx512.h), the vector exp it wraps, has a twin: the test
 //         (tests/kernels/attention_test.cc, VectorExpWithinTwoUlp) measures it against std::exp in
@@ -173,11 +173,13 @@ void attention_backward(const AttentionParams& p, const float* dout, float* dq, 
                         float* dv);
 void attention_backward_scalar(const AttentionParams& p, const float* dout, float* dq, float* dk,
                                float* dv);
-// The bodies for CPUs without AVX-512 (attention_gemm.cc): the products as single-threaded oneDNN sgemm
-// calls on tiles of query rows, the softmax in plain C++; float32 products only (p.bf16 false), S, Dh and Dv
-// at least 1, and the backward needs p.lse. They split (b, h, tile) over the threads themselves. Memory:
-// per thread one (forward) or two (backward) tiles of at most max(64·1024, S) floats, grown once.
-void attention_forward_gemm(const AttentionParams& p);
+// The bodies for CPUs without AVX-512: the forward with AVX2 (attention_avx2.cc: keys in the lanes, each row on
+// its own, so a row's bits do not depend on the call's other rows), the backward as single-threaded oneDNN
+// sgemm calls on tiles of query rows with the softmax in plain C++ (attention_gemm.cc). Float32 products only
+// (p.bf16 false), S, Dh and Dv at least 1; the backward needs p.lse. They split (b, h, tile) over the threads
+// themselves. Memory per thread, grown once: the forward Dh·S + S floats, the backward two tiles of at most
+// max(64·1024, S) floats.
+void attention_forward_avx2(const AttentionParams& p);
 void attention_backward_gemm(const AttentionParams& p, const float* dout, float* dq, float* dk, float* dv);
 
 // ---- Dropout inside fused kernels -------------------------------------------------------------------

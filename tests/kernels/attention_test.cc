@@ -187,9 +187,10 @@ struct Result {
   std::vector<float> o, lse, dq, dk, dv;  // dq holds all of dqkv for the packed layout
 };
 
-// Which code computes: the twin, the entry points (the flash kernel with AVX-512, the gemm bodies without),
-// or the gemm bodies called directly (any CPU).
-enum class Body { SCALAR, DISPATCH, GEMM };
+// Which code computes: the twin, the entry points (the flash kernel with AVX-512, the bodies below without),
+// or the bodies for CPUs without AVX-512 called directly (attention_forward_avx2, attention_backward_gemm: any
+// CPU with AVX2).
+enum class Body { SCALAR, DISPATCH, AVX2_GEMM };
 
 Result run(const Case& c, Body body, const Result* forward_from = nullptr) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -204,8 +205,8 @@ Result run(const Case& c, Body body, const Result* forward_from = nullptr) {
     case Body::DISPATCH:
       attention_forward(p);
       break;
-    case Body::GEMM:
-      attention_forward_gemm(p);
+    case Body::AVX2_GEMM:
+      attention_forward_avx2(p);
       break;
   }
   // The backward reads o and lse: use forward_from's when given, so both backwards see the same.
@@ -226,7 +227,7 @@ Result run(const Case& c, Body body, const Result* forward_from = nullptr) {
     case Body::DISPATCH:
       attention_backward(p, c.dout.data(), dq, dk, dv);
       break;
-    case Body::GEMM:
+    case Body::AVX2_GEMM:
       attention_backward_gemm(p, c.dout.data(), dq, dk, dv);
       break;
   }
@@ -350,10 +351,11 @@ const int64_t kLongLens[] = {257, 300};
 // dv_of(Dh): the value head width to pair with Dh (null: Dv = Dh).
 // bf16: both run with AttentionParams::bf16 (the fast kernel's vdpbf16ps path against the twin's rounding).
 template <size_t ND, size_t NL>
-// body: DISPATCH (the entry points: the flash kernel, or without AVX-512 the gemm bodies) or GEMM.
+// body: DISPATCH (the entry points: the flash kernel, or without AVX-512 the other bodies) or AVX2_GEMM.
 void sweep(MaskKind kind, const int64_t (&dhs)[ND], const int64_t (&lens)[NL], int64_t B,
            int64_t (*dv_of)(int64_t) = nullptr, bool bf16 = false, Body body = Body::DISPATCH) {
   if (body == Body::DISPATCH && force_scalar()) GTEST_SKIP() << "TFM_FORCE_SCALAR: nothing to compare";
+  if (body == Body::AVX2_GEMM && !cpu_has_avx2()) GTEST_SKIP() << "no AVX2 (or TFM_FORCE_SCALAR)";
   if (bf16 && !cpu_has_bf16_dot()) GTEST_SKIP() << "no AVX512-BF16 (or TFM_FORCE_SCALAR): nothing to compare";
   uint64_t seed = 1000 * static_cast<uint64_t>(kind) + 100 * NL;
   for (int64_t Dh : dhs)
@@ -399,33 +401,35 @@ TEST(AttentionKernel, FastMatchesScalarValueHeadWidth) {
   sweep(MaskKind::CAUSAL, dhs, kLongLens, 1, other_dv);
 }
 
-// The gemm bodies (CPUs without AVX-512) against the twin on every CPU: every mask kind, the short and
+// The bodies of CPUs without AVX-512 against the twin on every CPU with AVX2: every mask kind, the short and
 // the long lengths (L·S ≥ 256²: more than one query tile), Dv ≠ Dh.
-TEST(AttentionKernel, GemmBodyMatchesScalar) {
+TEST(AttentionKernel, Avx2GemmBodiesMatchScalar) {
   for (MaskKind kind : {MaskKind::NONE, MaskKind::MASK_2D, MaskKind::MASK_3D, MaskKind::KEY_PADDING, MaskKind::CAUSAL,
                         MaskKind::CAUSAL_FULLY_MASKED, MaskKind::DROPOUT}) {
     SCOPED_TRACE(mask_name(kind));
-    sweep(kind, kShortDhs, kShortLens, 2, nullptr, false, Body::GEMM);
-    sweep(kind, kLongDhs, kLongLens, 1, nullptr, false, Body::GEMM);
+    sweep(kind, kShortDhs, kShortLens, 2, nullptr, false, Body::AVX2_GEMM);
+    sweep(kind, kLongDhs, kLongLens, 1, nullptr, false, Body::AVX2_GEMM);
   }
   for (MaskKind kind : {MaskKind::KEY_PADDING, MaskKind::CAUSAL_FULLY_MASKED, MaskKind::DROPOUT})
-    sweep(kind, kShortDhs, kShortLens, 2, other_dv, false, Body::GEMM);
+    sweep(kind, kShortDhs, kShortLens, 2, other_dv, false, Body::AVX2_GEMM);
 }
 
-// The gemm bodies' tiles hold at most 64·1024 scores: with S = 5000 a tile has 13 query rows, so 40 rows
-// take four tiles, the last one short (the backward adds each tile into dk, dv in turn).
-TEST(AttentionKernel, GemmBodyMatchesScalarOnShortTilesOfLongRows) {
+// The sgemm backward's tiles hold at most 64·1024 scores: with S = 5000 a tile has 13 query rows, so 40
+// rows take four tiles, the last one short (the backward adds each tile into dk, dv in turn).
+TEST(AttentionKernel, Avx2GemmBodiesMatchScalarOnShortTilesOfLongRows) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 (or TFM_FORCE_SCALAR)";
   uint64_t seed = 555;
   for (MaskKind kind : {MaskKind::MASK_3D, MaskKind::CAUSAL_FULLY_MASKED, MaskKind::DROPOUT})
     for (Layout layout : {Layout::BATCH_FIRST, Layout::SEQ_FIRST}) {
       const Case c = make_case(2, 2, 40, 5000, 8, layout, kind, seed += 10);
-      compare_with_twin(c, Body::GEMM);
+      compare_with_twin(c, Body::AVX2_GEMM);
       if (HasFatalFailure()) return;
     }
 }
 
-// The gemm bodies give the same bits on 1 and 2 threads (the forward splits (b, h, tile), the backward (b, h)).
-TEST(AttentionKernel, GemmBodyBitwiseAcrossThreadCounts) {
+// The bodies give the same bits on 1 and 2 threads (the forward splits (b, h, tile), the backward (b, h)).
+TEST(AttentionKernel, Avx2GemmBodiesBitwiseAcrossThreadCounts) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 (or TFM_FORCE_SCALAR)";
   const int saved = omp_get_max_threads();
   uint64_t seed = 777;
   for (MaskKind kind : {MaskKind::KEY_PADDING, MaskKind::CAUSAL, MaskKind::DROPOUT})
@@ -433,9 +437,9 @@ TEST(AttentionKernel, GemmBodyBitwiseAcrossThreadCounts) {
       const Case c = make_case(2, 3, L, 300, 17, Layout::BATCH_FIRST, kind, seed += 10);
       SCOPED_TRACE(c.name());
       omp_set_num_threads(1);
-      const Result one = run(c, Body::GEMM);
+      const Result one = run(c, Body::AVX2_GEMM);
       omp_set_num_threads(2);
-      const Result two = run(c, Body::GEMM);
+      const Result two = run(c, Body::AVX2_GEMM);
       omp_set_num_threads(saved);
       EXPECT_TRUE(bitwise_equal(one.o, two.o, "o"));
       EXPECT_TRUE(bitwise_equal(one.lse, two.lse, "lse"));
@@ -515,8 +519,9 @@ TEST(AttentionKernel, Bf16ForwardExactWhereRoundingIsExact) {
 // tiles), key counts within one tile and across several (S = 1, 17, 64, 130), and S = 8200, where the
 // tiles first copy K and V into per-head blocks (L·S ≥ 256²) and the rows read them in place; head widths
 // off 16.
+// Without AVX-512, the AVX2 forward computes each row alone: the same must hold.
 TEST(AttentionKernel, RowPathEqualsTilePath) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 (or TFM_FORCE_SCALAR): nothing to compare";
+  if (!cpu_has_avx512() && !cpu_has_avx2()) GTEST_SKIP() << "no AVX-512 or AVX2 (or TFM_FORCE_SCALAR)";
   const float nan = std::numeric_limits<float>::quiet_NaN();
   uint64_t seed = 4242;
   for (MaskKind kind : {MaskKind::NONE, MaskKind::MASK_2D, MaskKind::MASK_3D, MaskKind::KEY_PADDING,
