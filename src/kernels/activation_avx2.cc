@@ -8,8 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
+#include "kernels/common_avx2.h"
 #include "kernels/gelu_erf.h"
 #include "kernels/kernels.h"
 
@@ -19,36 +19,6 @@ namespace {
 
 using gelu_erf::kErfcG;
 using gelu_erf::kErfP;
-
-// Vector exp, 8 lanes: activation_avx512.cc's exp_ps (common_avx512.h: n = round(x·log2 e), Cody–Waite
-// r = x − n·ln2, degree-7 Taylor polynomial for e^r, inputs clamped to [−104, 89], NaN kept), with 2^n
-// applied without vscalefps: as two factors 2^⌊n/2⌋ and 2^(n − ⌊n/2⌋), each a normal float for
-// n ∈ [−150, 129], built in the exponent bits. The first product is exact, the second rounds once, so
-// denormal and overflowing results come out as vscalefps gives them.
-inline __m256 exp_ps(__m256 x) {
-  x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);  // vmaxps returns its 2nd operand (x) on NaN
-  x = _mm256_min_ps(_mm256_set1_ps(89.0f), x);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 y = _mm256_set1_ps(1.0f / 5040.0f);
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 720.0f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 120.0f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 24.0f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 6.0f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(0.5f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
-  const __m256i ni = _mm256_cvtps_epi32(n);  // exact: n is an integer in [−150, 129] (garbage on NaN, y is NaN)
-  const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-  const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
-}
-
-inline __m256 abs_ps(__m256 v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
 
 // c[0]·x^(K−1) + … + c[K−1] by Horner's rule with FMA.
 template <size_t K>
@@ -91,18 +61,6 @@ inline __m256 gelu_grad_ps(__m256 v) {
   const GeluTerms g = gelu_terms(v);
   const __m256 pdf = _mm256_mul_ps(g.e, _mm256_set1_ps(0.39894228040143267794f));
   return _mm256_fmadd_ps(v, pdf, _mm256_mul_ps(_mm256_set1_ps(0.5f), g.q));
-}
-
-// Up to 8 floats from p into a vector, the lanes past n zero (a row's tail), and back.
-inline __m256 load_tail(const float* p, int64_t n) {
-  alignas(32) float b[8] = {};
-  std::memcpy(b, p, sizeof(float) * static_cast<size_t>(n));
-  return _mm256_load_ps(b);
-}
-inline void store_tail(float* p, __m256 v, int64_t n) {
-  alignas(32) float b[8];
-  _mm256_store_ps(b, v);
-  std::memcpy(p, b, sizeof(float) * static_cast<size_t>(n));
 }
 
 }  // namespace

@@ -481,11 +481,19 @@ void add_dropout_forward_avx512(const float* a, const float* x, float* y, int64_
 void bias_grad_avx512(const float* dy, int64_t ld, float* db, int64_t N, int64_t F);
 void transpose_avx512(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst,
                       int64_t ld);
-// AVX2 bodies (activation_avx2.cc, compiled with AVX2 and FMA flags), for CPUs without AVX-512: called by
-// the entry points only when cpu_has_avx2() and not cpu_has_avx512(). GELU only; they return false (doing
-// nothing) for another kind, and the entry point runs the twin. Same method and bounds as the AVX-512 ones.
+// AVX2 bodies (the *_avx2.cc files, compiled with AVX2 and FMA flags), for CPUs without AVX-512: called by
+// the entry points only when cpu_has_avx2() and not cpu_has_avx512(). Same method and bounds as the AVX-512
+// ones. Activations: GELU only; they return false (doing nothing) for another kind, and the entry point runs
+// the twin.
 bool bias_activation_forward_avx2(Activation k, const float* x, const float* bias, float* y, int64_t N, int64_t F);
 bool activation_backward_avx2(Activation k, const float* dy, const float* x, float* dx, int64_t N, int64_t F);
+// The softmax cross-entropy and log_softmax_rows' row (cross_entropy_avx2.cc): the contracts of their AVX-512
+// namesakes.
+void cross_entropy_forward_avx2(const float* logits, const int32_t* target, float* loss, float* lse, int64_t N,
+                                int64_t V, int32_t ignore_index, float label_smoothing);
+void cross_entropy_backward_avx2(const float* logits, const int32_t* target, const float* lse, const float* scale,
+                                 float* dlogits, int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
+bool log_softmax_row_avx2(const float* z, int64_t V, double* lse, int64_t* argmax);
 // Flash attention (attention_avx512.cc); the backward needs p.lse.
 void attention_forward_avx512(const AttentionParams& p);
 void attention_backward_avx512(const AttentionParams& p, const float* dout, float* dq, float* dk,

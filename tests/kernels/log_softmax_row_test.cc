@@ -104,45 +104,67 @@ TEST(LogSoftmaxRow, EdgeRows) {
   EXPECT_EQ(log_softmax_row_scalar(two, 2, 1).lse, 5.0);  // one kept entry: its own logit
 }
 
+// The SIMD bodies of a row this CPU runs: AVX-512 and AVX2 (AVX-512 CPUs have both).
+struct RowBody {
+  const char* name;
+  bool (*row)(const float*, int64_t, double*, int64_t*);
+};
+std::vector<RowBody> row_bodies() {
+  std::vector<RowBody> b;
+  if (cpu_has_avx512()) b.push_back({"avx512", log_softmax_row_avx512});
+  if (cpu_has_avx2()) b.push_back({"avx2", log_softmax_row_avx2});
+  return b;
+}
+
 // kernels::log_softmax_rows, the scorer's rows: its AVX-512 body sums the vector exp's terms (within
 // 2 ulp of exp, +2.2e-8 from rounding z − m in float) in double, so s is within 2.6e-7 relative of the
 // twin's and lse within 2.6e-7 absolute (m is exact in both); bound 3·eps_f plus the twin's own
 // (V + 3)·u·(1 + |lse|). The argmax is the same index.
-TEST(LogSoftmaxRows, Avx512BodyWithinFloatRoundingOfTheTwin) {
-  SKIP_WITHOUT_AVX512();
-  constexpr double u = std::numeric_limits<double>::epsilon() / 2;
-  constexpr double eps_f = std::numeric_limits<float>::epsilon();
-  uint64_t seed = 100;
-  double worst = 0;
-  for (int64_t V : {1, 2, 7, 16, 17, 100, 5000}) {
-    for (float offset : {0.0f, -300.0f, 1000.0f}) {
-      std::vector<float> z = testing::random_values(V, ++seed, -30.0f, 30.0f);
-      for (float& x : z) x += offset;
-      const LogSoftmaxRow r = log_softmax_row_scalar(z.data(), V);
-      double lse = 0;
-      int64_t argmax = -7;
-      ASSERT_TRUE(log_softmax_row_avx512(z.data(), V, &lse, &argmax)) << "V " << V;
-      const double bound = 3 * eps_f + (V + 3) * u * (1 + std::fabs(r.lse));
-      worst = std::max(worst, std::fabs(lse - r.lse) / bound);
-      EXPECT_EQ(argmax, r.argmax) << "V " << V;
+TEST(LogSoftmaxRows, SimdBodiesWithinFloatRoundingOfTheTwin) {
+  if (row_bodies().empty()) GTEST_SKIP() << "no AVX-512 or AVX2 (or TFM_FORCE_SCALAR)";
+  for (const RowBody& body : row_bodies()) {
+    SCOPED_TRACE(body.name);
+    constexpr double u = std::numeric_limits<double>::epsilon() / 2;
+    constexpr double eps_f = std::numeric_limits<float>::epsilon();
+    uint64_t seed = 100;
+    double worst = 0;
+    for (int64_t V : {1, 2, 7, 16, 17, 100, 5000}) {
+      for (float offset : {0.0f, -300.0f, 1000.0f}) {
+        std::vector<float> z = testing::random_values(V, ++seed, -30.0f, 30.0f);
+        for (float& x : z) x += offset;
+        const LogSoftmaxRow r = log_softmax_row_scalar(z.data(), V);
+        double lse = 0;
+        int64_t argmax = -7;
+        ASSERT_TRUE(body.row(z.data(), V, &lse, &argmax)) << "V " << V;
+        const double bound = 3 * eps_f + (V + 3) * u * (1 + std::fabs(r.lse));
+        worst = std::max(worst, std::fabs(lse - r.lse) / bound);
+        EXPECT_EQ(argmax, r.argmax) << "V " << V;
+      }
     }
+    EXPECT_LE(worst, 1.0);
+    std::printf("log_softmax_row_%s: worst |lse − twin| = %.2f of the bound\n", body.name, worst);
   }
-  EXPECT_LE(worst, 1.0);
-  std::printf("log_softmax_row_avx512: worst |lse − twin| = %.2f of the bound\n", worst);
 }
 
 // Ties resolve to the first maximum, across vector boundaries too.
 TEST(LogSoftmaxRows, TiesTakeTheFirstMaximum) {
-  SKIP_WITHOUT_AVX512();
-  std::vector<float> z(40, -1.0f);
-  z[21] = 2.0f, z[5] = 2.0f, z[37] = 2.0f;
-  double lse = 0;
-  int64_t argmax = -1;
-  ASSERT_TRUE(log_softmax_row_avx512(z.data(), 40, &lse, &argmax));
-  EXPECT_EQ(argmax, 5);
-  z[5] = 1.0f;
-  ASSERT_TRUE(log_softmax_row_avx512(z.data(), 40, &lse, &argmax));
-  EXPECT_EQ(argmax, 21);
+  if (row_bodies().empty()) GTEST_SKIP() << "no AVX-512 or AVX2 (or TFM_FORCE_SCALAR)";
+  for (const RowBody& body : row_bodies()) {
+    SCOPED_TRACE(body.name);
+    std::vector<float> z(40, -1.0f);
+    z[21] = 2.0f, z[5] = 2.0f, z[37] = 2.0f;
+    double lse = 0;
+    int64_t argmax = -1;
+    ASSERT_TRUE(body.row(z.data(), 40, &lse, &argmax));
+    EXPECT_EQ(argmax, 5);
+    z[5] = 1.0f;
+    ASSERT_TRUE(body.row(z.data(), 40, &lse, &argmax));
+    EXPECT_EQ(argmax, 21);
+    z.resize(39);  // the tie in the last, partial vector: 37 (the lanes past the row read nothing)
+    z[21] = 1.0f;
+    ASSERT_TRUE(body.row(z.data(), 39, &lse, &argmax));
+    EXPECT_EQ(argmax, 37);
+  }
 }
 
 // The dispatcher: edge rows (a NaN, a +inf, a row of −inf) are the twin's bit for bit; a row with some
@@ -167,6 +189,8 @@ TEST(LogSoftmaxRows, DispatcherRowsAndEdgeRows) {
     const bool edge = n >= 1 && n <= 3;
     if (!edge && cpu_has_avx512()) {
       ASSERT_TRUE(log_softmax_row_avx512(row, V, &l, &a)) << n;
+    } else if (!edge && cpu_has_avx2()) {
+      ASSERT_TRUE(log_softmax_row_avx2(row, V, &l, &a)) << n;
     }
     if (std::isnan(l)) {
       EXPECT_TRUE(std::isnan(lse[n])) << "row " << n;

@@ -1,0 +1,69 @@
+// src/kernels/common_avx2.h — small pieces shared by the AVX2 kernels (include only from *_avx2.cc files,
+// compiled with AVX2 and FMA flags): a vector exp, |x|, and the load and store of a row's tail of fewer than 8
+// floats (AVX2 has no lane masks for them).
+#pragma once
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace tfm::kernels {
+
+// Vector exp, 8 lanes (GELU in activation_avx2.cc, the log-sum-exp and softmax of cross_entropy_avx2.cc):
+// common_avx512.h's exp_ps (n = round(x·log2 e), Cody–Waite
+// r = x − n·ln2, degree-7 Taylor polynomial for e^r, inputs clamped to [−104, 89], NaN kept), with 2^n
+// applied without vscalefps: as two factors 2^⌊n/2⌋ and 2^(n − ⌊n/2⌋), each a normal float for
+// n ∈ [−150, 129], built in the exponent bits. The first product is exact, the second rounds once, so
+// denormal and overflowing results come out as vscalefps gives them.
+inline __m256 exp_ps(__m256 x) {
+  x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);  // vmaxps returns its 2nd operand (x) on NaN
+  x = _mm256_min_ps(_mm256_set1_ps(89.0f), x);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.0f / 5040.0f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 720.0f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 120.0f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 24.0f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 6.0f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(0.5f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+  const __m256i ni = _mm256_cvtps_epi32(n);  // exact: n is an integer in [−150, 129] (garbage on NaN, y is NaN)
+  const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(y, p1), p2);
+}
+
+inline __m256 abs_ps(__m256 v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
+
+// Up to 8 floats from p into a vector, the lanes past n set to `fill` (a row's tail), and back.
+inline __m256 load_tail(const float* p, int64_t n, float fill = 0.0f) {
+  alignas(32) float b[8] = {fill, fill, fill, fill, fill, fill, fill, fill};
+  std::memcpy(b, p, sizeof(float) * static_cast<size_t>(n));
+  return _mm256_load_ps(b);
+}
+inline void store_tail(float* p, __m256 v, int64_t n) {
+  alignas(32) float b[8];
+  _mm256_store_ps(b, v);
+  std::memcpy(p, b, sizeof(float) * static_cast<size_t>(n));
+}
+
+// The sum and the maximum of a vector's 8 lanes.
+inline float reduce_max_ps(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+inline double reduce_add_pd(__m256d v) {
+  __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+  return _mm_cvtsd_f64(s);
+}
+
+}  // namespace tfm::kernels
