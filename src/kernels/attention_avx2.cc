@@ -2,10 +2,11 @@
 // EPYC, say), compiled with AVX2 and FMA flags (CMakeLists.txt, the *_avx2.cc files). The backward is
 // attention_backward_gemm (attention_gemm.cc), on oneDNN sgemm calls.
 //
-// Per (b, h) and tile of query rows, the keys of the head are transposed once into kT (Dh, S), then each
-// query row on its own:
+// Per (b, h) and tile of query rows, the keys of the head are transposed once into kT (Dh, S), then the
+// rows in groups of kRows (each load of kT and of v serves the group), each row's arithmetic its own:
 //   s_j = scale · Σ_d q_d·kT[d][j] + mask + key padding   (−inf where causal and j > i, not computed)
 //   mx = max_j s_j;  e_j = exp(s_j − mx);  l = Σ_j e_j;  lse = mx + log l;  p_j = e_j · keep_j / l
+//   (exp: the vector exp of common_avx2.h, ≤ 2 ulp; l summed 8 lanes apart)
 //   o = Σ_j p_j · v_j
 // The dot products run with the keys in the lanes (for each d, an fma of q_d into every s_j), and o as an
 // fma of p_j·v_j into every d: each output element is one fma chain in a fixed order (d, or j, ascending)
@@ -14,7 +15,8 @@
 // kernel's rows do (tests/ops/attention_cache_test.cc). Rows whose keys are all masked give o = 0 and
 // lse = −inf. Dropout: the counter rule of kernels.h, as the twin.
 // Determinism: (b, h, tile) over the threads, each a fixed sequence on its own rows. Memory: per thread
-// kT (Dh·S floats) and one row of scores (S), thread-local, grown once.
+// kT (Dh·S floats) and kRows rows of scores (4·S), thread-local, grown once.
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/common_avx2.h"
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
@@ -39,6 +42,94 @@ float* scratch(int slot, int64_t n) {
   return b.data();
 }
 
+// Query rows computed together: each load of the transposed keys (and of the values) serves this many rows.
+constexpr int64_t kRows = 4;
+
+// s[r][j] = Σ_d q[r][d]·kT[d·S + j] for j < n and the kRows rows: for each element one fma chain over d
+// ascending from 0 (8 keys in the lanes; the last keys one at a time, the same fma), so its bits do not depend
+// on the other rows or on where j falls.
+void dots(const float* const* q, const float* kT, int64_t S, int64_t Dh, int64_t n, float* const* s) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m256 acc[kRows][2];
+    for (int64_t r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < Dh; ++d) {
+      const __m256 k0 = _mm256_loadu_ps(kT + d * S + j), k1 = _mm256_loadu_ps(kT + d * S + j + 8);
+      for (int64_t r = 0; r < kRows; ++r) {
+        const __m256 qd = _mm256_set1_ps(q[r][d]);
+        acc[r][0] = _mm256_fmadd_ps(qd, k0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(qd, k1, acc[r][1]);
+      }
+    }
+    for (int64_t r = 0; r < kRows; ++r) {
+      _mm256_storeu_ps(s[r] + j, acc[r][0]);
+      _mm256_storeu_ps(s[r] + j + 8, acc[r][1]);
+    }
+  }
+  for (; j < n; ++j)
+    for (int64_t r = 0; r < kRows; ++r) {
+      float a = 0.0f;
+      for (int64_t d = 0; d < Dh; ++d) a = std::fma(q[r][d], kT[d * S + j], a);
+      s[r][j] = a;
+    }
+}
+
+// o[r][d] = Σ_j p[r][j]·v_j[d] for j < n and the first R rows: for each element one fma chain over j
+// ascending from 0, 8 columns in the lanes (the last columns one at a time, the same fma).
+void weighted_values(const float* const* p, int64_t R, const float* v, int64_t v_sl, int64_t Dv, int64_t n,
+                     float* const* o) {
+  int64_t d = 0;
+  for (; d + 8 <= Dv; d += 8) {
+    __m256 acc[kRows];
+    for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; ++j) {
+      const __m256 vj = _mm256_loadu_ps(v + j * v_sl + d);
+      for (int64_t r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(p[r][j]), vj, acc[r]);
+    }
+    for (int64_t r = 0; r < R; ++r) _mm256_storeu_ps(o[r] + d, acc[r]);
+  }
+  for (; d < Dv; ++d)
+    for (int64_t r = 0; r < R; ++r) {
+      float a = 0.0f;
+      for (int64_t j = 0; j < n; ++j) a = std::fma(p[r][j], v[j * v_sl + d], a);
+      o[r][d] = a;
+    }
+}
+
+// max_j s[j] over j < n (−inf for n = 0), 8 lanes then the tail.
+float row_max(const float* s, int64_t n) {
+  __m256 m = _mm256_set1_ps(-kInf);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + j));
+  float mx = reduce_max_ps(m);
+  for (; j < n; ++j) mx = std::max(mx, s[j]);
+  return mx;
+}
+
+// s[j] ← exp(s[j] − mx) for j < n (common_avx2.h's exp_ps), and returns their sum: lane j mod 8 sums its
+// terms in order (the tail's padding adds 0), the lanes added in a fixed order at the end — a function of n
+// alone, so a row's bits do not depend on the call.
+float exp_and_sum(float* s, int64_t n, float mx) {
+  const __m256 m = _mm256_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), m));
+    _mm256_storeu_ps(s + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (j < n) {
+    const __m256 e = exp_ps(_mm256_sub_ps(load_tail(s + j, n - j, -kInf), m));  // exp(−inf) = 0 past n
+    store_tail(s + j, e, n - j);
+    acc = _mm256_add_ps(acc, e);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  float l = 0.0f;
+  for (float x : lanes) l += x;
+  return l;
+}
+
 }  // namespace
 
 void attention_forward_avx2(const AttentionParams& p) {
@@ -53,49 +144,63 @@ void attention_forward_avx2(const AttentionParams& p) {
     // kT (Dh, S): kT[d·S + j] = k_j[d]
     float* kT = scratch(0, Dh * S);
     const float* k = p.k + b * p.k_sb + h * Dh;
-    for (int64_t j = 0; j < S; ++j)
-      for (int64_t d = 0; d < Dh; ++d) kT[d * S + j] = k[j * p.k_sl + d];
+    for (int64_t j0 = 0; j0 < S; j0 += 16) {  // 16 keys at a time: each d writes one run of 16 floats
+      const int64_t j1 = std::min(S, j0 + 16);
+      for (int64_t d = 0; d < Dh; ++d)
+        for (int64_t j = j0; j < j1; ++j) kT[d * S + j] = k[j * p.k_sl + d];
+    }
     const float* v = p.v + b * p.v_sb + h * Dv;  // (S, Dv) at v_sl
-    float* s = scratch(1, S);
-    for (int64_t i = i0; i < i1; ++i) {
-      const float* q = p.q + b * p.q_sb + i * p.q_sl + h * Dh;
-      float* o = p.o + b * p.o_sb + i * p.o_sl + h * Dv;
-      const int64_t n = p.causal ? std::min(S, i + 1) : S;  // keys j < n; the rest are −inf
-      std::fill(s, s + n, 0.0f);
-      for (int64_t d = 0; d < Dh; ++d) {
-        const float qd = q[d];
-        const float* kd = kT + d * S;
-        for (int64_t j = 0; j < n; ++j) s[j] = std::fma(qd, kd[j], s[j]);
+    float* sbuf = scratch(1, kRows * S);         // the group's scores, then probabilities
+    for (int64_t g0 = i0; g0 < i1; g0 += kRows) {
+      const int64_t R = std::min(kRows, i1 - g0);
+      // keys j < n(i) for row i; the rest are −inf (causal), not computed. The group computes up to its
+      // largest n: a row's extra keys are then set to −inf, and its own are the same fma chains.
+      auto n_of = [&](int64_t i) { return p.causal ? std::min(S, i + 1) : S; };
+      const int64_t n_max = n_of(g0 + R - 1);
+      const float* q[kRows];
+      float* s[kRows];
+      for (int64_t r = 0; r < kRows; ++r) {
+        q[r] = p.q + b * p.q_sb + (g0 + std::min(r, R - 1)) * p.q_sl + h * Dh;  // unused rows repeat the last
+        s[r] = sbuf + r * S;
       }
-      for (int64_t j = 0; j < n; ++j) s[j] *= p.scale;
-      if (p.mask != nullptr) {
-        const float* m = p.mask + bh * p.mask_sbh + i * S;
-        for (int64_t j = 0; j < n; ++j) s[j] += m[j];
-      }
-      if (p.kpm != nullptr) {
-        const float* m = p.kpm + b * S;
-        for (int64_t j = 0; j < n; ++j) s[j] += m[j];
-      }
-      float mx = -kInf;
-      for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
-      std::fill(o, o + Dv, 0.0f);
-      if (mx == -kInf) {  // every key masked
-        if (p.lse != nullptr) p.lse[bh * p.L + i] = -kInf;
-        continue;
-      }
-      float l = 0.0f;
-      for (int64_t j = 0; j < n; ++j) l += (s[j] = std::exp(s[j] - mx));
-      if (p.lse != nullptr) p.lse[bh * p.L + i] = mx + std::log(l);
-      const float w = 1.0f / l;
-      for (int64_t j = 0; j < n; ++j) {
-        float pj = s[j] * w;
-        if (dropout) {
-          const uint64_t counter = p.offset + static_cast<uint64_t>((bh * p.L + i) * S + j);
-          pj *= dropout_keep(p.seed, counter, p.dropout_p) ? inv_keep : 0.0f;
+      dots(q, kT, S, Dh, n_max, s);
+      float* o[kRows];
+      int64_t live = 0;  // rows with a key left, in o_rows/p_rows order
+      const float* p_rows[kRows];
+      float* o_rows[kRows];
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t i = g0 + r, n = n_of(i);
+        float* si = s[r];
+        o[r] = p.o + b * p.o_sb + i * p.o_sl + h * Dv;
+        for (int64_t j = 0; j < n; ++j) si[j] *= p.scale;
+        if (p.mask != nullptr) {
+          const float* m = p.mask + bh * p.mask_sbh + i * S;
+          for (int64_t j = 0; j < n; ++j) si[j] += m[j];
         }
-        const float* vj = v + j * p.v_sl;
-        for (int64_t d = 0; d < Dv; ++d) o[d] = std::fma(pj, vj[d], o[d]);
+        if (p.kpm != nullptr) {
+          const float* m = p.kpm + b * S;
+          for (int64_t j = 0; j < n; ++j) si[j] += m[j];
+        }
+        const float mx = row_max(si, n);
+        if (mx == -kInf) {  // every key masked: o = 0
+          std::fill(o[r], o[r] + Dv, 0.0f);
+          if (p.lse != nullptr) p.lse[bh * p.L + i] = -kInf;
+          continue;
+        }
+        const float l = exp_and_sum(si, n, mx);
+        if (p.lse != nullptr) p.lse[bh * p.L + i] = mx + std::log(l);
+        const float w = 1.0f / l;
+        for (int64_t j = 0; j < n; ++j) si[j] *= w;
+        if (dropout)
+          for (int64_t j = 0; j < n; ++j) {
+            const uint64_t counter = p.offset + static_cast<uint64_t>((bh * p.L + i) * S + j);
+            si[j] *= dropout_keep(p.seed, counter, p.dropout_p) ? inv_keep : 0.0f;
+          }
+        std::fill(si + n, si + n_max, 0.0f);  // keys past the row's: probability 0
+        p_rows[live] = si;
+        o_rows[live++] = o[r];
       }
+      weighted_values(p_rows, live, v, p.v_sl, Dv, n_max, o_rows);
     }
   };
   const int64_t jobs = BH * tiles;

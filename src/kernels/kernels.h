@@ -63,9 +63,14 @@
 //     function in the .cc (no _scalar.h); gemm_packed_avx512.cc holds the bfloat16 rounding's body;
 //   quantize (int8 rules, declared here): quantize.cc with its twins as plain functions (no _scalar.h),
 //     quantize_avx512.cc.
+// CPUs without AVX-512 (AVX2 and FMA: cpu_has_avx2) have bodies where a training step spends its time,
+// <op>_avx2.cc, compiled with AVX2 flags because of the name: attention_avx2.cc (the forward; the backward
+// is attention_gemm.cc, on oneDNN sgemm calls, plain C++), activation_avx2.cc (GELU), cross_entropy_avx2.cc.
+// The other ops run their twins there.
 // Shared pieces: onednn_primitives.h (the engine, the per-thread streams and grow-only buffers of
 // gemm_bf16 and gemm_packed), parallel_chunks.h (the fixed work split, the norms' partials),
 // common_avx512.h, dropout_hash_avx512.h and transpose_avx512.h (helpers for AVX-512 files only),
+// common_avx2.h (for AVX2 files only), gelu_erf.h (GELU's polynomials, for both widths),
 // cpu.cc (the CPU checks, the scalar switch, splitmix64).
 //
 // To add a kernel `foo_forward`: declare it and `foo_forward_scalar` here with the shapes in
