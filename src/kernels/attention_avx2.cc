@@ -22,8 +22,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
-#include <vector>
+#include <new>
 
 #include "kernels/common_avx2.h"
 #include "kernels/kernels.h"
@@ -35,11 +36,29 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kTileRows = 64;  // query rows per job: the transposed keys serve this many rows
 
+// A thread's grow-only float buffer. Not a std::vector: its out-of-line members, compiled here with AVX2 flags,
+// would be weak symbols the linker may pick for the whole library, CPUs without AVX2 included.
+struct Buffer {
+  float* data = nullptr;
+  size_t cap = 0;
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { std::free(data); }
+};
 float* scratch(int slot, int64_t n) {
-  thread_local std::vector<float> buf[2];
-  std::vector<float>& b = buf[slot];
-  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
-  return b.data();
+  thread_local Buffer buf[2];
+  Buffer& b = buf[slot];
+  if (b.cap < static_cast<size_t>(n)) {
+    std::free(b.data);
+    b.data = nullptr;
+    b.cap = 0;
+    void* p = std::malloc(sizeof(float) * static_cast<size_t>(n));
+    if (p == nullptr) throw std::bad_alloc();
+    b.data = static_cast<float*>(p);
+    b.cap = static_cast<size_t>(n);
+  }
+  return b.data;
 }
 
 // Query rows computed together: each load of the transposed keys (and of the values) serves this many rows.

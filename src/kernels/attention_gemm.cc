@@ -18,8 +18,8 @@
 // when S is long (m·S ≤ kTileFloats, at least one row): never the whole (L,S) matrix.
 // Determinism: (b, h) over the threads, its tiles adding into one dk, dv in tile order; every job is a
 // fixed sequence of single-threaded calls on its own rows, so the bits do not depend on the thread count.
-// The products with bfloat16 operands (AttentionParams::bf16) are not here: attention.cc sends them to the
-// scalar twin (no CPU without AVX-512 has bf16 dot products).
+// Products with bfloat16 operands (AttentionParams::bf16) need bf16 dot products, which no CPU without AVX-512
+// has: attention.cc clears the flag there (float32 products, as on every CPU without them).
 #include <omp.h>
 
 #include <algorithm>
@@ -46,6 +46,11 @@ int64_t tile_rows(const AttentionParams& p) {
 // C = alpha·op(A)·op(B) + beta·C on the calling thread: oneDNN's sgemm, or the twin if oneDNN refuses.
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
            int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (alpha == 0.0f) {  // C = beta·C (BLAS): oneDNN's alpha = 0 would read C's garbage (gemm.cc)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
   if (!gemm_detail::onednn_sgemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
     gemm_scalar(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -148,7 +153,7 @@ void attention_backward_gemm(const AttentionParams& p, const float* dout, float*
         float* trow = T + r * S;
         for (int64_t j = 0; j < S; ++j) {
           const float dp = dropout ? trow[j] * hv.keep(i, j, inv_keep) : trow[j];
-          trow[j] = scale * (row[j] * (dp - D));
+          trow[j] = row[j] == 0.0f ? 0.0f : scale * (row[j] * (dp - D));  // p = 0: no gradient (the twin skips it)
         }
       }
       sgemm(false, false, m, Dh, S, 1.0f, T, S, hv.k(), p.k_sl, 0.0f, dq + hv.q_at(i0), p.q_sl);  // dq = G·k

@@ -10,7 +10,8 @@
 
 namespace tfm::kernels {
 
-// Vector exp, 8 lanes (GELU in activation_avx2.cc, the log-sum-exp and softmax of cross_entropy_avx2.cc):
+// Vector exp, 8 lanes (GELU in activation_avx2.cc, the log-sum-exp and softmax of cross_entropy_avx2.cc, the
+// softmax of attention_avx2.cc):
 // common_avx512.h's exp_ps (n = round(x·log2 e), Cody–Waite
 // r = x − n·ln2, degree-7 Taylor polynomial for e^r, inputs clamped to [−104, 89], NaN kept), with 2^n
 // applied without vscalefps: as two factors 2^⌊n/2⌋ and 2^(n − ⌊n/2⌋), each a normal float for

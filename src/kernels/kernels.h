@@ -181,9 +181,9 @@ void attention_backward_scalar(const AttentionParams& p, const float* dout, floa
 // The bodies for CPUs without AVX-512: the forward with AVX2 (attention_avx2.cc: keys in the lanes, each row on
 // its own, so a row's bits do not depend on the call's other rows), the backward as single-threaded oneDNN
 // sgemm calls on tiles of query rows with the softmax in plain C++ (attention_gemm.cc). Float32 products only
-// (p.bf16 false), S, Dh and Dv at least 1; the backward needs p.lse. They split (b, h, tile) over the threads
-// themselves. Memory per thread, grown once: the forward Dh·S + S floats, the backward two tiles of at most
-// max(64·1024, S) floats.
+// (p.bf16 false), S, Dh and Dv at least 1; the backward needs p.lse. They split the work over the threads
+// themselves: the forward (b, h, tile of 64 query rows), the backward (b, h). Memory per thread, grown once:
+// the forward Dh·S + 4·S floats, the backward two tiles of at most max(64·1024, S) floats.
 void attention_forward_avx2(const AttentionParams& p);
 void attention_backward_gemm(const AttentionParams& p, const float* dout, float* dq, float* dk, float* dv);
 

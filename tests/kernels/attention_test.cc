@@ -522,36 +522,43 @@ TEST(AttentionKernel, Bf16ForwardExactWhereRoundingIsExact) {
 // Without AVX-512, the AVX2 forward computes each row alone: the same must hold.
 TEST(AttentionKernel, RowPathEqualsTilePath) {
   if (!cpu_has_avx512() && !cpu_has_avx2()) GTEST_SKIP() << "no AVX-512 or AVX2 (or TFM_FORCE_SCALAR)";
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  uint64_t seed = 4242;
-  for (MaskKind kind : {MaskKind::NONE, MaskKind::MASK_2D, MaskKind::MASK_3D, MaskKind::KEY_PADDING,
-                        MaskKind::CAUSAL, MaskKind::CAUSAL_FULLY_MASKED})
-    for (int64_t Dh : {3, 17, 64})
-      for (int64_t S : {1, 17, 64, 130, 8200})
-        for (Layout layout : {Layout::BATCH_FIRST, Layout::SEQ_FIRST}) {
-          const int64_t Lbig = 40;
-          const Case c = make_case(2, 3, Lbig, S, Dh, layout, kind, seed += 10);
-          std::vector<float> o_all(o_elems(c), nan), lse_all(c.B * c.H * Lbig, nan);
-          attention_forward(bind(c, o_all.data(), lse_all.data()));
-          for (int64_t L : {1, 2, 3, 8}) {
-            SCOPED_TRACE(c.name() + " rows " + std::to_string(L));
-            std::vector<float> o(o_elems(c), nan), lse(c.B * c.H * L, nan);
-            AttentionParams p = bind(c, o.data(), lse.data());
-            p.L = L;  // the strides stay the whole case's: rows 0..L-1 are the same memory
-            attention_forward(p);
-            for (int64_t b = 0; b < c.B; ++b)
-              for (int64_t i = 0; i < L; ++i) {
-                const int64_t at = b * c.p.o_sb + i * c.p.o_sl;
-                const std::vector<float> got(o.begin() + at, o.begin() + at + c.Ev());
-                const std::vector<float> want(o_all.begin() + at, o_all.begin() + at + c.Ev());
-                ASSERT_TRUE(bitwise_equal(got, want, "o of b " + std::to_string(b) + " row " + std::to_string(i)));
-                for (int64_t h = 0; h < c.H; ++h) {
-                  const float g = lse[(b * c.H + h) * L + i], w = lse_all[(b * c.H + h) * Lbig + i];
-                  ASSERT_EQ(std::memcmp(&g, &w, sizeof g), 0) << "lse of b " << b << " h " << h << " row " << i << ": " << g << " vs " << w;
+  // The entry point's body, and the AVX2 forward called directly where the entry point takes the flash kernel.
+  std::vector<std::pair<const char*, void (*)(const AttentionParams&)>> bodies = {{"dispatch", attention_forward}};
+  if (cpu_has_avx512() && cpu_has_avx2()) bodies.push_back({"avx2", attention_forward_avx2});
+  for (const auto& [body_name, forward] : bodies) {
+    SCOPED_TRACE(body_name);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    uint64_t seed = 4242;
+    for (MaskKind kind : {MaskKind::NONE, MaskKind::MASK_2D, MaskKind::MASK_3D, MaskKind::KEY_PADDING, MaskKind::CAUSAL,
+                          MaskKind::CAUSAL_FULLY_MASKED})
+      for (int64_t Dh : {3, 17, 64})
+        for (int64_t S : {1, 17, 64, 130, 8200})
+          for (Layout layout : {Layout::BATCH_FIRST, Layout::SEQ_FIRST}) {
+            const int64_t Lbig = 40;
+            const Case c = make_case(2, 3, Lbig, S, Dh, layout, kind, seed += 10);
+            std::vector<float> o_all(o_elems(c), nan), lse_all(c.B * c.H * Lbig, nan);
+            forward(bind(c, o_all.data(), lse_all.data()));
+            for (int64_t L : {1, 2, 3, 8}) {
+              SCOPED_TRACE(c.name() + " rows " + std::to_string(L));
+              std::vector<float> o(o_elems(c), nan), lse(c.B * c.H * L, nan);
+              AttentionParams p = bind(c, o.data(), lse.data());
+              p.L = L;  // the strides stay the whole case's: rows 0..L-1 are the same memory
+              forward(p);
+              for (int64_t b = 0; b < c.B; ++b)
+                for (int64_t i = 0; i < L; ++i) {
+                  const int64_t at = b * c.p.o_sb + i * c.p.o_sl;
+                  const std::vector<float> got(o.begin() + at, o.begin() + at + c.Ev());
+                  const std::vector<float> want(o_all.begin() + at, o_all.begin() + at + c.Ev());
+                  ASSERT_TRUE(bitwise_equal(got, want, "o of b " + std::to_string(b) + " row " + std::to_string(i)));
+                  for (int64_t h = 0; h < c.H; ++h) {
+                    const float g = lse[(b * c.H + h) * L + i], w = lse_all[(b * c.H + h) * Lbig + i];
+                    ASSERT_EQ(std::memcmp(&g, &w, sizeof g), 0)
+                        << "lse of b " << b << " h " << h << " row " << i << ": " << g << " vs " << w;
+                  }
                 }
-              }
+            }
           }
-        }
+  }
 }
 
 // Dropout really drops: with p = 0.3 about 30% of the (bh, i, j) counters are dropped, and the

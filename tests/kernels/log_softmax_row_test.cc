@@ -160,8 +160,9 @@ TEST(LogSoftmaxRows, TiesTakeTheFirstMaximum) {
     z[5] = 1.0f;
     ASSERT_TRUE(body.row(z.data(), 40, &lse, &argmax));
     EXPECT_EQ(argmax, 21);
-    z.resize(39);  // the tie in the last, partial vector: 37 (the lanes past the row read nothing)
+    z.resize(39);  // a tie in the last, partial vector: 37 and 38 (the lanes past the row read nothing)
     z[21] = 1.0f;
+    z[38] = 2.0f;
     ASSERT_TRUE(body.row(z.data(), 39, &lse, &argmax));
     EXPECT_EQ(argmax, 37);
   }
