@@ -319,6 +319,26 @@ PYBIND11_MODULE(_core, m) {
     }
   });
 
+  // The library's defaults of the trained-model calls, by keyword: the package's signatures take them from here,
+  // as tfm translate / eval / generate do from the same structs and constants.
+  {
+    const tfm::DecodeOptions decode;
+    const tfm::GenerateOptions gen;
+    py::dict d;
+    d["beam"] = decode.beam;
+    d["max_len"] = decode.max_len;
+    d["decode_batch_size"] = tfm::kDecodeBatchSize;
+    d["score_batch_size"] = tfm::kScoreBatchSize;
+    d["max_new_tokens"] = gen.max_new_tokens;
+    d["temperature"] = gen.sampling.temperature;
+    d["top_k"] = gen.sampling.top_k;
+    d["top_p"] = gen.sampling.top_p;
+    d["seed"] = gen.seed;
+    d["ignore_eos"] = gen.ignore_eos;
+    d["prefill"] = gen.prefill;
+    m.attr("DEFAULTS") = d;
+  }
+
   py::class_<tfm::Tensor>(m, "Tensor", py::buffer_protocol(), "A tfm tensor; np.asarray(t) shares its memory")
       .def_buffer(&tensor_buffer)
       .def_property_readonly("shape", [](const tfm::Tensor& t) { return py::tuple(py::cast(t.shape())); })
@@ -436,7 +456,8 @@ PYBIND11_MODULE(_core, m) {
               return std::make_pair(std::move(out), std::move(notes));
             });
           },
-          py::arg("lines"), py::arg("beam") = 1, py::arg("batch_size") = 64, py::arg("max_len") = 0)
+          py::arg("lines"), py::arg("beam") = tfm::DecodeOptions{}.beam, py::arg("batch_size") = tfm::kDecodeBatchSize,
+          py::arg("max_len") = tfm::DecodeOptions{}.max_len)
       .def(
           "generate",
           [](const PyTrainedModel& t, const std::vector<int32_t>& prompt_ids, int64_t max_new_tokens, float temperature,
@@ -467,9 +488,12 @@ PYBIND11_MODULE(_core, m) {
             if (on_piece && !pending.empty()) (*on_piece)(text_of(pending));
             return text_of(out);
           },
-          py::arg("prompt_ids"), py::arg("max_new_tokens") = 256, py::arg("temperature") = 1.0f, py::arg("top_k") = 0,
-          py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop") = py::none(), py::arg("on_piece") = py::none(),
-          py::arg("ignore_eos") = false, py::arg("prefill") = true)
+          py::arg("prompt_ids"), py::arg("max_new_tokens") = tfm::GenerateOptions{}.max_new_tokens,
+          py::arg("temperature") = tfm::SamplingOptions{}.temperature, py::arg("top_k") = tfm::SamplingOptions{}.top_k,
+          py::arg("top_p") = tfm::SamplingOptions{}.top_p, py::arg("seed") = tfm::GenerateOptions{}.seed,
+          py::arg("stop") = py::none(), py::arg("on_piece") = py::none(),
+          py::arg("ignore_eos") = tfm::GenerateOptions{}.ignore_eos,
+          py::arg("prefill") = tfm::GenerateOptions{}.prefill)
       .def(
           "check_generate_options",
           [](const PyTrainedModel&, int64_t max_new_tokens, float temperature, int64_t top_k, float top_p) {
@@ -518,14 +542,14 @@ PYBIND11_MODULE(_core, m) {
             return t.infer(tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()",
                            [&] { return tfm::evaluate_text_string(t.m, text, batch_size).to_json(); });
           },
-          py::arg("text"), py::arg("batch_size") = 16)
+          py::arg("text"), py::arg("batch_size") = tfm::kScoreBatchSize)
       .def(
           "score_file",
           [](const PyTrainedModel& t, const std::string& path, int64_t batch_size) {
             return t.infer(tfm::DataKind::TEXT, "evaluate it on pairs with evaluate()",
                            [&] { return tfm::evaluate_text_file(t.m, path, batch_size).to_json(); });
           },
-          py::arg("path"), py::arg("batch_size") = 16)
+          py::arg("path"), py::arg("batch_size") = tfm::kScoreBatchSize)
       .def(
           "evaluate",
           [](const PyTrainedModel& t, const std::string& tsv_path, int beam, int64_t batch_size, int64_t max_len) {
@@ -543,7 +567,8 @@ PYBIND11_MODULE(_core, m) {
               return std::make_tuple(r.to_json(), note, tfm::truncation_note(t.m, r.truncated, r.examples, max_len));
             });
           },
-          py::arg("tsv_path"), py::arg("beam") = 1, py::arg("batch_size") = 64, py::arg("max_len") = 0);
+          py::arg("tsv_path"), py::arg("beam") = tfm::DecodeOptions{}.beam,
+          py::arg("batch_size") = tfm::kDecodeBatchSize, py::arg("max_len") = tfm::DecodeOptions{}.max_len);
 
   // ---- training ----
   m.def("train_options", [] {

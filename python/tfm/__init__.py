@@ -51,6 +51,10 @@ MODULES = ("MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderL
            "TransformerDecoder", "Transformer")
 
 
+# The library's defaults of the trained-model calls (tfm::DecodeOptions, GenerateOptions, kDecodeBatchSize,
+# kScoreBatchSize): the signatures below show them, and tfm translate / eval / generate use the same.
+_D = _core.DEFAULTS
+
 _exiting = False  # set by _at_exit: a stream's worker stops offering pieces no one will take
 
 
@@ -433,7 +437,7 @@ class Model:
         return (_int("max_new_tokens", max_new_tokens, *_INT64), _float32("temperature", temperature),
                 _int("top_k", top_k, *_INT64), _float32("top_p", top_p), _int("seed", seed, *_UINT64))
 
-    def translate(self, lines, beam=1, batch_size=64, max_len=0):
+    def translate(self, lines, beam=_D["beam"], batch_size=_D["decode_batch_size"], max_len=_D["max_len"]):
         """Predicted targets of source lines (a list of str in, a list of str out), as `tfm translate`. max_len: the
         longest output in target tokens (0: 2·source tokens + 10; at most the model's max_len); outputs that stop
         at the limit without an end token get a UserWarning saying how many, the note `tfm translate` prints, and so
@@ -463,8 +467,9 @@ class Model:
                            (n, " is" if n == 1 else "s are"), stacklevel=3)
         return ids
 
-    def generate(self, prompt=None, max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
-                 ignore_eos=False, prefill=True):
+    def generate(self, prompt=None, max_new_tokens=_D["max_new_tokens"], temperature=_D["temperature"],
+                 top_k=_D["top_k"], top_p=_D["top_p"], seed=_D["seed"], stop=None, ignore_eos=_D["ignore_eos"],
+                 prefill=_D["prefill"]):
         """The text a language model generates after `prompt` (the prompt not included), as `tfm generate` with
         the same options prints it after the prompt; prompt None starts from a newline. stop: the generation ends
         with the token that completes this text (a subword holding it and more is kept whole); it also ends at the
@@ -487,8 +492,8 @@ class Model:
         decode to text); the end-of-text and padding tokens add nothing."""
         return self._core.decode([_int(f"ids[{i}]", t, *_INT32) for i, t in enumerate(ids)])
 
-    def stream(self, prompt=None, max_new_tokens=256, temperature=1.0, top_k=0, top_p=1.0, seed=0, stop=None,
-               ignore_eos=False):
+    def stream(self, prompt=None, max_new_tokens=_D["max_new_tokens"], temperature=_D["temperature"],
+               top_k=_D["top_k"], top_p=_D["top_p"], seed=_D["seed"], stop=None, ignore_eos=_D["ignore_eos"]):
         """generate(), yielding each piece of text as soon as it is decoded (the pieces join to generate's text).
         Generation runs in a worker thread; closing the iterator early stops it at the next token. Like any
         generator it starts on the first next(): bad options raise, and the unknown-token warning comes, there."""
@@ -548,7 +553,7 @@ class Model:
             with self._streams_lock:
                 del self._streams[key]
 
-    def score(self, text, batch_size=16):
+    def score(self, text, batch_size=_D["score_batch_size"]):
         """A language model's figures on `text` (a str): the dict `tfm eval --text FILE --json` prints for a file
         holding that text (loss, perplexity, bits_per_token, bits_per_char, tokens)."""
         self._no_open_stream()
@@ -556,12 +561,12 @@ class Model:
             raise TypeError("text must be a str, got None")
         return _json.loads(self._core.score(_utf8("text", text), _int("batch_size", batch_size, *_INT64)))
 
-    def score_file(self, path, batch_size=16):
+    def score_file(self, path, batch_size=_D["score_batch_size"]):
         """score() on a text file: exactly `tfm eval --text PATH --json`."""
         self._no_open_stream()
         return _json.loads(self._core.score_file(_os.fsencode(path), _int("batch_size", batch_size, *_INT64)))
 
-    def evaluate(self, tsv_path, beam=1, batch_size=64, max_len=0):
+    def evaluate(self, tsv_path, beam=_D["beam"], batch_size=_D["decode_batch_size"], max_len=_D["max_len"]):
         """The dict `tfm eval --data TSV --json` prints: accuracies, error rates, BLEU and chrF of the decoded
         sources of a TSV file against their references, and "truncated", the outputs the length limit (max_len,
         as translate's) stopped. Lines it skips (malformed, empty) and outputs the limit stopped are reported as

@@ -29,10 +29,10 @@ void register_eval(CLI::App& app, Runner& run) {
       "stderr says how many (--max-len raises the limit); --json has the count as \"truncated\".");
   struct Opts {
     std::string model, task, data, text;
-    int beam = 1;
-    int64_t max_len = 0;  // DecodeOptions::max_len
+    DecodeOptions decode;  // the defaults are the library's
     bool json = false;
-    int64_t batch_size = 64, count = 1000;
+    std::optional<int64_t> batch_size;  // unset: kDecodeBatchSize, or kScoreBatchSize with --text
+    int64_t count = train::kTaskTestCount;
     uint64_t seed = 0;
     int threads = 0;
     std::string dtype;  // empty: the directory's (model_dtype)
@@ -45,10 +45,12 @@ void register_eval(CLI::App& app, Runner& run) {
   auto* data = g->add_option("--data", o->data, "TSV pairs, one 'source<TAB>target' a line");
   auto* text = g->add_option("--text", o->text, "a language model's text: scored in consecutive block-size windows");
   g->require_option(1);
-  auto* beam = cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
-  auto* max_len = cmd->add_option("--max-len", o->max_len, MAX_LEN_HELP)->capture_default_str();
+  auto* beam = cmd->add_option("--beam", o->decode.beam, "beam size (1 = greedy)")->capture_default_str();
+  auto* max_len = cmd->add_option("--max-len", o->decode.max_len, MAX_LEN_HELP)->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object");
-  cmd->add_option("--batch-size", o->batch_size, "sources decoded (--text: windows scored) together")->capture_default_str();
+  cmd->add_option("--batch-size", o->batch_size,
+                  "sources decoded together (default " + std::to_string(kDecodeBatchSize) +
+                      "); with --text, windows scored together (default " + std::to_string(kScoreBatchSize) + ")");
   auto* count = cmd->add_option("--count", o->count, "with --task: sequences to generate")->capture_default_str();
   auto* seed =
       cmd->add_option("--seed", o->seed, "with --task: seed (default: the model's training seed)")->check(kNonNegative);
@@ -61,16 +63,18 @@ void register_eval(CLI::App& app, Runner& run) {
     const bool seed_given = seed->count() > 0;
     run = [o, seed_given] {
       apply_threads(o->threads);
-      if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
-      if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
-      if (o->max_len < 0)
-        throw std::invalid_argument("--max-len must be ≥ 0 (0: the default limit), got " + std::to_string(o->max_len));
+      const DecodeOptions& decode = o->decode;
+      if (decode.beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
+      if (o->batch_size && *o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
+      if (decode.max_len < 0)
+        throw std::invalid_argument("--max-len must be ≥ 0 (0: the default limit), got " +
+                                    std::to_string(decode.max_len));
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model, weights_load(o->no_mmap));
       const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for all batches
       flush_notes();
       if (!o->text.empty()) {
-        const TextScore r = evaluate_text_file(m, o->text, o->batch_size);
+        const TextScore r = evaluate_text_file(m, o->text, o->batch_size.value_or(kScoreBatchSize));
         if (o->json) {
           std::printf("%s\n", r.to_json().c_str());
         } else {
@@ -83,9 +87,6 @@ void register_eval(CLI::App& app, Runner& run) {
         return 0;
       }
       require_data(m, DataKind::PAIRS, "evaluate it on a text with --text FILE");
-      DecodeOptions decode;
-      decode.beam = o->beam;
-      decode.max_len = o->max_len;
       check_decode_options(m, decode);  // before the data is read
       train::EvalSet set;
       if (!o->task.empty()) {
@@ -96,10 +97,10 @@ void register_eval(CLI::App& app, Runner& run) {
         set = train::tsv_test_set(m, o->data, &note);
         if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
       }
-      const train::Metrics r = train::evaluate(m, set, decode, o->batch_size, [&](const data::Tokens& t) {
-        return data::detokenize(t, m.tgt_tokenizer);
-      });
-      note_truncated(r.truncated, r.examples, o->max_len, m);
+      const train::Metrics r =
+          train::evaluate(m, set, decode, o->batch_size.value_or(kDecodeBatchSize),
+                          [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokenizer); });
+      note_truncated(r.truncated, r.examples, decode.max_len, m);
       if (o->json) {
         std::printf("%s\n", r.to_json().c_str());
       } else {

@@ -96,51 +96,48 @@ void register_translate(CLI::App& app, Runner& run) {
       "Lines are translated as soon as no more input is at hand (or 64·--batch-size lines are waiting), so\n"
       "a program may write a line and wait for its translation. When outputs stop at the length limit\n"
       "without an end token, a note on stderr says how many (--max-len raises the limit).");
-  struct Opts {
+  struct Opts {  // the defaults are the library's
     std::string model;
-    int beam = 1;
-    int64_t max_len = 0;  // DecodeOptions::max_len
-    int64_t batch_size = 64;
+    DecodeOptions decode;
+    int64_t batch_size = kDecodeBatchSize;
     int threads = 0;
     std::string dtype;  // empty: the directory's (model_dtype)
     bool no_mmap = false;
-    bool sample = false;
-    SamplingOptions sampling;
-    uint64_t seed = 0;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "trained model directory")->required();
-  cmd->add_option("--beam", o->beam, "beam size (1 = greedy)")->capture_default_str();
-  cmd->add_option("--max-len", o->max_len, MAX_LEN_HELP)->capture_default_str();
+  cmd->add_option("--beam", o->decode.beam, "beam size (1 = greedy)")->capture_default_str();
+  cmd->add_option("--max-len", o->decode.max_len, MAX_LEN_HELP)->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "sources decoded together")->capture_default_str();
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
   cmd->add_flag("--no-mmap", o->no_mmap, NO_MMAP_HELP);
-  cmd->add_flag("--sample", o->sample, "sample each token instead of searching (needs --beam 1)");
-  auto* temperature = cmd->add_option("--temperature", o->sampling.temperature, "with --sample: softmax temperature (0 = greedy)")
+  cmd->add_flag("--sample", o->decode.sample, "sample each token instead of searching (needs --beam 1)");
+  auto* temperature = cmd->add_option("--temperature", o->decode.sampling.temperature,
+                                      "with --sample: softmax temperature (0 = greedy)")
                           ->capture_default_str();
-  auto* top_k = cmd->add_option("--top-k", o->sampling.top_k, "with --sample: keep the K likeliest tokens (0 = all)")
+  auto* top_k =
+      cmd->add_option("--top-k", o->decode.sampling.top_k, "with --sample: keep the K likeliest tokens (0 = all)")
+          ->capture_default_str();
+  auto* top_p = cmd->add_option("--top-p", o->decode.sampling.top_p,
+                                "with --sample: keep the likeliest tokens of total probability ≥ P")
                     ->capture_default_str();
-  auto* top_p = cmd->add_option("--top-p", o->sampling.top_p, "with --sample: keep the likeliest tokens of total probability ≥ P")
-                    ->capture_default_str();
-  auto* seed = cmd->add_option("--seed", o->seed, "with --sample: random seed")->check(kNonNegative)->capture_default_str();
+  auto* seed = cmd->add_option("--seed", o->decode.seed, "with --sample: random seed")
+                   ->check(kNonNegative)
+                   ->capture_default_str();
   cmd->callback([o, &run, temperature, top_k, top_p, seed] {
     for (const auto* opt : {temperature, top_k, top_p, seed})
-      if (opt->count() > 0 && !o->sample) throw CLI::ValidationError(opt->get_name(), "needs --sample");
+      if (opt->count() > 0 && !o->decode.sample) throw CLI::ValidationError(opt->get_name(), "needs --sample");
     run = [o] {
       apply_threads(o->threads);
-      if (o->beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
+      DecodeOptions decode = o->decode;
+      if (decode.beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
-      if (o->max_len < 0)
-        throw std::invalid_argument("--max-len must be ≥ 0 (0: the default limit), got " + std::to_string(o->max_len));
-      if (o->sample && o->beam > 1) throw std::invalid_argument("--sample cannot be used with --beam above 1");
-      DecodeOptions decode;
-      decode.beam = o->beam;
-      decode.max_len = o->max_len;
-      decode.sample = o->sample;
-      decode.sampling = o->sampling;
-      decode.seed = o->seed;
-      if (o->sample) check_sampling_options(decode.sampling);
+      if (decode.max_len < 0)
+        throw std::invalid_argument("--max-len must be ≥ 0 (0: the default limit), got " +
+                                    std::to_string(decode.max_len));
+      if (decode.sample && decode.beam > 1) throw std::invalid_argument("--sample cannot be used with --beam above 1");
+      if (decode.sample) check_sampling_options(decode.sampling);
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model, weights_load(o->no_mmap));
       const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for the stream
@@ -171,7 +168,7 @@ void register_translate(CLI::App& app, Runner& run) {
       }
       if (!lines.empty()) flush();
       if (const std::string note = unknown_note(unknown); !note.empty()) std::fprintf(stderr, "tfm: note: %s\n", note.c_str());
-      note_truncated(truncated, done, o->max_len, m);
+      note_truncated(truncated, done, decode.max_len, m);
       return 0;
     };
   });

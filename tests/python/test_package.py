@@ -76,3 +76,37 @@ def test_threads_setting():
     if p.returncode != 0 and "No module named 'torch'" in p.stderr:
         pytest.skip("no torch")
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_defaults_are_the_librarys():
+    # The trained-model calls' defaults come from the library (tfm._core.DEFAULTS): the stub shows the same values,
+    # and the CLI's --help the same batch sizes, beam and length limit.
+    import ast
+    import inspect
+    d = tfm._core.DEFAULTS
+    assert d["decode_batch_size"] >= 1 and d["score_batch_size"] >= 1 and d["beam"] == 1
+    stub = ast.parse(open(os.path.join(os.path.dirname(tfm.__file__), "__init__.pyi")).read())
+    model = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    checked = 0
+    for fn in model.body:
+        if not isinstance(fn, ast.FunctionDef) or fn.name.startswith("_") or not fn.args.defaults:
+            continue
+        args = fn.args.args[-len(fn.args.defaults):] if fn.args.defaults else []
+        sig = inspect.signature(getattr(tfm.Model, fn.name)).parameters
+        for a, v in zip(args, fn.args.defaults):
+            assert ast.literal_eval(v) == sig[a.arg].default, (fn.name, a.arg)
+            checked += 1
+    assert checked >= 20, checked
+    assert inspect.signature(tfm.Model.score_file).parameters["batch_size"].default == d["score_batch_size"]
+    assert inspect.signature(tfm.Model.evaluate).parameters["batch_size"].default == d["decode_batch_size"]
+
+
+def test_cli_help_shows_the_same_defaults(tfm_cli):
+    d = tfm._core.DEFAULTS
+    run = lambda *a: subprocess.run([tfm_cli, *a, "--help"], capture_output=True, text=True, timeout=60).stdout
+    eval_help = " ".join(run("eval").split())
+    assert f"sources decoded together (default {d['decode_batch_size']})" in eval_help, eval_help
+    assert f"windows scored together (default {d['score_batch_size']})" in eval_help, eval_help
+    translate_help = " ".join(run("translate").split())
+    assert f"--batch-size INT={d['decode_batch_size']}" in translate_help, translate_help
+    assert f"--beam INT={d['beam']}" in translate_help and f"--max-len INT={d['max_len']}" in translate_help

@@ -23,6 +23,11 @@ namespace tfm {
 // 1–16, and a width of millions (a typo) would run until memory runs out.
 inline constexpr int kMaxBeam = 1024;
 
+// Sources decoded together when a caller does not say (tfm translate and eval --batch-size, Python's
+// translate and evaluate): enough rows to keep the matmuls efficient, few enough that a batch's longest
+// source pads the others little (batches are sorted by length).
+inline constexpr int64_t kDecodeBatchSize = 64;
+
 struct DecodeOptions {
   int beam = 1;
   // The longest prediction in target tokens (eos not counted); a prediction that reaches it without eos

@@ -29,17 +29,23 @@ struct TextScore {
   std::string to_json() const;
 };
 
+// Windows scored together when a caller does not say (tfm eval --text, Python's score and score_file): a
+// window is block_size tokens, so a batch's logits are kScoreBatchSize·block_size·V floats (GPT-2 small:
+// 16·1024·50257, 3.3 GB).
+inline constexpr int64_t kScoreBatchSize = 16;
+
 // corpus: the text's ids; chars: its characters predicted (see TextScore). Windows are scored
 // `batch_size` at a time under InferenceMode in eval mode (the training flag is restored). Throws
 // std::invalid_argument for another architecture or a corpus of fewer than 2 tokens.
-TextScore evaluate_text(const Model& model, const data::TextCorpus& corpus, int64_t chars, int64_t batch_size = 16);
+TextScore evaluate_text(const Model& model, const data::TextCorpus& corpus, int64_t chars,
+                        int64_t batch_size = kScoreBatchSize);
 
 // A text file scored with a trained model directory's vocabulary and tokenization (its target
 // side); errors name the file (data::TextCorpus::read). Characters: the file's UTF-8 code points
 // (bytes that are not continuation bytes) minus the first.
-TextScore evaluate_text_file(const TrainedModel& m, const std::string& path, int64_t batch_size = 16);
+TextScore evaluate_text_file(const TrainedModel& m, const std::string& path, int64_t batch_size = kScoreBatchSize);
 // The same for a text in memory (`tfm.load(...).score(text)`): the same characters rule and errors,
 // the text named "text" in messages.
-TextScore evaluate_text_string(const TrainedModel& m, const std::string& text, int64_t batch_size = 16);
+TextScore evaluate_text_string(const TrainedModel& m, const std::string& text, int64_t batch_size = kScoreBatchSize);
 
 }  // namespace tfm

@@ -39,7 +39,10 @@ EvalSet tsv_eval_set(const data::TsvData& tsv);
 // `seed` or else the run's own seed; throws when the model was not trained on a built-in task. A TSV
 // file's: read with the model's tokenizations and the run's max_tokens; skipped lines are summarised
 // in *note (empty when none).
-EvalSet task_test_set(const TrainedModel& m, data::Task task, std::optional<uint64_t> seed, int64_t count);
+// Fresh test sequences of a task when a caller does not say (tfm eval --count).
+inline constexpr int64_t kTaskTestCount = 1000;
+EvalSet task_test_set(const TrainedModel& m, data::Task task, std::optional<uint64_t> seed,
+                      int64_t count = kTaskTestCount);
 EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string* note);
 
 // Decodes every source (greedy or beam, with `decode`'s options: predict()) and scores it against its
