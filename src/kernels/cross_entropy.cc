@@ -8,6 +8,13 @@
 
 namespace tfm::kernels {
 
+double cross_entropy_row_loss(double lse, double z_target, double zsum, int64_t V, double label_smoothing) {
+  const double nll = lse - z_target;
+  if (!(label_smoothing > 0)) return nll;  // torch forms no smoothing term: a −inf logit leaves the loss finite
+  const double smooth = lse - zsum / static_cast<double>(V);
+  return (1.0 - label_smoothing) * nll + label_smoothing * smooth;
+}
+
 void cross_entropy_forward_scalar(const float* logits, const int32_t* target, float* loss, float* lse, int64_t N,
                                   int64_t V, int32_t ignore_index, float label_smoothing) {
   cross_entropy_forward_scalar<float>(logits, target, loss, lse, N, V, ignore_index, label_smoothing);

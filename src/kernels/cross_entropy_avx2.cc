@@ -68,7 +68,7 @@ bool row_log_sum_exp(const float* z, int64_t V, bool only_finite, RowLse* out) {
 
 }  // namespace
 
-// Per row: lse and Σ z (row_log_sum_exp), then the twin's loss in double.
+// Per row: lse and Σ z (row_log_sum_exp), then the row's loss (cross_entropy_row_loss, as the twin).
 void cross_entropy_forward_avx2(const float* logits, const int32_t* target, float* loss, float* lse, int64_t N,
                                 int64_t V, int32_t ignore_index, float label_smoothing) {
   for (int64_t n = 0; n < N; ++n) {
@@ -81,13 +81,7 @@ void cross_entropy_forward_avx2(const float* logits, const int32_t* target, floa
       loss[n] = 0.0f;
       continue;
     }
-    const double nll = l - z[target[n]];
-    if (!(label_smoothing > 0.0f)) {  // the twin's rule: no smoothing term without smoothing
-      loss[n] = static_cast<float>(nll);
-      continue;
-    }
-    const double smooth = l - r.zsum / static_cast<double>(V);
-    loss[n] = static_cast<float>((1.0 - label_smoothing) * nll + label_smoothing * smooth);
+    loss[n] = static_cast<float>(cross_entropy_row_loss(l, z[target[n]], r.zsum, V, label_smoothing));
   }
 }
 

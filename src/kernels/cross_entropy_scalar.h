@@ -63,13 +63,7 @@ void cross_entropy_forward_scalar(const T* logits, const int32_t* target, T* los
       loss[n] = T(0);
       continue;
     }
-    const double nll = l - z[target[n]];
-    if (!(label_smoothing > T(0))) {  // torch forms no smoothing term: a −inf logit leaves the loss finite
-      loss[n] = static_cast<T>(nll);
-      continue;
-    }
-    const double smooth = l - zsum / static_cast<double>(V);
-    loss[n] = static_cast<T>((1.0 - label_smoothing) * nll + label_smoothing * smooth);
+    loss[n] = static_cast<T>(cross_entropy_row_loss(l, z[target[n]], zsum, V, label_smoothing));
   }
 }
 

@@ -60,13 +60,15 @@
 //     in gemm_scalar.cc, not gemm.cc; no AVX-512 file (oneDNN is the fast path);
 //   gemm_bf16.{h,cc} (bfloat16 operands: Autocast's matmuls) and gemm_packed.{h,cc} (weights packed once
 //     for inference: f32, bf16, int8), each declared in its own header with its twin, a plain float
-//     function in the .cc (no _scalar.h); gemm_packed_avx512.cc holds the bfloat16 rounding's body;
+//     function in the .cc (no _scalar.h); gemm_packed_avx512.cc holds the bfloat16 rounding's body and
+//     the few-row kernel;
 //   quantize (int8 rules, declared here): quantize.cc with its twins as plain functions (no _scalar.h),
 //     quantize_avx512.cc.
 // CPUs without AVX-512 (AVX2 and FMA: cpu_has_avx2) have bodies where a training step spends its time,
 // <op>_avx2.cc, compiled with AVX2 flags because of the name: attention_avx2.cc (the forward; the backward
-// is attention_gemm.cc, on oneDNN sgemm calls, plain C++), activation_avx2.cc (GELU), cross_entropy_avx2.cc.
-// The other ops run their twins there.
+// is attention_gemm.cc, on oneDNN sgemm calls, plain C++), activation_avx2.cc (GELU), cross_entropy_avx2.cc,
+// and gemm_packed_avx2.cc (inference's f32 and bf16 products on packed weights). The other ops run their
+// twins there.
 // Shared pieces: onednn_primitives.h (the engine, the per-thread streams and grow-only buffers of
 // gemm_bf16 and gemm_packed), parallel_chunks.h (the fixed work split, the norms' partials),
 // common_avx512.h, dropout_hash_avx512.h and transpose_avx512.h (helpers for AVX-512 files only),
@@ -352,6 +354,10 @@ void cross_entropy_forward(const float* logits, const int32_t* target, float* lo
                            int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
 void cross_entropy_forward_scalar(const float* logits, const int32_t* target, float* loss, float* lse,
                                   int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
+// One row's loss from its statistics, in double: lse − z_t, and with ε > 0 the smoothing term from the
+// row's Σ_v z_v — the step every forward body (twin, AVX2, AVX-512) ends a row with (cross_entropy.cc,
+// compiled for every CPU).
+double cross_entropy_row_loss(double lse, double z_target, double zsum, int64_t V, double label_smoothing);
 // log-softmax statistics of N rows z (N,V): lse_n = m + log Σ_v exp(z_v − m) in double and argmax_n
 // (the first v with z_v = m), as log_softmax_row_scalar (cross_entropy_scalar.h) defines them — the
 // teacher-forced scorer's loss and accuracy. Rows in parallel, on the AVX-512 body (cross_entropy_avx512.cc:
