@@ -1,7 +1,8 @@
 // src/kernels/gemm_packed.cc — gemm_packed: oneDNN's matmul primitive on weights reordered once
 // into its blocked layout (f32, bf16 for AVX512-BF16/AMX, or s8 for VNNI/AMX-INT8), run on fixed row
-// panels, one single-threaded primitive per panel, inside our own OpenMP loop. Contract in
-// gemm_packed.h.
+// panels, one single-threaded primitive per panel, inside our own OpenMP loop; on CPUs with AVX2 but not
+// AVX-512, f32 and bf16 weights in pack_rows16's layout for gemm_packed_avx2.cc instead (gemm_avx2 below).
+// Contract in gemm_packed.h.
 //
 // oneDNN specifics relied on (2.6):
 //   * weights: dst (m, N) = src (m, K) · wei (K, N). Our W (N, K) row-major is wei with strides
@@ -289,10 +290,20 @@ class PackedWeight {
   // Products that took the slabs, for the tests (gemm_packed_slab_runs).
   mutable std::atomic<int64_t> slab_runs{0};
 
+  // The AVX2 products' own layout (pack_rows16; `rows` describes it): decided at pack time, for f32 and bf16
+  // on a CPU with AVX2 but not AVX-512. oneDNN is not used then (packed stays false).
+  bool avx2 = false;
+  std::vector<float> rows16;
+
   // Plain (N, K) float copy of the weight (already rounded for bf16), made on first need: always
   // for the scalar path, and for the fallback when oneDNN rejects a shape.
   const std::vector<float>& plain() const {
     std::lock_guard<std::mutex> lock(mu_);
+    if (plain_.empty() && avx2) {
+      plain_.resize(static_cast<size_t>(N * K));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) plain_[n * K + k] = rows16[(n / 16 * K + k) * 16 + n % 16];
+    }
     if (plain_.empty() && packed) unpack();
     return plain_;
   }
@@ -385,6 +396,19 @@ std::shared_ptr<const PackedWeight> pack_rounded(std::shared_ptr<PackedWeight> p
   const int64_t N = pw->N, K = pw->K;
   const MatmulPrecision precision = pw->precision;
   const bool int8 = precision == MatmulPrecision::MATMUL_INT8;
+  if (!force_scalar() && !int8 && !cpu_has_avx512() && cpu_has_avx2()) {  // the AVX2 products' own layout
+    pw->rows16.resize(static_cast<size_t>(ceil_div(N, 16) * 16 * K));
+    if (precision == MatmulPrecision::MATMUL_BF16) {  // the rounded bits, widened (exact)
+      std::vector<float> widened(static_cast<size_t>(N * K));
+      for (size_t i = 0; i < widened.size(); ++i) widened[i] = bf16_to_float(w16[i]);
+      pack_rows16(widened.data(), N, K, K, false, pw->rows16.data());
+    } else {
+      pack_rows16(W, N, K, ldw, false, pw->rows16.data());
+    }
+    pw->rows = PackedRows{pw->rows16.data(), N, K, 16, 1, 16 * K};
+    pw->avx2 = true;
+    return pw;
+  }
   if (!force_scalar() && (!int8 || cpu_has_int8_dot())) {
     try {
       const Dt dt = data_type(precision);
@@ -428,6 +452,19 @@ std::shared_ptr<const PackedWeight> pack_rounded(std::shared_ptr<PackedWeight> p
 }  // namespace
 
 bool packed_by_onednn(const PackedWeight& W) { return W.packed; }
+
+bool packed_for_avx2(const PackedWeight& W) { return W.avx2; }
+
+void pack_rows16(const float* W, int64_t N, int64_t K, int64_t ldw, bool round_bf16, float* out) {
+  const int64_t blocks = ceil_div(N, 16);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < 16; ++j) {
+        const int64_t n = b * 16 + j;
+        const float x = n < N ? W[n * ldw + k] : 0.0f;
+        out[(b * K + k) * 16 + j] = round_bf16 ? bf16_to_float(float_to_bf16(x)) : x;
+      }
+}
 
 int64_t packed_column_slabs(const PackedWeight& W) {
   return W.slab_bounds.empty() ? 0 : static_cast<int64_t>(W.slab_bounds.size()) - 1;
@@ -665,12 +702,53 @@ void gemm_rows(int64_t m, const float* a, int64_t lda, const PackedWeight& W, co
   W.row_runs.fetch_add(1, std::memory_order_relaxed);
 }
 
+// C (M, N) = A · Wᵀ (+ bias) on pack_rows16's layout (gemm_packed_avx2): bf16 rounds the rows first (once for
+// a few rows, per panel otherwise). A few rows (≤ kSlabRows) read the weight once, its blocks of columns over
+// the threads in runs (over_blocks) when it is large enough to pay for the team; more rows take fixed row
+// panels (gemm_packed_panel_rows), each panel every block. Every output is one fma chain, so no split changes
+// a bit.
+void gemm_avx2(int64_t M, const float* A, int64_t lda, const PackedWeight& W, const float* bias, float* C,
+               int64_t ldc) {
+  const int64_t N = W.N, K = W.K, blocks = ceil_div(N, 16);
+  const bool bf16 = W.precision == MatmulPrecision::MATMUL_BF16;
+  // Rows [0, m) of a at stride *ld, rounded to bfloat16 into the calling thread's buffer (*ld becomes K).
+  auto source = [&](const float* a, int64_t m, int64_t* ld) -> const float* {
+    if (!bf16) return a;
+    thread_local std::vector<float> rounded;
+    float* r = thread_buffer(rounded, static_cast<size_t>(m * K));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t k = 0; k < K; ++k) r[i * K + k] = bf16_to_float(float_to_bf16(a[i * *ld + k]));
+    *ld = K;
+    return r;
+  };
+  if (M <= kSlabRows) {
+    int64_t ld = lda;
+    const float* a = source(A, M, &ld);
+    const bool serial =
+        N * K * int64_t(sizeof(float)) < PackedWeight::kSlabMinBytes || omp_get_max_threads() == 1 || omp_in_parallel();
+    over_blocks(serial, blocks,
+                [&](int64_t b0, int64_t b1) { gemm_packed_avx2(W.rows, M, a, ld, bias, C, ldc, b0, b1); });
+    return;
+  }
+  const int64_t mt = gemm_packed_panel_rows(M, N, K), n_panels = ceil_div(M, mt);
+  auto run_panel = [&](int64_t t) {
+    const int64_t i0 = t * mt, m = std::min(mt, M - i0);
+    int64_t ld = lda;
+    const float* a = source(A + i0 * lda, m, &ld);
+    gemm_packed_avx2(W.rows, m, a, ld, bias, C + i0 * ldc, ldc, 0, blocks);
+  };
+  if (n_panels == 1) return run_panel(0);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < n_panels; ++t) run_panel(t);
+}
+
 }  // namespace
 
 void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, const float* bias,
                  float* C, int64_t ldc) {
   if (M <= 0) return;
   gemm_detail::keep_gemm_buffers_resident();
+  if (W.avx2) return gemm_avx2(M, A, lda, W, bias, C, ldc);
   const int64_t N = W.N, K = W.K;
   if (!W.packed) {  // scalar twin requested, or oneDNN could not pack
     if (force_scalar() && W.precision != MatmulPrecision::MATMUL_INT8) {

@@ -3,7 +3,8 @@
 // Training multiplies by a weight that changes every step, so kernels::gemm (kernels.h) takes
 // plain row-major operands. Inference multiplies the same weights again and again, so it pays to
 // reorder each weight once into the GEMM backend's blocked layout (oneDNN's matmul primitive with
-// `format_tag::any` weights) and, when asked, to round it to bfloat16 so the matmul runs on
+// `format_tag::any` weights; on CPUs with AVX2 but not AVX-512, f32 and bf16 weights go to a layout and
+// kernel of our own instead, gemm_packed_avx2.cc, below) and, when asked, to round it to bfloat16 so the matmul runs on
 // AVX512-BF16 / AMX tiles. bench/bench_gemm.cc times both against dnnl_sgemm on plain operands
 // (the figures are in bench/RESULTS.md, "Design measurements behind the kernels").
 //
@@ -128,6 +129,23 @@ void gemm_rows_avx512(const PackedRows& w, int64_t m, const float* a, int64_t ld
 // into C. Exact int32 sums, so bitwise those of gemm_packed_scalar's int8 twin. Single-threaded.
 void gemm_rows_s8_avx512vnni(const PackedRows& w, int64_t m, const uint8_t* qa, int64_t lda, int32_t* acc,
                              int64_t ldacc, int64_t b0, int64_t b1);
+
+// CPUs with AVX2 but without AVX-512 (gemm_packed_avx2.cc) run every f32 and bf16 product — any number of
+// rows — on a layout of their own instead of oneDNN's (whose matmul there re-packs the weight on every
+// call): PackedRows with n_block 16, group 1 and stride 16·K, the floats of a bf16 weight rounded
+// (pack_rows16), read by gemm_packed_avx2, whose outputs are each one k-ascending fma chain — the row
+// kernel's specification, so every such product equals gemm_rows_scalar bit for bit, for any rows.
+//
+// W (N, K) at stride ldw into that layout at out (⌈N/16⌉·16·K floats; the last block's missing columns
+// zero), each value rounded to bfloat16 when round_bf16.
+void pack_rows16(const float* W, int64_t N, int64_t K, int64_t ldw, bool round_bf16, float* out);
+// C (m, N) = a (m, K) · Wᵀ (+ bias) for the columns of blocks [b0, b1), any m ≥ 0, W in pack_rows16's
+// layout; for bf16, a holds values already rounded to bfloat16 (as floats). Single-threaded; call only
+// when cpu_has_avx2().
+void gemm_packed_avx2(const PackedRows& w, int64_t m, const float* a, int64_t lda, const float* bias, float* C,
+                      int64_t ldc, int64_t b0, int64_t b1);
+// Whether W is in pack_rows16's layout (the AVX2 products). For tests and diagnostics.
+bool packed_for_avx2(const PackedWeight& W);
 
 // The scalar twin of the f32 and bf16 bodies (the specification above), on the plain weight W (N, K) at
 // stride ldw; precision f32 or bf16. The int8 body's twin is gemm_packed_scalar's int8 path.

@@ -13,9 +13,13 @@
 // for oneDNN alike (f32: FMA or separate multiply-add, either within the bound; bf16: AMX/AVX512-BF16
 // dot products accumulate in float32). The inputs are in [−1, 1] and never subnormal, so the
 // bf16 units' flush-to-zero of subnormals plays no part.
+#include "kernels/gemm_packed.h"
+
+#include <gtest/gtest.h>
 #include <omp.h>
 
 #include <array>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -24,10 +28,7 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "kernels/gemm_bf16.h"
-#include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
 
@@ -172,9 +173,11 @@ TEST(GemmPacked, FastAndScalarTwinWithinBoundOfDoubleReference) {
       std::vector<float> W = random_matrix(pb.N, pb.K, ld, rng);
       const std::vector<float> b = random_matrix(1, pb.N, pb.N, rng);
       const auto packed = pack_weight(W.data(), pb.N, pb.K, ld, prec);
-      // The fast path really is oneDNN's (a silent fallback would still pass the bound): f32 on every CPU,
-      // bf16 where oneDNN 2.6 has bf16 matmuls, from AVX-512 (avx512_core) on; an AVX2 CPU takes the fallback.
-      const bool onednn = !force_scalar() && (prec == MatmulPrecision::MATMUL_F32 || cpu_has_avx512());
+      // The fast path really is the one expected (a silent fallback would still pass the bound): on AVX-512,
+      // oneDNN's for f32, and for bf16 (oneDNN 2.6 has bf16 matmuls from avx512_core on); with AVX2 alone, the
+      // AVX2 products' own layout for both (the Avx2* tests below).
+      const bool avx2 = !force_scalar() && prec != MatmulPrecision::MATMUL_INT8 && cpu_has_avx2() && !cpu_has_avx512();
+      const bool onednn = !force_scalar() && !avx2 && (prec == MatmulPrecision::MATMUL_F32 || cpu_has_avx512());
       EXPECT_EQ(packed_by_onednn(*packed), onednn) << name << " " << pb.str();
       std::vector<float> C(static_cast<size_t>(pb.M * ldc), sentinel), Cs = C;
       for (int64_t i = 0; i < pb.M; ++i)
@@ -405,6 +408,82 @@ TEST(GemmPacked, RowKernelBodiesOnEveryColumnBlock) {
         }
       }
     }
+}
+
+// The AVX2 body (run wherever the CPU has AVX2, so AVX-512 machines test it too) on pack_rows16's layout,
+// against gemm_rows_scalar bit for bit: f32 and bf16 (the weight rounded at packing, the rows by the caller),
+// one to 20 rows and a panel of 130 (tiles of 6 rows and their remainders), K across the passes of 256 k
+// (1, 255, 256, 257, 600), a ragged last block of columns, padded strides (C's padding untouched), with and
+// without bias, and a share of the blocks [b0, b1) (the other columns untouched).
+TEST(GemmPacked, Avx2BodyEqualsTheRowTwinBitwise) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 (or TFM_FORCE_SCALAR)";
+  Rng rng(13);
+  struct Shape {
+    int64_t N, K, pad;
+    bool bias;
+  };
+  const Shape shapes[] = {{1, 1, 0, true},    {16, 255, 1, false}, {17, 256, 0, true},
+                          {40, 257, 3, true}, {33, 600, 2, false}, {100, 7, 0, true}};
+  for (const bool bf16 : {false, true})
+    for (const Shape& sh : shapes) {
+      const int64_t ld = sh.K + sh.pad, ldc = sh.N + sh.pad, blocks = (sh.N + 15) / 16;
+      const std::vector<float> W = random_matrix(sh.N, sh.K, ld, rng), b = random_matrix(1, sh.N, sh.N, rng);
+      std::vector<float> packed(static_cast<size_t>(blocks * 16 * sh.K), std::numeric_limits<float>::quiet_NaN());
+      pack_rows16(W.data(), sh.N, sh.K, ld, bf16, packed.data());
+      const PackedRows rows{packed.data(), sh.N, sh.K, 16, 1, 16 * sh.K};
+      const auto prec = bf16 ? MatmulPrecision::MATMUL_BF16 : MatmulPrecision::MATMUL_F32;
+      for (const int64_t M : {1, 2, 5, 6, 7, 13, 20, 130}) {
+        const std::string what = std::string(bf16 ? "bf16" : "f32") + " M=" + std::to_string(M) +
+                                 " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K);
+        std::vector<float> A = random_matrix(M, sh.K, ld, rng), a = A;
+        if (bf16)
+          for (float& x : a) x = bf16_to_float(float_to_bf16(x));
+        std::vector<float> C(static_cast<size_t>(M * ldc), -7.0f), Cs = C;
+        gemm_packed_avx2(rows, M, a.data(), ld, sh.bias ? b.data() : nullptr, C.data(), ldc, 0, blocks);
+        gemm_rows_scalar(M, sh.N, sh.K, A.data(), ld, W.data(), ld, sh.bias ? b.data() : nullptr, Cs.data(), ldc, prec);
+        EXPECT_TRUE(bitwise_equal(C, Cs, what));
+        if (blocks < 2) continue;
+        std::vector<float> part(C.size(), -7.0f);  // blocks [1, blocks): columns from 16 on
+        gemm_packed_avx2(rows, M, a.data(), ld, sh.bias ? b.data() : nullptr, part.data(), ldc, 1, blocks);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t n = 0; n < ldc; ++n)
+            ASSERT_EQ(std::bit_cast<uint32_t>(part[i * ldc + n]),
+                      std::bit_cast<uint32_t>(n >= 16 && n < sh.N ? C[i * ldc + n] : -7.0f))
+                << what << " blocks from 1, row " << i << " column " << n;
+      }
+    }
+}
+
+// Where the AVX2 products run (AVX2 without AVX-512), every f32 and bf16 product is gemm_rows_scalar's, bit
+// for bit, for any rows: a row gives the same bits alone, in a few rows (the columns over the threads) and in
+// a tall product (row panels), on one thread or two. Elsewhere the weight is not in that layout.
+TEST(GemmPacked, Avx2ProductsAreTheRowTwinsForAnyRows) {
+  const bool expect = cpu_has_avx2() && !cpu_has_avx512();
+  Rng rng(14);
+  const int64_t N = 1100, K = 300;  // 1.3 MB of f32 weight: a few rows split the columns over the threads
+  const std::vector<float> W = random_matrix(N, K, K, rng), b = random_matrix(1, N, N, rng);
+  for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16, MatmulPrecision::MATMUL_INT8}) {
+    const auto packed = pack_weight(W.data(), N, K, K, prec);
+    const bool avx2 = expect && prec != MatmulPrecision::MATMUL_INT8;
+    EXPECT_EQ(packed_for_avx2(*packed), avx2);
+    if (!avx2) continue;
+    EXPECT_FALSE(packed_by_onednn(*packed));
+    const int64_t M = 300;
+    const std::vector<float> A = random_matrix(M, K, K, rng);
+    std::vector<float> want(static_cast<size_t>(M * N));
+    gemm_rows_scalar(M, N, K, A.data(), K, W.data(), K, b.data(), want.data(), N, prec);
+    const int saved = omp_get_max_threads();
+    for (const int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{16}, int64_t{17}, M}) {
+        std::vector<float> C(static_cast<size_t>(m * N));
+        gemm_packed(m, A.data(), K, *packed, b.data(), C.data(), N);
+        const std::vector<float> head(want.begin(), want.begin() + m * N);
+        EXPECT_TRUE(bitwise_equal(C, head, "rows " + std::to_string(m) + ", threads " + std::to_string(threads)));
+      }
+    }
+    omp_set_num_threads(saved);
+  }
 }
 
 TEST(GemmPacked, PanelsAreAFunctionOfTheShapeOnly) {

@@ -1,0 +1,107 @@
+// src/kernels/gemm_packed_avx2.cc — gemm_packed's float32 and bfloat16 products on CPUs with AVX2 but
+// without AVX-512 (contract and layout in gemm_packed.h): the weight packed once into blocks of 16 output
+// columns (pack_rows16, in gemm_packed.cc), multiplied by a kernel whose every output is one k-ascending fma chain —
+// the sum gemm_rows_scalar specifies, so the products equal that twin bit for bit whatever the rows, the panels or the
+// thread count. Compiled with AVX2 and FMA flags by CMake; called only from gemm_packed.cc when cpu_has_avx2() and not
+// cpu_has_avx512().
+//
+// The kernel (GotoBLAS's loop order, without packing A):
+//   for each pass of kKc consecutive k:            a block's kKc·16 floats (16 KiB) stay in L1
+//     for each block of 16 columns:
+//       for each tile of up to 6 rows:             6 × 16 outputs in 12 ymm accumulators
+//         acc = 0 (first pass) or C; acc += a[r, k]·w[k, :] for the pass's k; C = acc (+ bias, last pass)
+// A pass's rows of A (m × kKc floats, 128 KiB for 128 rows) stay in L2 while the blocks run over them. A
+// step is 2 loads of the block, 6 broadcasts of A and 12 FMAs, so the two FMA pipes are the limit. Between
+// passes a sum waits in C, in float: storing and reloading it changes no bit of the chain.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/gemm_packed.h"
+
+namespace tfm::kernels {
+
+namespace {
+
+constexpr int64_t kKc = 256;  // k per pass
+constexpr int kTileRows = 6;
+
+// Lane masks for the first n of a block's 16 columns: lanes 0–7 and 8–15.
+inline __m256i first_n_lo(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+inline __m256i first_n_hi(int n) { return first_n_lo(n - 8); }
+
+// One tile: rows [0, R) of a (at stride lda, already offset to the pass's first k) times the kc steps of
+// block w (kc runs of 16 floats), into C's first `cols` ≤ 16 columns (at stride ldc).
+template <int R>
+void tile(int64_t kc, const float* a, int64_t lda, const float* w, float* c, int64_t ldc, int cols, bool first,
+          bool last, const float* bias) {
+  __m256 acc[R][2];
+  const bool full = cols == 16;
+  const __m256i lo = first_n_lo(cols), hi = first_n_hi(cols);
+  for (int r = 0; r < R; ++r) {
+    if (first) {
+      acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    } else if (full) {
+      acc[r][0] = _mm256_loadu_ps(c + r * ldc);
+      acc[r][1] = _mm256_loadu_ps(c + r * ldc + 8);
+    } else {
+      acc[r][0] = _mm256_maskload_ps(c + r * ldc, lo);
+      acc[r][1] = _mm256_maskload_ps(c + r * ldc + 8, hi);
+    }
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 w0 = _mm256_loadu_ps(w + 16 * k), w1 = _mm256_loadu_ps(w + 16 * k + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + r * lda + k);
+      acc[r][0] = _mm256_fmadd_ps(x, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(x, w1, acc[r][1]);
+    }
+  }
+  if (last && bias) {
+    const __m256 b0 = full ? _mm256_loadu_ps(bias) : _mm256_maskload_ps(bias, lo);
+    const __m256 b1 = full ? _mm256_loadu_ps(bias + 8) : _mm256_maskload_ps(bias + 8, hi);
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm256_add_ps(acc[r][0], b0);
+      acc[r][1] = _mm256_add_ps(acc[r][1], b1);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    if (full) {
+      _mm256_storeu_ps(c + r * ldc, acc[r][0]);
+      _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
+    } else {
+      _mm256_maskstore_ps(c + r * ldc, lo, acc[r][0]);
+      _mm256_maskstore_ps(c + r * ldc + 8, hi, acc[r][1]);
+    }
+  }
+}
+
+using TileFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool, bool, const float*);
+constexpr TileFn kTiles[kTileRows + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
+
+}  // namespace
+
+void gemm_packed_avx2(const PackedRows& w, int64_t m, const float* a, int64_t lda, const float* bias, float* C,
+                      int64_t ldc, int64_t b0, int64_t b1) {
+  const auto* data = static_cast<const float*>(w.data);
+  const int64_t K = w.K;
+  for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+    const int64_t kc = std::min(kKc, K - k0);
+    const bool first = k0 == 0, last = k0 + kc == K;
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* wb = data + b * w.stride + k0 * 16;
+      const int64_t n0 = b * 16;
+      const int cols = static_cast<int>(std::min<int64_t>(16, w.N - n0));
+      const float* bb = bias ? bias + n0 : nullptr;
+      for (int64_t i = 0; i < m; i += kTileRows) {
+        const int R = static_cast<int>(std::min<int64_t>(kTileRows, m - i));
+        kTiles[R](kc, a + i * lda + k0, lda, wb, C + i * ldc + n0, ldc, cols, first, last, bb);
+      }
+    }
+  }
+}
+
+}  // namespace tfm::kernels
