@@ -314,9 +314,9 @@ TEST_F(TrainCliErrors, TranslateSourceLongerThanMaxLen) {
   // The tiny model keeps the default max_len 512; line 2 has 600 characters (char-level tokens).
   const std::string err = *dir_ + "/stderr.txt";
   std::string out;
-  const int rc = run_command("(printf 'ab\\n" + std::string(600, 'a') + "\\n' | " + kCli + " translate --model " +
-                                 *dir_ + "/run 2>" + err + ")",
-                             &out);
+  const std::string line2(600, 'a');
+  const int rc = run_command(
+      "(printf 'ab\\n" + line2 + "\\n' | " + kCli + " translate --model " + *dir_ + "/run 2>" + err + ")", &out);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_EQ(tfm::testing::slurp(err),
             "tfm: error: input line 2: 600 source tokens, more than the model's max_len 512\n");

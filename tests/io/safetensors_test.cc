@@ -226,7 +226,7 @@ TEST_F(SafeTensors, Int8KeptOnRequestAndWrittenBack) {
   NamedTensors f32;
   f32.insert("w.scale", Tensor::from_vector({2}, {0.5f, 2.0f}));
   f32.insert("mask", Tensor::full({2}, 1.0f));
-  Int8Tensor q{{2, 3}, {-128, -1, 0, 1, 2, 127}};
+  Int8Tensor q{{2, 3}, {-128, -1, 0, 1, 2, 127}, nullptr, nullptr};
   save_safetensors(path, f32, {{"k", "v"}}, {{"w", q}});
   const SafeTensorsFile kept = load_safetensors(path, LoadOptions{.keep_int8 = true});
   ASSERT_TRUE(kept.int8.contains("w"));
@@ -241,7 +241,9 @@ TEST_F(SafeTensors, Int8KeptOnRequestAndWrittenBack) {
   // Names are unique across both maps, and the values must fill the shape.
   expect_message(error_of([&] { save_safetensors(tmp("x.safetensors"), f32, {}, {{"mask", q}}); }),
                  tmp("x.safetensors"), {"'mask'", "both"});
-  expect_message(error_of([&] { save_safetensors(tmp("x.safetensors"), f32, {}, {{"v", Int8Tensor{{4}, {1}}}}); }),
+  expect_message(error_of([&] {
+                   save_safetensors(tmp("x.safetensors"), f32, {}, {{"v", Int8Tensor{{4}, {1}, nullptr, nullptr}}});
+                 }),
                  tmp("x.safetensors"), {"'v'", "1 int8 values for shape (4,)"});
 }
 

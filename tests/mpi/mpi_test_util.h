@@ -38,8 +38,9 @@ class MpirunTest : public ::testing::Test {
  public:
   // The launch line's start: "mpirun -np <np> " with the allow-root and oversubscribe settings.
   static std::string mpirun(int np) {
-    return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np " +
-           std::to_string(np) + " ";
+    std::string line =
+        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np ";
+    return line + std::to_string(np) + " ";
   }
 
  protected:
