@@ -716,8 +716,7 @@ void gemm_avx2(int64_t M, const float* A, int64_t lda, const PackedWeight& W, co
     if (!bf16) return a;
     thread_local std::vector<float> rounded;
     float* r = thread_buffer(rounded, static_cast<size_t>(m * K));
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t k = 0; k < K; ++k) r[i * K + k] = bf16_to_float(float_to_bf16(a[i * *ld + k]));
+    round_rows_to_bf16_avx2(a, *ld, m, K, r);
     *ld = K;
     return r;
   };

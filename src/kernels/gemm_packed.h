@@ -144,6 +144,9 @@ void pack_rows16(const float* W, int64_t N, int64_t K, int64_t ldw, bool round_b
 // when cpu_has_avx2().
 void gemm_packed_avx2(const PackedRows& w, int64_t m, const float* a, int64_t lda, const float* bias, float* C,
                       int64_t ldc, int64_t b0, int64_t b1);
+// The rows of src (m, K at stride lds) rounded to bfloat16 and widened back to float into dst (m, K dense):
+// bf16_to_float(float_to_bf16(x)) for every x, bit for bit (the AVX2 bf16 products' source rows).
+void round_rows_to_bf16_avx2(const float* src, int64_t lds, int64_t m, int64_t K, float* dst);
 // Whether W is in pack_rows16's layout (the AVX2 products). For tests and diagnostics.
 bool packed_for_avx2(const PackedWeight& W);
 

@@ -13,6 +13,8 @@
 // A pass's rows of A (m × kKc floats, 128 KiB for 128 rows) stay in L2 while the blocks run over them. A
 // step is 2 loads of the block, 6 broadcasts of A and 12 FMAs, so the two FMA pipes are the limit. Between
 // passes a sum waits in C, in float: storing and reloading it changes no bit of the chain.
+// The loops over a tile's rows are unrolled by pragma: left as loops, GCC keeps the accumulator array in
+// memory and stores all 12 vectors every step.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -41,7 +43,7 @@ void tile(int64_t kc, const float* a, int64_t lda, const float* w, float* c, int
   __m256 acc[R][2];
   const bool full = cols == 16;
   const __m256i lo = first_n_lo(cols), hi = first_n_hi(cols);
-  for (int r = 0; r < R; ++r) {
+  _Pragma("GCC unroll 6") for (int r = 0; r < R; ++r) {
     if (first) {
       acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     } else if (full) {
@@ -54,7 +56,7 @@ void tile(int64_t kc, const float* a, int64_t lda, const float* w, float* c, int
   }
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 w0 = _mm256_loadu_ps(w + 16 * k), w1 = _mm256_loadu_ps(w + 16 * k + 8);
-    for (int r = 0; r < R; ++r) {
+    _Pragma("GCC unroll 6") for (int r = 0; r < R; ++r) {
       const __m256 x = _mm256_broadcast_ss(a + r * lda + k);
       acc[r][0] = _mm256_fmadd_ps(x, w0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(x, w1, acc[r][1]);
@@ -63,12 +65,12 @@ void tile(int64_t kc, const float* a, int64_t lda, const float* w, float* c, int
   if (last && bias) {
     const __m256 b0 = full ? _mm256_loadu_ps(bias) : _mm256_maskload_ps(bias, lo);
     const __m256 b1 = full ? _mm256_loadu_ps(bias + 8) : _mm256_maskload_ps(bias + 8, hi);
-    for (int r = 0; r < R; ++r) {
+    _Pragma("GCC unroll 6") for (int r = 0; r < R; ++r) {
       acc[r][0] = _mm256_add_ps(acc[r][0], b0);
       acc[r][1] = _mm256_add_ps(acc[r][1], b1);
     }
   }
-  for (int r = 0; r < R; ++r) {
+  _Pragma("GCC unroll 6") for (int r = 0; r < R; ++r) {
     if (full) {
       _mm256_storeu_ps(c + r * ldc, acc[r][0]);
       _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
@@ -83,6 +85,28 @@ using TileFn = void (*)(int64_t, const float*, int64_t, const float*, float*, in
 constexpr TileFn kTiles[kTileRows + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, tile<6>};
 
 }  // namespace
+
+// float_to_bf16's rounding with integer lanes, widened back: a NaN keeps its top bits with the quiet bit set,
+// anything else rounds to nearest even on bit 16 (the carry may reach the exponent: overflow gives ±inf).
+void round_rows_to_bf16_avx2(const float* src, int64_t lds, int64_t m, int64_t K, float* dst) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+  const __m256i quiet = _mm256_set1_epi32(0x00400000), low = _mm256_set1_epi32(0x7FFF);
+  const __m256i one = _mm256_set1_epi32(1), high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  auto round8 = [&](__m256i u) {
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+    const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(low, odd));
+    return _mm256_and_si256(_mm256_blendv_epi8(rounded, _mm256_or_si256(u, quiet), is_nan), high);
+  };
+  for (int64_t i = 0; i < m; ++i) {
+    const float* s = src + i * lds;
+    float* d = dst + i * K;
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8)
+      _mm256_storeu_ps(d + k, _mm256_castsi256_ps(round8(_mm256_castps_si256(_mm256_loadu_ps(s + k)))));
+    for (; k < K; ++k) d[k] = bf16_to_float(float_to_bf16(s[k]));
+  }
+}
 
 void gemm_packed_avx2(const PackedRows& w, int64_t m, const float* a, int64_t lda, const float* bias, float* C,
                       int64_t ldc, int64_t b0, int64_t b1) {

@@ -86,7 +86,7 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
 
 // The dispatched conversion (AVX-512 body on this CPU) is bitwise the scalar twin on every kind of
 // float: random bit patterns (NaNs with any payload, ±inf, denormals, halfway cases), dense and
-// strided blocks, widths that are not multiples of 16.
+// strided blocks, widths that are not multiples of 16; and the AVX2 rounding of rows (widened back to float).
 TEST(Bf16, ConvertRowsMatchesScalarTwinBitwise) {
   Rng rng(12345);
   const uint32_t specials[] = {0x7F800000u, 0xFF800000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FC00000u, 0x00000001u,
@@ -101,6 +101,12 @@ TEST(Bf16, ConvertRowsMatchesScalarTwinBitwise) {
       convert_rows_to_bf16(src.data(), lds, m, K, fast.data());
       convert_rows_to_bf16_scalar(src.data(), lds, m, K, slow.data());
       ASSERT_TRUE(bitwise_equal(fast, slow, "K " + std::to_string(K) + " lds " + std::to_string(lds), {m, K}));
+      if (!cpu_has_avx2()) continue;
+      // The AVX2 products' rounding of their source rows: the same values, widened back to float.
+      std::vector<float> widened(fast.size(), -7.0f), want(fast.size());
+      round_rows_to_bf16_avx2(src.data(), lds, m, K, widened.data());
+      for (size_t i = 0; i < want.size(); ++i) want[i] = bf16_to_float(slow[i]);
+      ASSERT_TRUE(bitwise_equal(widened, want, "AVX2 K " + std::to_string(K) + " lds " + std::to_string(lds)));
     }
   }
 }
