@@ -44,7 +44,7 @@ Precision parse_dtype(const std::string& dtype) {
   if (p == Precision::BFLOAT16 && !bf16_matmul_accelerated())
     queue_note(
         "no AVX512-BF16 or AMX-BF16 on this CPU (or TFM_FORCE_SCALAR): bf16 matmuls are emulated (the same "
-        "numbers up to summation order, slower than f32)");
+        "numbers up to summation order, no faster than f32)");
   return p;
 }
 Precision model_dtype(const std::string& dtype, const TrainedModel& m) {
