@@ -8,6 +8,8 @@
 
 namespace tfm::kernels {
 
+// Out of line, in a file compiled without -mfma: the AVX bodies' rows end exactly as the twin's (inlined into
+// an -mfma file, GCC would fuse the smoothing's multiply and add).
 double cross_entropy_row_loss(double lse, double z_target, double zsum, int64_t V, double label_smoothing) {
   const double nll = lse - z_target;
   if (!(label_smoothing > 0)) return nll;  // torch forms no smoothing term: a −inf logit leaves the loss finite

@@ -737,8 +737,17 @@ void gemm_avx2(int64_t M, const float* A, int64_t lda, const PackedWeight& W, co
     gemm_packed_avx2(W.rows, m, a, ld, bias, C + i0 * ldc, ldc, 0, blocks);
   };
   if (n_panels == 1) return run_panel(0);
+  std::exception_ptr failed;  // a throw inside the team (a buffer's allocation) would end the process
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < n_panels; ++t) run_panel(t);
+  for (int64_t t = 0; t < n_panels; ++t) {
+    try {
+      run_panel(t);
+    } catch (...) {
+#pragma omp critical(tfm_gemm_avx2_failed)
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
 }
 
 }  // namespace

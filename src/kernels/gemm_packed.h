@@ -32,6 +32,8 @@
 // threads, each output one sum in a fixed order); other products of at most 16 rows (one panel)
 // with a large weight run as column slabs fixed at pack time from the weight's shape and precision
 // (about 1 MiB of weight each, whole blocks of oneDNN's layout, each slab one oneDNN call).
+// The AVX2 products (below) go further: every output is one fma chain in a fixed order, so a product's
+// rows do not depend on the panels, the column split or the other rows at all.
 //
 // Unlike the rest of the kernel layer this allocates (the packed copy, oneDNN primitives cached per
 // panel height; gemm_packed_scalar, the TFM_FORCE_SCALAR path, its rounded or quantized operands on
@@ -75,7 +77,8 @@ void gemm_packed_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t
                         MatmulPrecision precision);
 
 // True when W lives in oneDNN's blocked layout (false: TFM_FORCE_SCALAR, or no oneDNN support and
-// the plain fallback, or int8 without cpu_has_int8_dot()). For tests and diagnostics.
+// the plain fallback, or int8 without cpu_has_int8_dot(), or f32 and bf16 in the AVX2 products' own
+// layout, packed_for_avx2). For tests and diagnostics.
 bool packed_by_onednn(const PackedWeight& W);
 
 // The column slabs a product of at most 16 rows is cut into (0: none, one call): a function of the
@@ -134,7 +137,8 @@ void gemm_rows_s8_avx512vnni(const PackedRows& w, int64_t m, const uint8_t* qa, 
 // rows — on a layout of their own instead of oneDNN's (whose matmul there re-packs the weight on every
 // call): PackedRows with n_block 16, group 1 and stride 16·K, the floats of a bf16 weight rounded
 // (pack_rows16), read by gemm_packed_avx2, whose outputs are each one k-ascending fma chain — the row
-// kernel's specification, so every such product equals gemm_rows_scalar bit for bit, for any rows.
+// kernel's specification, so every such product equals gemm_rows_scalar bit for bit, for any rows (a NaN's
+// payload aside: which of two NaN operands a multiply-add passes on is the instruction's choice).
 //
 // W (N, K) at stride ldw into that layout at out (⌈N/16⌉·16·K floats; the last block's missing columns
 // zero), each value rounded to bfloat16 when round_bf16.

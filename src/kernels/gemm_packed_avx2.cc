@@ -36,7 +36,8 @@ inline __m256i first_n_lo(int n) {
 inline __m256i first_n_hi(int n) { return first_n_lo(n - 8); }
 
 // One tile: rows [0, R) of a (at stride lda, already offset to the pass's first k) times the kc steps of
-// block w (kc runs of 16 floats), into C's first `cols` ≤ 16 columns (at stride ldc).
+// block w (kc runs of 16 floats), into C's first `cols` ≤ 16 columns (at stride ldc). C's and the bias's
+// second 8 columns are touched only when cols > 8: no pointer past their end is formed.
 template <int R>
 void tile(int64_t kc, const float* a, int64_t lda, const float* w, float* c, int64_t ldc, int cols, bool first,
           bool last, const float* bias) {
@@ -51,7 +52,7 @@ void tile(int64_t kc, const float* a, int64_t lda, const float* w, float* c, int
       acc[r][1] = _mm256_loadu_ps(c + r * ldc + 8);
     } else {
       acc[r][0] = _mm256_maskload_ps(c + r * ldc, lo);
-      acc[r][1] = _mm256_maskload_ps(c + r * ldc + 8, hi);
+      acc[r][1] = cols > 8 ? _mm256_maskload_ps(c + r * ldc + 8, hi) : _mm256_setzero_ps();
     }
   }
   for (int64_t k = 0; k < kc; ++k) {
@@ -64,7 +65,9 @@ void tile(int64_t kc, const float* a, int64_t lda, const float* w, float* c, int
   }
   if (last && bias) {
     const __m256 b0 = full ? _mm256_loadu_ps(bias) : _mm256_maskload_ps(bias, lo);
-    const __m256 b1 = full ? _mm256_loadu_ps(bias + 8) : _mm256_maskload_ps(bias + 8, hi);
+    const __m256 b1 = full       ? _mm256_loadu_ps(bias + 8)
+                      : cols > 8 ? _mm256_maskload_ps(bias + 8, hi)
+                                 : _mm256_setzero_ps();
     _Pragma("GCC unroll 6") for (int r = 0; r < R; ++r) {
       acc[r][0] = _mm256_add_ps(acc[r][0], b0);
       acc[r][1] = _mm256_add_ps(acc[r][1], b1);
@@ -76,7 +79,7 @@ void tile(int64_t kc, const float* a, int64_t lda, const float* w, float* c, int
       _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
     } else {
       _mm256_maskstore_ps(c + r * ldc, lo, acc[r][0]);
-      _mm256_maskstore_ps(c + r * ldc + 8, hi, acc[r][1]);
+      if (cols > 8) _mm256_maskstore_ps(c + r * ldc + 8, hi, acc[r][1]);
     }
   }
 }
