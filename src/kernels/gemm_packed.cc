@@ -577,6 +577,23 @@ void panel_onednn(const PackedWeight::Prim& p, int64_t m, const float* a, int64_
   execute(p, src, W.wmem, c, bias);
 }
 
+// fn(t) for every t in [0, n), split statically over the OpenMP team. An exception thrown inside would end the
+// process if it left a thread: the first one is kept and rethrown after the team.
+template <class F>
+void parallel_for_rethrowing(int64_t n, const F& fn) {
+  std::exception_ptr failed;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < n; ++t) {
+    try {
+      fn(t);
+    } catch (...) {
+#pragma omp critical(tfm_gemm_packed_failed)
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+}
+
 // The most rows a product takes column slabs for: a single row panel (gemm_packed_panel_rows).
 constexpr int64_t kSlabRows = 16;
 
@@ -614,7 +631,6 @@ bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, c
     x = quantize_into_thread_buffers(a, m, K, lda, K);
     src = x.q;
   }
-  std::exception_ptr failed;  // a throw inside the team would end the process: kept, rethrown after it
   auto run = [&](int64_t s) {
     const int64_t c0 = bounds[s], cols = bounds[s + 1] - c0;
     const PackedWeight::Prim& p = *prims[s];
@@ -631,16 +647,7 @@ bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, c
     for (int64_t i = 0; i < m; ++i)
       std::memcpy(c + i * ldc + c0, static_cast<const float*>(out) + i * cols, static_cast<size_t>(cols) * sizeof(float));
   };
-#pragma omp parallel for schedule(static)
-  for (int64_t s = 0; s < slabs; ++s) {
-    try {
-      run(s);
-    } catch (...) {
-#pragma omp critical(tfm_gemm_slabs_failed)
-      if (!failed) failed = std::current_exception();
-    }
-  }
-  if (failed) std::rethrow_exception(failed);
+  parallel_for_rethrowing(slabs, run);
   W.slab_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -737,17 +744,7 @@ void gemm_avx2(int64_t M, const float* A, int64_t lda, const PackedWeight& W, co
     gemm_packed_avx2(W.rows, m, a, ld, bias, C + i0 * ldc, ldc, 0, blocks);
   };
   if (n_panels == 1) return run_panel(0);
-  std::exception_ptr failed;  // a throw inside the team (a buffer's allocation) would end the process
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < n_panels; ++t) {
-    try {
-      run_panel(t);
-    } catch (...) {
-#pragma omp critical(tfm_gemm_avx2_failed)
-      if (!failed) failed = std::current_exception();
-    }
-  }
-  if (failed) std::rethrow_exception(failed);
+  parallel_for_rethrowing(n_panels, run_panel);  // a buffer's allocation may throw
 }
 
 }  // namespace
