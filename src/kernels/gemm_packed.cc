@@ -291,7 +291,8 @@ class PackedWeight {
   mutable std::atomic<int64_t> slab_runs{0};
 
   // The AVX2 products' own layout (pack_rows16; `rows` describes it): decided at pack time, for f32 and bf16
-  // on a CPU with AVX2 but not AVX-512. oneDNN is not used then (packed stays false).
+  // on a CPU with AVX2 but not AVX-512. oneDNN is not used then (packed stays false), and gemm_packed always
+  // takes gemm_avx2 (no plain copy is ever needed).
   bool avx2 = false;
   std::vector<float> rows16;
 
@@ -299,11 +300,6 @@ class PackedWeight {
   // for the scalar path, and for the fallback when oneDNN rejects a shape.
   const std::vector<float>& plain() const {
     std::lock_guard<std::mutex> lock(mu_);
-    if (plain_.empty() && avx2) {
-      plain_.resize(static_cast<size_t>(N * K));
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t k = 0; k < K; ++k) plain_[n * K + k] = rows16[(n / 16 * K + k) * 16 + n % 16];
-    }
     if (plain_.empty() && packed) unpack();
     return plain_;
   }
@@ -345,6 +341,11 @@ class PackedWeight {
 
 namespace {
 
+// Whether a weight of this precision goes to the AVX2 products' own layout (pack_rows16).
+bool packs_for_avx2(MatmulPrecision precision) {
+  return !force_scalar() && precision != MatmulPrecision::MATMUL_INT8 && !cpu_has_avx512() && cpu_has_avx2();
+}
+
 // The rest of pack_weight once the weight is rounded as the precision says: W (f32, at stride ldw), w16
 // (bf16 bits, dense) or w8 (int8, dense, with pw's scale and colsum set) into oneDNN's layout, or the
 // plain fallback.
@@ -359,10 +360,11 @@ std::shared_ptr<const PackedWeight> pack_weight(const float* W, int64_t N, int64
   pw->N = N;
   pw->K = K;
   pw->precision = precision;
-  // The weight rounded as the precision says, as plain (N, K) rows: bf16 bits, or float.
+  // The weight rounded as the precision says, as plain (N, K) rows: bf16 bits, or float (the AVX2 layout
+  // rounds as it packs).
   std::vector<uint16_t> w16;
   std::vector<int8_t> w8;
-  if (precision == MatmulPrecision::MATMUL_BF16) {
+  if (precision == MatmulPrecision::MATMUL_BF16 && !packs_for_avx2(precision)) {
     w16.resize(static_cast<size_t>(N * K));
     convert_rows_to_bf16(W, ldw, N, K, w16.data());
   }
@@ -396,15 +398,9 @@ std::shared_ptr<const PackedWeight> pack_rounded(std::shared_ptr<PackedWeight> p
   const int64_t N = pw->N, K = pw->K;
   const MatmulPrecision precision = pw->precision;
   const bool int8 = precision == MatmulPrecision::MATMUL_INT8;
-  if (!force_scalar() && !int8 && !cpu_has_avx512() && cpu_has_avx2()) {  // the AVX2 products' own layout
+  if (packs_for_avx2(precision)) {
     pw->rows16.resize(static_cast<size_t>(ceil_div(N, 16) * 16 * K));
-    if (precision == MatmulPrecision::MATMUL_BF16) {  // the rounded bits, widened (exact)
-      std::vector<float> widened(static_cast<size_t>(N * K));
-      for (size_t i = 0; i < widened.size(); ++i) widened[i] = bf16_to_float(w16[i]);
-      pack_rows16(widened.data(), N, K, K, false, pw->rows16.data());
-    } else {
-      pack_rows16(W, N, K, ldw, false, pw->rows16.data());
-    }
+    pack_rows16(W, N, K, ldw, precision == MatmulPrecision::MATMUL_BF16, pw->rows16.data());
     pw->rows = PackedRows{pw->rows16.data(), N, K, 16, 1, 16 * K};
     pw->avx2 = true;
     return pw;
