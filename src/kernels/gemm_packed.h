@@ -134,8 +134,8 @@ void gemm_rows_s8_avx512vnni(const PackedRows& w, int64_t m, const uint8_t* qa, 
                              int64_t ldacc, int64_t b0, int64_t b1);
 
 // CPUs with AVX2 but without AVX-512 (gemm_packed_avx2.cc) run every f32 and bf16 product — any number of
-// rows — on a layout of their own instead of oneDNN's (whose matmul there re-packs the weight on every
-// call): PackedRows with n_block 16, group 1 and stride 16·K, the floats of a bf16 weight rounded
+// rows — on a layout of their own instead of oneDNN's (oneDNN 2.6's matmul is slow there, and has no bf16:
+// bench/RESULTS.md): PackedRows with n_block 16, group 1 and stride 16·K, the floats of a bf16 weight rounded
 // (pack_rows16), read by gemm_packed_avx2, whose outputs are each one k-ascending fma chain — the row
 // kernel's specification, so every such product equals gemm_rows_scalar bit for bit, for any rows (a NaN's
 // payload aside: which of two NaN operands a multiply-add passes on is the instruction's choice).
