@@ -1,9 +1,10 @@
 // src/kernels/common_avx2.h — small pieces shared by the AVX2 kernels (include only from *_avx2.cc files,
-// compiled with AVX2 and FMA flags): a vector exp, |x|, and the load and store of a row's tail of fewer than 8
-// floats (AVX2 has no lane masks for them).
+// compiled with AVX2 and FMA flags): a vector exp, |x|, a lane mask, and the load and store of a row's tail of fewer
+// than 8 floats (AVX2 has no lane masks for them).
 #pragma once
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -41,6 +42,14 @@ inline __m256 exp_ps(__m256 x) {
 }
 
 inline __m256 abs_ps(__m256 v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
+
+// A lane mask for the first n lanes (all lanes for n ≥ 8, none for n ≤ 0): AVX2's stand-in for an AVX-512
+// lane mask, for _mm256_maskload_ps / _mm256_maskstore_ps or an and. (Not named first_n: common_avx512.h's
+// first_n(int64_t) would be the same symbol, and the linker keeps one of two inline definitions.)
+inline __m256i first_n_lanes(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(n, 0, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
 
 // Up to 8 floats from p into a vector, the lanes past n set to `fill` (a row's tail), and back.
 inline __m256 load_tail(const float* p, int64_t n, float fill = 0.0f) {

@@ -46,8 +46,7 @@ bool row_log_sum_exp(const float* z, int64_t V, bool only_finite, RowLse* out) {
   for (int64_t v = 0; v < V; v += 8) {
     const int64_t n = std::min<int64_t>(8, V - v);
     const __m256 zv = v < full ? _mm256_loadu_ps(z + v) : load_tail(z + v, n);
-    const __m256 live = _mm256_castsi256_ps(
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    const __m256 live = _mm256_castsi256_ps(first_n_lanes(n));
     if constexpr (kArgmax) {
       const int at_max = _mm256_movemask_ps(_mm256_and_ps(live, _mm256_cmp_ps(zv, m, _CMP_EQ_OQ)));
       if (first < 0 && at_max != 0) first = v + __builtin_ctz(static_cast<unsigned>(at_max));

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common_avx2.h"
 #include "kernels/gemm_packed.h"
 
 namespace tfm::kernels {
@@ -29,12 +30,6 @@ namespace {
 constexpr int64_t kKc = 256;  // k per pass
 constexpr int kTileRows = 6;
 
-// Lane masks for the first n of a block's 16 columns: lanes 0–7 and 8–15.
-inline __m256i first_n_lo(int n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-inline __m256i first_n_hi(int n) { return first_n_lo(n - 8); }
-
 // One tile: rows [0, R) of a (at stride lda, already offset to the pass's first k) times the kc steps of
 // block w (kc runs of 16 floats), into C's first `cols` ≤ 16 columns (at stride ldc). C's and the bias's
 // second 8 columns are touched only when cols > 8: no pointer past their end is formed.
@@ -43,7 +38,7 @@ void tile(int64_t kc, const float* a, int64_t lda, const float* w, float* c, int
           bool last, const float* bias) {
   __m256 acc[R][2];
   const bool full = cols == 16;
-  const __m256i lo = first_n_lo(cols), hi = first_n_hi(cols);
+  const __m256i lo = first_n_lanes(cols), hi = first_n_lanes(cols - 8);  // lanes of columns 0–7 and 8–15
   _Pragma("GCC unroll 6") for (int r = 0; r < R; ++r) {
     if (first) {
       acc[r][0] = acc[r][1] = _mm256_setzero_ps();
