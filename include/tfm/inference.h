@@ -22,8 +22,9 @@
 //              float64 reference: docs/bf16.md.
 //   Int8     — each Linear's weight is quantized once per output row, symmetric (scale max|W_n|/127),
 //              its input per row at run time (asymmetric uint8, scale (max − min)/255); int32 sums,
-//              dequantized and the bias added in float32 (VNNI / AMX-INT8 through oneDNN; a portable
-//              loop with the same bits elsewhere, see int8_matmul_accelerated). Inference only.
+//              dequantized and the bias added in float32 (VNNI / AMX-INT8 through oneDNN; AVX2's exact
+//              int16 products without them; a portable loop with the same bits elsewhere, see
+//              int8_matmul_accelerated). Inference only.
 //              Tolerance and accuracy: docs/int8.md.
 // Results stay bitwise identical for any thread count in every precision.
 //
@@ -54,9 +55,10 @@ struct EnumNames<Precision> {
                                                                                {Precision::BFLOAT16, "bfloat16"}}};
 };
 
-// True when Precision::INT8's matmuls run on this CPU's int8 dot-product instructions (AVX512-VNNI or
-// AMX-INT8, through oneDNN); false when they take the portable loop (same numbers, much slower) —
-// no such CPU, or TFM_FORCE_SCALAR. For front ends to say so.
+// True when Precision::INT8's matmuls run on this CPU's vector integer products: its int8 dot-product
+// instructions (AVX512-VNNI or AMX-INT8, through oneDNN), or else AVX2's exact int16 products; false when
+// they take the portable loop (same numbers, much slower) — a CPU without AVX2, or TFM_FORCE_SCALAR. For
+// front ends to say so.
 bool int8_matmul_accelerated();
 
 // Packed Linear weights kept beyond one scope. An InferenceMode opened with a cache packs into it

@@ -39,7 +39,7 @@ Precision parse_dtype(const std::string& dtype) {
   const Precision p = enum_from_name<Precision>(dtype);
   if (p == Precision::INT8 && !int8_matmul_accelerated())
     queue_note(
-        "no AVX512-VNNI or AMX-INT8 on this CPU (or TFM_FORCE_SCALAR): int8 matmuls run on the portable "
+        "no AVX2, AVX512-VNNI or AMX-INT8 on this CPU (or TFM_FORCE_SCALAR): int8 matmuls run on the portable "
         "loop (the same numbers, much slower)");
   if (p == Precision::BFLOAT16 && !bf16_matmul_accelerated())
     queue_note(

@@ -290,11 +290,12 @@ class PackedWeight {
   // Products that took the slabs, for the tests (gemm_packed_slab_runs).
   mutable std::atomic<int64_t> slab_runs{0};
 
-  // The AVX2 products' own layout (pack_rows16; `rows` describes it): decided at pack time, for f32 and bf16
-  // on a CPU with AVX2 but not AVX-512. oneDNN is not used then (packed stays false), and gemm_packed always
-  // takes gemm_avx2 (no plain copy is ever needed).
+  // The AVX2 products' own layout (pack_rows16 into rows16, pack_rows16_s8 into rows8; `rows` describes it):
+  // decided at pack time (packs_for_avx2). oneDNN is not used then (packed stays false), and gemm_packed
+  // always takes gemm_avx2 (no plain copy is ever needed).
   bool avx2 = false;
   std::vector<float> rows16;
+  std::vector<int8_t> rows8;
 
   // Plain (N, K) float copy of the weight (already rounded for bf16), made on first need: always
   // for the scalar path, and for the fallback when oneDNN rejects a shape.
@@ -341,9 +342,11 @@ class PackedWeight {
 
 namespace {
 
-// Whether a weight of this precision goes to the AVX2 products' own layout (pack_rows16).
+// Whether a weight of this precision goes to the AVX2 products' own layout: f32 and bf16 (pack_rows16) on a
+// CPU with AVX2 but not AVX-512, int8 (pack_rows16_s8) on a CPU with AVX2 but no int8 dot product.
 bool packs_for_avx2(MatmulPrecision precision) {
-  return !force_scalar() && precision != MatmulPrecision::MATMUL_INT8 && !cpu_has_avx512() && cpu_has_avx2();
+  if (precision == MatmulPrecision::MATMUL_INT8) return cpu_has_avx2() && !cpu_has_int8_dot();
+  return cpu_has_avx2() && !cpu_has_avx512();
 }
 
 // The rest of pack_weight once the weight is rounded as the precision says: W (f32, at stride ldw), w16
@@ -398,6 +401,14 @@ std::shared_ptr<const PackedWeight> pack_rounded(std::shared_ptr<PackedWeight> p
   const int64_t N = pw->N, K = pw->K;
   const MatmulPrecision precision = pw->precision;
   const bool int8 = precision == MatmulPrecision::MATMUL_INT8;
+  if (packs_for_avx2(precision) && int8) {
+    const int64_t K2 = K + (K & 1);
+    pw->rows8.resize(static_cast<size_t>(ceil_div(N, 16) * 16 * K2));
+    pack_rows16_s8(w8.data(), N, K, K, pw->rows8.data());
+    pw->rows = PackedRows{pw->rows8.data(), N, K, 16, 2, 16 * K2};
+    pw->avx2 = true;
+    return pw;
+  }
   if (packs_for_avx2(precision)) {
     pw->rows16.resize(static_cast<size_t>(ceil_div(N, 16) * 16 * K));
     pack_rows16(W, N, K, ldw, precision == MatmulPrecision::MATMUL_BF16, pw->rows16.data());
@@ -459,6 +470,16 @@ void pack_rows16(const float* W, int64_t N, int64_t K, int64_t ldw, bool round_b
         const int64_t n = b * 16 + j;
         const float x = n < N ? W[n * ldw + k] : 0.0f;
         out[(b * K + k) * 16 + j] = round_bf16 ? bf16_to_float(float_to_bf16(x)) : x;
+      }
+}
+
+void pack_rows16_s8(const int8_t* q, int64_t N, int64_t K, int64_t ldq, int8_t* out) {
+  const int64_t blocks = ceil_div(N, 16), K2 = K + (K & 1);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t k = 0; k < K2; ++k)
+      for (int64_t j = 0; j < 16; ++j) {
+        const int64_t n = b * 16 + j;
+        out[b * 16 * K2 + (k / 2) * 32 + j * 2 + k % 2] = n < N && k < K ? q[n * ldq + k] : int8_t{0};
       }
 }
 
@@ -705,6 +726,51 @@ void gemm_rows(int64_t m, const float* a, int64_t lda, const PackedWeight& W, co
   W.row_runs.fetch_add(1, std::memory_order_relaxed);
 }
 
+// The int8 products on pack_rows16_s8's layout, split as gemm_avx2 below splits the float ones: the rows
+// quantized (quantize_rows_u8) and widened to int16 once (a few rows) or per panel, the exact int32 sums
+// (gemm_packed_s8_avx2) dequantized with the bias by the thread that computed them. Every step is the
+// portable loop's exact integer arithmetic followed by the same dequantize_rows, so no split changes a bit.
+void gemm_avx2_int8(int64_t M, const float* A, int64_t lda, const PackedWeight& W, const float* bias, float* C,
+                    int64_t ldc) {
+  const int64_t N = W.N, K = W.K, K2 = K + (K & 1), blocks = ceil_div(N, 16);
+  struct Source {
+    QuantizedRows x;
+    int16_t* a;    // (m, K2)
+    int32_t* acc;  // (m, N)
+  };
+  auto source = [&](const float* a, int64_t m) {  // in the calling thread's buffers
+    thread_local std::vector<int16_t> wide;
+    thread_local std::vector<int32_t> acc;
+    Source s{quantize_into_thread_buffers(a, m, K, lda, K), thread_buffer(wide, static_cast<size_t>(m * K2)),
+             thread_buffer(acc, static_cast<size_t>(m * N))};
+    widen_rows_u8_avx2(s.x.q, m, K, s.a);
+    return s;
+  };
+  auto dequantize = [&](const Source& s, int64_t m, int64_t n0, int64_t n1, float* c) {
+    if (n1 > n0)
+      dequantize_rows(s.acc + n0, N, m, n1 - n0, s.x.scale, s.x.zero, W.scale.data() + n0, W.colsum.data() + n0,
+                      bias ? bias + n0 : nullptr, c + n0, ldc);
+  };
+  if (M <= kSlabRows) {
+    const Source s = source(A, M);
+    const bool serial = N * K < PackedWeight::kSlabMinBytes || omp_get_max_threads() == 1 || omp_in_parallel();
+    over_blocks(serial, blocks, [&](int64_t b0, int64_t b1) {
+      gemm_packed_s8_avx2(W.rows, M, s.a, K2, s.acc, N, b0, b1);
+      dequantize(s, M, b0 * 16, std::min(N, b1 * 16), C);
+    });
+    return;
+  }
+  const int64_t mt = gemm_packed_panel_rows(M, N, K), n_panels = ceil_div(M, mt);
+  auto run_panel = [&](int64_t t) {
+    const int64_t i0 = t * mt, m = std::min(mt, M - i0);
+    const Source s = source(A + i0 * lda, m);
+    gemm_packed_s8_avx2(W.rows, m, s.a, K2, s.acc, N, 0, blocks);
+    dequantize(s, m, 0, N, C + i0 * ldc);
+  };
+  if (n_panels == 1) return run_panel(0);
+  parallel_for_rethrowing(n_panels, run_panel);  // a buffer's allocation may throw
+}
+
 // C (M, N) = A · Wᵀ (+ bias) on pack_rows16's layout (gemm_packed_avx2): bf16 rounds the rows first (once for
 // a few rows, per panel otherwise). A few rows (≤ kSlabRows) read the weight once, its blocks of columns over
 // the threads in runs (over_blocks) when it is large enough to pay for the team; more rows take fixed row
@@ -713,6 +779,7 @@ void gemm_rows(int64_t m, const float* a, int64_t lda, const PackedWeight& W, co
 void gemm_avx2(int64_t M, const float* A, int64_t lda, const PackedWeight& W, const float* bias, float* C,
                int64_t ldc) {
   const int64_t N = W.N, K = W.K, blocks = ceil_div(N, 16);
+  if (W.precision == MatmulPrecision::MATMUL_INT8) return gemm_avx2_int8(M, A, lda, W, bias, C, ldc);
   const bool bf16 = W.precision == MatmulPrecision::MATMUL_BF16;
   // Rows [0, m) of a at stride *ld, rounded to bfloat16 into the calling thread's buffer (*ld becomes K).
   auto source = [&](const float* a, int64_t m, int64_t* ld) -> const float* {

@@ -22,7 +22,8 @@
 //                dequantization (dequantize_rows, with Σ_k q_w per output column kept at pack
 //                time), where the bias is added. The int32 sums are exact, so the oneDNN path,
 //                the portable loop and the scalar twin agree bit for bit. oneDNN runs it only where
-//                kernels::cpu_has_int8_dot(); elsewhere a plain int32 loop computes the same bits.
+//                kernels::cpu_has_int8_dot(); elsewhere the AVX2 products (below) compute the same bits,
+//                and a plain int32 loop without AVX2 or under TFM_FORCE_SCALAR.
 //
 // Determinism: C is cut into fixed row panels chosen from (M, N, K) only, each panel one
 // single-threaded oneDNN call (or the fallback), so results are bitwise identical for any thread
@@ -151,7 +152,22 @@ void gemm_packed_avx2(const PackedRows& w, int64_t m, const float* a, int64_t ld
 // The rows of src (m, K at stride lds) rounded to bfloat16 and widened back to float into dst (m, K dense):
 // bf16_to_float(float_to_bf16(x)) for every x, bit for bit (the AVX2 bf16 products' source rows).
 void round_rows_to_bf16_avx2(const float* src, int64_t lds, int64_t m, int64_t K, float* dst);
-// Whether W is in pack_rows16's layout (the AVX2 products). For tests and diagnostics.
+// int8 where the CPU has AVX2 but no int8 dot product (cpu_has_int8_dot() false; AVX-512 CPUs without VNNI
+// too): PackedRows with n_block 16, group 2, int8 data and stride 16·K2 (K2 = K rounded up to even), read by
+// gemm_packed_s8_avx2 (vpmaddwd on int16: exact, where AVX2's u8·s8 instruction saturates).
+//
+// The quantized weight q (N, K) at stride ldq into that layout at out (⌈N/16⌉·16·K2 bytes; missing columns
+// and the padding k zero).
+void pack_rows16_s8(const int8_t* q, int64_t N, int64_t K, int64_t ldq, int8_t* out);
+// The quantized rows qa (m, K, dense: quantize_rows_u8's layout) widened to int16 into dst (m, K2, dense, the
+// padding k zero): the int8 product's source rows.
+void widen_rows_u8_avx2(const uint8_t* qa, int64_t m, int64_t K, int16_t* dst);
+// The exact int32 sums acc (m, N) = a (m, K) · Wᵀ of widened rows (widen_rows_u8_avx2, at stride lda ≥ K2) and a
+// weight in pack_rows16_s8's layout, for the columns of blocks [b0, b1), any m ≥ 0; dequantize_rows turns them
+// into C. Single-threaded; call only when cpu_has_avx2().
+void gemm_packed_s8_avx2(const PackedRows& w, int64_t m, const int16_t* a, int64_t lda, int32_t* acc, int64_t ldacc,
+                         int64_t b0, int64_t b1);
+// Whether W is in pack_rows16's or pack_rows16_s8's layout (the AVX2 products). For tests and diagnostics.
 bool packed_for_avx2(const PackedWeight& W);
 
 // The scalar twin of the f32 and bf16 bodies (the specification above), on the plain weight W (N, K) at

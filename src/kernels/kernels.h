@@ -63,12 +63,13 @@
 //     function in the .cc (no _scalar.h); gemm_packed_avx512.cc holds the bfloat16 rounding's body and
 //     the few-row kernel;
 //   quantize (int8 rules, declared here): quantize.cc with its twins as plain functions (no _scalar.h),
-//     quantize_avx512.cc.
+//     quantize_avx512.cc, quantize_avx2.cc.
 // CPUs without AVX-512 (AVX2 and FMA: cpu_has_avx2) have bodies where a training step spends its time,
 // <op>_avx2.cc, compiled with AVX2 flags because of the name: attention_avx2.cc (the forward; the backward
 // is attention_gemm.cc, on oneDNN sgemm calls, plain C++), activation_avx2.cc (GELU), cross_entropy_avx2.cc,
-// and gemm_packed_avx2.cc (inference's f32 and bf16 products on packed weights). The other ops run their
-// twins there.
+// layer_norm_avx2.cc, gemm_packed_avx2.cc (inference's products on packed weights: f32, bf16, and int8 where
+// the CPU has no int8 dot product) and quantize_avx2.cc (int8's quantization of rows and dequantization). The
+// other ops run their twins there.
 // Shared pieces: onednn_primitives.h (the engine, the per-thread streams and grow-only buffers of
 // gemm_bf16 and gemm_packed), parallel_chunks.h (the fixed work split, the norms' partials),
 // common_avx512.h, dropout_hash_avx512.h and transpose_avx512.h (helpers for AVX-512 files only),
@@ -468,6 +469,11 @@ void layer_norm_forward_avx512(const float* x, const float* w, const float* b, f
                                float* rstd, int64_t N, int64_t D, float eps);
 void layer_norm_backward_avx512(const float* dy, const float* x, const float* w, float* dx, float* dw,
                                 float* db, int64_t N, int64_t D, float eps, bool accumulate_dx = false);
+// LayerNorm's AVX2 bodies (layer_norm_avx2.cc; call only when cpu_has_avx2()), as the AVX-512 ones.
+void layer_norm_forward_avx2(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                             int64_t N, int64_t D, float eps);
+void layer_norm_backward_avx2(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
+                              int64_t N, int64_t D, float eps, bool accumulate_dx);
 void rms_norm_forward_avx512(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t D,
                              float eps);
 void rms_norm_backward_avx512(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
@@ -529,5 +535,10 @@ void quantize_rows_u8_avx512(const float* x, int64_t M, int64_t K, int64_t ldx, 
 void dequantize_rows_avx512(const int32_t* acc, int64_t ldacc, int64_t M, int64_t N, const float* scale_x,
                             const int32_t* zero_x, const float* scale_w, const int32_t* colsum_w,
                             const float* bias, float* y, int64_t ldy);
+// Their AVX2 bodies (quantize_avx2.cc; call only when cpu_has_avx2()), bitwise equal to the same twins.
+void quantize_rows_u8_avx2(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* scale, int32_t* zero);
+void dequantize_rows_avx2(const int32_t* acc, int64_t ldacc, int64_t M, int64_t N, const float* scale_x,
+                          const int32_t* zero_x, const float* scale_w, const int32_t* colsum_w, const float* bias,
+                          float* y, int64_t ldy);
 
 }  // namespace tfm::kernels

@@ -1,8 +1,10 @@
 // src/kernels/quantize.cc — int8 quantization kernels (contract in kernels.h, "int8 quantization"):
 // per-row symmetric int8 weights, per-row asymmetric uint8 activations, and the dequantization of the
-// int32 sums. The AVX-512 bodies (quantize_avx512.cc) are bitwise equal to the twins here: both
+// int32 sums. The AVX-512 bodies (quantize_avx512.cc) and the AVX2 ones (quantize_avx2.cc) of the activations'
+// quantization and the dequantization are bitwise equal to the twins here: both
 // multiply by the same float reciprocal of the scale (activations; a division per element would cost
-// more than the rest of the quantization) or divide (weights, once), round to nearest even, and skip NaN in min/max the way vminps/vmaxps do
+// more than the rest of the quantization) or divide (weights, once), round to nearest even, and skip NaN in min/max the
+// way vminps/vmaxps do
 // (`a < b ? a : b` keeps b when a is NaN).
 #include <cmath>
 
@@ -80,6 +82,7 @@ void quantize_rows_u8_scalar(const float* x, int64_t M, int64_t K, int64_t ldx, 
 void quantize_rows_u8(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* scale,
                       int32_t* zero) {
   if (cpu_has_avx512()) return quantize_rows_u8_avx512(x, M, K, ldx, q, scale, zero);
+  if (cpu_has_avx2()) return quantize_rows_u8_avx2(x, M, K, ldx, q, scale, zero);
   quantize_rows_u8_scalar(x, M, K, ldx, q, scale, zero);
 }
 
@@ -101,6 +104,7 @@ void dequantize_rows(const int32_t* acc, int64_t ldacc, int64_t M, int64_t N, co
                      float* y, int64_t ldy) {
   if (cpu_has_avx512())
     return dequantize_rows_avx512(acc, ldacc, M, N, scale_x, zero_x, scale_w, colsum_w, bias, y, ldy);
+  if (cpu_has_avx2()) return dequantize_rows_avx2(acc, ldacc, M, N, scale_x, zero_x, scale_w, colsum_w, bias, y, ldy);
   dequantize_rows_scalar(acc, ldacc, M, N, scale_x, zero_x, scale_w, colsum_w, bias, y, ldy);
 }
 

@@ -44,7 +44,7 @@ kernels::MatmulPrecision kernel_precision(Precision p) {
 
 }  // namespace
 
-bool int8_matmul_accelerated() { return kernels::cpu_has_int8_dot(); }
+bool int8_matmul_accelerated() { return kernels::cpu_has_int8_dot() || kernels::cpu_has_avx2(); }
 
 struct PackedWeightCache::Impl {
   Cache entries;

@@ -92,8 +92,8 @@ TEST_F(QuantizeCli, QuantizedDirectoryRunsInt8ByDefault) {
   EXPECT_LT(fs::file_size(*dir_ + "/int8/model.safetensors"), fs::file_size(*dir_ + "/run/model.safetensors"));
 }
 
-// Without VNNI (forced here by TFM_FORCE_SCALAR) int8 runs on the portable loop, says so on stderr, and
-// gives the same translations: the int32 sums are exact either way (the other kernels' scalar twins differ
+// Without vector integer products (forced here by TFM_FORCE_SCALAR) int8 runs on the portable loop, says so on
+// stderr, and gives the same translations: the int32 sums are exact either way (the other kernels' scalar twins differ
 // from their AVX-512 bodies by float ulps at most, which do not change this model's greedy choices).
 TEST_F(QuantizeCli, WithoutVnniTheSameOutputAndANote) {
   std::string out, err;
@@ -104,7 +104,7 @@ TEST_F(QuantizeCli, WithoutVnniTheSameOutputAndANote) {
   EXPECT_EQ(out, translate("int8", ""));
   std::ifstream f(*dir_ + "/note.txt");
   std::getline(f, err);
-  EXPECT_NE(err.find("tfm: note: no AVX512-VNNI or AMX-INT8"), std::string::npos) << err;
+  EXPECT_NE(err.find("tfm: note: no AVX2, AVX512-VNNI or AMX-INT8"), std::string::npos) << err;
 }
 
 TEST_F(QuantizeCli, Refusals) {

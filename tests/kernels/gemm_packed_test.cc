@@ -211,8 +211,10 @@ TEST(GemmPacked, Int8EqualsScalarTwinBitwise) {
     std::vector<float> W = random_matrix(pb.N, pb.K, ld, rng);
     const std::vector<float> b = random_matrix(1, pb.N, pb.N, rng);
     const auto packed = pack_weight(W.data(), pb.N, pb.K, ld, MatmulPrecision::MATMUL_INT8);
-    // oneDNN exactly where the CPU has int8 dot products (a silent fallback would pass too).
+    // oneDNN exactly where the CPU has int8 dot products, else the AVX2 products where there is AVX2 (a silent
+    // fallback would pass too).
     EXPECT_EQ(packed_by_onednn(*packed), cpu_has_int8_dot()) << pb.str();
+    EXPECT_EQ(packed_for_avx2(*packed), cpu_has_avx2() && !cpu_has_int8_dot()) << pb.str();
     std::vector<float> C(static_cast<size_t>(pb.M * ldc), sentinel), Cs = C;
     gemm_packed(pb.M, A.data(), ld, *packed, pb.bias ? b.data() : nullptr, C.data(), ldc);
     gemm_packed_scalar(pb.M, pb.N, pb.K, A.data(), ld, W.data(), ld, pb.bias ? b.data() : nullptr, Cs.data(),
@@ -460,24 +462,29 @@ TEST(GemmPacked, Avx2BodyEqualsTheRowTwinBitwise) {
     }
 }
 
-// Where the AVX2 products run (AVX2 without AVX-512), every f32 and bf16 product is gemm_rows_scalar's, bit
-// for bit, for any rows: a row gives the same bits alone, in a few rows (the columns over the threads) and in
-// a tall product (row panels), on one thread or two. Elsewhere the weight is not in that layout.
+// Where the AVX2 products run (f32 and bf16: AVX2 without AVX-512; int8: AVX2 without an int8 dot product),
+// every product is its twin's, bit for bit, for any rows (f32, bf16: gemm_rows_scalar; int8:
+// gemm_packed_scalar's exact sums): a row gives the same bits alone, in a few rows (the columns over the
+// threads) and in a tall product (row panels), on one thread or two. Elsewhere the weight is not in that
+// layout.
 TEST(GemmPacked, Avx2ProductsAreTheRowTwinsForAnyRows) {
-  const bool expect = cpu_has_avx2() && !cpu_has_avx512();
   Rng rng(14);
-  const int64_t N = 1100, K = 300;  // 1.3 MB of f32 weight: a few rows split the columns over the threads
+  const int64_t N = 1100, K = 301;  // 1.3 MB of f32 weight: a few rows split the columns over the threads; K odd
   const std::vector<float> W = random_matrix(N, K, K, rng), b = random_matrix(1, N, N, rng);
   for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16, MatmulPrecision::MATMUL_INT8}) {
+    const bool int8 = prec == MatmulPrecision::MATMUL_INT8;
     const auto packed = pack_weight(W.data(), N, K, K, prec);
-    const bool avx2 = expect && prec != MatmulPrecision::MATMUL_INT8;
+    const bool avx2 = cpu_has_avx2() && (int8 ? !cpu_has_int8_dot() : !cpu_has_avx512());
     EXPECT_EQ(packed_for_avx2(*packed), avx2);
     if (!avx2) continue;
     EXPECT_FALSE(packed_by_onednn(*packed));
     const int64_t M = 300;
     const std::vector<float> A = random_matrix(M, K, K, rng);
     std::vector<float> want(static_cast<size_t>(M * N));
-    gemm_rows_scalar(M, N, K, A.data(), K, W.data(), K, b.data(), want.data(), N, prec);
+    if (int8)
+      gemm_packed_scalar(M, N, K, A.data(), K, W.data(), K, b.data(), want.data(), N, prec);
+    else
+      gemm_rows_scalar(M, N, K, A.data(), K, W.data(), K, b.data(), want.data(), N, prec);
     const int saved = omp_get_max_threads();
     for (const int threads : {1, 2}) {
       omp_set_num_threads(threads);
@@ -489,6 +496,53 @@ TEST(GemmPacked, Avx2ProductsAreTheRowTwinsForAnyRows) {
       }
     }
     omp_set_num_threads(saved);
+  }
+}
+
+// The AVX2 int8 body (gemm_packed_s8_avx2) against the exact int32 sums, on pack_rows16_s8's layout: weights and
+// rows at the ends of their ranges (±127, 0 and 255: every product and pair sum at its largest), one to 20 rows
+// and a panel of 130, K odd and even across the passes of 512 k (1, 2, 511, 512, 513, 1201), a ragged last
+// block of columns, a padded stride of acc (its padding untouched), and a share of the blocks [b0, b1) (the
+// other columns untouched).
+TEST(GemmPacked, Avx2Int8BodyIsTheExactSum) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 (or TFM_FORCE_SCALAR)";
+  Rng rng(15);
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {16, 2}, {17, 511}, {40, 512}, {33, 513}, {100, 1201}};
+  for (const auto& [N, K] : shapes) {
+    const int64_t K2 = K + (K & 1), blocks = (N + 15) / 16, ldq = K + 3, ldacc = N + 2;
+    std::vector<int8_t> q(static_cast<size_t>(N * ldq), int8_t{99});  // padding never read
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        q[n * ldq + k] = static_cast<int8_t>(n % 5 == 0 ? (k % 2 ? 127 : -127) : rng.uniform_int(-127, 127));
+    std::vector<int8_t> packed(static_cast<size_t>(blocks * 16 * K2), int8_t{55});
+    pack_rows16_s8(q.data(), N, K, ldq, packed.data());
+    const PackedRows rows{packed.data(), N, K, 16, 2, 16 * K2};
+    for (const int64_t M : {1, 2, 5, 6, 7, 13, 20, 130}) {
+      const std::string what = "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+      std::vector<uint8_t> qa(static_cast<size_t>(M * K));
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t k = 0; k < K; ++k)
+          qa[i * K + k] = static_cast<uint8_t>(i % 3 == 0 ? 255 : rng.uniform_int(0, 255));
+      std::vector<int16_t> a(static_cast<size_t>(M * K2), int16_t{-1});
+      widen_rows_u8_avx2(qa.data(), M, K, a.data());
+      std::vector<int32_t> acc(static_cast<size_t>(M * ldacc), -7), part = acc;
+      gemm_packed_s8_avx2(rows, M, a.data(), K2, acc.data(), ldacc, 0, blocks);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t n = 0; n < ldacc; ++n) {
+          int32_t want = -7;
+          if (n < N) {
+            want = 0;
+            for (int64_t k = 0; k < K; ++k) want += int32_t(qa[i * K + k]) * int32_t(q[n * ldq + k]);
+          }
+          ASSERT_EQ(acc[i * ldacc + n], want) << what << " row " << i << " column " << n;
+        }
+      if (blocks < 2) continue;
+      gemm_packed_s8_avx2(rows, M, a.data(), K2, part.data(), ldacc, 1, blocks);  // columns from 16 on
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t n = 0; n < ldacc; ++n)
+          ASSERT_EQ(part[i * ldacc + n], n >= 16 && n < N ? acc[i * ldacc + n] : -7)
+              << what << " blocks from 1, row " << i << " column " << n;
+    }
   }
 }
 

@@ -1,9 +1,9 @@
-// tests/kernels/layer_norm_test.cc — LayerNorm's kernels (layer_norm.cc, layer_norm_avx512.cc): the
-// AVX-512 bodies against their scalar twins on sizes that are not multiples of the 16-float vector,
-// the backward's accuracy when eps dominates the variance, the fused residual add + LayerNorm, the
-// dispatchers' thread-count independence, the backward's accumulate_dx mode (bitwise the overwrite
-// followed by a float add, in every body and in the dispatcher at 1 and 2 threads) and one
-// hand-checked case. The finite-difference check of the backward is in gradcheck_test.cc.
+// tests/kernels/layer_norm_test.cc — LayerNorm's kernels (layer_norm.cc, layer_norm_avx512.cc,
+// layer_norm_avx2.cc): the SIMD bodies against their scalar twins on sizes that are not multiples of the 16-float
+// vector, the backward's accuracy when eps dominates the variance, the fused residual add + LayerNorm, the dispatchers'
+// thread-count independence, the backward's accumulate_dx mode (bitwise the overwrite followed by a float add, in every
+// body and in the dispatcher at 1 and 2 threads) and one hand-checked case. The finite-difference check of the backward
+// is in gradcheck_test.cc.
 //
 // Expected agreement, derived:
 //   * db: the SIMD body performs the same float adds of dy in the same order per element as the
@@ -18,8 +18,8 @@
 //     relative to the row's magnitudes. Rounding to float can then differ by one float ulp of the
 //     result (≤ 2^-23·|ref|), and where the result cancels (y ≈ 0, dx ≈ 0) by the double-level
 //     difference itself: tol = 2^-23·|ref| + 64·2^-52·D·scale, scale = the row's largest term.
-// The SIMD comparisons are skipped (with a message) when the CPU has no AVX-512.
-// To add a LayerNorm kernel: a TEST comparing foo_avx512 with foo_scalar over kSizes, and its
+// The SIMD comparisons run every body the CPU has (AVX-512, AVX2), skipped (with a message) when it has none.
+// To add a LayerNorm kernel: a TEST comparing foo_avx512 and foo_avx2 with foo_scalar over kSizes, and its
 // tolerance above.
 #include <omp.h>
 
@@ -59,45 +59,61 @@ TEST(LayerNormKernel, HandChecked) {
   EXPECT_NEAR(y[3], 1.3416408f, 1e-6f);
 }
 
+using ForwardBody = void (*)(const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t, float);
+using BackwardBody = void (*)(const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t, float,
+                              bool);
+// The SIMD bodies this CPU runs, each with its name.
+template <class Body>
+std::vector<std::pair<const char*, Body>> simd_bodies(Body avx512, Body avx2) {
+  std::vector<std::pair<const char*, Body>> b;
+  if (cpu_has_avx512()) b.push_back({"avx512", avx512});
+  if (cpu_has_avx2()) b.push_back({"avx2", avx2});
+  return b;
+}
+
 TEST(LayerNormKernel, ForwardMatchesScalar) {
-  SKIP_WITHOUT_AVX512();
+  const auto bodies = simd_bodies<ForwardBody>(layer_norm_forward_avx512, layer_norm_forward_avx2);
+  if (bodies.empty()) GTEST_SKIP() << "no SIMD body on this CPU";
   const int64_t N = 5;
-  for (int64_t D : kSizes) {
-    auto x = rnd(N * D, 1 + D), w = rnd(D, 2 + D), b = rnd(D, 3 + D);
-    for (int64_t i = 0; i < N * D; ++i) x[i] += 3.0f;  // a mean far from 0 exercises the two-pass variance
-    std::vector<float> y1(N * D), y2(N * D), m1(N), m2(N), r1(N), r2(N);
-    layer_norm_forward_avx512(x.data(), w.data(), b.data(), y1.data(), m1.data(), r1.data(), N, D, 1e-5f);
-    layer_norm_forward_scalar(x.data(), w.data(), b.data(), y2.data(), m2.data(), r2.data(), N, D, 1e-5f);
-    // scale: |x̂|·|w| + |b| ≤ √D·2 + 2 for these inputs (|x̂| ≤ √D).
-    const double abs_tol = 64.0 * std::ldexp(1.0, -52) * double(D) * (2.0 * std::sqrt(double(D)) + 2.0);
-    EXPECT_TRUE(near(y1, y2, abs_tol)) << "D=" << D;
-    EXPECT_TRUE(near(m1, m2, 8.0 * std::ldexp(1.0, -52) * double(D) * 5.0)) << "mean D=" << D;
-    EXPECT_TRUE(near(r1, r2, 0.0)) << "rstd D=" << D;
-    // No bias: same formula with b = 0.
-    layer_norm_forward_avx512(x.data(), w.data(), nullptr, y1.data(), nullptr, nullptr, N, D, 1e-5f);
-    layer_norm_forward_scalar(x.data(), w.data(), nullptr, y2.data(), nullptr, nullptr, N, D, 1e-5f);
-    EXPECT_TRUE(near(y1, y2, abs_tol)) << "no bias, D=" << D;
-  }
+  for (const auto& [name, body] : bodies)
+    for (int64_t D : kSizes) {
+      auto x = rnd(N * D, 1 + D), w = rnd(D, 2 + D), b = rnd(D, 3 + D);
+      for (int64_t i = 0; i < N * D; ++i) x[i] += 3.0f;  // a mean far from 0 exercises the two-pass variance
+      std::vector<float> y1(N * D), y2(N * D), m1(N), m2(N), r1(N), r2(N);
+      body(x.data(), w.data(), b.data(), y1.data(), m1.data(), r1.data(), N, D, 1e-5f);
+      layer_norm_forward_scalar(x.data(), w.data(), b.data(), y2.data(), m2.data(), r2.data(), N, D, 1e-5f);
+      // scale: |x̂|·|w| + |b| ≤ √D·2 + 2 for these inputs (|x̂| ≤ √D).
+      const double abs_tol = 64.0 * std::ldexp(1.0, -52) * double(D) * (2.0 * std::sqrt(double(D)) + 2.0);
+      EXPECT_TRUE(near(y1, y2, abs_tol)) << name << " D=" << D;
+      EXPECT_TRUE(near(m1, m2, 8.0 * std::ldexp(1.0, -52) * double(D) * 5.0)) << name << " mean D=" << D;
+      EXPECT_TRUE(near(r1, r2, 0.0)) << name << " rstd D=" << D;
+      // No bias: same formula with b = 0.
+      body(x.data(), w.data(), nullptr, y1.data(), nullptr, nullptr, N, D, 1e-5f);
+      layer_norm_forward_scalar(x.data(), w.data(), nullptr, y2.data(), nullptr, nullptr, N, D, 1e-5f);
+      EXPECT_TRUE(near(y1, y2, abs_tol)) << name << " no bias, D=" << D;
+    }
 }
 
 TEST(LayerNormKernel, BackwardMatchesScalar) {
-  SKIP_WITHOUT_AVX512();
+  const auto bodies = simd_bodies<BackwardBody>(layer_norm_backward_avx512, layer_norm_backward_avx2);
+  if (bodies.empty()) GTEST_SKIP() << "no SIMD body on this CPU";
   const int64_t N = 4;
-  for (int64_t D : kSizes) {
-    auto x = rnd(N * D, 10 + D), w = rnd(D, 11 + D), dy = rnd(N * D, 12 + D);
-    std::vector<float> mean(N), rstd(N), y(N * D);
-    layer_norm_forward_scalar(x.data(), w.data(), nullptr, y.data(), mean.data(), rstd.data(), N, D, 1e-5f);
-    std::vector<float> dx1(N * D), dx2(N * D), dw1 = rnd(D, 13), dw2 = dw1, db1 = rnd(D, 14), db2 = db1;
-    layer_norm_backward_avx512(dy.data(), x.data(), w.data(), dx1.data(), dw1.data(), db1.data(), N, D, 1e-5f);
-    layer_norm_backward_scalar(dy.data(), x.data(), w.data(), dx2.data(), dw2.data(), db2.data(), N, D, 1e-5f);
-    double rmax = 0;
-    for (float r : rstd) rmax = std::max(rmax, double(r));
-    // scale: rstd·(|g| + |mean g| + |x̂|·|mean g x̂|) with |g| ≤ 4, |x̂| ≤ √D.
-    const double scale = rmax * (8.0 + 4.0 * double(D));
-    EXPECT_TRUE(near(dx1, dx2, 64.0 * std::ldexp(1.0, -52) * double(D) * scale)) << "dx D=" << D;
-    EXPECT_TRUE(bitwise_equal(dw1, dw2)) << "dw D=" << D;
-    EXPECT_TRUE(bitwise_equal(db1, db2)) << "db D=" << D;
-  }
+  for (const auto& [name, body] : bodies)
+    for (int64_t D : kSizes) {
+      auto x = rnd(N * D, 10 + D), w = rnd(D, 11 + D), dy = rnd(N * D, 12 + D);
+      std::vector<float> mean(N), rstd(N), y(N * D);
+      layer_norm_forward_scalar(x.data(), w.data(), nullptr, y.data(), mean.data(), rstd.data(), N, D, 1e-5f);
+      std::vector<float> dx1(N * D), dx2(N * D), dw1 = rnd(D, 13), dw2 = dw1, db1 = rnd(D, 14), db2 = db1;
+      body(dy.data(), x.data(), w.data(), dx1.data(), dw1.data(), db1.data(), N, D, 1e-5f, false);
+      layer_norm_backward_scalar(dy.data(), x.data(), w.data(), dx2.data(), dw2.data(), db2.data(), N, D, 1e-5f);
+      double rmax = 0;
+      for (float r : rstd) rmax = std::max(rmax, double(r));
+      // scale: rstd·(|g| + |mean g| + |x̂|·|mean g x̂|) with |g| ≤ 4, |x̂| ≤ √D.
+      const double scale = rmax * (8.0 + 4.0 * double(D));
+      EXPECT_TRUE(near(dx1, dx2, 64.0 * std::ldexp(1.0, -52) * double(D) * scale)) << name << " dx D=" << D;
+      EXPECT_TRUE(bitwise_equal(dw1, dw2)) << name << " dw D=" << D;
+      EXPECT_TRUE(bitwise_equal(db1, db2)) << name << " db D=" << D;
+    }
 }
 
 // When eps is not negligible against the variance the backward cancels: for D = 2,
@@ -155,11 +171,10 @@ TEST(LayerNormKernel, AddLayerNormEqualsAddThenLayerNorm) {
 // add_forward(dx, overwritten dx), whichever body runs (the AVX-512 body, the scalar twin, the
 // dispatcher over row chunks at 1 and 2 threads), on D not a multiple of 16 and N over several chunks.
 TEST(LayerNormKernel, BackwardAccumulateIsOverwriteThenAdd) {
-  using Body = void (*)(const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t, float,
-                        bool);
-  std::vector<std::pair<const char*, Body>> bodies = {{"scalar", layer_norm_backward_scalar},
-                                                      {"dispatcher", layer_norm_backward}};
-  if (cpu_has_avx512()) bodies.push_back({"avx512", layer_norm_backward_avx512});
+  std::vector<std::pair<const char*, BackwardBody>> bodies = {{"scalar", layer_norm_backward_scalar},
+                                                              {"dispatcher", layer_norm_backward}};
+  for (const auto& b : simd_bodies<BackwardBody>(layer_norm_backward_avx512, layer_norm_backward_avx2))
+    bodies.push_back(b);
   const int saved = omp_get_max_threads();
   for (const int64_t N : {int64_t{3}, int64_t{200}})
     for (const int64_t D : {int64_t{7}, int64_t{130}})

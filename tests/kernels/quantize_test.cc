@@ -122,67 +122,82 @@ TEST(QuantizeRowsU8, HandChecked) {
   EXPECT_EQ(q[1], 255);
 }
 
+// The SIMD bodies this CPU runs (AVX-512, AVX2), each with its name.
+struct QuantizeBodies {
+  const char* name;
+  decltype(&quantize_rows_u8_scalar) quantize;
+  decltype(&dequantize_rows_scalar) dequantize;
+};
+std::vector<QuantizeBodies> simd_bodies() {
+  std::vector<QuantizeBodies> b;
+  if (cpu_has_avx512()) b.push_back({"avx512", quantize_rows_u8_avx512, dequantize_rows_avx512});
+  if (cpu_has_avx2()) b.push_back({"avx2", quantize_rows_u8_avx2, dequantize_rows_avx2});
+  return b;
+}
+
 TEST(QuantizeRowsU8, SimdMatchesScalarTwinBitwiseAndWithinHalfAStep) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 body on this CPU";
+  if (simd_bodies().empty()) GTEST_SKIP() << "no SIMD body on this CPU";
   Rng rng(2029);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (int64_t K : {1, 15, 16, 17, 100, 513}) {
-    for (int64_t pad : {0, 3}) {
-      const int64_t M = 9, ld = K + pad;
-      std::vector<float> x(static_cast<size_t>(M * ld), nan);  // padding NaN: never read
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t k = 0; k < K; ++k) {
-          float v = rng.uniform(-3.f, 5.f);
-          if (m == 1) v = std::fabs(v);         // all positive
-          if (m == 2) v = -std::fabs(v) * 1e-30f;  // all negative, tiny
-          if (m == 3) v = 0.0f;                 // zeros
-          if (m == 4 && k % 7 == 3) v = nan;    // NaN skipped by min/max, quantized to 0
-          x[m * ld + k] = v;
-        }
-      std::vector<uint8_t> qf(static_cast<size_t>(M * K), 7), qs(qf.size(), 9);
-      std::vector<float> sf(M), ss(M);
-      std::vector<int32_t> zf(M), zs(M);
-      quantize_rows_u8_avx512(x.data(), M, K, ld, qf.data(), sf.data(), zf.data());
-      quantize_rows_u8_scalar(x.data(), M, K, ld, qs.data(), ss.data(), zs.data());
-      const std::string what = "K " + std::to_string(K) + " pad " + std::to_string(pad);
-      ASSERT_TRUE(bitwise_equal(qf, qs, what + " q"));
-      ASSERT_TRUE(bitwise_equal(sf, ss, what + " scale"));
-      ASSERT_EQ(zf, zs) << what;
-      // |x − s·(q − z)| ≤ s·(1/2 + 512u): half a step, plus the rounding of x·fl(1/s) (< 511u steps).
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t k = 0; k < K; ++k) {
-          const float v = x[m * ld + k];
-          if (std::isnan(v)) continue;
-          const double back = double(ss[m]) * (int(qs[m * K + k]) - zs[m]);
-          ASSERT_LE(std::fabs(back - v), ss[m] * (0.5 + 512 * 0x1p-24)) << what << " row " << m << " col " << k;
-        }
+  for (const QuantizeBodies& body : simd_bodies())
+    for (int64_t K : {1, 15, 16, 17, 100, 513}) {
+      for (int64_t pad : {0, 3}) {
+        const int64_t M = 9, ld = K + pad;
+        std::vector<float> x(static_cast<size_t>(M * ld), nan);  // padding NaN: never read
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t k = 0; k < K; ++k) {
+            float v = rng.uniform(-3.f, 5.f);
+            if (m == 1) v = std::fabs(v);            // all positive
+            if (m == 2) v = -std::fabs(v) * 1e-30f;  // all negative, tiny
+            if (m == 3) v = 0.0f;                    // zeros
+            if (m == 4 && k % 7 == 3) v = nan;       // NaN skipped by min/max, quantized to 0
+            x[m * ld + k] = v;
+          }
+        std::vector<uint8_t> qf(static_cast<size_t>(M * K), 7), qs(qf.size(), 9);
+        std::vector<float> sf(M), ss(M);
+        std::vector<int32_t> zf(M), zs(M);
+        body.quantize(x.data(), M, K, ld, qf.data(), sf.data(), zf.data());
+        quantize_rows_u8_scalar(x.data(), M, K, ld, qs.data(), ss.data(), zs.data());
+        const std::string what = std::string(body.name) + " K " + std::to_string(K) + " pad " + std::to_string(pad);
+        ASSERT_TRUE(bitwise_equal(qf, qs, what + " q"));
+        ASSERT_TRUE(bitwise_equal(sf, ss, what + " scale"));
+        ASSERT_EQ(zf, zs) << what;
+        // |x − s·(q − z)| ≤ s·(1/2 + 512u): half a step, plus the rounding of x·fl(1/s) (< 511u steps).
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t k = 0; k < K; ++k) {
+            const float v = x[m * ld + k];
+            if (std::isnan(v)) continue;
+            const double back = double(ss[m]) * (int(qs[m * K + k]) - zs[m]);
+            ASSERT_LE(std::fabs(back - v), ss[m] * (0.5 + 512 * 0x1p-24)) << what << " row " << m << " col " << k;
+          }
+      }
     }
-  }
 }
 
 TEST(DequantizeRows, SimdMatchesScalarTwinBitwise) {
-  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 body on this CPU";
+  if (simd_bodies().empty()) GTEST_SKIP() << "no SIMD body on this CPU";
   Rng rng(7);
-  for (int64_t N : {1, 15, 16, 17, 100}) {
-    for (bool bias : {false, true}) {
-      const int64_t M = 5, ldacc = N + 2, ldy = N + 1;
-      std::vector<int32_t> acc(static_cast<size_t>(M * ldacc)), zx(M), cs(N);
-      std::vector<float> sx(M), sw(N), b(N);
-      for (auto& a : acc) a = rng.uniform_int(-40000000, 40000000);  // beyond 2^24: the float conversion rounds
-      for (auto& z : zx) z = rng.uniform_int(0, 255);
-      for (auto& c : cs) c = rng.uniform_int(-60000, 60000);
-      for (auto& s : sx) s = rng.uniform(0.f, 0.1f);
-      for (auto& s : sw) s = rng.uniform(0.f, 0.01f);
-      for (auto& v : b) v = rng.uniform();
-      std::vector<float> yf(static_cast<size_t>(M * ldy), -3.f), ys = yf;
-      dequantize_rows_avx512(acc.data(), ldacc, M, N, sx.data(), zx.data(), sw.data(), cs.data(),
-                             bias ? b.data() : nullptr, yf.data(), ldy);
-      dequantize_rows_scalar(acc.data(), ldacc, M, N, sx.data(), zx.data(), sw.data(), cs.data(),
-                             bias ? b.data() : nullptr, ys.data(), ldy);
-      ASSERT_TRUE(bitwise_equal(yf, ys, "N " + std::to_string(N) + (bias ? " bias" : "")));
-      EXPECT_EQ(yf[ldy - 1], -3.f) << "padding of y is left alone";
+  for (const QuantizeBodies& body : simd_bodies())
+    for (int64_t N : {1, 15, 16, 17, 100}) {
+      for (bool bias : {false, true}) {
+        const int64_t M = 5, ldacc = N + 2, ldy = N + 1;
+        std::vector<int32_t> acc(static_cast<size_t>(M * ldacc)), zx(M), cs(N);
+        std::vector<float> sx(M), sw(N), b(N);
+        for (auto& a : acc) a = rng.uniform_int(-40000000, 40000000);  // beyond 2^24: the float conversion rounds
+        for (auto& z : zx) z = rng.uniform_int(0, 255);
+        for (auto& c : cs) c = rng.uniform_int(-60000, 60000);
+        for (auto& s : sx) s = rng.uniform(0.f, 0.1f);
+        for (auto& s : sw) s = rng.uniform(0.f, 0.01f);
+        for (auto& v : b) v = rng.uniform();
+        std::vector<float> yf(static_cast<size_t>(M * ldy), -3.f), ys = yf;
+        body.dequantize(acc.data(), ldacc, M, N, sx.data(), zx.data(), sw.data(), cs.data(), bias ? b.data() : nullptr,
+                        yf.data(), ldy);
+        dequantize_rows_scalar(acc.data(), ldacc, M, N, sx.data(), zx.data(), sw.data(), cs.data(),
+                               bias ? b.data() : nullptr, ys.data(), ldy);
+        ASSERT_TRUE(bitwise_equal(yf, ys, std::string(body.name) + " N " + std::to_string(N) + (bias ? " bias" : "")));
+        EXPECT_EQ(yf[ldy - 1], -3.f) << "padding of y is left alone";
+      }
     }
-  }
 }
 
 }  // namespace
