@@ -1,11 +1,10 @@
 // src/kernels/activation.cc — the activation kernels' dispatching entry points (activation_forward,
 // activation_backward, bias_activation_forward, bias_relu_dropout_forward, relu_dropout_backward and
-// its bfloat16-input form)
-// and their float scalar twins. The twins instantiate the templates of activation_scalar.h; the entry
-// points run fixed chunks of rows or elements (parallel_chunks.h), so results never depend on the
-// thread count, on the AVX-512 bodies of activation_avx512.cc when cpu_has_avx512() and the kind has
-// one (every kind today), else on the AVX2 bodies of activation_avx2.cc when cpu_has_avx2() and the kind
-// has one (GELU). Contracts in kernels.h.
+// its bfloat16-input form) and their float scalar twins. The twins instantiate the templates of
+// activation_scalar.h; the entry points run fixed chunks of rows or elements (parallel_chunks.h), so results
+// never depend on the thread count, on the AVX-512 bodies of activation_avx512.cc when cpu_has_avx512() and
+// the kind has one (every kind today), else on the AVX2 bodies of activation_avx2.cc when cpu_has_avx2()
+// (every kind and the relu + dropout pair; the bf16 backward runs its twin there). Contracts in kernels.h.
 #include "kernels/activation_scalar.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
@@ -70,21 +69,25 @@ void activation_backward(Activation k, const float* dy, const float* x, float* d
 
 void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int64_t N, int64_t F,
                                const DropoutSpec& drop) {
-  const bool simd = cpu_has_avx512();
+  const bool avx512 = cpu_has_avx512(), avx2 = !avx512 && cpu_has_avx2();
   for_each_row_chunk(N, F, [&](int64_t, int64_t r0, int64_t rn) {
     const DropoutSpec d{drop.p, drop.seed, drop.offset + static_cast<uint64_t>(r0 * F)};
-    if (simd)
+    if (avx512)
       bias_relu_dropout_forward_avx512(x + r0 * F, bias, y + r0 * F, rn, F, d);
+    else if (avx2)
+      bias_relu_dropout_forward_avx2(x + r0 * F, bias, y + r0 * F, rn, F, d);
     else
       bias_relu_dropout_forward_scalar(x + r0 * F, bias, y + r0 * F, rn, F, d);
   });
 }
 
 void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n, float p) {
-  const bool simd = cpu_has_avx512();
+  const bool avx512 = cpu_has_avx512(), avx2 = !avx512 && cpu_has_avx2();
   for_each_elem_chunk(n, 65536, [&](int64_t i0, int64_t m) {
-    if (simd)
+    if (avx512)
       relu_dropout_backward_avx512(dy + i0, y + i0, dx + i0, m, p);
+    else if (avx2)
+      relu_dropout_backward_avx2(dy + i0, y + i0, dx + i0, m, p);
     else
       relu_dropout_backward_scalar(dy + i0, y + i0, dx + i0, m, p);
   });

@@ -1,15 +1,17 @@
-// src/kernels/activation_avx2.cc — AVX2 bodies of GELU's kernels for CPUs without AVX-512 (contracts in
-// kernels.h): bias + gelu forward and gelu backward, 8 lanes. Compiled with AVX2 and FMA flags by CMake
-// (the *_avx2.cc files); called only by the dispatchers in activation.cc, when cpu_has_avx2() and not
-// cpu_has_avx512(). The method and coefficients are activation_avx512.cc's (gelu_erf.h), so the two agree
-// with the twin and with float64 within the same bounds (tests/kernels/activation_test.cc runs every body
-// the CPU has against both). Other kinds return false: the entry point then runs the scalar twin.
+// src/kernels/activation_avx2.cc — AVX2 bodies of the activation kernels for CPUs without AVX-512 (contracts in
+// kernels.h): bias + activation forward and activation backward for every kind, and the FFN's bias + relu +
+// dropout pass with its backward, 8 lanes. Compiled with AVX2 and FMA flags by CMake (the *_avx2.cc files); called only
+// by the dispatchers in activation.cc, when cpu_has_avx2() and not cpu_has_avx512(). The methods and coefficients are
+// activation_avx512.cc's (gelu_erf.h; the sigmoid, gelu_tanh and gate forms there), operation for operation, so
+// the two agree with the twin and with float64 within the same bounds (tests/kernels/activation_test.cc runs
+// every body the CPU has against both); the relu bodies are bitwise the twins'.
 #include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
 
 #include "kernels/common_avx2.h"
+#include "kernels/dropout_hash_avx2.h"
 #include "kernels/gelu_erf.h"
 #include "kernels/kernels.h"
 
@@ -63,36 +65,210 @@ inline __m256 gelu_grad_ps(__m256 v) {
   return _mm256_fmadd_ps(v, pdf, _mm256_mul_ps(_mm256_set1_ps(0.5f), g.q));
 }
 
-}  // namespace
-
-bool bias_activation_forward_avx2(Activation k, const float* x, const float* bias, float* y, int64_t N, int64_t F) {
-  if (k != Activation::GELU) return false;
-  for (int64_t n = 0; n < N; ++n) {
-    const float* xr = x + n * F;
-    float* yr = y + n * F;
-    int64_t f = 0;
-    for (; f + 8 <= F; f += 8) {
-      __m256 v = _mm256_loadu_ps(xr + f);
-      if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + f));
-      _mm256_storeu_ps(yr + f, gelu_ps(v));
-    }
-    if (f < F) {
-      __m256 v = load_tail(xr + f, F - f);
-      if (bias) v = _mm256_add_ps(v, load_tail(bias + f, F - f));
-      store_tail(yr + f, gelu_ps(v), F - f);
-    }
-  }
-  return true;
+// σ(v) and σ(−v) from one e = exp(−|v|), as activation_avx512.cc's sigmoid_ps (it says why neither cancels).
+struct Sigmoid {
+  __m256 s;   // σ(v)
+  __m256 sc;  // σ(−v) = 1 − σ(v)
+};
+inline Sigmoid sigmoid_ps(__m256 v) {
+  const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), abs_ps(v)));
+  const __m256 r = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+  const __m256 er = _mm256_mul_ps(e, r);
+  const __m256 neg = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ);
+  return {_mm256_blendv_ps(r, er, neg), _mm256_blendv_ps(er, r, neg)};
 }
 
+// gelu_tanh(x) = x·σ(2u) and gelu_tanh'(x) = σ(2u) + 2x·σ(2u)σ(−2u)·u', u = √(2/π)·(x + 0.044715·x³)
+// (activation_avx512.cc derives them).
+constexpr float kSqrt2OverPi = 0.79788456080286535588f, kTanhCubic = 0.044715f;
+inline __m256 gelu_tanh_u2(__m256 x) {  // 2u
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  const __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(kTanhCubic), x2), x, x);
+  return _mm256_mul_ps(_mm256_set1_ps(2.0f * kSqrt2OverPi), inner);
+}
+inline __m256 gelu_tanh_ps(__m256 x) { return _mm256_mul_ps(x, sigmoid_ps(gelu_tanh_u2(x)).s); }
+inline __m256 gelu_tanh_grad_ps(__m256 x) {
+  const Sigmoid g = sigmoid_ps(gelu_tanh_u2(x));
+  const __m256 du =
+      _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi),
+                    _mm256_fmadd_ps(_mm256_set1_ps(3.0f * kTanhCubic), _mm256_mul_ps(x, x), _mm256_set1_ps(1.0f)));
+  const __m256 t = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(x, x), _mm256_mul_ps(g.s, g.sc)), du);
+  return _mm256_add_ps(g.s, t);
+}
+
+// The gates g(b) and g'(b) of the gated kinds (the twin's gate / gate_grad):
+//   GLU     g = σ(b)      g' = σ(b)·σ(−b)
+//   GEGLU   g = gelu(b)   g' = gelu'(b)
+//   SWIGLU  g = b·σ(b)    g' = σ(b)·(1 + b·σ(−b))
+template <Activation K>
+inline __m256 gate_ps(__m256 b) {
+  if constexpr (K == Activation::GLU) return sigmoid_ps(b).s;
+  if constexpr (K == Activation::GEGLU) return gelu_ps(b);
+  if constexpr (K == Activation::SWIGLU) return _mm256_mul_ps(b, sigmoid_ps(b).s);
+}
+template <Activation K>
+inline __m256 gate_grad_ps(__m256 b) {
+  if constexpr (K == Activation::GEGLU) return gelu_grad_ps(b);
+  const Sigmoid g = sigmoid_ps(b);
+  if constexpr (K == Activation::GLU) return _mm256_mul_ps(g.s, g.sc);
+  return _mm256_mul_ps(g.s, _mm256_fmadd_ps(b, g.sc, _mm256_set1_ps(1.0f)));
+}
+
+// fn(f, n) over a row of F: n = 8 lanes from f, the last fewer than 8 through the tail loads and stores.
+template <typename Fn>
+inline void over_row(int64_t F, Fn fn) {
+  int64_t f = 0;
+  for (; f + 8 <= F; f += 8) fn(f, int64_t{8});
+  if (f < F) fn(f, F - f);
+}
+inline __m256 load_n(const float* p, int64_t n) { return n == 8 ? _mm256_loadu_ps(p) : load_tail(p, n); }
+inline void store_n(float* p, __m256 v, int64_t n) {
+  if (n == 8)
+    _mm256_storeu_ps(p, v);
+  else
+    store_tail(p, v, n);
+}
+
+// y = act(x + bias) for the plain kinds, row by row.
+template <typename Act>
+void bias_map_rows(const float* x, const float* bias, float* y, int64_t N, int64_t F, Act act) {
+  for (int64_t r = 0; r < N; ++r) {
+    const float* xr = x + r * F;
+    float* yr = y + r * F;
+    over_row(F, [&](int64_t f, int64_t n) {
+      __m256 v = load_n(xr + f, n);
+      if (bias) v = _mm256_add_ps(v, load_n(bias + f, n));
+      store_n(yr + f, act(v), n);
+    });
+  }
+}
+
+// dx = dy ⊙ act'(x) over n elements.
+template <typename Grad>
+void grad_map(const float* dy, const float* x, float* dx, int64_t n, Grad grad) {
+  over_row(n,
+           [&](int64_t i, int64_t k) { store_n(dx + i, _mm256_mul_ps(load_n(dy + i, k), grad(load_n(x + i, k))), k); });
+}
+
+// Gated rows: x (N, 2F) = [a | b] (+ bias (2F)), y (N, F) = a ⊙ g(b).
+template <Activation K>
+void gated_forward_rows(const float* x, const float* bias, float* y, int64_t N, int64_t F) {
+  for (int64_t r = 0; r < N; ++r) {
+    const float* ar = x + r * 2 * F;
+    const float* br = ar + F;
+    float* yr = y + r * F;
+    over_row(F, [&](int64_t f, int64_t n) {
+      __m256 a = load_n(ar + f, n), b = load_n(br + f, n);
+      if (bias) {
+        a = _mm256_add_ps(a, load_n(bias + f, n));
+        b = _mm256_add_ps(b, load_n(bias + F + f, n));
+      }
+      store_n(yr + f, _mm256_mul_ps(a, gate_ps<K>(b)), n);
+    });
+  }
+}
+
+// Gated backward: da = dy ⊙ g(b), db = (dy ⊙ a) ⊙ g'(b), dx (N, 2F) = [da | db].
+template <Activation K>
+void gated_backward_rows(const float* dy, const float* x, float* dx, int64_t N, int64_t F) {
+  for (int64_t r = 0; r < N; ++r) {
+    const float* ar = x + r * 2 * F;
+    const float* br = ar + F;
+    const float* gr = dy + r * F;
+    float* dar = dx + r * 2 * F;
+    float* dbr = dar + F;
+    over_row(F, [&](int64_t f, int64_t n) {
+      const __m256 a = load_n(ar + f, n), b = load_n(br + f, n), g = load_n(gr + f, n);
+      store_n(dar + f, _mm256_mul_ps(g, gate_ps<K>(b)), n);
+      store_n(dbr + f, _mm256_mul_ps(_mm256_mul_ps(g, a), gate_grad_ps<K>(b)), n);
+    });
+  }
+}
+
+}  // namespace
+
+// relu(x + b) = max(x + b, 0): vmaxps(v, 0) returns 0 for NaN and −0, like the twin's `v > 0 ? v : 0`.
+bool bias_activation_forward_avx2(Activation k, const float* x, const float* bias, float* y, int64_t N, int64_t F) {
+  switch (k) {
+    case Activation::RELU: {
+      const __m256 zero = _mm256_setzero_ps();
+      bias_map_rows(x, bias, y, N, F, [zero](__m256 v) { return _mm256_max_ps(v, zero); });
+      return true;
+    }
+    case Activation::GELU:
+      bias_map_rows(x, bias, y, N, F, gelu_ps);
+      return true;
+    case Activation::GELU_TANH:
+      bias_map_rows(x, bias, y, N, F, gelu_tanh_ps);
+      return true;
+    case Activation::GLU:
+      gated_forward_rows<Activation::GLU>(x, bias, y, N, F);
+      return true;
+    case Activation::GEGLU:
+      gated_forward_rows<Activation::GEGLU>(x, bias, y, N, F);
+      return true;
+    case Activation::SWIGLU:
+      gated_forward_rows<Activation::SWIGLU>(x, bias, y, N, F);
+      return true;
+    default:
+      return false;
+  }
+}
+
+// relu: dx = dy · [x > 0] (a multiply by 1 or 0, exactly as the twin, so −0 and NaN match too).
 bool activation_backward_avx2(Activation k, const float* dy, const float* x, float* dx, int64_t N, int64_t F) {
-  if (k != Activation::GELU) return false;
-  const int64_t n = N * F;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(dy + i), gelu_grad_ps(_mm256_loadu_ps(x + i))));
-  if (i < n) store_tail(dx + i, _mm256_mul_ps(load_tail(dy + i, n - i), gelu_grad_ps(load_tail(x + i, n - i))), n - i);
-  return true;
+  switch (k) {
+    case Activation::RELU: {
+      const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+      grad_map(dy, x, dx, N * F,
+               [zero, one](__m256 v) { return _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_GT_OQ), one); });
+      return true;
+    }
+    case Activation::GELU:
+      grad_map(dy, x, dx, N * F, gelu_grad_ps);
+      return true;
+    case Activation::GELU_TANH:
+      grad_map(dy, x, dx, N * F, gelu_tanh_grad_ps);
+      return true;
+    case Activation::GLU:
+      gated_backward_rows<Activation::GLU>(dy, x, dx, N, F);
+      return true;
+    case Activation::GEGLU:
+      gated_backward_rows<Activation::GEGLU>(dy, x, dx, N, F);
+      return true;
+    case Activation::SWIGLU:
+      gated_backward_rows<Activation::SWIGLU>(dy, x, dx, N, F);
+      return true;
+    default:
+      return false;
+  }
+}
+
+// relu(x + b) as bias_activation_forward_avx2 (max with 0), then dropout_forward_avx2's keep and multiply.
+void bias_relu_dropout_forward_avx2(const float* x, const float* bias, float* y, int64_t N, int64_t F,
+                                    const DropoutSpec& drop) {
+  const __m256 zero = _mm256_setzero_ps(), scale = _mm256_set1_ps(1.0f / (1.0f - drop.p));
+  DropoutMask8 drop_mask(drop.seed, drop.p);
+  for (int64_t r = 0; r < N; ++r) {
+    const float* xr = x + r * F;
+    float* yr = y + r * F;
+    const uint64_t row = drop.offset + static_cast<uint64_t>(r * F);
+    over_row(F, [&](int64_t f, int64_t n) {
+      __m256 v = load_n(xr + f, n);
+      if (bias) v = _mm256_add_ps(v, load_n(bias + f, n));
+      const __m256 keep = drop_mask.keep(row + static_cast<uint64_t>(f));
+      store_n(yr + f, _mm256_and_ps(keep, _mm256_mul_ps(_mm256_max_ps(v, zero), scale)), n);
+    });
+  }
+}
+
+// dx = y > 0 ? dy·scale : 0 (dropped or shut lanes get +0 whatever dy holds), as the twin.
+void relu_dropout_backward_avx2(const float* dy, const float* y, float* dx, int64_t n, float p) {
+  const __m256 zero = _mm256_setzero_ps(), scale = _mm256_set1_ps(1.0f / (1.0f - p));
+  over_row(n, [&](int64_t i, int64_t k) {
+    const __m256 open = _mm256_cmp_ps(load_n(y + i, k), zero, _CMP_GT_OQ);
+    store_n(dx + i, _mm256_and_ps(open, _mm256_mul_ps(load_n(dy + i, k), scale)), k);
+  });
 }
 
 }  // namespace tfm::kernels

@@ -1,6 +1,6 @@
 // src/kernels/common_avx2.h — small pieces shared by the AVX2 kernels (include only from *_avx2.cc files,
-// compiled with AVX2 and FMA flags): a vector exp, |x|, a lane mask, and the load and store of a row's tail of fewer
-// than 8 floats (AVX2 has no lane masks for them).
+// compiled with AVX2 and FMA flags): a vector exp, |x|, a lane mask, the load and store of a row's tail of fewer
+// than 8 floats (AVX2 has no lane masks for them), lane reductions, and the float-to-double halves of a vector.
 #pragma once
 #include <immintrin.h>
 
@@ -63,17 +63,35 @@ inline void store_tail(float* p, __m256 v, int64_t n) {
   std::memcpy(p, b, sizeof(float) * static_cast<size_t>(n));
 }
 
-// The sum and the maximum of a vector's 8 lanes.
+// The maximum, the minimum and the sum of a vector's 8 lanes (or 4 doubles). A lane holding NaN: vmaxps and
+// vminps return their second operand then, so which lane's NaN or number comes out depends on the order.
 inline float reduce_max_ps(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
   return _mm_cvtss_f32(m);
 }
+inline float reduce_min_ps(__m256 v) {
+  __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_min_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
 inline double reduce_add_pd(__m256d v) {
   __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
   s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
   return _mm_cvtsd_f64(s);
+}
+
+// The low and high 4 floats of v as doubles, and 8 doubles back to floats (each rounded once): the norms,
+// which evaluate their formulas in double.
+inline __m256d lo_pd(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
+inline __m256d hi_pd(__m256 v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
+inline __m256 join_ps(__m256d lo, __m256d hi) { return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)); }
+// A float lane mask (first_n_lanes) as the masks of its low and high 4 lanes widened to doubles.
+inline __m256d lo_mask_pd(__m256i m) { return _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(m))); }
+inline __m256d hi_mask_pd(__m256i m) {
+  return _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(m, 1)));
 }
 
 }  // namespace tfm::kernels

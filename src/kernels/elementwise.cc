@@ -3,7 +3,8 @@
 // float scalar twins. The twins instantiate the templates of elementwise_scalar.h (but transpose_scalar,
 // a plain copy loop written here); the entry points run fixed chunks (parallel_chunks.h), so results
 // never depend on the thread count, on the AVX-512 bodies of elementwise_avx512.cc when
-// cpu_has_avx512(). Contracts in kernels.h.
+// cpu_has_avx512(), else on the AVX2 ones of elementwise_avx2.cc when cpu_has_avx2() (all but the transpose).
+// Contracts in kernels.h.
 #include <algorithm>
 #include <cstring>
 
@@ -39,10 +40,12 @@ void transpose(const float* src, int64_t sl, int64_t rows, int64_t cols, float* 
 }
 
 void add_forward(const float* a, const float* b, float* y, int64_t n) {
-  const bool simd = cpu_has_avx512();
+  const bool simd = cpu_has_avx512(), avx2 = !simd && cpu_has_avx2();
   for_each_elem_chunk(n, 65536, [&](int64_t i0, int64_t m) {
     if (simd)
       add_forward_avx512(a + i0, b + i0, y + i0, m);
+    else if (avx2)
+      add_forward_avx2(a + i0, b + i0, y + i0, m);
     else
       add_forward_scalar(a + i0, b + i0, y + i0, m);
   });
@@ -57,11 +60,13 @@ void copy_bytes(const void* src, void* dst, size_t bytes) {
 }
 
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
-  const bool simd = cpu_has_avx512();
+  const bool simd = cpu_has_avx512(), avx2 = !simd && cpu_has_avx2();
   for_each_elem_chunk(n, 16384, [&](int64_t i0, int64_t m) {
     const uint64_t off = offset + static_cast<uint64_t>(i0);
     if (simd)
       dropout_forward_avx512(x + i0, y + i0, m, p, seed, off);
+    else if (avx2)
+      dropout_forward_avx2(x + i0, y + i0, m, p, seed, off);
     else
       dropout_forward_scalar(x + i0, y + i0, m, p, seed, off);
   });
@@ -71,7 +76,7 @@ void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed
 static constexpr int64_t kColChunk = 256;
 
 void bias_grad(const float* dy, float* db, int64_t N, int64_t F) {
-  const bool simd = cpu_has_avx512();
+  const bool simd = cpu_has_avx512(), avx2 = !simd && cpu_has_avx2();
   const int64_t chunks = (F + kColChunk - 1) / kColChunk;
 #pragma omp parallel for schedule(static) if (N * F > 65536 && chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
@@ -79,6 +84,8 @@ void bias_grad(const float* dy, float* db, int64_t N, int64_t F) {
     // The column block is strided in dy (row stride F).
     if (simd)
       bias_grad_avx512(dy + f0, F, db + f0, N, m);
+    else if (avx2)
+      bias_grad_avx2(dy + f0, F, db + f0, N, m);
     else
       bias_grad_scalar<float>(dy + f0, F, db + f0, N, m);
   }
@@ -86,11 +93,13 @@ void bias_grad(const float* dy, float* db, int64_t N, int64_t F) {
 
 void add_dropout_forward(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
                          uint64_t offset) {
-  const bool simd = cpu_has_avx512();
+  const bool simd = cpu_has_avx512(), avx2 = !simd && cpu_has_avx2();
   for_each_elem_chunk(n, 16384, [&](int64_t i0, int64_t m) {
     const uint64_t off = offset + static_cast<uint64_t>(i0);
     if (simd)
       add_dropout_forward_avx512(a + i0, x + i0, y + i0, m, p, seed, off);
+    else if (avx2)
+      add_dropout_forward_avx2(a + i0, x + i0, y + i0, m, p, seed, off);
     else
       add_dropout_forward_scalar(a + i0, x + i0, y + i0, m, p, seed, off);
   });

@@ -66,15 +66,14 @@
 //     quantize_avx512.cc, quantize_avx2.cc.
 // CPUs without AVX-512 (AVX2 and FMA: cpu_has_avx2) have bodies where a training step spends its time,
 // <op>_avx2.cc, compiled with AVX2 flags because of the name: attention_avx2.cc (the forward; the backward
-// is attention_gemm.cc, on oneDNN sgemm calls, plain C++), activation_avx2.cc (GELU), cross_entropy_avx2.cc,
-// layer_norm_avx2.cc, gemm_packed_avx2.cc (inference's products on packed weights: f32, bf16, and int8 where
-// the CPU has no int8 dot product) and quantize_avx2.cc (int8's quantization of rows and dequantization). The
-// other ops run their twins there.
-// Shared pieces: onednn_primitives.h (the engine, the per-thread streams and grow-only buffers of
-// gemm_bf16 and gemm_packed), parallel_chunks.h (the fixed work split, the norms' partials),
-// common_avx512.h, dropout_hash_avx512.h and transpose_avx512.h (helpers for AVX-512 files only),
-// common_avx2.h (for AVX2 files only), gelu_erf.h (GELU's polynomials, for both widths),
-// cpu.cc (the CPU checks, the scalar switch, splitmix64).
+// is attention_gemm.cc, on oneDNN sgemm calls, plain C++), activation_avx2.cc, cross_entropy_avx2.cc,
+// layer_norm_avx2.cc, rms_norm_avx2.cc, elementwise_avx2.cc (not the transpose), gemm_packed_avx2.cc (inference's
+// products on packed weights: f32, bf16, and int8 where the CPU has no int8 dot product) and quantize_avx2.cc (int8's
+// quantization of rows and dequantization). The other ops run their twins there. Shared pieces: onednn_primitives.h
+// (the engine, the per-thread streams and grow-only buffers of gemm_bf16 and gemm_packed), parallel_chunks.h (the fixed
+// work split, the norms' partials), common_avx512.h, dropout_hash_avx512.h and transpose_avx512.h (helpers for AVX-512
+// files only), common_avx2.h and dropout_hash_avx2.h (for AVX2 files only), gelu_erf.h (GELU's polynomials, for both
+// widths), cpu.cc (the CPU checks, the scalar switch, splitmix64).
 //
 // To add a kernel `foo_forward`: declare it and `foo_forward_scalar` here with the shapes in
 // comments (and `foo_forward_avx512` at the end), write the scalar template in foo_scalar.h, the
@@ -467,13 +466,8 @@ void dequantize_rows_scalar(const int32_t* acc, int64_t ldacc, int64_t M, int64_
 // its "Determinism" note).
 void layer_norm_forward_avx512(const float* x, const float* w, const float* b, float* y, float* mean,
                                float* rstd, int64_t N, int64_t D, float eps);
-void layer_norm_backward_avx512(const float* dy, const float* x, const float* w, float* dx, float* dw,
-                                float* db, int64_t N, int64_t D, float eps, bool accumulate_dx = false);
-// LayerNorm's AVX2 bodies (layer_norm_avx2.cc; call only when cpu_has_avx2()), as the AVX-512 ones.
-void layer_norm_forward_avx2(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
-                             int64_t N, int64_t D, float eps);
-void layer_norm_backward_avx2(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
-                              int64_t N, int64_t D, float eps, bool accumulate_dx);
+void layer_norm_backward_avx512(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
+                                int64_t N, int64_t D, float eps, bool accumulate_dx = false);
 void rms_norm_forward_avx512(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t D,
                              float eps);
 void rms_norm_backward_avx512(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
@@ -500,10 +494,20 @@ void transpose_avx512(const float* src, int64_t sl, int64_t rows, int64_t cols, 
                       int64_t ld);
 // AVX2 bodies (the *_avx2.cc files, compiled with AVX2 and FMA flags), for CPUs without AVX-512: called by
 // the entry points only when cpu_has_avx2() and not cpu_has_avx512(). Same method and bounds as the AVX-512
-// ones. Activations: GELU only; they return false (doing nothing) for another kind, and the entry point runs
-// the twin.
+// ones. Activations: every kind (false, doing nothing, for a kind without a body: the entry point then runs
+// the twin), and the relu + dropout backward.
 bool bias_activation_forward_avx2(Activation k, const float* x, const float* bias, float* y, int64_t N, int64_t F);
 bool activation_backward_avx2(Activation k, const float* dy, const float* x, float* dx, int64_t N, int64_t F);
+void bias_relu_dropout_forward_avx2(const float* x, const float* bias, float* y, int64_t N, int64_t F,
+                                    const DropoutSpec& drop);
+void relu_dropout_backward_avx2(const float* dy, const float* y, float* dx, int64_t n, float p);
+// The element-wise kernels (elementwise_avx2.cc): add, dropout, add + dropout, the bias gradient (dy's rows at
+// stride ld ≥ F).
+void add_forward_avx2(const float* a, const float* b, float* y, int64_t n);
+void dropout_forward_avx2(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset);
+void add_dropout_forward_avx2(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
+                              uint64_t offset);
+void bias_grad_avx2(const float* dy, int64_t ld, float* db, int64_t N, int64_t F);
 // The softmax cross-entropy and log_softmax_rows' row (cross_entropy_avx2.cc): the contracts of their AVX-512
 // namesakes.
 void cross_entropy_forward_avx2(const float* logits, const int32_t* target, float* loss, float* lse, int64_t N,
@@ -511,6 +515,14 @@ void cross_entropy_forward_avx2(const float* logits, const int32_t* target, floa
 void cross_entropy_backward_avx2(const float* logits, const int32_t* target, const float* lse, const float* scale,
                                  float* dlogits, int64_t N, int64_t V, int32_t ignore_index, float label_smoothing);
 bool log_softmax_row_avx2(const float* z, int64_t V, double* lse, int64_t* argmax);
+// LayerNorm and RMSNorm (layer_norm_avx2.cc, rms_norm_avx2.cc).
+void layer_norm_forward_avx2(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                             int64_t N, int64_t D, float eps);
+void layer_norm_backward_avx2(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
+                              int64_t N, int64_t D, float eps, bool accumulate_dx);
+void rms_norm_forward_avx2(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t D, float eps);
+void rms_norm_backward_avx2(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
+                            int64_t N, int64_t D);
 // Flash attention (attention_avx512.cc); the backward needs p.lse.
 void attention_forward_avx512(const AttentionParams& p);
 void attention_backward_avx512(const AttentionParams& p, const float* dout, float* dq, float* dk,

@@ -79,7 +79,7 @@ void layer_norm_backward(const float* dy, const float* x, const float* w, float*
 
 void add_layer_norm_forward(const float* x, const float* r, const float* w, const float* b, float* z, float* y,
                             float* mean, float* rstd, int64_t N, int64_t D, float eps, const DropoutSpec* r_drop) {
-  const bool simd = cpu_has_avx512();
+  const bool simd = cpu_has_avx512(), avx2 = !simd && cpu_has_avx2();
   const ForwardBody body = forward_body();
   for_each_row_chunk(N, D, [&](int64_t, int64_t r0, int64_t rn) {
     float* sum = (z ? z : y) + r0 * D;  // the chunk's sum stays in cache for the LayerNorm
@@ -93,6 +93,11 @@ void add_layer_norm_forward(const float* x, const float* r, const float* w, cons
         add_dropout_forward_avx512(xc, rc, sum, rn * D, r_drop->p, r_drop->seed, off);
       else
         add_forward_avx512(xc, rc, sum, rn * D);
+    } else if (avx2) {
+      if (r_drop)
+        add_dropout_forward_avx2(xc, rc, sum, rn * D, r_drop->p, r_drop->seed, off);
+      else
+        add_forward_avx2(xc, rc, sum, rn * D);
     } else {
       if (r_drop)
         add_dropout_forward_scalar(xc, rc, sum, rn * D, r_drop->p, r_drop->seed, off);

@@ -17,19 +17,6 @@
 namespace tfm::kernels {
 namespace {
 
-// The low and high 4 floats of v as doubles, and 8 doubles back to floats (each rounded once).
-__m256d lo_pd(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
-__m256d hi_pd(__m256 v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
-__m256 join_ps(__m256d lo, __m256d hi) { return _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)); }
-// The lanes of a float mask m (first_n_lanes) as two double masks, for the low and high 4 floats.
-__m256d lo_mask_pd(__m256i m) { return _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(m))); }
-__m256d hi_mask_pd(__m256i m) { return _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(m, 1))); }
-
-double reduce_add(__m256d v) {
-  const __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
-}
-
 // One row's moments in double, as layer_norm_scalar_detail::row_moments (two passes; only the order of the
 // sums differs). A NaN variance maps to 0, as in the AVX-512 body (layer_norm_avx512.cc says why that is safe).
 void row_moments(const float* xr, int64_t D, float eps, double& mu_out, double& r_out) {
@@ -39,7 +26,7 @@ void row_moments(const float* xr, int64_t D, float eps, double& mu_out, double& 
     s0 = _mm256_add_pd(s0, lo_pd(v));
     s1 = _mm256_add_pd(s1, hi_pd(v));
   }
-  const double mu = reduce_add(_mm256_add_pd(s0, s1)) / static_cast<double>(D);
+  const double mu = reduce_add_pd(_mm256_add_pd(s0, s1)) / static_cast<double>(D);
   const __m256d vmu = _mm256_set1_pd(mu);
   __m256d q0 = _mm256_setzero_pd(), q1 = _mm256_setzero_pd();
   for (int64_t d = 0; d < D; d += 8) {
@@ -51,7 +38,7 @@ void row_moments(const float* xr, int64_t D, float eps, double& mu_out, double& 
     q0 = _mm256_fmadd_pd(c0, c0, q0);
     q1 = _mm256_fmadd_pd(c1, c1, q1);
   }
-  const double var = reduce_add(_mm256_add_pd(q0, q1)) / static_cast<double>(D);
+  const double var = reduce_add_pd(_mm256_add_pd(q0, q1)) / static_cast<double>(D);
   mu_out = mu;
   r_out = 1.0 / std::sqrt((var > 0.0 ? var : 0.0) + static_cast<double>(eps));
 }
@@ -114,8 +101,8 @@ void layer_norm_backward_avx2(const float* dy, const float* x, const float* w, f
       _mm256_maskstore_ps(dw + d, m, dwv);
       if (db) _mm256_maskstore_ps(db + d, m, _mm256_add_ps(_mm256_maskload_ps(db + d, m), dv));
     }
-    const double mg = reduce_add(_mm256_add_pd(g0, g1)) / static_cast<double>(D);
-    const double mgx = reduce_add(_mm256_add_pd(gx0, gx1)) / static_cast<double>(D);
+    const double mg = reduce_add_pd(_mm256_add_pd(g0, g1)) / static_cast<double>(D);
+    const double mgx = reduce_add_pd(_mm256_add_pd(gx0, gx1)) / static_cast<double>(D);
     const __m256d vmg = _mm256_set1_pd(mg), vmgx = _mm256_set1_pd(mgx);
     for (int64_t d = 0; d < D; d += 8) {
       const __m256i m = first_n_lanes(D - d);

@@ -17,24 +17,6 @@
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
-namespace {
-
-// The smallest and largest of 8 lanes (exact, so the order of the reduction does not matter).
-float reduce_min(__m256 v) {
-  __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_min_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_min_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-float reduce_max(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
-}  // namespace
-
 void quantize_rows_u8_avx2(const float* x, int64_t M, int64_t K, int64_t ldx, uint8_t* q, float* scale, int32_t* zero) {
   const __m256 zero_ps = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f);
   for (int64_t m = 0; m < M; ++m) {
@@ -45,7 +27,7 @@ void quantize_rows_u8_avx2(const float* x, int64_t M, int64_t K, int64_t ldx, ui
       lo = _mm256_min_ps(v, lo);
       hi = _mm256_max_ps(v, hi);
     }
-    const float lo_s = reduce_min(lo), hi_s = reduce_max(hi);
+    const float lo_s = reduce_min_ps(lo), hi_s = reduce_max_ps(hi);
     float s = (hi_s - lo_s) / 255.0f;
     if (!(s > 0.0f)) s = 1.0f;  // a row of zeros
     const float z = std::nearbyint(-lo_s / s);

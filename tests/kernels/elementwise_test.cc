@@ -1,13 +1,16 @@
-// tests/kernels/elementwise_test.cc — the element-wise kernels (elementwise.cc, elementwise_avx512.cc)
-// and the counter hashes behind dropout and initialisation (kernels.h, cpu.cc): the AVX-512 bodies of
+// tests/kernels/elementwise_test.cc — the element-wise kernels (elementwise.cc, elementwise_avx512.cc,
+// elementwise_avx2.cc) and the counter hashes behind dropout and initialisation (kernels.h, cpu.cc): the SIMD
+// bodies of
 // add, dropout and the bias gradient against their scalar twins on sizes that are not multiples of
-// the 16-float vector, the fused residual add + dropout against its twin, the register transpose against its twin, the dropout rate, the statistics of
-// the hashes, the exactness of the keep threshold, and the dispatchers' thread-count independence.
+// the 16-float vector, the fused residual add + dropout against its twin, the register transpose against its twin, the
+// dropout rate, the statistics of the hashes, the exactness of the keep threshold, and the dispatchers' thread-count
+// independence.
 //
 // Expected agreement: every SIMD body here performs the same float operations in the same order per
 // element as its twin (the transpose only moves data) → bitwise equal.
-// The SIMD comparisons are skipped (with a message) when the CPU has no AVX-512.
-// To add a kernel: a TEST comparing foo_avx512 with foo_scalar over kSizes, bitwise.
+// The SIMD comparisons run every body the CPU has (AVX-512, AVX2; not the transpose, which has no AVX2 body),
+// skipped (with a message) when it has none.
+// To add a kernel: a TEST comparing foo_avx512 and foo_avx2 with foo_scalar over kSizes, bitwise.
 #include <omp.h>
 
 #include <cmath>
@@ -28,31 +31,53 @@ using testing::bitwise_equal;
 using test::kSizes;
 using test::rnd;
 
+// The SIMD bodies this CPU runs (AVX-512; AVX2, which AVX-512 CPUs have too).
+struct SimdBody {
+  const char* name;
+  decltype(&add_forward_avx512) add;
+  decltype(&dropout_forward_avx512) dropout;
+  decltype(&add_dropout_forward_avx512) add_dropout;
+  decltype(&bias_grad_avx512) bias_grad;
+};
+std::vector<SimdBody> simd_bodies() {
+  std::vector<SimdBody> b;
+  if (cpu_has_avx512())
+    b.push_back({"avx512", add_forward_avx512, dropout_forward_avx512, add_dropout_forward_avx512, bias_grad_avx512});
+  if (cpu_has_avx2())
+    b.push_back({"avx2", add_forward_avx2, dropout_forward_avx2, add_dropout_forward_avx2, bias_grad_avx2});
+  return b;
+}
+
 TEST(ElementwiseKernel, AddDropoutBiasGradBitwise) {
-  SKIP_WITHOUT_AVX512();
-  for (int64_t n : kSizes) {
-    auto a = rnd(n, 40 + n), b = rnd(n, 41 + n);
-    std::vector<float> y1(n), y2(n);
-    add_forward_avx512(a.data(), b.data(), y1.data(), n);
-    add_forward_scalar(a.data(), b.data(), y2.data(), n);
-    EXPECT_TRUE(bitwise_equal(y1, y2)) << "add n=" << n;
-    for (float p : {0.1f, 0.5f}) {
-      // Offsets not a multiple of 16, the second one crossing 2³² (where the hash's key changes)
-      // inside a vector of 16 counters.
-      for (uint64_t offset : {uint64_t{1000} + uint64_t(n), (uint64_t{1} << 32) - 21}) {
-        const uint64_t seed = 7;
-        dropout_forward_avx512(a.data(), y1.data(), n, p, seed, offset);
-        dropout_forward_scalar(a.data(), y2.data(), n, p, seed, offset);
-        EXPECT_TRUE(bitwise_equal(y1, y2)) << "dropout n=" << n << " p=" << p << " offset=" << offset;
+  if (simd_bodies().empty()) GTEST_SKIP() << "no SIMD body on this CPU";
+  for (const SimdBody& body : simd_bodies())
+    for (int64_t n : kSizes) {
+      SCOPED_TRACE(body.name);
+      auto a = rnd(n, 40 + n), b = rnd(n, 41 + n);
+      std::vector<float> y1(n), y2(n);
+      body.add(a.data(), b.data(), y1.data(), n);
+      add_forward_scalar(a.data(), b.data(), y2.data(), n);
+      EXPECT_TRUE(bitwise_equal(y1, y2)) << "add n=" << n;
+      for (float p : {0.1f, 0.5f}) {
+        // Offsets not a multiple of 16, the second one crossing 2³² (where the hash's key changes)
+        // inside a vector of 16 counters.
+        for (uint64_t offset : {uint64_t{1000} + uint64_t(n), (uint64_t{1} << 32) - 21}) {
+          const uint64_t seed = 7;
+          body.dropout(a.data(), y1.data(), n, p, seed, offset);
+          dropout_forward_scalar(a.data(), y2.data(), n, p, seed, offset);
+          EXPECT_TRUE(bitwise_equal(y1, y2)) << "dropout n=" << n << " p=" << p << " offset=" << offset;
+          body.add_dropout(b.data(), a.data(), y1.data(), n, p, seed, offset);
+          add_dropout_forward_scalar(b.data(), a.data(), y2.data(), n, p, seed, offset);
+          EXPECT_TRUE(bitwise_equal(y1, y2)) << "add_dropout n=" << n << " p=" << p << " offset=" << offset;
+        }
       }
+      const int64_t N = 9;
+      auto dy = rnd(N * n, 42 + n);
+      std::vector<float> db1 = rnd(n, 43), db2 = db1;
+      body.bias_grad(dy.data(), n, db1.data(), N, n);
+      bias_grad_scalar(dy.data(), db2.data(), N, n);
+      EXPECT_TRUE(bitwise_equal(db1, db2)) << "bias_grad F=" << n;
     }
-    const int64_t N = 9;
-    auto dy = rnd(N * n, 42 + n);
-    std::vector<float> db1 = rnd(n, 43), db2 = db1;
-    bias_grad_avx512(dy.data(), n, db1.data(), N, n);
-    bias_grad_scalar(dy.data(), db2.data(), N, n);
-    EXPECT_TRUE(bitwise_equal(db1, db2)) << "bias_grad F=" << n;
-  }
 }
 
 // The kernel's AVX-512 body against its scalar twin, at sizes around the vector width.

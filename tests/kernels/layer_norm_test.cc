@@ -21,13 +21,13 @@
 // The SIMD comparisons run every body the CPU has (AVX-512, AVX2), skipped (with a message) when it has none.
 // To add a LayerNorm kernel: a TEST comparing foo_avx512 and foo_avx2 with foo_scalar over kSizes, and its
 // tolerance above.
+#include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"

@@ -1,5 +1,5 @@
-// tests/kernels/rms_norm_test.cc — RMSNorm's kernels (rms_norm.cc, rms_norm_avx512.cc): the AVX-512
-// bodies against their scalar twins on sizes that are not multiples of the 16-float vector, the
+// tests/kernels/rms_norm_test.cc — RMSNorm's kernels (rms_norm.cc, rms_norm_avx512.cc, rms_norm_avx2.cc): the
+// SIMD bodies against their scalar twins on sizes that are not multiples of the 16-float vector, the
 // dispatchers' choice of body and their thread-count independence, and one hand-checked case. The
 // finite-difference check of the backward is in gradcheck_test.cc, the op against float64 in
 // tests/ops/rms_norm_test.cc.
@@ -16,17 +16,18 @@
 //     result by a few units of 2^-52 relative to the row's largest term; where dx cancels, by that
 //     difference itself: tol = 2^-23·|ref| + 64·2^-52·D·scale, scale = r·(|g| + |x̂|·|mean(g ⊙ x̂)|)
 //     ≤ r_max·(4 + 4·√D) for inputs in [−2, 2) (|g| ≤ 4, |x̂| ≤ √D, |mean(g ⊙ x̂)| ≤ 4·rms(x̂) ≤ 4).
-// The SIMD comparisons are skipped (with a message) when the CPU has no AVX-512 or TFM_FORCE_SCALAR
-// is set; DispatchRunsTheChosenBody then checks that the dispatchers run the twins.
-// To add an RMSNorm kernel: a TEST comparing foo_avx512 with foo_scalar over kSizes, and its
+// The SIMD comparisons run every body the CPU has (AVX-512, AVX2), skipped (with a message) when it has none or
+// TFM_FORCE_SCALAR is set; DispatchRunsTheChosenBody then checks that the dispatchers run the twins.
+// To add an RMSNorm kernel: a TEST comparing foo_avx512 and foo_avx2 with foo_scalar over kSizes, and its
 // tolerance above.
+#include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
 #include "kernels/kernels.h"
@@ -82,48 +83,63 @@ TEST(RMSNormKernel, HandChecked) {
   }
 }
 
+// The SIMD bodies this CPU runs, each with its name.
+template <class Body>
+std::vector<std::pair<std::string, Body>> simd_bodies(Body avx512, Body avx2) {
+  std::vector<std::pair<std::string, Body>> b;
+  if (cpu_has_avx512()) b.push_back({"avx512", avx512});
+  if (cpu_has_avx2()) b.push_back({"avx2", avx2});
+  return b;
+}
+using ForwardBody = void (*)(const float*, const float*, float*, float*, int64_t, int64_t, float);
+using BackwardBody = void (*)(const float*, const float*, const float*, const float*, float*, float*, int64_t, int64_t);
+
 TEST(RMSNormKernel, ForwardMatchesScalar) {
-  SKIP_WITHOUT_AVX512();
+  const auto bodies = simd_bodies<ForwardBody>(rms_norm_forward_avx512, rms_norm_forward_avx2);
+  if (bodies.empty()) GTEST_SKIP() << "no SIMD body on this CPU";
   const int64_t N = 5;
-  for (int64_t D : kSizes) {
-    auto x = rnd(N * D, 1 + D), w = rnd(D, 2 + D);
-    std::vector<float> y1(N * D), y2(N * D), r1(N), r2(N);
-    rms_norm_forward_avx512(x.data(), w.data(), y1.data(), r1.data(), N, D, kEps);
-    rms_norm_forward_scalar(x.data(), w.data(), y2.data(), r2.data(), N, D, kEps);
-    EXPECT_TRUE(near_rel(y1, y2, D, "y D=" + std::to_string(D)));
-    EXPECT_TRUE(near_rel(r1, r2, D, "rstd D=" + std::to_string(D)));
-    // In place (y aliases x), without rstd: the same bits as out of place.
-    std::vector<float> xi(x);
-    rms_norm_forward_avx512(xi.data(), w.data(), xi.data(), nullptr, N, D, kEps);
-    EXPECT_TRUE(bitwise_equal(xi, y1, "in place D=" + std::to_string(D)));
-  }
+  for (const auto& [name, body] : bodies)
+    for (int64_t D : kSizes) {
+      auto x = rnd(N * D, 1 + D), w = rnd(D, 2 + D);
+      std::vector<float> y1(N * D), y2(N * D), r1(N), r2(N);
+      body(x.data(), w.data(), y1.data(), r1.data(), N, D, kEps);
+      rms_norm_forward_scalar(x.data(), w.data(), y2.data(), r2.data(), N, D, kEps);
+      EXPECT_TRUE(near_rel(y1, y2, D, name + " y D=" + std::to_string(D)));
+      EXPECT_TRUE(near_rel(r1, r2, D, name + " rstd D=" + std::to_string(D)));
+      // In place (y aliases x), without rstd: the same bits as out of place.
+      std::vector<float> xi(x);
+      body(xi.data(), w.data(), xi.data(), nullptr, N, D, kEps);
+      EXPECT_TRUE(bitwise_equal(xi, y1, name + " in place D=" + std::to_string(D)));
+    }
 }
 
 TEST(RMSNormKernel, BackwardMatchesScalar) {
-  SKIP_WITHOUT_AVX512();
+  const auto bodies = simd_bodies<BackwardBody>(rms_norm_backward_avx512, rms_norm_backward_avx2);
+  if (bodies.empty()) GTEST_SKIP() << "no SIMD body on this CPU";
   const int64_t N = 4;
-  for (int64_t D : kSizes) {
-    auto x = rnd(N * D, 10 + D), w = rnd(D, 11 + D), dy = rnd(N * D, 12 + D);
-    std::vector<float> rstd(N), y(N * D);
-    rms_norm_forward_scalar(x.data(), w.data(), y.data(), rstd.data(), N, D, kEps);
-    std::vector<float> dx1(N * D), dx2(N * D), dw1 = rnd(D, 13), dw2 = dw1;  // dw accumulates onto these
-    rms_norm_backward_avx512(dy.data(), x.data(), w.data(), rstd.data(), dx1.data(), dw1.data(), N, D);
-    rms_norm_backward_scalar(dy.data(), x.data(), w.data(), rstd.data(), dx2.data(), dw2.data(), N, D);
-    double rmax = 0;
-    for (float r : rstd) rmax = std::max(rmax, double(r));
-    const double scale = rmax * (4.0 + 4.0 * std::sqrt(double(D)));
-    EXPECT_TRUE(near(dx1, dx2, 64.0 * std::ldexp(1.0, -52) * double(D) * scale, "dx D=" + std::to_string(D)));
-    EXPECT_TRUE(bitwise_equal(dw1, dw2, "dw D=" + std::to_string(D)));
-    // dx may alias dy: the same bits.
-    std::vector<float> dyi(dy), dwi = rnd(D, 13);
-    rms_norm_backward_avx512(dyi.data(), x.data(), w.data(), rstd.data(), dyi.data(), dwi.data(), N, D);
-    EXPECT_TRUE(bitwise_equal(dyi, dx1, "dx in place D=" + std::to_string(D)));
-  }
+  for (const auto& [name, body] : bodies)
+    for (int64_t D : kSizes) {
+      auto x = rnd(N * D, 10 + D), w = rnd(D, 11 + D), dy = rnd(N * D, 12 + D);
+      std::vector<float> rstd(N), y(N * D);
+      rms_norm_forward_scalar(x.data(), w.data(), y.data(), rstd.data(), N, D, kEps);
+      std::vector<float> dx1(N * D), dx2(N * D), dw1 = rnd(D, 13), dw2 = dw1;  // dw accumulates onto these
+      body(dy.data(), x.data(), w.data(), rstd.data(), dx1.data(), dw1.data(), N, D);
+      rms_norm_backward_scalar(dy.data(), x.data(), w.data(), rstd.data(), dx2.data(), dw2.data(), N, D);
+      double rmax = 0;
+      for (float r : rstd) rmax = std::max(rmax, double(r));
+      const double scale = rmax * (4.0 + 4.0 * std::sqrt(double(D)));
+      EXPECT_TRUE(near(dx1, dx2, 64.0 * std::ldexp(1.0, -52) * double(D) * scale, name + " dx D=" + std::to_string(D)));
+      EXPECT_TRUE(bitwise_equal(dw1, dw2, name + " dw D=" + std::to_string(D)));
+      // dx may alias dy: the same bits.
+      std::vector<float> dyi(dy), dwi = rnd(D, 13);
+      body(dyi.data(), x.data(), w.data(), rstd.data(), dyi.data(), dwi.data(), N, D);
+      EXPECT_TRUE(bitwise_equal(dyi, dx1, name + " dx in place D=" + std::to_string(D)));
+    }
 }
 
-// The dispatchers run the AVX-512 bodies when cpu_has_avx512() and the scalar twins otherwise
-// (TFM_FORCE_SCALAR=1 or no AVX-512): bitwise the body they chose. N ≤ 64 keeps the backward in one
-// chunk, where it accumulates into dw directly as the body does.
+// The dispatchers run the AVX-512 bodies when cpu_has_avx512(), else the AVX2 ones when cpu_has_avx2(), and the
+// scalar twins otherwise (TFM_FORCE_SCALAR=1, or neither): bitwise the body they chose. N ≤ 64 keeps the backward in
+// one chunk, where it accumulates into dw directly as the body does.
 TEST(RMSNormKernel, DispatchRunsTheChosenBody) {
   const int64_t N = 50, D = 37;
   auto x = rnd(N * D, 20), w = rnd(D, 21), dy = rnd(N * D, 22);
@@ -133,6 +149,9 @@ TEST(RMSNormKernel, DispatchRunsTheChosenBody) {
   if (cpu_has_avx512()) {
     rms_norm_forward_avx512(x.data(), w.data(), y2.data(), r2.data(), N, D, kEps);
     rms_norm_backward_avx512(dy.data(), x.data(), w.data(), r1.data(), dx2.data(), dw2.data(), N, D);
+  } else if (cpu_has_avx2()) {
+    rms_norm_forward_avx2(x.data(), w.data(), y2.data(), r2.data(), N, D, kEps);
+    rms_norm_backward_avx2(dy.data(), x.data(), w.data(), r1.data(), dx2.data(), dw2.data(), N, D);
   } else {
     rms_norm_forward_scalar(x.data(), w.data(), y2.data(), r2.data(), N, D, kEps);
     rms_norm_backward_scalar(dy.data(), x.data(), w.data(), r1.data(), dx2.data(), dw2.data(), N, D);

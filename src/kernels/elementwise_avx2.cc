@@ -1,0 +1,77 @@
+// src/kernels/elementwise_avx2.cc — AVX2 bodies of the element-wise kernels for CPUs without AVX-512
+// (contracts in kernels.h): add, dropout, add + dropout and the bias gradient. Compiled with AVX2 and FMA
+// flags by CMake; called only by the dispatchers (elementwise.cc, and layer_norm.cc's fused residual add)
+// when cpu_has_avx2() and not cpu_has_avx512(). Each is bitwise equal to its scalar twin
+// (elementwise_scalar.h): the twin's per-element operations, 8 lanes at a time, the last fewer than 8
+// through masked loads and stores.
+#include <immintrin.h>
+
+#include "kernels/common_avx2.h"
+#include "kernels/dropout_hash_avx2.h"
+#include "kernels/kernels.h"
+
+namespace tfm::kernels {
+
+void add_forward_avx2(const float* a, const float* b, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  if (i < n) {
+    const __m256i m = first_n_lanes(n - i);
+    _mm256_maskstore_ps(y + i, m, _mm256_add_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m)));
+  }
+}
+
+namespace {
+
+// keep_i = dropout_keep(seed, offset + i, p), eight lanes at a time (DropoutMask8, dropout_hash_avx2.h).
+// y = x·keep/(1 − p) (+0 where dropped), or with ADD y = a + that: the twin's per-element ops, so bitwise.
+template <bool ADD>
+void dropout_body(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
+  const __m256 scale = _mm256_set1_ps(1.0f / (1.0f - p));
+  DropoutMask8 drop_mask(seed, p);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i m = first_n_lanes(n - i);
+    const __m256 keep = drop_mask.keep(offset + static_cast<uint64_t>(i));
+    __m256 out = _mm256_and_ps(keep, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), scale));
+    if constexpr (ADD) out = _mm256_add_ps(_mm256_maskload_ps(a + i, m), out);
+    _mm256_maskstore_ps(y + i, m, out);
+  }
+}
+
+// db (NV·8 columns) += Σ_rows dy with NV accumulators in registers, one pass over the rows (as
+// elementwise_avx512.cc's bias_grad_strip); the last vector's lanes from `last` on are masked off.
+template <int NV>
+void bias_grad_strip(const float* dy, int64_t ld, float* db, int64_t N, __m256i last) {
+  const __m256i all = _mm256_set1_epi32(-1);
+  __m256 acc[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) acc[v] = _mm256_maskload_ps(db + 8 * v, v == NV - 1 ? last : all);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* r = dy + n * ld;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v)
+      acc[v] = _mm256_add_ps(acc[v], _mm256_maskload_ps(r + 8 * v, v == NV - 1 ? last : all));
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) _mm256_maskstore_ps(db + 8 * v, v == NV - 1 ? last : all, acc[v]);
+}
+
+}  // namespace
+
+void dropout_forward_avx2(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
+  dropout_body<false>(nullptr, x, y, n, p, seed, offset);
+}
+
+void add_dropout_forward_avx2(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
+                              uint64_t offset) {
+  dropout_body<true>(a, x, y, n, p, seed, offset);
+}
+
+// db += Σ_rows dy, each column in row order, bitwise as the twin: strips of 64 columns, then 8.
+void bias_grad_avx2(const float* dy, int64_t ld, float* db, int64_t N, int64_t F) {
+  int64_t f = 0;
+  for (; f + 64 <= F; f += 64) bias_grad_strip<8>(dy + f, ld, db + f, N, _mm256_set1_epi32(-1));
+  for (; f < F; f += 8) bias_grad_strip<1>(dy + f, ld, db + f, N, first_n_lanes(F - f));
+}
+
+}  // namespace tfm::kernels
