@@ -97,7 +97,8 @@ bool cpu_has_avx2();    // AVX2 and FMA (the *_avx2.cc files' flags) and not for
 bool force_scalar();
 // AVX512-VNNI (vpdpbusd) or AMX-INT8, and not forced scalar: the int8 Linear (gemm_packed.h) runs on
 // oneDNN only then. Without them oneDNN's u8·s8 kernels pair products in saturating int16 (vpmaddubsw),
-// so the int8 Linear takes its exact portable loop instead.
+// so the int8 Linear takes exact int16 products of ours on AVX2 instead (gemm_packed_avx2.cc), or its
+// exact portable loop without AVX2.
 bool cpu_has_int8_dot();
 
 // ---- GEMM -----------------------------------------------------------------------------------------
