@@ -816,6 +816,11 @@ void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, 
                  float* C, int64_t ldc) {
   if (M <= 0) return;
   gemm_detail::keep_gemm_buffers_resident();
+  if (W.avx2 && W.K == 0) {  // an empty sum: 0 + bias, as the twins give it (the kernels' k loop never runs)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t n = 0; n < W.N; ++n) C[i * ldc + n] = 0.0f + (bias ? bias[n] : 0.0f);
+    return;
+  }
   if (W.avx2) return gemm_avx2(M, A, lda, W, bias, C, ldc);
   const int64_t N = W.N, K = W.K;
   if (!W.packed) {  // scalar twin requested, or oneDNN could not pack

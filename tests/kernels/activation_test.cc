@@ -368,7 +368,10 @@ TEST(ActivationKernel, ReluDropoutMatchesScalarTwins) {
       relu_dropout_backward(g, fast.data(), dfast.data(), n, d.p);
       relu_dropout_backward_scalar(g, fast.data(), dslow.data(), n, d.p);
       ASSERT_TRUE(bitwise_equal(dfast, dslow, "backward F " + std::to_string(F)));
-      if (cpu_has_avx2()) {  // the AVX2 body, also on AVX-512 CPUs (whose dispatcher runs the AVX-512 one)
+      if (cpu_has_avx2()) {  // the AVX2 bodies, also on AVX-512 CPUs (whose dispatcher runs the AVX-512 ones)
+        std::vector<float> f2(n);
+        bias_relu_dropout_forward_avx2(x.data(), bias.data(), f2.data(), N, F, d);
+        ASSERT_TRUE(bitwise_equal(f2, slow, "AVX2 forward F " + std::to_string(F)));
         std::vector<float> d2(n);
         relu_dropout_backward_avx2(g, fast.data(), d2.data(), n, d.p);
         ASSERT_TRUE(bitwise_equal(d2, dslow, "AVX2 backward F " + std::to_string(F)));

@@ -469,7 +469,8 @@ TEST(GemmPacked, Avx2BodyEqualsTheRowTwinBitwise) {
 // layout.
 TEST(GemmPacked, Avx2ProductsAreTheRowTwinsForAnyRows) {
   Rng rng(14);
-  const int64_t N = 1100, K = 301;  // 1.3 MB of f32 weight: a few rows split the columns over the threads; K odd
+  // 2.2 MB of f32 weight, 542 KB of int8: a few rows split the columns over the threads in every precision; K odd.
+  const int64_t N = 1800, K = 301;
   const std::vector<float> W = random_matrix(N, K, K, rng), b = random_matrix(1, N, N, rng);
   for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16, MatmulPrecision::MATMUL_INT8}) {
     const bool int8 = prec == MatmulPrecision::MATMUL_INT8;
@@ -542,6 +543,21 @@ TEST(GemmPacked, Avx2Int8BodyIsTheExactSum) {
         for (int64_t n = 0; n < ldacc; ++n)
           ASSERT_EQ(part[i * ldacc + n], n >= 16 && n < N ? acc[i * ldacc + n] : -7)
               << what << " blocks from 1, row " << i << " column " << n;
+    }
+  }
+}
+
+// An empty sum (K = 0) in the AVX2 layouts: every output is the twin's 0 + bias, never what the buffer held.
+TEST(GemmPacked, Avx2EmptySumIsTheBias) {
+  const std::vector<float> b = {1.5f, -0.0f, -2.0f}, none;
+  for (const auto prec : {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16, MatmulPrecision::MATMUL_INT8}) {
+    const auto packed = pack_weight(none.data(), 3, 0, 0, prec);
+    if (!packed_for_avx2(*packed)) continue;
+    for (const bool with_bias : {false, true}) {
+      std::vector<float> C(6, std::numeric_limits<float>::quiet_NaN()), want(6);
+      gemm_packed(2, none.data(), 0, *packed, with_bias ? b.data() : nullptr, C.data(), 3);
+      gemm_packed_scalar(2, 3, 0, none.data(), 0, none.data(), 0, with_bias ? b.data() : nullptr, want.data(), 3, prec);
+      EXPECT_TRUE(bitwise_equal(C, want, with_bias ? "bias" : "no bias"));
     }
   }
 }
