@@ -726,88 +726,78 @@ void gemm_rows(int64_t m, const float* a, int64_t lda, const PackedWeight& W, co
   W.row_runs.fetch_add(1, std::memory_order_relaxed);
 }
 
-// The int8 products on pack_rows16_s8's layout, split as gemm_avx2 below splits the float ones: the rows
-// quantized (quantize_rows_u8) and widened to int16 once (a few rows) or per panel, the exact int32 sums
-// (gemm_packed_s8_avx2) dequantized with the bias by the thread that computed them. Every step is the
-// portable loop's exact integer arithmetic followed by the same dequantize_rows, so no split changes a bit.
-void gemm_avx2_int8(int64_t M, const float* A, int64_t lda, const PackedWeight& W, const float* bias, float* C,
-                    int64_t ldc) {
-  const int64_t N = W.N, K = W.K, K2 = K + (K & 1), blocks = ceil_div(N, 16);
-  struct Source {
-    QuantizedRows x;
-    int16_t* a;    // (m, K2)
-    int32_t* acc;  // (m, N)
-  };
-  auto source = [&](const float* a, int64_t m) {  // in the calling thread's buffers
-    thread_local std::vector<int16_t> wide;
-    thread_local std::vector<int32_t> acc;
-    Source s{quantize_into_thread_buffers(a, m, K, lda, K), thread_buffer(wide, static_cast<size_t>(m * K2)),
-             thread_buffer(acc, static_cast<size_t>(m * N))};
-    widen_rows_u8_avx2(s.x.q, m, K, s.a);
-    return s;
-  };
-  auto dequantize = [&](const Source& s, int64_t m, int64_t n0, int64_t n1, float* c) {
-    if (n1 > n0)
-      dequantize_rows(s.acc + n0, N, m, n1 - n0, s.x.scale, s.x.zero, W.scale.data() + n0, W.colsum.data() + n0,
-                      bias ? bias + n0 : nullptr, c + n0, ldc);
-  };
+// The split every product on the AVX2 layouts takes. A few rows (≤ kSlabRows) are prepared once and read the
+// weight once, its blocks of columns over the threads in runs (over_blocks) when the weight (weight_bytes) is
+// large enough to pay for the team; more rows take fixed row panels (gemm_packed_panel_rows), each prepared and
+// run by one thread over every block. prepare(a, m) readies rows [0, m) of a (at stride lda) in the calling
+// thread's buffers; run(p, m, b0, b1, c) writes the columns of blocks [b0, b1) of those m rows into c (at
+// stride ldc). Each output is one fma chain or one exact int32 sum, so no split changes a bit.
+template <class Prepare, class Run>
+void split_avx2(int64_t M, const float* A, int64_t lda, const PackedWeight& W, int64_t weight_bytes, float* C,
+                int64_t ldc, const Prepare& prepare, const Run& run) {
+  const int64_t blocks = ceil_div(W.N, 16);
   if (M <= kSlabRows) {
-    const Source s = source(A, M);
-    const bool serial = N * K < PackedWeight::kSlabMinBytes || omp_get_max_threads() == 1 || omp_in_parallel();
-    over_blocks(serial, blocks, [&](int64_t b0, int64_t b1) {
-      gemm_packed_s8_avx2(W.rows, M, s.a, K2, s.acc, N, b0, b1);
-      dequantize(s, M, b0 * 16, std::min(N, b1 * 16), C);
-    });
+    const auto p = prepare(A, M);
+    const bool serial = weight_bytes < PackedWeight::kSlabMinBytes || omp_get_max_threads() == 1 || omp_in_parallel();
+    over_blocks(serial, blocks, [&](int64_t b0, int64_t b1) { run(p, M, b0, b1, C); });
     return;
   }
-  const int64_t mt = gemm_packed_panel_rows(M, N, K), n_panels = ceil_div(M, mt);
+  const int64_t mt = gemm_packed_panel_rows(M, W.N, W.K), n_panels = ceil_div(M, mt);
   auto run_panel = [&](int64_t t) {
     const int64_t i0 = t * mt, m = std::min(mt, M - i0);
-    const Source s = source(A + i0 * lda, m);
-    gemm_packed_s8_avx2(W.rows, m, s.a, K2, s.acc, N, 0, blocks);
-    dequantize(s, m, 0, N, C + i0 * ldc);
+    run(prepare(A + i0 * lda, m), m, 0, blocks, C + i0 * ldc);
   };
   if (n_panels == 1) return run_panel(0);
   parallel_for_rethrowing(n_panels, run_panel);  // a buffer's allocation may throw
 }
 
-// C (M, N) = A · Wᵀ (+ bias) on pack_rows16's layout (gemm_packed_avx2): bf16 rounds the rows first (once for
-// a few rows, per panel otherwise). A few rows (≤ kSlabRows) read the weight once, its blocks of columns over
-// the threads in runs (over_blocks) when it is large enough to pay for the team; more rows take fixed row
-// panels (gemm_packed_panel_rows), each panel every block. Every output is one fma chain, so no split changes
-// a bit.
+// C (M, N) = A · Wᵀ (+ bias) on the AVX2 layouts, split by split_avx2. f32 and bf16 (pack_rows16's layout,
+// gemm_packed_avx2): bf16 rounds the rows first. int8 (pack_rows16_s8's layout): the rows quantized
+// (quantize_rows_u8) and widened to int16, the exact int32 sums (gemm_packed_s8_avx2) dequantized with the bias
+// by the thread that computed them — the portable loop's integer arithmetic and the same dequantize_rows.
 void gemm_avx2(int64_t M, const float* A, int64_t lda, const PackedWeight& W, const float* bias, float* C,
                int64_t ldc) {
-  const int64_t N = W.N, K = W.K, blocks = ceil_div(N, 16);
-  if (W.precision == MatmulPrecision::MATMUL_INT8) return gemm_avx2_int8(M, A, lda, W, bias, C, ldc);
+  const int64_t N = W.N, K = W.K;
+  if (W.precision == MatmulPrecision::MATMUL_INT8) {
+    const int64_t K2 = K + (K & 1);
+    struct Rows {
+      QuantizedRows x;
+      int16_t* a;    // (m, K2)
+      int32_t* acc;  // (m, N)
+    };
+    auto prepare = [&](const float* a, int64_t m) {
+      thread_local std::vector<int16_t> wide;
+      thread_local std::vector<int32_t> acc;
+      Rows r{quantize_into_thread_buffers(a, m, K, lda, K), thread_buffer(wide, static_cast<size_t>(m * K2)),
+             thread_buffer(acc, static_cast<size_t>(m * N))};
+      widen_rows_u8_avx2(r.x.q, m, K, r.a);
+      return r;
+    };
+    auto run = [&](const Rows& r, int64_t m, int64_t b0, int64_t b1, float* c) {
+      gemm_packed_s8_avx2(W.rows, m, r.a, K2, r.acc, N, b0, b1);
+      const int64_t n0 = b0 * 16, n1 = std::min(N, b1 * 16);
+      if (n1 > n0)
+        dequantize_rows(r.acc + n0, N, m, n1 - n0, r.x.scale, r.x.zero, W.scale.data() + n0, W.colsum.data() + n0,
+                        bias ? bias + n0 : nullptr, c + n0, ldc);
+    };
+    return split_avx2(M, A, lda, W, N * K, C, ldc, prepare, run);
+  }
   const bool bf16 = W.precision == MatmulPrecision::MATMUL_BF16;
-  // Rows [0, m) of a at stride *ld, rounded to bfloat16 into the calling thread's buffer (*ld becomes K).
-  auto source = [&](const float* a, int64_t m, int64_t* ld) -> const float* {
-    if (!bf16) return a;
+  struct Rows {
+    const float* a;
+    int64_t ld;
+  };
+  auto prepare = [&](const float* a, int64_t m) {  // bf16: rounded into the calling thread's buffer
+    if (!bf16) return Rows{a, lda};
     thread_local std::vector<float> rounded;
     float* r = thread_buffer(rounded, static_cast<size_t>(m * K));
-    round_rows_to_bf16_avx2(a, *ld, m, K, r);
-    *ld = K;
-    return r;
+    round_rows_to_bf16_avx2(a, lda, m, K, r);
+    return Rows{r, K};
   };
-  if (M <= kSlabRows) {
-    int64_t ld = lda;
-    const float* a = source(A, M, &ld);
-    const bool serial =
-        N * K * int64_t(sizeof(float)) < PackedWeight::kSlabMinBytes || omp_get_max_threads() == 1 || omp_in_parallel();
-    over_blocks(serial, blocks,
-                [&](int64_t b0, int64_t b1) { gemm_packed_avx2(W.rows, M, a, ld, bias, C, ldc, b0, b1); });
-    return;
-  }
-  const int64_t mt = gemm_packed_panel_rows(M, N, K), n_panels = ceil_div(M, mt);
-  auto run_panel = [&](int64_t t) {
-    const int64_t i0 = t * mt, m = std::min(mt, M - i0);
-    int64_t ld = lda;
-    const float* a = source(A + i0 * lda, m, &ld);
-    gemm_packed_avx2(W.rows, m, a, ld, bias, C + i0 * ldc, ldc, 0, blocks);
+  auto run = [&](const Rows& r, int64_t m, int64_t b0, int64_t b1, float* c) {
+    gemm_packed_avx2(W.rows, m, r.a, r.ld, bias, c, ldc, b0, b1);
   };
-  if (n_panels == 1) return run_panel(0);
-  parallel_for_rethrowing(n_panels, run_panel);  // a buffer's allocation may throw
+  split_avx2(M, A, lda, W, N * K * int64_t(sizeof(float)), C, ldc, prepare, run);
 }
 
 }  // namespace
