@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -137,33 +138,74 @@ struct ByteLevelBpe::Impl {
   std::vector<int32_t> bpe(std::string_view piece) const;
 };
 
-// Step 3 of tfm/data/bpe.h on one piece: symbols start as the byte tokens; while some adjacent pair
-// has a merge, the pair of lowest rank is merged wherever it occurs (left to right, no overlap), as
-// GPT-2's encoder.py does. O(n²) in the piece's length n, with n small for text.
+// Step 3 of tfm/data/bpe.h on one piece, in O(n log n) for a piece of n bytes. The symbols form a
+// linked list over the piece's byte positions (a merged symbol keeps its left position); every
+// adjacent pair that has a merge sits in a min-heap keyed by (rank, position), pushed when the pair
+// forms. A round takes every heap entry of the lowest rank r and, in position order, merges each
+// entry whose pair is still (a, b) — the left-to-right, no-overlap pass of GPT-2's encoder.py: an
+// entry whose left symbol the previous merge of the round consumed (the middle of "a a a") or whose
+// symbols changed is stale and dropped. No merge of a round forms another pair of rank r (the merged
+// symbol is longer than a and than b, so it is neither), so the round finds every occurrence at its
+// start; the pairs it forms wait for later rounds, which take the lowest rank left, as encoder.py's
+// next scan would. So the result is encoder.py's for any merges file, not only for ranks that grow
+// with the merged symbols. (Rescanning every pair per merge, as encoder.py does, is O(n²): a long run
+// of letters without spaces is one piece.)
 std::vector<int32_t> ByteLevelBpe::Impl::bpe(std::string_view piece) const {
+  if (piece.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+    throw std::invalid_argument("BPE: a piece of " + std::to_string(piece.size()) +
+                                " bytes (one run of letters, digits or symbols) is longer than 2^31 - 1 bytes");
+  const auto n = static_cast<int32_t>(piece.size());
+  // Scratch reused by the thread's later pieces: most pieces are a few bytes, and allocating these
+  // for each would cost more than merging them.
+  struct Symbol {
+    int32_t id, prev, next;  // its token (-1 once merged into its left neighbour), the list's links
+  };
+  struct Entry {
+    int32_t rank, pos, a, b;  // the pair (a, b) at symbol pos, whose merge has this rank
+    bool operator>(const Entry& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  thread_local std::vector<Symbol> sym;
+  thread_local std::vector<Entry> heap, round;  // heap: a min-heap under std::greater
+  sym.resize(static_cast<size_t>(n));
+  heap.clear();
+  for (int32_t i = 0; i < n; ++i)
+    sym[i] = {byte_ids[static_cast<uint8_t>(piece[static_cast<size_t>(i)])], i - 1, i + 1 < n ? i + 1 : -1};
+  auto push_pair = [&](int32_t pos) {
+    if (pos < 0 || sym[pos].next < 0) return;
+    const int32_t a = sym[pos].id, b = sym[sym[pos].next].id;
+    const auto it = merges.find(pair_key(a, b));
+    if (it == merges.end()) return;
+    heap.push_back({it->second.rank, pos, a, b});
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push_pair(i);
+  while (!heap.empty()) {
+    const int32_t rank = heap.front().rank;
+    round.clear();
+    while (!heap.empty() && heap.front().rank == rank) {  // popped in position order
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      round.push_back(heap.back());
+      heap.pop_back();
+    }
+    const int32_t result = merges.find(pair_key(round.front().a, round.front().b))->second.result;
+    for (const Entry& e : round) {
+      Symbol& left = sym[e.pos];
+      if (left.id != e.a || left.next < 0 || sym[left.next].id != e.b) continue;  // stale: consumed or changed
+      Symbol& right = sym[left.next];
+      left.id = result;
+      right.id = -1;  // no live symbol has id -1, so entries at it are stale
+      left.next = right.next;
+      if (right.next >= 0) sym[right.next].prev = e.pos;
+      push_pair(left.prev);
+      push_pair(e.pos);
+    }
+  }
   std::vector<int32_t> word;
-  word.reserve(piece.size());
-  for (char c : piece) word.push_back(byte_ids[static_cast<uint8_t>(c)]);
-  std::vector<int32_t> next;
-  next.reserve(word.size());
-  while (word.size() > 1) {
-    const Merge* best = nullptr;
-    int32_t a = -1, b = -1;
-    for (size_t i = 0; i + 1 < word.size(); ++i) {
-      const auto it = merges.find(pair_key(word[i], word[i + 1]));
-      if (it != merges.end() && (!best || it->second.rank < best->rank)) best = &it->second, a = word[i], b = word[i + 1];
-    }
-    if (!best) break;
-    next.clear();
-    for (size_t i = 0; i < word.size(); ++i) {
-      if (i + 1 < word.size() && word[i] == a && word[i + 1] == b) {
-        next.push_back(best->result);
-        ++i;
-      } else {
-        next.push_back(word[i]);
-      }
-    }
-    word.swap(next);
+  for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = sym[i].next) word.push_back(sym[i].id);
+  if (sym.capacity() > (size_t{1} << 20)) {  // a long piece's scratch is not kept for the short ones after it
+    sym = {};
+    heap = {};
+    round = {};
   }
   return word;
 }

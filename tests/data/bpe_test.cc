@@ -15,10 +15,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
-#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -176,6 +179,73 @@ TEST(ByteLevelBpe, RoundTripOnStressText) {
   EXPECT_EQ(joined, text);
 }
 
+// GPT-2's encoder.py, step 3, as it is written: rescan every pair for the lowest rank, merge all its
+// occurrences left to right without overlap, repeat. Over symbol strings.
+std::vector<std::string> encoder_py_bpe(const std::string& piece,
+                                        const std::map<std::pair<std::string, std::string>, int>& ranks) {
+  std::vector<std::string> word;
+  for (char c : piece) word.emplace_back(1, c);
+  while (word.size() > 1) {
+    int best = -1;
+    std::pair<std::string, std::string> bigram;
+    for (size_t i = 0; i + 1 < word.size(); ++i) {
+      const auto it = ranks.find({word[i], word[i + 1]});
+      if (it != ranks.end() && (best < 0 || it->second < best)) best = it->second, bigram = it->first;
+    }
+    if (best < 0) break;
+    std::vector<std::string> merged;
+    for (size_t i = 0; i < word.size(); ++i) {
+      if (i + 1 < word.size() && word[i] == bigram.first && word[i + 1] == bigram.second) {
+        merged.push_back(bigram.first + bigram.second);
+        ++i;
+      } else {
+        merged.push_back(word[i]);
+      }
+    }
+    word.swap(merged);
+  }
+  return word;
+}
+
+// Random merges tables over the letters a..d, their ranks shuffled, so that some merge ranks below
+// the merges that make its symbols (which GPT-2's learned tables never do, but a merges file may):
+// ByteLevelBpe's heap of pairs must give encoder.py's ids on random words, long ones included.
+TEST(ByteLevelBpe, MergesEqualEncoderPyOnRandomTables) {
+  std::mt19937 rng(7);
+  for (int table = 0; table < 20; ++table) {
+    std::vector<std::string> symbols = {"a", "b", "c", "d"};
+    std::vector<std::pair<std::string, std::string>> merges;
+    std::set<std::string> made(symbols.begin(), symbols.end());
+    std::set<std::pair<std::string, std::string>> pairs;
+    while (merges.size() < 40) {
+      const std::string& x = symbols[rng() % symbols.size()];
+      const std::string& y = symbols[rng() % symbols.size()];
+      if (x.size() + y.size() > 8 || !pairs.insert({x, y}).second) continue;
+      merges.emplace_back(x, y);
+      if (made.insert(x + y).second) symbols.push_back(x + y);
+    }
+    std::shuffle(merges.begin(), merges.end(), rng);
+    nlohmann::json v = nlohmann::json::object();
+    for (int b = 0; b < 256; ++b) v[sym(static_cast<uint8_t>(b))] = b;
+    std::map<std::pair<std::string, std::string>, int> ranks;
+    std::string m;
+    for (const auto& [x, y] : merges) {
+      if (!v.contains(x + y)) v[x + y] = static_cast<int>(v.size());
+      ranks.emplace(std::make_pair(x, y), static_cast<int>(ranks.size()));
+      m += x + " " + y + "\n";
+    }
+    const ByteLevelBpe bpe = ByteLevelBpe::from_strings(v.dump(), "vocab.json", m, "merges.txt");
+    for (int w = 0; w < 50; ++w) {
+      const size_t len = w == 0 ? 20000 : 1 + rng() % (w < 40 ? 12 : 300);
+      std::string word;
+      for (size_t i = 0; i < len; ++i) word += static_cast<char>('a' + rng() % 4);
+      Ids expected;
+      for (const std::string& s : encoder_py_bpe(word, ranks)) expected.push_back(v[s].get<int32_t>());
+      ASSERT_EQ(bpe.encode(word), expected) << "table " << table << ", word " << word.substr(0, 60);
+    }
+  }
+}
+
 // Runs far longer than text has (PCRE2's JIT stack, the backtracking of \s+(?!\S), the merge loop).
 TEST(ByteLevelBpe, LongRuns) {
   const ByteLevelBpe bpe = hand_bpe();
@@ -306,6 +376,16 @@ TEST(BpeReference, Gpt2IdsEqualTiktoken) {
   files.push_back(std::string(TFM_SOURCE_DIR) + "/tests/data/bpe_stress.txt");
 
   const std::string dir = testing::temp_dir("bpe_ref");
+  // Long pieces, where the merges' order matters most: a line of 5,000 letters in English's
+  // frequencies, without a space, and one of 3,000 digits.
+  {
+    std::mt19937 rng(11);
+    std::string letters, digits;
+    for (int i = 0; i < 5000; ++i) letters += "eeeettttaaaoooiiinnnsssrrhhlldcumfpgwybvkxjqz"[rng() % 45];
+    for (int i = 0; i < 3000; ++i) digits += static_cast<char>('0' + rng() % 10);
+    testing::spit(dir + "/long_pieces.txt", letters + "\n" + digits);
+    files.push_back(dir + "/long_pieces.txt");
+  }
   std::string cmd = "node '" + std::string(TFM_SOURCE_DIR) + "/tests/data/bpe_reference.js' '" + npm + "' '" + dir + "/ids.txt'";
   for (const auto& f : files) cmd += " '" + f + "'";
   std::string log;

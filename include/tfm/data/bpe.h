@@ -19,7 +19,8 @@
 //   3. Ranked merges: repeatedly take the adjacent pair of symbols whose merge has the lowest rank
 //      (its line among the merges) and merge every occurrence of that pair, left to right without
 //      overlap, into the merged symbol; stop when no adjacent pair has a merge. The symbols' ids are
-//      the piece's ids.
+//      the piece's ids. (tfm keeps the pairs in a heap: O(n log n) in a piece's n bytes, where
+//      rescanning them after every merge is O(n²) — a long run of letters is a single piece.)
 // A piece's ids depend only on its bytes, so they are cached (word → ids, up to kBpeCacheEntries
 // words; copies of a ByteLevelBpe share the cache, guarded by a mutex, so encode is safe to call
 // from several threads).
