@@ -64,11 +64,8 @@ void register_eval(CLI::App& app, Runner& run) {
     run = [o, seed_given] {
       apply_threads(o->threads);
       const DecodeOptions& decode = o->decode;
-      if (decode.beam < 1) throw std::invalid_argument("--beam must be ≥ 1");
+      check_decode_options(decode);  // before the model is loaded
       if (o->batch_size && *o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
-      if (decode.max_len < 0)
-        throw std::invalid_argument("--max-len must be ≥ 0 (0: the default limit), got " +
-                                    std::to_string(decode.max_len));
       if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model, weights_load(o->no_mmap));
       const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for all batches

@@ -443,27 +443,32 @@ std::vector<Hypothesis> decode_encoder(const Model& model, const std::vector<std
 
 }  // namespace
 
+void check_decode_options(const DecodeOptions& options) {
+  if (options.beam < 1) throw std::invalid_argument("beam must be ≥ 1, got " + std::to_string(options.beam));
+  if (options.beam > kMaxBeam)
+    throw std::invalid_argument("beam must be at most " + std::to_string(kMaxBeam) + ", got " +
+                                std::to_string(options.beam));
+  if (options.max_len < 0)
+    throw std::invalid_argument("max_len must be ≥ 0 (0: the default limit), got " + std::to_string(options.max_len));
+  if (!(options.length_penalty >= 0.0f))
+    throw std::invalid_argument("length_penalty must be ≥ 0, got " + std::to_string(options.length_penalty));
+  if (options.sample) {
+    if (options.beam != 1)
+      throw std::invalid_argument("sample needs beam 1 (a draw replaces the search), got beam " +
+                                  std::to_string(options.beam));
+    check_sampling_options(options.sampling);
+  }
+}
+
 std::vector<Hypothesis> decode_hypotheses(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                           const DecodeOptions& options) {
   if (model.family().data == DataKind::TEXT)
     throw std::invalid_argument("decode: arch decoder is a language model, it does not translate: use tfm generate "
                                 "(and tfm eval --text)");
-  if (options.beam < 1) throw std::invalid_argument("decode: beam must be at least 1, got " + std::to_string(options.beam));
-  if (options.beam > kMaxBeam)
-    throw std::invalid_argument("decode: beam must be at most " + std::to_string(kMaxBeam) + ", got " +
-                                std::to_string(options.beam));
-  if (options.max_len < 0)
-    throw std::invalid_argument("decode: max_len must be non-negative, got " + std::to_string(options.max_len));
+  check_decode_options(options);
   if (options.max_len > model.config().max_len)
-    throw std::invalid_argument("decode: max_len " + std::to_string(options.max_len) +
-                                " exceeds the model's max_len " + std::to_string(model.config().max_len) +
-                                " (the length of its position table)");
-  if (!(options.length_penalty >= 0.0f)) throw std::invalid_argument("decode: length_penalty must be non-negative");
-  if (options.sample) {
-    if (options.beam != 1)
-      throw std::invalid_argument("decode: sampling needs beam 1, got beam " + std::to_string(options.beam));
-    check_sampling_options(options.sampling);
-  }
+    throw std::invalid_argument("decode: max_len " + std::to_string(options.max_len) + " exceeds the model's max_len " +
+                                std::to_string(model.config().max_len) + " (the length of its position table)");
   if (!options.sample_streams.empty() && options.sample_streams.size() != sources.size())
     throw std::invalid_argument("decode: " + std::to_string(options.sample_streams.size()) + " sample_streams for " +
                                 std::to_string(sources.size()) + " sources");

@@ -335,7 +335,7 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
                                   const std::vector<std::vector<int32_t>>& sources, const DecodeOptions& options,
                                   int64_t batch_size, uint64_t first_stream, int64_t* truncated) {
   if (truncated) *truncated = 0;
-  if (options.beam < 1) throw std::invalid_argument("beam must be ≥ 1, got " + std::to_string(options.beam));
+  check_decode_options(options);
   InferenceMode scope(InferenceMode::current_precision());  // one weight cache for every batch
   std::vector<data::Example> ex(sources.size());
   for (size_t i = 0; i < sources.size(); ++i) ex[i].src = sources[i];
@@ -380,6 +380,7 @@ std::string truncation_note(const TrainedModel& m, int64_t truncated, int64_t ou
 }
 
 void check_decode_options(const TrainedModel& m, const DecodeOptions& options) {
+  check_decode_options(options);
   const ModelConfig& c = m.model->config();
   if (c.target_layout() == data::TargetLayout::PER_POSITION) {
     const std::string model = m.dir + " (arch " + std::string(enum_name(c.arch)) + ")";

@@ -255,11 +255,12 @@ TEST_F(TrainCliErrors, DataWordsNamedLikeSpecialTokens) {
 
 TEST_F(TrainCliErrors, BeamOutOfRange) {
   const std::string run = *dir_ + "/run";
-  expect_error("eval --model " + run + " --data " + *dir_ + "/valid.tsv --beam 0", "--beam must be ≥ 1");
-  expect_error("eval --model " + run + " --task reverse --beam -2", "--beam must be ≥ 1");
-  expect_error("translate --model " + run + " --beam 0", "--beam must be ≥ 1");
+  expect_error("eval --model " + run + " --data " + *dir_ + "/valid.tsv --beam 0", "beam must be ≥ 1, got 0");
+  expect_error("eval --model " + run + " --task reverse --beam -2", "beam must be ≥ 1, got -2");
+  expect_error("translate --model " + run + " --beam 0", "beam must be ≥ 1, got 0");
   // Wider than decode's bound: refused at once, not run until the memory runs out.
-  expect_error("eval --model " + run + " --data " + *dir_ + "/valid.tsv --beam 1000000", "decode: beam must be at most 1024, got 1000000");
+  expect_error("eval --model " + run + " --data " + *dir_ + "/valid.tsv --beam 1000000",
+               "beam must be at most 1024, got 1000000");
 }
 
 TEST_F(TrainCliErrors, BatchSizeBelowOne) {

@@ -205,7 +205,7 @@ TEST_F(TranslateSample, Errors) {
     EXPECT_NE(rc, 0) << options;
     EXPECT_NE(out.find(message), std::string::npos) << options << "\n" << out;
   };
-  fails("--sample --beam 2", "tfm: error: --sample cannot be used with --beam above 1");
+  fails("--sample --beam 2", "tfm: error: sample needs beam 1 (a draw replaces the search), got beam 2\n");
   fails("--sample --top-p 0", "tfm: error: sampling: top_p must be in (0, 1]");
   fails("--sample --temperature -1", "tfm: error: sampling: temperature must be finite and ≥ 0");
   fails("--sample --top-k -1", "tfm: error: sampling: top_k must be ≥ 0");
@@ -217,7 +217,7 @@ TEST_F(TranslateSample, Errors) {
   // An integer beyond its type is refused, not clamped to the largest value.
   fails("--sample --seed 18446744073709551616", "tfm: error: --seed: 18446744073709551616 is out of range");
   fails("--batch-size 9223372036854775808", "tfm: error: --batch-size: 9223372036854775808 is out of range");
-  fails("--max-len -1", "tfm: error: --max-len must be ≥ 0 (0: the default limit), got -1\n");
+  fails("--max-len -1", "tfm: error: max_len must be ≥ 0 (0: the default limit), got -1\n");
   fails("--max-len 513", "tfm: error: max_len 513 is beyond the model's max_len 512");
   // An encoder predicts every position at once: a beam or a length limit would be silently ignored.
   const auto fails_enc = [](const std::string& options, const std::string& message) {
@@ -380,7 +380,7 @@ TEST_F(TranslateSample, EvalRefusesOptionsWithoutEffect) {
   fails("run --data " + *dir_ + "/valid.tsv --count 5", "tfm: error: --count excludes --data");
   fails("run --data " + *dir_ + "/valid.tsv --seed 3", "tfm: error: --seed excludes --data");
   fails("run --data " + *dir_ + "/valid.tsv --max-len 513", "tfm: error: max_len 513 is beyond the model's max_len 512");
-  fails("run --data " + *dir_ + "/valid.tsv --max-len -2", "tfm: error: --max-len must be ≥ 0");
+  fails("run --data " + *dir_ + "/valid.tsv --max-len -2", "tfm: error: max_len must be ≥ 0");
   fails("enc --task reverse --count 5 --beam 3", "tfm: error: beam 3 does nothing for " + *dir_ + "/enc (arch encoder)");
   fails("enc --task reverse --count 5 --max-len 3", "tfm: error: max_len does nothing for " + *dir_ + "/enc (arch encoder)");
   std::string out;

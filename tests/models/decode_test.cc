@@ -345,6 +345,45 @@ TEST(Decode, LimitsAndErrors) {
   EXPECT_NO_THROW(decode(m, src, far));
 }
 
+// The checks that need no model (check_decode_options): the message names the field and the value, and
+// decode itself refuses the same options with the same message.
+TEST(DecodeOptionsCheck, NamesTheFieldAndTheValue) {
+  const auto message = [](const DecodeOptions& o) -> std::string {
+    try {
+      check_decode_options(o);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  DecodeOptions o;
+  EXPECT_EQ(message(o), "");
+  o.beam = kMaxBeam;
+  EXPECT_EQ(message(o), "");
+  o.beam = 0;
+  EXPECT_EQ(message(o), "beam must be ≥ 1, got 0");
+  o.beam = kMaxBeam + 1;
+  EXPECT_EQ(message(o), "beam must be at most " + std::to_string(kMaxBeam) + ", got " + std::to_string(kMaxBeam + 1));
+  o = {};
+  o.max_len = -1;
+  EXPECT_EQ(message(o), "max_len must be ≥ 0 (0: the default limit), got -1");
+  o = {};
+  o.length_penalty = -0.5f;
+  EXPECT_EQ(message(o).rfind("length_penalty must be ≥ 0, got -0.5", 0), 0u) << message(o);
+  o.length_penalty = std::nanf("");
+  EXPECT_NE(message(o), "");
+  o = {};
+  o.sample = true;
+  o.beam = 2;
+  EXPECT_EQ(message(o), "sample needs beam 1 (a draw replaces the search), got beam 2");
+  o.beam = 1;
+  EXPECT_EQ(message(o), "");
+  o.sampling.top_p = 0;
+  EXPECT_NE(message(o).find("top_p"), std::string::npos) << message(o);
+  o.sample = false;  // the sampling options are not read without sample
+  EXPECT_EQ(message(o), "");
+}
+
 // Hypothesis::truncated marks exactly the predictions the length limit stopped: with a random model
 // and a limit of 3 some stop there (3 tokens, no eos), greedy and beam. Greedy with the limit raised:
 // the cut ones go on from the same tokens, and those that ended at eos are the same and not marked.

@@ -49,6 +49,12 @@ struct DecodeOptions {
   std::vector<int32_t> suppress;
 };
 
+// The checks of decoding options that need no model, naming the field (std::invalid_argument): beam in
+// [1, kMaxBeam], max_len ≥ 0, length_penalty ≥ 0, sample only with beam 1 and its sampling options in
+// range (check_sampling_options). decode and predict check with it; a front end calls it to fail before it
+// loads a model (check_decode_options(TrainedModel, ...) in tfm/models/model_dir.h adds the model's own).
+void check_decode_options(const DecodeOptions& options);
+
 // One decoded target: tokens without bos/eos; logprob = Σ log p of the tokens (and of the eos when
 // the hypothesis ended with one); score = logprob / length^length_penalty, length counting the eos.
 // truncated: it stopped at its maximum length (DecodeOptions::max_len) without eos, so a longer limit
