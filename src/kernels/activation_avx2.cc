@@ -247,7 +247,7 @@ bool activation_backward_avx2(Activation k, const float* dy, const float* x, flo
 // relu(x + b) as bias_activation_forward_avx2 (max with 0), then dropout_forward_avx2's keep and multiply.
 void bias_relu_dropout_forward_avx2(const float* x, const float* bias, float* y, int64_t N, int64_t F,
                                     const DropoutSpec& drop) {
-  const __m256 zero = _mm256_setzero_ps(), scale = _mm256_set1_ps(1.0f / (1.0f - drop.p));
+  const __m256 zero = _mm256_setzero_ps(), scale = _mm256_set1_ps(dropout_scale(drop.p));
   DropoutMask8 drop_mask(drop.seed, drop.p);
   for (int64_t r = 0; r < N; ++r) {
     const float* xr = x + r * F;
@@ -264,7 +264,7 @@ void bias_relu_dropout_forward_avx2(const float* x, const float* bias, float* y,
 
 // dx = y > 0 ? dy·scale : 0 (dropped or shut lanes get +0 whatever dy holds), as the twin.
 void relu_dropout_backward_avx2(const float* dy, const float* y, float* dx, int64_t n, float p) {
-  const __m256 zero = _mm256_setzero_ps(), scale = _mm256_set1_ps(1.0f / (1.0f - p));
+  const __m256 zero = _mm256_setzero_ps(), scale = _mm256_set1_ps(dropout_scale(p));
   over_row(n, [&](int64_t i, int64_t k) {
     const __m256 open = _mm256_cmp_ps(load_n(y + i, k), zero, _CMP_GT_OQ);
     store_n(dx + i, _mm256_and_ps(open, _mm256_mul_ps(load_n(dy + i, k), scale)), k);

@@ -252,7 +252,7 @@ bool activation_backward_avx512(Activation k, const float* dy, const float* x, f
 // multiply.
 void bias_relu_dropout_forward_avx512(const float* x, const float* bias, float* y, int64_t N,
                                       int64_t F, const DropoutSpec& drop) {
-  const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(1.0f / (1.0f - drop.p));
+  const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(dropout_scale(drop.p));
   DropoutMask16 drop_mask = DropoutMask16::strided(drop.seed, drop.p, 1);
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = x + n * F;
@@ -270,7 +270,7 @@ void bias_relu_dropout_forward_avx512(const float* x, const float* bias, float* 
 
 // dx = y > 0 ? dy·scale : 0 (a masked multiply: dropped or shut lanes get +0 whatever dy holds).
 void relu_dropout_backward_avx512(const float* dy, const float* y, float* dx, int64_t n, float p) {
-  const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(1.0f / (1.0f - p));
+  const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(dropout_scale(p));
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = first_n(n - i);
     const __mmask16 open = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, y + i), zero, _CMP_GT_OQ);
@@ -282,7 +282,7 @@ void relu_dropout_backward_avx512(const float* dy, const float* y, float* dx, in
 // Its scalar twin is relu_dropout_backward_bf16_scalar in activation.cc (a plain float function, not a
 // template of activation_scalar.h).
 void relu_dropout_backward_bf16_avx512(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p) {
-  const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(1.0f / (1.0f - p));
+  const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(dropout_scale(p));
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = first_n(n - i);
     const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, y16 + i));

@@ -146,7 +146,7 @@ void bias_activation_forward_scalar(Activation k, const T* x, const T* bias, T* 
 template <typename T>
 void bias_relu_dropout_forward_scalar(const T* x, const T* bias, T* y, int64_t N, int64_t F, float p,
                                       uint64_t seed, uint64_t offset) {
-  const T scale = T(1) / (T(1) - static_cast<T>(p));
+  const T scale = dropout_scale<T>(p);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t f = 0; f < F; ++f) {
       const int64_t i = n * F + f;
@@ -158,7 +158,7 @@ void bias_relu_dropout_forward_scalar(const T* x, const T* bias, T* y, int64_t N
 // dx = y > 0 ? dy/(1 − p) : 0 for y = dropout(relu(z)): y > 0 iff kept and z > 0.
 template <typename T>
 void relu_dropout_backward_scalar(const T* dy, const T* y, T* dx, int64_t n, float p) {
-  const T scale = T(1) / (T(1) - static_cast<T>(p));
+  const T scale = dropout_scale<T>(p);
   for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > T(0) ? dy[i] * scale : T(0);
 }
 

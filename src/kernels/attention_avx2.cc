@@ -156,7 +156,7 @@ void attention_forward_avx2(const AttentionParams& p) {
   if (p.L <= 0 || BH <= 0) return;
   const int64_t mt = std::min(kTileRows, p.L), tiles = (p.L + mt - 1) / mt;
   const bool dropout = p.dropout_p > 0.0f;
-  const float inv_keep = p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f;
+  const float inv_keep = dropout_scale(p.dropout_p);
   auto run = [&](int64_t job) {
     const int64_t bh = job / tiles, b = bh / p.H, h = bh % p.H;
     const int64_t i0 = (job % tiles) * mt, i1 = std::min(p.L, i0 + mt);

@@ -82,8 +82,10 @@ struct Dropout {
 
   explicit Dropout(const AttentionParams& prm)
       : on(prm.dropout_p > 0.0f),
-        inv_keep(prm.dropout_p < 1.0f ? 1.0f / (1.0f - prm.dropout_p) : 0.0f),
-        seed(prm.seed), offset(prm.offset), p(prm.dropout_p) {}
+        inv_keep(dropout_scale(prm.dropout_p)),
+        seed(prm.seed),
+        offset(prm.offset),
+        p(prm.dropout_p) {}
   // Lane l's counter is first + l·stride (stride S: 16 queries of one key; 1: 16 keys of a query).
   DropoutMask16 lanes(uint64_t stride) const {
     return DropoutMask16::strided(seed, p, stride);

@@ -103,8 +103,6 @@ struct HeadView {
   }
 };
 
-float inv_keep_of(float dropout_p) { return dropout_p < 1.0f ? 1.0f / (1.0f - dropout_p) : 0.0f; }
-
 }  // namespace
 
 void attention_backward_gemm(const AttentionParams& p, const float* dout, float* dq, float* dk, float* dv) {
@@ -112,7 +110,7 @@ void attention_backward_gemm(const AttentionParams& p, const float* dout, float*
   if (BH <= 0) return;
   const int64_t mt = p.L > 0 ? tile_rows(p) : 1;
   const bool dropout = p.dropout_p > 0.0f;
-  const float inv_keep = inv_keep_of(p.dropout_p);
+  const float inv_keep = dropout_scale(p.dropout_p);
   const float scale = p.scale;
   auto run = [&](int64_t bh) {
     const HeadView hv{p, bh, bh / p.H, bh % p.H};

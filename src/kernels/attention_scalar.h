@@ -109,19 +109,13 @@ struct Head {
   }
 };
 
-// 1/(1−p) for kept elements; 0 when p ≥ 1 (then nothing is kept anyway).
-template <typename T>
-T keep_scale(float dropout_p) {
-  return dropout_p < 1.0f ? T(1) / (T(1) - static_cast<T>(dropout_p)) : T(0);
-}
-
 }  // namespace attention_scalar_detail
 
 // Forward: o_i = Σ_j drop(p_ij)·v_j with p_ij = exp(s_ij − lse_i); writes o and (if non-null) lse.
 // Matches torch.nn.functional.scaled_dot_product_attention / nn.MultiheadAttention's inner product.
 template <typename T>
 void attention_forward_scalar(const AttentionParams& p, const AttentionScalarTensors<T>& t) {
-  const T inv_keep = attention_scalar_detail::keep_scale<T>(p.dropout_p);
+  const T inv_keep = dropout_scale<T>(p.dropout_p);
   const int64_t Dv = p.dv();
   for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
     const attention_scalar_detail::Head<T> hd{p, t, bh, bh / p.H, bh % p.H};
@@ -149,7 +143,7 @@ void attention_forward_scalar(const AttentionParams& p, const AttentionScalarTen
 template <typename T>
 void attention_backward_scalar(const AttentionParams& p, const AttentionScalarTensors<T>& t,
                                const T* dout, T* dq, T* dk, T* dv) {
-  const T inv_keep = attention_scalar_detail::keep_scale<T>(p.dropout_p);
+  const T inv_keep = dropout_scale<T>(p.dropout_p);
   const T scale = static_cast<T>(p.scale);
   const int64_t Dv = p.dv();
   for (int64_t bh = 0; bh < p.B * p.H; ++bh) {

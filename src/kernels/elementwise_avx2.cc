@@ -27,7 +27,7 @@ namespace {
 // y = x·keep/(1 − p) (+0 where dropped), or with ADD y = a + that: the twin's per-element ops, so bitwise.
 template <bool ADD>
 void dropout_body(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
-  const __m256 scale = _mm256_set1_ps(1.0f / (1.0f - p));
+  const __m256 scale = _mm256_set1_ps(dropout_scale(p));
   DropoutMask8 drop_mask(seed, p);
   for (int64_t i = 0; i < n; i += 8) {
     const __m256i m = first_n_lanes(n - i);

@@ -32,7 +32,7 @@ void add_forward_avx512(const float* a, const float* b, float* y, int64_t n) {
 template <bool ADD>
 static void dropout_body(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
                          uint64_t offset) {
-  const __m512 scale = _mm512_set1_ps(1.0f / (1.0f - p));
+  const __m512 scale = _mm512_set1_ps(dropout_scale(p));
   DropoutMask16 drop_mask = DropoutMask16::strided(seed, p, 1);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = first_n(n - i);

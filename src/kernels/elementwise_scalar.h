@@ -19,7 +19,7 @@ void add_forward_scalar(const T* a, const T* b, T* y, int64_t n) {
 // y = x·keep/(1 − p), the mask a pure function of (seed, offset + i).
 template <typename T>
 void dropout_forward_scalar(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
-  const T scale = T(1) / (T(1) - static_cast<T>(p));
+  const T scale = dropout_scale<T>(p);
   for (int64_t i = 0; i < n; ++i)
     y[i] = dropout_keep(seed, offset + static_cast<uint64_t>(i), p) ? x[i] * scale : T(0);
 }
@@ -28,7 +28,7 @@ void dropout_forward_scalar(const T* x, T* y, int64_t n, float p, uint64_t seed,
 template <typename T>
 void add_dropout_forward_scalar(const T* a, const T* x, T* y, int64_t n, float p, uint64_t seed,
                                 uint64_t offset) {
-  const T scale = T(1) / (T(1) - static_cast<T>(p));
+  const T scale = dropout_scale<T>(p);
   for (int64_t i = 0; i < n; ++i)
     y[i] = a[i] + (dropout_keep(seed, offset + static_cast<uint64_t>(i), p) ? x[i] * scale : T(0));
 }

@@ -419,6 +419,11 @@ inline uint32_t dropout_threshold(float p) {
 inline bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
   return (dropout_hash(seed, counter) >> 8) >= dropout_threshold(p);
 }
+// The kept values' scale 1/(1 − p), in T (the twins' double or float); 0 for p ≥ 1, where nothing is kept.
+template <class T = float>
+inline T dropout_scale(float p) {
+  return p < 1.0f ? T(1) / (T(1) - static_cast<T>(p)) : T(0);
+}
 
 // ---- int8 quantization (quantize.cc; the int8 Linear of gemm_packed.h and `tfm quantize`) ----------
 // Rounding is round-to-nearest-even everywhere (std::nearbyint / vroundscaleps), with the same float

@@ -49,7 +49,7 @@ struct AddDropoutNode : Node {
 // x viewed as (outer, n, inner) with n samples. y may alias x.
 void apply_sample_mask(const float* in, float* out, int64_t outer, int64_t n, int64_t inner, float p, uint64_t seed,
                        uint64_t offset) {
-  const float scale = 1.0f / (1.0f - p);
+  const float scale = kernels::dropout_scale(p);
   for (int64_t s = 0; s < n; ++s) {
     const float m = kernels::dropout_keep(seed, offset + static_cast<uint64_t>(s), p) ? scale : 0.0f;
     for (int64_t o = 0; o < outer; ++o) {
