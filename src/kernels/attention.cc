@@ -57,7 +57,7 @@ void attention_backward(const AttentionParams& p, const float* dout, float* dq, 
   const AttentionParams r = with_supported_precision(p);
   if (cpu_has_avx512() && p.lse != nullptr) {
     attention_backward_avx512(r, dout, dq, dk, dv);
-  } else if (!cpu_has_avx512() && p.lse != nullptr && other_body_takes(r)) {
+  } else if (!cpu_has_avx512() && cpu_has_avx2() && p.lse != nullptr && other_body_takes(r)) {
     attention_backward_gemm(r, dout, dq, dk, dv);
   } else {
     attention_backward_scalar(r, dout, dq, dk, dv);

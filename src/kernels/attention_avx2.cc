@@ -1,6 +1,7 @@
 // src/kernels/attention_avx2.cc — attention's forward for CPUs with AVX2 but not AVX-512 (an AVX2-only
 // EPYC, say), compiled with AVX2 and FMA flags (CMakeLists.txt, the *_avx2.cc files). The backward is
-// attention_backward_gemm (attention_gemm.cc), on oneDNN sgemm calls.
+// attention_backward_gemm (attention_gemm.cc), on oneDNN sgemm calls; its rows' element-wise work is here
+// (attention_probs_row_avx2, attention_ds_row_avx2, at the end).
 //
 // Per (b, h) and tile of query rows, the keys of the head are transposed once into kT (Dh, S), then the
 // rows in groups of kRows (each load of kT and of v serves the group), each row's arithmetic its own:
@@ -27,6 +28,7 @@
 #include <new>
 
 #include "kernels/common_avx2.h"
+#include "kernels/dropout_hash_avx2.h"
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
@@ -149,14 +151,65 @@ float exp_and_sum(float* s, int64_t n, float mx) {
   return l;
 }
 
+// s[j] ← s[j] · (keep_j ? inv_keep : 0) for j < n, keep_j = dropout_keep(seed, first + j, p): the twin's
+// product, bitwise (a dropped element times 0, not set to 0).
+void scale_kept(float* s, int64_t n, const AttentionParams& p, uint64_t first) {
+  DropoutMask8 mask(p.seed, p.dropout_p);
+  const __m256 inv = _mm256_set1_ps(dropout_scale(p.dropout_p));
+  for (int64_t j = 0; j < n; j += 8) {
+    const __m256 f = _mm256_and_ps(mask.keep(first + static_cast<uint64_t>(j)), inv);
+    if (j + 8 <= n)
+      _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), f));
+    else
+      store_tail(s + j, _mm256_mul_ps(load_tail(s + j, n - j), f), n - j);
+  }
+}
+
 }  // namespace
+
+void attention_probs_row_avx2(const AttentionParams& p, uint64_t first, float lse, float* s, float* t) {
+  const int64_t n = p.S;
+  const bool dropout = p.dropout_p > 0.0f;
+  const __m256 l = _mm256_set1_ps(lse), inv = _mm256_set1_ps(dropout_scale(p.dropout_p));
+  DropoutMask8 mask(p.seed, p.dropout_p);
+  for (int64_t j = 0; j < n; j += 8) {
+    const bool full = j + 8 <= n;
+    const __m256 e = exp_ps(_mm256_sub_ps(full ? _mm256_loadu_ps(s + j) : load_tail(s + j, n - j, -kInf), l));
+    const __m256 te = dropout ? _mm256_mul_ps(e, _mm256_and_ps(mask.keep(first + static_cast<uint64_t>(j)), inv)) : e;
+    if (full) {
+      _mm256_storeu_ps(s + j, e);
+      _mm256_storeu_ps(t + j, te);
+    } else {
+      store_tail(s + j, e, n - j);
+      store_tail(t + j, te, n - j);
+    }
+  }
+}
+
+void attention_ds_row_avx2(const AttentionParams& p, uint64_t first, float D, const float* P, float* t) {
+  const int64_t n = p.S;
+  const bool dropout = p.dropout_p > 0.0f;
+  const __m256 d = _mm256_set1_ps(D), scale = _mm256_set1_ps(p.scale), inv = _mm256_set1_ps(dropout_scale(p.dropout_p));
+  DropoutMask8 mask(p.seed, p.dropout_p);
+  for (int64_t j = 0; j < n; j += 8) {
+    const bool full = j + 8 <= n;
+    const __m256 pj = full ? _mm256_loadu_ps(P + j) : load_tail(P + j, n - j);
+    __m256 dp = full ? _mm256_loadu_ps(t + j) : load_tail(t + j, n - j);
+    if (dropout) dp = _mm256_mul_ps(dp, _mm256_and_ps(mask.keep(first + static_cast<uint64_t>(j)), inv));
+    const __m256 g = _mm256_mul_ps(scale, _mm256_mul_ps(pj, _mm256_sub_ps(dp, d)));
+    const __m256 r = _mm256_andnot_ps(_mm256_cmp_ps(pj, _mm256_setzero_ps(), _CMP_EQ_OQ), g);  // p = 0: no gradient
+    if (full)
+      _mm256_storeu_ps(t + j, r);
+    else
+      store_tail(t + j, r, n - j);
+  }
+}
 
 void attention_forward_avx2(const AttentionParams& p) {
   const int64_t S = p.S, Dh = p.Dh, Dv = p.dv(), BH = p.B * p.H;
   if (p.L <= 0 || BH <= 0) return;
   const int64_t mt = std::min(kTileRows, p.L), tiles = (p.L + mt - 1) / mt;
   const bool dropout = p.dropout_p > 0.0f;
-  const float inv_keep = dropout_scale(p.dropout_p);
   auto run = [&](int64_t job) {
     const int64_t bh = job / tiles, b = bh / p.H, h = bh % p.H;
     const int64_t i0 = (job % tiles) * mt, i1 = std::min(p.L, i0 + mt);
@@ -210,11 +263,7 @@ void attention_forward_avx2(const AttentionParams& p) {
         if (p.lse != nullptr) p.lse[bh * p.L + i] = mx + std::log(l);
         const float w = 1.0f / l;
         for (int64_t j = 0; j < n; ++j) si[j] *= w;
-        if (dropout)
-          for (int64_t j = 0; j < n; ++j) {
-            const uint64_t counter = p.offset + static_cast<uint64_t>((bh * p.L + i) * S + j);
-            si[j] *= dropout_keep(p.seed, counter, p.dropout_p) ? inv_keep : 0.0f;
-          }
+        if (dropout) scale_kept(si, n, p, p.offset + static_cast<uint64_t>((bh * p.L + i) * S));
         std::fill(si + n, si + n_max, 0.0f);  // keys past the row's: probability 0
         p_rows[live] = si;
         o_rows[live++] = o[r];

@@ -1,10 +1,11 @@
-// src/kernels/attention_gemm.cc — attention's backward for CPUs without AVX-512 (an AVX2-only EPYC, say):
-// the products as oneDNN sgemm calls (its JIT kernels are AVX2 there), the softmax between them in plain
-// C++. The flash kernel (attention_avx512.cc) needs AVX-512; the scalar twin (attention_scalar.h) is the
-// specification, written to be obviously correct: it recomputes every score, one product at a time, on one
-// thread. This body computes what the twin does, up to float rounding (the same masks, the same dropout
-// elements), and is what attention_backward runs where cpu_has_avx512() is false; the forward there is
-// attention_forward_avx2 (attention_avx2.cc).
+// src/kernels/attention_gemm.cc — attention's backward for CPUs with AVX2 but without AVX-512 (an AVX2-only
+// EPYC, say): the products as oneDNN sgemm calls (its JIT kernels are AVX2 there), the softmax between them
+// a row at a time by attention_probs_row_avx2 and attention_ds_row_avx2 (attention_avx2.cc, compiled with
+// AVX2 flags; this file is not). The flash kernel (attention_avx512.cc) needs AVX-512; the scalar twin
+// (attention_scalar.h) is the specification, written to be obviously correct: it recomputes every score, one
+// product at a time, on one thread. This body computes what the twin does, up to float rounding (the same
+// masks, the same dropout elements; exp is common_avx2.h's vector exp), and is what attention_backward runs
+// where cpu_has_avx512() is false and cpu_has_avx2() true; the forward there is attention_forward_avx2.
 //
 // Per (b, h) and per tile of m ≤ kMaxRows query rows i0..i0+m (q_t, o_t, do_t: the tile's rows):
 //   S(m,S) = scale · q_t · kᵀ  (one sgemm), + mask, + key padding, −inf where causal and j > i
@@ -96,11 +97,8 @@ struct HeadView {
     }
   }
 
-  // Dropout's factor of element (i, j): 1/(1−p) when kept, 0 when dropped (kernels.h's counter rule).
-  float keep(int64_t i, int64_t j, float inv_keep) const {
-    const uint64_t counter = p.offset + static_cast<uint64_t>((bh * p.L + i) * p.S + j);
-    return dropout_keep(p.seed, counter, p.dropout_p) ? inv_keep : 0.0f;
-  }
+  // Dropout's counter of element (i, 0) (kernels.h's counter rule).
+  uint64_t counter(int64_t i) const { return p.offset + static_cast<uint64_t>((bh * p.L + i) * p.S); }
 };
 
 }  // namespace
@@ -109,9 +107,6 @@ void attention_backward_gemm(const AttentionParams& p, const float* dout, float*
   const int64_t S = p.S, Dh = p.Dh, Dv = p.dv(), BH = p.B * p.H;
   if (BH <= 0) return;
   const int64_t mt = p.L > 0 ? tile_rows(p) : 1;
-  const bool dropout = p.dropout_p > 0.0f;
-  const float inv_keep = dropout_scale(p.dropout_p);
-  const float scale = p.scale;
   auto run = [&](int64_t bh) {
     const HeadView hv{p, bh, bh / p.H, bh % p.H};
     float* dk_h = dk + hv.k_at();  // (S, Dh) at k_sl
@@ -135,8 +130,7 @@ void attention_backward_gemm(const AttentionParams& p, const float* dout, float*
           std::fill(trow, trow + S, 0.0f);
           continue;
         }
-        for (int64_t j = 0; j < S; ++j) row[j] = std::exp(row[j] - lse);  // exp(−inf) = 0 where masked
-        for (int64_t j = 0; j < S; ++j) trow[j] = dropout ? row[j] * hv.keep(i, j, inv_keep) : row[j];
+        attention_probs_row_avx2(p, hv.counter(i), lse, row, trow);  // exp(−inf) = 0 where masked
       }
       const float* do_t = dout + hv.o_at(i0);                                        // (m, Dv) at o_sl
       sgemm(true, false, S, Dv, m, 1.0f, T, S, do_t, p.o_sl, 1.0f, dv_h, p.v_sl);    // dv += (p·keep)ᵀ · do
@@ -147,12 +141,7 @@ void attention_backward_gemm(const AttentionParams& p, const float* dout, float*
         const float* oi = p.o + hv.o_at(i);
         float D = 0.0f;
         for (int64_t d = 0; d < Dv; ++d) D += doi[d] * oi[d];
-        const float* row = P + r * S;
-        float* trow = T + r * S;
-        for (int64_t j = 0; j < S; ++j) {
-          const float dp = dropout ? trow[j] * hv.keep(i, j, inv_keep) : trow[j];
-          trow[j] = row[j] == 0.0f ? 0.0f : scale * (row[j] * (dp - D));  // p = 0: no gradient (the twin skips it)
-        }
+        attention_ds_row_avx2(p, hv.counter(i), D, P + r * S, T + r * S);
       }
       sgemm(false, false, m, Dh, S, 1.0f, T, S, hv.k(), p.k_sl, 0.0f, dq + hv.q_at(i0), p.q_sl);  // dq = G·k
       sgemm(true, false, S, Dh, m, 1.0f, T, S, hv.q(i0), p.q_sl, 1.0f, dk_h, p.k_sl);             // dk += Gᵀ·q

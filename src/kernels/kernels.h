@@ -37,7 +37,8 @@
 //         in gemm_bf16.h and gemm_packed.h, beside the packed weight and the bfloat16 rounding they
 //         share, not here.
 //       - attention's bodies for CPUs without AVX-512 are attention_forward_avx2 (attention_avx2.cc) and
-//         attention_backward_gemm (attention_gemm.cc: its products as oneDNN sgemm calls, any CPU).
+//         attention_backward_gemm (attention_gemm.cc: its products as oneDNN sgemm calls, its rows' softmax
+//         in attention_avx2.cc).
 //       - attention_exp_avx512 is not a kernel: it exposes attention's vector exp to its test.
 //         Neither it nor exp_ps (common_avx512.h), the vector exp it wraps, has a twin: the test
 //         (tests/kernels/attention_test.cc, VectorExpWithinTwoUlp) measures it against std::exp in
@@ -65,8 +66,8 @@
 //   quantize (int8 rules, declared here): quantize.cc with its twins as plain functions (no _scalar.h),
 //     quantize_avx512.cc, quantize_avx2.cc.
 // CPUs without AVX-512 (AVX2 and FMA: cpu_has_avx2) have bodies where a training step spends its time,
-// <op>_avx2.cc, compiled with AVX2 flags because of the name: attention_avx2.cc (the forward; the backward
-// is attention_gemm.cc, on oneDNN sgemm calls, plain C++), activation_avx2.cc, cross_entropy_avx2.cc,
+// <op>_avx2.cc, compiled with AVX2 flags because of the name: attention_avx2.cc (the forward, and the rows of
+// the backward, attention_gemm.cc, whose products are oneDNN sgemm calls), activation_avx2.cc, cross_entropy_avx2.cc,
 // layer_norm_avx2.cc, rms_norm_avx2.cc, elementwise_avx2.cc (not the transpose), gemm_packed_avx2.cc (inference's
 // products on packed weights: f32, bf16, and int8 where the CPU has no int8 dot product) and quantize_avx2.cc (int8's
 // quantization of rows and dequantization). The other ops run their twins there. Shared pieces: onednn_primitives.h
@@ -183,12 +184,18 @@ void attention_backward_scalar(const AttentionParams& p, const float* dout, floa
                                float* dv);
 // The bodies for CPUs without AVX-512: the forward with AVX2 (attention_avx2.cc: keys in the lanes, each row on
 // its own, so a row's bits do not depend on the call's other rows), the backward as single-threaded oneDNN
-// sgemm calls on tiles of query rows with the softmax in plain C++ (attention_gemm.cc). Float32 products only
+// sgemm calls on tiles of query rows with the softmax in AVX2 row functions (attention_gemm.cc). Float32 products only
 // (p.bf16 false), S, Dh and Dv at least 1; the backward needs p.lse. They split the work over the threads
 // themselves: the forward (b, h, tile of 64 query rows), the backward (b, h). Memory per thread, grown once:
 // the forward Dh·S + 4·S floats, the backward two tiles of at most max(64·1024, S) floats.
 void attention_forward_avx2(const AttentionParams& p);
 void attention_backward_gemm(const AttentionParams& p, const float* dout, float* dq, float* dk, float* dv);
+// attention_backward_gemm's element-wise work on one query row of S keys, with AVX2 (attention_avx2.cc; the
+// twin is attention_backward_scalar's, which computes the same per element); first = the row's first dropout counter,
+// p.offset + (bh·L + i)·S. probs: s[j] ← exp(s[j] − lse), t[j] ← s[j]·keep_j. ds: t[j] ← P[j] = 0 ? 0 :
+// scale·(P[j]·(t[j]·keep_j − D)), t holding dP on entry. keep_j ∈ {0, 1/(1 − p)}, 1 without dropout.
+void attention_probs_row_avx2(const AttentionParams& p, uint64_t first, float lse, float* s, float* t);
+void attention_ds_row_avx2(const AttentionParams& p, uint64_t first, float D, const float* P, float* t);
 
 // ---- Dropout inside fused kernels -------------------------------------------------------------------
 // Element i of the dropped tensor is kept iff dropout_keep(seed, offset + i, p) (below), kept values

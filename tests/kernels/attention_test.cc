@@ -405,7 +405,8 @@ TEST(AttentionKernel, FastMatchesScalarValueHeadWidth) {
 // the long lengths (L·S ≥ 256²: more than one query tile), Dv ≠ Dh. Without AVX-512 the entry points run these
 // bodies, so the FastMatchesScalar* sweeps above already are this test.
 TEST(AttentionKernel, Avx2GemmBodiesMatchScalar) {
-  if (!cpu_has_avx512() && cpu_has_avx2()) GTEST_SKIP() << "the entry points run the AVX2 bodies: FastMatchesScalar*";
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 (or TFM_FORCE_SCALAR)";
+  if (!cpu_has_avx512()) GTEST_SKIP() << "the entry points run the AVX2 bodies: FastMatchesScalar*";
   for (MaskKind kind : {MaskKind::NONE, MaskKind::MASK_2D, MaskKind::MASK_3D, MaskKind::KEY_PADDING, MaskKind::CAUSAL,
                         MaskKind::CAUSAL_FULLY_MASKED, MaskKind::DROPOUT}) {
     SCOPED_TRACE(mask_name(kind));
