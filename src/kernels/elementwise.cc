@@ -35,6 +35,8 @@ void add_dropout_forward_scalar(const float* a, const float* x, float* y, int64_
 void transpose(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld) {
   if (cpu_has_avx512())
     transpose_avx512(src, sl, rows, cols, dst, ld);
+  else if (cpu_has_avx2())
+    transpose_avx2(src, sl, rows, cols, dst, ld);
   else
     transpose_scalar(src, sl, rows, cols, dst, ld);
 }

@@ -1,10 +1,13 @@
 // src/kernels/elementwise_avx2.cc — AVX2 bodies of the element-wise kernels for CPUs without AVX-512
-// (contracts in kernels.h): add, dropout, add + dropout and the bias gradient. Compiled with AVX2 and FMA
+// (contracts in kernels.h): add, dropout, add + dropout, the bias gradient and the strided transpose. Compiled
+// with AVX2 and FMA
 // flags by CMake; called only by the dispatchers (elementwise.cc, and layer_norm.cc's fused residual add)
 // when cpu_has_avx2() and not cpu_has_avx512(). Each is bitwise equal to its scalar twin
 // (elementwise_scalar.h): the twin's per-element operations, 8 lanes at a time, the last fewer than 8
 // through masked loads and stores.
 #include <immintrin.h>
+
+#include <algorithm>
 
 #include "kernels/common_avx2.h"
 #include "kernels/dropout_hash_avx2.h"
@@ -72,6 +75,47 @@ void bias_grad_avx2(const float* dy, int64_t ld, float* db, int64_t N, int64_t F
   int64_t f = 0;
   for (; f + 64 <= F; f += 64) bias_grad_strip<8>(dy + f, ld, db + f, N, _mm256_set1_epi32(-1));
   for (; f < F; f += 8) bias_grad_strip<1>(dy + f, ld, db + f, N, first_n_lanes(F - f));
+}
+
+namespace {
+
+// In-register 8×8 transpose: on return r[c] holds column c of the input rows r[0..7]. 32-bit pairs
+// (unpack), then 64-bit pairs (shuffle), then the 128-bit halves (permute2f128).
+inline void transpose8x8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // per half h: a(i,4h) a(i+1,4h) a(i,4h+1) a(i+1,4h+1)
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // a(i,4h+2) a(i+1,4h+2) a(i,4h+3) a(i+1,4h+3)
+  }
+  for (int i = 0; i < 8; i += 4) {  // half h of u[i + c]: column 4h + c of rows i..i+3
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);      // column c: the low halves
+    r[c + 4] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);  // column c + 4: the high halves
+  }
+}
+
+}  // namespace
+
+// Full 8×8 blocks through registers; the rows and columns past the last full block one element at a
+// time, as the twin. Only moves data, so bitwise the twin.
+void transpose_avx2(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld) {
+  const int64_t rows8 = rows / 8 * 8, cols8 = cols / 8 * 8;
+  for (int64_t r0 = 0; r0 < rows8; r0 += 8)
+    for (int64_t c0 = 0; c0 < cols8; c0 += 8) {
+      __m256 b[8];
+      for (int64_t i = 0; i < 8; ++i) b[i] = _mm256_loadu_ps(src + (r0 + i) * sl + c0);
+      transpose8x8(b);
+      for (int64_t c = 0; c < 8; ++c) _mm256_storeu_ps(dst + (c0 + c) * ld + r0, b[c]);
+    }
+  for (int64_t r = 0; r < rows; ++r)  // the columns past the full blocks, every row
+    for (int64_t c = cols8; c < cols; ++c) dst[c * ld + r] = src[r * sl + c];
+  for (int64_t r = rows8; r < rows; ++r)  // the rows past the full blocks, the blocks' columns
+    for (int64_t c = 0; c < cols8; ++c) dst[c * ld + r] = src[r * sl + c];
 }
 
 }  // namespace tfm::kernels

@@ -68,7 +68,7 @@
 // CPUs without AVX-512 (AVX2 and FMA: cpu_has_avx2) have bodies where a training step spends its time,
 // <op>_avx2.cc, compiled with AVX2 flags because of the name: attention_avx2.cc (the forward, and the rows of
 // the backward, attention_gemm.cc, whose products are oneDNN sgemm calls), activation_avx2.cc, cross_entropy_avx2.cc,
-// layer_norm_avx2.cc, rms_norm_avx2.cc, elementwise_avx2.cc (not the transpose), gemm_packed_avx2.cc (inference's
+// layer_norm_avx2.cc, rms_norm_avx2.cc, elementwise_avx2.cc, gemm_packed_avx2.cc (inference's
 // products on packed weights: f32, bf16, and int8 where the CPU has no int8 dot product) and quantize_avx2.cc (int8's
 // quantization of rows and dequantization). The other ops run their twins there. Shared pieces: onednn_primitives.h
 // (the engine, the per-thread streams and grow-only buffers of gemm_bf16 and gemm_packed), parallel_chunks.h (the fixed
@@ -515,12 +515,13 @@ void bias_relu_dropout_forward_avx2(const float* x, const float* bias, float* y,
                                     const DropoutSpec& drop);
 void relu_dropout_backward_avx2(const float* dy, const float* y, float* dx, int64_t n, float p);
 // The element-wise kernels (elementwise_avx2.cc): add, dropout, add + dropout, the bias gradient (dy's rows at
-// stride ld ≥ F).
+// stride ld ≥ F), the transpose.
 void add_forward_avx2(const float* a, const float* b, float* y, int64_t n);
 void dropout_forward_avx2(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset);
 void add_dropout_forward_avx2(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
                               uint64_t offset);
 void bias_grad_avx2(const float* dy, int64_t ld, float* db, int64_t N, int64_t F);
+void transpose_avx2(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld);
 // The softmax cross-entropy and log_softmax_rows' row (cross_entropy_avx2.cc): the contracts of their AVX-512
 // namesakes.
 void cross_entropy_forward_avx2(const float* logits, const int32_t* target, float* loss, float* lse, int64_t N,

@@ -8,7 +8,7 @@
 //
 // Expected agreement: every SIMD body here performs the same float operations in the same order per
 // element as its twin (the transpose only moves data) → bitwise equal.
-// The SIMD comparisons run every body the CPU has (AVX-512, AVX2; not the transpose, which has no AVX2 body),
+// The SIMD comparisons run every body the CPU has (AVX-512, AVX2),
 // skipped (with a message) when it has none.
 // To add a kernel: a TEST comparing foo_avx512 and foo_avx2 with foo_scalar over kSizes, bitwise.
 #include <omp.h>
@@ -187,22 +187,26 @@ TEST(ElementwiseKernel, DropoutKeepThresholdIsExact) {
   }
 }
 
-// The register transpose against the scalar twin and the definition, at sizes around the 16×16
-// block, with strides wider than the block: dst elements outside the (cols, rows) block keep their
-// sentinel.
+// The register transposes (the entry point, and every body the CPU has) against the scalar twin and the
+// definition, at sizes around the 8×8 and 16×16 blocks, with strides wider than the block: dst elements outside the
+// (cols, rows) block keep their sentinel.
 TEST(ElementwiseKernel, TransposeMatchesScalarTwin) {
-  for (int64_t rows : {1, 15, 16, 17, 40})
-    for (int64_t cols : {1, 3, 16, 33}) {
-      const int64_t sl = cols + 5, ld = rows + 3;
-      auto src = rnd(rows * sl, 300 + rows * 7 + cols);
-      std::vector<float> fast(cols * ld, -7.0f), slow(cols * ld, -7.0f);
-      transpose(src.data(), sl, rows, cols, fast.data(), ld);
-      transpose_scalar(src.data(), sl, rows, cols, slow.data(), ld);
-      EXPECT_TRUE(bitwise_equal(fast, slow)) << rows << "x" << cols;
-      for (int64_t c = 0; c < cols; ++c)
-        for (int64_t r = 0; r < ld; ++r)
-          ASSERT_EQ(fast[c * ld + r], r < rows ? src[r * sl + c] : -7.0f) << rows << "x" << cols;
-    }
+  std::vector<std::pair<const char*, decltype(&transpose_scalar)>> bodies = {{"entry", transpose}};
+  if (cpu_has_avx512()) bodies.emplace_back("avx512", transpose_avx512);
+  if (cpu_has_avx2()) bodies.emplace_back("avx2", transpose_avx2);
+  for (const auto& [name, body] : bodies)
+    for (int64_t rows : {1, 7, 8, 9, 15, 16, 17, 40})
+      for (int64_t cols : {1, 3, 8, 11, 16, 33}) {
+        const int64_t sl = cols + 5, ld = rows + 3;
+        auto src = rnd(rows * sl, 300 + rows * 7 + cols);
+        std::vector<float> fast(cols * ld, -7.0f), slow(cols * ld, -7.0f);
+        body(src.data(), sl, rows, cols, fast.data(), ld);
+        transpose_scalar(src.data(), sl, rows, cols, slow.data(), ld);
+        EXPECT_TRUE(bitwise_equal(fast, slow)) << name << " " << rows << "x" << cols;
+        for (int64_t c = 0; c < cols; ++c)
+          for (int64_t r = 0; r < ld; ++r)
+            ASSERT_EQ(fast[c * ld + r], r < rows ? src[r * sl + c] : -7.0f) << name << " " << rows << "x" << cols;
+      }
 }
 
 TEST(ElementwiseKernel, DispatchersBitwiseAcrossThreadCounts) {
