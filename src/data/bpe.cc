@@ -164,6 +164,7 @@ std::vector<int32_t> ByteLevelBpe::Impl::bpe(std::string_view piece) const {
     int32_t rank, pos, a, b;  // the pair (a, b) at symbol pos, whose merge has this rank
     bool operator>(const Entry& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
+  constexpr size_t kKeptScratch = size_t{1} << 14;  // entries of each buffer kept between pieces
   thread_local std::vector<Symbol> sym;
   thread_local std::vector<Entry> heap, round;  // heap: a min-heap under std::greater
   sym.resize(static_cast<size_t>(n));
@@ -202,7 +203,8 @@ std::vector<int32_t> ByteLevelBpe::Impl::bpe(std::string_view piece) const {
   }
   std::vector<int32_t> word;
   for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = sym[i].next) word.push_back(sym[i].id);
-  if (sym.capacity() > (size_t{1} << 20)) {  // a long piece's scratch is not kept for the short ones after it
+  if (sym.capacity() > kKeptScratch || heap.capacity() > kKeptScratch || round.capacity() > kKeptScratch) {
+    // a long piece's scratch (tens of bytes a byte of the piece) is not kept for the short pieces after it
     sym = {};
     heap = {};
     round = {};

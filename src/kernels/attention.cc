@@ -4,7 +4,7 @@
 //
 // The scalar twins are the float instantiation of the specification in attention_scalar.h. The flash
 // kernel handles every shape; without AVX-512 the other bodies take every shape with at least one key and
-// nonzero head widths, and float32 products (the forward needs AVX2). The twin is taken when
+// nonzero head widths, and float32 products (both need AVX2). The twin is taken when
 // TFM_FORCE_SCALAR is set, for what no body takes, or when the backward has no saved lse (every backward
 // recomputes p from it). A bf16 request
 // (AttentionParams::bf16) is kept only where the CPU has bf16 dot products, which the fast kernel then

@@ -151,17 +151,21 @@ float exp_and_sum(float* s, int64_t n, float mx) {
   return l;
 }
 
-// s[j] ← s[j] · (keep_j ? inv_keep : 0) for j < n, keep_j = dropout_keep(seed, first + j, p): the twin's
-// product, bitwise (a dropped element times 0, not set to 0).
+// s[j] ← keep_j ? s[j]·inv_keep : 0 for j < n, keep_j = dropout_keep(seed, first + j, p), as the twin (which
+// skips a dropped element). The mask is applied after the product: a multiply by a masked factor would leave
+// −0 or NaN where the twin has 0, and in the backward (attention_ds_row_avx2) keeps GCC from fusing the product
+// into the subtraction that follows, which the twin rounds twice.
+inline __m256 kept_times(__m256 keep, __m256 x, __m256 inv) { return _mm256_and_ps(keep, _mm256_mul_ps(x, inv)); }
+
 void scale_kept(float* s, int64_t n, const AttentionParams& p, uint64_t first) {
   DropoutMask8 mask(p.seed, p.dropout_p);
   const __m256 inv = _mm256_set1_ps(dropout_scale(p.dropout_p));
   for (int64_t j = 0; j < n; j += 8) {
-    const __m256 f = _mm256_and_ps(mask.keep(first + static_cast<uint64_t>(j)), inv);
+    const __m256 keep = mask.keep(first + static_cast<uint64_t>(j));
     if (j + 8 <= n)
-      _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), f));
+      _mm256_storeu_ps(s + j, kept_times(keep, _mm256_loadu_ps(s + j), inv));
     else
-      store_tail(s + j, _mm256_mul_ps(load_tail(s + j, n - j), f), n - j);
+      store_tail(s + j, kept_times(keep, load_tail(s + j, n - j), inv), n - j);
   }
 }
 
@@ -175,7 +179,7 @@ void attention_probs_row_avx2(const AttentionParams& p, uint64_t first, float ls
   for (int64_t j = 0; j < n; j += 8) {
     const bool full = j + 8 <= n;
     const __m256 e = exp_ps(_mm256_sub_ps(full ? _mm256_loadu_ps(s + j) : load_tail(s + j, n - j, -kInf), l));
-    const __m256 te = dropout ? _mm256_mul_ps(e, _mm256_and_ps(mask.keep(first + static_cast<uint64_t>(j)), inv)) : e;
+    const __m256 te = dropout ? kept_times(mask.keep(first + static_cast<uint64_t>(j)), e, inv) : e;
     if (full) {
       _mm256_storeu_ps(s + j, e);
       _mm256_storeu_ps(t + j, te);
@@ -195,7 +199,7 @@ void attention_ds_row_avx2(const AttentionParams& p, uint64_t first, float D, co
     const bool full = j + 8 <= n;
     const __m256 pj = full ? _mm256_loadu_ps(P + j) : load_tail(P + j, n - j);
     __m256 dp = full ? _mm256_loadu_ps(t + j) : load_tail(t + j, n - j);
-    if (dropout) dp = _mm256_mul_ps(dp, _mm256_and_ps(mask.keep(first + static_cast<uint64_t>(j)), inv));
+    if (dropout) dp = kept_times(mask.keep(first + static_cast<uint64_t>(j)), dp, inv);
     const __m256 g = _mm256_mul_ps(scale, _mm256_mul_ps(pj, _mm256_sub_ps(dp, d)));
     const __m256 r = _mm256_andnot_ps(_mm256_cmp_ps(pj, _mm256_setzero_ps(), _CMP_EQ_OQ), g);  // p = 0: no gradient
     if (full)

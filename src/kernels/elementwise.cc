@@ -3,7 +3,7 @@
 // float scalar twins. The twins instantiate the templates of elementwise_scalar.h (but transpose_scalar,
 // a plain copy loop written here); the entry points run fixed chunks (parallel_chunks.h), so results
 // never depend on the thread count, on the AVX-512 bodies of elementwise_avx512.cc when
-// cpu_has_avx512(), else on the AVX2 ones of elementwise_avx2.cc when cpu_has_avx2() (all but the transpose).
+// cpu_has_avx512(), else on the AVX2 ones of elementwise_avx2.cc when cpu_has_avx2().
 // Contracts in kernels.h.
 #include <algorithm>
 #include <cstring>

@@ -7,8 +7,6 @@
 // through masked loads and stores.
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "kernels/common_avx2.h"
 #include "kernels/dropout_hash_avx2.h"
 #include "kernels/kernels.h"

@@ -56,7 +56,7 @@ bool transpose_a_first(bool trans_a, int64_t lda, int64_t n) {
 
 // Copies op(A)'s panel rows — columns [0, m) of a (K, ≥m) block at stride lda — into a (m, K)
 // row-major thread-local buffer (reused across calls: no allocation in the steady state) and returns
-// it; kernels::transpose moves 16×16 blocks through registers.
+// it; kernels::transpose moves 16×16 (AVX-512) or 8×8 (AVX2) blocks through registers.
 const float* transposed_panel(const float* a, int64_t lda, int64_t m, int64_t K) {
   thread_local std::vector<float> buf;
   if (buf.size() < static_cast<size_t>(m * K)) buf.resize(static_cast<size_t>(m * K));

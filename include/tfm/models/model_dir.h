@@ -198,7 +198,8 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
                                   const std::vector<std::vector<int32_t>>& sources, const DecodeOptions& options,
                                   int64_t batch_size, uint64_t first_stream = 0, int64_t* truncated = nullptr);
 
-// Checks decoding options against a loaded model, naming the option (std::invalid_argument): beam above 1
+// Checks decoding options against a loaded model, naming the option (std::invalid_argument): first the checks
+// that need no model (check_decode_options(DecodeOptions), tfm/models/decode.h), then beam above 1
 // and max_len other than 0 for a model that predicts every source position at once (arch encoder: no
 // search, no length limit), and max_len beyond the model's max_len (its position table). translate_lines
 // and train::evaluate check with it; a front end may call it first, to fail before reading its input.
