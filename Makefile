@@ -38,7 +38,7 @@ export ASAN_OPTIONS ?= detect_leaks=1:strict_string_checks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS = safetensors config tsv bpe
+FUZZ_TARGETS = safetensors config tsv bpe train_config
 
 .PHONY: all deps configure build run test configure-asan test-asan fuzz bench clean
 

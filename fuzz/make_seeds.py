@@ -3,7 +3,7 @@
     python3 fuzz/make_seeds.py
 Uses only the standard library; the safetensors files are laid out by hand (8-byte little-endian
 header length, JSON header, data), valid ones and a few near-misses that reach deep checks.
-To add a seed: append to SAFETENSORS or CONFIGS below and re-run."""
+To add a seed: append to SAFETENSORS, CONFIGS, TRAIN_CONFIGS, TSV or BPE below and re-run."""
 import json
 import os
 import struct
@@ -72,6 +72,27 @@ CONFIGS = {
     "bad_divisible": {"module": "TransformerEncoderLayer", "d_model": 5, "nhead": 2},
 }
 
+# The "train" section of a run directory's config.json, with its "model" (fuzz_train_config).
+TRAIN_CONFIGS = {
+    "task_seq2seq": {"task": "reverse", "max_steps": 40, "eval_every": 10, "lr": 0.003, "warmup": 5,
+                     "clip_norm": 1.0, "batch_size": 32, "seed": 5,
+                     "model": {"arch": "seq2seq", "d_model": 16, "nhead": 2, "num_encoder_layers": 1,
+                               "num_decoder_layers": 1, "dim_feedforward": 32, "dropout": 0.1}},
+    "lm_text": {"task": None, "text_path": "t.txt", "src_tokens": "char", "tgt_tokens": "char", "block_size": 64,
+                "valid_fraction": 0.1, "max_steps": 2000, "optimizer": "adamw", "lr": 0.001, "warmup": 100,
+                "schedule": "auto", "weight_decay": 0.1, "decay_params": "matrices", "beta2": 0.99,
+                "min_lr": 0.0001, "batch_size": 12, "eval_every": 250, "dtype": "bf16", "ema": 0.999,
+                "model": {"arch": "decoder", "d_model": 128, "nhead": 4, "num_decoder_layers": 4,
+                          "dim_feedforward": 512, "bias": False, "activation": "gelu", "norm_first": True,
+                          "positional": "learned", "tie_embeddings": True, "max_len": 64, "head_dim": 32,
+                          "norm_type": "rms_norm", "drop_path": 0.1}},
+    "tsv_subwords": {"train_path": "train.tsv", "valid_path": "valid.tsv", "src_tokens": "spm", "tgt_tokens": "spm",
+                     "vocab_size": 800, "joint_vocab": True, "spm_type": "bpe", "batch_tokens": 4096,
+                     "batch_size": 0, "time_budget": 300.0, "label_smoothing": 0.1, "keep_best": True,
+                     "patience": 3, "model": {"arch": "seq2seq", "share_embeddings": True}},
+    "bad_text_and_task": {"task": "copy", "text_path": "t.txt"},
+}
+
 
 # First byte: option bits for fuzz_tsv (1 source SPACE, 2 target SPACE, 4 strict, 8 equal
 # lengths, high nibble max_tokens - 1); the rest is the file.
@@ -134,6 +155,11 @@ def main():
             f.write(blob)
     for name, cfg in CONFIGS.items():
         d = os.path.join(HERE, "corpus", "config")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, name + ".json"), "w") as f:
+            json.dump(cfg, f)
+    for name, cfg in TRAIN_CONFIGS.items():
+        d = os.path.join(HERE, "corpus", "train_config")
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, name + ".json"), "w") as f:
             json.dump(cfg, f)

@@ -171,13 +171,30 @@ int run_command(const std::string& cmd, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
+namespace {
+// The directories temp_dir made in this process, removed after the last test (passed or failed).
+std::vector<std::string>& made_temp_dirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+class RemoveTempDirs : public ::testing::Environment {
+  void TearDown() override {
+    std::error_code ignored;  // a test may have removed its own already
+    for (const std::string& d : made_temp_dirs()) std::filesystem::remove_all(d, ignored);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveTempDirs =
+    ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
+}  // namespace
+
 std::string temp_dir(const std::string& tag) {
   namespace fs = std::filesystem;
   std::string templ = (fs::temp_directory_path() / ("tfm_" + tag + "_XXXXXX")).string();
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed for " + templ);
-  return std::string(buf.data());
+  made_temp_dirs().emplace_back(buf.data());
+  return made_temp_dirs().back();
 }
 
 }  // namespace tfm::testing

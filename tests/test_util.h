@@ -210,6 +210,7 @@ void spit(const std::string& path, const std::string& bytes);
 
 // Runs a shell command, returns its exit status and captures stdout+stderr into `output`.
 int run_command(const std::string& cmd, std::string* output = nullptr);
-std::string temp_dir(const std::string& tag);  // a fresh directory under the system temp dir
+// A fresh directory under the system temp dir, removed with all it holds after the last test of the process.
+std::string temp_dir(const std::string& tag);
 
 }  // namespace tfm::testing

@@ -33,6 +33,7 @@ namespace {
 namespace fs = std::filesystem;
 using data::Tokenization;
 using data::Vocab;
+using testing::temp_dir;
 
 // Runs f and returns the message of the exception of type E it throws ("(no exception)" when none).
 template <class E, class F>
@@ -234,22 +235,6 @@ TEST(ModelDirFiles, ReadConfigSectionWrongTypesNameTheFile) {
 }
 
 // ---- load_model_dir and require_data ------------------------------------------------------------------
-
-// The temporary directories of this process, removed when the tests end.
-std::vector<std::string>& temp_dirs() {
-  static std::vector<std::string> dirs;
-  return dirs;
-}
-std::string temp_dir(const std::string& tag) {
-  temp_dirs().push_back(testing::temp_dir(tag));
-  return temp_dirs().back();
-}
-class RemoveTempDirs : public ::testing::Environment {
-  void TearDown() override {
-    for (const std::string& d : temp_dirs()) fs::remove_all(d);
-  }
-};
-[[maybe_unused]] ::testing::Environment* const kRemoveTempDirs = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
 
 // A directory written by 2 steps of a tiny encoder run on the reverse task (trainer_test.cc's tiny()).
 const std::string& trained_dir() {

@@ -32,6 +32,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::random_tensor;
+using testing::temp_dir;
 
 template <class E, class F>
 std::string error_of(F&& f) {
@@ -42,21 +43,6 @@ std::string error_of(F&& f) {
   }
   return "(no exception)";
 }
-
-std::vector<std::string>& temp_dirs() {
-  static std::vector<std::string> dirs;
-  return dirs;
-}
-std::string temp_dir(const std::string& tag) {
-  temp_dirs().push_back(testing::temp_dir(tag));
-  return temp_dirs().back();
-}
-class RemoveTempDirs : public ::testing::Environment {
-  void TearDown() override {
-    for (const std::string& d : temp_dirs()) fs::remove_all(d);
-  }
-};
-[[maybe_unused]] ::testing::Environment* const kRemoveTempDirs = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
 
 train::TrainConfig tiny_config(const std::string& out) {
   train::TrainConfig c;
