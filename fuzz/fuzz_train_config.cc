@@ -6,7 +6,8 @@
 // Contract under test: any byte string either parses or throws std::invalid_argument whose message is
 // one line; a parsed configuration either validates or throws the same way; and a valid one survives
 // the trip a run makes through its directory: to_json, then from_json, gives back the same JSON (a run
-// must be able to read the config.json it wrote). Any other exception escaping, a crash or a sanitizer
+// must be able to read the config.json it wrote; the directory keeps "model" beside "train", read here
+// inline, by the same readers). Any other exception escaping, a crash or a sanitizer
 // report is a bug.
 // Seeds: fuzz/corpus/train_config/ (written by fuzz/make_seeds.py).
 #include <cstdint>

@@ -74,11 +74,11 @@ CONFIGS = {
 
 # The "train" section of a run directory's config.json, with its "model" (fuzz_train_config).
 TRAIN_CONFIGS = {
-    "task_seq2seq": {"task": "reverse", "max_steps": 40, "eval_every": 10, "lr": 0.003, "warmup": 5,
+    "task_seq2seq": {"task": "reverse", "out_dir": "run", "max_steps": 40, "eval_every": 10, "lr": 0.003, "warmup": 5,
                      "clip_norm": 1.0, "batch_size": 32, "seed": 5,
                      "model": {"arch": "seq2seq", "d_model": 16, "nhead": 2, "num_encoder_layers": 1,
                                "num_decoder_layers": 1, "dim_feedforward": 32, "dropout": 0.1}},
-    "lm_text": {"task": None, "text_path": "t.txt", "src_tokens": "char", "tgt_tokens": "char", "block_size": 64,
+    "lm_text": {"task": None, "out_dir": "run", "text_path": "t.txt", "src_tokens": "char", "tgt_tokens": "char", "block_size": 64,
                 "valid_fraction": 0.1, "max_steps": 2000, "optimizer": "adamw", "lr": 0.001, "warmup": 100,
                 "schedule": "auto", "weight_decay": 0.1, "decay_params": "matrices", "beta2": 0.99,
                 "min_lr": 0.0001, "batch_size": 12, "eval_every": 250, "dtype": "bf16", "ema": 0.999,
@@ -86,7 +86,7 @@ TRAIN_CONFIGS = {
                           "dim_feedforward": 512, "bias": False, "activation": "gelu", "norm_first": True,
                           "positional": "learned", "tie_embeddings": True, "max_len": 64, "head_dim": 32,
                           "norm_type": "rms_norm", "drop_path": 0.1}},
-    "tsv_subwords": {"train_path": "train.tsv", "valid_path": "valid.tsv", "src_tokens": "spm", "tgt_tokens": "spm",
+    "tsv_subwords": {"out_dir": "run", "train_path": "train.tsv", "valid_path": "valid.tsv", "src_tokens": "spm", "tgt_tokens": "spm",
                      "vocab_size": 800, "joint_vocab": True, "spm_type": "bpe", "batch_tokens": 4096,
                      "batch_size": 0, "time_budget": 300.0, "label_smoothing": 0.1, "keep_best": True,
                      "patience": 3, "model": {"arch": "seq2seq", "share_embeddings": True}},

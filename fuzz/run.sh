@@ -12,6 +12,10 @@ build=$1 seconds=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 jobs=${FUZZ_JOBS:-$(nproc)}
+if ! [[ $jobs =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz/run.sh: FUZZ_JOBS must be a positive integer, got '$jobs'" >&2
+  exit 2
+fi
 
 # One target: its log in BUILD_DIR/fuzz_<target>.log, its exit status in BUILD_DIR/fuzz_<target>.status.
 fuzz_one() {

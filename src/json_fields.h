@@ -11,9 +11,10 @@
 // Internal: the library's config files only.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -104,6 +105,13 @@ class JsonReader {
         if (!fits)
           throw std::invalid_argument(what_ + ": " + quote_name(key) + " must be an integer in [" + std::to_string(lo) +
                                       ", " + std::to_string(hi) + "], got " + v.dump());
+      }
+      if constexpr (std::is_floating_point_v<T>) {  // a JSON number is finite; a float may not hold it
+        const double x = v.template get<double>();
+        if (!(std::abs(x) <= static_cast<double>(std::numeric_limits<T>::max())))
+          throw std::invalid_argument(what_ + ": " + quote_name(key) + " must be a number of magnitude at most " +
+                                      ordered_json(static_cast<double>(std::numeric_limits<T>::max())).dump() +
+                                      ", got " + v.dump());
       }
       out = v.get<T>();
     }

@@ -64,7 +64,38 @@ TEST(TrainConfig, SetFieldParsesCommandLineTextAndNamesTheKey) {
   expect_error("src_tokens", "word", "train config: 'src_tokens': unknown tokenization 'word' (expected char, space, byte, spm or gpt2-bpe)");
   expect_error("task", "rot13", "train config: unknown task 'rot13' (expected reverse, copy or sort)");
   expect_error("d_modle", "8", "train config: unknown key 'd_modle'");
+  // A value a float cannot hold, or that JSON could not save in the run's config.json (inf, nan).
+  expect_error("weight_decay", "1e39",
+               "train config: weight_decay must be a finite number within float's range, got '1e39'");
+  expect_error("clip_norm", "inf", "train config: clip_norm must be a finite number within float's range, got 'inf'");
+  expect_error("lr", "nan", "train config: lr must be a finite number within float's range, got 'nan'");
   EXPECT_EQ(c.model.d_model, 32);  // a refused value changes nothing
+}
+
+// fuzz_train_config found it: a JSON number beyond float's range became inf in a float field, passed the
+// checks that only ask for ≥ 0, and was written back as null, which the run's resume could not read.
+TEST(TrainConfig, JsonNumberBeyondFloatIsRefusedNamingTheKey) {
+  for (const char* key : {"weight_decay", "clip_norm", "lr"}) {
+    const std::string text = std::string(R"({"task": "reverse", "out_dir": "r", ")") + key + R"(": -1e39})";
+    try {
+      TrainConfig::from_json(text);
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("train config: '") + key +
+                    "' must be a number of magnitude at most 3.4028234663852886e+38, got -1e+39");
+    }
+  }
+  try {
+    TrainConfig::from_json(R"({"model": {"layer_norm_eps": 1e300}})");
+    ADD_FAILURE() << "layer_norm_eps 1e300 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer_norm_eps"), std::string::npos) << e.what();
+  }
+  TrainConfig c = task_preset(data::Task::REVERSE, Arch::ENCODER);  // the largest float is kept as it is
+  c.out_dir = "r";
+  c.weight_decay = std::numeric_limits<float>::max();
+  EXPECT_EQ(TrainConfig::from_json(c.to_json()).to_json(), c.to_json());
 }
 
 // The run directories written before the typed configs: keys in byte order, "task": "" for TSV data,
