@@ -5,7 +5,8 @@
 //   openblas      cblas_sgemm (pthreads build; openblas_set_num_threads)
 //   onednn_matmul the oneDNN matmul primitive, created once outside the timed loop
 //   tfm_gemm      tfm::kernels::gemm: fixed output panels, one serial dnnl_sgemm per panel inside
-//                 our own `omp parallel for` (deterministic; `mismatch` must be 0)
+//                 our own `omp parallel for` (deterministic; `mismatch` must be 0); on CPUs with AVX2
+//                 but not AVX-512 a panel is gemm_avx2.cc's product instead (so are the panels/ rows)
 //   blocked       the own-GEMM experiment (bench/gemm_blocked.h; deterministic): `twin_mismatch`
 //                 counts elements of its first and last 16 rows that differ bitwise from its scalar twin
 //   prepacked     NT only: tfm::kernels::gemm_packed, the oneDNN matmul primitive (brgemm) on W packed

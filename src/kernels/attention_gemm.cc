@@ -1,5 +1,6 @@
 // src/kernels/attention_gemm.cc — attention's backward for CPUs with AVX2 but without AVX-512 (an AVX2-only
-// EPYC, say): the products as oneDNN sgemm calls (its JIT kernels are AVX2 there), the softmax between them
+// EPYC, say): the products as single-threaded panel products (gemm_backend.h's sgemm_serial: gemm_avx2.cc's
+// blocked product there), the softmax between them
 // a row at a time by attention_probs_row_avx2 and attention_ds_row_avx2 (attention_avx2.cc, compiled with
 // AVX2 flags; this file is not). The flash kernel (attention_avx512.cc) needs AVX-512; the scalar twin
 // (attention_scalar.h) is the specification, written to be obviously correct: it recomputes every score, one
@@ -44,7 +45,7 @@ int64_t tile_rows(const AttentionParams& p) {
   return std::clamp<int64_t>(kTileFloats / std::max<int64_t>(p.S, 1), 1, std::min(kMaxRows, p.L));
 }
 
-// C = alpha·op(A)·op(B) + beta·C on the calling thread: oneDNN's sgemm, or the twin if oneDNN refuses.
+// C = alpha·op(A)·op(B) + beta·C on the calling thread (gemm_backend.h's sgemm_serial).
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
            int64_t ldb, float beta, float* C, int64_t ldc) {
   if (alpha == 0.0f) {  // C = beta·C (BLAS): oneDNN's alpha = 0 would read C's garbage (gemm.cc)
@@ -52,8 +53,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
     return;
   }
-  if (!gemm_detail::onednn_sgemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
-    gemm_scalar(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm_detail::sgemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // The calling thread's scratch number `slot` with room for n floats (grows once).

@@ -1,6 +1,7 @@
 // src/kernels/common_avx2.h — small pieces shared by the AVX2 kernels (include only from *_avx2.cc files,
 // compiled with AVX2 and FMA flags): a vector exp, |x|, a lane mask, the load and store of a row's tail of fewer
-// than 8 floats (AVX2 has no lane masks for them), lane reductions, and the float-to-double halves of a vector.
+// than 8 floats (AVX2 has no lane masks for them), lane reductions, the float-to-double halves of a vector, and an
+// 8×8 transpose in registers.
 #pragma once
 #include <immintrin.h>
 
@@ -92,6 +93,27 @@ inline __m256 join_ps(__m256d lo, __m256d hi) { return _mm256_set_m128(_mm256_cv
 inline __m256d lo_mask_pd(__m256i m) { return _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(m))); }
 inline __m256d hi_mask_pd(__m256i m) {
   return _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(m, 1)));
+}
+
+// In-register 8×8 transpose (transpose_avx2 in elementwise_avx2.cc, the GEMM's packing in gemm_avx2.cc): on
+// return r[c] holds column c of the input rows r[0..7]. 32-bit pairs (unpack), then 64-bit pairs (shuffle),
+// then the 128-bit halves (permute2f128).
+inline void transpose8x8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // per half h: a(i,4h) a(i+1,4h) a(i,4h+1) a(i+1,4h+1)
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // a(i,4h+2) a(i+1,4h+2) a(i,4h+3) a(i+1,4h+3)
+  }
+  for (int i = 0; i < 8; i += 4) {  // half h of u[i + c]: column 4h + c of rows i..i+3
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);      // column c: the low halves
+    r[c + 4] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);  // column c + 4: the high halves
+  }
 }
 
 }  // namespace tfm::kernels

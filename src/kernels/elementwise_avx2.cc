@@ -75,30 +75,6 @@ void bias_grad_avx2(const float* dy, int64_t ld, float* db, int64_t N, int64_t F
   for (; f < F; f += 8) bias_grad_strip<1>(dy + f, ld, db + f, N, first_n_lanes(F - f));
 }
 
-namespace {
-
-// In-register 8×8 transpose: on return r[c] holds column c of the input rows r[0..7]. 32-bit pairs
-// (unpack), then 64-bit pairs (shuffle), then the 128-bit halves (permute2f128).
-inline void transpose8x8(__m256 r[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // per half h: a(i,4h) a(i+1,4h) a(i,4h+1) a(i+1,4h+1)
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // a(i,4h+2) a(i+1,4h+2) a(i,4h+3) a(i+1,4h+3)
-  }
-  for (int i = 0; i < 8; i += 4) {  // half h of u[i + c]: column 4h + c of rows i..i+3
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);      // column c: the low halves
-    r[c + 4] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);  // column c + 4: the high halves
-  }
-}
-
-}  // namespace
-
 // Full 8×8 blocks through registers; the rows and columns past the last full block one element at a
 // time, as the twin. Only moves data, so bitwise the twin.
 void transpose_avx2(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst, int64_t ld) {

@@ -1,6 +1,8 @@
-// src/kernels/gemm.cc — gemm and gemm_bias, the fast GEMM: single-threaded oneDNN sgemm calls on
-// fixed output panels in our own OpenMP loop (see gemm_backend.h for why), so results never depend
-// on the thread count. The scalar twin is gemm_scalar (gemm_scalar.cc); TFM_FORCE_SCALAR=1 selects
+// src/kernels/gemm.cc — gemm and gemm_bias, the fast GEMM: single-threaded products on fixed output
+// panels in our own OpenMP loop (see gemm_backend.h for why), so results never depend on the thread
+// count. A panel is one oneDNN sgemm call, or on CPUs with AVX2 but not AVX-512 one gemm_avx2_serial
+// (gemm_avx2.cc), which reads any stride through its packing and so needs neither of the long-stride
+// workarounds below. The scalar twin is gemm_scalar (gemm_scalar.cc); TFM_FORCE_SCALAR=1 selects
 // it. To retune: run bench/bench_gemm, compare the panels_* rows with tfm_gemm, and change
 // gemm_plan() — the tests need no change.
 #include <omp.h>
@@ -155,6 +157,20 @@ bool onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
                     C, ldc) == dnnl_success;
 }
 
+bool use_gemm_avx2() { return cpu_has_avx2() && !cpu_has_avx512(); }
+
+void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (use_gemm_avx2()) {
+    gemm_avx2_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  } else if (!onednn_sgemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) {
+    // oneDNN only fails on malformed arguments (checked by the calling op) or out of memory; stay
+    // correct (and deterministic) anyway.
+    assert(false && "oneDNN rejected a gemm panel");
+    gemm_scalar(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
 void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                   int64_t ldc, GemmPlan p, const float* row_init) {
@@ -168,6 +184,12 @@ void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     const float* a = trans_a ? A + i0 : A + i0 * lda;  // op(A) rows i0..: columns of a (K,M) A
     const float* b = trans_b ? B + j0 * ldb : B + j0;  // op(B) cols j0..: rows of an (N,K) B
     float* c = C + i0 * ldc + j0;
+    if (use_gemm_avx2()) {  // gemm_bias's bias as the product's last addition: the same bits, no preset
+      assert(!row_init || (alpha == 1.0f && beta == 1.0f));
+      gemm_avx2_serial(trans_a, trans_b, m, n, K, alpha, a, lda, b, ldb, row_init ? 0.0f : beta, c, ldc,
+                       row_init ? row_init + j0 : nullptr);
+      return;
+    }
     if (row_init) preset_rows(c, ldc, m, row_init + j0, n);
     bool ta = trans_a;
     int64_t la = lda;
@@ -176,13 +198,7 @@ void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
       ta = false;
       la = K;
     }
-    if (!onednn_sgemm_serial(ta, trans_b, m, n, K, alpha, a, la, b, ldb, beta, c, ldc)) {
-      // oneDNN only fails on malformed arguments (checked by the calling op) or out of memory;
-      // stay correct (and deterministic) anyway. The twin gets the operands oneDNN was given: a
-      // transposed-first panel is the (m, K) copy, read untransposed at stride K (ta, la).
-      assert(false && "oneDNN rejected a gemm panel");
-      gemm_scalar(ta, trans_b, m, n, K, alpha, a, la, b, ldb, beta, c, ldc);
-    }
+    sgemm_serial(ta, trans_b, m, n, K, alpha, a, la, b, ldb, beta, c, ldc);
   };
   if (n_panels == 1) {
     run_panel(0);
@@ -210,7 +226,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
     return;
   }
-  if (gemm_detail::swap_tn_operands(trans_a, trans_b, M, N, K, lda, beta)) {
+  if (!gemm_detail::use_gemm_avx2() && gemm_detail::swap_tn_operands(trans_a, trans_b, M, N, K, lda, beta)) {
     gemm_detail::gemm_tn_swapped(M, N, K, alpha, A, lda, B, ldb, C, ldc);
     return;
   }

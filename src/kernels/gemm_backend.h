@@ -1,13 +1,13 @@
 // src/kernels/gemm_backend.h — internals of the fast gemm (src/kernels/gemm.cc), exposed only to
-// gemm.cc, gemm_bf16.cc and gemm_packed.cc (which run oneDNN on the same panel plan, or the same serial
-// scope), attention_gemm.cc (its single-threaded sgemm calls) and bench/bench_gemm.cc, so the panel
-// choice can be measured against oneDNN's own threading.
+// gemm.cc, gemm_avx2.cc (a panel's product on CPUs with AVX2 but not AVX-512), gemm_bf16.cc and gemm_packed.cc
+// (which run oneDNN on the same panel plan, or the same serial scope), attention_gemm.cc (its single-threaded
+// products) and bench/bench_gemm.cc, so the panel choice can be measured against oneDNN's own threading.
 // Not part of the kernel interface: ops call gemm() from kernels.h.
 //
 // Determinism scheme. oneDNN's sgemm, when it threads, may split the K reduction between threads
 // and the split depends on the thread count, so results change with OMP_NUM_THREADS. Instead, C is
 // cut into fixed panels of (mt rows × nt cols) chosen from (M, N, K) only; every panel is one
-// oneDNN sgemm call that runs on a single thread, and the panels are spread over threads with
+// oneDNN sgemm call (or one gemm_avx2_serial) that runs on a single thread, and the panels are spread over threads with
 // `omp parallel for schedule(static)`. A panel's result depends only on its inputs and its shape,
 // never on which thread runs it or how many there are, so C is bitwise identical for any thread
 // count.
@@ -68,6 +68,25 @@ void keep_gemm_buffers_resident();
 bool onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                          const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                          float* C, int64_t ldc);
+
+// The panel kernel on CPUs with AVX2 but without AVX-512 (gemm_avx2.cc): oneDNN's AVX2 sgemm ran the
+// training step's products there at about half the FMA peak, and slowest on the weight gradients' long
+// strides, which our packing reads as any other (bench/RESULTS.md has the figures). The same argument
+// contract as onednn_sgemm_serial (M, N, K ≥ 1, alpha ≠ 0), never fails, single-threaded; call only when
+// cpu_has_avx2(). With bias (N floats; then alpha = 1 and beta = 0), C = op(A)·op(B) + bias broadcast over
+// rows, bitwise what beta = 1 gives on rows preset to the bias (gemm_bias's definition), without the preset.
+void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                      const float* bias = nullptr);
+
+// True where gemm, gemm_bias and attention's AVX2 backward run their panels on gemm_avx2_serial instead of
+// oneDNN: cpu_has_avx2() and not cpu_has_avx512().
+bool use_gemm_avx2();
+
+// One panel on the calling thread: gemm_avx2_serial where use_gemm_avx2(), else oneDNN's sgemm (falling back
+// to the twin if oneDNN refuses). alpha ≠ 0.
+void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // Rows [0, m) of C (stride ldc) ← row[0, n) (gemm_bias's preset of a bias before accumulating).
 void preset_rows(float* C, int64_t ldc, int64_t m, const float* row, int64_t n);

@@ -3,8 +3,8 @@
 //
 // Rules for everything declared here (docs/ARCHITECTURE.md):
 //   * no tensor objects, no allocation beyond thread-local scratch that grows once to the largest
-//     size a thread has needed (attention's tiles and packed operands, the GEMM's transposed
-//     panels, the norms' per-chunk gradient partials: our code allocates nothing in the steady
+//     size a thread has needed (attention's tiles and packed operands, the GEMM's transposed or
+//     packed panels, the norms' per-chunk gradient partials: our code allocates nothing in the steady
 //     state), no exceptions but std::bad_alloc from that growth; arguments are checked by the op
 //     that calls the kernel, kernels only assert in debug. What does allocate, all behind the GEMMs:
 //     oneDNN allocates inside its calls (sgemm's packing buffers, which keep_gemm_buffers_resident
@@ -23,7 +23,8 @@
 //       - no twin of its own: gemm_bias (defined as gemm onto rows preset to the bias, which
 //         TFM_FORCE_SCALAR runs over gemm_scalar); copy_bytes (no arithmetic); quantize_rows_s8 and
 //         dequantize_rows_s8 (one scalar body each, run once per weight or per looked-up row).
-//       - no AVX-512 body of its own: gemm, gemm_bias (oneDNN is their fast path, gemm_backend.h);
+//       - no AVX-512 body of its own: gemm, gemm_bias (oneDNN is their fast path there, gemm_backend.h;
+//         their AVX2 body, gemm_avx2_serial in gemm_avx2.cc, is one panel's product, declared there too);
 //         activation_forward (bias_activation_forward's body without a bias); add_layer_norm_forward
 //         (add_(dropout_)forward_avx512, then layer_norm_forward_avx512, on each chunk of rows).
 //       - bias_activation_forward_avx512 and activation_backward_avx512 return false for a kind they
@@ -37,8 +38,8 @@
 //         in gemm_bf16.h and gemm_packed.h, beside the packed weight and the bfloat16 rounding they
 //         share, not here.
 //       - attention's bodies for CPUs without AVX-512 are attention_forward_avx2 (attention_avx2.cc) and
-//         attention_backward_gemm (attention_gemm.cc: its products as oneDNN sgemm calls, its rows' softmax
-//         in attention_avx2.cc).
+//         attention_backward_gemm (attention_gemm.cc: its products as single-threaded panel products,
+//         gemm_backend.h's sgemm_serial, its rows' softmax in attention_avx2.cc).
 //       - attention_exp_avx512 is not a kernel: it exposes attention's vector exp to its test.
 //         Neither it nor exp_ps (common_avx512.h), the vector exp it wraps, has a twin: the test
 //         (tests/kernels/attention_test.cc, VectorExpWithinTwoUlp) measures it against std::exp in
@@ -56,9 +57,10 @@
 // AVX-512 flags because of the name; see CMakeLists.txt). The ops:
 //   attention, layer_norm (with the residual add + LayerNorm), rms_norm, activation, cross_entropy (with
 //     log_softmax_rows), elementwise (add, dropout, bias gradient, transpose, copy_bytes): all three files;
-//   gemm and gemm_bias: gemm.cc (oneDNN sgemm on fixed panels) and gemm_backend.h (its panel plan, shared
-//     with gemm_bf16, gemm_packed and bench/); the twin's template in gemm_scalar.h and the float twin
-//     in gemm_scalar.cc, not gemm.cc; no AVX-512 file (oneDNN is the fast path);
+//   gemm and gemm_bias: gemm.cc (fixed panels, each one oneDNN sgemm, or gemm_avx2.cc's product on CPUs with
+//     AVX2 but not AVX-512) and gemm_backend.h (the panel plan, shared with gemm_bf16, gemm_packed and
+//     bench/); the twin's template in gemm_scalar.h and the float twin in gemm_scalar.cc, not gemm.cc; no
+//     AVX-512 file (oneDNN is the fast path);
 //   gemm_bf16.{h,cc} (bfloat16 operands: Autocast's matmuls) and gemm_packed.{h,cc} (weights packed once
 //     for inference: f32, bf16, int8), each declared in its own header with its twin, a plain float
 //     function in the .cc (no _scalar.h); gemm_packed_avx512.cc holds the bfloat16 rounding's body and
@@ -67,7 +69,8 @@
 //     quantize_avx512.cc, quantize_avx2.cc.
 // CPUs without AVX-512 (AVX2 and FMA: cpu_has_avx2) have bodies where a training step spends its time,
 // <op>_avx2.cc, compiled with AVX2 flags because of the name: attention_avx2.cc (the forward, and the rows of
-// the backward, attention_gemm.cc, whose products are oneDNN sgemm calls), activation_avx2.cc, cross_entropy_avx2.cc,
+// the backward, attention_gemm.cc, whose products are gemm_avx2.cc's), gemm_avx2.cc (training's products, a panel
+// at a time), activation_avx2.cc, cross_entropy_avx2.cc,
 // layer_norm_avx2.cc, rms_norm_avx2.cc, elementwise_avx2.cc, gemm_packed_avx2.cc (inference's
 // products on packed weights: f32, bf16, and int8 where the CPU has no int8 dot product) and quantize_avx2.cc (int8's
 // quantization of rows and dequantization). The other ops run their twins there. Shared pieces: onednn_primitives.h
@@ -183,9 +186,9 @@ void attention_backward(const AttentionParams& p, const float* dout, float* dq, 
 void attention_backward_scalar(const AttentionParams& p, const float* dout, float* dq, float* dk,
                                float* dv);
 // The bodies for CPUs without AVX-512: the forward with AVX2 (attention_avx2.cc: keys in the lanes, each row on
-// its own, so a row's bits do not depend on the call's other rows), the backward as single-threaded oneDNN
-// sgemm calls on tiles of query rows with the softmax in AVX2 row functions (attention_gemm.cc). Float32 products only
-// (p.bf16 false), S, Dh and Dv at least 1; the backward needs p.lse. They split the work over the threads
+// its own, so a row's bits do not depend on the call's other rows), the backward as single-threaded products
+// (gemm_avx2.cc's) on tiles of query rows with the softmax in AVX2 row functions (attention_gemm.cc). Float32 products
+// only (p.bf16 false), S, Dh and Dv at least 1; the backward needs p.lse. They split the work over the threads
 // themselves: the forward (b, h, tile of 64 query rows), the backward (b, h). Memory per thread, grown once:
 // the forward Dh·S + 4·S floats, the backward two tiles of at most max(64·1024, S) floats.
 void attention_forward_avx2(const AttentionParams& p);

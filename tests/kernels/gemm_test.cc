@@ -12,6 +12,7 @@
 // double reference only the float side errs: one γ_{K+3}. The magnitudes Σ|a||b| come from
 // gemm_scalar<double> on |A|, |B| (exact enough: double's own error is ~2^-29 times smaller).
 // To add a case: append to kShapes or write a TEST with its own derivation.
+#include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cfloat>
@@ -22,8 +23,7 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
+#include "kernels/gemm_backend.h"
 #include "kernels/gemm_scalar.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
@@ -174,6 +174,69 @@ TEST(Gemm, LongStrideTransposedAMatchesScalar) {
         for (int64_t i = 0; i < c.M; ++i)
           for (int64_t j = 0; j < c.N; ++j) scalar[i * c.N + j] = Cs.at(i, j);
         expect_close(c, alpha, beta, C0, Cf, scalar, absprod, 2.0, "long-stride TN vs gemm_scalar");
+      }
+    }
+  }
+}
+
+// The AVX2 panel kernel (gemm_avx2.cc: what gemm runs on CPUs with AVX2 but not AVX-512), called directly so
+// it is tested on every CPU with AVX2. Against gemm_scalar within the bound above, for every transposition,
+// odd sizes and sizes past its blocks (K > 256: several passes through C; M > 144: several blocks of A), padded
+// operands (NaN padding must not be read) and C (the padding must survive), alpha 1 and 0.5, beta 0 (C starts
+// as NaN), 1 and 0.5. And its order of summation depends on K, alpha and beta only: any block of C computed
+// by a call of its own (the operands offset to its rows and columns) has the whole product's bits there,
+// which is what makes kernels::gemm's panels independent of how they are cut and spread over threads. With a
+// bias, bitwise the product added to rows preset to it (gemm_bias's definition).
+TEST(GemmAvx2, MatchesScalarAndAnyBlockOfCHasTheWholeProductsBits) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 (or TFM_FORCE_SCALAR)";
+  Rng rng(4321);
+  const int64_t shapes[][3] = {{1, 1, 1},    {5, 17, 3},     {6, 16, 8},    {7, 15, 9},     {33, 17, 100},
+                               {100, 3, 17}, {150, 70, 600}, {13, 35, 513}, {145, 33, 257}, {40, 200, 99}};
+  for (const auto& s : shapes) {
+    for (int t = 0; t < 4; ++t) {
+      for (int64_t pad : {0, 5}) {
+        const Case c{bool(t & 1), bool(t & 2), s[0], s[1], s[2], pad};
+        Mat A(c.ta ? c.K : c.M, c.ta ? c.M : c.K, pad, kNaN, rng);
+        Mat B(c.tb ? c.N : c.K, c.tb ? c.K : c.N, pad, kNaN, rng);
+        const std::vector<double> absprod = abs_products(c, A, B);
+        for (float alpha : {1.f, 0.5f}) {
+          for (float beta : {0.f, 1.f, 0.5f}) {
+            Mat C0(c.M, c.N, pad, -7.f, rng);
+            if (beta == 0.f)
+              for (int64_t i = 0; i < c.M; ++i)
+                for (int64_t j = 0; j < c.N; ++j) C0.at(i, j) = kNaN;
+            Mat Cf = C0, Cs = C0;
+            gemm_detail::gemm_avx2_serial(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta,
+                                          Cf.v.data(), Cf.ld);
+            gemm_scalar(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta, Cs.v.data(), Cs.ld);
+            std::vector<double> scalar(size_t(c.M * c.N));
+            for (int64_t i = 0; i < c.M; ++i)
+              for (int64_t j = 0; j < c.N; ++j) scalar[i * c.N + j] = Cs.at(i, j);
+            expect_close(c, alpha, beta, C0, Cf, scalar, absprod, 2.0, "gemm_avx2_serial vs gemm_scalar");
+
+            // The block of rows [i0, M) and columns [j0, N), by a call of its own on C0's values.
+            const int64_t i0 = c.M / 3, j0 = c.N / 2;
+            Mat Cb = C0;
+            const float* a = c.ta ? A.v.data() + i0 : A.v.data() + i0 * A.ld;
+            const float* b = c.tb ? B.v.data() + j0 * B.ld : B.v.data() + j0;
+            gemm_detail::gemm_avx2_serial(c.ta, c.tb, c.M - i0, c.N - j0, c.K, alpha, a, A.ld, b, B.ld, beta,
+                                          &Cb.at(i0, j0), Cb.ld);
+            std::vector<float> whole, block;
+            for (int64_t i = i0; i < c.M; ++i)
+              for (int64_t j = j0; j < c.N; ++j) whole.push_back(Cf.at(i, j)), block.push_back(Cb.at(i, j));
+            EXPECT_TRUE(bitwise_equal(block, whole, "block of " + c.str()));
+          }
+        }
+        // With a bias (gemm_bias's panels): bitwise the product onto rows preset to the bias, C's NaN unread.
+        Mat bias(1, c.N, 0, 0.f, rng), preset(c.M, c.N, pad, -7.f, rng);
+        Mat fused = preset;
+        for (int64_t i = 0; i < c.M; ++i)
+          for (int64_t j = 0; j < c.N; ++j) preset.at(i, j) = bias.at(0, j), fused.at(i, j) = kNaN;
+        gemm_detail::gemm_avx2_serial(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.v.data(), A.ld, B.v.data(), B.ld, 1.f,
+                                      preset.v.data(), preset.ld);
+        gemm_detail::gemm_avx2_serial(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.v.data(), A.ld, B.v.data(), B.ld, 0.f,
+                                      fused.v.data(), fused.ld, bias.v.data());
+        EXPECT_TRUE(bitwise_equal(fused.v, preset.v, "bias of " + c.str()));
       }
     }
   }

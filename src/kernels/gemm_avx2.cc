@@ -1,0 +1,221 @@
+// src/kernels/gemm_avx2.cc — one panel of kernels::gemm and gemm_bias on CPUs with AVX2 but without AVX-512: a
+// blocked product of our own (gemm_backend.h says when it runs; gemm_scalar is its twin). Compiled with AVX2 and
+// FMA flags by CMake.
+//
+//   C(m,n) = alpha · op(A)(m,K) · op(B)(K,n) + beta · C  (+ bias, broadcast over rows)   operands as in gemm_scalar.h
+//
+// GotoBLAS's loops, with both operands packed so the kernel reads them contiguously whatever their
+// transposition:
+//   for each pass of kKc consecutive k:
+//     pack op(B)'s kc rows into strips of 16 columns (k-major: 16 floats per k, zeros past n)
+//     for each block of kMc rows:
+//       pack op(A)'s block into strips of 6 rows (k-major: 6 floats per k, zeros past m)
+//       for each strip of B:               its kc·16 floats (16 KiB) stay in L1 while...
+//         for each strip of A:             ...the block's strips (kMc·kc floats, 144 KiB) stream from L2
+//           6 × 16 sums in 12 ymm accumulators: acc = the sums so far (or 0), acc += a[r, k]·b[k, :]
+// A step of the kernel is 2 loads of B, 6 broadcasts of A and 12 FMAs: the two FMA pipes are the limit.
+//
+// The numbers, as gemm_scalar's formula: each output's sum acc is one k-ascending fma chain from 0; between
+// passes it waits, in float (storing and reloading it changes no bit of the chain), in C itself when C's old
+// values are not needed (beta = 0), else in a scratch panel; the last pass writes alpha·acc + beta·C (beta = 0
+// never reads C: it may hold NaN; alpha = 1 and beta = 1 are no multiplications), + bias[j] when given. So a
+// gemm_bias is, bit for bit, the product added to rows preset to the bias (kernels.h's definition of it), and
+// the bits of an output depend on K and the inputs only: not on m, n, the panel or the thread count, so the
+// panels of gemm_paneled give the same bits however they are cut or spread. The chain's fused multiply-adds
+// make it differ from gemm_scalar's separate products and sums within the bound tests/kernels/gemm_test.cc
+// derives for any summation order.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/common_avx2.h"
+#include "kernels/gemm_backend.h"
+#include "kernels/kernels.h"
+
+namespace tfm::kernels::gemm_detail {
+
+namespace {
+
+constexpr int kMr = 6, kNr = 16;   // the kernel's tile: 6 rows × 16 columns
+constexpr int64_t kKc = 256;       // k per pass
+constexpr int64_t kMc = 24 * kMr;  // rows per packed block of A (144)
+
+// What the last pass does to a tile's sums before storing them to C: C = alpha·acc + beta·C (+ bias).
+struct Epilogue {
+  float alpha = 1.0f, beta = 0.0f;
+  const float* bias = nullptr;  // the tile's first column's, 16 floats
+};
+
+// Tile (6, 16): acc = (in ? in's tile : 0) + Σ_k a[k·6 + r]·b[k·16 + :], k = 0 … kc−1, each output one fma
+// chain in k order; then out's tile ← acc, or with e, the epilogue of acc and out's tile (read only for
+// beta ≠ 0). in and out may be the same tile.
+void kernel_6x16(int64_t kc, const float* a, const float* b, const float* in, int64_t ldin, float* out, int64_t ldout,
+                 const Epilogue* e) {
+  __m256 c[kMr][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < kMr; ++r) {
+    c[r][0] = in ? _mm256_loadu_ps(in + r * ldin) : _mm256_setzero_ps();
+    c[r][1] = in ? _mm256_loadu_ps(in + r * ldin + 8) : _mm256_setzero_ps();
+  }
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(b + kNr * k), b1 = _mm256_loadu_ps(b + kNr * k + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < kMr; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + kMr * k + r);
+      c[r][0] = _mm256_fmadd_ps(x, b0, c[r][0]);
+      c[r][1] = _mm256_fmadd_ps(x, b1, c[r][1]);
+    }
+  }
+  if (e) {
+    const __m256 alpha = _mm256_set1_ps(e->alpha), beta = _mm256_set1_ps(e->beta);
+#pragma GCC unroll 6
+    for (int r = 0; r < kMr; ++r)
+      for (int h = 0; h < 2; ++h) {
+        __m256 v = e->alpha == 1.0f ? c[r][h] : _mm256_mul_ps(alpha, c[r][h]);
+        if (e->beta != 0.0f) {
+          const __m256 old = _mm256_loadu_ps(out + r * ldout + 8 * h);
+          v = _mm256_add_ps(v, e->beta == 1.0f ? old : _mm256_mul_ps(beta, old));
+        }
+        if (e->bias) v = _mm256_add_ps(v, _mm256_loadu_ps(e->bias + 8 * h));
+        c[r][h] = v;
+      }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < kMr; ++r) {
+    _mm256_storeu_ps(out + r * ldout, c[r][0]);
+    _mm256_storeu_ps(out + r * ldout + 8, c[r][1]);
+  }
+}
+
+// A tile at the panel's edge (rows < 6 or cols < 16): the kernel on 6 × 16 copies of its in, out and bias,
+// then its rows × cols back, so no element outside C (or the scratch) is read or written.
+void kernel_edge(int64_t kc, const float* a, const float* b, const float* in, int64_t ldin, float* out, int64_t ldout,
+                 const Epilogue* e, int rows, int cols) {
+  alignas(32) float tin[kMr * kNr] = {}, tout[kMr * kNr] = {}, tbias[kNr] = {};
+  for (int r = 0; r < rows; ++r) {
+    if (in) std::copy(in + r * ldin, in + r * ldin + cols, tin + r * kNr);
+    if (e && e->beta != 0.0f) std::copy(out + r * ldout, out + r * ldout + cols, tout + r * kNr);
+  }
+  Epilogue te;
+  if (e) {
+    te = *e;
+    if (e->bias) te.bias = std::copy(e->bias, e->bias + cols, tbias) - cols;
+  }
+  kernel_6x16(kc, a, b, in ? tin : nullptr, kNr, tout, kNr, e ? &te : nullptr);
+  for (int r = 0; r < rows; ++r) std::copy(tout + r * kNr, tout + r * kNr + cols, out + r * ldout);
+}
+
+// op(B)'s rows [0, kc) (already offset to the pass's first k) and columns [0, n) → strips of 16 columns,
+// strip s at dst + s·kc·16, element (k, j) at [k·16 + j − 16s]; columns past n are 0.
+void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t kc, int64_t n, float* dst) {
+  for (int64_t j0 = 0; j0 < n; j0 += kNr, dst += kc * kNr) {
+    const int cols = static_cast<int>(std::min<int64_t>(kNr, n - j0));
+    if (!trans_b) {  // op(B)(k, j) = B[k·ldb + j]: a row's 16 columns are contiguous
+      const __m256i lo = first_n_lanes(cols), hi = first_n_lanes(cols - 8);
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = B + k * ldb + j0;
+        float* d = dst + k * kNr;
+        if (cols == kNr) {
+          _mm256_storeu_ps(d, _mm256_loadu_ps(src));
+          _mm256_storeu_ps(d + 8, _mm256_loadu_ps(src + 8));
+        } else {
+          _mm256_storeu_ps(d, _mm256_maskload_ps(src, lo));
+          _mm256_storeu_ps(d + 8, cols > 8 ? _mm256_maskload_ps(src + 8, hi) : _mm256_setzero_ps());
+        }
+      }
+    } else {  // op(B)(k, j) = B[j·ldb + k]: the strip is B's rows j0 … j0+cols transposed
+      transpose_avx2(B + j0 * ldb, ldb, cols, kc, dst, kNr);
+      for (int64_t k = 0; k < kc && cols < kNr; ++k) std::fill(dst + k * kNr + cols, dst + (k + 1) * kNr, 0.0f);
+    }
+  }
+}
+
+// d[0, 6) ← v's first 6 lanes, in two plain stores: AMD's vmaskmovps store is microcoded, and packing a
+// transposed A with it took a fifth of a product's time.
+inline void store6(float* d, __m256 v) {
+  _mm_storeu_ps(d, _mm256_castps256_ps128(v));
+  _mm_storel_pi(reinterpret_cast<__m64*>(d + 4), _mm256_extractf128_ps(v, 1));
+}
+
+// op(A)'s rows [0, m) and columns [0, kc) (already offset to the block's first row and the pass's
+// first k) → strips of 6 rows, strip s at dst + s·kc·6, element (i, k) at [k·6 + i − 6s]; rows past m are 0.
+void pack_a(bool trans_a, const float* A, int64_t lda, int64_t m, int64_t kc, float* dst) {
+  if (trans_a) {  // op(A)(i, k) = A[k·lda + i]: a k's m rows are contiguous, read once into every strip
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = A + k * lda;
+      float* d = dst + k * kMr;
+      for (int64_t i0 = 0; i0 < m; i0 += kMr, d += kc * kMr)
+        store6(d, _mm256_maskload_ps(src + i0, first_n_lanes(m - i0)));
+    }
+    return;
+  }
+  // op(A)(i, k) = A[i·lda + k]: a strip's rows 8 k at a time, transposed in registers.
+  for (int64_t i0 = 0; i0 < m; i0 += kMr, dst += kc * kMr) {
+    const int rows = static_cast<int>(std::min<int64_t>(kMr, m - i0));
+    const float* src = A + i0 * lda;
+    int64_t k = 0;
+    for (; k + 8 <= kc; k += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = i < rows ? _mm256_loadu_ps(src + i * lda + k) : _mm256_setzero_ps();
+      transpose8x8(r);  // r[c]: the strip's values at k + c (lanes past 6 unused)
+      for (int c = 0; c < 8; ++c) store6(dst + (k + c) * kMr, r[c]);
+    }
+    for (; k < kc; ++k)
+      for (int i = 0; i < kMr; ++i) dst[k * kMr + i] = i < rows ? src[i * lda + k] : 0.0f;
+  }
+}
+
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+}  // namespace
+
+void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  thread_local std::vector<float> a_buf, b_buf, sums_buf;  // grow once per thread
+  const int64_t kc_max = std::min(K, kKc);
+  const size_t b_size = static_cast<size_t>(round_up(N, kNr) * kc_max);
+  const size_t a_size = static_cast<size_t>(round_up(std::min(M, kMc), kMr) * kc_max);
+  if (b_buf.size() < b_size) b_buf.resize(b_size);
+  if (a_buf.size() < a_size) a_buf.resize(a_size);
+  // Where the sums wait between passes: C, unless the last pass needs C's old values.
+  float* sums = C;
+  int64_t lds = ldc;
+  if (beta != 0.0f && K > kKc) {
+    if (sums_buf.size() < static_cast<size_t>(M * N)) sums_buf.resize(static_cast<size_t>(M * N));
+    sums = sums_buf.data(), lds = N;
+  }
+  float* bp = b_buf.data();
+  float* ap = a_buf.data();
+  for (int64_t p0 = 0; p0 < K; p0 += kKc) {
+    const int64_t kc = std::min(kKc, K - p0);
+    const bool first = p0 == 0, last = p0 + kc == K;
+    pack_b(trans_b, trans_b ? B + p0 : B + p0 * ldb, ldb, kc, N, bp);
+    for (int64_t i0 = 0; i0 < M; i0 += kMc) {
+      const int64_t mc = std::min(kMc, M - i0);
+      pack_a(trans_a, trans_a ? A + p0 * lda + i0 : A + i0 * lda + p0, lda, mc, kc, ap);
+      for (int64_t j0 = 0; j0 < N; j0 += kNr) {
+        const int cols = static_cast<int>(std::min<int64_t>(kNr, N - j0));
+        const float* b = bp + (j0 / kNr) * kc * kNr;
+        Epilogue e{alpha, beta, bias ? bias + j0 : nullptr};
+        for (int64_t r0 = 0; r0 < mc; r0 += kMr) {
+          const int rows = static_cast<int>(std::min<int64_t>(kMr, mc - r0));
+          const float* a = ap + (r0 / kMr) * kc * kMr;
+          const int64_t i = i0 + r0;
+          const float* in = first ? nullptr : sums + i * lds + j0;
+          float* out = last ? C + i * ldc + j0 : sums + i * lds + j0;
+          const int64_t ldout = last ? ldc : lds;
+          if (rows == kMr && cols == kNr) {
+            kernel_6x16(kc, a, b, in, lds, out, ldout, last ? &e : nullptr);
+          } else {
+            kernel_edge(kc, a, b, in, lds, out, ldout, last ? &e : nullptr, rows, cols);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tfm::kernels::gemm_detail
