@@ -170,6 +170,12 @@ void pack_a(bool trans_a, const float* A, int64_t lda, int64_t m, int64_t kc, fl
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
+// The first 64-byte boundary at or after p (p is at least float-aligned).
+float* line_aligned(float* p) {
+  const auto u = reinterpret_cast<uintptr_t>(p);
+  return p + ((64 - u % 64) % 64) / sizeof(float);
+}
+
 }  // namespace
 
 void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -178,8 +184,9 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
   const int64_t kc_max = std::min(K, kKc);
   const size_t b_size = static_cast<size_t>(round_up(N, kNr) * kc_max);
   const size_t a_size = static_cast<size_t>(round_up(std::min(M, kMc), kMr) * kc_max);
-  if (b_buf.size() < b_size) b_buf.resize(b_size);
-  if (a_buf.size() < a_size) a_buf.resize(a_size);
+  // 16 floats of slack: the packed strips start on a cache line, so no load of the kernel's splits across two.
+  if (b_buf.size() < b_size + 16) b_buf.resize(b_size + 16);
+  if (a_buf.size() < a_size + 16) a_buf.resize(a_size + 16);
   // Where the sums wait between passes: C, unless the last pass needs C's old values.
   float* sums = C;
   int64_t lds = ldc;
@@ -187,8 +194,8 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
     if (sums_buf.size() < static_cast<size_t>(M * N)) sums_buf.resize(static_cast<size_t>(M * N));
     sums = sums_buf.data(), lds = N;
   }
-  float* bp = b_buf.data();
-  float* ap = a_buf.data();
+  float* bp = line_aligned(b_buf.data());
+  float* ap = line_aligned(a_buf.data());
   for (int64_t p0 = 0; p0 < K; p0 += kKc) {
     const int64_t kc = std::min(kKc, K - p0);
     const bool first = p0 == 0, last = p0 + kc == K;
