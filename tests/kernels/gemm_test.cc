@@ -102,6 +102,29 @@ void expect_close(const Case& c, float alpha, float beta, const Mat& C0, const M
   EXPECT_TRUE(bitwise_equal(got.padding(), C0.padding(), at + ": padding of C"));
 }
 
+using GemmFn = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                        float, float*, int64_t);
+
+// fn's C for a case, alpha and beta, checked against gemm_scalar's within twice the one-sided bound (both are
+// float); C starts as C0: random with its padding a sentinel that must survive, all NaN where beta = 0 says it
+// is not read. Returns C0 and fn's C.
+std::pair<Mat, Mat> check_against_scalar(GemmFn fn, const Case& c, const Mat& A, const Mat& B,
+                                         const std::vector<double>& absprod, float alpha, float beta, Rng& rng,
+                                         const std::string& what) {
+  Mat C0(c.M, c.N, c.pad, -7.f, rng);
+  if (beta == 0.f)
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) C0.at(i, j) = kNaN;
+  Mat Cf = C0, Cs = C0;
+  fn(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta, Cf.v.data(), Cf.ld);
+  gemm_scalar(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta, Cs.v.data(), Cs.ld);
+  std::vector<double> scalar(size_t(c.M * c.N));
+  for (int64_t i = 0; i < c.M; ++i)
+    for (int64_t j = 0; j < c.N; ++j) scalar[i * c.N + j] = Cs.at(i, j);
+  expect_close(c, alpha, beta, C0, Cf, scalar, absprod, 2.0, what);
+  return {C0, Cf};
+}
+
 // Odd sizes (not multiples of any vector width), degenerate 1s, and sizes above the serial
 // threshold (2^21 multiply-adds) so the threaded panel paths run too: row panels with a ragged
 // last panel (65·130·257, 200·300·150, 1030·70·40) and column panels (M < 128: 40·700·99).
@@ -119,32 +142,17 @@ TEST(Gemm, MatchesScalarAllTransposesOddSizesPaddedAlphaBeta) {
         Mat A(c.ta ? c.K : c.M, c.ta ? c.M : c.K, pad, kNaN, rng);
         Mat B(c.tb ? c.N : c.K, c.tb ? c.K : c.N, pad, kNaN, rng);
         const std::vector<double> absprod = abs_products(c, A, B);
-        for (float alpha : {0.f, 1.f, 0.5f}) {
-          for (float beta : {0.f, 1.f, 0.5f}) {
-            // C padding holds a sentinel that must survive; with beta = 0, C is all NaN.
-            Mat C0(c.M, c.N, pad, -7.f, rng);
-            if (beta == 0.f)
-              for (int64_t i = 0; i < c.M; ++i)
-                for (int64_t j = 0; j < c.N; ++j) C0.at(i, j) = kNaN;
-            Mat Cf = C0, Cs = C0;
-            gemm(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta,
-                 Cf.v.data(), Cf.ld);
-            gemm_scalar(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld,
-                        beta, Cs.v.data(), Cs.ld);
-            std::vector<double> scalar(size_t(c.M * c.N));
-            for (int64_t i = 0; i < c.M; ++i)
-              for (int64_t j = 0; j < c.N; ++j) scalar[i * c.N + j] = Cs.at(i, j);
-            // Both float: twice the one-sided bound.
-            expect_close(c, alpha, beta, C0, Cf, scalar, absprod, 2.0, "gemm vs gemm_scalar");
-          }
-        }
+        for (float alpha : {0.f, 1.f, 0.5f})
+          for (float beta : {0.f, 1.f, 0.5f})
+            check_against_scalar(&gemm, c, A, B, absprod, alpha, beta, rng, "gemm vs gemm_scalar");
       }
     }
   }
 }
 
 // op(A) = Aᵀ with a long leading dimension (lda ≥ 2048, the weight-gradient case dW = dyᵀ·x with
-// out ≥ 2048). Two special paths in gemm.cc: with beta = 0 and M ≥ 4N (and enough work) the product
+// out ≥ 2048). Two special paths in gemm.cc where oneDNN runs the panels (gemm_avx2.cc, on CPUs without
+// AVX-512, packs any stride and takes neither): with beta = 0 and M ≥ 4N (and enough work) the product
 // runs swapped, Cᵀ = Bᵀ·A into a scratch, transposed into C (gemm_tn_swapped: 1030·70·40, 600·150·50);
 // otherwise panels with ≥ 256 columns copy their A panel to rows and run NN (transposed_panel).
 // Sizes not multiples of 16×16 tiles; one serial call (33·257·17), column panels (M < 128:
@@ -201,18 +209,12 @@ TEST(GemmAvx2, MatchesScalarAndAnyBlockOfCHasTheWholeProductsBits) {
         const std::vector<double> absprod = abs_products(c, A, B);
         for (float alpha : {1.f, 0.5f}) {
           for (float beta : {0.f, 1.f, 0.5f}) {
-            Mat C0(c.M, c.N, pad, -7.f, rng);
-            if (beta == 0.f)
-              for (int64_t i = 0; i < c.M; ++i)
-                for (int64_t j = 0; j < c.N; ++j) C0.at(i, j) = kNaN;
-            Mat Cf = C0, Cs = C0;
-            gemm_detail::gemm_avx2_serial(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta,
-                                          Cf.v.data(), Cf.ld);
-            gemm_scalar(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta, Cs.v.data(), Cs.ld);
-            std::vector<double> scalar(size_t(c.M * c.N));
-            for (int64_t i = 0; i < c.M; ++i)
-              for (int64_t j = 0; j < c.N; ++j) scalar[i * c.N + j] = Cs.at(i, j);
-            expect_close(c, alpha, beta, C0, Cf, scalar, absprod, 2.0, "gemm_avx2_serial vs gemm_scalar");
+            const GemmFn avx2 = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+              gemm_detail::gemm_avx2_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            };
+            auto [C0, Cf] =
+                check_against_scalar(avx2, c, A, B, absprod, alpha, beta, rng, "gemm_avx2_serial vs gemm_scalar");
 
             // The block of rows [i0, M) and columns [j0, N), by a call of its own on C0's values.
             const int64_t i0 = c.M / 3, j0 = c.N / 2;
