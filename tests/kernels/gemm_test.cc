@@ -125,6 +125,20 @@ std::pair<Mat, Mat> check_against_scalar(GemmFn fn, const Case& c, const Mat& A,
   return {C0, Cf};
 }
 
+// fn(case, A, B, Σ|a||b|) for every shape of `shapes` ({M, N, K} each), every transposition and operands
+// padded by 0 and 5 columns of NaN (which must not be read). A is stored (M,K) or (K,M), B (K,N) or (N,K).
+template <size_t kCount, typename Fn>
+void for_each_case(const int64_t (&shapes)[kCount][3], Rng& rng, Fn fn) {
+  for (const auto& s : shapes)
+    for (int t = 0; t < 4; ++t)
+      for (int64_t pad : {0, 5}) {
+        const Case c{bool(t & 1), bool(t & 2), s[0], s[1], s[2], pad};
+        const Mat A(c.ta ? c.K : c.M, c.ta ? c.M : c.K, pad, kNaN, rng);
+        const Mat B(c.tb ? c.N : c.K, c.tb ? c.K : c.N, pad, kNaN, rng);
+        fn(c, A, B, abs_products(c, A, B));
+      }
+}
+
 // Odd sizes (not multiples of any vector width), degenerate 1s, and sizes above the serial
 // threshold (2^21 multiply-adds) so the threaded panel paths run too: row panels with a ragged
 // last panel (65·130·257, 200·300·150, 1030·70·40) and column panels (M < 128: 40·700·99).
@@ -134,20 +148,11 @@ const int64_t kShapes[][3] = {{1, 1, 1},     {1, 17, 3},     {3, 1, 33},      {1
 
 TEST(Gemm, MatchesScalarAllTransposesOddSizesPaddedAlphaBeta) {
   Rng rng(1234);
-  for (const auto& s : kShapes) {
-    for (int t = 0; t < 4; ++t) {
-      for (int64_t pad : {0, 5}) {
-        const Case c{bool(t & 1), bool(t & 2), s[0], s[1], s[2], pad};
-        // Stored shapes: A is (M,K) or (K,M), B is (K,N) or (N,K).
-        Mat A(c.ta ? c.K : c.M, c.ta ? c.M : c.K, pad, kNaN, rng);
-        Mat B(c.tb ? c.N : c.K, c.tb ? c.K : c.N, pad, kNaN, rng);
-        const std::vector<double> absprod = abs_products(c, A, B);
-        for (float alpha : {0.f, 1.f, 0.5f})
-          for (float beta : {0.f, 1.f, 0.5f})
-            check_against_scalar(&gemm, c, A, B, absprod, alpha, beta, rng, "gemm vs gemm_scalar");
-      }
-    }
-  }
+  for_each_case(kShapes, rng, [&](const Case& c, const Mat& A, const Mat& B, const std::vector<double>& absprod) {
+    for (float alpha : {0.f, 1.f, 0.5f})
+      for (float beta : {0.f, 1.f, 0.5f})
+        check_against_scalar(&gemm, c, A, B, absprod, alpha, beta, rng, "gemm vs gemm_scalar");
+  });
 }
 
 // op(A) = Aᵀ with a long leading dimension (lda ≥ 2048, the weight-gradient case dW = dyᵀ·x with
@@ -200,48 +205,40 @@ TEST(GemmAvx2, MatchesScalarAndAnyBlockOfCHasTheWholeProductsBits) {
   Rng rng(4321);
   const int64_t shapes[][3] = {{1, 1, 1},    {5, 17, 3},     {6, 16, 8},    {7, 15, 9},     {33, 17, 100},
                                {100, 3, 17}, {150, 70, 600}, {13, 35, 513}, {145, 33, 257}, {40, 200, 99}};
-  for (const auto& s : shapes) {
-    for (int t = 0; t < 4; ++t) {
-      for (int64_t pad : {0, 5}) {
-        const Case c{bool(t & 1), bool(t & 2), s[0], s[1], s[2], pad};
-        Mat A(c.ta ? c.K : c.M, c.ta ? c.M : c.K, pad, kNaN, rng);
-        Mat B(c.tb ? c.N : c.K, c.tb ? c.K : c.N, pad, kNaN, rng);
-        const std::vector<double> absprod = abs_products(c, A, B);
-        for (float alpha : {1.f, 0.5f}) {
-          for (float beta : {0.f, 1.f, 0.5f}) {
-            const GemmFn avx2 = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-              gemm_detail::gemm_avx2_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-            };
-            auto [C0, Cf] =
-                check_against_scalar(avx2, c, A, B, absprod, alpha, beta, rng, "gemm_avx2_serial vs gemm_scalar");
+  for_each_case(shapes, rng, [&](const Case& c, const Mat& A, const Mat& B, const std::vector<double>& absprod) {
+    for (float alpha : {1.f, 0.5f}) {
+      for (float beta : {0.f, 1.f, 0.5f}) {
+        const GemmFn avx2 = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+          gemm_detail::gemm_avx2_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        };
+        auto [C0, Cf] =
+            check_against_scalar(avx2, c, A, B, absprod, alpha, beta, rng, "gemm_avx2_serial vs gemm_scalar");
 
-            // The block of rows [i0, M) and columns [j0, N), by a call of its own on C0's values.
-            const int64_t i0 = c.M / 3, j0 = c.N / 2;
-            Mat Cb = C0;
-            const float* a = c.ta ? A.v.data() + i0 : A.v.data() + i0 * A.ld;
-            const float* b = c.tb ? B.v.data() + j0 * B.ld : B.v.data() + j0;
-            gemm_detail::gemm_avx2_serial(c.ta, c.tb, c.M - i0, c.N - j0, c.K, alpha, a, A.ld, b, B.ld, beta,
-                                          &Cb.at(i0, j0), Cb.ld);
-            std::vector<float> whole, block;
-            for (int64_t i = i0; i < c.M; ++i)
-              for (int64_t j = j0; j < c.N; ++j) whole.push_back(Cf.at(i, j)), block.push_back(Cb.at(i, j));
-            EXPECT_TRUE(bitwise_equal(block, whole, "block of " + c.str()));
-          }
-        }
-        // With a bias (gemm_bias's panels): bitwise the product onto rows preset to the bias, C's NaN unread.
-        Mat bias(1, c.N, 0, 0.f, rng), preset(c.M, c.N, pad, -7.f, rng);
-        Mat fused = preset;
-        for (int64_t i = 0; i < c.M; ++i)
-          for (int64_t j = 0; j < c.N; ++j) preset.at(i, j) = bias.at(0, j), fused.at(i, j) = kNaN;
-        gemm_detail::gemm_avx2_serial(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.v.data(), A.ld, B.v.data(), B.ld, 1.f,
-                                      preset.v.data(), preset.ld);
-        gemm_detail::gemm_avx2_serial(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.v.data(), A.ld, B.v.data(), B.ld, 0.f,
-                                      fused.v.data(), fused.ld, bias.v.data());
-        EXPECT_TRUE(bitwise_equal(fused.v, preset.v, "bias of " + c.str()));
+        // The block of rows [i0, M) and columns [j0, N), by a call of its own on C0's values.
+        const int64_t i0 = c.M / 3, j0 = c.N / 2;
+        Mat Cb = C0;
+        const float* a = c.ta ? A.v.data() + i0 : A.v.data() + i0 * A.ld;
+        const float* b = c.tb ? B.v.data() + j0 * B.ld : B.v.data() + j0;
+        gemm_detail::gemm_avx2_serial(c.ta, c.tb, c.M - i0, c.N - j0, c.K, alpha, a, A.ld, b, B.ld, beta,
+                                      &Cb.at(i0, j0), Cb.ld);
+        std::vector<float> whole, block;
+        for (int64_t i = i0; i < c.M; ++i)
+          for (int64_t j = j0; j < c.N; ++j) whole.push_back(Cf.at(i, j)), block.push_back(Cb.at(i, j));
+        EXPECT_TRUE(bitwise_equal(block, whole, "block of " + c.str()));
       }
     }
-  }
+    // With a bias (gemm_bias's panels): bitwise the product onto rows preset to the bias, C's NaN unread.
+    Mat bias(1, c.N, 0, 0.f, rng), preset(c.M, c.N, c.pad, -7.f, rng);
+    Mat fused = preset;
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) preset.at(i, j) = bias.at(0, j), fused.at(i, j) = kNaN;
+    gemm_detail::gemm_avx2_serial(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.v.data(), A.ld, B.v.data(), B.ld, 1.f,
+                                  preset.v.data(), preset.ld);
+    gemm_detail::gemm_avx2_serial(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.v.data(), A.ld, B.v.data(), B.ld, 0.f,
+                                  fused.v.data(), fused.ld, bias.v.data());
+    EXPECT_TRUE(bitwise_equal(fused.v, preset.v, "bias of " + c.str()));
+  });
 }
 
 // The scalar twin itself against the double-precision instance of the same specification.
@@ -255,15 +252,12 @@ TEST(GemmScalar, MatchesDoubleReference) {
       Mat C0(c.M, c.N, c.pad, -7.f, rng);
       const std::vector<double> absprod = abs_products(c, A, B);
       const float alpha = 0.5f, beta = 0.5f;
-      std::vector<double> a(A.v.begin(), A.v.end()), b(B.v.begin(), B.v.end()),
-          want(size_t(c.M * c.N));
+      std::vector<double> a(A.v.begin(), A.v.end()), b(B.v.begin(), B.v.end()), want(size_t(c.M * c.N));
       for (int64_t i = 0; i < c.M; ++i)
         for (int64_t j = 0; j < c.N; ++j) want[i * c.N + j] = C0.at(i, j);
-      gemm_scalar<double>(c.ta, c.tb, c.M, c.N, c.K, alpha, a.data(), A.ld, b.data(), B.ld, beta,
-                          want.data(), c.N);
+      gemm_scalar<double>(c.ta, c.tb, c.M, c.N, c.K, alpha, a.data(), A.ld, b.data(), B.ld, beta, want.data(), c.N);
       Mat Cs = C0;
-      gemm_scalar(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta,
-                  Cs.v.data(), Cs.ld);
+      gemm_scalar(c.ta, c.tb, c.M, c.N, c.K, alpha, A.v.data(), A.ld, B.v.data(), B.ld, beta, Cs.v.data(), Cs.ld);
       expect_close(c, alpha, beta, C0, Cs, want, absprod, 1.0, "gemm_scalar vs double");
     }
   }
