@@ -48,7 +48,7 @@ int64_t tile_rows(const AttentionParams& p) {
 // C = alpha·op(A)·op(B) + beta·C on the calling thread (gemm_backend.h's sgemm_serial).
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
            int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (alpha == 0.0f) {  // C = beta·C (BLAS): oneDNN's alpha = 0 would read C's garbage (gemm.cc)
+  if (alpha == 0.0f) {  // C = beta·C (BLAS): the panel products take alpha ≠ 0 (gemm.cc says why)
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
     return;

@@ -18,12 +18,13 @@
 // The numbers, as gemm_scalar's formula: each output's sum acc is one k-ascending fma chain from 0; between
 // passes it waits, in float (storing and reloading it changes no bit of the chain), in C itself when C's old
 // values are not needed (beta = 0), else in a scratch panel; the last pass writes alpha·acc + beta·C (beta = 0
-// never reads C: it may hold NaN; alpha = 1 and beta = 1 are no multiplications), + bias[j] when given. So a
-// gemm_bias is, bit for bit, the product added to rows preset to the bias (kernels.h's definition of it), and
-// the bits of an output depend on K and the inputs only: not on m, n, the panel or the thread count, so the
-// panels of gemm_paneled give the same bits however they are cut or spread. The chain's fused multiply-adds
-// make it differ from gemm_scalar's separate products and sums within the bound tests/kernels/gemm_test.cc
-// derives for any summation order.
+// never reads C: it may hold NaN; alpha = 1 and beta = 1 are no multiplications), + bias[j] when given, each
+// operation rounded on its own: CMake compiles this file with -ffp-contract=off, so every lane of every tile
+// rounds the epilogue alike (the products' FMAs are written as such). So a gemm_bias is, bit for bit, the
+// product added to rows preset to the bias (kernels.h's definition of it), and the bits of an output depend on K
+// and the inputs only: not on m, n, the panel or the thread count, so the panels of gemm_paneled give the same
+// bits however they are cut or spread. The chain's fused multiply-adds make it differ from gemm_scalar's
+// separate products and sums within the bound tests/kernels/gemm_test.cc derives for any summation order.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -184,7 +185,8 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
   const int64_t kc_max = std::min(K, kKc);
   const size_t b_size = static_cast<size_t>(round_up(N, kNr) * kc_max);
   const size_t a_size = static_cast<size_t>(round_up(std::min(M, kMc), kMr) * kc_max);
-  // 16 floats of slack: the packed strips start on a cache line, so no load of the kernel's splits across two.
+  // 16 floats of slack: B's strips start on a cache line (each k's 16 floats one line), so none of the kernel's
+  // loads of B splits across two.
   if (b_buf.size() < b_size + 16) b_buf.resize(b_size + 16);
   if (a_buf.size() < a_size + 16) a_buf.resize(a_size + 16);
   // Where the sums wait between passes: C, unless the last pass needs C's old values.

@@ -196,7 +196,7 @@ TEST(Gemm, LongStrideTransposedAMatchesScalar) {
 // it is tested on every CPU with AVX2. Against gemm_scalar within the bound above, for every transposition,
 // odd sizes and sizes past its blocks (K > 256: several passes through C; M > 144: several blocks of A), padded
 // operands (NaN padding must not be read) and C (the padding must survive), alpha 1 and 0.5, beta 0 (C starts
-// as NaN), 1 and 0.5. And its order of summation depends on K, alpha and beta only: any block of C computed
+// as NaN), 1, 0.5 and 0.3. And its order of summation depends on K, alpha and beta only: any block of C computed
 // by a call of its own (the operands offset to its rows and columns) has the whole product's bits there,
 // which is what makes kernels::gemm's panels independent of how they are cut and spread over threads. With a
 // bias, bitwise the product added to rows preset to it (gemm_bias's definition).
@@ -207,7 +207,7 @@ TEST(GemmAvx2, MatchesScalarAndAnyBlockOfCHasTheWholeProductsBits) {
                                {100, 3, 17}, {150, 70, 600}, {13, 35, 513}, {145, 33, 257}, {40, 200, 99}};
   for_each_case(shapes, rng, [&](const Case& c, const Mat& A, const Mat& B, const std::vector<double>& absprod) {
     for (float alpha : {1.f, 0.5f}) {
-      for (float beta : {0.f, 1.f, 0.5f}) {
+      for (float beta : {0.f, 1.f, 0.5f, 0.3f}) {  // 0.3·c is inexact: a fused multiply-add would show
         const GemmFn avx2 = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
           gemm_detail::gemm_avx2_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
