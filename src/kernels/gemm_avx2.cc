@@ -134,6 +134,11 @@ void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t kc, int64_t n, fl
   }
 }
 
+// Floats from one packed strip of A to the next: its kc·6 floats and one cache line more. Without the line, the
+// strips of a block (6 KiB apart at kc = 256) start in only 2 of L1's 64 sets, and packing a transposed A, which
+// writes to every strip in turn, kept evicting its own half-written lines.
+int64_t a_strip_stride(int64_t kc) { return kc * kMr + 16; }
+
 // d[0, 6) ← v's first 6 lanes, in two plain stores: AMD's vmaskmovps store is microcoded, and packing a
 // transposed A with it took a fifth of a product's time.
 inline void store6(float* d, __m256 v) {
@@ -142,19 +147,26 @@ inline void store6(float* d, __m256 v) {
 }
 
 // op(A)'s rows [0, m) and columns [0, kc) (already offset to the block's first row and the pass's
-// first k) → strips of 6 rows, strip s at dst + s·kc·6, element (i, k) at [k·6 + i − 6s]; rows past m are 0.
+// first k) → strips of 6 rows, strip s at dst + s·a_strip_stride(kc), element (i, k) at [k·6 + i − 6s]; rows past
+// m are 0.
 void pack_a(bool trans_a, const float* A, int64_t lda, int64_t m, int64_t kc, float* dst) {
-  if (trans_a) {  // op(A)(i, k) = A[k·lda + i]: a k's m rows are contiguous, read once into every strip
-    for (int64_t k = 0; k < kc; ++k) {
-      const float* src = A + k * lda;
-      float* d = dst + k * kMr;
-      for (int64_t i0 = 0; i0 < m; i0 += kMr, d += kc * kMr)
-        store6(d, _mm256_maskload_ps(src + i0, first_n_lanes(m - i0)));
+  const int64_t stride = a_strip_stride(kc);
+  if (trans_a) {  // op(A)(i, k) = A[k·lda + i]: a k's m rows are contiguous
+    // kq consecutive k at a time, every strip in turn: each strip gets kq·6 contiguous floats per visit.
+    for (int64_t k0 = 0; k0 < kc; k0 += 4) {
+      const int kq = static_cast<int>(std::min<int64_t>(4, kc - k0));
+      float* d = dst + k0 * kMr;
+      int64_t i0 = 0;
+      for (; i0 + 8 <= m; i0 += kMr, d += stride)  // whole 8-float loads inside the block's rows
+        for (int q = 0; q < kq; ++q) store6(d + q * kMr, _mm256_loadu_ps(A + (k0 + q) * lda + i0));
+      for (; i0 < m; i0 += kMr, d += stride)
+        for (int q = 0; q < kq; ++q)
+          store6(d + q * kMr, _mm256_maskload_ps(A + (k0 + q) * lda + i0, first_n_lanes(m - i0)));
     }
     return;
   }
   // op(A)(i, k) = A[i·lda + k]: a strip's rows 8 k at a time, transposed in registers.
-  for (int64_t i0 = 0; i0 < m; i0 += kMr, dst += kc * kMr) {
+  for (int64_t i0 = 0; i0 < m; i0 += kMr, dst += stride) {
     const int rows = static_cast<int>(std::min<int64_t>(kMr, m - i0));
     const float* src = A + i0 * lda;
     int64_t k = 0;
@@ -184,7 +196,7 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
   thread_local std::vector<float> a_buf, b_buf, sums_buf;  // grow once per thread
   const int64_t kc_max = std::min(K, kKc);
   const size_t b_size = static_cast<size_t>(round_up(N, kNr) * kc_max);
-  const size_t a_size = static_cast<size_t>(round_up(std::min(M, kMc), kMr) * kc_max);
+  const size_t a_size = static_cast<size_t>(round_up(std::min(M, kMc), kMr) / kMr * a_strip_stride(kc_max));
   // 16 floats of slack: B's strips start on a cache line (each k's 16 floats one line), so none of the kernel's
   // loads of B splits across two.
   if (b_buf.size() < b_size + 16) b_buf.resize(b_size + 16);
@@ -211,7 +223,7 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
         Epilogue e{alpha, beta, bias ? bias + j0 : nullptr};
         for (int64_t r0 = 0; r0 < mc; r0 += kMr) {
           const int rows = static_cast<int>(std::min<int64_t>(kMr, mc - r0));
-          const float* a = ap + (r0 / kMr) * kc * kMr;
+          const float* a = ap + (r0 / kMr) * a_strip_stride(kc);
           const int64_t i = i0 + r0;
           const float* in = first ? nullptr : sums + i * lds + j0;
           float* out = last ? C + i * ldc + j0 : sums + i * lds + j0;
