@@ -130,6 +130,8 @@ inline void store_n(float* p, __m256 v, int64_t n) {
 }
 
 // y = act(x + bias) for the plain kinds, row by row.
+// act is a lambda (the callers wrap the named functions in one): a function pointer here was called, not
+// inlined, once per vector.
 template <typename Act>
 void bias_map_rows(const float* x, const float* bias, float* y, int64_t N, int64_t F, Act act) {
   for (int64_t r = 0; r < N; ++r) {
@@ -196,10 +198,10 @@ bool bias_activation_forward_avx2(Activation k, const float* x, const float* bia
       return true;
     }
     case Activation::GELU:
-      bias_map_rows(x, bias, y, N, F, gelu_ps);
+      bias_map_rows(x, bias, y, N, F, [](const __m256 v) { return gelu_ps(v); });
       return true;
     case Activation::GELU_TANH:
-      bias_map_rows(x, bias, y, N, F, gelu_tanh_ps);
+      bias_map_rows(x, bias, y, N, F, [](const __m256 v) { return gelu_tanh_ps(v); });
       return true;
     case Activation::GLU:
       gated_forward_rows<Activation::GLU>(x, bias, y, N, F);
@@ -225,10 +227,10 @@ bool activation_backward_avx2(Activation k, const float* dy, const float* x, flo
       return true;
     }
     case Activation::GELU:
-      grad_map(dy, x, dx, N * F, gelu_grad_ps);
+      grad_map(dy, x, dx, N * F, [](const __m256 v) { return gelu_grad_ps(v); });
       return true;
     case Activation::GELU_TANH:
-      grad_map(dy, x, dx, N * F, gelu_tanh_grad_ps);
+      grad_map(dy, x, dx, N * F, [](const __m256 v) { return gelu_tanh_grad_ps(v); });
       return true;
     case Activation::GLU:
       gated_backward_rows<Activation::GLU>(dy, x, dx, N, F);

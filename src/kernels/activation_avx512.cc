@@ -181,6 +181,8 @@ void gated_backward_rows(const float* dy, const float* x, float* dx, int64_t N, 
 }
 
 // y = act(x + bias) for the kinds with a vector body, row by row.
+// act is a lambda (the callers wrap the named functions in one): a function pointer here was called, not
+// inlined, once per vector.
 template <typename Act>
 void bias_map_rows(const float* x, const float* bias, float* y, int64_t N, int64_t F, Act act) {
   for (int64_t n = 0; n < N; ++n) {
@@ -218,8 +220,12 @@ bool bias_activation_forward_avx512(Activation k, const float* x, const float* b
       bias_map_rows(x, bias, y, N, F, [zero](__m512 v) { return _mm512_max_ps(v, zero); });
       return true;
     }
-    case Activation::GELU: bias_map_rows(x, bias, y, N, F, gelu_ps); return true;
-    case Activation::GELU_TANH: bias_map_rows(x, bias, y, N, F, gelu_tanh_ps); return true;
+    case Activation::GELU:
+      bias_map_rows(x, bias, y, N, F, [](const __m512 v) { return gelu_ps(v); });
+      return true;
+    case Activation::GELU_TANH:
+      bias_map_rows(x, bias, y, N, F, [](const __m512 v) { return gelu_tanh_ps(v); });
+      return true;
     case Activation::GLU: gated_forward_rows<Activation::GLU>(x, bias, y, N, F); return true;
     case Activation::GEGLU: gated_forward_rows<Activation::GEGLU>(x, bias, y, N, F); return true;
     case Activation::SWIGLU: gated_forward_rows<Activation::SWIGLU>(x, bias, y, N, F); return true;
@@ -239,8 +245,12 @@ bool activation_backward_avx512(Activation k, const float* dy, const float* x, f
       });
       return true;
     }
-    case Activation::GELU: grad_map(dy, x, dx, N * F, gelu_grad_ps); return true;
-    case Activation::GELU_TANH: grad_map(dy, x, dx, N * F, gelu_tanh_grad_ps); return true;
+    case Activation::GELU:
+      grad_map(dy, x, dx, N * F, [](const __m512 v) { return gelu_grad_ps(v); });
+      return true;
+    case Activation::GELU_TANH:
+      grad_map(dy, x, dx, N * F, [](const __m512 v) { return gelu_tanh_grad_ps(v); });
+      return true;
     case Activation::GLU: gated_backward_rows<Activation::GLU>(dy, x, dx, N, F); return true;
     case Activation::GEGLU: gated_backward_rows<Activation::GEGLU>(dy, x, dx, N, F); return true;
     case Activation::SWIGLU: gated_backward_rows<Activation::SWIGLU>(dy, x, dx, N, F); return true;
