@@ -8,6 +8,7 @@
 //   L  B 1, H 4, N 2048, Dh 64   (config L: attention is ~60% of its training FLOPs)
 //   M  B 8, H 8, N 128,  Dh 64   (config M)
 //   S  B 32, H 4, N 32,  Dh 16   (config S)
+//   baby  B 12, H 4, N 64, Dh 32 (the nanogpt-baby preset's decoder: read its causal rows)
 // and decoding (forward only): one query row of GPT-2 small's shape (H 12, Dh 64) against S cached keys,
 // K and V rows H·Dh apart as in the key/value cache (ops/attention_cache.cc), beams B 1 and 4:
 //   dec/S256/B1 … dec/S1024/B4, /hot (K and V left in the caches) and /cold (read from memory)
@@ -31,7 +32,7 @@ struct Shape {
   const char* name;
   int64_t B, H, N, Dh;
 };
-const Shape kShapes[] = {{"L", 1, 4, 2048, 64}, {"M", 8, 8, 128, 64}, {"S", 32, 4, 32, 16}};
+const Shape kShapes[] = {{"L", 1, 4, 2048, 64}, {"M", 8, 8, 128, 64}, {"S", 32, 4, 32, 16}, {"baby", 12, 4, 64, 32}};
 
 // q, k, v, o, dout, dq, dk, dv in the (B, N, 3·E) in-projection layout of one packed buffer each.
 struct Operands {

@@ -67,8 +67,8 @@ float* scratch(int slot, int64_t n) {
 constexpr int64_t kRows = 4;
 
 // s[r][j] = Σ_d q[r][d]·kT[d·S + j] for j < n and the kRows rows: for each element one fma chain over d
-// ascending from 0 (8 keys in the lanes; the last keys one at a time, the same fma), so its bits do not depend
-// on the other rows or on where j falls.
+// ascending from 0, keys in the lanes (16, then 8, then the last fewer than 8 under a lane mask), so its bits do
+// not depend on the other rows or on where j falls. Under a causal mask most rows end in such a remainder.
 void dots(const float* const* q, const float* kT, int64_t S, int64_t Dh, int64_t n, float* const* s) {
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
@@ -87,12 +87,22 @@ void dots(const float* const* q, const float* kT, int64_t S, int64_t Dh, int64_t
       _mm256_storeu_ps(s[r] + j + 8, acc[r][1]);
     }
   }
-  for (; j < n; ++j)
-    for (int64_t r = 0; r < kRows; ++r) {
-      float a = 0.0f;
-      for (int64_t d = 0; d < Dh; ++d) a = std::fma(q[r][d], kT[d * S + j], a);
-      s[r][j] = a;
+  for (; j < n; j += 8) {  // 8 keys, or the last n − j (lanes past n read as 0 and are not stored)
+    const int64_t w = std::min<int64_t>(8, n - j);
+    const __m256i live = first_n_lanes(w);
+    __m256 acc[kRows];
+    for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < Dh; ++d) {
+      const __m256 k0 = w == 8 ? _mm256_loadu_ps(kT + d * S + j) : _mm256_maskload_ps(kT + d * S + j, live);
+      for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(q[r][d]), k0, acc[r]);
     }
+    for (int64_t r = 0; r < kRows; ++r) {
+      if (w == 8)
+        _mm256_storeu_ps(s[r] + j, acc[r]);
+      else
+        store_tail(s[r] + j, acc[r], w);
+    }
+  }
 }
 
 // o[r][d] = Σ_j p[r][j]·v_j[d] for j < n and the first R rows: for each element one fma chain over j
