@@ -109,28 +109,38 @@ void kernel_edge(int64_t kc, const float* a, const float* b, const float* in, in
   for (int r = 0; r < rows; ++r) std::copy(tout + r * kNr, tout + r * kNr + cols, out + r * ldout);
 }
 
+// Floats from one packed strip of B to the next: its kc·16 floats and one cache line more, so that the strips'
+// starts (16 KiB apart at kc = 256 without it) fall in different L1 sets when the packing writes to all of them
+// in turn (a_strip_stride says what happens otherwise). A multiple of 16 floats: every k's 16 floats stay one line.
+int64_t b_strip_stride(int64_t kc) { return kc * kNr + 16; }
+
 // op(B)'s rows [0, kc) (already offset to the pass's first k) and columns [0, n) → strips of 16 columns,
-// strip s at dst + s·kc·16, element (k, j) at [k·16 + j − 16s]; columns past n are 0.
+// strip s at dst + s·b_strip_stride(kc), element (k, j) at [k·16 + j − 16s]; columns past n are 0.
 void pack_b(bool trans_b, const float* B, int64_t ldb, int64_t kc, int64_t n, float* dst) {
-  for (int64_t j0 = 0; j0 < n; j0 += kNr, dst += kc * kNr) {
-    const int cols = static_cast<int>(std::min<int64_t>(kNr, n - j0));
-    if (!trans_b) {  // op(B)(k, j) = B[k·ldb + j]: a row's 16 columns are contiguous
-      const __m256i lo = first_n_lanes(cols), hi = first_n_lanes(cols - 8);
-      for (int64_t k = 0; k < kc; ++k) {
-        const float* src = B + k * ldb + j0;
-        float* d = dst + k * kNr;
-        if (cols == kNr) {
-          _mm256_storeu_ps(d, _mm256_loadu_ps(src));
-          _mm256_storeu_ps(d + 8, _mm256_loadu_ps(src + 8));
-        } else {
-          _mm256_storeu_ps(d, _mm256_maskload_ps(src, lo));
-          _mm256_storeu_ps(d + 8, cols > 8 ? _mm256_maskload_ps(src + 8, hi) : _mm256_setzero_ps());
-        }
+  const int64_t stride = b_strip_stride(kc);
+  if (!trans_b) {  // op(B)(k, j) = B[k·ldb + j]: row by row, each row read in one sweep into every strip
+    const int64_t full = n / kNr * kNr;
+    const int tail = static_cast<int>(n - full);
+    const __m256i lo = first_n_lanes(tail), hi = first_n_lanes(tail - 8);
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = B + k * ldb;
+      float* d = dst + k * kNr;
+      for (int64_t j0 = 0; j0 < full; j0 += kNr, d += stride) {
+        _mm256_storeu_ps(d, _mm256_loadu_ps(src + j0));
+        _mm256_storeu_ps(d + 8, _mm256_loadu_ps(src + j0 + 8));
       }
-    } else {  // op(B)(k, j) = B[j·ldb + k]: the strip is B's rows j0 … j0+cols transposed
-      transpose_avx2(B + j0 * ldb, ldb, cols, kc, dst, kNr);
-      for (int64_t k = 0; k < kc && cols < kNr; ++k) std::fill(dst + k * kNr + cols, dst + (k + 1) * kNr, 0.0f);
+      if (tail > 0) {
+        _mm256_storeu_ps(d, _mm256_maskload_ps(src + full, lo));
+        _mm256_storeu_ps(d + 8, tail > 8 ? _mm256_maskload_ps(src + full + 8, hi) : _mm256_setzero_ps());
+      }
     }
+    return;
+  }
+  // op(B)(k, j) = B[j·ldb + k]: strip by strip, B's rows j0 … j0+cols transposed
+  for (int64_t j0 = 0; j0 < n; j0 += kNr, dst += stride) {
+    const int cols = static_cast<int>(std::min<int64_t>(kNr, n - j0));
+    transpose_avx2(B + j0 * ldb, ldb, cols, kc, dst, kNr);
+    for (int64_t k = 0; k < kc && cols < kNr; ++k) std::fill(dst + k * kNr + cols, dst + (k + 1) * kNr, 0.0f);
   }
 }
 
@@ -195,7 +205,7 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
   thread_local std::vector<float> a_buf, b_buf, sums_buf;  // grow once per thread
   const int64_t kc_max = std::min(K, kKc);
-  const size_t b_size = static_cast<size_t>(round_up(N, kNr) * kc_max);
+  const size_t b_size = static_cast<size_t>(round_up(N, kNr) / kNr * b_strip_stride(kc_max));
   const size_t a_size = static_cast<size_t>(round_up(std::min(M, kMc), kMr) / kMr * a_strip_stride(kc_max));
   // 16 floats of slack: B's strips start on a cache line (each k's 16 floats one line), so none of the kernel's
   // loads of B splits across two.
@@ -219,7 +229,7 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
       pack_a(trans_a, trans_a ? A + p0 * lda + i0 : A + i0 * lda + p0, lda, mc, kc, ap);
       for (int64_t j0 = 0; j0 < N; j0 += kNr) {
         const int cols = static_cast<int>(std::min<int64_t>(kNr, N - j0));
-        const float* b = bp + (j0 / kNr) * kc * kNr;
+        const float* b = bp + (j0 / kNr) * b_strip_stride(kc);
         Epilogue e{alpha, beta, bias ? bias + j0 : nullptr};
         for (int64_t r0 = 0; r0 < mc; r0 += kMr) {
           const int rows = static_cast<int>(std::min<int64_t>(kMr, mc - r0));
