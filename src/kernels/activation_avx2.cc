@@ -121,13 +121,6 @@ inline void over_row(int64_t F, Fn fn) {
   for (; f + 8 <= F; f += 8) fn(f, int64_t{8});
   if (f < F) fn(f, F - f);
 }
-inline __m256 load_n(const float* p, int64_t n) { return n == 8 ? _mm256_loadu_ps(p) : load_tail(p, n); }
-inline void store_n(float* p, __m256 v, int64_t n) {
-  if (n == 8)
-    _mm256_storeu_ps(p, v);
-  else
-    store_tail(p, v, n);
-}
 
 // y = act(x + bias) for the plain kinds, row by row.
 // act is a lambda (the callers wrap the named functions in one): a function pointer here was called, not

@@ -64,6 +64,16 @@ inline void store_tail(float* p, __m256 v, int64_t n) {
   std::memcpy(p, b, sizeof(float) * static_cast<size_t>(n));
 }
 
+// n ≥ 8 floats: a plain 8-lane load or store; fewer: load_tail / store_tail. Not _mm256_maskstore_ps: AMD's
+// CPUs run the masked store as microcode, many times slower than a plain one even with every lane set.
+inline __m256 load_n(const float* p, int64_t n) { return n >= 8 ? _mm256_loadu_ps(p) : load_tail(p, n); }
+inline void store_n(float* p, __m256 v, int64_t n) {
+  if (n >= 8)
+    _mm256_storeu_ps(p, v);
+  else
+    store_tail(p, v, n);
+}
+
 // The maximum, the minimum and the sum of a vector's 8 lanes (or 4 doubles). A lane holding NaN: vmaxps and
 // vminps return their second operand then, so which lane's NaN or number comes out depends on the order.
 inline float reduce_max_ps(__m256 v) {

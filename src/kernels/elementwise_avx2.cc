@@ -4,7 +4,7 @@
 // flags by CMake; called only by the dispatchers (elementwise.cc, and layer_norm.cc's fused residual add)
 // when cpu_has_avx2() and not cpu_has_avx512(). Each is bitwise equal to its scalar twin
 // (elementwise_scalar.h): the twin's per-element operations, 8 lanes at a time, the last fewer than 8
-// through masked loads and stores.
+// through load_tail / store_tail (common_avx2.h).
 #include <immintrin.h>
 
 #include "kernels/common_avx2.h"
@@ -17,8 +17,7 @@ void add_forward_avx2(const float* a, const float* b, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
   if (i < n) {
-    const __m256i m = first_n_lanes(n - i);
-    _mm256_maskstore_ps(y + i, m, _mm256_add_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m)));
+    store_tail(y + i, _mm256_add_ps(load_tail(a + i, n - i), load_tail(b + i, n - i)), n - i);
   }
 }
 
@@ -31,11 +30,10 @@ void dropout_body(const float* a, const float* x, float* y, int64_t n, float p, 
   const __m256 scale = _mm256_set1_ps(dropout_scale(p));
   DropoutMask8 drop_mask(seed, p);
   for (int64_t i = 0; i < n; i += 8) {
-    const __m256i m = first_n_lanes(n - i);
     const __m256 keep = drop_mask.keep(offset + static_cast<uint64_t>(i));
-    __m256 out = _mm256_and_ps(keep, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), scale));
-    if constexpr (ADD) out = _mm256_add_ps(_mm256_maskload_ps(a + i, m), out);
-    _mm256_maskstore_ps(y + i, m, out);
+    __m256 out = _mm256_and_ps(keep, _mm256_mul_ps(load_n(x + i, n - i), scale));
+    if constexpr (ADD) out = _mm256_add_ps(load_n(a + i, n - i), out);
+    store_n(y + i, out, n - i);
   }
 }
 
