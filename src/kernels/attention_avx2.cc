@@ -181,8 +181,7 @@ void scale_kept(float* s, int64_t n, const AttentionParams& p, uint64_t first) {
 
 }  // namespace
 
-void attention_probs_row_avx2(const AttentionParams& p, uint64_t first, float lse, float* s, float* t) {
-  const int64_t n = p.S;
+void attention_probs_row_avx2(const AttentionParams& p, int64_t n, uint64_t first, float lse, float* s, float* t) {
   const bool dropout = p.dropout_p > 0.0f;
   const __m256 l = _mm256_set1_ps(lse), inv = _mm256_set1_ps(dropout_scale(p.dropout_p));
   DropoutMask8 mask(p.seed, p.dropout_p);
@@ -200,8 +199,7 @@ void attention_probs_row_avx2(const AttentionParams& p, uint64_t first, float ls
   }
 }
 
-void attention_ds_row_avx2(const AttentionParams& p, uint64_t first, float D, const float* P, float* t) {
-  const int64_t n = p.S;
+void attention_ds_row_avx2(const AttentionParams& p, int64_t n, uint64_t first, float D, const float* P, float* t) {
   const bool dropout = p.dropout_p > 0.0f;
   const __m256 d = _mm256_set1_ps(D), scale = _mm256_set1_ps(p.scale), inv = _mm256_set1_ps(dropout_scale(p.dropout_p));
   DropoutMask8 mask(p.seed, p.dropout_p);

@@ -7,9 +7,9 @@
 // GotoBLAS's loops, with both operands packed so the kernel reads them contiguously whatever their
 // transposition:
 //   for each pass of kKc consecutive k:
-//     pack op(B)'s kc rows into strips of 16 columns (k-major: 16 floats per k, zeros past n)
+//     pack op(B)'s kc rows into strips of 16 columns (k-major: 16 floats per k, zeros past n; b_strip_stride)
 //     for each block of kMc rows:
-//       pack op(A)'s block into strips of 6 rows (k-major: 6 floats per k, zeros past m)
+//       pack op(A)'s block into strips of 6 rows (k-major: 6 floats per k, zeros past m; a_strip_stride)
 //       for each strip of B:               its kc·16 floats (16 KiB) stay in L1 while...
 //         for each strip of A:             ...the block's strips (kMc·kc floats, 144 KiB) stream from L2
 //           6 × 16 sums in 12 ymm accumulators: acc = the sums so far (or 0), acc += a[r, k]·b[k, :]
@@ -49,22 +49,26 @@ struct Epilogue {
   const float* bias = nullptr;  // the tile's first column's, 16 floats
 };
 
-// Tile (6, 16): acc = (in ? in's tile : 0) + Σ_k a[k·6 + r]·b[k·16 + :], k = 0 … kc−1, each output one fma
-// chain in k order; then out's tile ← acc, or with e, the epilogue of acc and out's tile (read only for
-// beta ≠ 0). in and out may be the same tile.
-void kernel_6x16(int64_t kc, const float* a, const float* b, const float* in, int64_t ldin, float* out, int64_t ldout,
-                 const Epilogue* e) {
-  __m256 c[kMr][2];
+// Tile (R ≤ 6 rows, cols ≤ 16 columns): acc = (in ? in's tile : 0) + Σ_k a[k·6 + r]·b[k·16 + :], k = 0 … kc−1,
+// each output one fma chain in k order, whatever R and cols; then out's tile ← acc, or with e, the epilogue of acc
+// and out's tile (read only for beta ≠ 0). in and out may be the same tile. A tile at the panel's edge (R < 6
+// rows, or cols < 16) computes only its rows, and reads and writes only its columns (load_n / store_n), so no
+// element outside C (or the scratch) is touched; its columns' lanes past cols compute on B's zero padding.
+template <int R>
+void kernel(int64_t kc, const float* a, const float* b, const float* in, int64_t ldin, float* out, int64_t ldout,
+            const Epilogue* e, int cols) {
+  const int n0 = std::min(cols, 8), n1 = cols - 8;  // the columns in each half of the tile (n1 ≤ 0: none)
+  __m256 c[R][2];
 #pragma GCC unroll 6
-  for (int r = 0; r < kMr; ++r) {
-    c[r][0] = in ? _mm256_loadu_ps(in + r * ldin) : _mm256_setzero_ps();
-    c[r][1] = in ? _mm256_loadu_ps(in + r * ldin + 8) : _mm256_setzero_ps();
+  for (int r = 0; r < R; ++r) {
+    c[r][0] = in ? load_n(in + r * ldin, n0) : _mm256_setzero_ps();
+    c[r][1] = in && n1 > 0 ? load_n(in + r * ldin + 8, n1) : _mm256_setzero_ps();
   }
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_loadu_ps(b + kNr * k), b1 = _mm256_loadu_ps(b + kNr * k + 8);
 #pragma GCC unroll 6
-    for (int r = 0; r < kMr; ++r) {
+    for (int r = 0; r < R; ++r) {
       const __m256 x = _mm256_broadcast_ss(a + kMr * k + r);
       c[r][0] = _mm256_fmadd_ps(x, b0, c[r][0]);
       c[r][1] = _mm256_fmadd_ps(x, b1, c[r][1]);
@@ -72,42 +76,30 @@ void kernel_6x16(int64_t kc, const float* a, const float* b, const float* in, in
   }
   if (e) {
     const __m256 alpha = _mm256_set1_ps(e->alpha), beta = _mm256_set1_ps(e->beta);
+    const __m256 bias0 = e->bias ? load_n(e->bias, n0) : _mm256_setzero_ps();
+    const __m256 bias1 = e->bias && n1 > 0 ? load_n(e->bias + 8, n1) : _mm256_setzero_ps();
 #pragma GCC unroll 6
-    for (int r = 0; r < kMr; ++r)
+    for (int r = 0; r < R; ++r)
       for (int h = 0; h < 2; ++h) {
         __m256 v = e->alpha == 1.0f ? c[r][h] : _mm256_mul_ps(alpha, c[r][h]);
-        if (e->beta != 0.0f) {
-          const __m256 old = _mm256_loadu_ps(out + r * ldout + 8 * h);
+        if (e->beta != 0.0f && (h == 0 || n1 > 0)) {
+          const __m256 old = load_n(out + r * ldout + 8 * h, h == 0 ? n0 : n1);
           v = _mm256_add_ps(v, e->beta == 1.0f ? old : _mm256_mul_ps(beta, old));
         }
-        if (e->bias) v = _mm256_add_ps(v, _mm256_loadu_ps(e->bias + 8 * h));
+        if (e->bias) v = _mm256_add_ps(v, h == 0 ? bias0 : bias1);
         c[r][h] = v;
       }
   }
 #pragma GCC unroll 6
-  for (int r = 0; r < kMr; ++r) {
-    _mm256_storeu_ps(out + r * ldout, c[r][0]);
-    _mm256_storeu_ps(out + r * ldout + 8, c[r][1]);
+  for (int r = 0; r < R; ++r) {
+    store_n(out + r * ldout, c[r][0], n0);
+    if (n1 > 0) store_n(out + r * ldout + 8, c[r][1], n1);
   }
 }
 
-// A tile at the panel's edge (rows < 6 or cols < 16): the kernel on 6 × 16 copies of its in, out and bias,
-// then its rows × cols back, so no element outside C (or the scratch) is read or written.
-void kernel_edge(int64_t kc, const float* a, const float* b, const float* in, int64_t ldin, float* out, int64_t ldout,
-                 const Epilogue* e, int rows, int cols) {
-  alignas(32) float tin[kMr * kNr] = {}, tout[kMr * kNr] = {}, tbias[kNr] = {};
-  for (int r = 0; r < rows; ++r) {
-    if (in) std::copy(in + r * ldin, in + r * ldin + cols, tin + r * kNr);
-    if (e && e->beta != 0.0f) std::copy(out + r * ldout, out + r * ldout + cols, tout + r * kNr);
-  }
-  Epilogue te;
-  if (e) {
-    te = *e;
-    if (e->bias) te.bias = std::copy(e->bias, e->bias + cols, tbias) - cols;
-  }
-  kernel_6x16(kc, a, b, in ? tin : nullptr, kNr, tout, kNr, e ? &te : nullptr);
-  for (int r = 0; r < rows; ++r) std::copy(tout + r * kNr, tout + r * kNr + cols, out + r * ldout);
-}
+using KernelFn = void (*)(int64_t, const float*, const float*, const float*, int64_t, float*, int64_t, const Epilogue*,
+                          int);
+constexpr KernelFn kKernels[kMr + 1] = {nullptr, kernel<1>, kernel<2>, kernel<3>, kernel<4>, kernel<5>, kernel<6>};
 
 // Floats from one packed strip of B to the next: its kc·16 floats and one cache line more, so that the strips'
 // starts (16 KiB apart at kc = 256 without it) fall in different L1 sets when the packing writes to all of them
@@ -156,6 +148,24 @@ inline void store6(float* d, __m256 v) {
   _mm_storel_pi(reinterpret_cast<__m64*>(d + 4), _mm256_extractf128_ps(v, 1));
 }
 
+// One strip of a plain op(A) (A[i·lda + k]): its `rows` rows (6, or fewer in a block's last strip, zeros past
+// them) 8 k at a time, transposed in registers. The full strips' instance has no test per row.
+template <bool kFull>
+void pack_a_strip(const float* src, int64_t lda, int rows, int64_t kc, float* dst) {
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    __m256 r[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i)
+      r[i] = (kFull ? i < kMr : i < rows) ? _mm256_loadu_ps(src + i * lda + k) : _mm256_setzero_ps();
+    transpose8x8(r);  // r[c]: the strip's values at k + c (lanes past 6 unused)
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) store6(dst + (k + c) * kMr, r[c]);
+  }
+  for (; k < kc; ++k)
+    for (int i = 0; i < kMr; ++i) dst[k * kMr + i] = i < rows ? src[i * lda + k] : 0.0f;
+}
+
 // op(A)'s rows [0, m) and columns [0, kc) (already offset to the block's first row and the pass's
 // first k) → strips of 6 rows, strip s at dst + s·a_strip_stride(kc), element (i, k) at [k·6 + i − 6s]; rows past
 // m are 0.
@@ -175,19 +185,13 @@ void pack_a(bool trans_a, const float* A, int64_t lda, int64_t m, int64_t kc, fl
     }
     return;
   }
-  // op(A)(i, k) = A[i·lda + k]: a strip's rows 8 k at a time, transposed in registers.
+  // op(A)(i, k) = A[i·lda + k]: strip by strip
   for (int64_t i0 = 0; i0 < m; i0 += kMr, dst += stride) {
     const int rows = static_cast<int>(std::min<int64_t>(kMr, m - i0));
-    const float* src = A + i0 * lda;
-    int64_t k = 0;
-    for (; k + 8 <= kc; k += 8) {
-      __m256 r[8];
-      for (int i = 0; i < 8; ++i) r[i] = i < rows ? _mm256_loadu_ps(src + i * lda + k) : _mm256_setzero_ps();
-      transpose8x8(r);  // r[c]: the strip's values at k + c (lanes past 6 unused)
-      for (int c = 0; c < 8; ++c) store6(dst + (k + c) * kMr, r[c]);
-    }
-    for (; k < kc; ++k)
-      for (int i = 0; i < kMr; ++i) dst[k * kMr + i] = i < rows ? src[i * lda + k] : 0.0f;
+    if (rows == kMr)
+      pack_a_strip<true>(A + i0 * lda, lda, rows, kc, dst);
+    else
+      pack_a_strip<false>(A + i0 * lda, lda, rows, kc, dst);
   }
 }
 
@@ -238,11 +242,7 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
           const float* in = first ? nullptr : sums + i * lds + j0;
           float* out = last ? C + i * ldc + j0 : sums + i * lds + j0;
           const int64_t ldout = last ? ldc : lds;
-          if (rows == kMr && cols == kNr) {
-            kernel_6x16(kc, a, b, in, lds, out, ldout, last ? &e : nullptr);
-          } else {
-            kernel_edge(kc, a, b, in, lds, out, ldout, last ? &e : nullptr, rows, cols);
-          }
+          kKernels[rows](kc, a, b, in, lds, out, ldout, last ? &e : nullptr, cols);
         }
       }
     }

@@ -193,12 +193,12 @@ void attention_backward_scalar(const AttentionParams& p, const float* dout, floa
 // the forward Dh·S + 4·S floats, the backward two tiles of at most max(64·1024, S) floats.
 void attention_forward_avx2(const AttentionParams& p);
 void attention_backward_gemm(const AttentionParams& p, const float* dout, float* dq, float* dk, float* dv);
-// attention_backward_gemm's element-wise work on one query row of S keys, with AVX2 (attention_avx2.cc; the
+// attention_backward_gemm's element-wise work on a query row's first n ≤ S keys, with AVX2 (attention_avx2.cc; the
 // twin is attention_backward_scalar's, which computes the same per element); first = the row's first dropout counter,
 // p.offset + (bh·L + i)·S. probs: s[j] ← exp(s[j] − lse), t[j] ← s[j]·keep_j. ds: t[j] ← P[j] = 0 ? 0 :
 // scale·(P[j]·(t[j]·keep_j − D)), t holding dP on entry. keep_j ∈ {0, 1/(1 − p)}, 1 without dropout.
-void attention_probs_row_avx2(const AttentionParams& p, uint64_t first, float lse, float* s, float* t);
-void attention_ds_row_avx2(const AttentionParams& p, uint64_t first, float D, const float* P, float* t);
+void attention_probs_row_avx2(const AttentionParams& p, int64_t n, uint64_t first, float lse, float* s, float* t);
+void attention_ds_row_avx2(const AttentionParams& p, int64_t n, uint64_t first, float D, const float* P, float* t);
 
 // ---- Dropout inside fused kernels -------------------------------------------------------------------
 // Element i of the dropped tensor is kept iff dropout_keep(seed, offset + i, p) (below), kept values
