@@ -4,7 +4,8 @@
 // flags by CMake; called only by the dispatchers (elementwise.cc, and layer_norm.cc's fused residual add)
 // when cpu_has_avx2() and not cpu_has_avx512(). Each is bitwise equal to its scalar twin
 // (elementwise_scalar.h): the twin's per-element operations, 8 lanes at a time, the last fewer than 8
-// through load_tail / store_tail (common_avx2.h).
+// through load_tail / store_tail (common_avx2.h: plain stores, AMD microcodes masked ones), but in the bias
+// gradient's strips, stored once per strip under a lane mask.
 #include <immintrin.h>
 
 #include "kernels/common_avx2.h"

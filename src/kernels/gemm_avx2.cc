@@ -46,7 +46,7 @@ constexpr int64_t kMc = 24 * kMr;  // rows per packed block of A (144)
 // What the last pass does to a tile's sums before storing them to C: C = alpha·acc + beta·C (+ bias).
 struct Epilogue {
   float alpha = 1.0f, beta = 0.0f;
-  const float* bias = nullptr;  // the tile's first column's, 16 floats
+  const float* bias = nullptr;  // the tile's first column's (its cols floats are read)
 };
 
 // Tile (R ≤ 6 rows, cols ≤ 16 columns): acc = (in ? in's tile : 0) + Σ_k a[k·6 + r]·b[k·16 + :], k = 0 … kc−1,

@@ -22,7 +22,7 @@ namespace {
 void row_moments(const float* xr, int64_t D, float eps, double& mu_out, double& r_out) {
   __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
   for (int64_t d = 0; d < D; d += 8) {
-    const __m256 v = load_n(xr + d, D - d);  // masked lanes read 0
+    const __m256 v = load_n(xr + d, D - d);  // lanes past the row read 0
     s0 = _mm256_add_pd(s0, lo_pd(v));
     s1 = _mm256_add_pd(s1, hi_pd(v));
   }
@@ -83,7 +83,7 @@ void layer_norm_backward_avx2(const float* dy, const float* x, const float* w, f
     __m256d gx0 = _mm256_setzero_pd(), gx1 = _mm256_setzero_pd();
     for (int64_t d = 0; d < D; d += 8) {
       const __m256 xv = load_n(xr + d, D - d);
-      const __m256 dv = load_n(dyr + d, D - d);  // masked lanes: dy = 0 → g = 0
+      const __m256 dv = load_n(dyr + d, D - d);  // lanes past the row: dy = 0 → g = 0
       const __m256 wv = load_n(w + d, D - d);
       const __m256d h0 = _mm256_mul_pd(_mm256_sub_pd(lo_pd(xv), vmu), vr);
       const __m256d h1 = _mm256_mul_pd(_mm256_sub_pd(hi_pd(xv), vmu), vr);

@@ -23,7 +23,7 @@ void rms_norm_forward_avx2(const float* x, const float* w, float* y, float* rstd
     float* yr = y + n * D;
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
     for (int64_t d = 0; d < D; d += 8) {
-      const __m256 v = load_n(xr + d, D - d);  // masked lanes read 0, add 0
+      const __m256 v = load_n(xr + d, D - d);  // lanes past the row read 0, add 0
       const __m256d v0 = lo_pd(v), v1 = hi_pd(v);
       s0 = _mm256_fmadd_pd(v0, v0, s0);
       s1 = _mm256_fmadd_pd(v1, v1, s1);
@@ -53,7 +53,7 @@ void rms_norm_backward_avx2(const float* dy, const float* x, const float* w, con
     __m256d gx0 = _mm256_setzero_pd(), gx1 = _mm256_setzero_pd();
     for (int64_t d = 0; d < D; d += 8) {
       const __m256 xv = load_n(xr + d, D - d);
-      const __m256 dv = load_n(dyr + d, D - d);  // masked lanes: dy = 0 → g = 0
+      const __m256 dv = load_n(dyr + d, D - d);  // lanes past the row: dy = 0 → g = 0
       const __m256 wv = load_n(w + d, D - d);
       const __m256d h0 = _mm256_mul_pd(lo_pd(xv), vr), h1 = _mm256_mul_pd(hi_pd(xv), vr);
       const __m256d dy0 = lo_pd(dv), dy1 = hi_pd(dv);
