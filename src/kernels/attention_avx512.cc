@@ -429,12 +429,29 @@ __attribute__((noinline)) void forward_tile(const AttentionParams& p, const Drop
   const int64_t jend = p.causal ? std::min(S, i0 + ni) : S;  // keys j > every i are skipped
   for (int64_t j0 = 0; j0 < jend; j0 += kBc) {
     const int64_t nk = std::min(kBc, jend - j0);
-    gemm_small<false, BF>(nk, Br, Dk, hd.k + j0 * hd.k_sl, hd.k_sl, 1, qt, Br, st, Br);  // Sᵀ = K·Qᵀ
     const bool diag = p.causal && j0 + nk - 1 > i0;  // the tile holds some j > i
+    // On the diagonal a causal tile is a triangle: the queries of vector v (rows i0 + 16v + lane) see only
+    // keys j ≤ i0 + 16v + 15, the first nkv(v) of the tile, and in float32 each vector's products and
+    // softmax run over those alone. A key past them would add exp(−inf) = 0 to l and 0·v_j to acc, which
+    // changes no bit (unless v_j is ±inf or NaN, where PyTorch's masked product gives NaN), so every row
+    // keeps the bits of the full tile. bf16 keeps the full tile (its pairs form rounds the tile at once).
+    const bool tri = diag && !BF;
+    const auto nkv = [&](int v) { return tri ? std::clamp<int64_t>(i0 + 16 * v + 16 - j0, 0, nk) : nk; };
+    if (!tri) {
+      gemm_small<false, BF>(nk, Br, Dk, hd.k + j0 * hd.k_sl, hd.k_sl, 1, qt, Br, st, Br);  // Sᵀ = K·Qᵀ
+    } else {  // Sᵀ by 16 keys [j0 + c, j0 + c + 16), against the query vectors that see them: v ≥ v_min
+      for (int64_t c = 0; c < nk; c += 16) {
+        const int64_t x = j0 + c - i0 - 15;  // v_min = ⌈x / 16⌉, from 0
+        const int64_t v_min = x <= 0 ? 0 : (x + 15) / 16;
+        gemm_small<false>(std::min<int64_t>(16, nk - c), 16 * (NVQ - v_min), Dk, hd.k + (j0 + c) * hd.k_sl, hd.k_sl, 1,
+                          qt + 16 * v_min, Br, st + c * Br + 16 * v_min, Br);
+      }
+    }
     for (int v = 0; v < NVQ; ++v) {
+      const int64_t nkj = nkv(v);
       // s_ij = scale·⟨q_i,k_j⟩ + mask(i,j) + kpm(j), −inf where causal and j > i; m_tile = max_j.
       __m512 mt = neg_inf;
-      for (int64_t j = 0; j < nk; ++j) {
+      for (int64_t j = 0; j < nkj; ++j) {
         float* sj = st + j * Br + 16 * v;
         __m512 s = _mm512_loadu_ps(sj);
         if (hd.mask) {
@@ -468,7 +485,7 @@ __attribute__((noinline)) void forward_tile(const AttentionParams& p, const Drop
       // l must not see the mask. Only the e stored for the product with V are dropped (and scaled).
       __m512 lsum = _mm512_setzero_ps();
       const uint64_t cbase = dr.offset + static_cast<uint64_t>((hd.bh * p.L + i0 + 16 * v) * S + j0);
-      for (int64_t j = 0; j < nk; ++j) {
+      for (int64_t j = 0; j < nkj; ++j) {
         float* sj = st + j * Br + 16 * v;
         __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(sj), m_use));
         lsum = _mm512_add_ps(lsum, e);
@@ -487,6 +504,10 @@ __attribute__((noinline)) void forward_tile(const AttentionParams& p, const Drop
     if constexpr (BF) {  // key pairs: j0 is even (kBc is)
       to_bf16_pairs(st, Br, nk, Br, pw, Br);
       gemm_small<true, true>(ni, Dv, half_up(nk), pw, 1, Br, hd.v + j0 / 2 * hd.v_sl, hd.v_sl, acc, Dv);
+    } else if (tri) {  // each vector's rows over its own keys
+      for (int v = 0; v < NVQ && 16 * v < ni; ++v)
+        gemm_small<true>(std::min<int64_t>(16, ni - 16 * v), Dv, nkv(v), st + 16 * v, 1, Br, hd.v + j0 * hd.v_sl,
+                         hd.v_sl, acc + 16 * v * Dv, Dv);
     } else {
       gemm_small<true>(ni, Dv, nk, st, 1, Br, hd.v + j0 * hd.v_sl, hd.v_sl, acc, Dv);
     }
@@ -761,13 +782,35 @@ void pack_key_tile(const AttentionParams& p, const Head& hd, int64_t j0, int64_t
   pack_transposed(hd.v + j0 * hd.v_sl, hd.v_sl, nk, dv, ws.vt, kBc);
 }
 
+// Query rows per piece of a float32 pair on a causal mask's diagonal (backward_pair_of).
+constexpr int64_t kCausalRows = 16;
+
 // backward_pair with BF = p.bf16.
+// In float32 a pair on a causal mask's diagonal (it holds some j > i) is a triangle: it runs as pieces of
+// kCausalRows query rows, each over the keys its last row sees, j < i0 + s + ns (a multiple of 16 keys, as
+// i0 and j0 are). The keys left out would add exactly 0 (p_ij = 0, so ds_ij = 0) to every chain, and each
+// dk, dv and dq chain still runs over i or j in increasing order, so the bits are the full pair's. The
+// pieces add into dk_acc and dv_acc: for the key tile's first pair these start as zeros (the same chains
+// as kFirst's).
 void backward_pair_of(const BackwardCall& c, const Head& hd, int64_t i0, int64_t ni, int64_t j0, int64_t nk,
                       const BackwardScratch& ws, DkDv dkdv, bool dq) {
   if (c.p.bf16) {
     backward_pair<true>(c, hd, i0, ni, j0, nk, ws, dkdv, dq);
-  } else {
+    return;
+  }
+  if (!c.p.causal || j0 + nk - 1 <= i0 || ni <= kCausalRows) {
     backward_pair<false>(c, hd, i0, ni, j0, nk, ws, dkdv, dq);
+    return;
+  }
+  if (dkdv == DkDv::kFirst) {
+    std::fill(ws.dk_acc, ws.dk_acc + nk * c.p.Dh, 0.0f);
+    std::fill(ws.dv_acc, ws.dv_acc + nk * c.p.dv(), 0.0f);
+    dkdv = DkDv::kAccumulate;
+  }
+  for (int64_t s = 0; s < ni; s += kCausalRows) {
+    const int64_t ns = std::min(kCausalRows, ni - s);
+    const int64_t seen = std::min(nk, i0 + s + ns - j0);  // keys j0 … j0 + seen − 1
+    if (seen > 0) backward_pair<false>(c, hd, i0 + s, ns, j0, seen, ws, dkdv, dq);
   }
 }
 

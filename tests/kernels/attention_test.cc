@@ -564,6 +564,35 @@ TEST(AttentionKernel, RowPathEqualsTilePath) {
   }
 }
 
+// Under a causal mask the flash kernel computes exactly what it computes for the additive form of that mask (0
+// where j ≤ i, −inf above), bit for bit: it leaves out the keys a causal row cannot see (whole key tiles, and on
+// the diagonal the triangle's far side), and a left-out key would have added exactly 0 to every sum and chain.
+// Not the AVX2 body's backward: its causal tiles have fewer rows than its masked ones, and each tile's dk, dv
+// product is added to the sum so far, so the tiling shows in the last bits.
+TEST(AttentionKernel, CausalEqualsItsAdditiveMaskBitwise) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 (or TFM_FORCE_SCALAR): the flash kernel does not run";
+  uint64_t seed = 9100;
+  for (MaskKind kind : {MaskKind::CAUSAL, MaskKind::DROPOUT})
+    for (int64_t L : {1, 16, 17, 40, 64, 100, 150, 300})
+      for (int64_t Dh : {17, 32, 64}) {
+        Case causal = make_case(2, 3, L, L, Dh, Layout::SEQ_FIRST, kind, seed += 10);
+        causal.p.causal = true;
+        Case additive = causal;
+        additive.p.causal = false;
+        additive.mask.assign(L * L, 0.0f);
+        for (int64_t i = 0; i < L; ++i)
+          for (int64_t j = i + 1; j < L; ++j) additive.mask[i * L + j] = -kInf;
+        additive.p.mask_sbh = 0;
+        SCOPED_TRACE(causal.name() + " causal");
+        const Result a = run(causal, Body::DISPATCH), b = run(additive, Body::DISPATCH);
+        EXPECT_TRUE(bitwise_equal(a.o, b.o, "o"));
+        EXPECT_TRUE(bitwise_equal(a.lse, b.lse, "lse"));
+        EXPECT_TRUE(bitwise_equal(a.dq, b.dq, "dq"));
+        EXPECT_TRUE(bitwise_equal(a.dk, b.dk, "dk"));
+        EXPECT_TRUE(bitwise_equal(a.dv, b.dv, "dv"));
+      }
+}
+
 // Dropout really drops: with p = 0.3 about 30% of the (bh, i, j) counters are dropped, and the
 // fraction kept matches dropout_keep (the same rule both kernels use).
 TEST(AttentionKernel, DropoutRateIsP) {
