@@ -56,14 +56,17 @@ inline GeluTerms gelu_terms(__m256 x) {
 }
 
 // gelu(v) = (0.5·v)·q, the twin's order of operations.
-inline __m256 gelu_ps(__m256 v) { return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v), gelu_terms(v).q); }
+inline __m256 gelu_of(__m256 v, const GeluTerms& g) {
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v), g.q);
+}
+inline __m256 gelu_ps(__m256 v) { return gelu_of(v, gelu_terms(v)); }
 
 // gelu'(v) = 0.5·q + v·(e/√(2π)).
-inline __m256 gelu_grad_ps(__m256 v) {
-  const GeluTerms g = gelu_terms(v);
+inline __m256 gelu_grad_of(__m256 v, const GeluTerms& g) {
   const __m256 pdf = _mm256_mul_ps(g.e, _mm256_set1_ps(0.39894228040143267794f));
   return _mm256_fmadd_ps(v, pdf, _mm256_mul_ps(_mm256_set1_ps(0.5f), g.q));
 }
+inline __m256 gelu_grad_ps(__m256 v) { return gelu_grad_of(v, gelu_terms(v)); }
 
 // σ(v) and σ(−v) from one e = exp(−|v|), as activation_avx512.cc's sigmoid_ps (it says why neither cancels).
 struct Sigmoid {
@@ -86,15 +89,17 @@ inline __m256 gelu_tanh_u2(__m256 x) {  // 2u
   const __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(kTanhCubic), x2), x, x);
   return _mm256_mul_ps(_mm256_set1_ps(2.0f * kSqrt2OverPi), inner);
 }
-inline __m256 gelu_tanh_ps(__m256 x) { return _mm256_mul_ps(x, sigmoid_ps(gelu_tanh_u2(x)).s); }
-inline __m256 gelu_tanh_grad_ps(__m256 x) {
-  const Sigmoid g = sigmoid_ps(gelu_tanh_u2(x));
+// Both from g = σ(2u): gelu_tanh_of and gelu_tanh_grad_of; the _ps forms compute g themselves.
+inline __m256 gelu_tanh_of(__m256 x, const Sigmoid& g) { return _mm256_mul_ps(x, g.s); }
+inline __m256 gelu_tanh_ps(__m256 x) { return gelu_tanh_of(x, sigmoid_ps(gelu_tanh_u2(x))); }
+inline __m256 gelu_tanh_grad_of(__m256 x, const Sigmoid& g) {
   const __m256 du =
       _mm256_mul_ps(_mm256_set1_ps(kSqrt2OverPi),
                     _mm256_fmadd_ps(_mm256_set1_ps(3.0f * kTanhCubic), _mm256_mul_ps(x, x), _mm256_set1_ps(1.0f)));
   const __m256 t = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(x, x), _mm256_mul_ps(g.s, g.sc)), du);
   return _mm256_add_ps(g.s, t);
 }
+inline __m256 gelu_tanh_grad_ps(__m256 x) { return gelu_tanh_grad_of(x, sigmoid_ps(gelu_tanh_u2(x))); }
 
 // The gates g(b) and g'(b) of the gated kinds (the twin's gate / gate_grad):
 //   GLU     g = σ(b)      g' = σ(b)·σ(−b)
@@ -178,6 +183,17 @@ void gated_backward_rows(const float* dy, const float* x, float* dx, int64_t N, 
       store_n(dbr + f, _mm256_mul_ps(_mm256_mul_ps(g, a), gate_grad_ps<K>(b)), n);
     });
   }
+}
+
+// y = act(x) and d = act'(x) over n elements: both(v, y, d) from one evaluation per vector.
+template <typename Both>
+void value_grad_map(const float* x, float* y, float* d, int64_t n, Both both) {
+  over_row(n, [&](int64_t i, int64_t k) {
+    __m256 yv, dv;
+    both(load_n(x + i, k), yv, dv);
+    store_n(y + i, yv, k);
+    store_n(d + i, dv, k);
+  });
 }
 
 }  // namespace
@@ -264,6 +280,36 @@ void relu_dropout_backward_avx2(const float* dy, const float* y, float* dx, int6
     const __m256 open = _mm256_cmp_ps(load_n(y + i, k), zero, _CMP_GT_OQ);
     store_n(dx + i, _mm256_and_ps(open, _mm256_mul_ps(load_n(dy + i, k), scale)), k);
   });
+}
+
+// The forward's and the backward's functions of each plain kind on one evaluation (activation_avx512.cc's).
+bool activation_forward_grad_avx2(Activation k, const float* x, float* y, float* d, int64_t n) {
+  switch (k) {
+    case Activation::RELU: {
+      const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+      value_grad_map(x, y, d, n, [zero, one](__m256 v, __m256& yv, __m256& dv) {
+        yv = _mm256_max_ps(v, zero);
+        dv = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_GT_OQ), one);
+      });
+      return true;
+    }
+    case Activation::GELU:
+      value_grad_map(x, y, d, n, [](__m256 v, __m256& yv, __m256& dv) {
+        const GeluTerms g = gelu_terms(v);
+        yv = gelu_of(v, g);
+        dv = gelu_grad_of(v, g);
+      });
+      return true;
+    case Activation::GELU_TANH:
+      value_grad_map(x, y, d, n, [](__m256 v, __m256& yv, __m256& dv) {
+        const Sigmoid g = sigmoid_ps(gelu_tanh_u2(v));
+        yv = gelu_tanh_of(v, g);
+        dv = gelu_tanh_grad_of(v, g);
+      });
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace tfm::kernels

@@ -67,16 +67,17 @@ inline GeluTerms gelu_terms(__m512 x) {
 }
 
 // gelu(v) = (0.5·v)·q, the twin's order of operations.
-inline __m512 gelu_ps(__m512 v) {
-  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v), gelu_terms(v).q);
+inline __m512 gelu_of(__m512 v, const GeluTerms& g) {
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v), g.q);
 }
+inline __m512 gelu_ps(__m512 v) { return gelu_of(v, gelu_terms(v)); }
 
 // gelu'(v) = 0.5·q + v·(e/√(2π)).
-inline __m512 gelu_grad_ps(__m512 v) {
-  const GeluTerms g = gelu_terms(v);
+inline __m512 gelu_grad_of(__m512 v, const GeluTerms& g) {
   const __m512 pdf = _mm512_mul_ps(g.e, _mm512_set1_ps(0.39894228040143267794f));
   return _mm512_fmadd_ps(v, pdf, _mm512_mul_ps(_mm512_set1_ps(0.5f), g.q));
 }
+inline __m512 gelu_grad_ps(__m512 v) { return gelu_grad_of(v, gelu_terms(v)); }
 
 // ---- sigmoid, gelu_tanh, the gates -----------------------------------------------------------------
 // σ(v) and σ(−v) = 1 − σ(v) from one e = exp(−|v|) ∈ (0, 1]: with r = 1/(1 + e), σ(|v|) = r and
@@ -107,15 +108,17 @@ inline __m512 gelu_tanh_u2(__m512 x) {  // 2u
   const __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(kTanhCubic), x2), x, x);
   return _mm512_mul_ps(_mm512_set1_ps(2.0f * kSqrt2OverPi), inner);
 }
-inline __m512 gelu_tanh_ps(__m512 x) { return _mm512_mul_ps(x, sigmoid_ps(gelu_tanh_u2(x)).s); }
-inline __m512 gelu_tanh_grad_ps(__m512 x) {
-  const Sigmoid g = sigmoid_ps(gelu_tanh_u2(x));
+// Both from g = σ(2u): gelu_tanh_of and gelu_tanh_grad_of; the _ps forms compute g themselves.
+inline __m512 gelu_tanh_of(__m512 x, const Sigmoid& g) { return _mm512_mul_ps(x, g.s); }
+inline __m512 gelu_tanh_ps(__m512 x) { return gelu_tanh_of(x, sigmoid_ps(gelu_tanh_u2(x))); }
+inline __m512 gelu_tanh_grad_of(__m512 x, const Sigmoid& g) {
   const __m512 du = _mm512_mul_ps(
       _mm512_set1_ps(kSqrt2OverPi),
       _mm512_fmadd_ps(_mm512_set1_ps(3.0f * kTanhCubic), _mm512_mul_ps(x, x), _mm512_set1_ps(1.0f)));
   const __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(x, x), _mm512_mul_ps(g.s, g.sc)), du);
   return _mm512_add_ps(g.s, t);
 }
+inline __m512 gelu_tanh_grad_ps(__m512 x) { return gelu_tanh_grad_of(x, sigmoid_ps(gelu_tanh_u2(x))); }
 
 // The gates g(b) and g'(b) of the gated kinds (the twin's gate / gate_grad):
 //   GLU     g = σ(b)      g' = σ(b)·σ(−b)
@@ -204,6 +207,18 @@ void grad_map(const float* dy, const float* x, float* dx, int64_t n, Grad grad) 
     const __mmask16 m = first_n(n - i);
     const __m512 g = grad(_mm512_maskz_loadu_ps(m, x + i));
     _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dy + i), g));
+  }
+}
+
+// y = act(x) and d = act'(x) over n elements: both(v, y, d) from one evaluation per vector.
+template <typename Both>
+void value_grad_map(const float* x, float* y, float* d, int64_t n, Both both) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_n(n - i);
+    __m512 yv, dv;
+    both(_mm512_maskz_loadu_ps(m, x + i), yv, dv);
+    _mm512_mask_storeu_ps(y + i, m, yv);
+    _mm512_mask_storeu_ps(d + i, m, dv);
   }
 }
 
@@ -299,6 +314,37 @@ void relu_dropout_backward_bf16_avx512(const float* dy, const uint16_t* y16, flo
     const __m512 y = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
     const __mmask16 open = _mm512_cmp_ps_mask(y, zero, _CMP_GT_OQ);
     _mm512_mask_storeu_ps(dx + i, m, _mm512_maskz_mul_ps(open, _mm512_maskz_loadu_ps(m, dy + i), scale));
+  }
+}
+
+// The forward's and the backward's functions of each plain kind on one evaluation: relu's max and [x > 0],
+// gelu's terms (erf and exp), gelu_tanh's σ(2u).
+bool activation_forward_grad_avx512(Activation k, const float* x, float* y, float* d, int64_t n) {
+  switch (k) {
+    case Activation::RELU: {
+      const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+      value_grad_map(x, y, d, n, [zero, one](__m512 v, __m512& yv, __m512& dv) {
+        yv = _mm512_max_ps(v, zero);
+        dv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), one);
+      });
+      return true;
+    }
+    case Activation::GELU:
+      value_grad_map(x, y, d, n, [](__m512 v, __m512& yv, __m512& dv) {
+        const GeluTerms g = gelu_terms(v);
+        yv = gelu_of(v, g);
+        dv = gelu_grad_of(v, g);
+      });
+      return true;
+    case Activation::GELU_TANH:
+      value_grad_map(x, y, d, n, [](__m512 v, __m512& yv, __m512& dv) {
+        const Sigmoid g = sigmoid_ps(gelu_tanh_u2(v));
+        yv = gelu_tanh_of(v, g);
+        dv = gelu_tanh_grad_of(v, g);
+      });
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -120,6 +120,17 @@ void activation_backward_scalar(Activation k, const T* dy, const T* x, T* dx, in
   }
 }
 
+// y = act(x) and d = act'(x) for the plain kinds (activation_forward_grad): the forward's and the backward's
+// per-element functions above.
+template <typename T>
+void activation_forward_grad_scalar(Activation k, const T* x, T* y, T* d, int64_t N, int64_t F) {
+  for (int64_t i = 0; i < N * F; ++i) {
+    const T v = x[i];  // y may alias x
+    y[i] = activation_scalar_detail::act_plain(k, v);
+    d[i] = activation_scalar_detail::act_plain_grad(k, v);
+  }
+}
+
 // y = act(x + bias) row by row; gated kinds read the biased halves [a | b] of each 2F-wide row.
 template <typename T>
 void bias_activation_forward_scalar(Activation k, const T* x, const T* bias, T* y, int64_t N,

@@ -1,4 +1,4 @@
-// src/kernels/elementwise.cc — the element-wise kernels' dispatching entry points (add_forward,
+// src/kernels/elementwise.cc — the element-wise kernels' dispatching entry points (add_forward, mul_forward,
 // dropout_forward, add_dropout_forward, bias_grad, transpose; copy_bytes, which has no twin) and their
 // float scalar twins. The twins instantiate the templates of elementwise_scalar.h (but transpose_scalar,
 // a plain copy loop written here); the entry points run fixed chunks (parallel_chunks.h), so results
@@ -17,6 +17,7 @@ namespace tfm::kernels {
 void add_forward_scalar(const float* a, const float* b, float* y, int64_t n) {
   add_forward_scalar<float>(a, b, y, n);
 }
+void mul_forward_scalar(const float* a, const float* b, float* y, int64_t n) { mul_forward_scalar<float>(a, b, y, n); }
 void dropout_forward_scalar(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset) {
   dropout_forward_scalar<float>(x, y, n, p, seed, offset);
 }
@@ -50,6 +51,18 @@ void add_forward(const float* a, const float* b, float* y, int64_t n) {
       add_forward_avx2(a + i0, b + i0, y + i0, m);
     else
       add_forward_scalar(a + i0, b + i0, y + i0, m);
+  });
+}
+
+void mul_forward(const float* a, const float* b, float* y, int64_t n) {
+  const bool simd = cpu_has_avx512(), avx2 = !simd && cpu_has_avx2();
+  for_each_elem_chunk(n, 65536, [&](int64_t i0, int64_t m) {
+    if (simd)
+      mul_forward_avx512(a + i0, b + i0, y + i0, m);
+    else if (avx2)
+      mul_forward_avx2(a + i0, b + i0, y + i0, m);
+    else
+      mul_forward_scalar(a + i0, b + i0, y + i0, m);
   });
 }
 

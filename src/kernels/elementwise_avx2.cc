@@ -1,8 +1,7 @@
 // src/kernels/elementwise_avx2.cc — AVX2 bodies of the element-wise kernels for CPUs without AVX-512
-// (contracts in kernels.h): add, dropout, add + dropout, the bias gradient and the strided transpose. Compiled
-// with AVX2 and FMA
-// flags by CMake; called only by the dispatchers (elementwise.cc, and layer_norm.cc's fused residual add)
-// when cpu_has_avx2() and not cpu_has_avx512(). Each is bitwise equal to its scalar twin
+// (contracts in kernels.h): add, multiply, dropout, add + dropout, the bias gradient and the strided transpose.
+// Compiled with AVX2 and FMA flags by CMake; called only by the dispatchers (elementwise.cc, and layer_norm.cc's fused
+// residual add) when cpu_has_avx2() and not cpu_has_avx512(). Each is bitwise equal to its scalar twin
 // (elementwise_scalar.h): the twin's per-element operations, 8 lanes at a time, the last fewer than 8
 // through load_tail / store_tail (common_avx2.h: plain stores, AMD microcodes masked ones), but in the bias
 // gradient's strips, stored once per strip under a lane mask.
@@ -19,6 +18,14 @@ void add_forward_avx2(const float* a, const float* b, float* y, int64_t n) {
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
   if (i < n) {
     store_tail(y + i, _mm256_add_ps(load_tail(a + i, n - i), load_tail(b + i, n - i)), n - i);
+  }
+}
+
+void mul_forward_avx2(const float* a, const float* b, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  if (i < n) {
+    store_tail(y + i, _mm256_mul_ps(load_tail(a + i, n - i), load_tail(b + i, n - i)), n - i);
   }
 }
 

@@ -1,5 +1,5 @@
 // src/kernels/elementwise_avx512.cc — AVX-512 bodies of the element-wise kernels (contracts in
-// kernels.h): add, dropout, add + dropout, the bias gradient and the strided transpose. Compiled with
+// kernels.h): add, multiply, dropout, add + dropout, the bias gradient and the strided transpose. Compiled with
 // AVX-512 flags by CMake; called only by the dispatchers (elementwise.cc, and layer_norm.cc's fused
 // residual add) after cpu_has_avx512(). Each is bitwise equal to its scalar twin (elementwise_scalar.h,
 // transpose_scalar): a 16-lane main loop, then the remainder with a masked load/store in the same
@@ -23,6 +23,13 @@ void add_forward_avx512(const float* a, const float* b, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = first_n(n - i);
     _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+  }
+}
+
+void mul_forward_avx512(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_n(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
   }
 }
 

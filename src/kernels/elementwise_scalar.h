@@ -1,4 +1,4 @@
-// src/kernels/elementwise_scalar.h — the scalar element-wise kernels (add, dropout, add + dropout, the
+// src/kernels/elementwise_scalar.h — the scalar element-wise kernels (add, multiply, dropout, add + dropout, the
 // bias gradient) as templates over the arithmetic type T: the specification. elementwise.cc
 // instantiates them with float for the library's twins (the `*_scalar` functions of kernels.h, same
 // names). Contracts in kernels.h.
@@ -14,6 +14,12 @@ namespace tfm::kernels {
 template <typename T>
 void add_forward_scalar(const T* a, const T* b, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+// y = a ⊙ b.
+template <typename T>
+void mul_forward_scalar(const T* a, const T* b, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
 }
 
 // y = x·keep/(1 − p), the mask a pure function of (seed, offset + i).

@@ -289,6 +289,13 @@ void activation_backward(Activation k, const float* dy, const float* x, float* d
                          int64_t F);
 void activation_backward_scalar(Activation k, const float* dy, const float* x, float* dx,
                                 int64_t N, int64_t F);
+// Training's forward of a plain activation (RELU, GELU, GELU_TANH; not the gated kinds) with its derivative in
+// the same pass: y = act(x) and d = act'(x), x, y, d (N, F); y may alias x. y is bitwise activation_forward's,
+// and mul_forward(dy, d) is bitwise activation_backward's dx, a NaN's sign aside (every body computes dx = dy·act'(x)
+// from this act'(x)), so a backward can read d instead of evaluating act' again (GELU's erf and exp: the forward's own
+// evaluation gives both).
+void activation_forward_grad(Activation k, const float* x, float* y, float* d, int64_t N, int64_t F);
+void activation_forward_grad_scalar(Activation k, const float* x, float* y, float* d, int64_t N, int64_t F);
 
 // Bias + activation in one pass after a GEMM: x (N, Fin) with Fin = F (plain) or 2F (gated),
 // bias (Fin) or null; y (N, F) = act(x + bias) (gated: a ⊙ g(b) of the biased halves).
@@ -323,6 +330,9 @@ void relu_dropout_backward_bf16_scalar(const float* dy, const uint16_t* y16, flo
 // y = a + b over n elements. y may alias a or b.
 void add_forward(const float* a, const float* b, float* y, int64_t n);
 void add_forward_scalar(const float* a, const float* b, float* y, int64_t n);
+// y = a ⊙ b over n elements. y may alias a or b.
+void mul_forward(const float* a, const float* b, float* y, int64_t n);
+void mul_forward_scalar(const float* a, const float* b, float* y, int64_t n);
 
 // dst[0, bytes) = src[0, bytes) for buffers that do not overlap: memcpy over the element-wise kernels'
 // fixed chunks (parallel_chunks.h, here of bytes), over the threads above 256 kB (a gradient clone of a
@@ -495,11 +505,14 @@ bool bias_activation_forward_avx512(Activation k, const float* x, const float* b
                                     int64_t N, int64_t F);
 bool activation_backward_avx512(Activation k, const float* dy, const float* x, float* dx, int64_t N,
                                 int64_t F);
+// The plain kinds, over n elements (y, d as activation_forward_grad's).
+bool activation_forward_grad_avx512(Activation k, const float* x, float* y, float* d, int64_t n);
 void bias_relu_dropout_forward_avx512(const float* x, const float* bias, float* y, int64_t N,
                                       int64_t F, const DropoutSpec& drop);
 void relu_dropout_backward_avx512(const float* dy, const float* y, float* dx, int64_t n, float p);
 void relu_dropout_backward_bf16_avx512(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p);
 void add_forward_avx512(const float* a, const float* b, float* y, int64_t n);
+void mul_forward_avx512(const float* a, const float* b, float* y, int64_t n);
 void dropout_forward_avx512(const float* x, float* y, int64_t n, float p, uint64_t seed,
                             uint64_t offset);
 void add_dropout_forward_avx512(const float* a, const float* x, float* y, int64_t n, float p,
@@ -514,12 +527,14 @@ void transpose_avx512(const float* src, int64_t sl, int64_t rows, int64_t cols, 
 // the twin), and the relu + dropout backward.
 bool bias_activation_forward_avx2(Activation k, const float* x, const float* bias, float* y, int64_t N, int64_t F);
 bool activation_backward_avx2(Activation k, const float* dy, const float* x, float* dx, int64_t N, int64_t F);
+bool activation_forward_grad_avx2(Activation k, const float* x, float* y, float* d, int64_t n);
 void bias_relu_dropout_forward_avx2(const float* x, const float* bias, float* y, int64_t N, int64_t F,
                                     const DropoutSpec& drop);
 void relu_dropout_backward_avx2(const float* dy, const float* y, float* dx, int64_t n, float p);
 // The element-wise kernels (elementwise_avx2.cc): add, dropout, add + dropout, the bias gradient (dy's rows at
 // stride ld ≥ F), the transpose.
 void add_forward_avx2(const float* a, const float* b, float* y, int64_t n);
+void mul_forward_avx2(const float* a, const float* b, float* y, int64_t n);
 void dropout_forward_avx2(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset);
 void add_dropout_forward_avx2(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
                               uint64_t offset);

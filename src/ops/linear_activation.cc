@@ -39,6 +39,23 @@ struct LinearReluNode : Node {
   }
 };
 
+// inputs as LinearReluNode, for GELU and GELU_TANH in training: the forward ran ops::linear's product
+// z = x·Wᵀ + b (the GEMM started from the bias), then y = act(z) and d = act'(z) in one pass
+// (kernels::activation_forward_grad), keeping d instead of z. dz = dy ⊙ d is bitwise activation_backward's
+// dx from z, then the Linear backward: activation(linear(x, W, b)) bit for bit, without evaluating act' again.
+struct LinearActivationNode : Node {
+  Activation kind = Activation::GELU;
+  bool has_bias = false;
+  Bf16Weight w16;  // set when the forward ran under Autocast(BFLOAT16)
+  Tensor d;        // (N, F) act'(z)
+  const char* name() const override { return enum_name(kind).data(); }
+  void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
+    Tensor dz = Tensor::empty(d.shape());
+    kernels::mul_forward(dy.data(), d.data(), dz.data(), d.numel());
+    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din, w16.get());
+  }
+};
+
 // inputs as LinearReluNode; y (N, F) = dropout(relu(x·Wᵀ + b)) kept detached.
 // dz = y > 0 ? dy/(1 − p) : 0  (kernels::relu_dropout_backward), then the Linear backward of dz.
 struct LinearReluDropoutNode : Node {
@@ -233,11 +250,25 @@ Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bi
   const bool gated = activation_is_gated(kind);
   check_gated_rows(kind, weight);
   const bool grad = needs_grad({&x, &weight, &bias});
-  if (grad && kind != Activation::RELU) return activation(linear(x, weight, bias), kind);
+  if (grad && gated) return activation(linear(x, weight, bias), kind);
 
   const int64_t N = linear_rows(x), F = gated ? out / 2 : out;
   Shape zs = x.shape();
   zs.back() = out;
+  if (grad && kind != Activation::RELU) {  // GELU, GELU_TANH: LinearActivationNode
+    Tensor y = Tensor::empty(zs), d = Tensor::empty(zs);
+    Bf16Weight w16 = linear_matmul(N, x.data(), weight, bias.defined() ? bias.data() : nullptr, y.data(),
+                                   /*may_pack=*/false);
+    kernels::activation_forward_grad(kind, y.data(), y.data(), d.data(), N, F);
+    auto node = std::make_shared<LinearActivationNode>();
+    node->kind = kind;
+    node->w16 = std::move(w16);
+    node->has_bias = bias.defined();
+    node->d = std::move(d);
+    node->inputs = {x, weight, bias};
+    record(y, node);
+    return y;
+  }
   Tensor z = Tensor::empty(zs);  // (N, Fin) = x·Wᵀ (K = 0 gives zeros, kernels::gemm's contract)
   Bf16Weight w16 = linear_matmul(N, x.data(), weight, nullptr, z.data(), /*may_pack=*/!grad);
   const float* b = bias.defined() ? bias.data() : nullptr;

@@ -15,9 +15,12 @@ namespace tfm::ops {
 // Fin = F (plain) or 2F (gated: [a | b] halves, y = a ⊙ g(b)).
 // Inference, and training with ReLU: the GEMM writes x·Wᵀ, then one pass adds the bias and applies
 // the activation in place (no bias broadcast pass, no second buffer); training keeps only y, since
-// relu'(z) = [z > 0] = [relu(z) > 0]. Other activations in training fall back to
-// activation(linear(x, W, b)), which keeps the pre-activation for the backward.
-// Backward (ReLU): dz = dy ⊙ [y > 0];  dx = dz·W;  dW += dzᵀ·x;  db += Σ_rows dz.
+// relu'(z) = [z > 0] = [relu(z) > 0]. GELU and GELU_TANH in training: the composition
+// activation(linear(x, W, b)) bit for bit, but in one node: the GEMM started from the bias (as ops::linear),
+// then y = act(z) and d = act'(z) in one pass (kernels::activation_forward_grad), keeping d (N, F) where the
+// composition keeps z, so the backward does not evaluate act' again. The gated kinds in training take the
+// composition itself.
+// Backward: dz = dy ⊙ [y > 0] (ReLU) or dy ⊙ d;  dx = dz·W;  dW += dzᵀ·x;  db += Σ_rows dz.
 Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation kind);
 
 // dropout(relu(x·Wᵀ + b), p, training, gen) — nn.TransformerEncoderLayer's dropout(activation(

@@ -9,14 +9,16 @@
 // test). The fused op itself is tested in tests/ops/linear_activation_test.cc; the finite-difference checks of every
 // backward are in gradcheck_test.cc. To add a SIMD body: a TEST comparing foo_avx512 with foo_scalar over kSizes,
 // bitwise when it performs the twin's operations, else within a measured bound in ulps.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
 #include "kernels/activation_scalar.h"
@@ -98,6 +100,76 @@ TEST(ActivationKernel, BiasActivationDispatchMatchesItsKernelForEveryKind) {
       EXPECT_TRUE(bitwise_equal(d1, d2)) << "backward, kind " << int(k) << " F=" << F;
     }
   }
+}
+
+// activation_forward_grad's y and d, for every plain kind, on each body (the SIMD bodies this CPU has, the twin,
+// the dispatcher): y bitwise that body's forward, dy ⊙ d bitwise that body's backward (a NaN's sign aside); in
+// place (y = x) too.
+TEST(ActivationKernel, ForwardGradIsTheForwardAndTheBackward) {
+  using ForwardGrad = bool (*)(Activation, const float*, float*, float*, int64_t);
+  struct Body {
+    const char* name;
+    std::function<void(Activation, const float*, float*, float*, int64_t, int64_t)> forward_grad;
+    std::function<void(Activation, const float*, float*, int64_t, int64_t)> forward;
+    std::function<void(Activation, const float*, const float*, float*, int64_t, int64_t)> backward;
+    std::function<void(const float*, const float*, float*, int64_t)> mul;
+  };
+  using FG = void (*)(Activation, const float*, float*, float*, int64_t, int64_t);
+  using Fwd = void (*)(Activation, const float*, float*, int64_t, int64_t);
+  using Bwd = void (*)(Activation, const float*, const float*, float*, int64_t, int64_t);
+  using Mul = void (*)(const float*, const float*, float*, int64_t);
+  std::vector<Body> bodies = {
+      {"twin", static_cast<FG>(activation_forward_grad_scalar), static_cast<Fwd>(activation_forward_scalar),
+       static_cast<Bwd>(activation_backward_scalar), static_cast<Mul>(mul_forward_scalar)},
+      {"dispatch", activation_forward_grad, activation_forward, activation_backward, mul_forward}};
+  const auto simd = [](const char* name, ForwardGrad fg, decltype(&bias_activation_forward_avx512) fwd,
+                       decltype(&activation_backward_avx512) bwd, decltype(&mul_forward_avx512) mul) {
+    return Body{name,
+                [fg](Activation k, const float* x, float* y, float* d, int64_t N, int64_t F) {
+                  ASSERT_TRUE(fg(k, x, y, d, N * F));
+                },
+                [fwd](Activation k, const float* x, float* y, int64_t N, int64_t F) {
+                  ASSERT_TRUE(fwd(k, x, nullptr, y, N, F));
+                },
+                [bwd](Activation k, const float* dy, const float* x, float* dx, int64_t N, int64_t F) {
+                  ASSERT_TRUE(bwd(k, dy, x, dx, N, F));
+                },
+                mul};
+  };
+  if (cpu_has_avx512())
+    bodies.push_back(simd("avx512", activation_forward_grad_avx512, bias_activation_forward_avx512,
+                          activation_backward_avx512, mul_forward_avx512));
+  if (cpu_has_avx2())
+    bodies.push_back(simd("avx2", activation_forward_grad_avx2, bias_activation_forward_avx2, activation_backward_avx2,
+                          mul_forward_avx2));
+  const float inf = std::numeric_limits<float>::infinity();
+  // Every NaN as the one quiet NaN: the twin compiled in two places may give a NaN input's derivative either
+  // sign (the NaN its last operation propagates); NaN it is in both.
+  const auto one_nan = [](std::vector<float> v) {
+    for (float& e : v)
+      if (std::isnan(e)) e = std::numeric_limits<float>::quiet_NaN();
+    return v;
+  };
+  for (const Body& body : bodies)
+    for (auto k : {Activation::RELU, Activation::GELU, Activation::GELU_TANH})
+      for (int64_t F : kSizes) {
+        SCOPED_TRACE(std::string(body.name) + " kind " + std::to_string(int(k)) + " F=" + std::to_string(F));
+        const int64_t N = 70;  // more than one of the dispatcher's row chunks
+        auto x = rnd(N * F, 50 + F), dy = rnd(N * F, 51 + F);
+        for (int64_t i = 0; i < N * F; ++i) x[i] *= 6.0f;  // both of GELU's ranges
+        const float edges[] = {-0.0f, 0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), 20.0f, -20.0f};
+        for (size_t e = 0; e < std::size(edges) && static_cast<int64_t>(e) < N * F; ++e) x[e * 7 % (N * F)] = edges[e];
+        std::vector<float> y(N * F), d(N * F), y_want(N * F), dx(N * F), dx_want(N * F);
+        body.forward_grad(k, x.data(), y.data(), d.data(), N, F);
+        body.forward(k, x.data(), y_want.data(), N, F);
+        EXPECT_TRUE(bitwise_equal(y, y_want, "y"));
+        body.mul(dy.data(), d.data(), dx.data(), N * F);
+        body.backward(k, dy.data(), x.data(), dx_want.data(), N, F);
+        EXPECT_TRUE(bitwise_equal(one_nan(dx), one_nan(dx_want), "dy ⊙ d"));
+        std::vector<float> in_place(x);
+        body.forward_grad(k, in_place.data(), in_place.data(), d.data(), N, F);
+        EXPECT_TRUE(bitwise_equal(in_place, y_want, "y in place"));
+      }
 }
 
 // ---- gelu -----------------------------------------------------------------------------------------

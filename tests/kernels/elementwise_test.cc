@@ -35,6 +35,7 @@ using test::rnd;
 struct SimdBody {
   const char* name;
   decltype(&add_forward_avx512) add;
+  decltype(&mul_forward_avx512) mul;
   decltype(&dropout_forward_avx512) dropout;
   decltype(&add_dropout_forward_avx512) add_dropout;
   decltype(&bias_grad_avx512) bias_grad;
@@ -42,9 +43,11 @@ struct SimdBody {
 std::vector<SimdBody> simd_bodies() {
   std::vector<SimdBody> b;
   if (cpu_has_avx512())
-    b.push_back({"avx512", add_forward_avx512, dropout_forward_avx512, add_dropout_forward_avx512, bias_grad_avx512});
+    b.push_back({"avx512", add_forward_avx512, mul_forward_avx512, dropout_forward_avx512, add_dropout_forward_avx512,
+                 bias_grad_avx512});
   if (cpu_has_avx2())
-    b.push_back({"avx2", add_forward_avx2, dropout_forward_avx2, add_dropout_forward_avx2, bias_grad_avx2});
+    b.push_back(
+        {"avx2", add_forward_avx2, mul_forward_avx2, dropout_forward_avx2, add_dropout_forward_avx2, bias_grad_avx2});
   return b;
 }
 
@@ -58,6 +61,9 @@ TEST(ElementwiseKernel, AddDropoutBiasGradBitwise) {
       body.add(a.data(), b.data(), y1.data(), n);
       add_forward_scalar(a.data(), b.data(), y2.data(), n);
       EXPECT_TRUE(bitwise_equal(y1, y2)) << "add n=" << n;
+      body.mul(a.data(), b.data(), y1.data(), n);
+      mul_forward_scalar(a.data(), b.data(), y2.data(), n);
+      EXPECT_TRUE(bitwise_equal(y1, y2)) << "mul n=" << n;
       for (float p : {0.1f, 0.5f}) {
         // Offsets not a multiple of 16, the second one crossing 2³² (where the hash's key changes)
         // inside a vector of 16 counters.

@@ -110,13 +110,39 @@ TEST(LinearActivation, ReluTrainingGradientsBitwiseEqualComposition) {
   EXPECT_TRUE(bitwise_equal(dbf, dbc, "db"));
 }
 
-// Training with a non-ReLU activation takes the composition itself: bitwise equal.
-TEST(LinearActivation, GeluTrainingIsTheComposition) {
-  Tensor x = random_tensor({5, 16}, 21), w = random_tensor({24, 16}, 22), b = random_tensor({24}, 23);
-  w.requires_grad_();
-  Tensor yf = linear_activation(x, w, b, Activation::GELU);
-  Tensor yc = activation(linear(x, w, b), Activation::GELU);
-  EXPECT_TRUE(bitwise_equal(yf.detach(), yc.detach(), "y"));
+// Training with a non-ReLU activation: the composition bit for bit, output and every gradient — GELU and
+// GELU_TANH in one node keeping act'(z) (LinearActivationNode), the gated kinds as the composition itself; with
+// and without a bias, in float32 and under Autocast(BFLOAT16).
+TEST(LinearActivation, TrainingIsTheCompositionBitwise) {
+  const int64_t K = 37, Fin = 2 * 45;
+  Tensor x0 = random_tensor({3, 7, K}, 21), w0 = random_tensor({Fin, K}, 22), b0 = random_tensor({Fin}, 23);
+  for (Activation act : {Activation::GELU, Activation::GELU_TANH, Activation::GEGLU})
+    for (bool with_bias : {true, false})
+      for (bool bf16 : {false, true}) {
+        SCOPED_TRACE(std::string(enum_name(act)) + (with_bias ? " bias" : "") + (bf16 ? " bf16" : ""));
+        const int64_t F = activation_is_gated(act) ? Fin / 2 : Fin;
+        Tensor dy = random_tensor({3, 7, F}, 24);
+        auto run = [&](bool fused) {
+          Tensor x = x0.clone(), w = w0.clone(), b = with_bias ? b0.clone() : Tensor();
+          x.requires_grad_();
+          w.requires_grad_();
+          if (with_bias) b.requires_grad_();
+          Tensor y;
+          {
+            Autocast cast(bf16 ? Precision::BFLOAT16 : Precision::FLOAT32);
+            y = fused ? linear_activation(x, w, b, act) : activation(linear(x, w, b), act);
+          }
+          y.backward(dy);
+          return std::vector<Tensor>{y.detach(), x.grad(), w.grad(), with_bias ? b.grad() : Tensor()};
+        };
+        const std::vector<Tensor> f = run(true), c = run(false);
+        EXPECT_TRUE(bitwise_equal(f[0], c[0], "y"));
+        EXPECT_TRUE(bitwise_equal(f[1], c[1], "dx"));
+        EXPECT_TRUE(bitwise_equal(f[2], c[2], "dW"));
+        if (with_bias) {
+          EXPECT_TRUE(bitwise_equal(f[3], c[3], "db"));
+        }
+      }
 }
 
 TEST(LinearActivation, ErrorsNameTheTensor) {
