@@ -416,7 +416,8 @@ std::shared_ptr<const PackedWeight> pack_rounded(std::shared_ptr<PackedWeight> p
     pw->avx2 = true;
     return pw;
   }
-  if (!force_scalar() && (!int8 || cpu_has_int8_dot())) {
+  // K = 0 (an empty sum; oneDNN 2.6 divides by zero creating the primitive) or N = 0: the plain copy, empty.
+  if (!force_scalar() && (!int8 || cpu_has_int8_dot()) && K > 0 && N > 0) {
     try {
       const Dt dt = data_type(precision);
       const dnnl::matmul::primitive_desc ref(
@@ -806,7 +807,7 @@ void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, 
                  float* C, int64_t ldc) {
   if (M <= 0) return;
   gemm_detail::keep_gemm_buffers_resident();
-  if (W.avx2 && W.K == 0) {  // an empty sum: 0 + bias, as the twins give it (the kernels' k loop never runs)
+  if (W.K == 0) {  // an empty sum: 0 + bias, as the twins give it (the kernels' k loop never runs)
     for (int64_t i = 0; i < M; ++i)
       for (int64_t n = 0; n < W.N; ++n) C[i * ldc + n] = 0.0f + (bias ? bias[n] : 0.0f);
     return;
