@@ -23,6 +23,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "kernels/kernels.h"
 #include "optim_shards.h"
 #include "quote.h"
 
@@ -197,45 +198,20 @@ Adam::Adam(const NamedTensors& params, float lr, float beta1, float beta2, float
 //   Adam:  g = grad + wd·p           AdamW: p = p·(1 − lr·wd)
 //   m = β1·m + (1−β1)·g;   v = β2·v + (1−β2)·g·g
 //   p = p − (lr/(1−β1ᵗ)) · m / (sqrt(v)/sqrt(1−β2ᵗ) + eps)
-struct AdamScalars {
-  float beta1, beta2, one_m_b1, one_m_b2, eps, wd, decay, neg_step_size, bc2_sqrt;
-};
+struct AdamScalars : kernels::AdamCoefficients {};
 
 namespace {
 
-// One Adam/AdamW update over n elements (torch.optim.Adam's single-tensor formula, in float):
-//   g ← grad·scale;   g ← g + wd·p (Adam, L2)   or   p ← p·(1 − lr·wd) (AdamW, decoupled)
-//   m ← β₁·m + (1 − β₁)·g,   v ← β₂·v + (1 − β₂)·g²
-//   p ← p − (lr / bc₁) · m / (√v / √bc₂ + eps)
-// scale is clip_grad_norm's factor (1: none): grad·scale is the one multiply the in-place clipping
-// does, so the bits are those of clipping first, then stepping. Purely elementwise, so splitting it
-// over threads or vectorizing it gives the same bits as the plain loop; the weight-decay mode is a
-// template argument so the loop has no branch.
-enum AdamDecay { kNoDecay, kL2, kDecoupled };
-
-template <AdamDecay kMode>
-void adam_update(float* __restrict pp, const float* __restrict gp, float* __restrict mp, float* __restrict vp,
-                 int64_t n, const AdamScalars& s, float scale) {
-  // Vectorized by the compiler (__restrict: the tensors never alias; -fno-math-errno, CMakeLists.txt);
-  // vector sqrt/div give the scalar bits.
-  for (int64_t j = 0; j < n; ++j) {
-    float gj = gp[j] * scale;
-    if constexpr (kMode == kL2) gj = gj + s.wd * pp[j];
-    if constexpr (kMode == kDecoupled) pp[j] = pp[j] * s.decay;
-    mp[j] = mp[j] * s.beta1 + s.one_m_b1 * gj;
-    vp[j] = vp[j] * s.beta2 + s.one_m_b2 * gj * gj;
-    const float denom = std::sqrt(vp[j]) / s.bc2_sqrt + s.eps;
-    pp[j] = pp[j] + s.neg_step_size * (mp[j] / denom);
-  }
-}
+// One Adam/AdamW update over n elements: kernels::adam_update (torch.optim.Adam's single-tensor formula, in float,
+// kernels.h). scale is clip_grad_norm's factor (1: none): grad·scale is the one multiply the in-place clipping
+// does, so the bits are those of clipping first, then stepping. Purely elementwise, so splitting it over threads
+// gives the same bits. The modes are kernels::AdamDecay's, as ints in the per-parameter vectors.
+constexpr int kNoDecay = static_cast<int>(kernels::AdamDecay::NONE), kL2 = static_cast<int>(kernels::AdamDecay::L2),
+              kDecoupled = static_cast<int>(kernels::AdamDecay::DECOUPLED);
 
 void adam_update(int mode, float* pp, const float* gp, float* mp, float* vp, int64_t n, const AdamScalars& s,
                  float scale) {
-  switch (mode) {
-    case kNoDecay: adam_update<kNoDecay>(pp, gp, mp, vp, n, s, scale); break;
-    case kL2: adam_update<kL2>(pp, gp, mp, vp, n, s, scale); break;
-    case kDecoupled: adam_update<kDecoupled>(pp, gp, mp, vp, n, s, scale); break;
-  }
+  kernels::adam_update(static_cast<kernels::AdamDecay>(mode), pp, gp, mp, vp, n, s, scale);
 }
 
 // Below this many elements in all, a step runs on the calling thread: a parallel region would cost
@@ -304,7 +280,7 @@ int Adam::begin_param_step(size_t i, AdamScalars& s) {
   const double bc2 = 1.0 - std::pow(b2, static_cast<double>(t));
   s.neg_step_size = static_cast<float>(-(lr / bc1));
   s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const AdamDecay decay_mode = s.wd == 0.0f ? kNoDecay : decoupled_ ? kDecoupled : kL2;
+  const int decay_mode = s.wd == 0.0f ? kNoDecay : decoupled_ ? kDecoupled : kL2;
   return decayed_.empty() || decayed_[i] ? decay_mode : kNoDecay;
 }
 

@@ -326,6 +326,23 @@ void relu_dropout_backward_scalar(const float* dy, const float* y, float* dx, in
 void relu_dropout_backward_bf16(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p);
 void relu_dropout_backward_bf16_scalar(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p);
 
+// ---- Optimizer: one Adam/AdamW update (src/optim.cc runs it over its parameters' ranges) ----------------
+// Per element, in float32, torch.optim.Adam's single-tensor formula (src/optim.cc derives the coefficients):
+//   g ← grad·scale;   g ← g + wd·p (L2)   or   p ← p·decay (DECOUPLED, AdamW)
+//   m ← m·β₁ + (1 − β₁)·g,   v ← v·β₂ + ((1 − β₂)·g)·g
+//   p ← p + neg_step_size·(m / (√v / bc2_sqrt + eps))
+// p, m, v updated in place, g read; n elements. Every body performs these float operations in this order,
+// with no multiply and add fused (adam.cc says how), so each is bitwise the twin and any split of a parameter
+// into runs gives the same bits.
+enum class AdamDecay { NONE, L2, DECOUPLED };
+struct AdamCoefficients {
+  float beta1, beta2, one_m_b1, one_m_b2, eps, wd, decay, neg_step_size, bc2_sqrt;
+};
+void adam_update(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c,
+                 float scale);
+void adam_update_scalar(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n,
+                        const AdamCoefficients& c, float scale);
+
 // ---- Element-wise: add, dropout, bias gradient, transpose ------------------------------------------
 // y = a + b over n elements. y may alias a or b.
 void add_forward(const float* a, const float* b, float* y, int64_t n);
@@ -513,6 +530,8 @@ void relu_dropout_backward_avx512(const float* dy, const float* y, float* dx, in
 void relu_dropout_backward_bf16_avx512(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p);
 void add_forward_avx512(const float* a, const float* b, float* y, int64_t n);
 void mul_forward_avx512(const float* a, const float* b, float* y, int64_t n);
+void adam_update_avx512(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n,
+                        const AdamCoefficients& c, float scale);
 void dropout_forward_avx512(const float* x, float* y, int64_t n, float p, uint64_t seed,
                             uint64_t offset);
 void add_dropout_forward_avx512(const float* a, const float* x, float* y, int64_t n, float p,
@@ -535,6 +554,8 @@ void relu_dropout_backward_avx2(const float* dy, const float* y, float* dx, int6
 // stride ld ≥ F), the transpose.
 void add_forward_avx2(const float* a, const float* b, float* y, int64_t n);
 void mul_forward_avx2(const float* a, const float* b, float* y, int64_t n);
+void adam_update_avx2(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n,
+                      const AdamCoefficients& c, float scale);
 void dropout_forward_avx2(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset);
 void add_dropout_forward_avx2(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
                               uint64_t offset);

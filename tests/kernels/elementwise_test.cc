@@ -1,10 +1,10 @@
 // tests/kernels/elementwise_test.cc — the element-wise kernels (elementwise.cc, elementwise_avx512.cc,
 // elementwise_avx2.cc) and the counter hashes behind dropout and initialisation (kernels.h, cpu.cc): the SIMD
 // bodies of
-// add, dropout and the bias gradient against their scalar twins on sizes that are not multiples of
-// the 16-float vector, the fused residual add + dropout against its twin, the register transpose against its twin, the
-// dropout rate, the statistics of the hashes, the exactness of the keep threshold, and the dispatchers' thread-count
-// independence.
+// add, multiply, dropout, the bias gradient and Adam's update against their scalar twins on sizes that are not
+// multiples of the 16-float vector, the fused residual add + dropout against its twin, the register transpose against
+// its twin, the dropout rate, the statistics of the hashes, the exactness of the keep threshold, and the dispatchers'
+// thread-count independence.
 //
 // Expected agreement: every SIMD body here performs the same float operations in the same order per
 // element as its twin (the transpose only moves data) → bitwise equal.
@@ -87,6 +87,31 @@ TEST(ElementwiseKernel, AddDropoutBiasGradBitwise) {
 }
 
 // The kernel's AVX-512 body against its scalar twin, at sizes around the vector width.
+// Adam's update (kernels.h's adam_update): each SIMD body bitwise the twin, in every weight-decay mode, with a
+// clipping scale, on sizes that are not multiples of the vector; m and v start from an earlier step's values.
+TEST(ElementwiseKernel, AdamUpdateBitwiseTheTwin) {
+  std::vector<std::pair<const char*, decltype(&adam_update_avx512)>> bodies;
+  if (cpu_has_avx512()) bodies.push_back({"avx512", adam_update_avx512});
+  if (cpu_has_avx2()) bodies.push_back({"avx2", adam_update_avx2});
+  if (bodies.empty()) GTEST_SKIP() << "no SIMD body on this CPU";
+  AdamCoefficients c{0.9f, 0.999f, 0.1f, 0.001f, 1e-8f, 0.01f, 1.0f - 1e-3f * 0.01f, -1e-3f / 0.19f, 0.0447f};
+  for (const auto& [name, body] : bodies)
+    for (AdamDecay mode : {AdamDecay::NONE, AdamDecay::L2, AdamDecay::DECOUPLED})
+      for (int64_t n : kSizes) {
+        SCOPED_TRACE(std::string(name) + " mode " + std::to_string(int(mode)) + " n=" + std::to_string(n));
+        const auto g = rnd(n, 60 + n), p0 = rnd(n, 61 + n), m0 = rnd(n, 62 + n);
+        auto v0 = rnd(n, 63 + n);
+        for (float& x : v0) x = x * x;  // a second moment is ≥ 0
+        std::vector<float> p1 = p0, m1 = m0, v1 = v0, p2 = p0, m2 = m0, v2 = v0;
+        body(mode, p1.data(), g.data(), m1.data(), v1.data(), n, c, 0.75f);
+        adam_update_scalar(mode, p2.data(), g.data(), m2.data(), v2.data(), n, c, 0.75f);
+        EXPECT_TRUE(bitwise_equal(p1, p2, "p"));
+        EXPECT_TRUE(bitwise_equal(m1, m2, "m"));
+        EXPECT_TRUE(bitwise_equal(v1, v2, "v"));
+        EXPECT_FALSE(bitwise_equal(p1, p0, "moved")) << "the update left p as it was";
+      }
+}
+
 TEST(ElementwiseKernel, AddDropoutMatchesScalarTwin) {
   for (int64_t n : {1, 15, 16, 17, 100, 40000}) {
     const auto a = testing::random_values(n, 70), x = testing::random_values(n, 71);
