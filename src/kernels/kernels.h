@@ -56,7 +56,9 @@
 // gradient checks run the same code in double), <op>_avx512.cc the AVX-512 bodies (compiled with
 // AVX-512 flags because of the name; see CMakeLists.txt). The ops:
 //   attention, layer_norm (with the residual add + LayerNorm), rms_norm, activation, cross_entropy (with
-//     log_softmax_rows), elementwise (add, dropout, bias gradient, transpose, copy_bytes): all three files;
+//     log_softmax_rows), elementwise (add, multiply, dropout, bias gradient, transpose, copy_bytes): all three files;
+//   adam (one Adam/AdamW update, for src/optim.cc): adam.cc with its twin as a plain function (no _scalar.h),
+//     adam_avx512.cc, adam_avx2.cc;
 //   gemm and gemm_bias: gemm.cc (fixed panels, each one oneDNN sgemm, or gemm_avx2.cc's product on CPUs with
 //     AVX2 but not AVX-512) and gemm_backend.h (the panel plan, shared with gemm_bf16, gemm_packed and
 //     bench/); the twin's template in gemm_scalar.h and the float twin in gemm_scalar.cc, not gemm.cc; no
@@ -71,7 +73,7 @@
 // <op>_avx2.cc, compiled with AVX2 flags because of the name: attention_avx2.cc (the forward, and the rows of
 // the backward, attention_gemm.cc, whose products are gemm_avx2.cc's), gemm_avx2.cc (training's products, a panel
 // at a time), activation_avx2.cc, cross_entropy_avx2.cc,
-// layer_norm_avx2.cc, rms_norm_avx2.cc, elementwise_avx2.cc, gemm_packed_avx2.cc (inference's
+// layer_norm_avx2.cc, rms_norm_avx2.cc, elementwise_avx2.cc, adam_avx2.cc, gemm_packed_avx2.cc (inference's
 // products on packed weights: f32, bf16, and int8 where the CPU has no int8 dot product) and quantize_avx2.cc (int8's
 // quantization of rows and dequantization). The other ops run their twins there. Shared pieces: onednn_primitives.h
 // (the engine, the per-thread streams and grow-only buffers of gemm_bf16 and gemm_packed), parallel_chunks.h (the fixed
