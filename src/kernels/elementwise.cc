@@ -42,28 +42,24 @@ void transpose(const float* src, int64_t sl, int64_t rows, int64_t cols, float* 
     transpose_scalar(src, sl, rows, cols, dst, ld);
 }
 
+namespace {
+
+// y = a op b over the element-wise chunks, each on the body this CPU has: the AVX-512 one, else the AVX2 one,
+// else the twin.
+using Binary = void (*)(const float*, const float*, float*, int64_t);
+void binary_chunks(const float* a, const float* b, float* y, int64_t n, Binary avx512, Binary avx2, Binary twin) {
+  const Binary body = cpu_has_avx512() ? avx512 : cpu_has_avx2() ? avx2 : twin;
+  for_each_elem_chunk(n, 65536, [&](int64_t i0, int64_t m) { body(a + i0, b + i0, y + i0, m); });
+}
+
+}  // namespace
+
 void add_forward(const float* a, const float* b, float* y, int64_t n) {
-  const bool simd = cpu_has_avx512(), avx2 = !simd && cpu_has_avx2();
-  for_each_elem_chunk(n, 65536, [&](int64_t i0, int64_t m) {
-    if (simd)
-      add_forward_avx512(a + i0, b + i0, y + i0, m);
-    else if (avx2)
-      add_forward_avx2(a + i0, b + i0, y + i0, m);
-    else
-      add_forward_scalar(a + i0, b + i0, y + i0, m);
-  });
+  binary_chunks(a, b, y, n, add_forward_avx512, add_forward_avx2, add_forward_scalar);
 }
 
 void mul_forward(const float* a, const float* b, float* y, int64_t n) {
-  const bool simd = cpu_has_avx512(), avx2 = !simd && cpu_has_avx2();
-  for_each_elem_chunk(n, 65536, [&](int64_t i0, int64_t m) {
-    if (simd)
-      mul_forward_avx512(a + i0, b + i0, y + i0, m);
-    else if (avx2)
-      mul_forward_avx2(a + i0, b + i0, y + i0, m);
-    else
-      mul_forward_scalar(a + i0, b + i0, y + i0, m);
-  });
+  binary_chunks(a, b, y, n, mul_forward_avx512, mul_forward_avx2, mul_forward_scalar);
 }
 
 void copy_bytes(const void* src, void* dst, size_t bytes) {
