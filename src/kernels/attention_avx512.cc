@@ -447,8 +447,8 @@ __attribute__((noinline)) void forward_tile(const AttentionParams& p, const Drop
                           qt + 16 * v_min, Br, st + c * Br + 16 * v_min, Br);
       }
     }
-    for (int v = 0; v < NVQ; ++v) {
-      const int64_t nkj = nkv(v);
+    // Query vector v's scores over its first nkj keys: scale, masks, the running max and sum, drop(P) stored.
+    const auto vector_softmax = [&](int v, int64_t nkj) {
       // s_ij = scale·⟨q_i,k_j⟩ + mask(i,j) + kpm(j), −inf where causal and j > i; m_tile = max_j.
       __m512 mt = neg_inf;
       for (int64_t j = 0; j < nkj; ++j) {
@@ -498,6 +498,11 @@ __attribute__((noinline)) void forward_tile(const AttentionParams& p, const Drop
       l[v] = _mm512_fmadd_ps(l[v], a, lsum);
       m[v] = m_new;
       _mm512_storeu_ps(alpha + 16 * v, a);
+    };
+    if (tri) {
+      for (int v = 0; v < NVQ; ++v) vector_softmax(v, nkv(v));
+    } else {  // every vector over the whole tile (the loop as it was before triangles: the same code)
+      for (int v = 0; v < NVQ; ++v) vector_softmax(v, nk);
     }
     // acc = diag(alpha)·acc + drop(P)·V_tile
     for (int64_t i = 0; i < ni; ++i) scale_row(acc + i * Dv, alpha[i], Dv);
