@@ -792,8 +792,8 @@ constexpr int64_t kCausalRows = 16;
 
 // backward_pair with BF = p.bf16.
 // In float32 a pair on a causal mask's diagonal (it holds some j > i) is a triangle: it runs as pieces of
-// kCausalRows query rows, each over the keys its last row sees, j < i0 + s + ns (a multiple of 16 keys, as
-// i0 and j0 are). The keys left out would add exactly 0 (p_ij = 0, so ds_ij = 0) to every chain, and each
+// kCausalRows query rows, each over the keys its last row sees, j < i0 + s + ns. The keys left out would add
+// exactly 0 (p_ij = 0, so ds_ij = 0) to every chain, and each
 // dk, dv and dq chain still runs over i or j in increasing order, so the bits are the full pair's. The
 // pieces add into dk_acc and dv_acc: for the key tile's first pair these start as zeros (the same chains
 // as kFirst's).
