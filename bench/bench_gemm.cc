@@ -15,6 +15,10 @@
 //                 (its weights change every step): is the packed kernel worth its packing?
 //   prepacked_bf16, prepacked_int8   NT only: gemm_packed in bf16 and int8 (W packed once; int8 also
 //                 quantizes A's rows and dequantizes C on every call, which is counted)
+//   train_bf16    kernels::gemm_bf16 as a bf16 training step's Linear runs it: A in float32, rounded to
+//                 bfloat16 panel by panel inside the call; B (bfloat16, plain layout) rounded once outside
+//   train_bf16_a16  the same with A already bfloat16 (rounded once outside): the rounding's cost is the
+//                 difference between the two
 //   panels/MTxNT  gemm_paneled with explicit (mt × nt) panels, to choose gemm_plan() by measurement
 //
 // Shapes (config M: D = 512, F = 2048, T·B = 1024 tokens; and config L's, "L-"), named after their use:
@@ -46,6 +50,7 @@
 
 #include "gemm_blocked.h"
 #include "kernels/gemm_backend.h"
+#include "kernels/gemm_bf16.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 
@@ -88,6 +93,7 @@ const Shape kShapes[] = {
 // Row-major operands for a shape: A (M,K) or (K,M), B (K,N) or (N,K), C (M,N), minimal strides.
 struct Operands {
   std::vector<float> A, B, C;
+  std::vector<uint16_t> A16, B16;  // A and B rounded to bfloat16 (the train_bf16 rows)
   int64_t lda, ldb, ldc;
   std::shared_ptr<const tfm::kernels::PackedWeight> packed;  // B packed (prepacked/repacked rows)
   explicit Operands(const Shape& s) {
@@ -102,6 +108,10 @@ struct Operands {
     for (float& x : A) x = u(rng);
     for (float& x : B) x = u(rng);
     for (float& x : C) x = u(rng);
+    A16.resize(A.size());
+    B16.resize(B.size());
+    tfm::kernels::convert_to_bf16(A.data(), static_cast<int64_t>(A.size()), A16.data());
+    tfm::kernels::convert_to_bf16(B.data(), static_cast<int64_t>(B.size()), B16.data());
   }
 };
 
@@ -172,6 +182,15 @@ void run_prepacked(const Shape& s, Operands& o) {
 
 void run_repacked(const Shape& s, Operands& o) {
   tfm::kernels::gemm_packed(s.M, o.A.data(), o.lda, pack_nt(s, o, true), nullptr, o.C.data(), o.ldc);
+}
+
+void run_train_bf16(const Shape& s, Operands& o) {
+  tfm::kernels::gemm_bf16(s.ta, s.tb, s.M, s.N, s.K, o.A.data(), o.lda, o.B16.data(), o.ldb, s.beta, o.C.data(), o.ldc);
+}
+
+void run_train_bf16_a16(const Shape& s, Operands& o) {
+  tfm::kernels::gemm_bf16(s.ta, s.tb, s.M, s.N, s.K, o.A16.data(), o.lda, o.B16.data(), o.ldb, s.beta, o.C.data(),
+                          o.ldc);
 }
 
 void run_blocked(const Shape& s, Operands& o) {
@@ -260,6 +279,10 @@ int main(int argc, char** argv) {
             (*prim)(sp, o);
           });
       add("tfm_gemm/" + sh, s, run_tfm_gemm);
+      if (tfm::kernels::cpu_has_bf16_dot()) {
+        add("train_bf16/" + sh, s, run_train_bf16);
+        add("train_bf16_a16/" + sh, s, run_train_bf16_a16);
+      }
       if (!s.ta && s.tb && s.beta == 0.f) {
         add("prepacked/" + sh, s, run_prepacked);
         add("repacked/" + sh, s, run_repacked);

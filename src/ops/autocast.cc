@@ -63,9 +63,11 @@ Bf16Weight autocast_weight(const Tensor& weight) {
   return it->second.w16;
 }
 
-uint16_t* bf16_scratch(size_t n) {
-  thread_local std::vector<uint16_t> buffer;
-  if (buffer.size() < n) buffer.resize(n);
+const uint16_t* bf16_rounded(const float* src, int64_t n, Bf16Scratch which) {
+  thread_local std::vector<uint16_t> buffers[2];
+  std::vector<uint16_t>& buffer = buffers[which == Bf16Scratch::GRADIENT ? 0 : 1];
+  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
+  kernels::convert_to_bf16(src, n, buffer.data());
   return buffer.data();
 }
 

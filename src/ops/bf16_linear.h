@@ -20,10 +20,14 @@ using Bf16Weight = std::shared_ptr<const std::vector<uint16_t>>;
 // InferenceMode's packed path first, which runs whenever such a scope is active); null otherwise.
 Bf16Weight autocast_weight(const Tensor& weight);
 
-// The calling thread's bfloat16 scratch, grown to at least n elements and reused from call to call: a
-// Linear's backward rounds its whole input into it for the weight gradient (B of dW = gᵀ·x); everything
-// else is rounded panel by panel inside kernels::gemm_bf16.
-uint16_t* bf16_scratch(size_t n);
+// The calling thread's bfloat16 scratch buffers, one per use, each grown as needed and reused from call to
+// call: a Linear's backward rounds its output gradient g into GRADIENT once for both its products (dx and
+// dW), and its input x into INPUT for dW's B.
+enum class Bf16Scratch { GRADIENT, INPUT };
+
+// src (n floats) rounded to bfloat16 (kernels::convert_to_bf16) into the calling thread's `which` buffer,
+// valid until the next call for the same buffer on this thread.
+const uint16_t* bf16_rounded(const float* src, int64_t n, Bf16Scratch which);
 
 // y (N, out) = bf16(x (N, in))·w16ᵀ (+ bias (out) if not null), float32 sums (x rounded panel by panel).
 void linear_forward_bf16(int64_t N, int64_t in, int64_t out, const float* x, const std::vector<uint16_t>& w16,

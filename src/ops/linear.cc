@@ -36,24 +36,24 @@ int64_t linear_rows(const Tensor& x) {
 }
 
 // dx (N, in) = g (N, out) · W (out, in);  dW (out, in) += gᵀ (out, N) · x (N, in);  db (out) += Σ_rows g.
-// bfloat16 (w16 set): dx = bf16(g)·w16, dW += bf16(g)ᵀ·bf16(x), float32 sums; db in float32 alike.
+// bfloat16 (w16 set): dx = bf16(g)·w16, dW += bf16(g)ᵀ·bf16(x), float32 sums; db from g in float32.
 void linear_backward(const float* g, const Tensor& x, const Tensor& w, bool has_bias,
                      const std::vector<Tensor*>& din, const std::vector<uint16_t>* w16) {
   const int64_t in = w.size(1), out = w.size(0), N = linear_rows(x);
-  if (w16) {  // g and x rounded to bfloat16 panel by panel inside gemm_bf16, but x whole for dW (its B)
+  if (w16 && (din[0] || din[1])) {  // g rounded once, whole, for both products; x whole for dW (its B)
+    const uint16_t* g16 = bf16_rounded(g, N * out, Bf16Scratch::GRADIENT);
     if (din[0]) {
       Tensor* slot = din[0];
       const float beta = slot->defined() ? 1.0f : 0.0f;
       if (!slot->defined()) *slot = Tensor::empty(x.shape());
-      kernels::gemm_bf16(false, false, N, in, out, g, out, w16->data(), in, beta, slot->data(), in);
+      kernels::gemm_bf16(false, false, N, in, out, g16, out, w16->data(), in, beta, slot->data(), in);
     }
     if (din[1]) {
       Tensor* slot = din[1];
       const float beta = slot->defined() ? 1.0f : 0.0f;
       if (!slot->defined()) *slot = Tensor::empty(w.shape());
-      uint16_t* x16 = bf16_scratch(static_cast<size_t>(N * in));
-      kernels::convert_to_bf16(x.data(), N * in, x16);
-      kernels::gemm_bf16(true, false, out, in, N, g, out, x16, in, beta, slot->data(), in);
+      const uint16_t* x16 = bf16_rounded(x.data(), N * in, Bf16Scratch::INPUT);
+      kernels::gemm_bf16(true, false, out, in, N, g16, out, x16, in, beta, slot->data(), in);
     }
   }
   if (!w16 && din[0]) {

@@ -87,23 +87,26 @@ struct FeedForwardBf16Node : Node {
   // before the second Linear needs a gradient.
   Tensor second_linear_backward(const Tensor& g, const std::vector<Tensor*>& din) const {
     const int64_t out = inputs[3].size(0);
+    const bool dy_needed = din[0] || din[1] || din[2];
+    const uint16_t* g16 = din[3] || dy_needed ? bf16_rounded(g.data(), N * out, Bf16Scratch::GRADIENT) : nullptr;
     if (Tensor* slot = din[3]) {  // dW2 (out, F) += bf16(g)ᵀ (out, N) · y16 (N, F)
       const float beta = slot->defined() ? 1.0f : 0.0f;
       if (!slot->defined()) *slot = Tensor::empty(inputs[3].shape());
-      kernels::gemm_bf16(true, false, out, F, N, g.data(), out, hidden(), F, beta, slot->data(), F);
+      kernels::gemm_bf16(true, false, out, F, N, g16, out, hidden(), F, beta, slot->data(), F);
     }
     if (Tensor* slot = has_b2 ? din[4] : nullptr) {  // db2 (out) += Σ_rows g
       if (!slot->defined()) *slot = Tensor::zeros({out});
       kernels::bias_grad(g.data(), slot->data(), N, out);
     }
-    if (!din[0] && !din[1] && !din[2]) return Tensor();
+    if (!dy_needed) return Tensor();
     Tensor dy = Tensor::empty({N, F});
-    kernels::gemm_bf16(false, false, N, F, out, g.data(), out, w2_16->data(), F, 0.0f, dy.data(), F);
+    kernels::gemm_bf16(false, false, N, F, out, g16, out, w2_16->data(), F, 0.0f, dy.data(), F);
     return dy;
   }
 };
 
-// ReLU with dropout: y16 alone. dz = y > 0 ? dy/(1 − p) : 0 (y's sign read from y16), then the first Linear.
+// ReLU, with dropout (p > 0) or without (p = 0): y16 alone. dz = y > 0 ? dy/(1 − p) : 0 (y's sign read from y16), then
+// the first Linear.
 struct FeedForwardReluBf16Node : FeedForwardBf16Node {
   float p = 0.0f;
   const char* name() const override { return "feed_forward_relu_bf16"; }
@@ -153,8 +156,8 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
                     Activation act, float p, bool training, Generator& gen) {
   const bool drops = training && p > 0.0f && p < 1.0f;
   Bf16Weight w1_16;
-  // ReLU without dropout keeps only its output already (LinearReluNode); p = 1 zeroes the hidden.
-  if ((act != Activation::RELU || drops) && !(training && p >= 1.0f) && needs_grad({&x, &w1, &b1, &w2, &b2})) {
+  // p = 1 in training zeroes the hidden: the composition.
+  if (!(training && p >= 1.0f) && needs_grad({&x, &w1, &b1, &w2, &b2})) {
     check_linear_args("linear_activation", x, w1, b1);  // before autocast_weight reads w1's shape
     w1_16 = autocast_weight(w1);
   }
@@ -172,8 +175,13 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
   kernels::DropoutSpec drop{0.0f, 0, 0};
   if (act == Activation::RELU) {
     linear_forward_bf16(N, in, Fin, x.data(), *w1_16, nullptr, z.data());
-    drop = {p, gen.seed, gen.take(static_cast<uint64_t>(z.numel()))};
-    kernels::bias_relu_dropout_forward(z.data(), b1.defined() ? b1.data() : nullptr, z.data(), N, F, drop);
+    const float* bias = b1.defined() ? b1.data() : nullptr;
+    if (drops) {
+      drop = {p, gen.seed, gen.take(static_cast<uint64_t>(z.numel()))};
+      kernels::bias_relu_dropout_forward(z.data(), bias, z.data(), N, F, drop);
+    } else {  // relu alone: the same bits as the p = 0 dropout pass, no draw taken
+      kernels::bias_activation_forward(Activation::RELU, z.data(), bias, z.data(), N, F);
+    }
     y = z;
   } else {
     linear_forward_bf16(N, in, Fin, x.data(), *w1_16, b1.defined() ? b1.data() : nullptr, z.data());
@@ -199,7 +207,7 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
   std::shared_ptr<FeedForwardBf16Node> node;
   if (act == Activation::RELU) {
     auto relu = std::make_shared<FeedForwardReluBf16Node>();
-    relu->p = p;
+    relu->p = drop.p;
     node = relu;
   } else {
     auto other = std::make_shared<FeedForwardActivationBf16Node>();

@@ -38,12 +38,13 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
 // with the same numbers and the same generator draw. Under Autocast(BFLOAT16) with a tape to record, one node
 // keeps the hidden y (N, F) the second Linear multiplies only as bf16(y) — the operand its weight gradient
 // multiplies anyway — instead of the float32 y (and, with dropout, the y before it) the composition's nodes keep:
-//   ReLU with dropout: nothing else; the ReLU/dropout backward needs only y's sign, which rounding keeps
-//     (kernels::relu_dropout_backward_bf16). (ReLU without dropout keeps only y already, and stays composed.)
+//   ReLU, with dropout or without: nothing else; the ReLU/dropout backward needs only y's sign, which rounding
+//     keeps (kernels::relu_dropout_backward_bf16; without dropout p = 0 there, and no draw is taken).
 //   other activations: the float32 pre-activation z too, which the derivative reads.
-// Backward, g (N, out): dW2 += bf16(g)ᵀ·bf16(y); db2 += Σ_rows g; dy = bf16(g)·bf16(W2); dy masked as the
-// dropout's backward does; dz = act'(z)·dy (ReLU: y > 0 ? dy/(1 − p) : 0); then the first Linear's backward of
-// dz (linear_backward with W1's bfloat16 copy). Otherwise, and for p = 1 in training, exactly the composition.
+// Backward, g (N, out), rounded once for both products: dW2 += bf16(g)ᵀ·bf16(y); db2 += Σ_rows g; dy =
+// bf16(g)·bf16(W2); dy masked as the dropout's backward does; dz = act'(z)·dy (ReLU: y > 0 ? dy/(1 − p) : 0); then the
+// first Linear's backward of dz (linear_backward with W1's bfloat16 copy). Otherwise, and for p = 1 in training,
+// exactly the composition.
 Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
                     Activation act, float p, bool training, Generator& gen);
 
