@@ -71,6 +71,12 @@ const uint16_t* bf16_rounded(const float* src, int64_t n, Bf16Scratch which) {
   return buffer.data();
 }
 
+Tensor bf16_copy(const float* src, int64_t n) {
+  Tensor t = Tensor::empty({(n + 1) / 2});
+  kernels::convert_to_bf16(src, n, reinterpret_cast<uint16_t*>(t.data()));
+  return t;
+}
+
 void linear_forward_bf16(int64_t N, int64_t in, int64_t out, const float* x, const std::vector<uint16_t>& w16,
                          const float* bias, float* y) {
   // y (N, out) = bf16(x) (N, in) · w16ᵀ (w16 is (out, in)) + bias

@@ -33,4 +33,18 @@ const uint16_t* bf16_rounded(const float* src, int64_t n, Bf16Scratch which);
 void linear_forward_bf16(int64_t N, int64_t in, int64_t out, const float* x, const std::vector<uint16_t>& w16,
                          const float* bias, float* y);
 
+// n floats rounded to bfloat16 (kernels::convert_to_bf16), whole, into the bytes of a new float tensor of
+// ⌈n/2⌉ elements: the copy of an operand an autograd node keeps (bf16_data reads it).
+Tensor bf16_copy(const float* src, int64_t n);
+inline const uint16_t* bf16_data(const Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data()); }
+
+// What a Linear's bfloat16 forward hands its node for the backward: the weight's copy (w16) and, when a
+// gradient will be recorded, the input's (x16 = bf16(x), (N, in)), so that dW = bf16(g)ᵀ·x16 does not round
+// x again. Empty (w16 null) outside Autocast(BFLOAT16).
+struct Bf16Operands {
+  Bf16Weight w16;
+  Tensor x16;  // undefined: linear_backward rounds x itself
+  explicit operator bool() const { return w16 != nullptr; }
+};
+
 }  // namespace tfm::ops

@@ -16,14 +16,14 @@
 namespace tfm::ops {
 namespace {
 
-// rows (N) of x (N, in), weight (out, in), bias (out); w16: the weight's bfloat16 copy when the
+// rows (N) of x (N, in), weight (out, in), bias (out); bf16: the operands' bfloat16 copies when the
 // forward ran under Autocast(BFLOAT16), then the backward's matmuls are bfloat16 too.
 struct LinearNode : Node {
   bool has_bias = false;
-  Bf16Weight w16;
+  Bf16Operands bf16;
   const char* name() const override { return "linear"; }
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
-    linear_backward(dy.data(), inputs[0], inputs[1], has_bias, din, w16.get());
+    linear_backward(dy.data(), inputs[0], inputs[1], has_bias, din, bf16);
   }
 };
 
@@ -36,11 +36,12 @@ int64_t linear_rows(const Tensor& x) {
 }
 
 // dx (N, in) = g (N, out) · W (out, in);  dW (out, in) += gᵀ (out, N) · x (N, in);  db (out) += Σ_rows g.
-// bfloat16 (w16 set): dx = bf16(g)·w16, dW += bf16(g)ᵀ·bf16(x), float32 sums; db from g in float32.
-void linear_backward(const float* g, const Tensor& x, const Tensor& w, bool has_bias,
-                     const std::vector<Tensor*>& din, const std::vector<uint16_t>* w16) {
+// bfloat16 (bf16.w16 set): dx = bf16(g)·w16, dW += bf16(g)ᵀ·bf16(x), float32 sums; db from g in float32.
+void linear_backward(const float* g, const Tensor& x, const Tensor& w, bool has_bias, const std::vector<Tensor*>& din,
+                     const Bf16Operands& bf16) {
   const int64_t in = w.size(1), out = w.size(0), N = linear_rows(x);
-  if (w16 && (din[0] || din[1])) {  // g rounded once, whole, for both products; x whole for dW (its B)
+  const std::vector<uint16_t>* w16 = bf16.w16.get();
+  if (w16 && (din[0] || din[1])) {  // g rounded once, whole, for both products; bf16(x) dW's B
     const uint16_t* g16 = bf16_rounded(g, N * out, Bf16Scratch::GRADIENT);
     if (din[0]) {
       Tensor* slot = din[0];
@@ -52,7 +53,8 @@ void linear_backward(const float* g, const Tensor& x, const Tensor& w, bool has_
       Tensor* slot = din[1];
       const float beta = slot->defined() ? 1.0f : 0.0f;
       if (!slot->defined()) *slot = Tensor::empty(w.shape());
-      const uint16_t* x16 = bf16_rounded(x.data(), N * in, Bf16Scratch::INPUT);
+      const uint16_t* x16 =
+          bf16.x16.defined() ? bf16_data(bf16.x16) : bf16_rounded(x.data(), N * in, Bf16Scratch::INPUT);
       kernels::gemm_bf16(true, false, out, in, N, g16, out, x16, in, beta, slot->data(), in);
     }
   }
@@ -92,16 +94,20 @@ std::pair<int64_t, int64_t> check_linear_args(const char* op, const Tensor& x, c
   return {out, in};
 }
 
-Bf16Weight linear_matmul(int64_t N, const float* x, const Tensor& weight, const float* bias, float* y,
-                         bool may_pack) {
+Bf16Operands linear_matmul(int64_t N, const float* x, const Tensor& weight, const float* bias, float* y,
+                           bool may_pack) {
   const int64_t out = weight.size(0), in = weight.size(1);
-  if (may_pack && linear_forward_packed(N, x, weight, bias, y)) return nullptr;  // InferenceMode
-  Bf16Weight w16 = autocast_weight(weight);
-  if (w16)
-    linear_forward_bf16(N, in, out, x, *w16, bias, y);
-  else
+  if (may_pack && linear_forward_packed(N, x, weight, bias, y)) return {};  // InferenceMode
+  Bf16Operands bf16{autocast_weight(weight), Tensor()};
+  if (!bf16) {
     kernels::gemm_bias(false, true, N, out, in, x, in, weight.data(), in, bias, y, out);
-  return w16;
+  } else if (may_pack) {
+    linear_forward_bf16(N, in, out, x, *bf16.w16, bias, y);
+  } else {  // y = x16 · w16ᵀ + bias, x16 kept for dW
+    bf16.x16 = bf16_copy(x, N * in);
+    kernels::gemm_bf16(false, true, N, out, in, bf16_data(bf16.x16), in, bf16.w16->data(), in, 0.0f, y, out, bias);
+  }
+  return bf16;
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -113,11 +119,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // y = x·Wᵀ + b (broadcast over rows); in = 0 gives y = b, or zeros without bias. Inside an
   // InferenceMode scope the packed weight, bias added by the GEMM itself; under Autocast(BFLOAT16)
   // bf16(x)·bf16(W)ᵀ + b.
-  Bf16Weight w16 = linear_matmul(linear_rows(x), x.data(), weight, bias.defined() ? bias.data() : nullptr,
-                                 y.data(), /*may_pack=*/!grad);
+  Bf16Operands bf16 = linear_matmul(linear_rows(x), x.data(), weight, bias.defined() ? bias.data() : nullptr, y.data(),
+                                    /*may_pack=*/!grad);
   if (grad) {
     auto node = std::make_shared<LinearNode>();
-    node->w16 = std::move(w16);
+    node->bf16 = std::move(bf16);
     node->has_bias = bias.defined();
     node->inputs = {x, weight, bias};
     record(y, node);

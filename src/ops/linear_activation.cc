@@ -28,14 +28,14 @@ namespace {
 // Linear backward of dz.
 struct LinearReluNode : Node {
   bool has_bias = false;
-  Bf16Weight w16;  // set when the forward ran under Autocast(BFLOAT16)
+  Bf16Operands bf16;  // set when the forward ran under Autocast(BFLOAT16)
   Tensor y;  // (N, F)
   const char* name() const override { return "linear_relu"; }
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
     const int64_t F = y.size(-1), N = y.numel() / std::max<int64_t>(F, 1);
     Tensor dz = Tensor::empty(y.shape());
     kernels::activation_backward(Activation::RELU, dy.data(), y.data(), dz.data(), N, F);
-    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din, w16.get());
+    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din, bf16);
   }
 };
 
@@ -46,13 +46,13 @@ struct LinearReluNode : Node {
 struct LinearActivationNode : Node {
   Activation kind = Activation::GELU;
   bool has_bias = false;
-  Bf16Weight w16;  // set when the forward ran under Autocast(BFLOAT16)
+  Bf16Operands bf16;  // set when the forward ran under Autocast(BFLOAT16)
   Tensor d;        // (N, F) act'(z)
   const char* name() const override { return enum_name(kind).data(); }
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
     Tensor dz = Tensor::empty(d.shape());
     kernels::mul_forward(dy.data(), d.data(), dz.data(), d.numel());
-    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din, w16.get());
+    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din, bf16);
   }
 };
 
@@ -60,25 +60,27 @@ struct LinearActivationNode : Node {
 // dz = y > 0 ? dy/(1 − p) : 0  (kernels::relu_dropout_backward), then the Linear backward of dz.
 struct LinearReluDropoutNode : Node {
   bool has_bias = false;
-  Bf16Weight w16;  // set when the forward ran under Autocast(BFLOAT16)
+  Bf16Operands bf16;  // set when the forward ran under Autocast(BFLOAT16)
   float p = 0.0f;
   Tensor y;  // (N, F)
   const char* name() const override { return "linear_relu_dropout"; }
   void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
     Tensor dz = Tensor::empty(y.shape());
     kernels::relu_dropout_backward(dy.data(), y.data(), dz.data(), y.numel(), p);
-    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din, w16.get());
+    linear_backward(dz.data(), inputs[0], inputs[1], has_bias, din, bf16);
   }
 };
 
 // The feed-forward's nodes under Autocast(BFLOAT16): inputs = {x (N, in), w1 (Fin, in), b1 (Fin) or undefined,
-// w2 (out, F), b2 (out) or undefined}, w1_16, w2_16 the weights' copies the forward used, and y16 = bf16(y) for
+// w2 (out, F), b2 (out) or undefined}, first = the first Linear's bfloat16 operands (W1's copy and bf16(x)),
+// w2_16 the second weight's copy the forward used, and y16 = bf16(y) for
 // the hidden y (N, F) the second Linear multiplies: N·F bfloat16 values in the bytes of a float tensor (storage
 // from the block cache, reused step to step). Backwards as in linear_activation.h (feed_forward).
 struct FeedForwardBf16Node : Node {
   bool has_b1 = false, has_b2 = false;
   int64_t N = 0, F = 0;
-  Bf16Weight w1_16, w2_16;
+  Bf16Operands first;
+  Bf16Weight w2_16;
   Tensor y16;
 
   const uint16_t* hidden() const { return reinterpret_cast<const uint16_t*>(y16.data()); }
@@ -114,7 +116,7 @@ struct FeedForwardReluBf16Node : FeedForwardBf16Node {
     Tensor dz = second_linear_backward(g, din);
     if (!dz.defined()) return;
     kernels::relu_dropout_backward_bf16(dz.data(), hidden(), dz.data(), N * F, p);
-    linear_backward(dz.data(), inputs[0], inputs[1], has_b1, {din[0], din[1], din[2]}, w1_16.get());
+    linear_backward(dz.data(), inputs[0], inputs[1], has_b1, {din[0], din[1], din[2]}, first);
   }
 };
 
@@ -131,7 +133,7 @@ struct FeedForwardActivationBf16Node : FeedForwardBf16Node {
     if (drop.p > 0.0f) kernels::dropout_forward(dy.data(), dy.data(), N * F, drop.p, drop.seed, drop.offset);
     Tensor dz = Tensor::empty(z.shape());
     kernels::activation_backward(kind, dy.data(), z.data(), dz.data(), N, F);
-    linear_backward(dz.data(), inputs[0], inputs[1], has_b1, {din[0], din[1], din[2]}, w1_16.get());
+    linear_backward(dz.data(), inputs[0], inputs[1], has_b1, {din[0], din[1], din[2]}, first);
   }
 };
 
@@ -163,18 +165,19 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
   }
   if (!w1_16) return composed_feed_forward(x, w1, b1, w2, b2, act, p, training, gen);
 
-  // z (N, Fin) = bf16(x)·w1_16ᵀ + b1; y (N, F) = act(z), then the dropout's mask and draw: the composition's
-  // ops::linear, ops::activation and ops::dropout (ReLU: linear_relu_dropout's one pass after the GEMM).
+  // z (N, Fin) = bf16(x)·w1_16ᵀ + b1 (linear_matmul); y (N, F) = act(z), then the dropout's mask and draw: the
+  // composition's ops::linear, ops::activation and ops::dropout (ReLU: linear_relu_dropout's one pass after the GEMM).
   const bool gated = activation_is_gated(act);
-  const int64_t Fin = w1.size(0), in = w1.size(1), N = linear_rows(x), F = gated ? Fin / 2 : Fin;
+  const int64_t Fin = w1.size(0), N = linear_rows(x), F = gated ? Fin / 2 : Fin;
   check_gated_rows(act, w1);
   Shape zs = x.shape(), ys = x.shape();
   zs.back() = Fin;
   ys.back() = F;
   Tensor z = Tensor::empty(zs), y;
   kernels::DropoutSpec drop{0.0f, 0, 0};
+  Bf16Operands first;  // W1's copy (w1_16 again) and bf16(x), kept for the first Linear's backward
   if (act == Activation::RELU) {
-    linear_forward_bf16(N, in, Fin, x.data(), *w1_16, nullptr, z.data());
+    first = linear_matmul(N, x.data(), w1, nullptr, z.data(), /*may_pack=*/false);
     const float* bias = b1.defined() ? b1.data() : nullptr;
     if (drops) {
       drop = {p, gen.seed, gen.take(static_cast<uint64_t>(z.numel()))};
@@ -184,7 +187,7 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
     }
     y = z;
   } else {
-    linear_forward_bf16(N, in, Fin, x.data(), *w1_16, b1.defined() ? b1.data() : nullptr, z.data());
+    first = linear_matmul(N, x.data(), w1, b1.defined() ? b1.data() : nullptr, z.data(), /*may_pack=*/false);
     y = Tensor::empty(ys);
     kernels::activation_forward(act, z.data(), y.data(), N, F);
     if (drops) {
@@ -220,7 +223,7 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
   node->has_b2 = b2.defined();
   node->N = N;
   node->F = F;
-  node->w1_16 = std::move(w1_16);
+  node->first = std::move(first);
   node->w2_16 = std::move(w2_16);
   node->y16 = std::move(y16);
   node->inputs = {x, w1, b1, w2, b2};
@@ -237,13 +240,13 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
   Shape ys = x.shape();
   ys.back() = out;
   Tensor y = Tensor::empty(ys);  // x·Wᵀ (Autocast(BFLOAT16): bf16(x)·bf16(W)ᵀ), then dropout(relu(· + b)) in place
-  Bf16Weight w16 = linear_matmul(N, x.data(), weight, nullptr, y.data(), /*may_pack=*/false);
+  Bf16Operands bf16 = linear_matmul(N, x.data(), weight, nullptr, y.data(), /*may_pack=*/false);
   const uint64_t offset = gen.take(static_cast<uint64_t>(y.numel()));  // ops::dropout's draw
   kernels::bias_relu_dropout_forward(y.data(), bias.defined() ? bias.data() : nullptr, y.data(), N, out,
                                      {p, gen.seed, offset});
   if (needs_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<LinearReluDropoutNode>();
-    node->w16 = std::move(w16);
+    node->bf16 = std::move(bf16);
     node->has_bias = bias.defined();
     node->p = p;
     node->y = y.detach();
@@ -265,12 +268,12 @@ Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bi
   zs.back() = out;
   if (grad && kind != Activation::RELU) {  // GELU, GELU_TANH: LinearActivationNode
     Tensor y = Tensor::empty(zs), d = Tensor::empty(zs);
-    Bf16Weight w16 = linear_matmul(N, x.data(), weight, bias.defined() ? bias.data() : nullptr, y.data(),
-                                   /*may_pack=*/false);
+    Bf16Operands bf16 = linear_matmul(N, x.data(), weight, bias.defined() ? bias.data() : nullptr, y.data(),
+                                      /*may_pack=*/false);
     kernels::activation_forward_grad(kind, y.data(), y.data(), d.data(), N, F);
     auto node = std::make_shared<LinearActivationNode>();
     node->kind = kind;
-    node->w16 = std::move(w16);
+    node->bf16 = std::move(bf16);
     node->has_bias = bias.defined();
     node->d = std::move(d);
     node->inputs = {x, weight, bias};
@@ -278,7 +281,7 @@ Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bi
     return y;
   }
   Tensor z = Tensor::empty(zs);  // (N, Fin) = x·Wᵀ (K = 0 gives zeros, kernels::gemm's contract)
-  Bf16Weight w16 = linear_matmul(N, x.data(), weight, nullptr, z.data(), /*may_pack=*/!grad);
+  Bf16Operands bf16 = linear_matmul(N, x.data(), weight, nullptr, z.data(), /*may_pack=*/!grad);
   const float* b = bias.defined() ? bias.data() : nullptr;
   Tensor y = z;  // plain activations in place
   if (gated) {
@@ -289,7 +292,7 @@ Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bi
   kernels::bias_activation_forward(kind, z.data(), b, y.data(), N, F);
   if (grad) {  // ReLU only (above)
     auto node = std::make_shared<LinearReluNode>();
-    node->w16 = std::move(w16);
+    node->bf16 = std::move(bf16);
     node->has_bias = bias.defined();
     node->y = y.detach();
     node->inputs = {x, weight, bias};

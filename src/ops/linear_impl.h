@@ -24,17 +24,18 @@ int64_t linear_rows(const Tensor& x);
 // y (N, out) = x (N, in)·Wᵀ (+ bias (out), or null: none), weight (out, in), y overwritten: the product
 // every Linear-shaped forward runs. The weight InferenceMode packed (ops/packed_linear.h) when `may_pack`
 // (no gradient will be recorded) and such a scope is active; else, under Autocast(BFLOAT16),
-// bf16(x)·bf16(W)ᵀ with float32 sums (ops/bf16_linear.h), returning the weight's bfloat16 copy for the
-// node to keep; else kernels::gemm_bias (the GEMM started from the bias). Returns null but for bf16.
-// The caller has checked the shapes (check_linear_args).
-Bf16Weight linear_matmul(int64_t N, const float* x, const Tensor& weight, const float* bias, float* y, bool may_pack);
+// bf16(x)·bf16(W)ᵀ with float32 sums (ops/bf16_linear.h), returning the operands' bfloat16 copies for the
+// node to keep (x's only when !may_pack: x rounded once, whole, and multiplied from that copy, the same bits
+// as rounding it panel by panel); else kernels::gemm_bias (the GEMM started from the bias). Returns empty
+// operands but for bf16. The caller has checked the shapes (check_linear_args).
+Bf16Operands linear_matmul(int64_t N, const float* x, const Tensor& weight, const float* bias, float* y, bool may_pack);
 
 // The Linear backward from the gradient g (N, out) of y = x·Wᵀ + b: din[0] (x's shape) gets dx = g·W,
 // din[1] (out, in) gets dW = gᵀ·x, din[2] (out) gets db = Σ_rows g (if has_bias); each slot is set
-// if empty, else accumulated into; null slots are skipped. With w16 (the weight's bfloat16 copy the
-// forward used under Autocast, ops/bf16_linear.h) the dx and dW matmuls take bfloat16 operands
-// (g and x rounded), float32 sums.
+// if empty, else accumulated into; null slots are skipped. With bf16 operands (the copies the forward used
+// under Autocast, ops/bf16_linear.h) the dx and dW matmuls take bfloat16 operands (g rounded once for both;
+// x16 as kept, or x rounded here), float32 sums.
 void linear_backward(const float* g, const Tensor& x, const Tensor& weight, bool has_bias,
-                     const std::vector<Tensor*>& din, const std::vector<uint16_t>* w16 = nullptr);
+                     const std::vector<Tensor*>& din, const Bf16Operands& bf16 = {});
 
 }  // namespace tfm::ops
