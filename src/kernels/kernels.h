@@ -276,7 +276,7 @@ void rms_norm_backward_scalar(const float* dy, const float* x, const float* w, c
 //   GLU        a·σ(b)
 //   GEGLU      a·gelu(b)
 //   SWIGLU     a·silu(b) = a·b·σ(b)
-// y may alias x for plain activations. The backward overwrites dx (x's shape) from dy (y's shape):
+// y may alias x, and dx dy, for plain activations. The backward overwrites dx (x's shape) from dy (y's shape):
 // relu' = [x > 0]; gelu' = Φ(x) + x·φ(x); glu: da = dy·g(b), db = dy·a·g'(b).
 // ReLU departs from PyTorch on non-finite values, in the scalar twin and the AVX-512 body alike:
 //   * forward: relu(NaN) = 0 (`x > 0 ? x : 0`; vmaxps(x, 0) returns its second operand for a NaN),

@@ -63,12 +63,10 @@ Bf16Weight autocast_weight(const Tensor& weight) {
   return it->second.w16;
 }
 
-const uint16_t* bf16_rounded(const float* src, int64_t n, Bf16Scratch which) {
-  thread_local std::vector<uint16_t> buffers[2];
-  std::vector<uint16_t>& buffer = buffers[which == Bf16Scratch::GRADIENT ? 0 : 1];
-  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
-  kernels::convert_to_bf16(src, n, buffer.data());
-  return buffer.data();
+std::unique_ptr<uint16_t[]> bf16_rounded(const float* src, int64_t n) {
+  std::unique_ptr<uint16_t[]> dst(new uint16_t[static_cast<size_t>(n)]);  // not value-initialized
+  kernels::convert_to_bf16(src, n, dst.get());
+  return dst;
 }
 
 Tensor bf16_copy(const float* src, int64_t n) {

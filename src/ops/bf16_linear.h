@@ -20,18 +20,15 @@ using Bf16Weight = std::shared_ptr<const std::vector<uint16_t>>;
 // InferenceMode's packed path first, which runs whenever such a scope is active); null otherwise.
 Bf16Weight autocast_weight(const Tensor& weight);
 
-// The calling thread's bfloat16 scratch buffers, one per use, each grown as needed and reused from call to
-// call: a Linear's backward rounds its output gradient g into GRADIENT once for both its products (dx and
-// dW), and its input x into INPUT for dW's B.
-enum class Bf16Scratch { GRADIENT, INPUT };
-
-// src (n floats) rounded to bfloat16 (kernels::convert_to_bf16) into the calling thread's `which` buffer,
-// valid until the next call for the same buffer on this thread.
-const uint16_t* bf16_rounded(const float* src, int64_t n, Bf16Scratch which);
-
 // y (N, out) = bf16(x (N, in))·w16ᵀ (+ bias (out) if not null), float32 sums (x rounded panel by panel).
 void linear_forward_bf16(int64_t N, int64_t in, int64_t out, const float* x, const std::vector<uint16_t>& w16,
                          const float* bias, float* y);
+
+// n floats rounded to bfloat16 (kernels::convert_to_bf16), whole, into a heap buffer: a backward's transient
+// operand (an output gradient for both its products). Plain malloc: glibc reuses the freed block for the next
+// call's (kernels' keep_gemm_buffers_resident keeps such blocks on the heap), so it costs no page faults and
+// raises the peak only while it lives.
+std::unique_ptr<uint16_t[]> bf16_rounded(const float* src, int64_t n);
 
 // n floats rounded to bfloat16 (kernels::convert_to_bf16), whole, into the bytes of a new float tensor of
 // ⌈n/2⌉ elements: the copy of an operand an autograd node keeps (bf16_data reads it).

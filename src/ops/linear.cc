@@ -42,20 +42,20 @@ void linear_backward(const float* g, const Tensor& x, const Tensor& w, bool has_
   const int64_t in = w.size(1), out = w.size(0), N = linear_rows(x);
   const std::vector<uint16_t>* w16 = bf16.w16.get();
   if (w16 && (din[0] || din[1])) {  // g rounded once, whole, for both products; bf16(x) dW's B
-    const uint16_t* g16 = bf16_rounded(g, N * out, Bf16Scratch::GRADIENT);
+    const std::unique_ptr<uint16_t[]> g16 = bf16_rounded(g, N * out);
     if (din[0]) {
       Tensor* slot = din[0];
       const float beta = slot->defined() ? 1.0f : 0.0f;
       if (!slot->defined()) *slot = Tensor::empty(x.shape());
-      kernels::gemm_bf16(false, false, N, in, out, g16, out, w16->data(), in, beta, slot->data(), in);
+      kernels::gemm_bf16(false, false, N, in, out, g16.get(), out, w16->data(), in, beta, slot->data(), in);
     }
     if (din[1]) {
       Tensor* slot = din[1];
       const float beta = slot->defined() ? 1.0f : 0.0f;
       if (!slot->defined()) *slot = Tensor::empty(w.shape());
-      const uint16_t* x16 =
-          bf16.x16.defined() ? bf16_data(bf16.x16) : bf16_rounded(x.data(), N * in, Bf16Scratch::INPUT);
-      kernels::gemm_bf16(true, false, out, in, N, g16, out, x16, in, beta, slot->data(), in);
+      std::unique_ptr<uint16_t[]> rounded;  // x rounded here when the forward kept no copy
+      const uint16_t* x16 = bf16.x16.defined() ? bf16_data(bf16.x16) : (rounded = bf16_rounded(x.data(), N * in)).get();
+      kernels::gemm_bf16(true, false, out, in, N, g16.get(), out, x16, in, beta, slot->data(), in);
     }
   }
   if (!w16 && din[0]) {

@@ -90,11 +90,11 @@ struct FeedForwardBf16Node : Node {
   Tensor second_linear_backward(const Tensor& g, const std::vector<Tensor*>& din) const {
     const int64_t out = inputs[3].size(0);
     const bool dy_needed = din[0] || din[1] || din[2];
-    const uint16_t* g16 = din[3] || dy_needed ? bf16_rounded(g.data(), N * out, Bf16Scratch::GRADIENT) : nullptr;
+    const std::unique_ptr<uint16_t[]> g16 = din[3] || dy_needed ? bf16_rounded(g.data(), N * out) : nullptr;
     if (Tensor* slot = din[3]) {  // dW2 (out, F) += bf16(g)ᵀ (out, N) · y16 (N, F)
       const float beta = slot->defined() ? 1.0f : 0.0f;
       if (!slot->defined()) *slot = Tensor::empty(inputs[3].shape());
-      kernels::gemm_bf16(true, false, out, F, N, g16, out, hidden(), F, beta, slot->data(), F);
+      kernels::gemm_bf16(true, false, out, F, N, g16.get(), out, hidden(), F, beta, slot->data(), F);
     }
     if (Tensor* slot = has_b2 ? din[4] : nullptr) {  // db2 (out) += Σ_rows g
       if (!slot->defined()) *slot = Tensor::zeros({out});
@@ -102,7 +102,7 @@ struct FeedForwardBf16Node : Node {
     }
     if (!dy_needed) return Tensor();
     Tensor dy = Tensor::empty({N, F});
-    kernels::gemm_bf16(false, false, N, F, out, g16, out, w2_16->data(), F, 0.0f, dy.data(), F);
+    kernels::gemm_bf16(false, false, N, F, out, g16.get(), out, w2_16->data(), F, 0.0f, dy.data(), F);
     return dy;
   }
 };
@@ -131,8 +131,10 @@ struct FeedForwardActivationBf16Node : FeedForwardBf16Node {
     Tensor dy = second_linear_backward(g, din);
     if (!dy.defined()) return;
     if (drop.p > 0.0f) kernels::dropout_forward(dy.data(), dy.data(), N * F, drop.p, drop.seed, drop.offset);
-    Tensor dz = Tensor::empty(z.shape());
+    // dz in place of dy for a plain kind (elementwise, kernels.h); a gated kind's dz has twice dy's columns.
+    Tensor dz = activation_is_gated(kind) ? Tensor::empty(z.shape()) : dy;
     kernels::activation_backward(kind, dy.data(), z.data(), dz.data(), N, F);
+    dy = Tensor();
     linear_backward(dz.data(), inputs[0], inputs[1], has_b1, {din[0], din[1], din[2]}, first);
   }
 };

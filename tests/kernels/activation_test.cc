@@ -102,6 +102,23 @@ TEST(ActivationKernel, BiasActivationDispatchMatchesItsKernelForEveryKind) {
   }
 }
 
+// kernels.h lets a plain kind's backward write dx over dy (the bf16 feed-forward's dz does): in place, the
+// dispatcher and the twin give their out-of-place bits.
+TEST(ActivationKernel, PlainBackwardInPlaceIsOutOfPlace) {
+  const int64_t N = 70;  // more than one row chunk
+  for (auto k : {Activation::RELU, Activation::GELU, Activation::GELU_TANH}) {
+    for (int64_t F : {int64_t(17), int64_t(33)}) {
+      const auto x = rnd(N * F, 40 + F), dy = rnd(N * F, 41 + F);
+      for (auto backward : {activation_backward, activation_backward_scalar}) {
+        std::vector<float> out(N * F), in_place(dy);
+        backward(k, dy.data(), x.data(), out.data(), N, F);
+        backward(k, in_place.data(), x.data(), in_place.data(), N, F);
+        EXPECT_TRUE(bitwise_equal(out, in_place)) << "kind " << int(k) << " F=" << F;
+      }
+    }
+  }
+}
+
 // activation_forward_grad's y and d, for every plain kind, on each body (the SIMD bodies this CPU has, the twin,
 // the dispatcher): y bitwise that body's forward, dy ⊙ d bitwise that body's backward (a NaN's sign aside); in
 // place (y = x) too.
