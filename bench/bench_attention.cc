@@ -13,7 +13,10 @@
 // K and V rows H·Dh apart as in the key/value cache (ops/attention_cache.cc), beams B 1 and 4:
 //   dec/S256/B1 … dec/S1024/B4, /hot (K and V left in the caches) and /cold (read from memory)
 //   (FLOPs counted as QKᵀ + AV: 4·B·H·S·Dh)
+// Each shape also runs /bf16 (AttentionParams::bf16: bfloat16 operands, float32 sums; only on CPUs with
+// AVX512-BF16, where a bf16-trained model runs it), without dropout.
 // Run: build/bench/bench_attention --benchmark_min_time=0.3 [--benchmark_filter=L/]
+#include <benchmark/benchmark.h>
 #include <omp.h>
 
 #include <cmath>
@@ -22,8 +25,7 @@
 #include <string>
 #include <vector>
 
-#include <benchmark/benchmark.h>
-
+#include "kernels/gemm_bf16.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -38,7 +40,7 @@ const Shape kShapes[] = {{"L", 1, 4, 2048, 64}, {"M", 8, 8, 128, 64}, {"S", 32, 
 struct Operands {
   std::vector<float> qkv, o, dout, dqkv, lse;
   tfm::kernels::AttentionParams p;
-  Operands(const Shape& s, bool causal, float dropout) {
+  Operands(const Shape& s, bool causal, float dropout, bool bf16) {
     const int64_t E = s.H * s.Dh;
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -59,14 +61,15 @@ struct Operands {
     p.dropout_p = dropout;
     p.seed = 1;
     p.lse = lse.data();
+    p.bf16 = bf16;
   }
 };
 
 double forward_flop(const Shape& s) { return 4.0 * s.B * s.H * double(s.N) * s.N * s.Dh; }
 
-void forward(benchmark::State& state, const Shape& s, int threads, bool causal, float dropout) {
+void forward(benchmark::State& state, const Shape& s, int threads, bool causal, float dropout, bool bf16) {
   omp_set_num_threads(threads);
-  Operands op(s, causal, dropout);
+  Operands op(s, causal, dropout, bf16);
   for (auto _ : state) {
     tfm::kernels::attention_forward(op.p);
     benchmark::ClobberMemory();
@@ -75,9 +78,9 @@ void forward(benchmark::State& state, const Shape& s, int threads, bool causal, 
       benchmark::Counter(1e-9 * forward_flop(s), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void backward(benchmark::State& state, const Shape& s, int threads, bool causal, float dropout) {
+void backward(benchmark::State& state, const Shape& s, int threads, bool causal, float dropout, bool bf16) {
   omp_set_num_threads(threads);
-  Operands op(s, causal, dropout);
+  Operands op(s, causal, dropout, bf16);
   tfm::kernels::attention_forward(op.p);
   const int64_t E = s.H * s.Dh;
   float* dq = op.dqkv.data();
@@ -138,16 +141,19 @@ int main(int argc, char** argv) {
   for (const Shape& s : kShapes)
     for (int threads : {1, 2})
       for (bool causal : {false, true})
-        for (float dropout : {0.0f, 0.1f}) {
-          const std::string tag = std::string(s.name) + "/t" + std::to_string(threads) +
-                                  (causal ? "/causal" : "/full") + (dropout > 0 ? "/drop" : "");
-          benchmark::RegisterBenchmark(("fwd/" + tag).c_str(), forward, s, threads, causal, dropout)
-              ->Unit(benchmark::kMillisecond)
-              ->UseRealTime();
-          benchmark::RegisterBenchmark(("bwd/" + tag).c_str(), backward, s, threads, causal, dropout)
-              ->Unit(benchmark::kMillisecond)
-              ->UseRealTime();
-        }
+        for (float dropout : {0.0f, 0.1f})
+          for (bool bf16 : {false, true}) {
+            if (bf16 && (dropout > 0 || !tfm::kernels::cpu_has_bf16_dot())) continue;
+            const std::string tag = std::string(s.name) + "/t" + std::to_string(threads) +
+                                    (causal ? "/causal" : "/full") + (dropout > 0 ? "/drop" : "") +
+                                    (bf16 ? "/bf16" : "");
+            benchmark::RegisterBenchmark(("fwd/" + tag).c_str(), forward, s, threads, causal, dropout, bf16)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+            benchmark::RegisterBenchmark(("bwd/" + tag).c_str(), backward, s, threads, causal, dropout, bf16)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+          }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
