@@ -1,10 +1,14 @@
 // src/kernels/activation.cc — the activation kernels' dispatching entry points (activation_forward,
 // activation_backward, activation_forward_grad, bias_activation_forward, bias_relu_dropout_forward,
-// relu_dropout_backward and its bfloat16-input form) and their float scalar twins. The twins instantiate the templates
+// relu_dropout_backward and its bfloat16-input forms, one of them also summing the bias gradient and rounding dx)
+// and their float scalar twins. The twins instantiate the templates
 // of activation_scalar.h; the entry points run fixed chunks of rows or elements (parallel_chunks.h), so results never
 // depend on the thread count, on the AVX-512 bodies of activation_avx512.cc when cpu_has_avx512() and the kind has one
 // (every kind today), else on the AVX2 bodies of activation_avx2.cc when cpu_has_avx2() (every kind and the relu +
 // dropout pair; the bf16 backward runs its twin there). Contracts in kernels.h.
+#include <algorithm>
+#include <vector>
+
 #include "kernels/activation_scalar.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
@@ -38,6 +42,13 @@ void relu_dropout_backward_scalar(const float* dy, const float* y, float* dx, in
 void relu_dropout_backward_bf16_scalar(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p) {
   const float scale = dropout_scale(p);
   for (int64_t i = 0; i < n; ++i) dx[i] = bf16_to_float(y16[i]) > 0.0f ? dy[i] * scale : 0.0f;
+}
+
+void relu_dropout_backward_bf16_round_scalar(const float* dy, const uint16_t* y16, float p, float* db, uint16_t* dx16,
+                                             int64_t N, int64_t F) {
+  std::vector<float> dx(static_cast<size_t>(N * F));
+  relu_dropout_backward_bf16_scalar(dy, y16, dx.data(), N * F, p);
+  bias_grad_bf16_scalar(dx.data(), db, dx16, N, F);
 }
 
 void activation_forward(Activation k, const float* x, float* y, int64_t N, int64_t F) {
@@ -115,6 +126,25 @@ void relu_dropout_backward_bf16(const float* dy, const uint16_t* y16, float* dx,
     else
       relu_dropout_backward_bf16_scalar(dy + i0, y16 + i0, dx + i0, m, p);
   });
+}
+
+// Columns in fixed blocks of 256 over the team, as bias_grad's (each column sums its rows in order, so the
+// blocks decide nothing but the split); without AVX-512 the two kernels it fuses, through a float32 dx.
+void relu_dropout_backward_bf16_round(const float* dy, const uint16_t* y16, float p, float* db, uint16_t* dx16,
+                                      int64_t N, int64_t F) {
+  if (!cpu_has_avx512()) {
+    std::vector<float> dx(static_cast<size_t>(N * F));
+    relu_dropout_backward_bf16(dy, y16, dx.data(), N * F, p);
+    bias_grad_bf16(dx.data(), db, dx16, N, F);
+    return;
+  }
+  constexpr int64_t kCols = 256;
+  const int64_t chunks = (F + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (N * F > 65536 && chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t f0 = c * kCols;
+    relu_dropout_backward_bf16_round_avx512(dy + f0, y16 + f0, F, p, db + f0, dx16 + f0, N, std::min(kCols, F - f0));
+  }
 }
 
 }  // namespace tfm::kernels

@@ -348,4 +348,38 @@ bool activation_forward_grad_avx512(Activation k, const float* x, float* y, floa
   }
 }
 
+// relu_dropout_backward_bf16_avx512's dx, 16 lanes at a time, into elementwise_avx512.cc's bias_grad strips
+// (NV accumulators over the rows, the same float adds in row order) and rounded by bf16_hi into dx16.
+template <int NV>
+static void relu_round_strip(const float* dy, const uint16_t* y16, int64_t ld, __m512 scale, float* db, uint16_t* dx16,
+                             int64_t N, __mmask16 last) {
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 acc[NV];
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) acc[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? last : 0xFFFF, db + 16 * v);
+  for (int64_t n = 0; n < N; ++n) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = v == NV - 1 ? last : 0xFFFF;
+      const int64_t at = n * ld + 16 * v;
+      const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, y16 + at));
+      const __mmask16 open = _mm512_cmp_ps_mask(_mm512_castsi512_ps(_mm512_slli_epi32(h, 16)), zero, _CMP_GT_OQ);
+      const __m512 x = _mm512_maskz_mul_ps(open, _mm512_maskz_loadu_ps(m, dy + at), scale);
+      acc[v] = _mm512_add_ps(acc[v], x);
+      const __m512i r = _mm512_srli_epi32(bf16_hi(_mm512_castps_si512(x)), 16);
+      _mm256_mask_storeu_epi16(dx16 + at, m, _mm512_cvtepi32_epi16(r));
+    }
+  }
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(db + 16 * v, v == NV - 1 ? last : 0xFFFF, acc[v]);
+}
+
+void relu_dropout_backward_bf16_round_avx512(const float* dy, const uint16_t* y16, int64_t ld, float p, float* db,
+                                             uint16_t* dx16, int64_t N, int64_t F) {
+  const __m512 scale = _mm512_set1_ps(dropout_scale(p));
+  int64_t f = 0;
+  for (; f + 256 <= F; f += 256) relu_round_strip<16>(dy + f, y16 + f, ld, scale, db + f, dx16 + f, N, 0xFFFF);
+  for (; f < F; f += 16) relu_round_strip<1>(dy + f, y16 + f, ld, scale, db + f, dx16 + f, N, first_n(F - f));
+}
+
 }  // namespace tfm::kernels

@@ -1,5 +1,6 @@
 // src/kernels/elementwise.cc — the element-wise kernels' dispatching entry points (add_forward, mul_forward,
-// dropout_forward, add_dropout_forward, bias_grad, transpose; copy_bytes, which has no twin) and their
+// dropout_forward, add_dropout_forward, bias_grad and bias_grad_bf16, transpose; copy_bytes, which has no
+// twin) and their
 // float scalar twins. The twins instantiate the templates of elementwise_scalar.h (but transpose_scalar,
 // a plain copy loop written here); the entry points run fixed chunks (parallel_chunks.h), so results
 // never depend on the thread count, on the AVX-512 bodies of elementwise_avx512.cc when
@@ -9,6 +10,8 @@
 #include <cstring>
 
 #include "kernels/elementwise_scalar.h"
+#include "kernels/gemm_bf16.h"
+#include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 #include "kernels/parallel_chunks.h"
 
@@ -99,6 +102,27 @@ void bias_grad(const float* dy, float* db, int64_t N, int64_t F) {
       bias_grad_avx2(dy + f0, F, db + f0, N, m);
     else
       bias_grad_scalar<float>(dy + f0, F, db + f0, N, m);
+  }
+}
+
+void bias_grad_bf16_scalar(const float* dy, float* db, uint16_t* dy16, int64_t N, int64_t F) {
+  bias_grad_scalar(dy, db, N, F);
+  for (int64_t i = 0; i < N * F; ++i) dy16[i] = float_to_bf16(dy[i]);
+}
+
+// The column blocks of bias_grad, each also rounding its block of dy on AVX-512; elsewhere bias_grad, then
+// convert_to_bf16 (the same values).
+void bias_grad_bf16(const float* dy, float* db, uint16_t* dy16, int64_t N, int64_t F) {
+  if (!cpu_has_avx512()) {
+    bias_grad(dy, db, N, F);
+    convert_to_bf16(dy, N * F, dy16);
+    return;
+  }
+  const int64_t chunks = (F + kColChunk - 1) / kColChunk;
+#pragma omp parallel for schedule(static) if (N * F > 65536 && chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t f0 = c * kColChunk, m = std::min(kColChunk, F - f0);
+    bias_grad_bf16_avx512(dy + f0, F, db + f0, dy16 + f0, N, m);
   }
 }
 

@@ -1,5 +1,6 @@
 // src/kernels/elementwise_avx512.cc — AVX-512 bodies of the element-wise kernels (contracts in
-// kernels.h): add, multiply, dropout, add + dropout, the bias gradient and the strided transpose. Compiled with
+// kernels.h): add, multiply, dropout, add + dropout, the bias gradient (also with dy rounded to bfloat16) and
+// the strided transpose. Compiled with
 // AVX-512 flags by CMake; called only by the dispatchers (elementwise.cc, and layer_norm.cc's fused
 // residual add) after cpu_has_avx512(). Each is bitwise equal to its scalar twin (elementwise_scalar.h,
 // transpose_scalar): a 16-lane main loop, then the remainder with a masked load/store in the same
@@ -68,17 +69,26 @@ void add_dropout_forward_avx512(const float* a, const float* x, float* y, int64_
 
 // db(NV·16 columns) += Σ_rows dy with NV accumulators in registers: one pass over the rows reads
 // NV·64 contiguous bytes of each (a 16-column strip per pass would walk the rows at stride ld, which
-// the prefetcher follows poorly: 4 KB–8 KB apart for the FFN widths).
-template <int NV>
-static void bias_grad_strip(const float* dy, int64_t ld, float* db, int64_t N, __mmask16 last) {
+// the prefetcher follows poorly: 4 KB–8 KB apart for the FFN widths). ROUND: each vector read is also
+// stored rounded to bfloat16 at the same place of dy16.
+template <int NV, bool ROUND = false>
+static void bias_grad_strip(const float* dy, int64_t ld, float* db, int64_t N, __mmask16 last,
+                            uint16_t* dy16 = nullptr) {
   __m512 acc[NV];
 #pragma GCC unroll 16
   for (int v = 0; v < NV; ++v) acc[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? last : 0xFFFF, db + 16 * v);
   for (int64_t n = 0; n < N; ++n) {
     const float* r = dy + n * ld;
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v)
-      acc[v] = _mm512_add_ps(acc[v], _mm512_maskz_loadu_ps(v == NV - 1 ? last : 0xFFFF, r + 16 * v));
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = v == NV - 1 ? last : 0xFFFF;
+      const __m512 x = _mm512_maskz_loadu_ps(m, r + 16 * v);
+      acc[v] = _mm512_add_ps(acc[v], x);
+      if constexpr (ROUND) {
+        const __m512i h = _mm512_srli_epi32(bf16_hi(_mm512_castps_si512(x)), 16);
+        _mm256_mask_storeu_epi16(dy16 + n * ld + 16 * v, m, _mm512_cvtepi32_epi16(h));
+      }
+    }
   }
 #pragma GCC unroll 16
   for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(db + 16 * v, v == NV - 1 ? last : 0xFFFF, acc[v]);
@@ -89,6 +99,12 @@ void bias_grad_avx512(const float* dy, int64_t ld, float* db, int64_t N, int64_t
   int64_t f = 0;
   for (; f + 256 <= F; f += 256) bias_grad_strip<16>(dy + f, ld, db + f, N, 0xFFFF);
   for (; f < F; f += 16) bias_grad_strip<1>(dy + f, ld, db + f, N, first_n(F - f));
+}
+
+void bias_grad_bf16_avx512(const float* dy, int64_t ld, float* db, uint16_t* dy16, int64_t N, int64_t F) {
+  int64_t f = 0;
+  for (; f + 256 <= F; f += 256) bias_grad_strip<16, true>(dy + f, ld, db + f, N, 0xFFFF, dy16 + f);
+  for (; f < F; f += 16) bias_grad_strip<1, true>(dy + f, ld, db + f, N, first_n(F - f), dy16 + f);
 }
 
 }  // namespace tfm::kernels

@@ -327,6 +327,13 @@ void relu_dropout_backward_scalar(const float* dy, const float* y, float* dx, in
 // products does not produce in practice), so this is relu_dropout_backward's result. dx may alias dy.
 void relu_dropout_backward_bf16(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p);
 void relu_dropout_backward_bf16_scalar(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p);
+// That backward's dx (N, F) never stored in float32, for the bf16 feed-forward's first Linear: its bias gradient
+// db (F) += Σ_rows dx and dx16 = float_to_bf16(dx) in one pass over dy and y16, bitwise
+// relu_dropout_backward_bf16 followed by bias_grad_bf16.
+void relu_dropout_backward_bf16_round(const float* dy, const uint16_t* y16, float p, float* db, uint16_t* dx16,
+                                      int64_t N, int64_t F);
+void relu_dropout_backward_bf16_round_scalar(const float* dy, const uint16_t* y16, float p, float* db, uint16_t* dx16,
+                                             int64_t N, int64_t F);
 
 // ---- Optimizer: one Adam/AdamW update (src/optim.cc runs it over its parameters' ranges) ----------------
 // Per element, in float32, torch.optim.Adam's single-tensor formula (src/optim.cc derives the coefficients):
@@ -376,6 +383,11 @@ void add_dropout_forward_scalar(const float* a, const float* x, float* y, int64_
 // both the SIMD and the scalar version, so they agree bitwise for any thread count.
 void bias_grad(const float* dy, float* db, int64_t N, int64_t F);
 void bias_grad_scalar(const float* dy, float* db, int64_t N, int64_t F);
+// bias_grad and the rounding of dy to bfloat16 in one pass over dy (a Linear's bf16 backward: its bias
+// gradient, and its output gradient rounded once for both products): db (F) += Σ_rows dy bitwise as
+// bias_grad, and dy16 (N, F) = float_to_bf16(dy) (gemm_packed.h) bitwise as convert_to_bf16.
+void bias_grad_bf16(const float* dy, float* db, uint16_t* dy16, int64_t N, int64_t F);
+void bias_grad_bf16_scalar(const float* dy, float* db, uint16_t* dy16, int64_t N, int64_t F);
 
 // dst[c·ld + r] = src[r·sl + c] for r < rows, c < cols (a strided block copied transposed; nothing
 // else of dst is written). Pure data movement: bitwise the twin.
@@ -530,6 +542,9 @@ void bias_relu_dropout_forward_avx512(const float* x, const float* bias, float* 
                                       int64_t F, const DropoutSpec& drop);
 void relu_dropout_backward_avx512(const float* dy, const float* y, float* dx, int64_t n, float p);
 void relu_dropout_backward_bf16_avx512(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p);
+// dy, y16 and dx16 rows at stride ld (≥ F).
+void relu_dropout_backward_bf16_round_avx512(const float* dy, const uint16_t* y16, int64_t ld, float p, float* db,
+                                             uint16_t* dx16, int64_t N, int64_t F);
 void add_forward_avx512(const float* a, const float* b, float* y, int64_t n);
 void mul_forward_avx512(const float* a, const float* b, float* y, int64_t n);
 void adam_update_avx512(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n,
@@ -540,6 +555,8 @@ void add_dropout_forward_avx512(const float* a, const float* x, float* y, int64_
                                 uint64_t seed, uint64_t offset);
 // dy rows at stride ld (≥ F).
 void bias_grad_avx512(const float* dy, int64_t ld, float* db, int64_t N, int64_t F);
+// The same sums, with dy16 (rows at stride ld too) = bf16_hi's rounding of dy (common_avx512.h).
+void bias_grad_bf16_avx512(const float* dy, int64_t ld, float* db, uint16_t* dy16, int64_t N, int64_t F);
 void transpose_avx512(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst,
                       int64_t ld);
 // AVX2 bodies (the *_avx2.cc files, compiled with AVX2 and FMA flags), for CPUs without AVX-512: called by

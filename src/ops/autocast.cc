@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/gemm_bf16.h"
+#include "kernels/kernels.h"
 #include "ops/bf16_linear.h"
 
 namespace tfm {
@@ -67,6 +68,14 @@ std::unique_ptr<uint16_t[]> bf16_rounded(const float* src, int64_t n) {
   std::unique_ptr<uint16_t[]> dst(new uint16_t[static_cast<size_t>(n)]);  // not value-initialized
   kernels::convert_to_bf16(src, n, dst.get());
   return dst;
+}
+
+std::unique_ptr<uint16_t[]> round_output_grad(const float* g, int64_t N, int64_t out, Tensor* bias_slot) {
+  if (!bias_slot) return bf16_rounded(g, N * out);
+  if (!bias_slot->defined()) *bias_slot = Tensor::zeros({out});
+  std::unique_ptr<uint16_t[]> g16(new uint16_t[static_cast<size_t>(N * out)]);
+  kernels::bias_grad_bf16(g, bias_slot->data(), g16.get(), N, out);
+  return g16;
 }
 
 Tensor bf16_copy(const float* src, int64_t n) {

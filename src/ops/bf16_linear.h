@@ -30,6 +30,11 @@ void linear_forward_bf16(int64_t N, int64_t in, int64_t out, const float* x, con
 // raises the peak only while it lives.
 std::unique_ptr<uint16_t[]> bf16_rounded(const float* src, int64_t n);
 
+// A bf16 backward's output gradient g (N, out) rounded as bf16_rounded does; with bias_slot (else null), the
+// bias gradient db (out) += Σ_rows g in the same pass over g (kernels::bias_grad_bf16), the slot set to zeros
+// first if empty.
+std::unique_ptr<uint16_t[]> round_output_grad(const float* g, int64_t N, int64_t out, Tensor* bias_slot);
+
 // n floats rounded to bfloat16 (kernels::convert_to_bf16), whole, into the bytes of a new float tensor of
 // ⌈n/2⌉ elements: the copy of an operand an autograd node keeps (bf16_data reads it).
 Tensor bf16_copy(const float* src, int64_t n);

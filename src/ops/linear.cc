@@ -41,22 +41,10 @@ void linear_backward(const float* g, const Tensor& x, const Tensor& w, bool has_
                      const Bf16Operands& bf16) {
   const int64_t in = w.size(1), out = w.size(0), N = linear_rows(x);
   const std::vector<uint16_t>* w16 = bf16.w16.get();
-  if (w16 && (din[0] || din[1])) {  // g rounded once, whole, for both products; bf16(x) dW's B
-    const std::unique_ptr<uint16_t[]> g16 = bf16_rounded(g, N * out);
-    if (din[0]) {
-      Tensor* slot = din[0];
-      const float beta = slot->defined() ? 1.0f : 0.0f;
-      if (!slot->defined()) *slot = Tensor::empty(x.shape());
-      kernels::gemm_bf16(false, false, N, in, out, g16.get(), out, w16->data(), in, beta, slot->data(), in);
-    }
-    if (din[1]) {
-      Tensor* slot = din[1];
-      const float beta = slot->defined() ? 1.0f : 0.0f;
-      if (!slot->defined()) *slot = Tensor::empty(w.shape());
-      std::unique_ptr<uint16_t[]> rounded;  // x rounded here when the forward kept no copy
-      const uint16_t* x16 = bf16.x16.defined() ? bf16_data(bf16.x16) : (rounded = bf16_rounded(x.data(), N * in)).get();
-      kernels::gemm_bf16(true, false, out, in, N, g16.get(), out, x16, in, beta, slot->data(), in);
-    }
+  Tensor* db = has_bias ? din[2] : nullptr;
+  if (w16 && (din[0] || din[1])) {  // g rounded once, whole, for both products (and db in that pass)
+    linear_backward_bf16(round_output_grad(g, N, out, db).get(), x, w, din[0], din[1], bf16);
+    db = nullptr;
   }
   if (!w16 && din[0]) {
     Tensor* slot = din[0];
@@ -70,10 +58,26 @@ void linear_backward(const float* g, const Tensor& x, const Tensor& w, bool has_
     if (!slot->defined()) *slot = Tensor::empty(w.shape());
     kernels::gemm(true, false, out, in, N, 1.0f, g, out, x.data(), in, beta, slot->data(), in);
   }
-  if (has_bias && din[2]) {
-    Tensor* slot = din[2];
-    if (!slot->defined()) *slot = Tensor::zeros({out});
-    kernels::bias_grad(g, slot->data(), N, out);
+  if (db) {
+    if (!db->defined()) *db = Tensor::zeros({out});
+    kernels::bias_grad(g, db->data(), N, out);
+  }
+}
+
+void linear_backward_bf16(const uint16_t* g16, const Tensor& x, const Tensor& w, Tensor* dx, Tensor* dw,
+                          const Bf16Operands& bf16) {
+  const int64_t in = w.size(1), out = w.size(0), N = linear_rows(x);
+  if (dx) {  // dx (N, in) (+)= g16 (N, out) · w16 (out, in)
+    const float beta = dx->defined() ? 1.0f : 0.0f;
+    if (!dx->defined()) *dx = Tensor::empty(x.shape());
+    kernels::gemm_bf16(false, false, N, in, out, g16, out, bf16.w16->data(), in, beta, dx->data(), in);
+  }
+  if (dw) {  // dW (out, in) (+)= g16ᵀ (out, N) · bf16(x) (N, in)
+    const float beta = dw->defined() ? 1.0f : 0.0f;
+    if (!dw->defined()) *dw = Tensor::empty(w.shape());
+    std::unique_ptr<uint16_t[]> rounded;  // x rounded here when the forward kept no copy
+    const uint16_t* x16 = bf16.x16.defined() ? bf16_data(bf16.x16) : (rounded = bf16_rounded(x.data(), N * in)).get();
+    kernels::gemm_bf16(true, false, out, in, N, g16, out, x16, in, beta, dw->data(), in);
   }
 }
 

@@ -90,15 +90,18 @@ struct FeedForwardBf16Node : Node {
   Tensor second_linear_backward(const Tensor& g, const std::vector<Tensor*>& din) const {
     const int64_t out = inputs[3].size(0);
     const bool dy_needed = din[0] || din[1] || din[2];
-    const std::unique_ptr<uint16_t[]> g16 = din[3] || dy_needed ? bf16_rounded(g.data(), N * out) : nullptr;
+    Tensor* db2 = has_b2 ? din[4] : nullptr;  // db2 (out) += Σ_rows g
+    std::unique_ptr<uint16_t[]> g16;
+    if (din[3] || dy_needed) {
+      g16 = round_output_grad(g.data(), N, out, db2);
+    } else if (db2) {
+      if (!db2->defined()) *db2 = Tensor::zeros({out});
+      kernels::bias_grad(g.data(), db2->data(), N, out);
+    }
     if (Tensor* slot = din[3]) {  // dW2 (out, F) += bf16(g)ᵀ (out, N) · y16 (N, F)
       const float beta = slot->defined() ? 1.0f : 0.0f;
       if (!slot->defined()) *slot = Tensor::empty(inputs[3].shape());
       kernels::gemm_bf16(true, false, out, F, N, g16.get(), out, hidden(), F, beta, slot->data(), F);
-    }
-    if (Tensor* slot = has_b2 ? din[4] : nullptr) {  // db2 (out) += Σ_rows g
-      if (!slot->defined()) *slot = Tensor::zeros({out});
-      kernels::bias_grad(g.data(), slot->data(), N, out);
     }
     if (!dy_needed) return Tensor();
     Tensor dy = Tensor::empty({N, F});
@@ -113,10 +116,27 @@ struct FeedForwardReluBf16Node : FeedForwardBf16Node {
   float p = 0.0f;
   const char* name() const override { return "feed_forward_relu_bf16"; }
   void backward(const Tensor& g, const std::vector<Tensor*>& din) override {
-    Tensor dz = second_linear_backward(g, din);
-    if (!dz.defined()) return;
-    kernels::relu_dropout_backward_bf16(dz.data(), hidden(), dz.data(), N * F, p);
-    linear_backward(dz.data(), inputs[0], inputs[1], has_b1, {din[0], din[1], din[2]}, first);
+    Tensor dy = second_linear_backward(g, din);
+    if (!dy.defined()) return;
+    if (!din[0] && !din[1]) {  // db1 alone
+      kernels::relu_dropout_backward_bf16(dy.data(), hidden(), dy.data(), N * F, p);
+      linear_backward(dy.data(), inputs[0], inputs[1], has_b1, {nullptr, nullptr, din[2]}, first);
+      return;
+    }
+    // dz rounded straight from dy and y16 (its float32 values never stored), db1 summed in the same pass.
+    float* db = nullptr;
+    std::vector<float> unused;  // the sums' place when the first Linear has no bias
+    if (Tensor* db1 = has_b1 ? din[2] : nullptr) {
+      if (!db1->defined()) *db1 = Tensor::zeros({F});
+      db = db1->data();
+    } else {
+      unused.assign(static_cast<size_t>(F), 0.0f);
+      db = unused.data();
+    }
+    std::unique_ptr<uint16_t[]> dz16(new uint16_t[static_cast<size_t>(N * F)]);
+    kernels::relu_dropout_backward_bf16_round(dy.data(), hidden(), p, db, dz16.get(), N, F);
+    dy = Tensor();
+    linear_backward_bf16(dz16.get(), inputs[0], inputs[1], din[0], din[1], first);
   }
 };
 

@@ -38,4 +38,10 @@ Bf16Operands linear_matmul(int64_t N, const float* x, const Tensor& weight, cons
 void linear_backward(const float* g, const Tensor& x, const Tensor& weight, bool has_bias,
                      const std::vector<Tensor*>& din, const Bf16Operands& bf16 = {});
 
+// linear_backward's two bfloat16 products from g already rounded, g16 (N, out): dx (x's shape) from g16·w16 and
+// dW (out, in) from g16ᵀ·x16 (x rounded here if the forward kept no copy), each slot set if empty, else
+// accumulated into; null slots skipped. bf16 holds the forward's copies (bf16.w16 set).
+void linear_backward_bf16(const uint16_t* g16, const Tensor& x, const Tensor& weight, Tensor* dx, Tensor* dw,
+                          const Bf16Operands& bf16);
+
 }  // namespace tfm::ops

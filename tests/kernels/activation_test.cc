@@ -10,6 +10,7 @@
 // backward are in gradcheck_test.cc. To add a SIMD body: a TEST comparing foo_avx512 with foo_scalar over kSizes,
 // bitwise when it performs the twin's operations, else within a measured bound in ulps.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -502,6 +503,54 @@ TEST(ActivationKernel, ReluDropoutBackwardFromBf16IsTheFloatBackward) {
     std::vector<float> inplace = dy;  // dx may alias dy
     relu_dropout_backward_bf16(inplace.data(), y16.data(), inplace.data(), n, 0.3f);
     ASSERT_TRUE(bitwise_equal(inplace, fast, "in place n " + std::to_string(n)));
+  }
+}
+
+// relu_dropout_backward_bf16_round (the bf16 feed-forward's dz, rounded, with its bias gradient): the dispatcher at 1
+// and 2 threads, the twin and the AVX-512 body on rows at a longer stride, each bitwise relu_dropout_backward_bf16
+// then bias_grad_bf16, without dropout and with it; widths over several column chunks and off the vector width.
+TEST(ActivationKernel, ReluDropoutBackwardBf16RoundIsTheBackwardThenTheRounding) {
+  const int64_t N = 11;
+  for (int64_t F : {int64_t(1), int64_t(17), int64_t(256), int64_t(515), int64_t(1100)}) {
+    auto y = testing::random_values(N * F, 120 + F);
+    for (int64_t i = 0; i < N * F; i += 3) y[i] = std::max(y[i], 0.0f);
+    std::vector<uint16_t> y16(N * F);
+    for (int64_t i = 0; i < N * F; ++i) y16[i] = float_to_bf16(y[i]);
+    auto dy = testing::random_values(N * F, 121 + F);
+    dy[0] = std::numeric_limits<float>::infinity();
+    const std::vector<float> db0 = testing::random_values(F, 122);
+    for (float p : {0.0f, 0.1f}) {
+      const std::string at = "F " + std::to_string(F) + " p " + std::to_string(p);
+      std::vector<float> dx(N * F), want_db = db0;
+      std::vector<uint16_t> want(N * F);
+      relu_dropout_backward_bf16(dy.data(), y16.data(), dx.data(), N * F, p);
+      bias_grad_bf16(dx.data(), want_db.data(), want.data(), N, F);
+      std::vector<float> db = db0;
+      std::vector<uint16_t> got(N * F);
+      relu_dropout_backward_bf16_round_scalar(dy.data(), y16.data(), p, db.data(), got.data(), N, F);
+      EXPECT_TRUE(bitwise_equal(db, want_db, "twin db " + at));
+      EXPECT_EQ(got, want) << "twin " << at;
+      for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        db = db0;
+        relu_dropout_backward_bf16_round(dy.data(), y16.data(), p, db.data(), got.data(), N, F);
+        EXPECT_TRUE(bitwise_equal(db, want_db, "db " + at + " threads " + std::to_string(threads)));
+        EXPECT_EQ(got, want) << at << " threads " << threads;
+      }
+      if (cpu_has_avx512()) {  // rows at stride F + 3: what lies between them is left alone
+        const int64_t ld = F + 3;
+        std::vector<float> dyw(N * ld, 5.0f);
+        std::vector<uint16_t> yw(N * ld, 0x3F80), out(N * ld, 0xABCD);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t f = 0; f < F; ++f) dyw[n * ld + f] = dy[n * F + f], yw[n * ld + f] = y16[n * F + f];
+        db = db0;
+        relu_dropout_backward_bf16_round_avx512(dyw.data(), yw.data(), ld, p, db.data(), out.data(), N, F);
+        EXPECT_TRUE(bitwise_equal(db, want_db, "avx512 db " + at));
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t f = 0; f < ld; ++f)
+            ASSERT_EQ(out[n * ld + f], f < F ? want[n * F + f] : uint16_t(0xABCD)) << "avx512 " << at;
+      }
+    }
   }
 }
 

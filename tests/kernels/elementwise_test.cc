@@ -11,17 +11,19 @@
 // The SIMD comparisons run every body the CPU has (AVX-512, AVX2),
 // skipped (with a message) when it has none.
 // To add a kernel: a TEST comparing foo_avx512 and foo_avx2 with foo_scalar over kSizes, bitwise.
+#include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "kernel_test_util.h"
+#include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
@@ -86,7 +88,46 @@ TEST(ElementwiseKernel, AddDropoutBiasGradBitwise) {
     }
 }
 
-// The kernel's AVX-512 body against its scalar twin, at sizes around the vector width.
+// bias_grad_bf16 (the bias gradient and dy rounded to bfloat16 in one pass): the dispatcher, at 1 and 2 threads,
+// and the AVX-512 body on rows at a longer stride, bitwise the twin, which is bias_grad_scalar and float_to_bf16;
+// widths over several column chunks and off the vector width, dy with ±0, subnormals, infinities and NaN.
+TEST(ElementwiseKernel, BiasGradBf16IsBiasGradAndTheRounding) {
+  const int64_t N = 13;
+  for (int64_t F : {int64_t(1), int64_t(17), int64_t(256), int64_t(515), int64_t(1100)}) {
+    auto dy = rnd(N * F, 50 + F);
+    const float edge[] = {0.0f, -0.0f, 1e-40f, -3e-39f, INFINITY, -INFINITY, NAN, 3.3895314e38f, 1.00390625f};
+    for (size_t i = 0; i < std::size(edge) && i < dy.size(); ++i) dy[(i * 7) % dy.size()] = edge[i];
+    const std::vector<float> db0 = rnd(F, 51);
+    std::vector<float> db_twin = db0;
+    std::vector<uint16_t> r_twin(N * F);
+    bias_grad_bf16_scalar(dy.data(), db_twin.data(), r_twin.data(), N, F);
+    std::vector<float> db_sep = db0;  // the twin is the two kernels it fuses
+    bias_grad_scalar(dy.data(), db_sep.data(), N, F);
+    EXPECT_TRUE(bitwise_equal(db_twin, db_sep)) << "F=" << F;
+    for (int64_t i = 0; i < N * F; ++i) ASSERT_EQ(r_twin[i], float_to_bf16(dy[i])) << "F=" << F << " i=" << i;
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      std::vector<float> db = db0;
+      std::vector<uint16_t> r(N * F);
+      bias_grad_bf16(dy.data(), db.data(), r.data(), N, F);
+      EXPECT_TRUE(bitwise_equal(db, db_twin)) << "F=" << F << " threads=" << threads;
+      EXPECT_EQ(r, r_twin) << "F=" << F << " threads=" << threads;
+    }
+    if (cpu_has_avx512()) {  // rows at stride F + 5: what lies between them is left alone
+      const int64_t ld = F + 5;
+      std::vector<float> wide(N * ld, 7.0f);
+      for (int64_t n = 0; n < N; ++n) std::copy(dy.begin() + n * F, dy.begin() + (n + 1) * F, wide.begin() + n * ld);
+      std::vector<float> db = db0;
+      std::vector<uint16_t> r(N * ld, 0xABCD);
+      bias_grad_bf16_avx512(wide.data(), ld, db.data(), r.data(), N, F);
+      EXPECT_TRUE(bitwise_equal(db, db_twin)) << "avx512 F=" << F;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t f = 0; f < ld; ++f)
+          ASSERT_EQ(r[n * ld + f], f < F ? r_twin[n * F + f] : uint16_t(0xABCD)) << "avx512 F=" << F;
+    }
+  }
+}
+
 // Adam's update (kernels.h's adam_update): each SIMD body bitwise the twin, in every weight-decay mode, with a
 // clipping scale, on sizes that are not multiples of the vector; m and v start from an earlier step's values.
 TEST(ElementwiseKernel, AdamUpdateBitwiseTheTwin) {
