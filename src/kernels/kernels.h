@@ -30,7 +30,9 @@
 //       - bias_activation_forward_avx512 and activation_backward_avx512 return false for a kind they
 //         do not handle (the entry point then runs the twin).
 //       - bias_grad_avx512 and the template behind bias_grad_scalar take dy's row stride ld: the
-//         dispatcher hands each a block of columns.
+//         dispatcher hands each a block of columns. So do bias_grad_bf16_avx512 and
+//         relu_dropout_backward_bf16_round_avx512, which have no AVX2 body (bf16 training's fused passes:
+//         without AVX-512 their dispatchers run the kernels they fuse, one after the other).
 //       - log_softmax_rows' AVX-512 body is per row, log_softmax_row_avx512, returning false on a row
 //         the twin must take; its twin log_softmax_rows_scalar runs log_softmax_row_scalar
 //         (cross_entropy_scalar.h, the one double log-softmax of a row, which decoding calls too).
