@@ -198,9 +198,18 @@ void gemm_small(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, i
 // float_to_bf16.
 inline int64_t half_up(int64_t n) { return (n + 1) / 2; }
 
+// Source rows are one head's W floats out of each token's row (sl = H·W, or 3·H·W for the packed in-projection):
+// for Dh 64 and D 512, 256 bytes every 6 KB, each row on another 4 KB page, where the hardware prefetchers stop.
+// So each row's cache lines are prefetched kPrefetchRows rows ahead.
+constexpr int64_t kPrefetchRows = 8;
+inline void prefetch_row(const float* row, int64_t W) {
+  for (int64_t c = 0; c < W; c += 16) _mm_prefetch(reinterpret_cast<const char*>(row + c), _MM_HINT_T0);
+}
+
 // dst (n, ⌈W/2⌉ words, row stride ldw words) ← rows of src (n, W, row stride sl).
 void to_bf16_rows(const float* src, int64_t sl, int64_t n, int64_t W, float* dst, int64_t ldw) {
   for (int64_t i = 0; i < n; ++i) {
+    if (i + kPrefetchRows < n) prefetch_row(src + (i + kPrefetchRows) * sl, W);
     auto* d = reinterpret_cast<uint16_t*>(dst + i * ldw);
     round_run_to_bf16(src + i * sl, d, W);
     if (W % 2 != 0) {  // the pad of the last pair (a uint16_t store into float storage: memcpy)
@@ -215,6 +224,8 @@ void to_bf16_pairs(const float* src, int64_t sl, int64_t n, int64_t W, float* ds
   for (int64_t t = 0; 2 * t < n; ++t) {
     const float* s0 = src + 2 * t * sl;
     const float* s1 = 2 * t + 1 < n ? s0 + sl : nullptr;
+    for (int64_t i = 2 * t + kPrefetchRows; i < std::min(n, 2 * t + kPrefetchRows + 2); ++i)
+      prefetch_row(src + i * sl, W);
     float* d = dst + t * ldw;
     for (int64_t c = 0; c < W; c += 16) {
       const __mmask16 m = first_n(W - c);
@@ -295,24 +306,38 @@ View<const float> pack_heads(const View<const float>& src, const AttentionParams
   return packed_view<const float>(dst, p, rows, src.sh);
 }
 
-// Rows [0, rows) of every head of src (W = src.sh floats wide) → dst in the bf16 rows or pairs form,
-// each head's block contiguous; returns the view (sh, sl in words).
-View<const float> pack_heads_bf16(const View<const float>& src, const AttentionParams& p, int64_t rows,
-                                  bool pairs, float* dst, bool par) {
-  const int64_t W = src.sh;
-  const int64_t n = pairs ? half_up(rows) : rows, w = pairs ? W : half_up(W);
-  const View<float> out = packed_view(dst, p, n, w);
-#pragma omp parallel for schedule(static) if (par)
-  for (int64_t bh = 0; bh < p.B * p.H; ++bh) {
+// One operand's bfloat16 packing: rows [0, rows) of every head of src (W = src.sh floats wide) → dst in the rows
+// or pairs form, each head's block contiguous.
+struct Bf16Pack {
+  View<const float> src;
+  int64_t rows = 0;
+  bool pairs = false;
+  float* dst = nullptr;
+  int64_t n() const { return pairs ? half_up(rows) : rows; }      // rows of the packed block
+  int64_t w() const { return pairs ? src.sh : half_up(src.sh); }  // its width in words
+  View<float> out(const AttentionParams& p) const { return packed_view(dst, p, n(), w()); }
+  View<const float> view(const AttentionParams& p) const {  // the packed operand (sh, sl in words)
+    const View<float> o = out(p);
+    return {o.base, o.sb, o.sh, o.sl};
+  }
+  void head(const AttentionParams& p, int64_t bh) const {
     const float* s = src.head(bh / p.H, bh % p.H);
-    float* d = out.head(bh / p.H, bh % p.H);
+    float* d = out(p).head(bh / p.H, bh % p.H);
     if (pairs) {
-      to_bf16_pairs(s, src.sl, rows, W, d, w);
+      to_bf16_pairs(s, src.sl, rows, src.sh, d, w());
     } else {
-      to_bf16_rows(s, src.sl, rows, W, d, w);
+      to_bf16_rows(s, src.sl, rows, src.sh, d, w());
     }
   }
-  return {out.base, out.sb, out.sh, out.sl};
+};
+
+// Every job's packing in one pass over the heads (in parallel over (b, h) when `par`): one thread team, and a
+// head's source rows read by its several jobs while they are in that thread's cache.
+template <size_t K>
+void pack_heads_bf16(const Bf16Pack (&jobs)[K], const AttentionParams& p, bool par) {
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t bh = 0; bh < p.B * p.H; ++bh)
+    for (const Bf16Pack& job : jobs) job.head(p, bh);
 }
 
 // Words a packed bf16 form of (rows, W) per head takes, for all heads.
@@ -910,8 +935,10 @@ void attention_forward_avx512(const AttentionParams& p) {
   if (p.bf16) {  // K's rows form, V's pairs form (queries are rounded tile by tile)
     const size_t nk = bf16_words(p, p.S, p.Dh, false), nv = bf16_words(p, p.S, p.dv(), true);
     float* buf = tl_packed.get(nk + nv);
-    lt.k = pack_heads_bf16(lt.k, p, p.S, false, buf, par);
-    lt.v = pack_heads_bf16(lt.v, p, p.S, true, buf + nk, par);
+    const Bf16Pack jobs[] = {{lt.k, p.S, false, buf}, {lt.v, p.S, true, buf + nk}};
+    pack_heads_bf16(jobs, p, par);
+    lt.k = jobs[0].view(p);
+    lt.v = jobs[1].view(p);
   } else if (!rows && worth_packing(p)) {  // forward_rows streams K and V once: nothing to keep in L2
     const size_t nk = static_cast<size_t>(BH * p.S * p.Dh), nv = static_cast<size_t>(BH * p.S * p.dv());
     float* buf = tl_packed.get(nk + nv);
@@ -968,14 +995,25 @@ void attention_backward_avx512(const AttentionParams& p, const float* dout, floa
     const size_t ndw = bf16_words(p, p.L, p.dv(), false), ndp = bf16_words(p, p.L, p.dv(), true);
     const size_t nq = packed ? static_cast<size_t>(BH * p.L * p.Dh) : 0;
     float* buf = tl_packed.get(nqw + nqp + nkw + nkp + nvw + ndw + ndp + nq);
-    lt.qp = pack_heads_bf16(lt.q, p, p.L, true, buf, par);
-    lt.q = pack_heads_bf16(lt.q, p, p.L, false, buf += nqp, par);
-    lt.kp = pack_heads_bf16(lt.k, p, p.S, true, buf += nqw, par);
-    lt.k = pack_heads_bf16(lt.k, p, p.S, false, buf += nkp, par);
-    lt.v = pack_heads_bf16(lt.v, p, p.S, false, buf += nkw, par);
-    lt.dop = pack_heads_bf16(lt.dout, p, p.L, true, buf += nvw, par);
-    lt.dow = pack_heads_bf16(lt.dout, p, p.L, false, buf += ndp, par);
-    if (packed) lt.dq = packed_view(buf + ndw, p, p.L, p.Dh);
+    float* const qp = buf;
+    float* const qw = qp + nqp;
+    float* const kp = qw + nqw;
+    float* const kw = kp + nkp;
+    float* const vw = kw + nkw;
+    float* const dp = vw + nvw;
+    float* const dw = dp + ndp;
+    const Bf16Pack jobs[] = {{lt.q, p.L, true, qp},    {lt.q, p.L, false, qw}, {lt.k, p.S, true, kp},
+                             {lt.k, p.S, false, kw},   {lt.v, p.S, false, vw}, {lt.dout, p.L, true, dp},
+                             {lt.dout, p.L, false, dw}};
+    pack_heads_bf16(jobs, p, par);
+    lt.qp = jobs[0].view(p);
+    lt.q = jobs[1].view(p);
+    lt.kp = jobs[2].view(p);
+    lt.k = jobs[3].view(p);
+    lt.v = jobs[4].view(p);
+    lt.dop = jobs[5].view(p);
+    lt.dow = jobs[6].view(p);
+    if (packed) lt.dq = packed_view(dw + ndw, p, p.L, p.Dh);
   } else if (packed) {  // q, k, v, dout read packed; dq accumulated packed, copied out at the end
     // q, dq (B,H,L,Dh), dout (B,H,L,Dv), k (B,H,S,Dh), v (B,H,S,Dv)
     const size_t nq = static_cast<size_t>(BH * p.L * p.Dh), ndo = static_cast<size_t>(BH * p.L * p.dv());
