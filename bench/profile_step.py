@@ -2,7 +2,7 @@
 """profile_step.py — where a training step's time goes, by category: `perf record` over `tfm train`, then each
 sample of the step put in one category by its innermost frame that names one.
 
-    /usr/bin/python3 bench/profile_step.py --tfm build/tfm [--steps 100] [--threads 2] [--wait-policy default|passive]
+    /usr/bin/python3 bench/profile_step.py --tfm build/tfm [--steps 100] [--threads 2] [--wait-policy default|passive] [--dtype f32|bf16]
                      [--preset nanogpt-baby | --model s2s] [--markdown] [--explain K]
 
 `--model s2s` profiles the seq2seq model of bench/compare_train_torch.py instead (d_model 256, 3+3 layers,
@@ -46,6 +46,9 @@ CATEGORIES = [
     # before GEMM: the flash kernels' own small products (gemm_small, attention_avx512.cc) are attention's
     ("attention (flash kernels forward and backward)",
      r"attention|forward_tile|backward_key_tile|backward_pair|gemm_small"),
+    # before GEMM and elementwise: bf16 training's rounding passes (inside gemm_bf16's panels, or fused with the
+    # bias gradient and the ReLU backward)
+    ("rounding to bf16", r"convert_rows_to_bf16|convert_to_bf16|bias_grad_strip<\d+, true>|relu_round_strip"),
     ("GEMM (oneDNN kernels, tfm's GEMM drivers, transposes)", r"dnnl|gemm|transpose|sgemm|jit_|libdnnl"),
     ("layer norm", r"layer_norm|rms_norm"),
     ("optimizer + clip", r"(?i)adam|sgd|clip|OptimizerShards|zero_grad|optim|grad_norm|norm_block_partials"),
@@ -54,7 +57,7 @@ CATEGORIES = [
      r"activation|gelu|relu|add_forward|add_dropout|dropout|embedding|bias_grad|elementwise|accumulate_grad|"
      r"add_into|scale"),
 ]
-GEMM = CATEGORIES[3][0]
+GEMM = CATEGORIES[4][0]
 assert GEMM.startswith("GEMM")
 S2S = "seq2seq d256 3+3 FFN 1024 --batch-tokens 4096"
 OTHER = "other (memcpy, autograd bookkeeping, the rest)"
@@ -120,6 +123,7 @@ def main():
                     help="s2s: compare_train_torch.py's seq2seq model instead of the preset")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32", help="tfm train --dtype")
     ap.add_argument("--wait-policy", choices=["default", "passive"], default="default",
                     help="OMP_WAIT_POLICY for tfm (default: libgomp's own, as tfm runs unless the user sets it)")
     ap.add_argument("--markdown", action="store_true")
@@ -140,7 +144,7 @@ def main():
         subprocess.run(["perf", "record", "-q", "-F", "999", "--call-graph", "dwarf,16384", "-o", data, "--",
                         a.tfm, "train", "--out", os.path.join(tmp, "run")] + task +
                        ["--max-steps", str(a.steps), "--eval-every", str(a.steps), "--threads", str(a.threads),
-                        "--seed", "1"], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        "--seed", "1", "--dtype", a.dtype], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         main_thread, all_threads = collections.Counter(), collections.Counter()
         deciding = collections.defaultdict(collections.Counter)  # category -> (innermost, deciding frame) -> n
         for pid, tid, frames in samples(data):
