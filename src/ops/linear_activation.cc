@@ -140,20 +140,27 @@ struct FeedForwardReluBf16Node : FeedForwardBf16Node {
   }
 };
 
-// Any other activation: y16 and the pre-activation z (N, Fin) in float32, which the activation's derivative
-// reads. dy masked as the dropout's backward does it (when it dropped), dz = act'(z)·dy, then the first Linear.
+// Any other activation: y16 and, in float32, what the activation's derivative needs: for a plain kind (GELU,
+// GELU_TANH) d = act'(z) (N, F) from the forward's one evaluation (kernels::activation_forward_grad), for a gated
+// kind the pre-activation z (N, Fin). dy masked as the dropout's backward does it (when it dropped), dz = act'(z)·dy
+// (dy ⊙ d: bitwise activation_backward's, a NaN's sign aside), then the first Linear.
 struct FeedForwardActivationBf16Node : FeedForwardBf16Node {
   Activation kind = Activation::GELU;
   kernels::DropoutSpec drop{0.0f, 0, 0};  // p = 0: no dropout ran
-  Tensor z;
+  Tensor d;                               // plain kinds
+  Tensor z;                               // gated kinds
   const char* name() const override { return "feed_forward_activation_bf16"; }
   void backward(const Tensor& g, const std::vector<Tensor*>& din) override {
     Tensor dy = second_linear_backward(g, din);
     if (!dy.defined()) return;
     if (drop.p > 0.0f) kernels::dropout_forward(dy.data(), dy.data(), N * F, drop.p, drop.seed, drop.offset);
-    // dz in place of dy for a plain kind (elementwise, kernels.h); a gated kind's dz has twice dy's columns.
-    Tensor dz = activation_is_gated(kind) ? Tensor::empty(z.shape()) : dy;
-    kernels::activation_backward(kind, dy.data(), z.data(), dz.data(), N, F);
+    Tensor dz = dy;  // a plain kind's dz in place of dy; a gated kind's has twice dy's columns
+    if (d.defined()) {
+      kernels::mul_forward(dy.data(), d.data(), dz.data(), N * F);
+    } else {
+      dz = Tensor::empty(z.shape());
+      kernels::activation_backward(kind, dy.data(), z.data(), dz.data(), N, F);
+    }
     dy = Tensor();
     linear_backward(dz.data(), inputs[0], inputs[1], has_b1, {din[0], din[1], din[2]}, first);
   }
@@ -195,7 +202,7 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
   Shape zs = x.shape(), ys = x.shape();
   zs.back() = Fin;
   ys.back() = F;
-  Tensor z = Tensor::empty(zs), y;
+  Tensor z = Tensor::empty(zs), y, d;
   kernels::DropoutSpec drop{0.0f, 0, 0};
   Bf16Operands first;  // W1's copy (w1_16 again) and bf16(x), kept for the first Linear's backward
   if (act == Activation::RELU) {
@@ -210,8 +217,14 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
     y = z;
   } else {
     first = linear_matmul(N, x.data(), w1, b1.defined() ? b1.data() : nullptr, z.data(), /*may_pack=*/false);
-    y = Tensor::empty(ys);
-    kernels::activation_forward(act, z.data(), y.data(), N, F);
+    if (gated) {
+      y = Tensor::empty(ys);
+      kernels::activation_forward(act, z.data(), y.data(), N, F);
+    } else {  // y over z, and d = act'(z) kept for the backward instead of z
+      d = Tensor::empty(zs);
+      kernels::activation_forward_grad(act, z.data(), z.data(), d.data(), N, F);
+      y = z;
+    }
     if (drops) {
       drop = {p, gen.seed, gen.take(static_cast<uint64_t>(y.numel()))};
       kernels::dropout_forward(y.data(), y.data(), y.numel(), drop.p, drop.seed, drop.offset);
@@ -238,7 +251,11 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
     auto other = std::make_shared<FeedForwardActivationBf16Node>();
     other->kind = act;
     other->drop = drop;
-    other->z = std::move(z);
+    if (gated) {
+      other->z = std::move(z);
+    } else {
+      other->d = std::move(d);
+    }
     node = other;
   }
   node->has_b1 = b1.defined();

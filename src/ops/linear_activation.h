@@ -40,7 +40,8 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
 // multiplies anyway — instead of the float32 y (and, with dropout, the y before it) the composition's nodes keep:
 //   ReLU, with dropout or without: nothing else; the ReLU/dropout backward needs only y's sign, which rounding
 //     keeps (kernels::relu_dropout_backward_bf16; without dropout p = 0 there, and no draw is taken).
-//   other activations: the float32 pre-activation z too, which the derivative reads.
+//   other activations: what the derivative reads too, in float32: a plain kind's act'(z), computed in the
+//     forward's pass over z (kernels::activation_forward_grad), a gated kind's pre-activation z.
 // Backward, g (N, out), rounded once for both products: dW2 += bf16(g)ᵀ·bf16(y); db2 += Σ_rows g; dy =
 // bf16(g)·bf16(W2); dy masked as the dropout's backward does; dz = act'(z)·dy (ReLU: y > 0 ? dy/(1 − p) : 0); then the
 // first Linear's backward of dz (linear_backward with W1's bfloat16 copy). Otherwise, and for p = 1 in training,
