@@ -8,6 +8,7 @@
 // Contracts in kernels.h.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/elementwise_scalar.h"
 #include "kernels/gemm_bf16.h"
@@ -110,20 +111,36 @@ void bias_grad_bf16_scalar(const float* dy, float* db, uint16_t* dy16, int64_t N
   for (int64_t i = 0; i < N * F; ++i) dy16[i] = float_to_bf16(dy[i]);
 }
 
-// The column blocks of bias_grad, each also rounding its block of dy on AVX-512; elsewhere bias_grad, then
-// convert_to_bf16 (the same values).
-void bias_grad_bf16(const float* dy, float* db, uint16_t* dy16, int64_t N, int64_t F) {
+void mul_bias_grad_bf16_scalar(const float* a, const float* b, float* db, uint16_t* dy16, int64_t N, int64_t F) {
+  std::vector<float> dy(static_cast<size_t>(N * F));
+  mul_forward_scalar(a, b, dy.data(), N * F);
+  bias_grad_bf16_scalar(dy.data(), db, dy16, N, F);
+}
+
+// The column blocks of bias_grad, each also rounding its block of a (⊙ b) on AVX-512; elsewhere mul_forward
+// into a float32 dy, then bias_grad and convert_to_bf16 (the same values).
+void mul_bias_grad_bf16(const float* a, const float* b, float* db, uint16_t* dy16, int64_t N, int64_t F) {
   if (!cpu_has_avx512()) {
-    bias_grad(dy, db, N, F);
-    convert_to_bf16(dy, N * F, dy16);
+    std::vector<float> product;
+    if (b) {
+      product.resize(static_cast<size_t>(N * F));
+      mul_forward(a, b, product.data(), N * F);
+      a = product.data();
+    }
+    bias_grad(a, db, N, F);
+    convert_to_bf16(a, N * F, dy16);
     return;
   }
   const int64_t chunks = (F + kColChunk - 1) / kColChunk;
 #pragma omp parallel for schedule(static) if (N * F > 65536 && chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t f0 = c * kColChunk, m = std::min(kColChunk, F - f0);
-    bias_grad_bf16_avx512(dy + f0, F, db + f0, dy16 + f0, N, m);
+    mul_bias_grad_bf16_avx512(a + f0, b ? b + f0 : nullptr, F, db + f0, dy16 + f0, N, m);
   }
+}
+
+void bias_grad_bf16(const float* dy, float* db, uint16_t* dy16, int64_t N, int64_t F) {
+  mul_bias_grad_bf16(dy, nullptr, db, dy16, N, F);
 }
 
 void add_dropout_forward(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,

@@ -30,8 +30,8 @@
 //       - bias_activation_forward_avx512 and activation_backward_avx512 return false for a kind they
 //         do not handle (the entry point then runs the twin).
 //       - bias_grad_avx512 and the template behind bias_grad_scalar take dy's row stride ld: the
-//         dispatcher hands each a block of columns. So do bias_grad_bf16_avx512 and
-//         relu_dropout_backward_bf16_round_avx512, which have no AVX2 body (bf16 training's fused passes:
+//         dispatcher hands each a block of columns. So do bias_grad_bf16_avx512, mul_bias_grad_bf16_avx512
+//         and relu_dropout_backward_bf16_round_avx512, which have no AVX2 body (bf16 training's fused passes:
 //         without AVX-512 their dispatchers run the kernels they fuse, one after the other).
 //       - log_softmax_rows' AVX-512 body is per row, log_softmax_row_avx512, returning false on a row
 //         the twin must take; its twin log_softmax_rows_scalar runs log_softmax_row_scalar
@@ -390,6 +390,11 @@ void bias_grad_scalar(const float* dy, float* db, int64_t N, int64_t F);
 // bias_grad, and dy16 (N, F) = float_to_bf16(dy) (gemm_packed.h) bitwise as convert_to_bf16.
 void bias_grad_bf16(const float* dy, float* db, uint16_t* dy16, int64_t N, int64_t F);
 void bias_grad_bf16_scalar(const float* dy, float* db, uint16_t* dy16, int64_t N, int64_t F);
+// The same pass over dy = a ⊙ b (a, b (N, F)), dy never stored in float32: bitwise mul_forward followed by
+// bias_grad_bf16 (the bf16 feed-forward's dz = dy ⊙ act'(z) for its first Linear). b null: bias_grad_bf16 of a
+// (the dispatcher only; the twin takes a b).
+void mul_bias_grad_bf16(const float* a, const float* b, float* db, uint16_t* dy16, int64_t N, int64_t F);
+void mul_bias_grad_bf16_scalar(const float* a, const float* b, float* db, uint16_t* dy16, int64_t N, int64_t F);
 
 // dst[c·ld + r] = src[r·sl + c] for r < rows, c < cols (a strided block copied transposed; nothing
 // else of dst is written). Pure data movement: bitwise the twin.
@@ -557,8 +562,11 @@ void add_dropout_forward_avx512(const float* a, const float* x, float* y, int64_
                                 uint64_t seed, uint64_t offset);
 // dy rows at stride ld (≥ F).
 void bias_grad_avx512(const float* dy, int64_t ld, float* db, int64_t N, int64_t F);
-// The same sums, with dy16 (rows at stride ld too) = bf16_hi's rounding of dy (common_avx512.h).
+// The same sums, with dy16 (rows at stride ld too) = bf16_hi's rounding of dy (common_avx512.h); mul_: of
+// dy = a ⊙ b (a and b rows at stride ld).
 void bias_grad_bf16_avx512(const float* dy, int64_t ld, float* db, uint16_t* dy16, int64_t N, int64_t F);
+void mul_bias_grad_bf16_avx512(const float* a, const float* b, int64_t ld, float* db, uint16_t* dy16, int64_t N,
+                               int64_t F);
 void transpose_avx512(const float* src, int64_t sl, int64_t rows, int64_t cols, float* dst,
                       int64_t ld);
 // AVX2 bodies (the *_avx2.cc files, compiled with AVX2 and FMA flags), for CPUs without AVX-512: called by

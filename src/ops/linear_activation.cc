@@ -108,6 +108,26 @@ struct FeedForwardBf16Node : Node {
     kernels::gemm_bf16(false, false, N, F, out, g16.get(), out, w2_16->data(), F, 0.0f, dy.data(), F);
     return dy;
   }
+
+  // The first Linear's backward when dx or dW1 is needed, from dz rounded by `round(db, dz16)` straight from dy,
+  // in the pass that sums db1 (into db: db1's slot, zeroed if empty, or a scratch when there is no bias); dy is
+  // freed before the products.
+  template <class Round>
+  void first_linear_backward(Tensor& dy, const std::vector<Tensor*>& din, Round round) const {
+    float* db = nullptr;
+    std::vector<float> unused;  // the sums' place when the first Linear has no bias
+    if (Tensor* db1 = has_b1 ? din[2] : nullptr) {
+      if (!db1->defined()) *db1 = Tensor::zeros({F});
+      db = db1->data();
+    } else {
+      unused.assign(static_cast<size_t>(F), 0.0f);
+      db = unused.data();
+    }
+    std::unique_ptr<uint16_t[]> dz16(new uint16_t[static_cast<size_t>(N * F)]);
+    round(db, dz16.get());
+    dy = Tensor();
+    linear_backward_bf16(dz16.get(), inputs[0], inputs[1], din[0], din[1], first);
+  }
 };
 
 // ReLU, with dropout (p > 0) or without (p = 0): y16 alone. dz = y > 0 ? dy/(1 − p) : 0 (y's sign read from y16), then
@@ -124,19 +144,9 @@ struct FeedForwardReluBf16Node : FeedForwardBf16Node {
       return;
     }
     // dz rounded straight from dy and y16 (its float32 values never stored), db1 summed in the same pass.
-    float* db = nullptr;
-    std::vector<float> unused;  // the sums' place when the first Linear has no bias
-    if (Tensor* db1 = has_b1 ? din[2] : nullptr) {
-      if (!db1->defined()) *db1 = Tensor::zeros({F});
-      db = db1->data();
-    } else {
-      unused.assign(static_cast<size_t>(F), 0.0f);
-      db = unused.data();
-    }
-    std::unique_ptr<uint16_t[]> dz16(new uint16_t[static_cast<size_t>(N * F)]);
-    kernels::relu_dropout_backward_bf16_round(dy.data(), hidden(), p, db, dz16.get(), N, F);
-    dy = Tensor();
-    linear_backward_bf16(dz16.get(), inputs[0], inputs[1], din[0], din[1], first);
+    first_linear_backward(dy, din, [&](float* db, uint16_t* dz16) {
+      kernels::relu_dropout_backward_bf16_round(dy.data(), hidden(), p, db, dz16, N, F);
+    });
   }
 };
 
@@ -154,6 +164,12 @@ struct FeedForwardActivationBf16Node : FeedForwardBf16Node {
     Tensor dy = second_linear_backward(g, din);
     if (!dy.defined()) return;
     if (drop.p > 0.0f) kernels::dropout_forward(dy.data(), dy.data(), N * F, drop.p, drop.seed, drop.offset);
+    if (d.defined() && (din[0] || din[1])) {  // dz = dy ⊙ d rounded in the pass that sums db1, never stored
+      first_linear_backward(dy, din, [&](float* db, uint16_t* dz16) {
+        kernels::mul_bias_grad_bf16(dy.data(), d.data(), db, dz16, N, F);
+      });
+      return;
+    }
     Tensor dz = dy;  // a plain kind's dz in place of dy; a gated kind's has twice dy's columns
     if (d.defined()) {
       kernels::mul_forward(dy.data(), d.data(), dz.data(), N * F);

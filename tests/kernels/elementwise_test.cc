@@ -128,6 +128,46 @@ TEST(ElementwiseKernel, BiasGradBf16IsBiasGradAndTheRounding) {
   }
 }
 
+// mul_bias_grad_bf16 (the same pass over a ⊙ b): the dispatcher at 1 and 2 threads, the twin and the AVX-512 body on
+// rows at a longer stride, each bitwise mul_forward then bias_grad_bf16.
+TEST(ElementwiseKernel, MulBiasGradBf16IsTheProductThenBiasGradBf16) {
+  const int64_t N = 11;
+  for (int64_t F : {int64_t(1), int64_t(17), int64_t(256), int64_t(515), int64_t(1100)}) {
+    auto a = rnd(N * F, 60 + F), b = rnd(N * F, 61 + F);
+    a[0] = INFINITY;
+    const std::vector<float> db0 = rnd(F, 62);
+    std::vector<float> prod(N * F), want_db = db0;
+    std::vector<uint16_t> want(N * F);
+    mul_forward(a.data(), b.data(), prod.data(), N * F);
+    bias_grad_bf16(prod.data(), want_db.data(), want.data(), N, F);
+    std::vector<float> db = db0;
+    std::vector<uint16_t> got(N * F);
+    mul_bias_grad_bf16_scalar(a.data(), b.data(), db.data(), got.data(), N, F);
+    EXPECT_TRUE(bitwise_equal(db, want_db)) << "twin F=" << F;
+    EXPECT_EQ(got, want) << "twin F=" << F;
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      db = db0;
+      mul_bias_grad_bf16(a.data(), b.data(), db.data(), got.data(), N, F);
+      EXPECT_TRUE(bitwise_equal(db, want_db)) << "F=" << F << " threads=" << threads;
+      EXPECT_EQ(got, want) << "F=" << F << " threads=" << threads;
+    }
+    if (cpu_has_avx512()) {
+      const int64_t ld = F + 3;
+      std::vector<float> aw(N * ld, 2.0f), bw(N * ld, 3.0f);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t f = 0; f < F; ++f) aw[n * ld + f] = a[n * F + f], bw[n * ld + f] = b[n * F + f];
+      std::vector<uint16_t> out(N * ld, 0xABCD);
+      db = db0;
+      mul_bias_grad_bf16_avx512(aw.data(), bw.data(), ld, db.data(), out.data(), N, F);
+      EXPECT_TRUE(bitwise_equal(db, want_db)) << "avx512 F=" << F;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t f = 0; f < ld; ++f)
+          ASSERT_EQ(out[n * ld + f], f < F ? want[n * F + f] : uint16_t(0xABCD)) << "avx512 F=" << F;
+    }
+  }
+}
+
 // Adam's update (kernels.h's adam_update): each SIMD body bitwise the twin, in every weight-decay mode, with a
 // clipping scale, on sizes that are not multiples of the vector; m and v start from an earlier step's values.
 TEST(ElementwiseKernel, AdamUpdateBitwiseTheTwin) {
