@@ -135,7 +135,10 @@ void mul_bias_grad_bf16(const float* a, const float* b, float* db, uint16_t* dy1
 #pragma omp parallel for schedule(static) if (N * F > 65536 && chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t f0 = c * kColChunk, m = std::min(kColChunk, F - f0);
-    mul_bias_grad_bf16_avx512(a + f0, b ? b + f0 : nullptr, F, db + f0, dy16 + f0, N, m);
+    if (b)
+      mul_bias_grad_bf16_avx512(a + f0, b + f0, F, db + f0, dy16 + f0, N, m);
+    else
+      bias_grad_bf16_avx512(a + f0, F, db + f0, dy16 + f0, N, m);
   }
 }
 

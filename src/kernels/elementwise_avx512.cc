@@ -70,9 +70,9 @@ void add_dropout_forward_avx512(const float* a, const float* x, float* y, int64_
 // db(NV·16 columns) += Σ_rows dy with NV accumulators in registers: one pass over the rows reads
 // NV·64 contiguous bytes of each (a 16-column strip per pass would walk the rows at stride ld, which
 // the prefetcher follows poorly: 4 KB–8 KB apart for the FFN widths). ROUND: each vector read is also
-// stored rounded to bfloat16 at the same place of dy16. With mul (not null): dy is dy ⊙ mul (mul_forward's
-// product), read at the same places.
-template <int NV, bool ROUND = false>
+// stored rounded to bfloat16 at the same place of dy16. MUL: dy is dy ⊙ mul (mul_forward's product), mul read
+// at the same places.
+template <int NV, bool ROUND = false, bool MUL = false>
 static void bias_grad_strip(const float* dy, int64_t ld, float* db, int64_t N, __mmask16 last, uint16_t* dy16 = nullptr,
                             const float* mul = nullptr) {
   __m512 acc[NV];
@@ -84,7 +84,7 @@ static void bias_grad_strip(const float* dy, int64_t ld, float* db, int64_t N, _
     for (int v = 0; v < NV; ++v) {
       const __mmask16 m = v == NV - 1 ? last : 0xFFFF;
       __m512 x = _mm512_maskz_loadu_ps(m, r + 16 * v);
-      if (mul) x = _mm512_mul_ps(x, _mm512_maskz_loadu_ps(m, mul + n * ld + 16 * v));
+      if constexpr (MUL) x = _mm512_mul_ps(x, _mm512_maskz_loadu_ps(m, mul + n * ld + 16 * v));
       acc[v] = _mm512_add_ps(acc[v], x);
       if constexpr (ROUND) {
         const __m512i h = _mm512_srli_epi32(bf16_hi(_mm512_castps_si512(x)), 16);
@@ -104,15 +104,16 @@ void bias_grad_avx512(const float* dy, int64_t ld, float* db, int64_t N, int64_t
 }
 
 void bias_grad_bf16_avx512(const float* dy, int64_t ld, float* db, uint16_t* dy16, int64_t N, int64_t F) {
-  mul_bias_grad_bf16_avx512(dy, nullptr, ld, db, dy16, N, F);
+  int64_t f = 0;
+  for (; f + 256 <= F; f += 256) bias_grad_strip<16, true>(dy + f, ld, db + f, N, 0xFFFF, dy16 + f);
+  for (; f < F; f += 16) bias_grad_strip<1, true>(dy + f, ld, db + f, N, first_n(F - f), dy16 + f);
 }
 
-// b null: bias_grad_bf16_avx512.
 void mul_bias_grad_bf16_avx512(const float* a, const float* b, int64_t ld, float* db, uint16_t* dy16, int64_t N,
                                int64_t F) {
   int64_t f = 0;
-  for (; f + 256 <= F; f += 256) bias_grad_strip<16, true>(a + f, ld, db + f, N, 0xFFFF, dy16 + f, b ? b + f : nullptr);
-  for (; f < F; f += 16) bias_grad_strip<1, true>(a + f, ld, db + f, N, first_n(F - f), dy16 + f, b ? b + f : nullptr);
+  for (; f + 256 <= F; f += 256) bias_grad_strip<16, true, true>(a + f, ld, db + f, N, 0xFFFF, dy16 + f, b + f);
+  for (; f < F; f += 16) bias_grad_strip<1, true, true>(a + f, ld, db + f, N, first_n(F - f), dy16 + f, b + f);
 }
 
 }  // namespace tfm::kernels

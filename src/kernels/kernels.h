@@ -563,7 +563,7 @@ void add_dropout_forward_avx512(const float* a, const float* x, float* y, int64_
 // dy rows at stride ld (≥ F).
 void bias_grad_avx512(const float* dy, int64_t ld, float* db, int64_t N, int64_t F);
 // The same sums, with dy16 (rows at stride ld too) = bf16_hi's rounding of dy (common_avx512.h); mul_: of
-// dy = a ⊙ b (a and b rows at stride ld).
+// dy = a ⊙ b (a and b rows at stride ld; b not null).
 void bias_grad_bf16_avx512(const float* dy, int64_t ld, float* db, uint16_t* dy16, int64_t N, int64_t F);
 void mul_bias_grad_bf16_avx512(const float* a, const float* b, int64_t ld, float* db, uint16_t* dy16, int64_t N,
                                int64_t F);
