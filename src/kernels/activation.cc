@@ -1,11 +1,11 @@
 // src/kernels/activation.cc — the activation kernels' dispatching entry points (activation_forward,
 // activation_backward, activation_forward_grad, bias_activation_forward, bias_relu_dropout_forward,
 // relu_dropout_backward and its bfloat16-input forms, one of them also summing the bias gradient and rounding dx)
-// and their float scalar twins. The twins instantiate the templates
-// of activation_scalar.h; the entry points run fixed chunks of rows or elements (parallel_chunks.h), so results never
-// depend on the thread count, on the AVX-512 bodies of activation_avx512.cc when cpu_has_avx512() and the kind has one
-// (every kind today), else on the AVX2 bodies of activation_avx2.cc when cpu_has_avx2() (every kind and the relu +
-// dropout pair; the bf16 backward runs its twin there). Contracts in kernels.h.
+// and their float scalar twins. The twins instantiate the templates of activation_scalar.h; the entry points run
+// fixed chunks of rows or elements (parallel_chunks.h), so results never depend on the thread count, on the
+// AVX-512 bodies of activation_avx512.cc when cpu_has_avx512() and the kind has one (every kind today), else on
+// the AVX2 bodies of activation_avx2.cc when cpu_has_avx2() (every kind and the relu + dropout pair; the bf16
+// backward runs its twin there). Contracts in kernels.h.
 #include <algorithm>
 #include <vector>
 

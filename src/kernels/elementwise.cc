@@ -1,9 +1,8 @@
 // src/kernels/elementwise.cc — the element-wise kernels' dispatching entry points (add_forward, mul_forward,
-// dropout_forward, add_dropout_forward, bias_grad and bias_grad_bf16, transpose; copy_bytes, which has no
-// twin) and their
-// float scalar twins. The twins instantiate the templates of elementwise_scalar.h (but transpose_scalar,
-// a plain copy loop written here); the entry points run fixed chunks (parallel_chunks.h), so results
-// never depend on the thread count, on the AVX-512 bodies of elementwise_avx512.cc when
+// dropout_forward, add_dropout_forward, bias_grad, bias_grad_bf16 and mul_bias_grad_bf16, transpose; copy_bytes,
+// which has no twin) and their float scalar twins. The twins instantiate the templates of elementwise_scalar.h
+// (but transpose_scalar, a plain copy loop written here); the entry points run fixed chunks (parallel_chunks.h),
+// so results never depend on the thread count, on the AVX-512 bodies of elementwise_avx512.cc when
 // cpu_has_avx512(), else on the AVX2 ones of elementwise_avx2.cc when cpu_has_avx2().
 // Contracts in kernels.h.
 #include <algorithm>
