@@ -210,8 +210,8 @@ constexpr int kNoDecay = static_cast<int>(kernels::AdamDecay::NONE), kL2 = stati
               kDecoupled = static_cast<int>(kernels::AdamDecay::DECOUPLED);
 
 void adam_update(int mode, float* pp, const float* gp, float* mp, float* vp, int64_t n, const AdamScalars& s,
-                 float scale) {
-  kernels::adam_update(static_cast<kernels::AdamDecay>(mode), pp, gp, mp, vp, n, s, scale);
+                 float scale, uint16_t* p16) {
+  kernels::adam_update(static_cast<kernels::AdamDecay>(mode), pp, gp, mp, vp, n, s, scale, p16);
 }
 
 // Below this many elements in all, a step runs on the calling thread: a parallel region would cost
@@ -223,12 +223,12 @@ constexpr int64_t kMinParallelElems = 65536;
 // bounds rounded to kAlign elements, so the vector loops start aligned in that concatenation): a split by
 // elements, not by ranges, because a model's parameters range from a LayerNorm's 128 elements to an
 // embedding's hundreds of thousands. Each element's update reads only that element, so any split gives
-// the same bits.
+// the same bits. p16 (empty, or one per parameter): where parameter i's bfloat16 copy is refreshed, or null.
 constexpr int64_t kAlign = 16;
 
 void adam_update_ranges(std::vector<Tensor>& m, std::vector<Tensor>& v, std::vector<Tensor>& params,
                         const std::vector<ParamRange>& ranges, const std::vector<AdamScalars>& s,
-                        const std::vector<int>& mode, float scale) {
+                        const std::vector<int>& mode, float scale, const std::vector<uint16_t*>& p16 = {}) {
   std::vector<int64_t> start(ranges.size() + 1, 0);  // range k: elements [start[k], start[k+1]) of the whole
   for (size_t k = 0; k < ranges.size(); ++k) start[k + 1] = start[k] + (ranges[k].end - ranges[k].begin);
   const int64_t total = start.back();
@@ -245,8 +245,9 @@ void adam_update_ranges(std::vector<Tensor>& m, std::vector<Tensor>& v, std::vec
       if (a >= b) continue;
       const size_t i = r.param;
       const int64_t e = r.begin + a;  // element e of parameter i
-      adam_update(mode[i], params[i].data() + e, r.grad + a, m[i].data() + e, v[i].data() + e, b - a, s[i],
-                  scale);
+      uint16_t* const copy = p16.empty() || !p16[i] ? nullptr : p16[i] + e;
+      adam_update(mode[i], params[i].data() + e, r.grad + a, m[i].data() + e, v[i].data() + e, b - a, s[i], scale,
+                  copy);
     }
   }
 }
@@ -284,7 +285,11 @@ int Adam::begin_param_step(size_t i, AdamScalars& s) {
   return decayed_.empty() || decayed_[i] ? decay_mode : kNoDecay;
 }
 
-void Adam::step() { detail::OptimizerShards::step_scaled(static_cast<Optimizer&>(*this), 1.0f); }
+void Adam::step() { detail::OptimizerShards::step_scaled(static_cast<Optimizer&>(*this), 1.0f, nullptr); }
+
+void Adam::step(Bf16WeightCache& copies) {
+  detail::OptimizerShards::step_scaled(static_cast<Optimizer&>(*this), 1.0f, &copies);
+}
 
 void detail::OptimizerShards::step(Adam& adam, const std::vector<ParamRange>& owned, float grad_scale) {
   const size_t n = adam.params_.size();
@@ -294,22 +299,24 @@ void detail::OptimizerShards::step(Adam& adam, const std::vector<ParamRange>& ow
   adam_update_ranges(adam.m_, adam.v_, adam.params_, owned, s, mode, grad_scale);
 }
 
-void detail::OptimizerShards::step_scaled(Adam& adam, float grad_scale) {
+void detail::OptimizerShards::step_scaled(Adam& adam, float grad_scale, Bf16WeightCache* copies) {
   const size_t n = adam.params_.size();
   std::vector<AdamScalars> s(n, adam.scalars());
   std::vector<int> mode(n, kNoDecay);
   std::vector<ParamRange> whole;
+  std::vector<uint16_t*> p16(copies ? n : 0, nullptr);
   for (size_t i = 0; i < n; ++i) {
     const Tensor g = adam.params_[i].grad();
     if (!g.defined()) continue;  // no step for it, and its step count stays (torch skips it alike)
     mode[i] = adam.begin_param_step(i, s[i]);
     whole.push_back(ParamRange{i, 0, g.numel(), g.data()});
+    if (copies) p16[i] = copies->refresh(adam.params_[i].data(), g.numel());
   }
-  adam_update_ranges(adam.m_, adam.v_, adam.params_, whole, s, mode, grad_scale);
+  adam_update_ranges(adam.m_, adam.v_, adam.params_, whole, s, mode, grad_scale, p16);
 }
 
-void detail::OptimizerShards::step_scaled(Optimizer& opt, float grad_scale) {
-  if (auto* adam = dynamic_cast<Adam*>(&opt)) return step_scaled(*adam, grad_scale);
+void detail::OptimizerShards::step_scaled(Optimizer& opt, float grad_scale, Bf16WeightCache* copies) {
+  if (auto* adam = dynamic_cast<Adam*>(&opt)) return step_scaled(*adam, grad_scale, copies);
   if (grad_scale != 1.0f)  // any other optimizer: the grads scaled in place, then its own step
     for (Tensor& p : opt.params_) {
       Tensor g = p.grad();

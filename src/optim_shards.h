@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tfm/autocast.h"
 #include "tfm/optim.h"
 #include "tfm/tensor.h"
 
@@ -43,7 +44,9 @@ struct OptimizerShards {
   // scaling them in place and then calling opt.step(). For Adam one pass over every element in one
   // parallel region (the grads are only read); any other optimizer: the grads scaled in place, then
   // its step(). Adam::step() is this with grad_scale 1.
-  static void step_scaled(Optimizer& opt, float grad_scale);
+  // With `copies` (else null), Adam also writes the bfloat16 copy of each parameter `copies` holds one of
+  // (Bf16WeightCache::refresh) in the pass that updates it; any other optimizer leaves them to be rounded again.
+  static void step_scaled(Optimizer& opt, float grad_scale, Bf16WeightCache* copies = nullptr);
   // The element-wise state: per slot (SGD with momentum: momentum_buffer; Adam: exp_avg then
   // exp_avg_sq), one tensor per parameter in the optimizer's order, undefined where the parameter has
   // no state yet; no slot at all for SGD without momentum. Adam's per-parameter step counts are not
@@ -55,7 +58,7 @@ struct OptimizerShards {
  private:
   static void step(SGD& sgd, const std::vector<ParamRange>& owned, float grad_scale);
   static void step(Adam& adam, const std::vector<ParamRange>& owned, float grad_scale);
-  static void step_scaled(Adam& adam, float grad_scale);
+  static void step_scaled(Adam& adam, float grad_scale, Bf16WeightCache* copies);
 };
 
 }  // namespace detail

@@ -18,7 +18,8 @@
 // the copies are made once per optimizer step. The contract: weights must not change while the scope
 // is alive (the optimizer steps after it ends). Scopes are per thread and nest (the innermost
 // precision applies; the weight copies belong to the outermost). An InferenceMode scope inside takes
-// precedence for what runs inside it.
+// precedence for what runs inside it. A scope opened with a Bf16WeightCache (below) keeps its copies
+// there, where the writer of the weights can refresh them in its own pass (tfm's trainer: Adam's update).
 // Results are bitwise identical for any thread count. Error against float64 and what it means for
 // training: docs/bf16.md, "Training".
 //
@@ -31,16 +32,50 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
 #include "tfm/inference.h"
 
 namespace tfm {
+
+// bfloat16 weight copies kept beyond one scope, for a training loop whose optimizer rounds each weight in the
+// pass that updates it: that pass reads and writes every weight anyway, while rounding it at the next scope's
+// first use would read it from memory once more. tfm's trainer keeps one (src/train/step.cc) and its Adam step
+// refreshes the copies (detail::OptimizerShards::step_scaled).
+//
+// An outermost Autocast(BFLOAT16) scope opened with a cache rounds each weight into it on first use, as a scope
+// without one does, unless the weight's copy is current: refreshed by its writer since the last such scope
+// ended. When the scope ends every copy stops being current, since the weights may change after it. A cache
+// holds the copies and keeps the weights' storage alive until clear(); it belongs to one thread at a time.
+class Bf16WeightCache {
+ public:
+  Bf16WeightCache();
+  ~Bf16WeightCache();
+  Bf16WeightCache(const Bf16WeightCache&) = delete;
+  Bf16WeightCache& operator=(const Bf16WeightCache&) = delete;
+  size_t size() const;  // weights with a copy
+  void clear();         // drops the copies, and the weights' storage they keep alive
+  // For the writer of a weight, outside any scope using this cache, once it has changed it: where the
+  // bfloat16 copy of the n floats at data lives, when an earlier scope rounded a weight whose data is exactly
+  // those n floats; null otherwise. The copy then counts as current: the writer must store there, before the
+  // next scope, float_to_bf16 of each of the n values as they are then (kernels::adam_update's p16 does).
+  uint16_t* refresh(const float* data, int64_t n);
+
+ private:
+  friend class Autocast;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 class Autocast {
  public:
   // FLOAT32 (plain float32, e.g. to turn an outer scope off) or BFLOAT16; INT8 throws
   // std::invalid_argument (int8 is for inference: InferenceMode).
   explicit Autocast(Precision precision);
+  // A scope whose weight copies go into, and are reused from, `copies` (see Bf16WeightCache). Nested
+  // scopes use the outermost scope's copies: an inner scope given another cache throws std::invalid_argument.
+  Autocast(Precision precision, Bf16WeightCache& copies);
   ~Autocast();
   Autocast(const Autocast&) = delete;
   Autocast& operator=(const Autocast&) = delete;

@@ -12,6 +12,8 @@
 
 namespace tfm {
 
+class Bf16WeightCache;  // tfm/autocast.h
+
 namespace detail {
 struct OptimizerShards;  // the data-parallel step's way into SGD and Adam (src/optim_shards.h)
 }
@@ -78,6 +80,10 @@ class Adam : public Optimizer {
        float beta2 = 0.999f, float eps = 1e-8f, float weight_decay = 0, bool decoupled = false,
        std::vector<bool> decayed = {});
   void step() override;
+  // step(), writing in the same pass the bfloat16 copy `copies` holds of each parameter it updates
+  // (Bf16WeightCache::refresh, tfm/autocast.h): a bf16 training loop that opens its Autocast scopes with
+  // `copies` then never reads a weight again just to round it.
+  void step(Bf16WeightCache& copies);
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
 

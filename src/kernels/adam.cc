@@ -5,6 +5,7 @@
 // its parameters' owned ranges.
 #include <cmath>
 
+#include "kernels/gemm_packed.h"
 #include "kernels/kernels.h"
 
 namespace tfm::kernels {
@@ -12,7 +13,7 @@ namespace {
 
 template <AdamDecay kMode>
 void adam_twin(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
-               const AdamCoefficients& c, float scale) {
+               const AdamCoefficients& c, float scale, uint16_t* __restrict p16) {
   for (int64_t j = 0; j < n; ++j) {
     float gj = g[j] * scale;
     if constexpr (kMode == AdamDecay::L2) gj = gj + c.wd * p[j];
@@ -21,28 +22,29 @@ void adam_twin(float* __restrict p, const float* __restrict g, float* __restrict
     v[j] = v[j] * c.beta2 + c.one_m_b2 * gj * gj;
     const float denom = std::sqrt(v[j]) / c.bc2_sqrt + c.eps;
     p[j] = p[j] + c.neg_step_size * (m[j] / denom);
+    if (p16) p16[j] = float_to_bf16(p[j]);
   }
 }
 
 }  // namespace
 
 void adam_update_scalar(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n,
-                        const AdamCoefficients& c, float scale) {
+                        const AdamCoefficients& c, float scale, uint16_t* p16) {
   switch (mode) {
     case AdamDecay::NONE:
-      return adam_twin<AdamDecay::NONE>(p, g, m, v, n, c, scale);
+      return adam_twin<AdamDecay::NONE>(p, g, m, v, n, c, scale, p16);
     case AdamDecay::L2:
-      return adam_twin<AdamDecay::L2>(p, g, m, v, n, c, scale);
+      return adam_twin<AdamDecay::L2>(p, g, m, v, n, c, scale, p16);
     case AdamDecay::DECOUPLED:
-      return adam_twin<AdamDecay::DECOUPLED>(p, g, m, v, n, c, scale);
+      return adam_twin<AdamDecay::DECOUPLED>(p, g, m, v, n, c, scale, p16);
   }
 }
 
 void adam_update(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c,
-                 float scale) {
-  if (cpu_has_avx512()) return adam_update_avx512(mode, p, g, m, v, n, c, scale);
-  if (cpu_has_avx2()) return adam_update_avx2(mode, p, g, m, v, n, c, scale);
-  adam_update_scalar(mode, p, g, m, v, n, c, scale);
+                 float scale, uint16_t* p16) {
+  if (cpu_has_avx512()) return adam_update_avx512(mode, p, g, m, v, n, c, scale, p16);
+  if (cpu_has_avx2()) return adam_update_avx2(mode, p, g, m, v, n, c, scale, p16);
+  adam_update_scalar(mode, p, g, m, v, n, c, scale, p16);
 }
 
 }  // namespace tfm::kernels

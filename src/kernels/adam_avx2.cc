@@ -1,7 +1,7 @@
 // src/kernels/adam_avx2.cc — the AVX2 body of adam_update (kernels.h), 8 elements a step, the last fewer through
 // load_n / store_n (common_avx2.h). Compiled with AVX2 flags and -ffp-contract=off (CMakeLists.txt): each
 // multiply and add is the twin's (adam.cc), in its order, and the vector sqrt and divide round as the scalar
-// ones, so the body is bitwise the twin.
+// ones, so the body is bitwise the twin; p16's rounding is bf16_hi's (common_avx2.h), float_to_bf16's.
 #include <immintrin.h>
 
 #include "kernels/common_avx2.h"
@@ -11,7 +11,8 @@ namespace tfm::kernels {
 namespace {
 
 template <AdamDecay kMode>
-void body(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c, float scale) {
+void body(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c, float scale,
+          uint16_t* p16) {
   const __m256 sc = _mm256_set1_ps(scale), wd = _mm256_set1_ps(c.wd), decay = _mm256_set1_ps(c.decay);
   const __m256 b1 = _mm256_set1_ps(c.beta1), b2 = _mm256_set1_ps(c.beta2);
   const __m256 omb1 = _mm256_set1_ps(c.one_m_b1), omb2 = _mm256_set1_ps(c.one_m_b2);
@@ -29,20 +30,21 @@ void body(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoe
     store_n(m + i, mv, k);
     store_n(v + i, vv, k);
     store_n(p + i, pv, k);
+    if (p16) store_bf16_n(p16 + i, pv, k);
   }
 }
 
 }  // namespace
 
 void adam_update_avx2(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n,
-                      const AdamCoefficients& c, float scale) {
+                      const AdamCoefficients& c, float scale, uint16_t* p16) {
   switch (mode) {
     case AdamDecay::NONE:
-      return body<AdamDecay::NONE>(p, g, m, v, n, c, scale);
+      return body<AdamDecay::NONE>(p, g, m, v, n, c, scale, p16);
     case AdamDecay::L2:
-      return body<AdamDecay::L2>(p, g, m, v, n, c, scale);
+      return body<AdamDecay::L2>(p, g, m, v, n, c, scale, p16);
     case AdamDecay::DECOUPLED:
-      return body<AdamDecay::DECOUPLED>(p, g, m, v, n, c, scale);
+      return body<AdamDecay::DECOUPLED>(p, g, m, v, n, c, scale, p16);
   }
 }
 

@@ -1,7 +1,7 @@
 // src/kernels/adam_avx512.cc — the AVX-512 body of adam_update (kernels.h), 16 elements a step, the last fewer
 // under a lane mask. Compiled with AVX-512 flags and -ffp-contract=off (CMakeLists.txt): each multiply and add
 // is the twin's (adam.cc), in its order, and the vector sqrt and divide round as the scalar ones, so the body
-// is bitwise the twin.
+// is bitwise the twin; p16's rounding is bf16_hi's (common_avx512.h), float_to_bf16's.
 #include <immintrin.h>
 
 #include "kernels/common_avx512.h"
@@ -17,7 +17,8 @@ namespace tfm::kernels {
 namespace {
 
 template <AdamDecay kMode>
-void body(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c, float scale) {
+void body(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c, float scale,
+          uint16_t* p16) {
   const __m512 sc = _mm512_set1_ps(scale), wd = _mm512_set1_ps(c.wd), decay = _mm512_set1_ps(c.decay);
   const __m512 b1 = _mm512_set1_ps(c.beta1), b2 = _mm512_set1_ps(c.beta2);
   const __m512 omb1 = _mm512_set1_ps(c.one_m_b1), omb2 = _mm512_set1_ps(c.one_m_b2);
@@ -36,20 +37,23 @@ void body(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoe
     _mm512_mask_storeu_ps(m + i, k, mv);
     _mm512_mask_storeu_ps(v + i, k, vv);
     _mm512_mask_storeu_ps(p + i, k, pv);
+    if (p16)
+      _mm256_mask_storeu_epi16(p16 + i, k,
+                               _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_hi(_mm512_castps_si512(pv)), 16)));
   }
 }
 
 }  // namespace
 
 void adam_update_avx512(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n,
-                        const AdamCoefficients& c, float scale) {
+                        const AdamCoefficients& c, float scale, uint16_t* p16) {
   switch (mode) {
     case AdamDecay::NONE:
-      return body<AdamDecay::NONE>(p, g, m, v, n, c, scale);
+      return body<AdamDecay::NONE>(p, g, m, v, n, c, scale, p16);
     case AdamDecay::L2:
-      return body<AdamDecay::L2>(p, g, m, v, n, c, scale);
+      return body<AdamDecay::L2>(p, g, m, v, n, c, scale, p16);
     case AdamDecay::DECOUPLED:
-      return body<AdamDecay::DECOUPLED>(p, g, m, v, n, c, scale);
+      return body<AdamDecay::DECOUPLED>(p, g, m, v, n, c, scale, p16);
   }
 }
 

@@ -74,6 +74,32 @@ inline void store_n(float* p, __m256 v, int64_t n) {
     store_tail(p, v, n);
 }
 
+// float32 → bfloat16 bits in the upper half of each 32-bit lane (the lower half zero), rounded as the scalar
+// kernels::float_to_bf16 (gemm_packed.h) rounds, on the bits u — common_avx512.h's bf16_hi in 8 lanes: a NaN keeps
+// its top bits with the quiet bit set, anything else rounds to nearest even on bit 16 (the carry may reach the
+// exponent: overflow gives ±inf). `>> 16` gives the 16-bit value in the lower half.
+inline __m256i bf16_hi(__m256i u) {
+  const __m256i is_nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), odd));
+  return _mm256_and_si256(_mm256_blendv_epi8(rounded, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), is_nan),
+                          _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
+}
+
+// The first n (≤ 8; all 8 when n ≥ 8) bfloat16 of 8 floats' bf16_hi rounding to dst.
+inline void store_bf16_n(uint16_t* dst, __m256 x, int64_t n) {
+  const __m256i h = _mm256_srli_epi32(bf16_hi(_mm256_castps_si256(x)), 16);  // each value < 2¹⁶: packus exact
+  const __m128i w = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08));
+  if (n >= 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), w);
+  } else {
+    alignas(16) uint16_t b[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(b), w);
+    std::memcpy(dst, b, sizeof(uint16_t) * static_cast<size_t>(n));
+  }
+}
+
 // The maximum, the minimum and the sum of a vector's 8 lanes (or 4 doubles). A lane holding NaN: vmaxps and
 // vminps return their second operand then, so which lane's NaN or number comes out depends on the order.
 inline float reduce_max_ps(__m256 v) {

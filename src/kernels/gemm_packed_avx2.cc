@@ -143,24 +143,14 @@ constexpr TileS8Fn kTilesS8[kTileRows + 1] = {nullptr,    tile_s8<1>, tile_s8<2>
 
 }  // namespace
 
-// float_to_bf16's rounding with integer lanes, widened back: a NaN keeps its top bits with the quiet bit set,
-// anything else rounds to nearest even on bit 16 (the carry may reach the exponent: overflow gives ±inf).
+// float_to_bf16's rounding with integer lanes (bf16_hi, common_avx2.h), widened back.
 void round_rows_to_bf16_avx2(const float* src, int64_t lds, int64_t m, int64_t K, float* dst) {
-  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
-  const __m256i quiet = _mm256_set1_epi32(0x00400000), low = _mm256_set1_epi32(0x7FFF);
-  const __m256i one = _mm256_set1_epi32(1), high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  auto round8 = [&](__m256i u) {
-    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
-    const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(low, odd));
-    return _mm256_and_si256(_mm256_blendv_epi8(rounded, _mm256_or_si256(u, quiet), is_nan), high);
-  };
   for (int64_t i = 0; i < m; ++i) {
     const float* s = src + i * lds;
     float* d = dst + i * K;
     int64_t k = 0;
     for (; k + 8 <= K; k += 8)
-      _mm256_storeu_ps(d + k, _mm256_castsi256_ps(round8(_mm256_castps_si256(_mm256_loadu_ps(s + k)))));
+      _mm256_storeu_ps(d + k, _mm256_castsi256_ps(bf16_hi(_mm256_castps_si256(_mm256_loadu_ps(s + k)))));
     for (; k < K; ++k) d[k] = bf16_to_float(float_to_bf16(s[k]));
   }
 }

@@ -344,15 +344,16 @@ void relu_dropout_backward_bf16_round_scalar(const float* dy, const uint16_t* y1
 //   p ← p + neg_step_size·(m / (√v / bc2_sqrt + eps))
 // p, m, v updated in place, g read; n elements. Every body performs these float operations in this order,
 // with no multiply and add fused (adam.cc says how), so each is bitwise the twin and any split of a parameter
-// into runs gives the same bits.
+// into runs gives the same bits. With p16 (else null), p16[j] = float_to_bf16(new p[j]) (gemm_packed.h) too, in
+// the same pass: the bfloat16 copy bf16 training multiplies by (tfm::Bf16WeightCache), bitwise convert_to_bf16's.
 enum class AdamDecay { NONE, L2, DECOUPLED };
 struct AdamCoefficients {
   float beta1, beta2, one_m_b1, one_m_b2, eps, wd, decay, neg_step_size, bc2_sqrt;
 };
 void adam_update(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c,
-                 float scale);
+                 float scale, uint16_t* p16 = nullptr);
 void adam_update_scalar(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n,
-                        const AdamCoefficients& c, float scale);
+                        const AdamCoefficients& c, float scale, uint16_t* p16 = nullptr);
 
 // ---- Element-wise: add, dropout, bias gradient, transpose ------------------------------------------
 // y = a + b over n elements. y may alias a or b.
@@ -555,7 +556,7 @@ void relu_dropout_backward_bf16_round_avx512(const float* dy, const uint16_t* y1
 void add_forward_avx512(const float* a, const float* b, float* y, int64_t n);
 void mul_forward_avx512(const float* a, const float* b, float* y, int64_t n);
 void adam_update_avx512(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n,
-                        const AdamCoefficients& c, float scale);
+                        const AdamCoefficients& c, float scale, uint16_t* p16);
 void dropout_forward_avx512(const float* x, float* y, int64_t n, float p, uint64_t seed,
                             uint64_t offset);
 void add_dropout_forward_avx512(const float* a, const float* x, float* y, int64_t n, float p,
@@ -584,7 +585,7 @@ void relu_dropout_backward_avx2(const float* dy, const float* y, float* dx, int6
 void add_forward_avx2(const float* a, const float* b, float* y, int64_t n);
 void mul_forward_avx2(const float* a, const float* b, float* y, int64_t n);
 void adam_update_avx2(AdamDecay mode, float* p, const float* g, float* m, float* v, int64_t n,
-                      const AdamCoefficients& c, float scale);
+                      const AdamCoefficients& c, float scale, uint16_t* p16);
 void dropout_forward_avx2(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset);
 void add_dropout_forward_avx2(const float* a, const float* x, float* y, int64_t n, float p, uint64_t seed,
                               uint64_t offset);

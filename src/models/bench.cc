@@ -3,7 +3,6 @@
 // step, peak RSS.
 #include "tfm/models/bench.h"
 
-#include "tfm/autocast.h"
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -188,15 +187,16 @@ BenchResult run_bench(const ModuleConfig& config, const BenchOptions& options) {
       target = random_tensor(y.shape(), gen);
     }
     Adam adam(module.named_parameters());  // torch.optim.Adam defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8
+    Bf16WeightCache copies;  // bf16: the weights' copies, refreshed by Adam's update (as the trainer's step)
     for (int it = 0; it < options.warmup + options.iters; ++it) {
       const auto t0 = clock::now();
       module.zero_grad();
       {
-        Autocast autocast(options.precision);  // bf16: the matmuls (tfm/autocast.h), weights rounded once per step
+        Autocast autocast(options.precision, copies);  // bf16: the matmuls (tfm/autocast.h)
         Tensor loss = ops::mse_loss(m.call(inputs), target);
         loss.backward();
       }
-      adam.step();
+      adam.step(copies);
       const auto t1 = clock::now();
       if (it >= options.warmup) ms.push_back(ms_since(t0, t1));
     }

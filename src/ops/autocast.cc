@@ -4,7 +4,7 @@
 
 #include <map>
 #include <stdexcept>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/gemm_bf16.h"
@@ -14,38 +14,74 @@
 namespace tfm {
 namespace {
 
-// Key: where the weight's data starts and its shape (out, in). The entry keeps the weight's storage
-// alive, so no other tensor can take its address while the scope lives.
-using Key = std::tuple<const float*, int64_t, int64_t>;
+// A weight's copy, keyed by where its data starts and how many floats it has: a contiguous weight's bfloat16
+// copy depends on nothing else (an (out, in) view and an (in, out) one of the same data share it). The entry
+// keeps the weight's storage alive, so no other tensor can take its address while the entry lives.
+using Key = std::pair<const float*, int64_t>;
 struct Entry {
   Tensor keep;
-  ops::Bf16Weight w16;
+  std::shared_ptr<std::vector<uint16_t>> w16;
+  bool current = false;  // w16 holds bf16 of the weight's values: rounded in this scope, or refreshed since the last
 };
+using Copies = std::map<Key, Entry>;
 
 struct AutocastState {
   int depth = 0;
   Precision precision = Precision::FLOAT32;
-  std::map<Key, Entry> weights;  // the outermost scope's, dropped when it ends
+  Copies own;                // the outermost scope's copies when it has no cache, dropped when it ends
+  Copies* copies = nullptr;  // where the open scopes keep their copies: own, or the outermost scope's cache
 };
 thread_local AutocastState g_autocast;
 
 }  // namespace
 
+struct Bf16WeightCache::Impl {
+  Copies entries;
+};
+Bf16WeightCache::Bf16WeightCache() : impl_(std::make_unique<Impl>()) {}
+Bf16WeightCache::~Bf16WeightCache() = default;
+size_t Bf16WeightCache::size() const { return impl_->entries.size(); }
+void Bf16WeightCache::clear() { impl_->entries.clear(); }
+
+uint16_t* Bf16WeightCache::refresh(const float* data, int64_t n) {
+  const auto it = impl_->entries.find(Key{data, n});
+  if (it == impl_->entries.end()) return nullptr;
+  it->second.current = true;
+  return it->second.w16->data();
+}
+
 Autocast::Autocast(Precision precision) : previous_(g_autocast.precision) {
   if (precision == Precision::INT8)
     throw std::invalid_argument("Autocast: precision int8 is for inference (InferenceMode); training runs in f32 or bf16");
-  ++g_autocast.depth;
+  if (g_autocast.depth++ == 0) g_autocast.copies = &g_autocast.own;
+  g_autocast.precision = precision;
+}
+
+Autocast::Autocast(Precision precision, Bf16WeightCache& copies) : previous_(g_autocast.precision) {
+  if (precision == Precision::INT8)
+    throw std::invalid_argument(
+        "Autocast: precision int8 is for inference (InferenceMode); training runs in f32 or bf16");
+  Copies* mine = &copies.impl_->entries;
+  if (g_autocast.depth > 0 && g_autocast.copies != mine)
+    throw std::invalid_argument("Autocast: an inner scope was given a weight cache the outermost scope does not use");
+  if (g_autocast.depth++ == 0) g_autocast.copies = mine;
   g_autocast.precision = precision;
 }
 
 Autocast::~Autocast() {
   g_autocast.precision = previous_;
-  if (--g_autocast.depth == 0) g_autocast.weights.clear();
+  if (--g_autocast.depth > 0) return;
+  if (g_autocast.copies == &g_autocast.own) {
+    g_autocast.own.clear();
+  } else {  // the weights may change now: a copy is current again once its writer refreshes it
+    for (auto& [key, e] : *g_autocast.copies) e.current = false;
+  }
+  g_autocast.copies = nullptr;
 }
 
 Precision Autocast::current_precision() { return g_autocast.depth > 0 ? g_autocast.precision : Precision::FLOAT32; }
 
-size_t Autocast::cached_weights() { return g_autocast.weights.size(); }
+size_t Autocast::cached_weights() { return g_autocast.copies ? g_autocast.copies->size() : 0; }
 
 bool bf16_matmul_accelerated() { return kernels::cpu_has_bf16_dot(); }
 
@@ -53,15 +89,18 @@ namespace ops {
 
 Bf16Weight autocast_weight(const Tensor& weight) {
   if (g_autocast.depth == 0 || g_autocast.precision != Precision::BFLOAT16) return nullptr;
-  const int64_t out = weight.size(0), in = weight.size(1);
-  const Key key{weight.data(), out, in};
-  auto it = g_autocast.weights.find(key);
-  if (it == g_autocast.weights.end()) {
-    auto w16 = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(out * in));
-    kernels::convert_to_bf16(weight.data(), out * in, w16->data());
-    it = g_autocast.weights.emplace(key, Entry{weight, std::move(w16)}).first;
+  const int64_t n = weight.numel();
+  auto [it, added] = g_autocast.copies->try_emplace(Key{weight.data(), n});
+  Entry& e = it->second;
+  if (added) {
+    e.keep = weight.detach();  // the storage itself kept (a set_ on weight cannot free it)
+    e.w16 = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(n));
   }
-  return it->second.w16;
+  if (!e.current) {
+    kernels::convert_to_bf16(weight.data(), n, e.w16->data());
+    e.current = true;
+  }
+  return e.w16;
 }
 
 std::unique_ptr<uint16_t[]> bf16_rounded(const float* src, int64_t n) {

@@ -12,8 +12,9 @@
 
 namespace tfm::ops {
 
-// A weight (out, in) rounded to bfloat16, row-major; made once per Autocast scope and kept by the
-// autograd nodes that recorded it, so the backward multiplies by the forward's copy.
+// A weight (out, in) rounded to bfloat16, row-major; made once per Autocast scope (or refreshed by the
+// weight's writer, tfm::Bf16WeightCache) and kept by the autograd nodes that recorded it, so the backward
+// multiplies by the forward's copy.
 using Bf16Weight = std::shared_ptr<const std::vector<uint16_t>>;
 
 // The bfloat16 copy of `weight` when an Autocast(BFLOAT16) scope is active on this thread (callers try

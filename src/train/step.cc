@@ -189,7 +189,7 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
   const int64_t first = comm_.rank() * local_;  // this rank's parts: [first, first + local_)
   float* acc = acc_.data();
   {  // one Autocast scope for every part: each weight rounded once; the optimizer steps after it ends
-    Autocast autocast(precision_);
+    Autocast autocast(precision_, copies_);
     for (int64_t j = 0; j < local_; ++j) {
       bool empty = false;
       // Across processes the last part's backward starts each bucket's exchange as soon as it is final.
@@ -256,7 +256,7 @@ StepOutcome ShardedStep::run(Model& model, Optimizer& opt, Generator& gen, const
     }
   }
   if (r.finite) {
-    detail::OptimizerShards::step_scaled(opt, grad_scale);
+    detail::OptimizerShards::step_scaled(opt, grad_scale, &copies_);  // and the weights' bf16 copies
     if (average_) average_->update(params_);
   }
   opt.zero_grad();

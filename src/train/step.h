@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "optim_shards.h"
+#include "tfm/autocast.h"
 #include "tfm/data/batching.h"
 #include "tfm/models/model.h"
 #include "tfm/optim.h"
@@ -104,7 +105,9 @@ class ShardedStep {
   // elements this rank steps (every element in one process); null: none. Not owned.
   void set_average(WeightAverage* average) { average_ = average; }
   // The matmuls' precision (TrainConfig::dtype; tfm/autocast.h): every part's forward and backward run in one
-  // tfm::Autocast scope, so each weight is rounded to bfloat16 once per step.
+  // tfm::Autocast scope, so each weight is rounded to bfloat16 once per step. In one process the scope keeps the
+  // copies in copies_, and Adam's update refreshes them as it writes the weights: no step reads a weight again
+  // just to round it. Across processes each rank steps only its own elements, so the scope rounds them.
   void set_precision(Precision precision) { precision_ = precision; }
   // Several processes: each rank's elements of `t` (one tensor per parameter, e.g. the average's)
   // gathered into every rank's `t`, as gather_optimizer_state does for the optimizer's slots. Every
@@ -149,6 +152,7 @@ class ShardedStep {
   bool untimed_ = true;  // the first step: the ranks start at different times
   WeightAverage* average_ = nullptr;
   Precision precision_ = Precision::FLOAT32;
+  Bf16WeightCache copies_;  // the bfloat16 weight copies (bf16, one process), see set_precision
 };
 
 }  // namespace tfm::train

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -184,12 +185,49 @@ TEST(ElementwiseKernel, AdamUpdateBitwiseTheTwin) {
         auto v0 = rnd(n, 63 + n);
         for (float& x : v0) x = x * x;  // a second moment is ≥ 0
         std::vector<float> p1 = p0, m1 = m0, v1 = v0, p2 = p0, m2 = m0, v2 = v0;
-        body(mode, p1.data(), g.data(), m1.data(), v1.data(), n, c, 0.75f);
+        body(mode, p1.data(), g.data(), m1.data(), v1.data(), n, c, 0.75f, nullptr);
         adam_update_scalar(mode, p2.data(), g.data(), m2.data(), v2.data(), n, c, 0.75f);
         EXPECT_TRUE(bitwise_equal(p1, p2, "p"));
         EXPECT_TRUE(bitwise_equal(m1, m2, "m"));
         EXPECT_TRUE(bitwise_equal(v1, v2, "v"));
         EXPECT_FALSE(bitwise_equal(p1, p0, "moved")) << "the update left p as it was";
+      }
+}
+
+// With p16, the same update and, in the same pass, p16 = float_to_bf16(new p): every body (the twin too) bitwise
+// the update without p16 followed by the rounding, on values that round up, tie, carry into the exponent, overflow
+// to inf and are NaN; the element past n keeps its sentinel.
+TEST(ElementwiseKernel, AdamUpdateWithBf16CopyIsTheUpdateThenTheRounding) {
+  std::vector<std::pair<const char*, decltype(&adam_update_avx512)>> bodies = {{"scalar", adam_update_scalar}};
+  if (cpu_has_avx512()) bodies.push_back({"avx512", adam_update_avx512});
+  if (cpu_has_avx2()) bodies.push_back({"avx2", adam_update_avx2});
+  AdamCoefficients c{0.9f, 0.999f, 0.1f, 0.001f, 1e-8f, 0.01f, 1.0f - 1e-3f * 0.01f, -1e-3f / 0.19f, 0.0447f};
+  const float specials[] = {1.0f + 0x1.0p-8f,
+                            1.0f + 0x1.8p-8f,
+                            0x1.ffffp127f,
+                            -0x1.ff8p0f,
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity()};
+  for (const auto& [name, body] : bodies)
+    for (AdamDecay mode : {AdamDecay::NONE, AdamDecay::L2, AdamDecay::DECOUPLED})
+      for (int64_t n : kSizes) {
+        SCOPED_TRACE(std::string(name) + " mode " + std::to_string(int(mode)) + " n=" + std::to_string(n));
+        const auto g = rnd(n, 70 + n), m0 = rnd(n, 72 + n);
+        auto p0 = rnd(n, 71 + n), v0 = rnd(n, 73 + n);
+        for (float& x : v0) x = x * x;
+        for (int64_t j = 0; j < n && j < 6; ++j) p0[static_cast<size_t>(j)] = specials[j];
+        std::vector<float> p1 = p0, m1 = m0, v1 = v0, p2 = p0, m2 = m0, v2 = v0;
+        std::vector<uint16_t> got(static_cast<size_t>(n) + 1, 0xABCD);
+        body(mode, p1.data(), g.data(), m1.data(), v1.data(), n, c, 0.75f, got.data());
+        adam_update_scalar(mode, p2.data(), g.data(), m2.data(), v2.data(), n, c, 0.75f);
+        EXPECT_TRUE(bitwise_equal(p1, p2, "p"));
+        EXPECT_TRUE(bitwise_equal(m1, m2, "m"));
+        EXPECT_TRUE(bitwise_equal(v1, v2, "v"));
+        std::vector<uint16_t> want(static_cast<size_t>(n));
+        convert_rows_to_bf16_scalar(p2.data(), n, 1, n, want.data());
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(got[static_cast<size_t>(j)], want[static_cast<size_t>(j)]) << "j=" << j;
+        EXPECT_EQ(got[static_cast<size_t>(n)], 0xABCD) << "wrote past n";
       }
 }
 
