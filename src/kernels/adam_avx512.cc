@@ -4,6 +4,8 @@
 // is bitwise the twin; p16's rounding is bf16_hi's (common_avx512.h), float_to_bf16's.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/common_avx512.h"
 
 // GCC 12 reports -Wmaybe-uninitialized inside _mm512_sqrt_ps (its deliberately undefined pass-through operand,
@@ -17,8 +19,7 @@ namespace tfm::kernels {
 namespace {
 
 template <AdamDecay kMode>
-void body(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c, float scale,
-          uint16_t* p16) {
+void update(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c, float scale) {
   const __m512 sc = _mm512_set1_ps(scale), wd = _mm512_set1_ps(c.wd), decay = _mm512_set1_ps(c.decay);
   const __m512 b1 = _mm512_set1_ps(c.beta1), b2 = _mm512_set1_ps(c.beta2);
   const __m512 omb1 = _mm512_set1_ps(c.one_m_b1), omb2 = _mm512_set1_ps(c.one_m_b2);
@@ -37,9 +38,21 @@ void body(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoe
     _mm512_mask_storeu_ps(m + i, k, mv);
     _mm512_mask_storeu_ps(v + i, k, vv);
     _mm512_mask_storeu_ps(p + i, k, pv);
-    if (p16)
-      _mm256_mask_storeu_epi16(p16 + i, k,
-                               _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_hi(_mm512_castps_si512(pv)), 16)));
+  }
+}
+
+// With p16, blocks of kBlock elements: the update, then the block's new p (still in L1) rounded. Rounding in the
+// update's loop itself costs more: its integer work queues behind the square root and the divisions.
+constexpr int64_t kBlock = 1024;
+
+template <AdamDecay kMode>
+void body(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c, float scale,
+          uint16_t* p16) {
+  if (!p16) return update<kMode>(p, g, m, v, n, c, scale);
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t len = std::min(kBlock, n - i);
+    update<kMode>(p + i, g + i, m + i, v + i, len, c, scale);
+    round_run_to_bf16(p + i, p16 + i, len);
   }
 }
 
