@@ -1,10 +1,10 @@
 // src/kernels/activation.cc — the activation kernels' dispatching entry points (activation_forward,
-// activation_backward, activation_forward_grad, bias_activation_forward, bias_relu_dropout_forward,
-// relu_dropout_backward and its bfloat16-input forms, one of them also summing the bias gradient and rounding dx)
-// and their float scalar twins. The twins instantiate the templates of activation_scalar.h; the entry points run
-// fixed chunks of rows or elements (parallel_chunks.h), so results never depend on the thread count, on the
-// AVX-512 bodies of activation_avx512.cc when cpu_has_avx512() and the kind has one (every kind today), else on
-// the AVX2 bodies of activation_avx2.cc when cpu_has_avx2() (every kind and the relu + dropout pair; the bf16
+// activation_backward, activation_forward_grad (and its bf16-output form), bias_activation_forward,
+// bias_relu_dropout_forward, relu_dropout_backward and its bfloat16-input forms, one of them also summing the bias
+// gradient and rounding dx) and their float scalar twins. The twins instantiate the templates of activation_scalar.h;
+// the entry points run fixed chunks of rows or elements (parallel_chunks.h), so results never depend on the thread
+// count, on the AVX-512 bodies of activation_avx512.cc when cpu_has_avx512() and the kind has one (every kind today),
+// else on the AVX2 bodies of activation_avx2.cc when cpu_has_avx2() (every kind and the relu + dropout pair; the bf16
 // backward runs its twin there). Contracts in kernels.h.
 #include <algorithm>
 #include <vector>
@@ -26,6 +26,14 @@ void activation_backward_scalar(Activation k, const float* dy, const float* x, f
 
 void activation_forward_grad_scalar(Activation k, const float* x, float* y, float* d, int64_t N, int64_t F) {
   activation_forward_grad_scalar<float>(k, x, y, d, N, F);
+}
+
+void activation_forward_grad_bf16_scalar(Activation k, const float* x, uint16_t* y16, float* d, int64_t N, int64_t F) {
+  for (int64_t i = 0; i < N * F; ++i) {
+    float y;
+    activation_forward_grad_scalar<float>(k, x + i, &y, d + i, 1, 1);
+    y16[i] = float_to_bf16(y);
+  }
 }
 
 void bias_activation_forward_scalar(Activation k, const float* x, const float* bias, float* y, int64_t N,
@@ -89,6 +97,16 @@ void activation_forward_grad(Activation k, const float* x, float* y, float* d, i
     if (avx512 && activation_forward_grad_avx512(k, x + at, y + at, d + at, rn * F)) return;
     if (avx2 && activation_forward_grad_avx2(k, x + at, y + at, d + at, rn * F)) return;
     activation_forward_grad_scalar(k, x + at, y + at, d + at, rn, F);
+  });
+}
+
+void activation_forward_grad_bf16(Activation k, const float* x, uint16_t* y16, float* d, int64_t N, int64_t F) {
+  const bool avx512 = cpu_has_avx512(), avx2 = !avx512 && cpu_has_avx2();
+  for_each_row_chunk(N, F, [&](int64_t, int64_t r0, int64_t rn) {
+    const int64_t at = r0 * F;
+    if (avx512 && activation_forward_grad_bf16_avx512(k, x + at, y16 + at, d + at, rn * F)) return;
+    if (avx2 && activation_forward_grad_bf16_avx2(k, x + at, y16 + at, d + at, rn * F)) return;
+    activation_forward_grad_bf16_scalar(k, x + at, y16 + at, d + at, rn, F);
   });
 }
 

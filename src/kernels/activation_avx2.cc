@@ -282,26 +282,28 @@ void relu_dropout_backward_avx2(const float* dy, const float* y, float* dx, int6
   });
 }
 
-// The forward's and the backward's functions of each plain kind on one evaluation (activation_avx512.cc's).
-bool activation_forward_grad_avx2(Activation k, const float* x, float* y, float* d, int64_t n) {
+// The forward's and the backward's functions of each plain kind on one evaluation (activation_avx512.cc's), as
+// plain_forward_grad there.
+template <typename Map>
+static bool plain_forward_grad(Activation k, Map map) {
   switch (k) {
     case Activation::RELU: {
       const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
-      value_grad_map(x, y, d, n, [zero, one](__m256 v, __m256& yv, __m256& dv) {
+      map([zero, one](__m256 v, __m256& yv, __m256& dv) {
         yv = _mm256_max_ps(v, zero);
         dv = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_GT_OQ), one);
       });
       return true;
     }
     case Activation::GELU:
-      value_grad_map(x, y, d, n, [](__m256 v, __m256& yv, __m256& dv) {
+      map([](__m256 v, __m256& yv, __m256& dv) {
         const GeluTerms g = gelu_terms(v);
         yv = gelu_of(v, g);
         dv = gelu_grad_of(v, g);
       });
       return true;
     case Activation::GELU_TANH:
-      value_grad_map(x, y, d, n, [](__m256 v, __m256& yv, __m256& dv) {
+      map([](__m256 v, __m256& yv, __m256& dv) {
         const Sigmoid g = sigmoid_ps(gelu_tanh_u2(v));
         yv = gelu_tanh_of(v, g);
         dv = gelu_tanh_grad_of(v, g);
@@ -310,6 +312,22 @@ bool activation_forward_grad_avx2(Activation k, const float* x, float* y, float*
     default:
       return false;
   }
+}
+
+bool activation_forward_grad_avx2(Activation k, const float* x, float* y, float* d, int64_t n) {
+  return plain_forward_grad(k, [&](auto both) { value_grad_map(x, y, d, n, both); });
+}
+
+// The same y rounded by bf16_hi (common_avx2.h) as it is stored.
+bool activation_forward_grad_bf16_avx2(Activation k, const float* x, uint16_t* y16, float* d, int64_t n) {
+  return plain_forward_grad(k, [&](auto both) {
+    over_row(n, [&](int64_t i, int64_t kk) {
+      __m256 yv, dv;
+      both(load_n(x + i, kk), yv, dv);
+      store_bf16_n(y16 + i, yv, kk);
+      store_n(d + i, dv, kk);
+    });
+  });
 }
 
 }  // namespace tfm::kernels

@@ -318,26 +318,28 @@ void relu_dropout_backward_bf16_avx512(const float* dy, const uint16_t* y16, flo
 }
 
 // The forward's and the backward's functions of each plain kind on one evaluation: relu's max and [x > 0],
-// gelu's terms (erf and exp), gelu_tanh's σ(2u).
-bool activation_forward_grad_avx512(Activation k, const float* x, float* y, float* d, int64_t n) {
+// gelu's terms (erf and exp), gelu_tanh's σ(2u). map(both) runs a value_grad_map with the kind's `both`; false for
+// a kind without one.
+template <typename Map>
+static bool plain_forward_grad(Activation k, Map map) {
   switch (k) {
     case Activation::RELU: {
       const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
-      value_grad_map(x, y, d, n, [zero, one](__m512 v, __m512& yv, __m512& dv) {
+      map([zero, one](__m512 v, __m512& yv, __m512& dv) {
         yv = _mm512_max_ps(v, zero);
         dv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), one);
       });
       return true;
     }
     case Activation::GELU:
-      value_grad_map(x, y, d, n, [](__m512 v, __m512& yv, __m512& dv) {
+      map([](__m512 v, __m512& yv, __m512& dv) {
         const GeluTerms g = gelu_terms(v);
         yv = gelu_of(v, g);
         dv = gelu_grad_of(v, g);
       });
       return true;
     case Activation::GELU_TANH:
-      value_grad_map(x, y, d, n, [](__m512 v, __m512& yv, __m512& dv) {
+      map([](__m512 v, __m512& yv, __m512& dv) {
         const Sigmoid g = sigmoid_ps(gelu_tanh_u2(v));
         yv = gelu_tanh_of(v, g);
         dv = gelu_tanh_grad_of(v, g);
@@ -346,6 +348,24 @@ bool activation_forward_grad_avx512(Activation k, const float* x, float* y, floa
     default:
       return false;
   }
+}
+
+bool activation_forward_grad_avx512(Activation k, const float* x, float* y, float* d, int64_t n) {
+  return plain_forward_grad(k, [&](auto both) { value_grad_map(x, y, d, n, both); });
+}
+
+// The same y rounded by bf16_hi as it is stored (float_to_bf16's rounding of the float32 body's y).
+bool activation_forward_grad_bf16_avx512(Activation k, const float* x, uint16_t* y16, float* d, int64_t n) {
+  return plain_forward_grad(k, [&](auto both) {
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = first_n(n - i);
+      __m512 yv, dv;
+      both(_mm512_maskz_loadu_ps(m, x + i), yv, dv);
+      _mm256_mask_storeu_epi16(y16 + i, m,
+                               _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_hi(_mm512_castps_si512(yv)), 16)));
+      _mm512_mask_storeu_ps(d + i, m, dv);
+    }
+  });
 }
 
 // relu_dropout_backward_bf16_avx512's dx, 16 lanes at a time, into elementwise_avx512.cc's bias_grad strips

@@ -300,6 +300,11 @@ void activation_backward_scalar(Activation k, const float* dy, const float* x, f
 // evaluation gives both).
 void activation_forward_grad(Activation k, const float* x, float* y, float* d, int64_t N, int64_t F);
 void activation_forward_grad_scalar(Activation k, const float* x, float* y, float* d, int64_t N, int64_t F);
+// The same with y stored only rounded to bfloat16: y16 (N, F) = float_to_bf16 (gemm_packed.h) of the y
+// activation_forward_grad gives (bitwise, body for body), d its d; y16 must not alias x or d. bf16 training's
+// feed-forward keeps nothing else of y, so its float32 values are never stored.
+void activation_forward_grad_bf16(Activation k, const float* x, uint16_t* y16, float* d, int64_t N, int64_t F);
+void activation_forward_grad_bf16_scalar(Activation k, const float* x, uint16_t* y16, float* d, int64_t N, int64_t F);
 
 // Bias + activation in one pass after a GEMM: x (N, Fin) with Fin = F (plain) or 2F (gated),
 // bias (Fin) or null; y (N, F) = act(x + bias) (gated: a ⊙ g(b) of the biased halves).
@@ -546,6 +551,7 @@ bool activation_backward_avx512(Activation k, const float* dy, const float* x, f
                                 int64_t F);
 // The plain kinds, over n elements (y, d as activation_forward_grad's).
 bool activation_forward_grad_avx512(Activation k, const float* x, float* y, float* d, int64_t n);
+bool activation_forward_grad_bf16_avx512(Activation k, const float* x, uint16_t* y16, float* d, int64_t n);
 void bias_relu_dropout_forward_avx512(const float* x, const float* bias, float* y, int64_t N,
                                       int64_t F, const DropoutSpec& drop);
 void relu_dropout_backward_avx512(const float* dy, const float* y, float* dx, int64_t n, float p);
@@ -577,6 +583,7 @@ void transpose_avx512(const float* src, int64_t sl, int64_t rows, int64_t cols, 
 bool bias_activation_forward_avx2(Activation k, const float* x, const float* bias, float* y, int64_t N, int64_t F);
 bool activation_backward_avx2(Activation k, const float* dy, const float* x, float* dx, int64_t N, int64_t F);
 bool activation_forward_grad_avx2(Activation k, const float* x, float* y, float* d, int64_t n);
+bool activation_forward_grad_bf16_avx2(Activation k, const float* x, uint16_t* y16, float* d, int64_t n);
 void bias_relu_dropout_forward_avx2(const float* x, const float* bias, float* y, int64_t N, int64_t F,
                                     const DropoutSpec& drop);
 void relu_dropout_backward_avx2(const float* dy, const float* y, float* dx, int64_t n, float p);

@@ -219,6 +219,9 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
   zs.back() = Fin;
   ys.back() = F;
   Tensor z = Tensor::empty(zs), y, d;
+  Tensor y16 = Tensor::empty({(N * F + 1) / 2});  // bf16(y), the copy the node keeps
+  uint16_t* yb = reinterpret_cast<uint16_t*>(y16.data());
+  bool rounded = false;  // y16 written already (y's float32 values never stored)
   kernels::DropoutSpec drop{0.0f, 0, 0};
   Bf16Operands first;  // W1's copy (w1_16 again) and bf16(x), kept for the first Linear's backward
   if (act == Activation::RELU) {
@@ -236,7 +239,12 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
     if (gated) {
       y = Tensor::empty(ys);
       kernels::activation_forward(act, z.data(), y.data(), N, F);
-    } else {  // y over z, and d = act'(z) kept for the backward instead of z
+    } else if (!drops) {  // y16 = bf16(act(z)) and d = act'(z), kept for the backward instead of z, in one pass
+      d = Tensor::empty(zs);
+      kernels::activation_forward_grad_bf16(act, z.data(), yb, d.data(), N, F);
+      rounded = true;
+      y = z;  // for its shape
+    } else {  // y over z, and d = act'(z)
       d = Tensor::empty(zs);
       kernels::activation_forward_grad(act, z.data(), z.data(), d.data(), N, F);
       y = z;
@@ -250,9 +258,7 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const T
   // node keeps (the same values, panels and primitives as rounding it panel by panel).
   const auto [out, F2] = check_linear_args("linear", y, w2, b2);
   Bf16Weight w2_16 = autocast_weight(w2);
-  Tensor y16 = Tensor::empty({(N * F + 1) / 2});
-  uint16_t* yb = reinterpret_cast<uint16_t*>(y16.data());
-  kernels::convert_to_bf16(y.data(), N * F, yb);
+  if (!rounded) kernels::convert_to_bf16(y.data(), N * F, yb);
   Shape os = x.shape();
   os.back() = out;
   Tensor o = Tensor::empty(os);

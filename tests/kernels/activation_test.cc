@@ -190,6 +190,71 @@ TEST(ActivationKernel, ForwardGradIsTheForwardAndTheBackward) {
       }
 }
 
+// activation_forward_grad_bf16, body for body (the twin, the SIMD bodies this CPU has, the dispatcher): y16 bitwise
+// the rounding of the float32 form's y (float_to_bf16), d bitwise its d, on edges (±0, ±inf, NaN) and values whose
+// rounding ties or carries; the element past the end keeps its sentinel.
+TEST(ActivationKernel, ForwardGradBf16IsTheForwardGradThenTheRounding) {
+  using FG = void (*)(Activation, const float*, float*, float*, int64_t, int64_t);
+  using FG16 = void (*)(Activation, const float*, uint16_t*, float*, int64_t, int64_t);
+  struct Body {
+    const char* name;
+    std::function<void(Activation, const float*, float*, float*, int64_t, int64_t)> f32;
+    std::function<void(Activation, const float*, uint16_t*, float*, int64_t, int64_t)> bf16;
+  };
+  std::vector<Body> bodies = {
+      {"twin", static_cast<FG>(activation_forward_grad_scalar), static_cast<FG16>(activation_forward_grad_bf16_scalar)},
+      {"dispatch", activation_forward_grad, activation_forward_grad_bf16}};
+  const auto simd = [](const char* name, auto fg, auto fg16) {
+    return Body{name,
+                [fg](Activation k, const float* x, float* y, float* d, int64_t N, int64_t F) {
+                  ASSERT_TRUE(fg(k, x, y, d, N * F));
+                },
+                [fg16](Activation k, const float* x, uint16_t* y16, float* d, int64_t N, int64_t F) {
+                  ASSERT_TRUE(fg16(k, x, y16, d, N * F));
+                }};
+  };
+  if (cpu_has_avx512())
+    bodies.push_back(simd("avx512", activation_forward_grad_avx512, activation_forward_grad_bf16_avx512));
+  if (cpu_has_avx2()) bodies.push_back(simd("avx2", activation_forward_grad_avx2, activation_forward_grad_bf16_avx2));
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const Body& body : bodies)
+    for (auto k : {Activation::RELU, Activation::GELU, Activation::GELU_TANH})
+      for (int64_t F : kSizes) {
+        SCOPED_TRACE(std::string(body.name) + " kind " + std::to_string(int(k)) + " F=" + std::to_string(F));
+        const int64_t N = 70, n = N * F;  // more than one of the dispatcher's row chunks
+        auto x = rnd(n, 60 + F);
+        for (float& v : x) v *= 6.0f;
+        const float edges[] = {-0.0f,
+                               0.0f,
+                               inf,
+                               -inf,
+                               std::numeric_limits<float>::quiet_NaN(),
+                               1.0f + 0x1.0p-8f,
+                               1.0f + 0x1.8p-8f,
+                               0x1.ffffp127f,
+                               20.0f,
+                               -20.0f};
+        for (size_t e = 0; e < std::size(edges) && static_cast<int64_t>(e) < n; ++e) x[e * 7 % n] = edges[e];
+        std::vector<float> y(n), d(n), d16(n);
+        std::vector<uint16_t> y16(static_cast<size_t>(n) + 1, 0xABCD), want(n);
+        body.f32(k, x.data(), y.data(), d.data(), N, F);
+        body.bf16(k, x.data(), y16.data(), d16.data(), N, F);
+        convert_rows_to_bf16_scalar(y.data(), n, 1, n, want.data());
+        // A NaN's sign may differ between two compiled copies of the twin (see the test above): NaN it is in both.
+        const auto is_nan16 = [](uint16_t h) { return (h & 0x7F80) == 0x7F80 && (h & 0x7F) != 0; };
+        for (int64_t i = 0; i < n; ++i) {
+          if (std::isnan(y[i])) {
+            ASSERT_TRUE(is_nan16(y16[i])) << "y16[" << i << "] of a NaN";
+          } else {
+            ASSERT_EQ(y16[i], want[i]) << "y16[" << i << "] of x " << x[i];
+          }
+          if (std::isnan(d[i]) && std::isnan(d16[i])) d16[i] = d[i];
+        }
+        EXPECT_EQ(y16[n], 0xABCD) << "wrote past the end";
+        EXPECT_TRUE(bitwise_equal(d16, d, "d"));
+      }
+}
+
 // ---- gelu -----------------------------------------------------------------------------------------
 // The float64 reference without cancellation: gelu(x) = 0.5·x·erfc(−x/√2),
 // gelu'(x) = 0.5·erfc(−x/√2) + x·exp(−x²/2)/√(2π).
