@@ -18,18 +18,18 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include "kernels/gemm_backend.h"
-#include "kernels/onednn_primitives.h"
 #include "kernels/gemm_packed.h"
 #include "kernels/gemm_scalar.h"
 #include "kernels/kernels.h"
+#include "kernels/onednn_primitives.h"
+#include "kernels/parallel_chunks.h"
 #include "kernels/signal_stack.h"
 
 namespace tfm::kernels {
@@ -151,18 +151,10 @@ bool cpu_has_bf16_dot() {
 }
 
 void convert_to_bf16(const float* src, int64_t n, uint16_t* dst) {
-  constexpr int64_t kBlock = 1 << 16;  // elements per task; below one block, no thread team
-  const int64_t blocks = ceil_div(n, kBlock);
-  auto run = [&](int64_t t) {
-    const int64_t i0 = t * kBlock, len = std::min(kBlock, n - i0);
-    convert_rows_to_bf16(src + i0, len, 1, len, dst + i0);
-  };
-  if (blocks <= 1) {
-    if (n > 0) run(0);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < blocks; ++t) run(t);
+  // parallel_chunks.h's element chunks (16,384), on the calling thread up to 65,536 elements: a Linear's input
+  // or output gradient of a few hundred thousand splits evenly over the threads.
+  for_each_elem_chunk(n, 65536,
+                      [&](int64_t i0, int64_t len) { convert_rows_to_bf16(src + i0, len, 1, len, dst + i0); });
 }
 
 void gemm_bf16_scalar(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,

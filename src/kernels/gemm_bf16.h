@@ -44,7 +44,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
 void gemm_bf16_scalar(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                       const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
 
-// dst[i] = float_to_bf16(src[i]) for n floats, over the OpenMP team in fixed blocks (elementwise:
+// dst[i] = float_to_bf16(src[i]) for n floats, over the OpenMP team in fixed blocks (parallel_chunks.h; elementwise:
 // the same bits for any thread count); AVX-512 where cpu_has_avx512(), the scalar rounding otherwise.
 // Each block is one convert_rows_to_bf16 call (gemm_packed.h), so its twin is that function's,
 // convert_rows_to_bf16_scalar (tests/kernels/gemm_bf16_test.cc compares them).
