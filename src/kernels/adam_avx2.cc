@@ -4,6 +4,8 @@
 // ones, so the body is bitwise the twin; p16's rounding is bf16_hi's (common_avx2.h), float_to_bf16's.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/common_avx2.h"
 #include "kernels/kernels.h"
 
@@ -11,8 +13,7 @@ namespace tfm::kernels {
 namespace {
 
 template <AdamDecay kMode>
-void body(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c, float scale,
-          uint16_t* p16) {
+void update(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c, float scale) {
   const __m256 sc = _mm256_set1_ps(scale), wd = _mm256_set1_ps(c.wd), decay = _mm256_set1_ps(c.decay);
   const __m256 b1 = _mm256_set1_ps(c.beta1), b2 = _mm256_set1_ps(c.beta2);
   const __m256 omb1 = _mm256_set1_ps(c.one_m_b1), omb2 = _mm256_set1_ps(c.one_m_b2);
@@ -30,7 +31,21 @@ void body(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoe
     store_n(m + i, mv, k);
     store_n(v + i, vv, k);
     store_n(p + i, pv, k);
-    if (p16) store_bf16_n(p16 + i, pv, k);
+  }
+}
+
+// With p16, blocks of kBlock elements: the update, then the block's new p (still in L1) rounded, as the AVX-512
+// body does: rounding inside the update's loop costs more here too.
+constexpr int64_t kBlock = 1024;
+
+template <AdamDecay kMode>
+void body(float* p, const float* g, float* m, float* v, int64_t n, const AdamCoefficients& c, float scale,
+          uint16_t* p16) {
+  if (!p16) return update<kMode>(p, g, m, v, n, c, scale);
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t len = std::min(kBlock, n - i);
+    update<kMode>(p + i, g + i, m + i, v + i, len, c, scale);
+    for (int64_t j = 0; j < len; j += 8) store_bf16_n(p16 + i + j, load_n(p + i + j, len - j), len - j);
   }
 }
 
