@@ -46,8 +46,10 @@ namespace tfm {
 //
 // An outermost Autocast(BFLOAT16) scope opened with a cache rounds each weight into it on first use, as a scope
 // without one does, unless the weight's copy is current: refreshed by its writer since the last such scope
-// ended. When the scope ends every copy stops being current, since the weights may change after it. A cache
-// holds the copies and keeps the weights' storage alive until clear(); it belongs to one thread at a time.
+// ended. When the scope ends every copy stops being current, since the weights may change after it. Whoever
+// changes a weight after its writer refreshed the copy (loading a state dict into it, say) calls clear() before
+// the next scope. A cache holds the copies and keeps the weights' storage alive until clear(); it belongs to one
+// thread at a time.
 class Bf16WeightCache {
  public:
   Bf16WeightCache();
