@@ -33,6 +33,18 @@ struct AutocastState {
 };
 thread_local AutocastState g_autocast;
 
+// Opens a scope on this thread: its copies go to `copies` (a cache's), or with null to the outermost scope's own
+// map. Nested scopes use the outermost scope's copies.
+void enter_scope(Precision precision, Copies* copies) {
+  if (precision == Precision::INT8)
+    throw std::invalid_argument(
+        "Autocast: precision int8 is for inference (InferenceMode); training runs in f32 or bf16");
+  if (copies && g_autocast.depth > 0 && g_autocast.copies != copies)
+    throw std::invalid_argument("Autocast: an inner scope was given a weight cache the outermost scope does not use");
+  if (g_autocast.depth++ == 0) g_autocast.copies = copies ? copies : &g_autocast.own;
+  g_autocast.precision = precision;
+}
+
 }  // namespace
 
 struct Bf16WeightCache::Impl {
@@ -50,22 +62,10 @@ uint16_t* Bf16WeightCache::refresh(const float* data, int64_t n) {
   return it->second.w16->data();
 }
 
-Autocast::Autocast(Precision precision) : previous_(g_autocast.precision) {
-  if (precision == Precision::INT8)
-    throw std::invalid_argument("Autocast: precision int8 is for inference (InferenceMode); training runs in f32 or bf16");
-  if (g_autocast.depth++ == 0) g_autocast.copies = &g_autocast.own;
-  g_autocast.precision = precision;
-}
+Autocast::Autocast(Precision precision) : previous_(g_autocast.precision) { enter_scope(precision, nullptr); }
 
 Autocast::Autocast(Precision precision, Bf16WeightCache& copies) : previous_(g_autocast.precision) {
-  if (precision == Precision::INT8)
-    throw std::invalid_argument(
-        "Autocast: precision int8 is for inference (InferenceMode); training runs in f32 or bf16");
-  Copies* mine = &copies.impl_->entries;
-  if (g_autocast.depth > 0 && g_autocast.copies != mine)
-    throw std::invalid_argument("Autocast: an inner scope was given a weight cache the outermost scope does not use");
-  if (g_autocast.depth++ == 0) g_autocast.copies = mine;
-  g_autocast.precision = precision;
+  enter_scope(precision, &copies.impl_->entries);
 }
 
 Autocast::~Autocast() {
