@@ -145,6 +145,11 @@ int source_index(std::vector<Tensor>& sources, std::vector<RoleBlock>& taken, co
 
 }  // namespace
 
+// Measured with tfm train and tfm bench --mode train --dtype bf16 (bench/RESULTS.md): float32 products were 3–5%
+// faster for the seq2seq model's sentences (L, S ≈ 30) and no slower for nanogpt-baby's 64 causal positions;
+// bfloat16 ones 3% faster at 96 positions, 5–6% at 128–256 and 26% at 2048.
+bool bf16_attention_pays(int64_t L, int64_t S) { return L * S > 64 * 64; }
+
 Tensor attention(const AttentionInput& q, const AttentionInput& k, const AttentionInput& v,
                  const AttentionHeads& heads, bool batch_first, const AttentionMasks& masks, float dropout_p,
                  bool training, Generator& gen) {
@@ -211,8 +216,10 @@ Tensor attention(const AttentionInput& q, const AttentionInput& k, const Attenti
     node->kpm = to_additive(m);
   }
   // Under Autocast(BFLOAT16) the products QKᵀ and PV (and their backward) take bfloat16 operands, as
-  // PyTorch's autocast runs them; an InferenceMode scope inside keeps them float32.
-  node->bf16 = Autocast::current_precision() == Precision::BFLOAT16 && !inference_scope_active();
+  // PyTorch's autocast runs them, where that pays (bf16_attention_pays); an InferenceMode scope inside keeps them
+  // float32.
+  node->bf16 = Autocast::current_precision() == Precision::BFLOAT16 && !inference_scope_active() &&
+               bf16_attention_pays(lo.L, lo.S);
   const bool train_dropout = training && dropout_p > 0.0f;
   node->dropout_p = train_dropout ? dropout_p : 0.0f;
   if (train_dropout) {

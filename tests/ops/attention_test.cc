@@ -29,11 +29,13 @@
 
 #include <cmath>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "ops/attention_reference.h"
 #include "test_util.h"
+#include "tfm/autocast.h"
 #include "tfm/autograd.h"
 
 namespace tfm::ops {
@@ -309,6 +311,59 @@ TEST(Attention, NoDropoutOutsideTrainingAndNoDraw) {
   Generator g2{5, 77};
   const Tensor dropped = attention(s.q(), s.k(), s.v(), g.heads(), true, m, 0.5f, true, g2);
   EXPECT_FALSE(bitwise_equal(dropped, plain, "training with p = 0.5 vs p = 0")) << "dropout changed nothing";
+}
+
+// Inside Autocast(BFLOAT16) the products take bfloat16 operands only where bf16_attention_pays (L·S > 64²): at 64
+// queries and keys the output and every gradient are float32's bits; at 65 queries (on a CPU with AVX512-BF16) they
+// differ from float32's, and each is within docs/bf16.md's bound of the double reference, normwise: 2·u_b·2M for
+// M = 2 products with bfloat16 operands (QKᵀ and PV; u_b = 2⁻⁸), as tests/parity/parity_test.cc holds modules.
+TEST(Attention, AutocastRunsTheProductsInBf16FromOneScoreTileUp) {
+  EXPECT_FALSE(bf16_attention_pays(64, 64));
+  EXPECT_TRUE(bf16_attention_pays(65, 64));
+  EXPECT_TRUE(bf16_attention_pays(1, 4097));
+  const auto normwise = [](std::span<const float> got, const std::vector<double>& want) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+    EXPECT_EQ(got.size(), want.size());
+    return std::sqrt(num / den);
+  };
+  constexpr double kBound = 2 * 0x1p-8 * 2 * 2;
+  uint64_t seed = 7500;
+  for (const int64_t L : {64, 65}) {
+    SCOPED_TRACE("L = " + std::to_string(L));
+    Geometry g;
+    g.B = 2, g.L = L, g.S = 64, g.H = 2, g.Dh = 4, g.Dv = 4;  // mask_cases needs B ≥ 2
+    const Sources s = make_sources(g, Inputs::SEPARATE, seed += 100);
+    const AttentionMasks m = mask_cases(g)[8].masks;  // causal + float 2-D + bool padding
+    const Tensor w = random_tensor({g.B, g.L, g.Av()}, seed + 50);
+    const auto run = [&](Precision precision) {
+      for (const Tensor& t : s.src) const_cast<Tensor&>(t).zero_grad();
+      Autocast scope(precision);
+      Generator gen{3, 0};
+      Tensor out = attention(s.q(), s.k(), s.v(), g.heads(), true, m, 0.0f, true, gen);
+      out.backward(w);
+      std::vector<Tensor> r{out};
+      for (const Tensor& t : s.src) r.push_back(t.grad());
+      return r;
+    };
+    const std::vector<Tensor> f32 = run(Precision::FLOAT32), b16 = run(Precision::BFLOAT16);
+    if (!bf16_attention_pays(g.L, g.S)) {
+      for (size_t i = 0; i < f32.size(); ++i) EXPECT_TRUE(bitwise_equal(b16[i], f32[i], "result " + std::to_string(i)));
+      continue;
+    }
+    if (!bf16_matmul_accelerated()) continue;  // the products keep float32 FMAs without AVX512-BF16
+    EXPECT_FALSE(bitwise_equal(b16[0], f32[0], "o")) << "bf16 products changed nothing";
+    DoubleCase d(s, g, m);
+    const double o_err = normwise(tfm::testing::values(b16[0]), d.forward());
+    EXPECT_LE(o_err, kBound) << "o";
+    EXPECT_GT(o_err, 100 * 0x1p-24) << "o: bf16 must change the output";
+    const std::vector<double> wd = to_double(w);
+    for (size_t i = 0; i < s.src.size(); ++i) {
+      const std::vector<double> numeric =
+          tfm::testing::numeric_grad(d.src[i], [&] { return tfm::testing::dot(d.forward(), wd); });
+      EXPECT_LE(normwise(tfm::testing::values(b16[i + 1]), numeric), kBound) << "d(source " << i << ")";
+    }
+  }
 }
 
 // A second backward adds the same gradient into each source's grad (bitwise twice the first); with

@@ -42,6 +42,7 @@
 #include "test_util.h"
 #include "tfm/autocast.h"
 #include "tfm/models/forward.h"
+#include "tfm/ops/attention.h"
 #include "tfm/tensor.h"
 
 namespace fs = std::filesystem;
@@ -317,14 +318,16 @@ TEST_P(Threads, BitwiseIdenticalAcrossThreadCounts) {
 }
 
 // The same case with bfloat16 matmuls (Precision::BFLOAT16: tfm::Autocast for the gradients; the Linear layers'
-// products and, where the CPU has AVX512-BF16, attention's QKᵀ and PV and their backward), forward and backward,
+// products and, where the CPU has AVX512-BF16 and ops::bf16_attention_pays, attention's QKᵀ and PV and their
+// backward), forward and backward,
 // against the float64 reference, normwise per tensor. The bound, derived as docs/bf16.md derives the inference
 // one: a matmul with both operands rounded to bfloat16 is within 2·u_b (u_b = 2⁻⁸) relative of the exact product
 // in the worst case, and an error entering a chain of matmuls adds, to first order, to the errors of the matmuls
 // after it. Every output or gradient is reached through at most all the forward matmuls and all the backward ones
 // (each makes at most two backward products, of which a given gradient's path takes one), so with M matmuls in
 // the forward the relative error is at most 2·u_b·2M. M counts each Linear weight once and two products per
-// attention module (its in-projection weight: in_proj_weight or q_proj_weight). The scores' error reaches the
+// attention module (its in-projection weight: in_proj_weight or q_proj_weight) when its products run in bfloat16
+// (tests/ops/attention_test.cc checks them at the sizes where they do). The scores' error reaches the
 // probabilities through exp as an absolute error, which is the relative error of p: within the product's own
 // bound when the scores are O(1), as in these fixtures. The output must also be more than 100× float32's unit
 // roundoff away (bf16 really ran), and 1 and 2 threads give the same bits.
@@ -358,8 +361,14 @@ TEST_P(Bf16, TrainingMathWithinTheBf16BoundOfFloat64) {
     if (ends_with(k, "in_proj_weight") || ends_with(k, "q_proj_weight")) ++attentions;
   }
   ASSERT_GT(linears, 0) << c.name;
-  const int matmuls = linears + (tfm::bf16_matmul_accelerated() ? 2 * attentions : 0);
   const nlohmann::json cfg = nlohmann::json::parse(c.config);
+  // The longest sequence T of the inputs (B, T, E) or (T, B, E) bounds every attention's L·S by T²: its products
+  // count only when that could run them in bfloat16 (never at these fixtures' sizes).
+  int64_t T = 0;
+  for (const auto& [k, t] : c.inputs)
+    if (t.dim() == 3) T = std::max(T, t.size(cfg.value("batch_first", false) ? 1 : 0));
+  const bool bf16_attention = tfm::bf16_matmul_accelerated() && tfm::ops::bf16_attention_pays(T, T);
+  const int matmuls = linears + (bf16_attention ? 2 * attentions : 0);
   const bool relu = cfg.at("module") != "MultiheadAttention" && cfg.value("activation", std::string("relu")) == "relu";
   constexpr double kUb = 1.0 / 256;
   const double bound = 2 * kUb * 2 * matmuls;

@@ -44,9 +44,18 @@ struct AttentionInput {
 };
 
 // Returns (B, L, H·Dv) if batch_first else (L, B, H·Dv): softmax(scale·q·kᵀ + masks)·v per head,
-// heads concatenated. Dropout p on the attention probabilities when training.
+// heads concatenated. Dropout p on the attention probabilities when training. Inside an
+// Autocast(BFLOAT16) scope (tfm/autocast.h) the products take bfloat16 operands when
+// bf16_attention_pays(L, S); otherwise, and inside InferenceMode, they are float32.
 Tensor attention(const AttentionInput& q, const AttentionInput& k, const AttentionInput& v,
                  const AttentionHeads& heads, bool batch_first, const AttentionMasks& masks, float dropout_p,
                  bool training, Generator& gen);
+
+// Whether a bfloat16 autocast runs attention's products (QKᵀ, PV and their backward) in bfloat16 for L queries
+// and S keys per head: when a head's scores fill more than one 64×64 tile, L·S > 64². Below that the products are
+// a small part of the work, and rounding q, k, v and the output gradient into the bfloat16 layouts the products
+// read costs more than the faster products save, so they stay float32 (bench/RESULTS.md, "Attention's products
+// in bf16: from one score tile up").
+bool bf16_attention_pays(int64_t L, int64_t S);
 
 }  // namespace tfm::ops
