@@ -12,6 +12,10 @@ comparison is against PyTorch at its best:
              fastest (per row, or once by a short calibration run for benchmarks that train for minutes).
   inherited  this process's environment as it is (what a user who sets nothing gets), with the thread count.
 Benchmarks report both and state ratios against "best"; every table header names the CPU and its ISA (header()).
+bench/train_bf16.py also searches OMP_WAIT_POLICY (best_env's wait: passive or active) for its "best": PyTorch's
+bf16 autocast runs its products in oneDNN on libgomp's threads, and there active waiting was faster (config M's
+step on Zen 5: 36.1 ms active, 40.1 ms passive). The float32 benchmarks keep passive waiting, where OpenBLAS's own
+threads run beside libgomp's (the nanogpt-baby loop: 4,865 tokens/s inherited, 20,594 best).
 
 To add a peer run to a benchmark: start one worker per Peer of [inherited(T)] + best_candidates(T) with
 peer.env and peer.torch_threads, and report min over the candidates as "best", naming the split (peer.split).
@@ -61,10 +65,13 @@ def isa():
     return ", ".join(parts)
 
 
-def best_env(threads, base=None, blas_threads=None):
+def best_env(threads, base=None, blas_threads=None, wait="passive"):
+    """wait: OMP_WAIT_POLICY, "passive" or "active". Passive suits PyTorch's float32 runs (OpenBLAS's own threads
+    beside libgomp's); its bfloat16 autocast runs its products in oneDNN on libgomp's threads alone, where
+    sleeping between regions costs more than it saves (train_bf16.py searches both)."""
     env = dict(os.environ if base is None else base)
     env.update({"OPENBLAS_CORETYPE": "SkylakeX" if "avx512f" in cpu_flags() else "Haswell",
-                "OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": str(threads),
+                "OMP_WAIT_POLICY": wait, "OMP_NUM_THREADS": str(threads),
                 "OPENBLAS_NUM_THREADS": str(threads if blas_threads is None else blas_threads)})
     return env
 

@@ -11,9 +11,10 @@ forward, MSE loss against a fixed random target, backward, Adam:
   torch bf16              the step under torch.autocast("cpu", dtype=torch.bfloat16) (float32 master weights); where
                           autocast fails for the module, the module converted with .bfloat16() and float32 master
                           copies stepped by Adam (the table says which ran)
-Every PyTorch figure runs in the environments of bench/torch_peer.py — "best" (OpenBLAS's kernel named, passive
-OpenMP waiting, the thread split of torch threads x OpenBLAS threads that is fastest) and "inherited" — and ratios
-are against "best". Medians over --iters steps after --warmup, --rounds rounds alternating every runner.
+Every PyTorch figure runs in the environments of bench/torch_peer.py — "best" (OpenBLAS's kernel named, the thread
+split of torch threads x OpenBLAS threads and the OpenMP wait policy, passive or active, that are fastest: autocast's
+bf16 products run in oneDNN on libgomp's threads, which passive waiting puts to sleep between every op) and
+"inherited" — and ratios are against "best". Medians over --iters steps after --warmup, --rounds rounds alternating every runner.
 
 Seq2seq throughput (--part s2s): `tfm train` of a seq2seq model (d_model 256, 3+3 layers, FFN 1024,
 --batch-tokens 4096) on the README's licenses TSV (bench/int8_accuracy.py builds it), --max-steps S in f32 and in
@@ -137,16 +138,18 @@ def steps_part(a, tmp):
                 times["tfm " + dtype].append(res["ms_median"])
                 rss[dtype] = max(rss[dtype], res["peak_rss_mb"])
             for mode in ("f32", "bf16"):
-                # best: the fastest thread split (torch threads, OpenBLAS/OpenMP threads), chosen in round 0
+                # best: the fastest thread split (torch threads, OpenBLAS/OpenMP threads) and OpenMP wait policy,
+                # chosen in round 0
                 key = (config, mode)
                 if key not in best_split:
                     trial = []
-                    for tt, ot in splits:
-                        env = torch_peer.best_env(tt, blas_threads=ot)
-                        trial.append((run_torch(env, config, mode, a.iters, a.warmup, tt)["ms"], (tt, ot)))
+                    for wait in ("passive", "active"):
+                        for tt, ot in splits:
+                            env = torch_peer.best_env(tt, blas_threads=ot, wait=wait)
+                            trial.append((run_torch(env, config, mode, a.iters, a.warmup, tt)["ms"], (tt, ot, wait)))
                     best_split[key] = min(trial)[1]
-                tt, ot = best_split[key]
-                res = run_torch(torch_peer.best_env(tt, blas_threads=ot), config, mode, a.iters, a.warmup, tt)
+                tt, ot, wait = best_split[key]
+                res = run_torch(torch_peer.best_env(tt, blas_threads=ot, wait=wait), config, mode, a.iters, a.warmup, tt)
                 times["torch %s best" % mode].append(res["ms"])
                 if mode == "bf16":
                     ran = res["ran"]
@@ -160,9 +163,11 @@ def steps_part(a, tmp):
                      "%.0f / %.0f" % (rss["f32"], rss["bf16"])])
         print("# %s done: %s" % (config, json.dumps(med)), file=sys.stderr)
     print("Training steps (forward, MSE, backward, Adam), %s (%s), %d threads, medians of %d rounds x %d steps; "
-          "torch best = %s with the fastest thread split %s; ratios against best" % (
+          "torch best = %s with the fastest thread split (torch threads, OpenBLAS threads) and OMP_WAIT_POLICY %s; "
+          "ratios against best" % (
               torch_peer.cpu_name(), torch_peer.isa(), a.threads, a.rounds, a.iters,
-              torch_peer.describe(envs["best"]), {"%s %s" % k: v for k, v in best_split.items()}))
+              torch_peer.describe(envs["best"]).replace(" OMP_WAIT_POLICY=passive", ""),
+              {"%s %s" % k: v for k, v in best_split.items()}))
     print_table(["config", "tfm f32 ms", "tfm bf16 ms", "bf16 / f32 speed-up", "torch f32 ms (best)", "torch bf16 ms (best)",
            "tfm bf16 vs torch bf16", "torch inherited f32 / bf16 ms", "torch bf16 ran", "tfm peak RSS MB f32 / bf16"],
           rows, a.markdown)
