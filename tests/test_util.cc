@@ -101,6 +101,22 @@ double rel_error(const float* a, const float* b, int64_t n) {
 
 double rel_error(const Tensor& a, const Tensor& b) { return rel_error(a.data(), b.data(), a.numel()); }
 
+namespace {
+template <typename E>
+double l2_ratio(std::span<const float> a, std::span<const E> e) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < std::min(a.size(), e.size()); ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(e[i]);
+    num += d * d;
+    den += static_cast<double>(e[i]) * static_cast<double>(e[i]);
+  }
+  return std::sqrt(num / (den > 0 ? den : 1.0));
+}
+}  // namespace
+
+double rel_error_l2(std::span<const float> a, std::span<const double> e) { return l2_ratio(a, e); }
+double rel_error_l2(const Tensor& a, const Tensor& e) { return l2_ratio(values(a), values(e)); }
+
 std::string number_str(double x) {
   std::ostringstream os;
   os.precision(9);

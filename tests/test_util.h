@@ -114,6 +114,11 @@ inline constexpr double kTinyMagnitude = 1e-30;
 double rel_error(const float* a, const float* b, int64_t n);
 double rel_error(const Tensor& a, const Tensor& b);
 
+// ‖a − e‖₂ / ‖e‖₂, or the absolute ‖a − e‖₂ when e is all zeros: the normwise relative error the bf16 and int8
+// bounds are stated in (docs/bf16.md). The sizes must match (checked by the caller).
+double rel_error_l2(std::span<const float> a, std::span<const double> e);
+double rel_error_l2(const Tensor& a, const Tensor& e);
+
 // Pieces of the comparisons below.
 std::string number_str(double x);  // 9 significant digits
 ::testing::AssertionResult size_mismatch(const std::string& what, size_t actual, size_t expected);

@@ -27,7 +27,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -324,10 +323,7 @@ TEST(Attention, AutocastRunsTheProductsInBf16FromOneScoreTileUp) {
   EXPECT_TRUE(bf16_attention_pays(1, 4097));
   const auto normwise = [](std::span<const float> got, const std::vector<double>& want) {
     EXPECT_EQ(got.size(), want.size());
-    double num = 0, den = 0;
-    for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
-      num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
-    return std::sqrt(num / den);
+    return tfm::testing::rel_error_l2(got, want);
   };
   constexpr double kBound = 2 * 0x1p-8 * 2 * 2;
   uint64_t seed = 7500;

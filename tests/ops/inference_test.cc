@@ -248,13 +248,7 @@ TEST(InferenceMode, BFloat16EncoderLayerNormwiseError) {
     InferenceMode scope(Precision::BFLOAT16);
     got = layer.forward(x);
   }
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double d = double(got.data()[i]) - ref.data()[i];
-    num += d * d;
-    den += double(ref.data()[i]) * ref.data()[i];
-  }
-  const double rel = std::sqrt(num / den);
+  const double rel = tfm::testing::rel_error_l2(got, ref);
   EXPECT_GT(rel, 0.0) << "bf16 must actually change the numbers";
   EXPECT_LE(rel, 8 * kUb) << "normwise relative error of a bf16 encoder layer";
   RecordProperty("bf16_layer_rel_rms", std::to_string(rel));
@@ -279,13 +273,7 @@ TEST(InferenceMode, Int8EncoderLayerNormwiseError) {
     again = layer.forward(x);
   }
   EXPECT_TRUE(bitwise_equal(got, again, "int8 repeat"));
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    const double d = double(got.data()[i]) - ref.data()[i];
-    num += d * d;
-    den += double(ref.data()[i]) * ref.data()[i];
-  }
-  const double rel = std::sqrt(num / den);
+  const double rel = tfm::testing::rel_error_l2(got, ref);
   const double bound = 2.0 * (3 * std::sqrt(128.0) + std::sqrt(256.0)) / 255.0;  // K = D, D, D, F
   EXPECT_GT(rel, 0.0) << "int8 must actually change the numbers";
   EXPECT_LE(rel, bound) << "normwise relative error of an int8 encoder layer";

@@ -339,16 +339,6 @@ TEST_P(Threads, BitwiseIdenticalAcrossThreadCounts) {
 // that the training itself is right.
 class Bf16 : public ::testing::TestWithParam<std::string> {};
 
-double normwise(const tfm::Tensor& got, const StTensor& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.values.size(); ++i) {
-    const double d = static_cast<double>(got.data()[i]) - ref.values[i];
-    num += d * d;
-    den += ref.values[i] * ref.values[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1.0));
-}
-
 TEST_P(Bf16, TrainingMathWithinTheBf16BoundOfFloat64) {
   const ParityCase c = load_case(kFixtureRoot / GetParam());
   int linears = 0, attentions = 0;
@@ -390,7 +380,7 @@ TEST_P(Bf16, TrainingMathWithinTheBf16BoundOfFloat64) {
     auto it = one.find(name);
     ASSERT_NE(it, one.end()) << c.name << ": no '" << name << "'";
     ASSERT_EQ(it->second.shape(), ref.shape) << c.name << ": " << name;
-    const double rel = normwise(it->second, ref);
+    const double rel = tfm::testing::rel_error_l2(tfm::testing::values(it->second), ref.values);
     if (!relu || name == "output") {
       EXPECT_LE(rel, bound) << c.name << ": '" << name << "' normwise error of bf16 against float64 (" << matmuls
                             << " matmuls)";
