@@ -15,10 +15,11 @@
 // dict of Tensor, list), its body inside a Computing scope (the GIL released), then its Python face in
 // python/tfm/__init__.py with a docstring, and its signature in python/tfm/__init__.pyi.
 #include <pybind11/functional.h>
-#include <pybind11/pybind11.h>
 #include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -79,18 +80,43 @@ std::string complete_utf8(std::string& pending) {
 
 // ---- arrays ----
 
+// The bytes [begin, end) of every read-only array a live Tensor shares (tensor_over), under the GIL. Such a
+// Tensor exports a read-only buffer: np.asarray(t) must not write memory its owner made read-only (a bytes
+// object's, a read-only memory map's, where a write would crash the interpreter). Few are alive at a time.
+std::vector<std::pair<const char*, const char*>>& readonly_spans() {
+  static auto* spans = new std::vector<std::pair<const char*, const char*>>;  // never destroyed: owners outlive exit
+  return *spans;
+}
+
+bool in_readonly_span(const void* p) {
+  const auto* c = static_cast<const char*>(p);
+  for (const auto& [begin, end] : readonly_spans())
+    if (begin <= c && c < end) return true;
+  return false;
+}
+
 // A Float32 tensor over a numpy array's memory. The owner holds a reference to the array and drops it
 // with the GIL held, from whichever thread releases the last view.
 tfm::Tensor tensor_over(py::array array) {
   tfm::Shape shape(array.shape(), array.shape() + array.ndim());
-  // tfm never writes an input, so a read-only array (np.broadcast_to, a frozen buffer) is shared too.
+  if (tfm::shape_numel(shape) == 0) return tfm::Tensor::zeros(shape);
+  // tfm never writes an input, so a read-only array (np.broadcast_to, a frozen buffer) is shared too, and
+  // its span recorded until the owner lets the array go.
   float* data = const_cast<float*>(static_cast<const float*>(array.data()));
+  std::pair<const char*, const char*> span{nullptr, nullptr};
+  if (!array.writeable()) {
+    span = {reinterpret_cast<const char*>(data), reinterpret_cast<const char*>(data) + array.nbytes()};
+    readonly_spans().push_back(span);
+  }
   auto* ref = new py::object(std::move(array));
-  std::shared_ptr<void> owner(ref, [](void* p) {
+  std::shared_ptr<void> owner(ref, [span](void* p) {
     py::gil_scoped_acquire gil;
+    if (span.first) {
+      auto& spans = readonly_spans();
+      spans.erase(std::find(spans.begin(), spans.end(), span));
+    }
     delete static_cast<py::object*>(p);
   });
-  if (tfm::shape_numel(shape) == 0) return tfm::Tensor::zeros(shape);
   return tfm::Tensor::from_external(shape, data, std::move(owner));
 }
 
@@ -132,7 +158,8 @@ py::buffer_info tensor_buffer(tfm::Tensor& t) {
                : t.dtype() == tfm::DType::BOOL ? static_cast<void*>(t.data_bool())
                                                : static_cast<void*>(t.data());
   return py::buffer_info(data, item, t.dtype() == tfm::DType::BOOL ? "?" : py::format_descriptor<float>::format(),
-                         static_cast<py::ssize_t>(shape.size()), shape, strides);
+                         static_cast<py::ssize_t>(shape.size()), shape, strides,
+                         /*readonly=*/data != nullptr && in_readonly_span(data));
 }
 
 tfm::NamedTensors named_from_dict(const py::dict& d) {
@@ -149,15 +176,33 @@ py::dict dict_from_named(const tfm::NamedTensors& t) {
 
 // ---- threads ----
 
-// tfm.set_num_threads(n): applied at the start of every computing call, on the calling thread, because OpenMP's
-// thread count is a per-thread setting (a Python worker thread would otherwise start from the default) and
-// because another library in the process may share the OpenMP runtime and change it (Debian's torch links the
-// same libgomp: torch.set_num_threads sets the calling thread's count too). 0: not set, OpenMP's own setting.
+// tfm.set_num_threads(n): applied for every computing call, on the calling thread, because OpenMP's thread
+// count is a per-thread setting (a Python worker thread would otherwise start from the default) and because
+// another library in the process may share the OpenMP runtime (Debian's torch links the same libgomp: its
+// torch.set_num_threads is this same setting). So a call sets it on entry and puts the thread's previous
+// count back on return: tfm keeps its count whatever torch sets, and torch keeps its own whatever tfm runs.
+// 0: not set, OpenMP's own setting (then the two share it).
 std::atomic<int> g_threads{0};
 
-void apply_threads() {
-  if (const int n = g_threads.load()) tfm::set_num_threads(n);
-}
+// The calling thread's OpenMP count for one call (tfm.set_num_threads's, or a train() run's threads=),
+// the count before it restored at the end.
+class ThreadsForCall {
+ public:
+  ThreadsForCall() : before_(tfm::get_num_threads()) { set(g_threads.load()); }
+  ~ThreadsForCall() { set(before_); }
+  // A run's own count (train's threads=), within this call.
+  static void set(int n) {
+    try {
+      tfm::set_num_threads(n);                // 0: left as it is
+    } catch (const std::invalid_argument&) {  // an OMP_NUM_THREADS past kMaxThreads: kept as OpenMP has it
+    }
+  }
+  ThreadsForCall(const ThreadsForCall&) = delete;
+  ThreadsForCall& operator=(const ThreadsForCall&) = delete;
+
+ private:
+  int before_;
+};
 
 // ---- computing calls, and the interpreter's exit ----
 
@@ -167,6 +212,13 @@ void apply_threads() {
 // starts after it, generation stops at its next token and training at its next step (writing its
 // checkpoint, as after Ctrl-C), and it waits, without the GIL, until every call is back in Python.
 std::atomic<bool> g_exiting{false};
+
+// What a call stopped by the exit raises: _core.InterpreterExiting, a RuntimeError, which the package's exit
+// hook keeps threading.excepthook from printing (a daemon thread's traceback, half written while Python ends).
+class InterpreterExiting : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 std::mutex g_calls_mu;
 std::condition_variable g_calls_cv;
 int g_calls = 0;  // computing calls in progress, under g_calls_mu
@@ -175,15 +227,16 @@ int g_calls = 0;  // computing calls in progress, under g_calls_mu
 class Computing {
  public:
   Computing() {
-    if (g_exiting.load()) throw std::runtime_error("tfm: the interpreter is exiting; no call starts now");
+    if (g_exiting.load()) throw InterpreterExiting("tfm: the interpreter is exiting; no call starts now");
     {
       const std::lock_guard<std::mutex> lock(g_calls_mu);
       ++g_calls;
     }
     nogil_.emplace();
-    apply_threads();
+    threads_.emplace();
   }
   ~Computing() {
+    threads_.reset();
     nogil_.reset();  // the GIL back before the count drops: stop_calls() must outwait this too
     const std::lock_guard<std::mutex> lock(g_calls_mu);
     if (--g_calls == 0) g_calls_cv.notify_all();
@@ -193,11 +246,12 @@ class Computing {
 
  private:
   std::optional<py::gil_scoped_release> nogil_;
+  std::optional<ThreadsForCall> threads_;
 };
 
 // Generation's and training's cancellation point while the interpreter exits.
 void stop_if_exiting() {
-  if (g_exiting.load()) throw std::runtime_error("tfm: stopped, the interpreter is exiting");
+  if (g_exiting.load()) throw InterpreterExiting("tfm: stopped, the interpreter is exiting");
 }
 
 // ---- errors ----
@@ -318,6 +372,8 @@ PYBIND11_MODULE(_core, m) {
       set_error(PyExc_RuntimeError, e.what());
     }
   });
+  // Registered after the translator above, so tried before it.
+  py::register_exception<InterpreterExiting>(m, "InterpreterExiting", PyExc_RuntimeError);
 
   // The library's defaults of the trained-model calls, by keyword: the package's signatures take them from here,
   // as tfm translate / eval / generate do from the same structs and constants.
@@ -341,8 +397,11 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<tfm::Tensor>(m, "Tensor", py::buffer_protocol(), "A tfm tensor; np.asarray(t) shares its memory")
       .def_buffer(&tensor_buffer)
-      .def_property_readonly("shape", [](const tfm::Tensor& t) { return py::tuple(py::cast(t.shape())); })
-      .def_property_readonly("dtype", [](const tfm::Tensor& t) { return std::string(tfm::dtype_name(t.dtype())); })
+      .def_property_readonly(
+          "shape", [](const tfm::Tensor& t) { return py::tuple(py::cast(t.shape())); }, "The sizes, as a tuple")
+      .def_property_readonly(
+          "dtype", [](const tfm::Tensor& t) { return std::string(t.dtype() == tfm::DType::BOOL ? "bool" : "float32"); },
+          "The element type as numpy names it (np.asarray(t).dtype): 'float32', or 'bool' for a mask")
       .def("__repr__", [](const tfm::Tensor& t) { return "tfm.Tensor(" + tfm::describe(t) + ")"; });
   m.def("from_numpy", &from_numpy, py::arg("array"));
 
@@ -350,8 +409,7 @@ PYBIND11_MODULE(_core, m) {
     if (n < 1 || n > tfm::kMaxThreads)
       throw std::invalid_argument("set_num_threads: n must be in [1, " + std::to_string(tfm::kMaxThreads) + "], got " +
                                   std::to_string(n));
-    g_threads.store(n);
-    tfm::set_num_threads(n);
+    g_threads.store(n);  // applied by each call (ThreadsForCall), never left on the calling thread
   });
   m.def(
       "stop_calls",
@@ -605,18 +663,8 @@ PYBIND11_MODULE(_core, m) {
               if (g.first == o.name) ordered.push_back(g);
           for (const auto& g : given) tfm::train::train_option(g.first);  // an unknown name throws, naming it
           const tfm::train::TrainSetup setup = tfm::train::resolve_train_options(ordered);
-          // threads=: this run's count, this thread's setting restored after it (later calls keep theirs)
-          const int threads_before = tfm::get_num_threads();
-          struct RestoreThreads {
-            int n;
-            ~RestoreThreads() {
-              try {
-                tfm::set_num_threads(n);
-              } catch (const std::invalid_argument&) {  // an OMP_NUM_THREADS past kMaxThreads: left as the run set it
-              }
-            }
-          } restore{threads_before};
-          if (setup.run.threads > 0) tfm::set_num_threads(setup.run.threads);
+          // threads=: this run's count (the call's end restores the thread's own, as after every call)
+          ThreadsForCall::set(setup.run.threads);
           config = setup.config;
           tfm::train::TrainHooks hooks;
           if (progress) {

@@ -12,14 +12,16 @@
 Arrays: inputs are numpy arrays or CPU torch tensors. A C-contiguous float32 array (or torch tensor) is used in
 place, without a copy; every other layout or float dtype is converted with one copy; masks are bool (True =
 blocked) or float (added); an integer array is refused (ValueError), as PyTorch 2 refuses it (1.13 still took a
-uint8 mask as bool, deprecated). Outputs are numpy arrays over tfm's memory (or torch tensors sharing it, when the
-inputs were torch tensors; both read-only: they are tfm's). An array shared with tfm must not be written from another thread while a call runs.
+uint8 mask as bool, deprecated). Outputs are numpy arrays over memory tfm allocated for that call (or torch
+tensors sharing it, when the inputs were torch tensors): the caller's, no later call reuses it. A read-only input
+array stays read-only through tfm (np.asarray(tfm.tensor(a)) is read-only too). An array shared with tfm must not
+be written from another thread while a call runs.
 
 Threads: tfm computes with OpenMP; set_num_threads(n) sets the thread count of every later tfm call, from any
 Python thread (before it: OMP_NUM_THREADS, else every core). Results are bitwise the same for every count. Debian's
 torch links the same OpenMP runtime and oneDNN as tfm, so until set_num_threads is called, torch.set_num_threads
-changes tfm's count too; a pip wheel of torch bundles its own runtime, and the two pools together should not
-exceed the cores.
+changes tfm's count too; after it, each keeps its own (a tfm call puts the thread's OpenMP setting back as it
+found it). A pip wheel of torch bundles its own runtime, and the two pools together should not exceed the cores.
 
 Errors: a bad argument, option, shape or value raises ValueError with the library's message, a missing or
 unreadable file FileNotFoundError / OSError, anything else RuntimeError. Every computing call releases the GIL.
@@ -45,7 +47,7 @@ from . import _core
 from ._core import Tensor
 
 __all__ = ["Tensor", "tensor", "set_num_threads", "get_num_threads", "from_torch", "load_module", "Module",
-           "load", "Model", "train", "train_options"]
+           "load", "Model", "train", "train_options", "MODULES"]
 
 MODULES = ("MultiheadAttention", "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
            "TransformerDecoder", "Transformer")
@@ -61,6 +63,14 @@ _exiting = False  # set by _at_exit: a stream's worker stops offering pieces no 
 def _at_exit():
     global _exiting
     _exiting = True
+    # The calls stop_calls() ends raise _core.InterpreterExiting in their threads: the exit's doing, not an error
+    # for threading.excepthook to print (from a daemon thread, half a traceback while Python finalizes).
+    hook = _threading.excepthook
+
+    def excepthook(args):
+        if not isinstance(args.exc_value, _core.InterpreterExiting):
+            hook(args)
+    _threading.excepthook = excepthook
     _core.stop_calls()
 
 
@@ -92,6 +102,15 @@ def _float32(name, value):
     if _np.isfinite(v) and ((f == 0.0) != (v == 0.0) or not _np.isfinite(f)):
         raise ValueError(f"{name} must be representable as a float32, got {v!r}")
     return v
+
+
+def _path(name, path):
+    """A file or directory argument as the native module takes it: its bytes (os.fsencode). A NUL in it is a
+    ValueError, as Python's open() says it: the C calls would read the path only up to the NUL."""
+    b = _os.fsencode(path)
+    if b"\0" in b:
+        raise ValueError(f"{name}: embedded null byte")
+    return b
 
 
 _INT32, _INT64, _UINT64 = (-(1 << 31), (1 << 31) - 1), (-(1 << 63), (1 << 63) - 1), (0, (1 << 64) - 1)
@@ -362,7 +381,7 @@ def load_module(config, weights, dtype="f32"):
         except UnicodeDecodeError as e:
             raise ValueError(f"{_os.fspath(config)}: not valid JSON: {e}") from None
     if isinstance(weights, (str, _os.PathLike)) and isinstance(config, (str, _os.PathLike)):
-        return Module(_core.Module.load(_os.fspath(config), _os.fspath(weights), _dtype(dtype)), cfg)
+        return Module(_core.Module.load(_path("config", config), _path("weights", weights), _dtype(dtype)), cfg)
     if isinstance(weights, (str, _os.PathLike)):
         raise ValueError("load_module: give the config as a path too when the weights are a file")
     return Module(_core.Module(_json_text(cfg), _weights(weights), _dtype(dtype), "weights"), cfg)
@@ -411,7 +430,7 @@ class Model:
         """dtype: "f32", "bf16" or "int8" (the Linear matmuls; docs/bf16.md, docs/int8.md); None: int8 for a
         directory written by `tfm quantize`, else f32. mmap: see tfm.load."""
         self.path = _os.fspath(path)
-        self._core = _core.TrainedModel(_os.fsencode(self.path), "" if dtype is None else _dtype(dtype), bool(mmap))
+        self._core = _core.TrainedModel(_path("path", self.path), "" if dtype is None else _dtype(dtype), bool(mmap))
         # The open streams of this model: by stream, the threads that took pieces of it (Thread objects: a thread's
         # id may be reused once it ends).
         self._streams = {}
@@ -564,7 +583,7 @@ class Model:
     def score_file(self, path, batch_size=_D["score_batch_size"]):
         """score() on a text file: exactly `tfm eval --text PATH --json`."""
         self._no_open_stream()
-        return _json.loads(self._core.score_file(_os.fsencode(path), _int("batch_size", batch_size, *_INT64)))
+        return _json.loads(self._core.score_file(_path("path", path), _int("batch_size", batch_size, *_INT64)))
 
     def evaluate(self, tsv_path, beam=_D["beam"], batch_size=_D["decode_batch_size"], max_len=_D["max_len"]):
         """The dict `tfm eval --data TSV --json` prints: accuracies, error rates, BLEU and chrF of the decoded
@@ -572,7 +591,7 @@ class Model:
         as translate's) stopped. Lines it skips (malformed, empty) and outputs the limit stopped are reported as
         UserWarnings, the notes `tfm eval` prints on stderr."""
         self._no_open_stream()
-        metrics, *notes = self._core.evaluate(_os.fsencode(tsv_path), _int("beam", beam, *_INT32),
+        metrics, *notes = self._core.evaluate(_path("tsv_path", tsv_path), _int("beam", beam, *_INT32),
                                               _int("batch_size", batch_size, *_INT64), _int("max_len", max_len, *_INT64))
         for note in notes:
             if note:
@@ -616,8 +635,8 @@ def _option_text(name, kind, value):
         return "true" if value else "false"
     if isinstance(value, bool):
         raise ValueError(f"option --{name} takes a value, not {value!r}")
-    if isinstance(value, _os.PathLike):
-        return _os.fspath(value)
+    if isinstance(value, (str, bytes, _os.PathLike)):  # a path or a word: bytes, a NUL refused
+        return _path(f"option --{name}", value)
     return str(value)
 
 

@@ -4,6 +4,7 @@ used by tfm.from_torch(module, mapping=...). torch is not needed; numpy is.
 """
 
 import argparse
+import errno
 import fnmatch
 import json
 import os
@@ -64,9 +65,16 @@ def load_mapping(name_or_path):
     if not os.path.exists(path):
         path = os.path.join(MAPS_DIR, name_or_path + ("" if name_or_path.endswith(".json") else ".json"))
     if not os.path.exists(path):
-        fail(f"mapping '{name_or_path}': no such file (nor in {MAPS_DIR})")
-    with open(path) as f:
-        m = json.load(f)
+        if os.sep in name_or_path or name_or_path.endswith(".json"):  # a file's path: the file is missing
+            raise FileNotFoundError(errno.ENOENT, f"mapping '{name_or_path}': no such file", name_or_path)
+        fail(f"mapping '{name_or_path}': no such mapping (a file's path, or a name in {MAPS_DIR})")
+    with open(path, "rb") as f:
+        try:
+            m = json.loads(f.read())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:  # said of the file, as load_module says it
+            fail(f"{path}: not valid JSON: {e}")
+    if not isinstance(m, dict):
+        fail(f"{path}: a mapping is a JSON object, got {type(m).__name__}")
     if not isinstance(m.get("targets"), dict) or not m["targets"]:
         fail(f"{path}: a mapping needs a non-empty \"targets\" object")
     m.setdefault("name", os.path.splitext(os.path.basename(path))[0])

@@ -307,13 +307,7 @@ Tokenizer train_text_spm(const std::string& path, const SpmOptions& options) {
   }
   SpmOptions o = options;
   o.lossless = true;
-  std::string model;
-  try {
-    model = train_spm(lines, o, path);
-  } catch (const std::invalid_argument& e) {
-    throw DataError(e.what());
-  }
-  return Tokenizer::from_spm_model(std::move(model), path + " (its SentencePiece model)");
+  return Tokenizer::from_spm_model(train_spm(lines, o, path), path + " (its SentencePiece model)");
 }
 
 TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, const Tokenizer& tokenizer,

@@ -37,7 +37,8 @@ int open_regular_readonly(const std::string& path, size_t* size) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw IoError(path + ": not a regular file");
+    throw IoError(path + ": not a regular file" +
+                  (S_ISDIR(st.st_mode) ? std::string(": ") + std::strerror(EISDIR) : ""));
   }
   *size = static_cast<size_t>(st.st_size);
   return fd;

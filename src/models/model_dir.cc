@@ -16,6 +16,7 @@
 #include "tensor_impl.h"
 #include "tfm/data/batching.h"
 #include "tfm/data/text.h"
+#include "tfm/data/tsv.h"
 #include "tfm/inference.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/quantize.h"
@@ -109,25 +110,25 @@ data::Tokenizer load_tokenizer(const std::string& dir, data::Tokenization t, boo
 
 namespace {
 
-// DIR/config.json parsed and checked (format, version, the "model" and "train" objects).
+// DIR/config.json parsed and checked (format, version, the "model" and "train" objects). A file that is
+// not such a config is a data-file error (data::DataError), as a corrupt model.safetensors beside it is.
 ordered_json parse_config(const std::string& dir) {
   const std::string file = path(dir, CONFIG);
   ordered_json j;
   try {
     j = parse_json_keys_once(io::read_file(file));
   } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(file + ": not valid JSON: " + escape_text(e.what(), kMaxMessage));
+    throw data::DataError(file + ": not valid JSON: " + escape_text(e.what(), kMaxMessage));
   } catch (const std::invalid_argument& e) {  // a repeated key
-    throw std::runtime_error(file + ": " + e.what());
+    throw data::DataError(file + ": " + e.what());
   }
   const auto* format = j.is_object() && j.contains("format") ? &j.at("format") : nullptr;
   if (!format || !format->is_string() || format->get<std::string>() != "tfm-train")
-    throw std::runtime_error(file + ": not a tfm training directory config (\"format\": \"tfm-train\" missing)");
+    throw data::DataError(file + ": not a tfm training directory config (\"format\": \"tfm-train\" missing)");
   const ordered_json version = j.value("version", ordered_json(0));
   if (!version.is_number_integer() || version.get<int64_t>() != FORMAT_VERSION)
-    throw std::runtime_error(file + ": unsupported version " + version.dump());
-  if (!j.contains("model") || !j.contains("train"))
-    throw std::runtime_error(file + ": missing \"model\" or \"train\"");
+    throw data::DataError(file + ": unsupported version " + version.dump());
+  if (!j.contains("model") || !j.contains("train")) throw data::DataError(file + ": missing \"model\" or \"train\"");
   return j;
 }
 

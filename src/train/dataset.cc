@@ -137,11 +137,7 @@ void tsv_tokenizers(const TrainConfig& c, const SavedVocabs& saved, Comm* comm, 
     if (b) lines.insert(lines.end(), b->begin(), b->end());
     const std::string name = c.train_path + " (" + what + ")";
     return trained_once(comm, name, [&] {
-      try {
-        return data::Tokenizer::from_spm_model(data::train_spm(lines, spm_options(c, size), name), name);
-      } catch (const std::invalid_argument& e) {
-        throw data::DataError(e.what());
-      }
+      return data::Tokenizer::from_spm_model(data::train_spm(lines, spm_options(c, size), name), name);
     });
   };
   if (c.joint_vocab) {

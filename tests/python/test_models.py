@@ -328,6 +328,12 @@ def test_train_option_errors(tmp_path):
         tfm.train(out=str(tmp_path / "x"), text=str(tmp_path / "missing.txt"), max_steps=1)
     with pytest.raises(ValueError, match="--ema"):
         tfm.train(out=str(tmp_path / "x"), task="reverse", ema=1.5, max_steps=1)
+    # A vocabulary size the text cannot give is the option's bad value (ValueError), though said of the file.
+    (tmp_path / "t.txt").write_text(TEXT)
+    with pytest.raises(ValueError, match="t.txt.*a vocabulary of 8 pieces is too small"):
+        tfm.train(out=str(tmp_path / "x"), text=str(tmp_path / "t.txt"), tokens="spm", vocab_size=8, max_steps=1)
+    with pytest.raises(IsADirectoryError):  # as Python's open() says it
+        tfm.train(out=str(tmp_path / "x"), text=str(tmp_path), max_steps=1)
     names = {o["name"] for o in tfm.train_options()}
     assert {"out", "threads", "resume", "init_from", "d_model", "max_steps", "ema", "time_budget"} <= names
 
@@ -369,6 +375,18 @@ def test_errors_of_a_trained_model(lm_runs, tmp_path):
         tfm.load(str(d / "t.txt"))
     with pytest.raises(NotADirectoryError):
         tfm.train(out=str(d / "t.txt" / "run"), task="reverse", max_steps=1)
+    # A path with a NUL is refused as open() refuses it, not read up to the NUL (another file).
+    for call in (lambda: tfm.load(str(d / "py") + "\0x"), lambda: m.score_file(str(d / "t.txt") + "\0x"),
+                 lambda: tfm.train(out=str(tmp_path / "nul"), text=str(d / "t.txt") + "\0x", max_steps=1),
+                 lambda: tfm.train(out=str(tmp_path / "nul") + "\0x", text=str(d / "t.txt"), max_steps=1)):
+        with pytest.raises(ValueError, match="embedded null byte"):
+            call()
+    assert not (tmp_path / "nul").exists()
+    # A run directory's file that is not what it should be is a file error, config.json as model.safetensors.
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text("{bad")
+    with pytest.raises(OSError, match="config.json: not valid JSON"):
+        tfm.load(str(tmp_path / "bad"))
     assert m.generate("To", max_new_tokens=3, seed=1)  # the interpreter survives
 
 
@@ -425,9 +443,11 @@ def test_train_threads_apply_to_the_run_only(tmp_path):
 
 def _exits_cleanly(code):
     """Runs code in a fresh interpreter: it must print 'done' and exit 0 (not abort in std::terminate as a
-    thread still inside tfm is ended by the interpreter's finalization)."""
+    thread still inside tfm is ended by the interpreter's finalization), printing no traceback of the calls the
+    exit stopped."""
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0 and p.stdout.strip().endswith("done"), (p.returncode, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr and "Exception in thread" not in p.stderr, p.stderr[-2000:]
 
 
 def test_exit_with_a_stream_left_open(lm_runs):
@@ -435,6 +455,9 @@ def test_exit_with_a_stream_left_open(lm_runs):
     start = f"import tfm\nm = tfm.load({str(d / 'py')!r})\ns = m.stream('To', max_new_tokens=100000, ignore_eos=True)\n"
     _exits_cleanly(start + "for i, p in enumerate(s):\n    if i == 3: break\nprint('done')\n")
     _exits_cleanly(start + "next(s)\nprint('done')\n")
+    _exits_cleanly(f"import threading, time, tfm\nm = tfm.load({str(d / 'py')!r})\n"
+                   "threading.Thread(target=lambda: m.generate('To', max_new_tokens=10 ** 6, ignore_eos=True),"
+                   " daemon=True).start()\ntime.sleep(0.5)\nprint('done')\n")
 
 
 def test_exit_while_a_daemon_thread_trains(tmp_path):

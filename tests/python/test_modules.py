@@ -223,7 +223,7 @@ def test_zero_copy():
     a = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
     t = tfm.tensor(a)
     assert np.shares_memory(np.asarray(t), a)
-    assert t.shape == (2, 3, 4) and t.dtype == "Float32"
+    assert t.shape == (2, 3, 4) and t.dtype == "float32" == str(np.asarray(t).dtype)
     tt = torch.from_numpy(a)
     assert np.shares_memory(np.asarray(tfm.tensor(tt)), a)
     # outputs: the numpy array is tfm's memory, the torch tensor shares it
@@ -235,13 +235,30 @@ def test_zero_copy():
         assert rel_err(y.numpy(), layer(torch.from_numpy(a)).numpy()) < 1e-5
 
 
-def test_read_only_input_and_weights_copied_once():
+def test_read_only_input_and_weights_copied_once(tmp_path):
     torch.manual_seed(10)
     layer = nn.TransformerEncoderLayer(4, 2, 8, batch_first=True).eval()
     fast = tfm.from_torch(layer)
     x = np.random.default_rng(4).standard_normal((2, 3, 4)).astype(np.float32)
     x.setflags(write=False)
     assert np.shares_memory(np.asarray(tfm.tensor(x)), x)
+    # Shared, a read-only array stays read-only: tfm's view of a bytes object or of a read-only memory map
+    # must not be a way to write it (a write to the map's pages would crash the interpreter).
+    assert not np.asarray(tfm.tensor(x)).flags.writeable
+    frozen = bytes(16)
+    view = np.asarray(tfm.tensor(np.frombuffer(frozen, dtype=np.float32)))
+    assert not view.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        view[0] = 1.0
+    assert frozen == bytes(16)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    t = tfm.tensor(mapped)
+    assert np.shares_memory(np.asarray(t), mapped) and not np.asarray(t).flags.writeable
+    assert np.array_equal(fast(mapped), fast(x))
+    # Outputs are the caller's: fresh memory each call, writeable.
+    y1, y2 = fast(x), fast(x)
+    assert y1.flags.writeable and not np.shares_memory(y1, y2)
     before = fast(x).copy()
     with torch.no_grad():
         layer.linear1.weight.mul_(2)  # the tfm module took a copy of the weights
@@ -533,10 +550,13 @@ def test_training_mode_warns():
 def test_mapping_errors_and_paths(tmp_path):
     import pathlib
     layer = nn.TransformerEncoderLayer(8, 2, 16).eval()
-    with pytest.raises(ValueError, match="nb4_revers"):
+    with pytest.raises(ValueError, match="nb4_revers"):  # a name: no such mapping
         tfm.from_torch(layer, mapping="nb4_revers")
-    with pytest.raises(ValueError, match="nope.json"):
+    with pytest.raises(FileNotFoundError, match="nope.json"):  # a file's path: no such file
         tfm.from_torch(layer, mapping=pathlib.Path(tmp_path / "nope.json"))
+    (tmp_path / "notjson.json").write_text("targets: {}")
+    with pytest.raises(ValueError, match="notjson.json: not valid JSON"):
+        tfm.from_torch(layer, mapping=str(tmp_path / "notjson.json"))
 
 
 # ---- the GIL ----------------------------------------------------------------------------------------------------

@@ -60,8 +60,9 @@ std::string decode_text(const Vocab& vocab, const Tokenizer& t, const std::vecto
 // and GPT2_BPE too (their vocabulary is their files': Tokenizer::vocab).
 Vocab build_text_vocab(const std::string& path, Tokenization t);
 // A lossless SentencePiece model (tfm/data/tokenizer.h) trained on the lines of a text file (at most
-// options.max_lines of them, evenly spaced). Throws DataError naming the file (unreadable, empty,
-// a vocabulary size the text cannot give).
+// options.max_lines of them, evenly spaced). Throws DataError naming the file when it is unreadable,
+// empty or not UTF-8; std::invalid_argument naming it for a vocabulary size the text cannot give (an
+// option's value: train_spm's errors).
 Tokenizer train_text_spm(const std::string& path, const SpmOptions& options);
 
 // 64-bit FNV-1a of a file's bytes, as 16 hex digits: what a run remembers of its training text.

@@ -81,7 +81,8 @@ void copy_description(const std::string& from, const std::string& to);
 // For gpt2-bpe DIR's bpe_vocab.json and bpe_merges.txt (their errors name them).
 data::Tokenizer load_tokenizer(const std::string& dir, data::Tokenization t, bool target);
 // One object of DIR/config.json ("model", "train" or "vocab") as JSON text, after checking the
-// format and version; throws std::runtime_error naming the file.
+// format and version; throws std::runtime_error naming the file (data::DataError when the file is
+// not such a config: not JSON, another format or version, a section missing).
 std::string read_config_section(const std::string& dir, const char* section);
 // The three objects of DIR/config.json, read and checked once.
 struct ConfigSections {
