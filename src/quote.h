@@ -7,12 +7,14 @@
 // holds invalid UTF-8 (Python could not decode it);
 // it cuts after at most `max` bytes of s, at a character boundary, with "...". quote_name(s) is that
 // in single quotes, cut at kMaxQuoted bytes; a parser's own message (nlohmann's echoes the bytes it
-// read) goes through escape_text(what, kMaxMessage). Internal: the library's messages only.
+// read) goes through escape_text(what, kMaxMessage). number_text(x): a real number in a message.
+// Internal: the library's messages only.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -57,6 +59,16 @@ inline std::string quote_name(std::string_view s) {
   out += escape_text(s, kMaxQuoted);
   out += '\'';
   return out;
+}
+
+// A real number as a message (or a command line) writes it: %g, so 0.001, 1.5 and 1e+30 read as they were
+// typed (std::to_string's %f writes 0.001000, or 31 digits for 1e30; a float's own digits add noise), and a
+// NaN as nan whatever its sign bit (%g may write -nan).
+inline std::string number_text(double x) {
+  if (x != x) return "nan";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
 }
 
 }  // namespace tfm

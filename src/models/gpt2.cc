@@ -312,7 +312,11 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
   const ModelConfig mc = model_config(g, report.tied, vocab.eos_id());
   mc.validate();
 
-  // Every source tensor mapped or explicitly ignored.
+  // Every source tensor mapped or explicitly ignored, each of the shape its parameter takes, said in the
+  // file's terms: its key, and a Conv1D's in × out.
+  Generator init{0, 0, /*no_draws=*/true};  // every parameter is loaded below
+  Model model(mc, init);
+  const NamedTensors params = model.named_parameters();
   NamedTensors state;
   std::set<std::string> used;
   for (const KeyMap& k : key_map(g, prefix, report.tied)) {
@@ -322,6 +326,14 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
     if (k.transpose && t.dim() != 2)
       throw std::invalid_argument(weights_file + ": tensor '" + k.hf + "' has shape " + shape_str(t.shape()) +
                                   ", expected a matrix (Conv1D: in × out)");
+    if (params.contains(k.tfm)) {
+      Shape want = params.at(k.tfm).shape();
+      if (k.transpose) std::swap(want[0], want[1]);
+      if (t.shape() != want)
+        throw std::invalid_argument(weights_file + ": tensor '" + k.hf + "' has shape " + shape_str(t.shape()) +
+                                    ", expected " + shape_str(want) + (k.transpose ? " (Conv1D: in × out)" : "") +
+                                    " for " + config_file + "'s sizes");
+    }
     state.insert(k.tfm, k.transpose ? transposed(t) : t);
     used.insert(k.hf);
   }
@@ -336,10 +348,7 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
                                 std::to_string(g.n_layer) + " layers" + (g.bias ? "" : ", without biases") + ")");
   }
   report.tensors_mapped = static_cast<int64_t>(used.size());
-  // Shapes are checked by the model itself, naming the key and expected against actual.
-  Generator init{0, 0, /*no_draws=*/true};  // every parameter is loaded next
-  Model model(mc, init);
-  model.load_state_dict(state, weights_file + " (as tfm's keys)");
+  model.load_state_dict(state, weights_file + " (as tfm's keys)");  // dtypes checked there
 
   // config.json's "train" object: what the model reads its data with (tfm/train/config.h fills in the
   // defaults of everything a run would add, which an imported model never had).

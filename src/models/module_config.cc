@@ -106,6 +106,12 @@ ModuleConfig parse_module_config(const std::string& config_json) {
   // The checks, once: the option structs' own (a wrong type and an unknown key are reported first).
   if (c.kind == ModuleKind::MULTIHEAD_ATTENTION) checked([&] { c.attention.variant.validate(c.attention.embed_dim, c.attention.num_heads); });
   else checked([&] { c.layer.validate(); });
+  checked([&] {
+    for (const auto& [key, n] : {std::pair<const char*, int64_t>{"num_layers", c.num_layers},
+                                 {"num_encoder_layers", c.num_encoder_layers},
+                                 {"num_decoder_layers", c.num_decoder_layers}})
+      if (n < 0) throw std::invalid_argument(std::string(key) + " must be ≥ 0, got " + std::to_string(n));
+  });
   if (c.kind != ModuleKind::MULTIHEAD_ATTENTION) {
     const bool one = c.kind == ModuleKind::TRANSFORMER_ENCODER_LAYER || c.kind == ModuleKind::TRANSFORMER_DECODER_LAYER;
     const long double layers =

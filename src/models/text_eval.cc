@@ -30,7 +30,7 @@ TextScore evaluate_text(const Model& model, const data::TextCorpus& corpus, int6
                                 std::string(enum_name(c.arch)));
   if (corpus.size() < 2)
     throw std::invalid_argument(corpus.name() + ": " + std::to_string(corpus.size()) +
-                                " tokens, at least 2 are needed to predict one");
+                                (corpus.size() == 1 ? " token" : " tokens") + ", at least 2 are needed to predict one");
   if (batch_size < 1) throw std::invalid_argument("batch_size must be ≥ 1, got " + std::to_string(batch_size));
   const detail::ScoreSums sums = detail::score(model, detail::window_batches(corpus, c.max_len, batch_size));
   const double nll = sums.loss_sum;  // Σ −log p(target), nats

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "ops/linear_activation.h"
+#include "quote.h"
 #include "tfm/ops/layer_norm.h"
 
 namespace tfm {
@@ -20,8 +21,9 @@ void LayerOptions::validate() const {
                                 std::to_string(nhead));
   attention.validate(d_model, nhead);
   if (!(dropout >= 0.0f && dropout <= 1.0f))
-    throw std::invalid_argument("dropout must be in [0, 1], got " + std::to_string(dropout));
-  if (!(layer_norm_eps > 0.0f)) throw std::invalid_argument("layer_norm_eps must be positive");
+    throw std::invalid_argument("dropout must be in [0, 1], got " + number_text(dropout));
+  if (!(layer_norm_eps > 0.0f))
+    throw std::invalid_argument("layer_norm_eps must be positive, got " + number_text(layer_norm_eps));
   if (norm_type == NormType::RMS_NORM && norm_bias.value_or(false))
     throw std::invalid_argument("norm_bias: rms_norm has no bias (expected norm_bias false or unset)");
   if (!(drop_path >= 0.0f && drop_path < 1.0f))
@@ -145,7 +147,7 @@ TransformerStack<Layer>::TransformerStack(const TransformerLayerOptions& o, int6
                                           Generator& gen)
     : num_layers_(num_layers), shared_(o.share_layers) {
   o.validate();
-  if (num_layers < 0) throw std::invalid_argument("num_layers must be non-negative");
+  if (num_layers < 0) throw std::invalid_argument("num_layers must be ≥ 0, got " + std::to_string(num_layers));
   const int64_t distinct = shared_ ? std::min<int64_t>(num_layers, 1) : num_layers;
   for (int64_t i = 0; i < distinct; ++i) {
     layers.push_back(std::make_unique<Layer>(o, gen));

@@ -9,6 +9,13 @@
 #include "json_fields.h"
 
 namespace tfm::train {
+namespace {
+
+// ", got <v>" of a range check's message, a real as it was typed (number_text).
+std::string got(int64_t v) { return ", got " + std::to_string(v); }
+std::string got(double v) { return ", got " + number_text(v); }
+
+}  // namespace
 
 std::string TrainConfig::to_json(bool with_model) const {
   JsonWriter w;
@@ -47,9 +54,9 @@ void TrainConfig::validate() const {
     if (tgt_tokens == data::Tokenization::SPACE)
       bad("tgt_tokens", "must be char or byte for text data (not space), or spm or gpt2-bpe for subwords");
     if (src_tokens != tgt_tokens) bad("src_tokens", "must equal tgt_tokens for text data (one vocabulary)");
-    if (block_size < 1) bad("block_size", "must be ≥ 1");
+    if (block_size < 1) bad("block_size", "must be ≥ 1" + got(block_size));
     if (valid_text_path.empty() && !(valid_fraction > 0 && valid_fraction < 1))
-      bad("valid_fraction", "must be in (0, 1) when there is no validation text");
+      bad("valid_fraction", "must be in (0, 1) when there is no validation text" + got(valid_fraction));
     if (batch.batch_tokens != 0) bad("batch_tokens", "does not apply to text data (a batch is batch_size windows)");
   } else {
     if (!valid_text_path.empty()) bad("valid_text_path", "needs text_path");
@@ -60,29 +67,35 @@ void TrainConfig::validate() const {
   validate_subwords();
   if (!task && (src_tokens == data::Tokenization::BYTE) != (tgt_tokens == data::Tokenization::BYTE))
     bad("src_tokens/tgt_tokens", "byte on one side needs byte on the other (the two vocabularies share the <pad> id)");
-  if (max_tokens < 1) bad("max_tokens", "must be ≥ 1");
-  if (task_train_size < 1 || task_valid_size < 1) bad("task_train_size/task_valid_size", "must be ≥ 1");
-  if (epochs < 0 || max_steps < 0 || !(time_budget >= 0)) bad("epochs/max_steps/time_budget", "must be ≥ 0");
-  if (!(lr > 0) || !std::isfinite(lr)) bad("lr", "must be a positive number");
-  if (warmup < 0) bad("warmup", "must be ≥ 0");
-  if (!(weight_decay >= 0)) bad("weight_decay", "must be ≥ 0");
+  if (max_tokens < 1) bad("max_tokens", "must be ≥ 1" + got(max_tokens));
+  if (task_train_size < 1) bad("task_train_size", "must be ≥ 1" + got(task_train_size));
+  if (task_valid_size < 1) bad("task_valid_size", "must be ≥ 1" + got(task_valid_size));
+  if (epochs < 0) bad("epochs", "must be ≥ 0" + got(epochs));
+  if (max_steps < 0) bad("max_steps", "must be ≥ 0" + got(max_steps));
+  if (!(time_budget >= 0)) bad("time_budget", "must be ≥ 0 seconds" + got(time_budget));
+  if (!(lr > 0) || !std::isfinite(lr)) bad("lr", "must be a positive number" + got(lr));
+  if (warmup < 0) bad("warmup", "must be ≥ 0" + got(warmup));
+  if (!(weight_decay >= 0)) bad("weight_decay", "must be ≥ 0" + got(weight_decay));
   if (decay_params) enum_name(*decay_params);
-  if (!(beta1 >= 0 && beta1 < 1)) bad("beta1", "must be in [0, 1), got " + std::to_string(beta1));
-  if (!(beta2 >= 0 && beta2 < 1)) bad("beta2", "must be in [0, 1), got " + std::to_string(beta2));
-  if (!(min_lr >= 0 && min_lr <= lr)) bad("min_lr", "must be in [0, lr], got " + std::to_string(min_lr));
-  if (!(label_smoothing >= 0 && label_smoothing < 1)) bad("label_smoothing", "must be in [0, 1)");
-  if (!(clip_norm >= 0)) bad("clip_norm", "must be ≥ 0");
-  if (batch.batch_tokens < 0 || (batch.batch_tokens == 0 && batch.batch_size < 1))
-    bad("batch_size/batch_tokens", "need batch_size ≥ 1 or batch_tokens ≥ 1");
-  if (eval_every < 0) bad("eval_every", "must be ≥ 0");
-  if (patience < 0) bad("patience", "must be ≥ 0 (0: no early stopping)");
-  if (ema && !(*ema > 0 && *ema < 1))
-    bad("ema", "(--ema) must be a decay in (0, 1), e.g. 0.999, got " + std::to_string(*ema));
+  if (!(beta1 >= 0 && beta1 < 1)) bad("beta1", "must be in [0, 1)" + got(beta1));
+  if (!(beta2 >= 0 && beta2 < 1)) bad("beta2", "must be in [0, 1)" + got(beta2));
+  if (!(min_lr >= 0 && min_lr <= lr))
+    bad("min_lr", "must be in [0, lr]" + got(min_lr) + " (lr" + got(lr).substr(5) + ")");
+  if (!(label_smoothing >= 0 && label_smoothing < 1))
+    bad("label_smoothing", "must be in [0, 1)" + got(label_smoothing));
+  if (!(clip_norm >= 0)) bad("clip_norm", "must be ≥ 0 (0: no clipping)" + got(clip_norm));
+  if (batch.batch_tokens < 0)
+    bad("batch_tokens", "must be ≥ 0 (0: batches of batch_size examples)" + got(batch.batch_tokens));
+  if (batch.batch_tokens == 0 && batch.batch_size < 1)
+    bad("batch_size", "must be ≥ 1 (or batch_tokens ≥ 1)" + got(batch.batch_size));
+  if (eval_every < 0) bad("eval_every", "must be ≥ 0" + got(eval_every));
+  if (patience < 0) bad("patience", "must be ≥ 0 (0: no early stopping)" + got(patience));
+  if (ema && !(*ema > 0 && *ema < 1)) bad("ema", "(--ema) must be a decay in (0, 1), e.g. 0.999" + got(*ema));
   if (dtype == Precision::INT8)
     bad("dtype", "(--dtype) int8 is for inference (eval, translate, generate, forward, bench --mode infer); "
                  "train in f32 or bf16");
   if (out_dir.empty()) bad("out_dir", "is required");
-  if (grad_shards < 0) bad("grad_shards", "must be ≥ 0 (0: one part per process)");
+  if (grad_shards < 0) bad("grad_shards", "must be ≥ 0 (0: one part per process)" + got(grad_shards));
   model.validate(/*check_sizes=*/false);
 }
 
@@ -91,8 +104,10 @@ void TrainConfig::validate_subwords() const {
     throw std::invalid_argument("train config: " + field + " " + why);
   };
   using data::Tokenization;
-  if (spm_max_lines < 1) bad("spm_max_lines", "must be ≥ 1");
-  if (src_vocab_size < 0 || tgt_vocab_size < 0 || vocab_size < 0) bad("src_vocab_size/tgt_vocab_size/vocab_size", "must be ≥ 0");
+  if (spm_max_lines < 1) bad("spm_max_lines", "must be ≥ 1" + got(spm_max_lines));
+  if (src_vocab_size < 0) bad("src_vocab_size", "must be ≥ 0" + got(src_vocab_size));
+  if (tgt_vocab_size < 0) bad("tgt_vocab_size", "must be ≥ 0" + got(tgt_vocab_size));
+  if (vocab_size < 0) bad("vocab_size", "must be ≥ 0" + got(vocab_size));
   const bool src_spm = src_tokens == Tokenization::SPM, tgt_spm = tgt_tokens == Tokenization::SPM;
   const bool one = text() || joint_vocab;  // one vocabulary: vocab_size / spm_model
   // A run from a model directory uses its tokenizers (its config then says spm with no sizes).
@@ -265,11 +280,7 @@ std::string field_text(const TrainConfig& c, const std::string& key) {
   TrainConfig::fields(c, w);  // after the model's: a key of both is the TrainConfig's
   if (!w.j.contains(key)) throw std::invalid_argument("train config: unknown key " + quote_name(key));
   const ordered_json& v = w.j.at(key);
-  if (v.is_number_float()) {  // the float as written on a command line: 0.001, not 0.0010000000474974513
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v.get<double>());
-    return buf;
-  }
+  if (v.is_number_float()) return number_text(v.get<double>());  // as written on a command line: 0.001
   return v.is_string() ? v.get<std::string>() : v.is_null() ? std::string() : v.dump();
 }
 

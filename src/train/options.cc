@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -182,11 +183,7 @@ std::vector<TrainOption> build_table() {
   };
   const TrainConfig defaults;
   const RunSettings run;
-  auto number = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return std::string(buf);
-  };
+  const auto number = [](double v) { return number_text(v); };
   std::vector<TrainOption> table;
   for (const Row& r : rows) {
     TrainOption o;
@@ -240,9 +237,11 @@ T run_number(const std::string& name, const std::string& text) {
   }
   if (used == 0 || used != text.size())
     throw std::invalid_argument("--" + name + " must be a number, got " + quote_name(text));
-  if constexpr (std::is_integral_v<T>) {
-    if (v != static_cast<double>(static_cast<T>(v)) || v < 0)
-      throw std::invalid_argument("--" + name + " must be a non-negative integer, got " + quote_name(text));
+  if constexpr (std::is_integral_v<T>) {  // its range is the caller's to check, and to say
+    if (!(v >= static_cast<double>(std::numeric_limits<T>::min()) &&
+          v <= static_cast<double>(std::numeric_limits<T>::max())) ||
+        v != static_cast<double>(static_cast<T>(v)))
+      throw std::invalid_argument("--" + name + " must be an integer, got " + quote_name(text));
   }
   return static_cast<T>(v);
 }

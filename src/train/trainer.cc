@@ -153,21 +153,14 @@ void check_fits(const ModelConfig& m, const Dataset& ds, const TrainConfig& c) {
                                 " (a lower --max-tokens skips longer lines)");
 }
 
-// A number as %g writes it (std::to_string writes %f: "0.001000", or 31 digits for 1e30).
-std::string number(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
-
 std::string diverged_message(const TrainConfig& c, const State& st, const StepOutcome& s) {
   const std::string where = st.checkpoint_step >= 0 ? "The last good checkpoint (step " +
                                                            std::to_string(st.checkpoint_step) + ") is kept in " +
                                                            c.out_dir + "."
                                                      : "No checkpoint was written yet.";
   return "training diverged at step " + std::to_string(st.step + 1) + " (epoch " + std::to_string(st.epoch + 1) +
-         "): " + (s.loss_finite ? "the gradient" : "the loss") + " is not finite (loss " + number(s.loss) +
-         "). " + where + " Usual fixes: a lower --lr (now " + number(c.lr) + "), a longer --warmup (now " +
+         "): " + (s.loss_finite ? "the gradient" : "the loss") + " is not finite (loss " + number_text(s.loss) + "). " +
+         where + " Usual fixes: a lower --lr (now " + number_text(c.lr) + "), a longer --warmup (now " +
          std::to_string(c.warmup) + "), --clip-norm 1.0, or --skip-nonfinite to skip such batches.";
 }
 
@@ -249,6 +242,9 @@ class Run {
   int64_t eval_every_ = 0;
   double lr_now_ = 0;
   Clock::time_point since_eval_ = Clock::now();
+  // st_.tokens a resumed run's checkpoint carried in: trained before since_eval_ started, so left out of the
+  // next evaluation's tokens/s (0 after it).
+  int64_t tokens_before_clock_ = 0;
   int64_t tokens_session_ = 0;
   bool best_pending_ = false;  // keep_best: the last evaluation's model is the best; the checkpoint writes it
 };
@@ -346,6 +342,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
     note(ProgressEvent::Kind::NOTE, buf);
   }
   since_eval_ = Clock::now();
+  tokens_before_clock_ = st_.tokens;
 }
 
 // The budget schedule: with a time budget and a decaying schedule (cosine, or auto) the run's length
@@ -574,7 +571,7 @@ void Run::evaluate_and_record() {
   r.valid_loss = tf.loss;
   r.valid_token_accuracy = tf.token_accuracy;
   r.valid_sequence_accuracy = tf.sequence_accuracy;
-  r.tokens_per_sec = dt > 0 ? static_cast<double>(st_.tokens) / dt : 0.0;
+  r.tokens_per_sec = dt > 0 ? static_cast<double>(st_.tokens - tokens_before_clock_) / dt : 0.0;
   r.elapsed_seconds = elapsed();
   st_.history.push_back(r);
   // keep_best: this evaluation's model is the best so far (the history is every rank's, so every rank
@@ -589,6 +586,7 @@ void Run::evaluate_and_record() {
   st_.loss_sum = 0;
   st_.loss_count = 0;
   st_.tokens = 0;
+  tokens_before_clock_ = 0;
   since_eval_ = Clock::now();
   if (hooks_.progress && lead_) {
     ProgressEvent e = event(ProgressEvent::Kind::EVAL);
@@ -728,8 +726,9 @@ TrainResult Run::train() {
         if (++consecutive_skips >= kMaxConsecutiveSkips)
           throw TrainingDiverged("training diverged: " + std::to_string(consecutive_skips) +
                                  " consecutive batches had a non-finite loss or gradient (at step " +
-                                 std::to_string(st_.step + 1) + "); the model is not recovering. Try a lower --lr (now " +
-                                 std::to_string(c_.lr) + "), a longer --warmup or --clip-norm 1.0.");
+                                 std::to_string(st_.step + 1) +
+                                 "); the model is not recovering. Try a lower --lr (now " + number_text(c_.lr) +
+                                 "), a longer --warmup or --clip-norm 1.0.");
         note(ProgressEvent::Kind::NOTE, "skipped a batch with a non-finite loss or gradient before step " +
                                             std::to_string(st_.step + 1) + " (" + std::to_string(st_.skipped) +
                                             " so far)");

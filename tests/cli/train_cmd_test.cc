@@ -603,8 +603,9 @@ TEST(TrainCli, TextOptionErrors) {
   fails("--text " + d + "/t.txt --tokens space", "train config: tgt_tokens must be char or byte for text data (not space)");
   fails("--text " + d + "/t.txt --arch encoder", "train config: arch must be decoder for text data");
   fails("--task reverse --arch decoder", "train config: text_path is required by arch decoder");
-  fails("--text " + d + "/t.txt --valid-fraction 1", "train config: valid_fraction must be in (0, 1) when there is no validation text");
-  fails("--text " + d + "/t.txt --block-size 0", "train config: block_size must be ≥ 1");
+  fails("--text " + d + "/t.txt --valid-fraction 1",
+        "train config: valid_fraction must be in (0, 1) when there is no validation text, got 1");
+  fails("--text " + d + "/t.txt --block-size 0", "train config: block_size must be ≥ 1, got 0");
   fails("--text " + d + "/t.txt --batch-tokens 64", "train config: batch_tokens does not apply to text data");
   fails("--text " + d + "/t.txt --block-size 100000", "tokens, too few for one window of block_size + 1 = 100001 tokens");
   fails("--text " + d + "/bad.txt --valid-text " + d + "/t.txt", d + "/bad.txt: invalid UTF-8 at byte 3");

@@ -240,10 +240,11 @@ TEST(Gpt2, BadInputIsRefusedByNameAndWritesNothing) {
   expect_refused(
       [](const std::string& hf) {
         NamedTensors s;
-        for (const auto& [k, v] : tiny_tensors(Tiny{}, 1)) s.insert(k, k == "h.0.mlp.c_fc.weight" ? Tensor::zeros({8, 16}) : v);
+        for (const auto& [k, v] : tiny_tensors(Tiny{}, 1))
+          s.insert(k, k == "h.0.mlp.c_fc.weight" ? Tensor::zeros({8, 16}) : v);
         io::save_safetensors(hf + "/model.safetensors", s);
       },
-      "model.safetensors", "decoder.layers.0.linear1.weight");
+      "model.safetensors", "tensor 'h.0.mlp.c_fc.weight' has shape (8, 16), expected (8, 32) (Conv1D: in × out)");
 }
 
 // A padded vocabulary (nanoGPT's 50304 for 50257 tokens): the extra rows are tokens never generated.

@@ -76,6 +76,12 @@ TEST(ModuleConfig, ErrorsNameTheKey) {
             "config: 'd_model' must be an integer, got \"8\"");
   EXPECT_EQ(error_of(R"({"module": "TransformerEncoder", "d_model": 8, "nhead": 2})"),
             "config: missing required key 'num_layers'");
+  EXPECT_EQ(error_of(R"({"module": "TransformerEncoder", "d_model": 8, "nhead": 2, "num_layers": -1})"),
+            "config: num_layers must be ≥ 0, got -1");
+  EXPECT_EQ(error_of(R"({"module": "Transformer", "d_model": 8, "nhead": 2, "num_decoder_layers": -3})"),
+            "config: num_decoder_layers must be ≥ 0, got -3");
+  EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "layer_norm_eps": -1})"),
+            "config: layer_norm_eps must be positive, got -1");
   EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2, "vdim": 4})"),
             "config: 'vdim' different from embed_dim is not supported");
   // Integers that do not fit the key's type are refused, not narrowed (18446744073709551615 read as -1).

@@ -185,9 +185,21 @@ TEST(TrainConfig, DecoderArchDefaultsAndOptimizerFields) {
       EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
     }
   };
-  expect_invalid([](TrainConfig& t) { t.beta1 = 1.0f; }, "beta1");
-  expect_invalid([](TrainConfig& t) { t.beta2 = -0.1f; }, "beta2");
-  expect_invalid([](TrainConfig& t) { t.min_lr = 1.0f; }, "min_lr");  // above lr
+  expect_invalid([](TrainConfig& t) { t.beta1 = 1.0f; }, "train config: beta1 must be in [0, 1), got 1");
+  expect_invalid([](TrainConfig& t) { t.beta2 = -0.1f; }, "beta2 must be in [0, 1), got -0.1");
+  expect_invalid([](TrainConfig& t) { t.min_lr = 1.0f; }, "min_lr must be in [0, lr], got 1 (lr 0.001)");  // above lr
+  // Each range check names its one key and the value given (as typed: %g, no float rounding noise).
+  expect_invalid([](TrainConfig& t) { t.max_steps = -5; }, "train config: max_steps must be ≥ 0, got -5");
+  expect_invalid([](TrainConfig& t) { t.epochs = -1; }, "train config: epochs must be ≥ 0, got -1");
+  expect_invalid([](TrainConfig& t) { t.time_budget = -2; }, "time_budget must be ≥ 0 seconds, got -2");
+  expect_invalid([](TrainConfig& t) { t.lr = -1; }, "lr must be a positive number, got -1");
+  expect_invalid([](TrainConfig& t) { t.label_smoothing = 1.5f; }, "label_smoothing must be in [0, 1), got 1.5");
+  expect_invalid([](TrainConfig& t) { t.clip_norm = -1; }, "clip_norm must be ≥ 0 (0: no clipping), got -1");
+  expect_invalid([](TrainConfig& t) { t.batch.batch_size = 0; }, "batch_size must be ≥ 1 (or batch_tokens ≥ 1), got 0");
+  expect_invalid([](TrainConfig& t) { t.warmup = -1; }, "warmup must be ≥ 0, got -1");
+  expect_invalid([](TrainConfig& t) { t.eval_every = -1; }, "eval_every must be ≥ 0, got -1");
+  expect_invalid([](TrainConfig& t) { t.max_tokens = 0; }, "max_tokens must be ≥ 1, got 0");
+  expect_invalid([](TrainConfig& t) { t.ema = 1.5f; }, "ema (--ema) must be a decay in (0, 1), e.g. 0.999, got 1.5");
   expect_invalid([](TrainConfig& t) { t.model.arch = Arch::ENCODER; t.model.tie_embeddings = true; }, "tie_embeddings");
   EXPECT_THROW(set_field(d, "decay_params", "biases"), std::invalid_argument);
   EXPECT_THROW(TrainConfig::from_json(R"({"decay_params": "some"})"), std::invalid_argument);
