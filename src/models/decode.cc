@@ -6,7 +6,8 @@
 //
 // Beam search (per source, all sources of a chunk advance in lock-step):
 //   * K rows per source; at t = 0 only the first is live (the others score −inf), so K = 1 is greedy.
-//   * Each step: candidates (k, v) score s_k + log p(v | hyp_k), pad and bos excluded; the best 2K
+//   * Each step: candidates (k, v) score s_k + log p(v | hyp_k), pad and bos excluded (bos only when it is not also
+//   eos); the best 2K
 //     by score (ties: lower k, then lower v). Walking them in order, an eos candidate ranked < K
 //     becomes a finished hypothesis; other candidates fill the K new rows.
 //   * A source stops when (a) it has K finished hypotheses and the K-th best of them scores at least
@@ -198,8 +199,12 @@ double normalized(double logprob, int64_t length, float penalty) {
   return logprob / std::pow(static_cast<double>(std::max<int64_t>(length, 1)), static_cast<double>(penalty));
 }
 
+// The start token, never generated: −1 (none) when it is the end token too (a BART-style </s> that starts
+// and ends a sequence), which then ends a hypothesis as any end token does.
+int32_t never_generated_bos(const ModelConfig& c) { return c.bos_id != c.eos_id ? c.bos_id : -1; }
+
 // log_softmax of logits row (V) into out, in double (kernels::log_softmax_row_scalar, the scorer's
-// too); pad and bos get −inf (never generated).
+// too); pad and bos get −inf (never generated; bos −1: none).
 void log_softmax_row(const float* z, int64_t V, int32_t pad, int32_t bos, std::vector<double>& out) {
   out.resize(static_cast<size_t>(V));
   const double lse = kernels::log_softmax_row_scalar(z, V, pad, bos).lse;
@@ -260,7 +265,7 @@ std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::
       cand.clear();
       for (int64_t k = 0; k < K; ++k) {
         if (beams[static_cast<size_t>(k)].logprob == kNegInf) continue;
-        log_softmax_row(logits.data() + (static_cast<int64_t>(a) * K + k) * V, V, c.pad_id, c.bos_id, lp);
+        log_softmax_row(logits.data() + (static_cast<int64_t>(a) * K + k) * V, V, c.pad_id, never_generated_bos(c), lp);
         for (int64_t v = 0; v < V; ++v)
           if (lp[static_cast<size_t>(v)] != kNegInf)
             cand.emplace_back(beams[static_cast<size_t>(k)].logprob + lp[static_cast<size_t>(v)], k * V + v);
@@ -374,9 +379,11 @@ std::vector<Hypothesis> sample_chunk(const Model& model, const std::vector<std::
       const size_t b = static_cast<size_t>(active[a]);
       const float* z = logits.data() + static_cast<int64_t>(a) * V;
       std::copy(z, z + V, row.begin());
-      row[static_cast<size_t>(c.pad_id)] = row[static_cast<size_t>(c.bos_id)] = -INFINITY;
+      const int32_t bos = never_generated_bos(c);
+      row[static_cast<size_t>(c.pad_id)] = -INFINITY;
+      if (bos >= 0) row[static_cast<size_t>(bos)] = -INFINITY;
       const int32_t v = sample_token(row.data(), V, opt.sampling, gen[b]);
-      log_softmax_row(z, V, c.pad_id, c.bos_id, lp);
+      log_softmax_row(z, V, c.pad_id, bos, lp);
       logprob[b] += lp[static_cast<size_t>(v)];
       Hypothesis& h = out[b];
       const bool eos = v == c.eos_id;

@@ -98,14 +98,17 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& opt,
   }
   std::vector<int32_t> ids(n);
   for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(keys[i] & 0xFFFFFFFFu);
-  // p_i = exp((z_i − z_max) / T) / Σ, over the n candidates; z_max = logits[ids[0]].
+  // p_i = exp((z_i − z_max) / T) / Σ, over the n candidates; z_max = logits[ids[0]]. A +inf logit takes the
+  // whole mass, shared with any other +inf (the limit of the softmax; its exp would be inf − inf = NaN).
   // The exps (one per candidate: 50,257 libm calls for GPT-2's vocabulary, the larger part of a draw) are
   // shared by the threads, each value the same whoever computes it; the sum runs in order on this thread.
   std::vector<double> p(n);
   const double inv_t = 1.0 / static_cast<double>(opt.temperature), zmax = logits[ids[0]];
   const int64_t count = static_cast<int64_t>(n);
 #pragma omp parallel for schedule(static) if (count >= 16384)
-  for (int64_t i = 0; i < count; ++i) p[i] = std::exp((static_cast<double>(logits[ids[i]]) - zmax) * inv_t);
+  for (int64_t i = 0; i < count; ++i)
+    p[i] = std::isinf(zmax) ? (logits[ids[i]] == zmax ? 1.0 : 0.0)
+                            : std::exp((static_cast<double>(logits[ids[i]]) - zmax) * inv_t);
   double total = 0;
   for (size_t i = 0; i < n; ++i) total += p[i];
   if (opt.top_p < 1.0f) {  // shortest prefix (already sorted by probability) with mass ≥ top_p

@@ -8,10 +8,10 @@
 //   d   = min(decay, (1 + t)/(10 + t))                  in double (decay: the float config value)
 //   avg = avg·(float)d + w·(float)(1 − d)               in float32, each product rounded, then the sum
 // The warm-up (1 + t)/(10 + t) (0.18 at t = 1, 0.5 at t = 8, 0.9 at t = 89, 0.999 at t ≈ 8990) keeps
-// the first, random weights from dominating the average of a short run (timm's ModelEmaV2 and
-// TensorFlow's ExponentialMovingAverage with num_updates use the same ramp). The float32 update is
-// PyTorch's `avg.mul_(a).add_(w * b)` element by element: tests/gen/gen_ema.py writes that twin's
-// states, and tests/train/ema_test.cc checks them bit for bit.
+// the first, random weights from dominating the average of a short run (TensorFlow's
+// ExponentialMovingAverage with num_updates uses the same ramp; timm's ModelEmaV2 keeps a constant decay). The float32
+// update is PyTorch's `avg.mul_(a).add_(w * b)` element by element: tests/gen/gen_ema.py writes that twin's states, and
+// tests/train/ema_test.cc checks them bit for bit.
 //
 // Under mpirun each rank updates only the elements it owns in the split optimizer step (the ranges of
 // detail::OptimizerShards::step); ShardedStep::gather_elements completes the average on every rank

@@ -184,6 +184,13 @@ class Run {
   void load_epoch(int64_t e);
   const std::vector<data::Example>& train_set() const { return c_.task ? epoch_examples_ : ds_.train; }
   int64_t epoch_batches() const { return c_.text() ? text_batches_ : static_cast<int64_t>(plan_.size()); }
+  // Epoch 0's batch count, whatever epoch is loaded: the per-epoch count a run's length is planned with,
+  // so that a resumed run plans the fresh run's length (with batch_tokens an epoch's count depends on its
+  // shuffle, so the epoch a run resumes in may count other batches).
+  int64_t first_epoch_batches() const {
+    if (c_.text() || plan_epoch_ == 0 || c_.batch.batch_tokens == 0) return epoch_batches();
+    return static_cast<int64_t>(data::plan_epoch(c_.task ? task_epoch(c_, 0) : ds_.train, c_.batch, c_.seed, 0).size());
+  }
   // The batch at (epoch, batch) — with several processes only the rows this rank's parts cover,
   // padded to the whole batch's lengths; text windows may draw from gen_.
   ShardedStep::BatchRows next_batch(data::TokenBatch& rows);
@@ -352,7 +359,8 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
 // length options replacing the run's length together) replace the count, the decay still starting at
 // the saved step.
 void Run::plan_length() {
-  const int64_t per_epoch = epoch_batches();  // exact for text, TSV and batch_size; an estimate otherwise
+  // Exact for text, TSV and batch_size; with batch_tokens epoch 0's count stands for every epoch's.
+  const int64_t per_epoch = first_epoch_batches();
   total_steps_ = c_.epochs > 0 ? c_.epochs * per_epoch : 0;
   if (c_.max_steps > 0) total_steps_ = total_steps_ > 0 ? std::min(total_steps_, c_.max_steps) : c_.max_steps;
   // Evaluate every eval_every steps; by default at each epoch end in epoch mode, else 10 times a run

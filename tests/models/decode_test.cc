@@ -196,6 +196,56 @@ TEST(Decode, GreedyEqualsBeamOneAndHandGreedy) {
   EXPECT_EQ(decode(m, src, d), beam1);
 }
 
+// A start token that is the end token too (BART's </s>): generating it ends the hypothesis, in greedy,
+// beam and sampled decoding (only a start token of its own is never generated).
+TEST(Decode, AStartTokenThatIsTheEndTokenEndsAHypothesis) {
+  ModelConfig cfg = config(false);
+  cfg.bos_id = cfg.eos_id;
+  Generator g{31, 0};
+  Model m(cfg, g);
+  m.eval();
+  const auto src = sources(24, 9);
+  DecodeOptions o;
+  o.max_len = 10;
+  const auto greedy = decode_hypotheses(m, src, o);
+  int ended = 0;
+  for (size_t i = 0; i < src.size(); ++i) {
+    std::vector<int32_t> out;  // the hand greedy loop: only pad is never chosen
+    bool eos = false;
+    while (static_cast<int64_t>(out.size()) < o.max_len) {
+      data::TokenBatch b;
+      b.B = 1;
+      b.S = static_cast<int64_t>(src[i].size());
+      b.src = src[i];
+      b.T = static_cast<int64_t>(out.size()) + 1;
+      b.tgt_in = {cfg.bos_id};
+      b.tgt_in.insert(b.tgt_in.end(), out.begin(), out.end());
+      NoGradGuard ng;
+      const Tensor z = m.forward(b);
+      const float* last = z.data() + (b.T - 1) * cfg.tgt_vocab_size;
+      int32_t best = -1;
+      for (int32_t v = 0; v < cfg.tgt_vocab_size; ++v)
+        if (v != cfg.pad_id && (best < 0 || last[v] > last[best])) best = v;
+      if ((eos = best == cfg.eos_id)) break;
+      out.push_back(best);
+    }
+    EXPECT_EQ(greedy[i].tokens, out) << "source " << i;
+    EXPECT_EQ(greedy[i].truncated, !eos) << "source " << i;
+    ended += eos;
+  }
+  EXPECT_GT(ended, 0);       // the premise: some sources end at the start-and-end token
+  DecodeOptions argmax = o;  // a sampled argmax draw is greedy
+  argmax.sample = true;
+  argmax.sampling = SamplingOptions{0.0f, 0, 1.0f};
+  const auto drawn = decode_hypotheses(m, src, argmax);
+  DecodeOptions wide = o;
+  wide.beam = 3;
+  int beam_ended = 0;
+  for (const Hypothesis& h : decode_hypotheses(m, src, wide)) beam_ended += !h.truncated;
+  EXPECT_GT(beam_ended, 0);
+  for (size_t i = 0; i < src.size(); ++i) EXPECT_EQ(drawn[i].tokens, greedy[i].tokens) << "source " << i;
+}
+
 // Beam search is not guaranteed to beat greedy: greedy's prefix can fall out of the beam (on these
 // random models, 1 source in 240 at K = 4, both running to the length limit). So: over 240 sources,
 // beam 4 is at least as good as greedy on all but ≤ 2% and strictly better on many; the scores it

@@ -110,6 +110,16 @@ TEST(Sampling, MaskedLogitsAreNeverDrawn) {
   expect_frequencies(counts(z, opt, 4000), {0, 0.5, 0, 0.5}, 4000);
 }
 
+// A +inf logit takes the whole mass (the softmax's limit), shared with any other +inf: never the NaN
+// that exp(inf − inf) would make of every probability.
+TEST(Sampling, InfiniteLogitsShareTheWholeMass) {
+  SamplingOptions opt;
+  opt.temperature = 0.7f;
+  opt.top_p = 0.9f;
+  expect_frequencies(counts({0.0f, INFINITY, 5.0f, INFINITY}, opt, 4000), {0, 0.5, 0, 0.5}, 4000);
+  expect_frequencies(counts({3.0f, 1.0f, INFINITY}, opt, 1000), {0, 0, 1}, 1000);
+}
+
 TEST(Sampling, SameSeedSameTokensOneCounterPerDraw) {
   SamplingOptions opt;
   opt.top_p = 0.95f;

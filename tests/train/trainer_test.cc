@@ -2,9 +2,6 @@
 // exact resume, thread-count independence, divergence handling, and a trained model directory.
 #include "tfm/train/trainer.h"
 
-#include "tfm/models/model_dir.h"
-#include "tfm/train/evaluate.h"
-
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <signal.h>
@@ -16,8 +13,8 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -27,7 +24,10 @@
 #include "tfm/data/text.h"
 #include "tfm/data/tsv.h"
 #include "tfm/io/safetensors.h"
+#include "tfm/models/model_dir.h"
+#include "tfm/train/evaluate.h"
 #include "tfm/train/options.h"
+#include "train/dataset.h"
 
 namespace tfm::train {
 namespace {
@@ -99,6 +99,36 @@ TEST(Trainer, InterruptedAndResumedEqualsUninterrupted) {
   const auto clock = nlohmann::json::parse(file(b, "trainer_clock.json"));
   EXPECT_EQ(clock.at("history").size(), ra.history.size());
   EXPECT_EQ(clock.at("history")[0].at("elapsed_seconds").get<double>(), rb1.history[0].elapsed_seconds);
+}
+
+// With --batch-tokens an epoch's batch count depends on its shuffle: a run of --epochs plans its length (the
+// cosine schedule's) from epoch 0's count, and a run resumed in a later epoch plans the same length.
+TEST(Trainer, TokenBatchedEpochsResumedInALaterEpochEqualUninterrupted) {
+  const auto config = [](const std::string& out) {
+    TrainConfig c = tiny(out);
+    c.max_steps = 0;
+    c.epochs = 3;
+    c.eval_every = 0;  // at each epoch's end
+    c.batch.batch_tokens = 100;
+    c.schedule = Schedule::COSINE;
+    return c;
+  };
+  const std::string a = testing::temp_dir("train_tok_a"), b = testing::temp_dir("train_tok_b");
+  const TrainConfig ca = config(a);
+  std::vector<int64_t> counts;  // the test's premise: the epochs count different numbers of batches
+  for (int64_t e = 0; e < 3; ++e)
+    counts.push_back(static_cast<int64_t>(data::plan_epoch(task_epoch(ca, e), ca.batch, ca.seed, e).size()));
+  ASSERT_TRUE(counts[0] != counts[1] || counts[0] != counts[2]) << counts[0];
+  const TrainResult ra = run_training(ca);
+  TrainHooks stop;
+  const int64_t at = counts[0] + counts[1] + 2;  // in epoch 2
+  stop.should_stop = [at](int64_t step) { return step == at; };
+  EXPECT_TRUE(run_training(config(b), stop).interrupted);
+  const TrainResult rb = run_training(load_train_config(b), {}, /*resume=*/true);
+  EXPECT_EQ(rb.steps, ra.steps);
+  EXPECT_TRUE(file(a, "model.safetensors") == file(b, "model.safetensors")) << "weights differ after resume";
+  ASSERT_EQ(rb.history.size(), ra.history.size());
+  for (size_t i = 0; i < ra.history.size(); ++i) EXPECT_EQ(rb.history[i].lr, ra.history[i].lr) << "row " << i;
 }
 
 // A length given on resume (tfm train --resume DIR --max-steps N) is saved with the run: interrupted again,
