@@ -159,35 +159,43 @@ TEST(Decode, CacheAndNoCacheGiveSameTokens) {
 
 // Greedy by hand with the training forward on the growing prefix: argmax over tokens other than
 // pad/bos, stop at eos or the length limit. decode(beam = 1) must produce exactly that.
+// Greedy decoding by hand with the full model: the argmax over every token but pad (and bos, unless it
+// is eos: a start token never generated), up to max_len tokens; *eos says whether it ended at eos.
+std::vector<int32_t> hand_greedy(const Model& m, const std::vector<int32_t>& src, int64_t max_len, bool* eos) {
+  const ModelConfig& c = m.config();
+  std::vector<int32_t> out;
+  *eos = false;
+  while (static_cast<int64_t>(out.size()) < max_len) {
+    data::TokenBatch b;
+    b.B = 1;
+    b.S = static_cast<int64_t>(src.size());
+    b.src = src;
+    b.T = static_cast<int64_t>(out.size()) + 1;
+    b.tgt_in = {c.bos_id};
+    b.tgt_in.insert(b.tgt_in.end(), out.begin(), out.end());
+    NoGradGuard ng;
+    const Tensor z = m.forward(b);
+    const float* last = z.data() + (b.T - 1) * c.tgt_vocab_size;
+    int32_t best = -1;
+    for (int32_t v = 0; v < c.tgt_vocab_size; ++v)
+      if (v != c.pad_id && (v != c.bos_id || c.bos_id == c.eos_id) && (best < 0 || last[v] > last[best])) best = v;
+    if ((*eos = best == c.eos_id)) break;
+    out.push_back(best);
+  }
+  return out;
+}
+
 TEST(Decode, GreedyEqualsBeamOneAndHandGreedy) {
   Generator g{30, 0};
   Model m(config(false), g);
   m.eval();
-  const ModelConfig& c = m.config();
   const auto src = sources(6, 8);
   DecodeOptions o;
   o.max_len = 10;
   const auto beam1 = decode(m, src, o);
   for (size_t i = 0; i < src.size(); ++i) {
-    std::vector<int32_t> out;
-    while (static_cast<int64_t>(out.size()) < o.max_len) {
-      data::TokenBatch b;
-      b.B = 1;
-      b.S = static_cast<int64_t>(src[i].size());
-      b.src = src[i];
-      b.T = static_cast<int64_t>(out.size()) + 1;
-      b.tgt_in = {c.bos_id};
-      b.tgt_in.insert(b.tgt_in.end(), out.begin(), out.end());
-      NoGradGuard ng;
-      const Tensor z = m.forward(b);
-      const float* last = z.data() + (b.T - 1) * c.tgt_vocab_size;
-      int32_t best = -1;
-      for (int32_t v = 0; v < c.tgt_vocab_size; ++v)
-        if (v != c.pad_id && v != c.bos_id && (best < 0 || last[v] > last[best])) best = v;
-      if (best == c.eos_id) break;
-      out.push_back(best);
-    }
-    EXPECT_EQ(beam1[i], out) << "source " << i;
+    bool eos = false;
+    EXPECT_EQ(beam1[i], hand_greedy(m, src[i], o.max_len, &eos)) << "source " << i;
   }
   // The default options are greedy too.
   DecodeOptions d;
@@ -210,26 +218,8 @@ TEST(Decode, AStartTokenThatIsTheEndTokenEndsAHypothesis) {
   const auto greedy = decode_hypotheses(m, src, o);
   int ended = 0;
   for (size_t i = 0; i < src.size(); ++i) {
-    std::vector<int32_t> out;  // the hand greedy loop: only pad is never chosen
-    bool eos = false;
-    while (static_cast<int64_t>(out.size()) < o.max_len) {
-      data::TokenBatch b;
-      b.B = 1;
-      b.S = static_cast<int64_t>(src[i].size());
-      b.src = src[i];
-      b.T = static_cast<int64_t>(out.size()) + 1;
-      b.tgt_in = {cfg.bos_id};
-      b.tgt_in.insert(b.tgt_in.end(), out.begin(), out.end());
-      NoGradGuard ng;
-      const Tensor z = m.forward(b);
-      const float* last = z.data() + (b.T - 1) * cfg.tgt_vocab_size;
-      int32_t best = -1;
-      for (int32_t v = 0; v < cfg.tgt_vocab_size; ++v)
-        if (v != cfg.pad_id && (best < 0 || last[v] > last[best])) best = v;
-      if ((eos = best == cfg.eos_id)) break;
-      out.push_back(best);
-    }
-    EXPECT_EQ(greedy[i].tokens, out) << "source " << i;
+    bool eos = false;  // by hand: only pad is never chosen
+    EXPECT_EQ(greedy[i].tokens, hand_greedy(m, src[i], o.max_len, &eos)) << "source " << i;
     EXPECT_EQ(greedy[i].truncated, !eos) << "source " << i;
     ended += eos;
   }
