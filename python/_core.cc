@@ -439,7 +439,8 @@ PYBIND11_MODULE(_core, m) {
              const tfm::NamedTensors w = named_from_dict(weights);
              const tfm::Precision p = precision_of(dtype);
              const Computing call;
-             auto mod = std::make_unique<tfm::LoadedModule>(tfm::parse_module_config(config_json), p);
+             auto mod = std::make_unique<tfm::LoadedModule>(
+                 tfm::LoadedModule::for_weights(tfm::parse_module_config(config_json), p));
              mod->load_weights(w, source);
              return mod;
            }),

@@ -343,6 +343,7 @@ bool is_floating(const std::string& dtype) {
 
 // ---- LoadedModule ---------------------------------------------------------------------------------
 struct LoadedModule::Impl {
+  Generator own;  // for_weights: the module's generator (a stable address: Impl lives on the heap)
   ModuleConfig config;
   Precision precision;
   std::unique_ptr<ModuleCall> call;
@@ -358,6 +359,20 @@ LoadedModule::LoadedModule(const ModuleConfig& config, Precision precision, Gene
   impl_->differentiable_inputs = differentiable_inputs_of(config.kind);
   impl_->call->module().eval();
 }
+LoadedModule::LoadedModule(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+LoadedModule LoadedModule::for_weights(const ModuleConfig& config, Precision precision, uint64_t dropout_seed) {
+  auto impl = std::make_unique<Impl>();
+  impl->own = Generator{dropout_seed, 0, /*no_draws=*/true};  // the initialisers leave the values unset
+  impl->config = config;
+  impl->precision = precision;
+  impl->call = make_call(config, impl->own);
+  impl->own.no_draws = false;  // dropout draws, from (dropout_seed, 0)
+  impl->differentiable_inputs = differentiable_inputs_of(config.kind);
+  impl->call->module().eval();
+  return LoadedModule(std::move(impl));
+}
+
 LoadedModule::~LoadedModule() = default;
 LoadedModule::LoadedModule(LoadedModule&&) noexcept = default;
 LoadedModule& LoadedModule::operator=(LoadedModule&&) noexcept = default;
@@ -429,7 +444,7 @@ LoadedModule load_module(const std::string& config_path, const std::string& weig
   const ModuleConfig config = read_module_config(config_path);
   LoadedModule m = [&] {  // a module the config asks for but that cannot be built is the config's error
     try {
-      return LoadedModule(config, precision);
+      return LoadedModule::for_weights(config, precision);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(config_path + ": " + e.what());
     } catch (const std::bad_alloc&) {
@@ -476,7 +491,7 @@ NamedTensors run_forward(LoadedModule& module, const NamedTensors& inputs, const
 
 NamedTensors run_forward(const std::string& config_json, const NamedTensors& weights, const NamedTensors& inputs,
                          const std::string& weights_source, Precision precision) {
-  LoadedModule m(parse_module_config(config_json), precision);
+  LoadedModule m = LoadedModule::for_weights(parse_module_config(config_json), precision);
   m.load_weights(weights, weights_source);
   return run_forward(m, inputs);
 }

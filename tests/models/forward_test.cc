@@ -182,6 +182,23 @@ TEST(LoadModule, FilesGiveTheSameModuleAsMemory) {
   for (const auto& [k, t] : want) EXPECT_TRUE(tfm::testing::bitwise_equal(got.at(k), t, k));
 }
 
+// Loading draws nothing from the process-wide generator (a user's manual_seed stream stays as it was, and
+// two threads may load at once): the module is built for its weights, with its own generator.
+TEST(LoadModule, DrawsNothingFromTheDefaultGenerator) {
+  const Case c = load_case("transformer_pre_bf_masks");
+  manual_seed(7);
+  const Generator before = default_generator();
+  LoadedModule a = load_module(c.dir + "/config.json", c.dir + "/weights.safetensors");
+  const NamedTensors out = run_forward(c.config, c.weights, c.inputs);
+  EXPECT_EQ(default_generator().seed, before.seed);
+  EXPECT_EQ(default_generator().offset, before.offset);
+  EXPECT_TRUE(tfm::testing::bitwise_equal(a.forward(c.inputs).at("output"), out.at("output"), "output"));
+  // The module built for its weights is the module built and initialised, once the weights are in.
+  LoadedModule b(parse_module_config(c.config));
+  b.load_weights(c.weights);
+  EXPECT_TRUE(tfm::testing::bitwise_equal(b.forward(c.inputs).at("output"), out.at("output"), "output"));
+}
+
 TEST(LoadModule, ConfigErrorsStartWithThePath) {
   const std::string dir = tfm::testing::temp_dir("load_module");
   tfm::testing::spit(dir + "/c.json", R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 3})");

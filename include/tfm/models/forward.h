@@ -116,6 +116,12 @@ class LoadedModule {
   // the module's constructor refuses the options (a config from parse_module_config is valid).
   explicit LoadedModule(const ModuleConfig& config, Precision precision = Precision::FLOAT32,
                         Generator& gen = default_generator());
+  // A module whose weights are loaded right after (load_weights; load_module and run_forward build
+  // theirs so): no initialiser runs (torch's skip_init), and the handle owns its generator (its
+  // dropout's, from (dropout_seed, 0)), so building it draws nothing from default_generator() and
+  // two threads may build modules at once. Its parameters hold no values until load_weights.
+  static LoadedModule for_weights(const ModuleConfig& config, Precision precision = Precision::FLOAT32,
+                                  uint64_t dropout_seed = 0);
   ~LoadedModule();
   LoadedModule(LoadedModule&&) noexcept;
   LoadedModule& operator=(LoadedModule&&) noexcept;
@@ -160,10 +166,12 @@ class LoadedModule {
 
  private:
   struct Impl;
+  explicit LoadedModule(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
-// Reads the config (read_module_config), builds the module, and loads the weights file strictly:
+// Reads the config (read_module_config), builds the module (LoadedModule::for_weights), and loads the
+// weights file strictly:
 // every tensor must be stored as a floating-point dtype (F32, F16, BF16, F64). Errors start with
 // the file they are about. The file is read zero-copy and released before returning.
 LoadedModule load_module(const std::string& config_path, const std::string& weights_path,
