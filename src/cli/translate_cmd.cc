@@ -12,6 +12,7 @@
 #include <string>
 
 #include "commands.h"
+#include "tfm/data/vocab.h"
 #include "tfm/inference.h"
 #include "tfm/models/model_dir.h"
 
@@ -22,8 +23,9 @@ namespace {
 // whether the next line can be had without waiting (std::cin cannot say what the stdio buffer under it holds).
 class StdinLines {
  public:
-  // The next line, without its '\n' and a '\r' before it; false at the end of input. A last line
-  // without a newline is a line; the empty text after a final newline is not.
+  // The next line, without its '\n' and a '\r' before it (and the first without a byte order mark,
+  // data::kUtf8Bom); false at the end of input. A last line without a newline is a line; the empty text
+  // after a final newline is not.
   bool next(std::string& line) {
     for (;;) {
       const size_t nl = buf_.find('\n', scanned_);
@@ -54,6 +56,8 @@ class StdinLines {
   void take(std::string& line, size_t end) {
     line.assign(buf_, pos_, end - pos_);
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (first_ && line.rfind(data::kUtf8Bom, 0) == 0) line.erase(0, data::kUtf8Bom.size());
+    first_ = false;
   }
   void read_more() {
     buf_.erase(0, pos_);  // the lines already returned
@@ -77,6 +81,7 @@ class StdinLines {
   size_t pos_ = 0;      // start of the first line not returned
   size_t scanned_ = 0;  // ≥ pos_; buf_[pos_, scanned_) holds no newline
   bool eof_ = false;
+  bool first_ = true;  // the next line taken is the stream's first
 };
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "io/file_util.h"
 #include "quote.h"
+#include "tfm/data/vocab.h"
 #include "utf8.h"
 
 namespace tfm::data {
@@ -303,7 +304,9 @@ ByteLevelBpe ByteLevelBpe::from_strings(std::string_view vocab_json, const std::
     impl->byte_ids[static_cast<size_t>(b)] = it->second;
   }
 
-  // ---- merges: "a b" a line, rank = order; an optional "#version" first line ----
+  // ---- merges: "a b" a line, rank = order; an optional "#version" first line; a byte order mark before it
+  // is not text ----
+  if (merges_text.substr(0, kUtf8Bom.size()) == kUtf8Bom) merges_text.remove_prefix(kUtf8Bom.size());
   std::unordered_map<uint64_t, int64_t> merge_line;  // (a, b) → its line, for repeats
   int64_t line_no = 0;
   int32_t rank = 0;

@@ -108,17 +108,38 @@ uint64_t vocab_hash(const Vocab& v) {
   return h;
 }
 
+// A language model's SentencePiece model must give its text back as it was: probed on three tiny texts,
+// since a model given with --spm-model may have been trained with spm_train's defaults (a space added
+// before every line, runs of spaces collapsed, NFKC), which tfm's own models (SpmOptions::lossless) turn off.
+// Throws DataError naming `name`, the model and the spm_train flag that fixes it.
+void check_lossless_spm(const Tokenizer& t, const std::string& name) {
+  const auto refuse = [&](const std::string& what, const std::string& flag) {
+    throw DataError(name + ": the SentencePiece model " + t.spm_name() + " " + what +
+                    ", so a language model's text would not come back as it was; train it with " + flag +
+                    " (tfm's own: --add_dummy_prefix=false --remove_extra_whitespaces=false "
+                    "--normalization_rule_name=identity --byte_fallback=true)");
+  };
+  const Tokens a = t.tokenize("a");
+  if (!a.empty() && a.front().rfind(kSpmSpace, 0) == 0)
+    refuse("adds a space before every line", "--add_dummy_prefix=false");
+  if (t.detokenize(t.tokenize("a  b ")) != "a  b ")
+    refuse("collapses runs of spaces", "--remove_extra_whitespaces=false");
+  if (t.detokenize(t.tokenize("\xEF\xAC\x81 \xEF\xBC\xA1")) != "\xEF\xAC\x81 \xEF\xBC\xA1")  // "ﬁ Ａ"
+    refuse("normalizes characters (NFKC: \xEF\xAC\x81 becomes fi)", "--normalization_rule_name=identity");
+}
+
 // SPM: calls emit(id) for every piece of p[0, n), encoded line by line, and the id of the piece
 // "<0x0A>" for every newline (SentencePiece never sees a newline inside a sentence). A "▁" (U+2581)
 // of the text is its three byte pieces: SentencePiece writes a space as "▁" inside its pieces, so it
-// would decode as a space. Unknown pieces map to <unk>. Throws DataError naming `name` when the model has no "<0x0A>" piece, or on invalid
-// UTF-8 (with its byte offset in the whole text).
+// would decode as a space. Unknown pieces map to <unk>. Throws DataError naming `name` when the model has no "<0x0A>"
+// piece or is not lossless (check_lossless_spm), or on invalid UTF-8 (with its byte offset in the whole text).
 template <class Emit>
 void encode_spm(const char* p, size_t n, const Vocab& v, const Tokenizer& t, const std::string& name, Emit&& emit) {
   const std::string newline = byte_token('\n');
   if (!v.contains(newline))
     throw DataError(name + ": the SentencePiece model " + t.spm_name() + " has no piece " + newline +
                     " (byte_fallback), so it cannot encode a newline; a language model needs one");
+  check_lossless_spm(t, name);
   check_utf8(reinterpret_cast<const uint8_t*>(p), n, name, Tokenization::SPM);
   const int32_t nl = v.id(newline);
   const std::string_view meta = kSpmSpace;

@@ -28,7 +28,7 @@ int64_t count_side(const Tokenizer& t, const std::string& text, Tokens& tokens) 
 // (CRLF files) is not part of its line: parse_tsv and read_tsv_sides see the same lines.
 template <class F>
 int64_t for_each_line(const std::string& text, F&& f) {
-  size_t start = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
+  size_t start = text.rfind(kUtf8Bom, 0) == 0 ? kUtf8Bom.size() : 0;
   int64_t line_no = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);

@@ -189,6 +189,16 @@ TEST_F(TranslateSample, TemperatureZeroIsGreedy) {
   EXPECT_EQ(translate("--sample --top-k 1"), greedy);
 }
 
+// A byte order mark opening standard input is not text (as in a TSV file): the first line translates as
+// it does without it, with no note of an unknown token; one anywhere else is a character.
+TEST_F(TranslateSample, AByteOrderMarkOpeningTheInputIsNotText) {
+  std::ofstream(*dir_ + "/bom.txt", std::ios::binary) << "\xEF\xBB\xBF" << tfm::testing::slurp(*dir_ + "/in.txt");
+  std::string out, err;
+  ASSERT_EQ(run_split(kCli + " translate --model " + *dir_ + "/run < " + *dir_ + "/bom.txt", &out, &err), 0) << err;
+  EXPECT_EQ(out, translate(""));
+  EXPECT_EQ(err.find("unknown"), std::string::npos) << err;
+}
+
 TEST_F(TranslateSample, SeedFixesTheSampleWhateverBatchAndThreads) {
   const std::string a = translate("--sample --seed 5 --temperature 1.5 --threads 2");
   EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 70);

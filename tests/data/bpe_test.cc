@@ -339,6 +339,12 @@ TEST(ByteLevelBpe, MergesErrors) {
   const ByteLevelBpe bpe = ByteLevelBpe::from_strings(v, "v.json", "l o\r\n\r\nlo w", "m.txt");
   EXPECT_EQ(bpe.num_merges(), 2);
   EXPECT_EQ(bpe.encode("low"), (Ids{257}));
+  // A byte order mark opening the file (before its header, or its first merge) is not text.
+  for (const char* merges : {"\xEF\xBB\xBF#version: 0.2\nl o\nlo w\n", "\xEF\xBB\xBFl o\nlo w\n"}) {
+    const ByteLevelBpe b = ByteLevelBpe::from_strings(v, "v.json", merges, "m.txt");
+    EXPECT_EQ(b.num_merges(), 2) << merges;
+    EXPECT_EQ(b.encode("low"), (Ids{257})) << merges;
+  }
 }
 
 // Unicode's line breaks beyond ASCII (U+0085, U+2028, U+2029), which Python's splitlines and some

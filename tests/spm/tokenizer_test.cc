@@ -2,15 +2,16 @@
 // the vocab.h functions unchanged; SentencePiece models train deterministically, carry tfm's
 // specials, round-trip text, and their errors name the file.
 #include "tfm/data/tokenizer.h"
-#include "tfm/data/text.h"
 
 #include <gtest/gtest.h>
+#include <sentencepiece_trainer.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "test_util.h"
+#include "tfm/data/text.h"
 
 namespace tfm::data {
 namespace {
@@ -182,6 +183,47 @@ TEST(Tokenizer, TextEncodingKeepsNewlinesAndDecodesPieceByPiece) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("prompt"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("plain.model"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(d);
+}
+
+// A language model's SentencePiece model given from outside (--spm-model) must give its text back as it was:
+// one trained with spm_train's defaults (a space before every line, runs of spaces collapsed, NFKC) is
+// refused by name, with the flag that fixes it, before it encodes anything.
+TEST(Tokenizer, ALanguageModelRefusesAModelThatIsNotLossless) {
+  const std::string d = tfm::testing::temp_dir("spm_lossy");
+  {
+    std::ofstream f(d + "/t.txt", std::ios::binary);
+    for (const std::string& line : gpl_lines()) f << line << "\n";
+  }
+  const auto model = [&](const std::string& name, const std::string& flags) {
+    const auto st = sentencepiece::SentencePieceTrainer::Train(
+        "--input=" + d + "/t.txt --model_prefix=" + d + "/" + name +
+        " --vocab_size=400 --byte_fallback=true --pad_id=0 --bos_id=1 --eos_id=2 --unk_id=3 --pad_piece=<pad>"
+        " --bos_piece=<bos> --eos_piece=<eos> --unk_piece=<unk> --minloglevel=100 " +
+        flags);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return Tokenizer::load_spm(d + "/" + name + ".model");
+  };
+  const std::string lossless =
+      "--add_dummy_prefix=false --remove_extra_whitespaces=false --normalization_rule_name=identity";
+  const Tokenizer good = model("good", lossless);
+  EXPECT_EQ(decode_text(good.vocab(), good, encode_text(good.vocab(), good, " a  b\n\xEF\xAC\x81 ", "t")),
+            " a  b\n\xEF\xAC\x81 ");
+  const std::pair<std::string, std::string> lossy[] = {
+      {"--remove_extra_whitespaces=false --normalization_rule_name=identity", "--add_dummy_prefix=false"},
+      {"--add_dummy_prefix=false --normalization_rule_name=identity", "--remove_extra_whitespaces=false"},
+      {"--add_dummy_prefix=false --remove_extra_whitespaces=false", "--normalization_rule_name=identity"}};
+  for (const auto& [flags, fix] : lossy) {
+    const Tokenizer t = model("lossy", flags);
+    try {
+      encode_text(t.vocab(), t, "hello", "text.txt");
+      ADD_FAILURE() << flags << " accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind("text.txt: the SentencePiece model " + d + "/lossy.model ", 0), 0u) << what;
+      EXPECT_NE(what.find("train it with " + fix), std::string::npos) << what;
+    }
   }
   std::filesystem::remove_all(d);
 }

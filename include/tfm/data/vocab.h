@@ -23,12 +23,17 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "tfm/enum_names.h"
 
 namespace tfm::data {
+
+// A UTF-8 byte order mark (editors on Windows write one). Where a text file or stream starts, it marks the
+// encoding and is not text: dropped there (TSV files, GPT-2 merges files, tfm translate's standard input).
+inline constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 
 // A sequence of tokens (strings), as read from text or decoded.
 using Tokens = std::vector<std::string>;
