@@ -5,13 +5,15 @@
 // Each module kind has a ModuleCall (the module and the call of its forward) that maps the named inputs
 // onto its forward's arguments after checking names, dtypes and shapes (every error names the tensor and
 // starts with the inputs' source). To add a kind: a ModuleCall below and its case in make_call and differentiable_inputs_of.
+#include "tfm/models/forward.h"
+
+#include <cmath>
 #include <new>
 #include <stdexcept>
 
 #include "quote.h"
 #include "tfm/autocast.h"
 #include "tfm/autograd.h"
-#include "tfm/models/forward.h"
 #include "tfm/inference.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/modules/transformer.h"
@@ -349,6 +351,8 @@ struct LoadedModule::Impl {
   std::unique_ptr<ModuleCall> call;
   std::vector<std::string> differentiable_inputs;
   PackedWeightCache packed;  // forward()'s packed Linear weights, kept across calls
+  std::string weights_source = "weights";  // load_weights' source, for messages
+  bool finite_checked = false;             // int8: the weights were found finite since they last changed
 };
 
 LoadedModule::LoadedModule(const ModuleConfig& config, Precision precision, Generator& gen)
@@ -384,12 +388,17 @@ void LoadedModule::set_precision(Precision precision) {
   impl_->packed.clear();
 }
 Module& LoadedModule::module() { return impl_->call->module(); }
-void LoadedModule::clear_packed_weights() { impl_->packed.clear(); }
+void LoadedModule::clear_packed_weights() {
+  impl_->packed.clear();
+  impl_->finite_checked = false;  // the parameters may have changed
+}
 size_t LoadedModule::packed_weights() const { return impl_->packed.size(); }
 const std::vector<std::string>& LoadedModule::differentiable_inputs() const { return impl_->differentiable_inputs; }
 
 void LoadedModule::load_weights(const NamedTensors& weights, const std::string& source) {
   impl_->packed.clear();  // the packed copies would be of the old values
+  impl_->finite_checked = false;
+  impl_->weights_source = source;
   module().load_state_dict(weights, source);
 }
 
@@ -398,6 +407,19 @@ Tensor LoadedModule::call(const NamedTensors& inputs, const std::string& source)
 }
 
 NamedTensors LoadedModule::forward(const NamedTensors& inputs, const std::string& source) {
+  // int8 has no NaN or infinity: a weight holding one would quantize to a finite value and give plausible
+  // numbers where float32 (and PyTorch) give NaN, so it is refused, once per set of weights.
+  if (impl_->precision == Precision::INT8 && !impl_->finite_checked) {
+    for (const auto& [key, t] : module().named_parameters()) {
+      const float* p = t.data();
+      for (int64_t i = 0, n = t.numel(); i < n; ++i)
+        if (!std::isfinite(p[i]))
+          throw std::invalid_argument(impl_->weights_source + ": tensor '" + key + "' holds " +
+                                      (std::isnan(p[i]) ? "NaN" : "an infinity") + " (element " + std::to_string(i) +
+                                      "), which int8 cannot represent; run it in f32 or bf16");
+    }
+    impl_->finite_checked = true;
+  }
   InferenceMode scope(impl_->precision, impl_->packed);  // no tape; each Linear weight packed once
   NamedTensors out;
   out.insert("output", call(inputs, source));

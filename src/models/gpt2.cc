@@ -380,6 +380,10 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
 
 void export_gpt2(const std::string& dir, const std::string& hf_dir, bool force) {
   TrainedModel m = load_model_dir(dir, WeightsLoad::MAP_READ_ONLY);  // read only
+  if (m.quantized)  // its weights would go out dequantized: lossy, and 4× the bytes, without a word
+    throw std::invalid_argument(dir +
+                                " is an int8-quantized model directory (tfm quantize), for inference only; "
+                                "export the float32 directory it was made from");
   const ModelConfig& c = m.model->config();
   const auto refuse = [&](const std::string& why) {
     throw std::invalid_argument(model_dir::path(dir, model_dir::CONFIG) + ": not a GPT-2 model: " + why);

@@ -106,7 +106,7 @@ NamedTensors dequantize(const io::SafeTensorsFile& file, const NamedTensors* int
     // computed after the load's finite check.
     for (int64_t r = 0; r < rows; ++r)
       if (!(std::isfinite(sp[r]) && sp[r] >= 0.0f && std::isfinite(128.0f * sp[r])))
-        fail(path, "tensor " + quote_name(skey) + ": element " + std::to_string(r) + " is " + std::to_string(sp[r]) +
+        fail(path, "tensor " + quote_name(skey) + ": element " + std::to_string(r) + " is " + number_text(sp[r]) +
                        ", expected a finite scale ≥ 0 (at most FLT_MAX / 128)");
     if (take) {
       struct Held {  // what the lazy tensor's rows point into: q's values (or its mapping), the scales

@@ -7,14 +7,16 @@
 // comparison is bitwise. "Not rebuilt" is observed directly: the parameters keep their storage
 // across calls, and the packed-weight cache is filled by the first forward and only reused after.
 // Error cases of the contract on files are in tests/cli/forward_cmd_test.cc.
+#include "tfm/models/forward.h"
+
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <stdexcept>
 
 #include "test_util.h"
-#include "tfm/models/forward.h"
 #include "tfm/io/safetensors.h"
 
 namespace tfm {
@@ -197,6 +199,32 @@ TEST(LoadModule, DrawsNothingFromTheDefaultGenerator) {
   LoadedModule b(parse_module_config(c.config));
   b.load_weights(c.weights);
   EXPECT_TRUE(tfm::testing::bitwise_equal(b.forward(c.inputs).at("output"), out.at("output"), "output"));
+}
+
+// int8 has no NaN or infinity: a weight holding one is refused by name (it would quantize to a finite value
+// and give plausible numbers where float32, as PyTorch, gives NaN), once per set of weights.
+TEST(LoadedModule, Int8RefusesANonFiniteWeightByName) {
+  const Case c = load_case("enc_layer_masks_bool");
+  NamedTensors w;
+  for (const auto& [k, t] : c.weights) w.insert(k, k == "self_attn.out_proj.weight" ? t.clone() : t);
+  w.at("self_attn.out_proj.weight").data()[5] = std::nanf("");
+  LoadedModule m = LoadedModule::for_weights(parse_module_config(c.config), Precision::INT8);
+  m.load_weights(w, "w.safetensors");
+  try {
+    m.forward(c.inputs);
+    ADD_FAILURE() << "a NaN weight ran in int8";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "w.safetensors: tensor 'self_attn.out_proj.weight' holds NaN (element 5), which int8 cannot "
+              "represent; run it in f32 or bf16");
+  }
+  m.set_precision(Precision::FLOAT32);  // float32 computes with it, as PyTorch does: NaN out
+  const Tensor y = m.forward(c.inputs).at("output");
+  EXPECT_TRUE(std::isnan(y.data()[0]));
+  w.at("self_attn.out_proj.weight").data()[5] = 0.0f;  // finite again: int8 runs
+  m.load_weights(w, "w.safetensors");
+  m.set_precision(Precision::INT8);
+  EXPECT_FALSE(std::isnan(m.forward(c.inputs).at("output").data()[0]));
 }
 
 TEST(LoadModule, ConfigErrorsStartWithThePath) {

@@ -5,6 +5,8 @@
 // The twin's folders have GPT-2's size of vocabulary (50257) with a synthetic tokenizer of GPT-2's
 // format (tools/torch_models.py write_synthetic_gpt2_tokenizer); the torch-free tests build a tiny
 // GPT-2 folder here (vocabulary: the 256 byte symbols and <|endoftext|>).
+#include "tfm/models/gpt2.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,8 +19,8 @@
 #include "tfm/data/text.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/generate.h"
-#include "tfm/models/gpt2.h"
 #include "tfm/models/model_dir.h"
+#include "tfm/models/quantize.h"
 #include "tfm/train/options.h"
 #include "tfm/train/trainer.h"
 
@@ -164,6 +166,15 @@ TEST(Gpt2, TinyImportMapsEveryTensorAndExportsBitForBit) {
     EXPECT_NE(error_of([&] { export_gpt2(out, back); }).find("exists"), std::string::npos);
     EXPECT_NO_THROW(export_gpt2(out, back, /*force=*/true));
     EXPECT_NE(error_of([&] { import_gpt2(hf, out); }).find("exists"), std::string::npos);
+    // A quantized directory (inference only) is not exported: its weights would go out dequantized.
+    if (!prefixed) {
+      quantize_model_dir(out, out + "8");
+      EXPECT_EQ(error_of([&] { export_gpt2(out + "8", back + "8"); }),
+                out +
+                    "8 is an int8-quantized model directory (tfm quantize), for inference only; export the float32 "
+                    "directory it was made from");
+      EXPECT_FALSE(fs::exists(back + "8"));
+    }
   }
 }
 

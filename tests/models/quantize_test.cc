@@ -336,12 +336,12 @@ TEST(DequantizeStateDict, DequantizesAndNamesTheKeyOfEveryBadTensor) {
   NamedTensors negative;
   negative.insert("w.scale", Tensor::from_vector({2}, {0.5f, -1.f}));
   e = dequantize_error(negative, {{"w", i8({2, 3})}});
-  EXPECT_NE(e.find("'w.scale': element 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("'w.scale': element 1 is -1, expected"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << "one line";
   NamedTensors huge;  // finite, but 128·scale is not: the values q·scale (q down to −128) could be infinite
   huge.insert("w.scale", Tensor::from_vector({2}, {3e38f, 0.5f}));
   e = dequantize_error(huge, {{"w", i8({2, 3})}});
-  EXPECT_NE(e.find("'w.scale': element 0 is"), std::string::npos) << e;
+  EXPECT_NE(e.find("'w.scale': element 0 is 3e+38, expected"), std::string::npos) << e;
   EXPECT_NE(e.find("expected a finite scale ≥ 0 (at most FLT_MAX / 128)"), std::string::npos) << e;
 }
 
