@@ -32,8 +32,7 @@ std::string shortest(float x) {
 // A sort key whose ascending order is the candidates' order: logit highest first, ties by lower id. The
 // float's bits made order-preserving as an unsigned integer (negatives flipped whole, positives their sign
 // bit set; -0 read as +0, which compares equal to it), complemented for descending, above the id: one
-// integer compare instead of two loads through the ids (the sort of a 50,257-token row was 5% of a
-// decoded token).
+// integer compare instead of two loads through the ids (a GPT-2 row sorts 50,257 of them per decoded token).
 uint64_t candidate_key(float logit, int32_t id) {
   logit += 0.0f;  // -0 → +0
   uint32_t bits;

@@ -145,9 +145,8 @@ int source_index(std::vector<Tensor>& sources, std::vector<RoleBlock>& taken, co
 
 }  // namespace
 
-// Measured with tfm train and tfm bench --mode train --dtype bf16 (bench/RESULTS.md): float32 products were 3–5%
-// faster for the seq2seq model's sentences (L, S ≈ 30) and no slower for nanogpt-baby's 64 causal positions;
-// bfloat16 ones 3% faster at 96 positions, 5–6% at 128–256 and 26% at 2048.
+// One 64×64 score tile is where packing the operands into bf16 pairs stops costing more than the faster products
+// save (bench/RESULTS.md, "Attention's products in bf16: from one score tile up", has the measurements).
 bool bf16_attention_pays(int64_t L, int64_t S) { return L * S > 64 * 64; }
 
 Tensor attention(const AttentionInput& q, const AttentionInput& k, const AttentionInput& v,

@@ -194,10 +194,10 @@ struct TrainConfig {
 };
 
 // The built-in tasks' preset: TrainConfig{} for `task` and `arch`, with 1600 steps, lr 2e-3, no
-// dropout and batches of 256. Measured on reverse with ENCODER (d_model 64, 2 layers, 4 heads, FFN
-// 256): steps cost mostly fixed overhead at this size, so batch 256 learns about twice as fast per
-// second as 128; with 100 warmup steps and cosine decay validation sequence accuracy reaches 100% by
-// step 1200-1400. Dropout only slows these noiseless tasks.
+// dropout and batches of 256. At the reverse task's size (d_model 64, 2 layers, 4 heads, FFN 256) a step
+// costs mostly fixed overhead, so a larger batch learns faster per second; 100 warmup steps and cosine
+// decay reach full sequence accuracy well within the 1600 steps (make run prints what it reaches). Dropout only slows
+// these noiseless tasks.
 TrainConfig task_preset(data::Task task, Arch arch);
 
 // Built-in recipes a run starts from (`tfm train --preset NAME`); options given still apply on top.
