@@ -2,6 +2,8 @@
 // (tfm/train/options.h), MPI start-up, SIGINT/SIGTERM → a final checkpoint and a resume hint, and the
 // printing. What the options mean — which settings win, the checks — is train::resolve_train_options;
 // the loop is train::run_training.
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -141,10 +143,15 @@ struct Given {
 
 int train_main(const train::TrainSetup& setup, MpiSession& mpi) {
   train::Comm* comm = mpi.comm();
-  // Under mpirun the ranks of a node share its cores.
-  if (setup.run.threads == 0 && comm && comm->local_size() > 1)
-    apply_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->local_size()));
-  else
+  // Under mpirun the ranks of a node share its cores: each takes its share, and never more CPUs than its
+  // binding allows it (Open MPI binds each of 2 ranks to one core).
+  if (setup.run.threads == 0 && comm && comm->local_size() > 1) {
+    int allowed = static_cast<int>(std::thread::hardware_concurrency());
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) allowed = std::min(allowed, CPU_COUNT(&set));
+    apply_threads(
+        std::max(1, std::min(allowed, static_cast<int>(std::thread::hardware_concurrency()) / comm->local_size())));
+  } else
     apply_threads(setup.run.threads);
   const train::TrainConfig& c = setup.config;
   ProgressPrinter printer(c.text());
