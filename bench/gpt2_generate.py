@@ -172,7 +172,7 @@ def main():
     ids = models["f32"].encode(prompt)
     # "best": a worker per thread split of torch_peer.splits, the fastest one's median taken for each measure.
     candidates = torch_peer.best_candidates(a.threads)
-    workers = [Worker("torch " + p.split, p.env, hf, p.torch_threads) for p in candidates]
+    workers = [Worker(p.split, p.env, hf, p.torch_threads) for p in candidates]  # named "torch T × OpenBLAS B"
     workers.append(Worker("torch inherited", torch_peer.inherited_env(a.threads), hf, a.threads))
     N = a.new_tokens
     res = {k: [] for k in ["f32 prefill", "f32 decode", "f32 loop", "bf16 prefill", "bf16 decode"] +
@@ -217,7 +217,7 @@ def main():
     bytes_f32 = 4 * (layer_mats + head + small)
     bytes_bf16 = 2 * (layer_mats + head) + 4 * small
     rows = [
-        ["prefill 512 (s)", "%.3f" % med["f32 prefill"], "%.3f" % med["bf16 prefill"], "%.3f" % med["torch best prefill"],
+        ["prefill %d (s)" % a.prompt_tokens, "%.3f" % med["f32 prefill"], "%.3f" % med["bf16 prefill"], "%.3f" % med["torch best prefill"],
          "%.3f" % med["torch inherited prefill"],
          "%.2f× (bf16 %.2f×)" % (med["torch best prefill"] / med["f32 prefill"], med["torch best prefill"] / med["bf16 prefill"]),
          "one-position loop %.3f s: %.1f× slower than the prefill" % (med["f32 loop"], med["f32 loop"] / med["f32 prefill"])],
@@ -233,8 +233,8 @@ def main():
           "greedy; median of %d alternating rounds; torch %s: best = the fastest split (prefill: %s, decode: %s) of %s; "
           "inherited = %s" % (
               torch_peer.cpu_name(), torch_peer.isa(), a.threads, a.prompt_tokens, N, a.rounds,
-              __import__("torch").__version__, fast_pre.name[6:], fast_dec.name[6:],
-              "; ".join(w.name[6:] + ": " + w.env_desc for w in best), workers[-1].env_desc))
+              __import__("torch").__version__, fast_pre.name, fast_dec.name,
+              "; ".join(w.name + ": " + w.env_desc for w in best), workers[-1].env_desc))
     if a.markdown:
         print("| " + " | ".join(hdr) + " |\n|" + "---|" * len(hdr))
         for r in rows:
