@@ -60,6 +60,7 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
   TsvData data;
   data.path = name;
   if (text.empty()) throw DataError(name + ": file is empty (expected one 'source<TAB>target' pair per line)");
+  if (const std::string u16 = utf16_text(text); !u16.empty()) throw DataError(name + ": " + u16);
   auto problem = [&](int64_t line, std::string what) {
     if (options.strict) throw DataError(name + ":" + std::to_string(line) + ": " + what + " (--strict)");
     data.problems.push_back({line, std::move(what)});
@@ -134,6 +135,7 @@ TsvSides read_tsv_sides(const std::string& path) {
   } catch (const io::IoError& e) {
     throw DataError(e.what());
   }
+  if (const std::string u16 = utf16_text(text); !u16.empty()) throw DataError(path + ": " + u16);
   TsvSides sides;
   for_each_line(text, [&](int64_t, const std::string& line) {
     const size_t tab = line.find('\t');

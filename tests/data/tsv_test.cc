@@ -30,6 +30,30 @@ TEST(Tsv, ByteOrderMarkIsDropped) {
   EXPECT_EQ(d.pairs[1].src, (std::vector<std::string>{"\xEF\xBB\xBF", "x"}));  // only the file's first one
 }
 
+// A UTF-16 file (its byte order mark FF FE or FE FF) is said to be one, not read as lines full of NULs.
+TEST(Tsv, Utf16IsRefusedAsSuch) {
+  const std::string le(
+      "\xFF\xFE"
+      "a\0\t\0b\0\n\0",
+      10),
+      be("\xFE\xFF"
+         "\0a\0\t\0b\0\n",
+         10);
+  for (const std::string& text : {le, be}) {
+    try {
+      parse_tsv(text, "u16.tsv", char_opts());
+      ADD_FAILURE() << "UTF-16 read";
+    } catch (const DataError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("u16.tsv: UTF-16 text (it starts with the byte order mark ") +
+                                           (text[0] == '\xFF' ? "FF FE" : "FE FF") +
+                                           "); tfm reads UTF-8: convert it, e.g. iconv -f UTF-16 -t UTF-8");
+    }
+  }
+  const std::string dir = testing::temp_dir("tsv_u16");
+  testing::spit(dir + "/u16.tsv", le);
+  EXPECT_THROW(read_tsv_sides(dir + "/u16.tsv"), DataError);
+}
+
 // The sides an spm model trains on are the lines parse_tsv reads: the mark is not text there either.
 TEST(Tsv, SidesDropTheByteOrderMarkAndCrlf) {
   const std::string dir = testing::temp_dir("tsv_sides");

@@ -34,6 +34,15 @@ namespace tfm::data {
 // A UTF-8 byte order mark (editors on Windows write one). Where a text file or stream starts, it marks the
 // encoding and is not text: dropped there (TSV files, GPT-2 merges files, tfm translate's standard input).
 inline constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+// UTF-16 text (what Windows calls "Unicode") starts with its byte order mark, FF FE or FE FF: "" for a text that
+// does not, else the message that says so (tfm reads UTF-8), for a pair file's reader to put after its name (a
+// language model's text with --tokens byte may hold any bytes; under char or spm FF is invalid UTF-8 at byte 0).
+inline std::string utf16_text(std::string_view head) {
+  if (head.size() < 2 || !((head[0] == '\xFF' && head[1] == '\xFE') || (head[0] == '\xFE' && head[1] == '\xFF')))
+    return "";
+  return std::string("UTF-16 text (it starts with the byte order mark ") + (head[0] == '\xFF' ? "FF FE" : "FE FF") +
+         "); tfm reads UTF-8: convert it, e.g. iconv -f UTF-16 -t UTF-8";
+}
 
 // A sequence of tokens (strings), as read from text or decoded.
 using Tokens = std::vector<std::string>;
