@@ -137,7 +137,7 @@ def tensor(a):
     """A tfm.Tensor from a numpy array or a CPU torch tensor.
 
     A C-contiguous float32 array (4-byte aligned, as numpy and torch allocate) is shared, not copied: the
-    Tensor keeps it alive, np.asarray(result) and `a` are the same memory. Any other layout (a transpose, a
+    Tensor keeps it alive, np.asarray(result) and `a` are the same memory (read-only if `a` is). Any other layout (a transpose, a
     slice with steps), a misaligned buffer or another float dtype is converted to contiguous float32 with one
     copy; a bool array becomes a Bool mask tensor (one copy); an integer array is a ValueError (a mask is bool or
     float). Do not write the array from another thread while tfm uses it.
