@@ -146,11 +146,11 @@ int train_main(const train::TrainSetup& setup, MpiSession& mpi) {
   // Under mpirun the ranks of a node share its cores: each takes its share, and never more CPUs than its
   // binding allows it (Open MPI binds each of 2 ranks to one core).
   if (setup.run.threads == 0 && comm && comm->local_size() > 1) {
-    int allowed = static_cast<int>(std::thread::hardware_concurrency());
+    const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+    int allowed = cpus;
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) allowed = std::min(allowed, CPU_COUNT(&set));
-    apply_threads(
-        std::max(1, std::min(allowed, static_cast<int>(std::thread::hardware_concurrency()) / comm->local_size())));
+    apply_threads(std::max(1, std::min(allowed, cpus / comm->local_size())));
   } else
     apply_threads(setup.run.threads);
   const train::TrainConfig& c = setup.config;

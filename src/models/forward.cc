@@ -353,27 +353,28 @@ struct LoadedModule::Impl {
   PackedWeightCache packed;  // forward()'s packed Linear weights, kept across calls
   std::string weights_source = "weights";  // load_weights' source, for messages
   bool finite_checked = false;             // int8: the weights were found finite since they last changed
+
+  // The module of `config` built with initialisers drawing from `gen`, in eval mode.
+  void build(const ModuleConfig& c, Precision p, Generator& gen) {
+    config = c;
+    precision = p;
+    call = make_call(c, gen);
+    differentiable_inputs = differentiable_inputs_of(c.kind);
+    call->module().eval();
+  }
 };
 
 LoadedModule::LoadedModule(const ModuleConfig& config, Precision precision, Generator& gen)
     : impl_(std::make_unique<Impl>()) {
-  impl_->config = config;
-  impl_->precision = precision;
-  impl_->call = make_call(config, gen);
-  impl_->differentiable_inputs = differentiable_inputs_of(config.kind);
-  impl_->call->module().eval();
+  impl_->build(config, precision, gen);
 }
 LoadedModule::LoadedModule(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 LoadedModule LoadedModule::for_weights(const ModuleConfig& config, Precision precision, uint64_t dropout_seed) {
   auto impl = std::make_unique<Impl>();
   impl->own = Generator{dropout_seed, 0, /*no_draws=*/true};  // the initialisers leave the values unset
-  impl->config = config;
-  impl->precision = precision;
-  impl->call = make_call(config, impl->own);
+  impl->build(config, precision, impl->own);
   impl->own.no_draws = false;  // dropout draws, from (dropout_seed, 0)
-  impl->differentiable_inputs = differentiable_inputs_of(config.kind);
-  impl->call->module().eval();
   return LoadedModule(std::move(impl));
 }
 
