@@ -49,7 +49,7 @@ void relu_dropout_backward_scalar(const float* dy, const float* y, float* dx, in
 }
 void relu_dropout_backward_bf16_scalar(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p) {
   const float scale = dropout_scale(p);
-  for (int64_t i = 0; i < n; ++i) dx[i] = bf16_to_float(y16[i]) > 0.0f ? dy[i] * scale : 0.0f;
+  for (int64_t i = 0; i < n; ++i) dx[i] = bf16_to_float(y16[i]) <= 0.0f ? 0.0f : dy[i] * scale;
 }
 
 void relu_dropout_backward_bf16_round_scalar(const float* dy, const uint16_t* y16, float p, float* db, uint16_t* dx16,

@@ -198,12 +198,13 @@ void value_grad_map(const float* x, float* y, float* d, int64_t n, Both both) {
 
 }  // namespace
 
-// relu(x + b) = max(x + b, 0): vmaxps(v, 0) returns 0 for NaN and −0, like the twin's `v > 0 ? v : 0`.
+// relu(x + b) = max(0, x + b): vmaxps returns its second operand (v) when either is NaN or both are zeros, so
+// NaN stays NaN and −0 stays −0, as the twin's `v < 0 ? 0 : v`.
 bool bias_activation_forward_avx2(Activation k, const float* x, const float* bias, float* y, int64_t N, int64_t F) {
   switch (k) {
     case Activation::RELU: {
       const __m256 zero = _mm256_setzero_ps();
-      bias_map_rows(x, bias, y, N, F, [zero](__m256 v) { return _mm256_max_ps(v, zero); });
+      bias_map_rows(x, bias, y, N, F, [zero](__m256 v) { return _mm256_max_ps(zero, v); });
       return true;
     }
     case Activation::GELU:
@@ -226,13 +227,15 @@ bool bias_activation_forward_avx2(Activation k, const float* x, const float* bia
   }
 }
 
-// relu: dx = dy · [x > 0] (a multiply by 1 or 0, exactly as the twin, so −0 and NaN match too).
+// relu: dx = x ≤ 0 ? 0 : dy, a select (x NaN passes dy: _CMP_NLE_UQ is true on unordered), as the twin.
 bool activation_backward_avx2(Activation k, const float* dy, const float* x, float* dx, int64_t N, int64_t F) {
   switch (k) {
     case Activation::RELU: {
-      const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
-      grad_map(dy, x, dx, N * F,
-               [zero, one](__m256 v) { return _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_GT_OQ), one); });
+      const __m256 zero = _mm256_setzero_ps();
+      over_row(N * F, [&](int64_t i, int64_t k) {
+        const __m256 open = _mm256_cmp_ps(load_n(x + i, k), zero, _CMP_NLE_UQ);
+        store_n(dx + i, _mm256_and_ps(open, load_n(dy + i, k)), k);
+      });
       return true;
     }
     case Activation::GELU:
@@ -255,7 +258,7 @@ bool activation_backward_avx2(Activation k, const float* dy, const float* x, flo
   }
 }
 
-// relu(x + b) as bias_activation_forward_avx2 (max with 0), then dropout_forward_avx2's keep and multiply.
+// relu(x + b) as bias_activation_forward_avx2 (max(0, v)), then dropout_forward_avx2's keep and multiply.
 void bias_relu_dropout_forward_avx2(const float* x, const float* bias, float* y, int64_t N, int64_t F,
                                     const DropoutSpec& drop) {
   const __m256 zero = _mm256_setzero_ps(), scale = _mm256_set1_ps(dropout_scale(drop.p));
@@ -268,16 +271,16 @@ void bias_relu_dropout_forward_avx2(const float* x, const float* bias, float* y,
       __m256 v = load_n(xr + f, n);
       if (bias) v = _mm256_add_ps(v, load_n(bias + f, n));
       const __m256 keep = drop_mask.keep(row + static_cast<uint64_t>(f));
-      store_n(yr + f, _mm256_and_ps(keep, _mm256_mul_ps(_mm256_max_ps(v, zero), scale)), n);
+      store_n(yr + f, _mm256_and_ps(keep, _mm256_mul_ps(_mm256_max_ps(zero, v), scale)), n);
     });
   }
 }
 
-// dx = y > 0 ? dy·scale : 0 (dropped or shut lanes get +0 whatever dy holds), as the twin.
+// dx = y ≤ 0 ? 0 : dy·scale (dropped or shut lanes get +0 whatever dy holds; a NaN y passes dy·scale), as the twin.
 void relu_dropout_backward_avx2(const float* dy, const float* y, float* dx, int64_t n, float p) {
   const __m256 zero = _mm256_setzero_ps(), scale = _mm256_set1_ps(dropout_scale(p));
   over_row(n, [&](int64_t i, int64_t k) {
-    const __m256 open = _mm256_cmp_ps(load_n(y + i, k), zero, _CMP_GT_OQ);
+    const __m256 open = _mm256_cmp_ps(load_n(y + i, k), zero, _CMP_NLE_UQ);
     store_n(dx + i, _mm256_and_ps(open, _mm256_mul_ps(load_n(dy + i, k), scale)), k);
   });
 }
@@ -290,8 +293,8 @@ static bool plain_forward_grad(Activation k, Map map) {
     case Activation::RELU: {
       const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
       map([zero, one](__m256 v, __m256& yv, __m256& dv) {
-        yv = _mm256_max_ps(v, zero);
-        dv = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_GT_OQ), one);
+        yv = _mm256_max_ps(zero, v);
+        dv = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_NLE_UQ), one);
       });
       return true;
     }

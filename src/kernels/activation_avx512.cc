@@ -224,15 +224,15 @@ void value_grad_map(const float* x, float* y, float* d, int64_t n, Both both) {
 
 }  // namespace
 
-// relu(x + b) = max(x + b, 0): _mm512_max_ps(v, 0) returns 0 for NaN and −0, like `v > 0 ? v : 0`
-// (torch.relu keeps NaN: kernels.h lists ReLU's departures from PyTorch).
+// relu(x + b) = max(0, x + b): vmaxps returns its second operand (v) when either is NaN or both are zeros, so
+// NaN stays NaN and −0 stays −0, as the twin's `v < 0 ? 0 : v` and torch.relu.
 // gelu(x + b), gelu_tanh(x + b) by gelu_ps, gelu_tanh_ps; the gated kinds by gated_forward_rows.
 bool bias_activation_forward_avx512(Activation k, const float* x, const float* bias, float* y,
                                     int64_t N, int64_t F) {
   switch (k) {
     case Activation::RELU: {
       const __m512 zero = _mm512_setzero_ps();
-      bias_map_rows(x, bias, y, N, F, [zero](__m512 v) { return _mm512_max_ps(v, zero); });
+      bias_map_rows(x, bias, y, N, F, [zero](__m512 v) { return _mm512_max_ps(zero, v); });
       return true;
     }
     case Activation::GELU:
@@ -248,16 +248,18 @@ bool bias_activation_forward_avx512(Activation k, const float* x, const float* b
   }
 }
 
-// relu: dx = dy · [x > 0] (a multiply by 1 or 0, exactly as the twin, so −0 and NaN match too).
+// relu: dx = x ≤ 0 ? 0 : dy, a select (x NaN passes dy: _CMP_NLE_UQ is true on unordered), as the twin.
 // gelu, gelu_tanh: dx = dy · act'(x); the gated kinds by gated_backward_rows.
 bool activation_backward_avx512(Activation k, const float* dy, const float* x, float* dx, int64_t N,
                                 int64_t F) {
   switch (k) {
     case Activation::RELU: {
-      const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
-      grad_map(dy, x, dx, N * F, [zero, one](__m512 v) {
-        return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), one);
-      });
+      const __m512 zero = _mm512_setzero_ps();
+      for (int64_t i = 0; i < N * F; i += 16) {
+        const __mmask16 m = first_n(N * F - i);
+        const __mmask16 open = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, x + i), zero, _CMP_NLE_UQ);
+        _mm512_mask_storeu_ps(dx + i, m, _mm512_maskz_loadu_ps(m & open, dy + i));
+      }
       return true;
     }
     case Activation::GELU:
@@ -273,7 +275,7 @@ bool activation_backward_avx512(Activation k, const float* dy, const float* x, f
   }
 }
 
-// relu(x + b) as bias_activation_forward_avx512 (max with 0), then dropout_forward_avx512's keep and
+// relu(x + b) as bias_activation_forward_avx512 (max(0, v)), then dropout_forward_avx512's keep and
 // multiply.
 void bias_relu_dropout_forward_avx512(const float* x, const float* bias, float* y, int64_t N,
                                       int64_t F, const DropoutSpec& drop) {
@@ -288,17 +290,18 @@ void bias_relu_dropout_forward_avx512(const float* x, const float* bias, float* 
       __m512 v = _mm512_maskz_loadu_ps(m, xr + f);
       if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + f));
       const __mmask16 keep = drop_mask.keep(row + static_cast<uint64_t>(f));
-      _mm512_mask_storeu_ps(yr + f, m, _mm512_maskz_mul_ps(keep, _mm512_max_ps(v, zero), scale));
+      _mm512_mask_storeu_ps(yr + f, m, _mm512_maskz_mul_ps(keep, _mm512_max_ps(zero, v), scale));
     }
   }
 }
 
-// dx = y > 0 ? dy·scale : 0 (a masked multiply: dropped or shut lanes get +0 whatever dy holds).
+// dx = y ≤ 0 ? 0 : dy·scale (a masked multiply: dropped or shut lanes get +0 whatever dy holds; a NaN y, kept
+// and z NaN, passes dy·scale).
 void relu_dropout_backward_avx512(const float* dy, const float* y, float* dx, int64_t n, float p) {
   const __m512 zero = _mm512_setzero_ps(), scale = _mm512_set1_ps(dropout_scale(p));
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = first_n(n - i);
-    const __mmask16 open = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, y + i), zero, _CMP_GT_OQ);
+    const __mmask16 open = _mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m, y + i), zero, _CMP_NLE_UQ);
     _mm512_mask_storeu_ps(dx + i, m, _mm512_maskz_mul_ps(open, _mm512_maskz_loadu_ps(m, dy + i), scale));
   }
 }
@@ -312,12 +315,12 @@ void relu_dropout_backward_bf16_avx512(const float* dy, const uint16_t* y16, flo
     const __mmask16 m = first_n(n - i);
     const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, y16 + i));
     const __m512 y = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
-    const __mmask16 open = _mm512_cmp_ps_mask(y, zero, _CMP_GT_OQ);
+    const __mmask16 open = _mm512_cmp_ps_mask(y, zero, _CMP_NLE_UQ);
     _mm512_mask_storeu_ps(dx + i, m, _mm512_maskz_mul_ps(open, _mm512_maskz_loadu_ps(m, dy + i), scale));
   }
 }
 
-// The forward's and the backward's functions of each plain kind on one evaluation: relu's max and [x > 0],
+// The forward's and the backward's functions of each plain kind on one evaluation: relu's max and [x ≤ 0 ? 0 : 1],
 // gelu's terms (erf and exp), gelu_tanh's σ(2u). map(both) runs a value_grad_map with the kind's `both`; false for
 // a kind without one.
 template <typename Map>
@@ -326,8 +329,8 @@ static bool plain_forward_grad(Activation k, Map map) {
     case Activation::RELU: {
       const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
       map([zero, one](__m512 v, __m512& yv, __m512& dv) {
-        yv = _mm512_max_ps(v, zero);
-        dv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), one);
+        yv = _mm512_max_ps(zero, v);
+        dv = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_NLE_UQ), one);
       });
       return true;
     }
@@ -383,7 +386,7 @@ static void relu_round_strip(const float* dy, const uint16_t* y16, int64_t ld, _
       const __mmask16 m = v == NV - 1 ? last : 0xFFFF;
       const int64_t at = n * ld + 16 * v;
       const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, y16 + at));
-      const __mmask16 open = _mm512_cmp_ps_mask(_mm512_castsi512_ps(_mm512_slli_epi32(h, 16)), zero, _CMP_GT_OQ);
+      const __mmask16 open = _mm512_cmp_ps_mask(_mm512_castsi512_ps(_mm512_slli_epi32(h, 16)), zero, _CMP_NLE_UQ);
       const __m512 x = _mm512_maskz_mul_ps(open, _mm512_maskz_loadu_ps(m, dy + at), scale);
       acc[v] = _mm512_add_ps(acc[v], x);
       const __m512i r = _mm512_srli_epi32(bf16_hi(_mm512_castps_si512(x)), 16);

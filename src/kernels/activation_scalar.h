@@ -46,7 +46,8 @@ T sigmoid(T x) {
 template <typename T>
 T act_plain(Activation k, T x) {
   switch (k) {
-    case Activation::RELU: return x > T(0) ? x : T(0);  // NaN → 0, unlike torch.relu (kernels.h)
+    case Activation::RELU:
+      return x < T(0) ? T(0) : x;  // torch.relu: NaN stays NaN, −0 stays −0
     case Activation::GELU: return gelu(x);
     case Activation::GELU_TANH: return gelu_tanh(x);
     default: return x;
@@ -55,7 +56,8 @@ T act_plain(Activation k, T x) {
 template <typename T>
 T act_plain_grad(Activation k, T x) {
   switch (k) {
-    case Activation::RELU: return x > T(0) ? T(1) : T(0);
+    case Activation::RELU:
+      return x <= T(0) ? T(0) : T(1);  // 1 for NaN: threshold_backward passes dy
     case Activation::GELU: return gelu_grad(x);
     case Activation::GELU_TANH: return gelu_tanh_grad(x);
     default: return T(1);
@@ -102,6 +104,10 @@ void activation_forward_scalar(Activation k, const T* x, T* y, int64_t N, int64_
 
 template <typename T>
 void activation_backward_scalar(Activation k, const T* dy, const T* x, T* dx, int64_t N, int64_t F) {
+  if (k == Activation::RELU) {  // selects, as threshold_backward: a NaN or inf dy where x ≤ 0 gives 0
+    for (int64_t i = 0; i < N * F; ++i) dx[i] = x[i] <= T(0) ? T(0) : dy[i];
+    return;
+  }
   if (!activation_is_gated(k)) {
     for (int64_t i = 0; i < N * F; ++i)
       dx[i] = dy[i] * activation_scalar_detail::act_plain_grad(k, x[i]);
@@ -166,11 +172,12 @@ void bias_relu_dropout_forward_scalar(const T* x, const T* bias, T* y, int64_t N
     }
 }
 
-// dx = y > 0 ? dy/(1 − p) : 0 for y = dropout(relu(z)): y > 0 iff kept and z > 0.
+// dx = y ≤ 0 ? 0 : dy/(1 − p) for y = dropout(relu(z)): y ≤ 0 iff dropped or z ≤ 0; y is NaN iff kept and
+// z NaN, where threshold_backward passes dy.
 template <typename T>
 void relu_dropout_backward_scalar(const T* dy, const T* y, T* dx, int64_t n, float p) {
   const T scale = dropout_scale<T>(p);
-  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > T(0) ? dy[i] * scale : T(0);
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] <= T(0) ? T(0) : dy[i] * scale;
 }
 
 }  // namespace tfm::kernels

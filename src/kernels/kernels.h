@@ -272,21 +272,16 @@ void rms_norm_backward_scalar(const float* dy, const float* x, const float* w, c
 // ---- Activations (tfm::Activation, tfm/activation.h) ----------------------------------------------
 // Plain: y = f(x), x and y (N,F).  Gated: x (N,2F) = [a | b] per row, y (N,F) = a ⊙ g(b)
 // (F.glu's convention: the gate is the second half).
-//   RELU       x > 0 ? x : 0 (max(x, 0), but see NaN below)
+//   RELU       x < 0 ? 0 : x (torch.relu: NaN stays NaN, −0 stays −0)
 //   GELU       x·Φ(x) = 0.5·x·(1 + erf(x/√2))
 //   GELU_TANH  0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): PyTorch's F.gelu(x, approximate='tanh')
 //   GLU        a·σ(b)
 //   GEGLU      a·gelu(b)
 //   SWIGLU     a·silu(b) = a·b·σ(b)
 // y may alias x, and dx dy, for plain activations. The backward overwrites dx (x's shape) from dy (y's shape):
-// relu' = [x > 0]; gelu' = Φ(x) + x·φ(x); glu: da = dy·g(b), db = dy·a·g'(b).
-// ReLU departs from PyTorch on non-finite values, in the scalar twin and the AVX-512 body alike:
-//   * forward: relu(NaN) = 0 (`x > 0 ? x : 0`; vmaxps(x, 0) returns its second operand for a NaN),
-//     where torch.relu(NaN) = NaN;
-//   * backward: dx = dy·[x > 0] multiplies, where PyTorch's threshold_backward selects
-//     (relu's output ≤ 0 ? 0 : dy). Where x ≤ 0 a NaN or ±inf dy gives NaN here (NaN·0, inf·0), 0 in
-//     PyTorch; where x is NaN, dx = dy·0 (0 for a finite dy) here, dy in PyTorch (NaN ≤ 0 is false).
-// relu_dropout_backward (below) selects instead.
+// relu: dx = x ≤ 0 ? 0 : dy, a select as PyTorch's threshold_backward (a NaN or ±inf dy where x ≤ 0 gives 0; a NaN
+// x passes dy). x may be relu's output y instead of its input: y ≤ 0 ⇔ x ≤ 0, NaN ⇔ NaN.
+// gelu' = Φ(x) + x·φ(x); glu: da = dy·g(b), db = dy·a·g'(b).
 void activation_forward(Activation k, const float* x, float* y, int64_t N, int64_t F);
 void activation_forward_scalar(Activation k, const float* x, float* y, int64_t N, int64_t F);
 void activation_backward(Activation k, const float* dy, const float* x, float* dx, int64_t N,
@@ -296,8 +291,8 @@ void activation_backward_scalar(Activation k, const float* dy, const float* x, f
 // Training's forward of a plain activation (RELU, GELU, GELU_TANH; not the gated kinds) with its derivative in
 // the same pass: y = act(x) and d = act'(x), x, y, d (N, F); y may alias x. y is bitwise activation_forward's,
 // and mul_forward(dy, d) is bitwise activation_backward's dx, a NaN's sign aside (every body computes dx = dy·act'(x)
-// from this act'(x)), so a backward can read d instead of evaluating act' again (GELU's erf and exp: the forward's own
-// evaluation gives both).
+// from this act'(x); for RELU, d = x ≤ 0 ? 0 : 1 and the two agree where dy is finite), so a backward can read d
+// instead of evaluating act' again (GELU's erf and exp: the forward's own evaluation gives both).
 void activation_forward_grad(Activation k, const float* x, float* y, float* d, int64_t N, int64_t F);
 void activation_forward_grad_scalar(Activation k, const float* x, float* y, float* d, int64_t N, int64_t F);
 // The same with y stored only rounded to bfloat16: y16 (N, F) = float_to_bf16 (gemm_packed.h) of the y
@@ -317,11 +312,12 @@ void bias_activation_forward_scalar(Activation k, const float* x, const float* b
 // The FFN's inner dropout in the bias + ReLU pass after its first GEMM:
 //   y = dropout(relu(x + bias)), element (n, f) kept iff dropout_keep(seed, offset + n·F + f, p):
 // bitwise dropout_forward(bias_activation_forward(RELU)). x, y (N, F), bias (F) or null; y may
-// alias x. The backward needs only y: where y > 0 the element was kept and relu was open, so
-//   dx = y > 0 ? dy / (1 − p) : 0
-// It selects, unlike activation_backward(RELU): a NaN or ±inf dy where y ≤ 0 gives 0. Where relu was
-// shut that is PyTorch's result too (threshold_backward selects); where relu was open but the element
-// dropped, PyTorch's dropout backward multiplies dy by the mask's 0 and gives NaN, this gives 0.
+// alias x. The backward needs only y: y ≤ 0 where the element was dropped or relu shut, so
+//   dx = y ≤ 0 ? 0 : dy / (1 − p)
+// a select: a NaN or ±inf dy where y ≤ 0 gives 0. Where relu was shut that is PyTorch's result too
+// (threshold_backward selects); where the element was dropped, PyTorch's dropout multiplies by the mask's 0, so a
+// NaN z gives a NaN y and a NaN or ±inf dy a NaN dx there; tfm's dropout zeroes the dropped elements (both
+// here, as dropout_forward).
 void bias_relu_dropout_forward(const float* x, const float* bias, float* y, int64_t N, int64_t F,
                                const DropoutSpec& drop);
 void bias_relu_dropout_forward_scalar(const float* x, const float* bias, float* y, int64_t N,
@@ -329,8 +325,8 @@ void bias_relu_dropout_forward_scalar(const float* x, const float* bias, float* 
 void relu_dropout_backward(const float* dy, const float* y, float* dx, int64_t n, float p);
 void relu_dropout_backward_scalar(const float* dy, const float* y, float* dx, int64_t n, float p);
 // The same backward from y rounded to bfloat16 (y16 = float_to_bf16(y), the copy a bf16-trained FFN keeps
-// for its second Linear's weight gradient): dx = widen(y16) > 0 ? dy / (1 − p) : 0. Rounding keeps a
-// float's sign and rounds no positive float to 0 but those below 2⁻¹³⁴ (subnormals a ReLU of a sum of
+// for its second Linear's weight gradient): dx = widen(y16) ≤ 0 ? 0 : dy / (1 − p). Rounding keeps a
+// float's sign and NaN, and rounds no positive float to 0 but those below 2⁻¹³⁴ (subnormals a ReLU of a sum of
 // products does not produce in practice), so this is relu_dropout_backward's result. dx may alias dy.
 void relu_dropout_backward_bf16(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p);
 void relu_dropout_backward_bf16_scalar(const float* dy, const uint16_t* y16, float* dx, int64_t n, float p);
@@ -373,9 +369,9 @@ void mul_forward_scalar(const float* a, const float* b, float* y, int64_t n);
 // (768, 128) activation is 384 kB). No arithmetic, so no scalar twin.
 void copy_bytes(const void* src, void* dst, size_t bytes);
 
-// y = x ⊙ keep / (1 − p),  keep_i = dropout_keep(seed, offset + i, p)   (0 ≤ p < 1).
-// The backward is the same map applied to dy. y may alias x. Bitwise equal to the scalar twin
-// (integer hash, exact conversion of 24 bits, one multiply).
+// y = x ⊙ keep / (1 − p),  keep_i = dropout_keep(seed, offset + i, p)   (0 ≤ p < 1); a dropped element is 0 even
+// where x is NaN or ±inf (PyTorch multiplies by the mask: NaN there). The backward is the same map applied to dy. y may
+// alias x. Bitwise equal to the scalar twin (integer hash, exact conversion of 24 bits, one multiply).
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t offset);
 void dropout_forward_scalar(const float* x, float* y, int64_t n, float p, uint64_t seed,
                             uint64_t offset);

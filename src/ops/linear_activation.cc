@@ -24,8 +24,8 @@ namespace {
 
 // inputs = {x (N, in), weight (F, in), bias (F) or undefined}; y (N, F) = relu(x·Wᵀ + b), kept
 // detached (no reference cycle through its grad_fn).
-// dz = dy ⊙ [y > 0]  (= relu'(z) since y > 0 ⇔ z > 0, NaN included: relu(NaN) = 0 here), then the
-// Linear backward of dz.
+// dz = y ≤ 0 ? 0 : dy  (threshold_backward on relu's output, as PyTorch: y ≤ 0 ⇔ z ≤ 0, and a NaN z gives a NaN
+// y, which passes dy), then the Linear backward of dz.
 struct LinearReluNode : Node {
   bool has_bias = false;
   Bf16Operands bf16;  // set when the forward ran under Autocast(BFLOAT16)
@@ -57,7 +57,7 @@ struct LinearActivationNode : Node {
 };
 
 // inputs as LinearReluNode; y (N, F) = dropout(relu(x·Wᵀ + b)) kept detached.
-// dz = y > 0 ? dy/(1 − p) : 0  (kernels::relu_dropout_backward), then the Linear backward of dz.
+// dz = y ≤ 0 ? 0 : dy/(1 − p)  (kernels::relu_dropout_backward), then the Linear backward of dz.
 struct LinearReluDropoutNode : Node {
   bool has_bias = false;
   Bf16Operands bf16;  // set when the forward ran under Autocast(BFLOAT16)
@@ -130,7 +130,7 @@ struct FeedForwardBf16Node : Node {
   }
 };
 
-// ReLU, with dropout (p > 0) or without (p = 0): y16 alone. dz = y > 0 ? dy/(1 − p) : 0 (y's sign read from y16), then
+// ReLU, with dropout (p > 0) or without (p = 0): y16 alone. dz = y ≤ 0 ? 0 : dy/(1 − p) (y read from y16), then
 // the first Linear.
 struct FeedForwardReluBf16Node : FeedForwardBf16Node {
   float p = 0.0f;

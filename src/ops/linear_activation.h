@@ -15,19 +15,19 @@ namespace tfm::ops {
 // Fin = F (plain) or 2F (gated: [a | b] halves, y = a ⊙ g(b)).
 // Inference, and training with ReLU: the GEMM writes x·Wᵀ, then one pass adds the bias and applies
 // the activation in place (no bias broadcast pass, no second buffer); training keeps only y, since
-// relu'(z) = [z > 0] = [relu(z) > 0]. GELU and GELU_TANH in training: the composition
+// relu's backward selects on y as on z (y ≤ 0 ⇔ z ≤ 0; NaN ⇔ NaN). GELU and GELU_TANH in training: the composition
 // activation(linear(x, W, b)) bit for bit, but in one node: the GEMM started from the bias (as ops::linear),
 // then y = act(z) and d = act'(z) in one pass (kernels::activation_forward_grad), keeping d (N, F) where the
 // composition keeps z, so the backward does not evaluate act' again. The gated kinds in training take the
 // composition itself.
-// Backward: dz = dy ⊙ [y > 0] (ReLU) or dy ⊙ d;  dx = dz·W;  dW += dzᵀ·x;  db += Σ_rows dz.
+// Backward: dz = y ≤ 0 ? 0 : dy (ReLU) or dy ⊙ d;  dx = dz·W;  dW += dzᵀ·x;  db += Σ_rows dz.
 Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation kind);
 
 // dropout(relu(x·Wᵀ + b), p, training, gen) — nn.TransformerEncoderLayer's dropout(activation(
 // linear1(x))) with ReLU — with the dropout applied in the bias + ReLU pass after the GEMM
 // (kernels::bias_relu_dropout_forward): the same numbers and the same generator draw as
 // ops::dropout(linear_activation(x, W, b, RELU), p, training, gen), one pass and one (N, F) buffer
-// fewer. Backward from the output y alone: dz = y > 0 ? dy/(1 − p) : 0, then the Linear backward.
+// fewer. Backward from the output y alone: dz = y ≤ 0 ? 0 : dy/(1 − p), then the Linear backward.
 // Not training, or p ∉ (0, 1): exactly that composition.
 Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& bias, float p, bool training,
                            Generator& gen);
@@ -43,7 +43,7 @@ Tensor linear_relu_dropout(const Tensor& x, const Tensor& weight, const Tensor& 
 //   other activations: what the derivative reads too, in float32: a plain kind's act'(z), computed in the
 //     forward's pass over z (kernels::activation_forward_grad), a gated kind's pre-activation z.
 // Backward, g (N, out), rounded once for both products: dW2 += bf16(g)ᵀ·bf16(y); db2 += Σ_rows g; dy =
-// bf16(g)·bf16(W2); dy masked as the dropout's backward does; dz = act'(z)·dy (ReLU: y > 0 ? dy/(1 − p) : 0); then the
+// bf16(g)·bf16(W2); dy masked as the dropout's backward does; dz = act'(z)·dy (ReLU: y ≤ 0 ? 0 : dy/(1 − p)); then the
 // first Linear's backward of dz (linear_backward with W1's bfloat16 copy). Otherwise, and for p = 1 in training,
 // exactly the composition.
 Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,

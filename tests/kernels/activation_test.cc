@@ -55,7 +55,7 @@ TEST(ActivationKernel, ReluBiasForwardAndBackwardBitwise) {
     for (int64_t F : kSizes) {
       SCOPED_TRACE(body.name);
       auto x = rnd(N * F, 20 + F), b = rnd(F, 21 + F), dy = rnd(N * F, 22 + F);
-      x[0] = -0.0f;  // relu(−0) = +0 in both
+      x[0] = -0.0f;  // relu(−0) = −0 in both (torch.relu's)
       std::vector<float> y1(N * F), y2(N * F);
       ASSERT_TRUE(body.forward(Activation::RELU, x.data(), b.data(), y1.data(), N, F));
       bias_activation_forward_scalar(Activation::RELU, x.data(), b.data(), y2.data(), N, F);
@@ -68,6 +68,75 @@ TEST(ActivationKernel, ReluBiasForwardAndBackwardBitwise) {
       activation_backward_scalar(Activation::RELU, dy.data(), x.data(), d2.data(), N, F);
       EXPECT_TRUE(bitwise_equal(d1, d2)) << "relu backward F=" << F;
     }
+}
+
+// ReLU's non-finite values as torch.relu and its threshold_backward give them (torch 1.13, checked by hand:
+// relu([NaN, −1, 0, −0, 2, −inf, inf]) = [NaN, 0, 0, −0, 2, 0, inf]; with dy = [5, NaN, inf, −inf, 3, NaN, 7] the
+// input's gradient is [5, 0, 0, 0, 3, 0, 7], zeros +0): in every body — the twin, the SIMD bodies this CPU has, the
+// dispatcher —, from x and from relu's output y, in the fused relu + dropout kernels at p = 0 and from a bfloat16 y.
+TEST(ActivationKernel, ReluKeepsNaNAndItsBackwardSelectsAsTorch) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {nan, -1.0f, 0.0f, -0.0f, 2.0f, -inf, inf};
+  const std::vector<float> dy = {5.0f, nan, inf, -inf, 3.0f, nan, 7.0f};
+  const std::vector<float> y_want = {nan, 0.0f, 0.0f, -0.0f, 2.0f, 0.0f, inf};
+  const std::vector<float> dx_want = {5.0f, 0.0f, 0.0f, 0.0f, 3.0f, 0.0f, 7.0f};
+  const int64_t n = static_cast<int64_t>(x.size());
+  // NaN compares by class (any NaN), every other value by its bits (the zeros' signs included).
+  const auto same = [](const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+    for (size_t i = 0; i < want.size(); ++i) {
+      const bool ok =
+          std::isnan(want[i]) ? std::isnan(got[i]) : std::signbit(got[i]) == std::signbit(want[i]) && got[i] == want[i];
+      EXPECT_TRUE(ok) << what << " [" << i << "]: got " << got[i] << ", want " << want[i];
+    }
+  };
+  std::vector<SimdBody> bodies = simd_bodies();
+  bodies.push_back({"twin",
+                    [](Activation k, const float* a, const float* b, float* y, int64_t N, int64_t F) {
+                      bias_activation_forward_scalar(k, a, b, y, N, F);
+                      return true;
+                    },
+                    [](Activation k, const float* g, const float* a, float* d, int64_t N, int64_t F) {
+                      activation_backward_scalar(k, g, a, d, N, F);
+                      return true;
+                    }});
+  bodies.push_back({"dispatch",
+                    [](Activation k, const float* a, const float* b, float* y, int64_t N, int64_t F) {
+                      bias_activation_forward(k, a, b, y, N, F);
+                      return true;
+                    },
+                    [](Activation k, const float* g, const float* a, float* d, int64_t N, int64_t F) {
+                      activation_backward(k, g, a, d, N, F);
+                      return true;
+                    }});
+  for (const SimdBody& body : bodies) {
+    SCOPED_TRACE(body.name);
+    std::vector<float> y(n), dx(n), dx_from_y(n);
+    ASSERT_TRUE(body.forward(Activation::RELU, x.data(), nullptr, y.data(), 1, n));
+    same(y, y_want, "relu");
+    ASSERT_TRUE(body.backward(Activation::RELU, dy.data(), x.data(), dx.data(), 1, n));
+    same(dx, dx_want, "backward from x");
+    ASSERT_TRUE(body.backward(Activation::RELU, dy.data(), y.data(), dx_from_y.data(), 1, n));
+    same(dx_from_y, dx_want, "backward from y");
+  }
+  std::vector<float> y(n), d(n), dx(n);
+  activation_forward_grad(Activation::RELU, x.data(), y.data(), d.data(), 1, n);
+  same(y, y_want, "forward_grad's y");
+  same(d, {1.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 1.0f}, "forward_grad's d");
+  const DropoutSpec none{0.0f, 1, 0};
+  bias_relu_dropout_forward(x.data(), nullptr, y.data(), 1, n, none);
+  same(y, y_want, "relu + dropout at p = 0");
+  bias_relu_dropout_forward_scalar(x.data(), nullptr, y.data(), 1, n, none);
+  same(y, y_want, "relu + dropout at p = 0, twin");
+  relu_dropout_backward(dy.data(), y_want.data(), dx.data(), n, 0.0f);
+  same(dx, dx_want, "relu + dropout backward");
+  relu_dropout_backward_scalar(dy.data(), y_want.data(), dx.data(), n, 0.0f);
+  same(dx, dx_want, "relu + dropout backward, twin");
+  std::vector<uint16_t> y16(n);
+  for (int64_t i = 0; i < n; ++i) y16[i] = float_to_bf16(y_want[i]);
+  relu_dropout_backward_bf16(dy.data(), y16.data(), dx.data(), n, 0.0f);
+  same(dx, dx_want, "backward from a bf16 y");
+  relu_dropout_backward_bf16_scalar(dy.data(), y16.data(), dx.data(), n, 0.0f);
+  same(dx, dx_want, "backward from a bf16 y, twin");
 }
 
 TEST(ActivationKernel, BiasActivationDispatchMatchesItsKernelForEveryKind) {
@@ -121,8 +190,8 @@ TEST(ActivationKernel, PlainBackwardInPlaceIsOutOfPlace) {
 }
 
 // activation_forward_grad's y and d, for every plain kind, on each body (the SIMD bodies this CPU has, the twin,
-// the dispatcher): y bitwise that body's forward, dy ⊙ d bitwise that body's backward (a NaN's sign aside); in
-// place (y = x) too.
+// the dispatcher): y bitwise that body's forward, dy ⊙ d bitwise that body's backward (a NaN's sign aside; RELU: equal
+// as numbers, its backward selecting +0); in place (y = x) too.
 TEST(ActivationKernel, ForwardGradIsTheForwardAndTheBackward) {
   using ForwardGrad = bool (*)(Activation, const float*, float*, float*, int64_t);
   struct Body {
@@ -183,7 +252,11 @@ TEST(ActivationKernel, ForwardGradIsTheForwardAndTheBackward) {
         EXPECT_TRUE(bitwise_equal(y, y_want, "y"));
         body.mul(dy.data(), d.data(), dx.data(), N * F);
         body.backward(k, dy.data(), x.data(), dx_want.data(), N, F);
-        EXPECT_TRUE(bitwise_equal(one_nan(dx), one_nan(dx_want), "dy ⊙ d"));
+        if (k == Activation::RELU) {  // the backward selects +0 where dy·0 may be −0 (kernels.h): equal as numbers
+          for (int64_t i = 0; i < N * F; ++i) ASSERT_EQ(dx[i], dx_want[i]) << "dy ⊙ d at " << i;
+        } else {
+          EXPECT_TRUE(bitwise_equal(one_nan(dx), one_nan(dx_want), "dy ⊙ d"));
+        }
         std::vector<float> in_place(x);
         body.forward_grad(k, in_place.data(), in_place.data(), d.data(), N, F);
         EXPECT_TRUE(bitwise_equal(in_place, y_want, "y in place"));
