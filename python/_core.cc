@@ -453,16 +453,18 @@ PYBIND11_MODULE(_core, m) {
             return std::make_unique<tfm::LoadedModule>(tfm::load_module(config_path, weights_path, p));
           },
           py::arg("config_path"), py::arg("weights_path"), py::arg("dtype") = "f32")
-      .def("forward",
-           [](tfm::LoadedModule& mod, py::dict inputs) {
-             const tfm::NamedTensors in = named_from_dict(inputs);
-             tfm::NamedTensors out;
-             {
-               const Computing call;
-               out = mod.forward(in);
-             }
-             return dict_from_named(out);
-           })
+      .def(
+          "forward",
+          [](tfm::LoadedModule& mod, py::dict inputs, bool autograd) {
+            const tfm::NamedTensors in = named_from_dict(inputs);
+            tfm::NamedTensors out;
+            {
+              const Computing call;
+              out = mod.forward(in, "inputs", autograd ? tfm::TorchCall::AUTOGRAD : tfm::TorchCall::NO_GRAD);
+            }
+            return dict_from_named(out);
+          },
+          py::arg("inputs"), py::arg("autograd") = false)
       .def("forward_backward",
            [](tfm::LoadedModule& mod, py::dict inputs, const tfm::Tensor& grad_output) {
              const tfm::NamedTensors in = named_from_dict(inputs);
@@ -474,8 +476,8 @@ PYBIND11_MODULE(_core, m) {
              return dict_from_named(out);
            })
       .def("state_dict", [](tfm::LoadedModule& mod) { return dict_from_named(mod.module().state_dict()); })
-      .def_property_readonly("module_name",
-                             [](const tfm::LoadedModule& mod) { return std::string(tfm::enum_name(mod.config().kind)); })
+      .def_property_readonly(
+          "module_name", [](const tfm::LoadedModule& mod) { return std::string(tfm::enum_name(mod.config().kind)); })
       .def_property_readonly("batch_first", [](const tfm::LoadedModule& mod) {
         const tfm::ModuleConfig& c = mod.config();
         return c.kind == tfm::ModuleKind::MULTIHEAD_ATTENTION ? c.attention.batch_first : c.layer.batch_first;

@@ -37,6 +37,7 @@ import json as _json
 import operator as _operator
 import os as _os
 import queue as _queue
+import sys as _sys
 import threading as _threading
 import warnings as _warnings
 from collections.abc import Mapping as _Mapping
@@ -188,15 +189,20 @@ class Module:
 
     fast(src, mask=..., src_key_padding_mask=..., is_causal=...) returns the output as a numpy array, or as a
     torch tensor when an input was one. MultiheadAttention returns (output, None), as PyTorch does with
-    need_weights=False. The module is in eval mode (dropout off). Calls from several Python threads are served one
+    need_weights=False. The module is in eval mode (dropout off). Where PyTorch's call depends on autograd
+    (nn.TransformerEncoder's nested-tensor fast path, given only a src_key_padding_mask: 0 at the padded positions),
+    the call computes what the torch module's own call computes in the same state: the fast path under
+    torch.no_grad() / inference_mode() or when nothing requires a gradient, the regular path when torch's grad mode
+    is on and the converted module's parameters (or a torch input) required gradients. Calls from several Python threads are served one
     at a time (the native module is not safe to call concurrently); use one Module per thread to run in parallel.
     """
 
-    def __init__(self, core, config):
+    def __init__(self, core, config, requires_grad=None):
         self._core = core
         self._lock = _threading.Lock()
         self.config = dict(config)
         self.name = core.module_name
+        self._requires_grad = requires_grad  # from_torch: whether the torch module's parameters required gradients
 
     def _inputs(self, args, kwargs):
         names = _ARGS[self.name]
@@ -226,7 +232,16 @@ class Module:
                 inputs[k] = tensor(v)
             except ValueError as e:
                 raise ValueError(f"{self.name}: {k}: {e}") from None
-        return inputs, torch_out
+        return inputs, torch_out, self._torch_autograd(given.values())
+
+    def _torch_autograd(self, values):
+        """Whether PyTorch's own call would record autograd here: torch's grad mode on, and the module converted by
+        from_torch having parameters that required gradients, or a torch input requiring one. PyTorch's
+        TransformerEncoder takes its nested-tensor fast path only when nothing is recorded, so the call follows."""
+        torch = _sys.modules.get("torch")
+        if torch is None or not torch.is_grad_enabled():
+            return False
+        return bool(self._requires_grad) or any(_is_torch(v) and v.requires_grad for v in values)
 
     @staticmethod
     def _out(t, torch_out):
@@ -240,9 +255,9 @@ class Module:
         """The module's forward, with PyTorch's arguments (positional or by name; masks bool or float, the
         *is_causal flags True/False); returns the output (MultiheadAttention: (output, None)) as a numpy array, or
         as a torch tensor when an input was one."""
-        inputs, torch_out = self._inputs(args, kwargs)
+        inputs, torch_out, autograd = self._inputs(args, kwargs)
         with self._lock:
-            out = self._core.forward(inputs)
+            out = self._core.forward(inputs, autograd=autograd)
         y = self._out(out["output"], torch_out)
         return (y, None) if self.name == "MultiheadAttention" else y
 
@@ -255,9 +270,9 @@ class Module:
         sum(output * grad_output). Returns {"output": ..., "grad.<parameter key>": ..., "grad.<input>": ...}
         (parameter gradients by their PyTorch state_dict key), as numpy arrays or torch tensors."""
         if isinstance(inputs, _Mapping):
-            named, torch_out = self._inputs((), dict(inputs))
+            named, torch_out, _ = self._inputs((), dict(inputs))
         else:
-            named, torch_out = self._inputs(tuple(inputs), {})
+            named, torch_out, _ = self._inputs(tuple(inputs), {})
         torch_out = torch_out or _is_torch(grad_output)
         try:
             g = tensor(grad_output)
@@ -351,7 +366,8 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
         if config["module"] != "MultiheadAttention" and "activation" not in config:
             raise ValueError("the activation is a callable tfm cannot name: pass overrides={'activation': ...}")
         tensors = {k: _as_numpy(v) for k, v in module.state_dict().items()}
-    fast = Module(_core.Module(_json_text(config), _weights(tensors), _dtype(dtype), "state_dict"), config)
+    requires_grad = any(p.requires_grad for p in module.parameters())
+    fast = Module(_core.Module(_json_text(config), _weights(tensors), _dtype(dtype), "state_dict"), config, requires_grad)
     if getattr(module, "training", False):
         _warnings.warn(f"the {type(module).__name__} is in training mode: tfm runs it in eval mode (dropout off; "
                        "forward_backward gives eval-mode gradients)", stacklevel=2)

@@ -25,6 +25,7 @@ namespace {
 struct Inputs {
   const NamedTensors& in;
   const std::string& source;
+  TorchCall as = TorchCall::NO_GRAD;  // forward()'s; call() and forward_backward() decide by grad_enabled()
 
   bool has(const char* name) const { return in.contains(name); }
   const Tensor& opt(const char* name) const {
@@ -105,7 +106,8 @@ struct ShapeChecker {
 // with 0 before its final norm (which then gives its bias there); the other positions are what the
 // regular path computes. It does so when all of PyTorch's conditions hold: the first layer in eval mode,
 // post-norm, batch_first, ReLU or GELU, norm eps equal (tfm's one eps), an even head count; a 3-D src, no
-// mask (nor is_causal), no autocast; gradients disabled or nothing requiring one (src, the first layer's
+// mask (nor is_causal), no autocast; gradients disabled or nothing requiring one (forward() is told which by its
+// TorchCall; call() and forward_backward() read grad_enabled() and what requires one: src, the first layer's
 // parameters); and with mask_check, a left-aligned mask (each row's padding at its end). Without mask_check
 // a row with n unpadded positions is its first n, as torch._nested_tensor_from_mask takes them. A float
 // mask pads where it is not 0 (PyTorch converts it with logical_not). tfm takes the path on a layer
@@ -121,9 +123,10 @@ struct NestedSwitches {
 };
 
 // Returns each row's sequence length (its first positions) when the path is taken, else nothing.
-std::vector<int64_t> nested_lengths(NestedSwitches c, const TransformerEncoder& enc, const Tensor& src,
+std::vector<int64_t> nested_lengths(NestedSwitches c, TorchCall as, const TransformerEncoder& enc, const Tensor& src,
                                     const Tensor& mask, const Tensor& kpm, bool is_causal) {
-  if (!c.enable || !kpm.defined() || mask.defined() || is_causal || enc.num_layers() == 0) return {};
+  if (!c.enable || as == TorchCall::AUTOGRAD || !kpm.defined() || mask.defined() || is_causal || enc.num_layers() == 0)
+    return {};
   const TransformerLayerOptions& o = enc.layer(0).options;
   const AttentionVariant& v = o.attention;
   const bool torch_layer = !v.head_dim && !v.v_head_dim && v.qkv_bias.value_or(o.bias) == o.bias &&
@@ -160,9 +163,9 @@ std::vector<int64_t> nested_lengths(NestedSwitches c, const TransformerEncoder& 
 }
 
 // nn.TransformerEncoder's forward as PyTorch runs it: the nested-tensor path where it applies, else enc.forward.
-Tensor encoder_forward(NestedSwitches c, const TransformerEncoder& enc, const Tensor& src, const Tensor& mask,
-                       const Tensor& kpm, bool is_causal) {
-  const std::vector<int64_t> lengths = nested_lengths(c, enc, src, mask, kpm, is_causal);
+Tensor encoder_forward(NestedSwitches c, TorchCall as, const TransformerEncoder& enc, const Tensor& src,
+                       const Tensor& mask, const Tensor& kpm, bool is_causal) {
+  const std::vector<int64_t> lengths = nested_lengths(c, as, enc, src, mask, kpm, is_causal);
   if (lengths.empty()) return enc.forward(src, mask, kpm, is_causal);
   const int64_t B = src.size(0), S = src.size(1), D = src.size(2);
   std::vector<uint8_t> pad(static_cast<size_t>(B * S));
@@ -240,7 +243,8 @@ struct EncCall : CallOf<TransformerEncoder> {
       c.attn_mask("mask", S, S);
       c.padding_mask("src_key_padding_mask", S);
     }
-    return encoder_forward(nested, *m, in.req("src"), in.opt("mask"), in.opt("src_key_padding_mask"), in.flag("is_causal"));
+    return encoder_forward(nested, in.as, *m, in.req("src"), in.opt("mask"), in.opt("src_key_padding_mask"),
+                           in.flag("is_causal"));
   }
 };
 
@@ -294,7 +298,7 @@ struct TransformerCall : CallOf<Transformer> {
     c.padding_mask("tgt_key_padding_mask", T);
     c.padding_mask("memory_key_padding_mask", S);
     // nn.Transformer.forward: memory = encoder(src, mask=src_mask, src_key_padding_mask=...), then the decoder.
-    const Tensor memory = encoder_forward(nested, m->encoder, in.req("src"), in.opt("src_mask"),
+    const Tensor memory = encoder_forward(nested, in.as, m->encoder, in.req("src"), in.opt("src_mask"),
                                           in.opt("src_key_padding_mask"), in.flag("src_is_causal"));
     return m->decoder.forward(in.req("tgt"), memory, in.opt("tgt_mask"), in.opt("memory_mask"),
                               in.opt("tgt_key_padding_mask"), in.opt("memory_key_padding_mask"),
@@ -407,7 +411,7 @@ Tensor LoadedModule::call(const NamedTensors& inputs, const std::string& source)
   return impl_->call->forward(Inputs{inputs, source});
 }
 
-NamedTensors LoadedModule::forward(const NamedTensors& inputs, const std::string& source) {
+NamedTensors LoadedModule::forward(const NamedTensors& inputs, const std::string& source, TorchCall as) {
   // int8 has no NaN or infinity: a weight holding one would quantize to a finite value and give plausible
   // numbers where float32 (and PyTorch) give NaN, so it is refused, once per set of weights.
   if (impl_->precision == Precision::INT8 && !impl_->finite_checked) {
@@ -423,7 +427,7 @@ NamedTensors LoadedModule::forward(const NamedTensors& inputs, const std::string
   }
   InferenceMode scope(impl_->precision, impl_->packed);  // no tape; each Linear weight packed once
   NamedTensors out;
-  out.insert("output", call(inputs, source));
+  out.insert("output", impl_->call->forward(Inputs{inputs, source, as}));
   return out;
 }
 

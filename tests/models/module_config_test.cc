@@ -213,5 +213,40 @@ TEST(ModuleConfig, LayerVariantsRunInBf16) {
   std::cout << "[ bf16 ] layer variants: rel error " << err << "\n";
 }
 
+// nn.TransformerEncoder's nested-tensor path (src/models/forward.cc) by TorchCall: given only a left-aligned
+// src_key_padding_mask, forward(NO_GRAD) gives the final norm of 0 (its bias) at the padded positions, as PyTorch's
+// no-grad call; forward(AUTOGRAD) the regular path, as its call with autograd recording, which forward_backward's
+// output (the training math's kernels: a few ulps away) agrees with. The unpadded positions are the same numbers in
+// both (the padded keys are masked in both).
+TEST(LoadedModule, NestedPathTakenOnlyForTheNoGradCall) {
+  Generator gen(5);
+  LoadedModule m(parse_module_config(R"({"module": "TransformerEncoder", "d_model": 8, "nhead": 2, "num_layers": 2,
+                                         "dim_feedforward": 16, "dropout": 0.0, "batch_first": true, "norm": true})"),
+                 Precision::FLOAT32, gen);
+  NamedTensors w = m.module().state_dict();
+  const Tensor bias =
+      testing::random_tensor({8}, 9);  // LayerNorm(0) = bias: a nonzero one makes the padded rows recognisable
+  w.at("norm.bias") = bias;
+  m.load_weights(w);
+  NamedTensors in;
+  in.insert("src", testing::random_tensor({2, 5, 8}, 11));
+  in.insert("src_key_padding_mask", Tensor::from_bool({2, 5}, {0, 0, 0, 1, 1, 0, 0, 0, 0, 0}));
+  const Tensor fast = m.forward(in, "inputs", TorchCall::NO_GRAD).at("output");
+  const Tensor regular = m.forward(in, "inputs", TorchCall::AUTOGRAD).at("output");
+  const Tensor trained = m.forward_backward(in, testing::random_tensor({2, 5, 8}, 13)).at("output");
+  for (int64_t s = 0; s < 5; ++s)
+    for (int64_t d = 0; d < 8; ++d) {
+      const int64_t i = s * 8 + d;  // batch row 0: positions 3 and 4 padded
+      if (s >= 3) {
+        EXPECT_EQ(fast.data()[i], bias.data()[d]) << "padded position " << s;
+        EXPECT_NE(regular.data()[i], bias.data()[d]) << "padded position " << s;
+      } else {
+        EXPECT_EQ(fast.data()[i], regular.data()[i]) << "position " << s;
+      }
+    }
+  for (int64_t i = 40; i < 80; ++i) EXPECT_EQ(fast.data()[i], regular.data()[i]) << "batch row 1, no padding";
+  EXPECT_TRUE(testing::close_rel(regular, trained, 1e-6f));  // a few float32 ulps apart
+}
+
 }  // namespace
 }  // namespace tfm

@@ -148,7 +148,8 @@ def test_nested_tensor_fast_path_as_torch_no_grad():
         ref_module = copy.deepcopy(module).double()
         with torch.no_grad():
             ref = ref_module(*[a.double() for a in args], src_key_padding_mask=kpm).numpy()
-        out = fast(*[a.numpy() for a in args], src_key_padding_mask=kpm.numpy())
+        with torch.no_grad():  # the call follows torch's grad mode (the test below)
+            out = fast(*[a.numpy() for a in args], src_key_padding_mask=kpm.numpy())
         assert out.shape == ref.shape and rel_err(out, ref) <= 2e-6, (out.shape, ref.shape)
         return out
 
@@ -172,6 +173,43 @@ def test_nested_tensor_fast_path_as_torch_no_grad():
     compare(stack(mask_check=False), (x,), holes)  # a row of n unpadded positions is its first n
     tr = nn.Transformer(8, 2, 1, 1, 16, batch_first=True)
     compare(tr, (x, torch.randn(3, 4, 8)), left)
+
+
+def test_nested_tensor_fast_path_follows_torch_grad_mode():
+    """PyTorch takes the nested-tensor path only when autograd records nothing: a plain `model.eval(); model(x)` with
+    parameters requiring gradients takes the regular path, and through an nn.Transformer whose decoder attends to the
+    padded memory rows every output differs. A from_torch module's call computes what the torch module's call
+    computes in the same state: grad mode on or off (torch.no_grad, inference_mode), parameters requiring gradients
+    or not, a torch input requiring one."""
+    torch.manual_seed(3)
+    src, tgt = torch.randn(2, 5, 8), torch.randn(2, 4, 8)
+    kpm = torch.tensor([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    tr = nn.Transformer(8, 2, 1, 1, 16, batch_first=True).eval()
+    ref = copy.deepcopy(tr).double()
+    fast = tfm.from_torch(tr)
+
+    def torch_call(**grad):
+        a, b = src.double().requires_grad_(grad.get("src", False)), tgt.double()
+        return ref(a, b, src_key_padding_mask=kpm).detach().numpy()
+
+    plain = torch_call()
+    with torch.no_grad():
+        no_grad = torch_call()
+    assert rel_err(plain, no_grad) > 0.05  # the premise: the two calls differ at every position
+    assert rel_err(fast(src, tgt, src_key_padding_mask=kpm).numpy(), plain) <= 2e-6
+    assert rel_err(fast(src.numpy(), tgt.numpy(), src_key_padding_mask=kpm.numpy()), plain) <= 2e-6
+    with torch.no_grad():
+        assert rel_err(fast(src, tgt, src_key_padding_mask=kpm).numpy(), no_grad) <= 2e-6
+    with torch.inference_mode():
+        assert rel_err(fast(src, tgt, src_key_padding_mask=kpm).numpy(), no_grad) <= 2e-6
+    # Parameters that require no gradient: PyTorch's fast path in grad mode too, unless the input requires one.
+    frozen = copy.deepcopy(tr).requires_grad_(False)
+    ref.requires_grad_(False)
+    assert rel_err(torch_call(), no_grad) <= 1e-12
+    assert rel_err(torch_call(src=True), plain) <= 1e-12
+    fast = tfm.from_torch(frozen)
+    assert rel_err(fast(src, tgt, src_key_padding_mask=kpm).numpy(), no_grad) <= 2e-6
+    assert rel_err(fast(src.clone().requires_grad_(True), tgt, src_key_padding_mask=kpm).numpy(), plain) <= 2e-6
 
 
 # ---- the notebook mappings (tools/import_maps), through tests/import/check_notebooks.py's cases -----------------

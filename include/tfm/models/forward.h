@@ -96,6 +96,12 @@ struct ModuleConfig {
   bool mask_check = true;
 };
 
+// Which of PyTorch's calls LoadedModule::forward reproduces where the two compute differently — only
+// nn.TransformerEncoder's nested-tensor fast path (enable_nested_tensor above), which PyTorch takes when autograd
+// records nothing: NO_GRAD, its torch.no_grad() / inference_mode() call, or a module whose parameters require no
+// gradient; AUTOGRAD, its call with grad mode on and parameters (or src) requiring gradients: the regular path.
+enum class TorchCall { NO_GRAD, AUTOGRAD };
+
 // Parses and validates a config's JSON text. Throws std::invalid_argument naming the offending
 // key ("config: unknown key 'n_heads'" beside every required key present, "config: missing required key 'nhead'",
 // "config: 'd_model' must be an integer, got \"8\"", ...).
@@ -134,10 +140,11 @@ class LoadedModule {
   // left over; `source` names the weights in messages. Drops packed weights.
   void load_weights(const NamedTensors& weights, const std::string& source = "weights");
 
-  // Inference: {"output": the module's output}. Inputs are checked by name, dtype and shape first;
-  // errors start with `source` ("inputs: missing tensor 'src'"), so a caller reading them from a
-  // file passes its path.
-  NamedTensors forward(const NamedTensors& inputs, const std::string& source = "inputs");
+  // Inference: {"output": the module's output}, the numbers of PyTorch's `as` call (TorchCall). Inputs are checked
+  // by name, dtype and shape first; errors start with `source` ("inputs: missing tensor 'src'"), so a caller reading
+  // them from a file passes its path.
+  NamedTensors forward(const NamedTensors& inputs, const std::string& source = "inputs",
+                       TorchCall as = TorchCall::NO_GRAD);
 
   // Training math in precision(): float32, or bfloat16 matmuls forward and backward (an
   // Autocast scope, tfm/autocast.h: the Linear layers' and, with AVX512-BF16, attention's; int8 throws std::invalid_argument), with dropout as the module's mode has it
