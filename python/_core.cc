@@ -429,7 +429,7 @@ PYBIND11_MODULE(_core, m) {
       "returned (generation stops at its next token, training at its next step, with its checkpoint).");
   m.def("get_num_threads", [] {
     const int n = g_threads.load();
-    return n > 0 ? n : tfm::get_num_threads();
+    return n > 0 ? static_cast<int>(std::min<int64_t>(n, tfm::thread_cap())) : tfm::get_num_threads();
   });
 
   // ---- modules ----

@@ -15,8 +15,13 @@ inline constexpr int64_t kMaxThreads = 1024;
 void check_threads(int64_t n, const std::string& what);
 
 // The calling thread's count for every later tfm call it makes: n in [1, kMaxThreads], or 0 to leave
-// OpenMP's setting as it is. Throws std::invalid_argument outside [0, kMaxThreads].
+// OpenMP's setting as it is. Throws std::invalid_argument outside [0, kMaxThreads]. In a process forked from
+// another (fork(), Python's multiprocessing "fork"), every count is 1: OpenMP's thread pool does not survive a
+// fork, so the child computes on the forking thread alone (a fork handler sets that thread's count to 1); use
+// "spawn" or "forkserver" for children that compute on several threads.
 void set_num_threads(int64_t n);
+// The most threads a call runs on: 1 in a forked process (above), else kMaxThreads.
+int64_t thread_cap();
 // The count the calling thread's tfm calls use.
 int get_num_threads();
 

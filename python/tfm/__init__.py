@@ -22,6 +22,9 @@ Python thread (before it: OMP_NUM_THREADS, else every core). Results are bitwise
 torch links the same OpenMP runtime and oneDNN as tfm, so until set_num_threads is called, torch.set_num_threads
 changes tfm's count too; after it, each keeps its own (a tfm call puts the thread's OpenMP setting back as it
 found it). A pip wheel of torch bundles its own runtime, and the two pools together should not exceed the cores.
+A process forked from one that uses tfm (multiprocessing's "fork" context, Linux's default) computes on one thread:
+OpenMP's thread pool does not survive fork(). Use the "spawn" or "forkserver" context for children that compute on
+several.
 
 Errors: a bad argument, option, shape or value raises ValueError with the library's message, a missing or
 unreadable file FileNotFoundError / OSError, anything else RuntimeError. Every computing call releases the GIL.

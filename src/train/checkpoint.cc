@@ -104,8 +104,9 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
   }
   // Every file is written and synced to its temporary first, then each is renamed into place: a write
   // that fails (a full disk) leaves the previous checkpoint whole, not a model of one step beside the
-  // state of another. The clock is renamed first: a kill among the renames leaves a clock one
-  // checkpoint ahead of the state, whose extra row read_clock ignores.
+  // state of another. The state is renamed last, as the checkpoint's commit: a kill among the renames
+  // leaves files one checkpoint ahead of the state — the clock's extra row read_clock ignores, and the
+  // model, metrics and curves the resumed run writes again when it reaches that step.
   io::AtomicFileWriter clock_w(model_dir::path(dir, CLOCK_FILE)), state_w(model_dir::path(dir, STATE_FILE)),
       model_w(model_dir::path(dir, model_dir::MODEL)), metrics_w(model_dir::path(dir, METRICS_FILE)),
       curves_w(model_dir::path(dir, CURVES_FILE));
@@ -117,7 +118,7 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
   metrics_w.write(metrics.data(), metrics.size());
   curves_w.write(curves.data(), curves.size());
   for (io::AtomicFileWriter* w : {&clock_w, &state_w, &model_w, &metrics_w, &curves_w}) w->sync();
-  for (io::AtomicFileWriter* w : {&clock_w, &state_w, &model_w, &metrics_w, &curves_w}) w->commit();
+  for (io::AtomicFileWriter* w : {&clock_w, &model_w, &metrics_w, &curves_w, &state_w}) w->commit();
   st.checkpoint_step = st.step;
 }
 

@@ -18,6 +18,7 @@
 #include "tfm/models/model_dir.h"
 #include "tfm/threads.h"
 #include "tfm/train/trainer.h"
+#include "train/checkpoint.h"
 
 namespace tfm::train {
 namespace {
@@ -333,6 +334,10 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
                                   allowed + " (and --dtype naming the run's own) may be given with it (got " + fixed + ")");
     }
     setup.mode = StartMode::RESUME;
+    if (std::filesystem::is_directory(dir) && !std::filesystem::exists(model_dir::path(dir, model_dir::CONFIG)))
+      throw std::invalid_argument("--resume " + dir + ": no run to resume there (no " +
+                                  model_dir::path(dir, model_dir::CONFIG) +
+                                  "; a run writes it with its first checkpoint)");
     setup.config = load_train_config(dir);
     if (has("dtype")) {  // the run's own precision may be repeated; another would change its numbers
       TrainConfig asked = setup.config;
@@ -381,12 +386,20 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
   for (std::string* p : {&c.train_path, &c.valid_path, &c.text_path, &c.valid_text_path})
     if (!p->empty()) *p = std::filesystem::absolute(*p).string();
   // A fresh run into another run's directory would mix the two (a kill before the first checkpoint
-  // leaves the old checkpoint beside the new config): refused unless --force (the trainer then
-  // deletes the old run's files).
-  if (!setup.run.force && std::filesystem::exists(model_dir::path(c.out_dir, model_dir::CONFIG)))
-    throw std::invalid_argument("--out " + c.out_dir + " holds a run or model already (" +
-                                model_dir::path(c.out_dir, model_dir::CONFIG) + "): continue a run with --resume " +
-                                c.out_dir + ", train into another --out, or give --force to delete it and start over");
+  // leaves the old checkpoint beside the new config), and it deletes the files a run writes: refused
+  // unless --force (the trainer then deletes the old run's files) when the directory holds weights, a
+  // trainer state, metrics or a best model. A config.json beside none of them is the description of a run
+  // stopped before its first checkpoint, which holds nothing to lose (and --resume has nothing to resume).
+  if (!setup.run.force)
+    for (const char* f : {model_dir::MODEL, STATE_FILE, METRICS_FILE, BEST_DIR}) {
+      const std::string p = model_dir::path(c.out_dir, f);
+      if (!std::filesystem::exists(p)) continue;
+      throw std::invalid_argument("--out " + c.out_dir + " holds a run or model already (" + p + "): " +
+                                  (std::filesystem::exists(model_dir::path(c.out_dir, model_dir::CONFIG))
+                                       ? "continue a run with --resume " + c.out_dir + ", train into another --out, or "
+                                       : "train into another --out, or ") +
+                                  "give --force to delete it and start over");
+    }
   // A layer count for a stack the family does not have would be ignored.
   const ModelFamily& f = c.model.family();
   for (const auto& [name, has_stack] : {std::pair{"encoder-layers", f.encoder_layers}, {"decoder-layers", f.decoder_layers}})

@@ -209,6 +209,11 @@ class Run {
                         : std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
   }
   double elapsed() const { return elapsed_before_ + now() - session_start_; }
+  // A resumed run whose time budget ran out (before its step count was fixed): the checkpoint's clock, the same
+  // on every rank.
+  bool budget_spent() const {
+    return c_.time_budget > 0 && budget_ != Budget::FIXED && elapsed_before_ >= c_.time_budget;
+  }
 
   TrainConfig c_;
   const TrainHooks& hooks_;
@@ -317,6 +322,14 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
                                   "); resume with the original text, or start a new run");
     note(ProgressEvent::Kind::NOTE, "resuming " + c_.out_dir + " at step " + std::to_string(st_.step) + " (epoch " +
                                         std::to_string(st_.epoch + 1) + ")");
+    // write_best runs after the checkpoint that records its evaluation as the best: a kill while it wrote left
+    // out_dir/best stale or missing (its staging directories removed above). The best evaluation being the
+    // checkpoint's own, the weights just loaded are that model: it is written again. (An older best was written
+    // whole before training went on.)
+    const int64_t best = best_row(st_.history);
+    if (c_.keep_best && best >= 0 && best + 1 == static_cast<int64_t>(st_.history.size()) &&
+        st_.history.back().step == st_.step)
+      write_best();
   }
   if (c_.text()) st_.text_hash = ds_.text_train.hash();
   elapsed_before_ = st_.elapsed;
@@ -331,6 +344,9 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
     note(ProgressEvent::Kind::NOTE, "the run is at step " + std::to_string(st_.step) + " already, --max-steps " +
                                         std::to_string(c_.max_steps) + ": nothing to train (a larger --max-steps "
                                         "continues it)");
+  if (resume && budget_spent())
+    note(ProgressEvent::Kind::NOTE, "the run spent its --time-budget already (" + number_text(st_.elapsed) + " of " +
+                                        number_text(c_.time_budget) + " s): nothing to train");
   if (budget_ == Budget::OFF && total_steps_ > 0 && c_.warmup >= total_steps_ && st_.step == 0) {
     char buf[256];  // a run that ends inside its warmup: the learning rate only ever rises
     const long long fit = std::max<int64_t>(1, total_steps_ / 10);
@@ -700,6 +716,7 @@ TrainResult Run::train() {
   // A run started from a model directory first scores that model, as its step-0 row.
   if (!c_.init_from.empty() && st_.step == 0 && st_.history.empty()) evaluate_and_record();
   if (out_of_patience()) reason = StopReason::EARLY_STOPPING;  // a resumed run that had stopped early
+  if (budget_spent()) reason = StopReason::TIME_BUDGET;
   while (!reason) {
     if (c_.epochs > 0 && st_.epoch >= c_.epochs) {
       reason = StopReason::EPOCHS;
@@ -721,11 +738,13 @@ TrainResult Run::train() {
       lr_now_ = lr_at(st_.step + 1);
       opt_->set_lr(static_cast<float>(lr_now_));
       // Several processes stop together: on a signal to any of them, and when rank 0's clock says the
-      // time budget is spent (sampled during the step, exchanged with its losses).
+      // time budget is spent, sampled before the step and exchanged with its losses, so acted on after it.
+      // One process samples its clock at the same point, so that the same steps run for any process count.
+      const bool time_up = c_.time_budget > 0 && budget_ != Budget::FIXED && elapsed() >= c_.time_budget;
       ShardedStep::Agreement agreed;
       if (!comm_.single()) {
         agreed.stop = hooks_.should_stop && hooks_.should_stop(st_.step);
-        agreed.time_up = c_.time_budget > 0 && budget_ != Budget::FIXED && elapsed() >= c_.time_budget;
+        agreed.time_up = time_up;
       }
       const StepOutcome s = step_->run(*model_, *opt_, gen_, b, c_.label_smoothing, c_.clip_norm, agreed);
       if (!s.finite) {
@@ -783,8 +802,7 @@ TrainResult Run::train() {
           break;
         }
       }
-      const bool clock_stops = c_.time_budget > 0 && budget_ != Budget::FIXED;
-      if (comm_.single() ? clock_stops && elapsed() >= c_.time_budget : agreed.time_up) {
+      if (comm_.single() ? time_up : agreed.time_up) {
         reason = StopReason::TIME_BUDGET;
         break;
       }

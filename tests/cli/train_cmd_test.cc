@@ -144,6 +144,33 @@ TEST(TrainCli, TimeBudgetFitsItsStepsAndEmaIsChecked) {
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
 }
 
+// A budget that runs out before a step count is fixed (a constant schedule fits none): the clock is read before
+// each step, so on the test clock (0.125 s a step) the step that starts at 5.0 s is the last, 41 in all; resuming the
+// finished run trains nothing and leaves its files as they were.
+TEST(TrainCli, SpentTimeBudgetResumesToNothing) {
+  const std::string d = temp_dir("cli_budget_spent");
+  write_pairs(d + "/train.tsv", 60, 1);
+  write_pairs(d + "/valid.tsv", 10, 2);
+  std::string out;
+  ASSERT_EQ(run_command("TFM_TEST_SECONDS_PER_STEP=0.125 " + kCli + " train --train " + d + "/train.tsv --valid " + d +
+                            "/valid.tsv" + kTinySeq2seq + " --warmup 5 --schedule constant --time-budget 5 --out " + d +
+                            "/run 2>&1",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("trained 41 steps"), std::string::npos) << out;
+  const auto bytes = [&](const char* f) { return tfm::testing::slurp(d + "/run/" + f); };
+  const std::string model = bytes("model.safetensors"), metrics = bytes("metrics.csv");
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(run_command("TFM_TEST_SECONDS_PER_STEP=0.125 " + kCli + " train --resume " + d + "/run 2>&1", &out), 0)
+        << out;
+    EXPECT_NE(out.find("spent its --time-budget already (5.125 of 5 s): nothing to train"), std::string::npos) << out;
+    EXPECT_NE(out.find("trained 41 steps"), std::string::npos) << out;
+    EXPECT_EQ(bytes("model.safetensors"), model);
+    EXPECT_EQ(bytes("metrics.csv"), metrics);
+  }
+}
+
 TEST(TrainCli, SigintWritesACheckpointAndResumes) {
   const std::string d = temp_dir("cli_sigint");
   const std::string run = d + "/run";
@@ -340,8 +367,9 @@ TEST_F(TrainCliErrors, OutHoldingARunIsRefusedUnlessForced) {
   const std::string model = tfm::testing::slurp(run + "/model.safetensors");
   expect_error("train --train " + *dir_ + "/train.tsv --valid " + *dir_ + "/valid.tsv --out " + run + kTinySeq2seq +
                    " --max-steps 1",
-               "--out " + run + " holds a run or model already (" + run + "/config.json): continue a run with --resume " +
-                   run + ", train into another --out, or give --force to delete it and start over");
+               "--out " + run + " holds a run or model already (" + run +
+                   "/model.safetensors): continue a run with --resume " + run +
+                   ", train into another --out, or give --force to delete it and start over");
   EXPECT_EQ(tfm::testing::slurp(run + "/model.safetensors"), model);
   fs::copy(run, copy, fs::copy_options::recursive);
   ASSERT_TRUE(fs::exists(copy + "/src_vocab.txt"));
@@ -363,6 +391,34 @@ TEST_F(TrainCliErrors, OutHoldingARunIsRefusedUnlessForced) {
   EXPECT_FALSE(fs::exists(copy + "/src_vocab.txt")) << "the replaced run's files are deleted";
   EXPECT_TRUE(fs::exists(copy + "/src_vocab.json"));  // (the trainer's own deletion of the old run: Trainer.FreshRunDeletesTheFilesOfTheRunItReplaces)
   EXPECT_EQ(nlohmann::json::parse(tfm::testing::slurp(copy + "/config.json"))["model"]["arch"], "decoder");
+}
+
+// What a fresh run would delete decides the refusal, not config.json alone: a run stopped before its first
+// checkpoint leaves its description only (nothing to resume, nothing to lose), and a new run takes the directory;
+// a best/ model without a config is refused, and kept; --resume of a directory holding no run says so.
+TEST_F(TrainCliErrors, OutIsRefusedForWhatTheRunWouldDeleteOnly) {
+  namespace fs = std::filesystem;
+  const std::string stopped = *dir_ + "/stopped", best = *dir_ + "/best_only", empty = *dir_ + "/empty";
+  fs::create_directories(stopped);
+  for (const char* f : {"config.json", "src_vocab.txt", "tgt_vocab.txt"})  // what describe() writes for this run
+    fs::copy_file(*dir_ + "/run/" + f, stopped + "/" + f);
+  const std::string train = " --train " + *dir_ + "/train.tsv --valid " + *dir_ + "/valid.tsv" + kTinySeq2seq;
+  expect_error("train --resume " + stopped,
+               stopped +
+                   "/trainer_state.safetensors: no checkpoint to resume from (the run stopped before its first "
+                   "checkpoint; start it again without --resume)");
+  std::string out;
+  EXPECT_EQ(run_command(kCli + " train" + train + " --max-steps 1 --out " + stopped, &out), 0) << out;
+  EXPECT_TRUE(fs::exists(stopped + "/model.safetensors"));
+  fs::create_directories(best + "/best");
+  { std::ofstream(best + "/best/notes.txt") << "mine\n"; }
+  expect_error("train" + train + " --max-steps 1 --out " + best,
+               "--out " + best + " holds a run or model already (" + best +
+                   "/best): train into another --out, or give --force to delete it and start over");
+  EXPECT_EQ(tfm::testing::slurp(best + "/best/notes.txt"), "mine\n");
+  fs::create_directories(empty);
+  expect_error("train --resume " + empty, "--resume " + empty + ": no run to resume there (no " + empty +
+                                              "/config.json; a run writes it with its first checkpoint)");
 }
 
 // Thread counts, task counts and seeds out of range: one line each, nothing run.

@@ -397,6 +397,26 @@ TEST_F(Mpirun, BudgetScheduleAndEmaTwoProcessesEqualOneWithTwoShards) {
   EXPECT_EQ(state(d + "/two").at("ema_updates"), 100);
 }
 
+// A budget that ends the run before any count is fixed (a constant schedule): rank 0's clock, read before each
+// step and exchanged with it, stops every rank after the same step as one process's clock read at the same point.
+TEST_F(Mpirun, TimeBudgetWithoutAFittedCountStopsAtTheSameStepAsOneProcess) {
+  const std::string d = temp_dir("mpi_budget_constant");
+  write_pairs(d + "/train.tsv", 60, 1);
+  write_pairs(d + "/valid.tsv", 10, 2);
+  const std::string args = " train --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + kTinySeq2seq +
+                           " --warmup 5 --schedule constant --time-budget 3";
+  const std::string tick = "TFM_TEST_SECONDS_PER_STEP=0.125 ";
+  std::string out;
+  ASSERT_EQ(run_command(tick + kCli + args + " --grad-shards 2 --out " + d + "/one 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("trained 25 steps"), std::string::npos) << out;
+  ASSERT_EQ(
+      run_command(tick + mpirun(2) + "-x TFM_TEST_SECONDS_PER_STEP " + kCli + args + " --out " + d + "/two 2>&1", &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("trained 25 steps"), std::string::npos) << out;
+  EXPECT_TRUE(same_run(d + "/one", d + "/two"));
+}
+
 TEST_F(Mpirun, StoppedRankMakesTheJobFailWithinTheCommTimeout) {
   const std::string d = temp_dir("mpi_stop");
   write_pairs(d + "/train.tsv", 40, 5);

@@ -86,6 +86,32 @@ def test_threads_setting():
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
 
 
+def test_forked_child_computes_on_one_thread():
+    """libgomp's pool does not survive fork(): a child forked after the parent computed on two threads used to wait
+    forever in its first call. It now computes on one thread (tfm/threads.h), the same numbers."""
+    code = ("import multiprocessing as mp, numpy as np, tfm\n"
+            "cfg = {'module': 'TransformerEncoderLayer', 'd_model': 64, 'nhead': 4, 'dim_feedforward': 256,"
+            " 'batch_first': True, 'dropout': 0.0}\n"
+            "rng = np.random.default_rng(0)\n"
+            "shapes = {'self_attn.in_proj_weight': (192, 64), 'self_attn.in_proj_bias': (192,),"
+            " 'self_attn.out_proj.weight': (64, 64), 'self_attn.out_proj.bias': (64,), 'linear1.weight': (256, 64),"
+            " 'linear1.bias': (256,), 'linear2.weight': (64, 256), 'linear2.bias': (64,), 'norm1.weight': (64,),"
+            " 'norm1.bias': (64,), 'norm2.weight': (64,), 'norm2.bias': (64,)}\n"
+            "w = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}\n"
+            "x = rng.standard_normal((8, 128, 64)).astype(np.float32)\n"
+            "def run(_):\n"
+            "    return tfm.load_module(cfg, w)(x), tfm.get_num_threads()\n"
+            "if __name__ == '__main__':\n"
+            "    tfm.set_num_threads(2)\n"
+            "    y, _ = run(0)\n"
+            "    with mp.get_context('fork').Pool(1) as p:\n"
+            "        (yc, n), = p.map_async(run, [0]).get(timeout=60)\n"
+            "    assert n == 1 and np.array_equal(y, yc), n\n"
+            "    print('ok')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
 def test_defaults_are_the_librarys():
     # The trained-model calls' defaults come from the library (tfm._core.DEFAULTS): the stub shows the same values,
     # and the CLI's --help the same batch sizes, beam and length limit.
