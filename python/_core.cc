@@ -659,6 +659,12 @@ PYBIND11_MODULE(_core, m) {
         tfm::train::TrainConfig config;
         {
           const Computing call;
+          // Under a launcher each copy of the script would train the whole run alone into the same directory.
+          if (const int launched = tfm::train::Comm::launched_size(); launched > 1)
+            throw std::invalid_argument("tfm.train runs in one process, and a launcher started " +
+                                        std::to_string(launched) +
+                                        " (mpirun): each would train alone. Train "
+                                        "data-parallel with `mpirun ... tfm train`");
           // In table order, as tfm train hands them over.
           tfm::train::GivenOptions ordered;
           for (const tfm::train::TrainOption& o : tfm::train::train_options())

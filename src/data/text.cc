@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "fnv1a.h"
 #include "io/file_util.h"
 #include "tfm/data/tasks.h"
 #include "tfm/data/tokenizer.h"
@@ -19,13 +20,6 @@ namespace {
 
 // U+2581 LOWER ONE EIGHTH BLOCK: SentencePiece's spelling of a space inside its pieces.
 constexpr const char* kSpmSpace = "\xE2\x96\x81";
-
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull, kFnvPrime = 0x100000001b3ull;
-
-uint64_t fnv1a(const uint8_t* p, size_t n, uint64_t h = kFnvOffset) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
-  return h;
-}
 
 std::string hex64(uint64_t h) {
   static constexpr char hex[] = "0123456789abcdef";

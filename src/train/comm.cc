@@ -51,6 +51,23 @@ void own_part(const T* send, int count, T* recv, int displ) {
 
 #ifdef TFM_HAVE_MPI
 
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS)
+    throw std::runtime_error(std::string("MPI: ") + what + " failed (error " + std::to_string(rc) + ")");
+}
+
+// MPI_Test of a started collective: a collective that completes in error (its buffers then hold anything) throws,
+// naming it, rather than being taken as done.
+void test_request(MPI_Request& req, int& done, const char* what) {
+  const int rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    char text[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    MPI_Error_string(rc, text, &n);
+    throw std::runtime_error(std::string("MPI: ") + what + " failed: " + std::string(text, static_cast<size_t>(n)));
+  }
+}
+
 // Polls `req` until it completes; with `timed`, throws CommTimeout after `timeout` seconds. The
 // first polls spin (a step's collective usually completes within microseconds of the last rank's
 // arrival), later ones sleep a little so that a waiting rank leaves the cores to ranks still
@@ -60,7 +77,7 @@ void poll_until_done(MPI_Request& req, const Comm& c, const char* what, bool tim
   const auto start = Clock::now();
   int done = 0;
   for (int polls = 0;; ++polls) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    test_request(req, done, what);
     if (done) return;
     if (polls > 2000) {
       std::this_thread::sleep_for(std::chrono::microseconds(polls > 20000 ? 1000 : 50));
@@ -70,10 +87,6 @@ void poll_until_done(MPI_Request& req, const Comm& c, const char* what, bool tim
                           " s (a process is stopped, stuck or gone)");
     }
   }
-}
-
-void check(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) throw std::runtime_error(std::string("MPI: ") + what + " failed (error " + std::to_string(rc) + ")");
 }
 
 template <typename T>
@@ -221,8 +234,9 @@ void Comm::progress() {
 #ifdef TFM_HAVE_MPI
   if (!outstanding_) return;
   int done = 0;
-  for (MPI_Request& req : outstanding_->requests)
-    if (req != MPI_REQUEST_NULL) MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+  for (size_t i = 0; i < outstanding_->requests.size(); ++i)
+    if (outstanding_->requests[i] != MPI_REQUEST_NULL)
+      test_request(outstanding_->requests[i], done, outstanding_->what[i]);
 #endif
 }
 

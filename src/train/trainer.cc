@@ -9,13 +9,14 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "fnv1a.h"
 #include "io/file_util.h"
 #include "json_fields.h"
 #include "tensor_impl.h"
 #include "tfm/autocast.h"
 #include "tfm/io/safetensors.h"
-#include "tfm/models/quantize.h"
 #include "tfm/models/model_dir.h"
+#include "tfm/models/quantize.h"
 #include "tfm/train/evaluate.h"
 #include "tfm/train/schedule.h"
 #include "train/checkpoint.h"
@@ -200,6 +201,7 @@ class Run {
   void checkpoint();
   void write_best();    // keep_best: the model just evaluated, to out_dir/best
   bool out_of_patience() const;  // patience: that many evaluations since the best one
+  void agree_across_processes();  // under mpirun: every rank runs the same configuration on the same data and state
   void plan_length();   // total_steps_, schedule_, eval cadence and the budget schedule's mode
   void fix_length();    // the budget schedule: rank 0 fits the step count, every rank adopts it
   double lr_at(int64_t step) const;  // the learning rate of optimizer step `step` (1-based)
@@ -322,6 +324,10 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
                                   "); resume with the original text, or start a new run");
     note(ProgressEvent::Kind::NOTE, "resuming " + c_.out_dir + " at step " + std::to_string(st_.step) + " (epoch " +
                                         std::to_string(st_.epoch + 1) + ")");
+  }
+  if (c_.text()) st_.text_hash = ds_.text_train.hash();
+  if (!comm_.single()) agree_across_processes();
+  if (resume) {
     // write_best runs after the checkpoint that records its evaluation as the best: a kill while it wrote left
     // out_dir/best stale or missing (its staging directories removed above). The best evaluation being the
     // checkpoint's own, the weights just loaded are that model: it is written again. (An older best was written
@@ -331,7 +337,6 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
         st_.history.back().step == st_.step)
       write_best();
   }
-  if (c_.text()) st_.text_hash = ds_.text_train.hash();
   elapsed_before_ = st_.elapsed;
   session_first_step_ = st_.step;
   session_start_ = now();
@@ -366,6 +371,64 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   }
   since_eval_ = Clock::now();
   tokens_before_clock_ = st_.tokens;
+}
+
+// Under mpirun every rank must run the same step on the same data: a rank given another option, another file or a
+// stale copy of the run directory would pair buffers of other sizes in the exchanges (memory corruption) or train a
+// model no single process would. Before the first step the ranks compare fingerprints (64-bit FNV-1a) of:
+//   the configuration — the train and model config as config.json saves it, without the paths (copies of the files
+//     may sit elsewhere on each machine), and the exchange's bucket size;
+//   the data — the tokenized training and validation examples, or the texts' hashes, and the vocabularies' sizes;
+//   the starting point — step, epoch, batch, the generator's position, and the parameters' bytes (after a resume,
+//     the checkpoint's; else the initialisation's).
+// A difference is an error on every rank naming the first differing part and rank.
+void Run::agree_across_processes() {
+  using Json = nlohmann::ordered_json;
+  Json config = Json::parse(c_.to_json(/*with_model=*/true));
+  for (const char* path : {"train_path", "valid_path", "text_path", "valid_text_path", "token_cache", "src_spm_model",
+                           "tgt_spm_model", "spm_model", "bpe_vocab", "bpe_merges", "out_dir", "init_from"})
+    config.erase(path);
+  const std::string config_text = config.dump();
+  const int64_t bucket = comm_.bucket_bytes();
+  uint64_t fingerprint[3];
+  fingerprint[0] = fnv1a(&bucket, sizeof bucket, fnv1a(config_text.data(), config_text.size()));
+  uint64_t h = kFnvOffset;
+  for (const std::vector<data::Example>* set : {&ds_.train, &ds_.valid})
+    for (const data::Example& e : *set) {
+      const int64_t sizes[2] = {static_cast<int64_t>(e.src.size()), static_cast<int64_t>(e.tgt.size())};
+      h = fnv1a(sizes, sizeof sizes, h);
+      h = fnv1a(e.src.data(), e.src.size() * sizeof(int32_t), h);
+      h = fnv1a(e.tgt.data(), e.tgt.size() * sizeof(int32_t), h);
+    }
+  for (const std::string& t : {ds_.text_train.hash(), ds_.text_valid.hash()}) h = fnv1a(t.data(), t.size() + 1, h);
+  const int64_t vocabs[4] = {ds_.src_vocab.size(), ds_.tgt_vocab.size(), ds_.text_train.size(), ds_.text_valid.size()};
+  fingerprint[1] = fnv1a(vocabs, sizeof vocabs, h);
+  const uint64_t position[5] = {static_cast<uint64_t>(st_.step), static_cast<uint64_t>(st_.epoch),
+                                static_cast<uint64_t>(st_.batch), gen_.seed, gen_.offset};
+  h = fnv1a(position, sizeof position);
+  for (const auto& [name, p] : model_->named_parameters()) h = fnv1a(p.data(), static_cast<size_t>(p.numel()) * 4, h);
+  fingerprint[2] = h;
+  // Exchanged as 32-bit halves, each exact in a double.
+  const int P = comm_.size();
+  std::vector<double> mine(6), all(static_cast<size_t>(6 * P));
+  for (int i = 0; i < 3; ++i) {
+    mine[static_cast<size_t>(2 * i)] = static_cast<double>(fingerprint[i] >> 32);
+    mine[static_cast<size_t>(2 * i + 1)] = static_cast<double>(fingerprint[i] & 0xFFFFFFFFu);
+  }
+  comm_.allgather(mine.data(), 6, all.data(), /*timed=*/true);
+  static const char* const kParts[3] = {
+      "the configuration (the options given, the model, --bucket-mb; paths aside)",
+      "the data (the training and validation examples as tokenized, or the texts, and the vocabularies)",
+      "the starting point (the step, the generator and the weights: after --resume, the checkpoint each read)"};
+  for (int i = 0; i < 3; ++i)
+    for (int r = 1; r < P; ++r) {
+      const size_t a = static_cast<size_t>(2 * i), b = static_cast<size_t>(6 * r + 2 * i);
+      if (all[a] != all[b] || all[a + 1] != all[b + 1])
+        throw std::invalid_argument("process " + std::to_string(r) + " of " + std::to_string(P) +
+                                    " does not agree with process 0 on " + kParts[i] +
+                                    ": every process must run the same command on the same files (copies of the data "
+                                    "and of the run directory must be the same bytes)");
+    }
 }
 
 // The budget schedule: with a time budget and a decaying schedule (cosine, or auto) the run's length

@@ -417,6 +417,50 @@ TEST_F(Mpirun, TimeBudgetWithoutAFittedCountStopsAtTheSameStepAsOneProcess) {
   EXPECT_TRUE(same_run(d + "/one", d + "/two"));
 }
 
+// Ranks that would not run the same steps are refused before the first, each naming what differs: another model
+// size (its exchanges would pair buffers of other sizes), another --lr, another --bucket-mb, another training file,
+// a stale copy of the run directory on --resume. Launched as one job of two programs (mpirun's "A : B").
+TEST_F(Mpirun, RanksThatDisagreeAreRefusedNamingWhat) {
+  const std::string d = temp_dir("mpi_disagree");
+  write_pairs(d + "/train.tsv", 40, 1);
+  write_pairs(d + "/other.tsv", 40, 9);
+  write_pairs(d + "/valid.tsv", 6, 2);
+  const std::string model = " --arch seq2seq --nhead 2 --layers 1 --dim-feedforward 32 --batch-size 7 --threads 1";
+  const std::string args = " --train " + d + "/train.tsv --valid " + d + "/valid.tsv" + model;
+  const auto both = [&](const std::string& a, const std::string& b, const std::string& out_dir) {
+    std::string out;
+    const int rc = run_command(mpirun(1) + kCli + " train" + a + " --out " + out_dir + " : -np 1 " + kCli + " train" +
+                                   b + " --out " + out_dir + " 2>&1",
+                               &out);
+    EXPECT_NE(rc, 0) << out;
+    return out;
+  };
+  const std::string config = "does not agree with process 0 on the configuration";
+  const std::string run = args + " --d-model 16 --max-steps 4";
+  EXPECT_NE(both(run, args + " --d-model 32 --max-steps 4", d + "/a").find(config), std::string::npos);
+  EXPECT_NE(both(run, run + " --lr 0.5", d + "/b").find(config), std::string::npos);
+  EXPECT_NE(both(run, run + " --bucket-mb 1", d + "/c").find(config), std::string::npos);
+  const std::string other =
+      " --train " + d + "/other.tsv --valid " + d + "/valid.tsv" + model + " --d-model 16 --max-steps 4";
+  EXPECT_NE(both(run, other, d + "/e").find("does not agree with process 0 on the data"), std::string::npos);
+  // A run of 4 steps and its copy taken at step 2: both resumed, one from each.
+  std::string out;
+  ASSERT_EQ(run_command(kCli + " train" + args + " --d-model 16 --max-steps 2 --grad-shards 2 --out " + d + "/run 2>&1",
+                        &out),
+            0)
+      << out;
+  std::filesystem::copy(d + "/run", d + "/stale", std::filesystem::copy_options::recursive);
+  ASSERT_EQ(run_command(kCli + " train --resume " + d + "/run --max-steps 4 2>&1", &out), 0) << out;
+  const std::string weights = read_file(d + "/run/model.safetensors");
+  EXPECT_NE(run_command(mpirun(1) + kCli + " train --resume " + d + "/run --max-steps 6 : -np 1 " + kCli +
+                            " train --resume " + d + "/stale --max-steps 6 2>&1",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("does not agree with process 0 on the starting point"), std::string::npos) << out;
+  EXPECT_EQ(read_file(d + "/run/model.safetensors"), weights) << "the run is left as it was";
+}
+
 TEST_F(Mpirun, StoppedRankMakesTheJobFailWithinTheCommTimeout) {
   const std::string d = temp_dir("mpi_stop");
   write_pairs(d + "/train.tsv", 40, 5);

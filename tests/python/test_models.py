@@ -2,6 +2,7 @@
 same model.safetensors; generate(seed=s) prints what `tfm generate --seed s` prints; evaluate / score give the
 dicts `tfm eval --json` prints; translate what `tfm translate` prints. Plus the option keywords' errors and stream()."""
 import json
+import os
 import subprocess
 import sys
 
@@ -313,6 +314,20 @@ def test_quantized_directory_loads_int8_by_default(pair_runs, tfm_cli):
     with pytest.raises(ValueError, match="int8-quantized"):
         tfm.train(out=str(d / "ft"), init_from=str(d / "int8"), train=str(d / "p.tsv"), valid=str(d / "p.tsv"),
                   max_steps=1)
+
+
+def test_train_refuses_a_launcher_of_several_processes(tmp_path):
+    """Under mpirun each copy of a script would train the whole run alone into one directory: refused, as the
+    CLI built without MPI refuses it (mpirun's environment, not mpirun itself: the variable is what tfm reads)."""
+    code = ("import tfm\n"
+            "try:\n"
+            f"    tfm.train(out={str(tmp_path / 'run')!r}, task='reverse', max_steps=1)\n"
+            "except ValueError as e:\n"
+            "    print(e)\n")
+    env = dict(os.environ, OMPI_COMM_WORLD_SIZE="2")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0 and "a launcher started 2 (mpirun)" in p.stdout, (p.stdout, p.stderr)
+    assert not (tmp_path / "run").exists()
 
 
 def test_train_option_errors(tmp_path):
