@@ -24,8 +24,9 @@ void register_eval(CLI::App& app, Runner& run) {
       "  tfm eval --model runs/lm --text valid.txt      # a language model: loss, perplexity, bits per char\n"
       "A source on several lines of the file has several accepted targets: a prediction is exact if it\n"
       "matches any, and its edit distance is to the closest. With --data, BLEU (sacreBLEU's defaults: 13a\n"
-      "tokenization, 4-grams) and chrF2 (character 6-grams, beta 2) score the detokenized text against all\n"
-      "of a source's targets. When predictions stop at the length limit without an end token, a note on\n"
+      "tokenization, 4-grams) and chrF2 (character 6-grams, beta 2) score the detokenized output against all\n"
+      "of a source's targets as the file writes them. When predictions stop at the length limit without an end token, "
+      "a note on\n"
       "stderr says how many (--max-len raises the limit); --json has the count as \"truncated\".");
   struct Opts {
     std::string model, task, data, text;

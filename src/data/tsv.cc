@@ -110,6 +110,7 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
     // A side only counted is made now: it passed the checks, so this cannot throw.
     if (!options.src_tokens.has_vocab()) pair.src = options.src_tokens.tokenize(src);
     if (!options.tgt_tokens.has_vocab()) pair.tgt = options.tgt_tokens.tokenize(tgt);
+    pair.tgt_text = tgt;
     data.pairs.push_back(std::move(pair));
   });
   if (data.pairs.empty())

@@ -9,14 +9,19 @@
 #include <stdexcept>
 
 #include "models/scorer.h"
+#include "quote.h"
 #include "tfm/train/comm.h"
-#include "train/evaluate_split.h"
 #include "tfm/train/trainer.h"
+#include "train/evaluate_split.h"
 
 namespace tfm::train {
 
-EvalSet group_references(const std::vector<data::Tokens>& sources, const std::vector<data::Tokens>& targets) {
+EvalSet group_references(const std::vector<data::Tokens>& sources, const std::vector<data::Tokens>& targets,
+                         const std::vector<std::string>& target_texts) {
   if (sources.size() != targets.size()) throw std::invalid_argument("group_references: sources and targets differ in count");
+  const bool texts = !target_texts.empty();
+  if (texts && target_texts.size() != targets.size())
+    throw std::invalid_argument("group_references: targets and their texts differ in count");
   EvalSet set;
   std::map<data::Tokens, size_t> where;  // source → its entry
   for (size_t i = 0; i < sources.size(); ++i) {
@@ -24,8 +29,10 @@ EvalSet group_references(const std::vector<data::Tokens>& sources, const std::ve
     if (fresh) {
       set.sources.push_back(sources[i]);
       set.references.emplace_back();
+      if (texts) set.reference_texts.emplace_back();
     }
     set.references[it->second].push_back(targets[i]);
+    if (texts) set.reference_texts[it->second].push_back(target_texts[i]);
   }
   return set;
 }
@@ -47,8 +54,9 @@ EvalSet task_eval_set(data::Task task, uint64_t seed, data::Split split, int64_t
 
 EvalSet tsv_eval_set(const data::TsvData& tsv) {
   std::vector<data::Tokens> s, t;
-  for (const auto& p : tsv.pairs) s.push_back(p.src), t.push_back(p.tgt);
-  return group_references(s, t);
+  std::vector<std::string> texts;
+  for (const auto& p : tsv.pairs) s.push_back(p.src), t.push_back(p.tgt), texts.push_back(p.tgt_text);
+  return group_references(s, t, texts);
 }
 
 namespace {
@@ -76,12 +84,32 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
   opt.max_tokens = run_config(m).max_tokens;
   const data::TsvData d = data::read_tsv(path, opt);
   if (note) *note = d.problems.empty() ? std::string() : d.summary();
+  // Targets the tokenizer changes beyond whitespace (spm's NFKC): the output can only ever be the changed form.
+  const auto letters = [](const std::string& s) {
+    std::string out;
+    for (char ch : s)
+      if (ch != ' ' && ch != '\t' && ch != '\r' && ch != '\n') out += ch;
+    return out;
+  };
+  int64_t changed = 0, first_line = 0;
+  std::string first_from, first_to;
   for (const auto& p : d.pairs) {  // a source evaluate() cannot encode, said of its line
     try {
       m.src_vocab.encode(p.src);
     } catch (const std::invalid_argument& e) {
       throw data::DataError(path + ":" + std::to_string(p.line) + ": source " + e.what());
     }
+    const std::string as_tokens = data::detokenize(p.tgt, m.tgt_tokenizer);
+    if (letters(as_tokens) != letters(p.tgt_text) && changed++ == 0)
+      first_line = p.line, first_from = p.tgt_text, first_to = as_tokens;
+  }
+  if (note && changed > 0) {
+    if (!note->empty()) *note += "\n";
+    *note += path + ": " + std::to_string(changed) + " of " + std::to_string(d.pairs.size()) +
+             " targets change under the model's target tokenizer (line " + std::to_string(first_line) + ": " +
+             quote_name(first_from) + " becomes " + quote_name(first_to) +
+             "): BLEU and chrF score against the targets as written, which the output cannot reproduce; the "
+             "token and sequence accuracies compare the tokenized forms";
   }
   return tsv_eval_set(d);
 }
@@ -99,6 +127,10 @@ Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::V
   std::vector<std::string> ref_texts;
   for (size_t i = 0; i < set.sources.size(); ++i) {
     m.add(pred[i], set.references[i]);
+    if (!set.reference_texts.empty()) {
+      m.add_text(detokenize(pred[i]), set.reference_texts[i]);
+      continue;
+    }
     ref_texts.clear();
     for (const auto& r : set.references[i]) ref_texts.push_back(detokenize(r));
     m.add_text(detokenize(pred[i]), ref_texts);

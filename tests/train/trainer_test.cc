@@ -420,6 +420,22 @@ TEST(Trainer, LoadedModelTranslatesAndEvaluates) {
                              [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokenizer); });
   EXPECT_EQ(r.examples, 1);
   EXPECT_EQ(r.reference_tokens, 2);
+  // With the references as written (a TSV file's), BLEU and chrF score against those texts, not against the
+  // references' tokens detokenized (a tokenizer may normalize them): the same prediction, one reference text that
+  // is its own output and one that differs from the tokens; the token figures stay the tokens'.
+  const auto detok = [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokenizer); };
+  const std::string own = out[0];
+  EvalSet as_written{{data::tokenize("3 1 4", m.src_tokenizer)}, {{{"2", "1"}}}, {{own}}};
+  const Metrics w = evaluate(m, as_written, DecodeOptions{}, 4, detok);
+  EXPECT_EQ(w.chrf(), 100.0);
+  as_written.reference_texts = {{"9 9 9 9"}};
+  EXPECT_LT(evaluate(m, as_written, DecodeOptions{}, 4, detok).chrf(), 50.0);
+  EXPECT_EQ(evaluate(m, as_written, DecodeOptions{}, 4, detok).reference_tokens, 2);
+  // tsv_eval_set keeps each target's text, grouped with its source.
+  data::TsvData tsv;
+  tsv.pairs = {{{"a"}, {"x"}, "x ", 1}, {{"b"}, {"y"}, "y", 2}, {{"a"}, {"z"}, "z", 3}};
+  const EvalSet g = tsv_eval_set(tsv);
+  EXPECT_EQ(g.reference_texts, (std::vector<std::vector<std::string>>{{"x ", "z"}, {"y"}}));
 }
 
 

@@ -40,6 +40,7 @@ struct TsvOptions {
 
 struct TextPair {
   std::vector<std::string> src, tgt;  // tokens
+  std::string tgt_text;               // the target as the file has it (what a translation is scored against)
   int64_t line = 0;                   // 1-based line number in the file
 };
 

@@ -24,11 +24,17 @@ class Comm;  // tfm/train/comm.h
 struct EvalSet {
   std::vector<data::Tokens> sources;
   std::vector<std::vector<data::Tokens>> references;  // (sources) each non-empty
+  // (sources) the references as the file has them, when the set came from text (a TSV file), else empty: BLEU and
+  // chrF score against these, as sacreBLEU scores a translation against the file's targets. A tokenizer may
+  // normalize text (SentencePiece pair models apply NFKC and collapse spaces), so detokenizing the references'
+  // tokens can give another text than the file's, which the model's output could never differ from.
+  std::vector<std::vector<std::string>> reference_texts;
 };
 
 // Groups (source, target) pairs by source in first-appearance order: a source on several lines of a
-// file has several accepted targets.
-EvalSet group_references(const std::vector<data::Tokens>& sources, const std::vector<data::Tokens>& targets);
+// file has several accepted targets. `target_texts` (the targets as written, or empty) are grouped alike.
+EvalSet group_references(const std::vector<data::Tokens>& sources, const std::vector<data::Tokens>& targets,
+                         const std::vector<std::string>& target_texts = {});
 // `count` examples of a task's split, each its own entry (repeats included), in the task vocabulary's
 // tokens.
 EvalSet task_eval_set(data::Task task, uint64_t seed, data::Split split, int64_t count);
@@ -38,7 +44,7 @@ EvalSet tsv_eval_set(const data::TsvData& tsv);
 // A trained model's test sets (`tfm eval`). A task's: `count` fresh TEST-split sequences, drawn with
 // `seed` or else the run's own seed; throws when the model was not trained on a built-in task. A TSV
 // file's: read with the model's tokenizations and the run's max_tokens; skipped lines are summarised
-// in *note (empty when none).
+// in *note (empty when none), and so are references the target tokenizer changes (their count, with the first).
 // Fresh test sequences of a task when a caller does not say (tfm eval --count).
 inline constexpr int64_t kTaskTestCount = 1000;
 EvalSet task_test_set(const TrainedModel& m, data::Task task, std::optional<uint64_t> seed,
