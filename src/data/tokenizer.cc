@@ -211,14 +211,21 @@ std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptio
   const std::unordered_map<std::string, std::string> spec = {
       {"model_type", o.type == SpmType::BPE ? "bpe" : "unigram"},
       {"vocab_size", std::to_string(o.vocab_size)},
-      {"pad_id", "0"}, {"bos_id", "1"}, {"eos_id", "2"}, {"unk_id", "3"},
-      {"pad_piece", Vocab::PAD}, {"bos_piece", Vocab::BOS}, {"eos_piece", Vocab::EOS}, {"unk_piece", Vocab::UNK},
+      {"pad_id", "0"},
+      {"bos_id", "1"},
+      {"eos_id", "2"},
+      {"unk_id", "3"},
+      {"pad_piece", Vocab::PAD},
+      {"bos_piece", Vocab::BOS},
+      {"eos_piece", Vocab::EOS},
+      {"unk_piece", Vocab::UNK},
       {"num_threads", std::to_string(kSpmTrainerThreads)},
-      {"input_sentence_size", "0"},  // every line given (our own sampling chose them)
+      {"input_sentence_size", "0"},                      // every line given (our own sampling chose them)
       {"max_sentence_length", std::to_string(longest)},  // ... and none skipped for its length
       {"shuffle_input_sentence", "false"},
       {"minloglevel", "100"},  // nothing on stderr
       {"hard_vocab_limit", "true"},
+      {"max_sentencepiece_length", std::to_string(kSpmMaxPieceChars)},
       {"byte_fallback", o.lossless ? "true" : "false"},
       {"normalization_rule_name", o.lossless ? "identity" : "nmt_nfkc"},
       {"remove_extra_whitespaces", o.lossless ? "false" : "true"},

@@ -129,7 +129,7 @@ TsvData read_tsv(const std::string& path, const TsvOptions& options) {
   return parse_tsv(text, path, options);
 }
 
-TsvSides read_tsv_sides(const std::string& path) {
+TsvSides read_tsv_sides(const std::string& path, int64_t max_side_chars) {
   std::string text;
   try {
     text = io::read_file(path);
@@ -143,6 +143,11 @@ TsvSides read_tsv_sides(const std::string& path) {
     if (tab == std::string::npos || line.find('\t', tab + 1) != std::string::npos) return;
     std::string src = line.substr(0, tab), tgt = line.substr(tab + 1);
     if (all_space(src) || all_space(tgt)) return;
+    // Code points counted as UTF-8 lead bytes (an invalid line is refused later, by the trainer's own check).
+    const auto chars = [](const std::string& s) {
+      return std::count_if(s.begin(), s.end(), [](char ch) { return (static_cast<uint8_t>(ch) & 0xC0) != 0x80; });
+    };
+    if (max_side_chars > 0 && (chars(src) > max_side_chars || chars(tgt) > max_side_chars)) return;
     sides.src.push_back(std::move(src));
     sides.tgt.push_back(std::move(tgt));
   });

@@ -130,7 +130,10 @@ void tsv_tokenizers(const TrainConfig& c, const SavedVocabs& saved, Comm* comm, 
     return;
   }
   const bool need_lines = c.joint_vocab || (src_spm && c.src_spm_model.empty()) || (tgt_spm && c.tgt_spm_model.empty());
-  const data::TsvSides sides = need_lines ? data::read_tsv_sides(c.train_path) : data::TsvSides{};
+  // Sides past max_tokens pieces even at the longest piece, after NFKC has composed up to 4 code points into one
+  // (the longest canonical decomposition of a character): their lines are skipped as over-long (parse_tsv).
+  const data::TsvSides sides =
+      need_lines ? data::read_tsv_sides(c.train_path, c.max_tokens * data::kSpmMaxPieceChars * 4) : data::TsvSides{};
   const auto train = [&](const std::vector<std::string>& a, const std::vector<std::string>* b, int64_t size,
                          const std::string& what) {
     std::vector<std::string_view> lines(a.begin(), a.end());
@@ -211,6 +214,27 @@ Dataset load_dataset(const TrainConfig& c, const SavedVocabs& saved, Comm* comm)
   };
   for (const auto& p : train.pairs) ds.train.push_back(encode(train, p));
   for (const auto& p : valid.pairs) ds.valid.push_back(encode(valid, p));
+  // Tokens the vocabularies lack became <unk>: in the validation file, characters the training file never had; in
+  // either, those an spm model left out (SentencePiece's character_coverage, 0.9995, drops the rarest).
+  for (const auto& [d, examples] : {std::pair{&train, &ds.train}, {&valid, &ds.valid}}) {
+    int64_t src_unk = 0, tgt_unk = 0, lines = 0, first = 0;
+    for (size_t i = 0; i < examples->size(); ++i) {
+      const data::Example& e = (*examples)[i];
+      const auto s = std::count(e.src.begin(), e.src.end(), ds.src_vocab.unk_id());
+      const auto t = std::count(e.tgt.begin(), e.tgt.end(), ds.tgt_vocab.unk_id());
+      if (s + t == 0) continue;
+      src_unk += s, tgt_unk += t;
+      if (lines++ == 0) first = d->pairs[i].line;
+    }
+    if (lines > 0)
+      ds.notes.push_back(d->path + ": " + std::to_string(src_unk) + " source and " + std::to_string(tgt_unk) +
+                         " target tokens are not in the vocabulary and read as <unk>, on " + std::to_string(lines) +
+                         " of " + std::to_string(examples->size()) + " lines (the first: line " +
+                         std::to_string(first) + ")" +
+                         (ds.src_tokenizer.is_spm() || ds.tgt_tokenizer.is_spm()
+                              ? "; an spm model leaves out the rarest characters of its training text"
+                              : ""));
+  }
   ds.valid_set = tsv_eval_set(valid);
   return ds;
 }

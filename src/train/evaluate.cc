@@ -3,6 +3,7 @@
 // processes the gather of its records (src/train/evaluate_split.h).
 #include "tfm/train/evaluate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <map>
@@ -91,17 +92,30 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
       if (ch != ' ' && ch != '\t' && ch != '\r' && ch != '\n') out += ch;
     return out;
   };
-  int64_t changed = 0, first_line = 0;
+  int64_t changed = 0, first_line = 0, unknown = 0, unknown_lines = 0, first_unknown = 0;
   std::string first_from, first_to;
   for (const auto& p : d.pairs) {  // a source evaluate() cannot encode, said of its line
+    std::vector<int32_t> ids;
     try {
-      m.src_vocab.encode(p.src);
+      ids = m.src_vocab.encode(p.src);
     } catch (const std::invalid_argument& e) {
       throw data::DataError(path + ":" + std::to_string(p.line) + ": source " + e.what());
+    }
+    if (const auto n = std::count(ids.begin(), ids.end(), m.src_vocab.unk_id()); n > 0) {
+      unknown += n;
+      if (unknown_lines++ == 0) first_unknown = p.line;
     }
     const std::string as_tokens = data::detokenize(p.tgt, m.tgt_tokenizer);
     if (letters(as_tokens) != letters(p.tgt_text) && changed++ == 0)
       first_line = p.line, first_from = p.tgt_text, first_to = as_tokens;
+  }
+  if (note && unknown > 0) {
+    if (!note->empty()) *note += "\n";
+    *note += path + ": " + std::to_string(unknown) +
+             " source tokens are not in the model's vocabulary and read as "
+             "<unk>, on " +
+             std::to_string(unknown_lines) + " of " + std::to_string(d.pairs.size()) + " lines (the first: line " +
+             std::to_string(first_unknown) + ")";
   }
   if (note && changed > 0) {
     if (!note->empty()) *note += "\n";

@@ -76,6 +76,13 @@ TEST(TrainCli, TsvTrainsEvaluatesAndTranslates) {
     EXPECT_GT(j["chrf"].get<double>(), 0.0);  // after 30 steps at least some letters are right
   }
 
+  // Characters the model never saw: eval says how many sources read <unk>.
+  { std::ofstream(d + "/unseen.tsv") << "ab\tba\nzq\tqz\nqqa\taqq\n"; }
+  ASSERT_EQ(run_command(kCli + " eval --model " + d + "/run --data " + d + "/unseen.tsv 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find(d + "/unseen.tsv: 4 source tokens are not in the model's vocabulary and read as <unk>, on 2 of 3 "
+                         "lines (the first: line 2)"),
+            std::string::npos)
+      << out;
   ASSERT_EQ(run_command(kCli + " eval --model " + d + "/run --data " + d + "/valid.tsv --beam 2", &out), 0) << out;
   EXPECT_NE(out.find("token error rate"), std::string::npos) << out;
   EXPECT_NE(out.find("BLEU"), std::string::npos) << out;

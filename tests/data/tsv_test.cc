@@ -63,6 +63,18 @@ TEST(Tsv, SidesDropTheByteOrderMarkAndCrlf) {
   EXPECT_EQ(s.tgt, (std::vector<std::string>{"ba", "dc"}));
 }
 
+// A bound on a side's code points leaves out the lines past it (either side), counting code points, not bytes.
+TEST(Tsv, SidesPastTheBoundAreLeftOut) {
+  const std::string dir = testing::temp_dir("tsv_sides_long");
+  testing::spit(dir + "/long.tsv", "ab\tba\n" + std::string(9, 'a') + "\tb\nx\t" + std::string(9, 'y') +
+                                       "\n\u00e9\u00e9\u00e9\u00e9\tz\n");
+  const TsvSides all = read_tsv_sides(dir + "/long.tsv");
+  EXPECT_EQ(all.src.size(), 4u);
+  const TsvSides s = read_tsv_sides(dir + "/long.tsv", 8);  // "éééé" is 8 bytes, 4 code points
+  EXPECT_EQ(s.src, (std::vector<std::string>{"ab", "\u00e9\u00e9\u00e9\u00e9"}));
+  EXPECT_EQ(s.tgt, (std::vector<std::string>{"ba", "z"}));
+}
+
 TEST(Tsv, SkipsBadLinesWithLineNumbers) {
   TsvOptions o = char_opts();
   o.max_tokens = 5;

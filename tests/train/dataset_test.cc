@@ -154,12 +154,16 @@ TEST(LoadDataset, TsvBuildsTheVocabulariesFromTheTrainingFileAndNotesSkippedLine
   ASSERT_EQ(ds.valid_set.sources.size(), 2u);
   EXPECT_EQ(ds.valid_set.sources[1], (Tokens{"q"}));  // the references keep the file's tokens
   EXPECT_EQ(ds.valid_set.references[0], (std::vector<Tokens>{{"y", "x"}}));
-  // One note, the training file's: lines 2, 3 and 5 skipped (valid.tsv is clean).
-  ASSERT_EQ(ds.notes.size(), 1u);
+  // Two notes: the training file's lines 2, 3 and 5 skipped (valid.tsv has no bad line), and the validation
+  // file's "q", which the training file never had.
+  ASSERT_EQ(ds.notes.size(), 2u);
   data::TsvOptions o;
   o.equal_lengths = true;
   EXPECT_EQ(ds.notes[0], data::read_tsv(f.train, o).summary());
   EXPECT_EQ(ds.notes[0].rfind(f.train + ": skipped 3 of 5 lines", 0), 0u) << ds.notes[0];
+  EXPECT_EQ(ds.notes[1], f.valid +
+                             ": 1 source and 0 target tokens are not in the vocabulary and read as <unk>, on 1 "
+                             "of 2 lines (the first: line 2)");
   std::filesystem::remove_all(f.dir);
 }
 
@@ -173,7 +177,7 @@ TEST(LoadDataset, TsvForADecoderKeepsPairsOfDifferentLengths) {
   EXPECT_EQ(ds.tgt_vocab.tokens(), specials_then({"y", "z", "x"}));
   EXPECT_EQ(ds.train[1].src, (std::vector<int32_t>{4, 5, 6}));  // a b c
   EXPECT_EQ(ds.train[1].tgt, (std::vector<int32_t>{5, 4}));     // z y
-  ASSERT_EQ(ds.notes.size(), 1u);
+  ASSERT_EQ(ds.notes.size(), 2u);                               // and valid.tsv's <unk>
   EXPECT_EQ(ds.notes[0].rfind(f.train + ": skipped 2 of 5 lines", 0), 0u) << ds.notes[0];
   // Joint vocabulary of char tokens: one vocabulary of both sides' tokens (a, b, y, z 3 each; c 2; x 1).
   c.joint_vocab = true;

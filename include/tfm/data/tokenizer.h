@@ -51,6 +51,9 @@ struct SpmOptions {
   bool lossless = false;       // the language-model kind (see above)
 };
 
+// The longest piece a trained model holds, in code points (SentencePiece's max_sentencepiece_length, its default).
+inline constexpr int64_t kSpmMaxPieceChars = 16;
+
 // SentencePiece trainer threads: fixed, so that the model does not depend on the machine.
 inline constexpr int kSpmTrainerThreads = 4;
 

@@ -61,11 +61,14 @@ struct TsvData {
 TsvData read_tsv(const std::string& path, const TsvOptions& options);
 // The raw text of each side of every line that has one tab and a non-blank side each (what an spm
 // model of a side trains on), in file order: the lines parse_tsv reads (a leading byte order mark
-// and each line's trailing "\r" dropped); DataError naming the file when it cannot be read.
+// and each line's trailing "\r" dropped); DataError naming the file when it cannot be read. With
+// max_side_chars > 0, a line with a side of more code points is left out: the caller chooses the bound so that such
+// a pair is over-long whatever model it trains (a SentencePiece piece holds at most kSpmMaxPieceChars code points,
+// tokenizer.h), parse_tsv skipping it; it would only cost the trainer time and shape the vocabulary.
 struct TsvSides {
   std::vector<std::string> src, tgt;
 };
-TsvSides read_tsv_sides(const std::string& path);
+TsvSides read_tsv_sides(const std::string& path, int64_t max_side_chars = 0);
 // The same on text already in memory; `name` stands for the path in messages.
 TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOptions& options);
 
