@@ -151,9 +151,16 @@ void register_translate(CLI::App& app, Runner& run) {
       const auto flush = [&] {
         int64_t cut = 0;
         // `done` places the chunk in the stream: line numbers in errors and the sampling streams.
-        const std::vector<std::string> out =
-            translate_lines(m, lines, decode, o->batch_size, static_cast<uint64_t>(done), &cut, &unknown);
-        for (const auto& s : out) std::fwrite(s.data(), 1, s.size(), stdout), std::fputc('\n', stdout);
+        const auto write = [](const std::vector<std::string>& out) {
+          for (const auto& s : out) std::fwrite(s.data(), 1, s.size(), stdout), std::fputc('\n', stdout);
+        };
+        try {
+          write(translate_lines(m, lines, decode, o->batch_size, static_cast<uint64_t>(done), &cut, &unknown));
+        } catch (const BadInputLine& e) {  // the lines before it are printed, then the error ends the run
+          write(e.translated);
+          check_stdout();
+          throw;
+        }
         check_stdout();  // a full disk stops the run here, not after the rest of the input
         done += static_cast<int64_t>(lines.size());
         truncated += cut;

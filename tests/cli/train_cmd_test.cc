@@ -355,6 +355,14 @@ TEST_F(TrainCliErrors, TranslateSourceLongerThanMaxLen) {
   EXPECT_EQ(rc, 1) << out;
   EXPECT_EQ(tfm::testing::slurp(err),
             "tfm: error: input line 2: 600 source tokens, more than the model's max_len 512\n");
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "line 1's translation is printed first: " << out;
+  // The same for a line that is not UTF-8, after three good ones in one chunk: their translations come first.
+  EXPECT_EQ(run_command("(printf 'ab\\nba\\nabc\\na\\377b\\nab\\n' | " + kCli + " translate --model " + *dir_ +
+                            "/run 2>" + err + ")",
+                        &out),
+            1);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;
+  EXPECT_NE(tfm::testing::slurp(err).find("tfm: error: input line 4: "), std::string::npos) << tfm::testing::slurp(err);
 }
 
 // A fresh run into another run's directory would mix the two: refused, naming it, and the run is left as it

@@ -212,9 +212,17 @@ void check_decode_options(const TrainedModel& m, const DecodeOptions& options);
 // max_len raises the limit; "" when none did.
 std::string truncation_note(const TrainedModel& m, int64_t truncated, int64_t outputs, int64_t max_len);
 
+// The error of a source line translate_lines cannot take (not UTF-8, more tokens than the model's max_len):
+// what() names its line ("input line N: ..."); `translated` holds the translations of the lines before it, in
+// order, so that a front end streaming its input loses none of them.
+struct BadInputLine : std::invalid_argument {
+  BadInputLine(const std::string& what, std::vector<std::string> before)
+      : std::invalid_argument(what), translated(std::move(before)) {}
+  std::vector<std::string> translated;
+};
+
 // Source texts → predicted target texts: tokenized, predicted, detokenized. An untokenizable line, or
-// one of more tokens than the model's max_len, throws std::invalid_argument naming its line number
-// ("input line N: ...").
+// one of more tokens than the model's max_len, throws BadInputLine naming its line number.
 std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources, int beam,
                                          int64_t batch_size);
 // The same with every decoding option, for a stream cut into calls: first_stream is the index of sources[0]
