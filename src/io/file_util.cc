@@ -2,6 +2,7 @@
 #include "io/file_util.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -263,6 +264,20 @@ void require_writable_directory(const std::string& dir) {
   }
   ::close(fd);
   ::unlink(probe.c_str());
+}
+
+DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what) {
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) throw IoError(dir + ": cannot open the directory (" + std::strerror(errno) + ")");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
+  const int e = errno;
+  ::close(fd_);
+  fd_ = -1;
+  if (e == EWOULDBLOCK) throw IoError(dir + ": " + what);
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
 int remove_stale_temp_files(const std::string& path) {

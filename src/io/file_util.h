@@ -112,6 +112,21 @@ void refuse_output_holding(const std::string& dest, const std::string& source);
 // whose results would go there, not after it. Leaves nothing behind.
 void require_writable_directory(const std::string& dir);
 
+// An exclusive advisory lock (flock) on the existing directory `dir` itself, held until destruction (or the
+// process's end, however it ends): a second holder — another process, or another DirectoryLock in this one — is
+// refused with IoError "<dir>: <what> (...)". A file system without flock on directories is not refused (the lock
+// is then not taken).
+class DirectoryLock {
+ public:
+  DirectoryLock(const std::string& dir, const std::string& what);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // Deletes the temporary files ".<base>.tmp.*" that an AtomicFileWriter for `path` left behind when its
 // process was killed mid-write (the real file is untouched). Returns how many were removed.
 int remove_stale_temp_files(const std::string& path);

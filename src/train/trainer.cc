@@ -226,6 +226,7 @@ class Run {
   Dataset ds_;
   ModelConfig mc_;
   Generator gen_;  // initialisation, then dropout
+  std::unique_ptr<io::DirectoryLock> out_lock_;  // rank 0: the run directory, for the run's life
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> opt_;
   std::vector<Tensor> params_;
@@ -291,6 +292,13 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   if (lead_) std::filesystem::create_directories(c_.out_dir, ec);
   if (ec) throw std::runtime_error(c_.out_dir + ": cannot create directory: " + ec.message());
   if (lead_) io::require_writable_directory(c_.out_dir);  // now, not at the first checkpoint after the training
+  // One run at a time in a directory: a second (a fresh run, or a --resume while the first still writes) would
+  // delete the first's files or mix the two runs' (held until the run ends, by rank 0, which writes the files).
+  if (lead_)
+    out_lock_ = std::make_unique<io::DirectoryLock>(
+        c_.out_dir,
+        "another tfm train is running in this directory (it holds the directory's lock): wait for it to "
+        "end, or train into another --out");
   described_ = resume;  // a fresh run describes itself with its first checkpoint (describe())
 
   model_->train();

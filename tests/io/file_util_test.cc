@@ -89,6 +89,23 @@ TEST(FileUtil, StagedDirectoryAppearsWholeOrNotAtAll) {
 }
 
 // A directory no file can be created in is said at once, naming it; a writable one is left as it was.
+// One holder at a time, within one process too (flock locks an open file description); released with its holder.
+TEST(FileUtil, DirectoryLockHasOneHolder) {
+  const std::string d = testing::temp_dir("dir_lock");
+  {
+    DirectoryLock first(d, "in use");
+    try {
+      DirectoryLock second(d, "in use");
+      ADD_FAILURE() << "a second lock was taken";
+    } catch (const IoError& e) {
+      EXPECT_EQ(std::string(e.what()), d + ": in use");
+    }
+  }
+  DirectoryLock again(d, "in use");  // the first is gone
+  EXPECT_THROW(DirectoryLock(d + "/missing", "in use"), IoError);
+  fs::remove_all(d);
+}
+
 TEST(FileUtil, RequireWritableDirectory) {
   const std::string d = testing::temp_dir("writable");
   require_writable_directory(d);

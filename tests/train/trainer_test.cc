@@ -404,6 +404,29 @@ TEST(Trainer, DivergenceNamesTheStepAndSkipGivesUp) {
   }
 }
 
+// A run directory holds one run at a time: while another holds its lock, a fresh run and a --resume are refused
+// before they write or delete anything there.
+TEST(Trainer, RunDirectoryInUseIsRefused) {
+  const std::string a = testing::temp_dir("in_use");
+  TrainConfig c = tiny(a);
+  c.max_steps = 2;
+  run_training(c);
+  const std::string model = testing::slurp(a + "/model.safetensors");
+  io::DirectoryLock other(a, "held by the test");
+  for (bool resume : {false, true}) {
+    TrainConfig again = c;
+    again.max_steps = 4;
+    try {
+      run_training(again, {}, resume);
+      ADD_FAILURE() << "ran beside the directory's holder";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(a + ": another tfm train is running in this directory"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(testing::slurp(a + "/model.safetensors"), model);
+}
+
 TEST(Trainer, LoadedModelTranslatesAndEvaluates) {
   const std::string a = testing::temp_dir("loaded");
   TrainConfig c = tiny(a);
