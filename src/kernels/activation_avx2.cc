@@ -128,8 +128,8 @@ inline void over_row(int64_t F, Fn fn) {
 }
 
 // y = act(x + bias) for the plain kinds, row by row.
-// act is a lambda (the callers wrap the named functions in one): a function pointer here was called, not
-// inlined, once per vector.
+// act is a lambda (the callers wrap the named functions in one), so that each call inlines: a function
+// pointer is an indirect call per vector.
 template <typename Act>
 void bias_map_rows(const float* x, const float* bias, float* y, int64_t N, int64_t F, Act act) {
   for (int64_t r = 0; r < N; ++r) {

@@ -526,7 +526,7 @@ __attribute__((noinline)) void forward_tile(const AttentionParams& p, const Drop
     };
     if (tri) {
       for (int v = 0; v < NVQ; ++v) vector_softmax(v, nkv(v));
-    } else {  // every vector over the whole tile (the loop as it was before triangles: the same code)
+    } else {  // every vector over the whole tile (a full tile: nkv(v) would be nk for each)
       for (int v = 0; v < NVQ; ++v) vector_softmax(v, nk);
     }
     // acc = diag(alpha)·acc + drop(P)·V_tile

@@ -112,7 +112,8 @@ struct Head {
 }  // namespace attention_scalar_detail
 
 // Forward: o_i = Σ_j drop(p_ij)·v_j with p_ij = exp(s_ij − lse_i); writes o and (if non-null) lse.
-// Matches torch.nn.functional.scaled_dot_product_attention / nn.MultiheadAttention's inner product.
+// nn.MultiheadAttention's inner product (torch 1.13's _scaled_dot_product_attention), up to rounding: torch scales q
+// by 1/√Dh before q·kᵀ, this scales the dot product (s_ij = scale·⟨q_i, k_j⟩).
 template <typename T>
 void attention_forward_scalar(const AttentionParams& p, const AttentionScalarTensors<T>& t) {
   const T inv_keep = dropout_scale<T>(p.dropout_p);

@@ -11,7 +11,10 @@
 //     keeps off the page-fault path; a matmul primitive's argument map and memory handles on each
 //     panel of gemm_bf16 and gemm_packed), a primitive is created and cached on a panel shape's first
 //     use, and the twins gemm_bf16_scalar and gemm_packed_scalar (the TFM_FORCE_SCALAR path and the
-//     tests' oracle, never the default path) allocate their widened or rounded operands every call.
+//     tests' oracle, never the default path) allocate their widened or rounded operands every call. Beside
+//     the GEMMs, bf16 training's two fused backward passes without AVX-512 (mul_bias_grad_bf16 and
+//     relu_dropout_backward_bf16_round on an AVX2 CPU, and their scalar twins) run the kernels they fuse
+//     through an (N, F) float32 buffer allocated per call.
 //   * names put the op first: the dispatching entry point is `<op>_forward` / `<op>_backward`, its
 //     scalar twin `<same>_scalar` has the same signature and is compiled into the library (the
 //     specification, the fallback and the test oracle), its AVX-512 body is `<same>_avx512`. Kernels

@@ -129,7 +129,8 @@ class CachedDecoder : public StepDecoder {
     if (position_ >= c.max_len)
       throw std::invalid_argument("decode: position " + std::to_string(position_) + " beyond max_len " +
                                   std::to_string(c.max_len));
-    // x = tgt_embedding(token)·√D + pe[t]   (N, 1, D)
+    // x = tgt_embedding(token)·scale + positions[t]   (N, 1, D): Embedder::embed (·√D when the config scales
+    // embeddings; sinusoidal pe, learned tgt_pos_embedding or none)
     const Tensor x = model_.embed_target(tokens, N, 1, position_);
     const Tensor h = model_.decoder().forward(x, enc_.memory, Tensor(), Tensor(), Tensor(), Tensor(),
                                               /*tgt_is_causal=*/true, /*memory_is_causal=*/false,

@@ -6,11 +6,13 @@
 //   tgt_in (B, T) → tgt embedding (·√D) + positions → dropout → nn.Transformer (both final norms,
 //   causal target mask, padding masks) → generator → logits (B, T, V_tgt)
 //
-// Parts, in the twin's attribute order: "transformer", "src_embedding" (V_src, D; absent with
+// Parts, built in the twin's attribute order: "transformer", "src_embedding" (V_src, D; absent with
 // share_embeddings, where the encoder reads the target embedding), "tgt_embedding" (V_tgt, D),
 // "generator" (V_tgt, D) with bias (its weight tied to the target embedding with tie_embeddings: no
-// generator.weight key); then xavier_uniform_ on every parameter with more than one dimension
-// (embeddings and generator included), as the notebook does over model.parameters(); then with
+// generator.weight key); registered (so listed by state_dict and parameters(), and visited by the loop below)
+// embeddings first: src_embedding, tgt_embedding, transformer, generator, where the twin's parameters() lists
+// transformer first. Then xavier_uniform_ on every parameter with more than one dimension (embeddings and
+// generator included), as the notebook does over model.parameters(); then with
 // positional LEARNED "src_pos_embedding" and "tgt_pos_embedding" (max_len, D), N(0, 0.02) — after
 // that loop: the notebook has none, so their init is GPT-2's wpe.
 // Decoding (src/models/decode.cc) runs encode, embed_target, decoder() and project: the pieces of

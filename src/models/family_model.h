@@ -7,7 +7,9 @@
 //
 // A family implements forward() (teacher-forced logits) and the decoding entry points it supports; the
 // others throw naming the family. Its constructor builds its parts from the shared components below in
-// its PyTorch twin's attribute order (tools/torch_models.py), so both draw their initialisation alike.
+// its PyTorch twin's attribute order (tools/torch_models.py), each drawing its initialisation as the twin's
+// module does, and registers them under the twin's attribute names (the order it registers them in is the order
+// state_dict lists them: each family's file says it).
 #pragma once
 
 #include <cstdint>

@@ -118,7 +118,8 @@ Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) const {
 
 // In eval mode the dropouts and drop_path are identities, with or without a cache. Pre-norm: the
 // residual before norm2 and norm2 are one op, ops::add_dropout_and_layer_norm (with an RMSNorm, the
-// add, then the norm), the last residual ops::add. Post-norm: each residual and the norm after it is
+// add, then the norm), the last residual ops::add_dropout (residual(): ops::add of the dropped branch with an
+// active drop_path). Post-norm: each residual and the norm after it is
 // Norm::forward_add (with a LayerNorm the fused ops::add_layer_norm, reached through
 // ops::add_dropout_layer_norm; with an RMSNorm, the add, then the norm).
 Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& kpm,

@@ -66,11 +66,11 @@ struct Hypothesis {
   bool truncated = false;
 };
 
-// sources: token ids (no bos/eos, no pad). Runs under NoGradGuard and in eval mode (the model's
-// training flag is restored afterwards, so do not decode concurrently with training the same model).
-// pad and bos are never generated. Sources are decoded together in chunks of similar length; a
-// source longer than config.max_len throws. Returns the predicted target ids (without bos/eos) per source, in
-// order. For arch "encoder" this is the argmax (or, sampling, a draw) at every source position (beam ignored).
+// sources: token ids (no bos/eos, no pad). Runs in an InferenceMode scope (no tape, packed weights) and in eval mode
+// (the model's training flag is restored afterwards, so do not decode concurrently with training the same model). pad
+// and bos are never generated. Sources are decoded together in chunks of similar length; a source longer than
+// config.max_len throws. Returns the predicted target ids (without bos/eos) per source, in order. For arch "encoder"
+// this is the argmax (or, sampling, a draw) at every source position (beam ignored).
 std::vector<std::vector<int32_t>> decode(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                          const DecodeOptions& options = {});
 // The same search, also returning each best hypothesis' log-probability and score.

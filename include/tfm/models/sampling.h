@@ -27,8 +27,8 @@ struct SamplingOptions {
 void check_sampling_options(const SamplingOptions& opt);
 
 // logits (V): −inf entries are never drawn (a caller masks forbidden tokens that way); at least one
-// entry must be finite. Draws one uniform from `gen` unless the options make it an argmax.
-// Throws std::invalid_argument for bad options, V < 1, or no finite logit.
+// entry must be neither −inf nor NaN (+inf entries share the whole mass). Draws one uniform from `gen` unless the
+// options make it an argmax. Throws std::invalid_argument for bad options, V < 1, or no such entry.
 int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& opt, Generator& gen);
 
 }  // namespace tfm

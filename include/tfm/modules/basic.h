@@ -34,7 +34,8 @@ class Linear : public Module {
 
 class Dropout;
 
-// nn.LayerNorm(normalized_shape = D, eps, elementwise_affine = true, bias): weight ones, bias zeros.
+// nn.LayerNorm(normalized_shape = D, eps, elementwise_affine = true): weight ones, bias zeros; bias = false drops the
+// bias (PyTorch ≥ 2.1's argument; torch 1.13's LayerNorm always has one).
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t d, float eps = 1e-5f, bool bias = true);

@@ -4,7 +4,8 @@
 // Post-norm (norm_first=false):  x = norm1(x + sa(x));  x = norm2(x + ff(x))
 // Pre-norm  (norm_first=true):   x = x + sa(norm1(x));  x = x + ff(norm2(x))
 // sa(x) = dropout1(self_attn(x, x, x)),  ff(x) = dropout2(linear2(dropout(act(linear1(x)))))
-// Decoder adds mha(x, mem) = dropout2(multihead_attn(x, mem, mem)) between them, and norm3/dropout3.
+// Decoder adds mha(x, mem) = dropout2(multihead_attn(x, mem, mem)) between them, and norm3; its ff ends in
+// dropout3 (torch's _ff_block) instead of dropout2.
 // With drop_path p > 0 each residual branch is also dropped per sample in training (stochastic
 // depth): x + drop_path(sa(...)), norm1(x + drop_path(sa(x))), and likewise for ff and mha.
 // Norms are LayerNorm or RMSNorm (options.norm_type); a stack with share_layers applies one layer,
