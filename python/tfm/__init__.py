@@ -181,6 +181,8 @@ _ARGS = {
                     "memory_is_causal"],
 }
 _IGNORED = {"need_weights", "average_attn_weights"}
+# The sequences (batched: a batch axis, unbatched: none) of every module.
+_SEQUENCES = {"query", "key", "value", "src", "tgt", "memory"}
 # The ones PyTorch's forward requires (no default).
 _REQUIRED = {"MultiheadAttention": ["query", "key", "value"], "TransformerEncoderLayer": ["src"],
              "TransformerEncoder": ["src"], "TransformerDecoderLayer": ["tgt", "memory"],
@@ -190,9 +192,10 @@ _REQUIRED = {"MultiheadAttention": ["query", "key", "value"], "TransformerEncode
 class Module:
     """A module run by tfm (tfm.from_torch or tfm.load_module), called like the PyTorch module it came from.
 
-    fast(src, mask=..., src_key_padding_mask=..., is_causal=...) returns the output as a numpy array, or as a
-    torch tensor when an input was one. MultiheadAttention returns (output, None), as PyTorch does with
-    need_weights=False. The module is in eval mode (dropout off). Where PyTorch's call depends on autograd
+    fast(src, mask=..., src_key_padding_mask=..., is_causal=...) returns the output as a float32 numpy array, or as
+    a torch tensor when an input was one. MultiheadAttention returns (output, None), as PyTorch does with
+    need_weights=False. Unbatched inputs (sequences (L, E), key padding masks (S,)) give an output without a batch
+    axis, as PyTorch's. The module is in eval mode (dropout off). Where PyTorch's call depends on autograd
     (nn.TransformerEncoder's nested-tensor fast path, given only a src_key_padding_mask: 0 at the padded positions),
     the call computes what the torch module's own call computes in the same state: the fast path under
     torch.no_grad() / inference_mode() or when nothing requires a gradient, the regular path when torch's grad mode
@@ -223,6 +226,18 @@ class Module:
             raise TypeError(f"{self.name}.forward() missing required argument{'s' if len(missing) > 1 else ''}: "
                             + " and ".join(map(repr, missing)))
         torch_out = any(_is_torch(v) for v in given.values())
+        # Unbatched inputs, as PyTorch takes them: sequences (L, E) and key padding masks (S,), given a batch axis
+        # of 1 here (attention masks (L, S) or (num_heads, L, S) are a batch of one's already) and the output's
+        # taken away again (_unbatch).
+        axis = None
+        if getattr(given[_REQUIRED[self.name][0]], "ndim", None) == 2:
+            axis = 0 if self._core.batch_first else 1
+            for k, v in list(given.items()):
+                if v is None:
+                    continue
+                if k in _SEQUENCES or (k.endswith("key_padding_mask") and getattr(v, "ndim", None) == 1):
+                    given[k] = v.unsqueeze(axis if k in _SEQUENCES else 0) if _is_torch(v) else \
+                        _np.expand_dims(_np.asarray(v), axis if k in _SEQUENCES else 0)
         inputs = {}
         for k, v in given.items():
             if v is None or k in _IGNORED:
@@ -235,7 +250,11 @@ class Module:
                 inputs[k] = tensor(v)
             except ValueError as e:
                 raise ValueError(f"{self.name}: {k}: {e}") from None
-        return inputs, torch_out, self._torch_autograd(given.values())
+        return inputs, torch_out, self._torch_autograd(given.values()), axis
+
+    @staticmethod
+    def _unbatch(y, axis):
+        return y if axis is None else y.squeeze(axis)
 
     def _torch_autograd(self, values):
         """Whether PyTorch's own call would record autograd here: torch's grad mode on, and the module converted by
@@ -258,10 +277,10 @@ class Module:
         """The module's forward, with PyTorch's arguments (positional or by name; masks bool or float, the
         *is_causal flags True/False); returns the output (MultiheadAttention: (output, None)) as a numpy array, or
         as a torch tensor when an input was one."""
-        inputs, torch_out, autograd = self._inputs(args, kwargs)
-        with self._lock:
-            out = self._core.forward(inputs, autograd=autograd)
-        y = self._out(out["output"], torch_out)
+        inputs, torch_out, autograd, axis = self._inputs(args, kwargs)
+        with self._lock:  # unbatched: PyTorch's nested-tensor path needs a 3-D src, so the regular path (AUTOGRAD's)
+            out = self._core.forward(inputs, autograd=autograd or axis is not None)
+        y = self._unbatch(self._out(out["output"], torch_out), axis)
         return (y, None) if self.name == "MultiheadAttention" else y
 
     forward = __call__
@@ -273,17 +292,21 @@ class Module:
         sum(output * grad_output). Returns {"output": ..., "grad.<parameter key>": ..., "grad.<input>": ...}
         (parameter gradients by their PyTorch state_dict key), as numpy arrays or torch tensors."""
         if isinstance(inputs, _Mapping):
-            named, torch_out, _ = self._inputs((), dict(inputs))
+            named, torch_out, _, axis = self._inputs((), dict(inputs))
         else:
-            named, torch_out, _ = self._inputs(tuple(inputs), {})
+            named, torch_out, _, axis = self._inputs(tuple(inputs), {})
         torch_out = torch_out or _is_torch(grad_output)
+        if axis is not None and getattr(grad_output, "ndim", None) == 2:
+            grad_output = grad_output.unsqueeze(axis) if _is_torch(grad_output) else \
+                _np.expand_dims(_np.asarray(grad_output), axis)
         try:
             g = tensor(grad_output)
         except ValueError as e:
             raise ValueError(f"{self.name}: grad_output: {e}") from None
         with self._lock:
             out = self._core.forward_backward(named, g)
-        return {k: self._out(v, torch_out) for k, v in out.items()}
+        seq = {"output"} | {"grad." + k for k in _SEQUENCES}
+        return {k: self._unbatch(self._out(v, torch_out), axis if k in seq else None) for k, v in out.items()}
 
     def state_dict(self):
         """The weights tfm holds, by PyTorch key, as numpy arrays (sharing tfm's memory: do not write)."""

@@ -175,6 +175,37 @@ def test_nested_tensor_fast_path_as_torch_no_grad():
     compare(tr, (x, torch.randn(3, 4, 8)), left)
 
 
+def test_unbatched_inputs_as_torch():
+    """PyTorch's six classes take unbatched inputs (sequences (L, E), key padding masks (S,)): so does a converted
+    module, for both batch_first values, output and forward_backward's gradients without the batch axis; an
+    unbatched nn.Transformer with a padding mask takes PyTorch's regular path (its nested path needs a 3-D src)."""
+    torch.manual_seed(5)
+    x, t = torch.randn(5, 8), torch.randn(4, 8)
+    kpm = torch.tensor([0, 0, 0, 1, 1], dtype=torch.bool)
+    for bf in (False, True):
+        cases = [(nn.MultiheadAttention(8, 2, batch_first=bf), dict(query=x, key=x, value=x, key_padding_mask=kpm)),
+                 (nn.TransformerEncoderLayer(8, 2, 16, batch_first=bf), dict(src=x, src_key_padding_mask=kpm)),
+                 (nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=bf), 2),
+                  dict(src=x, src_key_padding_mask=kpm)),
+                 (nn.TransformerDecoderLayer(8, 2, 16, batch_first=bf), dict(tgt=t, memory=x)),
+                 (nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16, batch_first=bf), 2), dict(tgt=t, memory=x)),
+                 (nn.Transformer(8, 2, 1, 1, 16, batch_first=bf), dict(src=x, tgt=t, src_key_padding_mask=kpm))]
+        for module, args in cases:
+            module = module.eval()
+            mha = isinstance(module, nn.MultiheadAttention)
+            ref_module = copy.deepcopy(module).double()
+            with torch.no_grad():
+                ref = ref_module(**{k: v.double() if v.dtype != torch.bool else v for k, v in args.items()})
+                ref = (ref[0] if mha else ref).numpy()
+                out = tfm.from_torch(module)(**args)
+                out = (out[0] if mha else out).numpy()
+            assert out.shape == ref.shape and rel_err(out, ref) <= 2e-6, (type(module).__name__, bf, out.shape)
+            g = np.ones(out.shape, np.float32)
+            grads = tfm.from_torch(module).forward_backward({k: v.numpy() for k, v in args.items()}, g)
+            first = next(iter(args))
+            assert grads["output"].shape == ref.shape and grads["grad." + first].shape == args[first].shape
+
+
 def test_nested_tensor_fast_path_follows_torch_grad_mode():
     """PyTorch takes the nested-tensor path only when autograd records nothing: a plain `model.eval(); model(x)` with
     parameters requiring gradients takes the regular path, and through an nn.Transformer whose decoder attends to the
