@@ -70,6 +70,12 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
       problem(line_no, "blank line");
       return;
     }
+    if (line.find('\r') != std::string::npos) {  // a CRLF line's own \r is gone (for_each_line)
+      problem(line_no,
+              "malformed line: a carriage return inside it (a file with CR-only line ends, as old Mac "
+              "files have, is one line here: convert them to LF)");
+      return;
+    }
     const size_t tab = line.find('\t');
     if (tab == std::string::npos) {
       problem(line_no, "malformed line: no tab between source and target");

@@ -22,6 +22,18 @@ TEST(Tsv, ReadsPairsAndStripsCrlf) {
   EXPECT_TRUE(d.problems.empty());
 }
 
+// CR-only line ends (old Mac files) make one line of the file: said as such, not as a line of several tabs.
+TEST(Tsv, CarriageReturnInsideALineIsNamed) {
+  const TsvData d = parse_tsv(
+      "ab\tba\rcd\tdc\rx\ty\n"
+      "ef\tfe\n",
+      "mac.tsv", char_opts());
+  ASSERT_EQ(d.pairs.size(), 1u);
+  ASSERT_EQ(d.problems.size(), 1u);
+  EXPECT_EQ(d.problems[0].line, 1);
+  EXPECT_NE(d.problems[0].what.find("a carriage return inside it"), std::string::npos) << d.problems[0].what;
+}
+
 // A leading UTF-8 byte order mark is not a character of the first source (U+FEFF would enter the vocabulary).
 TEST(Tsv, ByteOrderMarkIsDropped) {
   const TsvData d = parse_tsv("\xEF\xBB\xBF" "ab\tba\n\xEF\xBB\xBFx\ty\n", "t.tsv", char_opts());
