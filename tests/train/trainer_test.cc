@@ -830,6 +830,20 @@ TEST(TrainerBest, KeepBestHoldsTheModelOfTheLowestValidationLoss) {
   run_training(load_train_config(b), {}, /*resume=*/true);
   EXPECT_EQ(io::read_file(a + "/best/model.safetensors"), io::read_file(b + "/best/model.safetensors"));
 
+  // A kill while best/ was written leaves it stale or missing: when the checkpoint's evaluation is the best, a
+  // resumed run (here one with nothing left to train) writes it again from the checkpoint's weights.
+  TrainConfig cc = c;
+  cc.out_dir = testing::temp_dir("best_c");
+  cc.lr = 3e-3f;  // the loss falls at every evaluation: the last one is the best
+  cc.eval_every = 10;
+  const TrainResult rc = run_training(cc);
+  ASSERT_EQ(best_row(rc.history) + 1, static_cast<int64_t>(rc.history.size())) << "premise: the last row is the best";
+  const std::string best_model = io::read_file(cc.out_dir + "/best/model.safetensors");
+  std::filesystem::remove_all(cc.out_dir + "/best");
+  run_training(load_train_config(cc.out_dir), {}, /*resume=*/true);
+  EXPECT_EQ(io::read_file(cc.out_dir + "/best/model.safetensors"), best_model);
+  EXPECT_EQ(io::read_file(cc.out_dir + "/best/config.json"), file(cc.out_dir, "config.json"));
+
   std::vector<EvalRow> rows(4);
   rows[0].valid_loss = 2.0;
   rows[1].valid_loss = std::nan("");
