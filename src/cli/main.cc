@@ -40,11 +40,13 @@ Precision parse_dtype(const std::string& dtype) {
   if (p == Precision::INT8 && !int8_matmul_accelerated())
     queue_note(
         "no AVX2, AVX512-VNNI or AMX-INT8 on this CPU (or TFM_FORCE_SCALAR): int8 matmuls run on the portable "
-        "loop (the same numbers, much slower)");
+        "loop (the same integer products; the float32 work around them may differ in the last bits; much "
+        "slower)");
   if (p == Precision::BFLOAT16 && !bf16_matmul_accelerated())
     queue_note(
-        "no AVX512-BF16 or AMX-BF16 on this CPU (or TFM_FORCE_SCALAR): bf16 matmuls are emulated (the same "
-        "numbers up to summation order, no faster than f32)");
+        "no AVX512-BF16 or AMX-BF16 on this CPU (or TFM_FORCE_SCALAR): the Linear layers' bf16 matmuls are "
+        "emulated (the same numbers up to summation order, no faster than f32); training's attention products "
+        "stay float32 (bfloat16 on a CPU with AVX512-BF16 where a head's scores pass 64 x 64)");
   return p;
 }
 Precision model_dtype(const std::string& dtype, const TrainedModel& m) {

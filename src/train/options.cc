@@ -342,6 +342,7 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
     if (has("dtype")) {  // the run's own precision may be repeated; another would change its numbers
       TrainConfig asked = setup.config;
       set_field(asked, "dtype", given.at("dtype"));
+      if (asked.dtype == Precision::INT8) asked.validate();  // int8 trains nothing: said as a fresh run says it
       if (asked.dtype != setup.config.dtype)
         throw std::invalid_argument("--dtype " + given.at("dtype") + ": the run in " + dir + " trains in " +
                                     std::string(enum_name(setup.config.dtype)) +

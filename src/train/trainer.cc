@@ -307,8 +307,11 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   step_ = std::make_unique<ShardedStep>(params_, c_.grad_shards, comm_);
   step_->set_precision(c_.dtype);
   if (c_.dtype == Precision::BFLOAT16 && !bf16_matmul_accelerated())
-    note(ProgressEvent::Kind::NOTE, "bf16: this CPU has no AVX512-BF16 or AMX-BF16, so the bfloat16 matmuls are "
-                                    "emulated (the same numbers up to summation order, slower than f32)");
+    note(ProgressEvent::Kind::NOTE,
+         "bf16: this CPU has no AVX512-BF16 or AMX-BF16, so the Linear layers' bfloat16 "
+         "matmuls are emulated (the same numbers up to summation order, slower than "
+         "f32) and attention's products stay float32 (a CPU with AVX512-BF16 rounds "
+         "them to bfloat16 where a head's scores pass 64 x 64: other numbers there)");
   if (c_.ema) {  // from the weights the run starts from (a checkpoint's average replaces them on resume)
     average_ = std::make_unique<WeightAverage>(model_->named_parameters(), *c_.ema);
     step_->set_average(average_.get());

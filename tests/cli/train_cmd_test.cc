@@ -326,6 +326,9 @@ TEST_F(TrainCliErrors, ResumeRefusesOptionsItWouldIgnore) {
   expect_error("train --resume " + run + " --dtype bf16", "--dtype bf16: the run in " + run +
                    " trains in f32 (config.json \"dtype\"); --resume continues in it (start a new run, or "
                    "--init-from its model, to change it)");
+  expect_error("train --resume " + run + " --dtype int8",  // not the advice above: int8 trains nothing
+               "train config: dtype (--dtype) int8 is for inference (eval, translate, generate, forward, bench --mode "
+               "infer); train in f32 or bf16");
   EXPECT_EQ(tfm::testing::slurp(run + "/config.json"), before);
   EXPECT_FALSE(std::filesystem::exists(*dir_ + "/elsewhere"));
 }
