@@ -173,6 +173,9 @@ Vocab Vocab::load(const std::string& path) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
     tokens.emplace_back(text, start, end - start);
+    if (first_invalid_utf8(tokens.back()) < tokens.back().size())  // tokens are text (a byte vocabulary spells bytes)
+      throw std::invalid_argument(path + ": line " + std::to_string(tokens.size()) + " is not valid UTF-8 (" +
+                                  quote_name(tokens.back()) + "): a vocabulary's tokens are UTF-8 text");
     start = end + 1;
   }
   // A file whose every line break is CR LF went through an editor or a transfer that rewrote tfm's LF endings

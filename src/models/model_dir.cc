@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "io/file_util.h"
 #include "json_fields.h"
@@ -168,23 +169,68 @@ TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights) {
       throw std::invalid_argument(config_file + ": " + e.what());
     }
   }();
+  // "vocab": {"src", "tgt": the files (one of the two names each), "src_size", "tgt_size": their entries,
+  // "src_tokens", "tgt_tokens": the tokenizations}, as config_json writes it; each key checked, none other taken.
   const ordered_json vocab = ordered_json::parse(config.vocab);
-  data::Tokenization src_tokens{}, tgt_tokens{};
-  try {
-    src_tokens = enum_from_name<data::Tokenization>(vocab.at("src_tokens").get<std::string>());
-    tgt_tokens = enum_from_name<data::Tokenization>(vocab.at("tgt_tokens").get<std::string>());
-  } catch (const std::exception& e) {
-    throw std::runtime_error(config_file + ": bad \"vocab\": " + escape_text(e.what(), kMaxMessage));
-  }
+  const auto bad_vocab = [&](const std::string& what) { return data::DataError(config_file + ": \"vocab\": " + what); };
+  if (!vocab.is_object()) throw bad_vocab("expected an object, got " + escape_text(vocab.dump(), kMaxMessage));
+  for (const auto& [key, value] : vocab.items())
+    if (key != "src" && key != "tgt" && key != "src_size" && key != "tgt_size" && key != "src_tokens" &&
+        key != "tgt_tokens")
+      throw bad_vocab("unknown key " + quote_name(key));
+  const auto tokens_of = [&](const char* key) {
+    if (!vocab.contains(key) || !vocab.at(key).is_string())
+      throw bad_vocab(std::string("'") + key + "' must be a tokenization name, got " +
+                      (vocab.contains(key) ? escape_text(vocab.at(key).dump(), kMaxMessage) : "nothing"));
+    try {
+      return enum_from_name<data::Tokenization>(vocab.at(key).get<std::string>());
+    } catch (const std::invalid_argument& e) {
+      throw bad_vocab(std::string("'") + key + "': " + e.what());
+    }
+  };
+  const data::Tokenization src_tokens = tokens_of("src_tokens"), tgt_tokens = tokens_of("tgt_tokens");
+  // The file named, when named (one of the two names tfm writes), else the one present.
+  const auto vocab_file = [&](const char* key, const char* txt, const char* json, const std::string& present) {
+    if (!vocab.contains(key)) return present;
+    const ordered_json& v = vocab.at(key);
+    if (!v.is_string() || (v.get<std::string>() != txt && v.get<std::string>() != json))
+      throw bad_vocab(std::string("'") + key + "' must be \"" + txt + "\" or \"" + json + "\", got " +
+                      escape_text(v.dump(), kMaxMessage));
+    return model_dir::path(dir, v.get<std::string>().c_str());
+  };
   m.src_tokenizer = model_dir::load_tokenizer(dir, src_tokens, /*target=*/false);
   m.tgt_tokenizer = model_dir::load_tokenizer(dir, tgt_tokens, /*target=*/true);
-  const std::string src_file = model_dir::src_vocab_path(dir), tgt_file = model_dir::tgt_vocab_path(dir);
-  m.src_vocab = data::Vocab::load(src_file);
-  m.tgt_vocab = data::Vocab::load(tgt_file);
+  const std::string src_file =
+      vocab_file("src", model_dir::SRC_VOCAB, model_dir::SRC_VOCAB_JSON, model_dir::src_vocab_path(dir));
+  const std::string tgt_file =
+      vocab_file("tgt", model_dir::TGT_VOCAB, model_dir::TGT_VOCAB_JSON, model_dir::tgt_vocab_path(dir));
+  try {
+    m.src_vocab = data::Vocab::load(src_file);
+    m.tgt_vocab = data::Vocab::load(tgt_file);
+  } catch (const std::invalid_argument& e) {  // a vocabulary file that is not one: the directory's data
+    throw data::DataError(e.what());
+  }
   if (m.src_vocab.size() != mc.src_vocab_size || m.tgt_vocab.size() != mc.tgt_vocab_size)
-    throw std::runtime_error(src_file + " and " + tgt_file + ": " + std::to_string(m.src_vocab.size()) + " and " +
-                             std::to_string(m.tgt_vocab.size()) + " entries, but the model's config.json says " +
-                             std::to_string(mc.src_vocab_size) + " and " + std::to_string(mc.tgt_vocab_size));
+    throw data::DataError(src_file + " and " + tgt_file + ": " + std::to_string(m.src_vocab.size()) + " and " +
+                          std::to_string(m.tgt_vocab.size()) + " entries, but the model's config.json says " +
+                          std::to_string(mc.src_vocab_size) + " and " + std::to_string(mc.tgt_vocab_size));
+  for (const auto& [key, v] : {std::pair{"src_size", &m.src_vocab}, {"tgt_size", &m.tgt_vocab}})
+    if (vocab.contains(key) && vocab.at(key) != ordered_json(v->size()))
+      throw bad_vocab(std::string("'") + key + "' is " + escape_text(vocab.at(key).dump(), kMaxMessage) +
+                      ", but its file holds " + std::to_string(v->size()) + " entries");
+  // The special ids the config names are those entries of the vocabularies where these hold tfm's specials: a file
+  // whose <pad> and <eos> lines were swapped would end every sentence at a pad. (An imported model may name a word
+  // as a special id: only an entry that is another special is refused.)
+  const auto is_special = [](const std::string& t) {
+    return t == data::Vocab::PAD || t == data::Vocab::BOS || t == data::Vocab::EOS || t == data::Vocab::UNK;
+  };
+  for (const auto& [file, v] : {std::pair{&src_file, &m.src_vocab}, {&tgt_file, &m.tgt_vocab}})
+    for (const auto& [key, id, piece] : {std::tuple{"pad_id", mc.pad_id, data::Vocab::PAD},
+                                         {"bos_id", mc.bos_id, data::Vocab::BOS},
+                                         {"eos_id", mc.eos_id, data::Vocab::EOS}})
+      if (id >= 0 && id < v->size() && v->token(id) != piece && is_special(v->token(id)))
+        throw data::DataError(*file + ": entry " + std::to_string(id) + " is " + quote_name(v->token(id)) +
+                              ", but config.json's model " + key + " " + std::to_string(id) + " names " + piece);
   // With weights, every parameter is overwritten next: the initialisation draws nothing.
   m.generator = std::make_unique<Generator>(Generator{0, 0, /*no_draws=*/weights != WeightsLoad::NONE});
   m.model = std::make_unique<Model>(mc, *m.generator);

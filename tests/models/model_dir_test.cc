@@ -17,6 +17,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "io/file_util.h"
@@ -324,8 +325,52 @@ TEST(LoadModelDir, ErrorsNameTheDirectoryOrFile) {
   j["vocab"]["tgt_tokens"] = "klingon";
   testing::spit(config_file(d), j.dump(2));
   std::string e = error_of<std::runtime_error>([&] { load_model_dir(d); });
-  EXPECT_EQ(e.rfind(config_file(d) + ": bad \"vocab\": ", 0), 0u) << e;
+  EXPECT_EQ(e.rfind(config_file(d) + ": \"vocab\": 'tgt_tokens': ", 0), 0u) << e;
   EXPECT_NE(e.find("klingon"), std::string::npos) << e;
+  {  // the rest of "vocab", key by key: its type, an unknown key, a file name, a size
+    const auto vocab_error = [&](const nlohmann::ordered_json& v) {
+      nlohmann::ordered_json k = nlohmann::ordered_json::parse(testing::slurp(config_file(d)));
+      k["vocab"] = v;
+      const std::string dd = copy_of_trained("md_vocab_keys");
+      testing::spit(config_file(dd), k.dump(2));
+      std::string msg = error_of<std::runtime_error>([&] { load_model_dir(dd); });
+      return msg.substr(std::min(msg.size(), config_file(dd).size()));
+    };
+    nlohmann::ordered_json good =
+        nlohmann::ordered_json::parse(testing::slurp(copy_of_trained("md_vocab_good") + "/config.json"))["vocab"];
+    EXPECT_EQ(vocab_error(nlohmann::ordered_json::array({1})), ": \"vocab\": expected an object, got [1]");
+    nlohmann::ordered_json v = good;
+    v["bogus"] = 1;
+    EXPECT_EQ(vocab_error(v), ": \"vocab\": unknown key 'bogus'");
+    v = good;
+    v["src"] = "/etc/passwd";
+    EXPECT_EQ(vocab_error(v),
+              ": \"vocab\": 'src' must be \"src_vocab.txt\" or \"src_vocab.json\", got \"/etc/passwd\"");
+    v = good;
+    v["tgt_size"] = 23;
+    EXPECT_EQ(vocab_error(v), ": \"vocab\": 'tgt_size' is 23, but its file holds 22 entries");
+  }
+  {  // a vocabulary whose special entries were swapped, and one that is not UTF-8
+    std::string dd = copy_of_trained("md_swapped");
+    std::vector<std::string> lines;
+    std::istringstream in(testing::slurp(dd + "/tgt_vocab.txt"));
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    const auto pad = std::find(lines.begin(), lines.end(), "<pad>"),
+               eos = std::find(lines.begin(), lines.end(), "<eos>");
+    ASSERT_TRUE(pad != lines.end() && eos != lines.end());
+    std::iter_swap(pad, eos);
+    std::string text;
+    for (const auto& line : lines) text += line + "\n";
+    testing::spit(dd + "/tgt_vocab.txt", text);
+    EXPECT_EQ(error_of<std::runtime_error>([&] { load_model_dir(dd); }),
+              dd + "/tgt_vocab.txt: entry " + std::to_string(pad - lines.begin()) +
+                  " is '<eos>', but config.json's model pad_id " + std::to_string(pad - lines.begin()) +
+                  " names <pad>");
+    dd = copy_of_trained("md_not_utf8");
+    testing::spit(dd + "/src_vocab.txt", testing::slurp(dd + "/src_vocab.txt") + "\xff\xfe\n");
+    EXPECT_EQ(error_of<std::runtime_error>([&] { load_model_dir(dd); }),
+              dd + "/src_vocab.txt: line 23 is not valid UTF-8 ('\\xff\\xfe'): a vocabulary's tokens are UTF-8 text");
+  }
 
   // A model config key of the wrong type, or unknown: said of the file.
   nlohmann::ordered_json bad = j;
