@@ -27,7 +27,11 @@ struct Opts {
 
 int run_bench_cmd(Opts o) {
   apply_threads(o.threads);
-  o.bench.mode = enum_from_name<BenchMode>(o.mode);
+  try {
+    o.bench.mode = enum_from_name<BenchMode>(o.mode);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--mode: ") + e.what());
+  }
   o.bench.precision = parse_dtype(o.dtype);
   const ModuleConfig config = read_module_config(o.config);
   const BenchResult r = run_bench(config, o.bench);

@@ -63,6 +63,8 @@ void flush_notes();
 // --dtype's value as a Precision. For int8 on a CPU without int8 dot products, or bf16 without bf16 ones, it
 // queues a note (queue_note: the matmuls take the portable loop or are emulated, same numbers, slower).
 Precision parse_dtype(const std::string& dtype);
+// The same without the note: a bad name fails before a model is loaded, naming --dtype.
+Precision dtype_name(const std::string& dtype);
 // --dtype of a command running a model directory: empty means the directory's own precision, int8
 // for a quantized directory (tfm quantize), else f32.
 Precision model_dtype(const std::string& dtype, const TrainedModel& m);

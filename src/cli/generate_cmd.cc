@@ -54,7 +54,7 @@ void register_generate(CLI::App& app, Runner& run) {
     run = [o, prompt_given] {
       apply_threads(o->threads);
       check_generate_options(o->gen);  // a bad option fails before the load (and before any note)
-      if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
+      if (!o->dtype.empty()) dtype_name(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model, weights_load(o->no_mmap));
       const InferenceMode scope(model_dtype(o->dtype, m));
       flush_notes();

@@ -35,8 +35,16 @@ void flush_notes() {
   for (const std::string& n : pending_notes()) std::fprintf(stderr, "tfm: note: %s\n", n.c_str());
   pending_notes().clear();
 }
+Precision dtype_name(const std::string& dtype) {
+  try {
+    return enum_from_name<Precision>(dtype);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--dtype: ") + e.what());
+  }
+}
+
 Precision parse_dtype(const std::string& dtype) {
-  const Precision p = enum_from_name<Precision>(dtype);
+  const Precision p = dtype_name(dtype);
   if (p == Precision::INT8 && !int8_matmul_accelerated())
     queue_note(
         "no AVX2, AVX512-VNNI or AMX-INT8 on this CPU (or TFM_FORCE_SCALAR): int8 matmuls run on the portable "

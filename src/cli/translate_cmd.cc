@@ -138,7 +138,7 @@ void register_translate(CLI::App& app, Runner& run) {
       DecodeOptions decode = o->decode;
       check_decode_options(decode);  // before the model is loaded
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
-      if (!o->dtype.empty()) enum_from_name<Precision>(o->dtype);  // a bad name fails before the load
+      if (!o->dtype.empty()) dtype_name(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model, weights_load(o->no_mmap));
       const InferenceMode scope(model_dtype(o->dtype, m));  // weights packed once for the stream
       flush_notes();

@@ -255,19 +255,28 @@ ByteLevelBpe ByteLevelBpe::from_strings(std::string_view vocab_json, const std::
   impl->tokens.assign(static_cast<size_t>(V), std::string());
   std::vector<bool> seen(static_cast<size_t>(V), false);
   const std::string range = "0.." + std::to_string(V - 1) + " (each id once for the " + std::to_string(V) + " tokens)";
+  std::string past_end;  // the first token whose id is ≥ V: said once the ids missing below V are known
   for (const auto& [token, value] : j.items()) {
     if (!value.is_number_integer())
       fail("token " + quote(token) + " has the " + value.type_name() + " " + quote(value.dump()) + " as its id, not an integer");
     if (token.empty()) fail("an empty token (\"\") with id " + value.dump());
     const auto id = value.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(value.get<uint64_t>(), INT64_MAX))
                                                : value.get<int64_t>();
-    if (id < 0 || id >= V) fail("token " + quote(token) + " has id " + value.dump() + ", outside " + range);
+    if (id < 0) fail("token " + quote(token) + " has id " + value.dump() + ", outside " + range);
+    if (id >= V) {
+      if (past_end.empty()) past_end = "token " + quote(token) + " has id " + value.dump();
+      continue;
+    }
     if (seen[static_cast<size_t>(id)])
       fail("tokens " + quote(impl->tokens[static_cast<size_t>(id)]) + " and " + quote(token) + " share id " +
            std::to_string(id) + ": the ids must be " + range);
     seen[static_cast<size_t>(id)] = true;
     impl->tokens[static_cast<size_t>(id)] = token;
     impl->ids.emplace(token, static_cast<int32_t>(id));
+  }
+  if (!past_end.empty()) {
+    const auto hole = std::find(seen.begin(), seen.end(), false) - seen.begin();
+    fail(past_end + ", outside " + range + ": no token has id " + std::to_string(hole) + " (a missing entry?)");
   }
 
   // Each token's bytes: a character of the byte table is its byte, any other its own UTF-8.

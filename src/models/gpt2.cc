@@ -334,6 +334,12 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
                                     ", expected " + shape_str(want) + (k.transpose ? " (Conv1D: in × out)" : "") +
                                     " for " + config_file + "'s sizes");
     }
+    // A NaN or infinite weight would write a directory every later load refuses (load_model_dir): refused here.
+    for (int64_t i = 0, n = t.numel(); i < n; ++i)
+      if (!std::isfinite(t.data()[i]))
+        throw std::invalid_argument(weights_file + ": tensor '" + k.hf + "' holds " +
+                                    (std::isnan(t.data()[i]) ? "NaN" : "an infinity") + " (element " +
+                                    std::to_string(i) + "): not a model tfm can run");
     state.insert(k.tfm, k.transpose ? transposed(t) : t);
     used.insert(k.hf);
   }

@@ -137,13 +137,13 @@ ordered_json parse_config(const std::string& dir) {
 
 std::string read_config_section(const std::string& dir, const char* section) {
   const ordered_json j = parse_config(dir);
-  if (!j.contains(section)) throw std::runtime_error(path(dir, CONFIG) + ": missing \"" + section + "\"");
+  if (!j.contains(section)) throw data::DataError(path(dir, CONFIG) + ": missing \"" + section + "\"");
   return j.at(section).dump();
 }
 
 ConfigSections read_config(const std::string& dir) {
   const ordered_json j = parse_config(dir);
-  if (!j.contains("vocab")) throw std::runtime_error(path(dir, CONFIG) + ": missing \"vocab\"");
+  if (!j.contains("vocab")) throw data::DataError(path(dir, CONFIG) + ": missing \"vocab\"");
   return ConfigSections{j.at("model").dump(), j.at("train").dump(), j.at("vocab").dump()};
 }
 
@@ -159,14 +159,16 @@ TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights) {
     // Keys every config.json tfm has written holds. Missing, one would take its default without a word, and
     // some change what the model computes without changing a weight's shape (nhead, the special ids).
     const ordered_json model = ordered_json::parse(config.model);
+    // A config that is not what tfm writes is the directory's data error (OSError in Python), as a corrupt
+    // model.safetensors beside it is.
     for (const char* key : {"d_model", "nhead", "dim_feedforward", "num_encoder_layers", "num_decoder_layers",
                             "src_vocab_size", "tgt_vocab_size", "max_len", "pad_id", "bos_id", "eos_id"})
       if (model.is_object() && !model.contains(key))
-        throw std::invalid_argument(config_file + ": model config: missing required key '" + key + "'");
+        throw data::DataError(config_file + ": model config: missing required key '" + key + "'");
     try {
       return ModelConfig::from_json(config.model);
     } catch (const std::invalid_argument& e) {  // "model config: ..." — said of this file
-      throw std::invalid_argument(config_file + ": " + e.what());
+      throw data::DataError(config_file + ": " + e.what());
     }
   }();
   // "vocab": {"src", "tgt": the files (one of the two names each), "src_size", "tgt_size": their entries,
@@ -242,6 +244,16 @@ TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights) {
     io::SafeTensorsFile f =
         io::load_safetensors(file, io::LoadOptions{.zero_copy = true, .read_only = mapped, .keep_int8 = true});
     m.quantized = is_quantized(f);
+    // tfm quantize's files say what they hold in their metadata: another value, or I8 tensors without it, is a
+    // file this version cannot read as it was meant.
+    const auto tag = f.metadata.find(QUANTIZATION_METADATA_KEY);
+    if (!m.quantized && tag != f.metadata.end())
+      throw data::DataError(file + ": metadata " + quote_name(QUANTIZATION_METADATA_KEY) + " is " +
+                            quote_name(tag->second) + ", expected '" + QUANTIZATION_INT8 + "' (tfm quantize's)");
+    if (!m.quantized && !f.int8.empty())
+      throw data::DataError(file + ": I8 tensors (" + quote_name(f.int8.begin()->first) +
+                            ", ...) without the metadata " + quote_name(QUANTIZATION_METADATA_KEY) + " = '" +
+                            QUANTIZATION_INT8 + "' that tfm quantize writes beside them");
     if (m.quantized && mapped) {  // matrices computed when read: int8 inference packs their integers
       m.model->load_state_dict(dequantize_state_dict_lazy(f), file, /*assign=*/true);
       allocator_release_cache();

@@ -70,8 +70,10 @@ AttentionOptions attention_options(const ordered_json& j, JsonReader& r) {
 ModuleConfig parse_module_config(const std::string& config_json) {
   const ordered_json j = parse_json(config_json, "config");
   if (!j.is_object()) throw std::invalid_argument("config: top level must be a JSON object");
-  if (!j.contains("module") || !j.at("module").is_string())
-    throw std::invalid_argument("config: missing string key 'module'");
+  if (!j.contains("module")) throw std::invalid_argument("config: missing required key 'module'");
+  if (!j.at("module").is_string())
+    throw std::invalid_argument("config: 'module' must be a string, got " +
+                                escape_text(j.at("module").dump(), kMaxQuoted));
   ModuleConfig c;
   JsonReader r(j, "config");
   r("module", c.kind);

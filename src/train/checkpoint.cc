@@ -57,18 +57,32 @@ void read_clock(const std::string& dir, const json& state, State& st) {
     clock["elapsed"] = state.at("elapsed");
     clock["history"] = state.at("history");
   }
-  try {
-    st.elapsed = clock.value("elapsed", 0.0);
-    for (const auto& c : clock.value("history", json::array())) {
-      const int64_t step = c.at("step");
-      for (EvalRow& r : st.history)
-        if (r.step == step) {
-          r.tokens_per_sec = c.value("tokens_per_sec", 0.0);
-          r.elapsed_seconds = c.value("elapsed_seconds", 0.0);
-        }
-    }
-  } catch (const json::exception& e) {
-    throw std::runtime_error(path + ": bad trainer clock: " + escape_text(e.what(), kMaxMessage));
+  // {"elapsed": seconds, "history": [{"step", "tokens_per_sec", "elapsed_seconds"}, ...]}, each checked by key.
+  const auto number = [&](const json& o, const char* key, const std::string& where) {
+    if (!o.contains(key)) return 0.0;
+    if (!o.at(key).is_number())
+      throw std::runtime_error(path + ": " + where + quote_name(key) + " must be a number, got " +
+                               escape_text(o.at(key).dump(), kMaxQuoted));
+    return o.at(key).get<double>();
+  };
+  if (!clock.is_object())
+    throw std::runtime_error(path + ": expected a JSON object, got " + escape_text(clock.dump(), kMaxQuoted));
+  st.elapsed = number(clock, "elapsed", "");
+  const json rows = clock.value("history", json::array());
+  if (!rows.is_array())
+    throw std::runtime_error(path + ": 'history' must be an array, got " + escape_text(rows.dump(), kMaxQuoted));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const json& c = rows[i];
+    const std::string where = "history[" + std::to_string(i) + "]: ";
+    if (!c.is_object() || !c.contains("step") || !c.at("step").is_number_integer())
+      throw std::runtime_error(path + ": " + where + "expected an object with an integer 'step', got " +
+                               escape_text(c.dump(), kMaxQuoted));
+    const int64_t step = c.at("step").get<int64_t>();
+    for (EvalRow& r : st.history)
+      if (r.step == step) {
+        r.tokens_per_sec = number(c, "tokens_per_sec", where);
+        r.elapsed_seconds = number(c, "elapsed_seconds", where);
+      }
   }
 }
 
@@ -141,7 +155,7 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
     else throw std::runtime_error(path + ": unexpected tensor " + quote_name(name) +
                                   (name.rfind("ema.", 0) == 0 ? " (a weight average, but the run has no --ema)" : ""));
   }
-  model.load_state_dict(weights, path);
+  model.load_state_dict(weights, path + " (its model.* tensors, named without the prefix)");
   if (average) {
     if (averaged.size() == 0)
       throw std::runtime_error(path + ": no weight average (ema.*) to continue; the run was started without --ema");

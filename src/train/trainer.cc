@@ -279,7 +279,12 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
     for (data::Tokenization* t : {&c_.src_tokens, &c_.tgt_tokens})
       if (*t == data::Tokenization::CHAR) *t = data::Tokenization::SPACE;
   if (c_.epochs == 0 && c_.max_steps == 0 && c_.time_budget == 0) c_.epochs = kDefaultEpochs;
-  c_.validate();
+  try {
+    c_.validate();
+  } catch (const std::invalid_argument& e) {  // a resumed run's settings are its config.json's: said of that file
+    if (!resume) throw;
+    throw std::invalid_argument(model_dir::path(c_.out_dir, model_dir::CONFIG) + ": " + e.what());
+  }
   if (c_.init_from.empty() && c_.model.family().data == DataKind::TEXT && !c_.text())
     throw std::invalid_argument("train config: text_path is required by arch " + std::string(enum_name(c_.model.arch)) +
                                 " (" + c_.model.family().summary + ")");

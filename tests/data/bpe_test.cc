@@ -314,7 +314,12 @@ TEST(ByteLevelBpe, VocabularyErrors) {
   expect_error(vocab_with([](auto& v) { v["a"] = "97"; }), m, "v.json: token \"a\" has the string \"\\\"97\\\"\" as its id, not an integer");
   expect_error(vocab_with([](auto& v) { v["a"] = 1.5; }), m, "v.json: token \"a\" has the number \"1.5\" as its id");
   // 265 tokens: ids must be 0..264.
-  expect_error(vocab_with([](auto& v) { v["a"] = 265; }), m, "v.json: token \"a\" has id 265, outside 0..264 (each id once for the 265 tokens)");
+  expect_error(vocab_with([](auto& v) { v["a"] = 265; }), m,
+               "v.json: token \"a\" has id 265, outside 0..264 (each id once for the 265 tokens): no token has id 97 "
+               "(a missing entry?)");
+  // An entry removed: the last id is past the end, and the message names the id left without a token.
+  expect_error(vocab_with([](auto& v) { v.erase(sym(7)); }), m, "v.json: token ");
+  expect_error(vocab_with([](auto& v) { v.erase(sym(7)); }), m, "no token has id 7 (a missing entry?)");
   expect_error(vocab_with([](auto& v) { v["a"] = -1; }), m, "v.json: token \"a\" has id -1, outside 0..264");
   // "a" takes "b"'s id 98: two tokens share it (and so some id in 0..264 is missing). The object's
   // keys come in byte order, so "a" is met first.

@@ -256,6 +256,13 @@ TEST(Gpt2, BadInputIsRefusedByNameAndWritesNothing) {
         io::save_safetensors(hf + "/model.safetensors", s);
       },
       "model.safetensors", "tensor 'h.0.mlp.c_fc.weight' has shape (8, 16), expected (8, 32) (Conv1D: in × out)");
+  expect_refused(
+      [](const std::string& hf) {
+        NamedTensors s = tiny_tensors(Tiny{}, 1);
+        s.at("ln_f.weight").data()[3] = std::nanf("");
+        io::save_safetensors(hf + "/model.safetensors", s);
+      },
+      "model.safetensors", "tensor 'ln_f.weight' holds NaN (element 3): not a model tfm can run");
 }
 
 // A padded vocabulary (nanoGPT's 50304 for 50257 tokens): the extra rows are tokens never generated.

@@ -24,6 +24,7 @@
 #include "models/model_configs.h"
 #include "test_util.h"
 #include "tfm/data/tasks.h"
+#include "tfm/data/tsv.h"
 #include "tfm/inference.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/train/trainer.h"
@@ -376,7 +377,7 @@ TEST(LoadModelDir, ErrorsNameTheDirectoryOrFile) {
   nlohmann::ordered_json bad = j;
   bad["model"]["d_model"] = "16";
   testing::spit(config_file(d), bad.dump(2));
-  EXPECT_EQ(error_of<std::invalid_argument>([&] { load_model_dir(d); }),
+  EXPECT_EQ(error_of<data::DataError>([&] { load_model_dir(d); }),
             config_file(d) + ": model config: 'd_model' must be an integer, got \"16\"");
   std::string twice = j.dump(2);  // "format" said twice: refused even when both say the same
   twice.insert(twice.find('{') + 1, "\"format\": \"tfm-train\", ");
@@ -386,12 +387,14 @@ TEST(LoadModelDir, ErrorsNameTheDirectoryOrFile) {
   bad = j;
   bad["model"]["pad_id"] = 4294967296;  // an int32 key: not narrowed to 0
   testing::spit(config_file(d), bad.dump(2));
-  EXPECT_EQ(error_of<std::invalid_argument>([&] { load_model_dir(d); }),
-            config_file(d) + ": model config: 'pad_id' must be an integer in [-2147483648, 2147483647], got 4294967296");
+  EXPECT_EQ(
+      error_of<data::DataError>([&] { load_model_dir(d); }),
+      config_file(d) + ": model config: 'pad_id' must be an integer in [-2147483648, 2147483647], got 4294967296");
   bad = j;
   bad["model"]["bogus_key"] = 1;
   testing::spit(config_file(d), bad.dump(2));
-  EXPECT_EQ(error_of<std::invalid_argument>([&] { load_model_dir(d); }), config_file(d) + ": model config: unknown key 'bogus_key'");
+  EXPECT_EQ(error_of<data::DataError>([&] { load_model_dir(d); }),
+            config_file(d) + ": model config: unknown key 'bogus_key'");
 
   // A side said to be spm without its model file.
   j["vocab"]["tgt_tokens"] = "spm";
