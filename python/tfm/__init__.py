@@ -617,7 +617,8 @@ class Model:
 
     def score(self, text, batch_size=_D["score_batch_size"]):
         """A language model's figures on `text` (a str): the dict `tfm eval --text FILE --json` prints for a file
-        holding that text (loss, perplexity, bits_per_token, bits_per_char, tokens)."""
+        holding that text (loss, perplexity, bits_per_token, bits_per_char, tokens, unknown_tokens: those the
+        vocabulary lacks, read as <unk>)."""
         self._no_open_stream()
         if text is None:
             raise TypeError("text must be a str, got None")

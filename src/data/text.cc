@@ -96,6 +96,16 @@ void encode_bytes(const uint8_t* p, size_t n, const Vocab& v, Tokenization t, co
   }
 }
 
+}  // namespace
+
+int64_t TextCorpus::count(int32_t id) const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < size_; ++i) n += (*this)[i] == id;
+  return n;
+}
+
+namespace {
+
 uint64_t vocab_hash(const Vocab& v) {
   uint64_t h = kFnvOffset;
   for (const auto& t : v.tokens()) h = fnv1a(reinterpret_cast<const uint8_t*>(t.c_str()), t.size() + 1, h);

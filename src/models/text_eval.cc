@@ -20,6 +20,7 @@ std::string TextScore::to_json() const {
   j["bits_per_token"] = bits_per_token;
   j["bits_per_char"] = bits_per_char;
   j["tokens"] = tokens;
+  j["unknown_tokens"] = unknown_tokens;
   return j.dump();
 }
 
@@ -77,14 +78,18 @@ TextScore evaluate_text_file(const TrainedModel& m, const std::string& path, int
     f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     chars += code_points(buf.data(), static_cast<size_t>(f.gcount()));
   }
-  return evaluate_text(*m.model, corpus, predicted(chars), batch_size);
+  TextScore s = evaluate_text(*m.model, corpus, predicted(chars), batch_size);
+  if (m.tgt_vocab.unk_id() >= 0) s.unknown_tokens = corpus.count(m.tgt_vocab.unk_id());
+  return s;
 }
 
 TextScore evaluate_text_string(const TrainedModel& m, const std::string& text, int64_t batch_size) {
   require_language_model(m);
   const std::vector<int32_t> ids = data::encode_text(m.tgt_vocab, m.tgt_tokenizer, text, "text");
   const data::TextCorpus corpus = data::TextCorpus::from_ids(ids, m.tgt_vocab.size(), "text");
-  return evaluate_text(*m.model, corpus, predicted(code_points(text.data(), text.size())), batch_size);
+  TextScore s = evaluate_text(*m.model, corpus, predicted(code_points(text.data(), text.size())), batch_size);
+  if (m.tgt_vocab.unk_id() >= 0) s.unknown_tokens = corpus.count(m.tgt_vocab.unk_id());
+  return s;
 }
 
 }  // namespace tfm

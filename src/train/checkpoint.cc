@@ -104,6 +104,7 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
             {"rng_seed", gen.seed}, {"rng_offset", gen.offset},
             {"optimizer_steps", st.step}, {"history", json::array()}};
   if (!st.text_hash.empty()) s["text_hash"] = st.text_hash;
+  if (!st.valid_text_hash.empty()) s["valid_text_hash"] = st.valid_text_hash;
   // Written only when set, so a run without them writes what it always wrote.
   if (st.budget_steps > 0) {
     s["budget_steps"] = st.budget_steps;
@@ -189,6 +190,7 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
     st.skipped = count("skipped");
     st.checkpoint_step = st.step;
     st.text_hash = s.value("text_hash", "");
+    st.valid_text_hash = s.value("valid_text_hash", "");
     st.budget_steps = count("budget_steps", 0);
     st.decay_start = count("decay_start", 0);
     st.budget_seconds = s.value("budget_seconds", 0.0);

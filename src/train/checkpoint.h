@@ -27,6 +27,7 @@ struct State {
   double elapsed = 0;            // seconds over all sessions, at the last save
   int64_t checkpoint_step = -1;  // step of the last complete checkpoint
   std::string text_hash;         // text data: data::text_file_hash of the training text ("" otherwise)
+  std::string valid_text_hash;   // text data with a validation file: its hash ("" otherwise, and before it was kept)
   // The budget schedule (trainer.cc): the step count fixed to fit time budget `budget_seconds`, rank
   // 0's decision at step decay_start, where the learning rate starts its decay to min_lr at
   // budget_steps. 0: not fixed (no budget, or not measured yet). --max-steps on resume replaces

@@ -107,6 +107,13 @@ void load_text(const TrainConfig& c, const SavedVocabs& saved, Comm* comm, Datas
     ds.text_train = all.slice(0, n - valid, c.text_path + " (its first " + std::to_string(n - valid) + " tokens, for training)");
     ds.text_valid = all.slice(n - valid, n, c.text_path + " (its last " + std::string(pct) + " for validation)");
   }
+  // Tokens the vocabulary lacks read as <unk>: characters of a validation text (or, from a model directory's
+  // vocabulary, of a training text) a char model never had. Said, as the figures then score <unk>.
+  if (ds.tgt_vocab.unk_id() >= 0)
+    for (const data::TextCorpus* t : {&ds.text_train, &ds.text_valid})
+      if (const int64_t n = t->count(ds.tgt_vocab.unk_id()); n > 0)
+        ds.notes.push_back(t->name() + ": " + std::to_string(n) + " of its " + std::to_string(t->size()) +
+                           " tokens are not in the vocabulary and read as <unk>");
   data::check_windows(ds.text_train, c.block_size);
   if (ds.text_valid.size() < 2)
     throw data::DataError(ds.text_valid.name() + ": " + std::to_string(ds.text_valid.size()) +

@@ -338,10 +338,17 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
                                   ds_.text_train.hash() + ", " + model_dir::path(c_.out_dir, STATE_FILE) + " says " +
                                   (st_.text_hash.empty() ? std::string("none") : st_.text_hash) +
                                   "); resume with the original text, or start a new run");
+    // The validation text too: its losses are compared across the run (metrics, --keep-best, --patience).
+    if (c_.text() && !c_.valid_text_path.empty() && !st_.valid_text_hash.empty() &&
+        st_.valid_text_hash != ds_.text_valid.hash())
+      throw std::invalid_argument(c_.valid_text_path + ": not the validation text this run started with (its hash is " +
+                                  ds_.text_valid.hash() + ", " + model_dir::path(c_.out_dir, STATE_FILE) + " says " +
+                                  st_.valid_text_hash + "); resume with the original text, or start a new run");
     note(ProgressEvent::Kind::NOTE, "resuming " + c_.out_dir + " at step " + std::to_string(st_.step) + " (epoch " +
                                         std::to_string(st_.epoch + 1) + ")");
   }
   if (c_.text()) st_.text_hash = ds_.text_train.hash();
+  if (c_.text() && !c_.valid_text_path.empty()) st_.valid_text_hash = ds_.text_valid.hash();
   if (!comm_.single()) agree_across_processes();
   if (resume) {
     // write_best runs after the checkpoint that records its evaluation as the best: a kill while it wrote left

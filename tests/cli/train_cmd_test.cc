@@ -640,10 +640,33 @@ TEST(TrainCli, LanguageModelTrainsOnTextAndResumes) {
   EXPECT_EQ(config["vocab"]["tgt_tokens"], "char");
   ASSERT_EQ(run_command(kCli + " train --resume " + d + "/run --max-steps 25", &out), 0) << out;
   EXPECT_NE(out.find("resuming " + d + "/run at step 20"), std::string::npos) << out;
+  // Characters the training text never had read as <unk>: eval says how many (the JSON too).
+  { std::ofstream(d + "/greek.txt") << "the cat \u03b1\u03b2 sat.\n"; }
+  ASSERT_EQ(run_command(kCli + " eval --model " + d + "/run --text " + d + "/greek.txt --json 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("tfm: note: " + d + "/greek.txt: 2 tokens are not in the model's vocabulary, read as <unk>"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("\"unknown_tokens\":2"), std::string::npos) << out;
+  // Another validation text under the same name: refused, naming the file (its losses are compared across the run).
+  const std::string valid = tfm::testing::slurp(d + "/v.txt");
+  write_text(d + "/v.txt", 10, 4);
+  EXPECT_EQ(run_command(kCli + " train --resume " + d + "/run --max-steps 30", &out), 1) << out;
+  EXPECT_NE(out.find(d + "/v.txt: not the validation text this run started with"), std::string::npos) << out;
+  tfm::testing::spit(d + "/v.txt", valid);
   // Another text under the same name: refused, naming the file.
   write_text(d + "/t.txt", 80, 3);
   EXPECT_EQ(run_command(kCli + " train --resume " + d + "/run --max-steps 30", &out), 1) << out;
   EXPECT_NE(out.find(d + "/t.txt: not the training text this run started with"), std::string::npos) << out;
+  // A validation text with characters the training text lacks: the run says how many read as <unk>.
+  { std::ofstream(d + "/v2.txt") << tfm::testing::slurp(d + "/v.txt") << "\u03b1\u03b2\u03b3 the cat.\n"; }
+  ASSERT_EQ(
+      run_command(kCli + " train --text " + d + "/t.txt --valid-text " + d + "/v2.txt --tokens char --block-size 16" +
+                      kTinyLm + " --max-steps 2 --out " + d + "/unk 2>&1",
+                  &out),
+      0)
+      << out;
+  EXPECT_NE(out.find(d + "/v2.txt: 3 of its "), std::string::npos) << out;
+  EXPECT_NE(out.find(" tokens are not in the vocabulary and read as <unk>"), std::string::npos) << out;
   // Byte tokens, a held-out fraction, sequential windows.
   ASSERT_EQ(run_command(kCli + " train --text " + d + "/v.txt --valid-fraction 0.25 --tokens byte --block-size 8 --sequential" +
                             kTinyLm + " --max-steps 3 --out " + d + "/bytes",

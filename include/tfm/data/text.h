@@ -87,6 +87,7 @@ class TextCorpus {
   // empty) replaces the name in messages.
   TextCorpus slice(int64_t begin, int64_t end, const std::string& name = "") const;
   const std::string& name() const { return name_; }  // the file it came from
+  int64_t count(int32_t id) const;                   // how many of its tokens are `id` (e.g. <unk>)
   int bytes_per_token() const { return width_; }
   const std::string& hash() const { return hash_; }    // text_file_hash of the file ("" for from_ids)
   int64_t text_bytes() const { return text_bytes_; }   // bytes of the whole file

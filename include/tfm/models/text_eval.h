@@ -25,7 +25,10 @@ struct TextScore {
   double bits_per_char = 0;
   int64_t tokens = 0;  // tokens predicted (the text's tokens − 1)
   int64_t chars = 0;
-  // {"loss", "perplexity", "bits_per_token", "bits_per_char", "tokens"}
+  // The text's tokens the vocabulary lacks, read as <unk> (characters a char model never saw): the figures score
+  // the model's guess of "some unknown character", not the characters themselves.
+  int64_t unknown_tokens = 0;
+  // {"loss", "perplexity", "bits_per_token", "bits_per_char", "tokens", "unknown_tokens"}
   std::string to_json() const;
 };
 
