@@ -16,11 +16,13 @@ void register_generate(CLI::App& app, Runner& run) {
       "Examples:\n"
       "  tfm generate --model runs/lm --prompt 'ROMEO:' --max-new-tokens 500\n"
       "  tfm generate --model runs/lm --temperature 0.8 --top-k 40 --num-samples 3 --seed 7\n"
-      "  tfm generate --model runs/lm --prompt-file start.txt --stop $'\\n\\n'   # stop after a blank line within the continuation\n"
+      "  tfm generate --model runs/lm --prompt-file start.txt --stop $'\\n\\n'   # stop after a blank line within the "
+      "continuation\n"
       "Without a prompt, generation starts from a newline. --temperature 0 or --top-k 1 is greedy.\n"
       "--stop is looked for in each sample's continuation only, not across the prompt's end: after a prompt\n"
       "ending in a newline, one generated newline does not match $'\\n\\n', two do.\n"
-      "A sample ends at the end-of-text token (--ignore-eos goes on); <pad>, <bos> and <unk> are never drawn.\n"
+      "A sample ends at the end-of-text token (--ignore-eos goes on); <pad>, <bos> and <unk> are never drawn, nor\n"
+      "is <eos> by a model tfm trained on text with char, byte or spm tokens (a text holds none to learn).\n"
       "Past the model's block size the context slides (its last half is kept). The same --seed gives\n"
       "the same samples whatever --threads.");
   struct Opts {

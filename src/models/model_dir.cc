@@ -378,6 +378,11 @@ std::vector<int32_t> never_generated(const TrainedModel& m) {
     if (id >= 0) ids.push_back(id);
   if (m.tgt_tokenizer.is_bpe())
     for (auto id = static_cast<int32_t>(m.tgt_tokenizer.bpe().vocab_size()); id < v.size(); ++id) ids.push_back(id);
+  if (!m.tgt_tokenizer.is_bpe() && v.eos_id() >= 0) {
+    const ordered_json train = ordered_json::parse(m.train_json.empty() ? "{}" : m.train_json, nullptr, false);
+    const auto text = train.is_object() ? train.find("text_path") : train.end();
+    if (text != train.end() && text->is_string() && !text->get<std::string>().empty()) ids.push_back(v.eos_id());
+  }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;

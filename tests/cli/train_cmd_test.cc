@@ -640,6 +640,11 @@ TEST(TrainCli, LanguageModelTrainsOnTextAndResumes) {
   EXPECT_EQ(config["vocab"]["tgt_tokens"], "char");
   ASSERT_EQ(run_command(kCli + " train --resume " + d + "/run --max-steps 25", &out), 0) << out;
   EXPECT_NE(out.find("resuming " + d + "/run at step 20"), std::string::npos) << out;
+  {  // a text holds no <eos>: the model never learned it, and never draws it
+    const tfm::TrainedModel m = tfm::load_model_dir(d + "/run");
+    const std::vector<int32_t> never = tfm::never_generated(m);
+    EXPECT_NE(std::find(never.begin(), never.end(), m.tgt_vocab.eos_id()), never.end());
+  }
   // Characters the training text never had read as <unk>: eval says how many (the JSON too).
   { std::ofstream(d + "/greek.txt") << "the cat \u03b1\u03b2 sat.\n"; }
   ASSERT_EQ(run_command(kCli + " eval --model " + d + "/run --text " + d + "/greek.txt --json 2>&1", &out), 0) << out;

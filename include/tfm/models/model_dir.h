@@ -136,8 +136,10 @@ TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights = Weight
 void require_data(const TrainedModel& m, DataKind kind, const std::string& use);
 
 // The target tokens a language model of DIR never generates (GenerateOptions::suppress, in id
-// order): <pad>, <bos> unless it is also <eos> (GPT-2's <|endoftext|>), <unk>, and with a gpt2-bpe
-// tokenizer the vocabulary's rows past the BPE's tokens (a vocabulary padded to a round size).
+// order): <pad>, <bos> unless it is also <eos> (GPT-2's <|endoftext|>), <unk>, with a gpt2-bpe
+// tokenizer the vocabulary's rows past the BPE's tokens (a vocabulary padded to a round size), and <eos> for a
+// model tfm trained on text with char, byte or spm tokens: a text's tokens hold no <eos>, so training never made it
+// a target, and its leftover probability would end a sample at random. (GPT-2's <|endoftext|> is text's own.)
 std::vector<int32_t> never_generated(const TrainedModel& m);
 
 // GenerateOptions::stop_after for a stop text (empty: none): a sample ends right after the token with
