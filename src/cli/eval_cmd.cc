@@ -85,7 +85,10 @@ void register_eval(CLI::App& app, Runner& run) {
           std::printf("loss            %.4f\n", r.loss);
           std::printf("perplexity      %.4f\n", r.perplexity);
           std::printf("bits per token  %.4f\n", r.bits_per_token);
-          std::printf("bits per char   %.4f\n", r.bits_per_char);
+          if (r.chars > 0)
+            std::printf("bits per char   %.4f\n", r.bits_per_char);
+          else
+            std::printf("bits per char   - (no whole character predicted)\n");
         }
         return 0;
       }

@@ -18,7 +18,7 @@ std::string TextScore::to_json() const {
   j["loss"] = loss;
   j["perplexity"] = perplexity;
   j["bits_per_token"] = bits_per_token;
-  j["bits_per_char"] = bits_per_char;
+  j["bits_per_char"] = chars > 0 ? nlohmann::ordered_json(bits_per_char) : nlohmann::ordered_json(nullptr);
   j["tokens"] = tokens;
   j["unknown_tokens"] = unknown_tokens;
   return j.dump();
@@ -42,7 +42,7 @@ TextScore evaluate_text(const Model& model, const data::TextCorpus& corpus, int6
   s.loss = nll / static_cast<double>(count);
   s.perplexity = std::exp(s.loss);
   s.bits_per_token = s.loss / std::log(2.0);
-  s.bits_per_char = chars > 0 ? nll / std::log(2.0) / static_cast<double>(chars) : 0.0;
+  s.bits_per_char = chars > 0 ? nll / std::log(2.0) / static_cast<double>(chars) : std::nan("");
   return s;
 }
 

@@ -99,6 +99,21 @@ TEST(TextEval, FileCountsCharactersAndTokens) {
     const std::vector<int32_t> ids = data::encode_text(tm.tgt_vocab, t, text);
     EXPECT_NEAR(s.loss, hand_nll(*tm.model, ids, 8) / s.tokens, 1e-5 * s.loss);
     EXPECT_NEAR(s.bits_per_char, s.bits_per_token * s.tokens / s.chars, 1e-12 * s.bits_per_char);
+    EXPECT_EQ(s.unknown_tokens, 0);
+    // Characters the vocabulary lacks read as <unk>, counted (a char vocabulary has <unk>; bytes cover every byte).
+    const std::string other = dir + "/other.txt";
+    tfm::testing::spit(other, "h\u03b1\u03b2llo\n");
+    EXPECT_EQ(evaluate_text_file(tm, other, 4).unknown_tokens, t == data::Tokenization::CHAR ? 2 : 0);
+  }
+  {  // one character of two bytes, scored as bytes: a token predicted, no whole character — bits per char null
+    TrainedModel tm;
+    tm.tgt_vocab = tm.src_vocab = data::build_text_vocab(path, data::Tokenization::BYTE);
+    tm.tgt_tokenizer = tm.src_tokenizer = data::Tokenization::BYTE;
+    tm.model = tiny_lm(tm.tgt_vocab.size(), 2);
+    const TextScore s = evaluate_text_string(tm, "\u00dc", 4);
+    EXPECT_EQ(s.tokens, 1);
+    EXPECT_TRUE(std::isnan(s.bits_per_char));
+    EXPECT_TRUE(nlohmann::json::parse(s.to_json())["bits_per_char"].is_null());
   }
   std::filesystem::remove_all(dir);
 }

@@ -21,7 +21,8 @@ struct TextScore {
   double perplexity = 0;      // exp(loss)
   double bits_per_token = 0;  // loss / ln 2
   // Total bits over the characters predicted: every code point of the text but the first (given,
-  // never predicted); comparable across tokenizations. 0 when chars is 0.
+  // never predicted); comparable across tokenizations. NaN (null in to_json) when chars is 0: a text of one
+  // character whose tokens (bytes, pieces) are scored has no whole character predicted.
   double bits_per_char = 0;
   int64_t tokens = 0;  // tokens predicted (the text's tokens − 1)
   int64_t chars = 0;
