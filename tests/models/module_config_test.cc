@@ -219,7 +219,7 @@ TEST(ModuleConfig, LayerVariantsRunInBf16) {
 // output (the training math's kernels: a few ulps away) agrees with. The unpadded positions are the same numbers in
 // both (the padded keys are masked in both).
 TEST(LoadedModule, NestedPathTakenOnlyForTheNoGradCall) {
-  Generator gen(5);
+  Generator gen{5};
   LoadedModule m(parse_module_config(R"({"module": "TransformerEncoder", "d_model": 8, "nhead": 2, "num_layers": 2,
                                          "dim_feedforward": 16, "dropout": 0.0, "batch_first": true, "norm": true})"),
                  Precision::FLOAT32, gen);
