@@ -227,6 +227,15 @@ class Run {
   ModelConfig mc_;
   Generator gen_;  // initialisation, then dropout
   std::unique_ptr<io::DirectoryLock> out_lock_;  // rank 0: the run directory, for the run's life
+  // The run directory when rank 0 created it: removed again if the run leaves it empty (it failed before its first
+  // checkpoint), whether the constructor or train() threw.
+  struct CreatedDirectory {
+    std::string path;
+    ~CreatedDirectory() {
+      std::error_code ec;
+      if (!path.empty() && std::filesystem::is_empty(path, ec) && !ec) std::filesystem::remove(path, ec);
+    }
+  } created_out_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> opt_;
   std::vector<Tensor> params_;
@@ -294,7 +303,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   else setup_fresh();
 
   std::error_code ec;
-  if (lead_) std::filesystem::create_directories(c_.out_dir, ec);
+  if (lead_ && std::filesystem::create_directories(c_.out_dir, ec)) created_out_.path = c_.out_dir;
   if (ec) throw std::runtime_error(c_.out_dir + ": cannot create directory: " + ec.message());
   if (lead_) io::require_writable_directory(c_.out_dir);  // now, not at the first checkpoint after the training
   // One run at a time in a directory: a second (a fresh run, or a --resume while the first still writes) would

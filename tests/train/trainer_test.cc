@@ -380,7 +380,7 @@ TEST(Trainer, FreshRunReplacesTheRunItReplacesAtItsFirstCheckpoint) {
 }
 
 TEST(Trainer, DivergenceNamesTheStepAndSkipGivesUp) {
-  const std::string a = testing::temp_dir("diverge");
+  const std::string a = testing::temp_dir("diverge") + "/fresh";  // created by the run
   TrainConfig c = tiny(a);
   c.lr = 1e30f;  // Adam moves every weight by ≈ lr on the first step: the next loss overflows
   c.clip_norm = 0;
@@ -395,6 +395,7 @@ TEST(Trainer, DivergenceNamesTheStepAndSkipGivesUp) {
     EXPECT_NE(m.find("--skip-nonfinite"), std::string::npos) << m;
     EXPECT_NE(m.find("No checkpoint was written yet"), std::string::npos) << m;
   }
+  EXPECT_FALSE(std::filesystem::exists(a)) << "the run directory it created and left empty";
   c.skip_nonfinite = true;
   try {
     run_training(c);
