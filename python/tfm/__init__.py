@@ -408,6 +408,7 @@ def load_module(config, weights, dtype="f32"):
     elif not isinstance(config, (str, bytes, _os.PathLike)):  # an int would be read as a file descriptor
         raise TypeError(f"config must be a JSON file's path or a dict, got {type(config).__name__}")
     else:
+        _path("config", config)  # a NUL named by its argument, as the other calls name theirs
         with open(config, "rb") as f:
             text = f.read()
         def keys_once(pairs):  # a key said twice is refused, as the library's config reader refuses it

@@ -81,6 +81,7 @@ Tokenizer Tokenizer::load_spm(const std::string& path) {
 }
 
 Tokenizer Tokenizer::from_spm_model(std::string model, const std::string& name) {
+  if (model.empty()) throw std::runtime_error(name + ": not a SentencePiece model (the file is empty)");
   auto spm = std::make_shared<Spm>();
   const auto st = spm->processor.LoadFromSerializedProto(model);
   if (!st.ok() || spm->processor.GetPieceSize() == 0) {

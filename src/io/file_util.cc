@@ -112,6 +112,7 @@ uint8_t* MappedFile::mutable_data() const {
 AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path) {
   std::string dir, base;
   split_path(path, &dir, &base);
+  if (path.empty()) throw IoError("cannot write to an empty path (no file name given)");
   if (base.empty()) throw IoError(path + ": cannot write: path names a directory");
   // Unique name in the destination directory: pid + process-wide counter + clock, created with
   // O_EXCL so two writers (threads or processes) never share a temporary file.
