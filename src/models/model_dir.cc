@@ -222,15 +222,23 @@ TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights) {
                       ", but its file holds " + std::to_string(v->size()) + " entries");
   // The special ids the config names are those entries of the vocabularies where these hold tfm's specials: a file
   // whose <pad> and <eos> lines were swapped would end every sentence at a pad. (An imported model may name a word
-  // as a special id: only an entry that is another special is refused.)
+  // as a special id, or one entry for two roles, pad_id = eos_id: only an entry that is another special the config
+  // puts elsewhere is refused.)
   const auto is_special = [](const std::string& t) {
     return t == data::Vocab::PAD || t == data::Vocab::BOS || t == data::Vocab::EOS || t == data::Vocab::UNK;
+  };
+  const auto config_id = [&](const std::string& t) {  // the id config.json gives special t (−1: none)
+    return t == data::Vocab::PAD   ? mc.pad_id
+           : t == data::Vocab::BOS ? mc.bos_id
+           : t == data::Vocab::EOS ? mc.eos_id
+                                   : -1;
   };
   for (const auto& [file, v] : {std::pair{&src_file, &m.src_vocab}, {&tgt_file, &m.tgt_vocab}})
     for (const auto& [key, id, piece] : {std::tuple{"pad_id", mc.pad_id, data::Vocab::PAD},
                                          {"bos_id", mc.bos_id, data::Vocab::BOS},
                                          {"eos_id", mc.eos_id, data::Vocab::EOS}})
-      if (id >= 0 && id < v->size() && v->token(id) != piece && is_special(v->token(id)))
+      if (id >= 0 && id < v->size() && v->token(id) != piece && is_special(v->token(id)) &&
+          config_id(v->token(id)) != id)
         throw data::DataError(*file + ": entry " + std::to_string(id) + " is " + quote_name(v->token(id)) +
                               ", but config.json's model " + key + " " + std::to_string(id) + " names " + piece);
   // With weights, every parameter is overwritten next: the initialisation draws nothing.
