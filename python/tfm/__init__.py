@@ -208,7 +208,7 @@ class Module:
         self._lock = _threading.Lock()
         self.config = dict(config)
         self.name = core.module_name
-        self._requires_grad = requires_grad  # from_torch: whether the torch module's parameters required gradients
+        self._requires_grad = requires_grad  # from_torch: its first encoder layer's parameters required gradients
 
     def _inputs(self, args, kwargs):
         names = _ARGS[self.name]
@@ -250,20 +250,22 @@ class Module:
                 inputs[k] = tensor(v)
             except ValueError as e:
                 raise ValueError(f"{self.name}: {k}: {e}") from None
-        return inputs, torch_out, self._torch_autograd(given.values()), axis
+        return inputs, torch_out, self._torch_autograd(given), axis
 
     @staticmethod
     def _unbatch(y, axis):
         return y if axis is None else y.squeeze(axis)
 
-    def _torch_autograd(self, values):
-        """Whether PyTorch's own call would record autograd here: torch's grad mode on, and the module converted by
-        from_torch having parameters that required gradients, or a torch input requiring one. PyTorch's
-        TransformerEncoder takes its nested-tensor fast path only when nothing is recorded, so the call follows."""
+    def _torch_autograd(self, given):
+        """Whether PyTorch's TransformerEncoder would see autograd recording here, the condition of its nested-tensor
+        fast path (torch 1.13 reads src and its first layer's parameters): torch's grad mode on, and the first
+        encoder layer of the module converted by from_torch having parameters that required gradients, or a torch
+        src requiring one. The call takes the path PyTorch's would."""
         torch = _sys.modules.get("torch")
         if torch is None or not torch.is_grad_enabled():
             return False
-        return bool(self._requires_grad) or any(_is_torch(v) and v.requires_grad for v in values)
+        src = given.get("src")
+        return bool(self._requires_grad) or (_is_torch(src) and src.requires_grad)
 
     @staticmethod
     def _out(t, torch_out):
@@ -392,7 +394,11 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
         if config["module"] != "MultiheadAttention" and "activation" not in config:
             raise ValueError("the activation is a callable tfm cannot name: pass overrides={'activation': ...}")
         tensors = {k: _as_numpy(v) for k, v in module.state_dict().items()}
-    requires_grad = any(p.requires_grad for p in module.parameters())
+    # PyTorch's nested-tensor path reads the first encoder layer's parameters (a Transformer's encoder's).
+    nn = torch_config.nn
+    encoder = module.encoder if isinstance(module, nn.Transformer) else module
+    layers = encoder.layers if mapping is None and isinstance(encoder, nn.TransformerEncoder) else None
+    requires_grad = bool(layers) and any(p.requires_grad for p in layers[0].parameters())
     fast = Module(_core.Module(_json_text(config), _weights(tensors), _dtype(dtype), "state_dict"), config, requires_grad)
     if getattr(module, "training", False):
         _warnings.warn(f"the {type(module).__name__} is in training mode: tfm runs it in eval mode (dropout off; "

@@ -149,6 +149,7 @@ TsvSides read_tsv_sides(const std::string& path, int64_t max_side_chars) {
     if (tab == std::string::npos || line.find('\t', tab + 1) != std::string::npos) return;
     std::string src = line.substr(0, tab), tgt = line.substr(tab + 1);
     if (all_space(src) || all_space(tgt)) return;
+    if (line.find('\r') != std::string::npos) return;  // parse_tsv's rule: CR-only line ends make no pair
     // Code points counted as UTF-8 lead bytes (an invalid line is refused later, by the trainer's own check).
     const auto chars = [](const std::string& s) {
       return std::count_if(s.begin(), s.end(), [](char ch) { return (static_cast<uint8_t>(ch) & 0xC0) != 0x80; });

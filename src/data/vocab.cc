@@ -46,7 +46,7 @@ void needs_files(Tokenization t) {
 
 namespace {
 // Calls token(start, length) for each token of `text` (char / space / byte) in order: what tokenize
-// makes and count_tokens counts. CHAR throws std::invalid_argument at invalid UTF-8.
+// makes and count_tokens counts. CHAR and SPACE throw std::invalid_argument at invalid UTF-8.
 template <class F>
 void for_each_token(const std::string& text, Tokenization t, F&& token) {
   needs_files(t);
@@ -59,13 +59,17 @@ void for_each_token(const std::string& text, Tokenization t, F&& token) {
       token(i, n);
       i += n;
     }
-  } else {
+  } else {  // SPACE: UTF-8 words, as CHAR reads UTF-8 (a vocabulary of the words stays text)
     size_t i = 0;
     while (i < text.size()) {
       while (i < text.size() && is_space(text[i])) ++i;
       const size_t start = i;
       while (i < text.size() && !is_space(text[i])) ++i;
-      if (i > start) token(start, i - start);
+      if (i == start) continue;
+      const std::string_view word(text.data() + start, i - start);
+      if (const size_t bad = first_invalid_utf8(word); bad < word.size())
+        throw std::invalid_argument("invalid UTF-8 at byte " + std::to_string(start + bad));
+      token(start, i - start);
     }
   }
 }
@@ -173,9 +177,6 @@ Vocab Vocab::load(const std::string& path) {
     size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
     tokens.emplace_back(text, start, end - start);
-    if (first_invalid_utf8(tokens.back()) < tokens.back().size())  // tokens are text (a byte vocabulary spells bytes)
-      throw std::invalid_argument(path + ": line " + std::to_string(tokens.size()) + " is not valid UTF-8 (" +
-                                  quote_name(tokens.back()) + "): a vocabulary's tokens are UTF-8 text");
     start = end + 1;
   }
   // A file whose every line break is CR LF went through an editor or a transfer that rewrote tfm's LF endings

@@ -294,7 +294,8 @@ void activation_backward_scalar(Activation k, const float* dy, const float* x, f
 // Training's forward of a plain activation (RELU, GELU, GELU_TANH; not the gated kinds) with its derivative in
 // the same pass: y = act(x) and d = act'(x), x, y, d (N, F); y may alias x. y is bitwise activation_forward's,
 // and mul_forward(dy, d) is bitwise activation_backward's dx, a NaN's sign aside (every body computes dx = dy·act'(x)
-// from this act'(x); for RELU, d = x ≤ 0 ? 0 : 1 and the two agree where dy is finite), so a backward can read d
+// from this act'(x); for RELU, d = x ≤ 0 ? 0 : 1 and the two are equal in value where dy is finite — dy·0 may be
+// −0 where the select gives +0 — and a NaN or ±inf dy gives NaN there, 0 from the select), so a backward can read d
 // instead of evaluating act' again (GELU's erf and exp: the forward's own evaluation gives both).
 void activation_forward_grad(Activation k, const float* x, float* y, float* d, int64_t N, int64_t F);
 void activation_forward_grad_scalar(Activation k, const float* x, float* y, float* d, int64_t N, int64_t F);

@@ -111,6 +111,7 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
     s["decay_start"] = st.decay_start;
     s["budget_seconds"] = st.budget_seconds;
   }
+  if (st.budget_ended) s["budget_ended"] = true;
   if (average) s["ema_updates"] = average->updates();
   json clock = {{"elapsed", st.elapsed}, {"history", json::array()}};
   for (const auto& r : st.history) {
@@ -194,6 +195,7 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
     st.budget_steps = count("budget_steps", 0);
     st.decay_start = count("decay_start", 0);
     st.budget_seconds = s.value("budget_seconds", 0.0);
+    st.budget_ended = s.value("budget_ended", false);
     if (average) average->set_updates(count("ema_updates"));
     gen.seed = s.at("rng_seed");
     gen.offset = static_cast<uint64_t>(count("rng_offset"));

@@ -34,6 +34,9 @@ struct State {
   // budget_steps and keeps decay_start.
   int64_t budget_steps = 0, decay_start = 0;
   double budget_seconds = 0;
+  // The run stopped because its time budget was spent (not a fixed count): a resume has nothing to train, where a
+  // run interrupted after its clock passed the budget still takes the step the uninterrupted run would.
+  bool budget_ended = false;
   std::vector<EvalRow> history;
 };
 

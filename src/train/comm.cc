@@ -56,8 +56,9 @@ void check(int rc, const char* what) {
     throw std::runtime_error(std::string("MPI: ") + what + " failed (error " + std::to_string(rc) + ")");
 }
 
-// MPI_Test of a started collective: a collective that completes in error (its buffers then hold anything) throws,
-// naming it, rather than being taken as done.
+// MPI_Test of a started collective. MPI_COMM_WORLD keeps MPI's default handler (MPI_ERRORS_ARE_FATAL), which
+// aborts the job on an error before MPI_Test returns; should a handler return errors instead, a collective that
+// completed in error (its buffers then hold anything) throws, naming it, rather than being taken as done.
 void test_request(MPI_Request& req, int& done, const char* what) {
   const int rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
   if (rc != MPI_SUCCESS) {

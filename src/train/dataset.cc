@@ -138,7 +138,8 @@ void tsv_tokenizers(const TrainConfig& c, const SavedVocabs& saved, Comm* comm, 
   }
   const bool need_lines = c.joint_vocab || (src_spm && c.src_spm_model.empty()) || (tgt_spm && c.tgt_spm_model.empty());
   // Sides past max_tokens pieces even at the longest piece, after NFKC has composed up to 4 code points into one
-  // (the longest canonical decomposition of a character): their lines are skipped as over-long (parse_tsv).
+  // (the longest canonical decomposition of a character): their lines are, but for runs of spaces the model's
+  // normalization collapses, skipped as over-long (parse_tsv), and left out of the model's training.
   const data::TsvSides sides =
       need_lines ? data::read_tsv_sides(c.train_path, c.max_tokens * data::kSpmMaxPieceChars * 4) : data::TsvSides{};
   const auto train = [&](const std::vector<std::string>& a, const std::vector<std::string>* b, int64_t size,

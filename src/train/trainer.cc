@@ -211,10 +211,10 @@ class Run {
                         : std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
   }
   double elapsed() const { return elapsed_before_ + now() - session_start_; }
-  // A resumed run whose time budget ran out (before its step count was fixed): the checkpoint's clock, the same
-  // on every rank.
+  // A resumed run that ended on its time budget (before its step count was fixed) and is given no more time: the
+  // checkpoint's flag and clock, the same on every rank.
   bool budget_spent() const {
-    return c_.time_budget > 0 && budget_ != Budget::FIXED && elapsed_before_ >= c_.time_budget;
+    return c_.time_budget > 0 && budget_ != Budget::FIXED && st_.budget_ended && elapsed_before_ >= c_.time_budget;
   }
 
   TrainConfig c_;
@@ -435,10 +435,29 @@ void Run::agree_across_processes() {
   for (const std::string& t : {ds_.text_train.hash(), ds_.text_valid.hash()}) h = fnv1a(t.data(), t.size() + 1, h);
   const int64_t vocabs[4] = {ds_.src_vocab.size(), ds_.tgt_vocab.size(), ds_.text_train.size(), ds_.text_valid.size()};
   fingerprint[1] = fnv1a(vocabs, sizeof vocabs, h);
-  const uint64_t position[5] = {static_cast<uint64_t>(st_.step), static_cast<uint64_t>(st_.epoch),
-                                static_cast<uint64_t>(st_.batch), gen_.seed, gen_.offset};
+  // Everything of the state each rank then acts on alone: the counts, the clock and the budget (whether to stop),
+  // the history (--patience, --keep-best), the weights, the optimizer's moments and the average.
+  const uint64_t position[8] = {static_cast<uint64_t>(st_.step),
+                                static_cast<uint64_t>(st_.epoch),
+                                static_cast<uint64_t>(st_.batch),
+                                gen_.seed,
+                                gen_.offset,
+                                static_cast<uint64_t>(st_.budget_steps),
+                                static_cast<uint64_t>(st_.decay_start),
+                                static_cast<uint64_t>(st_.budget_ended)};
   h = fnv1a(position, sizeof position);
-  for (const auto& [name, p] : model_->named_parameters()) h = fnv1a(p.data(), static_cast<size_t>(p.numel()) * 4, h);
+  for (const double x : {elapsed_before_, st_.budget_seconds}) h = fnv1a(&x, sizeof x, h);
+  for (const EvalRow& r : st_.history) {
+    h = fnv1a(&r.step, sizeof r.step, h);
+    h = fnv1a(&r.valid_loss, sizeof r.valid_loss, h);
+  }
+  const auto tensors = [&](const NamedTensors& named) {
+    for (const auto& [name, t] : named)
+      if (t.dtype() == DType::FLOAT32) h = fnv1a(t.data(), static_cast<size_t>(t.numel()) * sizeof(float), h);
+  };
+  tensors(model_->named_parameters());
+  tensors(opt_->state_dict());
+  if (average_) tensors(average_->named());
   fingerprint[2] = h;
   // Exchanged as 32-bit halves, each exact in a double.
   const int P = comm_.size();
@@ -447,7 +466,9 @@ void Run::agree_across_processes() {
     mine[static_cast<size_t>(2 * i)] = static_cast<double>(fingerprint[i] >> 32);
     mine[static_cast<size_t>(2 * i + 1)] = static_cast<double>(fingerprint[i] & 0xFFFFFFFFu);
   }
-  comm_.allgather(mine.data(), 6, all.data(), /*timed=*/true);
+  // Untimed: the ranks arrive apart here (each read and encoded its data; rank 0 cleaned the run directory), as at
+  // the first step.
+  comm_.allgather(mine.data(), 6, all.data(), /*timed=*/false);
   static const char* const kParts[3] = {
       "the configuration (the options given, the model, --bucket-mb; paths aside)",
       "the data (the training and validation examples as tokenized, or the texts, and the vocabularies)",
@@ -899,6 +920,7 @@ TrainResult Run::train() {
       }
       if (comm_.single() ? time_up : agreed.time_up) {
         reason = StopReason::TIME_BUDGET;
+        st_.budget_ended = true;
         break;
       }
       if (comm_.single() ? hooks_.should_stop && hooks_.should_stop(st_.step) : agreed.stop) {
@@ -922,6 +944,8 @@ TrainResult Run::train() {
     if (st_.history.empty() || st_.history.back().step != st_.step) {
       evaluate_and_record();
       checkpoint();
+    } else if (st_.budget_ended && reason == StopReason::TIME_BUDGET && !budget_spent()) {
+      checkpoint();  // this step's evaluation wrote the checkpoint before the budget ended: again, with the flag
     }
     result.train_seconds = elapsed();
     // The decoded figures are the average's too (the weights model.safetensors holds).

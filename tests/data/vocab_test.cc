@@ -31,6 +31,14 @@ TEST(Tokenize, SpaceSplitsOnRuns) {
   EXPECT_EQ(t, (std::vector<std::string>{"the", "cat", "sat"}));
   EXPECT_EQ(detokenize(t, Tokenization::SPACE), "the cat sat");
   EXPECT_THROW(enum_from_name<Tokenization>("word"), std::invalid_argument);
+  // Words are UTF-8, as CHAR reads it: a Latin-1 byte would make a vocabulary no UTF-8 reader takes.
+  try {
+    tokenize("caf\xE9 au lait", Tokenization::SPACE);
+    ADD_FAILURE() << "Latin-1 taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "invalid UTF-8 at byte 3");
+  }
+  EXPECT_EQ(tokenize("caf\xC3\xA9", Tokenization::SPACE), (std::vector<std::string>{"caf\xC3\xA9"}));
 }
 
 // count_tokens is tokenize's size, with its errors, for every kind without a model.

@@ -351,7 +351,7 @@ TEST(LoadModelDir, ErrorsNameTheDirectoryOrFile) {
     v["tgt_size"] = 23;
     EXPECT_EQ(vocab_error(v), ": \"vocab\": 'tgt_size' is 23, but its file holds 22 entries");
   }
-  {  // a vocabulary whose special entries were swapped, and one that is not UTF-8
+  {  // a vocabulary whose special entries were swapped
     std::string dd = copy_of_trained("md_swapped");
     std::vector<std::string> lines;
     std::istringstream in(testing::slurp(dd + "/tgt_vocab.txt"));
@@ -367,10 +367,6 @@ TEST(LoadModelDir, ErrorsNameTheDirectoryOrFile) {
               dd + "/tgt_vocab.txt: entry " + std::to_string(pad - lines.begin()) +
                   " is '<eos>', but config.json's model pad_id " + std::to_string(pad - lines.begin()) +
                   " names <pad>");
-    dd = copy_of_trained("md_not_utf8");
-    testing::spit(dd + "/src_vocab.txt", testing::slurp(dd + "/src_vocab.txt") + "\xff\xfe\n");
-    EXPECT_EQ(error_of<std::runtime_error>([&] { load_model_dir(dd); }),
-              dd + "/src_vocab.txt: line 23 is not valid UTF-8 ('\\xff\\xfe'): a vocabulary's tokens are UTF-8 text");
   }
 
   // A model config key of the wrong type, or unknown: said of the file.

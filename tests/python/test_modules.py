@@ -233,6 +233,13 @@ def test_nested_tensor_fast_path_follows_torch_grad_mode():
         assert rel_err(fast(src, tgt, src_key_padding_mask=kpm).numpy(), no_grad) <= 2e-6
     with torch.inference_mode():
         assert rel_err(fast(src, tgt, src_key_padding_mask=kpm).numpy(), no_grad) <= 2e-6
+    # PyTorch reads src and the first encoder layer's parameters only: a frozen encoder under a trainable decoder
+    # takes the fast path in grad mode.
+    half = copy.deepcopy(tr)
+    half.encoder.requires_grad_(False)
+    premise = copy.deepcopy(half).double()(src.double(), tgt.double(), src_key_padding_mask=kpm).detach().numpy()
+    assert rel_err(premise, no_grad) <= 1e-12
+    assert rel_err(tfm.from_torch(half)(src, tgt, src_key_padding_mask=kpm).numpy(), no_grad) <= 2e-6
     # Parameters that require no gradient: PyTorch's fast path in grad mode too, unless the input requires one.
     frozen = copy.deepcopy(tr).requires_grad_(False)
     ref.requires_grad_(False)

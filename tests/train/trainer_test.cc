@@ -405,6 +405,33 @@ TEST(Trainer, DivergenceNamesTheStepAndSkipGivesUp) {
   }
 }
 
+// A budget that ends the run before any count is fixed (a constant schedule), on a clock of 0.125 s a step: the
+// clock is read before each step, so the step starting at 5.0 s is the last (41). A run interrupted right after
+// step 40 (its clock at the budget) and resumed takes that step too: the same 41 steps, the same bytes; resuming
+// the finished run trains nothing.
+TEST(Trainer, TimeBudgetInterruptedPastItsEndResumesToTheSameSteps) {
+  const std::string a = testing::temp_dir("budget_a"), b = testing::temp_dir("budget_b");
+  TrainConfig c = tiny(a);
+  c.max_steps = 0;
+  c.time_budget = 5.0;
+  c.schedule = Schedule::CONSTANT;
+  TrainHooks tick;
+  tick.clock = [](int64_t steps) { return 0.125 * static_cast<double>(steps); };
+  const TrainResult whole = run_training(c, tick);
+  EXPECT_EQ(whole.steps, 41);
+  EXPECT_EQ(whole.stop_reason, StopReason::TIME_BUDGET);
+  TrainConfig cb = c;
+  cb.out_dir = b;
+  TrainHooks stop = tick;
+  stop.should_stop = [](int64_t step) { return step == 40; };
+  EXPECT_TRUE(run_training(cb, stop).interrupted);
+  EXPECT_EQ(run_training(load_train_config(b), tick, /*resume=*/true).steps, 41);
+  EXPECT_EQ(file(a, "model.safetensors"), file(b, "model.safetensors"));
+  const std::string model = file(b, "model.safetensors");
+  EXPECT_EQ(run_training(load_train_config(b), tick, /*resume=*/true).steps, 41);
+  EXPECT_EQ(file(b, "model.safetensors"), model);
+}
+
 // A run directory holds one run at a time: while another holds its lock, a fresh run and a --resume are refused
 // before they write or delete anything there.
 TEST(Trainer, RunDirectoryInUseIsRefused) {

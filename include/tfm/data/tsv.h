@@ -63,8 +63,9 @@ TsvData read_tsv(const std::string& path, const TsvOptions& options);
 // model of a side trains on), in file order: the lines parse_tsv reads (a leading byte order mark
 // and each line's trailing "\r" dropped); DataError naming the file when it cannot be read. With
 // max_side_chars > 0, a line with a side of more code points is left out: the caller chooses the bound so that such
-// a pair is over-long whatever model it trains (a SentencePiece piece holds at most kSpmMaxPieceChars code points,
-// tokenizer.h), parse_tsv skipping it; it would only cost the trainer time and shape the vocabulary.
+// a pair is all but surely over-long whatever model it trains (a SentencePiece piece holds at most
+// kSpmMaxPieceChars code points, tokenizer.h; normalization may still collapse runs of spaces), parse_tsv then
+// skipping it; it would only cost the trainer time (a junk line of megabytes: hours) and shape the vocabulary.
 struct TsvSides {
   std::vector<std::string> src, tgt;
 };

@@ -50,7 +50,7 @@ using Tokens = std::vector<std::string>;
 enum class Tokenization { CHAR, SPACE, BYTE, SPM, GPT2_BPE };
 
 // CHAR: every UTF-8 code point is a token (throws std::invalid_argument on invalid UTF-8).
-// SPACE: maximal runs of non-whitespace (space, tab, \r, \n, \v, \f separate).
+// SPACE: maximal runs of non-whitespace (space, tab, \r, \n, \v, \f separate), each UTF-8 (throws as CHAR).
 // BYTE: every byte is a token, spelled byte_token(b) ("<0x0A>" for a newline); any bytes are accepted.
 // SPM: a SentencePiece model's pieces; it needs the model, so it goes through data::Tokenizer
 // (tfm/data/tokenizer.h) and these two functions throw std::invalid_argument for it.
