@@ -198,9 +198,10 @@ class Module:
     axis, as PyTorch's. The module is in eval mode (dropout off). Where PyTorch's call depends on autograd
     (nn.TransformerEncoder's nested-tensor fast path, given only a src_key_padding_mask: 0 at the padded positions),
     the call computes what the torch module's own call computes in the same state: the fast path under
-    torch.no_grad() / inference_mode() or when nothing requires a gradient, the regular path when torch's grad mode
-    is on and the converted module's parameters (or a torch input) required gradients. Calls from several Python threads are served one
-    at a time (the native module is not safe to call concurrently); use one Module per thread to run in parallel.
+    torch.no_grad() / inference_mode() or when nothing it reads requires a gradient, the regular path when torch's
+    grad mode is on and the first encoder layer's parameters (or a torch src) required gradients, as PyTorch 1.13
+    decides. Calls from several Python threads are served one at a time (the native module is not safe to call
+    concurrently); use one Module per thread to run in parallel.
     """
 
     def __init__(self, core, config, requires_grad=None):
