@@ -189,6 +189,11 @@ _REQUIRED = {"MultiheadAttention": ["query", "key", "value"], "TransformerEncode
              "TransformerDecoder": ["tgt", "memory"], "Transformer": ["src", "tgt"]}
 
 
+def _unsqueeze(a, axis):
+    """A torch tensor or array-like with a new axis of 1 (a view where it can be one)."""
+    return a.unsqueeze(axis) if _is_torch(a) else _np.expand_dims(_np.asarray(a), axis)
+
+
 class Module:
     """A module run by tfm (tfm.from_torch or tfm.load_module), called like the PyTorch module it came from.
 
@@ -237,8 +242,7 @@ class Module:
                 if v is None:
                     continue
                 if k in _SEQUENCES or (k.endswith("key_padding_mask") and getattr(v, "ndim", None) == 1):
-                    given[k] = v.unsqueeze(axis if k in _SEQUENCES else 0) if _is_torch(v) else \
-                        _np.expand_dims(_np.asarray(v), axis if k in _SEQUENCES else 0)
+                    given[k] = _unsqueeze(v, axis if k in _SEQUENCES else 0)
         inputs = {}
         for k, v in given.items():
             if v is None or k in _IGNORED:
@@ -300,8 +304,7 @@ class Module:
             named, torch_out, _, axis = self._inputs(tuple(inputs), {})
         torch_out = torch_out or _is_torch(grad_output)
         if axis is not None and getattr(grad_output, "ndim", None) == 2:
-            grad_output = grad_output.unsqueeze(axis) if _is_torch(grad_output) else \
-                _np.expand_dims(_np.asarray(grad_output), axis)
+            grad_output = _unsqueeze(grad_output, axis)
         try:
             g = tensor(grad_output)
         except ValueError as e:

@@ -342,17 +342,19 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
           std::filesystem::remove_all(e.path(), ec);
     }
     read_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_, average_.get());
-    if (c_.text() && st_.text_hash != ds_.text_train.hash())
-      throw std::invalid_argument(c_.text_path + ": not the training text this run started with (its hash is " +
-                                  ds_.text_train.hash() + ", " + model_dir::path(c_.out_dir, STATE_FILE) + " says " +
-                                  (st_.text_hash.empty() ? std::string("none") : st_.text_hash) +
-                                  "); resume with the original text, or start a new run");
-    // The validation text too: its losses are compared across the run (metrics, --keep-best, --patience).
-    if (c_.text() && !c_.valid_text_path.empty() && !st_.valid_text_hash.empty() &&
-        st_.valid_text_hash != ds_.text_valid.hash())
-      throw std::invalid_argument(c_.valid_text_path + ": not the validation text this run started with (its hash is " +
-                                  ds_.text_valid.hash() + ", " + model_dir::path(c_.out_dir, STATE_FILE) + " says " +
-                                  st_.valid_text_hash + "); resume with the original text, or start a new run");
+    // The texts the run started with: the training text, and the validation text, whose losses are compared across
+    // the run (metrics, --keep-best, --patience; a state written before it was kept has no hash of it).
+    const auto same_text = [&](const std::string& path, const char* what, const std::string& now,
+                               const std::string& saved) {
+      if (now != saved)
+        throw std::invalid_argument(path + ": not the " + what + " text this run started with (its hash is " + now +
+                                    ", " + model_dir::path(c_.out_dir, STATE_FILE) + " says " +
+                                    (saved.empty() ? std::string("none") : saved) +
+                                    "); resume with the original text, or start a new run");
+    };
+    if (c_.text()) same_text(c_.text_path, "training", ds_.text_train.hash(), st_.text_hash);
+    if (c_.text() && !c_.valid_text_path.empty() && !st_.valid_text_hash.empty())
+      same_text(c_.valid_text_path, "validation", ds_.text_valid.hash(), st_.valid_text_hash);
     note(ProgressEvent::Kind::NOTE, "resuming " + c_.out_dir + " at step " + std::to_string(st_.step) + " (epoch " +
                                         std::to_string(st_.epoch + 1) + ")");
   }
