@@ -14,6 +14,7 @@
 // To bind another library function: a def() below taking and returning Python-friendly types (str,
 // dict of Tensor, list), its body inside a Computing scope (the GIL released), then its Python face in
 // python/tfm/__init__.py with a docstring, and its signature in python/tfm/__init__.pyi.
+#include <pthread.h>
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -28,6 +29,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -221,7 +223,17 @@ class InterpreterExiting : public std::runtime_error {
 };
 std::mutex g_calls_mu;
 std::condition_variable g_calls_cv;
-int g_calls = 0;  // computing calls in progress, under g_calls_mu
+int g_calls = 0;               // computing calls in progress, under g_calls_mu
+thread_local int t_calls = 0;  // of them, this thread's (a callback may start a call inside a call)
+
+// A fork child has the forking thread only: the calls other threads were running are not in it, and the lock
+// and condition they held are copied as they were. So the child starts over with the forking thread's own calls
+// (without this, its exit hook would wait forever for calls no thread of it runs).
+void calls_after_fork_in_child() {
+  new (&g_calls_mu) std::mutex();
+  new (&g_calls_cv) std::condition_variable();
+  g_calls = t_calls;
+}
 
 // One computing call's scope, taken with the GIL held: counted, the GIL released, the thread setting applied.
 class Computing {
@@ -231,6 +243,7 @@ class Computing {
     {
       const std::lock_guard<std::mutex> lock(g_calls_mu);
       ++g_calls;
+      ++t_calls;
     }
     nogil_.emplace();
     threads_.emplace();
@@ -239,6 +252,7 @@ class Computing {
     threads_.reset();
     nogil_.reset();  // the GIL back before the count drops: stop_calls() must outwait this too
     const std::lock_guard<std::mutex> lock(g_calls_mu);
+    --t_calls;
     if (--g_calls == 0) g_calls_cv.notify_all();
   }
   Computing(const Computing&) = delete;
@@ -253,6 +267,24 @@ class Computing {
 void stop_if_exiting() {
   if (g_exiting.load()) throw InterpreterExiting("tfm: stopped, the interpreter is exiting");
 }
+
+// Ctrl-C inside a long call without the GIL: every `every` (at most; checked by a clock, never per token, so that
+// a thread holding the GIL costs the call nothing between checks) the call takes the GIL and runs Python's signal
+// handlers; KeyboardInterrupt (or a handler's exception) propagates as py::error_already_set and ends the call.
+// Python runs handlers on its main thread only: elsewhere the check is a no-op.
+class SignalPoll {
+ public:
+  void operator()() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::milliseconds(50)) return;
+    last_ = now;
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
 
 // ---- errors ----
 
@@ -349,6 +381,7 @@ py::dict event_dict(const tfm::train::ProgressEvent& e) {
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
+  pthread_atfork(nullptr, nullptr, calls_after_fork_in_child);
   m.doc() = "tfm's native module; use the package `tfm`, not this";
 
   py::register_exception_translator([](std::exception_ptr p) {
@@ -534,9 +567,11 @@ PYBIND11_MODULE(_core, m) {
             gen.seed = seed;
             tfm::check_generate_options(gen);
             std::string out, pending;  // pending: streamed bytes waiting for the rest of their character
+            SignalPoll interrupted;
             t.infer(tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)", [&] {
               tfm::generate_text(t.m, prompt_ids, gen, stop.value_or(""), [&](int64_t, const std::string& piece) {
                 stop_if_exiting();
+                interrupted();
                 out += piece;
                 if (!on_piece) return;
                 pending += piece;

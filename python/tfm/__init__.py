@@ -121,7 +121,16 @@ _INT32, _INT64, _UINT64 = (-(1 << 31), (1 << 31) - 1), (-(1 << 63), (1 << 63) - 
 
 
 def _is_torch(x):
-    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+    """Whether x is a torch tensor (a subclass too: MONAI's MetaTensor). torch is never imported here: a tensor
+    means its module is loaded already."""
+    torch = _sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _ndim(x):
+    """The number of axes of an array-like that has a shape (numpy, torch, tfm.Tensor), else None."""
+    shape = getattr(x, "shape", None)
+    return None if shape is None else len(shape)
 
 
 def _as_numpy(x):
@@ -180,7 +189,7 @@ _ARGS = {
                     "tgt_key_padding_mask", "memory_key_padding_mask", "src_is_causal", "tgt_is_causal",
                     "memory_is_causal"],
 }
-_IGNORED = {"need_weights", "average_attn_weights"}
+_IGNORED = {"need_weights", "average_attn_weights"}  # need_weights=True given by name is refused: no weights here
 # The sequences (batched: a batch axis, unbatched: none) of every module.
 _SEQUENCES = {"query", "key", "value", "src", "tgt", "memory"}
 # The ones PyTorch's forward requires (no default).
@@ -236,12 +245,15 @@ class Module:
         # of 1 here (attention masks (L, S) or (num_heads, L, S) are a batch of one's already) and the output's
         # taken away again (_unbatch).
         axis = None
-        if getattr(given[_REQUIRED[self.name][0]], "ndim", None) == 2:
+        if given.get("need_weights") is True and "need_weights" in kwargs:
+            raise ValueError(f"{self.name}: need_weights=True: tfm does not compute the attention weights (it returns "
+                             "(output, None), PyTorch's need_weights=False); leave need_weights out or pass False")
+        if _ndim(given[_REQUIRED[self.name][0]]) == 2:
             axis = 0 if self._core.batch_first else 1
             for k, v in list(given.items()):
                 if v is None:
                     continue
-                if k in _SEQUENCES or (k.endswith("key_padding_mask") and getattr(v, "ndim", None) == 1):
+                if k in _SEQUENCES or (k.endswith("key_padding_mask") and _ndim(v) == 1):
                     given[k] = _unsqueeze(v, axis if k in _SEQUENCES else 0)
         inputs = {}
         for k, v in given.items():
@@ -285,6 +297,11 @@ class Module:
         *is_causal flags True/False); returns the output (MultiheadAttention: (output, None)) as a numpy array, or
         as a torch tensor when an input was one."""
         inputs, torch_out, autograd, axis = self._inputs(args, kwargs)
+        if torch_out and _sys.modules["torch"].is_grad_enabled() and any(
+                _is_torch(v) and v.requires_grad for v in (*args, *kwargs.values())):
+            _warnings.warn(f"{self.name}: an input requires grad, but tfm's output carries no autograd graph (no "
+                           "grad_fn): a backward through it gives the input no gradient from this module; "
+                           "forward_backward computes them", stacklevel=2)
         with self._lock:  # unbatched: PyTorch's nested-tensor path needs a 3-D src, so the regular path (AUTOGRAD's)
             out = self._core.forward(inputs, autograd=autograd or axis is not None)
         y = self._unbatch(self._out(out["output"], torch_out), axis)
@@ -303,7 +320,7 @@ class Module:
         else:
             named, torch_out, _, axis = self._inputs(tuple(inputs), {})
         torch_out = torch_out or _is_torch(grad_output)
-        if axis is not None and getattr(grad_output, "ndim", None) == 2:
+        if axis is not None and _ndim(grad_output) == 2:
             grad_output = _unsqueeze(grad_output, axis)
         try:
             g = tensor(grad_output)
@@ -350,10 +367,12 @@ def _json_text(config):
         raise TypeError(f"config: a {type(o).__name__} is not a JSON value")
     for k, v in config.items():
         try:
-            _json.dumps(v, default=plain)
+            _json.dumps(v, default=plain, allow_nan=False)
         except TypeError as e:
             raise TypeError(f"config key {k!r}: {e}") from None
-    return _json.dumps(config, default=plain)
+        except ValueError:  # NaN or an infinity: JSON has none
+            raise ValueError(f"config key {k!r}: {v!r} is not a finite number") from None
+    return _json.dumps(config, default=plain, allow_nan=False)
 
 
 def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
@@ -404,9 +423,17 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
     layers = encoder.layers if mapping is None and isinstance(encoder, nn.TransformerEncoder) else None
     requires_grad = bool(layers) and any(p.requires_grad for p in layers[0].parameters())
     fast = Module(_core.Module(_json_text(config), _weights(tensors), _dtype(dtype), "state_dict"), config, requires_grad)
-    if getattr(module, "training", False):
-        _warnings.warn(f"the {type(module).__name__} is in training mode: tfm runs it in eval mode (dropout off; "
-                       "forward_backward gives eval-mode gradients)", stacklevel=2)
+    # The module itself in training mode, or a submodule whose training mode changes torch's numbers (a dropout):
+    # "" names the module itself.
+    training = [name for name, sub in module.named_modules() if sub.training and (
+        name == "" or getattr(sub, "p", 0) > 0 and isinstance(sub, nn.modules.dropout._DropoutNd)
+        or isinstance(sub, nn.MultiheadAttention) and sub.dropout > 0)]
+    if training:
+        which = (f"the {type(module).__name__} is" if "" in training else
+                 f"{type(module).__name__}'s submodule{'s' if len(training) > 1 else ''} "
+                 f"{', '.join(training[:3])}{', ...' if len(training) > 3 else ''} {'are' if len(training) > 1 else 'is'}")
+        _warnings.warn(f"{which} in training mode: tfm runs it in eval mode (dropout off; forward_backward gives "
+                       "eval-mode gradients)", stacklevel=2)
     return fast
 
 

@@ -310,8 +310,9 @@ def build_config(mapping, target, src, overrides=None):
     config.update(overrides or {})
     missing = [k for k in t.get("required", []) if k not in config]
     if missing:
-        fail(f"mapping '{mapping['name']}' target '{name}': give " +
-             ", ".join(f"--set {k}=..." for k in missing) + " (not readable from the tensors)")
+        fail(f"mapping '{mapping['name']}' target '{name}': give " + " and ".join(missing) +
+             " (not readable from the tensors): tools/import_torch.py " + " ".join(f"--set {k}=..." for k in missing) +
+             ", tfm.from_torch overrides={" + ", ".join(f"'{k}': ..." for k in missing) + "}")
     return config
 
 
@@ -437,7 +438,7 @@ def write_model_dir(out_dir, mapping, target, config, tensors, src_vocab=None, t
             fail(f"model config has no '{k}': the mapping must infer it")
     if "nhead" not in cfg:  # no weight's shape says it, and a wrong count computes other numbers without an error
         fail("model config has no 'nhead': the mapping cannot infer the head count from the weights; give it "
-             "(--set nhead=H)")
+             "(tools/import_torch.py --set nhead=H, tfm.from_torch overrides={'nhead': H})")
     # The keys tfm requires of a model directory, written out (the library's defaults where the mapping gives none).
     arch = cfg.get("arch", "encoder")
     for k, v in {"d_model": 64, "dim_feedforward": 256, "max_len": 512, "pad_id": 0, "bos_id": 1, "eos_id": 2,

@@ -14,16 +14,21 @@
 //     as well as the best live hypothesis scored at its current length (Hugging Face's rule; with
 //     K = 1 it is greedy's "stop at the first eos", since the eos candidate outranked the others of
 //     the same length); or (b) no live hypothesis can still beat the best finished one: scores only
-//     decrease, so a live log-probability s ≤ 0 ends with a score ≤ s / limit^length_penalty
-//     (limit = the source's maximum length); or (c) at that maximum length, where the live rows are
-//     finished as they are (no eos: Hypothesis::truncated). The answer is the finished hypothesis of
-//     highest score = logprob / length^length_penalty, length counting the eos.
+//     decrease, so a live log-probability s ≤ 0 ends with a score ≤ s / longest^length_penalty
+//     (longest = the source's limit, plus its eos when one still fits); or (c) at the limit: a row of
+//     `limit` tokens takes one more step, where its eos is scored whatever its rank — as fairseq forces
+//     eos at its limit — so a cut-off row is charged for the end it never chose and scores against the
+//     others on equal terms; an eos that ranks < K there ends its row as any eos does, the others are
+//     Hypothesis::truncated. Only where the limit is the decoder's whole position table (config.max_len)
+//     has the eos no position left: those rows end as they are, without it. The answer is the finished
+//     hypothesis of highest score = logprob / length^length_penalty, length counting the eos.
 // The search is deterministic: no randomness, fixed tie-breaking, kernels independent of threads.
 //
 // Sampling (sample_chunk) runs the same step decoder one row per source: each step draws the next
 // token with sample_token from the row's logits (pad and bos masked to −inf) using the source's own
 // Generator, adds its log-probability, and ends the source at eos or at its maximum length (truncated), as
-// greedy search does; with an argmax draw it yields greedy's tokens and log-probabilities.
+// greedy search does (a source at its limit draws once more: an eos ends it, anything else leaves it
+// truncated, charged for the eos); with an argmax draw it yields greedy's tokens and log-probabilities.
 #include "tfm/models/decode.h"
 
 #include <algorithm>
@@ -217,18 +222,32 @@ struct Live {
   double logprob = kNegInf;
 };
 
+// Each source's limit in generated tokens (eos not counted): DecodeOptions::max_len, or 2·its length + 10, at most
+// config.max_len (a token at position p needs p < max_len; bos is at 0). A row at its limit feeds one more position to
+// score its eos, where that position exists: `positions` is the most any row feeds, the cache's capacity.
+struct Limits {
+  std::vector<int64_t> tokens;  // (Bs)
+  int64_t positions = 1;
+};
+
+Limits source_limits(const ModelConfig& c, const detail::EncodedSources& enc, const DecodeOptions& opt) {
+  Limits l;
+  for (const int64_t n : enc.lengths) {
+    const int64_t lim = std::min<int64_t>(opt.max_len > 0 ? opt.max_len : 2 * n + 10, c.max_len);
+    l.tokens.push_back(lim);
+    l.positions = std::max(l.positions, lim + (lim < c.max_len ? 1 : 0));
+  }
+  return l;
+}
+
 std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::vector<int32_t>>& sources,
                                      const DecodeOptions& opt) {
   const ModelConfig& c = model.config();
   const int64_t Bs = static_cast<int64_t>(sources.size()), K = opt.beam, V = c.tgt_vocab_size;
   const detail::EncodedSources enc = detail::encode_sources(model, sources);
-  std::vector<int64_t> limit(static_cast<size_t>(Bs));
-  int64_t longest = 1;
-  for (int64_t b = 0; b < Bs; ++b) {
-    const int64_t want = opt.max_len > 0 ? opt.max_len : 2 * enc.lengths[static_cast<size_t>(b)] + 10;
-    limit[static_cast<size_t>(b)] = std::min<int64_t>(want, c.max_len);  // decoder positions stay < max_len
-    longest = std::max(longest, limit[static_cast<size_t>(b)]);
-  }
+  const Limits lim_of = source_limits(c, enc, opt);
+  const std::vector<int64_t>& limit = lim_of.tokens;
+  const int64_t longest = lim_of.positions;
   std::vector<int64_t> row_source;
   for (int64_t b = 0; b < Bs; ++b)
     for (int64_t k = 0; k < K; ++k) row_source.push_back(b);
@@ -246,15 +265,18 @@ std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::
   std::vector<double> lp;
   std::vector<std::pair<double, int64_t>> cand;  // (score, k·V + v)
 
-  auto finish = [&](int64_t b, std::vector<int32_t> toks, double logprob, bool with_eos) {
+  // with_eos: logprob counts an eos (chosen, or charged at the limit); truncated: the model did not end it.
+  auto finish = [&](int64_t b, std::vector<int32_t> toks, double logprob, bool with_eos, bool truncated) {
     const int64_t len = static_cast<int64_t>(toks.size()) + (with_eos ? 1 : 0);
     Hypothesis h;
     h.tokens = std::move(toks);
     h.logprob = static_cast<float>(logprob);
     h.score = static_cast<float>(normalized(logprob, len, opt.length_penalty));
-    h.truncated = !with_eos;  // only the length limit finishes a hypothesis without eos
+    h.truncated = truncated;
     finished[static_cast<size_t>(b)].push_back(std::move(h));
   };
+  std::vector<double> eos_lp(static_cast<size_t>(K));  // (K) each live row's log p(eos), for the limit's step
+  std::vector<char> ended(static_cast<size_t>(K));
 
   for (int64_t t = 0; !active.empty(); ++t) {
     const Tensor logits = dec->step(tokens);  // (N, V), N = active·K
@@ -263,10 +285,13 @@ std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t b = active[a];
       auto& beams = live[static_cast<size_t>(b)];
+      const int64_t lim = limit[static_cast<size_t>(b)];
+      const bool at_limit = t == lim;  // the rows hold `lim` tokens: only their eos is still scored
       cand.clear();
       for (int64_t k = 0; k < K; ++k) {
         if (beams[static_cast<size_t>(k)].logprob == kNegInf) continue;
         log_softmax_row(logits.data() + (static_cast<int64_t>(a) * K + k) * V, V, c.pad_id, never_generated_bos(c), lp);
+        eos_lp[static_cast<size_t>(k)] = lp[static_cast<size_t>(c.eos_id)];
         for (int64_t v = 0; v < V; ++v)
           if (lp[static_cast<size_t>(v)] != kNegInf)
             cand.emplace_back(beams[static_cast<size_t>(k)].logprob + lp[static_cast<size_t>(v)], k * V + v);
@@ -276,11 +301,26 @@ std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::
                         [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); });
       std::vector<Live> next;
       std::vector<int64_t> parents;
+      if (at_limit) {  // the eos ranked < K end their rows; every other live row is charged for its eos
+        std::fill(ended.begin(), ended.end(), 0);
+        for (size_t r = 0; r < std::min(top, static_cast<size_t>(K)); ++r)
+          if (cand[r].second % V == c.eos_id) {
+            const int64_t k = cand[r].second / V;
+            ended[static_cast<size_t>(k)] = 1;
+            finish(b, beams[static_cast<size_t>(k)].tokens, cand[r].first, true, false);
+          }
+        for (int64_t k = 0; k < K; ++k) {
+          const Live& h = beams[static_cast<size_t>(k)];
+          if (h.logprob != kNegInf && !ended[static_cast<size_t>(k)])
+            finish(b, h.tokens, h.logprob + eos_lp[static_cast<size_t>(k)], true, true);
+        }
+        continue;  // source done
+      }
       for (size_t r = 0; r < top && static_cast<int64_t>(next.size()) < K; ++r) {
         const int64_t k = cand[r].second / V;
         const int32_t v = static_cast<int32_t>(cand[r].second % V);
         if (v == c.eos_id) {
-          if (r < static_cast<size_t>(K)) finish(b, beams[static_cast<size_t>(k)].tokens, cand[r].first, true);
+          if (r < static_cast<size_t>(K)) finish(b, beams[static_cast<size_t>(k)].tokens, cand[r].first, true, false);
           continue;
         }
         Live h;
@@ -291,7 +331,7 @@ std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::
         parents.push_back(k);
       }
       const auto& fin = finished[static_cast<size_t>(b)];
-      const int64_t lim = limit[static_cast<size_t>(b)];
+      const bool eos_fits = lim < c.max_len;  // position lim exists: the limit's step scores the eos
       bool done = next.empty();
       if (!done && !fin.empty()) {
         std::vector<double> scores;  // finished scores, best first
@@ -300,7 +340,7 @@ std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::
         double live_now = kNegInf, live_bound = kNegInf;
         for (const auto& h : next) {
           live_now = std::max(live_now, normalized(h.logprob, t + 1, opt.length_penalty));
-          live_bound = std::max(live_bound, normalized(h.logprob, lim, opt.length_penalty));
+          live_bound = std::max(live_bound, normalized(h.logprob, lim + (eos_fits ? 1 : 0), opt.length_penalty));
         }
         // K finished, the K-th best at least as good as the best live one scored at its current
         // length; or no live one can win even at its longest.
@@ -308,8 +348,8 @@ std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::
                scores[0] >= live_bound;
       }
       if (done) continue;  // source done: its rows are dropped, live hypotheses discarded
-      if (t + 1 >= lim) {  // stopped by length: the live hypotheses end here without eos
-        for (auto& h : next) finish(b, std::move(h.tokens), h.logprob, false);
+      if (t + 1 >= lim && !eos_fits) {  // the position table's end: the live rows end here without eos
+        for (auto& h : next) finish(b, std::move(h.tokens), h.logprob, false, true);
         continue;
       }
       while (static_cast<int64_t>(next.size()) < K) {  // fewer candidates than beams (tiny vocab)
@@ -353,14 +393,11 @@ std::vector<Hypothesis> sample_chunk(const Model& model, const std::vector<std::
   const ModelConfig& c = model.config();
   const int64_t Bs = static_cast<int64_t>(sources.size()), V = c.tgt_vocab_size;
   const detail::EncodedSources enc = detail::encode_sources(model, sources);
-  std::vector<int64_t> limit(static_cast<size_t>(Bs)), row_source(static_cast<size_t>(Bs));
-  int64_t longest = 1;
-  for (int64_t b = 0; b < Bs; ++b) {
-    const int64_t want = opt.max_len > 0 ? opt.max_len : 2 * enc.lengths[static_cast<size_t>(b)] + 10;
-    limit[static_cast<size_t>(b)] = std::min<int64_t>(want, c.max_len);  // decoder positions stay < max_len
-    longest = std::max(longest, limit[static_cast<size_t>(b)]);
-    row_source[static_cast<size_t>(b)] = b;
-  }
+  const Limits lim_of = source_limits(c, enc, opt);
+  const std::vector<int64_t>& limit = lim_of.tokens;
+  const int64_t longest = lim_of.positions;
+  std::vector<int64_t> row_source(static_cast<size_t>(Bs));
+  std::iota(row_source.begin(), row_source.end(), 0);
   std::unique_ptr<detail::StepDecoder> dec = opt.use_cache
                                                  ? detail::make_cached_decoder(model, enc, row_source, longest)
                                                  : detail::make_full_decoder(model, enc, row_source);
@@ -385,14 +422,16 @@ std::vector<Hypothesis> sample_chunk(const Model& model, const std::vector<std::
       if (bos >= 0) row[static_cast<size_t>(bos)] = -INFINITY;
       const int32_t v = sample_token(row.data(), V, opt.sampling, gen[b]);
       log_softmax_row(z, V, c.pad_id, bos, lp);
-      logprob[b] += lp[static_cast<size_t>(v)];
       Hypothesis& h = out[b];
-      const bool eos = v == c.eos_id;
-      if (!eos) h.tokens.push_back(v);
-      if (eos || t + 1 >= limit[b]) {
+      const bool eos = v == c.eos_id, at_limit = t == limit[b];  // at_limit: only the eos is still scored
+      logprob[b] += lp[static_cast<size_t>(at_limit ? c.eos_id : v)];
+      if (!eos && !at_limit) h.tokens.push_back(v);
+      const bool table_end = !eos && t + 1 >= limit[b] && limit[b] >= c.max_len;  // no position for an eos
+      if (eos || at_limit || table_end) {
+        const bool with_eos = !table_end;
         h.logprob = static_cast<float>(logprob[b]);
         h.score = static_cast<float>(
-            normalized(logprob[b], static_cast<int64_t>(h.tokens.size()) + (eos ? 1 : 0), opt.length_penalty));
+            normalized(logprob[b], static_cast<int64_t>(h.tokens.size()) + (with_eos ? 1 : 0), opt.length_penalty));
         h.truncated = !eos;
         continue;
       }

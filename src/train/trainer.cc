@@ -154,6 +154,12 @@ void check_fits(const ModelConfig& m, const Dataset& ds, const TrainConfig& c) {
                                 " (a lower --max-tokens skips longer lines)");
 }
 
+// What to try about the gradient's size: clipping when it is off, a tighter clip when it is on.
+std::string clip_advice(const TrainConfig& c) {
+  return c.clip_norm > 0 ? "a lower --clip-norm (now " + number_text(c.clip_norm) + ")"
+                         : std::string("--clip-norm 1.0");
+}
+
 std::string diverged_message(const TrainConfig& c, const State& st, const StepOutcome& s) {
   const std::string where = st.checkpoint_step >= 0 ? "The last good checkpoint (step " +
                                                            std::to_string(st.checkpoint_step) + ") is kept in " +
@@ -162,7 +168,7 @@ std::string diverged_message(const TrainConfig& c, const State& st, const StepOu
   return "training diverged at step " + std::to_string(st.step + 1) + " (epoch " + std::to_string(st.epoch + 1) +
          "): " + (s.loss_finite ? "the gradient" : "the loss") + " is not finite (loss " + number_text(s.loss) + "). " +
          where + " Usual fixes: a lower --lr (now " + number_text(c.lr) + "), a longer --warmup (now " +
-         std::to_string(c.warmup) + "), --clip-norm 1.0, or --skip-nonfinite to skip such batches.";
+         std::to_string(c.warmup) + "), " + clip_advice(c) + ", or --skip-nonfinite to skip such batches.";
 }
 
 // One run: its configuration, data, model, optimizer and position, and the loop's steps.
@@ -519,6 +525,12 @@ void Run::plan_length() {
     fit_from_ = std::max(c_.warmup, session_first_step_ + kFitSkip);
   }
   schedule_ = budget_ == Budget::OFF ? resolve_schedule(c_.schedule, c_.warmup, total_steps_) : Schedule::COSINE;
+  if (schedule_ == Schedule::COSINE && budget_ == Budget::OFF && total_steps_ <= c_.warmup)
+    throw std::invalid_argument("--schedule cosine: the run's " + std::to_string(total_steps_) +
+                                " steps end within its --warmup " + std::to_string(c_.warmup) +
+                                ", so there is nothing to decay; give a shorter --warmup (e.g. " +
+                                std::to_string(std::max<int64_t>(1, total_steps_ / 10)) +
+                                "), more steps, or --schedule auto (which warms up, then keeps the rate)");
 }
 
 double Run::lr_at(int64_t step) const {
@@ -873,7 +885,7 @@ TrainResult Run::train() {
                                  " consecutive batches had a non-finite loss or gradient (at step " +
                                  std::to_string(st_.step + 1) +
                                  "); the model is not recovering. Try a lower --lr (now " + number_text(c_.lr) +
-                                 "), a longer --warmup or --clip-norm 1.0.");
+                                 "), a longer --warmup or " + clip_advice(c_) + ".");
         note(ProgressEvent::Kind::NOTE, "skipped a batch with a non-finite loss or gradient before step " +
                                             std::to_string(st_.step + 1) + " (" + std::to_string(st_.skipped) +
                                             " so far)");

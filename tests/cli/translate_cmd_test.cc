@@ -269,17 +269,30 @@ TEST_F(TranslateSample, LengthLimitIsNotedAndMaxLenRaisesIt) {
   if (n_longer > 0) {
     EXPECT_NE(err.find("(max_len 100)"), std::string::npos) << err;
   }
-  // A limit of 1 token (a character) stops every output whose first token is not eos — whether or not eos
-  // would have come next: decoding does not look past the limit — and no other.
+  // A limit of 1 token (a character) keeps each output's first token; the step after it still scores the
+  // end token, so an output the model ends after one token is complete (not counted), and every longer one is cut.
   ASSERT_EQ(run_split(cmd + " --max-len 1", &out, &err), 0) << err;
   const std::vector<std::string> one = lines_of(out);
   ASSERT_EQ(one.size(), 70u);
-  int64_t started = 0;
+  int64_t longer_than_one = 0, just_one = 0;
   for (size_t i = 0; i < 70; ++i) {
     EXPECT_EQ(one[i], cut[i].substr(0, 1)) << "line " << i + 1;
-    started += !cut[i].empty();
+    longer_than_one += cut[i].size() > 1;
+    just_one += cut[i].size() == 1;
   }
-  EXPECT_EQ(truncated_in_note(err, 70), started) << err;
+  EXPECT_EQ(truncated_in_note(err, 70), longer_than_one) << err;
+  EXPECT_GT(just_one, 0);  // the premise: some outputs end after one token
+  // An output of exactly --max-len tokens that the model ends there is whole: the same output, no note.
+  size_t whole = 0;
+  while (whole < 70 && !(longer[whole].size() >= 2 && longer[whole].size() < 100)) ++whole;
+  ASSERT_LT(whole, 70u);
+  ASSERT_EQ(run_split("sed -n " + std::to_string(whole + 1) + "p " + *dir_ + "/in.txt | " + kCli +
+                          " translate --model " + *dir_ + "/run --max-len " + std::to_string(longer[whole].size()),
+                      &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(out, longer[whole] + "\n");
+  EXPECT_EQ(err, "");
   // Nothing cut: no note.
   ASSERT_EQ(run_split("printf '' | " + kCli + " translate --model " + *dir_ + "/run", &out, &err), 0);
   EXPECT_EQ(err, "");

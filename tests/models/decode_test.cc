@@ -161,11 +161,14 @@ TEST(Decode, CacheAndNoCacheGiveSameTokens) {
 // pad/bos, stop at eos or the length limit. decode(beam = 1) must produce exactly that.
 // Greedy decoding by hand with the full model: the argmax over every token but pad (and bos, unless it
 // is eos: a start token never generated), up to max_len tokens; *eos says whether it ended at eos.
+// Greedy by hand: at most max_len tokens; at the limit one more step says whether the model ends there (*eos),
+// where the position table has room for it.
 std::vector<int32_t> hand_greedy(const Model& m, const std::vector<int32_t>& src, int64_t max_len, bool* eos) {
   const ModelConfig& c = m.config();
   std::vector<int32_t> out;
   *eos = false;
-  while (static_cast<int64_t>(out.size()) < max_len) {
+  while (static_cast<int64_t>(out.size()) < max_len ||
+         (static_cast<int64_t>(out.size()) == max_len && max_len < c.max_len)) {
     data::TokenBatch b;
     b.B = 1;
     b.S = static_cast<int64_t>(src.size());
@@ -179,7 +182,7 @@ std::vector<int32_t> hand_greedy(const Model& m, const std::vector<int32_t>& src
     int32_t best = -1;
     for (int32_t v = 0; v < c.tgt_vocab_size; ++v)
       if (v != c.pad_id && (v != c.bos_id || c.bos_id == c.eos_id) && (best < 0 || last[v] > last[best])) best = v;
-    if ((*eos = best == c.eos_id)) break;
+    if ((*eos = best == c.eos_id) || static_cast<int64_t>(out.size()) == max_len) break;
     out.push_back(best);
   }
   return out;
@@ -239,9 +242,10 @@ TEST(Decode, AStartTokenThatIsTheEndTokenEndsAHypothesis) {
 // Beam search is not guaranteed to beat greedy: greedy's prefix can fall out of the beam (on these
 // random models, 1 source in 240 at K = 4, both running to the length limit). So: over 240 sources,
 // beam 4 is at least as good as greedy on all but ≤ 2% and strictly better on many; the scores it
-// reports are the model's own teacher-forced log-probabilities (up to float32 logits: 1e-4
-// absolute on sums of ≤ 12 log-probabilities of magnitude ≤ ~5). BeamIsExhaustiveWhenWide checks
-// optimality exactly where it is guaranteed.
+// reports are the model's own teacher-forced log-probabilities of the tokens and an eos — chosen, or
+// charged at the limit (up to float32 logits: 1e-4 absolute on sums of ≤ 13 log-probabilities of magnitude
+// ≤ ~5); a hypothesis shorter than the limit ended by its own eos. BeamIsExhaustiveWhenWide checks optimality
+// exactly where it is guaranteed.
 TEST(Decode, BeamBeatsGreedyAndScoresAreTrue) {
   int better = 0, worse = 0, total = 0;
   for (uint64_t seed = 40; seed < 50; ++seed) {
@@ -264,13 +268,16 @@ TEST(Decode, BeamBeatsGreedyAndScoresAreTrue) {
         if (beam[i].score < greedy[i].score - 1e-5f) ++worse;
         if (seed < 43) {  // the scores are true (a subset keeps the test fast)
           for (const auto* h : {&greedy[i], &beam[i]}) {
-            const bool eos = h->tokens.size() < static_cast<size_t>(o.max_len);
-            EXPECT_EQ(h->truncated, !eos) << "seed " << seed << " source " << i;  // cut at the limit, no eos
-            const double lp = sequence_logprob(m, src[i], h->tokens, eos);
+            if (h->tokens.size() < static_cast<size_t>(o.max_len)) {
+              EXPECT_FALSE(h->truncated) << "seed " << seed << " source " << i;
+            }
+            const double lp = sequence_logprob(m, src[i], h->tokens, true);  // max_len 12 < the table's 40
             EXPECT_NEAR(h->logprob, lp, 1e-4) << "seed " << seed << " source " << i;
-            const double len = static_cast<double>(h->tokens.size() + (eos ? 1 : 0));
-            EXPECT_NEAR(h->score, lp / std::pow(len, penalty), 1e-4);
+            EXPECT_NEAR(h->score, lp / std::pow(static_cast<double>(h->tokens.size() + 1), penalty), 1e-4);
           }
+          bool eos = false;  // greedy's truncation is its own choice at the limit
+          EXPECT_EQ(greedy[i].tokens, hand_greedy(m, src[i], o.max_len, &eos)) << seed << " " << i;
+          EXPECT_EQ(greedy[i].truncated, !eos) << "seed " << seed << " source " << i;
         }
       }
     }
@@ -283,8 +290,8 @@ TEST(Decode, BeamBeatsGreedyAndScoresAreTrue) {
 
 // With 2 real tokens, max_len 3 and K = 16, no candidate is ever pruned (≤ 4 live prefixes × 3
 // continuations per step), so beam search is exhaustive and must return the best of all 1 + 2 + 4
-// eos-terminated sequences and the 8 cut at the limit, scored by brute force with the training
-// forward — and greedy can only be worse or equal.
+// eos-terminated sequences and the 8 cut at the limit (charged for their eos), scored by brute force with
+// the training forward — and greedy can only be worse or equal.
 TEST(Decode, BeamIsExhaustiveWhenWide) {
   for (uint64_t seed : {80, 81, 82, 83}) {
     Generator g{seed, 0};
@@ -307,9 +314,8 @@ TEST(Decode, BeamIsExhaustiveWhenWide) {
           for (int bits = 0; bits < (1 << len); ++bits) {
             std::vector<int32_t> seq;
             for (int j = 0; j < len; ++j) seq.push_back(3 + ((bits >> j) & 1));
-            const bool eos = len < 3;
-            const double lp = sequence_logprob(m, src[i], seq, eos);
-            const double score = lp / std::pow(static_cast<double>(len + (eos ? 1 : 0)), penalty);
+            const double lp = sequence_logprob(m, src[i], seq, true);
+            const double score = lp / std::pow(static_cast<double>(len + 1), penalty);
             if (score > best) {
               best = score;
               best_seq = seq;
@@ -565,7 +571,7 @@ TEST(Decode, SamplingMatchesHandLoop) {
     Generator gi{11, static_cast<uint64_t>(i) << 32};
     std::vector<int32_t> prefix;
     bool eos = false;
-    while (static_cast<int64_t>(prefix.size()) < o.max_len) {
+    while (true) {  // at most max_len tokens, then one draw that ends the sample or leaves it truncated
       data::TokenBatch b;
       b.B = 1;
       b.S = static_cast<int64_t>(src[i].size());
@@ -578,15 +584,13 @@ TEST(Decode, SamplingMatchesHandLoop) {
       row[c.pad_id] = row[c.bos_id] = -INFINITY;
       const int32_t v = sample_token(row.data(), V, o.sampling, gi);
       ++drawn;
-      if (v == c.eos_id) {
-        eos = true;
-        break;
-      }
+      if ((eos = v == c.eos_id) || static_cast<int64_t>(prefix.size()) == o.max_len) break;
       prefix.push_back(v);
     }
     EXPECT_EQ(got[i].tokens, prefix) << "source " << i;
     EXPECT_EQ(got[i].truncated, !eos) << "source " << i;
-    EXPECT_NEAR(got[i].logprob, sequence_logprob(m, src[i], prefix, eos), 1e-4) << "source " << i;
+    // the eos's log-probability, drawn or charged at the limit (max_len 12 < the table's 40)
+    EXPECT_NEAR(got[i].logprob, sequence_logprob(m, src[i], prefix, true), 1e-4) << "source " << i;
   }
   EXPECT_GT(drawn, 20);
 }

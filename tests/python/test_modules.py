@@ -623,6 +623,67 @@ def test_training_mode_warns():
         tfm.from_torch(layer.eval())
 
 
+def test_submodule_in_training_mode_warns():
+    # Only a layer in training mode: torch's call runs its dropout, tfm's does not — said by the submodule's name.
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.5), 2).eval()
+    enc.layers[1].train()
+    with pytest.warns(UserWarning, match=r"^TransformerEncoder's submodules layers\.1\.self_attn, layers\.1\.dropout, "
+                                         r"layers\.1\.dropout1, \.\.\. are in training mode"):
+        tfm.from_torch(enc)
+    import warnings
+    with warnings.catch_warnings():  # a submodule whose mode changes nothing (no dropout) is not worth a warning
+        warnings.simplefilter("error")
+        enc.layers[1].eval()
+        enc.layers[1].norm1.train()
+        tfm.from_torch(enc)
+
+
+def test_torch_tensor_subclass_and_tfm_tensor_inputs():
+    class MetaTensor(torch.Tensor):  # a subclass defined outside torch (MONAI's is one)
+        pass
+
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
+    fast = tfm.from_torch(layer)
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        ref = layer(x)
+        out = fast(x.as_subclass(MetaTensor))
+    assert isinstance(out, torch.Tensor) and rel_err(out.numpy(), ref.numpy()) < 1e-5
+    # an unbatched tfm.Tensor is unbatched as numpy's is
+    x2 = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    assert np.array_equal(fast(tfm.tensor(x2)), fast(x2))
+    assert fast(tfm.tensor(x2)).shape == (5, 8)
+
+
+def test_requires_grad_input_warns_that_the_output_has_no_graph():
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
+    fast = tfm.from_torch(layer)
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    with pytest.warns(UserWarning, match="an input requires grad, but tfm's output carries no autograd graph"):
+        y = fast(x)
+    assert y.grad_fn is None
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():  # nothing is recorded in torch either: no warning
+            fast(x)
+
+
+def test_need_weights_true_is_refused():
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    fast = tfm.from_torch(mha)
+    x = np.zeros((1, 3, 8), np.float32)
+    assert fast(x, x, x)[1] is None and fast(x, x, x, need_weights=False)[1] is None
+    with pytest.raises(ValueError, match="need_weights=True: tfm does not compute the attention weights"):
+        fast(x, x, x, need_weights=True)
+
+
+def test_non_finite_override_is_named():
+    layer = nn.TransformerEncoderLayer(8, 2, 16).eval()
+    with pytest.raises(ValueError, match=r"^config key 'layer_norm_eps': nan is not a finite number$"):
+        tfm.from_torch(layer, overrides={"layer_norm_eps": float("nan")})
+
+
 def test_mapping_errors_and_paths(tmp_path):
     import pathlib
     layer = nn.TransformerEncoderLayer(8, 2, 16).eval()

@@ -332,6 +332,21 @@ TEST(Trainer, RunShorterThanItsWarmupSaysSo) {
   c.warmup = 10;
   run_training(c, hooks);
   EXPECT_TRUE(notes.empty());
+
+  // --schedule cosine asked for by name has nothing to decay: refused before the first step, by its options.
+  c = tiny(a + "/cosine");
+  c.schedule = Schedule::COSINE;
+  c.max_steps = 5;
+  c.warmup = 100;
+  try {
+    run_training(c);
+    FAIL() << "a cosine run inside its warmup trained";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--schedule cosine: the run's 5 steps end within its --warmup 100, so there is nothing to decay; give a "
+              "shorter --warmup (e.g. 1), more steps, or --schedule auto (which warms up, then keeps the rate)");
+  }
+  EXPECT_FALSE(std::filesystem::exists(a + "/cosine/model.safetensors"));
 }
 
 // A run directory's config.json that the resume cannot read is named in the error (tfm train --resume and
@@ -394,14 +409,17 @@ TEST(Trainer, DivergenceNamesTheStepAndSkipGivesUp) {
     EXPECT_NE(m.find("training diverged at step "), std::string::npos) << m;
     EXPECT_NE(m.find("--skip-nonfinite"), std::string::npos) << m;
     EXPECT_NE(m.find("No checkpoint was written yet"), std::string::npos) << m;
+    EXPECT_NE(m.find(", --clip-norm 1.0, "), std::string::npos) << m;  // clipping is off: turn it on
   }
   EXPECT_FALSE(std::filesystem::exists(a)) << "the run directory it created and left empty";
   c.skip_nonfinite = true;
+  c.clip_norm = 2.0f;  // clipping is on (a rate of 1e30 still diverges): clip tighter
   try {
     run_training(c);
     FAIL() << "skipping never gave up";
   } catch (const TrainingDiverged& e) {
     EXPECT_NE(std::string(e.what()).find("consecutive batches"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("a lower --clip-norm (now 2)"), std::string::npos) << e.what();
   }
 }
 
@@ -467,7 +485,7 @@ TEST(Trainer, LoadedModelTranslatesAndEvaluates) {
   EXPECT_EQ(std::count(out[0].begin(), out[0].end(), ' '), 2);  // encoder: one token per source token
   EXPECT_EQ(out[1], "");
   EXPECT_THROW(translate_lines(m, {"1 99"}, 1, 2), std::invalid_argument);  // 99 is not a task token
-  const Metrics r = evaluate(m, EvalSet{{{"1", "2"}}, {{{"2", "1"}}}}, DecodeOptions{}, 4,
+  const Metrics r = evaluate(m, EvalSet{{{"1", "2"}}, {{{"2", "1"}}}, {}}, DecodeOptions{}, 4,
                              [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokenizer); });
   EXPECT_EQ(r.examples, 1);
   EXPECT_EQ(r.reference_tokens, 2);

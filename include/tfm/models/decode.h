@@ -30,9 +30,13 @@ inline constexpr int64_t kDecodeBatchSize = 64;
 
 struct DecodeOptions {
   int beam = 1;
-  // The longest prediction in target tokens (eos not counted); a prediction that reaches it without eos
-  // ends there (Hypothesis::truncated). 0: 2·source length + 10, at most config.max_len; a value above
-  // config.max_len (the decoder's position table) throws.
+  // The longest prediction in target tokens (eos not counted). A prediction that reaches it takes one more
+  // step, where only its eos is scored: chosen there (in beam search: ranked among the best `beam`), the
+  // prediction is whole; otherwise it ends there, charged for the eos it did not choose (as fairseq forces
+  // eos at its limit, so beam search ranks cut rows against finished ones on equal terms) and
+  // Hypothesis::truncated. At config.max_len, the decoder's whole position table, no position is left for
+  // that step: a prediction there ends without eos. 0: 2·source length + 10, at most config.max_len; a value
+  // above config.max_len throws.
   int64_t max_len = 0;
   float length_penalty = 1.0f;
   bool use_cache = true;
@@ -55,10 +59,13 @@ struct DecodeOptions {
 // loads a model (check_decode_options(TrainedModel, ...) in tfm/models/model_dir.h adds the model's own).
 void check_decode_options(const DecodeOptions& options);
 
-// One decoded target: tokens without bos/eos; logprob = Σ log p of the tokens (and of the eos when
-// the hypothesis ended with one); score = logprob / length^length_penalty, length counting the eos.
-// truncated: it stopped at its maximum length (DecodeOptions::max_len) without eos, so a longer limit
-// may let it go on (never for arch "encoder", whose prediction has one token per source position).
+// One decoded target: tokens without bos/eos; logprob = Σ log p of the tokens and of the eos (chosen, or
+// charged at the limit; none only at config.max_len); score = logprob / length^length_penalty, length
+// counting that eos. truncated: it reached its maximum length (DecodeOptions::max_len) and the model did not
+// end it there, so a longer limit may let it go on (never for arch "encoder", whose prediction has one token
+// per source position). Beam search is not exact: its stopping rule is Hugging Face's (a source stops once
+// its beam-th best finished score beats the best live row's score at its current length), so on some inputs
+// a wider beam returns a lower score than a narrower one, or than greedy.
 struct Hypothesis {
   std::vector<int32_t> tokens;
   float logprob = 0;
