@@ -26,8 +26,8 @@ void on_fork_child() {
 
 void check_threads(int64_t n, const std::string& what) {
   if (n < 0 || n > kMaxThreads)
-    throw std::invalid_argument(what + " must be in [0, " + std::to_string(kMaxThreads) + "] (0: every core), got " +
-                                std::to_string(n));
+    throw std::invalid_argument(what + " must be in [0, " + std::to_string(kMaxThreads) + "] (" + kThreadsZero +
+                                "), got " + std::to_string(n));
 }
 
 int64_t thread_cap() { return g_forked.load() ? 1 : kMaxThreads; }

@@ -13,6 +13,8 @@ namespace tfm {
 // oneDNN fail well before 10^5). check_threads throws std::invalid_argument naming `what`.
 inline constexpr int64_t kMaxThreads = 1024;
 void check_threads(int64_t n, const std::string& what);
+// What 0 (and a command's default) means, as every --threads help and message says it.
+inline constexpr const char* kThreadsZero = "0: OMP_NUM_THREADS, else every core";
 
 // The calling thread's count for every later tfm call it makes: n in [1, kMaxThreads], or 0 to leave
 // OpenMP's setting as it is. Throws std::invalid_argument outside [0, kMaxThreads]. In a process forked from

@@ -728,8 +728,9 @@ def train(progress=None, **options):
     Keywords are tfm train's options with '_' for '-' (tfm.train_options() lists them): out, text, train,
     valid, task, arch, preset, d_model, max_steps, threads, resume, init_from, ...; a flag takes True/False
     (bias=False is --no-bias). An unknown keyword is a TypeError naming it; a bad value a ValueError with the
-    library's message; an `out` holding a run already is a ValueError unless resume=out (continue it) or
-    force=True (delete it and start over). progress(event) receives the events tfm train prints: dicts with kind
+    library's message, which names options as tfm train spells them (--max-steps for max_steps=); an `out` holding
+    a run already is a ValueError: continue it with tfm.train(resume=out) (resume= takes no out=), or give
+    force=True to delete it and start over. progress(event) receives the events tfm train prints: dicts with kind
     ("step", "eval", "checkpoint", "note"), step, total_steps, epoch, lr, elapsed_seconds (where the run
     stands, in every event), loss, tokens_per_sec, eta_seconds (step and eval events), message (checkpoint and
     note events) and, once the run has evaluated, eval (the last metrics row). Ctrl-C (KeyboardInterrupt) finishes the current
@@ -750,7 +751,10 @@ def train(progress=None, **options):
     for key, value in options.items():
         name = key.replace("_", "-")
         if name not in kinds:
-            raise TypeError(f"train() got an unexpected keyword argument '{key}' (no option --{name})")
+            flag = name[3:] if name.startswith("no-") else None
+            hint = (f"a flag takes True/False: {flag.replace('-', '_')}=False" if kinds.get(flag) == "flag"
+                    else "tfm.train_options() lists the keywords")
+            raise TypeError(f"train() got an unexpected keyword argument '{key}' ({hint})")
         if value is None:
             continue
         given.append((name, _option_text(name, kinds[name], value)))

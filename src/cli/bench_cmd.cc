@@ -9,9 +9,10 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "tfm/models/forward.h"
 #include "tfm/inference.h"
 #include "tfm/models/bench.h"
+#include "tfm/models/forward.h"
+#include "tfm/threads.h"
 
 namespace tfm::cli {
 namespace {
@@ -72,7 +73,7 @@ void register_bench(CLI::App& app, Runner& run) {
       ->capture_default_str();
   cmd->add_option("--iters", o->bench.iters, "timed iterations")->capture_default_str();
   cmd->add_option("--warmup", o->bench.warmup, "untimed iterations first")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "threads (default: OMP_NUM_THREADS or all cores)");
+  cmd->add_option("--threads", o->threads, std::string("threads (default ") + tfm::kThreadsZero + ")");
   cmd->add_flag("--json", o->json, "print one JSON object: ms_median, tokens_per_s, gflops, peak_rss_mb, ...");
   cmd->callback([o, &run] { run = [o] { return run_bench_cmd(*o); }; });
 }

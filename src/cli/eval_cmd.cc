@@ -11,6 +11,7 @@
 #include "tfm/inference.h"
 #include "tfm/models/model_dir.h"
 #include "tfm/models/text_eval.h"
+#include "tfm/threads.h"
 #include "tfm/train/evaluate.h"
 
 namespace tfm::cli {
@@ -57,7 +58,7 @@ void register_eval(CLI::App& app, Runner& run) {
       cmd->add_option("--seed", o->seed, "with --task: seed (default: the model's training seed)")->check(kNonNegative);
   text->excludes(beam)->excludes(max_len)->excludes(count)->excludes(seed);  // a text is scored, not decoded or generated
   data->excludes(count)->excludes(seed);  // a file's pairs are read, not generated
-  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  cmd->add_option("--threads", o->threads, std::string("threads (default ") + tfm::kThreadsZero + ")");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
   cmd->add_flag("--no-mmap", o->no_mmap, NO_MMAP_HELP);
   cmd->callback([o, seed, &run] {

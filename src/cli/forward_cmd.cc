@@ -1,8 +1,9 @@
 // src/cli/forward_cmd.cc — `tfm forward`: the conformance contract (include/tfm/models/forward.h) on files:
 // load the module, read the inputs, run, write the outputs.
 #include "commands.h"
-#include "tfm/models/forward.h"
 #include "tfm/io/safetensors.h"
+#include "tfm/models/forward.h"
+#include "tfm/threads.h"
 
 namespace tfm::cli {
 
@@ -24,7 +25,7 @@ void register_forward(CLI::App& app, Runner& run) {
   cmd->add_option("--weights", o->weights, "state_dict as safetensors")->required();
   cmd->add_option("--inputs", o->inputs, "forward arguments as safetensors")->required();
   cmd->add_option("--output", o->output, "where to write output (and grad.*)")->required();
-  cmd->add_option("--threads", o->threads, "threads (default: OMP_NUM_THREADS or all cores)");
+  cmd->add_option("--threads", o->threads, std::string("threads (default ") + tfm::kThreadsZero + ")");
   cmd->add_option("--dtype", o->dtype, "matmul precision: f32, bf16 (the Linear layers'; with a grad_output, as tfm train --dtype bf16), int8")
       ->type_name(choices_type<Precision>())
       ->capture_default_str();

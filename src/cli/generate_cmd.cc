@@ -7,6 +7,7 @@
 #include "tfm/inference.h"
 #include "tfm/models/generate.h"
 #include "tfm/models/model_dir.h"
+#include "tfm/threads.h"
 
 namespace tfm::cli {
 
@@ -48,7 +49,7 @@ void register_generate(CLI::App& app, Runner& run) {
       ->check(CLI::Validator([](std::string& s) { return s.empty() ? std::string("empty: give the text to stop at") : ""; },
                              "TEXT"));
   cmd->add_flag("--ignore-eos", o->gen.ignore_eos, "go on past the end-of-text token (by default a sample ends there)");
-  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  cmd->add_option("--threads", o->threads, std::string("threads (default ") + tfm::kThreadsZero + ")");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
   cmd->add_flag("--no-mmap", o->no_mmap, NO_MMAP_HELP);
   cmd->callback([o, prompt, &run] {

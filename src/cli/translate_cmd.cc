@@ -15,6 +15,7 @@
 #include "tfm/data/vocab.h"
 #include "tfm/inference.h"
 #include "tfm/models/model_dir.h"
+#include "tfm/threads.h"
 
 namespace tfm::cli {
 namespace {
@@ -114,7 +115,7 @@ void register_translate(CLI::App& app, Runner& run) {
   cmd->add_option("--beam", o->decode.beam, "beam size (1 = greedy)")->capture_default_str();
   cmd->add_option("--max-len", o->decode.max_len, MAX_LEN_HELP)->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "sources decoded together")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  cmd->add_option("--threads", o->threads, std::string("threads (default ") + tfm::kThreadsZero + ")");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
   cmd->add_flag("--no-mmap", o->no_mmap, NO_MMAP_HELP);
   cmd->add_flag("--sample", o->decode.sample, "sample each token instead of searching (needs --beam 1)");

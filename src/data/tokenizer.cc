@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "data/spm_charsmap.h"
 #include "io/file_util.h"
 #include "quote.h"
 #include "utf8.h"
@@ -90,6 +91,9 @@ Tokenizer Tokenizer::from_spm_model(std::string model, const std::string& name) 
     throw std::runtime_error(name + ": not a SentencePiece model (" +
                              (why.empty() ? "its " + std::to_string(model.size()) + " bytes do not parse as one" : why) + ")");
   }
+  // SentencePiece walks the normalization tables unchecked, at each character tokenized: a damaged one is refused now.
+  if (const std::string why = spm_charsmaps_problem(model); !why.empty())
+    throw std::runtime_error(name + ": not a SentencePiece model (" + why + ")");
   const char* specials[] = {Vocab::PAD, Vocab::BOS, Vocab::EOS, Vocab::UNK};
   for (int id = 0; id < 4; ++id)
     if (spm->processor.GetPieceSize() <= id || spm->processor.IdToPiece(id) != specials[id])

@@ -357,6 +357,14 @@ struct LoadedModule::Impl {
   PackedWeightCache packed;  // forward()'s packed Linear weights, kept across calls
   std::string weights_source = "weights";  // load_weights' source, for messages
   bool finite_checked = false;             // int8: the weights were found finite since they last changed
+  bool unset = false;  // for_weights: no values yet, until load_weights (or module(), whose caller sets them)
+
+  void require_weights() const {
+    if (unset)
+      throw std::invalid_argument(
+          "LoadedModule: built by for_weights, its parameters hold no values yet: call "
+          "load_weights (or set them through module()) before computing");
+  }
 
   // The module of `config` built with initialisers drawing from `gen`, in eval mode.
   void build(const ModuleConfig& c, Precision p, Generator& gen) {
@@ -379,6 +387,7 @@ LoadedModule LoadedModule::for_weights(const ModuleConfig& config, Precision pre
   impl->own = Generator{dropout_seed, 0, /*no_draws=*/true};  // the initialisers leave the values unset
   impl->build(config, precision, impl->own);
   impl->own.no_draws = false;  // dropout draws, from (dropout_seed, 0)
+  impl->unset = true;
   return LoadedModule(std::move(impl));
 }
 
@@ -392,7 +401,10 @@ void LoadedModule::set_precision(Precision precision) {
   impl_->precision = precision;
   impl_->packed.clear();
 }
-Module& LoadedModule::module() { return impl_->call->module(); }
+Module& LoadedModule::module() {
+  impl_->unset = false;  // the caller may set the parameters through it
+  return impl_->call->module();
+}
 void LoadedModule::clear_packed_weights() {
   impl_->packed.clear();
   impl_->finite_checked = false;  // the parameters may have changed
@@ -404,14 +416,17 @@ void LoadedModule::load_weights(const NamedTensors& weights, const std::string& 
   impl_->packed.clear();  // the packed copies would be of the old values
   impl_->finite_checked = false;
   impl_->weights_source = source;
-  module().load_state_dict(weights, source);
+  impl_->call->module().load_state_dict(weights, source);  // strict: every parameter, or it throws
+  impl_->unset = false;
 }
 
 Tensor LoadedModule::call(const NamedTensors& inputs, const std::string& source) const {
+  impl_->require_weights();
   return impl_->call->forward(Inputs{inputs, source});
 }
 
 NamedTensors LoadedModule::forward(const NamedTensors& inputs, const std::string& source, TorchCall as) {
+  impl_->require_weights();
   // int8 has no NaN or infinity: a weight holding one would quantize to a finite value and give plausible
   // numbers where float32 (and PyTorch) give NaN, so it is refused, once per set of weights.
   if (impl_->precision == Precision::INT8 && !impl_->finite_checked) {
@@ -436,7 +451,8 @@ NamedTensors LoadedModule::forward_backward(const NamedTensors& inputs, const Te
   if (impl_->precision == Precision::INT8)
     throw std::invalid_argument(source + ": 'grad_output' asks for gradients, which int8 (inference only) does not "
                                 "compute; use f32 or bf16");
-  Module& m = module();
+  impl_->require_weights();
+  Module& m = impl_->call->module();
   m.zero_grad();
   NamedTensors in;
   for (const auto& [k, v] : inputs) in.insert(k, v.dtype() == DType::FLOAT32 ? v.detach() : v);  // fresh leaves

@@ -142,8 +142,13 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
                      WeightAverage* average) {
   const std::string path = model_dir::path(dir, STATE_FILE);
   if (!std::filesystem::exists(path))
-    throw std::runtime_error(path + ": no checkpoint to resume from (the run stopped before its first checkpoint; "
-                             "start it again without --resume)");
+    throw std::runtime_error(
+        path +
+        ": no checkpoint to resume from (the run stopped before its first checkpoint was whole; start it "
+        "again without --resume" +
+        (std::filesystem::exists(model_dir::path(dir, model_dir::MODEL))
+             ? ", with --force: " + model_dir::path(dir, model_dir::MODEL) + " is left from that unfinished checkpoint)"
+             : std::string(")")));
   // Zero-copy: load_state_dict and the optimizer copy from the mapping directly (one copy, not
   // two); the mapping is dropped when this function returns.
   const io::SafeTensorsFile f = io::load_safetensors(path, io::LoadOptions{.zero_copy = true});

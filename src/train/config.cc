@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <stdexcept>
 
@@ -133,6 +134,10 @@ void TrainConfig::validate_subwords() const {
     if (!own && !model.empty())
       bad(model_key, one ? "is for one side; with " + std::string(text() ? "text data" : "joint_vocab") + " give spm_model"
                          : "needs " + std::string(tokens_key) + " spm");
+    if (own && !from_dir && size == 0 && model.empty() && (vocab_size > 0 || !spm_model.empty()))
+      bad(vocab_size > 0 ? "vocab_size" : "spm_model",
+          "is the one vocabulary of text data or joint_vocab: TSV pairs without joint_vocab take one per side (" +
+              std::string(size_key) + " or " + model_key + ", and the target's), or give joint_vocab for one");
     if (own && !from_dir && (size > 0) == !model.empty())
       bad(tokens_key, "spm needs exactly one of " + std::string(size_key) + " (train a model) and " + model_key +
                           " (a .model file)");
@@ -158,6 +163,13 @@ void TrainConfig::validate_subwords() const {
     bad("init_from", "takes the tokenizer from the model directory; bpe_vocab and bpe_merges must stay unset");
   if (!bpe && (!bpe_vocab.empty() || !bpe_merges.empty()))
     bad(!bpe_vocab.empty() ? "bpe_vocab" : "bpe_merges", "needs gpt2-bpe tokens");
+}
+
+void check_out_is_not_init_from(const TrainConfig& c) {
+  std::error_code ec;
+  if (!c.init_from.empty() && std::filesystem::equivalent(c.init_from, c.out_dir, ec))
+    throw std::invalid_argument("train config: out_dir " + c.out_dir + " is the init_from directory; " +
+                                "a fine-tuning run writes into a new directory (its source stays as it is)");
 }
 
 TrainConfig task_preset(data::Task task, Arch arch) {

@@ -257,7 +257,7 @@ std::vector<TrainOption> build_table() {
        "cut each batch into G parts whose gradients add in a fixed order: the same weights for any number of "
        "processes dividing G (0: one part per process, i.e. 1 without mpirun)"},
       // ---- this process ----
-      {"threads", {}, "run", "threads (0: all cores; results do not depend on it)"},
+      {"threads", {}, "run", std::string("threads (") + kThreadsZero + "; results do not depend on it)"},
       {"force",
        {},
        "run",
@@ -482,12 +482,16 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
   // unless --force (the trainer then deletes the old run's files) when the directory holds weights, a
   // trainer state, metrics or a best model. A config.json beside none of them is the description of a run
   // stopped before its first checkpoint, which holds nothing to lose (and --resume has nothing to resume).
+  if (has("init-from")) check_out_is_not_init_from(c);  // before the refusal below, which would offer --resume
   if (!setup.run.force)
     for (const char* f : {model_dir::MODEL, STATE_FILE, METRICS_FILE, BEST_DIR}) {
       const std::string p = model_dir::path(c.out_dir, f);
       if (!std::filesystem::exists(p)) continue;
+      // --resume continues a run whose checkpoint is whole: its trainer state is the checkpoint's last file
+      const bool resumable = std::filesystem::exists(model_dir::path(c.out_dir, model_dir::CONFIG)) &&
+                             std::filesystem::exists(model_dir::path(c.out_dir, STATE_FILE));
       throw std::invalid_argument("--out " + c.out_dir + " holds a run or model already (" + p + "): " +
-                                  (std::filesystem::exists(model_dir::path(c.out_dir, model_dir::CONFIG))
+                                  (resumable
                                        ? "continue a run with --resume " + c.out_dir + ", train into another --out, or "
                                        : "train into another --out, or ") +
                                   "give --force to delete it and start over");

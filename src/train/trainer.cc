@@ -599,10 +599,7 @@ void Run::setup_fresh() {
 // The model is built before the output directory is written: a model directory whose weights do not
 // load leaves nothing behind.
 void Run::setup_init_from() {
-  std::error_code ec;
-  if (std::filesystem::equivalent(c_.init_from, c_.out_dir, ec))
-    throw std::invalid_argument("train config: out_dir " + c_.out_dir + " is the init_from directory; " +
-                                "a fine-tuning run writes into a new directory (its source stays as it is)");
+  check_out_is_not_init_from(c_);
   const TrainedModel from = load_model_dir(c_.init_from);
   if (from.quantized)
     throw std::invalid_argument("train config: init_from " + c_.init_from + " is an int8-quantized model directory " +
@@ -759,9 +756,15 @@ void Run::describe() {
   std::error_code ec;
   // A fresh run replaces whatever run or model the directory held (tfm train --force; the option layer
   // refuses it otherwise): none of its files may outlive it beside the new config.
-  for (const char* f : model_dir::DESCRIPTION_FILES) std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
-  for (const char* f : {model_dir::MODEL, model_dir::GPT2_SOURCE, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE})
+  // The temporary files of a run killed while it wrote them go too (the directory's lock is this run's).
+  for (const char* f : model_dir::DESCRIPTION_FILES) {
     std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
+    io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
+  }
+  for (const char* f : {model_dir::MODEL, model_dir::GPT2_SOURCE, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE}) {
+    std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
+    io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
+  }
   std::filesystem::remove_all(model_dir::path(c_.out_dir, BEST_DIR), ec);
   // JSON vocabulary files for text data (any character, newline included) and whenever a token
   // needs them; the one-token-a-line files otherwise.

@@ -160,7 +160,7 @@ TEST_F(ForwardErrors, ConfigNotAnObject) {
 }
 TEST_F(ForwardErrors, MissingModuleKey) {
   spit(config_, R"({"d_model": 8, "nhead": 2})");
-  expect_error({config_, "'module'"});
+  expect_error({config_, ": config: missing required key 'module'"});
 }
 TEST_F(ForwardErrors, UnknownModule) {
   spit(config_, R"({"module": "TransformerEncoderLayre", "d_model": 8, "nhead": 2})");

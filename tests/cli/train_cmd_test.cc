@@ -424,10 +424,30 @@ TEST_F(TrainCliErrors, OutIsRefusedForWhatTheRunWouldDeleteOnly) {
   expect_error("train --resume " + stopped,
                stopped +
                    "/trainer_state.safetensors: no checkpoint to resume from (the run stopped before its first "
-                   "checkpoint; start it again without --resume)");
+                   "checkpoint was whole; start it again without --resume)");
+  { std::ofstream(stopped + "/.tgt_vocab.txt.tmp.123") << "half"; }  // a kill while describe() wrote
   std::string out;
   EXPECT_EQ(run_command(kCli + " train" + train + " --max-steps 1 --out " + stopped, &out), 0) << out;
   EXPECT_TRUE(fs::exists(stopped + "/model.safetensors"));
+  EXPECT_FALSE(fs::exists(stopped + "/.tgt_vocab.txt.tmp.123")) << "a fresh run removes what a killed one left";
+  // A kill inside the first checkpoint: the weights, not the state (renamed last). --resume says --force, and a
+  // fresh run does not offer --resume.
+  fs::remove(stopped + "/trainer_state.safetensors");
+  expect_error("train --resume " + stopped,
+               stopped +
+                   "/trainer_state.safetensors: no checkpoint to resume from (the run stopped before its first "
+                   "checkpoint was whole; start it again without --resume, with --force: " +
+                   stopped + "/model.safetensors is left from that unfinished checkpoint)");
+  expect_error("train" + train + " --max-steps 1 --out " + stopped,
+               "--out " + stopped + " holds a run or model already (" + stopped +
+                   "/model.safetensors): train into another --out, or give --force to delete it and start over");
+  // Fine-tuning into the model directory it starts from: said before the directory's refusal (which would offer
+  // --resume of the source).
+  expect_error("train --init-from " + *dir_ + "/run --train " + *dir_ + "/train.tsv --valid " + *dir_ +
+                   "/valid.tsv --max-steps 1 --out " + *dir_ + "/run",
+               "train config: out_dir " + *dir_ +
+                   "/run is the init_from directory; a fine-tuning run writes into a "
+                   "new directory (its source stays as it is)");
   fs::create_directories(best + "/best");
   { std::ofstream(best + "/best/notes.txt") << "mine\n"; }
   expect_error("train" + train + " --max-steps 1 --out " + best,
@@ -442,7 +462,7 @@ TEST_F(TrainCliErrors, OutIsRefusedForWhatTheRunWouldDeleteOnly) {
 // Thread counts, task counts and seeds out of range: one line each, nothing run.
 TEST_F(TrainCliErrors, CountsOutOfRange) {
   const std::string run = *dir_ + "/run";
-  const std::string threads = "--threads must be in [0, 1024] (0: every core), got ";
+  const std::string threads = "--threads must be in [0, 1024] (0: OMP_NUM_THREADS, else every core), got ";
   expect_error("translate --model " + run + " --threads 100000", threads + "100000");
   expect_error("eval --model " + run + " --data " + *dir_ + "/valid.tsv --threads -3", threads + "-3");
   expect_error("train --task reverse --out " + *dir_ + "/never --threads 5000", threads + "5000");

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <stdexcept>
 
@@ -225,6 +226,31 @@ TEST(LoadedModule, Int8RefusesANonFiniteWeightByName) {
   m.load_weights(w, "w.safetensors");
   m.set_precision(Precision::INT8);
   EXPECT_FALSE(std::isnan(m.forward(c.inputs).at("output").data()[0]));
+}
+
+// A module built for its weights computes nothing until they are in: its parameters hold no values.
+TEST(LoadedModule, ForWeightsRefusesToComputeBeforeLoadWeights) {
+  const Case c = load_case("enc_layer_masks_bool");
+  LoadedModule m = LoadedModule::for_weights(parse_module_config(c.config));
+  const std::string said =
+      "LoadedModule: built by for_weights, its parameters hold no values yet: call load_weights (or set them through "
+      "module()) before computing";
+  for (const auto& run :
+       std::vector<std::function<void()>>{[&] { m.forward(c.inputs); }, [&] { m.call(c.inputs); },
+                                          [&] { m.forward_backward(c.inputs, Tensor::zeros({1})); }}) {
+    try {
+      run();
+      ADD_FAILURE() << "computed on unset parameters";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), said);
+    }
+  }
+  NamedTensors partial = c.weights;  // a failed load leaves it unset
+  partial.erase("norm1.weight");
+  EXPECT_THROW(m.load_weights(partial), std::invalid_argument);
+  EXPECT_THROW(m.forward(c.inputs), std::invalid_argument);
+  m.load_weights(c.weights);
+  EXPECT_NO_THROW(m.forward(c.inputs));
 }
 
 TEST(LoadModule, ConfigErrorsStartWithThePath) {

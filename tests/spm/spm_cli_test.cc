@@ -256,6 +256,10 @@ TEST(SpmCli, OptionErrorsAreOneClearLine) {
     EXPECT_NE(out.find(message), std::string::npos) << extra << "\n" << out;
   };
   fails("--tokens spm", "src_tokens spm needs exactly one of src_vocab_size (train a model) and src_spm_model");
+  fails(
+      "--tokens spm --vocab-size 50",
+      "train config: vocab_size is the one vocabulary of text data or joint_vocab: TSV pairs without joint_vocab take "
+      "one per side (src_vocab_size or src_spm_model, and the target's), or give joint_vocab for one");
   fails("--tokens spm --src-vocab-size 100 --tgt-vocab-size 100 --vocab-size 50", "vocab_size needs spm tokens");
   fails("--src-vocab-size 100", "src_vocab_size needs src_tokens spm");
   fails("--tokens spm --src-vocab-size 100000 --tgt-vocab-size 100",

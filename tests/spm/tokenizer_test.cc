@@ -155,6 +155,41 @@ TEST(Tokenizer, LoadErrorsNameTheFile) {
   std::filesystem::remove_all(d);
 }
 
+// SentencePiece walks a model's normalization trie unchecked as it tokenizes, so a damaged cell crashed the process at
+// the first character that reached it, long after the load. Every byte of a model set to 0xff (or 0x7f) in turn, in
+// steps: each damaged model is refused at load, or tokenizes every character NFKC rewrites (and a sample of the rest)
+// without crashing; some are refused for their charsmap.
+TEST(Tokenizer, DamagedNormalizationTableIsRefusedAtLoad) {
+  SpmOptions o;
+  o.vocab_size = 200;
+  const std::string model = train_spm(views(gpl_lines()), o, "GPL-3");
+  std::string text;  // code points U+00A0..U+FFFD outside the surrogates, as UTF-8
+  for (uint32_t cp = 0xA0; cp < 0xFFFE; cp += 3) {
+    if (cp >= 0xD800 && cp < 0xE000) continue;
+    if (cp < 0x800) {
+      text += static_cast<char>(0xC0 | cp >> 6);
+    } else {
+      text += static_cast<char>(0xE0 | cp >> 12);
+      text += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
+    }
+    text += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  int refused_charsmap = 0, loaded = 0;
+  for (size_t at = 0; at < model.size(); at += 613) {
+    std::string bad = model;
+    bad[at] = static_cast<char>(bad[at] == '\xff' ? 0x7f : 0xff);
+    try {
+      const Tokenizer t = Tokenizer::from_spm_model(bad, "damaged");
+      ++loaded;
+      t.tokenize(text);  // must not crash
+    } catch (const std::exception& e) {
+      refused_charsmap += std::string(e.what()).find("precompiled charsmap is damaged") != std::string::npos;
+    }
+  }
+  EXPECT_GT(refused_charsmap, 0);
+  EXPECT_GT(loaded, 0);  // most single bytes (a piece's score, a rule's replacement text) leave a loadable model
+}
+
 // Language-model text: line by line with "<0x0A>" for each newline; decoding (one id at a time, as
 // generate prints) gives the text back exactly, and the corpus of a file holds the same ids.
 TEST(Tokenizer, TextEncodingKeepsNewlinesAndDecodesPieceByPiece) {

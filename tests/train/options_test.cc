@@ -296,7 +296,7 @@ TEST(ResolveTrainOptions, RunSettingsAreNotPartOfTheConfig) {
             "--threads must be an integer, got '1.5'");
   // A negative count is out of --threads' range, said as every command says it.
   EXPECT_EQ(error_of({"--task", "reverse", "--out", "o", "--threads", "-1"}),
-            "--threads must be in [0, 1024] (0: every core), got -1");
+            "--threads must be in [0, 1024] (0: OMP_NUM_THREADS, else every core), got -1");
   EXPECT_EQ(error_of({"--task", "reverse", "--out", "o", "--comm-timeout", "0"}),
             "--comm-timeout must be a positive number of seconds");
   EXPECT_EQ(error_of({"--task", "reverse", "--out", "o", "--bucket-mb", "2048"}), "--bucket-mb must be in (0, 1024] MiB, got 2048");

@@ -125,7 +125,8 @@ class LoadedModule {
   // A module whose weights are loaded right after (load_weights; load_module and run_forward build
   // theirs so): no initialiser runs (torch's skip_init), and the handle owns its generator (its
   // dropout's, from (dropout_seed, 0)), so building it draws nothing from default_generator() and
-  // two threads may build modules at once. Its parameters hold no values until load_weights.
+  // two threads may build modules at once. Its parameters hold no values until load_weights: forward,
+  // forward_backward and call throw std::invalid_argument before it (or before module(), whose caller sets them).
   static LoadedModule for_weights(const ModuleConfig& config, Precision precision = Precision::FLOAT32,
                                   uint64_t dropout_seed = 0);
   ~LoadedModule();

@@ -200,6 +200,9 @@ struct TrainConfig {
 // these noiseless tasks.
 TrainConfig task_preset(data::Task task, Arch arch);
 
+// Throws std::invalid_argument when c.out_dir is c.init_from's directory (a fine-tuning run writes into a new one).
+void check_out_is_not_init_from(const TrainConfig& c);
+
 // Built-in recipes a run starts from (`tfm train --preset NAME`); options given still apply on top.
 //   NANOGPT_BABY  nanoGPT's "baby" Shakespeare character model as its README runs it on a CPU
 //                 (config/train_shakespeare_char.py with --block_size=64 --batch_size=12 --n_layer=4
