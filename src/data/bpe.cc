@@ -153,8 +153,9 @@ struct ByteLevelBpe::Impl {
 // of letters without spaces is one piece.)
 std::vector<int32_t> ByteLevelBpe::Impl::bpe(std::string_view piece) const {
   if (piece.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
-    throw std::invalid_argument("BPE: a piece of " + std::to_string(piece.size()) +
-                                " bytes (one run of letters, digits or symbols) is longer than 2^31 - 1 bytes");
+    throw std::invalid_argument(
+        "BPE: a piece of " + std::to_string(piece.size()) +
+        " bytes (one run of letters, digits, symbols or bytes that are not UTF-8) is longer than 2^31 - 1 bytes");
   const auto n = static_cast<int32_t>(piece.size());
   // Scratch reused by the thread's later pieces: most pieces are a few bytes, and allocating these
   // for each would cost more than merging them.
@@ -361,31 +362,41 @@ ByteLevelBpe ByteLevelBpe::from_strings(std::string_view vocab_json, const std::
 namespace {
 
 // Step 1 of tfm/data/bpe.h: calls piece(view) for each piece of `text` in order, matching the next one
-// only after the last was handled (so no list of pieces is kept). Throws std::invalid_argument on
-// invalid UTF-8 before the first piece.
+// only after the last was handled (so no list of pieces is kept). Each maximal run of valid UTF-8 is
+// matched on its own, as the pattern's whole subject (its end is a text's end to "\s+(?!\S)"), and
+// each maximal run of bytes that start no valid UTF-8 sequence is one piece (tfm/data/bpe.h says why).
 template <class F>
 void for_each_piece(const pcre2_code* pattern, std::string_view text, F&& piece) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  if (const size_t bad = first_invalid_utf8(text); bad < text.size())
-    throw std::invalid_argument("text is not valid UTF-8 (byte " + std::to_string(bad) + ")");
+  const size_t n = text.size();
   std::unique_ptr<pcre2_match_data, MatchDataFree> md(pcre2_match_data_create_from_pattern(pattern, nullptr));
   if (!md) throw std::bad_alloc();
-  size_t pos = 0;
-  while (pos < text.size()) {
-    // Validity was checked once above: without PCRE2_NO_UTF_CHECK each call would check again.
-    int rc = pcre2_match(pattern, s, text.size(), pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      rc = pcre2_match(pattern, s, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md.get(), nullptr);
-    if (rc < 0)
-      throw std::runtime_error("GPT-2 pre-tokenizer: " +
-                               (rc == PCRE2_ERROR_NOMATCH ? std::string("no piece matches") : pcre2_message(rc)) +
-                               " at byte " + std::to_string(pos));
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
-    // Every character starts some alternative, so an anchored match is never empty.
-    if (ov[0] != pos || ov[1] <= pos) throw std::logic_error("GPT-2 pre-tokenizer: empty piece at byte " + std::to_string(pos));
-    const size_t end = ov[1];
-    piece(text.substr(pos, end - pos));
-    pos = end;
+  size_t start = 0;  // of the next valid run
+  while (start < n) {
+    const size_t bad = start + first_invalid_utf8(s + start, n - start);
+    const PCRE2_SPTR run = s + start;  // the valid run s[start, bad)
+    const size_t len = bad - start;
+    for (size_t pos = 0; pos < len;) {
+      // The run was checked just above: without PCRE2_NO_UTF_CHECK each call would check it again.
+      int rc = pcre2_match(pattern, run, len, pos, PCRE2_NO_UTF_CHECK, md.get(), nullptr);
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+        rc = pcre2_match(pattern, run, len, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md.get(), nullptr);
+      if (rc < 0)
+        throw std::runtime_error("GPT-2 pre-tokenizer: " +
+                                 (rc == PCRE2_ERROR_NOMATCH ? std::string("no piece matches") : pcre2_message(rc)) +
+                                 " at byte " + std::to_string(start + pos));
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
+      // Every character starts some alternative, so an anchored match is never empty.
+      if (ov[0] != pos || ov[1] <= pos)
+        throw std::logic_error("GPT-2 pre-tokenizer: empty piece at byte " + std::to_string(start + pos));
+      piece(text.substr(start + pos, ov[1] - pos));
+      pos = ov[1];
+    }
+    if (bad == n) break;
+    size_t end = bad + 1;  // past the bytes that start no valid sequence
+    while (end < n && utf8_length(s, n, end) == 0) ++end;
+    piece(text.substr(bad, end - bad));
+    start = end;
   }
 }
 

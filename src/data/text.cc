@@ -171,8 +171,8 @@ void encode_spm(const char* p, size_t n, const Vocab& v, const Tokenizer& t, con
 // GPT2_BPE: calls emit(id) for every BPE token of p[0, n) (the whole text at once: GPT-2's pieces
 // depend on what follows a run of whitespace, so cutting the text could change them; the pieces are
 // encoded as they are matched, so the text costs its ids only). The ids are the vocabulary's, which
-// must start with the BPE's tokens (a padded vocabulary may have more). Throws DataError naming
-// `name` on invalid UTF-8.
+// must start with the BPE's tokens (a padded vocabulary may have more); any bytes encode (tfm/data/bpe.h).
+// Throws DataError naming `name` for a piece the BPE cannot take (over 2³¹ bytes).
 template <class Emit>
 void encode_bpe(const char* p, size_t n, const Vocab& v, const Tokenizer& t, const std::string& name, Emit&& emit) {
   const ByteLevelBpe& bpe = t.bpe();
@@ -184,7 +184,7 @@ void encode_bpe(const char* p, size_t n, const Vocab& v, const Tokenizer& t, con
       for (size_t i = 0; i < count; ++i) emit(ids[i]);
     });
   } catch (const std::invalid_argument& e) {  // raised before the first id (tfm/data/bpe.h)
-    throw DataError(name + ": " + e.what() + " (gpt2-bpe reads UTF-8 text)");
+    throw DataError(name + ": " + e.what());
   }
 }
 

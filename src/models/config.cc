@@ -39,9 +39,19 @@ ModelConfig ModelConfig::from_json(const std::string& text, bool validate_sizes)
   return c;
 }
 
+std::string head_widths(const AttentionVariant& a) {
+  return (a.head_dim ? ", head_dim " + std::to_string(*a.head_dim) : std::string()) +
+         (a.v_head_dim ? ", v_head_dim " + std::to_string(*a.v_head_dim) : std::string());
+}
+
 void check_model_fits(const LayerOptions& o, long double layers, long double extra, const std::string& sizes) {
-  const long double params = (o.share_layers ? 1.0L : layers) * 2.0L * static_cast<long double>(o.d_model) *
-                                 static_cast<long double>(o.dim_feedforward) + extra;
+  // A layer's FFN matrices (2·D·F) and one attention's projections (D·H·(2·Dh + 2·Dv): q, k, v in, out).
+  const long double D = static_cast<long double>(o.d_model), H = static_cast<long double>(o.nhead);
+  const long double Dh = o.attention.head_dim ? static_cast<long double>(*o.attention.head_dim) : D / H;
+  const long double Dv = o.attention.v_head_dim ? static_cast<long double>(*o.attention.v_head_dim) : Dh;
+  const long double params = (o.share_layers ? 1.0L : layers) *
+                                 (2.0L * D * static_cast<long double>(o.dim_feedforward) + D * H * 2.0L * (Dh + Dv)) +
+                             extra;
   const long double pages = static_cast<long double>(sysconf(_SC_PHYS_PAGES));
   const long double memory = pages * static_cast<long double>(sysconf(_SC_PAGE_SIZE));
   if (pages <= 0 || 4.0L * params <= memory) return;
@@ -108,12 +118,13 @@ void ModelConfig::validate(bool check_sizes) const {
   const long double tables = static_cast<long double>(d_model) *
                              (static_cast<long double>(text || share_embeddings ? 0 : src_vocab_size) +  // shared: one
                               static_cast<long double>(tgt_vocab_size) +
-                              (positional_value() == Positional::LEARNED ? static_cast<long double>(max_len) : 0.0L));
+                              (positional_value() != Positional::NONE ? static_cast<long double>(max_len) : 0.0L));
   try {
     check_model_fits(layer_options(), static_cast<long double>(enc) + static_cast<long double>(dec), tables,
                      "num_encoder_layers " + std::to_string(enc) + ", num_decoder_layers " + std::to_string(dec) +
-                       ", d_model " + std::to_string(d_model) + ", dim_feedforward " + std::to_string(dim_feedforward) +
-                         (tables > 0 ? " and the embedding tables" : ""));
+                         ", d_model " + std::to_string(d_model) + ", dim_feedforward " +
+                         std::to_string(dim_feedforward) + head_widths(attention) +
+                         (tables > 0 ? " and the embedding and position tables" : ""));
   } catch (const std::invalid_argument& e) {
     fail(e.what());
   }

@@ -287,21 +287,33 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
   const std::string prefix = report.prefixed ? kPrefix : "";
   if (!f.contains(prefix + "wte.weight"))
     throw std::invalid_argument(weights_file + ": no tensor 'wte.weight' (nor 'transformer.wte.weight'): not a GPT-2 checkpoint");
+  // Weights must be F32, F16 or BF16: tfm holds them as float32, which those widen to exactly and export
+  // narrows back to the same bits; F64 or an integer dtype would be held rounded, and export refuses it.
+  const auto check_weight_dtype = [&](const std::string& key) {
+    const std::string& dtype = f.dtypes.at(key);
+    if (dtype != "F32" && dtype != "F16" && dtype != "BF16")
+      throw std::invalid_argument(
+          weights_file + ": tensor '" + key + "' has dtype " + dtype +
+          ", expected F32, F16 or BF16 (convert the checkpoint, e.g. with PyTorch's model.float())");
+  };
+  check_weight_dtype(prefix + "wte.weight");
   const Tensor& wte = f.at(prefix + "wte.weight");
   if (wte.dim() != 2 || wte.size(0) != g.vocab_size || wte.size(1) != g.n_embd)
     throw std::invalid_argument(weights_file + ": tensor '" + prefix + "wte.weight' has shape " + shape_str(wte.shape()) +
                                 ", but " + config_file + " says vocab_size " + std::to_string(g.vocab_size) +
                                 " × n_embd " + std::to_string(g.n_embd));
-  // lm_head.weight: absent or wte's values → tied; else its own matrix.
+  // The head follows tie_word_embeddings (true when absent), as in Hugging Face's GPT2LMHeadModel: tied,
+  // lm_head.weight is absent or wte's values; untied, it is its own matrix (generator.weight) even when its
+  // values equal wte's (a head copied to be fine-tuned apart).
   const bool has_head = f.contains("lm_head.weight");
-  report.tied = !has_head || same_values(f.at("lm_head.weight"), wte);
-  if (!report.tied && g.tie)
+  if (has_head) check_weight_dtype("lm_head.weight");
+  if (g.tie && has_head && !same_values(f.at("lm_head.weight"), wte))
     throw std::invalid_argument(weights_file + ": 'lm_head.weight' differs from 'wte.weight' but " + config_file +
                                 " says tie_word_embeddings");
-  if (!has_head && !g.tie)
+  if (!g.tie && !has_head)
     throw std::invalid_argument(weights_file + ": no tensor 'lm_head.weight', and " + config_file +
                                 " says tie_word_embeddings false");
-  g.tie = report.tied;
+  report.tied = g.tie;
 
   // The vocabulary: the BPE's tokens, then the padded rows.
   data::Vocab bpe_vocab = tok.vocab();
@@ -322,6 +334,7 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
   for (const KeyMap& k : key_map(g, prefix, report.tied)) {
     if (!f.contains(k.hf))
       throw std::invalid_argument(weights_file + ": missing tensor '" + k.hf + "' (for tfm's '" + k.tfm + "')");
+    check_weight_dtype(k.hf);
     const Tensor& t = f.at(k.hf);
     if (k.transpose && t.dim() != 2)
       throw std::invalid_argument(weights_file + ": tensor '" + k.hf + "' has shape " + shape_str(t.shape()) +
@@ -347,6 +360,11 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
   for (const auto& [key, t] : f.tensors) {
     if (used.count(key)) continue;
     if (is_mask_buffer(key, prefix, g.n_layer)) {
+      // Not read, but written back by export (export_gpt2), which writes these dtypes.
+      const std::string& dtype = f.dtypes.at(key);
+      if (dtype != "F32" && dtype != "F16" && dtype != "BF16" && dtype != "BOOL" && dtype != "U8")
+        throw std::invalid_argument(weights_file + ": tensor " + quote_name(key) + " has dtype " + dtype +
+                                    ", expected F32, F16, BF16, BOOL or U8 (a causal-mask buffer)");
       ++report.tensors_ignored;
       continue;
     }

@@ -15,6 +15,9 @@
 namespace tfm {
 
 Tensor padding_mask(const std::vector<int32_t>& ids, int64_t B, int64_t T, int32_t pad_id) {
+  if (B < 0 || T < 0 || static_cast<uint64_t>(B) * static_cast<uint64_t>(T) != ids.size())
+    throw std::invalid_argument("padding_mask: ids has " + std::to_string(ids.size()) +
+                                " entries, expected B·T = " + std::to_string(B) + "·" + std::to_string(T));
   std::vector<uint8_t> m(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) m[i] = ids[i] == pad_id ? 1 : 0;
   return Tensor::from_bool({B, T}, m);
@@ -41,6 +44,9 @@ Model::~Model() = default;
 Tensor Model::forward(const data::TokenBatch& b) const { return impl_->forward(b); }
 
 Tensor Model::encode(const std::vector<int32_t>& src, int64_t B, int64_t S, Tensor* key_padding_mask) const {
+  if (B < 0 || S < 0 || static_cast<uint64_t>(B) * static_cast<uint64_t>(S) != src.size())
+    throw std::invalid_argument("encode: src has " + std::to_string(src.size()) +
+                                " entries, expected B·S = " + std::to_string(B) + "·" + std::to_string(S));
   return impl_->encode(src, B, S, key_padding_mask);
 }
 

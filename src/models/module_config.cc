@@ -123,8 +123,9 @@ ModuleConfig parse_module_config(const std::string& config_json) {
             : static_cast<long double>(c.num_layers);
     checked([&] {
       check_model_fits(c.layer, layers, 0.0L,
-                       std::string(one ? "one layer" : "its layers") + " of d_model " + std::to_string(c.layer.d_model) + " and dim_feedforward " +
-                           std::to_string(c.layer.dim_feedforward));
+                       std::string(one ? "one layer" : "its layers") + " of d_model " +
+                           std::to_string(c.layer.d_model) + " and dim_feedforward " +
+                           std::to_string(c.layer.dim_feedforward) + head_widths(c.layer.attention));
     });
   }
   return c;

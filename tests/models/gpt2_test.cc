@@ -107,6 +107,34 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// `tensors` as a safetensors file whose tensor `name` is stored as dtype_of(name): "F32", "F64" or "I64"
+// (io::save_safetensors writes F32 and BOOL only).
+void save_with_dtypes(const std::string& path, const NamedTensors& tensors,
+                      const std::function<std::string(const std::string&)>& dtype_of) {
+  json header = json::object();
+  std::string data;
+  for (const auto& [name, t] : tensors) {
+    const std::string dtype = dtype_of(name);
+    const size_t begin = data.size();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const float x = t.data()[i];
+      const double d = x;
+      const auto v = static_cast<int64_t>(x);
+      if (dtype == "F32")
+        data.append(reinterpret_cast<const char*>(&x), 4);
+      else if (dtype == "F64")
+        data.append(reinterpret_cast<const char*>(&d), 8);
+      else
+        data.append(reinterpret_cast<const char*>(&v), 8);
+    }
+    header[name] = {{"dtype", dtype}, {"shape", t.shape()}, {"data_offsets", {begin, data.size()}}};
+  }
+  std::string h = header.dump();
+  h.resize((h.size() + 7) / 8 * 8, ' ');
+  const uint64_t n = h.size();
+  spit(path, std::string(reinterpret_cast<const char*>(&n), 8) + h + data);
+}
+
 // ---- torch-free ----
 
 // Every tensor maps to its tfm key (Conv1D weights transposed), the config is GPT-2's, and the
@@ -263,6 +291,71 @@ TEST(Gpt2, BadInputIsRefusedByNameAndWritesNothing) {
         io::save_safetensors(hf + "/model.safetensors", s);
       },
       "model.safetensors", "tensor 'ln_f.weight' holds NaN (element 3): not a model tfm can run");
+  // Weights in a dtype other than F32, F16 or BF16 (export could not write them back as they were), a mask
+  // buffer in one export cannot write (BOOL and U8 too): refused by tensor, whatever else holds.
+  const auto with_dtypes = [](const std::function<std::string(const std::string&)>& dtype_of, bool head_and_buffer) {
+    return [=](const std::string& hf) {
+      NamedTensors s = tiny_tensors(Tiny{}, 1);
+      if (head_and_buffer) {
+        s.insert("lm_head.weight", s.at("wte.weight").clone());  // tied: wte's values
+        s.insert("h.0.attn.masked_bias", Tensor::full({}, -1e4f));
+      }
+      save_with_dtypes(hf + "/model.safetensors", s, dtype_of);
+    };
+  };
+  expect_refused(with_dtypes([](const std::string&) { return "F64"; }, false), "model.safetensors",
+                 "tensor 'wte.weight' has dtype F64, expected F32, F16 or BF16");
+  expect_refused(with_dtypes([](const std::string& k) { return k == "h.0.mlp.c_proj.bias" ? "I64" : "F32"; }, false),
+                 "model.safetensors", "tensor 'h.0.mlp.c_proj.bias' has dtype I64, expected F32, F16 or BF16");
+  expect_refused(with_dtypes([](const std::string& k) { return k == "lm_head.weight" ? "F64" : "F32"; }, true),
+                 "model.safetensors", "tensor 'lm_head.weight' has dtype F64, expected F32, F16 or BF16");
+  expect_refused(with_dtypes([](const std::string& k) { return k == "h.0.attn.masked_bias" ? "F64" : "F32"; }, true),
+                 "model.safetensors",
+                 "tensor 'h.0.attn.masked_bias' has dtype F64, expected F32, F16, BF16, BOOL or U8");
+  // The same file in F32 is imported (the head tied, the buffer ignored).
+  {
+    const std::string hf = write_tiny(Tiny{});
+    with_dtypes([](const std::string&) { return "F32"; }, true)(hf);
+    const Gpt2ImportReport r = import_gpt2(hf, tfm::testing::temp_dir("gpt2_f32") + "/m");
+    EXPECT_TRUE(r.tied);
+    EXPECT_EQ(r.tensors_ignored, 1);
+  }
+}
+
+// "tie_word_embeddings": false with an lm_head.weight equal to wte (a head untied to be fine-tuned apart):
+// the head stays its own matrix, as in Hugging Face's model, and exports back as lm_head.weight.
+TEST(Gpt2, AnUntiedHeadEqualToTheEmbeddingStaysItsOwnMatrix) {
+  Tiny t;
+  const std::string hf = write_tiny(t, 6);
+  NamedTensors s = tiny_tensors(t, 6);
+  s.insert("lm_head.weight", s.at("wte.weight").clone());
+  io::save_safetensors(hf + "/model.safetensors", s, {{"format", "pt"}});
+  json c = tiny_config(t);
+  c["tie_word_embeddings"] = false;
+  spit(hf + "/config.json", c.dump(2));
+  const std::string root = tfm::testing::temp_dir("gpt2_untied");
+  const Gpt2ImportReport r = import_gpt2(hf, root + "/m");
+  EXPECT_FALSE(r.tied);
+  EXPECT_EQ(r.tensors_mapped, static_cast<int64_t>(s.size()));
+  const TrainedModel m = load_model_dir(root + "/m");
+  EXPECT_FALSE(m.model->config().ties_embeddings());
+  const NamedTensors params = m.model->named_parameters();
+  ASSERT_TRUE(params.contains("generator.weight"));
+  EXPECT_NE(params.at("generator.weight").data(), params.at("embedding.weight").data());
+  EXPECT_EQ(tfm::testing::rel_error(params.at("generator.weight"), s.at("lm_head.weight")), 0.0);
+  export_gpt2(root + "/m", root + "/back");
+  for (const char* f : {"model.safetensors", "config.json"})
+    EXPECT_EQ(slurp(root + "/back/" + f), slurp(hf + "/" + f)) << f;
+  // In the hub's layout too (a directory tfm trained): lm_head.weight and tie_word_embeddings false.
+  fs::remove(root + "/m/gpt2_source.json");
+  export_gpt2(root + "/m", root + "/hub");
+  EXPECT_TRUE(io::load_safetensors(root + "/hub/model.safetensors").contains("lm_head.weight"));
+  EXPECT_EQ(json::parse(slurp(root + "/hub/config.json")).at("tie_word_embeddings"), false);
+  // Without the key (GPT-2's default, tied) the same head is wte's.
+  c.erase("tie_word_embeddings");
+  spit(hf + "/config.json", c.dump(2));
+  EXPECT_TRUE(import_gpt2(hf, root + "/tied").tied);
+  EXPECT_FALSE(load_model_dir(root + "/tied").model->named_parameters().contains("generator.weight"));
 }
 
 // A padded vocabulary (nanoGPT's 50304 for 50257 tokens): the extra rows are tokens never generated.

@@ -387,6 +387,13 @@ TEST(LoadModelDir, ErrorsNameTheDirectoryOrFile) {
       error_of<data::DataError>([&] { load_model_dir(d); }),
       config_file(d) + ": model config: 'pad_id' must be an integer in [-2147483648, 2147483647], got 4294967296");
   bad = j;
+  bad["model"]["max_len"] = int64_t{1} << 40;  // a position table (sinusoidal or learned) of max_len · d_model
+  bad["model"]["positional"] = "sinusoidal";
+  testing::spit(config_file(d), bad.dump(2));
+  e = error_of<std::runtime_error>([&] { load_model_dir(d); });
+  EXPECT_NE(e.find(" and the embedding and position tables make a model of at least "), std::string::npos) << e;
+  EXPECT_EQ(e.rfind(config_file(d) + ": model config: ", 0), 0u) << e;
+  bad = j;
   bad["model"]["bogus_key"] = 1;
   testing::spit(config_file(d), bad.dump(2));
   EXPECT_EQ(error_of<data::DataError>([&] { load_model_dir(d); }),

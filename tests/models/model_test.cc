@@ -364,6 +364,19 @@ TEST(Model, ForwardShapesAndBadBatches) {
   EXPECT_EQ(e.forward(eb).shape(), (Shape{2, eb.S, 20}));
   eb.tgt_out.push_back(0);
   EXPECT_THROW(e.loss(eb), std::invalid_argument);
+  // The public pieces name their argument when the ids do not fill B·S.
+  try {
+    m.encode({3, 4, 5, 6, 7}, 2, 2);
+    ADD_FAILURE() << "5 ids for 2·2";
+  } catch (const std::invalid_argument& err) {
+    EXPECT_EQ(std::string(err.what()), "encode: src has 5 entries, expected B·S = 2·2");
+  }
+  try {
+    padding_mask({3, 4, 5}, 2, 2, 0);
+    ADD_FAILURE() << "3 ids for 2·2";
+  } catch (const std::invalid_argument& err) {
+    EXPECT_EQ(std::string(err.what()), "padding_mask: ids has 3 entries, expected B·T = 2·2");
+  }
 }
 
 // Padding is invisible: a sequence's logits do not change when the batch is padded wider

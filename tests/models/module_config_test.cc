@@ -90,8 +90,19 @@ TEST(ModuleConfig, ErrorsNameTheKey) {
   // A model whose weights alone cannot fit in memory is refused before anything is allocated.
   const std::string huge = error_of(R"({"module": "TransformerEncoder", "d_model": 16, "nhead": 2, "dim_feedforward": 32,
                                        "num_layers": 100000000000})");
-  EXPECT_EQ(huge.rfind("config: its layers of d_model 16 and dim_feedforward 32 make a model of at least 1.02e+14 "
-                       "parameters (4.1e+05 GB as float32), more than this machine's ", 0), 0u) << huge;
+  EXPECT_EQ(huge.rfind("config: its layers of d_model 16 and dim_feedforward 32 make a model of at least 2.05e+14 "
+                       "parameters (8.19e+05 GB as float32), more than this machine's ",
+                       0),
+            0u)
+      << huge;
+  // The attention's projections count too: wide heads alone (nothing allocated: no std::bad_alloc).
+  const std::string wide = error_of(R"({"module": "TransformerEncoderLayer", "d_model": 16, "nhead": 2,
+                                       "dim_feedforward": 32, "head_dim": 1073741824})");
+  EXPECT_EQ(wide.rfind("config: one layer of d_model 16 and dim_feedforward 32, head_dim 1073741824 make a model of "
+                       "at least 1.37e+11 parameters",
+                       0),
+            0u)
+      << wide;
   // A key said twice: refused, not the last one taken.
   EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "d_model": 16})"),
             "config: key 'd_model' appears twice in one object");

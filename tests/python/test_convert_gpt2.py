@@ -118,3 +118,35 @@ def test_load_an_imported_gpt2_generates_as_the_cli(tfm_cli, tmp_path):
     # Streaming cuts pieces on whole characters: they join to the same text (bytes outside UTF-8 escaped alike).
     streamed = list(m.stream("Hello world", max_new_tokens=12, seed=3, top_k=20, ignore_eos=True))
     assert "".join(streamed) == text
+
+
+def test_bytes_a_gpt2_model_generated_go_back_in(tfm_cli, tmp_path):
+    # Byte-level BPE tokens may end inside a UTF-8 character, so a generation may hold bytes that are not UTF-8
+    # (returned as lone surrogates, printed raw by the CLI): every gpt2-bpe reader takes them back as those bytes.
+    tfm = pytest.importorskip("tfm")
+    src, _ = tiny(tmp_path)
+    r = subprocess.run([tfm_cli, "import", "gpt2", str(src), "--out", str(tmp_path / "m")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    m = tfm.load(str(tmp_path / "m"))
+    for seed in range(100):
+        text = m.generate("Party", max_new_tokens=20, temperature=3.0, seed=seed, ignore_eos=True)
+        if any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
+            break
+    else:
+        pytest.fail("no generated text holds a byte that is not UTF-8")
+    text = "Party" + text + "Party \U0001F389"[:-1] + "\udcf0\udc9f\udc8e"  # and a character cut by hand
+    raw = text.encode("utf-8", "surrogateescape")
+    assert m.decode(m.encode(text)) == raw and m.encode(text) == m.encode(raw)
+    assert m.generate(text, max_new_tokens=5, seed=2) == m.generate(raw, max_new_tokens=5, seed=2)
+    assert "".join(m.stream(text, max_new_tokens=5, seed=2)) == m.generate(text, max_new_tokens=5, seed=2)
+    assert m.score(text) == m.score(raw)
+    # The CLI: the same bytes as a prompt file and as eval's text.
+    (tmp_path / "cont.txt").write_bytes(raw)
+    gen = subprocess.run([tfm_cli, "generate", "--model", str(tmp_path / "m"), "--prompt-file", str(tmp_path / "cont.txt"),
+                          "--max-new-tokens", "5", "--seed", "2"], capture_output=True)
+    assert gen.returncode == 0, gen.stderr
+    assert gen.stdout.startswith(raw)
+    ev = subprocess.run([tfm_cli, "eval", "--model", str(tmp_path / "m"), "--text", str(tmp_path / "cont.txt"), "--json"],
+                        capture_output=True, text=True)
+    assert ev.returncode == 0, ev.stderr
+    assert json.loads(ev.stdout)["tokens"] == m.score(text)["tokens"]

@@ -13,6 +13,14 @@
 //      character to start the next piece (" ?\p{L}+" takes it), a trailing run is one piece.
 //      \p{L} / \p{N} are Unicode's letter / number categories (PCRE2 in UTF + UCP mode); \s is
 //      Unicode's White_Space property, as in Python's `regex` module and Rust's `regex` (tiktoken).
+//      Bytes that are not UTF-8 (a text that ends or was cut inside a character: generate's output,
+//      or the decoding of a text's first ids) are read too: each maximal run of valid UTF-8 is cut
+//      with the pattern as a text of its own, and each maximal run of bytes that start no valid
+//      UTF-8 sequence is one piece. So valid UTF-8 text is cut as ever, and the bytes of a run merge
+//      with one another in step 3 (a cut emoji's "\xF0\x9F" is GPT-2's one token "ðŁ", not two), as
+//      in tiktoken's _encode_bytes, which merges the bytes from the first invalid one as one
+//      sequence; tiktoken's sequence also takes the last piece before them and all the text after,
+//      so its ids for such text can differ from these (decode gives the same bytes back from either).
 //   2. Each piece's UTF-8 bytes become byte tokens: byte b is the one-character token
 //      bytes_to_unicode(b) — the printable bytes ! .. ~, ¡ .. ¬, ® .. ÿ stand for themselves, the other
 //      68 bytes are U+0100.. in byte order (space → "Ġ" U+0120, newline → "Ċ" U+010A).
@@ -27,15 +35,17 @@
 //
 // Decoding maps each id to its token's bytes (each character through the inverse table; a token
 // holding a character outside the table, such as an added special, contributes its own UTF-8) and
-// concatenates them: decode(encode(x)) == x for every valid UTF-8 text x. A sequence of ids cut
-// inside a character decodes to bytes that are not valid UTF-8; that is the caller's concern.
+// concatenates them: decode(encode(x)) == x for every string of bytes x. A sequence of ids cut
+// inside a character decodes to bytes that are not valid UTF-8, which encode reads back (step 1).
 //
 // Special tokens ("<|endoftext|>") are ordinary vocabulary entries here: encode never produces them
 // from text (tiktoken's encode_ordinary), and find() gives their ids.
 //
-// Unicode version: \p{L} and \p{N} are PCRE2's tables (Unicode 14 in Debian bookworm's 10.42); a
-// letter or digit assigned later is "other" to PCRE2 and may split differently than a newer
-// tokenizer does.
+// Unicode version: \p{L} and \p{N} follow the tables of the PCRE2 library tfm runs with (Debian
+// bookworm's 10.42: Unicode 14.0). A letter or digit assigned in Unicode 15 or later (Kawi, Nag
+// Mundari, CJK Extensions H and I, Egyptian Hieroglyphs Extended-A, ...) is unassigned there, so it
+// joins the pieces of "other" symbols instead of the letters or digits beside it, and its ids differ
+// from those of a tokenizer with newer tables (npm tiktoken 1.0.22 differs on 9,392 code points).
 #pragma once
 
 #include <cstdint>
@@ -70,8 +80,8 @@ class ByteLevelBpe {
   static ByteLevelBpe from_strings(std::string_view vocab_json, const std::string& vocab_name,
                                    std::string_view merges, const std::string& merges_name);
 
-  // Text (UTF-8) → ids. Throws std::invalid_argument "text is not valid UTF-8 (byte N)" otherwise
-  // (before any id is made).
+  // Text → ids: UTF-8, and any bytes that are not (step 1 above). Throws std::invalid_argument only
+  // for a piece longer than 2^31 − 1 bytes.
   std::vector<int32_t> encode(std::string_view text) const;
   // The same ids handed to emit a piece at a time (ids[0, n) of each piece, in order), for a caller
   // that stores them otherwise (tfm/data/text.h: a compact array): the pieces are matched as they are
@@ -79,7 +89,7 @@ class ByteLevelBpe {
   void encode(std::string_view text, const std::function<void(const int32_t* ids, size_t n)>& emit) const;
   // Ids → the bytes they stand for. Throws std::out_of_range naming an id outside 0..V−1.
   std::string decode(const std::vector<int32_t>& ids) const;
-  // Step 1 alone: the pieces of `text` (views into it), which concatenate to `text`.
+  // Step 1 alone: the pieces of `text` (views into it), which concatenate to `text` (any bytes).
   std::vector<std::string_view> pretokenize(std::string_view text) const;
 
   int64_t vocab_size() const;

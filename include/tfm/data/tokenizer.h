@@ -90,9 +90,9 @@ class Tokenizer {
   std::string name() const;
 
   // Text → tokens: char / space / byte as data::tokenize; SPM the model's pieces ("▁the", "<0x0A>");
-  // GPT2_BPE the BPE's tokens ("Ġthe"). Throws std::invalid_argument (invalid UTF-8 under char, spm
-  // and gpt2-bpe — SentencePiece alone would read such bytes as U+FFFD; SPM / GPT2_BPE without their
-  // files).
+  // GPT2_BPE the BPE's tokens ("Ġthe"; any bytes, as GPT-2's byte-level BPE reads them). Throws
+  // std::invalid_argument (invalid UTF-8 under char and spm — SentencePiece alone would read such bytes as
+  // U+FFFD; SPM / GPT2_BPE without their files).
   Tokens tokenize(const std::string& text) const;
   // Tokens → text: char / space / byte as data::detokenize; SPM SentencePiece's decoding ("▁" becomes
   // a space, the dummy prefix is dropped, byte pieces become their bytes, <unk> " ⁇ "); GPT2_BPE the

@@ -15,7 +15,9 @@
 //                        h.N.mlp.c_fc.{weight (D, F), bias (F)}, h.N.mlp.c_proj.{weight (F, D), bias},
 //                        ln_f.{weight,bias}, and lm_head.weight (V, D) when present;
 //                      h.N.attn.bias / h.N.attn.masked_bias (the causal-mask buffers) are ignored.
-//                      Any other key is an error. Weights may be F32, F16 or BF16 (held as float32).
+//                      Any other key is an error. Weights must be F32, F16 or BF16 (held as float32,
+//                      exactly; export writes them back in their dtype), the buffers F32, F16, BF16,
+//                      BOOL or U8: another dtype (F64, an integer) is refused by tensor.
 //   the tokenizer      vocab.json + merges.txt, or OpenAI's encoder.json + vocab.bpe.
 //
 // Mapping onto tfm's language model (arch decoder, tfm/models/config.h): GPT-2's Conv1D stores a
@@ -25,7 +27,9 @@
 //   h.N.ln_1 → decoder.layers.N.norm1  h.N.attn.c_attn → .self_attn.in_proj_{weight (3D, D),bias}
 //   h.N.attn.c_proj → .self_attn.out_proj   h.N.ln_2 → .norm2
 //   h.N.mlp.c_fc → .linear1            h.N.mlp.c_proj → .linear2        ln_f → decoder.norm
-//   lm_head.weight: absent or equal to wte → tied (no generator.weight); different → generator.weight.
+//   lm_head.weight: follows config.json's tie_word_embeddings, as Hugging Face's GPT2LMHeadModel does.
+//     true (or absent) → tied (no generator.weight): lm_head.weight absent or equal to wte (else an error);
+//     false → generator.weight: lm_head.weight required, kept as its own matrix even when equal to wte.
 // The model config: pre-norm, learned positions, no embedding scaling, max_len n_positions, the
 // vocabulary's "<|endoftext|>" as bos and eos and no pad (tfm/data/vocab.h). A vocabulary_size above
 // the tokenizer's (nanoGPT pads 50257 to 50304) keeps the extra rows as tokens spelled
@@ -42,11 +46,12 @@
 // Both write their output directory whole or not at all: into a temporary sibling directory, then
 // renamed; an existing output is refused unless `force` (then replaced only once the new one is
 // complete). Errors are one line naming the file: std::invalid_argument for content (a missing or
-// non-integer field, n_embd not divisible by n_head, an unsupported activation, a missing, unexpected
-// or misshapen tensor, a vocab_size that disagrees with wte or the tokenizer), std::runtime_error for
-// files that cannot be read or written.
+// non-integer field, n_embd not divisible by n_head, an unsupported activation, a missing, unexpected,
+// misshapen or wrongly typed tensor, a vocab_size that disagrees with wte or the tokenizer),
+// std::runtime_error for files that cannot be read or written.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace tfm {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,8 @@
 #include "tfm/inference.h"
 #include "tfm/models/decode.h"
 #include "tfm/models/generate.h"
-#include "tfm/random.h"
 #include "tfm/models/model.h"
+#include "tfm/random.h"
 
 namespace tfm {
 
@@ -167,7 +168,7 @@ std::vector<std::string> generate_text(const TrainedModel& m, const std::vector<
                                        const std::function<void(int64_t sample, const std::string& piece)>& on_piece = {});
 
 // A language model's prompt as its token ids: `prompt` (non-empty) encoded with m's tokenizer; an empty
-// prompt or text that does not encode (invalid UTF-8 for a text tokenizer) throws std::invalid_argument
+// prompt or text that does not encode (invalid UTF-8 for a char or spm tokenizer) throws std::invalid_argument
 // naming `prompt_name` (a file's name, or an option or "prompt" for a given string).
 std::vector<int32_t> encode_prompt(const TrainedModel& m, const std::string& prompt,
                                    const std::string& prompt_name = "prompt");

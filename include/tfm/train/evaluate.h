@@ -54,7 +54,7 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
 // Decodes every source (greedy or beam, with `decode`'s options: predict()) and scores it against its
 // references: the token figures on the tokens, BLEU and chrF (tfm/train/text_metrics.h) on the prediction
 // and references as turned into text by `detokenize` (target side), e.g.
-//   [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokens); }
+//   [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokenizer); }
 // and Metrics::truncated, the predictions the length limit stopped.
 Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, const EvalSet& set,
                  const DecodeOptions& decode, int64_t batch_size,
