@@ -101,6 +101,9 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
     } catch (const std::invalid_argument& e) {
       throw data::DataError(path + ":" + std::to_string(p.line) + ": source " + e.what());
     }
+    if (const int64_t max_len = m.model->config().max_len; static_cast<int64_t>(ids.size()) > max_len)
+      throw data::DataError(path + ":" + std::to_string(p.line) + ": " + std::to_string(ids.size()) +
+                            " source tokens, more than the model's max_len " + std::to_string(max_len));
     if (const auto n = std::count(ids.begin(), ids.end(), m.src_vocab.unk_id()); n > 0) {
       unknown += n;
       if (unknown_lines++ == 0) first_unknown = p.line;

@@ -391,6 +391,24 @@ TEST_F(TranslateSample, EvalCountsTruncatedPredictions) {
   EXPECT_EQ(truncated_in_note(err, 10), cut) << err;
 }
 
+// A model whose position table is shorter than a source (an imported model's max_len can be below the data's
+// --max-tokens; here config.json's, with sinusoidal positions): eval names the line, as translate does.
+TEST_F(TranslateSample, EvalNamesASourceLongerThanTheModelsMaxLen) {
+  namespace fs = std::filesystem;
+  const std::string short_run = *dir_ + "/short_positions";
+  fs::remove_all(short_run);
+  fs::copy(*dir_ + "/run", short_run, fs::copy_options::recursive);
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(tfm::testing::slurp(short_run + "/config.json"));
+  ASSERT_NE(j["model"].value("positional", std::string("sinusoidal")), "learned");
+  j["model"]["max_len"] = 3;
+  tfm::testing::spit(short_run + "/config.json", j.dump(2));
+  std::string out, err;
+  EXPECT_EQ(run_split(kCli + " eval --model " + short_run + " --data " + *dir_ + "/valid.tsv", &out, &err), 1);
+  EXPECT_NE(err.find(*dir_ + "/valid.tsv:"), std::string::npos) << err;
+  EXPECT_NE(err.find(" source tokens, more than the model's max_len 3\n"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
 TEST_F(TranslateSample, EvalRefusesOptionsWithoutEffect) {
   const auto fails = [](const std::string& args, const std::string& message) {
     std::string out;
