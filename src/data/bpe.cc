@@ -441,7 +441,8 @@ std::string ByteLevelBpe::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (const int32_t id : ids) {
     if (id < 0 || id >= vocab_size())
-      throw std::out_of_range("BPE decode: id " + std::to_string(id) + " is outside 0.." + std::to_string(vocab_size() - 1));
+      throw std::invalid_argument("BPE decode: id " + std::to_string(id) + " is outside 0.." +
+                                  std::to_string(vocab_size() - 1));
     out += impl_->token_bytes[static_cast<size_t>(id)];
   }
   return out;
@@ -452,7 +453,8 @@ int64_t ByteLevelBpe::num_merges() const { return impl_->num_merges; }
 
 const std::string& ByteLevelBpe::token(int32_t id) const {
   if (id < 0 || id >= vocab_size())
-    throw std::out_of_range("BPE token: id " + std::to_string(id) + " is outside 0.." + std::to_string(vocab_size() - 1));
+    throw std::invalid_argument("BPE token: id " + std::to_string(id) + " is outside 0.." +
+                                std::to_string(vocab_size() - 1));
   return impl_->tokens[static_cast<size_t>(id)];
 }
 

@@ -230,7 +230,8 @@ void Vocab::save(const std::string& path) const {
 
 const std::string& Vocab::token(int32_t id) const {
   if (id < 0 || id >= size())
-    throw std::out_of_range("token id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(size()));
+    throw std::invalid_argument("token id " + std::to_string(id) + " outside the vocabulary of " +
+                                std::to_string(size()));
   return tokens_[static_cast<size_t>(id)];
 }
 

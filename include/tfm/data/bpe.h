@@ -87,7 +87,7 @@ class ByteLevelBpe {
   // that stores them otherwise (tfm/data/text.h: a compact array): the pieces are matched as they are
   // encoded, so a text costs no more than its ids (not a record of every piece besides them).
   void encode(std::string_view text, const std::function<void(const int32_t* ids, size_t n)>& emit) const;
-  // Ids → the bytes they stand for. Throws std::out_of_range naming an id outside 0..V−1.
+  // Ids → the bytes they stand for. Throws std::invalid_argument naming an id outside 0..V−1.
   std::string decode(const std::vector<int32_t>& ids) const;
   // Step 1 alone: the pieces of `text` (views into it), which concatenate to `text` (any bytes).
   std::vector<std::string_view> pretokenize(std::string_view text) const;
@@ -95,7 +95,7 @@ class ByteLevelBpe {
   int64_t vocab_size() const;
   int64_t num_merges() const;
   // The vocabulary's spelling of a token ("Ġthe"), and a spelling's id (nullopt when absent).
-  const std::string& token(int32_t id) const;  // throws std::out_of_range
+  const std::string& token(int32_t id) const;  // throws std::invalid_argument
   std::optional<int32_t> find(std::string_view token) const;
 
   // GPT-2's bytes_to_unicode(b) as UTF-8 ("Ġ" for a space).

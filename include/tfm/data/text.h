@@ -45,7 +45,7 @@ namespace tfm::data {
 std::vector<int32_t> encode_text(const Vocab& vocab, const Tokenizer& t, const std::string& text,
                                  const std::string& source = "text");
 // Ids → text: each token's text (a byte token its byte, <unk> U+FFFD), <pad>, <bos> and <eos>
-// dropped; SPACE joins tokens with one space. Throws std::out_of_range for an id outside the
+// dropped; SPACE joins tokens with one space. Throws std::invalid_argument for an id outside the
 // vocabulary. BYTE output may end inside a UTF-8 sequence when the ids do. SPM: piece by piece, a
 // byte piece its byte and "▁" a space (SentencePiece's own decoding for the lossless models of
 // tfm/data/tokenizer.h, and it works on one id at a time, as generation prints). GPT2_BPE: the bytes
