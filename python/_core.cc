@@ -268,13 +268,17 @@ void stop_if_exiting() {
   if (g_exiting.load()) throw InterpreterExiting("tfm: stopped, the interpreter is exiting");
 }
 
-// Ctrl-C inside a long call without the GIL: every `every` (at most; checked by a clock, never per token, so that
-// a thread holding the GIL costs the call nothing between checks) the call takes the GIL and runs Python's signal
-// handlers; KeyboardInterrupt (or a handler's exception) propagates as py::error_already_set and ends the call.
-// Python runs handlers on its main thread only: elsewhere the check is a no-op.
+// Ctrl-C inside a long call without the GIL: every 50 ms at most (checked by a clock, never per token, so that a
+// thread holding the GIL costs the call little) the call takes the GIL and runs Python's signal handlers;
+// KeyboardInterrupt (or a handler's exception) propagates as py::error_already_set and ends the call. Python runs
+// handlers on its main thread only, so a call on another thread never polls. Constructed with the GIL held.
 class SignalPoll {
  public:
+  SignalPoll()
+      : main_(PyThread_get_thread_ident() ==
+              py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>()) {}
   void operator()() {
+    if (!main_) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_ < std::chrono::milliseconds(50)) return;
     last_ = now;
@@ -283,6 +287,7 @@ class SignalPoll {
   }
 
  private:
+  bool main_;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 

@@ -245,7 +245,7 @@ class Module:
         # of 1 here (attention masks (L, S) or (num_heads, L, S) are a batch of one's already) and the output's
         # taken away again (_unbatch).
         axis = None
-        if given.get("need_weights") is True and "need_weights" in kwargs:
+        if given.get("need_weights") is not None and bool(given["need_weights"]):  # by name or position
             raise ValueError(f"{self.name}: need_weights=True: tfm does not compute the attention weights (it returns "
                              "(output, None), PyTorch's need_weights=False); leave need_weights out or pass False")
         if _ndim(given[_REQUIRED[self.name][0]]) == 2:

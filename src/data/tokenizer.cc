@@ -84,7 +84,12 @@ Tokenizer Tokenizer::load_spm(const std::string& path) {
 Tokenizer Tokenizer::from_spm_model(std::string model, const std::string& name) {
   if (model.empty()) throw std::runtime_error(name + ": not a SentencePiece model (the file is empty)");
   auto spm = std::make_shared<Spm>();
-  const auto st = spm->processor.LoadFromSerializedProto(model);
+  sentencepiece::util::Status st;
+  try {  // a damaged piece can make SentencePiece's trie builder (darts) throw its own error
+    st = spm->processor.LoadFromSerializedProto(model);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(name + ": not a SentencePiece model (" + e.what() + ")");
+  }
   if (!st.ok() || spm->processor.GetPieceSize() == 0) {
     // A file that does not parse as the model's protobuf gets an empty status message.
     const std::string why = st.ok() ? "it has no pieces" : status_text(st);

@@ -141,14 +141,20 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
 void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Generator& gen, State& st,
                      WeightAverage* average) {
   const std::string path = model_dir::path(dir, STATE_FILE);
-  if (!std::filesystem::exists(path))
+  if (!std::filesystem::exists(path)) {
+    // A checkpoint writes the clock first and the state last: a model beside a clock is a run's unfinished first
+    // checkpoint; a model without one is a model directory (a run's best/, an import), not a run.
+    const std::string model = model_dir::path(dir, model_dir::MODEL);
+    if (std::filesystem::exists(model) && !std::filesystem::exists(model_dir::path(dir, CLOCK_FILE)))
+      throw std::runtime_error(path + ": no checkpoint to resume from: " + dir +
+                               " holds a model, not a run (train from it with --init-from " + dir + ")");
     throw std::runtime_error(
         path +
         ": no checkpoint to resume from (the run stopped before its first checkpoint was whole; start it "
         "again without --resume" +
-        (std::filesystem::exists(model_dir::path(dir, model_dir::MODEL))
-             ? ", with --force: " + model_dir::path(dir, model_dir::MODEL) + " is left from that unfinished checkpoint)"
-             : std::string(")")));
+        (std::filesystem::exists(model) ? ", with --force: " + model + " is left from that unfinished checkpoint)"
+                                        : std::string(")")));
+  }
   // Zero-copy: load_state_dict and the optimizer copy from the mapping directly (one copy, not
   // two); the mapping is dropped when this function returns.
   const io::SafeTensorsFile f = io::load_safetensors(path, io::LoadOptions{.zero_copy = true});

@@ -526,11 +526,11 @@ void Run::plan_length() {
   }
   schedule_ = budget_ == Budget::OFF ? resolve_schedule(c_.schedule, c_.warmup, total_steps_) : Schedule::COSINE;
   if (schedule_ == Schedule::COSINE && budget_ == Budget::OFF && total_steps_ <= c_.warmup)
-    throw std::invalid_argument("--schedule cosine: the run's " + std::to_string(total_steps_) +
-                                " steps end within its --warmup " + std::to_string(c_.warmup) +
-                                ", so there is nothing to decay; give a shorter --warmup (e.g. " +
-                                std::to_string(std::max<int64_t>(1, total_steps_ / 10)) +
-                                "), more steps, or --schedule auto (which warms up, then keeps the rate)");
+    throw std::invalid_argument(
+        "--schedule cosine: the run's " + std::to_string(total_steps_) + " steps end within its --warmup " +
+        std::to_string(c_.warmup) + ", so there is nothing to decay; give a shorter --warmup (e.g. " +
+        std::to_string(std::min<int64_t>(std::max<int64_t>(1, total_steps_ / 10), total_steps_ - 1)) +
+        "), more steps, or --schedule auto (which, for a run this short, only warms up)");
 }
 
 double Run::lr_at(int64_t step) const {

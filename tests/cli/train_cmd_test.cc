@@ -441,6 +441,11 @@ TEST_F(TrainCliErrors, OutIsRefusedForWhatTheRunWouldDeleteOnly) {
   expect_error("train" + train + " --max-steps 1 --out " + stopped,
                "--out " + stopped + " holds a run or model already (" + stopped +
                    "/model.safetensors): train into another --out, or give --force to delete it and start over");
+  // A model directory (a run's best/, an import: no clock, no state) is no run to resume or to --force over.
+  fs::remove(stopped + "/trainer_clock.json");
+  expect_error("train --resume " + stopped,
+               stopped + "/trainer_state.safetensors: no checkpoint to resume from: " + stopped +
+                   " holds a model, not a run (train from it with --init-from " + stopped + ")");
   // Fine-tuning into the model directory it starts from: said before the directory's refusal (which would offer
   // --resume of the source).
   expect_error("train --init-from " + *dir_ + "/run --train " + *dir_ + "/train.tsv --valid " + *dir_ +

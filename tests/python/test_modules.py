@@ -674,8 +674,10 @@ def test_need_weights_true_is_refused():
     fast = tfm.from_torch(mha)
     x = np.zeros((1, 3, 8), np.float32)
     assert fast(x, x, x)[1] is None and fast(x, x, x, need_weights=False)[1] is None
-    with pytest.raises(ValueError, match="need_weights=True: tfm does not compute the attention weights"):
-        fast(x, x, x, need_weights=True)
+    for call in (lambda: fast(x, x, x, need_weights=True), lambda: fast(x, x, x, None, True),
+                 lambda: fast(x, x, x, need_weights=np.True_)):
+        with pytest.raises(ValueError, match="need_weights=True: tfm does not compute the attention weights"):
+            call()
 
 
 def test_non_finite_override_is_named():

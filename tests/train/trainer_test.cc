@@ -344,7 +344,14 @@ TEST(Trainer, RunShorterThanItsWarmupSaysSo) {
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()),
               "--schedule cosine: the run's 5 steps end within its --warmup 100, so there is nothing to decay; give a "
-              "shorter --warmup (e.g. 1), more steps, or --schedule auto (which warms up, then keeps the rate)");
+              "shorter --warmup (e.g. 1), more steps, or --schedule auto (which, for a run this short, only warms up)");
+  }
+  c.max_steps = 1;  // the warmup it suggests fits the run: none for one step
+  try {
+    run_training(c);
+    FAIL() << "a one-step cosine run inside its warmup trained";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("(e.g. 0)"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(a + "/cosine/model.safetensors"));
 }
