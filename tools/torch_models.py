@@ -93,11 +93,19 @@ def lm_layers(c):
     return c["num_encoder_layers"] if c["num_encoder_layers"] > 0 else c["num_decoder_layers"]
 
 
+# The gated activations (include/tfm/activation.h): x (..., 2F) = [a | b] → a · g(b) (..., F), F.glu's convention (the
+# gate is the second half); linear1 is then 2F wide. torch.nn's layers have none: such models take the functional path.
+GATED = {"glu": torch.sigmoid, "geglu": F.gelu, "swiglu": F.silu}
+
+
 def _activation(name):
     if name in ("relu", "gelu"):
         return name
     if name == "gelu_tanh":
         return lambda x: F.gelu(x, approximate="tanh")
+    if name in GATED:
+        gate = GATED[name]
+        return lambda x: (lambda a, b: a * gate(b))(*x.chunk(2, dim=-1))
     raise ValueError(f"activation '{name}' has no torch.nn 1.13 equivalent here")
 
 
@@ -128,7 +136,7 @@ def layer_variant(c):
 
 
 def uses_variants(c):
-    return any(c[k] != d for k, d in VARIANTS.items())
+    return any(c[k] != d for k, d in VARIANTS.items()) or c["activation"] in GATED
 
 
 class Attention(nn.Module):
@@ -194,7 +202,8 @@ class _Layer(nn.Module):
         for name in attn_names:
             setattr(self, name, Attention(d, h, v["head_dim"], v["v_head_dim"], c["dropout"], v["qkv_bias"],
                                           v["out_bias"], v["attn_scale"]))
-        self.linear1 = nn.Linear(d, c["dim_feedforward"], bias=v["ffn_bias"])
+        gated = 2 if c["activation"] in GATED else 1  # [a | b] for a gated activation
+        self.linear1 = nn.Linear(d, gated * c["dim_feedforward"], bias=v["ffn_bias"])
         self.dropout = nn.Dropout(c["dropout"])
         self.linear2 = nn.Linear(c["dim_feedforward"], d, bias=v["ffn_bias"])
         for i in range(1, norms + 1):
@@ -430,7 +439,10 @@ def load_tfm_model(model_dir, dtype=torch.float32):
     and only when tied). Returns (model in eval mode, config dict)."""
     cfg = read_model_config(model_dir)
     model = Model(cfg)
-    tensors, _ = tfm_safetensors.load(os.path.join(model_dir, "model.safetensors"))
+    tensors, meta = tfm_safetensors.load(os.path.join(model_dir, "model.safetensors"))
+    if "tfm.quantization" in meta:  # tfm quantize's int8 copy: its I8 codes are no weights (include/tfm/models/quantize.h)
+        raise ValueError(f"{model_dir} is an int8-quantized model directory (tfm quantize, {meta['tfm.quantization']}): "
+                         "load the float32 directory it was made from")
     state = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in tensors.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     allowed = {"generator.weight"} if cfg["tie_embeddings"] else set()

@@ -270,6 +270,22 @@ TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights) {
       m.model->load_state_dict(dequantize_state_dict(f, &params), file);
     } else {
       NamedTensors state = f.tensors;
+      // PyTorch's state_dict() of a tied model lists the shared matrix twice, as the embedding and as
+      // generator.weight: that alias is taken when it holds the embedding's values, and named otherwise.
+      const char* tied = mc.family().tied_key;
+      const auto head = state.find("generator.weight");
+      if (mc.ties_embeddings() && tied && head != state.end()) {
+        const auto emb = state.find(tied);
+        const auto same = [](const Tensor& a, const Tensor& b) {  // bitwise (file tensors load as Float32)
+          return a.dtype() == DType::FLOAT32 && b.dtype() == DType::FLOAT32 && a.shape() == b.shape() &&
+                 std::memcmp(a.data(), b.data(), static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
+        };
+        if (emb == state.end() || !same(head->second, emb->second))
+          throw data::DataError(file + ": tensor 'generator.weight' is not " + quote_name(tied) +
+                                " (config.json's tie_embeddings shares one matrix): drop the key, or set "
+                                "tie_embeddings false");
+        state.erase("generator.weight");
+      }
       for (const auto& [key, q] : f.int8) {  // I8 in an unquantized file loads as Float32, as any integer dtype
         Tensor t = Tensor::empty(q.shape);
         const int8_t* v = q.values();

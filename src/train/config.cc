@@ -148,8 +148,14 @@ void TrainConfig::validate_subwords() const {
   if (shared_spm && !from_dir && (vocab_size > 0) == !spm_model.empty())
     bad("vocab_size/spm_model", std::string("exactly one is needed with spm tokens for ") +
                                     (text() ? "text data" : "joint_vocab") + " (train a model, or a .model file)");
-  if (model.share_embeddings && !joint_vocab && init_from.empty())
-    bad("share_embeddings", "needs joint_vocab (one vocabulary, so one embedding table, for both sides)");
+  if (model.share_embeddings && init_from.empty()) {  // the architecture first: joint_vocab would not help
+    const ModelFamily& f = model.family();
+    if (!(f.encoder_layers && f.decoder_layers))
+      bad("share_embeddings",
+          "needs an encoder–decoder (arch seq2seq: the encoder reads the decoder's embedding table)");
+    if (!joint_vocab && !task)  // a task's two sides have one vocabulary already
+      bad("share_embeddings", "needs joint_vocab (one vocabulary, so one embedding table, for both sides)");
+  }
   if (!shared_spm && (vocab_size != 0 || !spm_model.empty()))
     bad(vocab_size != 0 ? "vocab_size" : "spm_model", "needs spm tokens and text data or joint_vocab");
   // GPT-2's BPE: a language model's tokenizer (its vocabulary has no <pad>, which TSV pairs need).

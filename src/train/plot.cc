@@ -129,10 +129,11 @@ std::string metrics_csv(const std::vector<EvalRow>& rows) {
   std::string s =
       "step,epoch,lr,train_loss,valid_loss,valid_token_accuracy,valid_sequence_accuracy,tokens_per_sec,elapsed_seconds\n";
   for (const auto& r : rows) {
-    s += std::to_string(r.step) + "," + std::to_string(r.epoch) + "," + fmt("%.6g", r.lr) + "," + fmt("%.6f", r.train_loss) +
-         "," + fmt("%.6f", r.valid_loss) + "," + fmt("%.6f", r.valid_token_accuracy) + "," +
-         fmt("%.6f", r.valid_sequence_accuracy) + "," + fmt("%.1f", r.tokens_per_sec) + "," +
-         fmt("%.2f", r.elapsed_seconds) + "\n";
+    // Step 0 (--init-from's evaluation before training) has no training loss: nan, as the plot leaves it out.
+    s += std::to_string(r.step) + "," + std::to_string(r.epoch) + "," + fmt("%.6g", r.lr) + "," +
+         (r.step == 0 ? std::string("nan") : fmt("%.6f", r.train_loss)) + "," + fmt("%.6f", r.valid_loss) + "," +
+         fmt("%.6f", r.valid_token_accuracy) + "," + fmt("%.6f", r.valid_sequence_accuracy) + "," +
+         fmt("%.1f", r.tokens_per_sec) + "," + fmt("%.2f", r.elapsed_seconds) + "\n";
   }
   return s;
 }

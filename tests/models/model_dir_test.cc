@@ -489,6 +489,30 @@ Mapping mapping_of(const void* p) {
 // A read-only load's parameters view the file (no copy) and compute what the copy computes; its pages are
 // given back after the load's checks and after InferenceMode packs a Linear weight, and are read again
 // from the file when touched, so a second run (the packed copies gone with the first scope) is the same.
+// PyTorch's state_dict() of a tied model holds the shared matrix twice (the embedding and generator.weight): a
+// model.safetensors written from it loads, the alias checked to be the embedding's values; another matrix is named.
+TEST(LoadModelDir, TiedAliasFromPyTorchsStateDictIsTakenWhenItIsTheEmbedding) {
+  const ModelConfig mc = testing::small_decoder();  // tied by its family's default
+  ASSERT_TRUE(mc.ties_embeddings());
+  const Vocab v = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c", "d", "e", "f", "g", "h", "i"});
+  const std::string d = write_model_dir(mc, v, "md_tied_alias");
+  const TrainedModel plain = load_model_dir(d);
+  NamedTensors with_alias = plain.model->state_dict();
+  ASSERT_EQ(with_alias.find("generator.weight"), with_alias.end());
+  with_alias.insert("generator.weight", with_alias.at("embedding.weight").clone());
+  io::save_safetensors(model_dir::path(d, model_dir::MODEL), with_alias);
+  const TrainedModel aliased = load_model_dir(d);
+  for (const auto& [key, t] : plain.model->named_parameters())
+    EXPECT_TRUE(testing::bitwise_equal(aliased.model->named_parameters().at(key), t, key));
+  with_alias.at("generator.weight").data()[3] += 1.0f;  // not the embedding: a head of its own, in a tied model
+  io::save_safetensors(model_dir::path(d, model_dir::MODEL), with_alias);
+  EXPECT_EQ(error_of<data::DataError>([&] { load_model_dir(d); }),
+            model_dir::path(d, model_dir::MODEL) +
+                ": tensor 'generator.weight' is not 'embedding.weight' (config.json's tie_embeddings shares one "
+                "matrix): drop the key, or set tie_embeddings false");
+  fs::remove_all(d);
+}
+
 TEST(LoadModelDir, MapReadOnlyViewsTheFileGivesPagesBackAndRunsAsTheCopy) {
   ModelConfig mc = testing::small_decoder();
   mc.d_model = 256;  // Linear weights of 256 KiB to 1 MiB: whole pages inside each

@@ -499,27 +499,34 @@ TEST(Model, TorchRoundTripLogits) {
   unscaled_s2s.attention.attn_scale = 0.2f;
   unscaled_s2s.bias = false;
   unscaled_s2s.attention.qkv_bias = true;
+  ModelConfig glu_encoder = small_encoder(true);  // the gated activations: linear1 2F wide, [a | b] → a·g(b)
+  glu_encoder.activation = Activation::GLU;
+  ModelConfig swiglu_decoder = small_decoder();
+  swiglu_decoder.activation = Activation::SWIGLU;
   ModelConfig shared_s2s = small_seq2seq(true, true);
   shared_s2s.src_vocab_size = shared_s2s.tgt_vocab_size;
   shared_s2s.share_embeddings = true;
-  std::vector<Case> cases = {{small_encoder(false), "encoder post-norm", "torch.nn"},
-                             {small_encoder(true), "encoder pre-norm", "torch.nn"},
-                             {small_seq2seq(false, false), "seq2seq post-norm", "torch.nn"},
-                             {small_seq2seq(true, true, "gelu"), "seq2seq pre-norm tied gelu", "torch.nn"},
-                             {notebook4_encoder(), "notebook 4: head_dim 16 on d_model 16, no attention biases",
-                              "functional"},
-                             {notebook5_seq2seq(), "notebook 5: seq2seq bias-free attention, pre-norm, scaled", "functional"},
-                             {learned_encoder(), "encoder learned positions, scaled", "torch.nn"},
-                             {learned_seq2seq(), "seq2seq learned positions, tied", "torch.nn"},
-                             {none_scaled, "encoder no positions, scaled", "torch.nn"},
-                             {unscaled_s2s, "seq2seq unscaled, Dh 8, Dv 6, scale 0.2, only qkv biases", "functional"},
-                             {rms_shared_encoder(), "encoder rms_norm, shared layers, pre-norm", "functional"},
-                             {rms_shared_seq2seq(), "seq2seq rms_norm, shared layers, no FFN bias", "functional"},
-                             {small_decoder(), "decoder (pre-norm, gelu, learned, tied)", "torch.nn"},
-                             {untied_post_norm_decoder(), "decoder post-norm relu sinusoidal untied", "torch.nn"},
-                             {nanogpt_decoder(), "decoder without biases (nanoGPT)", "functional"},
-                             {rms_shared_decoder(), "decoder rms_norm, shared layers, Dh 8", "functional"},
-                             {shared_s2s, "seq2seq shared source/target embedding, tied", "torch.nn"}};
+  std::vector<Case> cases = {
+      {small_encoder(false), "encoder post-norm", "torch.nn"},
+      {small_encoder(true), "encoder pre-norm", "torch.nn"},
+      {small_seq2seq(false, false), "seq2seq post-norm", "torch.nn"},
+      {small_seq2seq(true, true, "gelu"), "seq2seq pre-norm tied gelu", "torch.nn"},
+      {notebook4_encoder(), "notebook 4: head_dim 16 on d_model 16, no attention biases", "functional"},
+      {notebook5_seq2seq(), "notebook 5: seq2seq bias-free attention, pre-norm, scaled", "functional"},
+      {learned_encoder(), "encoder learned positions, scaled", "torch.nn"},
+      {learned_seq2seq(), "seq2seq learned positions, tied", "torch.nn"},
+      {none_scaled, "encoder no positions, scaled", "torch.nn"},
+      {unscaled_s2s, "seq2seq unscaled, Dh 8, Dv 6, scale 0.2, only qkv biases", "functional"},
+      {rms_shared_encoder(), "encoder rms_norm, shared layers, pre-norm", "functional"},
+      {rms_shared_seq2seq(), "seq2seq rms_norm, shared layers, no FFN bias", "functional"},
+      {small_decoder(), "decoder (pre-norm, gelu, learned, tied)", "torch.nn"},
+      {untied_post_norm_decoder(), "decoder post-norm relu sinusoidal untied", "torch.nn"},
+      {nanogpt_decoder(), "decoder without biases (nanoGPT)", "functional"},
+      {rms_shared_decoder(), "decoder rms_norm, shared layers, Dh 8", "functional"},
+      {shared_s2s, "seq2seq shared source/target embedding, tied", "torch.nn"},
+      {glu_encoder, "encoder pre-norm glu", "functional"},
+      {small_seq2seq(false, false, "geglu"), "seq2seq post-norm geglu", "functional"},
+      {swiglu_decoder, "decoder swiglu", "functional"}};
   uint64_t seed = 10;
   std::string args;
   std::vector<std::string> dirs;

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import tfm
+from conftest import ROOT
 
 TEXT = ("To delete a word, move the cursor to the start of the word and type dw. The word and the space after it "
         "are deleted. To delete a line, type dd. To undo, type u.\n") * 30
@@ -314,6 +315,16 @@ def test_quantized_directory_loads_int8_by_default(pair_runs, tfm_cli):
     with pytest.raises(ValueError, match="int8-quantized"):
         tfm.train(out=str(d / "ft"), init_from=str(d / "int8"), train=str(d / "p.tsv"), valid=str(d / "p.tsv"),
                   max_steps=1)
+    # The PyTorch twin (tools/torch_models.py, check_roundtrip.py) refuses it too: its I8 codes are no weights.
+    pytest.importorskip("torch")
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    try:
+        import torch_models
+    finally:
+        sys.path.pop(0)
+    with pytest.raises(ValueError, match="int8-quantized model directory"):
+        torch_models.load_tfm_model(str(d / "int8"))
+    torch_models.load_tfm_model(str(d / "cli"))  # its float32 source loads
 
 
 def test_train_refuses_a_launcher_of_several_processes(tmp_path):

@@ -27,6 +27,40 @@ TEST(TrainConfig, JsonRoundTripAndValidation) {
   EXPECT_THROW(TrainConfig::from_json("{\"lr\": \"fast\"}"), std::invalid_argument);
 }
 
+// share_embeddings: an encoder–decoder first (joint_vocab cannot make one), then one vocabulary — joint_vocab's, or a
+// task's (its two sides have one already).
+TEST(TrainConfig, ShareEmbeddingsNamesWhatItNeedsFirst) {
+  const auto error_of = [](const TrainConfig& c) {
+    try {
+      c.validate();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  TrainConfig c = task_preset(data::Task::REVERSE, Arch::SEQ2SEQ);
+  c.out_dir = "/tmp/x";
+  c.model.share_embeddings = true;
+  EXPECT_EQ(error_of(c), "");
+  c = task_preset(data::Task::REVERSE, Arch::ENCODER);
+  c.out_dir = "/tmp/x";
+  c.model.share_embeddings = true;
+  EXPECT_EQ(error_of(c),
+            "train config: share_embeddings needs an encoder–decoder (arch seq2seq: the encoder reads "
+            "the decoder's embedding table)");
+  TrainConfig pairs;  // TSV pairs: joint_vocab
+  pairs.out_dir = "/tmp/x";
+  pairs.train_path = "t.tsv";
+  pairs.valid_path = "v.tsv";
+  pairs.model.arch = Arch::SEQ2SEQ;
+  pairs.model.share_embeddings = true;
+  EXPECT_EQ(
+      error_of(pairs),
+      "train config: share_embeddings needs joint_vocab (one vocabulary, so one embedding table, for both sides)");
+  pairs.joint_vocab = true;
+  EXPECT_EQ(error_of(pairs), "");
+}
+
 TEST(TrainConfig, SetFieldParsesCommandLineTextAndNamesTheKey) {
   TrainConfig c;
   set_field(c, "lr", "3e-4");

@@ -53,6 +53,10 @@ TEST(Plot, StepZeroRowHasNoTrainingLossPoint) {
   EXPECT_EQ(circles("#1f77b4"), 1);  // training loss: step 10 only
   EXPECT_EQ(circles("#d62728"), 2);  // validation loss: steps 0 and 10
   EXPECT_EQ(svg.find("nan"), std::string::npos);
+  // metrics.csv says it has none (nan, not a measured 0)
+  const std::string csv = metrics_csv(rows);
+  EXPECT_NE(csv.find("\n0,0,0,nan,2.000000,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\n10,0,0,1.500000,1.400000,"), std::string::npos) << csv;
 }
 
 }  // namespace

@@ -70,6 +70,7 @@ struct ModelFamily {
   bool encoder_layers;           // num_encoder_layers sizes a stack of this family
   bool decoder_layers;           // num_decoder_layers sizes a stack of this family
   bool can_tie_embeddings;       // tie_embeddings may be true (a target embedding exists)
+  const char* tied_key;          // that embedding's weight key, which tie_embeddings shares with generator.weight
   FamilyDefaults defaults;
 };
 
