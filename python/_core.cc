@@ -27,6 +27,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -606,6 +607,40 @@ PYBIND11_MODULE(_core, m) {
             tfm::check_generate_options(gen);
           },
           py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"))
+      .def(
+          "logits",
+          [](const PyTrainedModel& t, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& src,
+             const std::optional<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>& tgt_in) {
+            // ids (B, S) [and tgt_in (B, T)] → Model::forward's logits (B, S or T, V), as the training forward
+            // computes them in eval mode (the Python layer checked the ranks).
+            const auto ids = [](const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& a,
+                                const char* name) {
+              std::vector<int32_t> v(static_cast<size_t>(a.size()));
+              const int64_t* p = a.data();
+              for (size_t i = 0; i < v.size(); ++i) {
+                if (p[i] < 0 || p[i] > std::numeric_limits<int32_t>::max())
+                  throw std::invalid_argument(std::string(name) + ": id " + std::to_string(p[i]) + " at " +
+                                              std::to_string(i) + " is not a token id");
+                v[i] = static_cast<int32_t>(p[i]);
+              }
+              return v;
+            };
+            tfm::data::TokenBatch b;
+            b.B = src.shape(0);
+            b.S = src.shape(1);
+            b.src = ids(src, "src");
+            if (tgt_in) {
+              b.T = tgt_in->shape(1);
+              if (tgt_in->shape(0) != b.B)
+                throw std::invalid_argument("tgt_in has " + std::to_string(tgt_in->shape(0)) + " rows, src " +
+                                            std::to_string(b.B));
+              b.tgt_in = ids(*tgt_in, "tgt_in");
+            } else if (t.m.model->config().target_layout() == tfm::data::TargetLayout::SHIFTED) {
+              throw std::invalid_argument("logits: an encoder–decoder needs tgt_in (B, T): bos, then the target");
+            }
+            return t.infer(t.m.model->config().family().data, "", [&] { return t.m.model->forward(b); });
+          },
+          py::arg("src"), py::arg("tgt_in") = py::none())
       .def(
           "encode_prompt",
           [](const PyTrainedModel& t, const std::string& prompt) {

@@ -7,11 +7,14 @@ MODEL_DIR holds config.json (a ModelConfig object, or tfm train's {"model": {...
 is a Hugging Face GPT-2 folder (config.json with n_embd: what tfm import gpt2 reads and tfm export gpt2 writes), run by
 torch_models.py's GPT-2 twin.
 Every ModelConfig option is understood: with the layer variants (head_dim, v_head_dim, bias, qkv_bias, out_bias,
-ffn_bias, norm_bias, attn_scale, norm_type rms_norm, share_layers, drop_path) the twin is torch_models.py's functional
-re-statement of the layers, otherwise torch.nn's own classes; positional sinusoidal, learned or none and
-scale_embeddings either way.
+ffn_bias, norm_bias, attn_scale, norm_type rms_norm, share_layers, drop_path) or a gated activation (glu, geglu,
+swiglu) the twin is torch_models.py's functional re-statement of the layers, otherwise torch.nn's own classes;
+positional sinusoidal, learned or none and scale_embeddings either way. An int8 directory (tfm quantize) is refused.
 INPUTS holds "src" (B, S) ids (arch decoder: the window (B, T)), "tgt_in" (B, T) ids for arch seq2seq, and "logits" —
-what tfm computed for them.
+what tfm computed for them, e.g. with the Python package:
+
+    m = tfm.load("runs/mt"); src = np.array([[5, 6, 7]]); tgt_in = np.array([[1, 8, 9]])   # bos first
+    tfm_safetensors.save("in.safetensors", {"src": src, "tgt_in": tgt_in, "logits": m.logits(src, tgt_in)})
 The reference is the twin in float64 on the same (float32) weights. Prints, per pair, one JSON line
     {"model": ..., "twin": "torch.nn" | "functional", "max_rel_err": tfm vs reference,
      "torch_f32_rel_err": PyTorch float32 vs reference, "bound": ..., "ok": ...}

@@ -662,6 +662,25 @@ class Model:
             raise TypeError("text must be a str, got None")
         return _json.loads(self._core.score(_utf8("text", text), _int("batch_size", batch_size, *_INT64)))
 
+    def logits(self, src, tgt_in=None):
+        """The model's logits for a batch of token ids, as its forward computes them in eval mode (what
+        tools/check_roundtrip.py compares with the PyTorch twin): src an integer array (B, S) of source ids — a
+        language model's input ids —, and for an encoder–decoder tgt_in (B, T), bos then the target's ids. Returns
+        a float32 numpy array (B, S, V), or (B, T, V) for an encoder–decoder. Padding is the vocabulary's <pad> id,
+        masked as in training."""
+        self._no_open_stream()
+        arrays = []
+        for name, a in (("src", src), ("tgt_in", tgt_in)):
+            if a is None:
+                arrays.append(None)
+                continue
+            a = _as_numpy(a)
+            if a.dtype.kind not in "iu" or a.ndim != 2:
+                raise ValueError(f"{name} must be a 2-D integer array (B, length) of token ids, got {a.dtype} "
+                                 f"{a.shape}")
+            arrays.append(_np.ascontiguousarray(a, dtype=_np.int64))
+        return _np.asarray(self._core.logits(*arrays))
+
     def score_file(self, path, batch_size=_D["score_batch_size"]):
         """score() on a text file: exactly `tfm eval --text PATH --json`."""
         self._no_open_stream()

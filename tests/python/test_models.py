@@ -303,6 +303,40 @@ def test_pairs_train_evaluate_translate(pair_runs, tfm_cli):
         m.evaluate(str(d / "p.tsv"), batch_size=-2)
 
 
+def test_logits_go_to_check_roundtrip(pair_runs, lm_runs, tmp_path):
+    """Model.logits gives the inputs tools/check_roundtrip.py compares with the PyTorch twin (in float64): a seq2seq
+    model's (B, T, V) for src and tgt_in, a language model's (B, S, V); bad ids are a ValueError."""
+    import numpy as np
+    pytest.importorskip("torch")
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    try:
+        import tfm_safetensors
+    finally:
+        sys.path.pop(0)
+    d, _ = pair_runs
+    mt = tfm.load(str(d / "cli"))
+    src = np.array([[4, 5, 6, 7], [8, 9, 0, 0]])  # 0: <pad>
+    tgt_in = np.array([[1, 7, 6], [1, 9, 8]])     # bos first
+    logits = mt.logits(src, tgt_in)
+    assert logits.shape == (2, 3, mt.logits(src, tgt_in[:, :1]).shape[2]) and logits.dtype == np.float32
+    tfm_safetensors.save(str(tmp_path / "mt.safetensors"), {"src": src, "tgt_in": tgt_in, "logits": logits})
+    lm_dir, _, _ = lm_runs
+    lm = tfm.load(str(lm_dir / "py"))
+    ids = np.array([lm.encode("To delete a word")])
+    tfm_safetensors.save(str(tmp_path / "lm.safetensors"), {"src": ids, "logits": lm.logits(ids)})
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "check_roundtrip.py"), str(d / "cli"),
+                        str(tmp_path / "mt.safetensors"), str(lm_dir / "py"), str(tmp_path / "lm.safetensors")],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert [json.loads(line)["ok"] for line in p.stdout.splitlines() if line.startswith("{")] == [True, True]
+    with pytest.raises(ValueError, match="an encoder–decoder needs tgt_in"):
+        mt.logits(src)
+    with pytest.raises(ValueError, match="src must be a 2-D integer array"):
+        mt.logits(src.astype(np.float32), tgt_in)
+    with pytest.raises(ValueError, match="id -1"):
+        lm.logits(np.array([[1, -1]]))
+
+
 def test_quantized_directory_loads_int8_by_default(pair_runs, tfm_cli):
     d, _ = pair_runs
     _run([tfm_cli, "quantize", "--model", str(d / "cli"), "--out", str(d / "int8")])
