@@ -418,45 +418,46 @@ def test_ctrl_c_checkpoints_then_resume(tmp_path):
     assert r["steps"] == 6
 
 
+def _with_lm(d, body):
+    """Runs `body` in a fresh interpreter after `m = tfm.load(<d>/py)` on one thread (os, signal, sys, threading and
+    time imported); returns its stripped stdout, asserting it exited 0."""
+    code = ("import os, signal, sys, threading, time, tfm\n"
+            "tfm.set_num_threads(1)\n"
+            f"m = tfm.load({str(d / 'py')!r})\n" + body)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    return p.stdout.strip()
+
+
 def test_ctrl_c_stops_generate(lm_runs):
     """A generation far longer than the test is stopped by Ctrl-C (SIGINT 0.5 s in) with KeyboardInterrupt, from
     inside the call (it polls Python's signal handlers while it decodes), not when it would have returned."""
     d, _, _ = lm_runs
-    code = ("import os, signal, threading, tfm\n"
-            "tfm.set_num_threads(1)\n"
-            f"m = tfm.load({str(d / 'py')!r})\n"
-            "threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
-            "try:\n"
-            "    m.generate('To', max_new_tokens=10 ** 8, ignore_eos=True)\n"
-            "    print('returned')\n"
-            "except KeyboardInterrupt:\n"
-            "    print('interrupted')\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0 and p.stdout.strip() == "interrupted", (p.stdout, p.stderr)
+    assert _with_lm(d, "threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+                       "try:\n"
+                       "    m.generate('To', max_new_tokens=10 ** 8, ignore_eos=True)\n"
+                       "    print('returned')\n"
+                       "except KeyboardInterrupt:\n"
+                       "    print('interrupted')\n") == "interrupted"
 
 
 def test_fork_child_exits_while_a_parent_thread_computes(lm_runs):
     """A child forked while another thread of the parent is inside a tfm call has no such call: it exits at once
     (the exit hook waited for the parent's call, forever)."""
     d, _, _ = lm_runs
-    code = ("import os, sys, threading, time, tfm\n"
-            "tfm.set_num_threads(1)\n"
-            f"m = tfm.load({str(d / 'py')!r})\n"
-            "threading.Thread(target=lambda: m.generate('To', max_new_tokens=10 ** 8, ignore_eos=True),"
-            " daemon=True).start()\n"
-            "time.sleep(0.5)\n"
-            "pid = os.fork()\n"
-            "if pid == 0:\n"
-            "    sys.exit(0)\n"
-            "t0 = time.time()\n"
-            "while time.time() - t0 < 30:\n"
-            "    done, status = os.waitpid(pid, os.WNOHANG)\n"
-            "    if done:\n"
-            "        print('child exited', os.waitstatus_to_exitcode(status)); os._exit(0)\n"
-            "    time.sleep(0.05)\n"
-            "os.kill(pid, 9); print('child hung'); os._exit(0)\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0 and p.stdout.strip() == "child exited 0", (p.stdout, p.stderr)
+    assert _with_lm(d, "threading.Thread(target=lambda: m.generate('To', max_new_tokens=10 ** 8, ignore_eos=True),"
+                       " daemon=True).start()\n"
+                       "time.sleep(0.5)\n"
+                       "pid = os.fork()\n"
+                       "if pid == 0:\n"
+                       "    sys.exit(0)\n"
+                       "t0 = time.time()\n"
+                       "while time.time() - t0 < 30:\n"
+                       "    done, status = os.waitpid(pid, os.WNOHANG)\n"
+                       "    if done:\n"
+                       "        print('child exited', os.waitstatus_to_exitcode(status)); os._exit(0)\n"
+                       "    time.sleep(0.05)\n"
+                       "os.kill(pid, 9); print('child hung'); os._exit(0)\n") == "child exited 0"
 
 
 def test_errors_of_a_trained_model(lm_runs, tmp_path):
