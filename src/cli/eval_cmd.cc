@@ -76,9 +76,10 @@ void register_eval(CLI::App& app, Runner& run) {
         const TextScore r = evaluate_text_file(m, o->text, o->batch_size.value_or(kScoreBatchSize));
         if (r.unknown_tokens > 0)
           std::fprintf(stderr,
-                       "tfm: note: %s: %lld tokens are not in the model's vocabulary, read as <unk> (the "
+                       "tfm: note: %s: %lld %s not in the model's vocabulary, read as <unk> (the "
                        "figures score them as one unknown token)\n",
-                       o->text.c_str(), static_cast<long long>(r.unknown_tokens));
+                       o->text.c_str(), static_cast<long long>(r.unknown_tokens),
+                       r.unknown_tokens == 1 ? "token is" : "tokens are");
         if (o->json) {
           std::printf("%s\n", r.to_json().c_str());
         } else {

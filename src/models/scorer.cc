@@ -14,7 +14,8 @@ namespace tfm::detail {
 namespace {
 
 // Appends one batch's record (layout in scorer.h) for logits (B, T, V) against b.tgt_out (B, T).
-void record_batch(const data::TokenBatch& b, const Tensor& logits, int32_t ignore_id, std::vector<double>& rec) {
+void record_batch(const data::TokenBatch& b, const Tensor& logits, int32_t ignore_id, int32_t unk_id,
+                  std::vector<double>& rec) {
   const int64_t V = logits.size(-1);
   if (logits.numel() != b.B * b.T * V)
     throw std::logic_error("scorer: logits of " + std::to_string(logits.numel()) + " values for a batch of (" +
@@ -41,8 +42,9 @@ void record_batch(const data::TokenBatch& b, const Tensor& logits, int32_t ignor
       const int64_t i = r * b.T + t;
       rec.push_back(lse[static_cast<size_t>(i)] - static_cast<double>(lp[i * V + y]));
       n += 1;
-      correct += argmax[static_cast<size_t>(i)] == y;
-      all = all && argmax[static_cast<size_t>(i)] == y;
+      const bool right = argmax[static_cast<size_t>(i)] == y && y != unk_id;
+      correct += right;
+      all = all && right;
     }
     rows_ok += all;
   }
@@ -99,7 +101,7 @@ void score_part(const Model& model, const ScoreBatches& batches, int part, int p
   for (int64_t k = part; k < batches.count; k += parts) {
     const data::TokenBatch b = batches.make(k);
     rec.clear();
-    record_batch(b, model.forward(b), batches.ignore_id, rec);  // logits (B, T, V)
+    record_batch(b, model.forward(b), batches.ignore_id, batches.unk_id, rec);  // logits (B, T, V)
     take(rec);
   }
 }

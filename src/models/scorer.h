@@ -34,6 +34,9 @@ struct ScoreBatches {
   int64_t count = 0;
   std::function<data::TokenBatch(int64_t k)> make;
   int32_t ignore_id = -1;
+  // A target the vocabulary could not name (<unk>: a token unseen when it was built): its loss counts, but a
+  // prediction of it is never correct, as the decoded text (<unk>) is never the token (−1: none).
+  int32_t unk_id = -1;
 };
 // The pairs of `examples` in the batches of data::plan_eval (at most batch_size pairs each), laid out
 // by the model's target layout; pad targets ignored. `examples` must outlive the result.

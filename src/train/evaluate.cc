@@ -83,6 +83,9 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
   opt.src_tokens = m.src_tokenizer;
   opt.tgt_tokens = m.tgt_tokenizer;
   opt.max_tokens = run_config(m).max_tokens;
+  // An encoder predicts one token per source token: a pair of unequal lengths is skipped (and noted), as training
+  // skips it, rather than scored on the reference's length only.
+  opt.equal_lengths = m.model->config().target_layout() == data::TargetLayout::PER_POSITION;
   const data::TsvData d = data::read_tsv(path, opt);
   if (note) *note = d.problems.empty() ? std::string() : d.summary();
   // Targets the tokenizer changes beyond whitespace (spm's NFKC): the output can only ever be the changed form.
@@ -114,11 +117,9 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
   }
   if (note && unknown > 0) {
     if (!note->empty()) *note += "\n";
-    *note += path + ": " + std::to_string(unknown) +
-             " source tokens are not in the model's vocabulary and read as "
-             "<unk>, on " +
-             std::to_string(unknown_lines) + " of " + std::to_string(d.pairs.size()) + " lines (the first: line " +
-             std::to_string(first_unknown) + ")";
+    *note += path + ": " + std::to_string(unknown) + (unknown == 1 ? " source token is" : " source tokens are") +
+             " not in the model's vocabulary and read as <unk>, on " + std::to_string(unknown_lines) + " of " +
+             std::to_string(d.pairs.size()) + " lines (the first: line " + std::to_string(first_unknown) + ")";
   }
   if (note && changed > 0) {
     if (!note->empty()) *note += "\n";
@@ -236,13 +237,17 @@ TeacherForced teacher_forced_replay(const std::vector<std::vector<double>>& part
 }
 
 TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size,
-                                      Comm* comm) {
-  return evaluate_batches(model, detail::pair_batches(model.config(), examples, batch_size), comm);
+                                      Comm* comm, int32_t unk_id) {
+  detail::ScoreBatches batches = detail::pair_batches(model.config(), examples, batch_size);
+  batches.unk_id = unk_id;
+  return evaluate_batches(model, batches, comm);
 }
 
 TeacherForced evaluate_teacher_forced_text(Model& model, const data::TextCorpus& corpus, int64_t block_size,
-                                           int64_t batch_size, Comm* comm) {
-  return evaluate_batches(model, detail::window_batches(corpus, block_size, batch_size), comm);
+                                           int64_t batch_size, Comm* comm, int32_t unk_id) {
+  detail::ScoreBatches batches = detail::window_batches(corpus, block_size, batch_size);
+  batches.unk_id = unk_id;
+  return evaluate_batches(model, batches, comm);
 }
 
 }  // namespace tfm::train

@@ -711,8 +711,10 @@ void Run::evaluate_and_record() {
     step_->gather_elements(average_->tensors());
     average_->swap_with(params_);
   }
-  const TeacherForced tf = c_.text() ? evaluate_teacher_forced_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch, comm)
-                                     : evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch, comm);
+  const int32_t unk = ds_.tgt_vocab.unk_id();  // a target the vocabulary could not name is never predicted right
+  const TeacherForced tf =
+      c_.text() ? evaluate_teacher_forced_text(*model_, ds_.text_valid, c_.block_size, kEvalBatch, comm, unk)
+                : evaluate_teacher_forced(*model_, ds_.valid, kEvalBatch, comm, unk);
   if (average_) average_->swap_with(params_);  // the raw weights back in the model
   EvalRow r;
   r.step = st_.step;

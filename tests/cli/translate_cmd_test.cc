@@ -409,6 +409,20 @@ TEST_F(TranslateSample, EvalNamesASourceLongerThanTheModelsMaxLen) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
+// An encoder predicts one token per source token: eval skips (and notes) a pair of unequal lengths, as training does,
+// instead of scoring the prediction on the reference's length only.
+TEST_F(TranslateSample, EvalOfAnEncoderSkipsPairsOfUnequalLengths) {
+  std::ofstream(*dir_ + "/enc.tsv") << "1 2 3\t3 2 1\n4 5\t5 4 3\n6 7\t7 6\n";
+  std::string out, err;
+  ASSERT_EQ(run_split(kCli + " eval --model " + *dir_ + "/enc --data " + *dir_ + "/enc.tsv --json", &out, &err), 0)
+      << err;
+  EXPECT_EQ(nlohmann::json::parse(out)["examples"].get<int64_t>(), 2) << out;
+  EXPECT_NE(err.find(*dir_ + "/enc.tsv: skipped 1 of 3 lines (line 2: malformed line: source has 2 tokens, target 3 "
+                             "(arch encoder needs one target token per source token))"),
+            std::string::npos)
+      << err;
+}
+
 TEST_F(TranslateSample, EvalRefusesOptionsWithoutEffect) {
   const auto fails = [](const std::string& args, const std::string& message) {
     std::string out;

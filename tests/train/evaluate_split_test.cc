@@ -2,8 +2,11 @@
 // (teacher_forced_part, teacher_forced_replay in src/train/evaluate_split.h), as the ranks of an
 // mpirun run split it, done here in one process: each part forwards only its round-robin share of the
 // batches, and the replay of every part's record equals the unsplit evaluation bit for bit.
+#include "train/evaluate_split.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "models/model_configs.h"
@@ -12,7 +15,6 @@
 #include "tfm/models/text_eval.h"
 #include "tfm/train/comm.h"
 #include "tfm/train/evaluate.h"
-#include "train/evaluate_split.h"
 
 namespace tfm {
 namespace {
@@ -46,6 +48,50 @@ std::vector<data::Example> random_examples(int n, uint64_t seed) {
     for (int k = 0, len = g.uniform_int(1, 7); k < len; ++k) e.tgt.push_back(g.uniform_int(3, 12));
   }
   return out;
+}
+
+// A target the vocabulary could not name (<unk>: a tag unseen when the vocabulary was built) is never predicted
+// right, though the argmax is that id: its decoded output, "<unk>", is not the token. Its loss still counts.
+TEST(EvaluateSplit, PredictingUnkIsNeverCountedCorrect) {
+  ModelConfig c;
+  c.arch = Arch::ENCODER;
+  c.src_vocab_size = c.tgt_vocab_size = 20;
+  c.d_model = 16;
+  c.nhead = 2;
+  c.num_encoder_layers = 1;
+  c.dim_feedforward = 32;
+  Generator gen{6, 0};
+  Model model(c, gen);
+  model.eval();
+  std::vector<data::Example> examples(12);
+  testing::Rng g(4);
+  int64_t total = 0;
+  for (auto& e : examples) {  // targets: the model's own argmax at each position, so every prediction is right
+    for (int k = 0, len = g.uniform_int(2, 6); k < len; ++k) e.src.push_back(g.uniform_int(3, 19));
+    data::TokenBatch b;
+    b.B = 1;
+    b.S = static_cast<int64_t>(e.src.size());
+    b.src = e.src;
+    const Tensor z = model.forward(b);  // (1, S, V)
+    for (int64_t i = 0; i < b.S; ++i) {
+      const float* row = z.data() + i * c.tgt_vocab_size;
+      e.tgt.push_back(static_cast<int32_t>(std::max_element(row, row + c.tgt_vocab_size) - row));
+      total += e.tgt.back() != c.pad_id;  // a pad target is not scored
+    }
+  }
+  const TeacherForced all = train::evaluate_teacher_forced(model, examples, 16);
+  EXPECT_EQ(all.token_accuracy, 1.0);
+  int32_t unk = -1;  // the first target that is not the pad
+  for (const auto& e : examples)
+    for (const int32_t t : e.tgt)
+      if (unk < 0 && t != c.pad_id) unk = t;
+  ASSERT_GE(unk, 0);
+  int64_t unks = 0;
+  for (const auto& e : examples) unks += std::count(e.tgt.begin(), e.tgt.end(), unk);
+  const TeacherForced with_unk = train::evaluate_teacher_forced(model, examples, 16, nullptr, unk);
+  EXPECT_DOUBLE_EQ(with_unk.token_accuracy, 1.0 - static_cast<double>(unks) / static_cast<double>(total));
+  EXPECT_LT(with_unk.sequence_accuracy, 1.0);
+  EXPECT_EQ(std::memcmp(&with_unk.loss, &all.loss, sizeof(double)), 0);
 }
 
 TEST(EvaluateSplit, Seq2seqPartsReplayedEqualTheUnsplitEvaluationBitForBit) {

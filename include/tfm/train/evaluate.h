@@ -77,14 +77,16 @@ struct TeacherForced {
 // (Comm::allgatherv, waiting --comm-timeout plus twice the rank's own share of the work) and replayed
 // in batch order into the same running double sum as one process adds. Every rank returns the same
 // figures. Without `comm`, or with one process: part 0 of 1, each batch's record replayed as it is made.
+// `unk_id` (the target vocabulary's <unk>, or −1): a target token the vocabulary could not name; its loss counts,
+// but predicting it is never counted correct (the decoded output, "<unk>", is never the token).
 TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size,
-                                      Comm* comm = nullptr);
+                                      Comm* comm = nullptr, int32_t unk_id = -1);
 // The same figures for a language model over the validation windows of `corpus` (tfm/data/text.h:
 // the whole text, every token but the first a target once — a text has no padding, so every target
 // is scored), at most `batch_size` windows a batch; sequence accuracy is the share of windows
 // predicted entirely right. With block_size = the model's max_len and the same batch_size its loss is
 // bitwise evaluate_text's (tfm/models/text_eval.h). `comm`: as above.
 TeacherForced evaluate_teacher_forced_text(Model& model, const data::TextCorpus& corpus, int64_t block_size,
-                                           int64_t batch_size, Comm* comm = nullptr);
+                                           int64_t batch_size, Comm* comm = nullptr, int32_t unk_id = -1);
 
 }  // namespace tfm::train
