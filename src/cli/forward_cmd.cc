@@ -1,5 +1,9 @@
 // src/cli/forward_cmd.cc — `tfm forward`: the conformance contract (include/tfm/models/forward.h) on files:
 // load the module, read the inputs, run, write the outputs.
+#include <filesystem>
+#include <stdexcept>
+#include <utility>
+
 #include "commands.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/forward.h"
@@ -32,6 +36,15 @@ void register_forward(CLI::App& app, Runner& run) {
   cmd->callback([o, &run] {
     run = [o] {
       apply_threads(o->threads);
+      // The output replaces its file: never one the command reads.
+      for (const auto& [flag, in] : {std::pair<const char*, const std::string*>{"--config", &o->config},
+                                     {"--weights", &o->weights},
+                                     {"--inputs", &o->inputs}}) {
+        std::error_code ec;
+        if (std::filesystem::equivalent(o->output, *in, ec))
+          throw std::invalid_argument("--output " + o->output + " is the " + flag +
+                                      " file: writing the output would replace it (choose another --output)");
+      }
       const Precision precision = parse_dtype(o->dtype);
       LoadedModule module = load_module(o->config, o->weights, precision);
       const NamedTensors inputs = read_forward_inputs(o->inputs);

@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "tfm/autocast.h"
+#include "tfm/message.h"
 #include "tfm/threads.h"
 #include "tfm/train/comm.h"
 
@@ -127,9 +128,10 @@ int main(int argc, char** argv) {
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty()) {  // `tfm bogus`
       std::string commands;
       for (const CLI::App* c : app.get_subcommands({})) commands += (commands.empty() ? "" : ", ") + c->get_name();
-      std::fprintf(stderr, "tfm: error: unknown command '%s' (the commands: %s)\n", argv[1], commands.c_str());
+      std::fprintf(stderr, "tfm: error: unknown command %s (the commands: %s)\n",
+                   ("'" + tfm::one_line(argv[1]) + "'").c_str(), commands.c_str());
     } else {
-      std::fprintf(stderr, "tfm: error: %s (tfm --help, tfm <command> --help)\n", e.what());
+      std::fprintf(stderr, "tfm: error: %s (tfm --help, tfm <command> --help)\n", tfm::one_line(e.what()).c_str());
     }
     return e.get_exit_code();
   }
@@ -143,7 +145,7 @@ int main(int argc, char** argv) {
                          "(a smaller batch, sequence or model)\n");
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tfm: error: %s\n", e.what());
+    std::fprintf(stderr, "tfm: error: %s\n", tfm::one_line(e.what()).c_str());
     return 1;
   }
 }

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -23,11 +24,12 @@ namespace {
 }
 
 // Opens a regular file read-only and returns (fd, size). Refuses directories, FIFOs and devices:
-// their size is meaningless and mmap/read on them would block or fail obscurely.
+// their size is meaningless and mmap/read on them would block or fail obscurely. O_NONBLOCK: opening a FIFO
+// would otherwise wait for a writer before the check could refuse it (a regular file's reads ignore the flag).
 int open_regular_readonly(const std::string& path, size_t* size) {
   int fd;
   do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) throw_errno(path, "open", errno);
   struct stat st {};
@@ -49,8 +51,8 @@ int open_regular_readonly(const std::string& path, size_t* size) {
 void split_path(const std::string& path, std::string* dir, std::string* base) {
   const size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) {
-    *dir = ".";
-    *base = path;
+    dir->assign(1, '.');  // (assign, not `= "."`: GCC 12 warns falsely, -Wrestrict, where this is inlined)
+    base->assign(path);
   } else {
     // assign(), not `x = cond ? a : b.substr()`: GCC 12 warns falsely (-Wrestrict) on the latter.
     dir->assign(path, 0, slash == 0 ? 1 : slash);
@@ -110,9 +112,33 @@ uint8_t* MappedFile::mutable_data() const {
 }
 
 AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path) {
-  std::string dir, base;
-  split_path(path, &dir, &base);
   if (path.empty()) throw IoError("cannot write to an empty path (no file name given)");
+  // A device, FIFO or socket (/dev/null, /dev/stdout, a pipe) is written in place, as a shell's redirection
+  // writes it: renaming a file over it would replace the node itself (as root, /dev/null for every process).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    do {
+      fd_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    } while (fd_ < 0 && errno == EINTR);
+    if (fd_ < 0) throw_errno(path, "open", errno);
+    in_place_ = true;
+    return;
+  }
+  // A symlink is followed: the file it names is replaced, not the link (a dangling link's target is created).
+  target_ = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat lst {};
+    if (::lstat(target_.c_str(), &lst) != 0 || !S_ISLNK(lst.st_mode)) break;
+    std::string link(static_cast<size_t>(lst.st_size > 0 ? lst.st_size : 4096) + 1, '\0');
+    const ssize_t n = ::readlink(target_.c_str(), link.data(), link.size());
+    if (n < 0) throw_errno(target_, "readlink", errno);
+    link.resize(static_cast<size_t>(n));
+    std::string link_dir, link_base;
+    split_path(target_, &link_dir, &link_base);
+    target_ = link.front() == '/' ? link : link_dir + "/" + link;
+  }
+  std::string dir, base;
+  split_path(target_, &dir, &base);
   if (base.empty()) throw IoError(path + ": cannot write: path names a directory");
   // Unique name in the destination directory: pid + process-wide counter + clock, created with
   // O_EXCL so two writers (threads or processes) never share a temporary file.
@@ -135,7 +161,7 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path) {
 AtomicFileWriter::~AtomicFileWriter() {
   if (committed_) return;
   if (fd_ >= 0) ::close(fd_);
-  ::unlink(temp_path_.c_str());
+  if (!in_place_) ::unlink(temp_path_.c_str());
 }
 
 void AtomicFileWriter::write(const void* bytes, size_t n) {
@@ -154,7 +180,9 @@ void AtomicFileWriter::write(const void* bytes, size_t n) {
 
 void AtomicFileWriter::sync() {
   if (committed_ || synced_ || fd_ < 0) throw IoError(path_ + ": sync after sync or commit");
-  if (::fsync(fd_) != 0) throw_errno(path_, "fsync", errno);
+  // (a device, FIFO or socket written in place may not sync: EINVAL, ENOTSUP, ENOTTY)
+  if (::fsync(fd_) != 0 && !(in_place_ && (errno == EINVAL || errno == ENOTSUP || errno == ENOTTY)))
+    throw_errno(path_, "fsync", errno);
   const int fd = fd_;
   fd_ = -1;
   synced_ = true;
@@ -165,12 +193,16 @@ void AtomicFileWriter::sync() {
 void AtomicFileWriter::commit() {
   if (committed_) throw IoError(path_ + ": commit called twice");
   if (!synced_) sync();
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) throw_errno(path_, "rename", errno);
+  if (in_place_) {  // written where it is: nothing to rename
+    committed_ = true;
+    return;
+  }
+  if (::rename(temp_path_.c_str(), target_.c_str()) != 0) throw_errno(path_, "rename", errno);
   committed_ = true;
   // Make the rename itself durable. Some file systems cannot fsync a directory (EINVAL): the data
   // is still whole, only the directory entry's durability is up to the file system then.
   std::string dir, base;
-  split_path(path_, &dir, &base);
+  split_path(target_, &dir, &base);
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) throw_errno(dir, "open directory", errno);
   if (::fsync(dfd) != 0 && errno != EINVAL) {
@@ -200,9 +232,21 @@ void refuse_output_holding(const std::string& dest, const std::string& source) {
   };
   const fs::path d = resolved(dest), s = resolved(source);
   if (d.empty() || s.empty()) return;
-  if (std::mismatch(d.begin(), d.end(), s.begin(), s.end()).first == d.end())
+  const auto inside = [&](const fs::path& p) {
+    return std::mismatch(d.begin(), d.end(), p.begin(), p.end()).first == d.end();
+  };
+  if (inside(s))
     throw IoError(dest + ": the output directory " + (d == s ? "is " : "holds ") + source +
                   ", which it is made from (choose another output directory)");
+  // A source directory's files may be symlinks into the output (a model.safetensors linked to another copy).
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(s, ec)) {
+    if (!entry.is_symlink(ec)) continue;
+    const fs::path target = fs::weakly_canonical(entry.path(), ec);
+    if (!ec && inside(target))
+      throw IoError(dest + ": the output directory holds " + target.string() + ", which " + entry.path().string() +
+                    " links to (choose another output directory)");
+  }
 }
 
 StagedDirectory::StagedDirectory(const std::string& dest, bool replace, const std::vector<std::string>& sources)
@@ -243,7 +287,15 @@ void StagedDirectory::commit() {
   std::string old;
   if (fs::exists(dest_, ec)) {
     if (!replace_) throw IoError(dest_ + ": exists (choose another output directory, or replace it with --force)");
-    old = temp_ + ".old";
+    // One atomic swap where the file system has it: a kill at any point leaves the old or the new directory
+    // at dest, never neither; the old one, now at the staging name, is deleted after.
+    if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, dest_.c_str(), RENAME_EXCHANGE) == 0) {
+      committed_ = true;
+      fs::remove_all(temp_, ec);
+      return;
+    }
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) throw_errno(dest_, "rename (exchange)", errno);
+    old = temp_ + ".old";  // without the swap: two renames, the old one moved aside first
     fs::remove_all(old, ec);
     if (::rename(dest_.c_str(), old.c_str()) != 0) throw_errno(dest_, "rename", errno);
   }

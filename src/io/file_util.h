@@ -56,6 +56,8 @@ class MappedFile {
 // then fsyncs the directory. Until commit() returns, `path` keeps its previous content (or stays
 // absent); if the writer is destroyed without commit() (an exception on the way), the temporary
 // file is removed. The new file gets mode 0666 filtered by the umask, like an ordinary create.
+// A symlink is followed (the file it names is replaced, in that file's directory); a device, FIFO or
+// socket (/dev/null, /dev/stdout on a pipe) is written in place, not atomically, as a shell writes it.
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(const std::string& path);
@@ -74,9 +76,10 @@ class AtomicFileWriter {
 
  private:
   std::string path_;
-  std::string temp_path_;
+  std::string target_;     // path_ with its symlinks followed: what the temporary file is renamed over
+  std::string temp_path_;  // empty when written in place
   int fd_ = -1;
-  bool synced_ = false, committed_ = false;
+  bool synced_ = false, committed_ = false, in_place_ = false;
 };
 
 // One-shot form: write_file_atomic(path, s) == AtomicFileWriter w(path); w.write(s); w.commit().
@@ -84,8 +87,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 
 // A directory written whole or not at all: files go into a fresh hidden sibling ".<base>.tmp.<pid>"
 // (path()), and commit() renames it to `dest`. An existing `dest` is refused at construction
-// (IoError "<dest>: exists (...)") unless `replace`, when commit() swaps it out and deletes it only
-// after the new one is in place. `sources`, the paths the new directory is made from, are checked
+// (IoError "<dest>: exists (...)") unless `replace`, when commit() swaps the two in one step
+// (renameat2's RENAME_EXCHANGE; where the file system lacks it, two renames) and deletes the old one
+// only after the new one is in place. `sources`, the paths the new directory is made from, are checked
 // with refuse_output_holding (replacing `dest` must not delete them). Destroyed without commit(), the
 // staging directory is deleted.
 class StagedDirectory {
@@ -103,8 +107,9 @@ class StagedDirectory {
   bool replace_ = false, committed_ = false;
 };
 
-// Throws IoError when the output directory `dest` is `source` or holds it (paths compared after
-// resolving symlinks and ".."): replacing the output would delete what it is made from.
+// Throws IoError when the output directory `dest` is `source` or holds it, or holds what a symlink in the
+// directory `source` links to (paths compared after resolving symlinks and ".."): replacing the output would
+// delete what it is made from.
 void refuse_output_holding(const std::string& dest, const std::string& source);
 
 // Throws IoError "<dir>: cannot write files there (Permission denied)" when a file cannot be created in

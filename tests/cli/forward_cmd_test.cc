@@ -158,6 +158,22 @@ TEST_F(ForwardErrors, ConfigNotAnObject) {
   spit(config_, "[1, 2]");
   expect_error({config_, "object"});
 }
+// The output replaces its file: the weights (or the config, or the inputs) given as --output are refused, kept.
+TEST_F(ForwardErrors, OutputThatIsAnInputIsRefused) {
+  const std::string weights = tfm::testing::slurp(weights_);
+  output_ = weights_;
+  const Result r = run_cli(args(), dir_);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.err, "tfm: error: --output " + weights_ +
+                       " is the --weights file: writing the output would replace it (choose another --output)\n");
+  EXPECT_EQ(tfm::testing::slurp(weights_), weights);
+}
+// A path with a newline (or any control byte) stays on the error's one line, escaped as the library quotes names.
+TEST_F(ForwardErrors, ControlBytesInAPathStayOnOneLine) {
+  config_ = "'" + dir_ + "/bad\nname.json'";  // a literal newline inside the shell's quotes
+  expect_error({dir_ + "/bad\\x0aname.json: open failed"});
+}
+
 TEST_F(ForwardErrors, MissingModuleKey) {
   spit(config_, R"({"d_model": 8, "nhead": 2})");
   expect_error({config_, ": config: missing required key 'module'"});

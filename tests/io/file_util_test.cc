@@ -7,13 +7,16 @@
 #include "io/file_util.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 
 #include "test_util.h"
 
@@ -50,6 +53,65 @@ TEST(FileUtil, ReadAndAtomicWrite) {
   }
   EXPECT_EQ(read_file(p), "");
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+  fs::remove_all(dir);
+}
+
+// A symlink is followed (the file it names is replaced, the link stays a link; a dangling link's target is
+// created); a FIFO is written in place, as a shell's redirection writes it (renaming over it would replace the node:
+// as root, over /dev/null, for every process), and is refused as an input at once (an open would wait for a writer).
+TEST(FileUtil, AtomicWriteFollowsSymlinksAndWritesFifosInPlace) {
+  const fs::path dir = testing::temp_dir("file_util_links");
+  const std::string file = (dir / "real.bin").string(), link = (dir / "link.bin").string();
+  write_file_atomic(file, "old");
+  fs::create_symlink("real.bin", link);
+  write_file_atomic(link, "new");
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(read_file(file), "new");
+  const std::string dangling = (dir / "dangling.bin").string();
+  fs::create_symlink("sub/made.bin", dangling);
+  fs::create_directory(dir / "sub");
+  write_file_atomic(dangling, "made");
+  EXPECT_TRUE(fs::is_symlink(dangling));
+  EXPECT_EQ(read_file((dir / "sub" / "made.bin").string()), "made");
+
+  const std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] {
+    std::ifstream in(fifo, std::ios::binary);
+    got.assign(std::istreambuf_iterator<char>(in), {});
+  });
+  write_file_atomic(fifo, "through the pipe");
+  reader.join();
+  EXPECT_EQ(got, "through the pipe");
+  EXPECT_TRUE(fs::is_fifo(fifo));  // still the FIFO, not a file renamed over it
+  try {
+    read_file(fifo);  // no writer: refused at once, not waited on
+    ADD_FAILURE() << "a FIFO was read";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), fifo + ": not a regular file");
+  }
+  fs::remove_all(dir);
+}
+
+// An output directory may not hold its source, nor what a symlink in the source links to (a --force would delete
+// it); a source beside the output is fine.
+TEST(FileUtil, OutputHoldingItsSourceIsRefused) {
+  const fs::path dir = testing::temp_dir("file_util_holding");
+  fs::create_directories(dir / "out");
+  fs::create_directories(dir / "model");
+  write_file_atomic((dir / "out" / "model.safetensors").string(), "weights");
+  EXPECT_NO_THROW(refuse_output_holding((dir / "out").string(), (dir / "model").string()));
+  EXPECT_THROW(refuse_output_holding((dir / "out").string(), (dir / "out" / "x").string()), IoError);
+  fs::create_symlink(dir / "out" / "model.safetensors", dir / "model" / "model.safetensors");
+  try {
+    refuse_output_holding((dir / "out").string(), (dir / "model").string());
+    ADD_FAILURE() << "a source linking into the output was accepted";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("which " + (dir / "model" / "model.safetensors").string() + " links to"),
+              std::string::npos)
+        << e.what();
+  }
   fs::remove_all(dir);
 }
 
