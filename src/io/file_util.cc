@@ -60,6 +60,17 @@ void split_path(const std::string& path, std::string* dir, std::string* base) {
   }
 }
 
+// The start of a temporary file's name for the file `base`: ".<base>.tmp.", with base cut to leave room for the
+// unique suffix (pid, counter, clock: up to 42 bytes) within a file name's 255 bytes (NAME_MAX), so that a name
+// near that limit can still be written.
+std::string temp_prefix(const std::string& base) {
+  constexpr size_t kRoom = 255 - 1 - 5 - 42;  // NAME_MAX, less ".", ".tmp." and the suffix
+  std::string out(1, '.');                    // (appended, not "." + string: GCC 12's -Wrestrict misreads that)
+  out.append(base, 0, std::min(base.size(), kRoom));
+  out += ".tmp.";
+  return out;
+}
+
 }  // namespace
 
 std::string read_file(const std::string& path) {
@@ -146,9 +157,8 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path) {
   for (int attempt = 0;; ++attempt) {
     const uint64_t stamp = static_cast<uint64_t>(
         std::chrono::steady_clock::now().time_since_epoch().count());
-    temp_path_ = (dir == "/" ? std::string("/") : dir + "/") + "." + base + ".tmp." +
-                 std::to_string(::getpid()) + "." + std::to_string(counter++) + "." +
-                 std::to_string(stamp % 1000000007u);
+    temp_path_ = (dir == "/" ? std::string("/") : dir + "/") + temp_prefix(base) + std::to_string(::getpid()) + "." +
+                 std::to_string(counter++) + "." + std::to_string(stamp % 1000000007u);
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ >= 0) return;
     const int err = errno;
@@ -264,9 +274,7 @@ StagedDirectory::StagedDirectory(const std::string& dest, bool replace, const st
   const fs::path parent = d.parent_path().empty() ? fs::path(".") : d.parent_path();
   fs::create_directories(parent, ec);
   if (ec) throw IoError(parent.string() + ": create_directories failed: " + ec.message());
-  std::string name = ".";  // (appended, not "." + string: GCC 12's -Wrestrict misreads that)
-  name += d.filename().string();
-  name += ".tmp.";
+  std::string name = temp_prefix(d.filename().string());
   name += std::to_string(::getpid());
   temp_ = (parent / name).string();
   fs::remove_all(temp_, ec);  // a leftover of an earlier process with our pid
@@ -336,7 +344,7 @@ DirectoryLock::~DirectoryLock() {
 int remove_stale_temp_files(const std::string& path) {
   std::string dir, base;
   split_path(path, &dir, &base);
-  const std::string prefix = "." + base + ".tmp.";
+  const std::string prefix = temp_prefix(base);
   std::error_code ec;
   int removed = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir.empty() ? "." : dir, ec)) {

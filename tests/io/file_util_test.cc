@@ -94,6 +94,28 @@ TEST(FileUtil, AtomicWriteFollowsSymlinksAndWritesFifosInPlace) {
   fs::remove_all(dir);
 }
 
+// A name near NAME_MAX (255 bytes) can be written: the temporary file's name cuts the name to leave room for its
+// suffix, and the stale-file cleanup finds it by the same cut.
+TEST(FileUtil, ANameNearNameMaxIsWritten) {
+  const fs::path dir = testing::temp_dir("file_util_long");
+  const std::string path = (dir / std::string(250, 'n')).string();
+  write_file_atomic(path, "long");
+  EXPECT_EQ(read_file(path), "long");
+  {
+    AtomicFileWriter abandoned(path);  // as a killed writer leaves it: the temporary file in place
+    abandoned.write("x", 1);
+    const std::string temp = abandoned.temp_path();
+    EXPECT_LE(fs::path(temp).filename().string().size(), 255u);
+    write_file_atomic(temp + ".copy", "");  // (a second stale file, by the same prefix)
+    EXPECT_EQ(remove_stale_temp_files(path), 2);
+    EXPECT_FALSE(fs::exists(temp));
+  }
+  StagedDirectory staged((dir / std::string(250, 'd')).string(), false);
+  staged.commit();
+  EXPECT_TRUE(fs::is_directory(dir / std::string(250, 'd')));
+  fs::remove_all(dir);
+}
+
 // An output directory may not hold its source, nor what a symlink in the source links to (a --force would delete
 // it); a source beside the output is fine.
 TEST(FileUtil, OutputHoldingItsSourceIsRefused) {
