@@ -358,7 +358,8 @@ py::dict row_dict(const tfm::train::EvalRow& r) {
   d["step"] = r.step;
   d["epoch"] = r.epoch;
   d["lr"] = r.lr;
-  d["train_loss"] = r.train_loss;
+  // step 0 (an --init-from run's starting model) has trained on nothing: nan, as metrics.csv writes it
+  d["train_loss"] = r.step == 0 ? std::numeric_limits<double>::quiet_NaN() : r.train_loss;
   d["valid_loss"] = r.valid_loss;
   d["valid_token_accuracy"] = r.valid_token_accuracy;
   d["valid_sequence_accuracy"] = r.valid_sequence_accuracy;
@@ -638,6 +639,9 @@ PYBIND11_MODULE(_core, m) {
             } else if (t.m.model->config().target_layout() == tfm::data::TargetLayout::SHIFTED) {
               throw std::invalid_argument("logits: an encoder–decoder needs tgt_in (B, T): bos, then the target");
             }
+            if (tgt_in && t.m.model->config().target_layout() != tfm::data::TargetLayout::SHIFTED)
+              throw std::invalid_argument(std::string("logits: tgt_in is an encoder–decoder's; this model (arch ") +
+                                          std::string(tfm::enum_name(t.m.model->config().arch)) + ") reads src alone");
             return t.infer(t.m.model->config().family().data, "", [&] { return t.m.model->forward(b); });
           },
           py::arg("src"), py::arg("tgt_in") = py::none())

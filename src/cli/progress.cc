@@ -57,7 +57,7 @@ void ProgressPrinter::operator()(const train::ProgressEvent& e) {
   if (e.kind == K::EVAL) {
     clear();
     // Step 0 (an --init-from run's starting model) has trained on nothing: no training loss to show
-    // (metrics.csv keeps its 0 so that every cell parses as a number; curves.svg leaves the point out).
+    // (metrics.csv writes nan; curves.svg leaves the point out).
     char train_loss[32] = "-";
     if (e.step > 0) std::snprintf(train_loss, sizeof train_loss, "%.4f", e.last_eval.train_loss);
     std::fprintf(stderr, "eval  step %lld | epoch %lld | train loss %s | val loss %.4f | val token acc %.2f%%",

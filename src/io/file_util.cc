@@ -31,6 +31,8 @@ int open_regular_readonly(const std::string& path, size_t* size) {
   do {
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   } while (fd < 0 && errno == EINTR);
+  while (fd < 0 && errno == EAGAIN)  // a lease held by another process (Samba, NFS): wait for it, as a plain open does
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw_errno(path, "open", errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -69,6 +71,40 @@ std::string temp_prefix(const std::string& base) {
   out.append(base, 0, std::min(base.size(), kRoom));
   out += ".tmp.";
   return out;
+}
+
+// `path` with its symlinks followed (relative links against their own directory), for a writer that replaces the
+// file a link names: a dangling link gives the path its target would have. Throws IoError (ELOOP) after 40 links.
+std::string follow_links(const std::string& path) {
+  std::string target = path;
+  for (int hops = 0; hops <= 40; ++hops) {
+    struct stat lst {};
+    if (::lstat(target.c_str(), &lst) != 0 || !S_ISLNK(lst.st_mode)) return target;
+    std::string link(static_cast<size_t>(lst.st_size > 0 ? lst.st_size : 4096) + 1, '\0');
+    const ssize_t n = ::readlink(target.c_str(), link.data(), link.size());
+    if (n < 0) throw_errno(target, "readlink", errno);
+    link.resize(static_cast<size_t>(n));
+    std::string link_dir, link_base;
+    split_path(target, &link_dir, &link_base);
+    target = link.front() == '/' ? link : link_dir + "/" + link;
+  }
+  throw_errno(path, "follow the symlinks", ELOOP);
+}
+
+// The descriptor a name for one of this process's open descriptors stands for (/dev/stdout, /dev/stderr,
+// /dev/fd/N, /proc/self/fd/N), or −1: such a name is written through that descriptor (dup'ed), where the shell
+// put it — a file opened for appending keeps its earlier bytes, a socket cannot be opened by name at all.
+int descriptor_named(const std::string& path) {
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  for (const char* prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    const size_t n = std::strlen(prefix);
+    if (path.size() > n && path.size() <= n + 9 && path.compare(0, n, prefix) == 0 &&
+        std::all_of(path.begin() + static_cast<std::ptrdiff_t>(n), path.end(),
+                    [](char c) { return c >= '0' && c <= '9'; }))
+      return std::stoi(path.substr(n));
+  }
+  return -1;
 }
 
 }  // namespace
@@ -126,9 +162,17 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path) {
   if (path.empty()) throw IoError("cannot write to an empty path (no file name given)");
   // A device, FIFO or socket (/dev/null, /dev/stdout, a pipe) is written in place, as a shell's redirection
   // writes it: renaming a file over it would replace the node itself (as root, /dev/null for every process).
+  // A name for an open descriptor (/dev/stdout) is written through it, wherever it points (a file opened for
+  // appending, a socket).
+  if (const int named = descriptor_named(path); named >= 0) {
+    fd_ = ::fcntl(named, F_DUPFD_CLOEXEC, 0);
+    if (fd_ < 0) throw_errno(path, "dup", errno);
+    in_place_ = true;
+    return;
+  }
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-    do {
+    do {  // (a FIFO waits here for its reader, as a shell's redirection does)
       fd_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     } while (fd_ < 0 && errno == EINTR);
     if (fd_ < 0) throw_errno(path, "open", errno);
@@ -136,18 +180,7 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path) {
     return;
   }
   // A symlink is followed: the file it names is replaced, not the link (a dangling link's target is created).
-  target_ = path;
-  for (int hops = 0; hops < 40; ++hops) {
-    struct stat lst {};
-    if (::lstat(target_.c_str(), &lst) != 0 || !S_ISLNK(lst.st_mode)) break;
-    std::string link(static_cast<size_t>(lst.st_size > 0 ? lst.st_size : 4096) + 1, '\0');
-    const ssize_t n = ::readlink(target_.c_str(), link.data(), link.size());
-    if (n < 0) throw_errno(target_, "readlink", errno);
-    link.resize(static_cast<size_t>(n));
-    std::string link_dir, link_base;
-    split_path(target_, &link_dir, &link_base);
-    target_ = link.front() == '/' ? link : link_dir + "/" + link;
-  }
+  target_ = follow_links(path);
   std::string dir, base;
   split_path(target_, &dir, &base);
   if (base.empty()) throw IoError(path + ": cannot write: path names a directory");
@@ -342,8 +375,13 @@ DirectoryLock::~DirectoryLock() {
 }
 
 int remove_stale_temp_files(const std::string& path) {
-  std::string dir, base;
-  split_path(path, &dir, &base);
+  std::string dir, base, target;
+  try {
+    target = follow_links(path);  // the writer's temporary files sit beside the file a symlink names
+  } catch (const IoError&) {
+    return 0;
+  }
+  split_path(target, &dir, &base);
   const std::string prefix = temp_prefix(base);
   std::error_code ec;
   int removed = 0;

@@ -56,8 +56,10 @@ class MappedFile {
 // then fsyncs the directory. Until commit() returns, `path` keeps its previous content (or stays
 // absent); if the writer is destroyed without commit() (an exception on the way), the temporary
 // file is removed. The new file gets mode 0666 filtered by the umask, like an ordinary create.
-// A symlink is followed (the file it names is replaced, in that file's directory); a device, FIFO or
-// socket (/dev/null, /dev/stdout on a pipe) is written in place, not atomically, as a shell writes it.
+// A symlink is followed (the file it names is replaced, in that file's directory; a loop of links throws);
+// a device or FIFO (/dev/null, a named pipe: opening one waits for its reader) is written in place, not
+// atomically, as a shell writes it; a name for an open descriptor (/dev/stdout, /dev/fd/N, /proc/self/fd/N) is
+// written through that descriptor, wherever it points (a file opened for appending keeps its bytes).
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(const std::string& path);
@@ -133,7 +135,8 @@ class DirectoryLock {
 };
 
 // Deletes the temporary files ".<base>.tmp.*" that an AtomicFileWriter for `path` left behind when its
-// process was killed mid-write (the real file is untouched). Returns how many were removed.
+// process was killed mid-write (the real file is untouched; beside the file a symlink names, as the writer puts
+// them). Returns how many were removed.
 int remove_stale_temp_files(const std::string& path);
 
 }  // namespace tfm::io

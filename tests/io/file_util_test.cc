@@ -6,6 +6,7 @@
 // To add a case: a TEST in a fresh temp_dir, removed at its end.
 #include "io/file_util.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -73,6 +74,26 @@ TEST(FileUtil, AtomicWriteFollowsSymlinksAndWritesFifosInPlace) {
   write_file_atomic(dangling, "made");
   EXPECT_TRUE(fs::is_symlink(dangling));
   EXPECT_EQ(read_file((dir / "sub" / "made.bin").string()), "made");
+
+  {  // a killed write through the link leaves its temporary file beside the linked file: the cleanup finds it there
+    AtomicFileWriter abandoned(link);
+    abandoned.write("x", 1);
+    EXPECT_EQ(fs::path(abandoned.temp_path()).parent_path(), dir);
+    EXPECT_EQ(remove_stale_temp_files(link), 1);
+  }
+  fs::create_symlink("loop_b", dir / "loop_a");  // a loop of links: refused, neither link replaced
+  fs::create_symlink("loop_a", dir / "loop_b");
+  EXPECT_THROW(write_file_atomic((dir / "loop_a").string(), "x"), IoError);
+  EXPECT_TRUE(fs::is_symlink(dir / "loop_a") && fs::is_symlink(dir / "loop_b"));
+  // A name for an open descriptor is written through it: a file opened for appending keeps its bytes (a rename
+  // over /proc/self/fd/N would have replaced them).
+  const std::string log = (dir / "log.txt").string();
+  write_file_atomic(log, "before,");
+  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  write_file_atomic("/proc/self/fd/" + std::to_string(fd), "after");
+  ::close(fd);
+  EXPECT_EQ(read_file(log), "before,after");
 
   const std::string fifo = (dir / "fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);

@@ -335,6 +335,8 @@ def test_logits_go_to_check_roundtrip(pair_runs, lm_runs, tmp_path):
         mt.logits(src.astype(np.float32), tgt_in)
     with pytest.raises(ValueError, match="id -1"):
         lm.logits(np.array([[1, -1]]))
+    with pytest.raises(ValueError, match=r"tgt_in is an encoder–decoder's; this model \(arch decoder\) reads src alone"):
+        lm.logits(ids, ids)
 
 
 def test_quantized_directory_loads_int8_by_default(pair_runs, tfm_cli):

@@ -110,8 +110,9 @@ SafeTensorsFile load_safetensors(const std::string& path);
 SafeTensorsFile load_safetensors(const std::string& path, const LoadOptions& options);
 
 // Writes tensors (Float32 as "F32", Bool as "BOOL") and optional string metadata atomically: a
-// temporary file in the same directory, fsync, rename. If anything throws (undefined tensor,
-// reserved name, I/O error), `path` keeps its previous content.
+// temporary file in the same directory, fsync, rename (io::AtomicFileWriter: a symlink's file is replaced,
+// a device or FIFO written in place). If anything throws (undefined tensor, reserved name, I/O error), `path`
+// keeps its previous content.
 // Layout matches the reference implementation: tensors sorted by dtype alignment (F32 before BOOL)
 // then by name, data packed in that order, header keys in that order ("__metadata__" first, only
 // when non-empty), header padded with spaces to a multiple of 8 bytes so the data buffer starts
