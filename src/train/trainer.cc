@@ -759,14 +759,13 @@ void Run::describe() {
   // A fresh run replaces whatever run or model the directory held (tfm train --force; the option layer
   // refuses it otherwise): none of its files may outlive it beside the new config.
   // The temporary files of a run killed while it wrote them go too (the directory's lock is this run's).
-  for (const char* f : model_dir::DESCRIPTION_FILES) {
+  const auto drop = [&](const char* f) {
     std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
     io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
-  }
-  for (const char* f : {model_dir::MODEL, model_dir::GPT2_SOURCE, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE}) {
-    std::filesystem::remove(model_dir::path(c_.out_dir, f), ec);
-    io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
-  }
+  };
+  for (const char* f : model_dir::DESCRIPTION_FILES) drop(f);
+  for (const char* f : {model_dir::MODEL, model_dir::GPT2_SOURCE, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE})
+    drop(f);
   std::filesystem::remove_all(model_dir::path(c_.out_dir, BEST_DIR), ec);
   // JSON vocabulary files for text data (any character, newline included) and whenever a token
   // needs them; the one-token-a-line files otherwise.
