@@ -330,13 +330,7 @@ TEST(Decode, BeamIsExhaustiveWhenWide) {
 }
 
 TEST(Decode, EncoderArchIsArgmaxPerPosition) {
-  ModelConfig c;
-  c.arch = Arch::ENCODER;
-  c.src_vocab_size = c.tgt_vocab_size = 20;
-  c.d_model = 16;
-  c.nhead = 2;
-  c.num_encoder_layers = 2;
-  c.dim_feedforward = 32;
+  const ModelConfig c = tfm::testing::tiny_encoder(2);
   Generator g{50, 0};
   Model m(c, g);
   const auto src = sources(5, 9, 9, 20);

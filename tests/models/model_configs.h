@@ -37,6 +37,18 @@ inline ModelConfig small_seq2seq(bool norm_first = false, bool tie = false, cons
   return c;
 }
 
+// A per-position encoder (a tagger) over 20 tokens on both sides: d_model 16, 2 heads, FFN 32, `layers` layers.
+inline ModelConfig tiny_encoder(int64_t layers) {
+  ModelConfig c;
+  c.arch = Arch::ENCODER;
+  c.src_vocab_size = c.tgt_vocab_size = 20;
+  c.d_model = 16;
+  c.nhead = 2;
+  c.num_encoder_layers = layers;
+  c.dim_feedforward = 32;
+  return c;
+}
+
 // A decoder-only language model over 13 tokens with its architecture's defaults (pre-norm, GELU,
 // learned positions, tied output projection), context (max_len) 24.
 inline ModelConfig small_decoder() {

@@ -53,13 +53,7 @@ std::vector<data::Example> random_examples(int n, uint64_t seed) {
 // A target the vocabulary could not name (<unk>: a tag unseen when the vocabulary was built) is never predicted
 // right, though the argmax is that id: its decoded output, "<unk>", is not the token. Its loss still counts.
 TEST(EvaluateSplit, PredictingUnkIsNeverCountedCorrect) {
-  ModelConfig c;
-  c.arch = Arch::ENCODER;
-  c.src_vocab_size = c.tgt_vocab_size = 20;
-  c.d_model = 16;
-  c.nhead = 2;
-  c.num_encoder_layers = 1;
-  c.dim_feedforward = 32;
+  const ModelConfig c = testing::tiny_encoder(1);
   Generator gen{6, 0};
   Model model(c, gen);
   model.eval();
