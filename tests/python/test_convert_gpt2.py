@@ -100,12 +100,17 @@ def test_refuses_a_pickle_that_is_not_weights(tfm_cli, tmp_path):
     assert not (tmp_path / "m").exists()
 
 
-def test_load_an_imported_gpt2_generates_as_the_cli(tfm_cli, tmp_path):
+def imported(tfm_cli, tmp_path):
+    """tiny()'s checkpoint imported by `tfm import gpt2` into tmp_path/m, loaded by the Python package."""
     tfm = pytest.importorskip("tfm")
     src, _ = tiny(tmp_path)
     r = subprocess.run([tfm_cli, "import", "gpt2", str(src), "--out", str(tmp_path / "m")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    m = tfm.load(str(tmp_path / "m"))
+    return tfm.load(str(tmp_path / "m"))
+
+
+def test_load_an_imported_gpt2_generates_as_the_cli(tfm_cli, tmp_path):
+    m = imported(tfm_cli, tmp_path)
     assert m.is_language_model
     ids = m.encode("Hello world")
     assert m.decode(ids) == b"Hello world"
@@ -123,11 +128,7 @@ def test_load_an_imported_gpt2_generates_as_the_cli(tfm_cli, tmp_path):
 def test_bytes_a_gpt2_model_generated_go_back_in(tfm_cli, tmp_path):
     # Byte-level BPE tokens may end inside a UTF-8 character, so a generation may hold bytes that are not UTF-8
     # (returned as lone surrogates, printed raw by the CLI): every gpt2-bpe reader takes them back as those bytes.
-    tfm = pytest.importorskip("tfm")
-    src, _ = tiny(tmp_path)
-    r = subprocess.run([tfm_cli, "import", "gpt2", str(src), "--out", str(tmp_path / "m")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    m = tfm.load(str(tmp_path / "m"))
+    m = imported(tfm_cli, tmp_path)
     for seed in range(100):
         text = m.generate("Party", max_new_tokens=20, temperature=3.0, seed=seed, ignore_eos=True)
         if any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
