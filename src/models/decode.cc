@@ -227,6 +227,7 @@ struct Live {
 // score its eos, where that position exists: `positions` is the most any row feeds, the cache's capacity.
 struct Limits {
   std::vector<int64_t> tokens;  // (Bs)
+  std::vector<char> eos_fits;   // (Bs) position tokens[b] exists: the limit's step scores the eos
   int64_t positions = 1;
 };
 
@@ -235,7 +236,8 @@ Limits source_limits(const ModelConfig& c, const detail::EncodedSources& enc, co
   for (const int64_t n : enc.lengths) {
     const int64_t lim = std::min<int64_t>(opt.max_len > 0 ? opt.max_len : 2 * n + 10, c.max_len);
     l.tokens.push_back(lim);
-    l.positions = std::max(l.positions, lim + (lim < c.max_len ? 1 : 0));
+    l.eos_fits.push_back(lim < c.max_len);
+    l.positions = std::max(l.positions, lim + l.eos_fits.back());
   }
   return l;
 }
@@ -331,7 +333,7 @@ std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::
         parents.push_back(k);
       }
       const auto& fin = finished[static_cast<size_t>(b)];
-      const bool eos_fits = lim < c.max_len;  // position lim exists: the limit's step scores the eos
+      const bool eos_fits = lim_of.eos_fits[static_cast<size_t>(b)];
       bool done = next.empty();
       if (!done && !fin.empty()) {
         std::vector<double> scores;  // finished scores, best first
@@ -426,7 +428,7 @@ std::vector<Hypothesis> sample_chunk(const Model& model, const std::vector<std::
       const bool eos = v == c.eos_id, at_limit = t == limit[b];  // at_limit: only the eos is still scored
       logprob[b] += lp[static_cast<size_t>(at_limit ? c.eos_id : v)];
       if (!eos && !at_limit) h.tokens.push_back(v);
-      const bool table_end = !eos && t + 1 >= limit[b] && limit[b] >= c.max_len;  // no position for an eos
+      const bool table_end = !eos && t + 1 >= limit[b] && !lim_of.eos_fits[b];  // no position for an eos
       if (eos || at_limit || table_end) {
         const bool with_eos = !table_end;
         h.logprob = static_cast<float>(logprob[b]);
