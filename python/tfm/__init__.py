@@ -486,11 +486,16 @@ def _utf8(name, text):
 
 
 def _line(name, text):
-    """One source line of translate(): _utf8, and no line break inside it (`tfm translate` reads one source a
-    line, so a model never sees one)."""
+    """One source line of translate(), read as `tfm translate` reads a line of its input: _utf8, without a final
+    "\n" and a "\r" before it (so lines from readlines() or a CRLF file need no stripping), and no other line
+    break inside it (`tfm translate` reads one source a line, so a model never sees one)."""
     text = _utf8(name, text)
     if text is None:
         raise TypeError(f"{name} must be a str, got None")
+    if text.endswith(b"\n"):
+        text = text[:-1]
+    if text.endswith(b"\r"):
+        text = text[:-1]
     if b"\n" in text:
         raise ValueError(f"{name} holds a line break: give one source per list item")
     return text
@@ -538,7 +543,8 @@ class Model:
                 _int("top_k", top_k, *_INT64), _float32("top_p", top_p), _int("seed", seed, *_UINT64))
 
     def translate(self, lines, beam=_D["beam"], batch_size=_D["decode_batch_size"], max_len=_D["max_len"]):
-        """Predicted targets of source lines (a list of str in, a list of str out), as `tfm translate`. max_len: the
+        """Predicted targets of source lines (a list of str in, a list of str out), as `tfm translate` (a line's own
+        end, "\n" or "\r\n", may be left on it). max_len: the
         longest output in target tokens (0: 2·source tokens + 10; at most the model's max_len); outputs that stop
         at the limit without an end token get a UserWarning saying how many, the note `tfm translate` prints, and so
         do source tokens the vocabulary lacks (read as <unk>)."""

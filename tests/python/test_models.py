@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -522,6 +523,20 @@ def test_wrong_argument_types_are_named(lm_runs, pair_runs, tmp_path):
     assert not (tmp_path / "x").exists()
     with pytest.raises(ValueError, match=r"^n must be in \[1, 2147483647\], got 1099511627776$"):
         tfm.set_num_threads(2 ** 40)
+
+
+def test_translate_reads_an_item_as_tfm_translate_reads_a_line(pair_runs):
+    # A line's own end ("\n", "\r\n": readlines() of a CRLF file) is not part of the source, as `tfm translate`
+    # reads its input; with characters as tokens a kept "\r" would be one more source token (<unk>).
+    m = tfm.load(str(pair_runs[0] / "py"))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        want = m.translate(["3 1 4", "9 2"])
+        assert m.translate(["3 1 4\r\n", "9 2\n"]) == want
+        assert m.translate(["3 1 4\r", "9 2\r\n"]) == want
+    assert not [w for w in seen if "vocabulary" in str(w.message)]  # no <unk> read for a "\r"
+    with pytest.raises(ValueError, match=r"^lines\[0\] holds a line break: give one source per list item$"):
+        m.translate(["3 1\n\n"])
 
 
 def test_evaluate_warns_of_skipped_lines(pair_runs):
