@@ -65,6 +65,7 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
     if (options.strict) throw DataError(name + ":" + std::to_string(line) + ": " + what + " (--strict)");
     data.problems.push_back({line, std::move(what)});
   };
+  data.pairs.reserve(std::count(text.begin(), text.end(), '\n') + 1);  // no growth by doubling: one pair a line at most
   data.lines = for_each_line(text, [&](int64_t line_no, const std::string& line) {
     if (all_space(line)) {
       problem(line_no, "blank line");
@@ -85,7 +86,7 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
       problem(line_no, "malformed line: more than one tab");
       return;
     }
-    const std::string src = line.substr(0, tab), tgt = line.substr(tab + 1);
+    std::string src = line.substr(0, tab), tgt = line.substr(tab + 1);
     TextPair pair;
     pair.line = line_no;
     int64_t ns = 0, nt = 0;       // the sides' token counts
@@ -113,10 +114,11 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
                            " (arch encoder needs one target token per source token)");
       return;
     }
-    // A side only counted is made now: it passed the checks, so this cannot throw.
-    if (!options.src_tokens.has_vocab()) pair.src = options.src_tokens.tokenize(src);
-    if (!options.tgt_tokens.has_vocab()) pair.tgt = options.tgt_tokens.tokenize(tgt);
-    pair.tgt_text = tgt;
+    // A side only counted is made now (unless kept as text only): it passed the checks, so this cannot throw.
+    if (options.keep_tokens && !options.src_tokens.has_vocab()) pair.src = options.src_tokens.tokenize(src);
+    if (options.keep_tokens && !options.tgt_tokens.has_vocab()) pair.tgt = options.tgt_tokens.tokenize(tgt);
+    pair.src_text = std::move(src);
+    pair.tgt_text = std::move(tgt);
     data.pairs.push_back(std::move(pair));
   });
   if (data.pairs.empty())

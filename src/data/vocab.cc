@@ -120,12 +120,20 @@ Vocab build_vocab(const std::vector<std::vector<std::string>>& sequences, Tokeni
   return t == Tokenization::BYTE ? byte_vocab() : Vocab::build(sequences);
 }
 
+Vocab build_vocab(const TokenCounts& counts, Tokenization t) {
+  return t == Tokenization::BYTE ? byte_vocab() : Vocab::build(counts);
+}
+
 Vocab Vocab::build(const std::vector<std::vector<std::string>>& sequences) {
-  std::map<std::string, int64_t> counts;  // byte order: the tie-break
-  for (const auto& seq : sequences)
-    for (const auto& tok : seq) ++counts[tok];
-  for (const char* special : {PAD, BOS, EOS, UNK}) counts.erase(special);  // never twice
-  std::vector<std::pair<std::string, int64_t>> order(counts.begin(), counts.end());
+  TokenCounts c;
+  for (const auto& seq : sequences) c.add(seq);
+  return build(c);
+}
+
+Vocab Vocab::build(const TokenCounts& counts) {
+  std::vector<std::pair<std::string, int64_t>> order;
+  for (const auto& [tok, n] : counts.counts())
+    if (tok != PAD && tok != BOS && tok != EOS && tok != UNK) order.emplace_back(tok, n);  // never twice
   std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   std::vector<std::string> tokens = {PAD, BOS, EOS, UNK};
   for (auto& [tok, n] : order) tokens.push_back(tok);

@@ -187,63 +187,83 @@ Dataset load_dataset(const TrainConfig& c, const SavedVocabs& saved, Comm* comm)
   o.max_tokens = c.max_tokens;
   o.strict = c.strict;
   o.equal_lengths = c.model.target_layout() == data::TargetLayout::PER_POSITION;
-  const data::TsvData train = data::read_tsv(c.train_path, o);
-  const data::TsvData valid = data::read_tsv(c.valid_path, o);
-  for (const auto* d : {&train, &valid})
-    if (!d->problems.empty()) ds.notes.push_back(d->summary());
+  // The files' tokens cost far more than their ids (a char token is a 32-byte string): the training file's sides
+  // without a vocabulary of their own are kept as text and tokenized when counted and when encoded, its spm sides'
+  // tokens are released as each pair is encoded, and the validation file is read once they are gone.
+  o.keep_tokens = false;
+  data::TsvData train = data::read_tsv(c.train_path, o);
+  o.keep_tokens = true;
+  if (!train.problems.empty()) ds.notes.push_back(train.summary());
+  // A pair's tokens of one side: as read, or made from its text (TsvOptions::keep_tokens).
+  const auto tokens = [](const data::Tokenizer& t, const data::Tokens& kept, const std::string& text) {
+    return kept.empty() ? t.tokenize(text) : kept;
+  };
   if (src_vocab && tgt_vocab) {  // resuming or starting from a model directory: its vocabularies, never rebuilt
     ds.src_vocab = *src_vocab;
     ds.tgt_vocab = *tgt_vocab;
     if (ds.src_tokenizer.is_spm()) check_tokenizer_vocab(ds.src_vocab, ds.src_tokenizer);
     if (ds.tgt_tokenizer.is_spm()) check_tokenizer_vocab(ds.tgt_vocab, ds.tgt_tokenizer);
   } else if (c.joint_vocab && !ds.src_tokenizer.is_spm()) {  // one vocabulary of both sides' tokens
-    std::vector<data::Tokens> both;
-    for (const auto& p : train.pairs) both.push_back(p.src), both.push_back(p.tgt);
+    data::TokenCounts both;
+    for (const auto& p : train.pairs)
+      both.add(tokens(ds.src_tokenizer, p.src, p.src_text)), both.add(tokens(ds.tgt_tokenizer, p.tgt, p.tgt_text));
     ds.src_vocab = ds.tgt_vocab = data::build_vocab(both, c.src_tokens);
   } else {
-    std::vector<data::Tokens> s, t;
-    if (!ds.src_tokenizer.is_spm() || !ds.tgt_tokenizer.is_spm())
-      for (const auto& p : train.pairs) s.push_back(p.src), t.push_back(p.tgt);
+    data::TokenCounts s, t;
+    for (const auto& p : train.pairs) {
+      if (!ds.src_tokenizer.is_spm()) s.add(tokens(ds.src_tokenizer, p.src, p.src_text));
+      if (!ds.tgt_tokenizer.is_spm()) t.add(tokens(ds.tgt_tokenizer, p.tgt, p.tgt_text));
+    }
     ds.src_vocab = ds.src_tokenizer.is_spm() ? ds.src_tokenizer.vocab() : data::build_vocab(s, c.src_tokens);
     ds.tgt_vocab = ds.tgt_tokenizer.is_spm() ? ds.tgt_tokenizer.vocab() : data::build_vocab(t, c.tgt_tokens);
   }
   // A token outside a given vocabulary without <unk> is an error naming where it is.
   const auto encode_side = [](const data::Vocab& v, const data::Tokens& t, const data::TsvData& d, int64_t line,
-                               const char* side) {
+                              const char* side) {
     try {
       return v.encode(t);
     } catch (const std::invalid_argument& e) {
       throw data::DataError(d.path + ":" + std::to_string(line) + ": " + side + " " + e.what());
     }
   };
-  const auto encode = [&](const data::TsvData& d, const data::TextPair& p) {
-    return data::Example{encode_side(ds.src_vocab, p.src, d, p.line, "source"),
-                         encode_side(ds.tgt_vocab, p.tgt, d, p.line, "target")};
+  // Appends d's pairs, encoded, to `examples`; with `release`, each pair keeps only its line number once encoded.
+  const auto encode = [&](data::TsvData& d, std::vector<data::Example>& examples, bool release) {
+    examples.reserve(d.pairs.size());
+    for (auto& p : d.pairs) {
+      examples.push_back({encode_side(ds.src_vocab, tokens(ds.src_tokenizer, p.src, p.src_text), d, p.line, "source"),
+                          encode_side(ds.tgt_vocab, tokens(ds.tgt_tokenizer, p.tgt, p.tgt_text), d, p.line, "target")});
+      if (release) p = data::TextPair{.line = p.line};
+    }
   };
-  for (const auto& p : train.pairs) ds.train.push_back(encode(train, p));
-  for (const auto& p : valid.pairs) ds.valid.push_back(encode(valid, p));
   // Tokens the vocabularies lack became <unk>: in the validation file, characters the training file never had; in
   // either, those an spm model left out (SentencePiece's character_coverage, 0.9995, drops the rarest).
-  for (const auto& [d, examples] : {std::pair{&train, &ds.train}, {&valid, &ds.valid}}) {
+  const auto note_unknown = [&](const data::TsvData& d, const std::vector<data::Example>& examples) {
     int64_t src_unk = 0, tgt_unk = 0, lines = 0, first = 0;
-    for (size_t i = 0; i < examples->size(); ++i) {
-      const data::Example& e = (*examples)[i];
+    for (size_t i = 0; i < examples.size(); ++i) {
+      const data::Example& e = examples[i];
       const auto s = std::count(e.src.begin(), e.src.end(), ds.src_vocab.unk_id());
       const auto t = std::count(e.tgt.begin(), e.tgt.end(), ds.tgt_vocab.unk_id());
       if (s + t == 0) continue;
       src_unk += s, tgt_unk += t;
-      if (lines++ == 0) first = d->pairs[i].line;
+      if (lines++ == 0) first = d.pairs[i].line;
     }
     if (lines > 0)
-      ds.notes.push_back(d->path + ": " + std::to_string(src_unk) + " source and " + std::to_string(tgt_unk) +
+      ds.notes.push_back(d.path + ": " + std::to_string(src_unk) + " source and " + std::to_string(tgt_unk) +
                          " target tokens are not in the vocabulary and read as <unk>, on " + std::to_string(lines) +
-                         " of " + std::to_string(examples->size()) + " lines (the first: line " +
-                         std::to_string(first) + ")" +
+                         " of " + std::to_string(examples.size()) + " lines (the first: line " + std::to_string(first) +
+                         ")" +
                          (ds.src_tokenizer.is_spm() || ds.tgt_tokenizer.is_spm()
                               ? "; an spm model leaves out the rarest characters of its training text"
                               : ""));
-  }
-  ds.valid_set = tsv_eval_set(valid);
+  };
+  encode(train, ds.train, true);
+  note_unknown(train, ds.train);
+  train = data::TsvData();
+  data::TsvData valid = data::read_tsv(c.valid_path, o);
+  if (!valid.problems.empty()) ds.notes.push_back(valid.summary());
+  encode(valid, ds.valid, false);
+  note_unknown(valid, ds.valid);
+  ds.valid_set = tsv_eval_set(std::move(valid));
   return ds;
 }
 

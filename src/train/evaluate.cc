@@ -6,8 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
-#include <map>
+#include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "models/scorer.h"
 #include "quote.h"
@@ -17,23 +18,28 @@
 
 namespace tfm::train {
 
-EvalSet group_references(const std::vector<data::Tokens>& sources, const std::vector<data::Tokens>& targets,
-                         const std::vector<std::string>& target_texts) {
+EvalSet group_references(std::vector<data::Tokens> sources, std::vector<data::Tokens> targets,
+                         std::vector<std::string> target_texts) {
   if (sources.size() != targets.size()) throw std::invalid_argument("group_references: sources and targets differ in count");
   const bool texts = !target_texts.empty();
   if (texts && target_texts.size() != targets.size())
     throw std::invalid_argument("group_references: targets and their texts differ in count");
   EvalSet set;
-  std::map<data::Tokens, size_t> where;  // source → its entry
+  // source → its entry; keyed by the entry's index (the source itself lives in set.sources, moved there once)
+  const auto before = [&](size_t a, size_t b) { return set.sources[a] < set.sources[b]; };
+  std::set<size_t, decltype(before)> entries(before);
   for (size_t i = 0; i < sources.size(); ++i) {
-    auto [it, fresh] = where.emplace(sources[i], set.sources.size());
-    if (fresh) {
-      set.sources.push_back(sources[i]);
+    set.sources.push_back(std::move(sources[i]));  // a candidate entry: kept if its source is new
+    size_t entry = set.sources.size() - 1;
+    if (auto [it, fresh] = entries.insert(entry); fresh) {
       set.references.emplace_back();
       if (texts) set.reference_texts.emplace_back();
+    } else {
+      entry = *it;
+      set.sources.pop_back();
     }
-    set.references[it->second].push_back(targets[i]);
-    if (texts) set.reference_texts[it->second].push_back(target_texts[i]);
+    set.references[entry].push_back(std::move(targets[i]));
+    if (texts) set.reference_texts[entry].push_back(std::move(target_texts[i]));
   }
   return set;
 }
@@ -53,11 +59,14 @@ EvalSet task_eval_set(data::Task task, uint64_t seed, data::Split split, int64_t
   return set;
 }
 
-EvalSet tsv_eval_set(const data::TsvData& tsv) {
+EvalSet tsv_eval_set(data::TsvData tsv) {
   std::vector<data::Tokens> s, t;
   std::vector<std::string> texts;
-  for (const auto& p : tsv.pairs) s.push_back(p.src), t.push_back(p.tgt), texts.push_back(p.tgt_text);
-  return group_references(s, t, texts);
+  s.reserve(tsv.pairs.size()), t.reserve(tsv.pairs.size()), texts.reserve(tsv.pairs.size());
+  for (auto& p : tsv.pairs)
+    s.push_back(std::move(p.src)), t.push_back(std::move(p.tgt)), texts.push_back(std::move(p.tgt_text));
+  tsv = data::TsvData();
+  return group_references(std::move(s), std::move(t), std::move(texts));
 }
 
 namespace {
@@ -86,7 +95,7 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
   // An encoder predicts one token per source token: a pair of unequal lengths is skipped (and noted), as training
   // skips it, rather than scored on the reference's length only.
   opt.equal_lengths = m.model->config().target_layout() == data::TargetLayout::PER_POSITION;
-  const data::TsvData d = data::read_tsv(path, opt);
+  data::TsvData d = data::read_tsv(path, opt);
   if (note) *note = d.problems.empty() ? std::string() : d.summary();
   // Targets the tokenizer changes beyond whitespace (spm's NFKC): the output can only ever be the changed form.
   const auto letters = [](const std::string& s) {
@@ -129,7 +138,7 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
              "): BLEU and chrF score against the targets as written, which the output cannot reproduce; the "
              "token and sequence accuracies compare the tokenized forms";
   }
-  return tsv_eval_set(d);
+  return tsv_eval_set(std::move(d));
 }
 
 Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, const EvalSet& set,

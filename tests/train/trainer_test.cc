@@ -509,7 +509,7 @@ TEST(Trainer, LoadedModelTranslatesAndEvaluates) {
   EXPECT_EQ(evaluate(m, as_written, DecodeOptions{}, 4, detok).reference_tokens, 2);
   // tsv_eval_set keeps each target's text, grouped with its source.
   data::TsvData tsv;
-  tsv.pairs = {{{"a"}, {"x"}, "x ", 1}, {{"b"}, {"y"}, "y", 2}, {{"a"}, {"z"}, "z", 3}};
+  tsv.pairs = {{{"a"}, {"x"}, "a", "x ", 1}, {{"b"}, {"y"}, "b", "y", 2}, {{"a"}, {"z"}, "a", "z", 3}};
   const EvalSet g = tsv_eval_set(tsv);
   EXPECT_EQ(g.reference_texts, (std::vector<std::vector<std::string>>{{"x ", "z"}, {"y"}}));
 }

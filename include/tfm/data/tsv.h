@@ -36,10 +36,15 @@ struct TsvOptions {
   int64_t max_tokens = 256;    // per side
   bool strict = false;         // first problem throws
   bool equal_lengths = false;  // arch "encoder": one target token per source token
+  // false: a side whose tokenizer has no vocabulary (char, space, byte) keeps only its text (TextPair::src_text,
+  // tgt_text), for the caller to tokenize when it needs the tokens: a big file's char tokens, 32-byte strings
+  // each, would cost some 30 times the file.
+  bool keep_tokens = true;
 };
 
 struct TextPair {
-  std::vector<std::string> src, tgt;  // tokens
+  std::vector<std::string> src, tgt;  // tokens (empty for a side kept as text only: TsvOptions::keep_tokens)
+  std::string src_text;               // the source as the file has it
   std::string tgt_text;               // the target as the file has it (what a translation is scored against)
   int64_t line = 0;                   // 1-based line number in the file
 };

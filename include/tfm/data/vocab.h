@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -67,6 +68,18 @@ std::string detokenize(const std::vector<std::string>& tokens, Tokenization t);
 // "<0xNN>" (upper-case hex), the spelling of byte b in the byte vocabulary.
 std::string byte_token(uint8_t b);
 
+// How often each token occurs in the sequences added (in byte order: Vocab::build's tie-break).
+class TokenCounts {
+ public:
+  void add(const std::vector<std::string>& tokens) {
+    for (const auto& t : tokens) ++counts_[t];
+  }
+  const std::map<std::string, int64_t>& counts() const { return counts_; }
+
+ private:
+  std::map<std::string, int64_t> counts_;
+};
+
 class Vocab {
  public:
   static constexpr const char* PAD = "<pad>";
@@ -78,6 +91,8 @@ class Vocab {
   Vocab() = default;
   // Specials 0..3, then every token of `sequences` by decreasing count, ties in byte order.
   static Vocab build(const std::vector<std::vector<std::string>>& sequences);
+  // The same from the tokens' counts (TokenCounts::add over the sequences: a corpus need not be held to be counted).
+  static Vocab build(const TokenCounts& counts);
   // Exactly these tokens in this order; specials found by spelling (any may be absent).
   static Vocab from_tokens(std::vector<std::string> tokens);
   // "*.json": a JSON array of strings; otherwise one token per line (a file whose every line ends in
@@ -116,6 +131,7 @@ class Vocab {
 Vocab byte_vocab();
 // A vocabulary for `sequences` tokenized with `t`: byte_vocab() for BYTE, else Vocab::build.
 Vocab build_vocab(const std::vector<std::vector<std::string>>& sequences, Tokenization t);
+Vocab build_vocab(const TokenCounts& counts, Tokenization t);
 
 }  // namespace tfm::data
 

@@ -33,13 +33,13 @@ struct EvalSet {
 
 // Groups (source, target) pairs by source in first-appearance order: a source on several lines of a
 // file has several accepted targets. `target_texts` (the targets as written, or empty) are grouped alike.
-EvalSet group_references(const std::vector<data::Tokens>& sources, const std::vector<data::Tokens>& targets,
-                         const std::vector<std::string>& target_texts = {});
+EvalSet group_references(std::vector<data::Tokens> sources, std::vector<data::Tokens> targets,
+                         std::vector<std::string> target_texts = {});
 // `count` examples of a task's split, each its own entry (repeats included), in the task vocabulary's
 // tokens.
 EvalSet task_eval_set(data::Task task, uint64_t seed, data::Split split, int64_t count);
 // The pairs of a TSV file, grouped by source.
-EvalSet tsv_eval_set(const data::TsvData& tsv);
+EvalSet tsv_eval_set(data::TsvData tsv);
 
 // A trained model's test sets (`tfm eval`). A task's: `count` fresh TEST-split sequences, drawn with
 // `seed` or else the run's own seed; throws when the model was not trained on a built-in task. A TSV
