@@ -24,7 +24,9 @@
 //     label_smoothing too): a call with <float> is the template, one without it the float twin,
 //     which runs that template. Where a kernel departs from the rule, it is for a reason:
 //       - no twin of its own: gemm_bias (defined as gemm onto rows preset to the bias, which
-//         TFM_FORCE_SCALAR runs over gemm_scalar); copy_bytes (no arithmetic); quantize_rows_s8 and
+//         TFM_FORCE_SCALAR runs over gemm_scalar: the bias is then added after the whole sum, as gemm_scalar
+//         adds C; oneDNN adds C within its own blocking of K); copy_bytes and widen_rows_u8_avx2 (gemm_packed.h:
+//         u8 → int16, no arithmetic; tested through gemm_packed_s8_avx2's exact sums); quantize_rows_s8 and
 //         dequantize_rows_s8 (one scalar body each, run once per weight or per looked-up row).
 //       - no AVX-512 body of its own: gemm, gemm_bias (oneDNN is their fast path there, gemm_backend.h;
 //         their AVX2 body, gemm_avx2_serial in gemm_avx2.cc, is one panel's product, declared there too);
@@ -35,7 +37,8 @@
 //       - bias_grad_avx512 and the template behind bias_grad_scalar take dy's row stride ld: the
 //         dispatcher hands each a block of columns. So do bias_grad_bf16_avx512, mul_bias_grad_bf16_avx512
 //         and relu_dropout_backward_bf16_round_avx512, which have no AVX2 body (bf16 training's fused passes:
-//         without AVX-512 their dispatchers run the kernels they fuse, one after the other).
+//         without AVX-512, and under TFM_FORCE_SCALAR, their dispatchers run the kernels they fuse, one after
+//         the other, so their twins are the specification and the test oracle but not the fallback).
 //       - log_softmax_rows' AVX-512 body is per row, log_softmax_row_avx512, returning false on a row
 //         the twin must take; its twin log_softmax_rows_scalar runs log_softmax_row_scalar
 //         (cross_entropy_scalar.h, the one double log-softmax of a row, which decoding calls too).

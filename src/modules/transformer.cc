@@ -104,8 +104,10 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
 // activation in one pass after the GEMM); with ReLU the dropout joins that pass too; bfloat16
 // training keeps the hidden activation the second Linear multiplies in bfloat16 only. Inside
 // InferenceMode, where decoding runs, the packed Linear adds its bias after the GEMM too (oneDNN's
-// bias epilogue), so this is bitwise activation(linear1(x)); outside, ops::linear starts the GEMM
-// from the bias, which may round differently.
+// bias epilogue), so this is bitwise activation(linear1(x)); outside, ops::linear sums the GEMM onto
+// rows preset to the bias (kernels::gemm_bias), and the bias enters the sum where the GEMM adds C
+// (gemm_scalar: after the whole sum; oneDNN: in its own blocking, which differs from that once K is past
+// a few hundred), which may round differently.
 static Tensor feed_forward_of(const Tensor& x, const Linear& linear1, const Dropout& dropout,
                               const Linear& linear2, Activation act) {
   return ops::feed_forward(x, linear1.weight, linear1.bias, linear2.weight, linear2.bias, act, dropout.p,

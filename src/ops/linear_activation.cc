@@ -40,7 +40,7 @@ struct LinearReluNode : Node {
 };
 
 // inputs as LinearReluNode, for GELU and GELU_TANH in training: the forward ran ops::linear's product
-// z = x·Wᵀ + b (the GEMM started from the bias), then y = act(z) and d = act'(z) in one pass
+// z = x·Wᵀ + b (kernels::gemm_bias: x·Wᵀ summed onto rows preset to b), then y = act(z) and d = act'(z) in one pass
 // (kernels::activation_forward_grad), keeping d instead of z. dz = dy ⊙ d is bitwise activation_backward's
 // dx from z, then the Linear backward: activation(linear(x, W, b)) bit for bit, without evaluating act' again.
 struct LinearActivationNode : Node {

@@ -16,7 +16,7 @@ namespace tfm::ops {
 // Inference, and training with ReLU: the GEMM writes x·Wᵀ, then one pass adds the bias and applies
 // the activation in place (no bias broadcast pass, no second buffer); training keeps only y, since
 // relu's backward selects on y as on z (y ≤ 0 ⇔ z ≤ 0; NaN ⇔ NaN). GELU and GELU_TANH in training: the composition
-// activation(linear(x, W, b)) bit for bit, but in one node: the GEMM started from the bias (as ops::linear),
+// activation(linear(x, W, b)) bit for bit, but in one node: x·Wᵀ summed onto the bias (gemm_bias, as ops::linear),
 // then y = act(z) and d = act'(z) in one pass (kernels::activation_forward_grad), keeping d (N, F) where the
 // composition keeps z, so the backward does not evaluate act' again. The gated kinds in training take the
 // composition itself.

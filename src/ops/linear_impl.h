@@ -26,7 +26,7 @@ int64_t linear_rows(const Tensor& x);
 // (no gradient will be recorded) and such a scope is active; else, under Autocast(BFLOAT16),
 // bf16(x)·bf16(W)ᵀ with float32 sums (ops/bf16_linear.h), returning the operands' bfloat16 copies for the
 // node to keep (x's only when !may_pack: x rounded once, whole, and multiplied from that copy, the same bits
-// as rounding it panel by panel); else kernels::gemm_bias (the GEMM started from the bias). Returns empty
+// as rounding it panel by panel); else kernels::gemm_bias (x·Wᵀ summed onto rows preset to the bias). Returns empty
 // operands but for bf16. The caller has checked the shapes (check_linear_args).
 Bf16Operands linear_matmul(int64_t N, const float* x, const Tensor& weight, const float* bias, float* y, bool may_pack);
 
