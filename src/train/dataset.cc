@@ -194,9 +194,13 @@ Dataset load_dataset(const TrainConfig& c, const SavedVocabs& saved, Comm* comm)
   data::TsvData train = data::read_tsv(c.train_path, o);
   o.keep_tokens = true;
   if (!train.problems.empty()) ds.notes.push_back(train.summary());
-  // A pair's tokens of one side: as read, or made from its text (TsvOptions::keep_tokens).
-  const auto tokens = [](const data::Tokenizer& t, const data::Tokens& kept, const std::string& text) {
-    return kept.empty() ? t.tokenize(text) : kept;
+  // A pair's tokens of one side: as read, or made from its text into `made` (TsvOptions::keep_tokens).
+  data::Tokens made;
+  const auto tokens = [&made](const data::Tokenizer& t, const data::Tokens& kept,
+                              const std::string& text) -> const data::Tokens& {
+    if (!kept.empty()) return kept;
+    made = t.tokenize(text);
+    return made;
   };
   if (src_vocab && tgt_vocab) {  // resuming or starting from a model directory: its vocabularies, never rebuilt
     ds.src_vocab = *src_vocab;
@@ -205,8 +209,10 @@ Dataset load_dataset(const TrainConfig& c, const SavedVocabs& saved, Comm* comm)
     if (ds.tgt_tokenizer.is_spm()) check_tokenizer_vocab(ds.tgt_vocab, ds.tgt_tokenizer);
   } else if (c.joint_vocab && !ds.src_tokenizer.is_spm()) {  // one vocabulary of both sides' tokens
     data::TokenCounts both;
-    for (const auto& p : train.pairs)
-      both.add(tokens(ds.src_tokenizer, p.src, p.src_text)), both.add(tokens(ds.tgt_tokenizer, p.tgt, p.tgt_text));
+    for (const auto& p : train.pairs) {
+      both.add(tokens(ds.src_tokenizer, p.src, p.src_text));
+      both.add(tokens(ds.tgt_tokenizer, p.tgt, p.tgt_text));
+    }
     ds.src_vocab = ds.tgt_vocab = data::build_vocab(both, c.src_tokens);
   } else {
     data::TokenCounts s, t;
@@ -230,7 +236,9 @@ Dataset load_dataset(const TrainConfig& c, const SavedVocabs& saved, Comm* comm)
   const auto encode = [&](data::TsvData& d, std::vector<data::Example>& examples, bool release) {
     examples.reserve(d.pairs.size());
     for (auto& p : d.pairs) {
-      examples.push_back({encode_side(ds.src_vocab, tokens(ds.src_tokenizer, p.src, p.src_text), d, p.line, "source"),
+      std::vector<int32_t> src =
+          encode_side(ds.src_vocab, tokens(ds.src_tokenizer, p.src, p.src_text), d, p.line, "source");
+      examples.push_back({std::move(src),
                           encode_side(ds.tgt_vocab, tokens(ds.tgt_tokenizer, p.tgt, p.tgt_text), d, p.line, "target")});
       if (release) p = data::TextPair{.line = p.line};
     }
