@@ -124,9 +124,10 @@ tfm::Tensor tensor_over(py::array array) {
 }
 
 // Zero-copy for C-contiguous aligned float32 (writeable or not); one copy for other float layouts and
-// dtypes and for a misaligned float32 buffer; bool arrays become Bool tensors (one copy, one byte each).
-// Integer arrays are refused, as PyTorch refuses them for a Transformer's inputs and masks (an integer
-// mask would otherwise be added to the scores as if it were a float one).
+// dtypes and for a misaligned float32 buffer; bool arrays become Bool tensors (one copy, one byte each),
+// which only a mask may be. Integer arrays are refused: as a mask one would otherwise be added to the
+// scores as if it were a float one. PyTorch 2 refuses integer masks too; 1.13 still took a uint8
+// attn_mask as bool (deprecated), which tfm does not.
 tfm::Tensor from_numpy(py::array a) {
   if (a.dtype().is(py::dtype::of<bool>())) {
     py::array_t<bool, py::array::c_style | py::array::forcecast> c(a);
@@ -136,8 +137,9 @@ tfm::Tensor from_numpy(py::array a) {
   }
   const char kind = a.dtype().kind();
   if (kind != 'f')
-    throw std::invalid_argument(std::string("expected a float or bool array (masks: bool, True = blocked, or float, "
-                                            "added), got dtype '") + std::string(py::str(a.dtype())) + "'");
+    throw std::invalid_argument(std::string("expected a float array (or, for a mask, a bool one: True = blocked), "
+                                            "got dtype '") +
+                                std::string(py::str(a.dtype())) + "'");
   const bool aligned = reinterpret_cast<uintptr_t>(a.data()) % alignof(float) == 0;
   if (a.dtype().is(py::dtype::of<float>()) && (a.flags() & py::array::c_style) && aligned) return tensor_over(a);
   if (!aligned) {  // forcecast keeps a C-contiguous float32 array as it is, misaligned: copy it ourselves
@@ -351,7 +353,6 @@ struct PyTrainedModel {
 
 tfm::Precision precision_of(const std::string& dtype) { return tfm::enum_from_name<tfm::Precision>(dtype); }
 
-// Code points predicted in a text: every UTF-8 lead byte but the first (tfm/models/text_eval.h).
 py::dict event_dict(const tfm::train::ProgressEvent& e);
 py::dict row_dict(const tfm::train::EvalRow& r) {
   py::dict d;

@@ -12,7 +12,7 @@
 Arrays: inputs are numpy arrays or CPU torch tensors. A C-contiguous float32 array (or torch tensor) is used in
 place, without a copy; every other layout or float dtype is converted with one copy; masks are bool (True =
 blocked) or float (added); an integer array is refused (ValueError), as PyTorch 2 refuses it (1.13 still took a
-uint8 mask as bool, deprecated). Outputs are numpy arrays over memory tfm allocated for that call (or torch
+uint8 attn_mask as bool, deprecated). Outputs are numpy arrays over memory tfm allocated for that call (or torch
 tensors sharing it, when the inputs were torch tensors): the caller's, no later call reuses it. A read-only input
 array stays read-only through tfm (np.asarray(tfm.tensor(a)) is read-only too). An array shared with tfm must not
 be written from another thread while a call runs.
@@ -43,6 +43,7 @@ import queue as _queue
 import sys as _sys
 import threading as _threading
 import warnings as _warnings
+import weakref as _weakref
 from collections.abc import Mapping as _Mapping
 
 import numpy as _np
@@ -198,6 +199,23 @@ _REQUIRED = {"MultiheadAttention": ["query", "key", "value"], "TransformerEncode
              "TransformerDecoder": ["tgt", "memory"], "Transformer": ["src", "tgt"]}
 
 
+def _argument(name, v):
+    """The forward argument `name` as a tfm.Tensor. An array of a dtype the argument cannot take is a ValueError
+    saying what it takes: a sequence (and grad_output) is float, a mask bool (True = blocked) or float (added); a
+    causal flag is the 0-dim bool _inputs makes of it."""
+    if isinstance(v, Tensor) or name.endswith("is_causal"):
+        return tensor(v)
+    a = _as_numpy(v)
+    if "mask" in name:
+        if a.dtype.kind not in "fb":
+            note = (" (an integer mask is refused, as PyTorch 2 refuses it; PyTorch 1.13 read a uint8 attn_mask as "
+                    "bool, deprecated: pass mask.bool())") if a.dtype.kind in "iu" else ""
+            raise ValueError(f"expected a bool (True = blocked) or float (added) mask, got dtype '{a.dtype}'{note}")
+    elif a.dtype.kind != "f":
+        raise ValueError(f"expected a float array, got dtype '{a.dtype}'")
+    return tensor(a)
+
+
 def _unsqueeze(a, axis):
     """A torch tensor or array-like with a new axis of 1 (a view where it can be one)."""
     return a.unsqueeze(axis) if _is_torch(a) else _np.expand_dims(_np.asarray(a), axis)
@@ -213,17 +231,26 @@ class Module:
     (nn.TransformerEncoder's nested-tensor fast path, given only a src_key_padding_mask: 0 at the padded positions),
     the call computes what the torch module's own call computes in the same state: the fast path under
     torch.no_grad() / inference_mode() or when nothing it reads requires a gradient, the regular path when torch's
-    grad mode is on and the first encoder layer's parameters (or a torch src) required gradients, as PyTorch 1.13
-    decides. Calls from several Python threads are served one at a time (the native module is not safe to call
-    concurrently); use one Module per thread to run in parallel.
+    grad mode is on and the first encoder layer's parameters (or a torch src) require gradients, as PyTorch 1.13
+    decides; requires_grad is read at each call, so a torch module frozen after from_torch is followed. Calls from
+    several Python threads are served one at a time (the native module is not safe to call concurrently); use one
+    Module per thread to run in parallel.
     """
 
-    def __init__(self, core, config, requires_grad=None):
+    def __init__(self, core, config, first_layer=None):
         self._core = core
         self._lock = _threading.Lock()
         self.config = dict(config)
         self.name = core.module_name
-        self._requires_grad = requires_grad  # from_torch: its first encoder layer's parameters required gradients
+        # from_torch: the torch module's first encoder layer, whose parameters PyTorch's nested-tensor path reads
+        # at each call (a weak reference: tfm does not keep the torch module alive), and whether they required
+        # gradients when last read, which stays once the torch module is gone.
+        self._first_layer = None if first_layer is None else _weakref.ref(first_layer)
+        self._requires_grad = first_layer is not None and self._layer_requires_grad(first_layer)
+
+    @staticmethod
+    def _layer_requires_grad(layer):
+        return any(p.requires_grad for p in layer.parameters())
 
     def _inputs(self, args, kwargs):
         names = _ARGS[self.name]
@@ -264,7 +291,7 @@ class Module:
                     continue
                 v = _np.array(True)
             try:
-                inputs[k] = tensor(v)
+                inputs[k] = _argument(k, v)
             except ValueError as e:
                 raise ValueError(f"{self.name}: {k}: {e}") from None
         return inputs, torch_out, self._torch_autograd(given), axis
@@ -276,13 +303,17 @@ class Module:
     def _torch_autograd(self, given):
         """Whether PyTorch's TransformerEncoder would see autograd recording here, the condition of its nested-tensor
         fast path (torch 1.13 reads src and its first layer's parameters): torch's grad mode on, and the first
-        encoder layer of the module converted by from_torch having parameters that required gradients, or a torch
-        src requiring one. The call takes the path PyTorch's would."""
+        encoder layer of the module converted by from_torch having parameters that require gradients now (read at
+        each call, so freezing the torch module after the conversion is followed), or a torch src requiring one.
+        The call takes the path PyTorch's would."""
         torch = _sys.modules.get("torch")
         if torch is None or not torch.is_grad_enabled():
             return False
+        layer = self._first_layer() if self._first_layer is not None else None
+        if layer is not None:
+            self._requires_grad = self._layer_requires_grad(layer)
         src = given.get("src")
-        return bool(self._requires_grad) or (_is_torch(src) and src.requires_grad)
+        return self._requires_grad or (_is_torch(src) and src.requires_grad)
 
     @staticmethod
     def _out(t, torch_out):
@@ -323,7 +354,7 @@ class Module:
         if axis is not None and _ndim(grad_output) == 2:
             grad_output = _unsqueeze(grad_output, axis)
         try:
-            g = tensor(grad_output)
+            g = _argument("grad_output", grad_output)
         except ValueError as e:
             raise ValueError(f"{self.name}: grad_output: {e}") from None
         with self._lock:
@@ -387,7 +418,8 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
     renamed and reshaped as tools/import_torch.py does (tfm.torch_import, the same code), `overrides` playing
     --set's part. dtype: "f32", "bf16" or "int8" (the Linear matmuls when called; forward_backward in bf16 trains
     as `tfm train --dtype bf16` does; int8 is forward only; docs/bf16.md, docs/int8.md).
-    The weights are copied into tfm once; later changes to `module` are not seen. tfm runs the module in eval mode
+    The weights are copied into tfm once: later changes to their values are not seen, but their requires_grad is
+    (each call reads it, as PyTorch's nested-tensor path does: see Module). tfm runs the module in eval mode
     (dropout off): a module in training mode gets a UserWarning saying so.
     Raises ValueError when the module or its config is not one tfm runs (for the six classes: also a subclass
     overriding their forward, a forward hook, a submodule of another type; tfm runs the stock forward).
@@ -417,12 +449,13 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
         if config["module"] != "MultiheadAttention" and "activation" not in config:
             raise ValueError("the activation is a callable tfm cannot name: pass overrides={'activation': ...}")
         tensors = {k: _as_numpy(v) for k, v in module.state_dict().items()}
-    # PyTorch's nested-tensor path reads the first encoder layer's parameters (a Transformer's encoder's).
+    # PyTorch's nested-tensor path reads the first encoder layer's parameters (a Transformer's encoder's) at each
+    # call: the Module reads them at its own (Module._torch_autograd).
     nn = torch_config.nn
     encoder = module.encoder if isinstance(module, nn.Transformer) else module
     layers = encoder.layers if mapping is None and isinstance(encoder, nn.TransformerEncoder) else None
-    requires_grad = bool(layers) and any(p.requires_grad for p in layers[0].parameters())
-    fast = Module(_core.Module(_json_text(config), _weights(tensors), _dtype(dtype), "state_dict"), config, requires_grad)
+    fast = Module(_core.Module(_json_text(config), _weights(tensors), _dtype(dtype), "state_dict"), config,
+                  layers[0] if layers else None)
     # The module itself in training mode, or a submodule whose training mode changes torch's numbers (a dropout):
     # "" names the module itself.
     training = [name for name, sub in module.named_modules() if sub.training and (

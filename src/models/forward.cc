@@ -4,9 +4,11 @@
 //
 // Each module kind has a ModuleCall (the module and the call of its forward) that maps the named inputs
 // onto its forward's arguments after checking names, dtypes and shapes (every error names the tensor and
-// starts with the inputs' source). To add a kind: a ModuleCall below and its case in make_call and differentiable_inputs_of.
+// starts with the inputs' source). To add a kind: its arguments in arguments_of, a ModuleCall below and its case in
+// make_call and differentiable_inputs_of.
 #include "tfm/models/forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <new>
 #include <stdexcept>
@@ -20,6 +22,45 @@
 
 namespace tfm {
 namespace {
+
+// The arguments of a module kind's forward, by the names PyTorch's forward gives them (forward.h's table), the
+// required ones first: what its call checks the inputs against, and (all kinds together) the names
+// read_forward_inputs knows.
+struct Arguments {
+  std::vector<const char*> names;
+  size_t required;  // names[0, required) must be given
+
+  bool takes(const std::string& name) const {
+    return std::any_of(names.begin(), names.end(), [&](const char* a) { return name == a; });
+  }
+};
+
+const Arguments& arguments_of(ModuleKind kind) {
+  static const Arguments mha{{"query", "key", "value", "attn_mask", "key_padding_mask", "is_causal"}, 1};
+  static const Arguments enc_layer{{"src", "src_mask", "src_key_padding_mask", "is_causal"}, 1};
+  static const Arguments enc{{"src", "mask", "src_key_padding_mask", "is_causal"}, 1};
+  static const Arguments dec{{"tgt", "memory", "tgt_mask", "memory_mask", "tgt_key_padding_mask",
+                              "memory_key_padding_mask", "tgt_is_causal", "memory_is_causal"},
+                             2};
+  static const Arguments transformer{
+      {"src", "tgt", "src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask", "tgt_key_padding_mask",
+       "memory_key_padding_mask", "src_is_causal", "tgt_is_causal", "memory_is_causal"},
+      2};
+  switch (kind) {
+    case ModuleKind::MULTIHEAD_ATTENTION:
+      return mha;
+    case ModuleKind::TRANSFORMER_ENCODER_LAYER:
+      return enc_layer;
+    case ModuleKind::TRANSFORMER_ENCODER:
+      return enc;
+    case ModuleKind::TRANSFORMER_DECODER_LAYER:
+    case ModuleKind::TRANSFORMER_DECODER:
+      return dec;
+    case ModuleKind::TRANSFORMER:
+      return transformer;
+  }
+  throw std::invalid_argument("arguments_of: not a ModuleKind");
+}
 
 // Named inputs and the name of where they came from (a file path, or "inputs"), for messages.
 struct Inputs {
@@ -47,16 +88,15 @@ struct Inputs {
       throw std::invalid_argument(source + ": '" + name + "' must be a 0-dimensional BOOL tensor, got " + describe(t));
     return t.data_bool()[0] != 0;
   }
-  void check_names(std::initializer_list<const char*> allowed, std::initializer_list<const char*> required) const {
-    for (const char* r : required) req(r);  // a missing argument is reported before a stray one
+  // Every name among `args`, and the required ones present; a missing argument is reported before a stray one.
+  void check_names(const Arguments& args) const {
+    for (size_t i = 0; i < args.required; ++i) req(args.names[i]);
     for (auto& [k, v] : in) {
-      bool ok = false;
-      for (const char* a : allowed) ok = ok || k == a;
-      if (!ok) {
-        std::string list;
-        for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
-        throw std::invalid_argument(source + ": unexpected tensor " + quote_name(k) + " (expected some of: " + list + ")");
-      }
+      if (args.takes(k)) continue;
+      std::string list;
+      for (const char* a : args.names) list += std::string(list.empty() ? "" : ", ") + a;
+      throw std::invalid_argument(source + ": unexpected tensor " + quote_name(k) + " (expected some of: " + list +
+                                  ")");
     }
   }
 };
@@ -101,20 +141,19 @@ struct ShapeChecker {
 };
 
 // ---- nn.TransformerEncoder's nested-tensor fast path ----------------------------------------------
-// PyTorch's TransformerEncoder.forward, with enable_nested_tensor, runs a batch given only a
-// src_key_padding_mask as a nested tensor of each row's unpadded positions, and pads the stack's output
-// with 0 before its final norm (which then gives its bias there); the other positions are what the
-// regular path computes. It does so when all of PyTorch's conditions hold: the first layer in eval mode,
-// post-norm, batch_first, ReLU or GELU, norm eps equal (tfm's one eps), an even head count; a 3-D src, no
-// mask (nor is_causal), no autocast; gradients disabled or nothing requiring one (forward() is told which by its
-// TorchCall; call() and forward_backward() read grad_enabled() and what requires one: src, the first layer's
-// parameters); and with mask_check, a left-aligned mask (each row's padding at its end). Without mask_check
-// a row with n unpadded positions is its first n, as torch._nested_tensor_from_mask takes them. A float
-// mask pads where it is not 0 (PyTorch converts it with logical_not). tfm takes the path on a layer
-// torch.nn builds (no tfm variant), and keeps the input's shape: PyTorch 1.13 also drops the positions
-// padded in every row from its output, PyTorch 2 keeps them as here. One difference stays: PyTorch's fast
-// path runs nn.GELU(approximate="tanh") as the exact GELU (its flag says only "GELU"); tfm runs the
-// module's tanh form there too (about 1e-4 apart).
+// PyTorch's TransformerEncoder.forward, with enable_nested_tensor, runs a batch given only a src_key_padding_mask
+// as a nested tensor of each row's unpadded positions, and pads the stack's output with 0 before its final norm
+// (which then gives its bias there); the other positions are what the regular path computes, and nothing src holds
+// at a padded position reaches them (not even a NaN). It does so when all of PyTorch's conditions hold: the first
+// layer in eval mode, post-norm, batch_first, ReLU or GELU, norm eps equal (tfm's one eps), an even head count; a
+// 3-D src, no mask (nor is_causal), no autocast; gradients disabled or nothing requiring one (forward() is told
+// which by its TorchCall; call() and forward_backward() read grad_enabled() and what requires one: src, the first
+// layer's parameters); and with mask_check, a left-aligned mask (each row's padding at its end). Without mask_check
+// a row with n unpadded positions is its first n, as torch._nested_tensor_from_mask takes them. A float mask pads
+// where it is not 0 (PyTorch converts it with logical_not). tfm takes the path on a layer torch.nn builds (no tfm
+// variant), and keeps the input's shape: PyTorch 1.13 also drops the positions padded in every row from its output,
+// PyTorch 2 keeps them as here. One difference stays: PyTorch's fast path runs nn.GELU(approximate="tanh") as the
+// exact GELU (its flag says only "GELU"); tfm runs the module's tanh form there too (about 1e-4 apart).
 
 // The config's two switches (ModuleConfig::enable_nested_tensor, mask_check), all the path reads of it.
 struct NestedSwitches {
@@ -172,7 +211,20 @@ Tensor encoder_forward(NestedSwitches c, TorchCall as, const TransformerEncoder&
   for (int64_t b = 0; b < B; ++b)
     for (int64_t s = 0; s < S; ++s) pad[static_cast<size_t>(b * S + s)] = s >= lengths[static_cast<size_t>(b)];
   const Tensor prefix = Tensor::from_bool({B, S}, pad);  // each row's sequence: its first lengths[b] positions
+  // The padded positions enter the layers as 0. The nested tensor never holds them, so no value there reaches
+  // PyTorch's output; here they are masked keys, whose attention weight is exactly 0, but a NaN, an infinity or
+  // a value whose score overflows (an uninitialised padding buffer may hold any) would still make NaN of every
+  // kept position's sum. Where their products stay finite the kept positions come out the same bits either way
+  // (each such term is 0·v = 0).
   Tensor x = src;
+  if (std::any_of(lengths.begin(), lengths.end(), [S](int64_t n) { return n < S; })) {
+    x = Tensor::empty(src.shape());  // a new tensor: src is the caller's
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t kept = lengths[static_cast<size_t>(b)] * D;
+      std::copy_n(src.data() + b * S * D, kept, x.data() + b * S * D);
+      std::fill(x.data() + b * S * D + kept, x.data() + (b + 1) * S * D, 0.0f);
+    }
+  }
   for (int64_t l = 0; l < enc.num_layers(); ++l) x = enc.layer(l).forward(x, {}, prefix, false);
   Tensor y = Tensor::zeros(x.shape());  // the nested output padded with 0 (a new tensor: x may be shared)
   for (int64_t b = 0; b < B; ++b)
@@ -197,7 +249,7 @@ struct CallOf : ModuleCall {
 struct MhaCall : CallOf<MultiheadAttention> {
   using CallOf::CallOf;
   Tensor forward(const Inputs& in) const override {
-    in.check_names({"query", "key", "value", "attn_mask", "key_padding_mask", "is_causal"}, {"query"});
+    in.check_names(arguments_of(ModuleKind::MULTIHEAD_ATTENTION));
     ShapeChecker c{in, m->embed_dim, m->num_heads, m->batch_first};
     const int64_t L = c.sequence("query");
     const int64_t S = in.has("key") ? c.sequence("key") : L;
@@ -220,7 +272,7 @@ struct MhaCall : CallOf<MultiheadAttention> {
 struct EncLayerCall : CallOf<TransformerEncoderLayer> {
   using CallOf::CallOf;
   Tensor forward(const Inputs& in) const override {
-    in.check_names({"src", "src_mask", "src_key_padding_mask", "is_causal"}, {"src"});
+    in.check_names(arguments_of(ModuleKind::TRANSFORMER_ENCODER_LAYER));
     const auto& o = m->options;
     ShapeChecker c{in, o.d_model, o.nhead, o.batch_first};
     const int64_t S = c.sequence("src");
@@ -235,7 +287,7 @@ struct EncCall : CallOf<TransformerEncoder> {
       : CallOf(std::move(module)), nested(config) {}
   NestedSwitches nested;
   Tensor forward(const Inputs& in) const override {
-    in.check_names({"src", "mask", "src_key_padding_mask", "is_causal"}, {"src"});
+    in.check_names(arguments_of(ModuleKind::TRANSFORMER_ENCODER));
     if (!m->layers.empty()) {
       const auto& o = m->layers[0]->options;
       ShapeChecker c{in, o.d_model, o.nhead, o.batch_first};
@@ -260,9 +312,7 @@ struct DecCall : CallOf<M> {
     }
   }
   Tensor forward(const Inputs& in) const override {
-    in.check_names({"tgt", "memory", "tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask",
-                    "tgt_is_causal", "memory_is_causal"},
-                   {"tgt", "memory"});
+    in.check_names(arguments_of(ModuleKind::TRANSFORMER_DECODER));
     if (const TransformerLayerOptions* o = options()) {
       ShapeChecker c{in, o->d_model, o->nhead, o->batch_first};
       const int64_t T = c.sequence("tgt");
@@ -283,10 +333,7 @@ struct TransformerCall : CallOf<Transformer> {
       : CallOf(std::move(module)), nested(config) {}
   NestedSwitches nested;
   Tensor forward(const Inputs& in) const override {
-    in.check_names({"src", "tgt", "src_mask", "tgt_mask", "memory_mask", "src_key_padding_mask",
-                    "tgt_key_padding_mask", "memory_key_padding_mask", "src_is_causal", "tgt_is_causal",
-                    "memory_is_causal"},
-                   {"src", "tgt"});
+    in.check_names(arguments_of(ModuleKind::TRANSFORMER));
     const auto& o = m->encoder.layers.empty() ? m->decoder.layers.at(0)->options : m->encoder.layers[0]->options;
     ShapeChecker c{in, o.d_model, o.nhead, o.batch_first};
     const int64_t S = c.sequence("src");
@@ -511,6 +558,14 @@ LoadedModule load_module(const std::string& config_path, const std::string& weig
 NamedTensors read_forward_inputs(const std::string& path) {
   io::SafeTensorsFile f = io::load_safetensors(path);
   for (const auto& [name, dtype] : f.dtypes) {
+    // A name no module's forward takes is left to the module's name check, which refuses it as an unexpected
+    // tensor naming what the module takes: its dtype is beside the point (PyTorch's need_weights, a BOOL flag,
+    // is no input of tfm's).
+    const auto& kinds = EnumNames<ModuleKind>::names;
+    const bool argument = name == "grad_output" || std::any_of(kinds.begin(), kinds.end(), [&](const auto& k) {
+                            return arguments_of(k.first).takes(name);
+                          });
+    if (!argument) continue;
     const bool mask = name.find("mask") != std::string::npos;
     const bool causal = name.find("is_causal") != std::string::npos;
     if (causal && dtype != "BOOL")

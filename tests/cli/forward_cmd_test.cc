@@ -331,6 +331,14 @@ TEST_F(ForwardErrors, UnexpectedInput) {
   rewrite(inputs_, [](auto& list) { list.insert("tgt", Tensor::zeros({3, 2, 8})); });
   expect_error({inputs_, "unexpected tensor 'tgt'"});
 }
+// A tensor the module does not take is refused by its name whatever its dtype: PyTorch's own need_weights flag,
+// stored as BOOL, is not an input of the wrong dtype (F32 would not make it one tfm takes).
+TEST_F(ForwardErrors, UnexpectedBoolInput) {
+  rewrite(inputs_, [](auto& list) { list.insert("need_weights", Tensor::from_bool({}, {0})); });
+  expect_error({inputs_,
+                "unexpected tensor 'need_weights' (expected some of: src, src_mask, src_key_padding_mask, "
+                "is_causal)"});
+}
 TEST_F(ForwardErrors, InputWrongDtype) {
   rewrite(inputs_, [](auto& list) {
     list.clear();

@@ -11,11 +11,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <stdexcept>
+#include <utility>
 
 #include "test_util.h"
 #include "tfm/io/safetensors.h"
@@ -277,6 +279,49 @@ TEST(RunForward, RejectsInt8Gradients) {
   EXPECT_THROW(run_forward(config, weights, inputs, "w", Precision::INT8), std::invalid_argument);
   EXPECT_NO_THROW(run_forward(config, weights, inputs, "w", Precision::BFLOAT16));
   EXPECT_NO_THROW(run_forward(config, weights, inputs, "w", Precision::FLOAT32));
+}
+
+// nn.TransformerEncoder's nested-tensor path (src/models/forward.cc, encoder_forward): PyTorch's nested tensor
+// never holds the padded positions, so nothing stored there reaches its output. A NaN or an infinity in a padded
+// slot of src (an uninitialised padding buffer) gives the same bits as finite padding, in every precision, for
+// the encoder and for a Transformer's; the regular path (enable_nested_tensor false) lets it through, as PyTorch's
+// does (0 attention weight times NaN is NaN there too).
+TEST(LoadedModule, NestedPathIgnoresWhatThePaddedPositionsHold) {
+  const std::string layer = R"("d_model": 8, "nhead": 2, "dim_feedforward": 16, "dropout": 0.0, "batch_first": true)";
+  const std::string encoder = R"({"module": "TransformerEncoder", "num_layers": 2, "norm": true, )" + layer + "}";
+  const std::string transformer =
+      R"({"module": "Transformer", "num_encoder_layers": 1, "num_decoder_layers": 1, )" + layer + "}";
+  const Tensor src = tfm::testing::random_tensor({2, 6, 8}, 21);  // (B, S, D)
+  const Tensor tgt = tfm::testing::random_tensor({2, 3, 8}, 22);  // (B, T, D)
+  std::vector<uint8_t> pad(12, 0);
+  pad[4] = pad[5] = 1;  // sequence 0: 4 positions, then 2 of padding
+  const Tensor kpm = Tensor::from_bool({2, 6}, pad);
+  auto inputs = [&](const std::string& config, const Tensor& x) {
+    NamedTensors in{{"src", x}, {"src_key_padding_mask", kpm}};
+    if (config == transformer) in.insert("tgt", tgt);
+    return in;
+  };
+  manual_seed(5);
+  for (const auto& [name, config] : {std::pair{"TransformerEncoder", encoder}, {"Transformer", transformer}}) {
+    LoadedModule m(parse_module_config(config));
+    for (const Precision p : {Precision::FLOAT32, Precision::BFLOAT16, Precision::INT8}) {
+      m.set_precision(p);
+      const Tensor want = m.forward(inputs(config, src)).at("output");
+      for (const float junk : {std::nanf(""), INFINITY, -INFINITY, 1e30f}) {
+        Tensor x = src.clone();
+        std::fill_n(x.data() + (0 * 6 + 4) * 8, 8, junk);  // src[0, 4, :], a padded row
+        x.data()[(0 * 6 + 5) * 8 + 3] = junk;              // src[0, 5, 3], in the other
+        const std::string what = std::string(name) + " " + std::string(enum_name(p)) + " " + std::to_string(junk);
+        EXPECT_TRUE(tfm::testing::bitwise_equal(m.forward(inputs(config, x)).at("output"), want, what));
+      }
+    }
+  }
+  NamedTensors regular = inputs(encoder, src.clone());
+  regular.at("src").data()[(0 * 6 + 5) * 8 + 3] = std::nanf("");
+  LoadedModule m(parse_module_config(R"({"module": "TransformerEncoder", "num_layers": 2, "norm": true,
+                                          "enable_nested_tensor": false, )" +
+                                     layer + "}"));
+  EXPECT_TRUE(std::isnan(m.forward(regular).at("output").data()[0])) << "the regular path dropped the NaN";
 }
 
 }  // namespace

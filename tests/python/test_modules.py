@@ -250,6 +250,64 @@ def test_nested_tensor_fast_path_follows_torch_grad_mode():
     assert rel_err(fast(src.clone().requires_grad_(True), tgt, src_key_padding_mask=kpm).numpy(), plain) <= 2e-6
 
 
+def test_nested_tensor_fast_path_ignores_non_finite_padding():
+    """PyTorch's nested tensor drops the padded positions, so a NaN or an infinity stored there (an uninitialised
+    padding buffer) reaches no output of its no-grad call; tfm's fast path leaves the kept positions as finite
+    padding gives them, bit for bit, and as PyTorch computes them. PyTorch's regular path (grad mode, parameters
+    requiring gradients) lets a NaN through, and so does tfm's there."""
+    torch.manual_seed(8)
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 4, 32, 0.0, batch_first=True), 1).eval()
+    fast = tfm.from_torch(enc)
+    src = torch.randn(2, 6, 16)
+    kpm = torch.zeros(2, 6, dtype=torch.bool)
+    kpm[0, 4:] = True  # sequence 0: 4 tokens, then 2 padded slots
+    with torch.no_grad():
+        finite = fast(src, src_key_padding_mask=kpm).numpy()
+    for junk in (float("nan"), float("inf"), float("-inf")):
+        x = src.clone()
+        x[0, 5] = junk
+        x[0, 4, 3] = junk
+        with torch.no_grad():
+            ref = copy.deepcopy(enc).double()(x.double(), src_key_padding_mask=kpm).numpy()
+            out = fast(x, src_key_padding_mask=kpm).numpy()
+        assert np.isfinite(ref).all()  # the premise: PyTorch's fast path never reads the padded slots
+        assert np.array_equal(out, finite), junk
+        assert rel_err(out, ref) <= 2e-6
+    x = src.clone()
+    x[0, 5] = float("nan")
+    assert np.isnan(fast(x, src_key_padding_mask=kpm).numpy()[0, :4]).all()  # grad mode: the regular path
+    assert torch.isnan(enc(x, src_key_padding_mask=kpm)[0, :4]).all()
+
+
+def test_nested_tensor_fast_path_follows_requires_grad_set_after_from_torch():
+    """The path choice reads the torch module's parameters at each call, as PyTorch's does: freezing the module
+    after the conversion (a deployment step) gives the fast path in grad mode, unfreezing it the regular path again,
+    and the choice keeps its last reading once the torch module is gone."""
+    torch.manual_seed(9)
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True), 1).eval()
+    ref = copy.deepcopy(enc).double()
+    fast = tfm.from_torch(enc)  # the parameters require gradients here (PyTorch's default)
+    src = torch.randn(2, 5, 8)
+    kpm = torch.tensor([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    with torch.no_grad():
+        nested = ref(src.double(), src_key_padding_mask=kpm).numpy()
+    regular = ref(src.double(), src_key_padding_mask=kpm).detach().numpy()
+    assert rel_err(regular, nested) > 0.05  # the premise: the two paths differ (the padded rows)
+    assert rel_err(fast(src, src_key_padding_mask=kpm).numpy(), regular) <= 2e-6
+    enc.requires_grad_(False)
+    ref.requires_grad_(False)
+    assert rel_err(ref(src.double(), src_key_padding_mask=kpm).numpy(), nested) <= 1e-12  # torch: the fast path
+    assert rel_err(fast(src, src_key_padding_mask=kpm).numpy(), nested) <= 2e-6
+    enc.layers[0].linear1.weight.requires_grad_(True)  # one parameter of the first layer is enough
+    assert rel_err(fast(src, src_key_padding_mask=kpm).numpy(), regular) <= 2e-6
+    enc.requires_grad_(False)
+    assert rel_err(fast(src, src_key_padding_mask=kpm).numpy(), nested) <= 2e-6
+    del enc
+    import gc
+    gc.collect()
+    assert rel_err(fast(src, src_key_padding_mask=kpm).numpy(), nested) <= 2e-6
+
+
 # ---- the notebook mappings (tools/import_maps), through tests/import/check_notebooks.py's cases -----------------
 
 def _notebook_cases():
@@ -473,6 +531,33 @@ def test_integer_masks_refused_as_torch_refuses_them():
     with torch.no_grad():
         want = mha(x, x, x, key_padding_mask=kpm, need_weights=False)[0]
     assert rel_err(fast(x, x, x, key_padding_mask=kpm)[0].numpy(), want.numpy()) < 1e-5
+
+
+def test_integer_arguments_refused_saying_what_each_takes():
+    """An integer sequence is refused as one (a float array; bool is no sequence either), an integer mask as a mask
+    (bool or float). tfm refuses a uint8 attn_mask as PyTorch 2 does, which PyTorch 1.13 still read as bool
+    (deprecated): the message says so and what to pass."""
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
+    fast = tfm.from_torch(layer)
+    for src in (np.ones((2, 5, 8), np.int64), torch.ones(2, 5, 8, dtype=torch.int32)):
+        with pytest.raises(ValueError) as e:
+            fast(src)
+        assert str(e.value) == f"TransformerEncoderLayer: src: expected a float array, got dtype '{_dtype_of(src)}'"
+    with pytest.raises(ValueError, match="^TransformerEncoderLayer: src: expected a float array, got dtype 'bool'$"):
+        fast(np.ones((2, 5, 8), bool))
+    with pytest.raises(ValueError) as e:
+        fast(torch.randn(2, 5, 8), src_mask=torch.zeros(5, 5, dtype=torch.uint8))
+    assert str(e.value) == (
+        "TransformerEncoderLayer: src_mask: expected a bool (True = blocked) or float (added) mask, got dtype 'uint8' "
+        "(an integer mask is refused, as PyTorch 2 refuses it; PyTorch 1.13 read a uint8 attn_mask as bool, "
+        "deprecated: pass mask.bool())")
+    with pytest.raises(ValueError) as e:  # the converter's own message, for any array
+        tfm.tensor(np.ones(3, np.int64))
+    assert str(e.value) == "expected a float array (or, for a mask, a bool one: True = blocked), got dtype 'int64'"
+
+
+def _dtype_of(a):
+    return str(a.numpy().dtype) if torch.is_tensor(a) else str(a.dtype)
 
 
 def test_misaligned_float32_buffer_is_copied():

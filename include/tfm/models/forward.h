@@ -91,7 +91,8 @@ struct ModuleConfig {
   // mask_check (PyTorch's defaults, true). With enable_nested_tensor, forward() takes PyTorch's
   // nested-tensor fast path where PyTorch takes it (its conditions in src/models/forward.cc): given only a
   // src_key_padding_mask, in eval mode without gradients, the encoder's output is 0 at the padded
-  // positions before its final norm, as PyTorch's torch.no_grad() / inference_mode() call computes it.
+  // positions before its final norm, as PyTorch's torch.no_grad() / inference_mode() call computes it, and
+  // what src holds at those positions (a NaN included) reaches no other.
   bool enable_nested_tensor = true;
   bool mask_check = true;
 };
@@ -186,7 +187,9 @@ LoadedModule load_module(const std::string& config_path, const std::string& weig
                          Precision precision = Precision::FLOAT32);
 
 // Reads a `tfm forward` inputs file: masks ("*mask*") BOOL or F32, causal flags ("*is_causal*")
-// BOOL, everything else F32 (grad_output included). Errors start with the path.
+// BOOL, every other argument F32 (grad_output included). A name no module's forward takes (the table
+// above) is returned as stored, whatever its dtype, for the module to refuse by name (forward():
+// "unexpected tensor", listing what it takes). Errors start with the path.
 NamedTensors read_forward_inputs(const std::string& path);
 
 // The `tfm forward` contract on a loaded module: without "grad_output" among the inputs,
