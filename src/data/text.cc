@@ -112,24 +112,32 @@ uint64_t vocab_hash(const Vocab& v) {
   return h;
 }
 
-// A language model's SentencePiece model must give its text back as it was: probed on three tiny texts,
-// since a model given with --spm-model may have been trained with spm_train's defaults (a space added
-// before every line, runs of spaces collapsed, NFKC), which tfm's own models (SpmOptions::lossless) turn off.
-// Throws DataError naming `name`, the model and the spm_train flag that fixes it.
-void check_lossless_spm(const Tokenizer& t, const std::string& name) {
-  const auto refuse = [&](const std::string& what, const std::string& flag) {
-    throw DataError(name + ": the SentencePiece model " + t.spm_name() + " " + what +
-                    ", so a language model's text would not come back as it was; train it with " + flag +
+// A language model's SentencePiece model must give its text back as it was: its pieces must hold "▁", and three
+// tiny texts must come back, since a model given with --spm-model may have been trained with spm_train's defaults (a
+// space added before every line, runs of spaces collapsed, NFKC), which tfm's own models (SpmOptions::lossless) turn
+// off, or on a text without a space, which gives it no piece "▁" (tfm's own always have it). `v`: the model's pieces.
+// Throws DataError naming `name`, the model (its spm_name: the .model file, or "<text> (its SentencePiece model)"
+// for one tfm trained), what it does to a text, and the spm_train flag that fixes it.
+void check_lossless_spm(const Tokenizer& t, const Vocab& v, const std::string& name) {
+  const auto refuse = [&](const std::string& what, const std::string& fix) {
+    throw DataError(name + ": " + t.spm_name() + " " + what + "; train it with " + fix +
                     " (tfm's own: --add_dummy_prefix=false --remove_extra_whitespaces=false "
-                    "--normalization_rule_name=identity --byte_fallback=true)");
+                    "--normalization_rule_name=identity --byte_fallback=true --required_chars=" +
+                    kSpmSpace + ")");
   };
+  const std::string lossy = ", so a language model's text would not come back as it was";
+  // Without "▁", a space goes to byte fallback as the bytes of "▁", which decode to that character.
+  if (!v.contains(kSpmSpace))
+    refuse(std::string("has no piece ") + kSpmSpace +
+               " (SentencePiece's space), so a space comes back as the character " + kSpmSpace,
+           std::string("--required_chars=") + kSpmSpace + ", on a text that holds a space");
   const Tokens a = t.tokenize("a");
   if (!a.empty() && a.front().rfind(kSpmSpace, 0) == 0)
-    refuse("adds a space before every line", "--add_dummy_prefix=false");
+    refuse("adds a space before every line" + lossy, "--add_dummy_prefix=false");
   if (t.detokenize(t.tokenize("a  b ")) != "a  b ")
-    refuse("collapses runs of spaces", "--remove_extra_whitespaces=false");
+    refuse("collapses runs of spaces" + lossy, "--remove_extra_whitespaces=false");
   if (t.detokenize(t.tokenize("\xEF\xAC\x81 \xEF\xBC\xA1")) != "\xEF\xAC\x81 \xEF\xBC\xA1")  // "ﬁ Ａ"
-    refuse("normalizes characters (NFKC: \xEF\xAC\x81 becomes fi)", "--normalization_rule_name=identity");
+    refuse("normalizes characters (NFKC: \xEF\xAC\x81 becomes fi)" + lossy, "--normalization_rule_name=identity");
 }
 
 // SPM: calls emit(id) for every piece of p[0, n), encoded line by line, and the id of the piece
@@ -141,9 +149,9 @@ template <class Emit>
 void encode_spm(const char* p, size_t n, const Vocab& v, const Tokenizer& t, const std::string& name, Emit&& emit) {
   const std::string newline = byte_token('\n');
   if (!v.contains(newline))
-    throw DataError(name + ": the SentencePiece model " + t.spm_name() + " has no piece " + newline +
+    throw DataError(name + ": " + t.spm_name() + " has no piece " + newline +
                     " (byte_fallback), so it cannot encode a newline; a language model needs one");
-  check_lossless_spm(t, name);
+  check_lossless_spm(t, v, name);
   check_utf8(reinterpret_cast<const uint8_t*>(p), n, name, Tokenization::SPM);
   const int32_t nl = v.id(newline);
   const std::string_view meta = kSpmSpace;

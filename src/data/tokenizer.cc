@@ -33,13 +33,18 @@ namespace {
 
 const std::string kEmpty;
 
-// Feeds the chosen lines to SentencePiece's trainer without copying them into a file.
+// U+2581 LOWER ONE EIGHTH BLOCK: SentencePiece's spelling of a space inside its pieces.
+constexpr std::string_view kSpmSpace = "\xE2\x96\x81";
+
+// Feeds the chosen lines to SentencePiece's trainer without copying them into a file, then the `extra` lines.
 class LineIterator : public sentencepiece::SentenceIterator {
  public:
-  LineIterator(const std::vector<std::string_view>& lines, std::vector<size_t> pick) : lines_(lines), pick_(std::move(pick)) {
+  LineIterator(const std::vector<std::string_view>& lines, std::vector<size_t> pick,
+               std::vector<std::string_view> extra)
+      : lines_(lines), pick_(std::move(pick)), extra_(std::move(extra)) {
     load();
   }
-  bool done() const override { return k_ >= pick_.size(); }
+  bool done() const override { return k_ >= pick_.size() + extra_.size(); }
   void Next() override {
     ++k_;
     load();
@@ -50,9 +55,12 @@ class LineIterator : public sentencepiece::SentenceIterator {
  private:
   void load() {
     if (k_ < pick_.size()) value_.assign(lines_[pick_[k_]]);
+    else if (k_ < pick_.size() + extra_.size())
+      value_.assign(extra_[k_ - pick_.size()]);
   }
   const std::vector<std::string_view>& lines_;
   std::vector<size_t> pick_;
+  std::vector<std::string_view> extra_;
   size_t k_ = 0;
   std::string value_;
 };
@@ -218,7 +226,18 @@ std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptio
   size_t longest = 4192;
   for (const size_t i : pick) longest = std::max(longest, lines[i].size());
   longest = std::min<size_t>(longest, std::numeric_limits<int32_t>::max());  // a proto int32
-  const std::unordered_map<std::string, std::string> spec = {
+  // A lossless model holds the piece "▁" whatever its text: SentencePiece's alphabet is the text's characters
+  // (those within its character coverage, 99.95% of them), and without "▁" a space of another text would go to
+  // byte fallback as the bytes of "▁", which decode to that character, not to a space. required_chars keeps it in
+  // the alphabet; its count is the text's spaces (and "▁"s), and a text with none gets one more line, a space,
+  // since SentencePiece's BPE trainer ends the process on a required character of count 0 (unigram's does not, and
+  // takes the line the same).
+  std::vector<std::string_view> extra;
+  if (o.lossless && std::none_of(pick.begin(), pick.end(), [&](size_t i) {
+        return lines[i].find(' ') != std::string_view::npos || lines[i].find(kSpmSpace) != std::string_view::npos;
+      }))
+    extra.emplace_back(" ");
+  std::unordered_map<std::string, std::string> spec = {
       {"model_type", o.type == SpmType::BPE ? "bpe" : "unigram"},
       {"vocab_size", std::to_string(o.vocab_size)},
       {"pad_id", "0"},
@@ -241,7 +260,8 @@ std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptio
       {"remove_extra_whitespaces", o.lossless ? "false" : "true"},
       {"add_dummy_prefix", o.lossless ? "false" : "true"},
   };
-  LineIterator it(lines, std::move(pick));
+  if (o.lossless) spec.emplace("required_chars", kSpmSpace);
+  LineIterator it(lines, std::move(pick), std::move(extra));
   std::string model;
   const auto st = sentencepiece::SentencePieceTrainer::Train(spec, &it, &model);
   if (!st.ok()) {
@@ -252,9 +272,10 @@ std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptio
     long long asked = 0, needed = 0;
     if (at != std::string::npos &&
         std::sscanf(text.c_str() + at + 16, "%lld vs %lld", &asked, &needed) == 2)
-      throw std::invalid_argument(name + ": a vocabulary of " + std::to_string(asked) + " pieces is too small: this text needs " +
-                                  std::to_string(needed) + " (its characters" + (o.lossless ? ", the 256 byte pieces" : "") +
-                                  " and the 4 specials); give a vocabulary size of " + std::to_string(needed) + " or more");
+      throw std::invalid_argument(
+          name + ": a vocabulary of " + std::to_string(asked) + " pieces is too small: this text needs " +
+          std::to_string(needed) + " (its characters" + (o.lossless ? " with a space, the 256 byte pieces" : "") +
+          " and the 4 specials); give a vocabulary size of " + std::to_string(needed) + " or more");
     throw std::invalid_argument(name + ": SentencePiece cannot make a vocabulary of " + std::to_string(o.vocab_size) +
                                 " pieces from " + std::to_string(m) + " lines: " + text);
   }

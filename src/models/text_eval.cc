@@ -55,15 +55,24 @@ void require_language_model(const TrainedModel& m) {
                                 "); eval --text needs arch decoder (eval --data / --task score the others)");
 }
 
-// UTF-8 code points of bytes: those that are not continuation bytes.
+// UTF-8 code points of bytes: those that are not continuation bytes (each code point counted at its lead byte).
 int64_t code_points(const char* p, size_t n) {
   int64_t count = 0;
   for (size_t i = 0; i < n; ++i) count += (static_cast<unsigned char>(p[i]) & 0xC0) != 0x80;
   return count;
 }
+int64_t code_points(const std::string& s) { return code_points(s.data(), s.size()); }
 
-// The characters predicted: every code point but the first (given, never predicted).
-int64_t predicted(int64_t code_points) { return std::max<int64_t>(code_points - 1, 0); }
+// The characters predicted: the text's code points but those of its first token (given, never predicted), i.e. the
+// code points whose lead byte is in a predicted token. The first token as decoded: one character under char tokens
+// (an unknown one <unk>, decoded U+FFFD, is one too), one byte under byte tokens (a lead byte: one, as for char; a
+// continuation byte: none), a piece (" License") or a BPE token (possibly part of a UTF-8 sequence) under spm and
+// gpt2-bpe.
+int64_t predicted_chars(const TrainedModel& m, const data::TextCorpus& corpus, int64_t text_code_points) {
+  if (corpus.size() == 0) return 0;  // (evaluate_text refuses it)
+  const std::string first = data::decode_text(m.tgt_vocab, m.tgt_tokenizer, {corpus[0]});
+  return std::max<int64_t>(text_code_points - code_points(first), 0);
+}
 
 }  // namespace
 
@@ -78,7 +87,7 @@ TextScore evaluate_text_file(const TrainedModel& m, const std::string& path, int
     f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     chars += code_points(buf.data(), static_cast<size_t>(f.gcount()));
   }
-  TextScore s = evaluate_text(*m.model, corpus, predicted(chars), batch_size);
+  TextScore s = evaluate_text(*m.model, corpus, predicted_chars(m, corpus, chars), batch_size);
   if (m.tgt_vocab.unk_id() >= 0) s.unknown_tokens = corpus.count(m.tgt_vocab.unk_id());
   return s;
 }
@@ -87,7 +96,7 @@ TextScore evaluate_text_string(const TrainedModel& m, const std::string& text, i
   require_language_model(m);
   const std::vector<int32_t> ids = data::encode_text(m.tgt_vocab, m.tgt_tokenizer, text, "text");
   const data::TextCorpus corpus = data::TextCorpus::from_ids(ids, m.tgt_vocab.size(), "text");
-  TextScore s = evaluate_text(*m.model, corpus, predicted(code_points(text.data(), text.size())), batch_size);
+  TextScore s = evaluate_text(*m.model, corpus, predicted_chars(m, corpus, code_points(text)), batch_size);
   if (m.tgt_vocab.unk_id() >= 0) s.unknown_tokens = corpus.count(m.tgt_vocab.unk_id());
   return s;
 }

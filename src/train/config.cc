@@ -223,10 +223,12 @@ TrainConfig preset_config(Preset preset) {
 namespace tfm::train {
 namespace {
 
-// Sets the field named `key` from its command-line text; `found` tells whether a field matched.
+// Sets the field named `key` from its command-line text; `found` tells whether a field matched. Errors name the
+// value as `option` names it (set_field).
 class TextSetter {
  public:
-  TextSetter(const std::string& key, const std::string& text) : key_(key), text_(text) {}
+  TextSetter(const std::string& key, const std::string& text, const std::string& option)
+      : key_(key), text_(text), option_(option) {}
   template <typename T>
   void operator()(const char* key, std::optional<T>& out) {
     if (key_ != key) return;
@@ -242,7 +244,12 @@ class TextSetter {
       try {
         out = enum_from_name<T>(text_);
       } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument("train config: " + enum_key_prefix<T>(key) + e.what());
+        // "'src_tokens': unknown tokenization ..."; from an option "--tokens: unknown tokenization ...", and no
+        // prefix where the closed set's noun is the option's name ("unknown task ...").
+        const std::string prefix = option_.empty()                 ? enum_key_prefix<T>(key)
+                                   : option_ == EnumNames<T>::noun ? std::string()
+                                                                   : "--" + option_ + ": ";
+        throw std::invalid_argument("train config: " + prefix + e.what());
       }
     } else if constexpr (std::is_same_v<T, std::string>) {
       out = text_;
@@ -277,16 +284,18 @@ class TextSetter {
 
  private:
   [[noreturn]] void wrong(const char* expected) const {
-    throw std::invalid_argument("train config: " + key_ + " must be " + expected + ", got " + quote_name(text_));
+    throw std::invalid_argument("train config: " + (option_.empty() ? key_ : "--" + option_) + " must be " + expected +
+                                ", got " + quote_name(text_));
   }
   const std::string& key_;
   const std::string& text_;
+  const std::string& option_;
 };
 
 }  // namespace
 
-void set_field(TrainConfig& c, const std::string& key, const std::string& text) {
-  TextSetter set(key, text);
+void set_field(TrainConfig& c, const std::string& key, const std::string& text, const std::string& option) {
+  TextSetter set(key, text, option);
   TrainConfig::fields(c, set);
   if (!set.found) ModelConfig::fields(c.model, set);  // a key of both is the TrainConfig's
   if (!set.found) throw std::invalid_argument("train config: unknown key " + quote_name(key));

@@ -397,8 +397,8 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
   const auto is_run = [](const TrainOption& o) {
     return o.name == "threads" || o.name == "comm-timeout" || o.name == "bucket-mb";
   };
-  const auto apply = [&](TrainConfig& c, const TrainOption& o) {
-    for (const auto& k : o.keys) set_field(c, k, given.at(o.name));
+  const auto apply = [&](TrainConfig& c, const TrainOption& o) {  // errors name the option, not its keys
+    for (const auto& k : o.keys) set_field(c, k, given.at(o.name), o.name);
   };
   // The length options replace the run's length together (on resume too).
   const bool length_given = std::any_of(in_order.begin(), in_order.end(), [&](const TrainOption* o) { return is_length(*o); });
@@ -432,7 +432,7 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
     setup.config = load_train_config(dir);
     if (has("dtype")) {  // the run's own precision may be repeated; another would change its numbers
       TrainConfig asked = setup.config;
-      set_field(asked, "dtype", given.at("dtype"));
+      set_field(asked, "dtype", given.at("dtype"), "dtype");
       if (asked.dtype == Precision::INT8) asked.validate();  // int8 trains nothing: said as a fresh run says it
       if (asked.dtype != setup.config.dtype)
         throw std::invalid_argument("--dtype " + given.at("dtype") + ": the run in " + dir + " trains in " +
@@ -461,8 +461,8 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
     c = preset_config(enum_from_name<Preset>(given.at("preset")));
   } else if (has("task")) {
     TrainConfig task_and_arch;
-    set_field(task_and_arch, "task", given.at("task"));
-    if (has("arch")) set_field(task_and_arch, "arch", given.at("arch"));
+    set_field(task_and_arch, "task", given.at("task"), "task");
+    if (has("arch")) set_field(task_and_arch, "arch", given.at("arch"), "arch");
     c = task_preset(*task_and_arch.task, task_and_arch.model.arch);
   } else if (has("text") && !has("arch") && !has("init-from")) {
     set_field(c, "arch", "decoder");  // text data trains a language model

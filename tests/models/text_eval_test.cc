@@ -1,7 +1,8 @@
 // tests/models/text_eval_test.cc — evaluate_text against a hand computation: the text cut into
 // consecutive windows of block size (the last one shorter), each scored by its own full forward
 // (Model::lm_logits, batch 1), −log softmax summed in double; and evaluate_text_file's token and
-// character counts for char and byte tokenizations.
+// character counts for char, byte, spm and gpt2-bpe tokenizations (the characters predicted: those after
+// the first token).
 //
 // Tolerance: the hand sum and evaluate_text see the same logits up to the GEMM's row blocking
 // (batch 1 against batch_size windows), float32 rounding of ~max(D, F) = 32-term sums, relative
@@ -114,6 +115,68 @@ TEST(TextEval, FileCountsCharactersAndTokens) {
     EXPECT_EQ(s.tokens, 1);
     EXPECT_TRUE(std::isnan(s.bits_per_char));
     EXPECT_TRUE(nlohmann::json::parse(s.to_json())["bits_per_char"].is_null());
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Bits per character divide by the characters predicted: those of every token but the first, which is given. A
+// subword model's first token may be a whole word, all of whose characters are given; a byte (or a byte-level BPE
+// token holding part of a UTF-8 sequence) stands for the code points whose lead byte it holds. Hand counts:
+//   spm        " License terms and conditions.\n" (31 code points): 31 − the first piece's (" License": 23)
+//   gpt2-bpe   "low lo\n" = low | Ġ | lo | Ċ (merges l o, lo w): 7 − 3 = 4 characters over 3 tokens
+//              "éa" = Ã | © | a (the bytes C3 A9 61, no merges): 2 − 1 = 1 (é's lead byte is given)
+//   byte       "\x80ab": the first byte continues no character, so 'a' and 'b' are both predicted: 2
+// The file and the string agree; bits per char is the total bits over those characters.
+TEST(TextEval, CharactersPredictedAreThoseAfterTheFirstToken) {
+  const std::string dir = tfm::testing::temp_dir("text_eval_subword");
+  const auto check = [&](const TrainedModel& tm, const std::string& text, int64_t tokens, int64_t chars) {
+    const TextScore s = evaluate_text_string(tm, text, 4);
+    EXPECT_EQ(s.tokens, tokens) << text;
+    EXPECT_EQ(s.chars, chars) << text;
+    EXPECT_NEAR(s.bits_per_char, s.bits_per_token * s.tokens / chars, 1e-12 * s.bits_per_char) << text;
+    tfm::testing::spit(dir + "/t.txt", text);
+    const TextScore f = evaluate_text_file(tm, dir + "/t.txt", 4);
+    EXPECT_EQ(f.chars, chars) << text;
+    EXPECT_DOUBLE_EQ(f.bits_per_char, s.bits_per_char) << text;
+  };
+  {  // spm: a lossless model of 400 pieces trained on the GPL
+    data::SpmOptions o;
+    o.vocab_size = 400;
+    TrainedModel tm;
+    tm.tgt_tokenizer = tm.src_tokenizer = data::train_text_spm("/usr/share/common-licenses/GPL-3", o);
+    tm.tgt_vocab = tm.src_vocab = tm.tgt_tokenizer.vocab();
+    tm.model = tiny_lm(tm.tgt_vocab.size(), 4);
+    const std::string text = " License terms and conditions.\n";
+    const std::vector<int32_t> ids = data::encode_text(tm.tgt_vocab, tm.tgt_tokenizer, text);
+    const std::string first = data::decode_text(tm.tgt_vocab, tm.tgt_tokenizer, {ids[0]});
+    ASSERT_GT(first.size(), 1u) << "the first piece is one character: the test would not tell the counts apart";
+    ASSERT_EQ(text.rfind(first, 0), 0u) << first;
+    check(tm, text, static_cast<int64_t>(ids.size()) - 1, 31 - static_cast<int64_t>(first.size()));  // ASCII
+  }
+  {  // gpt2-bpe: the 256 byte tokens, the merges "l o" and "lo w", <|endoftext|>
+    nlohmann::json v = nlohmann::json::object();
+    for (int b = 0; b < 256; ++b) v[data::ByteLevelBpe::byte_symbol(static_cast<uint8_t>(b))] = b;
+    v["lo"] = 256;
+    v["low"] = 257;
+    v["<|endoftext|>"] = 258;
+    TrainedModel tm;
+    tm.tgt_tokenizer = tm.src_tokenizer =
+        data::Tokenizer::from_gpt2_bpe(v.dump(), "vocab.json", "#version: 0.2\nl o\nlo w\n", "merges.txt");
+    tm.tgt_vocab = tm.src_vocab = tm.tgt_tokenizer.vocab();
+    tm.model = tiny_lm(tm.tgt_vocab.size(), 5);
+    check(tm, "low lo\n", 3, 4);
+    check(tm, "\u00e9a", 2, 1);
+  }
+  {  // byte
+    TrainedModel tm;
+    tm.tgt_vocab = tm.src_vocab = data::byte_vocab();
+    tm.tgt_tokenizer = tm.src_tokenizer = data::Tokenization::BYTE;
+    tm.model = tiny_lm(tm.tgt_vocab.size(), 6);
+    check(tm,
+          "\x80"
+          "ab",
+          2, 2);
+    check(tm, "\u00e9a", 2, 1);
   }
   std::filesystem::remove_all(dir);
 }

@@ -592,3 +592,16 @@ def test_exit_while_a_daemon_thread_trains(tmp_path):
         "assert started.wait(300)\n"
         "print('done')\n")
     assert (run / "trainer_state.safetensors").exists()  # stopped as after Ctrl-C: with its checkpoint
+
+
+def test_train_value_errors_name_the_option_given(tmp_path):
+    """A value that does not parse is named by the option given (as tfm train spells it), never by the config fields
+    it sets: layers= sets each stack's layer count (num_encoder_layers first, though a language model has no encoder),
+    tokens= both sides' tokenization (src_tokens first, a TSV source side's)."""
+    (tmp_path / "t.txt").write_text(TEXT)
+    text = str(tmp_path / "t.txt")
+    with pytest.raises(ValueError, match=r"^train config: --layers must be an integer, got 'x'$"):
+        tfm.train(out=str(tmp_path / "x1"), text=text, layers="x")
+    with pytest.raises(ValueError, match=r"^train config: --tokens: unknown tokenization 'wordpiece' \(expected "):
+        tfm.train(out=str(tmp_path / "x2"), text=text, tokens="wordpiece")
+    assert not (tmp_path / "x1").exists() and not (tmp_path / "x2").exists()

@@ -190,6 +190,75 @@ TEST(Tokenizer, DamagedNormalizationTableIsRefusedAtLoad) {
   EXPECT_GT(loaded, 0);  // most single bytes (a piece's score, a rule's replacement text) leave a loadable model
 }
 
+// Lines without a space: Chinese prose (2000 lines of 15 words and a full stop, no space), or an index with
+// tab-separated fields (as Vim's tags file).
+std::vector<std::string> lines_without_spaces(bool chinese) {
+  const char* zh[] = {"自由", "软件", "许可", "证书", "程序", "修改", "分发",
+                      "版本", "作者", "用户", "的",   "和",   "是",   "在"};
+  const char* en[] = {"license", "program", "source",  "version", "author", "user",      "modify",
+                      "copy",    "free",    "work",    "patent",  "notice", "warranty",  "object",
+                      "code",    "network", "library", "section", "terms",  "conditions"};
+  tfm::testing::Rng r(3);
+  std::vector<std::string> out;
+  for (int i = 0; i < 2000; ++i) {
+    std::string line;
+    if (chinese) {
+      for (int k = 0; k < 15; ++k) line += zh[r.uniform_int(0, 13)];
+      line += "\u3002";  // 。
+    } else {
+      const std::string tag = std::string(en[r.uniform_int(0, 19)]) + "-" + en[r.uniform_int(0, 19)];
+      line = tag + "\t" + en[r.uniform_int(0, 19)] + ".txt\t/*" + tag + "*";
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
+// A text without a space gives SentencePiece's trainer no "▁" (its pieces' space) to count: a lossless model must hold
+// the piece all the same, or a space of another text goes to byte fallback as the three bytes of "▁" and comes back as
+// the character "▁". Likewise for a text whose spaces are rarer than the trainer's character coverage (0.9995 of the
+// characters: one space in ~60,000 characters falls outside it). Each kind of model, each text: "▁" is a piece, and
+// spaces (runs of them, at either end, beside a newline) come back as they were, through tokenize / detokenize and
+// through the language model's encode_text / decode_text (which refuses a model that is not lossless).
+TEST(Tokenizer, LosslessModelOfATextWithoutSpacesKeepsSpaces) {
+  std::vector<std::string> rare = lines_without_spaces(true);
+  rare[1000] = "\u81ea\u7531 \u8f6f\u4ef6";  // "自由 软件": the text's one space
+  for (const auto& lines : {lines_without_spaces(true), lines_without_spaces(false), rare}) {
+    for (SpmType type : {SpmType::UNIGRAM, SpmType::BPE}) {
+      SpmOptions o;
+      o.vocab_size = 300;  // ~29 characters, "▁", 256 bytes and 4 specials: 290
+      o.type = type;
+      o.lossless = true;
+      const Tokenizer tok = Tokenizer::from_spm_model(train_spm(views(lines), o, "no-space"), "no-space");
+      const Vocab v = tok.vocab();
+      const std::string where = lines[1000] + " (" + std::string(enum_name(type)) + ")";
+      EXPECT_TRUE(v.contains("\xE2\x96\x81")) << where;
+      for (const std::string s : {"a  b ", " \u81ea\u7531  \u8f6f\u4ef6\t", "   "})
+        EXPECT_EQ(tok.detokenize(tok.tokenize(s)), s) << where;
+      std::string back;
+      try {
+        back = decode_text(v, tok, encode_text(v, tok, "a  b \n", "sample"));
+      } catch (const std::invalid_argument& e) {
+        back = e.what();
+      }
+      EXPECT_EQ(back, "a  b \n") << where;
+    }
+  }
+  // The same from a file, as `tfm train --text zh.txt --tokens spm --vocab-size 300` trains and encodes it.
+  const std::string d = temp_dir("nospace");
+  {
+    std::ofstream f(d + "/zh.txt", std::ios::binary);
+    for (const std::string& line : lines_without_spaces(true)) f << line << "\n";
+  }
+  SpmOptions o;
+  o.vocab_size = 300;
+  const Tokenizer tok = train_text_spm(d + "/zh.txt", o);
+  const Vocab v = tok.vocab();
+  EXPECT_GT(TextCorpus::read(d + "/zh.txt", v, tok).size(), 0);
+  EXPECT_EQ(decode_text(v, tok, encode_text(v, tok, "a  b \n", "prompt")), "a  b \n");
+  std::filesystem::remove_all(d);
+}
+
 // Language-model text: line by line with "<0x0A>" for each newline; decoding (one id at a time, as
 // generate prints) gives the text back exactly, and the corpus of a file holds the same ids.
 TEST(Tokenizer, TextEncodingKeepsNewlinesAndDecodesPieceByPiece) {
@@ -224,16 +293,19 @@ TEST(Tokenizer, TextEncodingKeepsNewlinesAndDecodesPieceByPiece) {
 
 // A language model's SentencePiece model given from outside (--spm-model) must give its text back as it was:
 // one trained with spm_train's defaults (a space before every line, runs of spaces collapsed, NFKC) is
-// refused by name, with the flag that fixes it, before it encodes anything.
+// refused by name, with the flag that fixes it, before it encodes anything; so is one trained with tfm's flags on a
+// text without a space, whose pieces have no "▁" (SentencePiece's alphabet is its text's characters).
 TEST(Tokenizer, ALanguageModelRefusesAModelThatIsNotLossless) {
   const std::string d = tfm::testing::temp_dir("spm_lossy");
   {
     std::ofstream f(d + "/t.txt", std::ios::binary);
     for (const std::string& line : gpl_lines()) f << line << "\n";
+    std::ofstream zh(d + "/zh.txt", std::ios::binary);
+    for (const std::string& line : lines_without_spaces(true)) zh << line << "\n";
   }
-  const auto model = [&](const std::string& name, const std::string& flags) {
+  const auto model = [&](const std::string& name, const std::string& flags, const std::string& text = "t.txt") {
     const auto st = sentencepiece::SentencePieceTrainer::Train(
-        "--input=" + d + "/t.txt --model_prefix=" + d + "/" + name +
+        "--input=" + d + "/" + text + " --model_prefix=" + d + "/" + name +
         " --vocab_size=400 --byte_fallback=true --pad_id=0 --bos_id=1 --eos_id=2 --unk_id=3 --pad_piece=<pad>"
         " --bos_piece=<bos> --eos_piece=<eos> --unk_piece=<unk> --minloglevel=100 " +
         flags);
@@ -242,6 +314,9 @@ TEST(Tokenizer, ALanguageModelRefusesAModelThatIsNotLossless) {
   };
   const std::string lossless =
       "--add_dummy_prefix=false --remove_extra_whitespaces=false --normalization_rule_name=identity";
+  const std::string tfms_own =
+      " (tfm's own: --add_dummy_prefix=false --remove_extra_whitespaces=false --normalization_rule_name=identity "
+      "--byte_fallback=true --required_chars=\u2581)";
   const Tokenizer good = model("good", lossless);
   EXPECT_EQ(decode_text(good.vocab(), good, encode_text(good.vocab(), good, " a  b\n\xEF\xAC\x81 ", "t")),
             " a  b\n\xEF\xAC\x81 ");
@@ -256,9 +331,40 @@ TEST(Tokenizer, ALanguageModelRefusesAModelThatIsNotLossless) {
       ADD_FAILURE() << flags << " accepted";
     } catch (const std::invalid_argument& e) {
       const std::string what = e.what();
-      EXPECT_EQ(what.rfind("text.txt: the SentencePiece model " + d + "/lossy.model ", 0), 0u) << what;
-      EXPECT_NE(what.find("train it with " + fix), std::string::npos) << what;
+      EXPECT_EQ(what.rfind("text.txt: " + d + "/lossy.model ", 0), 0u) << what;
+      EXPECT_NE(what.find("; train it with " + fix + tfms_own), std::string::npos) << what;
     }
+  }
+  // tfm's flags on a text without a space: no piece "▁", a space would come back as the character "▁".
+  const Tokenizer no_space = model("no_space", lossless, "zh.txt");
+  ASSERT_FALSE(no_space.vocab().contains("\u2581"));
+  try {
+    encode_text(no_space.vocab(), no_space, "hello", "text.txt");
+    ADD_FAILURE() << "a model without the piece \u2581 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "text.txt: " + d +
+                  "/no_space.model has no piece \u2581 (SentencePiece's space), so a space comes "
+                  "back as the character \u2581; train it with --required_chars=\u2581, on a text "
+                  "that holds a space" +
+                  tfms_own);
+  }
+  // ... and the advice works: the same text with --required_chars=▁ gives a model that keeps spaces.
+  const Tokenizer required = model("required", lossless + " --required_chars=\u2581", "zh.txt");
+  EXPECT_EQ(decode_text(required.vocab(), required, encode_text(required.vocab(), required, "a  b \n", "t")),
+            "a  b \n");
+  // A model tfm trained is named after its text ("<text> (its SentencePiece model)"): a message names it as that,
+  // never calling the text itself the SentencePiece model.
+  const Tokenizer named =
+      Tokenizer::from_spm_model(model("lossy", lossy[0].first).spm_model(), d + "/t.txt (its SentencePiece model)");
+  try {
+    encode_text(named.vocab(), named, "hello", "text.txt");
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("text.txt: " + d + "/t.txt (its SentencePiece model) adds a space before every line", 0), 0u)
+        << what;
+    EXPECT_EQ(what.find("SentencePiece model " + d), std::string::npos) << what;
   }
   std::filesystem::remove_all(d);
 }

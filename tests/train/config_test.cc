@@ -106,6 +106,37 @@ TEST(TrainConfig, SetFieldParsesCommandLineTextAndNamesTheKey) {
   EXPECT_EQ(c.model.d_model, 32);  // a refused value changes nothing
 }
 
+// The value of a train option (tfm/train/options.h) is named by the option in errors, not by the key it sets: the
+// user wrote --layers or --tokens, never num_encoder_layers or src_tokens. A closed set whose noun is the option's
+// name says it already ("unknown task").
+TEST(TrainConfig, SetFieldFromAnOptionNamesTheOption) {
+  TrainConfig c;
+  const auto expect_error = [&](const std::string& key, const std::string& text, const std::string& option,
+                                const std::string& message) {
+    try {
+      set_field(c, key, text, option);
+      ADD_FAILURE() << "--" << option << " " << text << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  };
+  expect_error("num_encoder_layers", "x", "layers", "train config: --layers must be an integer, got 'x'");
+  expect_error("num_decoder_layers", "-1.5", "decoder-layers",
+               "train config: --decoder-layers must be an integer, got '-1.5'");
+  expect_error("seed", "-1", "seed", "train config: --seed must be a non-negative integer, got '-1'");
+  expect_error("lr", "inf", "lr", "train config: --lr must be a finite number within float's range, got 'inf'");
+  expect_error("norm_first", "yes", "norm-first", "train config: --norm-first must be true or false, got 'yes'");
+  expect_error(
+      "src_tokens", "wordpiece", "tokens",
+      "train config: --tokens: unknown tokenization 'wordpiece' (expected char, space, byte, spm or gpt2-bpe)");
+  expect_error("spm_type", "word", "spm-type",
+               "train config: --spm-type: unknown spm_type 'word' (expected unigram or bpe)");
+  expect_error("task", "rot13", "task", "train config: unknown task 'rot13' (expected reverse, copy or sort)");
+  EXPECT_EQ(c.model.num_encoder_layers, TrainConfig{}.model.num_encoder_layers);  // a refused value changes nothing
+  set_field(c, "num_decoder_layers", "3", "layers");
+  EXPECT_EQ(c.model.num_decoder_layers, 3);
+}
+
 // fuzz_train_config found it: a JSON number beyond float's range became inf in a float field, passed the
 // checks that only ask for ≥ 0, and was written back as null, which the run's resume could not read.
 TEST(TrainConfig, JsonNumberBeyondFloatIsRefusedNamingTheKey) {

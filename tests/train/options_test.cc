@@ -274,9 +274,59 @@ TEST(ResolveTrainOptions, UnknownAndRepeatedOptionsAreRefused) {
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), "--d-model is given twice");
   }
-  // A value that does not fit its field names the field.
-  EXPECT_TRUE(contains(error_of({"--task", "reverse", "--out", "o", "--d-model", "wide"}), "d_model")) << "d_model";
+  // A value that does not fit its field names the option (AValueThatDoesNotParseNamesTheOptionGiven below).
+  EXPECT_EQ(error_of({"--task", "reverse", "--out", "o", "--d-model", "wide"}),
+            "train config: --d-model must be an integer, got 'wide'");
   EXPECT_TRUE(contains(error_of({"--task", "reverse", "--out", "o", "--arch", "rnn"}), "rnn"));
+}
+
+// A value that does not parse names the option given, as the user spelled it (a Python keyword is the same name with
+// '_' for '-'), never the config fields it sets: --tokens sets src_tokens and tgt_tokens, --layers the layer count of
+// each stack, num_encoder_layers first even for a model without an encoder. For every option with a typed value: a
+// refused value's message names --<option> (or the closed set's noun when that is the option's name: "unknown task"),
+// and no key other than the option's own name.
+TEST(ResolveTrainOptions, AValueThatDoesNotParseNamesTheOptionGiven) {
+  EXPECT_EQ(error_of({"--text", "t.txt", "--tokens", "wordpiece", "--out", "o"}),
+            "train config: --tokens: unknown tokenization 'wordpiece' (expected char, space, byte, spm or gpt2-bpe)");
+  EXPECT_EQ(error_of({"--text", "t.txt", "--layers", "x", "--out", "o"}),
+            "train config: --layers must be an integer, got 'x'");
+  EXPECT_EQ(error_of({"--task", "reverse", "--decoder-layers", "1.5", "--out", "o"}),
+            "train config: --decoder-layers must be an integer, got '1.5'");
+  EXPECT_EQ(error_of({"--task", "reverse", "--arch", "rnn", "--out", "o"}),
+            "train config: --arch: unknown architecture 'rnn' (expected encoder, seq2seq or decoder)");
+  EXPECT_EQ(error_of({"--text", "t.txt", "--arch", "rnn", "--out", "o"}),
+            "train config: --arch: unknown architecture 'rnn' (expected encoder, seq2seq or decoder)");
+  EXPECT_EQ(error_of({"--task", "rot13", "--out", "o"}),
+            "train config: unknown task 'rot13' (expected reverse, copy or sort)");
+  EXPECT_EQ(error_of({"--task", "reverse", "--out", "o", "--lr", "fast"}),
+            "train config: --lr must be a number, got 'fast'");
+  const std::vector<GivenOptions> starts = {
+      {{"out", "o"}}, {{"text", "t.txt"}, {"out", "o"}}, {{"train", "a.tsv"}, {"valid", "b.tsv"}, {"out", "o"}}};
+  int checked = 0;
+  for (const TrainOption& o : train_options()) {
+    if (o.keys.empty() || o.type == OptionType::TEXT) continue;
+    const std::string bad = o.type == OptionType::FLAG ? "maybe" : "x";
+    std::string e;
+    for (GivenOptions given : starts) {  // the first start the option's needs and excludes allow
+      given.emplace_back(o.name, bad);
+      try {
+        resolve_train_options(given);
+        e = "";
+      } catch (const std::invalid_argument& error) {
+        e = error.what();
+      }
+      if (!contains(e, "requires --") && !contains(e, "excludes --") && !contains(e, " is required")) break;
+    }
+    std::string keyword = o.name;
+    std::replace(keyword.begin(), keyword.end(), '-', '_');
+    EXPECT_TRUE(contains(e, "--" + o.name + (o.type == OptionType::CHOICE ? ": unknown " : " must be ")) ||
+                contains(e, "train config: unknown " + o.name + " '" + bad + "'"))
+        << "--" << o.name << " " << bad << ": " << e;
+    for (const auto& key : o.keys)
+      EXPECT_TRUE(key == keyword || !contains(e, key)) << "--" << o.name << " " << bad << " names " << key << ": " << e;
+    ++checked;
+  }
+  EXPECT_GT(checked, 50);
 }
 
 // ---- run settings -----------------------------------------------------------------------------------------

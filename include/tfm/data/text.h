@@ -37,7 +37,8 @@ namespace tfm::data {
 // <unk> throws std::invalid_argument naming it), invalid UTF-8 throws std::invalid_argument naming
 // the byte offset; BYTE maps each byte to the id of byte_token(b). SPACE: tokenize + Vocab::encode.
 // SPM: each line's pieces (an unknown one <unk>), the piece "<0x0A>" for each newline (a model
-// without it throws naming `source` and the model) and the byte pieces of each "▁" (U+2581, the
+// without it throws naming `source` and the model, as does a model that would not give a text back:
+// no piece "▁", a dummy prefix, spaces collapsed, NFKC) and the byte pieces of each "▁" (U+2581, the
 // pieces' space); invalid UTF-8 throws naming its byte offset, as under CHAR (SentencePiece would
 // read it as U+FFFD). `source` names the text in messages ("prompt.txt: invalid UTF-8 at byte 3
 // ..."). GPT2_BPE: the BPE's ids of the whole text

@@ -14,10 +14,13 @@
 //   pairs (TSV sides)  SentencePiece's defaults for translation: NFKC normalisation (nmt_nfkc),
 //                      extra whitespace removed, a dummy "▁" prefix on every sentence, no byte
 //                      fallback (an unknown character is <unk>).
-//   lossless (text)    for language models: no normalisation, whitespace kept, no dummy prefix, and
-//                      byte fallback (a character outside the pieces becomes its UTF-8 bytes
-//                      "<0xNN>"), so that every text, newlines included, encodes and decodes back to
-//                      itself. A text is encoded line by line with the piece "<0x0A>" for each
+//   lossless (text)    for language models: no normalisation, whitespace kept, no dummy prefix, byte
+//                      fallback (a character outside the pieces becomes its UTF-8 bytes "<0xNN>"),
+//                      and the piece "▁" whatever the text (SentencePiece's required_chars; a text
+//                      without a space trains with one more line, a space), so that every text,
+//                      newlines and spaces included, encodes and decodes back to itself: without "▁"
+//                      a space would become the byte pieces of "▁" and decode as that character.
+//                      A text is encoded line by line with the piece "<0x0A>" for each
 //                      newline (tfm/data/text.h), since SentencePiece never sees a newline inside a
 //                      sentence, and a "▁" (U+2581) of the text as its byte pieces, since pieces
 //                      spell a space so.
@@ -121,7 +124,8 @@ inline std::string detokenize(const Tokens& tokens, const Tokenizer& t) { return
 // Trains a SentencePiece model on `lines` (at most o.max_lines of them, evenly spaced: line
 // ⌊i·n/max_lines⌋ for i < max_lines; empty lines and lines that are not UTF-8, which tokenize
 // refuses, are skipped; a chosen line trains it however long it is, where SentencePiece's trainer alone
-// skips lines above 4192 bytes) and returns the serialized model.
+// skips lines above 4192 bytes; a lossless model's trainer also reads a line of one space when none of the
+// chosen lines holds a space, see above) and returns the serialized model.
 // `name` names the data in messages. Throws std::invalid_argument "<name>: ..." when there is no text,
 // or when SentencePiece cannot make o.vocab_size pieces from it (with the size it allows when it says).
 std::string train_spm(const std::vector<std::string_view>& lines, const SpmOptions& o, const std::string& name);

@@ -20,9 +20,11 @@ struct TextScore {
   double loss = 0;            // mean cross-entropy per predicted token, in nats
   double perplexity = 0;      // exp(loss)
   double bits_per_token = 0;  // loss / ln 2
-  // Total bits over the characters predicted: every code point of the text but the first (given,
-  // never predicted); comparable across tokenizations. NaN (null in to_json) when chars is 0: a text of one
-  // character whose tokens (bytes, pieces) are scored has no whole character predicted.
+  // Total bits over the characters predicted: every code point of the text but those of its first token
+  // (given, never predicted: one character under char tokens, a whole piece such as " License" under spm),
+  // a code point counted with the token that holds its lead byte; comparable across tokenizations. NaN
+  // (null in to_json) when chars is 0: a text of one character whose tokens (bytes, pieces) are scored
+  // has no whole character predicted.
   double bits_per_char = 0;
   int64_t tokens = 0;  // tokens predicted (the text's tokens − 1)
   int64_t chars = 0;
@@ -46,7 +48,7 @@ TextScore evaluate_text(const Model& model, const data::TextCorpus& corpus, int6
 
 // A text file scored with a trained model directory's vocabulary and tokenization (its target
 // side); errors name the file (data::TextCorpus::read). Characters: the file's UTF-8 code points
-// (bytes that are not continuation bytes) minus the first.
+// (bytes that are not continuation bytes) minus those of its first token as decoded (see TextScore).
 TextScore evaluate_text_file(const TrainedModel& m, const std::string& path, int64_t batch_size = kScoreBatchSize);
 // The same for a text in memory (`tfm.load(...).score(text)`): the same characters rule and errors,
 // the text named "text" in messages.

@@ -220,7 +220,10 @@ TrainConfig preset_config(Preset preset);
 // is the TrainConfig's: the model's sizes come from the data): numbers in C++ syntax, booleans true / false,
 // closed sets by name. set_field throws std::invalid_argument "train config: <key> ..." for an unknown
 // key or a value that does not parse or fit; field_text gives "" for an unset optional field.
-void set_field(TrainConfig& c, const std::string& key, const std::string& text);
+// `option`: the train option (tfm/train/options.h, "layers") whose value `text` is, named in the errors in
+// place of the key it sets, which the user never wrote ("train config: --layers must be an integer, got 'x'",
+// not num_encoder_layers; "--tokens: unknown tokenization ...", not src_tokens).
+void set_field(TrainConfig& c, const std::string& key, const std::string& text, const std::string& option = "");
 std::string field_text(const TrainConfig& c, const std::string& key);
 
 // True for the keys a run with init_from takes from the model directory, so that setting them too is
