@@ -240,7 +240,11 @@ Dataset load_dataset(const TrainConfig& c, const SavedVocabs& saved, Comm* comm)
           encode_side(ds.src_vocab, tokens(ds.src_tokenizer, p.src, p.src_text), d, p.line, "source");
       examples.push_back({std::move(src),
                           encode_side(ds.tgt_vocab, tokens(ds.tgt_tokenizer, p.tgt, p.tgt_text), d, p.line, "target")});
-      if (release) p = data::TextPair{.line = p.line};
+      if (release) {
+        const int64_t line = p.line;
+        p = data::TextPair();
+        p.line = line;
+      }
     }
   };
   // Tokens the vocabularies lack became <unk>: in the validation file, characters the training file never had; in

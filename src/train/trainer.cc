@@ -8,12 +8,15 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <numeric>
+#include <optional>
 
 #include "fnv1a.h"
 #include "io/file_util.h"
 #include "json_fields.h"
 #include "tensor_impl.h"
 #include "tfm/autocast.h"
+#include "tfm/inference.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/model_dir.h"
 #include "tfm/models/quantize.h"
@@ -43,7 +46,8 @@ constexpr int64_t kDefaultEpochs = 10;  // when no length is given
 // over the batches' varying lengths (a bucketed batch plan mixes short and long batches) while
 // costing little of any budget the schedule is meant for (5–15 s of a 15-minute run on the bench's
 // model). The window opens with an evaluation and a checkpoint, timed: the cost each later
-// evaluation is planned with.
+// evaluation is planned with; then, when the run ends by decoding its validation set, one batch of that
+// decoding, timed: the final decoding's share of the budget, set aside (estimate_final_decoding).
 constexpr int64_t kFitSkip = 10;
 constexpr int64_t kFitSteps = 50;
 
@@ -111,8 +115,16 @@ ModelConfig init_model_config(const TrainConfig& c, const ModelConfig& dir) {
   return m;
 }
 
+// The time budget config.json of the run in c.out_dir was saved with (0: none), before this session's length
+// replaces it.
+double saved_time_budget(const TrainConfig& c) {
+  const std::string path = model_dir::path(c.out_dir, model_dir::CONFIG);
+  return nlohmann::ordered_json::parse(io::read_file(path)).at("train").value("time_budget", 0.0);
+}
+
 // A resumed run's length as the resuming command gave it (--epochs, --max-steps, --time-budget replace the
-// saved one): config.json's train object takes it, so that the run resumed once more goes on to it.
+// saved one): config.json's train object takes it when the session takes its first step, so that the run
+// resumed once more goes on to it (a resume that trains nothing leaves the file as it was).
 void save_length(const TrainConfig& c) {
   const std::string path = model_dir::path(c.out_dir, model_dir::CONFIG);
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(io::read_file(path));
@@ -124,6 +136,57 @@ void save_length(const TrainConfig& c) {
   t["max_steps"] = c.max_steps;
   t["time_budget"] = c.time_budget;
   io::write_file_atomic(path, j.dump(2) + "\n");
+}
+
+// The staging directories of out_dir/best (io::StagedDirectory's names, ".best.tmp.<pid>" and its ".old") that a
+// run killed while it wrote its best model left behind. The caller holds the directory's lock: none is being written.
+void remove_best_staging(const std::string& out_dir) {
+  std::error_code ec;
+  const std::string prefix = std::string(".") + BEST_DIR + ".tmp.";
+  std::vector<std::filesystem::path> stale;
+  for (const auto& e : std::filesystem::directory_iterator(out_dir, ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) stale.push_back(e.path());
+  for (const auto& p : stale) std::filesystem::remove_all(p, ec);
+}
+
+// Figures of two parts of a set as one: every count of Metrics is a sum over examples (tfm/train/metrics.h).
+void add_metrics(Metrics& into, const Metrics& part) {
+  into.examples += part.examples;
+  into.exact += part.exact;
+  into.correct_tokens += part.correct_tokens;
+  into.reference_tokens += part.reference_tokens;
+  into.edits += part.edits;
+  into.truncated += part.truncated;
+  into.bleu_stats += part.bleu_stats;
+  into.chrf_stats += part.chrf_stats;
+}
+
+// The batches predict() decodes `set` in (tfm/models/model_dir.h: the sources stably sorted by length, cut every
+// kEvalBatch), as indices into it: evaluate() on each batch's EvalSet (batch_set) in turn decodes the same batches,
+// row for row, as one evaluate() on the whole set, and their figures add up to its figures.
+std::vector<std::vector<size_t>> decode_batches(const EvalSet& set) {
+  std::vector<size_t> order(set.sources.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return set.sources[a].size() < set.sources[b].size(); });
+  std::vector<std::vector<size_t>> batches;
+  for (size_t i = 0; i < order.size(); i += static_cast<size_t>(kEvalBatch)) {
+    const size_t end = std::min(order.size(), i + static_cast<size_t>(kEvalBatch));
+    batches.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(i),
+                         order.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return batches;
+}
+
+// The examples `rows` of `set`, in that order.
+EvalSet batch_set(const EvalSet& set, const std::vector<size_t>& rows) {
+  EvalSet b;
+  for (const size_t i : rows) {
+    b.sources.push_back(set.sources[i]);
+    b.references.push_back(set.references[i]);
+    if (!set.reference_texts.empty()) b.reference_texts.push_back(set.reference_texts[i]);
+  }
+  return b;
 }
 
 // A model directory's vocabularies and tokenizers, for load_dataset.
@@ -206,6 +269,12 @@ class Run {
   void undescribe() noexcept;  // removes it again (its first checkpoint failed)
   void checkpoint();
   void write_best();    // keep_best: the model just evaluated, to out_dir/best
+  // The validation set's decoding batches (decode_batches), made on first use; rank 0 only.
+  const std::vector<std::vector<size_t>>& final_batches();
+  std::optional<Metrics> decode_final();      // the final decoded figures; nullopt: a stop was asked for
+  void estimate_final_decoding();             // MEASURING, at the window's opening: decode_cost_
+  std::string budget_too_short_note() const;  // the clock ended a MEASURING run
+  bool stop_asked() const { return stop_pending_ || (hooks_.should_stop && hooks_.should_stop(st_.step)); }
   bool out_of_patience() const;  // patience: that many evaluations since the best one
   void agree_across_processes();  // under mpirun: every rank runs the same configuration on the same data and state
   void plan_length();   // total_steps_, schedule_, eval cadence and the budget schedule's mode
@@ -217,10 +286,13 @@ class Run {
                         : std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
   }
   double elapsed() const { return elapsed_before_ + now() - session_start_; }
-  // A resumed run that ended on its time budget (before its step count was fixed) and is given no more time: the
-  // checkpoint's flag and clock, the same on every rank.
+  // A resumed run whose time budget, not fixed as a step count, is spent already: the run ended on it (the
+  // checkpoint's flag) and is given no more time, or the budget is a new one this resume gives (another than
+  // config.json's) that the run's clock has passed. A run interrupted past its own budget is not spent: it takes
+  // the step the uninterrupted run took. The checkpoint's flag and clock and config.json: the same on every rank.
   bool budget_spent() const {
-    return c_.time_budget > 0 && budget_ != Budget::FIXED && st_.budget_ended && elapsed_before_ >= c_.time_budget;
+    return c_.time_budget > 0 && budget_ != Budget::FIXED && elapsed_before_ >= c_.time_budget &&
+           (st_.budget_ended || budget_given_);
   }
 
   TrainConfig c_;
@@ -277,6 +349,16 @@ class Run {
   int64_t tokens_before_clock_ = 0;
   int64_t tokens_session_ = 0;
   bool best_pending_ = false;  // keep_best: the last evaluation's model is the best; the checkpoint writes it
+  bool budget_given_ = false;  // resumed with another time budget than config.json's
+  bool length_pending_ = false;  // resumed: config.json takes the session's length before its first step
+  // A stop rank 0 was asked for while it decoded alone (estimate_final_decoding): acted on after the step (with
+  // several processes, agreed with the next step's).
+  bool stop_pending_ = false;
+  std::vector<std::vector<size_t>> final_batches_;
+  bool final_batches_made_ = false;
+  // MEASURING: the final decoding's estimated seconds, which fix_length leaves it (0: not measured, or nothing to
+  // decode).
+  double decode_cost_ = 0;
 };
 
 Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
@@ -284,7 +366,8 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   session_start_ = now();
   // One part per process unless given; the resolved count is saved with the run.
   if (c_.grad_shards == 0) c_.grad_shards = comm_.size();
-  if (c_.grad_shards % comm_.size() != 0)
+  // A negative count is validate()'s to refuse, as it is for one process.
+  if (c_.grad_shards > 0 && c_.grad_shards % comm_.size() != 0)
     throw std::invalid_argument("train config: grad_shards " + std::to_string(c_.grad_shards) +
                                 " is not a multiple of the " + std::to_string(comm_.size()) +
                                 " processes (each process computes grad_shards / processes parts of every batch)");
@@ -341,12 +424,8 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
     if (lead_)
       for (const char* f : {model_dir::MODEL, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE, model_dir::CONFIG})
         io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
-    if (lead_) {  // and the staging directory of a best model being written (io::StagedDirectory's name)
-      std::error_code ec;
-      for (const auto& e : std::filesystem::directory_iterator(c_.out_dir, ec))
-        if (e.path().filename().string().rfind(std::string(".") + BEST_DIR + ".tmp.", 0) == 0)
-          std::filesystem::remove_all(e.path(), ec);
-    }
+    if (lead_) remove_best_staging(c_.out_dir);  // and the staging directory of a best model being written
+    budget_given_ = c_.time_budget > 0 && saved_time_budget(c_) != c_.time_budget;
     read_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_, average_.get());
     // The texts the run started with: the training text, and the validation text, whose losses are compared across
     // the run (metrics, --keep-best, --patience; a state written before it was kept has no hash of it).
@@ -384,7 +463,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
 
   load_epoch(st_.epoch);
   plan_length();  // refuses a length the run cannot take
-  if (resume && lead_) save_length(c_);
+  length_pending_ = resume && lead_;
   if (resume && c_.max_steps > 0 && st_.step >= c_.max_steps)
     note(ProgressEvent::Kind::NOTE, "the run is at step " + std::to_string(st_.step) + " already, --max-steps " +
                                         std::to_string(c_.max_steps) + ": nothing to train (a larger --max-steps "
@@ -547,7 +626,8 @@ double Run::lr_at(int64_t step) const {
 
 // At the window's end: per_step = (elapsed − fit_t0_ − window_evals_) / kFitSteps on rank 0's clock,
 // and the count is the largest whose steps and evaluations (eval_cost_ each) fit what is left of the
-// budget (fit_step_count), capped by the length --epochs or --max-steps give. Every rank takes rank 0's.
+// budget less the final decoding's decode_cost_ (fit_step_count), capped by the length --epochs or --max-steps
+// give. Every rank takes rank 0's.
 void Run::fix_length() {
   int64_t n = 0;
   std::string why;
@@ -555,14 +635,18 @@ void Run::fix_length() {
     const double t = elapsed();
     const double per_step = (t - fit_t0_ - window_evals_) / static_cast<double>(kFitSteps);
     const int64_t every = eval_every_ > 0 ? eval_every_ : std::max<int64_t>(1, epoch_batches());
-    n = fit_step_count(st_.step, per_step, eval_cost_, every, c_.time_budget - t);
+    // The final decoding (estimate_final_decoding) comes after the last step and its evaluation: its time is set
+    // aside first.
+    n = fit_step_count(st_.step, per_step, eval_cost_, every, c_.time_budget - t - decode_cost_);
     if (total_steps_ > 0) n = std::min(n, total_steps_);
-    char buf[256];
+    char decoding[64] = "";
+    if (!c_.text()) std::snprintf(decoding, sizeof decoding, ", %.1f s the final decoding", decode_cost_);
+    char buf[320];
     std::snprintf(buf, sizeof buf,
                   "time budget: %lld steps fit the %.1f s left (%.3f s a step over steps %lld-%lld, %.1f s an "
-                  "evaluation); the learning rate decays from step %lld to --min-lr at step %lld",
+                  "evaluation%s); the learning rate decays from step %lld to --min-lr at step %lld",
                   static_cast<long long>(n), c_.time_budget - t, per_step, static_cast<long long>(fit_from_ + 1),
-                  static_cast<long long>(st_.step), eval_cost_, static_cast<long long>(st_.step),
+                  static_cast<long long>(st_.step), eval_cost_, decoding, static_cast<long long>(st_.step),
                   static_cast<long long>(n));
     why = buf;
   }
@@ -577,6 +661,102 @@ void Run::fix_length() {
   total_steps_ = n;
   budget_ = Budget::FIXED;
   note(ProgressEvent::Kind::NOTE, why);
+}
+
+const std::vector<std::vector<size_t>>& Run::final_batches() {
+  if (!final_batches_made_) final_batches_ = decode_batches(ds_.valid_set), final_batches_made_ = true;
+  return final_batches_;
+}
+
+// The final figures: the validation set decoded (greedy) by rank 0, with the average's weights when there is one
+// (those model.safetensors holds), batch by batch. should_stop is polled before each batch: a stop leaves the
+// rest undone (nullopt). With a fitted time budget the decoding is part of it: once the budget is spent it ends,
+// after its first batch at least, and the figures are those of the sources decoded (the shortest: predict() decodes
+// them in order of length), which a note says.
+std::optional<Metrics> Run::decode_final() {
+  const std::vector<std::vector<size_t>>& batches = final_batches();
+  if (average_) average_->swap_with(params_);
+  // Decoding allocates tensors of sizes the steps never used (its caches grow a token at a time): the steps' idle
+  // cached blocks go back to malloc first, so that the decoding reuses them and the run's peak memory stays the
+  // steps' (tensor_impl.h, the block cache).
+  allocator_release_cache();
+  Metrics m;
+  size_t done = 0;
+  bool stopped = false;
+  {
+    InferenceMode scope(InferenceMode::current_precision());  // every batch's predict() shares its packed weights
+    for (const std::vector<size_t>& b : batches) {
+      if (stop_asked()) {
+        stopped = true;
+        break;
+      }
+      // A run whose step count was fitted to the budget (leaving the decoding its estimated time) ends the
+      // decoding with the budget; one stopped on the clock (--schedule constant, or a budget too short to fit)
+      // decodes the whole set, as tfm eval would.
+      if (done > 0 && budget_ == Budget::FIXED && elapsed() >= c_.time_budget) break;
+      add_metrics(m, evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, batch_set(ds_.valid_set, b), DecodeOptions{},
+                              kEvalBatch, [&](const data::Tokens& t) { return ds_.tgt_tokenizer.detokenize(t); }));
+      ++done;
+    }
+  }
+  if (average_) average_->swap_with(params_);
+  if (stopped) return std::nullopt;
+  if (done < batches.size()) {
+    int64_t decoded = 0;
+    for (size_t i = 0; i < done; ++i) decoded += static_cast<int64_t>(batches[i].size());
+    note(ProgressEvent::Kind::NOTE,
+         "time budget: spent after the final decoding of " + std::to_string(decoded) + " of the " +
+             std::to_string(ds_.valid_set.sources.size()) +
+             " validation sources (the shortest; they are decoded in order of length): the final figures are "
+             "theirs (tfm eval decodes a whole set)");
+  }
+  return m;
+}
+
+// MEASURING, at the window's opening (its evaluation and checkpoint just done): the final decoding's cost, for
+// fix_length to set aside — its middle batch decoded and timed (on the run's clock, should_stop's poll included),
+// times its batch count. Rank 0 decodes alone, right after the checkpoint it writes alone, which the other ranks
+// wait for untimed; a stop it is asked for meanwhile is acted on after the step, and with several processes joins
+// the next step's agreement.
+void Run::estimate_final_decoding() {
+  if (!lead_ || c_.text()) return;
+  const std::vector<std::vector<size_t>>& batches = final_batches();
+  if (batches.empty()) return;
+  const double t = elapsed();
+  if (stop_asked()) {
+    stop_pending_ = true;
+    return;
+  }
+  if (average_) average_->swap_with(params_);
+  allocator_release_cache();
+  evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, batch_set(ds_.valid_set, batches[batches.size() / 2]),
+           DecodeOptions{}, kEvalBatch, [&](const data::Tokens& x) { return ds_.tgt_tokenizer.detokenize(x); });
+  if (average_) average_->swap_with(params_);
+  decode_cost_ = (elapsed() - t) * static_cast<double>(batches.size());
+}
+
+// The clock ended a run still measuring its step rate (the budget ran out before the warmup and the window were
+// over): its learning rate never decayed, which the budget schedule is for. Says so, and what lets it decay.
+std::string Run::budget_too_short_note() const {
+  const int64_t end = fit_from_ + kFitSteps;
+  const int64_t warmup = std::max<int64_t>(1, st_.step / 10);  // a warmup whose window would close in time
+  const bool shorter_warmup =
+      warmup < c_.warmup && std::max(warmup, session_first_step_ + kFitSkip) + kFitSteps < st_.step;
+  char buf[512];
+  std::snprintf(
+      buf, sizeof buf,
+      "time budget: the %g s ran out at step %lld, before the run could fit its step count to it (it measures "
+      "its step rate over steps %lld-%lld, after the %lld warmup steps), so the learning rate never decayed "
+      "to --min-lr %.3g: it ended %s %.3g (--lr %.3g). ",
+      c_.time_budget, static_cast<long long>(st_.step), static_cast<long long>(fit_from_ + 1),
+      static_cast<long long>(end), static_cast<long long>(c_.warmup), static_cast<double>(c_.min_lr),
+      st_.step < c_.warmup ? "still rising, at" : "at its peak,", lr_now_, static_cast<double>(c_.lr));
+  std::string m = buf;
+  if (shorter_warmup)
+    m += "A shorter --warmup (e.g. " + std::to_string(warmup) + ") or a longer --time-budget lets it decay";
+  else
+    m += "A longer --time-budget lets it decay (the window alone takes " + std::to_string(kFitSteps) + " steps)";
+  return m;
 }
 
 void Run::load_data(const SavedVocabs& saved) {
@@ -699,8 +879,8 @@ ShardedStep::BatchRows Run::next_batch(data::TokenBatch& rows) {
 
 void Run::evaluate_and_record() {
   // Several processes: every rank forwards its share of the validation batches and every rank gets
-  // the same figures (evaluate.h; its gather waits --comm-timeout plus twice the rank's own share of
-  // the work, so no evaluation is too long for it). The ranks leave it together,
+  // the same figures (evaluate.h; its gather waits --comm-timeout plus twice the longest share's estimated
+  // time, so no evaluation is too long for it). The ranks leave it together,
   // so the next step's exchange keeps its timeout.
   Comm* comm = comm_.single() ? nullptr : &comm_;
   // The training rate of the steps since the last evaluation, this evaluation left out (since_eval_
@@ -767,6 +947,7 @@ void Run::describe() {
   for (const char* f : {model_dir::MODEL, model_dir::GPT2_SOURCE, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE})
     drop(f);
   std::filesystem::remove_all(model_dir::path(c_.out_dir, BEST_DIR), ec);
+  remove_best_staging(c_.out_dir);
   // JSON vocabulary files for text data (any character, newline included) and whenever a token
   // needs them; the one-token-a-line files otherwise.
   const bool json_vocab = c_.text() || ds_.src_vocab.needs_json() || ds_.tgt_vocab.needs_json();
@@ -792,13 +973,24 @@ void Run::write_best() {
   if (!lead_) return;
   describe();
   namespace fs = std::filesystem;
-  io::StagedDirectory staged(model_dir::path(c_.out_dir, BEST_DIR), /*replace=*/true);
-  const fs::path tmp = staged.path();
-  model_dir::copy_description(c_.out_dir, tmp.string());
-  io::save_safetensors((tmp / model_dir::MODEL).string(), average_ ? average_->named() : model_->named_parameters(),
-                       {{"format", "pt"}});
-  staged.commit();
+  const std::string best = model_dir::path(c_.out_dir, BEST_DIR);
   const EvalRow& r = st_.history.back();
+  io::StagedDirectory staged(best, /*replace=*/true);
+  const fs::path tmp = staged.path();
+  try {
+    model_dir::copy_description(c_.out_dir, tmp.string());
+    io::save_safetensors((tmp / model_dir::MODEL).string(), average_ ? average_->named() : model_->named_parameters(),
+                         {{"format", "pt"}});
+  } catch (const std::runtime_error& e) {
+    // Said of the output the user asked for: the staging directory the writer names is ours, and gone when the
+    // message is read (staged's destructor removes it).
+    std::string m = e.what();
+    for (size_t at = m.find(tmp.string()); at != std::string::npos; at = m.find(tmp.string(), at + best.size()))
+      m.replace(at, tmp.string().size(), best);
+    throw io::IoError(m + " (the best model, of step " + std::to_string(r.step) + ", was not written; " + best +
+                      (fs::exists(best) ? " holds the previous one)" : " does not exist)"));
+  }
+  staged.commit();
   char loss[32];
   std::snprintf(loss, sizeof loss, "%.4f", r.valid_loss);
   note(ProgressEvent::Kind::CHECKPOINT, "best validation loss so far (" + std::string(loss) + ", step " +
@@ -866,6 +1058,10 @@ TrainResult Run::train() {
         reason = c_.time_budget > 0 ? StopReason::TIME_BUDGET : StopReason::MAX_STEPS;
         break;
       }
+      if (length_pending_) {  // the resumed session trains: its length is the run's from now on
+        save_length(c_);
+        length_pending_ = false;
+      }
       data::TokenBatch rows;
       const ShardedStep::BatchRows b = next_batch(rows);
       ++st_.batch;
@@ -877,7 +1073,7 @@ TrainResult Run::train() {
       const bool time_up = c_.time_budget > 0 && budget_ != Budget::FIXED && elapsed() >= c_.time_budget;
       ShardedStep::Agreement agreed;
       if (!comm_.single()) {
-        agreed.stop = hooks_.should_stop && hooks_.should_stop(st_.step);
+        agreed.stop = stop_asked();
         agreed.time_up = time_up;
       }
       const StepOutcome s = step_->run(*model_, *opt_, gen_, b, c_.label_smoothing, c_.clip_norm, agreed);
@@ -929,8 +1125,12 @@ TrainResult Run::train() {
         const double t = elapsed();
         evaluate_and_record();
         checkpoint();
-        if (window_opens) eval_cost_ = elapsed() - t, fit_t0_ = elapsed();
-        else if (budget_ == Budget::MEASURING && st_.step > fit_from_) window_evals_ += elapsed() - t;
+        if (window_opens) {
+          eval_cost_ = elapsed() - t;
+          estimate_final_decoding();
+          fit_t0_ = elapsed();
+        } else if (budget_ == Budget::MEASURING && st_.step > fit_from_)
+          window_evals_ += elapsed() - t;
         if (out_of_patience()) {
           reason = StopReason::EARLY_STOPPING;
           break;
@@ -939,9 +1139,10 @@ TrainResult Run::train() {
       if (comm_.single() ? time_up : agreed.time_up) {
         reason = StopReason::TIME_BUDGET;
         st_.budget_ended = true;
+        if (budget_ == Budget::MEASURING) note(ProgressEvent::Kind::NOTE, budget_too_short_note());
         break;
       }
-      if (comm_.single() ? hooks_.should_stop && hooks_.should_stop(st_.step) : agreed.stop) {
+      if (comm_.single() ? stop_asked() : agreed.stop) {
         if (st_.checkpoint_step != st_.step) checkpoint();  // this step's evaluation may have written it (every rank agrees)
         result.interrupted = true;
         reason = StopReason::INTERRUPTED;
@@ -965,20 +1166,18 @@ TrainResult Run::train() {
     } else if (st_.budget_ended && reason == StopReason::TIME_BUDGET && !budget_spent()) {
       checkpoint();  // this step's evaluation wrote the checkpoint before the budget ended: again, with the flag
     }
-    result.train_seconds = elapsed();
-    // The decoded figures are the average's too (the weights model.safetensors holds).
-    if (average_) average_->swap_with(params_);
-    // A language model has no sources to decode: its validation figures are the last row's.
+    // A language model has no sources to decode: its validation figures are the last row's. A stop asked for during
+    // the decoding ends the run as one during an evaluation does, its checkpoint (just written) whole.
     if (!c_.text() && lead_) {
-      // Decoding allocates tensors of sizes the steps never used (its caches grow a token at a time):
-      // the steps' idle cached blocks go back to malloc first, so that the decoding reuses them and
-      // the run's peak memory stays the steps' (tensor_impl.h, the block cache).
-      allocator_release_cache();
-      result.final_metrics = evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, ds_.valid_set, DecodeOptions{}, kEvalBatch,
-                                      [&](const data::Tokens& t) { return ds_.tgt_tokenizer.detokenize(t); });
+      if (std::optional<Metrics> m = decode_final()) {
+        result.final_metrics = *m;
+      } else {
+        result.interrupted = true;
+        reason = StopReason::INTERRUPTED;
+      }
     }
-    if (average_) average_->swap_with(params_);
   }
+  result.train_seconds = elapsed();
   result.steps = st_.step;
   result.epochs_completed = st_.epoch;
   result.stop_reason = *reason;

@@ -9,6 +9,7 @@
 
 #include "test_util.h"
 #include "tfm/models/model_dir.h"
+#include "tfm/train/comm.h"
 #include "tfm/train/config.h"
 #include "tfm/train/evaluate.h"
 #include "tfm/train/text_metrics.h"
@@ -176,6 +177,26 @@ TEST(TrainCli, SpentTimeBudgetResumesToNothing) {
     EXPECT_EQ(bytes("model.safetensors"), model);
     EXPECT_EQ(bytes("metrics.csv"), metrics);
   }
+}
+
+// Under mpirun a negative --grad-shards is refused for its range, as one process refuses it, not as a count that
+// is no multiple of the processes (which -1 is not of 2).
+TEST(TrainCli, NegativeGradShardsUnderMpirunIsARangeError) {
+  if (!tfm::train::Comm::available()) GTEST_SKIP() << "tfm was built without MPI (TFM_MPI=OFF): nothing to launch";
+  if (run_command("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun is not on the PATH (openmpi-bin)";
+  const std::string d = temp_dir("cli_grad_shards");
+  const std::string mpirun =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun -np 2 ";
+  std::string out;
+  EXPECT_NE(run_command(mpirun + kCli +
+                            " train --task reverse --arch encoder --max-steps 1 --threads 1 --grad-shards -1 --out " +
+                            d + "/run",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("grad_shards must be ≥ 0 (0: one part per process), got -1"), std::string::npos) << out;
+  EXPECT_EQ(out.find("is not a multiple"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(d + "/run/config.json"));
 }
 
 TEST(TrainCli, SigintWritesACheckpointAndResumes) {

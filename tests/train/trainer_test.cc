@@ -401,6 +401,72 @@ TEST(Trainer, FreshRunReplacesTheRunItReplacesAtItsFirstCheckpoint) {
   EXPECT_NE(io::read_file(a + "/config.json").find("\"seed\": 12"), std::string::npos);
 }
 
+// A killed --keep-best run leaves its best model's staging directory (io::StagedDirectory's ".best.tmp.<pid>", and
+// its ".old"): a fresh run replacing it removes them with the rest of its files, as --resume does.
+TEST(Trainer, FreshRunRemovesTheBestModelStagingOfTheRunItReplaces) {
+  const std::string a = testing::temp_dir("replaced_staging");
+  TrainConfig c = tiny(a);
+  c.max_steps = 2;
+  run_training(c);
+  for (const char* stale : {"/.best.tmp.4242", "/.best.tmp.4242.old"}) {
+    std::filesystem::create_directories(a + stale);
+    testing::spit(a + stale + "/model.safetensors", "weights");
+  }
+  testing::spit(a + "/.best.tmp.notes", "a file of another name pattern's");
+  c.seed = 12;
+  run_training(c);
+  EXPECT_FALSE(std::filesystem::exists(a + "/.best.tmp.4242")) << "the killed run's staging directory is left";
+  EXPECT_FALSE(std::filesystem::exists(a + "/.best.tmp.4242.old"));
+  EXPECT_TRUE(std::filesystem::exists(a + "/model.safetensors"));
+}
+
+// OUT/best is written in a hidden staging directory and renamed into place: a write that fails there (a full disk;
+// here a file-size limit the model exceeds, hit by the resume rewriting the best model of its checkpoint) is said of
+// OUT/best, which is left as it was, not of the staging directory, removed by then.
+TEST(Trainer, FailedBestModelWriteNamesTheBestDirectory) {
+  const std::string d = testing::temp_dir("best_efbig");
+  TrainConfig c = tiny(d);
+  c.max_steps = 20;
+  c.keep_best = true;
+  const TrainResult r = run_training(c);
+  ASSERT_EQ(best_row(r.history), static_cast<int64_t>(r.history.size()) - 1) << "the last evaluation is not the best";
+  const std::string model = file(d, "best/model.safetensors");
+  size_t description = 0;
+  for (const auto& e : std::filesystem::directory_iterator(d + "/best"))
+    if (e.path().filename() != "model.safetensors")
+      description = std::max(description, static_cast<size_t>(e.file_size()));
+  const size_t limit = (description + model.size()) / 2;
+  ASSERT_GT(limit, description);
+  ASSERT_LT(limit, model.size());
+  try {
+    with_file_size_limit(limit, [&] { run_training(load_train_config(d), {}, /*resume=*/true); });
+    FAIL() << "the best model was written past the limit";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), d +
+                                         "/best/model.safetensors: write failed: File too large (the best model, of "
+                                         "step 20, was not written; " +
+                                         d + "/best holds the previous one)");
+  }
+  EXPECT_EQ(file(d, "best/model.safetensors"), model);
+  for (const auto& e : std::filesystem::directory_iterator(d))
+    EXPECT_EQ(e.path().filename().string().find(".best.tmp."), std::string::npos) << e.path() << " is left";
+}
+
+// A --resume that trains nothing (--max-steps at or below the run's step) leaves config.json as it was: the length
+// it gives is saved only once the run takes a step.
+TEST(Trainer, ResumeThatTrainsNothingLeavesConfigAsItWas) {
+  const std::string d = testing::temp_dir("resume_nothing");
+  run_training(tiny(d));
+  const std::string config = file(d, "config.json");
+  for (const int64_t steps : {20, 40}) {
+    TrainConfig c = load_train_config(d);
+    c.max_steps = steps;
+    EXPECT_EQ(run_training(c, {}, /*resume=*/true).steps, 40);
+    EXPECT_EQ(file(d, "config.json"), config) << "--max-steps " << steps;
+  }
+  EXPECT_EQ(load_train_config(d).max_steps, 40);
+}
+
 TEST(Trainer, DivergenceNamesTheStepAndSkipGivesUp) {
   const std::string a = testing::temp_dir("diverge") + "/fresh";  // created by the run
   TrainConfig c = tiny(a);
@@ -813,6 +879,189 @@ TEST(TrainerBudget, CheckpointWithoutACountMeasuresAgainAfterResume) {
   EXPECT_EQ(r.budget_steps, 100);
   EXPECT_EQ(r.steps, 100);
   EXPECT_EQ(state_json(a).at("decay_start"), 90);
+}
+
+// The final decoding is part of the budget. Set aside: the clock jumps 0.5 s inside the one batch the run decodes
+// when its window opens at step 10 (its first should_stop poll at step 10 comes just before that batch), so the
+// final decoding of the 3 batches of 600 validation sequences is estimated at 1.5 s; the window measures 0.125 s a
+// step, and 12.5 − (60·0.125 + 0.5) − 1.5 = 3 s left fit 24 steps: the count is 84 (96 with nothing set aside for
+// the decoding). Bounded: on the plain test clock the run ends exactly at the budget, so the decoding stops after
+// its first batch (256 sequences).
+TEST(TrainerBudget, FinalDecodingIsPartOfTheBudget) {
+  const std::string a = testing::temp_dir("budget_decode_a"), b = testing::temp_dir("budget_decode_b");
+  TrainConfig c = budgeted(a);
+  c.task_valid_size = 600;
+  double jump = 0;
+  int64_t polls_at_10 = 0;
+  TrainHooks h;
+  h.clock = [&](int64_t steps) { return 0.125 * static_cast<double>(steps) + jump; };
+  h.should_stop = [&](int64_t step) {
+    if (step == 10 && ++polls_at_10 == 1) jump += 0.5;
+    return false;
+  };
+  std::string fitted;
+  std::vector<std::string> notes;
+  h.progress = [&](const ProgressEvent& e) {
+    if (e.kind != ProgressEvent::Kind::NOTE) return;
+    if (e.message.rfind("time budget: ", 0) == 0 && e.message.find("steps fit") != std::string::npos)
+      fitted = e.message;
+    else
+      notes.push_back(e.message);
+  };
+  const TrainResult r = run_training(c, h);
+  EXPECT_EQ(r.budget_steps, 84) << fitted;
+  EXPECT_EQ(r.steps, 84);
+  EXPECT_NE(fitted.find("1.5 s the final decoding"), std::string::npos) << fitted;
+  EXPECT_EQ(r.final_metrics.examples, 600);  // the whole set, within the budget
+  EXPECT_EQ(r.train_seconds, 0.125 * 84 + 0.5);
+  EXPECT_TRUE(notes.empty()) << notes[0];
+
+  c.out_dir = b;
+  notes.clear();
+  TrainHooks plain = ticking();
+  plain.progress = h.progress;
+  const TrainResult rb = run_training(c, plain);
+  EXPECT_EQ(rb.steps, 100);
+  EXPECT_EQ(rb.final_metrics.examples, 256);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0],
+            "time budget: spent after the final decoding of 256 of the 600 validation sources (the shortest; "
+            "they are decoded in order of length): the final figures are theirs (tfm eval decodes a whole set)");
+  EXPECT_EQ(rb.train_seconds, 12.5);
+
+  // A run stopped on the clock (no decaying schedule: nothing was set aside) decodes the whole set past it.
+  c.out_dir = testing::temp_dir("budget_decode_c");
+  c.schedule = Schedule::CONSTANT;
+  notes.clear();
+  const TrainResult rc = run_training(c, plain);
+  EXPECT_EQ(rc.budget_steps, 0);
+  EXPECT_EQ(rc.final_metrics.examples, 600);
+  EXPECT_TRUE(notes.empty()) << notes[0];
+}
+
+// A budget too short for the warmup and the 50 measuring steps ends the run on the clock with its learning rate not
+// decayed, and a note says so. On the test clock (0.125 s a step) a 5 s budget ends at step 41: inside a warmup of
+// 100 steps (rising), or after a warmup of 5 inside the window 11-60 (peak); 17.5 s with a warmup of 100 ends at
+// step 141, inside the window 101-150, where a warmup of 14 would have let it decay.
+TEST(TrainerBudget, BudgetTooShortToDecaySaysSo) {
+  const std::string d = testing::temp_dir("budget_short");
+  std::vector<std::string> notes;
+  TrainHooks h = ticking();
+  h.progress = [&](const ProgressEvent& e) {
+    if (e.kind == ProgressEvent::Kind::NOTE && e.message.find("ran out") != std::string::npos)
+      notes.push_back(e.message);
+  };
+  TrainConfig c = budgeted(d + "/rising");
+  c.time_budget = 5;
+  c.warmup = 100;
+  TrainResult r = run_training(c, h);
+  EXPECT_EQ(r.steps, 41);
+  EXPECT_EQ(r.budget_steps, 0);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0],
+            "time budget: the 5 s ran out at step 41, before the run could fit its step count to it (it "
+            "measures its step rate over steps 101-150, after the 100 warmup steps), so the learning rate "
+            "never decayed to --min-lr 0.0001: it ended still rising, at 0.00123 (--lr 0.003). A longer "
+            "--time-budget lets it decay (the window alone takes 50 steps)");
+  c = budgeted(d + "/peak");
+  c.time_budget = 5;
+  notes.clear();
+  run_training(c, h);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("steps 11-60, after the 5 warmup steps"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("it ended at its peak, 0.003 (--lr 0.003)"), std::string::npos) << notes[0];
+  c = budgeted(d + "/window");
+  c.time_budget = 17.5;
+  c.warmup = 100;
+  notes.clear();
+  r = run_training(c, h);
+  EXPECT_EQ(r.steps, 141);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("A shorter --warmup (e.g. 14) or a longer --time-budget lets it decay"), std::string::npos)
+      << notes[0];
+  // A budget that fits the schedule says nothing of the kind.
+  notes.clear();
+  run_training(budgeted(d + "/fits"), h);
+  EXPECT_TRUE(notes.empty()) << notes[0];
+}
+
+// A --time-budget given on --resume that the run's clock has passed already (here 5 s spent on 40 steps, 2 s given)
+// trains nothing, as the same budget given again does; the run's files, config.json included, stay as they were.
+TEST(TrainerBudget, NewBudgetSpentAlreadyOnResumeTrainsNothing) {
+  const std::string d = testing::temp_dir("budget_spent_new");
+  run_training(tiny(d), ticking());
+  const std::vector<const char*> files = {"model.safetensors", "trainer_state.safetensors", "metrics.csv",
+                                          "config.json"};
+  std::map<std::string, std::string> before;
+  for (const char* f : files) before[f] = file(d, f);
+  std::vector<std::string> notes;
+  TrainHooks h = ticking();
+  h.progress = [&](const ProgressEvent& e) {
+    if (e.kind == ProgressEvent::Kind::NOTE) notes.push_back(e.message);
+  };
+  for (const Schedule schedule : {Schedule::AUTO, Schedule::CONSTANT}) {
+    TrainConfig c = load_train_config(d);
+    c.max_steps = 0;
+    c.time_budget = 2;
+    c.schedule = schedule;
+    notes.clear();
+    const TrainResult r = run_training(c, h, /*resume=*/true);
+    EXPECT_EQ(r.steps, 40);
+    EXPECT_EQ(r.stop_reason, StopReason::TIME_BUDGET);
+    EXPECT_NE(
+        std::find(notes.begin(), notes.end(), "the run spent its --time-budget already (5 of 2 s): nothing to train"),
+        notes.end());
+    for (const char* f : files) EXPECT_EQ(file(d, f), before[f]) << f << " changed";
+  }
+}
+
+// A stop asked for during the final decoding (after the last checkpoint) ends the run as one during an evaluation
+// does: interrupted, no figures, the checkpoint the uninterrupted run's. Asked before the decoding starts (the
+// second poll at step 40: the first comes after the step) or between its batches (600 validation sequences decode
+// in 3). The decoding goes by batch, and its figures are those of the whole set decoded at once.
+TEST(Trainer, StopDuringTheFinalDecodingEndsTheRunInterrupted) {
+  const std::string a = testing::temp_dir("final_stop_a"), b = testing::temp_dir("final_stop_b");
+  TrainConfig c = tiny(a);
+  c.model.arch = Arch::SEQ2SEQ;
+  c.task_valid_size = 600;
+  const TrainResult whole = run_training(c);
+  EXPECT_FALSE(whole.interrupted);
+  {
+    const TrainedModel m = load_model_dir(a);
+    const Metrics once =
+        evaluate(m, task_eval_set(data::Task::REVERSE, c.seed, data::Split::VALID, 600), DecodeOptions{}, 256,
+                 [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokenizer); });
+    const Metrics& f = whole.final_metrics;
+    EXPECT_EQ(f.examples, 600);
+    EXPECT_EQ(f.examples, once.examples);
+    EXPECT_EQ(f.exact, once.exact);
+    EXPECT_EQ(f.correct_tokens, once.correct_tokens);
+    EXPECT_EQ(f.reference_tokens, once.reference_tokens);
+    EXPECT_EQ(f.edits, once.edits);
+    EXPECT_EQ(f.truncated, once.truncated);
+    EXPECT_EQ(f.bleu(), once.bleu());
+    EXPECT_EQ(f.chrf(), once.chrf());
+  }
+  for (const int at_poll : {2, 3}) {
+    c.out_dir = b + "/" + std::to_string(at_poll);
+    int polls_at_40 = 0;
+    TrainHooks stop;
+    stop.should_stop = [&](int64_t step) { return step == 40 && ++polls_at_40 == at_poll; };
+    const TrainResult r = run_training(c, stop);
+    EXPECT_EQ(polls_at_40, at_poll);
+    EXPECT_TRUE(r.interrupted) << "poll " << at_poll;
+    EXPECT_EQ(r.stop_reason, StopReason::INTERRUPTED);
+    EXPECT_EQ(r.steps, 40);
+    EXPECT_EQ(r.final_metrics.examples, 0);
+    EXPECT_EQ(state_json(c.out_dir).at("step"), 40);
+    EXPECT_TRUE(file(a, "model.safetensors") == file(c.out_dir, "model.safetensors")) << "poll " << at_poll;
+    EXPECT_TRUE(file(a, "trainer_state.safetensors") == file(c.out_dir, "trainer_state.safetensors"));
+    // Resumed, it trains nothing and decodes.
+    const TrainResult again = run_training(load_train_config(c.out_dir), {}, /*resume=*/true);
+    EXPECT_FALSE(again.interrupted);
+    EXPECT_EQ(again.final_metrics.exact, whole.final_metrics.exact);
+    EXPECT_EQ(again.final_metrics.edits, whole.final_metrics.edits);
+  }
 }
 
 TEST(TrainerEma, EvaluatesAndSavesTheAverageAndInitFromStartsFromIt) {

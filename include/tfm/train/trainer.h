@@ -29,8 +29,9 @@
 //                              depends on the clock but the budget's step count (rank 0's decision,
 //                              taken once), so the same run gives the same bytes.
 //   trainer_clock.json        the wall clock, written just before: {"elapsed": seconds over all
-//                              sessions (what --time-budget counts), "history": [{"step",
-//                              "tokens_per_sec", "elapsed_seconds"} per metrics row]}
+//                              sessions up to this checkpoint (what --time-budget counts, the final
+//                              decoding aside), "history": [{"step", "tokens_per_sec",
+//                              "elapsed_seconds"} per metrics row]}
 //   metrics.csv, curves.svg   one row / point per evaluation (with TrainConfig::init_from, the first at
 //                              step 0: the starting model's)
 //
@@ -102,7 +103,9 @@ using ProgressFn = std::function<void(const ProgressEvent&)>;
 
 struct TrainHooks {
   ProgressFn progress;                      // may be empty
-  // Polled after every step; true = stop now, write a checkpoint and return interrupted.
+  // Polled after every step and before every batch the run decodes (the final decoding; with a time budget, the
+  // batch timed when the window opens); true = stop now, write a checkpoint (after the final one: it is written
+  // already) and return interrupted.
   std::function<bool(int64_t step)> should_stop;
   // The processes training together (tfm/train/comm.h); null: this process alone. Under MPI every
   // rank runs run_training with the same config and its Comm::world(): every rank reads the data and
@@ -127,10 +130,14 @@ struct TrainResult {
   StopReason stop_reason = StopReason::EPOCHS;
   int64_t skipped_nonfinite = 0;
   std::vector<EvalRow> history;
-  Metrics final_metrics;                    // decoded (greedy) on the validation set; empty if interrupted
+  // Decoded (greedy) on the validation set; empty if interrupted. With a time budget, the decoding ends when the
+  // budget is spent (after its first batch at least; a NOTE then says how many sources it decoded, the shortest):
+  // the figures are then those sources'.
+  Metrics final_metrics;
   double seconds = 0;                       // over all sessions, the final decoded evaluation included
-  // What --time-budget counts: seconds of training and its evaluations up to the last checkpoint (the
-  // final decoded evaluation comes after it), against the budget `time_budget` (0: none).
+  // What --time-budget counts: seconds of training and its evaluations, the final decoding included, against the
+  // budget `time_budget` (0: none). The budget schedule sets time aside for the final decoding (estimated from
+  // one batch decoded when its window opens).
   double train_seconds = 0, time_budget = 0;
   int64_t budget_steps = 0;                 // the step count fitted to the budget (0: not fixed)
 };
