@@ -135,6 +135,22 @@ int main(int argc, char** argv) {
     }
     return e.get_exit_code();
   }
+  // Only tfm train runs across processes (docs/distributed.md). Any other command a launcher started
+  // several copies of would run whole in each: each eval printing the same report, each generate the
+  // same samples, each import writing the same files. Refused before it starts, said once as a usage
+  // error is; every copy exits non-zero.
+  if (const int launched = tfm::train::Comm::launched_size(); launched > 1 && !app.get_subcommands().empty()) {
+    const std::string name = app.get_subcommands().front()->get_name();
+    if (name != "train") {
+      if (quiet()) return 1;
+      std::fprintf(stderr,
+                   "tfm: error: tfm %s runs in one process, but a launcher (mpirun, srun) started %d copies of it, "
+                   "each of which would do the whole work and print its own output: run it without the launcher "
+                   "(only tfm train runs across processes)\n",
+                   name.c_str(), launched);
+      return 1;
+    }
+  }
   try {
     const int code = run ? run() : 0;
     tfm::cli::check_stdout();

@@ -11,8 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #ifdef TFM_HAVE_MPI
 #include <mpi.h>
@@ -20,6 +22,7 @@
 
 #include "commands.h"
 #include "progress.h"
+#include "tfm/message.h"
 #include "tfm/models/model_dir.h"
 #include "tfm/train/comm.h"
 #include "tfm/train/options.h"
@@ -47,16 +50,15 @@ void install_stop_handlers() {
 
 // ---- several processes (mpirun -np P tfm train ...) ----
 // MPI is initialised here, only when a launcher started more than one process (a lone `tfm train`
-// never touches MPI), and finalised when the command ends; the library receives the communicator
-// (train::TrainHooks::comm). Signals: Open MPI 4.1's mpirun answers SIGINT / SIGTERM by sending
-// SIGTERM to every rank (after a SIGCONT), then SIGKILL odls_base_sigkill_timeout seconds later
-// (default 1). Every rank's handler asks the loop to stop, the ranks agree on it with the next step's
-// exchange and rank 0 writes one checkpoint; a step plus a checkpoint longer than that grace
-// period needs `mpirun --mca odls_base_sigkill_timeout 30 ...` (or the environment variable
-// OMPI_MCA_odls_base_sigkill_timeout=30).
+// never touches MPI), before the options are resolved (agree_on_options), and finalised when the
+// command ends; the library receives the communicator (train::TrainHooks::comm). Signals: Open MPI 4.1's mpirun answers
+// SIGINT / SIGTERM by sending SIGTERM to every rank (after a SIGCONT), then SIGKILL odls_base_sigkill_timeout seconds
+// later (default 1). Every rank's handler asks the loop to stop, the ranks agree on it with the next step's exchange
+// and rank 0 writes one checkpoint; a step plus a checkpoint longer than that grace period needs `mpirun --mca
+// odls_base_sigkill_timeout 30 ...` (or the environment variable OMPI_MCA_odls_base_sigkill_timeout=30).
 class MpiSession {
  public:
-  MpiSession(double comm_timeout, double bucket_mb) {
+  MpiSession() {
     const int launched = train::Comm::launched_size();
     if (launched <= 1) return;
     if (!train::Comm::available())
@@ -68,12 +70,36 @@ class MpiSession {
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     initialised_ = true;
     comm_ = train::Comm::world();
-    comm_.set_timeout(comm_timeout);
-    comm_.set_bucket_bytes(static_cast<int64_t>(bucket_mb * (1 << 20)));
-#else
-    (void)comm_timeout;
-    (void)bucket_mb;
 #endif
+  }
+  // This process's settings, once resolved.
+  void configure(const train::RunSettings& run) {
+    comm_.set_timeout(run.comm_timeout);
+    comm_.set_bucket_bytes(static_cast<int64_t>(run.bucket_mb * (1 << 20)));
+  }
+  // Every rank resolved the options (`error`: what it threw, "" when it did not); true when none threw.
+  // Otherwise each says whether its error is rank 0's: when every rank found the same (an option's value,
+  // a file every machine lacks alike) rank 0 says it once, as one process would, and the others say
+  // nothing, as for a usage error (main.cc); when they differ (a file one machine lacks) each rank that
+  // found one says it, tagged with its rank. Every rank then exits non-zero, and none trains. Untimed:
+  // the ranks arrive apart (resolving reads run directories).
+  bool agree_on_options(const std::string& error) {
+    if (!initialised_) return error.empty();
+    std::string first = error;
+    comm_.broadcast(first, /*timed=*/false);  // rank 0's
+    const double mine[2] = {error.empty() ? 0.0 : 1.0, error == first ? 1.0 : 0.0};
+    std::vector<double> all(2 * static_cast<size_t>(comm_.size()));
+    comm_.allgather(mine, 2, all.data(), /*timed=*/false, "the agreement on the options (allgather)");
+    bool any = false, alike = true;
+    for (int r = 0; r < comm_.size(); ++r) {
+      any = any || all[2 * static_cast<size_t>(r)] != 0;
+      alike = alike && all[2 * static_cast<size_t>(r) + 1] != 0;
+    }
+    if (!any) return true;
+    if (alike && comm_.rank() == 0) std::fprintf(stderr, "tfm: error: %s\n", one_line(error).c_str());
+    if (!alike && !error.empty())
+      std::fprintf(stderr, "tfm: error (rank %d of %d): %s\n", comm_.rank(), comm_.size(), one_line(error).c_str());
+    return false;
   }
   ~MpiSession() {
 #ifdef TFM_HAVE_MPI
@@ -259,10 +285,19 @@ void register_train(CLI::App& app, Runner& run) {
   }
   cmd->callback([given, &run] {
     run = [list = given->list()] {
-      const train::TrainSetup setup = train::resolve_train_options(list);
-      MpiSession mpi(setup.run.comm_timeout, setup.run.bucket_mb);
+      MpiSession mpi;
+      std::optional<train::TrainSetup> setup;
+      std::string error;
       try {
-        return train_main(setup, mpi);
+        setup = train::resolve_train_options(list);
+      } catch (const std::exception& e) {
+        if (!mpi.comm()) throw;                                              // one process: main says it
+        error = *e.what() ? e.what() : "the options could not be resolved";  // never "", which means none
+      }
+      if (!mpi.agree_on_options(error)) return 1;
+      mpi.configure(setup->run);
+      try {
+        return train_main(*setup, mpi);
       } catch (const std::exception& e) {
         mpi.fail(e);
       }

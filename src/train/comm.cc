@@ -2,7 +2,9 @@
 // by polling, or the single process.
 #include "tfm/train/comm.h"
 
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -69,24 +71,32 @@ void test_request(MPI_Request& req, int& done, const char* what) {
   }
 }
 
-// Polls `req` until it completes; with `timed`, throws CommTimeout after `timeout` seconds. The
-// first polls spin (a step's collective usually completes within microseconds of the last rank's
+// Seconds as a user writes them: the shortest text that reads back as the same double ("0.5", "600", "1e-09").
+std::string seconds_text(double s) {
+  char text[32];
+  const auto r = std::to_chars(text, text + sizeof text, s);
+  return std::string(text, r.ptr);
+}
+
+// Polls `req` until it completes; with `timed`, throws CommTimeout once it has waited timeout() plus
+// `grace` seconds, counted by WaitedTime (tfm/train/comm.h: time this process was stopped is left out).
+// The first polls spin (a step's collective usually completes within microseconds of the last rank's
 // arrival), later ones sleep a little so that a waiting rank leaves the cores to ranks still
 // computing on the same node.
-void poll_until_done(MPI_Request& req, const Comm& c, const char* what, bool timed) {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
+void poll_until_done(MPI_Request& req, const Comm& c, const char* what, bool timed, double grace = 0) {
+  using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC
+  const auto now = [start = Clock::now()] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  WaitedTime waited(now());
   int done = 0;
   for (int polls = 0;; ++polls) {
     test_request(req, done, what);
     if (done) return;
-    if (polls > 2000) {
-      std::this_thread::sleep_for(std::chrono::microseconds(polls > 20000 ? 1000 : 50));
-      if (timed && std::chrono::duration<double>(Clock::now() - start).count() > c.timeout())
-        throw CommTimeout(std::string("no answer from the other processes in ") + what + " within --comm-timeout " +
-                          std::to_string(static_cast<long long>(c.timeout())) +
-                          " s (a process is stopped, stuck or gone)");
-    }
+    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 20000 ? 1000 : 50));
+    if (timed && waited.at(now()) > c.timeout() + grace)
+      throw CommTimeout(std::string("no answer from the other processes in ") + what + " within --comm-timeout " +
+                        seconds_text(c.timeout()) + " s" +
+                        (grace > 0 ? " plus " + seconds_text(std::ceil(grace * 10) / 10) + " s of grace" : "") +
+                        " (a process is stopped, stuck or gone)");
   }
 }
 
@@ -190,12 +200,13 @@ void Comm::allgatherv(const double* send, int count, double* recv, [[maybe_unuse
 #endif
 }
 
-void Comm::allgather(const double* send, int n, double* recv, [[maybe_unused]] bool timed) {
+void Comm::allgather(const double* send, int n, double* recv, [[maybe_unused]] bool timed,
+                     [[maybe_unused]] const char* what, [[maybe_unused]] double grace) {
   if (size_ == 1) return own_part(send, n, recv, 0);
 #ifdef TFM_HAVE_MPI
   MPI_Request req;
   check(MPI_Iallgather(send, n, MPI_DOUBLE, recv, n, MPI_DOUBLE, MPI_COMM_WORLD, &req), "MPI_Iallgather");
-  poll_until_done(req, *this, "the step's agreement (allgather)", timed);
+  poll_until_done(req, *this, what, timed, grace);
 #endif
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -187,22 +188,21 @@ struct Stopwatch {
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
 };
 
-// Every rank's record gathered in rank order, then replayed. The ranks started their shares together
-// (they left the step's exchange together) and the shares differ by one batch at most, so each
-// waits for the others --comm-timeout plus twice the `share_seconds` its own share took: an
-// evaluation however long does not trip the timeout, and a rank stopped or stuck during it is still
-// detected.
-TeacherForced gather_and_replay(Comm& comm, const std::vector<double>& mine, double share_seconds) {
-  struct Grace {  // the timeout raised for the gather, restored however it ends
-    Comm& c;
-    const double saved;
-    Grace(Comm& comm, double extra) : c(comm), saved(comm.timeout()) { c.set_timeout(saved + extra); }
-    ~Grace() { c.set_timeout(saved); }
-  } grace(comm, 2 * share_seconds);
+// Every rank's record gathered in rank order, then replayed. The ranks start their shares together
+// (they left the step's exchange together) but finish them apart, by as much as the shares' work
+// differs: a share may be a whole batch longer than another, its batches longer, or no batch at all
+// (fewer batches than ranks). So the first gather, of the records' sizes, waits for the others
+// --comm-timeout plus `grace` (twice the longest share's estimated time, evaluation_grace), or without a
+// deadline when this rank cannot estimate it (no work of its own to time): no evaluation however long
+// trips the timeout, and a rank stopped or stuck during it is still detected by the ranks that could
+// estimate (rank 0 among them whenever any rank has work). The records' gather that follows finds the
+// ranks together and keeps the plain timeout.
+TeacherForced gather_and_replay(Comm& comm, const std::vector<double>& mine, std::optional<double> grace) {
   const int P = comm.size();
   const double n = static_cast<double>(mine.size());
   std::vector<double> sizes(static_cast<size_t>(P));
-  comm.allgather(&n, 1, sizes.data(), /*timed=*/true);
+  comm.allgather(&n, 1, sizes.data(), /*timed=*/grace.has_value(),
+                 "the evaluation's gather of record sizes (allgather)", grace.value_or(0));
   std::vector<int> counts(static_cast<size_t>(P)), displs(static_cast<size_t>(P));
   int total = 0;
   for (int r = 0; r < P; ++r) {
@@ -221,12 +221,20 @@ TeacherForced gather_and_replay(Comm& comm, const std::vector<double>& mine, dou
   return teacher_forced_replay(parts);
 }
 
-// The one evaluation: part 0 of 1 in one process, else this rank's part, gathered and replayed.
+// The one evaluation: part 0 of 1 in one process, else this rank's part, gathered and replayed. Every
+// rank sizes every part's batches (building a batch is cheap beside its forward) to estimate how long
+// the others may take.
 TeacherForced evaluate_batches(const Model& model, const detail::ScoreBatches& batches, Comm* comm) {
   if (!comm || comm->single()) return figures(detail::score(model, batches));
   const Stopwatch share;
   const std::vector<double> mine = detail::score_part(model, batches, comm->rank(), comm->size());
-  return gather_and_replay(*comm, mine, share.seconds());
+  const double seconds = share.seconds();
+  std::vector<ShareWork> work(static_cast<size_t>(comm->size()));
+  for (int64_t k = 0; k < batches.count; ++k) {
+    const data::TokenBatch b = batches.make(k);
+    work[static_cast<size_t>(k % comm->size())].add(b.B, b.S, b.T);
+  }
+  return gather_and_replay(*comm, mine, evaluation_grace(work, comm->rank(), seconds));
 }
 
 }  // namespace
@@ -243,6 +251,29 @@ std::vector<double> teacher_forced_text_part(const Model& model, const data::Tex
 
 TeacherForced teacher_forced_replay(const std::vector<std::vector<double>>& parts) {
   return figures(detail::replay_parts(parts));
+}
+
+void ShareWork::add(int64_t B, int64_t S, int64_t T) {
+  const double b = static_cast<double>(B), s = static_cast<double>(S), t = static_cast<double>(T);
+  const double batch[kTerms] = {1, b * s, b * t, b * s * s, b * t * t, b * s * t};
+  for (int i = 0; i < kTerms; ++i) terms[i] += batch[i];
+}
+
+std::optional<double> evaluation_grace(const std::vector<ShareWork>& shares, int own, double own_seconds) {
+  if (own < 0 || own >= static_cast<int>(shares.size()))
+    throw std::invalid_argument("evaluation_grace: share " + std::to_string(own) + " of " +
+                                std::to_string(shares.size()) + " (expected 0 <= own < shares)");
+  const ShareWork& mine = shares[static_cast<size_t>(own)];
+  // A share's time is Σ_i c_i · terms[i] with c_i >= 0, so the ratio of two shares' times lies between
+  // the smallest and the largest ratio of their terms: the largest bounds it from above.
+  double longest = own_seconds;
+  for (const ShareWork& other : shares)
+    for (int i = 0; i < ShareWork::kTerms; ++i) {
+      if (other.terms[i] == 0) continue;
+      if (mine.terms[i] == 0) return std::nullopt;  // work of a kind this share has none of: no rate to scale
+      longest = std::max(longest, own_seconds * other.terms[i] / mine.terms[i]);
+    }
+  return 2 * longest;
 }
 
 TeacherForced evaluate_teacher_forced(Model& model, const std::vector<data::Example>& examples, int64_t batch_size,

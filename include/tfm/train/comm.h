@@ -6,8 +6,10 @@
 // initialises or finalises MPI). Every collective is started non-blocking and waited for by polling
 // MPI_Test: a timed wait gives up after timeout() seconds with CommTimeout (a peer stopped, stuck or
 // dead), an untimed one waits as long as it takes (the ranks other than 0 after a checkpoint, which
-// rank 0 alone writes, however long that takes). On CommTimeout the program should print the message
-// and call abort_all(): the other ranks may be blocked forever otherwise.
+// rank 0 alone writes, however long that takes). A timed wait counts the time this process ran, not
+// the time it was stopped (WaitedTime): when the whole job is suspended (Ctrl-Z, SIGSTOP of every
+// rank) and continued, no wait times out for the suspension. On CommTimeout the program should print
+// the message and call abort_all(): the other ranks may be blocked forever otherwise.
 //
 // The gradient exchange may also run in the background of the backward: start_alltoallv and
 // start_allgatherv start a collective and return a Request at once, progress() drives every started
@@ -30,6 +32,32 @@ namespace tfm::train {
 class CommTimeout : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The seconds a timed wait has waited, from readings of a monotonic clock taken at each of its polls.
+// The intervals between readings add up, but one of kNotRunning seconds or more is left out: polls are
+// at most a millisecond apart (src/train/comm.cc), so such a gap is time this process did not run — it
+// was stopped (SIGSTOP, Ctrl-Z's SIGTSTP, a scheduler's suspend) — and the peers it waits for were
+// most likely stopped with it. A peer stopped alone, stuck or gone is still waited for the full time,
+// since this process then keeps running and polling. Gaps, because neither clock would do alone: a
+// monotonic clock (CLOCK_MONOTONIC) advances while the process is stopped, and the process's CPU time
+// does not advance while it sleeps between polls. Exposed for tests/train/comm_test.cc; every timed
+// wait of a Comm uses it.
+class WaitedTime {
+ public:
+  static constexpr double kNotRunning = 1.0;  // seconds: far above a poll's interval and a busy machine's delays
+  explicit WaitedTime(double now) : last_(now) {}
+  // The seconds waited when the clock reads `now` (readings in order; one earlier than the last adds 0).
+  double at(double now) {
+    const double gap = now - last_;
+    last_ = now;
+    if (gap > 0 && gap < kNotRunning) waited_ += gap;
+    return waited_;
+  }
+
+ private:
+  double last_;
+  double waited_ = 0;
 };
 
 class Comm {
@@ -68,8 +96,11 @@ class Comm {
   void allgatherv(const float* send, int count, float* recv, const int* counts, const int* displs, bool timed);
   // The same on doubles (the split evaluation's records, tfm/train/evaluate.h).
   void allgatherv(const double* send, int count, double* recv, const int* counts, const int* displs, bool timed);
-  // recv (n · size doubles) ← every rank's n doubles, in rank order: MPI_Allgather.
-  void allgather(const double* send, int n, double* recv, bool timed);
+  // recv (n · size doubles) ← every rank's n doubles, in rank order: MPI_Allgather. A timeout's message
+  // names it `what`; a timed wait gives the others timeout() plus `grace` seconds (>= 0): for ranks that
+  // arrive apart by an amount of work they can estimate (the split evaluation's gather, src/train/evaluate.cc).
+  void allgather(const double* send, int n, double* recv, bool timed,
+                 const char* what = "the step's agreement (allgather)", double grace = 0);
   // bytes ← rank 0's bytes, on every rank (MPI_Bcast of the length, then of the bytes); the single
   // process keeps its own.
   void broadcast(std::string& bytes, bool timed);

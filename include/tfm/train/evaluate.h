@@ -74,7 +74,7 @@ struct TeacherForced {
 // With `comm` of P > 1 processes the work is split: every rank must call with the same model and
 // data; rank r forwards batches k with k % P == r (round robin over the batches, in the one-process
 // order) and records each one's loss terms; the records are gathered to every rank
-// (Comm::allgatherv, waiting --comm-timeout plus twice the rank's own share of the work) and replayed
+// (Comm::allgatherv, waiting --comm-timeout plus twice the longest share's estimated time) and replayed
 // in batch order into the same running double sum as one process adds. Every rank returns the same
 // figures. Without `comm`, or with one process: part 0 of 1, each batch's record replayed as it is made.
 // `unk_id` (the target vocabulary's <unk>, or −1): a target token the vocabulary could not name; its loss counts,
