@@ -693,7 +693,7 @@ std::optional<Metrics> Run::decode_final() {
       // A run whose step count was fitted to the budget (leaving the decoding its estimated time) ends the
       // decoding with the budget; one stopped on the clock (--schedule constant, or a budget too short to fit)
       // decodes the whole set, as tfm eval would.
-      if (done > 0 && budget_ == Budget::FIXED && elapsed() >= c_.time_budget) break;
+      if (done > 0 && budget_ == Budget::FIXED && c_.time_budget > 0 && elapsed() >= c_.time_budget) break;
       add_metrics(m, evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, batch_set(ds_.valid_set, b), DecodeOptions{},
                               kEvalBatch, [&](const data::Tokens& t) { return ds_.tgt_tokenizer.detokenize(t); }));
       ++done;

@@ -887,6 +887,12 @@ TEST(TrainerBudget, CheckpointWithoutACountMeasuresAgainAfterResume) {
 // step, and 12.5 − (60·0.125 + 0.5) − 1.5 = 3 s left fit 24 steps: the count is 84 (96 with nothing set aside for
 // the decoding). Bounded: on the plain test clock the run ends exactly at the budget, so the decoding stops after
 // its first batch (256 sequences).
+TrainHooks plain_ticking_with(std::function<void(const ProgressEvent&)> progress) {
+  TrainHooks h = ticking();
+  h.progress = std::move(progress);
+  return h;
+}
+
 TEST(TrainerBudget, FinalDecodingIsPartOfTheBudget) {
   const std::string a = testing::temp_dir("budget_decode_a"), b = testing::temp_dir("budget_decode_b");
   TrainConfig c = budgeted(a);
@@ -915,6 +921,15 @@ TEST(TrainerBudget, FinalDecodingIsPartOfTheBudget) {
   EXPECT_EQ(r.final_metrics.examples, 600);  // the whole set, within the budget
   EXPECT_EQ(r.train_seconds, 0.125 * 84 + 0.5);
   EXPECT_TRUE(notes.empty()) << notes[0];
+  // Resumed to a --max-steps (its budget then none, its count fitted before): no budget ends the decoding.
+  TrainConfig more = load_train_config(a);
+  more.time_budget = 0;
+  more.max_steps = 90;
+  const TrainResult rm = run_training(more, plain_ticking_with(h.progress), /*resume=*/true);
+  EXPECT_EQ(rm.steps, 90);
+  EXPECT_EQ(rm.final_metrics.examples, 600);
+  for (const std::string& n : notes) EXPECT_EQ(n.rfind("time budget: spent", 0), std::string::npos) << n;
+  notes.clear();
 
   c.out_dir = b;
   notes.clear();
