@@ -562,8 +562,9 @@ NamedTensors read_forward_inputs(const std::string& path) {
     // tensor naming what the module takes: its dtype is beside the point (PyTorch's need_weights, a BOOL flag,
     // is no input of tfm's).
     const auto& kinds = EnumNames<ModuleKind>::names;
-    const bool argument = name == "grad_output" || std::any_of(kinds.begin(), kinds.end(), [&](const auto& k) {
-                            return arguments_of(k.first).takes(name);
+    const std::string& tensor = name;  // (clang 14 cannot capture a structured binding in a lambda)
+    const bool argument = tensor == "grad_output" || std::any_of(kinds.begin(), kinds.end(), [&](const auto& k) {
+                            return arguments_of(k.first).takes(tensor);
                           });
     if (!argument) continue;
     const bool mask = name.find("mask") != std::string::npos;
