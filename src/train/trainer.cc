@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <numeric>
 #include <optional>
 
 #include "fnv1a.h"
@@ -16,6 +15,7 @@
 #include "json_fields.h"
 #include "tensor_impl.h"
 #include "tfm/autocast.h"
+#include "tfm/data/batching.h"
 #include "tfm/inference.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/model_dir.h"
@@ -161,30 +161,24 @@ void add_metrics(Metrics& into, const Metrics& part) {
   into.chrf_stats += part.chrf_stats;
 }
 
-// The batches predict() decodes `set` in (tfm/models/model_dir.h: the sources stably sorted by length, cut every
-// kEvalBatch), as indices into it: evaluate() on each batch's EvalSet (batch_set) in turn decodes the same batches,
-// row for row, as one evaluate() on the whole set, and their figures add up to its figures.
-std::vector<std::vector<size_t>> decode_batches(const EvalSet& set) {
-  std::vector<size_t> order(set.sources.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return set.sources[a].size() < set.sources[b].size(); });
-  std::vector<std::vector<size_t>> batches;
-  for (size_t i = 0; i < order.size(); i += static_cast<size_t>(kEvalBatch)) {
-    const size_t end = std::min(order.size(), i + static_cast<size_t>(kEvalBatch));
-    batches.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(i),
-                         order.begin() + static_cast<std::ptrdiff_t>(end));
-  }
-  return batches;
+// The batches predict() decodes `set` in (data::plan_eval of the sources' lengths, kEvalBatch a batch), as indices
+// into it: evaluate() on each batch's EvalSet (batch_set) in turn decodes the same batches, row for row, as one
+// evaluate() on the whole set, and their figures add up to its figures.
+data::BatchPlan decode_batches(const EvalSet& set) {
+  std::vector<data::Example> lengths(set.sources.size());  // what plan_eval reads of predict()'s examples
+  for (size_t i = 0; i < set.sources.size(); ++i) lengths[i].src.resize(set.sources[i].size());
+  data::BatchSettings bs;
+  bs.batch_size = kEvalBatch;
+  return data::plan_eval(lengths, bs);
 }
 
 // The examples `rows` of `set`, in that order.
-EvalSet batch_set(const EvalSet& set, const std::vector<size_t>& rows) {
+EvalSet batch_set(const EvalSet& set, const std::vector<int64_t>& rows) {
   EvalSet b;
-  for (const size_t i : rows) {
-    b.sources.push_back(set.sources[i]);
-    b.references.push_back(set.references[i]);
-    if (!set.reference_texts.empty()) b.reference_texts.push_back(set.reference_texts[i]);
+  for (const int64_t i : rows) {
+    b.sources.push_back(set.sources[static_cast<size_t>(i)]);
+    b.references.push_back(set.references[static_cast<size_t>(i)]);
+    if (!set.reference_texts.empty()) b.reference_texts.push_back(set.reference_texts[static_cast<size_t>(i)]);
   }
   return b;
 }
@@ -270,7 +264,7 @@ class Run {
   void checkpoint();
   void write_best();    // keep_best: the model just evaluated, to out_dir/best
   // The validation set's decoding batches (decode_batches), made on first use; rank 0 only.
-  const std::vector<std::vector<size_t>>& final_batches();
+  const data::BatchPlan& final_batches();
   std::optional<Metrics> decode_final();      // the final decoded figures; nullopt: a stop was asked for
   void estimate_final_decoding();             // MEASURING, at the window's opening: decode_cost_
   std::string budget_too_short_note() const;  // the clock ended a MEASURING run
@@ -354,7 +348,7 @@ class Run {
   // A stop rank 0 was asked for while it decoded alone (estimate_final_decoding): acted on after the step (with
   // several processes, agreed with the next step's).
   bool stop_pending_ = false;
-  std::vector<std::vector<size_t>> final_batches_;
+  data::BatchPlan final_batches_;
   bool final_batches_made_ = false;
   // MEASURING: the final decoding's estimated seconds, which fix_length leaves it (0: not measured, or nothing to
   // decode).
@@ -663,7 +657,7 @@ void Run::fix_length() {
   note(ProgressEvent::Kind::NOTE, why);
 }
 
-const std::vector<std::vector<size_t>>& Run::final_batches() {
+const data::BatchPlan& Run::final_batches() {
   if (!final_batches_made_) final_batches_ = decode_batches(ds_.valid_set), final_batches_made_ = true;
   return final_batches_;
 }
@@ -674,7 +668,7 @@ const std::vector<std::vector<size_t>>& Run::final_batches() {
 // after its first batch at least, and the figures are those of the sources decoded (the shortest: predict() decodes
 // them in order of length), which a note says.
 std::optional<Metrics> Run::decode_final() {
-  const std::vector<std::vector<size_t>>& batches = final_batches();
+  const data::BatchPlan& batches = final_batches();
   if (average_) average_->swap_with(params_);
   // Decoding allocates tensors of sizes the steps never used (its caches grow a token at a time): the steps' idle
   // cached blocks go back to malloc first, so that the decoding reuses them and the run's peak memory stays the
@@ -685,7 +679,7 @@ std::optional<Metrics> Run::decode_final() {
   bool stopped = false;
   {
     InferenceMode scope(InferenceMode::current_precision());  // every batch's predict() shares its packed weights
-    for (const std::vector<size_t>& b : batches) {
+    for (const std::vector<int64_t>& b : batches) {
       if (stop_asked()) {
         stopped = true;
         break;
@@ -720,7 +714,7 @@ std::optional<Metrics> Run::decode_final() {
 // the next step's agreement.
 void Run::estimate_final_decoding() {
   if (!lead_ || c_.text()) return;
-  const std::vector<std::vector<size_t>>& batches = final_batches();
+  const data::BatchPlan& batches = final_batches();
   if (batches.empty()) return;
   const double t = elapsed();
   if (stop_asked()) {
