@@ -1,8 +1,8 @@
 // tests/data/heap_counter.h — a test binary's heap, counted: included by exactly one source of a
 // test executable, it replaces the global operator new / delete with ones that count the live heap
 // bytes and their peak (each block carries its size in a 16-byte header), so the peak a call adds is
-// exact and the same on every machine. Used by the data readers' memory tests (bpe_memory_test.cc,
-// tsv_memory_test.cc).
+// exact and the same on every machine. Used by the memory tests of the data readers (bpe_memory_test.cc,
+// tsv_memory_test.cc) and of the dataset (train/dataset_memory_test.cc).
 #pragma once
 
 #include <atomic>
@@ -49,3 +49,15 @@ void operator delete(void* p) noexcept { tfm::testing::heap::counted_free(p); }
 void operator delete[](void* p) noexcept { tfm::testing::heap::counted_free(p); }
 void operator delete(void* p, size_t) noexcept { tfm::testing::heap::counted_free(p); }
 void operator delete[](void* p, size_t) noexcept { tfm::testing::heap::counted_free(p); }
+// The nothrow forms too (std::stable_sort's temporary buffer is one, freed by the plain delete): a sanitizer's
+// runtime replaces them apart from the plain ones, so a block of its nothrow new would reach counted_free.
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return tfm::testing::heap::counted_alloc(n);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { tfm::testing::heap::counted_free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { tfm::testing::heap::counted_free(p); }
