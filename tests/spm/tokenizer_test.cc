@@ -26,11 +26,8 @@ std::vector<std::string> gpl_lines() {
 
 std::vector<std::string_view> views(const std::vector<std::string>& v) { return {v.begin(), v.end()}; }
 
-std::string temp_dir(const std::string& name) {
-  const auto d = std::filesystem::temp_directory_path() / ("tfm_spm_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(d);
-  return d.string();
-}
+// A fresh directory, removed after the last test (testing::temp_dir).
+std::string temp_dir(const std::string& name) { return testing::temp_dir("spm_" + name); }
 
 TEST(Tokenizer, NonSpmKindsAreTheVocabFunctions) {
   for (Tokenization t : {Tokenization::CHAR, Tokenization::SPACE, Tokenization::BYTE}) {
