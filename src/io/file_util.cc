@@ -392,4 +392,17 @@ int remove_stale_temp_files(const std::string& path) {
   return removed;
 }
 
+int remove_stale_staging(const std::string& dest) {
+  std::string dir, base;
+  split_path(dest, &dir, &base);
+  const std::string prefix = temp_prefix(base);
+  std::error_code ec;
+  std::vector<std::filesystem::path> stale;  // (collected first: removing while iterating is unspecified)
+  for (const auto& entry : std::filesystem::directory_iterator(dir.empty() ? "." : dir, ec))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0 && entry.is_directory(ec)) stale.push_back(entry.path());
+  int removed = 0;
+  for (const auto& p : stale) removed += std::filesystem::remove_all(p, ec) > 0;
+  return removed;
+}
+
 }  // namespace tfm::io

@@ -138,5 +138,9 @@ class DirectoryLock {
 // process was killed mid-write (the real file is untouched; beside the file a symlink names, as the writer puts
 // them). Returns how many were removed.
 int remove_stale_temp_files(const std::string& path);
+// The same for a StagedDirectory of `dest`: deletes the staging directories ".<base>.tmp.*" (their ".old" too)
+// that one left behind when its process was killed mid-write; `dest` is untouched. The caller knows that no
+// StagedDirectory of `dest` is being written (it holds the lock of what holds it). Returns how many were removed.
+int remove_stale_staging(const std::string& dest);
 
 }  // namespace tfm::io

@@ -138,17 +138,6 @@ void save_length(const TrainConfig& c) {
   io::write_file_atomic(path, j.dump(2) + "\n");
 }
 
-// The staging directories of out_dir/best (io::StagedDirectory's names, ".best.tmp.<pid>" and its ".old") that a
-// run killed while it wrote its best model left behind. The caller holds the directory's lock: none is being written.
-void remove_best_staging(const std::string& out_dir) {
-  std::error_code ec;
-  const std::string prefix = std::string(".") + BEST_DIR + ".tmp.";
-  std::vector<std::filesystem::path> stale;
-  for (const auto& e : std::filesystem::directory_iterator(out_dir, ec))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) stale.push_back(e.path());
-  for (const auto& p : stale) std::filesystem::remove_all(p, ec);
-}
-
 // Figures of two parts of a set as one: every count of Metrics is a sum over examples (tfm/train/metrics.h).
 void add_metrics(Metrics& into, const Metrics& part) {
   into.examples += part.examples;
@@ -418,7 +407,9 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
     if (lead_)
       for (const char* f : {model_dir::MODEL, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE, model_dir::CONFIG})
         io::remove_stale_temp_files(model_dir::path(c_.out_dir, f));
-    if (lead_) remove_best_staging(c_.out_dir);  // and the staging directory of a best model being written
+    if (lead_)
+      io::remove_stale_staging(
+          model_dir::path(c_.out_dir, BEST_DIR));  // and the staging directory of a best model being written
     budget_given_ = c_.time_budget > 0 && saved_time_budget(c_) != c_.time_budget;
     read_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_, average_.get());
     // The texts the run started with: the training text, and the validation text, whose losses are compared across
@@ -941,7 +932,7 @@ void Run::describe() {
   for (const char* f : {model_dir::MODEL, model_dir::GPT2_SOURCE, STATE_FILE, CLOCK_FILE, METRICS_FILE, CURVES_FILE})
     drop(f);
   std::filesystem::remove_all(model_dir::path(c_.out_dir, BEST_DIR), ec);
-  remove_best_staging(c_.out_dir);
+  io::remove_stale_staging(model_dir::path(c_.out_dir, BEST_DIR));
   // JSON vocabulary files for text data (any character, newline included) and whenever a token
   // needs them; the one-token-a-line files otherwise.
   const bool json_vocab = c_.text() || ds_.src_vocab.needs_json() || ds_.tgt_vocab.needs_json();

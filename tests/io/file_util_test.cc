@@ -134,6 +134,15 @@ TEST(FileUtil, ANameNearNameMaxIsWritten) {
   StagedDirectory staged((dir / std::string(250, 'd')).string(), false);
   staged.commit();
   EXPECT_TRUE(fs::is_directory(dir / std::string(250, 'd')));
+  {
+    // A killed writer's staging directory (and the ".old" beside it) goes; the directory itself stays.
+    StagedDirectory abandoned((dir / std::string(250, 'd')).string(), true);
+    fs::create_directories(abandoned.path() + ".old");
+    write_file_atomic(abandoned.path() + "/model.safetensors", "partial");
+    EXPECT_EQ(remove_stale_staging((dir / std::string(250, 'd')).string()), 2);
+    EXPECT_FALSE(fs::exists(abandoned.path()));
+    EXPECT_TRUE(fs::is_directory(dir / std::string(250, 'd')));
+  }
   fs::remove_all(dir);
 }
 
