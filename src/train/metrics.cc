@@ -57,6 +57,17 @@ void Metrics::add_text(const std::string& prediction, const std::vector<std::str
   chrf_stats.add(prediction, references);
 }
 
+void Metrics::add(const Metrics& part) {
+  examples += part.examples;
+  exact += part.exact;
+  correct_tokens += part.correct_tokens;
+  reference_tokens += part.reference_tokens;
+  edits += part.edits;
+  truncated += part.truncated;
+  bleu_stats += part.bleu_stats;
+  chrf_stats += part.chrf_stats;
+}
+
 std::string Metrics::to_json() const {
   nlohmann::ordered_json j;
   j["token_accuracy"] = token_accuracy();

@@ -138,18 +138,6 @@ void save_length(const TrainConfig& c) {
   io::write_file_atomic(path, j.dump(2) + "\n");
 }
 
-// Figures of two parts of a set as one: every count of Metrics is a sum over examples (tfm/train/metrics.h).
-void add_metrics(Metrics& into, const Metrics& part) {
-  into.examples += part.examples;
-  into.exact += part.exact;
-  into.correct_tokens += part.correct_tokens;
-  into.reference_tokens += part.reference_tokens;
-  into.edits += part.edits;
-  into.truncated += part.truncated;
-  into.bleu_stats += part.bleu_stats;
-  into.chrf_stats += part.chrf_stats;
-}
-
 // The batches predict() decodes `set` in (data::plan_eval of the sources' lengths, kEvalBatch a batch), as indices
 // into it: evaluate() on each batch's EvalSet (batch_set) in turn decodes the same batches, row for row, as one
 // evaluate() on the whole set, and their figures add up to its figures.
@@ -679,8 +667,8 @@ std::optional<Metrics> Run::decode_final() {
       // decoding with the budget; one stopped on the clock (--schedule constant, or a budget too short to fit)
       // decodes the whole set, as tfm eval would.
       if (done > 0 && budget_ == Budget::FIXED && c_.time_budget > 0 && elapsed() >= c_.time_budget) break;
-      add_metrics(m, evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, batch_set(ds_.valid_set, b), DecodeOptions{},
-                              kEvalBatch, [&](const data::Tokens& t) { return ds_.tgt_tokenizer.detokenize(t); }));
+      m.add(evaluate(*model_, ds_.src_vocab, ds_.tgt_vocab, batch_set(ds_.valid_set, b), DecodeOptions{}, kEvalBatch,
+                     [&](const data::Tokens& t) { return ds_.tgt_tokenizer.detokenize(t); }));
       ++done;
     }
   }

@@ -49,6 +49,25 @@ TEST(Metrics, CorpusFiguresByHand) {
   EXPECT_THROW(m.add(chars("a"), {}), std::invalid_argument);
 }
 
+// The figures of a set's parts, added, are the whole set's: every count, BLEU's and chrF's statistics too.
+TEST(Metrics, PartsAddUpToTheWhole) {
+  Metrics whole, first, rest;
+  for (Metrics* m : {&whole, &first}) {
+    m->add(chars("kitten"), {chars("sitting")});
+    m->add_text("kitten", {"sitting"});
+  }
+  for (Metrics* m : {&whole, &rest}) {
+    m->add(chars("abc"), {chars("abd"), chars("abc")});
+    m->add_text("abc", {"abd", "abc"});
+    m->add({}, {chars("xy")});
+    m->add_text("", {"xy"});
+  }
+  rest.truncated = whole.truncated = 1;
+  first.add(rest);
+  EXPECT_EQ(first.to_json(), whole.to_json());
+  EXPECT_EQ(first.edits, 5);
+}
+
 TEST(Metrics, ClosestReferenceDecidesTokenAccuracy) {
   Metrics m;
   // "abcd" vs {"xbcd" (1 edit), "abcdef" (2 edits)}: the closest is "xbcd" → 3 of 4 correct.

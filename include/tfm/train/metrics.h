@@ -49,6 +49,9 @@ struct Metrics {
   // Adds the text of one example to the BLEU and chrF statistics (it does not count in `examples`).
   // Throws std::invalid_argument when `references` is empty.
   void add_text(const std::string& prediction, const std::vector<std::string>& references);
+  // Adds the figures of another part of the set (every count above is a sum over examples): the parts' figures
+  // added are those of the whole.
+  void add(const Metrics& part);
   // {"token_accuracy":..,"sequence_accuracy":..,"token_error_rate":..,"sequence_error_rate":..,"examples":..,
   //  "bleu":..,"chrf":..,"truncated":..}
   std::string to_json() const;
