@@ -2,13 +2,14 @@
 // by polling, or the single process.
 #include "tfm/train/comm.h"
 
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <thread>
+
+#include "quote.h"
 
 #ifdef TFM_HAVE_MPI
 #include <mpi.h>
@@ -71,13 +72,6 @@ void test_request(MPI_Request& req, int& done, const char* what) {
   }
 }
 
-// Seconds as a user writes them: the shortest text that reads back as the same double ("0.5", "600", "1e-09").
-std::string seconds_text(double s) {
-  char text[32];
-  const auto r = std::to_chars(text, text + sizeof text, s);
-  return std::string(text, r.ptr);
-}
-
 // Polls `req` until it completes; with `timed`, throws CommTimeout once it has waited timeout() plus
 // `grace` seconds, counted by WaitedTime (tfm/train/comm.h: time this process was stopped is left out).
 // The first polls spin (a step's collective usually completes within microseconds of the last rank's
@@ -94,8 +88,8 @@ void poll_until_done(MPI_Request& req, const Comm& c, const char* what, bool tim
     if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(polls > 20000 ? 1000 : 50));
     if (timed && waited.at(now()) > c.timeout() + grace)
       throw CommTimeout(std::string("no answer from the other processes in ") + what + " within --comm-timeout " +
-                        seconds_text(c.timeout()) + " s" +
-                        (grace > 0 ? " plus " + seconds_text(std::ceil(grace * 10) / 10) + " s of grace" : "") +
+                        number_text(c.timeout()) + " s" +
+                        (grace > 0 ? " plus " + number_text(std::ceil(grace * 10) / 10) + " s of grace" : "") +
                         " (a process is stopped, stuck or gone)");
   }
 }
