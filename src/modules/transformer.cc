@@ -27,7 +27,7 @@ void LayerOptions::validate() const {
   if (norm_type == NormType::RMS_NORM && norm_bias.value_or(false))
     throw std::invalid_argument("norm_bias: rms_norm has no bias (expected norm_bias false or unset)");
   if (!(drop_path >= 0.0f && drop_path < 1.0f))
-    throw std::invalid_argument("drop_path must be in [0, 1), got " + std::to_string(drop_path));
+    throw std::invalid_argument("drop_path must be in [0, 1), got " + number_text(drop_path));
 }
 
 void TransformerLayerOptions::validate() const {

@@ -40,6 +40,16 @@ TrainConfig TrainConfig::from_json(const std::string& text) {
   return c;
 }
 
+TrainConfig TrainConfig::with_run_defaults() const {
+  TrainConfig c = *this;
+  // char (the default) becomes space; spm, byte and gpt2 stay, for validate() to refuse by name.
+  if (c.task)
+    for (data::Tokenization* t : {&c.src_tokens, &c.tgt_tokens})
+      if (*t == data::Tokenization::CHAR) *t = data::Tokenization::SPACE;
+  if (c.epochs == 0 && c.max_steps == 0 && c.time_budget == 0) c.epochs = kDefaultEpochs;
+  return c;
+}
+
 void TrainConfig::validate() const {
   const auto bad = [](const std::string& field, const std::string& why) {
     throw std::invalid_argument("train config: " + field + " " + why);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -351,6 +352,36 @@ const TrainOption& train_option(const std::string& name) {
   throw std::invalid_argument("unknown option --" + name);
 }
 
+// " (given as --tokens space)": the options given that set the config field a validate() message
+// names first ("train config: tgt_tokens ...", "model config: src_tokens/tgt_tokens ..."), when their
+// names are not the field's own; "" when none did.
+static std::string given_as(const std::string& message, const std::vector<const TrainOption*>& in_order,
+                            const std::map<std::string, std::string>& given) {
+  std::string fields;
+  for (const char* prefix : {"train config: ", "model config: "})
+    if (message.rfind(prefix, 0) == 0) fields = message.substr(std::strlen(prefix));
+  fields = fields.substr(0, fields.find_first_of(" ("));
+  std::set<std::string> named_fields;  // "src_tokens/tgt_tokens": both
+  for (size_t at = 0, end = 0; at < fields.size(); at = end + 1) {
+    end = std::min(fields.find('/', at), fields.size());
+    named_fields.insert(fields.substr(at, end - at));
+  }
+  std::string named;
+  for (const TrainOption* o : in_order) {
+    std::string own = o->name;  // --max-len sets max_len: already named by the message
+    std::replace(own.begin(), own.end(), '-', '_');
+    const bool sets = std::any_of(o->keys.begin(), o->keys.end(),
+                                  [&](const std::string& k) { return k != own && named_fields.count(k); });
+    if (!sets) continue;
+    const std::string& v = given.at(o->name);
+    const std::string text = o->type != OptionType::FLAG ? "--" + o->name + " " + v
+                             : v == "true"               ? "--" + o->name
+                                                         : "--no-" + o->name;
+    named += (named.empty() ? "" : ", ") + text;
+  }
+  return named.empty() ? "" : " (given as " + named + ")";
+}
+
 TrainSetup resolve_train_options(const GivenOptions& given_list) {
   // The options as given, in train_options() order.
   std::map<std::string, std::string> given;
@@ -503,6 +534,14 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
       throw std::invalid_argument(std::string("--") + name + " does not apply to arch " +
                                   std::string(enum_name(c.model.arch)) + " (" + f.summary + "; its layers: " +
                                   (f.encoder_layers ? "--encoder-layers" : "--decoder-layers") + " or --layers)");
+  // The run's own check, here so that a value refused names the option that gave it: validate() names
+  // config fields ("train config: tgt_tokens must be ..."), which a command line may have set under
+  // another name (--tokens, --layers, --ffn).
+  try {
+    c.with_run_defaults().validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(e.what() + given_as(e.what(), in_order, given));
+  }
   return setup;
 }
 

@@ -36,7 +36,6 @@ constexpr int64_t kEvalBatch = 256;  // evaluation batch (examples); no gradient
 // --skip-nonfinite gives up after this many bad batches in a row: the weights themselves are then
 // non-finite (or the data is), and skipping would loop forever without taking a step.
 constexpr int64_t kMaxConsecutiveSkips = 100;
-constexpr int64_t kDefaultEpochs = 10;  // when no length is given
 
 // The budget schedule (TrainConfig::time_budget with a decaying schedule). The run measures its step
 // rate over kFitSteps steps from step max(warmup, first step of the session + kFitSkip): after the
@@ -342,12 +341,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
     throw std::invalid_argument("train config: grad_shards " + std::to_string(c_.grad_shards) +
                                 " is not a multiple of the " + std::to_string(comm_.size()) +
                                 " processes (each process computes grad_shards / processes parts of every batch)");
-  // A task's tokens are numbers, read space-separated: char (the default) becomes space; spm, byte and
-  // gpt2 stay, for validate() to refuse by name.
-  if (c_.task)
-    for (data::Tokenization* t : {&c_.src_tokens, &c_.tgt_tokens})
-      if (*t == data::Tokenization::CHAR) *t = data::Tokenization::SPACE;
-  if (c_.epochs == 0 && c_.max_steps == 0 && c_.time_budget == 0) c_.epochs = kDefaultEpochs;
+  c_ = c_.with_run_defaults();
   try {
     c_.validate();
   } catch (const std::invalid_argument& e) {  // a resumed run's settings are its config.json's: said of that file

@@ -187,6 +187,10 @@ struct TrainConfig {
   std::string to_json(bool with_model = true) const;  // pretty JSON: every field (and "model")
   static TrainConfig from_json(const std::string& text);  // missing keys keep their defaults
   void validate() const;                    // throws std::invalid_argument naming the bad field
+  // What a run trains: this config with a built-in task's char tokens read as space (its tokens are
+  // numbers, space-separated) and, when no length is given, kDefaultEpochs epochs.
+  TrainConfig with_run_defaults() const;
+  static constexpr int64_t kDefaultEpochs = 10;
   void validate_subwords() const;           // the subword fields' combinations (part of validate)
   DecayParams decay_params_value() const {  // decay_params resolved by the model family's default
     return decay_params.value_or(model.family().defaults.decay_matrices_only ? DecayParams::MATRICES : DecayParams::ALL);
