@@ -5,7 +5,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -22,6 +21,7 @@
 
 #include "commands.h"
 #include "progress.h"
+#include "stop_signal.h"
 #include "tfm/message.h"
 #include "tfm/models/model_dir.h"
 #include "tfm/train/comm.h"
@@ -30,23 +30,6 @@
 
 namespace tfm::cli {
 namespace {
-
-std::atomic<int> g_signal{0};
-
-extern "C" void on_stop_signal(int sig) { g_signal.store(sig); }
-
-// First SIGINT/SIGTERM asks the loop to stop after the current step; SA_RESETHAND makes a second
-// one kill the process at once (checkpoints are atomic, so the last complete one survives).
-void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  // SA_ONSTACK: on the thread's alternate signal stack, which every thread running oneDNN has
-  // (src/kernels/signal_stack.h: oneDNN's JIT sgemm keeps rsp in the heap).
-  sa.sa_flags = SA_RESETHAND | SA_ONSTACK;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
 
 // ---- several processes (mpirun -np P tfm train ...) ----
 // MPI is initialised here, only when a launcher started more than one process (a lone `tfm train`
@@ -183,7 +166,7 @@ int train_main(const train::TrainSetup& setup, MpiSession& mpi) {
   ProgressPrinter printer(c.text());
   train::TrainHooks hooks;
   hooks.progress = [&printer](const train::ProgressEvent& e) { printer(e); };
-  hooks.should_stop = [](int64_t) { return g_signal.load() != 0; };
+  hooks.should_stop = [](int64_t) { return stop_signal() != 0; };
   hooks.comm = comm;
   // A test hook (tests/mpi/data_parallel_test.cc, tests/cli/train_cmd_test.cc): the run's clock ticks
   // this many seconds per optimizer step, so that a time budget's fitted step count is the same on
@@ -195,9 +178,9 @@ int train_main(const train::TrainSetup& setup, MpiSession& mpi) {
   install_stop_handlers();
   const train::TrainResult r = train::run_training(c, hooks, setup.mode == train::StartMode::RESUME);
   printer.clear();
-  if (!mpi.lead()) return r.interrupted ? 128 + (g_signal.load() ? g_signal.load() : SIGINT) : 0;
+  if (!mpi.lead()) return r.interrupted ? 128 + (stop_signal() ? stop_signal() : SIGINT) : 0;
   if (r.interrupted) {
-    const int sig = g_signal.load();
+    const int sig = stop_signal();
     // Under mpirun the ranks stop together; rank 0 may not be the one the signal reached.
     std::fprintf(stderr, "%s at step %lld: checkpoint written to %s\nresume with: tfm train --resume %s\n",
                  sig == SIGTERM ? "terminated (SIGTERM)"

@@ -310,16 +310,44 @@ StagedDirectory::StagedDirectory(const std::string& dest, bool replace, const st
   std::string name = temp_prefix(d.filename().string());
   name += std::to_string(::getpid());
   temp_ = (parent / name).string();
-  fs::remove_all(temp_, ec);  // a leftover of an earlier process with our pid
-  if (!fs::create_directory(temp_, ec) || ec)  // said of the output asked for (the staging name is ours)
-    throw IoError(dest + ": cannot write it (its staging directory " + temp_ + ": " +
-                  (ec ? ec.message() : std::string("exists")) + ")");
+  // Made, then locked: another process's remove_abandoned_staging may take the lock of the fresh directory
+  // first and delete it, and then it is made again.
+  for (int attempt = 0;; ++attempt) {
+    fs::remove_all(temp_, ec);  // a leftover of an earlier process with our pid
+    const bool made = fs::create_directory(temp_, ec);
+    if (ec)  // said of the output asked for (the staging name is ours)
+      throw IoError(dest + ": cannot write it (its staging directory " + temp_ + ": " + ec.message() + ")");
+    if (made) {
+      const int fd = ::open(temp_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0 && errno != ENOENT) return;  // (not expected) written unlocked
+      if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int err = errno;
+        ::close(fd);
+        if (err != EWOULDBLOCK) return;  // no flock on this file system: written unlocked
+      } else if (fd >= 0) {
+        struct stat held {
+        }, named{};  // locked: is it still the directory named temp_ (not deleted, made again)?
+        if (::fstat(fd, &held) == 0 && ::stat(temp_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+            held.st_ino == named.st_ino) {
+          lock_fd_ = fd;
+          return;
+        }
+        ::close(fd);
+      }
+    }
+    if (attempt == 100)
+      throw IoError(dest + ": cannot write it (its staging directory " + temp_ +
+                    " was deleted by another process 100 times)");
+    ::usleep(10000);
+  }
 }
 
 StagedDirectory::~StagedDirectory() {
-  if (committed_) return;
-  std::error_code ec;
-  std::filesystem::remove_all(temp_, ec);
+  if (!committed_) {
+    std::error_code ec;
+    std::filesystem::remove_all(temp_, ec);
+  }
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 void StagedDirectory::commit() {
@@ -333,7 +361,7 @@ void StagedDirectory::commit() {
     if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, dest_.c_str(), RENAME_EXCHANGE) == 0) {
       committed_ = true;
       fs::remove_all(temp_, ec);
-      return;
+      return;  // (the destructor drops the lock, now on the new dest)
     }
     if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) throw_errno(dest_, "rename (exchange)", errno);
     old = temp_ + ".old";  // without the swap: two renames, the old one moved aside first
@@ -402,6 +430,43 @@ int remove_stale_staging(const std::string& dest) {
     if (entry.path().filename().string().rfind(prefix, 0) == 0 && entry.is_directory(ec)) stale.push_back(entry.path());
   int removed = 0;
   for (const auto& p : stale) removed += std::filesystem::remove_all(p, ec) > 0;
+  return removed;
+}
+
+namespace {
+// Whether `dir`'s flock can be taken now (no live StagedDirectory holds it); false too where flock fails otherwise.
+// With `remove`, a directory whose lock was taken is deleted while it is held.
+bool take_staging_lock(const std::filesystem::path& dir, bool remove) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  const bool taken = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  std::error_code ec;
+  if (taken && remove) std::filesystem::remove_all(dir, ec);
+  ::close(fd);
+  return taken;
+}
+}  // namespace
+
+int remove_abandoned_staging(const std::string& dest) {
+  namespace fs = std::filesystem;
+  fs::path d = fs::path(dest).lexically_normal();
+  if (d.filename().empty()) d = d.parent_path();  // "out/" names "out", as StagedDirectory reads it
+  const fs::path parent = d.parent_path().empty() ? fs::path(".") : d.parent_path();
+  const std::string prefix = temp_prefix(d.filename().string());
+  std::error_code ec;
+  std::vector<fs::path> stale;  // (collected first: removing while iterating is unspecified)
+  for (const auto& entry : fs::directory_iterator(parent, ec))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0 && entry.is_directory(ec) && !entry.is_symlink(ec))
+      stale.push_back(entry.path());
+  int removed = 0;
+  for (const fs::path& p : stale) {
+    const std::string name = p.filename().string();
+    if (name.ends_with(".old")) {  // a two-rename commit's old directory: its writer's while that one's staging lives
+      const fs::path staging = p.parent_path() / name.substr(0, name.size() - 4);
+      if (fs::exists(staging, ec) && !take_staging_lock(staging, /*remove=*/false)) continue;
+    }
+    removed += take_staging_lock(p, /*remove=*/true);
+  }
   return removed;
 }
 

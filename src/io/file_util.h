@@ -93,7 +93,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 // (renameat2's RENAME_EXCHANGE; where the file system lacks it, two renames) and deletes the old one
 // only after the new one is in place. `sources`, the paths the new directory is made from, are checked
 // with refuse_output_holding (replacing `dest` must not delete them). Destroyed without commit(), the
-// staging directory is deleted.
+// staging directory is deleted. While it lives it holds an exclusive flock on its staging directory, which the
+// kernel releases when the process dies, however it dies: remove_abandoned_staging tells a live writer's staging
+// from a killed one's by it (where the file system has no flock on directories, none is held).
 class StagedDirectory {
  public:
   StagedDirectory(const std::string& dest, bool replace, const std::vector<std::string>& sources = {});
@@ -106,6 +108,7 @@ class StagedDirectory {
 
  private:
   std::string dest_, temp_;
+  int lock_fd_ = -1;  // temp_ opened, holding its flock (−1: none)
   bool replace_ = false, committed_ = false;
 };
 
@@ -142,5 +145,12 @@ int remove_stale_temp_files(const std::string& path);
 // that one left behind when its process was killed mid-write; `dest` is untouched. The caller knows that no
 // StagedDirectory of `dest` is being written (it holds the lock of what holds it). Returns how many were removed.
 int remove_stale_staging(const std::string& dest);
+// The same for a caller that holds no lock: deletes only the staging directories of `dest` whose writer is gone,
+// i.e. those whose flock (StagedDirectory's) it can take, so a StagedDirectory of `dest` that a live process is
+// writing is left alone — another machine's too, on a shared file system whose flocks reach every client (a pid
+// in the name cannot tell: it may be another machine's, or reused). A ".old" beside a live one's staging is its
+// own, and stays. Where the file system has no flock on directories nothing can be told and nothing is removed.
+// Returns how many were removed.
+int remove_abandoned_staging(const std::string& dest);
 
 }  // namespace tfm::io

@@ -386,6 +386,7 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
   source["vocab_file"] = names.vocab;
   source["merges_file"] = names.merges;
 
+  io::remove_abandoned_staging(out_dir);  // a killed import's staging (io/file_util.h)
   io::StagedDirectory out(out_dir, force, {hf_dir});
   const std::string& d = out.path();
   io::write_file_atomic(join(d, model_dir::CONFIG),
@@ -450,6 +451,7 @@ void export_gpt2(const std::string& dir, const std::string& hf_dir, bool force) 
   }
 
   const std::string source_file = model_dir::path(dir, model_dir::GPT2_SOURCE);
+  io::remove_abandoned_staging(hf_dir);  // a killed export's staging (io/file_util.h)
   io::StagedDirectory out(hf_dir, force, {dir});
   const std::string& d = out.path();
   if (fs::exists(source_file)) {  // the source's own files: header, config and tokenizer names

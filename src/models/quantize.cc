@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <iterator>
 #include <stdexcept>
 #include <vector>
 
@@ -39,11 +41,10 @@ void quantize_matrix(const float* w, int64_t rows, int64_t cols, io::Int8Tensor&
   }
 }
 
-}  // namespace
-
-QuantizedStateDict quantize_state_dict(const NamedTensors& state) {
-  QuantizedStateDict out;
+// quantize_state_dict's body into `out`; false when should_stop (asked before each matrix) said stop.
+bool quantize_into(const NamedTensors& state, QuantizedStateDict& out, const std::function<bool()>& should_stop) {
   for (const auto& [key, t] : state) {
+    if (should_stop && should_stop()) return false;
     if (t.dtype() != DType::FLOAT32 || t.dim() != 2 || t.numel() == 0) {
       out.f32.insert(key, t);
       continue;
@@ -57,6 +58,14 @@ QuantizedStateDict quantize_state_dict(const NamedTensors& state) {
     out.f32.insert(key + ".scale", s);
     out.int8.emplace(key, std::move(q));
   }
+  return true;
+}
+
+}  // namespace
+
+QuantizedStateDict quantize_state_dict(const NamedTensors& state) {
+  QuantizedStateDict out;
+  quantize_into(state, out, {});
   return out;
 }
 
@@ -152,6 +161,29 @@ NamedTensors dequantize(const io::SafeTensorsFile& file, const NamedTensors* int
 
 }  // namespace
 
+void check_quantized_shapes(const io::SafeTensorsFile& file, const NamedTensors& params) {
+  // The key Module::load_state_dict would name first (the parameters in order, then the state's extra keys: the
+  // F32 ones before the matrices, as dequantize_state_dict lists them), named here when the file holds it as I8.
+  const auto i8 = [](const io::Int8Tensor& q) { return "I8" + shape_str(q.shape); };
+  for (const auto& [key, t] : params) {
+    if (const auto q = file.int8.find(key); q != file.int8.end()) {
+      if (Shape(q->second.shape) != t.shape())
+        throw std::invalid_argument(file.path + ": key " + quote_name(key) + " has " + i8(q->second) +
+                                    " (a quantized matrix), expected " + describe(t));
+      continue;
+    }
+    const auto f = file.tensors.find(key);
+    if (f == file.tensors.end() || f->second.dtype() != DType::FLOAT32 || f->second.shape() != t.shape()) return;
+  }
+  for (const auto& [key, t] : file.tensors)
+    if (!params.contains(key) && !(key.ends_with(".scale") && file.int8.contains(key.substr(0, key.size() - 6))))
+      return;
+  for (const auto& [key, q] : file.int8)
+    if (!params.contains(key))
+      throw std::invalid_argument(file.path + ": unexpected key " + quote_name(key) + " (" + i8(q) +
+                                  ", a quantized matrix)");
+}
+
 NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file, const NamedTensors* into) {
   return dequantize(file, into, nullptr);
 }
@@ -164,23 +196,65 @@ bool is_quantized_model_dir(const std::string& dir) {
   return is_quantized(io::load_safetensors(file, io::LoadOptions{.zero_copy = true, .keep_int8 = true}));
 }
 
-void quantize_model_dir(const std::string& dir, const std::string& out, bool force) {
+namespace {
+
+// Whether `name` is one of the files a model directory holds (tfm/models/model_dir.h's layout: the description,
+// the weights, an import's record, a training run's files and its best model), or the hidden temporary file or
+// staging directory (".<name>.tmp.…") a writer of one left when it was killed: what --force may replace.
+bool of_a_model_directory(const std::string& name) {
+  static const std::vector<std::string> files = [] {
+    std::vector<std::string> f(std::begin(model_dir::DESCRIPTION_FILES), std::end(model_dir::DESCRIPTION_FILES));
+    for (const char* run : {model_dir::MODEL, model_dir::GPT2_SOURCE, "trainer_state.safetensors", "trainer_clock.json",
+                            "metrics.csv", "curves.svg", "best"})
+      f.emplace_back(run);
+    return f;
+  }();
+  for (const std::string& f : files)
+    if (name == f || (name.size() > f.size() + 6 && name[0] == '.' && name.compare(1, f.size(), f) == 0 &&
+                      name.compare(1 + f.size(), 5, ".tmp.") == 0))
+      return true;
+  return false;
+}
+
+// --force replaces `out` whole (io::StagedDirectory): refused when it holds anything but a model directory's files.
+void refuse_replacing_other_files(const std::string& out) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!of_a_model_directory(name))
+      throw std::invalid_argument("quantize: " + out + " holds " + quote_name(name) +
+                                  ", which is not a model directory's file: --force replaces a model directory "
+                                  "and deletes nothing else (choose another --out, or move it away)");
+  }
+}
+
+}  // namespace
+
+bool quantize_model_dir(const std::string& dir, const std::string& out, bool force,
+                        const std::function<bool()>& should_stop) {
   io::refuse_output_holding(out, dir);  // before the work: --force would delete the model it reads
   std::error_code ec;
   if (fs::exists(out, ec) && !fs::is_directory(out, ec))  // --force replaces a directory only
     throw std::invalid_argument("quantize: " + out + " exists and is not a directory (choose another --out)");
   if (fs::exists(out, ec) && !force)
     throw std::invalid_argument("quantize: " + out + " exists (give --force to replace it)");
+  if (fs::exists(out, ec)) refuse_replacing_other_files(out);
   const TrainedModel m = load_model_dir(dir, WeightsLoad::MAP_READ_ONLY);  // checks the directory whole
   if (m.quantized) throw std::invalid_argument("quantize: " + dir + " is quantized already");
-  const QuantizedStateDict q = quantize_state_dict(m.model->state_dict());
+  QuantizedStateDict q;
+  if (!quantize_into(m.model->state_dict(), q, should_stop)) return false;
 
-  io::StagedDirectory staged(out, force, {dir});  // written whole, then renamed over `out`
+  // The staging directories of runs killed while they wrote `out` (a stop signal's second, say) go first.
+  io::remove_abandoned_staging(out);
+  io::StagedDirectory staged(out, force, {dir});  // written whole, then renamed over `out`; deleted if not
   const fs::path tmp = staged.path();
   model_dir::copy_description(dir, tmp.string());
   io::save_safetensors((tmp / model_dir::MODEL).string(), q.f32, {{QUANTIZATION_METADATA_KEY, QUANTIZATION_INT8}},
                        q.int8);
+  if (should_stop && should_stop()) return false;
+  if (fs::exists(out, ec)) refuse_replacing_other_files(out);  // (again: files put there while this ran)
   staged.commit();
+  return true;
 }
 
 }  // namespace tfm

@@ -2,7 +2,13 @@
 // Linear weights (src/ops/packed_linear.h), and PackedWeightCache, the cache a caller keeps across scopes.
 #include "tfm/inference.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <functional>
 #include <map>
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <tuple>
 #include <vector>
@@ -40,6 +46,29 @@ kernels::MatmulPrecision kernel_precision(Precision p) {
     case Precision::FLOAT32: break;
   }
   return kernels::MatmulPrecision::MATMUL_F32;
+}
+
+// Packs the rows [r0, r0 + out) of an int8 weight for `precision` from their float32 values q·scale, computed into
+// a buffer of their own: an anonymous mapping, whose pages go back to the system when it is unmapped after the
+// packing (a malloc'd one that size would leave the heap holding freed pages between the packed weights). The
+// integers' file pages are given back as they are read, so the run never holds them beside the floats.
+std::shared_ptr<const kernels::PackedWeight> pack_weight_from_int8_rows(const Int8Rows& rows, int64_t r0, int64_t out,
+                                                                        kernels::MatmulPrecision precision) {
+  const int64_t in = rows.cols;
+  const size_t bytes = static_cast<size_t>(out * in) * sizeof(float);
+  void* buffer = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buffer == MAP_FAILED) throw std::bad_alloc();
+  const std::unique_ptr<void, std::function<void(void*)>> unmap(buffer, [bytes](void* p) { ::munmap(p, bytes); });
+  float* w = static_cast<float*>(buffer);                               // (out, in)
+  const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 20) / in);  // rows of about 1 MiB of integers
+  for (int64_t r = 0; r < out; r += chunk) {
+    const int64_t n = std::min(chunk, out - r);
+    const int8_t* q = rows.q + (r0 + r) * in;
+    kernels::dequantize_rows_s8(q, n, in, in, rows.scale + r0 + r, w + r * in);
+    if (rows.file_pages) drop_mapped_pages(q, static_cast<size_t>(n * in));
+  }
+  if (rows.file_pages) drop_mapped_pages(rows.q + r0 * in, static_cast<size_t>(out * in));  // (the chunks' edges)
+  return kernels::pack_weight(w, out, in, in, precision);
 }
 
 }  // namespace
@@ -104,6 +133,12 @@ bool linear_forward_packed(int64_t N, const float* x, const Tensor& weight, cons
         at / in + out <= rows->rows) {
       packed = kernels::pack_weight_int8(rows->q + at, in, rows->scale + at / in, out, in);
       if (rows->file_pages) drop_mapped_pages(rows->q + at, static_cast<size_t>(out * in));
+    } else if (rows && !materialized(weight) && rows->cols == in && at % in == 0 && at / in + out <= rows->rows) {
+      // Another precision (or rows off the fixed point) of such a weight whose values nothing has read: the
+      // values q·scale of these rows (what materializing it computes) into a buffer that lives for the packing
+      // only (pack_weight copies), so the run holds the packed weight and not the float32 matrix beside it, as a
+      // float32 directory's run holds its packed weights and not the file's pages. The tensor stays unread.
+      packed = pack_weight_from_int8_rows(*rows, at / in, out, kernel_precision(g_scope.precision));
     } else
       packed = kernels::pack_weight(weight.data(), out, in, in, kernel_precision(g_scope.precision));
     Entry e{weight.detach(), std::move(packed)};  // the storage itself kept (a set_ on weight cannot free it)

@@ -1,13 +1,22 @@
 // tests/cli/quantize_cmd_test.cc — `tfm quantize` and int8 on the command line: a quantized copy of
 // a tiny trained seq2seq directory runs in int8 by default (the same output as --dtype int8 given),
 // and from its dequantized weights with --dtype f32; the refusals, each one line naming the thing
-// refused: an existing --out without --force, training from the copy, tools/import_torch.py reverse
-// on it. The numbers themselves are tested in tests/models/quantize_test.cc and
-// tests/ops/inference_test.cc; this file checks the wiring.
+// refused: an existing --out without --force (or with it, holding other files than a model's), training from the
+// copy, tools/import_torch.py reverse on it; SIGINT and SIGTERM stop it with nothing written. The numbers
+// themselves are tested in tests/models/quantize_test.cc and tests/ops/inference_test.cc; this file checks the
+// wiring.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "test_util.h"
 
@@ -110,6 +119,15 @@ TEST_F(QuantizeCli, WithoutVnniTheSameOutputAndANote) {
 TEST_F(QuantizeCli, Refusals) {
   expect_refused(kCli + " quantize --model " + *dir_ + "/run --out " + *dir_ + "/int8",
                  "tfm: error: quantize: " + *dir_ + "/int8 exists (give --force to replace it)");
+  // --force replaces a model directory, and deletes nothing else: a directory holding another file is refused.
+  fs::create_directories(*dir_ + "/notes");
+  tfm::testing::spit(*dir_ + "/notes/keep.txt", "keep");
+  expect_refused(
+      kCli + " quantize --model " + *dir_ + "/run --out " + *dir_ + "/notes --force",
+      "tfm: error: quantize: " + *dir_ +
+          "/notes holds 'keep.txt', which is not a model directory's file: "
+          "--force replaces a model directory and deletes nothing else (choose another --out, or move it away)");
+  EXPECT_TRUE(fs::exists(*dir_ + "/notes/keep.txt"));
   // --force replaces a directory, not a file: said at once.
   tfm::testing::spit(*dir_ + "/afile", "x");
   expect_refused(kCli + " quantize --model " + *dir_ + "/run --out " + *dir_ + "/afile --force",
@@ -128,6 +146,66 @@ TEST_F(QuantizeCli, Refusals) {
             0);
   EXPECT_NE(out.find(*dir_ + "/int8 is an int8-quantized model directory"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(*dir_ + "/back.safetensors"));
+}
+
+// `tfm quantize` sent `sig` as soon as its stop handler is installed (its /proc/<pid>/status lists the signal as
+// caught), i.e. while it loads or quantizes: the run stops with nothing written, its staging directory deleted, one
+// line on stderr and exit status 128 + sig, as `tfm train` does. A run that finished before the signal (a tiny
+// model, a slow poll) is tried again.
+TEST_F(QuantizeCli, SigintAndSigtermStopItWithNothingWritten) {
+  for (const int sig : {SIGINT, SIGTERM}) {
+    const std::string out = *dir_ + "/stopped", err = *dir_ + "/stopped.err";
+    int rc = 0;
+    for (int attempt = 0; attempt < 20 && rc != 128 + sig; ++attempt) {
+      fs::remove_all(out);
+      std::vector<std::string> args = {kCli, "quantize", "--model", *dir_ + "/run", "--out", out};
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      posix_spawn_file_actions_t fa;
+      posix_spawn_file_actions_init(&fa);
+      posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+      posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      posix_spawnattr_t attr;  // the signals' default disposition, as a terminal's Ctrl-C finds it
+      posix_spawnattr_init(&attr);
+      sigset_t defaults;
+      sigemptyset(&defaults);
+      sigaddset(&defaults, SIGINT);
+      sigaddset(&defaults, SIGTERM);
+      posix_spawnattr_setsigdefault(&attr, &defaults);
+      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+      pid_t pid = 0;
+      ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), environ), 0);
+      posix_spawn_file_actions_destroy(&fa);
+      posix_spawnattr_destroy(&attr);
+      const auto caught = [&] {  // SigCgt: the caught signals' mask in hex, bit sig − 1
+        std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+        for (std::string line; std::getline(status, line);)
+          if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (sig - 1)) & 1;
+        return 0ull;
+      };
+      int status = 0;
+      while (!caught() && ::waitpid(pid, &status, WNOHANG) == 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      ::kill(pid, sig);
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+      rc = WEXITSTATUS(status);
+      if (rc == 0) {  // finished before the signal: whole
+        EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
+        continue;
+      }
+      EXPECT_EQ(rc, 128 + sig);
+      EXPECT_FALSE(fs::exists(out));
+      std::ifstream e(err);
+      const std::string said((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
+      EXPECT_EQ(said, std::string(sig == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)") + ": " + out +
+                          " not written\n");
+    }
+    EXPECT_EQ(rc, 128 + sig) << "never stopped in time";
+    for (const auto& e : fs::directory_iterator(*dir_))
+      EXPECT_EQ(e.path().filename().string().rfind(".stopped.tmp.", 0), std::string::npos) << "left: " << e.path();
+  }
 }
 
 }  // namespace

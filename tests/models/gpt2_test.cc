@@ -213,9 +213,17 @@ TEST(Gpt2, ExportOfATfmDirectoryUsesTheHubLayout) {
   t.bias = false;  // nanoGPT's bias=False
   const std::string hf = write_tiny(t, 5);
   const std::string dir = tfm::testing::temp_dir("gpt2_hub");
+  // A killed import's and a killed export's staging directories (no writer holds their flock) are removed by
+  // the next run into the same output.
+  for (const char* killed : {"/.m.tmp.999999", "/.hf.tmp.999999"}) {
+    fs::create_directories(dir + killed);
+    std::ofstream(dir + killed + "/model.safetensors") << "partial";
+  }
   import_gpt2(hf, dir + "/m");
+  EXPECT_FALSE(fs::exists(dir + "/.m.tmp.999999"));
   fs::remove(dir + "/m/gpt2_source.json");
   export_gpt2(dir + "/m", dir + "/hf");
+  EXPECT_FALSE(fs::exists(dir + "/.hf.tmp.999999"));
   const io::SafeTensorsFile f = io::load_safetensors(dir + "/hf/model.safetensors");
   EXPECT_TRUE(f.contains("wte.weight"));
   EXPECT_FALSE(f.contains("h.0.ln_1.bias"));

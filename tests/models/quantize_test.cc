@@ -10,7 +10,10 @@
 // rounding (close_rel 1e-5), while both differ from f32 by the quantization (> 1e-4).
 #include "tfm/models/quantize.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -18,6 +21,7 @@
 #include <fstream>
 #include <string>
 
+#include "io/file_util.h"
 #include "kernels/kernels.h"
 #include "tensor_impl.h"
 #include "test_util.h"
@@ -195,12 +199,14 @@ TEST(QuantizeModelDir, ReadOnlyLoadPacksTheIntegersAndComputesFloatsOnlyWhenRead
   }
   EXPECT_TRUE(testing::bitwise_equal(encode(lazy, Precision::FLOAT32), encode(copy, Precision::FLOAT32), "f32"));
   EXPECT_TRUE(testing::bitwise_equal(encode(lazy, Precision::BFLOAT16), encode(copy, Precision::BFLOAT16), "bf16"));
+  // f32 and bf16 packed the values q·scale computed into a buffer of the packing's own: the matrices stay
+  // uncomputed, so the run holds the packed copies and not the float32 matrices beside them too.
   for (const auto& [k, t] : lp) {
-    if (t.dim() == 2 && k.find("encoder.layers") != std::string::npos) {
-      EXPECT_TRUE(materialized(t)) << k;  // f32 and bf16 packed the computed values
+    if (t.dim() == 2) {
+      EXPECT_FALSE(materialized(t)) << k;
     }
-    EXPECT_TRUE(testing::bitwise_equal(t, cp.at(k), k));
   }
+  for (const auto& [k, t] : lp) EXPECT_TRUE(testing::bitwise_equal(t, cp.at(k), k));  // (computed when read)
 }
 
 // A file whose int8 rows are not quantize's fixed point (another tool's: here one row halved, its largest
@@ -237,8 +243,21 @@ TEST(QuantizeModelDir, RefusesAnExistingOutUnlessForcedAndQuantizedInput) {
   EXPECT_NE(error_of<std::invalid_argument>([&] { quantize_model_dir(in, out); }).find("exists (give --force"),
             std::string::npos);
   EXPECT_TRUE(fs::exists(out + "/stale.txt")) << "a refused run leaves --out alone";
+  // --force replaces a model directory (a training run's files and a killed writer's leftovers included), and
+  // refuses one holding anything else, which replacing it would delete.
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { quantize_model_dir(in, out, /*force=*/true); }),
+            "quantize: " + out +
+                " holds 'stale.txt', which is not a model directory's file: --force replaces a model "
+                "directory and deletes nothing else (choose another --out, or move it away)");
+  EXPECT_TRUE(fs::exists(out + "/stale.txt")) << "a refused run leaves --out alone";
+  fs::remove(out + "/stale.txt");
+  for (const char* f : {"config.json", "model.safetensors", "trainer_state.safetensors", "metrics.csv",
+                        ".model.safetensors.tmp.123.0.45"})
+    std::ofstream(out + "/" + f) << "x";
+  fs::create_directories(out + "/best");
   quantize_model_dir(in, out, /*force=*/true);
-  EXPECT_FALSE(fs::exists(out + "/stale.txt")) << "--force replaces the directory whole";
+  EXPECT_FALSE(fs::exists(out + "/metrics.csv")) << "--force replaces the directory whole";
+  EXPECT_FALSE(fs::exists(out + "/best"));
   EXPECT_TRUE(is_quantized_model_dir(out));
   for (const auto& e : fs::directory_iterator(fs::path(out).parent_path()))
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "left behind: " << e.path();
@@ -252,6 +271,86 @@ TEST(QuantizeModelDir, RefusesAnExistingOutUnlessForcedAndQuantizedInput) {
   EXPECT_NE(error_of<std::runtime_error>([&] { quantize_model_dir(in, parent + "/", true); }).find("holds " + in),
             std::string::npos);
   EXPECT_TRUE(fs::exists(in + "/model.safetensors"));
+}
+
+// Staging directories of --out ('.<name>.tmp.<pid>', io::StagedDirectory's) that killed runs left are deleted by
+// the next run into it; one whose writer lives (it holds the directory's flock, here this test's) is left alone.
+// A stop asked for after the files are written (the last moment, SIGINT in `tfm quantize`) writes nothing and
+// deletes its own staging directory.
+TEST(QuantizeModelDir, AStopWritesNothingAndKilledRunsLeftoversGo) {
+  const std::string in = trained_dir(), parent = temp_dir("q_stop"), out = parent + "/int8";
+  const auto staging = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(parent))
+      if (e.path().filename().string().rfind(".int8.tmp.", 0) == 0) names.push_back(e.path().filename().string());
+    return names;
+  };
+  int asked = 0;
+  bool written = false;  // whether the last ask saw the staging directory's weights
+  EXPECT_FALSE(quantize_model_dir(in, out, false, [&] {
+    ++asked;
+    written = fs::exists(parent + "/.int8.tmp." + std::to_string(::getpid()) + "/model.safetensors");
+    return written;  // stop once the files are written
+  }));
+  EXPECT_TRUE(written);
+  EXPECT_GT(asked, 2) << "asked before each matrix too";
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_TRUE(staging().empty()) << "the stopped run's staging directory is gone";
+  EXPECT_FALSE(quantize_model_dir(in, out, false, [] { return true; })) << "a stop before the first matrix";
+  EXPECT_TRUE(staging().empty());
+
+  for (const char* killed : {".int8.tmp.999999", ".int8.tmp.999998", ".int8.tmp.999998.old"}) {
+    fs::create_directories(parent + "/" + killed);
+    std::ofstream(parent + "/" + killed + "/model.safetensors") << "partial";
+  }
+  fs::create_directories(parent + "/.int8.tmp.999997");  // a live writer's: its flock held
+  const int fd = ::open((parent + "/.int8.tmp.999997").c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  EXPECT_TRUE(quantize_model_dir(in, out));
+  EXPECT_EQ(staging(), std::vector<std::string>{".int8.tmp.999997"});
+  ::close(fd);
+  EXPECT_TRUE(is_quantized_model_dir(out));
+  EXPECT_TRUE(quantize_model_dir(in, out, /*force=*/true));  // its writer gone (the lock closed): deleted
+  EXPECT_TRUE(staging().empty());
+  fs::remove_all(parent);
+}
+
+// A config.json that no longer fits the weights: the error names the dtype the file stores a matrix in (I8),
+// not its dequantized float32 view, for the read-only load and the copying one.
+TEST(QuantizeModelDir, ShapeErrorsNameTheStoredInt8) {
+  const std::string d = temp_dir("q_cfg") + "/int8";
+  fs::copy(quantized_dir(), d, fs::copy_options::recursive);
+  std::string config = io::read_file(d + "/config.json");
+  const std::string width = "\"d_model\": 16";
+  const size_t at = config.find(width);
+  ASSERT_NE(at, std::string::npos) << config;
+  config.replace(at, width.size(), "\"d_model\": 32");
+  io::write_file_atomic(d + "/config.json", config);
+  // The first parameter load_state_dict visits (a matrix), as stored and as the edited config.json wants it.
+  const TrainedModel edited = load_model_dir(d, WeightsLoad::NONE);
+  const NamedTensors params = edited.model->named_parameters();
+  const auto& [first_matrix, wanted] = *params.begin();
+  const io::SafeTensorsFile stored = io::load_safetensors(d + "/model.safetensors", io::LoadOptions{.keep_int8 = true});
+  ASSERT_TRUE(stored.int8.contains(first_matrix)) << first_matrix;
+  const Shape shape = stored.int8.at(first_matrix).shape;
+  ASSERT_NE(shape, wanted.shape());
+  for (WeightsLoad how : {WeightsLoad::MAP_READ_ONLY, WeightsLoad::COPY}) {
+    const std::string e = error_of<std::invalid_argument>([&] { load_model_dir(d, how); });
+    EXPECT_EQ(e, d + "/model.safetensors: key '" + first_matrix + "' has I8" + shape_str(shape) +
+                     " (a quantized matrix), expected " + describe(wanted));
+  }
+  // A matrix no parameter takes (here: the parameters' first one renamed).
+  const std::string e2 = temp_dir("q_extra") + "/int8";
+  fs::copy(quantized_dir(), e2, fs::copy_options::recursive);
+  io::SafeTensorsFile f = io::load_safetensors(e2 + "/model.safetensors", io::LoadOptions{.keep_int8 = true});
+  NamedTensors f32 = f.tensors;
+  std::map<std::string, io::Int8Tensor> int8 = f.int8;
+  int8.emplace("extra.weight", int8.at(first_matrix));
+  f32.insert("extra.weight.scale", f32.at(first_matrix + ".scale"));
+  io::save_safetensors(e2 + "/model.safetensors", f32, f.metadata, int8);
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { load_model_dir(e2); }),
+            e2 + "/model.safetensors: unexpected key 'extra.weight' (I8" + shape_str(shape) + ", a quantized matrix)");
 }
 
 TEST(QuantizeModelDir, TrainingFromItIsRefusedByName) {

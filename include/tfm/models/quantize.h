@@ -19,6 +19,7 @@
 // refuse it.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -55,13 +56,27 @@ NamedTensors dequantize_state_dict(const io::SafeTensorsFile& file, const NamedT
 // too (load_model_dir's WeightsLoad::MAP_READ_ONLY). Takes the I8 data out of `file`.
 NamedTensors dequantize_state_dict_lazy(io::SafeTensorsFile& file);
 
+// Throws std::invalid_argument, as Module::load_state_dict does, for the first I8 matrix of `file` (read with
+// LoadOptions::keep_int8) whose shape is not its parameter's in `params` (a model's state_dict) or which no
+// parameter takes, naming the dtype it is stored in: "<path>: key 'k' has I8(500, 128) (a quantized matrix),
+// expected Float32(500, 256)" / "<path>: unexpected key 'k' (I8(500, 128), a quantized matrix)". Called before
+// the dequantization, whose float32 tensors load_state_dict would describe as Float32; the other keys' errors
+// are load_state_dict's.
+void check_quantized_shapes(const io::SafeTensorsFile& file, const NamedTensors& params);
+
 // True when DIR's model.safetensors is quantized (reads the file's header and tensors).
 bool is_quantized_model_dir(const std::string& dir);
 
 // Writes OUT as the quantized copy of the model directory DIR (loaded and checked first),
-// atomically: into a temporary directory beside OUT, renamed into place at the end. An existing
-// OUT is refused (std::invalid_argument) unless `force`, then replaced. DIR must not be quantized
-// already, and OUT must not be DIR.
-void quantize_model_dir(const std::string& dir, const std::string& out, bool force = false);
+// atomically: into a temporary directory beside OUT (io::StagedDirectory), renamed into place at the end; the
+// staging directories that killed runs into OUT left are deleted first (io::remove_abandoned_staging). An
+// existing OUT is refused (std::invalid_argument) unless `force`; with it, OUT is replaced whole when it holds
+// nothing but a model directory's files (model_dir.h's layout, a training run's included, and the temporary files
+// a killed writer left of them), and refused otherwise: replacing it would delete the others. DIR must not be
+// quantized already, and OUT must not be DIR or hold it.
+// `should_stop` (optional) is asked before each matrix is quantized and once the files are written: when it
+// says stop, nothing is written (the staging directory is deleted) and the result is false; else true.
+bool quantize_model_dir(const std::string& dir, const std::string& out, bool force = false,
+                        const std::function<bool()>& should_stop = {});
 
 }  // namespace tfm
