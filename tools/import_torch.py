@@ -4,7 +4,7 @@
     import_torch.py import  --map MAP [--target T] --input STATE [--set KEY=VALUE ...] --out OUT
                             [--src-vocab FILE] [--tgt-vocab FILE]
     import_torch.py reverse --map MAP [--target T] (--config CFG.json --weights W.safetensors | --model-dir DIR)
-                            --out STATE
+                            [--set KEY=VALUE ...] --out STATE
     import_torch.py targets --map MAP          # lists the mapping's targets and what they write
 
 MAP is a mapping file (JSON) or the name of one shipped in tools/import_maps/ (nb1_transformer_layer,
@@ -18,15 +18,23 @@ or a .safetensors file. `import` writes, by the target's "output":
              model.safetensors, src_vocab.txt, tgt_vocab.txt. Vocabularies: --src-vocab / --tgt-vocab (one token per
              line, line i = id i, as many lines as the embedding has rows) or, by default, the mapping's
              "vocab": id i is spelled str(i) except the specials it names ("<pad>" at pad_id, ...).
-`reverse` writes a tfm model back into the module's own state_dict (torch.save for .pt/.pth, else safetensors), and
-refuses, naming the key, where a tensor cannot be represented in that layout (a LayerNorm gain trained per feature
-that the module holds as one scalar). Every error is one line naming the key, expected and actual shape.
+`reverse` writes a tfm model back into the module's own state_dict (torch.save for .pt/.pth, else safetensors). It
+refuses a model the module does not compute as tfm does, in one line naming the config file, the key, the model's
+value and the target's: the config import derives for the module (the target's "config", the model's own values of
+its "infer" and "required" keys, then --set) must equal the model's key by key, where a key the target leaves unset
+means tfm's default (attn_scale 1/√Dh, share_layers false, ...), except the keys that do not change the numbers
+(dropout, drop_path, batch_first, bos_id, eos_id, max_len, enable_nested_tensor, mask_check). A model with
+share_layers goes only into rules with "shared", one without only into rules without. --set states what the module
+is built with where the target's "config" says otherwise, as on import (notebook 1's post-norm layer: --set
+norm_first=false). It also refuses, naming the key, a tensor that cannot be represented in the module's layout (a
+LayerNorm gain trained per feature that the module holds as one scalar). Every error is one line naming the key,
+expected and actual value or shape.
 
 As a library (torch and numpy only):
     import sys; sys.path.insert(0, "tools"); import import_torch as it
     m = it.load_mapping("nb4_reverse")
     config, tensors = it.import_state(m, "encoder", state_dict, overrides={})      # tfm config + {tfm key: array}
-    back = it.reverse_state(m, "encoder", config, tensors)                         # {module key: array}
+    back = it.reverse_state(m, "encoder", config, tensors, overrides={})           # {module key: array}
     dback = it.reverse_state(m, "encoder", config, grads, grad=True)               # gradients, mapped back
 
 The mapping file:

@@ -28,7 +28,8 @@ share_layers, drop_path): torch 1.13's nn.Transformer* classes have none of them
 functional re-statements of the same layers (Attention, Norm, EncoderLayer, DecoderLayer, Encoder, Decoder,
 Transformer below) with the same attribute names, hence the same state_dict keys; with every variant at its default
 the torch.nn classes themselves run.
-Activations: relu, gelu, gelu_tanh (tfm's gated ones have no torch.nn 1.13 counterpart and are refused here).
+Activations: relu, gelu, gelu_tanh, and tfm's gated glu, geglu and swiglu (linear1 2F wide, [a | b] → a·g(b), GATED
+below), which torch.nn 1.13's layers lack: a model with a gated activation runs the functional re-statements.
 
 GPT-2 (Gpt2, Gpt2LMHead below): a twin in Hugging Face's key names and Conv1D layout, for tfm's GPT-2 import and
 export (include/tfm/models/gpt2.h): load_gpt2(HF_DIR), and as scripts `torch_models.py gpt2-make DIR ...` (a random
@@ -93,8 +94,9 @@ def lm_layers(c):
     return c["num_encoder_layers"] if c["num_encoder_layers"] > 0 else c["num_decoder_layers"]
 
 
-# The gated activations (include/tfm/activation.h): x (..., 2F) = [a | b] → a · g(b) (..., F), F.glu's convention (the
-# gate is the second half); linear1 is then 2F wide. torch.nn's layers have none: such models take the functional path.
+# The gated activations (include/tfm/ops/activation.h): x (..., 2F) = [a | b] → a · g(b) (..., F), F.glu's convention
+# (the gate is the second half); linear1 is then 2F wide. torch.nn's layers have none: such models take the functional
+# path.
 GATED = {"glu": torch.sigmoid, "geglu": F.gelu, "swiglu": F.silu}
 
 

@@ -7,6 +7,7 @@ import argparse
 import errno
 import fnmatch
 import json
+import math
 import os
 import re
 import sys
@@ -42,9 +43,33 @@ class _SafeTensors:
 
 st = _SafeTensors()
 
-# Defaults of the config keys reverse needs (tfm forward's and ModelConfig's, include/tfm/models/config.h).
-_MODEL_DEFAULTS = {"d_model": 64, "nhead": 4, "num_encoder_layers": 2, "num_decoder_layers": 2, "max_len": 512}
-_FORWARD_DEFAULTS = {"d_model": 512, "nhead": 8, "num_encoder_layers": 6, "num_decoder_layers": 6}
+# tfm's defaults of the config keys (a key absent or null takes its default): ModelConfig's for a model directory
+# (include/tfm/models/config.h, with the family table there), `tfm forward`'s module config's otherwise
+# (include/tfm/models/forward.h: PyTorch's constructor defaults), and the layer options both share
+# (LayerOptions, tfm/modules/transformer.h). The attention variants left unset are derived (_resolved). A config key
+# missing here is compared as written (absent = null), so a new config field needs its default here.
+_LAYER_DEFAULTS = {"dropout": 0.1, "layer_norm_eps": 1e-5, "bias": True, "norm_type": "layer_norm",
+                   "share_layers": False, "drop_path": 0.0}
+_MODEL_DEFAULTS = {"d_model": 64, "nhead": 4, "dim_feedforward": 256, "num_encoder_layers": 2, "num_decoder_layers": 2,
+                   "max_len": 512, "arch": "encoder", "share_embeddings": False, "pad_id": 0, "bos_id": 1, "eos_id": 2}
+_FAMILY_DEFAULTS = {  # ModelConfig's optional fields, unset: the family's (FamilyDefaults, src/models/family.cc)
+    "encoder": {"norm_first": False, "activation": "relu", "positional": "sinusoidal", "scale_embeddings": False,
+                "tie_embeddings": False},
+    "seq2seq": {"norm_first": False, "activation": "relu", "positional": "sinusoidal", "scale_embeddings": True,
+                "tie_embeddings": False},
+    "decoder": {"norm_first": True, "activation": "gelu", "positional": "learned", "scale_embeddings": False,
+                "tie_embeddings": True},
+}
+_FORWARD_DEFAULTS = {"d_model": 512, "nhead": 8, "dim_feedforward": 2048, "num_encoder_layers": 6,
+                     "num_decoder_layers": 6, "activation": "relu", "norm_first": False, "batch_first": False,
+                     "norm": False, "enable_nested_tensor": True, "mask_check": True}
+# The config keys reverse does not compare, because they do not change what the module computes from its
+# state_dict: dropout and drop_path act in training only; batch_first is the inputs' layout; bos_id and eos_id are
+# decoding's; max_len bounds the length (a learned table's length is its tensor's shape, a stored sinusoidal table's
+# is written from it); enable_nested_tensor and mask_check choose which of PyTorch's calls tfm reproduces; bias is
+# the default of qkv_bias, out_bias, ffn_bias and norm_bias, which are compared resolved.
+_UNCOMPARED = {"dropout", "drop_path", "batch_first", "bos_id", "eos_id", "max_len", "enable_nested_tensor",
+               "mask_check", "bias"}
 
 
 class MappingError(ValueError):
@@ -303,12 +328,16 @@ def _infer(spec, src):
 
 
 def build_config(mapping, target, src, overrides=None):
+    """The tfm config of the target: its "config" < what "infer" reads from the source tensors src < overrides.
+    With src None (reverse: a module's config, no source tensors) the "infer" keys come from overrides."""
     name, t = _target(mapping, target)
     config = dict(t.get("config", {}))
-    for key, spec in t.get("infer", {}).items():
-        config[key] = _infer(spec, src)
+    if src is not None:
+        for key, spec in t.get("infer", {}).items():
+            config[key] = _infer(spec, src)
     config.update(overrides or {})
-    missing = [k for k in t.get("required", []) if k not in config]
+    missing = [k for k in t.get("required", []) + ([] if src is not None else list(t.get("infer", {})))
+               if k not in config]
     if missing:
         fail(f"mapping '{mapping['name']}' target '{name}': give " + " and ".join(missing) +
              " (not readable from the tensors): tools/import_torch.py " + " ".join(f"--set {k}=..." for k in missing) +
@@ -368,10 +397,94 @@ def import_state(mapping, target, src, overrides=None):
     return config, out
 
 
-def reverse_state(mapping, target, config, tfm, grad=False):
-    """tfm tensors {key: array} (or gradients with grad=True) → the module's state_dict {key: array}."""
+def _resolved(config, model_dir):
+    """config as tfm reads it: every key the defaults above know (absent or null: its default), the family's
+    defaults of a model directory, the attention's unset widths, biases and scale derived as AttentionVariant
+    derives them (Dh = D/H, Dv = Dh, a bias switch from `bias`, scale 1/√Dh)."""
+    c = {k: v for k, v in config.items() if v is not None}
+    if model_dir:
+        c = {**_LAYER_DEFAULTS, **_MODEL_DEFAULTS, **c}
+        c = {**_FAMILY_DEFAULTS.get(c["arch"], {}), **c}
+        if c["arch"] == "decoder" and isinstance(c["num_encoder_layers"], int) and c["num_encoder_layers"] > 0:
+            # ModelConfig::from_json's rule of the files written before: that count sized the language model's stack
+            c["num_decoder_layers"], c["num_encoder_layers"] = c["num_encoder_layers"], 0
+        elif c["arch"] == "encoder":
+            c["num_decoder_layers"] = 0
+    else:
+        c = {**_LAYER_DEFAULTS, **_FORWARD_DEFAULTS, **c}
+    d = c["embed_dim"] if "embed_dim" in c else c.get("d_model")
+    h = c["num_heads"] if "num_heads" in c else c.get("nhead")
+    if "head_dim" not in c and isinstance(d, int) and isinstance(h, int) and h > 0 and d % h == 0:
+        c["head_dim"] = d // h
+    if "head_dim" in c:
+        c.setdefault("v_head_dim", c["head_dim"])
+        if isinstance(c["head_dim"], int) and c["head_dim"] > 0:
+            c.setdefault("attn_scale", 1.0 / math.sqrt(c["head_dim"]))
+    for k in ("qkv_bias", "out_bias", "ffn_bias"):
+        c.setdefault(k, c["bias"])
+    c.setdefault("norm_bias", c["bias"] and c["norm_type"] == "layer_norm")
+    return c
+
+
+def _same(a, b):
+    """Config values equal as tfm holds them: a bool only to a bool, floats as float32."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not (isinstance(a, int) and isinstance(b, int)):
+        return np.float32(a) == np.float32(b)
+    return a == b
+
+
+def _value(v):
+    return f"{v:.6g}" if isinstance(v, float) else json.dumps(v)
+
+
+def _check_config(mapping, name, t, rules, config, overrides, where):
+    """Raises MappingError unless the module the target describes computes what the tfm module of `config` computes:
+    the config import derives for this module (build_config: the target's "config" < the model's own values of the
+    keys read from tensors or only --set can give < overrides) equals config, key by key, both read with tfm's
+    defaults (_resolved), but for the keys in _UNCOMPARED. Shared layers are checked against the rules first."""
+    model_dir = t.get("output", "forward") == "model_dir"
+    have = _resolved(config, model_dir)
+    for r in rules:
+        if "{i}" not in r["_tp"]:
+            continue
+        if have["share_layers"] and not r["_shared"]:
+            fail(f"{where}: share_layers is true (one layer's weights, under index 0, applied at every index), but "
+                 f"target '{name}' of mapping '{mapping['name']}' maps each layer's own weights ('{r['_fp']}'): "
+                 "its module cannot hold shared layers")
+        if r["_shared"] and not have["share_layers"]:
+            fail(f"{where}: share_layers is false, but target '{name}' of mapping '{mapping['name']}' maps one layer "
+                 f"instance used at every index ('{r['_fp']}'): its module cannot hold separate layers")
+    free = list(t.get("infer", {})) + t.get("required", [])  # read from the tensors or --set on import: the model's
+    want = _resolved(build_config(mapping, name, None, {**{k: have.get(k) for k in free}, **(overrides or {})}),
+                     model_dir)
+    fixed = t.get("config", {})
+    # Another model kind first (every other difference follows from it), the keys _resolved derives last (a
+    # difference there follows from one in the keys they derive from, norm_bias from norm_type, ...).
+    first, derived = ["arch", "module"], ["head_dim", "v_head_dim", "attn_scale", "qkv_bias", "out_bias", "ffn_bias",
+                                          "norm_bias"]
+    rest = sorted((set(have) | set(want)) - set(first) - set(derived) - _UNCOMPARED)
+    for key in first + rest + derived:
+        a, b = have.get(key), want.get(key)
+        if _same(a, b):
+            continue
+        m = f"target '{name}' of mapping '{mapping['name']}'"
+        if key in (overrides or {}):
+            fail(f"{where}: {key} is {_value(a)}, but {key} {_value(b)} was given for the module of {m}")
+        how = f"fixes {_value(b)}" if key in fixed else f"leaves {key} at tfm's default, {_value(b)}"
+        fail(f"{where}: {key} is {_value(a)}, but {m} {how}: the module would compute other numbers "
+             f"(--set {key}={a if isinstance(a, str) else _value(a)} if it is built with {_value(a)})")
+
+
+def reverse_state(mapping, target, config, tfm, grad=False, overrides=None, where="config"):
+    """tfm tensors {key: array} (or gradients with grad=True) of the tfm module `config` describes → the module's
+    state_dict {key: array}. Refuses a config the module does not compute with (_check_config; overrides: the
+    module's settings where they differ from the target's "config", as import's; where: the config's name in the
+    message)."""
     name, t = _target(mapping, target)
     rules = _expand(t["rules"], mapping["groups"], where=f"target '{name}'")
+    _check_config(mapping, name, t, rules, config, overrides, where)
     out, used = {}, set()
     for r in rules:
         if r["_shared"] and "{i}" in r["_fp"]:
@@ -477,17 +590,19 @@ def _parse_set(items):
 
 
 def _read_tfm(a, t):
+    """(config, tensors, the config file's path) of the tfm module to reverse."""
     if t.get("output") == "model_dir":
         if not a.model_dir:
             fail("this target is a model directory: give --model-dir")
-        with open(os.path.join(a.model_dir, "config.json")) as f:
+        path = os.path.join(a.model_dir, "config.json")
+        with open(path) as f:
             doc = json.load(f)
         config = {**_MODEL_DEFAULTS, **doc.get("model", doc)}
         tensors, meta = st.load(os.path.join(a.model_dir, "model.safetensors"))
         if "tfm.quantization" in meta:  # tfm quantize's int8 copy (include/tfm/models/quantize.h)
             fail(f"{a.model_dir} is an int8-quantized model directory (tfm quantize, {meta['tfm.quantization']}): "
                  "reverse the float32 directory it was made from")
-        return config, tensors
+        return config, tensors, path
     if not (a.config and a.weights):
         fail("give --config and --weights (the tfm forward module)")
     with open(a.config) as f:
@@ -495,7 +610,7 @@ def _read_tfm(a, t):
     tensors, meta = st.load(a.weights)
     if "tfm.quantization" in meta:
         fail(f"{a.weights} holds int8-quantized weights (tfm quantize): reverse the float32 weights")
-    return config, tensors
+    return config, tensors, a.config
 
 
 def main(argv=None):
@@ -512,6 +627,8 @@ def main(argv=None):
         p.add_argument("--out", required=True)
     pi.add_argument("--input", required=True, help="state_dict: torch.save file or .safetensors")
     pi.add_argument("--set", action="append", metavar="KEY=VALUE", help="config value (JSON), over inferred ones")
+    pr.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="the module's setting (JSON) where it differs from the target's config, as on import")
     pi.add_argument("--src-vocab", help="model_dir: source vocabulary, one token per line")
     pi.add_argument("--tgt-vocab", help="model_dir: target vocabulary, one token per line")
     pr.add_argument("--config", help="tfm forward config JSON")
@@ -538,8 +655,8 @@ def main(argv=None):
                 c, w = write_forward(a.out, config, tensors)
                 print(f"wrote {c} and {w} ({len(tensors)} tensors)")
         else:
-            config, tensors = _read_tfm(a, t)
-            out = reverse_state(m, name, config, tensors)
+            config, tensors, where = _read_tfm(a, t)
+            out = reverse_state(m, name, config, tensors, overrides=_parse_set(a.set), where=where)
             save_state(a.out, out)
             print(f"wrote {a.out} ({len(out)} tensors)")
         return 0

@@ -18,7 +18,7 @@ void LayerOptions::validate() const {
                                 ", " + std::to_string(nhead) + ", " + std::to_string(dim_feedforward) + ")");
   if (d_model % nhead != 0 && !attention.head_dim)
     throw std::invalid_argument("d_model " + std::to_string(d_model) + " is not divisible by nhead " +
-                                std::to_string(nhead));
+                                std::to_string(nhead) + " (or set head_dim)");
   attention.validate(d_model, nhead);
   if (!(dropout >= 0.0f && dropout <= 1.0f))
     throw std::invalid_argument("dropout must be in [0, 1], got " + number_text(dropout));

@@ -317,6 +317,11 @@ def cli(args):
     return rc, err.getvalue().strip()
 
 
+def set_arg(key, value):
+    """KEY=VALUE of import_torch.py's --set (its value JSON)."""
+    return f"{key}={json.dumps(value)}"
+
+
 def save_source(case, path):
     sd = case.module.state_dict()
     if case.fmt == "pt":
@@ -331,9 +336,7 @@ def check_case(case, tfm, work):
     os.makedirs(d, exist_ok=True)
     src_path = os.path.join(d, "module." + ("pt" if case.fmt == "pt" else "safetensors"))
     save_source(case, src_path)
-    sets = []
-    for k, v in case.overrides.items():
-        sets += ["--set", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
+    sets = [a for k, v in case.overrides.items() for a in ("--set", set_arg(k, v))]
     prefix = os.path.join(d, "tfm")
     rc, err = cli(["import", "--map", case.mapping, "--target", case.target, "--input", src_path, "--out", prefix]
                   + sets)
@@ -376,7 +379,8 @@ def check_case(case, tfm, work):
                    if k.startswith("grad.") and k[5:] not in case.differentiable}
     mapped = {"output": got["output"].astype(np.float64)}
     try:
-        back = it.reverse_state(it.load_mapping(case.mapping), case.target, config, param_grads, grad=True)
+        back = it.reverse_state(it.load_mapping(case.mapping), case.target, config, param_grads, grad=True,
+                                overrides=case.overrides)
     except it.MappingError as e:
         return failures + [f"mapping the gradients back: {e}"]
     mapped.update({"grad." + k: v for k, v in back.items()})
@@ -399,10 +403,22 @@ def check_case(case, tfm, work):
     if extra:
         failures.append(f"tfm tensors with no module counterpart: {sorted(extra)}")
 
-    # reverse: the tfm weights back into the module's state_dict, bit for bit
+    # reverse: the tfm weights back into the module's state_dict, bit for bit (given the settings import was given)
     back_path = os.path.join(d, "back." + ("safetensors" if case.fmt == "pt" else "pt"))
     rc, err = cli(["reverse", "--map", case.mapping, "--target", case.target, "--config", prefix + ".json",
-                   "--weights", prefix + ".safetensors", "--out", back_path])
+                   "--weights", prefix + ".safetensors", "--out", back_path] + sets)
+    # and without a setting that differs from the target's config: refused, naming it
+    t = it.load_mapping(case.mapping)["targets"][case.target]
+    free = set(t.get("infer", {})) | set(t.get("required", [])) | it._UNCOMPARED
+    for k, v in case.overrides.items():
+        if k in free or t.get("config", {}).get(k, None) == v:
+            continue
+        sets_but = [a for k2, v2 in case.overrides.items() if k2 != k for a in ("--set", set_arg(k2, v2))]
+        rc2, err2 = cli(["reverse", "--map", case.mapping, "--target", case.target, "--config", prefix + ".json",
+                         "--weights", prefix + ".safetensors", "--out", os.path.join(d, "refused.pt")] + sets_but)
+        if rc2 == 0 or f": {k} is " not in err2 or "\n" in err2:
+            failures.append(f"reverse without --set {k}: expected a one-line refusal naming {k}, got rc {rc2}: "
+                            f"{err2!r}")
     if rc != 0:
         failures.append(f"reverse failed: {err}")
     else:
@@ -486,6 +502,121 @@ def check_errors(work):
     return failures
 
 
+def check_reverse_config(work):
+    """reverse refuses a tfm model whose config the module does not compute with (the target's "config", or tfm's
+    default where the target leaves a key unset), in one line naming the config file, the key, the model's value and
+    the mapping's; shared layers against per-layer keys and back. A model with the module's settings, and one that
+    differs only where the numbers do not (dropout, drop_path, bos_id, eos_id, max_len), exports bit for bit; a
+    --set stating the module's own setting is taken, as on import."""
+    failures = []
+
+    def imported(mapping, target, module, name, sets=()):
+        path = os.path.join(work, name + ".pt")
+        torch.save(module.state_dict(), path)
+        rc, err = cli(["import", "--map", mapping, "--target", target, "--input", path, "--out",
+                       os.path.join(work, name)] + list(sets))
+        if rc != 0:
+            raise RuntimeError(f"{name}: import failed: {err}")
+        return module.state_dict()
+
+    def edited(src, dst, changes, model_dir, drop=()):
+        """A copy of the tfm module src (a model directory or a forward prefix) with its config changed and the
+        tensors whose keys start with one of `drop` removed."""
+        cfg_in, w_in = ((os.path.join(src, "config.json"), os.path.join(src, "model.safetensors")) if model_dir
+                        else (src + ".json", src + ".safetensors"))
+        if model_dir:
+            os.makedirs(dst, exist_ok=True)
+        cfg_out, w_out = ((os.path.join(dst, "config.json"), os.path.join(dst, "model.safetensors")) if model_dir
+                          else (dst + ".json", dst + ".safetensors"))
+        with open(cfg_in) as f:
+            doc = json.load(f)
+        (doc["model"] if model_dir else doc).update(changes)
+        with open(cfg_out, "w") as f:
+            json.dump(doc, f)
+        w, _ = st.load(w_in)
+        st.save(w_out, [(k, v) for k, v in dict(w).items() if not k.startswith(tuple(drop))])
+        return ["--model-dir", dst] if model_dir else ["--config", cfg_out, "--weights", w_out]
+
+    def reverse(mapping, target, args, name, sets=()):
+        out = os.path.join(work, name + ".back.pt")
+        rc, err = cli(["reverse", "--map", mapping, "--target", target, "--out", out] + args + list(sets))
+        return rc, err, out
+
+    def expect_refused(mapping, target, args, name, needles):
+        rc, err, _ = reverse(mapping, target, args, name)
+        if rc == 0 or "\n" in err or not all(n in err for n in needles):
+            failures.append(f"reverse of {name}: expected a one-line refusal naming {needles}, got rc {rc}: {err!r}")
+
+    def expect_bitwise(mapping, target, args, name, want, sets=()):
+        rc, err, out = reverse(mapping, target, args, name, sets)
+        if rc != 0:
+            failures.append(f"reverse of {name} failed: {err}")
+            return
+        got = it.load_state(out)
+        if set(got) != set(want) or any(not np.array_equal(got[k], v.float().numpy()) for k, v in want.items()):
+            failures.append(f"reverse of {name} does not give back the module's state_dict")
+
+    # notebook 4's whole model (model_dir): post-norm, ReLU, unscaled embeddings, sinusoidal positions, pad id 0,
+    # Dk = 4 (scale 0.5), one weight set per layer
+    m4 = nb.NB4Model(vocab_size=9, d_model=8, num_heads=2, d_k=4, d_v=4, d_ff=16, num_layers=2)
+    randomize(m4, 61)
+    want = imported("nb4_reverse", "model", m4, "cfg_nb4")
+    base = os.path.join(work, "cfg_nb4")
+    expect_bitwise("nb4_reverse", "model", ["--model-dir", base], "cfg_nb4", want)
+    same = {"dropout": 0.3, "drop_path": 0.2, "bos_id": 7, "eos_id": 8, "max_len": 33}
+    expect_bitwise("nb4_reverse", "model", edited(base, base + "_same", same, True), "cfg_nb4_same", want)
+    cfg = os.path.join(base + "_x", "config.json") + ": "
+    for changes, needles, drop in (
+            ({"activation": "gelu"}, ['activation is "gelu"', 'fixes "relu"'], ()),
+            ({"activation": "swiglu"}, ['activation is "swiglu"', 'fixes "relu"'], ()),
+            ({"attn_scale": 0.3}, ["attn_scale is 0.3", "tfm's default, 0.5"], ()),
+            ({"scale_embeddings": True}, ["scale_embeddings is true", "fixes false"], ()),
+            ({"positional": "none"}, ['positional is "none"', 'fixes "sinusoidal"'], ()),
+            ({"norm_first": True}, ["norm_first is true", "fixes false"], ()),
+            ({"norm_type": "rms_norm", "norm_bias": None}, ['norm_type is "rms_norm"', '"layer_norm"'], ()),
+            ({"layer_norm_eps": 1e-6}, ["layer_norm_eps is 1e-06", "1e-05"], ()),
+            ({"pad_id": 3}, ["pad_id is 3", "fixes 0"], ()),
+            ({"share_layers": True}, ["share_layers is true", "'layers.{i}.'"], ("encoder.layers.1.",))):
+        args = edited(base, base + "_x", changes, True, drop)
+        expect_refused("nb4_reverse", "model", args, "cfg_nb4_" + "_".join(changes), [cfg] + needles)
+    # a --set that states the module's own setting is taken (here a module built with GELU: the mapping cannot tell)
+    args = edited(base, base + "_x", {"activation": "gelu"}, True)
+    expect_bitwise("nb4_reverse", "model", args, "cfg_nb4_set", want, ["--set", "activation=gelu"])
+
+    # forward targets: notebook 3's block (pre-norm, GELU), notebook 4's stack (no final norm, per-layer),
+    # notebook 1's encoder (one layer instance repeated)
+    vit = nb.NB3Block(16, 4)
+    want = imported("nb3_vit_block", "layer", vit, "cfg_vit", ["--set", "nhead=4"])
+    base = os.path.join(work, "cfg_vit")
+    args = edited(base, base + "_post", {"norm_first": False, "activation": "relu"}, False)
+    expect_refused("nb3_vit_block", "layer", args, "cfg_vit_post", [base + "_post.json: ", 'activation is "relu"',
+                                                                   'fixes "gelu"'])
+    expect_refused("nb3_vit_block", "layer", args + ["--set", "activation=relu"], "cfg_vit_post",
+                   ["norm_first is false", "fixes true"])
+    args = edited(base, base + "_as", {"attn_scale": 0.3}, False)
+    expect_refused("nb3_vit_block", "layer", args, "cfg_vit_as", ["attn_scale is 0.3", "default, 0.5"])
+    expect_bitwise("nb3_vit_block", "layer", ["--config", base + ".json", "--weights", base + ".safetensors"],
+                   "cfg_vit", want)
+    enc = nb.NB4Encoder(2, d_model=8, num_heads=2, d_k=4, d_v=4, d_ff=16)
+    randomize(enc, 62)
+    imported("nb4_reverse", "encoder", enc, "cfg_enc4")
+    base = os.path.join(work, "cfg_enc4")
+    expect_refused("nb4_reverse", "encoder", edited(base, base + "_sh", {"share_layers": True}, False,
+                                                    ("layers.1.",)), "cfg_enc4_sh", ["share_layers is true"])
+    expect_refused("nb4_reverse", "encoder", edited(base, base + "_norm", {"norm": True}, False), "cfg_enc4_norm",
+                   ["norm is true", "fixes false"])
+    enc1 = nb.NB1Encoder(nb.NB1EncoderLayer(4, 2, 64, 0.2, "gelu", batch_first=True, norm_first=True), 3)
+    randomize(enc1, 63)
+    want = imported("nb1_transformer_layer", "encoder", enc1, "cfg_enc1", ["--set", "nhead=2"])
+    base = os.path.join(work, "cfg_enc1")
+    expect_bitwise("nb1_transformer_layer", "encoder", ["--config", base + ".json", "--weights",
+                                                        base + ".safetensors"], "cfg_enc1", want)
+    expect_refused("nb1_transformer_layer", "encoder", edited(base, base + "_sep", {"share_layers": False}, False),
+                   "cfg_enc1_sep", ["share_layers is false", "one layer instance"])
+    print(f"{'reverse config':28s} {'FAIL' if failures else 'ok'}")
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tfm", required=True, help="the tfm executable")
@@ -505,6 +636,7 @@ def main():
                 failures += [f"{case.name}: {f}" for f in check_case(case, a.tfm, work)]
         if not only or "errors" in only:
             failures += check_errors(work)
+            failures += check_reverse_config(work)
     for f in failures:
         print("FAIL " + f)
     return 1 if failures else 0

@@ -262,7 +262,7 @@ TEST(LoadModule, ConfigErrorsStartWithThePath) {
     load_module(dir + "/c.json", kFixtures + "enc_layer_defaults/weights.safetensors");
     ADD_FAILURE() << "a bad config was accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), dir + "/c.json: config: d_model 8 is not divisible by nhead 3");
+    EXPECT_EQ(std::string(e.what()), dir + "/c.json: config: d_model 8 is not divisible by nhead 3 (or set head_dim)");
   }
   std::filesystem::remove_all(dir);
 }

@@ -193,8 +193,8 @@ TEST(ModuleConfig, LayerVariantKeys) {
   EXPECT_EQ(error_of(layer + R"("share_layers": true})"),
             "config: 'share_layers' applies to TransformerEncoder, TransformerDecoder and Transformer, not to a "
             "single layer");
-  EXPECT_EQ(error_of(layer + R"("drop_path": 1})"), "config: drop_path must be in [0, 1), got 1.000000");
-  EXPECT_EQ(error_of(layer + R"("drop_path": -0.5})"), "config: drop_path must be in [0, 1), got -0.500000");
+  EXPECT_EQ(error_of(layer + R"("drop_path": 1})"), "config: drop_path must be in [0, 1), got 1");
+  EXPECT_EQ(error_of(layer + R"("drop_path": -0.5})"), "config: drop_path must be in [0, 1), got -0.5");
   EXPECT_EQ(error_of(layer + R"("ffn_bias": "no"})"), "config: 'ffn_bias' must be a boolean, got \"no\"");
   EXPECT_EQ(error_of(layer + R"("norm_bias": 0})"), "config: 'norm_bias' must be a boolean, got 0");
   EXPECT_EQ(error_of(R"({"module": "TransformerDecoder", "d_model": 8, "nhead": 2, "num_layers": 1,

@@ -5,6 +5,7 @@ where f32_err is PyTorch float32's own rel error against the same float64 refere
 says why). Also: arrays shared without a copy, non-contiguous and float64 inputs, torch in → torch out, the GIL
 released during a forward, torch and tfm imported in either order, and the errors of bad input."""
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -336,7 +337,8 @@ def test_notebook_mapping(nb):
         param_grads = {k[5:]: v.astype(np.float64) for k, v in got.items()
                        if k.startswith("grad.") and k[5:] not in case.differentiable}
         mapped = {"output": got["output"]}
-        back = cn.it.reverse_state(cn.it.load_mapping(case.mapping), case.target, fast.config, param_grads, grad=True)
+        back = cn.it.reverse_state(cn.it.load_mapping(case.mapping), case.target, fast.config, param_grads, grad=True,
+                                   overrides=case.overrides)
         mapped.update({"grad." + k: v for k, v in back.items()})
         mapped.update({"grad." + k: got["grad." + k] for k in case.differentiable})
         assert set(mapped) == set(ref), (case.name, set(mapped) ^ set(ref))
@@ -349,6 +351,41 @@ def test_notebook_mapping(nb):
         y = fast(**rest, **flags)
         y = y[0] if isinstance(y, tuple) else y
         assert rel_err(y, ref["output"]) <= max(2e-5, 20 * rel_err(f32["output"], ref["output"]))
+
+
+def test_reverse_refuses_a_trained_model_the_notebook_module_does_not_compute(tmp_path):
+    """tools/import_torch.py reverse --map nb4_reverse --target model on models trained by tfm: one with the
+    notebook's settings exports, and notebook 4's module (tests/gen/notebooks.py) given the export computes tfm's
+    logits; one trained with another activation, attention scale, embedding scale, positional encoding or with
+    shared layers is refused in one line naming the config key, its value and the mapping's."""
+    cn, _ = _notebook_cases()
+    import notebooks as nb
+    base = dict(task="reverse", arch="encoder", d_model=16, nhead=4, head_dim=16, qkv_bias=False, out_bias=False,
+                dim_feedforward=32, layers=2, max_steps=3, threads=1, seed=1)
+    for name, opts, needles in (
+            ("ok", {}, None),
+            ("gelu", {"activation": "gelu"}, ['activation is "gelu"', 'fixes "relu"']),
+            ("as", {"attn_scale": 0.3}, ["attn_scale is 0.3", "tfm's default, 0.25"]),
+            ("se", {"scale_embeddings": True}, ["scale_embeddings is true", "fixes false"]),
+            ("pos", {"positional": "none"}, ['positional is "none"', 'fixes "sinusoidal"']),
+            ("sh", {"share_layers": True}, ["share_layers is true", "'layers.{i}.'"])):
+        d = str(tmp_path / name)
+        tfm.train(out=d, **base, **opts)
+        rc, err = cn.cli(["reverse", "--map", "nb4_reverse", "--target", "model", "--model-dir", d,
+                          "--out", d + ".pt"])
+        if needles is not None:
+            assert rc == 1 and "\n" not in err and all(n in err for n in [d + "/config.json: "] + needles), err
+            continue
+        assert rc == 0, err
+        with open(os.path.join(d, "config.json")) as f:
+            c = json.load(f)["model"]
+        m = nb.NB4Model(vocab_size=c["src_vocab_size"], d_model=16, num_heads=4, d_k=16, d_v=16, d_ff=32,
+                        num_layers=2, dropout=0.0, max_len=64).eval()
+        m.load_state_dict(torch.load(d + ".pt"), strict=True)
+        src = np.random.default_rng(0).integers(3, c["src_vocab_size"], size=(2, 9))
+        with torch.no_grad():
+            ref = m.double()(torch.tensor(src)).numpy()
+        assert rel_err(tfm.load(d).logits(src), ref) <= 2e-6
 
 
 # ---- arrays ---------------------------------------------------------------------------------------------------
