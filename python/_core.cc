@@ -37,6 +37,7 @@
 
 #include "tfm/data/text.h"
 #include "tfm/data/tsv.h"
+#include "tfm/data/vocab.h"
 #include "tfm/inference.h"
 #include "tfm/io/safetensors.h"
 #include "tfm/models/family.h"
@@ -540,23 +541,41 @@ PYBIND11_MODULE(_core, m) {
                              [](const PyTrainedModel& t) { return t.m.model->family().data == tfm::DataKind::TEXT; })
       .def(
           "translate",
-          [](const PyTrainedModel& t, const std::vector<std::string>& lines, int beam, int64_t batch_size,
-             int64_t max_len) {
-            // (the targets, the note on outputs the length limit stopped or "")
-            return t.infer(tfm::DataKind::PAIRS, "sample from it with generate()", [&] {
-              tfm::DecodeOptions decode;
-              decode.beam = beam;
-              decode.max_len = max_len;
-              int64_t truncated = 0, unknown = 0;
-              std::vector<std::string> out =
-                  tfm::translate_lines(t.m, lines, decode, batch_size, 0, &truncated, &unknown);
-              std::vector<std::string> notes;  // what tfm translate notes on stderr, in its order
-              for (std::string note :
-                   {tfm::unknown_note(unknown),
-                    tfm::truncation_note(t.m, truncated, static_cast<int64_t>(lines.size()), max_len)})
-                if (!note.empty()) notes.push_back(std::move(note));
-              return std::make_pair(std::move(out), std::move(notes));
-            });
+          [](const PyTrainedModel& t, std::vector<std::string> lines, int beam, int64_t batch_size, int64_t max_len) {
+            // The list is read as tfm translate reads its input: a byte order mark opening it (lines[0]) is not text.
+            if (!lines.empty() && lines[0].rfind(tfm::data::kUtf8Bom, 0) == 0)
+              lines[0].erase(0, tfm::data::kUtf8Bom.size());
+            // (the targets, the notes tfm translate prints on stderr, in its order)
+            std::pair<std::vector<std::string>, std::vector<std::string>> result;
+            try {
+              result = t.infer(tfm::DataKind::PAIRS, "sample from it with generate()", [&] {
+                tfm::DecodeOptions decode;
+                decode.beam = beam;
+                decode.max_len = max_len;
+                int64_t truncated = 0, unknown = 0;
+                std::vector<std::string> out =
+                    tfm::translate_lines(t.m, lines, decode, batch_size, 0, &truncated, &unknown);
+                std::vector<std::string> notes;
+                for (std::string note :
+                     {tfm::unknown_note(unknown),
+                      tfm::truncation_note(t.m, truncated, static_cast<int64_t>(lines.size()), max_len)})
+                  if (!note.empty()) notes.push_back(std::move(note));
+                return std::make_pair(std::move(out), std::move(notes));
+              });
+            } catch (const tfm::BadInputLine& e) {
+              // translate_lines names the line as tfm translate's input line N (1-based); here it is the list's
+              // item lines[N - 1], as the Python layer names an item it refuses. The lines before it were
+              // translated (e.translated), so N - 1 is their count.
+              const size_t i = e.translated.size();
+              const std::string line = "input line " + std::to_string(i + 1) + ": ", what = e.what();
+              if (what.rfind(line, 0) != 0) throw;
+              throw std::invalid_argument("lines[" + std::to_string(i) + "]: " + what.substr(line.size()));
+            }
+            // Outputs as generate() returns its text (text_of): a byte-token model's output may be cut inside a
+            // UTF-8 character at the length limit, or hold any bytes.
+            py::list outputs;
+            for (const std::string& s : result.first) outputs.append(text_of(s));
+            return py::make_tuple(outputs, result.second);
           },
           py::arg("lines"), py::arg("beam") = tfm::DecodeOptions{}.beam, py::arg("batch_size") = tfm::kDecodeBatchSize,
           py::arg("max_len") = tfm::DecodeOptions{}.max_len)

@@ -542,8 +542,8 @@ class Model:
     stream raises RuntimeError (the stream would wait for that thread to take the rest, and the call for the
     stream, forever).
 
-    Text arguments may hold the lone surrogates of a text tfm returned (generate's bytes that are not UTF-8): they
-    are read as those bytes."""
+    Text arguments may hold the lone surrogates of a text tfm returned (generate's or translate's bytes that are not
+    UTF-8): they are read as those bytes."""
 
     def __init__(self, path, dtype=None, mmap=True):
         """dtype: "f32", "bf16" or "int8" (the Linear matmuls; docs/bf16.md, docs/int8.md); None: int8 for a
@@ -577,7 +577,12 @@ class Model:
 
     def translate(self, lines, beam=_D["beam"], batch_size=_D["decode_batch_size"], max_len=_D["max_len"]):
         """Predicted targets of source lines (a list of str in, a list of str out), as `tfm translate` (a line's own
-        end, "\n" or "\r\n", may be left on it). max_len: the
+        end, "\n" or "\r\n", may be left on it; a UTF-8 byte order mark opening lines[0], as readlines() of such a
+        file leaves it, is dropped as `tfm translate` drops it from its input). An output is UTF-8 text, but bytes
+        that are not UTF-8 (a byte-token model may emit any, or stop at max_len inside a character) are kept as lone
+        surrogates, as generate() keeps them: out.encode("utf-8", "surrogateescape") gives the bytes `tfm translate`
+        writes, and such a text may be given back. A line that cannot be read (not UTF-8 under char, space or spm
+        tokens, more source tokens than the model's max_len) raises ValueError naming it as lines[i]. max_len: the
         longest output in target tokens (0: 2·source tokens + 10; at most the model's max_len); outputs that stop
         at the limit without an end token get a UserWarning saying how many, the note `tfm translate` prints, and so
         do source tokens the vocabulary lacks (read as <unk>)."""
@@ -727,9 +732,9 @@ class Model:
 
     def evaluate(self, tsv_path, beam=_D["beam"], batch_size=_D["decode_batch_size"], max_len=_D["max_len"]):
         """The dict `tfm eval --data TSV --json` prints: accuracies, error rates, BLEU and chrF of the decoded
-        sources of a TSV file against their references, and "truncated", the outputs the length limit (max_len,
-        as translate's) stopped. Lines it skips (malformed, empty) and outputs the limit stopped are reported as
-        UserWarnings, the notes `tfm eval` prints on stderr."""
+        sources of a TSV file against their references, "truncated", the outputs the length limit (max_len,
+        as translate's) stopped, and "skipped", the file's lines not scored. Lines it skips (malformed, empty) and
+        outputs the limit stopped are reported as UserWarnings, the notes `tfm eval` prints on stderr."""
         self._no_open_stream()
         metrics, *notes = self._core.evaluate(_path("tsv_path", tsv_path), _int("beam", beam, *_INT32),
                                               _int("batch_size", batch_size, *_INT64), _int("max_len", max_len, *_INT64))
@@ -790,7 +795,8 @@ def train(progress=None, **options):
     a run already is a ValueError: continue it with tfm.train(resume=out) (resume= takes no out=), or give
     force=True to delete it and start over. progress(event) receives the events tfm train prints: dicts with kind
     ("step", "eval", "checkpoint", "note"), step, total_steps, epoch, lr, elapsed_seconds (where the run
-    stands, in every event), loss, tokens_per_sec, eta_seconds (step and eval events), message (checkpoint and
+    stands, in every event), loss, tokens_per_sec, eta_seconds (step and eval events; -1 while unknown, until the
+    steps after the first have taken a second), message (checkpoint and
     note events) and, once the run has evaluated, eval (the last metrics row). Ctrl-C (KeyboardInterrupt) finishes the current
     step, writes a checkpoint (resume with tfm.train(resume=out)) and raises KeyboardInterrupt; an exception
     raised by progress stops the run the same way and propagates.

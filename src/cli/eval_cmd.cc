@@ -1,8 +1,8 @@
 // src/cli/eval_cmd.cc — `tfm eval`: decode a task's fresh test sequences or a TSV file with a trained
 // model and print token accuracy, sequence accuracy and token error rate, and for a TSV file BLEU and
-// chrF on the detokenized text (or one JSON object, which always has "bleu", "chrf" and "truncated": the
-// predictions the length limit stopped); or, for a language model, score a text file
-// (tfm::evaluate_text_file, tfm/models/text_eval.h).
+// chrF on the detokenized text (or one JSON object, which always has "bleu", "chrf", "truncated": the
+// predictions the length limit stopped, and "skipped": the file's lines not scored); or, for a language
+// model, score a text file (tfm::evaluate_text_file, tfm/models/text_eval.h).
 #include <cstdio>
 #include <optional>
 
@@ -28,11 +28,14 @@ void register_eval(CLI::App& app, Runner& run) {
       "tokenization, 4-grams) and chrF2 (character 6-grams, beta 2) score the detokenized output against all\n"
       "of a source's targets as the file writes them. When predictions stop at the length limit without an end token, "
       "a note on\n"
-      "stderr says how many (--max-len raises the limit); --json has the count as \"truncated\".");
+      "stderr says how many (--max-len raises the limit); --json has the count as \"truncated\".\n"
+      "Every line of --data is scored whatever its length (a source up to the model's max_len); lines skipped as\n"
+      "blank or malformed are noted on stderr and counted (\"skipped\" in --json); --strict refuses the first.");
   struct Opts {
     std::string model, task, data, text;
     DecodeOptions decode;  // the defaults are the library's
     bool json = false;
+    bool strict = false;
     std::optional<int64_t> batch_size;  // unset: kDecodeBatchSize, or kScoreBatchSize with --text
     int64_t count = train::kTaskTestCount;
     uint64_t seed = 0;
@@ -56,6 +59,9 @@ void register_eval(CLI::App& app, Runner& run) {
   auto* count = cmd->add_option("--count", o->count, "with --task: sequences to generate")->capture_default_str();
   auto* seed =
       cmd->add_option("--seed", o->seed, "with --task: seed (default: the model's training seed)")->check(kNonNegative);
+  auto* strict = cmd->add_flag("--strict", o->strict,
+                               "with --data: a blank or malformed line is an error (otherwise: skip and count)");
+  strict->needs(data);
   text->excludes(beam)->excludes(max_len)->excludes(count)->excludes(seed);  // a text is scored, not decoded or generated
   data->excludes(count)->excludes(seed);  // a file's pairs are read, not generated
   cmd->add_option("--threads", o->threads, std::string("threads (default ") + tfm::kThreadsZero + ")");
@@ -102,7 +108,7 @@ void register_eval(CLI::App& app, Runner& run) {
                                    seed_given ? std::optional<uint64_t>(o->seed) : std::nullopt, o->count);
       } else {
         std::string note;
-        set = train::tsv_test_set(m, o->data, &note);
+        set = train::tsv_test_set(m, o->data, &note, o->strict);
         if (!note.empty()) std::fprintf(stderr, "%s\n", note.c_str());
       }
       const train::Metrics r =
@@ -113,6 +119,7 @@ void register_eval(CLI::App& app, Runner& run) {
         std::printf("%s\n", r.to_json().c_str());
       } else {
         std::printf("examples             %lld\n", static_cast<long long>(r.examples));
+        if (!o->data.empty()) std::printf("skipped lines        %lld\n", static_cast<long long>(r.skipped));
         std::printf("token accuracy       %.2f%%\n", 100 * r.token_accuracy());
         std::printf("sequence accuracy    %.2f%%\n", 100 * r.sequence_accuracy());
         std::printf("token error rate     %.4f\n", r.token_error_rate());

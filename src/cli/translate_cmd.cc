@@ -26,7 +26,9 @@ class StdinLines {
  public:
   // The next line, without its '\n' and a '\r' before it (and the first without a byte order mark,
   // data::kUtf8Bom); false at the end of input. A last line without a newline is a line; the empty text
-  // after a final newline is not.
+  // after a final newline is not. UTF-16 input (data::utf16_text, from the bytes read when the first line is
+  // taken) throws std::invalid_argument saying so, as a data file's reader does, not a line of NULs or of
+  // invalid UTF-8.
   bool next(std::string& line) {
     for (;;) {
       const size_t nl = buf_.find('\n', scanned_);
@@ -55,6 +57,9 @@ class StdinLines {
 
  private:
   void take(std::string& line, size_t end) {
+    if (first_)  // buf_ starts at the stream's start
+      if (const std::string u16 = data::utf16_text(buf_); !u16.empty())
+        throw std::invalid_argument("standard input: " + u16);
     line.assign(buf_, pos_, end - pos_);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (first_ && line.rfind(data::kUtf8Bom, 0) == 0) line.erase(0, data::kUtf8Bom.size());

@@ -40,6 +40,14 @@ std::unique_ptr<io::MappedFile> map_text(const std::string& path) {
   return f;
 }
 
+// A text read as UTF-8 (char, spm): UTF-16 is said to be that (utf16_text), not read as invalid UTF-8 at byte 0
+// or, without a byte order mark, as characters between NULs. Byte and gpt2-bpe tokens read any bytes.
+void check_not_utf16(const io::MappedFile& f, const std::string& path, Tokenization t) {
+  if (t != Tokenization::CHAR && t != Tokenization::SPM) return;
+  const std::string u16 = utf16_text(std::string_view(reinterpret_cast<const char*>(f.data()), f.size()));
+  if (!u16.empty()) throw DataError(path + ": " + u16);
+}
+
 [[noreturn]] void bad_utf8(const std::string& path, size_t offset, Tokenization t = Tokenization::CHAR) {
   throw DataError(path + ": invalid UTF-8 at byte " + std::to_string(offset) + " (--tokens " +
                   std::string(enum_name(t)) + " reads UTF-8 text; --tokens byte reads any bytes)");
@@ -295,6 +303,7 @@ Vocab build_text_vocab(const std::string& path, Tokenization t) {
     throw std::invalid_argument(path + ": a gpt2-bpe vocabulary is its BPE's (Tokenizer::vocab)");
   const auto f = map_text(path);
   if (t == Tokenization::BYTE) return byte_vocab();
+  check_not_utf16(*f, path, t);
   const uint8_t* p = f->data();
   const size_t n = f->size();
   std::vector<int64_t> ascii(128, 0);
@@ -328,6 +337,7 @@ std::string text_file_hash(const std::string& path) {
 
 Tokenizer train_text_spm(const std::string& path, const SpmOptions& options) {
   const auto f = map_text(path);
+  check_not_utf16(*f, path, Tokenization::SPM);
   check_utf8(f->data(), f->size(), path, Tokenization::SPM);  // before training: encoding the text would refuse it
   const char* p = reinterpret_cast<const char*>(f->data());
   const size_t n = f->size();
@@ -348,6 +358,7 @@ TextCorpus TextCorpus::read(const std::string& path, const Vocab& vocab, const T
   const Tokenization t = tokenizer.kind();
   check_text_tokenization(t);
   const auto f = map_text(path);
+  check_not_utf16(*f, path, t);
   TextCorpus c;
   c.name_ = path;
   c.hash_ = hex64(fnv1a(f->data(), f->size()));

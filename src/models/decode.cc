@@ -7,7 +7,7 @@
 // Beam search (per source, all sources of a chunk advance in lock-step):
 //   * K rows per source; at t = 0 only the first is live (the others score −inf), so K = 1 is greedy.
 //   * Each step: candidates (k, v) score s_k + log p(v | hyp_k), pad and bos excluded (bos only when it is not also
-//   eos); the best 2K
+//   eos), and opt.suppress but eos (suppressed_in_decoder); the best 2K
 //     by score (ties: lower k, then lower v). Walking them in order, an eos candidate ranked < K
 //     becomes a finished hypothesis; other candidates fill the K new rows.
 //   * A source stops when (a) it has K finished hypotheses and the K-th best of them scores at least
@@ -25,8 +25,8 @@
 // The search is deterministic: no randomness, fixed tie-breaking, kernels independent of threads.
 //
 // Sampling (sample_chunk) runs the same step decoder one row per source: each step draws the next
-// token with sample_token from the row's logits (pad and bos masked to −inf) using the source's own
-// Generator, adds its log-probability, and ends the source at eos or at its maximum length (truncated), as
+// token with sample_token from the row's logits (pad, bos and suppressed_in_decoder masked to −inf) using the
+// source's own Generator, adds its log-probability, and ends the source at eos or at its maximum length (truncated), as
 // greedy search does (a source at its limit draws once more: an eos ends it, anything else leaves it
 // truncated, charged for the eos); with an argmax draw it yields greedy's tokens and log-probabilities.
 #include "tfm/models/decode.h"
@@ -217,6 +217,16 @@ void log_softmax_row(const float* z, int64_t V, int32_t pad, int32_t bos, std::v
   for (int64_t v = 0; v < V; ++v) out[static_cast<size_t>(v)] = (v == pad || v == bos) ? kNegInf : z[v] - lse;
 }
 
+// The ids of opt.suppress a decoder never generates: all but eos, which ends a prediction (predict() passes the
+// target vocabulary's marks, eos among them, for arch "encoder"). Log-probabilities are not renormalized without
+// them: a prediction's logprob is the model's, as the scorer computes it.
+std::vector<int32_t> suppressed_in_decoder(const ModelConfig& c, const DecodeOptions& opt) {
+  std::vector<int32_t> ids;
+  for (const int32_t id : opt.suppress)
+    if (id >= 0 && id < c.tgt_vocab_size && id != c.eos_id) ids.push_back(id);
+  return ids;
+}
+
 struct Live {
   std::vector<int32_t> tokens;  // generated so far (no bos)
   double logprob = kNegInf;
@@ -266,6 +276,7 @@ std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::
   std::vector<int32_t> tokens(static_cast<size_t>(Bs * K), c.bos_id);
   std::vector<double> lp;
   std::vector<std::pair<double, int64_t>> cand;  // (score, k·V + v)
+  const std::vector<int32_t> suppressed = suppressed_in_decoder(c, opt);
 
   // with_eos: logprob counts an eos (chosen, or charged at the limit); truncated: the model did not end it.
   auto finish = [&](int64_t b, std::vector<int32_t> toks, double logprob, bool with_eos, bool truncated) {
@@ -294,6 +305,7 @@ std::vector<Hypothesis> search_chunk(const Model& model, const std::vector<std::
         if (beams[static_cast<size_t>(k)].logprob == kNegInf) continue;
         log_softmax_row(logits.data() + (static_cast<int64_t>(a) * K + k) * V, V, c.pad_id, never_generated_bos(c), lp);
         eos_lp[static_cast<size_t>(k)] = lp[static_cast<size_t>(c.eos_id)];
+        for (const int32_t id : suppressed) lp[static_cast<size_t>(id)] = kNegInf;
         for (int64_t v = 0; v < V; ++v)
           if (lp[static_cast<size_t>(v)] != kNegInf)
             cand.emplace_back(beams[static_cast<size_t>(k)].logprob + lp[static_cast<size_t>(v)], k * V + v);
@@ -411,6 +423,7 @@ std::vector<Hypothesis> sample_chunk(const Model& model, const std::vector<std::
   std::vector<int32_t> tokens(static_cast<size_t>(Bs), c.bos_id);
   std::vector<float> row(static_cast<size_t>(V));
   std::vector<double> lp;
+  const std::vector<int32_t> suppressed = suppressed_in_decoder(c, opt);
   for (int64_t t = 0; !active.empty(); ++t) {
     const Tensor logits = dec->step(tokens);  // (N, V), N = active sources
     std::vector<int64_t> next_rows, next_active;
@@ -422,6 +435,7 @@ std::vector<Hypothesis> sample_chunk(const Model& model, const std::vector<std::
       const int32_t bos = never_generated_bos(c);
       row[static_cast<size_t>(c.pad_id)] = -INFINITY;
       if (bos >= 0) row[static_cast<size_t>(bos)] = -INFINITY;
+      for (const int32_t id : suppressed) row[static_cast<size_t>(id)] = -INFINITY;
       const int32_t v = sample_token(row.data(), V, opt.sampling, gen[b]);
       log_softmax_row(z, V, c.pad_id, bos, lp);
       Hypothesis& h = out[b];

@@ -262,6 +262,7 @@ TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights) {
       throw data::DataError(file + ": I8 tensors (" + quote_name(f.int8.begin()->first) +
                             ", ...) without the metadata " + quote_name(QUANTIZATION_METADATA_KEY) + " = '" +
                             QUANTIZATION_INT8 + "' that tfm quantize writes beside them");
+    if (m.quantized) check_quantized_shapes(f, m.model->state_dict());  // its errors name the stored I8
     if (m.quantized && mapped) {  // matrices computed when read: int8 inference packs their integers
       m.model->load_state_dict(dequantize_state_dict_lazy(f), file, /*assign=*/true);
       allocator_release_cache();
@@ -412,6 +413,26 @@ std::vector<int32_t> never_generated(const TrainedModel& m) {
   return ids;
 }
 
+namespace {
+
+// The target tokens that stand for a line break, "\n" or "\r": a prediction is one line (a TSV target never holds
+// either: lines end at "\n", and a "\r" inside one is refused; tfm translate writes one output a line), so predict
+// never picks them. The byte tokens <0x0A> and <0x0D> of a vocabulary that holds every byte token (--tokens byte,
+// an spm model's byte fallback: there they are bytes, not the words a space vocabulary could spell so), and a
+// token holding either character (none in a vocabulary built from TSV).
+std::vector<int32_t> line_break_tokens(const data::Vocab& v) {
+  std::vector<int32_t> ids;
+  bool bytes = true;
+  for (int b = 0; b < 256 && bytes; ++b) bytes = v.contains(data::byte_token(static_cast<uint8_t>(b)));
+  if (bytes)
+    for (const uint8_t b : {'\n', '\r'}) ids.push_back(v.id(data::byte_token(b)));
+  for (int32_t id = 0; id < v.size(); ++id)
+    if (v.token(id).find_first_of("\n\r") != std::string::npos) ids.push_back(id);
+  return ids;
+}
+
+}  // namespace
+
 std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_vocab,
                                   const std::vector<std::vector<int32_t>>& sources, int beam, int64_t batch_size) {
   DecodeOptions opt;
@@ -433,6 +454,7 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
   DecodeOptions opt = options;
   for (const int32_t id : {tgt_vocab.pad_id(), tgt_vocab.bos_id(), tgt_vocab.eos_id()})  // the marks, not words
     if (id >= 0) opt.suppress.push_back(id);
+  for (const int32_t id : line_break_tokens(tgt_vocab)) opt.suppress.push_back(id);
   for (const auto& idx : data::plan_eval(ex, bs)) {
     std::vector<std::vector<int32_t>> batch;
     std::vector<int64_t> which;

@@ -89,7 +89,8 @@ void read_clock(const std::string& dir, const json& state, State& st) {
 }  // namespace
 
 void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt, const Generator& gen, State& st,
-                      const std::string& title, const WeightAverage* average) {
+                      const std::string& title, const WeightAverage* average, double label_smoothing,
+                      bool language_model) {
   auto params = model.named_parameters();
   NamedTensors all;
   for (auto& [k, t] : params) all.insert("model." + k, t);
@@ -127,7 +128,7 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
       model_w(model_dir::path(dir, model_dir::MODEL)), metrics_w(model_dir::path(dir, METRICS_FILE)),
       curves_w(model_dir::path(dir, CURVES_FILE));
   const std::string clock_text = clock.dump(1) + "\n", metrics = metrics_csv(st.history),
-                    curves = plot_curves_svg(st.history, title);
+                    curves = plot_curves_svg(st.history, title, label_smoothing, language_model);
   clock_w.write(clock_text.data(), clock_text.size());
   io::write_safetensors(state_w, all, {{kStateKey, s.dump()}});
   io::write_safetensors(model_w, average ? average->named() : params, {{"format", "pt"}});

@@ -44,10 +44,12 @@ struct State {
 // trainer_clock.json (the wall clock: State::elapsed and the history's tokens_per_sec and
 // elapsed_seconds), then trainer_state.safetensors (the commit point: weights, optimizer state, the
 // average ("ema.<key>") and its update count, generator and the rest of State, the same bytes for the
-// same run whatever P or the thread count), metrics.csv and curves.svg (titled `title`); sets
-// checkpoint_step. `average` (may be null) must be complete (gathered under mpirun).
+// same run whatever P or the thread count), metrics.csv and curves.svg (plot_curves_svg with `title`,
+// `label_smoothing` and `language_model`); sets checkpoint_step. `average` (may be null) must be complete
+// (gathered under mpirun).
 void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt, const Generator& gen, State& st,
-                      const std::string& title, const WeightAverage* average = nullptr);
+                      const std::string& title, const WeightAverage* average = nullptr, double label_smoothing = 0,
+                      bool language_model = false);
 // Restores all of that from DIR/trainer_state.safetensors; throws naming the file. A checkpoint
 // written before the budget schedule or without an average has neither (an average is then refused:
 // the run has none to continue). A state's budget fields are read when present.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <set>
@@ -16,6 +17,7 @@
 #include "tfm/train/comm.h"
 #include "tfm/train/trainer.h"
 #include "train/evaluate_split.h"
+#include "utf8.h"
 
 namespace tfm::train {
 
@@ -88,58 +90,166 @@ EvalSet task_test_set(const TrainedModel& m, data::Task task, std::optional<uint
   return task_eval_set(task, seed ? *seed : run_config(m).seed, data::Split::TEST, count);
 }
 
-EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string* note) {
+namespace {
+
+// Python's str.isspace() (the set str.split() splits at), as BLEU and chrF read whitespace (text_metrics.cc).
+bool is_python_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// The code points of s as byte ranges [begin, end) with their values; a byte outside a valid UTF-8 sequence is
+// one range of its own, valued 0xDC00 + byte (Python's surrogateescape: never whitespace, never a real character).
+struct CodePoint {
+  size_t begin, end;
+  uint32_t value;
+};
+std::vector<CodePoint> code_points(const std::string& s) {
+  const auto* u = reinterpret_cast<const uint8_t*>(s.data());
+  std::vector<CodePoint> out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = utf8_length(u, s.size(), i);
+    if (len == 0) {
+      out.push_back({i, i + 1, 0xDC00u + u[i]});
+      ++i;
+      continue;
+    }
+    uint32_t v = len == 1 ? u[i] : u[i] & (0xFFu >> (len + 1));
+    for (size_t k = 1; k < len; ++k) v = (v << 6) | (u[i + k] & 0x3Fu);
+    out.push_back({i, i + len, v});
+    i += len;
+  }
+  return out;
+}
+
+// The words of s (Python's s.split()) joined by single spaces. Two texts with the same words differ in whitespace
+// only, which neither BLEU (13a words) nor chrF (characters without whitespace) sees.
+std::string words(const std::string& s) {
+  std::string out;
+  bool gap = false;
+  for (const CodePoint& c : code_points(s)) {
+    if (is_python_space(c.value)) {
+      gap = true;
+      continue;
+    }
+    if (gap && !out.empty()) out += ' ';
+    gap = false;
+    out.append(s, c.begin, c.end - c.begin);
+  }
+  return out;
+}
+
+// `from` and `to` quoted around the part where they differ (the span from the first differing code point to the
+// last), so that a change a terminal shows as nothing is seen: in that part every non-ASCII code point is written
+// \u{hex} (NFD "e\u{301}" against NFC "\u{e9}", a no-break space "\u{a0}"); up to kContext code points on either
+// side as they are, "..." where either text goes on.
+std::pair<std::string, std::string> quote_difference(const std::string& from, const std::string& to) {
+  constexpr size_t kContext = 16, kMaxChanged = 24;
+  const std::vector<CodePoint> a = code_points(from), b = code_points(to);
+  const auto same = [&](size_t i, size_t j) {
+    return from.compare(a[i].begin, a[i].end - a[i].begin, to, b[j].begin, b[j].end - b[j].begin) == 0;
+  };
+  size_t prefix = 0;
+  while (prefix < a.size() && prefix < b.size() && same(prefix, prefix)) ++prefix;
+  size_t suffix = 0;
+  while (suffix < a.size() - prefix && suffix < b.size() - prefix && same(a.size() - 1 - suffix, b.size() - 1 - suffix))
+    ++suffix;
+  const auto quote = [&](const std::string& s, const std::vector<CodePoint>& c) {
+    const size_t first = prefix > kContext ? prefix - kContext : 0, changed_end = c.size() - suffix;
+    const size_t last = std::min(c.size(), changed_end + kContext);
+    const auto bytes = [&](size_t i, size_t j) { return i < j ? s.substr(c[i].begin, c[j - 1].end - c[i].begin) : ""; };
+    std::string out = "'";
+    if (first > 0) out += "...";
+    out += escape_text(bytes(first, prefix), kMaxQuoted);
+    for (size_t i = prefix; i < changed_end; ++i) {
+      if (i - prefix == kMaxChanged) {
+        out += "...";
+        break;
+      }
+      if (c[i].value < 0x80 || (c[i].value >= 0xDC80 && c[i].value <= 0xDCFF)) {
+        out += escape_text(bytes(i, i + 1), kMaxQuoted);  // ASCII as it is (control bytes \xHH), a stray byte \xHH
+      } else {
+        char hex[16];
+        std::snprintf(hex, sizeof hex, "\\u{%x}", static_cast<unsigned>(c[i].value));
+        out += hex;
+      }
+    }
+    out += escape_text(bytes(changed_end, last), kMaxQuoted);
+    if (last < c.size()) out += "...";
+    return out + "'";
+  };
+  return {quote(from, a), quote(to, b)};
+}
+
+}  // namespace
+
+EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string* note, bool strict) {
   data::TsvOptions opt;
   opt.src_tokens = m.src_tokenizer;
   opt.tgt_tokens = m.tgt_tokenizer;
-  opt.max_tokens = run_config(m).max_tokens;
+  // Every line is scored whatever its length (the training's --max-tokens filtered what the model learned from, not
+  // what it is judged on): a target of any length, a source up to the model's max_len (checked below, before its
+  // tokens are made). A char, space or byte side comes as its text only, tokenized here.
+  opt.max_tokens = std::numeric_limits<int64_t>::max();
+  opt.keep_tokens = false;
+  opt.strict = strict;
   // An encoder predicts one token per source token: a pair of unequal lengths is skipped (and noted), as training
   // skips it, rather than scored on the reference's length only.
   opt.equal_lengths = m.model->config().target_layout() == data::TargetLayout::PER_POSITION;
   data::TsvData d = data::read_tsv(path, opt);
   if (note) *note = d.problems.empty() ? std::string() : d.summary();
-  // Targets the tokenizer changes beyond whitespace (spm's NFKC): the output can only ever be the changed form.
-  const auto letters = [](const std::string& s) {
-    std::string out;
-    for (char ch : s)
-      if (ch != ' ' && ch != '\t' && ch != '\r' && ch != '\n') out += ch;
-    return out;
-  };
-  int64_t changed = 0, first_line = 0, unknown = 0, unknown_lines = 0, first_unknown = 0;
+  const int64_t max_len = m.model->config().max_len;
+  int64_t changed = 0, first_line = 0, src_unknown = 0, tgt_unknown = 0, unknown_lines = 0, first_unknown = 0;
   std::string first_from, first_to;
-  for (const auto& p : d.pairs) {  // a source evaluate() cannot encode, said of its line
+  for (auto& p : d.pairs) {
+    // A source the model cannot take, said of its line (as tfm translate says it of its input line).
+    const int64_t n = m.src_tokenizer.has_vocab() ? static_cast<int64_t>(p.src.size())
+                                                  : data::count_tokens(p.src_text, m.src_tokenizer.kind());
+    if (n > max_len)
+      throw data::DataError(path + ":" + std::to_string(p.line) + ": " + std::to_string(n) +
+                            " source tokens, more than the model's max_len " + std::to_string(max_len));
+    if (!m.src_tokenizer.has_vocab()) p.src = m.src_tokenizer.tokenize(p.src_text);  // the reader checked the text
+    if (!m.tgt_tokenizer.has_vocab()) p.tgt = m.tgt_tokenizer.tokenize(p.tgt_text);
     std::vector<int32_t> ids;
     try {
       ids = m.src_vocab.encode(p.src);
     } catch (const std::invalid_argument& e) {
       throw data::DataError(path + ":" + std::to_string(p.line) + ": source " + e.what());
     }
-    if (const int64_t max_len = m.model->config().max_len; static_cast<int64_t>(ids.size()) > max_len)
-      throw data::DataError(path + ":" + std::to_string(p.line) + ": " + std::to_string(ids.size()) +
-                            " source tokens, more than the model's max_len " + std::to_string(max_len));
-    if (const auto n = std::count(ids.begin(), ids.end(), m.src_vocab.unk_id()); n > 0) {
-      unknown += n;
+    // Tokens the vocabularies lack: a source's are read as <unk>; a target's the model can never write.
+    const auto s = std::count(ids.begin(), ids.end(), m.src_vocab.unk_id());
+    const auto t = std::count_if(p.tgt.begin(), p.tgt.end(), [&](const std::string& token) {
+      return !m.tgt_vocab.contains(token) || token == data::Vocab::UNK;
+    });
+    if (s + t > 0) {
+      src_unknown += s, tgt_unknown += t;
       if (unknown_lines++ == 0) first_unknown = p.line;
     }
+    // Targets the tokenizer changes beyond whitespace (spm's NFKC): the output can only ever be the changed form.
     const std::string as_tokens = data::detokenize(p.tgt, m.tgt_tokenizer);
-    if (letters(as_tokens) != letters(p.tgt_text) && changed++ == 0)
+    if (words(as_tokens) != words(p.tgt_text) && changed++ == 0)
       first_line = p.line, first_from = p.tgt_text, first_to = as_tokens;
   }
-  if (note && unknown > 0) {
+  if (note && unknown_lines > 0) {
     if (!note->empty()) *note += "\n";
-    *note += path + ": " + std::to_string(unknown) + (unknown == 1 ? " source token is" : " source tokens are") +
-             " not in the model's vocabulary and read as <unk>, on " + std::to_string(unknown_lines) + " of " +
-             std::to_string(d.pairs.size()) + " lines (the first: line " + std::to_string(first_unknown) + ")";
+    *note += path + ": " + std::to_string(src_unknown) + " source and " + std::to_string(tgt_unknown) +
+             " target tokens are not in the model's vocabulary, on " + std::to_string(unknown_lines) + " of " +
+             std::to_string(d.pairs.size()) + " lines (the first: line " + std::to_string(first_unknown) +
+             "): a source reads them as <unk>, and a target holding one can never be matched";
   }
   if (note && changed > 0) {
+    const auto [from, to] = quote_difference(first_from, first_to);
     if (!note->empty()) *note += "\n";
     *note += path + ": " + std::to_string(changed) + " of " + std::to_string(d.pairs.size()) +
-             " targets change under the model's target tokenizer (line " + std::to_string(first_line) + ": " +
-             quote_name(first_from) + " becomes " + quote_name(first_to) +
+             " targets change under the model's target tokenizer (line " + std::to_string(first_line) + ": " + from +
+             " becomes " + to +
              "): BLEU and chrF score against the targets as written, which the output cannot reproduce; the "
              "token and sequence accuracies compare the tokenized forms";
   }
-  return tsv_eval_set(std::move(d));
+  const auto skipped = static_cast<int64_t>(d.problems.size());
+  EvalSet set = tsv_eval_set(std::move(d));
+  set.skipped = skipped;
+  return set;
 }
 
 Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, const EvalSet& set,
@@ -151,6 +261,7 @@ Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::V
   ids.reserve(set.sources.size());
   for (const auto& s : set.sources) ids.push_back(src_vocab.encode(s));
   Metrics m;
+  m.skipped = set.skipped;
   const auto pred = predict(model, tgt_vocab, ids, decode, batch_size, 0, &m.truncated);
   std::vector<std::string> ref_texts;
   for (size_t i = 0; i < set.sources.size(); ++i) {

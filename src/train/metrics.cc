@@ -64,6 +64,7 @@ void Metrics::add(const Metrics& part) {
   reference_tokens += part.reference_tokens;
   edits += part.edits;
   truncated += part.truncated;
+  skipped += part.skipped;
   bleu_stats += part.bleu_stats;
   chrf_stats += part.chrf_stats;
 }
@@ -78,6 +79,7 @@ std::string Metrics::to_json() const {
   j["bleu"] = bleu();
   j["chrf"] = chrf();
   j["truncated"] = truncated;
+  j["skipped"] = skipped;
   return j.dump();
 }
 

@@ -1,9 +1,11 @@
 // src/train/plot.cc — metrics.csv and the hand-written curves.svg (no plotting library).
 //
 // The SVG has two panels side by side sharing the x axis (training step): left, training and
-// validation loss (y from 0 to a rounded-up maximum); right, validation token and sequence
-// accuracy (y from 0 to 100%). Ticks are "nice" numbers (1, 2 or 5 × 10^k), every panel has labelled
-// axes, grid lines and a legend. To add a curve: a Series entry in plot_curves_svg.
+// validation loss (y from 0 to a rounded-up maximum; the training curve's legend names its label
+// smoothing, a term the validation loss does not have); right, validation token and sequence accuracy
+// (y from 0 to 100%; a language model's has no sequence accuracy, as its progress line). Ticks are "nice"
+// numbers (1, 2 or 5 × 10^k), every panel has labelled axes, grid lines and a legend. To add a curve: a
+// Series entry in plot_curves_svg.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "quote.h"
 #include "tfm/train/trainer.h"
 
 namespace tfm::train {
@@ -92,7 +95,14 @@ void draw_panel(std::string& svg, const Panel& p, const std::vector<EvalRow>& ro
          "\" text-anchor=\"middle\">training step</text>\n";
   svg += "<text transform=\"translate(" + fmt("%.1f", p.x0 - 48) + "," + fmt("%.1f", p.y0 + p.h / 2) +
          ") rotate(-90)\" text-anchor=\"middle\">" + xml_escape(ylabel) + "</text>\n";
-  // Curves (points too, so a single evaluation is visible) and the legend.
+  // Curves (points too, so a single evaluation is visible) and the legend, at the panel's top right: moved left
+  // by as much as its longest name is wider than 110 px (some 6.5 px a character at font-size 12).
+  double name_width = 0;
+  for (const Series& se : series) {
+    const auto chars = std::count_if(se.name.begin(), se.name.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
+    name_width = std::max(name_width, 6.5 * static_cast<double>(chars));
+  }
+  const double lx = p.x0 + p.w - 150 - std::max(0.0, name_width - 110);
   for (size_t s = 0; s < series.size(); ++s) {
     const Series& se = series[s];
     std::string pts;
@@ -106,11 +116,11 @@ void draw_panel(std::string& svg, const Panel& p, const std::vector<EvalRow>& ro
         svg += "<circle cx=\"" + fmt("%.1f", p.px(static_cast<double>(r.step))) + "\" cy=\"" + fmt("%.1f", p.py(se.y(r))) +
                "\" r=\"2.5\" fill=\"" + se.color + "\"/>\n";
     const double ly = p.y0 + 14 + 18 * static_cast<double>(s);
-    svg += "<line x1=\"" + fmt("%.1f", p.x0 + p.w - 150) + "\" y1=\"" + fmt("%.1f", ly - 4) + "\" x2=\"" +
-           fmt("%.1f", p.x0 + p.w - 126) + "\" y2=\"" + fmt("%.1f", ly - 4) + "\" stroke=\"" + se.color +
-           "\" stroke-width=\"2\"" + (se.dashed ? " stroke-dasharray=\"6,4\"" : "") + "/>\n";
-    svg += "<text x=\"" + fmt("%.1f", p.x0 + p.w - 120) + "\" y=\"" + fmt("%.1f", ly) + "\">" + xml_escape(se.name) +
-           "</text>\n";
+    svg += "<line x1=\"" + fmt("%.1f", lx) + "\" y1=\"" + fmt("%.1f", ly - 4) + "\" x2=\"" + fmt("%.1f", lx + 24) +
+           "\" y2=\"" + fmt("%.1f", ly - 4) + "\" stroke=\"" + se.color + "\" stroke-width=\"2\"" +
+           (se.dashed ? " stroke-dasharray=\"6,4\"" : "") + "/>\n";
+    svg +=
+        "<text x=\"" + fmt("%.1f", lx + 30) + "\" y=\"" + fmt("%.1f", ly) + "\">" + xml_escape(se.name) + "</text>\n";
   }
 }
 
@@ -138,7 +148,8 @@ std::string metrics_csv(const std::vector<EvalRow>& rows) {
   return s;
 }
 
-std::string plot_curves_svg(const std::vector<EvalRow>& rows, const std::string& title) {
+std::string plot_curves_svg(const std::vector<EvalRow>& rows, const std::string& title, double label_smoothing,
+                            bool language_model) {
   const double W = 960, H = 420;
   std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fmt("%.0f", W) + "\" height=\"" +
                     fmt("%.0f", H) + "\" viewBox=\"0 0 " + fmt("%.0f", W) + " " + fmt("%.0f", H) +
@@ -157,15 +168,20 @@ std::string plot_curves_svg(const std::vector<EvalRow>& rows, const std::string&
   const double ltop = std::max(lstep, std::ceil(lmax / lstep) * lstep);
   const Panel loss{70, 60, 360, 290, 0, xmax, 0, ltop};
   const Panel acc{560, 60, 360, 290, 0, xmax, 0, 1};
+  const std::string train_name =
+      label_smoothing > 0 ? "training loss (label smoothing " + number_text(label_smoothing) + ")" : "training loss";
   draw_panel(svg, loss, rows,
-             {{"training loss", "#1f77b4", false,
+             {{train_name, "#1f77b4", false,
                [](const EvalRow& r) { return r.step > 0 ? r.train_loss : std::numeric_limits<double>::quiet_NaN(); }},
               {"validation loss", "#d62728", true, [](const EvalRow& r) { return r.valid_loss; }}},
              "Loss (cross-entropy)", "loss", false);
-  draw_panel(svg, acc, rows,
-             {{"token accuracy", "#2ca02c", false, [](const EvalRow& r) { return r.valid_token_accuracy; }},
-              {"sequence accuracy", "#9467bd", true, [](const EvalRow& r) { return r.valid_sequence_accuracy; }}},
-             "Validation accuracy (teacher-forced)", "accuracy", true);
+  std::vector<Series> accuracies = {
+      {"token accuracy", "#2ca02c", false, [](const EvalRow& r) { return r.valid_token_accuracy; }}};
+  // A language model's windows are not sequences to get right (its progress line leaves the figure out too).
+  if (!language_model)
+    accuracies.push_back(
+        {"sequence accuracy", "#9467bd", true, [](const EvalRow& r) { return r.valid_sequence_accuracy; }});
+  draw_panel(svg, acc, rows, accuracies, "Validation accuracy (teacher-forced)", "accuracy", true);
   return svg + "</svg>\n";
 }
 

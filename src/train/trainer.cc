@@ -51,6 +51,9 @@ constexpr int64_t kFitSkip = 10;
 constexpr int64_t kFitSteps = 50;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// The progress line's ETA waits until the steps after a session's first have taken this long (a few of them, not
+// one warm-up step, set the rate).
+constexpr double kEtaSeconds = 1.0;
 
 // The largest step count n ≥ `step` whose remaining cost fits `left` seconds: (n − step) steps of
 // `per_step` seconds and, of `eval_cost` each, the evaluations still to come — at the multiples of
@@ -294,6 +297,9 @@ class Run {
   Clock::time_point session_wall_ = Clock::now();  // the same on the steady clock (throughput, ETA)
   double elapsed_before_ = 0;
   int64_t session_first_step_ = 0;
+  // seconds_since(session_wall_) when this session's first step ended (−1 before): the ETA's rate leaves out that
+  // step and what came before it (its warm-up: first allocations, weight packing, a step-0 evaluation).
+  double first_step_seconds_ = -1;
 
   // The plan of the current epoch (task data is regenerated per epoch, so it is rebuilt lazily).
   int64_t plan_epoch_ = -1;
@@ -988,8 +994,10 @@ void Run::checkpoint() {
   describe();
   try {
     write_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_,
-                     c_.task ? std::string(enum_name(*c_.task)) : c_.text() ? c_.text_path : c_.train_path,
-                     average_.get());
+                     c_.task     ? std::string(enum_name(*c_.task))
+                     : c_.text() ? c_.text_path
+                                 : c_.train_path,
+                     average_.get(), c_.label_smoothing, c_.text());
   } catch (...) {
     // The first checkpoint failed (a full disk): its description goes too, so that the directory does
     // not hold a config without weights, which neither a new run (it holds a run) nor --resume (no
@@ -1064,6 +1072,7 @@ TrainResult Run::train() {
         const int64_t ntok = b.targets;
         st_.tokens += ntok;
         tokens_session_ += ntok;
+        if (st_.step == session_first_step_ + 1) first_step_seconds_ = seconds_since(session_wall_);
       }
 
       if (hooks_.progress && lead_ && seconds_since(last_progress) >= 0.25) {
@@ -1074,8 +1083,13 @@ TrainResult Run::train() {
         e.tokens_per_sec = s_now > 0 ? static_cast<double>(tokens_session_) / s_now : 0.0;
         const int64_t done = st_.step - session_first_step_;
         if (done > 0) {
-          const double per_step = s_now / static_cast<double>(done);
-          if (total_steps_ > 0) e.eta_seconds = per_step * static_cast<double>(std::max<int64_t>(0, total_steps_ - st_.step));
+          // The rate of the steps after the first, once they have taken kEtaSeconds: none before (no ETA), as the
+          // first step's alone overestimates the run several times over.
+          const double timed = s_now - first_step_seconds_;
+          if (total_steps_ > 0 && done > 1 && timed >= kEtaSeconds) {
+            const double per_step = timed / static_cast<double>(done - 1);
+            e.eta_seconds = per_step * static_cast<double>(std::max<int64_t>(0, total_steps_ - st_.step));
+          }
           if (c_.time_budget > 0 && budget_ != Budget::FIXED) {
             const double left = std::max(0.0, c_.time_budget - e.elapsed_seconds);
             e.eta_seconds = e.eta_seconds < 0 ? left : std::min(e.eta_seconds, left);

@@ -77,11 +77,13 @@ TEST(TrainCli, TsvTrainsEvaluatesAndTranslates) {
     EXPECT_GT(j["chrf"].get<double>(), 0.0);  // after 30 steps at least some letters are right
   }
 
-  // Characters the model never saw: eval says how many sources read <unk>.
+  // Characters the model never saw: eval says how many source tokens read <unk>, and how many target tokens the
+  // model can never write.
   { std::ofstream(d + "/unseen.tsv") << "ab\tba\nzq\tqz\nqqa\taqq\n"; }
   ASSERT_EQ(run_command(kCli + " eval --model " + d + "/run --data " + d + "/unseen.tsv 2>&1", &out), 0) << out;
-  EXPECT_NE(out.find(d + "/unseen.tsv: 4 source tokens are not in the model's vocabulary and read as <unk>, on 2 of 3 "
-                         "lines (the first: line 2)"),
+  EXPECT_NE(out.find(d + "/unseen.tsv: 4 source and 4 target tokens are not in the model's vocabulary, on 2 of 3 "
+                         "lines (the first: line 2): a source reads them as <unk>, and a target holding one can never "
+                         "be matched"),
             std::string::npos)
       << out;
   ASSERT_EQ(run_command(kCli + " eval --model " + d + "/run --data " + d + "/valid.tsv --beam 2", &out), 0) << out;
@@ -270,11 +272,15 @@ TEST_F(TrainCliErrors, EvalTaskOnAModelTrainedOnTsv) {
 // compute other numbers) or a "train" value of the wrong type: refused, naming the file.
 TEST_F(TrainCliErrors, ModelDirectoryConfigMissingAKeyOrHoldingABadTrainValue) {
   namespace fs = std::filesystem;
-  const std::string run = *dir_ + "/run";
-  for (const char* what : {"no_nhead", "bad_lr"}) {
+  std::string out;
+  ASSERT_EQ(
+      run_command(kCli + " train --task reverse --out " + *dir_ + "/task_run" + kTinySeq2seq + " --max-steps 1", &out),
+      0)
+      << out;
+  for (const char* what : {"no_nhead", "bad_lr", "bad_lr_task"}) {
     const std::string copy = *dir_ + "/" + what;
     fs::remove_all(copy);
-    fs::copy(run, copy, fs::copy_options::recursive);
+    fs::copy(*dir_ + (std::string(what) == "bad_lr_task" ? "/task_run" : "/run"), copy, fs::copy_options::recursive);
     auto j = nlohmann::ordered_json::parse(tfm::testing::slurp(copy + "/config.json"));
     if (std::string(what) == "no_nhead") j["model"].erase("nhead");
     else j["train"]["lr"] = "x";
@@ -282,8 +288,14 @@ TEST_F(TrainCliErrors, ModelDirectoryConfigMissingAKeyOrHoldingABadTrainValue) {
   }
   expect_error("eval --model " + *dir_ + "/no_nhead --data " + *dir_ + "/valid.tsv",
                *dir_ + "/no_nhead/config.json: model config: missing required key 'nhead'");
-  expect_error("eval --model " + *dir_ + "/bad_lr --data " + *dir_ + "/valid.tsv",
-               *dir_ + "/bad_lr/config.json: train config: 'lr' must be a number, got \"x\"");
+  // The "train" section is read where eval takes the run's own setting (a task's seed); a file's pairs are scored
+  // with the model's settings alone, as tfm translate translates them.
+  expect_error("eval --model " + *dir_ + "/bad_lr_task --task reverse --count 5",
+               *dir_ + "/bad_lr_task/config.json: train config: 'lr' must be a number, got \"x\"");
+  EXPECT_EQ(
+      run_command("(" + kCli + " eval --model " + *dir_ + "/bad_lr --data " + *dir_ + "/valid.tsv 2>/dev/null)", &out),
+      0)
+      << out;
 }
 
 // Data words spelled like the padding or sequence marks would be read as those marks (masked out, or a target

@@ -199,6 +199,26 @@ TEST_F(TranslateSample, AByteOrderMarkOpeningTheInputIsNotText) {
   EXPECT_EQ(err.find("unknown"), std::string::npos) << err;
 }
 
+// UTF-16 on standard input (a Windows "Unicode" file, with or without its byte order mark) is said to be UTF-16, as
+// in a data file, not read as lines of NUL-laden tokens, nor as "input line 1: invalid UTF-8 at byte 0".
+TEST_F(TranslateSample, Utf16InputIsSaidToBeUtf16) {
+  std::string le;
+  for (char ch : tfm::testing::slurp(*dir_ + "/in.txt")) le += std::string{ch, '\0'};
+  std::ofstream(*dir_ + "/le.txt", std::ios::binary) << le;
+  std::ofstream(*dir_ + "/bom16.txt", std::ios::binary) << "\xFF\xFE" << le;
+  const std::string convert = "; tfm reads UTF-8: convert it, e.g. iconv -f ";
+  std::string out, err;
+  EXPECT_EQ(run_split(kCli + " translate --model " + *dir_ + "/run < " + *dir_ + "/le.txt", &out, &err), 1);
+  EXPECT_EQ(err,
+            "tfm: error: standard input: UTF-16LE text without a byte order mark (NUL bytes at odd offsets of its "
+            "start: the high bytes of ASCII characters in UTF-16LE)" +
+                convert + "UTF-16LE -t UTF-8\n");
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(run_split(kCli + " translate --model " + *dir_ + "/run < " + *dir_ + "/bom16.txt", &out, &err), 1);
+  EXPECT_EQ(err, "tfm: error: standard input: UTF-16 text (it starts with the byte order mark FF FE)" + convert +
+                     "UTF-16 -t UTF-8\n");
+}
+
 TEST_F(TranslateSample, SeedFixesTheSampleWhateverBatchAndThreads) {
   const std::string a = translate("--sample --seed 5 --temperature 1.5 --threads 2");
   EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 70);

@@ -115,6 +115,32 @@ TEST(Text, ErrorsNameTheFile) {
   EXPECT_NE(bad_read.find("bad.txt: invalid UTF-8 at byte 7"), std::string::npos) << bad_read;
 }
 
+// A language model's text in UTF-16, with or without its byte order mark, is said to be UTF-16 under the tokens that
+// read UTF-8 (char, spm), not invalid UTF-8 at byte 0 or characters between NULs; byte tokens read any bytes.
+TEST(Text, Utf16IsRefusedAsSuch) {
+  const std::string dir = testing::temp_dir("text_u16");
+  std::string le;
+  for (char ch : std::string("To undo, type u.\nTo delete a line, type dd.\n")) le += std::string{ch, '\0'};
+  testing::spit(dir + "/le.txt", le);
+  testing::spit(dir + "/bom.txt", "\xFF\xFE" + le);
+  const std::string tail = "; tfm reads UTF-8: convert it, e.g. iconv -f ";
+  const std::string no_mark = dir +
+                              "/le.txt: UTF-16LE text without a byte order mark (NUL bytes at odd offsets of "
+                              "its start: the high bytes of ASCII characters in UTF-16LE)" +
+                              tail + "UTF-16LE -t UTF-8";
+  EXPECT_EQ(error_of([&] { build_text_vocab(dir + "/le.txt", Tokenization::CHAR); }), no_mark);
+  EXPECT_EQ(error_of([&] { build_text_vocab(dir + "/bom.txt", Tokenization::CHAR); }),
+            dir + "/bom.txt: UTF-16 text (it starts with the byte order mark FF FE)" + tail + "UTF-16 -t UTF-8");
+  const Vocab v = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a"});
+  EXPECT_EQ(error_of([&] { TextCorpus::read(dir + "/le.txt", v, Tokenization::CHAR); }), no_mark);
+  SpmOptions spm;
+  spm.vocab_size = 20;
+  EXPECT_EQ(error_of([&] { train_text_spm(dir + "/le.txt", spm); }), no_mark);
+  EXPECT_EQ(TextCorpus::read(dir + "/le.txt", build_text_vocab(dir + "/le.txt", Tokenization::BYTE), Tokenization::BYTE)
+                .size(),
+            static_cast<int64_t>(le.size()));
+}
+
 // SentencePiece's normaliser turns bytes that are not UTF-8 into U+FFFD without a word, so a lossless
 // model would train on and encode another text than the file's: spm refuses them as char does, naming
 // the file and the byte (a prompt: its name), and so does tokenize (a TSV side, a translated line).

@@ -66,6 +66,51 @@ TEST(Tsv, Utf16IsRefusedAsSuch) {
   EXPECT_THROW(read_tsv_sides(dir + "/u16.tsv"), DataError);
 }
 
+// UTF-16 without a byte order mark (iconv -t UTF-16LE, Python's .encode("utf-16-le")) is said to be UTF-16, not read
+// as UTF-8 pairs of NUL-interleaved tokens: ASCII's NUL high bytes fill every second byte. A first line in another
+// script (no NUL in its code units) does not hide it. UTF-8 lines holding NUL characters are read as such.
+TEST(Tsv, Utf16WithoutByteOrderMarkIsRefused) {
+  const auto utf16 = [](const std::string& ascii, bool le) {  // ASCII text in UTF-16LE or UTF-16BE
+    std::string out;
+    for (char ch : ascii) out += le ? std::string{ch, '\0'} : std::string{'\0', ch};
+    return out;
+  };
+  const std::string pairs = "ab\tAH B\ncd\tK D\n";
+  for (const bool le : {true, false}) {
+    const std::string form = le ? "UTF-16LE" : "UTF-16BE";
+    const std::string want = "u16.tsv: " + form + " text without a byte order mark (NUL bytes at " +
+                             (le ? "odd" : "even") + " offsets of its start: the high bytes of ASCII characters in " +
+                             form + "); tfm reads UTF-8: convert it, e.g. iconv -f " + form + " -t UTF-8";
+    try {
+      parse_tsv(utf16(pairs, le), "u16.tsv", char_opts());
+      ADD_FAILURE() << form << " read";
+    } catch (const DataError& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+  }
+  // Devanagari नमस्ते (U+0928 U+092E U+0938 U+094D U+0924 U+0947) before the ASCII of the line, in UTF-16LE.
+  const std::string hindi("\x28\x09\x2E\x09\x38\x09\x4D\x09\x24\x09\x47\x09", 12);
+  EXPECT_THROW(parse_tsv(hindi + utf16("\tnamaste\nab\tba\n", true), "u16.tsv", char_opts()), DataError);
+  // Words of another script between ASCII separators, in UTF-16BE: Hebrew שלום (U+05E9 U+05DC U+05D5 U+05DD).
+  const std::string shalom("\x05\xE9\x05\xDC\x05\xD5\x05\xDD", 8);
+  std::string hebrew;
+  for (int i = 0; i < 40; ++i) hebrew += shalom + utf16(i % 2 ? "\n" : "\t", false) + shalom + utf16(" ", false);
+  EXPECT_THROW(parse_tsv(hebrew, "u16.tsv", char_opts()), DataError);
+  const std::string dir = testing::temp_dir("tsv_u16_nobom");
+  testing::spit(dir + "/u16.tsv", utf16(pairs, true));
+  EXPECT_THROW(read_tsv(dir + "/u16.tsv", char_opts()), DataError);
+  EXPECT_THROW(read_tsv_sides(dir + "/u16.tsv"), DataError);
+  // UTF-8 with NUL characters: in a few lines, or even opening each of the first lines, it is UTF-8.
+  const std::string nuls(
+      "a\0b\tc\0\n\0x\ty\n"
+      "ab\tba\n",
+      18);
+  EXPECT_EQ(parse_tsv(nuls, "nul.tsv", char_opts()).pairs.size(), 3u);
+  const TsvData d = parse_tsv(std::string("\0a\t\0b\n", 6) + "cd\tdc\n", "nul.tsv", char_opts());
+  ASSERT_EQ(d.pairs.size(), 2u);
+  EXPECT_EQ(d.pairs[0].src, (std::vector<std::string>{std::string(1, '\0'), "a"}));
+}
+
 // The sides an spm model trains on are the lines parse_tsv reads: the mark is not text there either.
 TEST(Tsv, SidesDropTheByteOrderMarkAndCrlf) {
   const std::string dir = testing::temp_dir("tsv_sides");

@@ -673,6 +673,60 @@ TEST(Predict, Seq2seqPredictionsEndAtEosAndKeepInputOrder) {
   EXPECT_TRUE(beam[2].empty());
 }
 
+// A prediction is one line: predict never picks a target token that stands for a line break, the byte tokens
+// <0x0A> and <0x0D> of a vocabulary that holds every byte token — greedy, beam, sampled, or an encoder's position
+// — so tfm translate writes one line per input line. The generator's bias makes <0x0A>, then <0x0D>, every
+// step's likeliest token by far: decode() itself, given nothing to suppress, picks them. A space vocabulary's
+// word spelled "<0x0A>" is a word, not a byte: predicted.
+TEST(Predict, NeverPicksALineBreakToken) {
+  static Generator gen{13, 0};  // its own (in_memory's would draw other weights for the tests after this one)
+  const auto model_of = [](const ModelConfig& c, Vocab src, Vocab tgt) {
+    TrainedModel m;
+    m.dir = "line-break-dir";
+    m.model = std::make_unique<Model>(c, gen);
+    m.model->eval();
+    m.src_vocab = std::move(src);
+    m.tgt_vocab = std::move(tgt);
+    return m;
+  };
+  const Vocab bytes = data::byte_vocab();
+  const std::vector<std::vector<int32_t>> sources = {{'a', 'b'}, {'c'}, {'d', 'e', 'f'}};
+  for (const Arch arch : {Arch::SEQ2SEQ, Arch::ENCODER}) {
+    ModelConfig c = testing::small_seq2seq();
+    c.arch = arch;
+    if (arch == Arch::ENCODER) c.num_decoder_layers = 0;
+    c.src_vocab_size = c.tgt_vocab_size = bytes.size();
+    c.pad_id = bytes.pad_id();
+    c.bos_id = bytes.bos_id();
+    c.eos_id = bytes.eos_id();
+    TrainedModel m = model_of(c, bytes, bytes);
+    m.src_tokenizer = m.tgt_tokenizer = Tokenization::BYTE;
+    float* bias = m.model->named_parameters().at("generator.bias").data();  // (V)
+    bias['\n'] = 60;
+    bias['\r'] = 50;
+    ASSERT_EQ(decode(*m.model, {sources[0]})[0].front(), '\n') << "the bias rules the model";
+    std::vector<DecodeOptions> searches(4);
+    searches[1].beam = 3;
+    searches[2].sample = true;
+    searches[3].sample = true;
+    searches[3].sampling.temperature = 100;  // all but uniform: any token not suppressed comes
+    for (DecodeOptions& o : searches) {
+      if (arch == Arch::ENCODER && o.beam > 1) continue;
+      for (const auto& out : predict(*m.model, m.tgt_vocab, sources, o, 2))
+        for (const std::string& t : out) EXPECT_TRUE(t != "<0x0A>" && t != "<0x0D>") << t;
+      for (const std::string& line : translate_lines(m, {"ab", "c", "def"}, o, 2))
+        EXPECT_EQ(line.find_first_of("\n\r"), std::string::npos);
+    }
+  }
+  std::vector<std::string> words = {"<pad>", "<bos>", "<eos>", "<unk>", "<0x0A>"};
+  for (int i = 5; i < 13; ++i) words.push_back("w" + std::to_string(i));
+  const Vocab src =
+      Vocab::from_tokens(std::vector<std::string>(words.begin(), words.begin() + 11));  // small_seq2seq's 11
+  const TrainedModel m = model_of(testing::small_seq2seq(), src, Vocab::from_tokens(words));
+  m.model->named_parameters().at("generator.bias").data()[4] = 60;
+  EXPECT_EQ(predict(*m.model, m.tgt_vocab, {{3}}, 1, 1)[0].front(), "<0x0A>");
+}
+
 TEST(TranslateLines, TokenizesPredictsAndDetokenizes) {
   const TrainedModel m = seq2seq_model();
   const std::vector<std::string> lines = {"a b c", "", "h", "d e f g a b", "c c"};

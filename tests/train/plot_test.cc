@@ -59,5 +59,36 @@ TEST(Plot, StepZeroRowHasNoTrainingLossPoint) {
   EXPECT_NE(csv.find("\n10,0,0,1.500000,1.400000,"), std::string::npos) << csv;
 }
 
+// With label smoothing the training loss has a term the validation loss lacks: its curve's name says so, and the
+// legend moves left to keep the longer name inside its panel (the loss panel ends at x 430). Without it, the names
+// are the plain ones.
+TEST(Plot, LabelSmoothingNamesTheTrainingCurve) {
+  std::vector<EvalRow> rows(2);
+  rows[0].step = 10, rows[1].step = 20;
+  for (EvalRow& r : rows) r.train_loss = 1.7, r.valid_loss = 1.2;
+  const std::string smoothed = plot_curves_svg(rows, "t", 0.1);
+  EXPECT_NE(smoothed.find(">training loss (label smoothing 0.1)</text>"), std::string::npos) << smoothed;
+  const size_t name = smoothed.find(">training loss (label smoothing 0.1)</text>");
+  const size_t x = smoothed.rfind("<text x=\"", name) + 9;
+  const double left = std::stod(smoothed.substr(x));
+  EXPECT_LE(left + 6.5 * 35, 430.0) << smoothed.substr(x - 9, name - x + 40);
+  const std::string plain = plot_curves_svg(rows, "t");
+  EXPECT_NE(plain.find(">training loss</text>"), std::string::npos);
+  EXPECT_EQ(plain.find("label smoothing"), std::string::npos);
+}
+
+// A language model's windows are not sequences to get right: its plot has no sequence accuracy (nor does its
+// progress line), a pair model's has.
+TEST(Plot, LanguageModelHasNoSequenceAccuracy) {
+  std::vector<EvalRow> rows(2);
+  rows[0].step = 10, rows[1].step = 20;
+  for (EvalRow& r : rows) r.valid_token_accuracy = 0.3, r.valid_sequence_accuracy = 0.05;
+  const std::string lm = plot_curves_svg(rows, "t", 0, /*language_model=*/true);
+  EXPECT_EQ(lm.find("sequence accuracy"), std::string::npos);
+  EXPECT_EQ(lm.find("#9467bd"), std::string::npos);  // no curve, no points in its colour
+  EXPECT_NE(lm.find(">token accuracy</text>"), std::string::npos);
+  EXPECT_NE(plot_curves_svg(rows, "t").find(">sequence accuracy</text>"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tfm::train

@@ -56,14 +56,14 @@ std::string decode_text(const Vocab& vocab, const Tokenizer& t, const std::vecto
 
 // The vocabulary of a text file: CHAR gives <pad>, <bos>, <eos>, <unk>, then every code point of
 // the file by decreasing count (ties in byte order), as Vocab::build; BYTE gives byte_vocab().
-// Throws DataError (tfm/data/tsv.h) naming the file when it is empty, unreadable, or (CHAR) not
-// valid UTF-8, with the byte offset. SPACE is refused (a text's words are not a closed set), and SPM
-// and GPT2_BPE too (their vocabulary is their files': Tokenizer::vocab).
+// Throws DataError (tfm/data/tsv.h) naming the file when it is empty, unreadable, or (CHAR) UTF-16
+// (utf16_text, tfm/data/vocab.h) or not valid UTF-8, with the byte offset. SPACE is refused (a text's words are not a
+// closed set), and SPM and GPT2_BPE too (their vocabulary is their files': Tokenizer::vocab).
 Vocab build_text_vocab(const std::string& path, Tokenization t);
 // A lossless SentencePiece model (tfm/data/tokenizer.h) trained on the lines of a text file (at most
 // options.max_lines of them, evenly spaced). Throws DataError naming the file when it is unreadable,
-// empty or not UTF-8; std::invalid_argument naming it for a vocabulary size the text cannot give (an
-// option's value: train_spm's errors).
+// empty, UTF-16 (utf16_text) or not UTF-8; std::invalid_argument naming it for a vocabulary size the text cannot give
+// (an option's value: train_spm's errors).
 Tokenizer train_text_spm(const std::string& path, const SpmOptions& options);
 
 // 64-bit FNV-1a of a file's bytes, as 16 hex digits: what a run remembers of its training text.

@@ -21,6 +21,7 @@
 // case in tests/data/vocab_test.cc.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -35,14 +36,31 @@ namespace tfm::data {
 // A UTF-8 byte order mark (editors on Windows write one). Where a text file or stream starts, it marks the
 // encoding and is not text: dropped there (TSV files, GPT-2 merges files, tfm translate's standard input).
 inline constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
-// UTF-16 text (what Windows calls "Unicode") starts with its byte order mark, FF FE or FE FF: "" for a text that
-// does not, else the message that says so (tfm reads UTF-8), for a pair file's reader to put after its name (a
-// language model's text with --tokens byte may hold any bytes; under char or spm FF is invalid UTF-8 at byte 0).
+// UTF-16 text (what Windows calls "Unicode"): "" for a text that is not, else the message that says so (tfm reads
+// UTF-8), for a file's reader to put after its name (a language model's text with --tokens byte may hold any
+// bytes, so only a UTF-8 reader asks). UTF-16 starts with its byte order mark, FF FE or FE FF, or, without one
+// (iconv -t UTF-16LE, Python's .encode("utf-16-le")), holds NUL as the high byte of its ASCII characters (tab,
+// newline, space, Latin letters): at odd offsets in UTF-16LE, even ones in UTF-16BE. So among the first 512 bytes,
+// NUL at one parity more than 4 times as often as at the other, and at least twice: in at least half of the 2-byte
+// code units (ASCII text), or in at least 8 and a sixteenth of them (words of another script between ASCII
+// separators). UTF-8 text has NUL only as the character U+0000, at any offset (a text of NULs, at both parities,
+// is not UTF-16).
 inline std::string utf16_text(std::string_view head) {
-  if (head.size() < 2 || !((head[0] == '\xFF' && head[1] == '\xFE') || (head[0] == '\xFE' && head[1] == '\xFF')))
-    return "";
-  return std::string("UTF-16 text (it starts with the byte order mark ") + (head[0] == '\xFF' ? "FF FE" : "FE FF") +
-         "); tfm reads UTF-8: convert it, e.g. iconv -f UTF-16 -t UTF-8";
+  if (head.size() >= 2 && ((head[0] == '\xFF' && head[1] == '\xFE') || (head[0] == '\xFE' && head[1] == '\xFF')))
+    return std::string("UTF-16 text (it starts with the byte order mark ") + (head[0] == '\xFF' ? "FF FE" : "FE FF") +
+           "); tfm reads UTF-8: convert it, e.g. iconv -f UTF-16 -t UTF-8";
+  const size_t units = std::min<size_t>(head.size(), 512) / 2;  // 2-byte code units looked at
+  size_t nul[2] = {0, 0};                                       // NUL bytes at even, odd offsets
+  for (size_t i = 0; i < 2 * units; ++i) nul[i % 2] += head[i] == '\0';
+  for (const size_t high : {1, 0}) {  // the offset parity of an ASCII character's NUL: odd in UTF-16LE, even in BE
+    const size_t n = nul[high];
+    if (n < 2 || n <= 4 * nul[1 - high] || !(2 * n >= units || (n >= 8 && 16 * n >= units))) continue;
+    const std::string form = high == 1 ? "UTF-16LE" : "UTF-16BE";
+    return form + " text without a byte order mark (NUL bytes at " + (high == 1 ? "odd" : "even") +
+           " offsets of its start: the high bytes of ASCII characters in " + form +
+           "); tfm reads UTF-8: convert it, e.g. iconv -f " + form + " -t UTF-8";
+  }
+  return "";
 }
 
 // A sequence of tokens (strings), as read from text or decoded.

@@ -47,9 +47,11 @@ struct DecodeOptions {
   SamplingOptions sampling;
   uint64_t seed = 0;
   std::vector<uint64_t> sample_streams;  // empty, or one per source
-  // arch "encoder": token ids a position's prediction (argmax or draw) never picks — predict() passes the
-  // target vocabulary's own <pad>, <bos> and <eos>, as a word is what a position predicts. Ids, not the
-  // config's special ids: an imported model's config may name ids that are real tokens in its vocabulary.
+  // Token ids no prediction picks (search, draw, an encoder's argmax), except a decoder's eos, which ends its
+  // prediction (pad and bos a decoder never generates anyway). predict() passes the target vocabulary's own
+  // <pad>, <bos> and <eos> (for arch "encoder": a word is what a position predicts) and its line-break tokens
+  // (a prediction is one line: the byte tokens <0x0A>, <0x0D>). Ids, not the config's special ids: an imported
+  // model's config may name ids that are real tokens in its vocabulary.
   std::vector<int32_t> suppress;
 };
 

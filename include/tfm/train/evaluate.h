@@ -29,6 +29,7 @@ struct EvalSet {
   // normalize text (SentencePiece pair models apply NFKC and collapse spaces), so detokenizing the references'
   // tokens can give another text than the file's, which the model's output could never differ from.
   std::vector<std::vector<std::string>> reference_texts;
+  int64_t skipped = 0;  // lines of the set's file left out (tsv_test_set: those the TSV reader skips), else 0
 };
 
 // Groups (source, target) pairs by source in first-appearance order: a source on several lines of a
@@ -43,19 +44,23 @@ EvalSet tsv_eval_set(data::TsvData tsv);
 
 // A trained model's test sets (`tfm eval`). A task's: `count` fresh TEST-split sequences, drawn with
 // `seed` or else the run's own seed; throws when the model was not trained on a built-in task. A TSV
-// file's: read with the model's tokenizations and the run's max_tokens; skipped lines are summarised
-// in *note (empty when none), and so are references the target tokenizer changes (their count, with the first).
+// file's: read with the model's tokenizations, every line whatever its length (not the run's max_tokens, a
+// training filter); a source longer than the model's max_len throws DataError naming file:line, as tfm
+// translate refuses it. Lines the reader skips (tfm/data/tsv.h; `strict`: the first throws instead) are
+// counted in EvalSet::skipped and summarised in *note (empty when none), and so are tokens the vocabularies
+// lack (source and target) and references the target tokenizer changes beyond whitespace (their count, with
+// the first, its changed part written \u{hex} beyond ASCII).
 // Fresh test sequences of a task when a caller does not say (tfm eval --count).
 inline constexpr int64_t kTaskTestCount = 1000;
 EvalSet task_test_set(const TrainedModel& m, data::Task task, std::optional<uint64_t> seed,
                       int64_t count = kTaskTestCount);
-EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string* note);
+EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string* note, bool strict = false);
 
 // Decodes every source (greedy or beam, with `decode`'s options: predict()) and scores it against its
 // references: the token figures on the tokens, BLEU and chrF (tfm/train/text_metrics.h) on the prediction
 // and references as turned into text by `detokenize` (target side), e.g.
 //   [&](const data::Tokens& t) { return data::detokenize(t, m.tgt_tokenizer); }
-// and Metrics::truncated, the predictions the length limit stopped.
+// and Metrics::truncated, the predictions the length limit stopped; Metrics::skipped is the set's.
 Metrics evaluate(const Model& model, const data::Vocab& src_vocab, const data::Vocab& tgt_vocab, const EvalSet& set,
                  const DecodeOptions& decode, int64_t batch_size,
                  const std::function<std::string(const data::Tokens&)>& detokenize);

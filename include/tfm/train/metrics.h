@@ -40,6 +40,8 @@ struct Metrics {
   // Predictions the decoder's length limit stopped without an end token (predict's count; evaluate sets it):
   // the front ends say that --max-len raises the limit.
   int64_t truncated = 0;
+  // Lines of the test file not scored (EvalSet::skipped; evaluate sets it): a score over fewer lines than the file's.
+  int64_t skipped = 0;
   BleuStats bleu_stats;  // summed over add_text
   ChrfStats chrf_stats;
   double bleu() const { return bleu_stats.score(); }  // 0–100; 0 before any add_text
@@ -53,7 +55,7 @@ struct Metrics {
   // added are those of the whole.
   void add(const Metrics& part);
   // {"token_accuracy":..,"sequence_accuracy":..,"token_error_rate":..,"sequence_error_rate":..,"examples":..,
-  //  "bleu":..,"chrf":..,"truncated":..}
+  //  "bleu":..,"chrf":..,"truncated":..,"skipped":..}
   std::string to_json() const;
 };
 

@@ -83,8 +83,11 @@ std::string metrics_csv(const std::vector<EvalRow>& rows);  // header + one line
 int64_t best_row(const std::vector<EvalRow>& rows);
 // The model directory TrainConfig::keep_best writes inside the run's directory.
 inline constexpr const char* BEST_DIR = "best";
-// curves.svg: loss (train, valid) and accuracy (token, sequence) against steps, two panels.
-std::string plot_curves_svg(const std::vector<EvalRow>& rows, const std::string& title);
+// curves.svg: loss (train, valid) and accuracy (token, sequence) against steps, two panels. label_smoothing > 0:
+// the training curve is named with it (its loss has the smoothing term, the validation loss not); language_model:
+// no sequence accuracy (a window is not a sequence to get right).
+std::string plot_curves_svg(const std::vector<EvalRow>& rows, const std::string& title, double label_smoothing = 0,
+                            bool language_model = false);
 
 struct ProgressEvent {
   enum class Kind { STEP, EVAL, CHECKPOINT, NOTE } kind = Kind::STEP;
