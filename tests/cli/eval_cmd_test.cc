@@ -151,7 +151,7 @@ TEST(EvalSpm, QuotesTheChangeVisiblyAndLeavesOutWhitespace) {
         "ab"};
     for (int i = 0; i < 200; ++i) {
       std::string s;
-      for (int k = 0; k < 4; ++k) s += std::string(k ? " " : "") + words[g.uniform_int(0, 10)];
+      for (int k = 0; k < 4; ++k) s += std::string(k ? " " : "") + words[g.uniform_int(0, 9)];
       train << s << '\t' << s << '\n';
     }
   }
