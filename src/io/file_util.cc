@@ -307,38 +307,41 @@ StagedDirectory::StagedDirectory(const std::string& dest, bool replace, const st
   const fs::path parent = d.parent_path().empty() ? fs::path(".") : d.parent_path();
   fs::create_directories(parent, ec);
   if (ec) throw IoError(parent.string() + ": create_directories failed: " + ec.message());
-  std::string name = temp_prefix(d.filename().string());
-  name += std::to_string(::getpid());
-  temp_ = (parent / name).string();
-  // Made, then locked: another process's remove_abandoned_staging may take the lock of the fresh directory
-  // first and delete it, and then it is made again.
+  // A name of its own, never reused (pid, a process-wide counter and the clock: unique on this machine and,
+  // almost surely, beside another machine's writers on a shared file system), made with create_directory, which
+  // fails for an existing name: no other writer's directory is ever taken or deleted. Made, then locked: a
+  // remove_abandoned_staging that takes the lock of the fresh directory first deletes it, and this writer moves
+  // on to another name (the lock taken, it checks that the directory it holds is still the one named).
+  static std::atomic<uint64_t> counter{0};
+  const std::string prefix = temp_prefix(d.filename().string()) + std::to_string(::getpid()) + ".";
   for (int attempt = 0;; ++attempt) {
-    fs::remove_all(temp_, ec);  // a leftover of an earlier process with our pid
-    const bool made = fs::create_directory(temp_, ec);
-    if (ec)  // said of the output asked for (the staging name is ours)
-      throw IoError(dest + ": cannot write it (its staging directory " + temp_ + ": " + ec.message() + ")");
-    if (made) {
-      const int fd = ::open(temp_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (fd < 0 && errno != ENOENT) return;  // (not expected) written unlocked
-      if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        const int err = errno;
-        ::close(fd);
-        if (err != EWOULDBLOCK) return;  // no flock on this file system: written unlocked
-      } else if (fd >= 0) {
-        struct stat held {
-        }, named{};  // locked: is it still the directory named temp_ (not deleted, made again)?
-        if (::fstat(fd, &held) == 0 && ::stat(temp_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
-            held.st_ino == named.st_ino) {
-          lock_fd_ = fd;
-          return;
-        }
-        ::close(fd);
-      }
-    }
     if (attempt == 100)
-      throw IoError(dest + ": cannot write it (its staging directory " + temp_ +
-                    " was deleted by another process 100 times)");
-    ::usleep(10000);
+      throw IoError(dest + ": cannot write it (no staging directory " + temp_ +
+                    " could be made and kept: another process deleted every one)");
+    const uint64_t stamp = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    temp_ = (parent / (prefix + std::to_string(counter++) + "." + std::to_string(stamp % 1000000007u))).string();
+    if (!fs::create_directory(temp_, ec)) {
+      if (ec)  // said of the output asked for (the staging name is ours)
+        throw IoError(dest + ": cannot write it (its staging directory " + temp_ + ": " + ec.message() + ")");
+      continue;  // the name exists: another
+    }
+    const int fd = ::open(temp_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;  // deleted already
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(fd);
+      if (err != EWOULDBLOCK) return;  // no flock on this file system: written unlocked (and never removed)
+      ::rmdir(temp_.c_str());          // a remover holds it: its to delete (rmdir takes an empty directory only)
+      continue;
+    }
+    struct stat held {
+    }, named{};  // is it still the directory named temp_ (not deleted by a remover)?
+    if (::fstat(fd, &held) == 0 && ::lstat(temp_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+        held.st_ino == named.st_ino) {
+      lock_fd_ = fd;
+      return;
+    }
+    ::close(fd);
   }
 }
 
@@ -436,14 +439,19 @@ int remove_stale_staging(const std::string& dest) {
 namespace {
 // Whether `dir`'s flock can be taken now (no live StagedDirectory holds it); false too where flock fails otherwise.
 // With `remove`, a directory whose lock was taken is deleted while it is held.
+// Staging names are never reused, so the directory named `dir` is the one locked (checked: not renamed away since).
 bool take_staging_lock(const std::filesystem::path& dir, bool remove) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return false;
   const bool taken = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  struct stat held {
+  }, named{};
+  const bool same = ::fstat(fd, &held) == 0 && ::lstat(dir.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+                    held.st_ino == named.st_ino;
   std::error_code ec;
-  if (taken && remove) std::filesystem::remove_all(dir, ec);
+  if (taken && same && remove) std::filesystem::remove_all(dir, ec);
   ::close(fd);
-  return taken;
+  return taken && same;
 }
 }  // namespace
 

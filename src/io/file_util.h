@@ -87,10 +87,10 @@ class AtomicFileWriter {
 // One-shot form: write_file_atomic(path, s) == AtomicFileWriter w(path); w.write(s); w.commit().
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
-// A directory written whole or not at all: files go into a fresh hidden sibling ".<base>.tmp.<pid>"
-// (path()), and commit() renames it to `dest`. An existing `dest` is refused at construction
-// (IoError "<dest>: exists (...)") unless `replace`, when commit() swaps the two in one step
-// (renameat2's RENAME_EXCHANGE; where the file system lacks it, two renames) and deletes the old one
+// A directory written whole or not at all: files go into a fresh hidden sibling ".<base>.tmp.<pid>.<n>.<clock>"
+// (path(); a name never reused, so no writer takes or deletes another's), and commit() renames it to `dest`. An
+// existing `dest` is refused at construction (IoError "<dest>: exists (...)") unless `replace`, when commit() swaps the
+// two in one step (renameat2's RENAME_EXCHANGE; where the file system lacks it, two renames) and deletes the old one
 // only after the new one is in place. `sources`, the paths the new directory is made from, are checked
 // with refuse_output_holding (replacing `dest` must not delete them). Destroyed without commit(), the
 // staging directory is deleted. While it lives it holds an exclusive flock on its staging directory, which the
@@ -149,8 +149,10 @@ int remove_stale_staging(const std::string& dest);
 // i.e. those whose flock (StagedDirectory's) it can take, so a StagedDirectory of `dest` that a live process is
 // writing is left alone — another machine's too, on a shared file system whose flocks reach every client (a pid
 // in the name cannot tell: it may be another machine's, or reused). A ".old" beside a live one's staging is its
-// own, and stays. Where the file system has no flock on directories nothing can be told and nothing is removed.
-// Returns how many were removed.
+// own, and stays. Where the file system has no flock on directories nothing can be told and nothing is removed;
+// where its flocks are local to each client (NFS mounted with local_lock=flock or all), another machine's live
+// writer cannot be told from a killed one: there, one machine at a time may write an output. Returns how many were
+// removed.
 int remove_abandoned_staging(const std::string& dest);
 
 }  // namespace tfm::io

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <iterator>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -204,9 +205,8 @@ namespace {
 bool of_a_model_directory(const std::string& name) {
   static const std::vector<std::string> files = [] {
     std::vector<std::string> f(std::begin(model_dir::DESCRIPTION_FILES), std::end(model_dir::DESCRIPTION_FILES));
-    for (const char* run : {model_dir::MODEL, model_dir::GPT2_SOURCE, "trainer_state.safetensors", "trainer_clock.json",
-                            "metrics.csv", "curves.svg", "best"})
-      f.emplace_back(run);
+    f.insert(f.end(), std::begin(model_dir::RUN_FILES), std::end(model_dir::RUN_FILES));
+    for (const char* own : {model_dir::MODEL, model_dir::GPT2_SOURCE}) f.emplace_back(own);
     return f;
   }();
   for (const std::string& f : files)
@@ -239,6 +239,13 @@ bool quantize_model_dir(const std::string& dir, const std::string& out, bool for
   if (fs::exists(out, ec) && !force)
     throw std::invalid_argument("quantize: " + out + " exists (give --force to replace it)");
   if (fs::exists(out, ec)) refuse_replacing_other_files(out);
+  // A training run writing into `out` holds its lock (tfm/train/trainer.h): replaced under it, the run's next
+  // checkpoint would land beside this model's files. Held until the new directory is in place.
+  std::optional<io::DirectoryLock> out_lock;
+  if (fs::exists(out, ec))
+    out_lock.emplace(out,
+                     "a tfm train is running in this directory (it holds the directory's lock): quantize into "
+                     "another --out, or wait for the run to end");
   const TrainedModel m = load_model_dir(dir, WeightsLoad::MAP_READ_ONLY);  // checks the directory whole
   if (m.quantized) throw std::invalid_argument("quantize: " + dir + " is quantized already");
   QuantizedStateDict q;

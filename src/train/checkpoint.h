@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tfm/models/model.h"
+#include "tfm/models/model_dir.h"
 #include "tfm/optim.h"
 #include "tfm/random.h"
 #include "tfm/train/trainer.h"
@@ -57,9 +58,9 @@ void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Gener
                      WeightAverage* average = nullptr);
 
 // Files a run writes besides the model directory's own.
-inline constexpr const char* STATE_FILE = "trainer_state.safetensors";
-inline constexpr const char* METRICS_FILE = "metrics.csv";
-inline constexpr const char* CURVES_FILE = "curves.svg";
-inline constexpr const char* CLOCK_FILE = "trainer_clock.json";
+inline constexpr const char* STATE_FILE = model_dir::TRAINER_STATE;
+inline constexpr const char* METRICS_FILE = model_dir::METRICS;
+inline constexpr const char* CURVES_FILE = model_dir::CURVES;
+inline constexpr const char* CLOCK_FILE = model_dir::TRAINER_CLOCK;
 
 }  // namespace tfm::train

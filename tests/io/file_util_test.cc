@@ -18,6 +18,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "test_util.h"
 
@@ -204,6 +205,33 @@ TEST(FileUtil, StagedDirectoryAppearsWholeOrNotAtAll) {
 
 // A directory no file can be created in is said at once, naming it; a writable one is left as it was.
 // One holder at a time, within one process too (flock locks an open file description); released with its holder.
+// Two writers of one output never share a staging name (a pid alone would: another machine's, or a reused one),
+// and remove_abandoned_staging deletes a killed writer's (unlocked) staging but never a live writer's (locked).
+TEST(FileUtil, StagingNamesAreNeverSharedAndOnlyAbandonedOnesGo) {
+  const fs::path dir = testing::temp_dir("file_util_staging");
+  const std::string out = (dir / "out").string();
+  const std::string killed = (dir / (".out.tmp." + std::to_string(::getpid()))).string();  // an old-style name
+  fs::create_directories(killed);
+  write_file_atomic(killed + "/model.safetensors", "partial");
+  {
+    StagedDirectory a(out, true), b(out, true);
+    EXPECT_NE(a.path(), b.path());
+    EXPECT_TRUE(fs::exists(killed)) << "a writer deletes no other staging directory";
+    write_file_atomic(a.path() + "/model.safetensors", "a");
+    EXPECT_EQ(remove_abandoned_staging(out), 1);  // the killed one only
+    EXPECT_FALSE(fs::exists(killed));
+    EXPECT_EQ(read_file(a.path() + "/model.safetensors"), "a");
+    EXPECT_TRUE(fs::is_directory(b.path()));
+    a.commit();
+  }
+  EXPECT_EQ(read_file(out + "/model.safetensors"), "a");
+  EXPECT_EQ(remove_abandoned_staging(out), 0);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"out"});
+  fs::remove_all(dir);
+}
+
 TEST(FileUtil, DirectoryLockHasOneHolder) {
   const std::string d = testing::temp_dir("dir_lock");
   {

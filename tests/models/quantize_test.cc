@@ -289,7 +289,10 @@ TEST(QuantizeModelDir, AStopWritesNothingAndKilledRunsLeftoversGo) {
   bool written = false;  // whether the last ask saw the staging directory's weights
   EXPECT_FALSE(quantize_model_dir(in, out, false, [&] {
     ++asked;
-    written = fs::exists(parent + "/.int8.tmp." + std::to_string(::getpid()) + "/model.safetensors");
+    written = false;
+    for (const std::string& name : staging())  // ours: ".int8.tmp.<pid>.<n>.<clock>"
+      written |= name.rfind(".int8.tmp." + std::to_string(::getpid()) + ".", 0) == 0 &&
+                 fs::exists(parent + "/" + name + "/model.safetensors");
     return written;  // stop once the files are written
   }));
   EXPECT_TRUE(written);
@@ -314,6 +317,27 @@ TEST(QuantizeModelDir, AStopWritesNothingAndKilledRunsLeftoversGo) {
   EXPECT_TRUE(quantize_model_dir(in, out, /*force=*/true));  // its writer gone (the lock closed): deleted
   EXPECT_TRUE(staging().empty());
   fs::remove_all(parent);
+}
+
+// --force never replaces a directory a training run holds the lock of (its next checkpoint would land beside the
+// new model's files): refused, naming why, with nothing written; once the lock is released it goes ahead.
+TEST(QuantizeModelDir, ForceRefusesARunningTrainingRunsDirectory) {
+  const std::string in = trained_dir(), out = temp_dir("q_locked") + "/run";
+  fs::copy(in, out, fs::copy_options::recursive);
+  {
+    io::DirectoryLock run(out, "locked by the test");
+    try {
+      quantize_model_dir(in, out, /*force=*/true);
+      ADD_FAILURE() << "replaced a locked run directory";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(out + ": a tfm train is running in this directory"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(is_quantized_model_dir(out));
+  }
+  EXPECT_TRUE(quantize_model_dir(in, out, /*force=*/true));
+  EXPECT_TRUE(is_quantized_model_dir(out));
+  fs::remove_all(fs::path(out).parent_path());
 }
 
 // A config.json that no longer fits the weights: the error names the dtype the file stores a matrix in (I8),

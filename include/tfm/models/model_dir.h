@@ -55,6 +55,14 @@ inline constexpr const char* GPT2_SOURCE = "gpt2_source.json";  // tfm/models/gp
 // copy of the model takes along (tfm quantize) and a fresh run into the directory replaces.
 inline constexpr const char* DESCRIPTION_FILES[] = {CONFIG,  SRC_VOCAB, TGT_VOCAB, SRC_VOCAB_JSON, TGT_VOCAB_JSON,
                                                      SRC_SPM, TGT_SPM,   JOINT_SPM, BPE_VOCAB,      BPE_MERGES};
+// What a training run writes beside them (tfm/train/trainer.h): its state, wall clock, metrics, plot and best
+// model. A model directory may be a run's; its replacement (tfm quantize --force) may delete these and no other.
+inline constexpr const char* TRAINER_STATE = "trainer_state.safetensors";
+inline constexpr const char* TRAINER_CLOCK = "trainer_clock.json";
+inline constexpr const char* METRICS = "metrics.csv";
+inline constexpr const char* CURVES = "curves.svg";
+inline constexpr const char* BEST = "best";
+inline constexpr const char* RUN_FILES[] = {TRAINER_STATE, TRAINER_CLOCK, METRICS, CURVES, BEST};
 inline constexpr int FORMAT_VERSION = 1;
 
 std::string path(const std::string& dir, const char* file);  // dir/file

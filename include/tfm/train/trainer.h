@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "tfm/enum_names.h"
+#include "tfm/models/model_dir.h"
 #include "tfm/train/comm.h"
 #include "tfm/train/config.h"
 #include "tfm/train/metrics.h"
@@ -82,7 +83,7 @@ std::string metrics_csv(const std::vector<EvalRow>& rows);  // header + one line
 // TrainConfig::keep_best writes the model of this row, patience counts the rows after it.
 int64_t best_row(const std::vector<EvalRow>& rows);
 // The model directory TrainConfig::keep_best writes inside the run's directory.
-inline constexpr const char* BEST_DIR = "best";
+inline constexpr const char* BEST_DIR = model_dir::BEST;
 // curves.svg: loss (train, valid) and accuracy (token, sequence) against steps, two panels. label_smoothing > 0:
 // the training curve is named with it (its loss has the smoothing term, the validation loss not); language_model:
 // no sequence accuracy (a window is not a sequence to get right).
