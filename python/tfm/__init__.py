@@ -733,8 +733,9 @@ class Model:
     def evaluate(self, tsv_path, beam=_D["beam"], batch_size=_D["decode_batch_size"], max_len=_D["max_len"]):
         """The dict `tfm eval --data TSV --json` prints: accuracies, error rates, BLEU and chrF of the decoded
         sources of a TSV file against their references, "truncated", the outputs the length limit (max_len,
-        as translate's) stopped, and "skipped", the file's lines not scored. Lines it skips (malformed, empty) and
-        outputs the limit stopped are reported as UserWarnings, the notes `tfm eval` prints on stderr."""
+        as translate's) stopped, and "skipped", the file's lines not scored. Lines it skips (malformed, empty, a
+        source longer than the model's max_len) and outputs the limit stopped are reported as UserWarnings, the notes
+        `tfm eval` prints on stderr."""
         self._no_open_stream()
         metrics, *notes = self._core.evaluate(_path("tsv_path", tsv_path), _int("beam", beam, *_INT32),
                                               _int("batch_size", batch_size, *_INT64), _int("max_len", max_len, *_INT64))

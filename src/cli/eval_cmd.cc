@@ -29,8 +29,9 @@ void register_eval(CLI::App& app, Runner& run) {
       "of a source's targets as the file writes them. When predictions stop at the length limit without an end token, "
       "a note on\n"
       "stderr says how many (--max-len raises the limit); --json has the count as \"truncated\".\n"
-      "Every line of --data is scored whatever its length (a source up to the model's max_len); lines skipped as\n"
-      "blank or malformed are noted on stderr and counted (\"skipped\" in --json); --strict refuses the first.");
+      "Every line of --data the model can take is scored whatever its length; lines skipped (blank, malformed,\n"
+      "a source longer than the model's max_len) are noted on stderr and counted (\"skipped\" in --json);\n"
+      "--strict refuses the first.");
   struct Opts {
     std::string model, task, data, text;
     DecodeOptions decode;  // the defaults are the library's

@@ -24,11 +24,14 @@ namespace {
 // whether the next line can be had without waiting (std::cin cannot say what the stdio buffer under it holds).
 class StdinLines {
  public:
+  // utf8: the lines are read as UTF-8 (data::reads_utf8 of the source tokenization), so UTF-16 input is refused;
+  // else (byte, gpt2-bpe sources) any bytes are lines.
+  explicit StdinLines(bool utf8) : utf8_(utf8) {}
   // The next line, without its '\n' and a '\r' before it (and the first without a byte order mark,
   // data::kUtf8Bom); false at the end of input. A last line without a newline is a line; the empty text
-  // after a final newline is not. UTF-16 input (data::utf16_text, from the bytes read when the first line is
-  // taken) throws std::invalid_argument saying so, as a data file's reader does, not a line of NULs or of
-  // invalid UTF-8.
+  // after a final newline is not. Read as UTF-8, UTF-16 input (data::utf16_text, from the bytes read when the
+  // first line is taken) throws std::invalid_argument saying so, as a data file's reader does, not a line of
+  // NULs or of invalid UTF-8.
   bool next(std::string& line) {
     for (;;) {
       const size_t nl = buf_.find('\n', scanned_);
@@ -57,7 +60,7 @@ class StdinLines {
 
  private:
   void take(std::string& line, size_t end) {
-    if (first_)  // buf_ starts at the stream's start
+    if (first_ && utf8_)  // buf_ starts at the stream's start
       if (const std::string u16 = data::utf16_text(buf_); !u16.empty())
         throw std::invalid_argument("standard input: " + u16);
     line.assign(buf_, pos_, end - pos_);
@@ -88,6 +91,7 @@ class StdinLines {
   size_t scanned_ = 0;  // ≥ pos_; buf_[pos_, scanned_) holds no newline
   bool eof_ = false;
   bool first_ = true;  // the next line taken is the stream's first
+  bool utf8_;
 };
 
 }  // namespace
@@ -172,7 +176,7 @@ void register_translate(CLI::App& app, Runner& run) {
         truncated += cut;
         lines.clear();
       };
-      StdinLines in;
+      StdinLines in(data::reads_utf8(m.src_tokenizer.kind()));
       for (;;) {
         if (!lines.empty() && !in.ready()) flush();  // the writer may be waiting for these
         if (!in.next(line)) break;

@@ -43,7 +43,7 @@ std::unique_ptr<io::MappedFile> map_text(const std::string& path) {
 // A text read as UTF-8 (char, spm): UTF-16 is said to be that (utf16_text), not read as invalid UTF-8 at byte 0
 // or, without a byte order mark, as characters between NULs. Byte and gpt2-bpe tokens read any bytes.
 void check_not_utf16(const io::MappedFile& f, const std::string& path, Tokenization t) {
-  if (t != Tokenization::CHAR && t != Tokenization::SPM) return;
+  if (!reads_utf8(t)) return;  // (space is not a language model's tokenization: TrainConfig refuses it)
   const std::string u16 = utf16_text(std::string_view(reinterpret_cast<const char*>(f.data()), f.size()));
   if (!u16.empty()) throw DataError(path + ": " + u16);
 }

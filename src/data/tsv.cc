@@ -60,7 +60,9 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
   TsvData data;
   data.path = name;
   if (text.empty()) throw DataError(name + ": file is empty (expected one 'source<TAB>target' pair per line)");
-  if (const std::string u16 = utf16_text(text); !u16.empty()) throw DataError(name + ": " + u16);
+  // A side read as UTF-8 would read UTF-16 as NUL-laden or invalid text; bytes may be any bytes.
+  if (reads_utf8(options.src_tokens.kind()) || reads_utf8(options.tgt_tokens.kind()))
+    if (const std::string u16 = utf16_text(text); !u16.empty()) throw DataError(name + ": " + u16);
   auto problem = [&](int64_t line, std::string what) {
     if (options.strict) throw DataError(name + ":" + std::to_string(line) + ": " + what + " (--strict)");
     data.problems.push_back({line, std::move(what)});
@@ -107,6 +109,11 @@ TsvData parse_tsv(const std::string& text, const std::string& name, const TsvOpt
     if (longest > options.max_tokens) {
       problem(line_no, "over-long line: " + std::to_string(longest) + " tokens, the limit is " +
                            std::to_string(options.max_tokens));
+      return;
+    }
+    if (ns > options.max_src_tokens) {
+      problem(line_no, "over-long source: " + std::to_string(ns) + " tokens, more than the model's max_len " +
+                           std::to_string(options.max_src_tokens));
       return;
     }
     if (options.equal_lengths && ns != nt) {

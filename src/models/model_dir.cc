@@ -452,8 +452,11 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
   bs.batch_size = batch_size;
   std::vector<data::Tokens> out(sources.size());
   DecodeOptions opt = options;
-  for (const int32_t id : {tgt_vocab.pad_id(), tgt_vocab.bos_id(), tgt_vocab.eos_id()})  // the marks, not words
-    if (id >= 0) opt.suppress.push_back(id);
+  // An encoder's position predicts a word, never a mark; a decoder never generates pad or bos, and its eos (the
+  // config's, which an imported model's vocabulary may name otherwise) ends the prediction: none suppressed.
+  if (model.config().target_layout() != data::TargetLayout::SHIFTED)
+    for (const int32_t id : {tgt_vocab.pad_id(), tgt_vocab.bos_id(), tgt_vocab.eos_id()})  // the marks, not words
+      if (id >= 0) opt.suppress.push_back(id);
   for (const int32_t id : line_break_tokens(tgt_vocab)) opt.suppress.push_back(id);
   for (const auto& idx : data::plan_eval(ex, bs)) {
     std::vector<std::vector<int32_t>> batch;

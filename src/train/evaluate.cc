@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 #include <utility>
 
 #include "models/scorer.h"
@@ -17,7 +18,7 @@
 #include "tfm/train/comm.h"
 #include "tfm/train/trainer.h"
 #include "train/evaluate_split.h"
-#include "utf8.h"
+#include "train/text_words.h"
 
 namespace tfm::train {
 
@@ -92,52 +93,25 @@ EvalSet task_test_set(const TrainedModel& m, data::Task task, std::optional<uint
 
 namespace {
 
-// Python's str.isspace() (the set str.split() splits at), as BLEU and chrF read whitespace (text_metrics.cc).
-bool is_python_space(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-// The code points of s as byte ranges [begin, end) with their values; a byte outside a valid UTF-8 sequence is
-// one range of its own, valued 0xDC00 + byte (Python's surrogateescape: never whitespace, never a real character).
+// The code points of s as byte ranges [begin, end) with their values (next_code_point: a byte outside a valid UTF-8
+// sequence is one range of its own, valued 0xDC00 + byte).
 struct CodePoint {
   size_t begin, end;
-  uint32_t value;
+  char32_t value;
 };
-std::vector<CodePoint> code_points(const std::string& s) {
-  const auto* u = reinterpret_cast<const uint8_t*>(s.data());
+std::vector<CodePoint> code_points(std::string_view s) {
   std::vector<CodePoint> out;
   for (size_t i = 0; i < s.size();) {
-    const size_t len = utf8_length(u, s.size(), i);
-    if (len == 0) {
-      out.push_back({i, i + 1, 0xDC00u + u[i]});
-      ++i;
-      continue;
-    }
-    uint32_t v = len == 1 ? u[i] : u[i] & (0xFFu >> (len + 1));
-    for (size_t k = 1; k < len; ++k) v = (v << 6) | (u[i + k] & 0x3Fu);
-    out.push_back({i, i + len, v});
-    i += len;
+    const size_t begin = i;
+    const char32_t value = next_code_point(s, i);
+    out.push_back({begin, i, value});
   }
   return out;
 }
 
 // The words of s (Python's s.split()) joined by single spaces. Two texts with the same words differ in whitespace
 // only, which neither BLEU (13a words) nor chrF (characters without whitespace) sees.
-std::string words(const std::string& s) {
-  std::string out;
-  bool gap = false;
-  for (const CodePoint& c : code_points(s)) {
-    if (is_python_space(c.value)) {
-      gap = true;
-      continue;
-    }
-    if (gap && !out.empty()) out += ' ';
-    gap = false;
-    out.append(s, c.begin, c.end - c.begin);
-  }
-  return out;
-}
+std::string words(std::string_view s) { return join_words(split_words(s)); }
 
 // `from` and `to` quoted around the part where they differ (the span from the first differing code point to the
 // last), so that a change a terminal shows as nothing is seen: in that part every non-ASCII code point is written
@@ -187,10 +161,12 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
   data::TsvOptions opt;
   opt.src_tokens = m.src_tokenizer;
   opt.tgt_tokens = m.tgt_tokenizer;
-  // Every line is scored whatever its length (the training's --max-tokens filtered what the model learned from, not
-  // what it is judged on): a target of any length, a source up to the model's max_len (checked below, before its
-  // tokens are made). A char, space or byte side comes as its text only, tokenized here.
+  // Every line the model can take is scored whatever its length (the training's --max-tokens filtered what the model
+  // learned from, not what it is judged on): a target of any length, a source up to the model's max_len (a longer
+  // one is skipped and noted as over-long, counted before its tokens are made, as any line the reader skips). A
+  // char, space or byte side comes as its text only, tokenized here.
   opt.max_tokens = std::numeric_limits<int64_t>::max();
+  opt.max_src_tokens = m.model->config().max_len;
   opt.keep_tokens = false;
   opt.strict = strict;
   // An encoder predicts one token per source token: a pair of unequal lengths is skipped (and noted), as training
@@ -198,16 +174,9 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
   opt.equal_lengths = m.model->config().target_layout() == data::TargetLayout::PER_POSITION;
   data::TsvData d = data::read_tsv(path, opt);
   if (note) *note = d.problems.empty() ? std::string() : d.summary();
-  const int64_t max_len = m.model->config().max_len;
   int64_t changed = 0, first_line = 0, src_unknown = 0, tgt_unknown = 0, unknown_lines = 0, first_unknown = 0;
   std::string first_from, first_to;
   for (auto& p : d.pairs) {
-    // A source the model cannot take, said of its line (as tfm translate says it of its input line).
-    const int64_t n = m.src_tokenizer.has_vocab() ? static_cast<int64_t>(p.src.size())
-                                                  : data::count_tokens(p.src_text, m.src_tokenizer.kind());
-    if (n > max_len)
-      throw data::DataError(path + ":" + std::to_string(p.line) + ": " + std::to_string(n) +
-                            " source tokens, more than the model's max_len " + std::to_string(max_len));
     if (!m.src_tokenizer.has_vocab()) p.src = m.src_tokenizer.tokenize(p.src_text);  // the reader checked the text
     if (!m.tgt_tokenizer.has_vocab()) p.tgt = m.tgt_tokenizer.tokenize(p.tgt_text);
     std::vector<int32_t> ids;

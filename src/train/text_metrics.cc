@@ -1,5 +1,6 @@
 // src/train/text_metrics.cc — 13a tokenization, corpus BLEU and chrF (see tfm/train/text_metrics.h for the
-// definitions, which restate sacreBLEU 2.x's).
+// definitions, which restate sacreBLEU 2.x's), and the code points, whitespace and words they read text by
+// (src/train/text_words.h).
 #include "tfm/train/text_metrics.h"
 
 #include <algorithm>
@@ -8,54 +9,26 @@
 #include <stdexcept>
 #include <unordered_map>
 
-namespace tfm::train {
-namespace {
+#include "train/text_words.h"
+#include "utf8.h"
 
-// The code point starting at s[i], advancing i past it. A byte that does not start a well-formed UTF-8
-// sequence (bad lead, missing continuation, overlong form, surrogate, > U+10FFFF) is one code point of
-// its own, 0xDC00 + byte (as Python's surrogateescape), so it never equals a real character.
+namespace tfm::train {
+
 char32_t next_code_point(std::string_view s, size_t& i) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  const auto invalid = [&] {
-    ++i;
-    return static_cast<char32_t>(0xDC00 + b0);
-  };
-  if (b0 < 0x80) {
-    ++i;
-    return b0;
-  }
-  int len;
-  char32_t cp, min;
-  if ((b0 & 0xE0) == 0xC0) len = 2, cp = b0 & 0x1F, min = 0x80;
-  else if ((b0 & 0xF0) == 0xE0) len = 3, cp = b0 & 0x0F, min = 0x800;
-  else if ((b0 & 0xF8) == 0xF0) len = 4, cp = b0 & 0x07, min = 0x10000;
-  else return invalid();
-  if (i + static_cast<size_t>(len) > s.size()) return invalid();
-  for (int k = 1; k < len; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
-    if ((b & 0xC0) != 0x80) return invalid();
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return invalid();
-  i += static_cast<size_t>(len);
+  const auto* u = reinterpret_cast<const uint8_t*>(s.data());
+  const size_t len = utf8_length(u, s.size(), i);
+  if (len == 0) return static_cast<char32_t>(0xDC00 + u[i++]);
+  char32_t cp = len == 1 ? u[i] : u[i] & (0xFFu >> (len + 1));  // the lead byte's value bits: 7, 5, 4 or 3
+  for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (u[i + k] & 0x3Fu);
+  i += len;
   return cp;
 }
 
-// Python's str.isspace(), which str.split() and str.rstrip() use.
 bool is_python_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-// s without its trailing whitespace (Python's s.rstrip()).
-std::string_view rstrip(std::string_view s) {
-  size_t end = 0;
-  for (size_t i = 0; i < s.size();)
-    if (!is_python_space(next_code_point(s, i))) end = i;
-  return s.substr(0, end);
-}
-
-// The words of s (Python's s.split()), as views into s.
 std::vector<std::string_view> split_words(std::string_view s) {
   std::vector<std::string_view> words;
   size_t start = std::string_view::npos;
@@ -69,6 +42,25 @@ std::vector<std::string_view> split_words(std::string_view s) {
   }
   if (start != std::string_view::npos) words.push_back(s.substr(start));
   return words;
+}
+
+std::string join_words(const std::vector<std::string_view>& words) {
+  std::string out;
+  for (const auto& w : words) {
+    if (!out.empty()) out += ' ';
+    out.append(w);
+  }
+  return out;
+}
+
+namespace {
+
+// s without its trailing whitespace (Python's s.rstrip()).
+std::string_view rstrip(std::string_view s) {
+  size_t end = 0;
+  for (size_t i = 0; i < s.size();)
+    if (!is_python_space(next_code_point(s, i))) end = i;
+  return s.substr(0, end);
 }
 
 // Python's s.replace(from, to): every non-overlapping occurrence, left to right, in one pass.
@@ -102,16 +94,6 @@ std::string two_char_pass(const std::string& t, Match match, Emit emit) {
     } else {
       out += t[i++];
     }
-  }
-  return out;
-}
-
-// Joins views with single spaces.
-std::string join_words(const std::vector<std::string_view>& words) {
-  std::string out;
-  for (const auto& w : words) {
-    if (!out.empty()) out += ' ';
-    out.append(w);
   }
   return out;
 }

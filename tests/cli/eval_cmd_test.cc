@@ -1,8 +1,8 @@
-// tests/cli/eval_cmd_test.cc — `tfm eval --data` scores the whole file: every line whatever the training's
-// --max-tokens, the lines it skips counted ("skipped" in --json and in train::evaluate's Metrics, "skipped lines" in
-// the text report) or refused with --strict; its notes count the target tokens the vocabulary lacks, and quote a
-// target an spm tokenizer changes so that the change is seen (and leave out changes of whitespace only, which BLEU
-// and chrF do not see).
+// tests/cli/eval_cmd_test.cc — `tfm eval --data` scores the whole file: every line the model can take whatever the
+// training's --max-tokens, the lines it skips (a source longer than the model's max_len among them) counted
+// ("skipped" in --json and in train::evaluate's Metrics, "skipped lines" in the text report) or refused with
+// --strict; its notes count the target tokens the vocabulary lacks, and quote a target an spm tokenizer changes so
+// that the change is seen (and leave out changes of whitespace only, which BLEU and chrF do not see).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -101,6 +101,27 @@ TEST_F(EvalData, ScoresEveryLineWhateverTheTrainingsMaxTokensAndCountsTheSkipped
       << err;
   EXPECT_EQ(nlohmann::json::parse(out)["skipped"].get<int64_t>(), 0) << out;
   EXPECT_EQ(err.find("skipped"), std::string::npos) << err;
+}
+
+// A source longer than the model's max_len (512) is a line the model cannot take: skipped, noted and counted as a
+// malformed line is, the other lines scored; with --strict it is the error, naming file:line.
+TEST_F(EvalData, SkipsASourceLongerThanTheModelsMaxLenOrRefusesItWithStrict) {
+  const std::string f = *dir_ + "/over.tsv";
+  std::ofstream(f) << "abc\tcba\nabcd\tdcba\n" << std::string(600, 'a') << "\taa\nba\tab\n";
+  const std::string eval = kCli + " eval --model " + *dir_ + "/run --data " + f + " --threads 1";
+  std::string out, err;
+  ASSERT_EQ(run_split(eval + " --json", &out, &err), 0) << err;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["examples"].get<int64_t>(), 3) << out;
+  EXPECT_EQ(j["skipped"].get<int64_t>(), 1) << out;
+  EXPECT_NE(err.find(f + ": skipped 1 of 4 lines (line 3: over-long source: 600 tokens, more than the model's "
+                         "max_len 512)\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(run_split(eval + " --strict", &out, &err), 1);
+  EXPECT_EQ(err,
+            "tfm: error: " + f + ":3: over-long source: 600 tokens, more than the model's max_len 512 (--strict)\n");
+  EXPECT_EQ(out, "");
 }
 
 // --strict: the first bad line is an error naming file:line, as tfm train --strict; only with --data.

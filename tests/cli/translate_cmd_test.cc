@@ -219,6 +219,39 @@ TEST_F(TranslateSample, Utf16InputIsSaidToBeUtf16) {
                      "UTF-16 -t UTF-8\n");
 }
 
+// Byte tokens read any bytes: a byte model trains on a TSV file whose lines carry NULs at odd offsets (as UTF-16LE's
+// ASCII has them), evaluates it and translates such lines from standard input; a source read as UTF-8 (the char
+// model) refuses them as UTF-16.
+TEST_F(TranslateSample, ByteModelsReadNulBytesAsBytes) {
+  std::string pairs, sources;
+  for (int i = 0; i < 16; ++i) {
+    const std::string w{static_cast<char>('a' + i % 5), '\0', static_cast<char>('a' + i % 3), '\0'};
+    pairs += w + '\t' + std::string(w.rbegin(), w.rend()) + '\n';
+    sources += w + "a\n";  // 6 bytes: every line's NULs at odd offsets too
+  }
+  std::ofstream(*dir_ + "/bytes.tsv", std::ios::binary) << pairs;
+  std::ofstream(*dir_ + "/bytes.txt", std::ios::binary) << sources;
+  std::string out, err;
+  ASSERT_EQ(run_split(kCli + " train --train " + *dir_ + "/bytes.tsv --valid " + *dir_ + "/bytes.tsv --out " + *dir_ +
+                          "/bytes --tokens byte --arch seq2seq --d-model 16 --nhead 2 --layers 1 --dim-feedforward 32"
+                          " --threads 1 --max-steps 1",
+                      &out, &err),
+            0)
+      << err;
+  ASSERT_EQ(run_split(kCli + " eval --model " + *dir_ + "/bytes --data " + *dir_ + "/bytes.tsv --json --max-len 4",
+                      &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(nlohmann::json::parse(out)["skipped"].get<int64_t>(), 0) << out;
+  ASSERT_EQ(
+      run_split(kCli + " translate --model " + *dir_ + "/bytes --max-len 4 < " + *dir_ + "/bytes.txt", &out, &err), 0)
+      << err;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 16) << out;
+  EXPECT_EQ(err.find("UTF-16"), std::string::npos) << err;
+  EXPECT_EQ(run_split(kCli + " translate --model " + *dir_ + "/run < " + *dir_ + "/bytes.txt", &out, &err), 1);
+  EXPECT_EQ(err.rfind("tfm: error: standard input: UTF-16LE text without a byte order mark", 0), 0u) << err;
+}
+
 TEST_F(TranslateSample, SeedFixesTheSampleWhateverBatchAndThreads) {
   const std::string a = translate("--sample --seed 5 --temperature 1.5 --threads 2");
   EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 70);
@@ -412,8 +445,10 @@ TEST_F(TranslateSample, EvalCountsTruncatedPredictions) {
 }
 
 // A model whose position table is shorter than a source (an imported model's max_len can be below the data's
-// --max-tokens; here config.json's, with sinusoidal positions): eval names the line, as translate does.
-TEST_F(TranslateSample, EvalNamesASourceLongerThanTheModelsMaxLen) {
+// --max-tokens; here config.json's, with sinusoidal positions): eval skips, notes and counts the line it cannot take
+// and scores the others, or with --strict refuses it naming file:line (the first line of eval's output, "examples",
+// counts those scored).
+TEST_F(TranslateSample, EvalSkipsASourceLongerThanTheModelsMaxLen) {
   namespace fs = std::filesystem;
   const std::string short_run = *dir_ + "/short_positions";
   fs::remove_all(short_run);
@@ -422,11 +457,19 @@ TEST_F(TranslateSample, EvalNamesASourceLongerThanTheModelsMaxLen) {
   ASSERT_NE(j["model"].value("positional", std::string("sinusoidal")), "learned");
   j["model"]["max_len"] = 3;
   tfm::testing::spit(short_run + "/config.json", j.dump(2));
+  const std::string f = *dir_ + "/short.tsv";
+  std::ofstream(f) << "ab\tba\nabcd\tdcba\nabc\tcba\n";
+  const std::string eval = kCli + " eval --model " + short_run + " --data " + f + " --max-len 3";
   std::string out, err;
-  EXPECT_EQ(run_split(kCli + " eval --model " + short_run + " --data " + *dir_ + "/valid.tsv", &out, &err), 1);
-  EXPECT_NE(err.find(*dir_ + "/valid.tsv:"), std::string::npos) << err;
-  EXPECT_NE(err.find(" source tokens, more than the model's max_len 3\n"), std::string::npos) << err;
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  ASSERT_EQ(run_split(eval + " --json", &out, &err), 0) << err;
+  EXPECT_EQ(nlohmann::json::parse(out)["examples"].get<int64_t>(), 2) << out;
+  EXPECT_EQ(nlohmann::json::parse(out)["skipped"].get<int64_t>(), 1) << out;
+  EXPECT_NE(err.find(f + ": skipped 1 of 3 lines (line 2: over-long source: 4 tokens, more than the model's max_len "
+                         "3)\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(run_split(eval + " --strict", &out, &err), 1);
+  EXPECT_EQ(err, "tfm: error: " + f + ":2: over-long source: 4 tokens, more than the model's max_len 3 (--strict)\n");
 }
 
 // An encoder predicts one token per source token: eval skips (and notes) a pair of unequal lengths, as training does,

@@ -112,6 +112,31 @@ TEST(Tsv, Utf16WithoutByteOrderMarkIsRefused) {
 }
 
 // The sides an spm model trains on are the lines parse_tsv reads: the mark is not text there either.
+// Byte tokens read any bytes: a file whose sides are both bytes is never taken for UTF-16, though its NULs sit at odd
+// offsets as UTF-16LE's do (with or without a leading FF FE); a side read as UTF-8 (char, space, spm) refuses it.
+TEST(Tsv, ByteSidesReadAnyBytesNulsIncluded) {
+  std::string text;
+  for (int i = 0; i < 8; ++i) text += std::string("a\0b\0\t\0c\0d\0e\n", 12);  // NUL at every odd offset but 11
+  TsvOptions bytes;
+  bytes.src_tokens = bytes.tgt_tokens = Tokenization::BYTE;
+  for (const std::string& t : {text, "\xFF\xFE" + text}) {
+    const TsvData d = parse_tsv(t, "bytes.tsv", bytes);
+    ASSERT_EQ(d.pairs.size(), 8u);
+    EXPECT_TRUE(d.problems.empty());
+    EXPECT_EQ(d.pairs[1].src, (Tokens{"<0x61>", "<0x00>", "<0x62>", "<0x00>"}));
+  }
+  for (const Tokenization side : {Tokenization::CHAR, Tokenization::SPACE}) {
+    TsvOptions mixed = bytes;
+    mixed.tgt_tokens = side;  // one side read as UTF-8 is enough
+    try {
+      parse_tsv(text, "bytes.tsv", mixed);
+      ADD_FAILURE() << "UTF-16LE read under " << enum_name(side);
+    } catch (const DataError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("bytes.tsv: UTF-16LE text without a byte order mark", 0), 0u) << e.what();
+    }
+  }
+}
+
 TEST(Tsv, SidesDropTheByteOrderMarkAndCrlf) {
   const std::string dir = testing::temp_dir("tsv_sides");
   testing::spit(dir + "/bom.tsv", "\xEF\xBB\xBF" "ab\tba\r\nno tab\r\n \tx\r\ncd\tdc");
@@ -205,6 +230,29 @@ TEST(Tsv, StrictFailsAtTheFirstBadLine) {
     FAIL() << "strict accepted a malformed line";
   } catch (const DataError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("s.tsv:3: malformed line", 0), 0u) << e.what();
+  }
+}
+
+// max_src_tokens (tfm eval's bound, the model's max_len) makes a longer source over-long whatever max_tokens allows
+// (here the default 256 for the 300-character target): skipped and listed, or with strict the error at its line.
+TEST(Tsv, SourceOverTheModelsMaxLenIsOverLong) {
+  TsvOptions o = char_opts();
+  o.max_src_tokens = 5;
+  const std::string text = "ab\tba\nabcdef\tfedcba\nabcde\t" + std::string(300, 'x') + "\n";
+  const TsvData d = parse_tsv(text, "e.tsv", o);
+  ASSERT_EQ(d.pairs.size(), 1u);
+  ASSERT_EQ(d.problems.size(), 2u);
+  EXPECT_EQ(d.problems[0].line, 2);
+  EXPECT_EQ(d.problems[0].what, "over-long source: 6 tokens, more than the model's max_len 5");
+  EXPECT_EQ(d.problems[1].what, "over-long line: 300 tokens, the limit is 256");
+  o.max_tokens = 1000;
+  EXPECT_EQ(parse_tsv(text, "e.tsv", o).pairs.size(), 2u);  // the target is not bound by it
+  o.strict = true;
+  try {
+    parse_tsv(text, "e.tsv", o);
+    FAIL() << "strict accepted an over-long source";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), "e.tsv:2: over-long source: 6 tokens, more than the model's max_len 5 (--strict)");
   }
 }
 

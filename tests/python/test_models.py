@@ -602,13 +602,16 @@ def test_translate_of_a_byte_model(tmp_path, tfm_cli):
 
 def test_evaluate_warns_of_skipped_lines(pair_runs):
     d, _ = pair_runs
-    (d / "mixed.tsv").write_text(PAIRS + "no tab on this line\n")
+    # a malformed line, and a source longer than the model's max_len (512): lines the model cannot take
+    (d / "mixed.tsv").write_text(PAIRS + "no tab on this line\n" + "3" * 600 + "\t3\n")
     m = tfm.load(str(d / "py"))
-    with pytest.warns(UserWarning, match="skipped 1 of 4"):
+    with pytest.warns(UserWarning, match=r"skipped 2 of 5 lines \(line 4: malformed line: no tab between source and "
+                                         r"target; line 5: over-long source: 600 tokens, more than the model's "
+                                         r"max_len 512\)"):
         mixed = m.evaluate(str(d / "mixed.tsv"))
     whole = m.evaluate(str(d / "p.tsv"))
     # the dict counts the lines it left out, as tfm eval --json does
-    assert mixed.pop("skipped") == 1 and whole.pop("skipped") == 0
+    assert mixed.pop("skipped") == 2 and whole.pop("skipped") == 0
     assert mixed == whole
 
 

@@ -3,18 +3,21 @@
 // Every line is checked; a bad line never crashes the reader. Problems, each with its 1-based line
 // number: blank line (empty or whitespace only), malformed (no tab, more than one tab, an empty side,
 // invalid UTF-8 under char or spm tokenization, source/target lengths differ when equal lengths are
-// required), over-long (more than max_tokens tokens on a side; char, space and byte sides are counted
-// before their tokens are made, so a huge line costs its bytes only). By default bad lines are
-// skipped and listed in TsvData::problems; with strict the first one throws DataError
-// "<path>:<line>: <what>". A file without a single usable pair always throws (an empty training
-// file is never a silent no-op). A trailing "\r" (CRLF files) is removed before checking, and a UTF-8
-// byte order mark at the start of the file is not text.
+// required), over-long (more than max_tokens tokens on a side, or a source of more than max_src_tokens;
+// char, space and byte sides are counted before their tokens are made, so a huge line costs its bytes
+// only). By default bad lines are skipped and listed in TsvData::problems; with strict the first one
+// throws DataError "<path>:<line>: <what>". A file without a single usable pair always throws (an empty
+// training file is never a silent no-op). A trailing "\r" (CRLF files) is removed before checking, and a
+// UTF-8 byte order mark at the start of the file is not text. A file with a side read as UTF-8
+// (reads_utf8: char, space, spm) throws DataError when it is UTF-16 (utf16_text); a file whose sides are
+// both read as bytes (byte, gpt2-bpe) may hold any bytes, NULs included.
 //
 // To add a check: a branch in parse_tsv's per-line loop that calls its `problem(...)` helper, and a
 // case in tests/data/tsv_test.cc.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,6 +37,9 @@ struct TsvOptions {
   Tokenizer src_tokens = Tokenization::CHAR;  // an spm side needs its model (Tokenizer::load_spm)
   Tokenizer tgt_tokens = Tokenization::CHAR;
   int64_t max_tokens = 256;    // per side
+  // The model's max_len (the positions a source can have): a source of more tokens is over-long whatever
+  // max_tokens allows, and its problem names that bound (tfm eval: targets of any length, sources up to max_len).
+  int64_t max_src_tokens = std::numeric_limits<int64_t>::max();
   bool strict = false;         // first problem throws
   bool equal_lengths = false;  // arch "encoder": one target token per source token
   // false: a side whose tokenizer has no vocabulary (char, space, byte) keeps only its text (TextPair::src_text,

@@ -37,14 +37,15 @@ namespace tfm::data {
 // encoding and is not text: dropped there (TSV files, GPT-2 merges files, tfm translate's standard input).
 inline constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 // UTF-16 text (what Windows calls "Unicode"): "" for a text that is not, else the message that says so (tfm reads
-// UTF-8), for a file's reader to put after its name (a language model's text with --tokens byte may hold any
-// bytes, so only a UTF-8 reader asks). UTF-16 starts with its byte order mark, FF FE or FE FF, or, without one
-// (iconv -t UTF-16LE, Python's .encode("utf-16-le")), holds NUL as the high byte of its ASCII characters (tab,
-// newline, space, Latin letters): at odd offsets in UTF-16LE, even ones in UTF-16BE. So among the first 512 bytes,
-// NUL at one parity more than 4 times as often as at the other, and at least twice: in at least half of the 2-byte
-// code units (ASCII text), or in at least 8 and a sixteenth of them (words of another script between ASCII
-// separators). UTF-8 text has NUL only as the character U+0000, at any offset (a text of NULs, at both parities,
-// is not UTF-16).
+// UTF-8), for a file's reader to put after its name. Only the reader of a text read as UTF-8 asks (reads_utf8:
+// char, space, spm; a TSV file when either side is): byte and gpt2-bpe tokens take any bytes, NULs at odd offsets
+// included, so such a text is never refused as UTF-16. UTF-16 starts with its byte order mark, FF FE or FE FF,
+// or, without one (iconv -t UTF-16LE, Python's .encode("utf-16-le")), holds NUL as the high byte of its ASCII
+// characters (tab, newline, space, Latin letters): at odd offsets in UTF-16LE, even ones in UTF-16BE. So among the
+// first 512 bytes, NUL at one parity more than 4 times as often as at the other, and at least twice: in at least
+// half of the 2-byte code units (ASCII text), or in at least 8 and a sixteenth of them (words of another script
+// between ASCII separators). UTF-8 text has NUL only as the character U+0000, at any offset (a text of NULs, at
+// both parities, is not UTF-16).
 inline std::string utf16_text(std::string_view head) {
   if (head.size() >= 2 && ((head[0] == '\xFF' && head[1] == '\xFE') || (head[0] == '\xFE' && head[1] == '\xFF')))
     return std::string("UTF-16 text (it starts with the byte order mark ") + (head[0] == '\xFF' ? "FF FE" : "FE FF") +
@@ -67,6 +68,12 @@ inline std::string utf16_text(std::string_view head) {
 using Tokens = std::vector<std::string>;
 
 enum class Tokenization { CHAR, SPACE, BYTE, SPM, GPT2_BPE };
+
+// Whether t reads its text as UTF-8 (char, space and spm refuse invalid UTF-8; byte and gpt2-bpe read any bytes):
+// a reader of such a text asks utf16_text.
+inline bool reads_utf8(Tokenization t) {
+  return t == Tokenization::CHAR || t == Tokenization::SPACE || t == Tokenization::SPM;
+}
 
 // CHAR: every UTF-8 code point is a token (throws std::invalid_argument on invalid UTF-8).
 // SPACE: maximal runs of non-whitespace (space, tab, \r, \n, \v, \f separate), each UTF-8 (throws as CHAR).

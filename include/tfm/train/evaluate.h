@@ -44,12 +44,12 @@ EvalSet tsv_eval_set(data::TsvData tsv);
 
 // A trained model's test sets (`tfm eval`). A task's: `count` fresh TEST-split sequences, drawn with
 // `seed` or else the run's own seed; throws when the model was not trained on a built-in task. A TSV
-// file's: read with the model's tokenizations, every line whatever its length (not the run's max_tokens, a
-// training filter); a source longer than the model's max_len throws DataError naming file:line, as tfm
-// translate refuses it. Lines the reader skips (tfm/data/tsv.h; `strict`: the first throws instead) are
-// counted in EvalSet::skipped and summarised in *note (empty when none), and so are tokens the vocabularies
-// lack (source and target) and references the target tokenizer changes beyond whitespace (their count, with
-// the first, its changed part written \u{hex} beyond ASCII).
+// file's: read with the model's tokenizations, every line the model can take whatever its length (not the
+// run's max_tokens, a training filter): a source longer than the model's max_len is over-long, skipped as
+// the reader skips a malformed line (TsvOptions::max_src_tokens). Lines the reader skips (tfm/data/tsv.h;
+// `strict`: the first throws DataError naming file:line instead) are counted in EvalSet::skipped and summarised in
+// *note (empty when none), and so are tokens the vocabularies lack (source and target) and references the target
+// tokenizer changes beyond whitespace (their count, with the first, its changed part written \u{hex} beyond ASCII).
 // Fresh test sequences of a task when a caller does not say (tfm eval --count).
 inline constexpr int64_t kTaskTestCount = 1000;
 EvalSet task_test_set(const TrainedModel& m, data::Task task, std::optional<uint64_t> seed,
