@@ -131,6 +131,34 @@ TEST(Trainer, TokenBatchedEpochsResumedInALaterEpochEqualUninterrupted) {
   for (size_t i = 0; i < ra.history.size(); ++i) EXPECT_EQ(rb.history[i].lr, ra.history[i].lr) << "row " << i;
 }
 
+// The progress events' ETA rests on the steps after a session's first (whose warm-up would overstate the run several
+// times over), once those have taken a second: none (−1) before. Every progress call takes 0.6 s (the run waits for
+// it), so the steps after the first have taken 0.6 s at step 2's event and 1.2 s at step 3's: steps 1 and 2 have no
+// ETA, steps 3 to 5 have one, 0 at the last step.
+TEST(Trainer, EtaWaitsForASecondOfStepsAfterTheFirst) {
+  const std::string d = testing::temp_dir("progress_eta");
+  TrainConfig c = tiny(d + "/run");
+  c.max_steps = 5;
+  c.eval_every = 0;
+  std::vector<std::pair<int64_t, double>> etas;  // (step, eta_seconds) of each step event
+  TrainHooks hooks;
+  hooks.progress = [&](const ProgressEvent& e) {
+    if (e.kind != ProgressEvent::Kind::STEP) return;
+    etas.emplace_back(e.step, e.eta_seconds);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  };
+  run_training(c, hooks);
+  ASSERT_EQ(etas.size(), 5u);
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(etas[static_cast<size_t>(i)].first, i + 1);
+  EXPECT_EQ(etas[0].second, -1);  // the first step alone
+  EXPECT_EQ(etas[1].second, -1);  // 0.6 s of steps after it
+  EXPECT_GT(etas[2].second, 0);   // 1.2 s: two steps left of ~0.6 s each
+  EXPECT_LT(etas[2].second, 3);
+  EXPECT_GT(etas[3].second, 0);
+  EXPECT_EQ(etas[4].second, 0);  // the last step: nothing left
+  std::filesystem::remove_all(d);
+}
+
 // A length given on resume (tfm train --resume DIR --max-steps N) is saved with the run: interrupted again,
 // the run resumed without options goes on to it, as the printed "resume with" line promises.
 TEST(Trainer, LengthGivenOnResumeIsKeptForTheNextResume) {
