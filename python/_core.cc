@@ -563,13 +563,8 @@ PYBIND11_MODULE(_core, m) {
                 return std::make_pair(std::move(out), std::move(notes));
               });
             } catch (const tfm::BadInputLine& e) {
-              // translate_lines names the line as tfm translate's input line N (1-based); here it is the list's
-              // item lines[N - 1], as the Python layer names an item it refuses. The lines before it were
-              // translated (e.translated), so N - 1 is their count.
-              const size_t i = e.translated.size();
-              const std::string line = "input line " + std::to_string(i + 1) + ": ", what = e.what();
-              if (what.rfind(line, 0) != 0) throw;
-              throw std::invalid_argument("lines[" + std::to_string(i) + "]: " + what.substr(line.size()));
+              // Named as the Python layer names an item it refuses: input line N of this call is lines[N - 1].
+              throw std::invalid_argument("lines[" + std::to_string(e.line - 1) + "]: " + e.why);
             }
             // Outputs as generate() returns its text (text_of): a byte-token model's output may be cut inside a
             // UTF-8 character at the length limit, or hold any bytes.

@@ -537,19 +537,18 @@ std::vector<std::string> translate_lines(const TrainedModel& m, const std::vecto
     return out;
   };
   for (size_t i = 0; i < sources.size(); ++i) {
-    const std::string line = "input line " + std::to_string(first_stream + i + 1);  // in the whole stream
     std::string bad;
     try {
       ids.push_back(m.src_vocab.encode(m.src_tokenizer.tokenize(sources[i])));
       if (static_cast<int64_t>(ids.back().size()) > max_len)  // decode would refuse its batch, not naming the line
-        bad = line + ": " + std::to_string(ids.back().size()) + " source tokens, more than the model's max_len " +
+        bad = std::to_string(ids.back().size()) + " source tokens, more than the model's max_len " +
               std::to_string(max_len);
     } catch (const std::invalid_argument& e) {
-      bad = line + ": " + e.what();
+      bad = e.what();
     }
     if (!bad.empty()) {  // the lines before it are translated first
       if (ids.size() > i) ids.pop_back();
-      throw BadInputLine(bad, ids.empty() ? std::vector<std::string>{} : translate());
+      throw BadInputLine(first_stream + i + 1, bad, ids.empty() ? std::vector<std::string>{} : translate());
     }
     if (unknown && m.src_vocab.unk_id() >= 0)
       *unknown += std::count(ids.back().begin(), ids.back().end(), m.src_vocab.unk_id());

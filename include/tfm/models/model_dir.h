@@ -224,11 +224,17 @@ void check_decode_options(const TrainedModel& m, const DecodeOptions& options);
 std::string truncation_note(const TrainedModel& m, int64_t truncated, int64_t outputs, int64_t max_len);
 
 // The error of a source line translate_lines cannot take (not UTF-8, more tokens than the model's max_len):
-// what() names its line ("input line N: ..."); `translated` holds the translations of the lines before it, in
-// order, so that a front end streaming its input loses none of them.
+// what() names its line ("input line N: <why>"); `translated` holds the translations of the lines before it, in
+// order, so that a front end streaming its input loses none of them (and one naming its inputs otherwise, as the
+// Python package's lines[i], says `why` after its own name).
 struct BadInputLine : std::invalid_argument {
-  BadInputLine(const std::string& what, std::vector<std::string> before)
-      : std::invalid_argument(what), translated(std::move(before)) {}
+  BadInputLine(uint64_t line, const std::string& why, std::vector<std::string> before)
+      : std::invalid_argument("input line " + std::to_string(line) + ": " + why),
+        line(line),
+        why(why),
+        translated(std::move(before)) {}
+  uint64_t line;    // 1-based, in the whole stream
+  std::string why;  // what is wrong with it
   std::vector<std::string> translated;
 };
 
