@@ -58,17 +58,25 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tfm_safetensors  # noqa: E402
 
+def _load_torch_import():
+    """python/tfm/torch_import.py, loaded by path (it needs neither the built package nor torch): its tables of
+    tfm's config defaults are the one copy of them in Python."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python", "tfm", "torch_import.py")
+    spec = importlib.util.spec_from_file_location("tfm_torch_import", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_TI = _load_torch_import()
+
 # tfm's ModelConfig defaults (include/tfm/models/config.h). None for activation, norm_first, positional,
-# scale_embeddings and tie_embeddings: the architecture's choice (arch_defaults).
-DEFAULTS = {
-    "arch": "encoder", "src_vocab_size": 0, "tgt_vocab_size": 0, "d_model": 64, "nhead": 4,
-    "num_encoder_layers": 2, "num_decoder_layers": 2, "dim_feedforward": 256, "dropout": 0.1,
-    "activation": None, "norm_first": None, "norm_type": "layer_norm", "layer_norm_eps": 1e-5,
-    "positional": None, "scale_embeddings": None, "tie_embeddings": None, "share_embeddings": False,
-    "max_len": 512, "pad_id": 0, "bos_id": 1, "eos_id": 2,
-    "head_dim": None, "v_head_dim": None, "bias": True, "qkv_bias": None, "out_bias": None, "ffn_bias": None,
-    "norm_bias": None, "attn_scale": None, "share_layers": False, "drop_path": 0.0,
-}
+# scale_embeddings and tie_embeddings: the architecture's choice (arch_defaults); None for the attention variants:
+# derived from the others.
+DEFAULTS = {"src_vocab_size": 0, "tgt_vocab_size": 0, **_TI._MODEL_DEFAULTS, **_TI._LAYER_DEFAULTS,
+            **dict.fromkeys(_TI._FAMILY_DEFAULTS["encoder"]),
+            **dict.fromkeys(("head_dim", "v_head_dim", "qkv_bias", "out_bias", "ffn_bias", "norm_bias", "attn_scale"))}
 
 # The layer variants and the value of each that is torch.nn's layer (None: derived from the others).
 VARIANTS = {"head_dim": None, "v_head_dim": None, "bias": True, "qkv_bias": None, "out_bias": None,
@@ -79,10 +87,7 @@ VARIANTS = {"head_dim": None, "v_head_dim": None, "bias": True, "qkv_bias": None
 def arch_defaults(c):
     """A config with the architecture-dependent fields left None resolved as tfm's ModelConfig does."""
     c = dict(c)
-    lm = c["arch"] == "decoder"
-    for key, value in (("activation", "gelu" if lm else "relu"), ("norm_first", lm),
-                       ("positional", "learned" if lm else "sinusoidal"), ("scale_embeddings", c["arch"] == "seq2seq"),
-                       ("tie_embeddings", lm)):
+    for key, value in _TI._FAMILY_DEFAULTS[c["arch"]].items():
         if c[key] is None:
             c[key] = value
     return c

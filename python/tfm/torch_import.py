@@ -47,7 +47,8 @@ st = _SafeTensors()
 # (include/tfm/models/config.h, with the family table there), `tfm forward`'s module config's otherwise
 # (include/tfm/models/forward.h: PyTorch's constructor defaults), and the layer options both share
 # (LayerOptions, tfm/modules/transformer.h). The attention variants left unset are derived (_resolved). A config key
-# missing here is compared as written (absent = null), so a new config field needs its default here.
+# missing here is compared as written (absent = null), so a new config field needs its default here (the one copy in
+# Python: tools/torch_models.py builds its DEFAULTS and arch_defaults from these tables).
 _LAYER_DEFAULTS = {"dropout": 0.1, "layer_norm_eps": 1e-5, "bias": True, "norm_type": "layer_norm",
                    "share_layers": False, "drop_path": 0.0}
 _MODEL_DEFAULTS = {"d_model": 64, "nhead": 4, "dim_feedforward": 256, "num_encoder_layers": 2, "num_decoder_layers": 2,
