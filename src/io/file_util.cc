@@ -62,17 +62,6 @@ void split_path(const std::string& path, std::string* dir, std::string* base) {
   }
 }
 
-// The start of a temporary file's name for the file `base`: ".<base>.tmp.", with base cut to leave room for the
-// unique suffix (pid, counter, clock: up to 42 bytes) within a file name's 255 bytes (NAME_MAX), so that a name
-// near that limit can still be written.
-std::string temp_prefix(const std::string& base) {
-  constexpr size_t kRoom = 255 - 1 - 5 - 42;  // NAME_MAX, less ".", ".tmp." and the suffix
-  std::string out(1, '.');                    // (appended, not "." + string: GCC 12's -Wrestrict misreads that)
-  out.append(base, 0, std::min(base.size(), kRoom));
-  out += ".tmp.";
-  return out;
-}
-
 // `path` with its symlinks followed (relative links against their own directory), for a writer that replaces the
 // file a link names: a dangling link gives the path its target would have. Throws IoError (ELOOP) after 40 links.
 std::string follow_links(const std::string& path) {
@@ -108,6 +97,17 @@ int descriptor_named(const std::string& path) {
 }
 
 }  // namespace
+
+// (file_util.h) ".<base>.tmp.", with base cut to leave room for the
+// unique suffix (pid, counter, clock: up to 42 bytes) within a file name's 255 bytes (NAME_MAX), so that a name
+// near that limit can still be written.
+std::string temp_prefix(const std::string& base) {
+  constexpr size_t kRoom = 255 - 1 - 5 - 42;  // NAME_MAX, less ".", ".tmp." and the suffix
+  std::string out(1, '.');                    // (appended, not "." + string: GCC 12's -Wrestrict misreads that)
+  out.append(base, 0, std::min(base.size(), kRoom));
+  out += ".tmp.";
+  return out;
+}
 
 std::string read_file(const std::string& path) {
   size_t size = 0;

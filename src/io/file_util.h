@@ -137,6 +137,9 @@ class DirectoryLock {
   int fd_ = -1;
 };
 
+// The start of the name of a temporary file (AtomicFileWriter) or staging directory (StagedDirectory) a writer of
+// the file or directory `base` makes beside it: ".<base>.tmp.", base cut so that a name near NAME_MAX still fits.
+std::string temp_prefix(const std::string& base);
 // Deletes the temporary files ".<base>.tmp.*" that an AtomicFileWriter for `path` left behind when its
 // process was killed mid-write (the real file is untouched; beside the file a symlink names, as the writer puts
 // them). Returns how many were removed.

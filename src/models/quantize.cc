@@ -210,8 +210,7 @@ bool of_a_model_directory(const std::string& name) {
     return f;
   }();
   for (const std::string& f : files)
-    if (name == f || (name.size() > f.size() + 6 && name[0] == '.' && name.compare(1, f.size(), f) == 0 &&
-                      name.compare(1 + f.size(), 5, ".tmp.") == 0))
+    if (const std::string temp = io::temp_prefix(f); name == f || (name.size() > temp.size() && name.starts_with(temp)))
       return true;
   return false;
 }
