@@ -203,7 +203,13 @@ class PackedWeight {
     return static_cast<char*>(wmem.get_data_handle()) + offset * int64_t(memory::data_type_size(data_type(precision)));
   }
 
-  // One primitive per (panel rows, lda, ldc, bias?, output columns) — a handful per weight in practice.
+  // One primitive per (panel rows, lda, ldc, bias?, output columns). A weight sees a few keys per
+  // product shape (a panel plan's full panels and its tail: gemm_packed_panel_rows), but a service
+  // whose batches differ in size meets a new row count at nearly every call, and each primitive holds
+  // its JIT code (~60 KB): so a weight keeps the kMaxPrims it used last, dropping the least recently
+  // used beyond. A dropped key is made again when it comes back, from oneDNN's own primitive cache
+  // while that still holds it (ONEDNN_PRIMITIVE_CACHE_CAPACITY: 1024 by default, shared by every
+  // weight): the memory all this code takes is bounded by the two caps.
   struct Prim {
     dnnl::matmul prim;
     memory::desc src, wei, dst, bias, scratch;
@@ -211,32 +217,43 @@ class PackedWeight {
     bool ok = false;
   };
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, int64_t>;
+  static constexpr size_t kMaxPrims = 32;
 
-  // The prim for a key, created on first use (under the weight's lock; oneDNN's own threading off).
-  const Prim& prim(int64_t m, int64_t lda, int64_t ldc, bool has_bias, int64_t cols) const {
+  // The prim for a key, created on first use (under the weight's lock; oneDNN's own threading off). The
+  // caller's shared_ptr keeps it alive while it runs, whatever later calls drop from the map.
+  std::shared_ptr<const Prim> prim(int64_t m, int64_t lda, int64_t ldc, bool has_bias, int64_t cols) const {
     std::lock_guard<std::mutex> lock(mu_);
     auto [it, fresh] = prims_.try_emplace(Key{m, lda, ldc, has_bias, cols});
-    if (!fresh) return it->second;
-    Prim& p = it->second;
+    it->second.used = ++uses_;
+    if (!fresh) return it->second.prim;
+    auto p = std::make_shared<Prim>();
     try {
       SerialOmpScope serial;  // blocking chosen for one thread
-      p.src = memory::desc({m, K}, src_type(precision), {lda, 1});
-      p.wei = columns_desc(cols);
-      p.dst = memory::desc({m, cols}, dst_type(precision), {ldc, 1});
-      if (has_bias) p.bias = memory::desc({1, cols}, Dt::f32, memory::format_tag::ab);
+      p->src = memory::desc({m, K}, src_type(precision), {lda, 1});
+      p->wei = columns_desc(cols);
+      p->dst = memory::desc({m, cols}, dst_type(precision), {ldc, 1});
+      if (has_bias) p->bias = memory::desc({1, cols}, Dt::f32, memory::format_tag::ab);
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      const auto d = has_bias ? dnnl::matmul::desc(p.src, p.wei, p.bias, p.dst)
-                              : dnnl::matmul::desc(p.src, p.wei, p.dst);
+      const auto d =
+          has_bias ? dnnl::matmul::desc(p->src, p->wei, p->bias, p->dst) : dnnl::matmul::desc(p->src, p->wei, p->dst);
       const dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
-      p.scratch = pd.scratchpad_desc();
-      p.impl = pd.impl_info_str();
-      p.prim = dnnl::matmul(pd);
-      p.ok = true;
+      p->scratch = pd.scratchpad_desc();
+      p->impl = pd.impl_info_str();
+      p->prim = dnnl::matmul(pd);
+      p->ok = true;
     } catch (const dnnl::error&) {
-      p.ok = false;
+      p->ok = false;
     }
+    it->second.prim = p;
+    if (prims_.size() > kMaxPrims)
+      prims_.erase(std::min_element(prims_.begin(), prims_.end(),
+                                    [](const auto& a, const auto& b) { return a.second.used < b.second.used; }));
     return p;
+  }
+  size_t cached_prims() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return prims_.size();
   }
 
   // At pack time, from the layout alone: whether slabs are on (n_block), and their bounds. Whether a
@@ -335,7 +352,12 @@ class PackedWeight {
   }
 
   mutable std::mutex mu_;
-  mutable std::map<Key, Prim> prims_;
+  struct Cached {
+    std::shared_ptr<const Prim> prim;
+    uint64_t used = 0;  // uses_ at its last use
+  };
+  mutable std::map<Key, Cached> prims_;
+  mutable uint64_t uses_ = 0;
   mutable std::vector<float> plain_;
   mutable std::vector<int8_t> plain_q_;
 };
@@ -494,6 +516,8 @@ int64_t gemm_packed_row_kernel_runs(const PackedWeight& W) { return W.row_runs.l
 
 bool packed_for_row_kernel(const PackedWeight& W) { return W.row_kernel; }
 
+size_t gemm_packed_cached_primitives(const PackedWeight& W) { return W.cached_prims(); }
+
 int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K) {
   // At most 128 rows per panel, inside the range of panel heights at which one thread's packed
   // matmul keeps its best rate; taller panels lose it (bench/RESULTS.md, "Design measurements behind
@@ -630,12 +654,12 @@ bool gemm_slabs(int64_t m, const float* a, int64_t lda, const PackedWeight& W, c
   const bool prim_bias = bias && !int8;  // int8 adds the bias when it dequantizes
   const std::vector<int64_t>& bounds = W.slab_bounds;
   const int64_t slabs = static_cast<int64_t>(bounds.size()) - 1;
-  const PackedWeight::Prim& whole = W.prim(m, src_ld, int8 ? N : ldc, prim_bias, N);
-  std::vector<const PackedWeight::Prim*> prims(static_cast<size_t>(slabs));
+  const std::shared_ptr<const PackedWeight::Prim> whole = W.prim(m, src_ld, int8 ? N : ldc, prim_bias, N);
+  std::vector<std::shared_ptr<const PackedWeight::Prim>> prims(static_cast<size_t>(slabs));
   for (int64_t s = 0; s < slabs; ++s) {
     const int64_t cols = bounds[s + 1] - bounds[s];
-    prims[s] = &W.prim(m, src_ld, cols, prim_bias, cols);
-    if (!prims[s]->ok || !whole.ok || prims[s]->impl != whole.impl) return false;
+    prims[s] = W.prim(m, src_ld, cols, prim_bias, cols);
+    if (!prims[s]->ok || !whole->ok || prims[s]->impl != whole->impl) return false;
   }
   // The source as the primitive takes it, made once by the calling thread.
   const void* src = a;
@@ -827,17 +851,16 @@ void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, 
   // bf16 panels are converted into a dense buffer (lda = K) before the call.
   const bool int8 = W.precision == MatmulPrecision::MATMUL_INT8;
   if (int8) {  // panels of quantized rows (dense, lda = K) into dense int32 sums (ldc = N)
-    const PackedWeight::Prim* full = nullptr;
-    const PackedWeight::Prim* tail = nullptr;
+    std::shared_ptr<const PackedWeight::Prim> full, tail;
     if (W.packed) {
-      full = &W.prim(mt, K, N, false, N);
-      tail = last == mt ? full : &W.prim(last, K, N, false, N);
+      full = W.prim(mt, K, N, false, N);
+      tail = last == mt ? full : W.prim(last, K, N, false, N);
       if (!full->ok || !tail->ok) full = tail = nullptr;
     }
     if (!full) W.plain_q();  // made once, before the threads need it
     auto run_int8 = [&](int64_t t) {
       const int64_t i0 = t * mt, m = t == n_panels - 1 ? last : mt;
-      panel_int8(m == mt ? full : tail, m, A + i0 * lda, lda, W, bias, C + i0 * ldc, ldc);
+      panel_int8(m == mt ? full.get() : tail.get(), m, A + i0 * lda, lda, W, bias, C + i0 * ldc, ldc);
     };
     if (n_panels == 1) {
       run_int8(0);
@@ -848,12 +871,11 @@ void gemm_packed(int64_t M, const float* A, int64_t lda, const PackedWeight& W, 
     return;
   }
   const int64_t src_ld = W.precision == MatmulPrecision::MATMUL_BF16 ? K : lda;
-  const PackedWeight::Prim* full = nullptr;
-  const PackedWeight::Prim* tail = nullptr;
+  std::shared_ptr<const PackedWeight::Prim> full, tail;
   bool use_onednn = W.packed;
   if (use_onednn) {
-    full = &W.prim(mt, src_ld, ldc, bias != nullptr, N);
-    tail = last == mt ? full : &W.prim(last, src_ld, ldc, bias != nullptr, N);
+    full = W.prim(mt, src_ld, ldc, bias != nullptr, N);
+    tail = last == mt ? full : W.prim(last, src_ld, ldc, bias != nullptr, N);
     use_onednn = full->ok && tail->ok;
   }
   const std::vector<float>* plain = use_onednn ? nullptr : &W.plain();

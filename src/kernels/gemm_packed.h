@@ -89,6 +89,10 @@ int64_t packed_column_slabs(const PackedWeight& W);
 // the whole weight's implementation runs whole). For tests and diagnostics.
 int64_t gemm_packed_slab_runs(const PackedWeight& W);
 
+// The oneDNN primitives W keeps (one per row count, strides and columns it was called with, at most
+// the last 32 used): a service's batches of ever new sizes leave it bounded. For tests and diagnostics.
+size_t gemm_packed_cached_primitives(const PackedWeight& W);
+
 // Row panels for M output rows: a function of the shape only. Exposed for the tests.
 int64_t gemm_packed_panel_rows(int64_t M, int64_t N, int64_t K);
 

@@ -286,6 +286,30 @@ TEST(GemmPacked, FewRowsOfALargeWeightTakeColumnSlabs) {
   }
 }
 
+TEST(GemmPacked, PrimitivesOfManyRowCountsStayBoundedAndRecomputeTheSame) {
+  // A service's batches: a new row count at nearly every call. The weight keeps the primitives it used
+  // last (at most 32); one dropped and made again computes the same bits.
+  Rng rng(13);
+  const int64_t N = 96, K = 80;
+  const std::vector<float> W = random_matrix(N, K, K, rng);
+  const std::vector<float> bias = random_matrix(1, N, N, rng);
+  for (const MatmulPrecision p :
+       {MatmulPrecision::MATMUL_F32, MatmulPrecision::MATMUL_BF16, MatmulPrecision::MATMUL_INT8}) {
+    SCOPED_TRACE(static_cast<int>(p));
+    const auto w = pack_weight(W.data(), N, K, K, p);
+    const std::vector<float> A = random_matrix(300, K, K, rng);
+    std::vector<float> first(5 * N), again(5 * N), c(300 * N);
+    gemm_packed(5, A.data(), K, *w, bias.data(), first.data(), N);
+    for (int64_t M = 6; M <= 300; ++M) gemm_packed(M, A.data(), K, *w, bias.data(), c.data(), N);
+    EXPECT_LE(gemm_packed_cached_primitives(*w), size_t{32});
+    if (packed_by_onednn(*w)) {
+      EXPECT_GT(gemm_packed_cached_primitives(*w), size_t{8});  // it does keep some
+    }
+    gemm_packed(5, A.data(), K, *w, bias.data(), again.data(), N);
+    EXPECT_EQ(first, again);
+  }
+}
+
 TEST(GemmPacked, ColumnSlabsComputeWhatTheWholeWeightComputes) {
   // A 21-row product runs as row panels of 16 and 5 (no slabs), its last five rows through the whole
   // weight's five-row primitive; the same rows alone go through the slabs: the same bits, since each
