@@ -4,8 +4,10 @@ used by tfm.from_torch(module, mapping=...). torch is not needed; numpy is.
 """
 
 import argparse
+import collections
 import errno
 import fnmatch
+import itertools
 import json
 import math
 import os
@@ -200,55 +202,195 @@ def _width(config):
 
 
 def _shape(a):
-    return "(" + ", ".join(str(s) for s in a.shape) + ("," if a.ndim == 1 else "") + ")"
+    return _shape_text(a.shape)
 
 
-def _forward_rule(r, src, config, fkey, tkey):
-    """One rule on one layer index: source tensors → (tfm key, tensor) or None for a checked table."""
+def _shape_text(shape):
+    """A shape as tfm's messages write it, "(16, 64)", "(8,)"; an unknown dimension (None) as "?"."""
+    return "(" + ", ".join("?" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The shapes tfm gives its tensors, and those a rule therefore expects of its source tensors
+
+_Dim = collections.namedtuple("_Dim", "value key factor uses")
+_Dim.__doc__ = """One dimension of an expected shape: value (None where the config cannot say, e.g. d_model not
+divisible by nhead: tfm refuses that config itself), key and factor (value = factor · config[key] when the dimension
+carries one config key: a source tensor's dimension there says that key's value, which _settle_inferred compares
+across the tensors), and uses (the config keys the value derives from, named in a shape error)."""
+
+
+def _dim(value, key=None, factor=1, uses=None):
+    return _Dim(value, key, factor, tuple(uses if uses is not None else ([key] if key else [])))
+
+
+_GATED = ("glu", "geglu", "swiglu")  # gated activations (include/tfm/ops/activation.h): linear1 is 2F wide
+
+
+def _int_of(c, key):
+    v = c.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _attn_dims(c):
+    """(D, H, Dh, Dv, A, Av) of the resolved config c as _Dims: the width, the heads, their query/key and value
+    widths, A = H·Dh and Av = H·Dv (a module config of a MultiheadAttention names the first two embed_dim and
+    num_heads)."""
+    wk = "embed_dim" if "embed_dim" in c else "d_model"
+    hk = "num_heads" if "num_heads" in c else "nhead"
+    h, dh, dv = _int_of(c, hk), _int_of(c, "head_dim"), _int_of(c, "v_head_dim")
+    a = h * dh if h is not None and dh is not None else None
+    av = h * dv if h is not None and dv is not None else None
+    # A and Av carry head_dim and v_head_dim H times (once H is known)
+    return (_dim(_int_of(c, wk), wk), _dim(h, hk), _dim(dh, "head_dim"), _dim(dv, "v_head_dim"),
+            _dim(a, "head_dim" if h else None, h or 1, (hk, "head_dim")),
+            _dim(av, "v_head_dim" if h else None, h or 1, (hk, "v_head_dim")))
+
+
+def _tfm_shape(key, c, model_dir):
+    """The shape (_Dims) tfm gives its tensor `key` under the resolved config c (_resolved): the layers' tensors
+    (include/tfm/modules/transformer.h, attention.h) under any prefix, and a model directory's embeddings, positions
+    and generator (include/tfm/models/config.h); None for a key no tfm module holds."""
+    d, _, _, _, a, av = _attn_dims(c)
+    rows = _dim(2 * a.value + av.value if a.value is not None and av.value is not None else None,
+                uses=a.uses + ("v_head_dim",))
+    gate = 2 if c.get("activation") in _GATED else 1
+    f = _int_of(c, "dim_feedforward")
+    ff = _dim(f, "dim_feedforward")
+    ff_in = _dim(None if f is None else gate * f, "dim_feedforward", gate,
+                 ("dim_feedforward", "activation") if gate == 2 else ("dim_feedforward",))
+    parts = key.split(".")
+    leaf, owner = parts[-1], parts[-2] if len(parts) > 1 else ""
+    if leaf == "in_proj_weight":
+        return (rows, d)
+    if leaf == "in_proj_bias":
+        return (rows,)
+    if leaf not in ("weight", "bias"):
+        return None
+    linear = {"out_proj": ((d, av), (d,)), "linear1": ((ff_in, d), (ff_in,)), "linear2": ((d, ff), (d,))}
+    if owner in linear:
+        return linear[owner][leaf == "bias"]
+    if re.fullmatch(r"norm\d*", owner):
+        return (d,)
+    if model_dir and len(parts) == 2:
+        src_v, tgt_v = _dim(_int_of(c, "src_vocab_size"), "src_vocab_size"), _dim(_int_of(c, "tgt_vocab_size"),
+                                                                                     "tgt_vocab_size")
+        length = _dim(_int_of(c, "max_len"), "max_len")
+        rows_of = {"embedding": src_v if c.get("arch") == "encoder" else tgt_v, "src_embedding": src_v,
+                   "tgt_embedding": tgt_v, "generator": tgt_v, "pos_embedding": length, "src_pos_embedding": length,
+                   "tgt_pos_embedding": length}
+        if owner in rows_of and leaf == "weight":
+            return (rows_of[owner], d)
+        if owner == "generator":
+            return (tgt_v,)
+    return None
+
+
+def _source_shapes(r, names, to, c, model_dir):
+    """[(source name, expected shape as _Dims)] of a rule's source tensors under the resolved config c, as the
+    rule maps them onto the shape tfm gives `to` (a sinusoidal table: its (1, L, D) or (L, D)); None when `to` is
+    no tfm tensor."""
+    d, h, dh, dv, a, av = _attn_dims(c)
+    if "sinusoidal" in r:
+        length = _dim(_int_of(c, r["sinusoidal"]), r["sinusoidal"])
+        return [(names[0], (length, d) if r.get("no_batch_dim") else (_dim(1), length, d))]
+    want = _tfm_shape(to, c, model_dir)
+    if want is None:
+        return None
+    if "qkv" in r:  # in_proj's rows q, k, v: (A, ...), (A, ...), (Av, ...)
+        return [(n, (rows,) + tuple(want[1:])) for n, rows in zip(names, (a, a, av))]
+    if "heads" in r:  # (H, D, Dh) each, Wv (H, D, Dv)
+        return [(n, (h, d, w)) for n, w in zip(names, (dh, dh, dv))]
+    if r.get("broadcast"):
+        return [(names[0], (_dim(1),))]
+    if r.get("transpose"):
+        return [(names[0], tuple(reversed(want)))]
+    return [(names[0], want)]
+
+
+def _fits(shape, dims):
+    return len(shape) == len(dims) and all(d.value is None or d.value == s for s, d in zip(shape, dims))
+
+
+_ST_DTYPES = {"int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8", "uint16": "U16",
+              "uint32": "U32", "uint64": "U64", "bool": "BOOL"}  # safetensors' names, as tfm's messages say them
+
+
+def _float32(name, v):
+    """A source tensor as float32, refused as `tfm forward` refuses a weight: an integer or bool dtype ("must be
+    floating point, got I64"), an F64 value beyond the Float32 range (which the cast would make infinite)."""
+    arr = np.asarray(v)
+    if arr.dtype.kind != "f":
+        fail(f"source tensor '{name}' must be floating point, got {_ST_DTYPES.get(arr.dtype.name, arr.dtype.name)}")
+    if arr.dtype.itemsize > 4:
+        flat = arr.reshape(-1)
+        with np.errstate(over="ignore"):
+            out = flat.astype(np.float32)
+        bad = np.isinf(out) & np.isfinite(flat)
+        if bad.any():
+            i = int(np.argmax(bad))
+            dtype = "F64" if arr.dtype == np.float64 else arr.dtype.name
+            fail(f"source tensor '{name}': element {i} of {dtype} {_shape(arr)} is {float(flat[i]):.17g}, beyond the "
+                 "Float32 range (±3.4028235e+38)")
+        return out.reshape(arr.shape)
+    return arr.astype(np.float32, copy=False)
+
+
+def _forward_rule(r, src, config, fkey, tkey, model_dir=False, why=None):
+    """One rule on one layer index: source tensors → (tfm key, tensor) or None for a checked table. Every source
+    tensor's shape is checked against the one the config gives its tfm tensor (_source_shapes); why: the notes
+    _settle_inferred gives of inferred config keys, said beside them."""
     names = [fkey(s) for s in _sources(r)]
     for n in names:
         if n not in src:
             fail(f"source has no tensor '{n}' (needed for tfm '{tkey(r['to'])}')" if "to" in r
                  else f"source has no tensor '{n}'")
-    ts = [np.asarray(src[n], dtype=np.float32) for n in names]
+    to = tkey(r["to"]) if "to" in r else None
+    c = _resolved(config, model_dir)
+    expected = _source_shapes(r, names, to, c, model_dir)
+    if expected is None:
+        fail(f"tfm '{to}' (from source '{names[0]}') is no tensor of a tfm module: the mapping's \"to\" names a key "
+             "tfm does not have")
+    if r.get("transpose") and len(expected[0][1]) != 2:
+        fail(f"tfm '{to}' is not a matrix: \"transpose\" (for source '{names[0]}') applies to matrices only")
+    ts = [_float32(n, src[n]) for n in names]
+    for n, t, dims in zip(names, ts, (dims for _, dims in expected)):
+        if not _fits(t.shape, dims):
+            uses = list(dict.fromkeys(k for dim in dims for k in dim.uses))
+            noted = [k for k in uses if k in (why or {}) and (why[k][1] or why[k][2] - {n})]
+            said = ("; " if noted else ", ").join(f"{k} {_value(c.get(k))}" + (f", {why[k][0]}" if k in noted else "")
+                                                  for k in uses)
+            fail(f"source '{n}' ({'a sinusoidal table' if to is None else f'for tfm {to!r}'}): shape {_shape(t)}, "
+                 f"expected {_shape_text([dim.value for dim in dims])}" + (f" ({said})" if said else ""))
     if "sinusoidal" in r:
         a = ts[0]
-        length = config.get(r["sinusoidal"])
-        d = _width(config)
+        length, d = (dim.value for dim in expected[0][1][-2:])
+        if length is None or d is None:
+            fail(f"source '{names[0]}' (a sinusoidal table): the config gives no integer {r['sinusoidal']} and width "
+                 f"to compare it with ({r['sinusoidal']} {_value(c.get(r['sinusoidal']))})")
         from torch_models import sinusoidal_table  # tfm's table; imports torch
         want = sinusoidal_table(length, d)
-        shape = want.shape if r.get("no_batch_dim") else (1,) + want.shape
-        if a.shape != shape:
-            fail(f"source '{names[0]}': shape {_shape(a)}, expected {shape} ({r['sinusoidal']} {length}, "
-                 f"d_model {d})")
-        err = float(np.max(np.abs(a.reshape(want.shape) - want)))
+        err = float(np.max(np.abs(a.reshape(want.shape) - want))) if a.size else 0.0
         if err > 1e-5:
             fail(f"source '{names[0]}' is not the sinusoidal table tfm computes (max difference {err:.3g})")
         return None
-    to = tkey(r["to"])
+    want = _tfm_shape(to, c, model_dir)
+    a = ts[0]
     if "qkv" in r:
-        if any(t.ndim != ts[0].ndim or t.shape[1:] != ts[0].shape[1:] for t in ts):
-            fail(f"source {names}: q, k, v shapes {[_shape(t) for t in ts]} do not stack into '{to}'")
-        return to, np.concatenate(ts, axis=0)
-    if "heads" in r:
-        for n, t in zip(names, ts):
-            if t.ndim != 3:
-                fail(f"source '{n}': shape {_shape(t)}, expected (H, D, Dh)")
-        if ts[0].shape != ts[1].shape or ts[2].shape[:2] != ts[0].shape[:2]:
-            fail(f"source {names}: shapes {[_shape(t) for t in ts]}, expected Wq, Wk (H, D, Dk) and Wv (H, D, Dv)")
+        a = np.concatenate(ts, axis=0)
+    elif "heads" in r:
         # einsum("btd,hdk->bhtk", x, W): head h's output unit j is x · W[h, :, j], i.e. row h·Dh + j of a Linear
         # weight (out, in) is W[h, :, j]: W.permute(0, 2, 1).reshape(H·Dh, D).
-        return to, np.concatenate([t.transpose(0, 2, 1).reshape(-1, t.shape[1]) for t in ts], axis=0)
-    a = ts[0]
-    if r.get("transpose"):
-        if a.ndim != 2:
-            fail(f"source '{names[0]}': shape {_shape(a)}, expected a matrix to transpose into '{to}'")
-        return to, np.ascontiguousarray(a.T)
-    if r.get("broadcast"):
-        d = _width(config)
-        if a.shape != (1,):
-            fail(f"source '{names[0]}': shape {_shape(a)}, expected (1,) (a scalar broadcast to '{to}')")
-        return to, np.full((d,), a[0], dtype=np.float32)
+        a = np.concatenate([t.transpose(0, 2, 1).reshape(-1, t.shape[1]) for t in ts], axis=0)
+    elif r.get("transpose"):
+        a = np.ascontiguousarray(a.T)
+    elif r.get("broadcast"):
+        if len(want) != 1 or want[0].value is None:
+            fail(f"tfm '{to}' is no vector of a known width: \"broadcast\" (for source '{names[0]}') fills one")
+        a = np.full((want[0].value,), a[0], dtype=np.float32)
+    if not _fits(a.shape, want):  # the sources fit, but the rule does not make this tensor of them
+        fail(f"tfm '{to}': the rule makes shape {_shape(a)} of source {', '.join(repr(n) for n in names)}, expected "
+             f"{_shape_text([dim.value for dim in want])}: the mapping's rule does not fit this tensor")
     return to, a
 
 
@@ -314,6 +456,12 @@ def _infer(spec, src):
             idx = _indices(key.split("{i}")[0] + "{i}", src)
             key = key.replace("{i}", str(idx[0] if idx else 0))
         return key in src
+    key, dim = _spec_tensor(spec, src)
+    return int(np.shape(src[key])[dim])
+
+
+def _spec_tensor(spec, src):
+    """(source key, dimension) an infer spec "K:d" reads ({i} in K: the lowest index the source holds)."""
     key, _, dim = spec.rpartition(":")
     if "{i}" in key:
         idx = _indices(key.split("{i}")[0] + "{i}", src)
@@ -325,7 +473,7 @@ def _infer(spec, src):
     shape = np.shape(src[key])
     if int(dim) >= len(shape):
         fail(f"source '{key}': shape {tuple(shape)} has no dimension {dim}")
-    return int(shape[int(dim)])
+    return key, int(dim)
 
 
 def build_config(mapping, target, src, overrides=None):
@@ -353,37 +501,118 @@ def _layer_indices(r, keys, prefix_key):
     return _indices(prefix, keys)
 
 
-def import_state(mapping, target, src, overrides=None):
-    """Source state_dict {key: array} → (tfm config dict, {tfm key: float32 array})."""
-    name, t = _target(mapping, target)
-    config = build_config(mapping, target, src, overrides)
-    rules = _expand(t["rules"], mapping["groups"], where=f"target '{name}'")
-    out, used = {}, set()
+def _jobs(rules, src):
+    """Each rule on each layer index the source holds: (rule, fkey, tkey, source names), optional rules whose
+    tensors are absent left out."""
+    jobs = []
     for r in rules:
         idx = _layer_indices(r, src, "_fp")
         if idx == [] and not r.get("optional"):
             fail(f"source has no tensor under '{r['_fp']}' (needed for tfm '{r['_tp']}{r.get('to', '')}')")
         for i in idx:
-            fkey = (lambda s, i=i: (r["_fp"] if i is None else r["_fp"].replace("{i}", str(i))) + s)
+            fkey = (lambda s, r=r, i=i: (r["_fp"] if i is None else r["_fp"].replace("{i}", str(i))) + s)
             # shared: every index holds the same tensors; they are written once, under index 0
             ti = 0 if (r["_shared"] and i is not None) else i
-            tkey = (lambda s, ti=ti: (r["_tp"] if ti is None else r["_tp"].replace("{i}", str(ti))) + s)
+            tkey = (lambda s, r=r, ti=ti: (r["_tp"] if ti is None else r["_tp"].replace("{i}", str(ti))) + s)
             names = [fkey(s) for s in _sources(r)]
             if r.get("optional") and any(n not in src for n in names):
                 continue
-            res = _forward_rule(r, src, config, fkey, tkey)
-            used.update(names)
-            if res is None:
-                continue
-            key, val = res
-            if key in out:
-                if not r["_shared"]:
-                    fail(f"two rules write tfm '{key}'")
-                if out[key].shape != val.shape or not np.array_equal(out[key], val):
-                    fail(f"source '{names[0]}' differs from index 0's: the mapping says the layers are shared "
-                         f"(one instance repeated), but these tensors are not the same")
-                continue
-            out[key] = val
+            jobs.append((r, fkey, tkey, names))
+    return jobs
+
+
+def _misfits(jobs, src, config, model_dir):
+    """The source tensors whose shape is not the one the config implies for them (_source_shapes)."""
+    c = _resolved(config, model_dir)
+    out = set()
+    for r, _, tkey, names in jobs:
+        if any(n not in src for n in names):
+            continue
+        for n, dims in _source_shapes(r, names, tkey(r["to"]) if "to" in r else None, c, model_dir) or []:
+            if not _fits(np.shape(src[n]), dims):
+                out.add(n)
+    return out
+
+
+def _settle_inferred(t, jobs, src, config, overrides, model_dir):
+    """A config value "infer" reads off one tensor's dimension ("K:d") is carried by other source tensors too
+    (d_model: every norm, bias and matrix of the width; dim_feedforward: linear1's rows and bias, linear2's columns;
+    ...: the dimensions _source_shapes gives that key), each a witness of the value. When the witnesses disagree, the
+    inferred keys take the values under which the most source tensors have the shapes the config implies (a tie: the
+    values closest to the spec tensors' own), so that the misshapen or transposed tensor — the spec's own as much as
+    any other — is the one whose shape check fails, against the shape the rest of the model implies. An import whose
+    tensors agree is unchanged. Sets config in place; returns, for the keys whose witnesses disagreed, {key: (note,
+    whether a shape error says it whatever the tensor: the value is not the spec tensor's, or a tie; the tensors
+    that gave another value)}."""
+    specs = [k for k, s in t.get("infer", {}).items()
+             if k not in (overrides or {}) and not s.startswith(("count:", "present:"))]
+    read = {k: config[k] for k in specs}  # the spec tensors' values
+    witnesses = {k: {read[k]: [_spec_tensor(t["infer"][k], src)[0]]} for k in specs}  # key -> {value: [source]}
+    c = _resolved(config, model_dir)
+    for r, _, tkey, names in jobs:
+        if any(n not in src for n in names):
+            continue
+        for n, dims in _source_shapes(r, names, tkey(r["to"]) if "to" in r else None, c, model_dir) or []:
+            shape = np.shape(src[n])
+            if len(shape) == len(dims):
+                for s, dim in zip(shape, dims):
+                    if dim.key in witnesses and s % dim.factor == 0:
+                        w = witnesses[dim.key].setdefault(s // dim.factor, [])
+                        if n not in w:
+                            w.append(n)
+    disputed = [k for k in specs if len(witnesses[k]) > 1]
+    if not disputed:
+        return {}
+    # the candidates: each disputed key's values, most witnessed first, at most 256 configs to try
+    values = [sorted(witnesses[k], key=lambda v, k=k: (-len(witnesses[k][v]), v != read[k])) for k in disputed]
+    while math.prod(map(len, values)) > 256:
+        longest = max(values, key=len)
+        del longest[-1]
+    scored = []
+    for combo in itertools.product(*values):
+        trial = {**config, **dict(zip(disputed, combo))}
+        scored.append((len(_misfits(jobs, src, trial, model_dir)), -sum(v == read[k] for k, v in zip(disputed, combo)),
+                       combo))
+    scored.sort(key=lambda s: s[:2])
+    best = scored[0]
+    notes = {}
+    for i, k in enumerate(disputed):
+        v = best[2][i]
+        config[k] = v
+        who = witnesses[k][v] if v in witnesses[k] else []
+        tie = any(s[0] == best[0] and s[2][i] != v for s in scored)
+        text = "as " + ", ".join(f"'{n}'" for n in who[:3]) + (" and others" if len(who) > 3 else "") + \
+            (" has" if len(who) == 1 else " have") + " it" if who else "as the other tensors imply"
+        notes[k] = (text, v != read[k] or tie, {n for u, ns in witnesses[k].items() if u != v for n in ns})
+    return notes
+
+
+def import_state(mapping, target, src, overrides=None):
+    """Source state_dict {key: array} → (tfm config dict, {tfm key: float32 array}). Every source tensor a rule maps
+    is checked against the shape the config gives its tfm tensor, and every config value read off a tensor's shape
+    against the other tensors that carry it (_settle_inferred): a misshapen or transposed tensor is a one-line error
+    naming it, its tfm key, its shape and the one expected."""
+    name, t = _target(mapping, target)
+    config = build_config(mapping, target, src, overrides)
+    model_dir = t.get("output", "forward") == "model_dir"
+    rules = _expand(t["rules"], mapping["groups"], where=f"target '{name}'")
+    jobs = _jobs(rules, src)
+    notes = _settle_inferred(t, jobs, src, config, overrides, model_dir)
+    out, used = {}, set()
+    for r, fkey, tkey, names in jobs:
+        res = _forward_rule(r, src, config, fkey, tkey, model_dir, notes)
+        used.update(names)
+        if res is None:
+            continue
+        key, val = res
+        if key in out:
+            if not r["_shared"]:
+                fail(f"two rules write tfm '{key}'")
+            if out[key].shape != val.shape or not np.array_equal(out[key], val):
+                fail(f"source '{names[0]}' differs from index 0's: the mapping says the layers are shared "
+                     f"(one instance repeated), but these tensors are not the same")
+            continue
+        out[key] = val
     ignore = t.get("ignore", [])
     left = [k for k in src if k not in used and not any(fnmatch.fnmatchcase(k, g) for g in ignore)]
     if left:

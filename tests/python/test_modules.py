@@ -467,6 +467,47 @@ def test_load_module_from_files(tmp_path):
     assert rel_err(bf(x), fast(x)) < 0.05
 
 
+def test_load_module_takes_any_path_type_and_any_combination(tmp_path, monkeypatch):
+    # config and weights: each a path (str, bytes or os.PathLike, the stub's PathLike) or a dict, in any combination.
+    import pathlib
+    import tempfile
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import tfm_safetensors as st
+    torch.manual_seed(9)
+    layer = nn.TransformerEncoderLayer(4, 2, 8, batch_first=True).eval()
+    want = tfm.from_torch(layer)
+    cfg = dict(want.config)
+    sd = {k: v.numpy() for k, v in layer.state_dict().items()}
+    cfg_path, w_path = tmp_path / "enc.json", tmp_path / "enc.safetensors"
+    cfg_path.write_text(json.dumps(cfg))
+    st.save(str(w_path), sd)
+    x = np.random.default_rng(4).standard_normal((2, 3, 4)).astype(np.float32)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    os.mkdir(tmp_path / "tmp")
+    for config in (cfg, str(cfg_path), os.fsencode(cfg_path), pathlib.Path(cfg_path)):
+        for weights in (sd, str(w_path), os.fsencode(w_path), pathlib.Path(w_path)):
+            got = tfm.load_module(config, weights)
+            np.testing.assert_array_equal(got(x), want(x))
+            assert got.config == cfg
+    assert os.listdir(tmp_path / "tmp") == []  # a dict config's text went through a temporary file, removed
+    # A dict config with a weights file is read as the file holding its JSON is: the library's messages, without the
+    # temporary file's name (as with dict weights), and the file's tensors checked as `tfm forward` checks them.
+    bad = {k: v for k, v in cfg.items() if k != "nhead"} | {"n_head": 2}
+    with pytest.raises(ValueError) as with_dict:
+        tfm.load_module(bad, sd)
+    with pytest.raises(ValueError) as with_file:
+        tfm.load_module(bad, os.fsencode(w_path))
+    assert str(with_file.value) == str(with_dict.value) and str(with_dict.value).startswith("config: ")
+    st.save(str(tmp_path / "i64.safetensors"), {**sd, "linear1.bias": np.zeros(8, np.int64)})
+    with pytest.raises(ValueError, match=r"i64.safetensors: tensor 'linear1.bias' must be floating point, got I64$"):
+        tfm.load_module(cfg, str(tmp_path / "i64.safetensors"))
+    with pytest.raises(FileNotFoundError, match="missing.safetensors"):
+        tfm.load_module(cfg, b"missing.safetensors")
+    with pytest.raises(ValueError, match="^weights: embedded null byte"):
+        tfm.load_module(cfg, b"a\0b")
+    assert os.listdir(tmp_path / "tmp") == []
+
+
 # ---- errors ---------------------------------------------------------------------------------------------------
 
 def test_errors(tmp_path):
