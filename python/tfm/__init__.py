@@ -166,7 +166,7 @@ def set_num_threads(n):
     """Sets the number of OpenMP threads every later tfm call computes with (n >= 1), whichever Python thread makes
     it and whatever torch.set_num_threads sets afterwards; results do not depend on it. It leaves torch's count (and
     the calling thread's OpenMP setting) as it is: each tfm call sets n for itself and restores the setting after."""
-    _core.set_num_threads(_int("n", n, 1, _INT32[1]))
+    _core.set_num_threads(_int("n", n, *_INT32))  # its range, [1, kMaxThreads], is the library's to check and say
 
 
 def get_num_threads():
