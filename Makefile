@@ -4,8 +4,9 @@
 #   make fuzz        the libFuzzer targets, each for FUZZ_SECONDS, one per core at a time (built in the same build-san)
 BUILD ?= build
 JOBS ?= $(shell nproc)
-# clang, libclang-rt-14-dev (libFuzzer, sanitizer runtimes) and libomp-dev serve the sanitized build
-# (`make test-asan`, `make fuzz`) only; pkgconf serves the installed-package test. ocl-icd-opencl-dev:
+# clang, libclang-rt-14-dev (libFuzzer, sanitizer runtimes) and libomp-dev (clang's OpenMP runtime) serve the
+# sanitized build (`make test-asan`, `make fuzz`) only; pkgconf: every configure finds SentencePiece and PCRE2
+# through pkg-config, and the installed-package test checks tfm.pc. ocl-icd-opencl-dev:
 # Debian's oneDNN CMake package runs find_package(OpenCL REQUIRED) (its GPU runtime is OCL), and apt
 # installs it only as a recommendation of libdnnl-dev, which --no-install-recommends skips.
 PACKAGES = build-essential cmake libopenblas-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev \

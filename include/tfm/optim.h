@@ -12,7 +12,9 @@
 
 namespace tfm {
 
-class Bf16WeightCache;  // tfm/autocast.h
+// tfm/autocast.h: bf16 training's weight copies, which Adam::step(Bf16WeightCache&) refreshes. An ops-layer
+// type named by this tensor-layer header, the one dependency upward (docs/ARCHITECTURE.md, "ops").
+class Bf16WeightCache;
 
 namespace detail {
 struct OptimizerShards;  // the data-parallel step's way into SGD and Adam (src/optim_shards.h)

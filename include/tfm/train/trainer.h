@@ -11,7 +11,10 @@
 //
 // Output directory (TrainConfig::out_dir), every file written atomically (temporary file + rename):
 //   config.json               {"format": "tfm-train", "version": 1, "model": ModelConfig, "train":
-//                              TrainConfig, "vocab": {...}} — written before the first step
+//                              TrainConfig, "vocab": {...}} — written by a new run, with the vocabularies,
+//                              just before its first checkpoint (earlier only with keep_best, when an
+//                              --init-from run's step-0 evaluation writes BEST_DIR); a run that fails
+//                              before then leaves none of them
 //   src_vocab.txt, tgt_vocab.txt   one token per line, line i + 1 = id i; src_vocab.json,
 //                              tgt_vocab.json instead (JSON arrays) for text data and whenever a
 //                              token holds a newline (tfm/models/model_dir.h)
