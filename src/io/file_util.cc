@@ -15,6 +15,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "tfm/io/safetensors.h"
+
 namespace tfm::io {
 namespace {
 
@@ -292,10 +294,25 @@ void refuse_output_holding(const std::string& dest, const std::string& source) {
   }
 }
 
-StagedDirectory::StagedDirectory(const std::string& dest, bool replace, const std::vector<std::string>& sources)
-    : dest_(dest), replace_(replace) {
+std::string filesystem_error_text(const std::filesystem::filesystem_error& e) {
+  // what() is "filesystem error: <what>: <errno text> [path1] [path2]" (libstdc++, libc++ alike): <what> is cut out.
+  std::string what = e.what();
+  const std::string head = "filesystem error: ", tail = ": " + e.code().message();
+  if (what.rfind(head, 0) == 0) what.erase(0, head.size());
+  const size_t at = what.find(tail);
+  what = at == std::string::npos ? std::string("file operation failed") : what.substr(0, at);
+  const std::string p1 = e.path1().string(), p2 = e.path2().string();
+  if (p1.empty()) return what + ": " + e.code().message();
+  if (p2.empty()) return p1 + ": " + what + ": " + e.code().message();
+  return p2 + ": " + what + " from " + p1 + ": " + e.code().message();  // (copy, rename: the second is written)
+}
+
+StagedDirectory::StagedDirectory(const std::string& dest, bool replace, const std::vector<std::string>& sources,
+                                 std::unique_ptr<DirectoryLock> dest_lock)
+    : dest_(dest), given_(dest), dest_lock_(std::move(dest_lock)), replace_(replace) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  while (given_.size() > 1 && given_.back() == '/') given_.pop_back();  // "out/" is said "out"
   for (const std::string& s : sources) refuse_output_holding(dest, s);
   fs::path d = fs::path(dest).lexically_normal();
   if (d.filename().empty()) d = d.parent_path();  // "out/" names "out"
@@ -304,6 +321,9 @@ StagedDirectory::StagedDirectory(const std::string& dest, bool replace, const st
   if (fs::exists(d, ec) && !replace)
     throw IoError(dest + ": exists (choose another output directory, or replace it with --force)");
   if (fs::exists(d, ec) && !fs::is_directory(d, ec)) throw IoError(dest + ": exists and is not a directory");
+  // Replacing it: held from now until the new one is in place (a training run in it, or another replacing writer,
+  // refuses this one).
+  if (replace && !dest_lock_) dest_lock_ = lock_for_replacing(given_);
   const fs::path parent = d.parent_path().empty() ? fs::path(".") : d.parent_path();
   fs::create_directories(parent, ec);
   if (ec) throw IoError(parent.string() + ": create_directories failed: " + ec.message());
@@ -353,18 +373,41 @@ StagedDirectory::~StagedDirectory() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
+std::string StagedDirectory::said_of_dest(std::string message) const {
+  if (temp_.empty()) return message;
+  for (size_t at = message.find(temp_); at != std::string::npos; at = message.find(temp_, at + given_.size()))
+    message.replace(at, temp_.size(), given_);
+  return message;
+}
+
+void StagedDirectory::write(const std::function<void(const std::string& dir)>& write) {
+  try {
+    write(temp_);
+  } catch (const std::filesystem::filesystem_error& e) {  // (before runtime_error, which it is)
+    throw IoError(said_of_dest(filesystem_error_text(e)));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(said_of_dest(e.what()));
+  } catch (const SafeTensorsError& e) {
+    throw SafeTensorsError(said_of_dest(e.what()));
+  } catch (const std::runtime_error& e) {
+    throw IoError(said_of_dest(e.what()));
+  }
+}
+
 void StagedDirectory::commit() {
   namespace fs = std::filesystem;
   std::error_code ec;
   std::string old;
   if (fs::exists(dest_, ec)) {
     if (!replace_) throw IoError(dest_ + ": exists (choose another output directory, or replace it with --force)");
+    if (!dest_lock_) dest_lock_ = lock_for_replacing(given_);  // made since construction: refused if held
     // One atomic swap where the file system has it: a kill at any point leaves the old or the new directory
     // at dest, never neither; the old one, now at the staging name, is deleted after.
     if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, dest_.c_str(), RENAME_EXCHANGE) == 0) {
       committed_ = true;
       fs::remove_all(temp_, ec);
-      return;  // (the destructor drops the lock, now on the new dest)
+      release_locks();
+      return;
     }
     if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) throw_errno(dest_, "rename (exchange)", errno);
     old = temp_ + ".old";  // without the swap: two renames, the old one moved aside first
@@ -378,6 +421,15 @@ void StagedDirectory::commit() {
   }
   committed_ = true;
   if (!old.empty()) fs::remove_all(old, ec);
+  release_locks();
+}
+
+void StagedDirectory::release_locks() {
+  // The new directory in place, neither is needed: the staging lock (its flock, now on the new dest) and the old
+  // dest's. Held on, they would refuse a run or another writer there for as long as this object lives.
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+  lock_fd_ = -1;
+  dest_lock_.reset();
 }
 
 void require_writable_directory(const std::string& dir) {
@@ -391,18 +443,168 @@ void require_writable_directory(const std::string& dir) {
   ::unlink(probe.c_str());
 }
 
+namespace {
+
+enum class Lock { TAKEN, HELD, GONE, NO_FLOCK };
+
+// Whether the descriptor `fd` is the directory `dir` names now (symlinks followed, as open follows them).
+bool is_named(int fd, const std::string& dir) {
+  struct stat held {
+  }, named{};
+  return ::fstat(fd, &held) == 0 && ::stat(dir.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+         held.st_ino == named.st_ino;
+}
+
+// One attempt at the exclusive flock of the directory `dir`: TAKEN (*fd holds it, and it is the directory named
+// `dir` now), HELD (another holds it), GONE (no directory is named `dir`, or the one locked is no longer it: removed
+// or replaced between the open and the flock), NO_FLOCK (the file system has none for directories). Throws IoError
+// when `dir` cannot be opened for another reason.
+Lock take_lock(const std::string& dir, int* fd) {
+  *fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (*fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) return Lock::GONE;
+    throw IoError(dir + ": cannot open the directory (" + std::strerror(e) + ")");
+  }
+  if (::flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    ::close(*fd);
+    *fd = -1;
+    return e == EWOULDBLOCK ? Lock::HELD : Lock::NO_FLOCK;
+  }
+  if (is_named(*fd, dir)) return Lock::TAKEN;
+  ::close(*fd);
+  *fd = -1;
+  return Lock::GONE;
+}
+
+constexpr int kLockAttempts = 100;  // a directory removed or replaced this many times while being locked: give up
+
+const char* const kReplacingHeld =
+    "a tfm train is running in this directory, or a tfm quantize, import or export is replacing it (it holds the "
+    "directory's lock): wait for it to end, or write into another --out";
+
+}  // namespace
+
 DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what) {
-  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd_ < 0) throw IoError(dir + ": cannot open the directory (" + std::strerror(errno) + ")");
-  if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
-  const int e = errno;
-  ::close(fd_);
-  fd_ = -1;
-  if (e == EWOULDBLOCK) throw IoError(dir + ": " + what);
+  for (int attempt = 0;; ++attempt) {
+    switch (take_lock(dir, &fd_)) {
+      case Lock::TAKEN:
+      case Lock::NO_FLOCK:
+        return;
+      case Lock::HELD:
+        throw IoError(dir + ": " + what);
+      case Lock::GONE:
+        if (std::error_code ec; attempt == kLockAttempts || !std::filesystem::exists(dir, ec))
+          throw IoError(dir + ": cannot open the directory (" + std::strerror(ENOENT) + ")");
+        break;  // replaced meanwhile: the one named now
+    }
+  }
 }
 
 DirectoryLock::~DirectoryLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+std::unique_ptr<DirectoryLock> lock_for_replacing(const std::string& dest) {
+  std::unique_ptr<DirectoryLock> lock(new DirectoryLock());
+  for (int attempt = 0; attempt <= kLockAttempts; ++attempt) {
+    struct stat st {};
+    if (::stat(dest.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return nullptr;  // nothing to replace
+    switch (take_lock(dest, &lock->fd_)) {
+      case Lock::TAKEN:
+      case Lock::NO_FLOCK:
+        return lock;
+      case Lock::HELD:
+        throw IoError(dest + ": " + kReplacingHeld);
+      case Lock::GONE:
+        break;  // removed or replaced meanwhile: looked at again
+    }
+  }
+  throw IoError(dest + ": cannot lock the directory (it was replaced " + std::to_string(kLockAttempts) +
+                " times while being locked)");
+}
+
+namespace {
+// Refuses, before anything is made, an output directory `dir` that cannot be made or used as one: the deepest of
+// `dir` and its parents that exists (or is a symbolic link) must be a directory (OutputDirectory's messages).
+void refuse_unusable_output(const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "out/" names "out"
+  for (fs::path q = p; !q.empty(); q = q.parent_path()) {
+    struct stat l {
+    }, st{};
+    if (::lstat(q.c_str(), &l) == 0) {
+      const bool self = q == p;
+      const std::string head = dir + ": cannot make the directory (";
+      if (::stat(q.c_str(), &st) != 0) {
+        if (S_ISLNK(l.st_mode) && errno == ENOENT) {
+          std::string target(4096, '\0');
+          const ssize_t n = ::readlink(q.c_str(), target.data(), target.size());
+          target.resize(n > 0 ? static_cast<size_t>(n) : 0);
+          throw IoError(head + std::strerror(ENOENT) + ": " + (self ? "it" : q.string()) + " is a symbolic link to '" +
+                        target + "', which does not exist)" +
+                        (self ? "; make that directory first, or choose another output directory" : ""));
+        }
+        return;  // (a loop of links, a permission: the making says it)
+      }
+      if (!S_ISDIR(st.st_mode))
+        throw IoError(
+            head + std::strerror(ENOTDIR) + ": " +
+            (self ? "a file of that name exists); choose another output directory" : q.string() + " is a file)"));
+      return;
+    }
+    if (q.parent_path() == q) return;
+  }
+}
+}  // namespace
+
+OutputDirectory::OutputDirectory(const std::string& dir) : dir_(dir) {
+  refuse_unusable_output(dir);
+  make();
+}
+
+void OutputDirectory::make() {
+  namespace fs = std::filesystem;
+  fs::path p = fs::path(dir_).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  std::error_code ec;
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+  if (ec) throw IoError(dir_ + ": cannot make the directory (" + ec.message() + ")");
+  // mkdir, not create_directories: whether this call made the directory itself is what the cleanup goes by.
+  created_ = ::mkdir(p.c_str(), 0777) == 0;
+  if (!created_ && errno != EEXIST) throw IoError(dir_ + ": cannot make the directory (" + std::strerror(errno) + ")");
+  if (!created_ && !fs::is_directory(p, ec))  // made meanwhile as something else
+    throw IoError(dir_ + ": cannot make the directory (" + std::strerror(ENOTDIR) +
+                  ": a file of that name exists); choose another output directory");
+}
+
+void OutputDirectory::lock(const std::string& what) {
+  if (locked_) return;
+  for (int attempt = 0;; ++attempt) {
+    switch (take_lock(dir_, &fd_)) {
+      case Lock::TAKEN:
+      case Lock::NO_FLOCK:
+        locked_ = true;
+        return;
+      case Lock::HELD:  // another holds it: it is the other's, whoever made it (created_ or not, not removed)
+        throw IoError(dir_ + ": " + what);
+      case Lock::GONE:  // removed by its maker's cleanup (under its lock) since it was made or opened: made again
+        if (attempt == kLockAttempts)
+          throw IoError(dir_ + ": cannot lock the directory (it was removed " + std::to_string(kLockAttempts) +
+                        " times while being locked)");
+        make();
+        break;
+    }
+  }
+}
+
+OutputDirectory::~OutputDirectory() {
+  // Removed only by the holder of its lock that made it, while holding it, and only empty (rmdir takes nothing
+  // else); where there is no flock, the directory it made and still names.
+  if (locked_ && created_ && (fd_ < 0 || is_named(fd_, dir_))) ::rmdir(dir_.c_str());
+  if (fd_ >= 0) ::close(fd_);
 }
 
 int remove_stale_temp_files(const std::string& path) {

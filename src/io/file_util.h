@@ -8,6 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -87,28 +90,49 @@ class AtomicFileWriter {
 // One-shot form: write_file_atomic(path, s) == AtomicFileWriter w(path); w.write(s); w.commit().
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+class DirectoryLock;
+
+// The message of a std::filesystem call's failure in this file's form, "<path>: <what>: <errno text>", e.g.
+//   "out/config.json: cannot copy file from run/config.json: No space left on device"
+// (its own what() is "filesystem error: cannot copy file: No space left on device [run/config.json] [out/...]").
+std::string filesystem_error_text(const std::filesystem::filesystem_error& e);
+
 // A directory written whole or not at all: files go into a fresh hidden sibling ".<base>.tmp.<pid>.<n>.<clock>"
 // (path(); a name never reused, so no writer takes or deletes another's), and commit() renames it to `dest`. An
 // existing `dest` is refused at construction (IoError "<dest>: exists (...)") unless `replace`, when commit() swaps the
 // two in one step (renameat2's RENAME_EXCHANGE; where the file system lacks it, two renames) and deletes the old one
-// only after the new one is in place. `sources`, the paths the new directory is made from, are checked
-// with refuse_output_holding (replacing `dest` must not delete them). Destroyed without commit(), the
-// staging directory is deleted. While it lives it holds an exclusive flock on its staging directory, which the
-// kernel releases when the process dies, however it dies: remove_abandoned_staging tells a live writer's staging
-// from a killed one's by it (where the file system has no flock on directories, none is held).
+// only after the new one is in place. Replacing an existing `dest`, it holds `dest`'s lock (lock_for_replacing) from
+// construction — or from commit(), for a `dest` made meanwhile — until the new directory is in place: a `dest` a
+// training run works in, or another writer replaces, is refused, not swapped away under it. A caller that took that
+// lock itself before longer work (tfm quantize) hands it over as `dest_lock`. `sources`, the paths the new directory
+// is made from, are checked with refuse_output_holding (replacing `dest` must not delete them). Destroyed without
+// commit(), the staging directory is deleted. While it lives it holds an exclusive flock on its staging directory,
+// which the kernel releases when the process dies, however it dies: remove_abandoned_staging tells a live writer's
+// staging from a killed one's by it (where the file system has no flock on directories, none is held).
+// Errors are said of `dest` as the caller gave it, never of the staging directory (gone when the message is read):
+// write() runs the caller's writing and rethrows its errors so (said_of_dest).
 class StagedDirectory {
  public:
-  StagedDirectory(const std::string& dest, bool replace, const std::vector<std::string>& sources = {});
+  StagedDirectory(const std::string& dest, bool replace, const std::vector<std::string>& sources = {},
+                  std::unique_ptr<DirectoryLock> dest_lock = nullptr);
   ~StagedDirectory();  // never throws
   StagedDirectory(const StagedDirectory&) = delete;
   StagedDirectory& operator=(const StagedDirectory&) = delete;
 
   const std::string& path() const { return temp_; }  // where to write
-  void commit();
+  // Calls write(path()); what it throws is rethrown said of `dest` (said_of_dest): IoError, SafeTensorsError and
+  // std::invalid_argument keep their type, a std::filesystem error becomes IoError (filesystem_error_text), any other
+  // std::runtime_error IoError.
+  void write(const std::function<void(const std::string& dir)>& write);
+  // `message` with the staging directory's path, wherever it appears, replaced by `dest` as the caller gave it.
+  std::string said_of_dest(std::string message) const;
+  void commit();  // the new directory in place, it holds no lock
 
  private:
-  std::string dest_, temp_;
+  void release_locks();
+  std::string dest_, given_, temp_;  // dest_: normalized; given_: as the caller gave it (for messages)
   int lock_fd_ = -1;  // temp_ opened, holding its flock (−1: none)
+  std::unique_ptr<DirectoryLock> dest_lock_;  // an existing dest's, while it is being replaced
   bool replace_ = false, committed_ = false;
 };
 
@@ -124,8 +148,9 @@ void require_writable_directory(const std::string& dir);
 
 // An exclusive advisory lock (flock) on the existing directory `dir` itself, held until destruction (or the
 // process's end, however it ends): a second holder — another process, or another DirectoryLock in this one — is
-// refused with IoError "<dir>: <what> (...)". A file system without flock on directories is not refused (the lock
-// is then not taken).
+// refused with IoError "<dir>: <what>". The lock is on the directory `dir` names once it is held: one removed or
+// replaced (renamed over) between the open and the flock is not the one locked, and the one named now is locked
+// instead. A file system without flock on directories is not refused (the lock is then not taken).
 class DirectoryLock {
  public:
   DirectoryLock(const std::string& dir, const std::string& what);
@@ -134,7 +159,51 @@ class DirectoryLock {
   DirectoryLock& operator=(const DirectoryLock&) = delete;
 
  private:
+  friend std::unique_ptr<DirectoryLock> lock_for_replacing(const std::string& dest);
+  DirectoryLock() = default;
   int fd_ = -1;
+};
+
+// The one check of every writer that replaces an existing directory whole (tfm quantize, import gpt2 and export
+// gpt2 with --force, through StagedDirectory): the lock of `dest` (DirectoryLock), which a training run holds on its
+// directory for the run's life (OutputDirectory) and a replacing writer until its new directory is in place — so
+// that neither a running run's directory nor one another writer is replacing is swapped away. Null when `dest` is
+// not an existing directory (nothing to replace). Throws IoError
+//   "<dest>: a tfm train is running in this directory, or a tfm quantize, import or export is replacing it (it holds
+//    the directory's lock): wait for it to end, or write into another --out".
+std::unique_ptr<DirectoryLock> lock_for_replacing(const std::string& dest);
+
+// The directory a writer works in in place for a long time (a training run's --out), claimed for it in two steps:
+//   OutputDirectory out(dir);  // made when missing, with its parents: created() says whether this call made it
+//   out.lock(what);            // its DirectoryLock, held until destruction; IoError "<dir>: <what>" when another holds
+//   it
+// Only the holder of the lock may delete the directory: destroyed while holding it, an OutputDirectory that made the
+// directory removes it again when it is empty (the work failed before writing anything there), before releasing the
+// lock. One that made it but was refused the lock leaves it alone: between its making and its locking another
+// process may have locked it and be working in it. And the lock is taken on the directory the path names: one removed
+// meanwhile (by its maker's cleanup, under its lock) is made again and locked. So two processes claiming one new
+// directory at once end with one of them working in it and the other refused, whatever the interleaving.
+// Refused before anything is made, IoError said of `dir` (with the errno text a file error carries): a path that
+// exists and is not a directory, a dangling symbolic link, and a parent of either kind:
+//   "<dir>: cannot make the directory (Not a directory: a file of that name exists); choose another output directory"
+//   "<dir>: cannot make the directory (No such file or directory: it is a symbolic link to '<target>', which does not
+//    exist); make that directory first, or choose another output directory"
+//   "<dir>: cannot make the directory (Not a directory: <parent> is a file)" (a parent link likewise).
+class OutputDirectory {
+ public:
+  explicit OutputDirectory(const std::string& dir);
+  ~OutputDirectory();  // never throws
+  OutputDirectory(const OutputDirectory&) = delete;
+  OutputDirectory& operator=(const OutputDirectory&) = delete;
+
+  void lock(const std::string& what);
+  bool created() const { return created_; }  // the directory (locked, once lock() returned) was made by this one
+
+ private:
+  void make();
+  std::string dir_;  // as given
+  bool created_ = false, locked_ = false;
+  int fd_ = -1;  // the locked directory (−1: not locked, or no flock on this file system)
 };
 
 // The start of the name of a temporary file (AtomicFileWriter) or staging directory (StagedDirectory) a writer of

@@ -387,16 +387,18 @@ Gpt2ImportReport import_gpt2(const std::string& hf_dir, const std::string& out_d
   source["merges_file"] = names.merges;
 
   io::remove_abandoned_staging(out_dir);  // a killed import's staging (io/file_util.h)
+  // Replacing an existing out_dir (force), it holds out_dir's lock (io::lock_for_replacing, as tfm quantize does): a
+  // directory a training run works in, or another writer replaces, is refused. Its errors are said of out_dir.
   io::StagedDirectory out(out_dir, force, {hf_dir});
-  const std::string& d = out.path();
-  io::write_file_atomic(join(d, model_dir::CONFIG),
-                        model_dir::config_json(mc, train.dump(2), vocab, vocab,
-                                               data::Tokenization::GPT2_BPE, data::Tokenization::GPT2_BPE,
-                                               /*json_vocab=*/true));
-  model_dir::save_vocabs(d, vocab, vocab, /*json=*/true);
-  model_dir::save_tokenizers(d, tok, tok);
-  io::save_safetensors(join(d, model_dir::MODEL), model.state_dict());
-  io::write_file_atomic(join(d, model_dir::GPT2_SOURCE), source.dump(2) + "\n");
+  out.write([&](const std::string& d) {
+    io::write_file_atomic(join(d, model_dir::CONFIG),
+                          model_dir::config_json(mc, train.dump(2), vocab, vocab, data::Tokenization::GPT2_BPE,
+                                                 data::Tokenization::GPT2_BPE, /*json_vocab=*/true));
+    model_dir::save_vocabs(d, vocab, vocab, /*json=*/true);
+    model_dir::save_tokenizers(d, tok, tok);
+    io::save_safetensors(join(d, model_dir::MODEL), model.state_dict());
+    io::write_file_atomic(join(d, model_dir::GPT2_SOURCE), source.dump(2) + "\n");
+  });
   out.commit();
   report.vocab_size = g.vocab_size;
   report.tokenizer_size = tok_size;
@@ -452,82 +454,87 @@ void export_gpt2(const std::string& dir, const std::string& hf_dir, bool force) 
 
   const std::string source_file = model_dir::path(dir, model_dir::GPT2_SOURCE);
   io::remove_abandoned_staging(hf_dir);  // a killed export's staging (io/file_util.h)
+  // Replacing an existing hf_dir (force), it holds hf_dir's lock (io::lock_for_replacing, as tfm quantize does): a
+  // directory a training run works in, or another writer replaces, is refused. Its errors are said of hf_dir.
   io::StagedDirectory out(hf_dir, force, {dir});
-  const std::string& d = out.path();
-  if (fs::exists(source_file)) {  // the source's own files: header, config and tokenizer names
-    ordered_json s;
-    try {
-      s = ordered_json::parse(io::read_file(source_file));
-    } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument(source_file + ": not valid JSON: " + escape_text(e.what(), kMaxMessage));
-    }
-    for (const char* key : {"config_json", "safetensors_header", "vocab_file", "merges_file"})
-      if (!s.contains(key) || !s[key].is_string()) throw std::invalid_argument(source_file + ": missing \"" + key + "\" (a string)");
-    const std::string header = s["safetensors_header"].get<std::string>();
-    ordered_json h;
-    try {
-      h = ordered_json::parse(header);
-    } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument(source_file + ": \"safetensors_header\" is not valid JSON: " + escape_text(e.what(), kMaxMessage));
-    }
-    const std::string prefix = h.contains(std::string(kPrefix) + "wte.weight") ? kPrefix : "";
-    // Data in the header's byte ranges, each tensor from the model (or a buffer GPT-2 defines).
-    uint64_t size = 0;
-    for (const auto& [key, e] : h.items())
-      if (key != "__metadata__") size = std::max(size, e.at("data_offsets")[1].get<uint64_t>());
-    std::string data(static_cast<size_t>(size), '\0');
-    for (const auto& [key, e] : h.items()) {
-      if (key == "__metadata__") continue;
-      const std::string what = source_file + ": tensor " + quote_name(key);
-      const std::string dtype = e.at("dtype").get<std::string>();
-      std::vector<int64_t> shape = e.at("shape").get<std::vector<int64_t>>();
-      const uint64_t begin = e.at("data_offsets")[0].get<uint64_t>(), end = e.at("data_offsets")[1].get<uint64_t>();
-      std::string bytes;
-      const std::string bare = !prefix.empty() && key.rfind(prefix, 0) == 0 ? key.substr(prefix.size()) : key;
-      if (hf.count(bare) || (bare == "lm_head.weight" && g.tie)) {  // a tied head: the embedding's values
-        const Tensor& t = hf.count(bare) ? hf.at(bare) : hf.at("wte.weight");
-        if (Shape(shape.begin(), shape.end()) != t.shape())
-          throw std::invalid_argument(what + " has shape " + shape_str(Shape(shape.begin(), shape.end())) +
-                                      " in the source, but the model's is " + shape_str(t.shape()));
-        append_as(dtype, t.data(), t.numel(), bytes, what);
-      } else if (is_mask_buffer(key, prefix, g.n_layer)) {
-        int64_t n = 1;
-        for (int64_t s : shape) n *= s;
-        std::vector<float> v(static_cast<size_t>(n), kMaskedBias);
-        if (bare.size() >= 9 && bare.compare(bare.size() - 9, 9, "attn.bias") == 0) {  // (1, 1, P, P) tril of ones
-          const int64_t P = shape.empty() ? 1 : shape.back();
-          for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (i % P) <= (i / P) % P ? 1.0f : 0.0f;
-        }
-        if (dtype == "BOOL" || dtype == "U8") {
-          for (float x : v) bytes.push_back(static_cast<char>(x != 0));
-        } else {
-          append_as(dtype, v.data(), n, bytes, what);
-        }
-      } else {
-        throw std::invalid_argument(what + " is not a GPT-2 tensor of this model");
+  out.write([&](const std::string& d) {
+    if (fs::exists(source_file)) {  // the source's own files: header, config and tokenizer names
+      ordered_json s;
+      try {
+        s = ordered_json::parse(io::read_file(source_file));
+      } catch (const nlohmann::json::exception& e) {
+        throw std::invalid_argument(source_file + ": not valid JSON: " + escape_text(e.what(), kMaxMessage));
       }
-      if (bytes.size() != end - begin || end > size)
-        throw std::invalid_argument(what + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                                    "] do not hold its " + std::to_string(bytes.size()) + " bytes");
-      std::memcpy(data.data() + begin, bytes.data(), bytes.size());
+      for (const char* key : {"config_json", "safetensors_header", "vocab_file", "merges_file"})
+        if (!s.contains(key) || !s[key].is_string())
+          throw std::invalid_argument(source_file + ": missing \"" + key + "\" (a string)");
+      const std::string header = s["safetensors_header"].get<std::string>();
+      ordered_json h;
+      try {
+        h = ordered_json::parse(header);
+      } catch (const nlohmann::json::exception& e) {
+        throw std::invalid_argument(
+            source_file + ": \"safetensors_header\" is not valid JSON: " + escape_text(e.what(), kMaxMessage));
+      }
+      const std::string prefix = h.contains(std::string(kPrefix) + "wte.weight") ? kPrefix : "";
+      // Data in the header's byte ranges, each tensor from the model (or a buffer GPT-2 defines).
+      uint64_t size = 0;
+      for (const auto& [key, e] : h.items())
+        if (key != "__metadata__") size = std::max(size, e.at("data_offsets")[1].get<uint64_t>());
+      std::string data(static_cast<size_t>(size), '\0');
+      for (const auto& [key, e] : h.items()) {
+        if (key == "__metadata__") continue;
+        const std::string what = source_file + ": tensor " + quote_name(key);
+        const std::string dtype = e.at("dtype").get<std::string>();
+        std::vector<int64_t> shape = e.at("shape").get<std::vector<int64_t>>();
+        const uint64_t begin = e.at("data_offsets")[0].get<uint64_t>(), end = e.at("data_offsets")[1].get<uint64_t>();
+        std::string bytes;
+        const std::string bare = !prefix.empty() && key.rfind(prefix, 0) == 0 ? key.substr(prefix.size()) : key;
+        if (hf.count(bare) || (bare == "lm_head.weight" && g.tie)) {  // a tied head: the embedding's values
+          const Tensor& t = hf.count(bare) ? hf.at(bare) : hf.at("wte.weight");
+          if (Shape(shape.begin(), shape.end()) != t.shape())
+            throw std::invalid_argument(what + " has shape " + shape_str(Shape(shape.begin(), shape.end())) +
+                                        " in the source, but the model's is " + shape_str(t.shape()));
+          append_as(dtype, t.data(), t.numel(), bytes, what);
+        } else if (is_mask_buffer(key, prefix, g.n_layer)) {
+          int64_t n = 1;
+          for (int64_t s : shape) n *= s;
+          std::vector<float> v(static_cast<size_t>(n), kMaskedBias);
+          if (bare.size() >= 9 && bare.compare(bare.size() - 9, 9, "attn.bias") == 0) {  // (1, 1, P, P) tril of ones
+            const int64_t P = shape.empty() ? 1 : shape.back();
+            for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (i % P) <= (i / P) % P ? 1.0f : 0.0f;
+          }
+          if (dtype == "BOOL" || dtype == "U8") {
+            for (float x : v) bytes.push_back(static_cast<char>(x != 0));
+          } else {
+            append_as(dtype, v.data(), n, bytes, what);
+          }
+        } else {
+          throw std::invalid_argument(what + " is not a GPT-2 tensor of this model");
+        }
+        if (bytes.size() != end - begin || end > size)
+          throw std::invalid_argument(what + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                      "] do not hold its " + std::to_string(bytes.size()) + " bytes");
+        std::memcpy(data.data() + begin, bytes.data(), bytes.size());
+      }
+      io::AtomicFileWriter w(join(d, "model.safetensors"));
+      const uint64_t n = header.size();
+      w.write(&n, 8);
+      w.write(header.data(), header.size());
+      w.write(data.data(), data.size());
+      w.commit();
+      io::write_file_atomic(join(d, "config.json"), s["config_json"].get<std::string>());
+      io::write_file_atomic(join(d, s["vocab_file"].get<std::string>()), m.tgt_tokenizer.bpe_vocab_json());
+      io::write_file_atomic(join(d, s["merges_file"].get<std::string>()), m.tgt_tokenizer.bpe_merges());
+    } else {  // the hub's layout
+      NamedTensors tensors;
+      for (auto& [key, t] : hf) tensors.insert(key, t);
+      io::save_safetensors(join(d, "model.safetensors"), tensors, {{"format", "pt"}});
+      io::write_file_atomic(join(d, "config.json"), hf_config_text(g, c.eos_id));
+      io::write_file_atomic(join(d, "vocab.json"), m.tgt_tokenizer.bpe_vocab_json());
+      io::write_file_atomic(join(d, "merges.txt"), m.tgt_tokenizer.bpe_merges());
     }
-    io::AtomicFileWriter w(join(d, "model.safetensors"));
-    const uint64_t n = header.size();
-    w.write(&n, 8);
-    w.write(header.data(), header.size());
-    w.write(data.data(), data.size());
-    w.commit();
-    io::write_file_atomic(join(d, "config.json"), s["config_json"].get<std::string>());
-    io::write_file_atomic(join(d, s["vocab_file"].get<std::string>()), m.tgt_tokenizer.bpe_vocab_json());
-    io::write_file_atomic(join(d, s["merges_file"].get<std::string>()), m.tgt_tokenizer.bpe_merges());
-  } else {  // the hub's layout
-    NamedTensors tensors;
-    for (auto& [key, t] : hf) tensors.insert(key, t);
-    io::save_safetensors(join(d, "model.safetensors"), tensors, {{"format", "pt"}});
-    io::write_file_atomic(join(d, "config.json"), hf_config_text(g, c.eos_id));
-    io::write_file_atomic(join(d, "vocab.json"), m.tgt_tokenizer.bpe_vocab_json());
-    io::write_file_atomic(join(d, "merges.txt"), m.tgt_tokenizer.bpe_merges());
-  }
+  });
   out.commit();
 }
 

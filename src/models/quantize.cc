@@ -239,12 +239,10 @@ bool quantize_model_dir(const std::string& dir, const std::string& out, bool for
     throw std::invalid_argument("quantize: " + out + " exists (give --force to replace it)");
   if (fs::exists(out, ec)) refuse_replacing_other_files(out);
   // A training run writing into `out` holds its lock (tfm/train/trainer.h): replaced under it, the run's next
-  // checkpoint would land beside this model's files. Held until the new directory is in place.
-  std::optional<io::DirectoryLock> out_lock;
-  if (fs::exists(out, ec))
-    out_lock.emplace(out,
-                     "a tfm train is running in this directory (it holds the directory's lock): quantize into "
-                     "another --out, or wait for the run to end");
+  // checkpoint would land beside this model's files; another quantize, import or export replacing it holds it too.
+  // Taken before the work (io::lock_for_replacing, the check of every replacing writer) and handed to the staged
+  // directory, which holds it until the new directory is in place.
+  std::unique_ptr<io::DirectoryLock> out_lock = io::lock_for_replacing(out);
   const TrainedModel m = load_model_dir(dir, WeightsLoad::MAP_READ_ONLY);  // checks the directory whole
   if (m.quantized) throw std::invalid_argument("quantize: " + dir + " is quantized already");
   QuantizedStateDict q;
@@ -252,11 +250,13 @@ bool quantize_model_dir(const std::string& dir, const std::string& out, bool for
 
   // The staging directories of runs killed while they wrote `out` (a stop signal's second, say) go first.
   io::remove_abandoned_staging(out);
-  io::StagedDirectory staged(out, force, {dir});  // written whole, then renamed over `out`; deleted if not
-  const fs::path tmp = staged.path();
-  model_dir::copy_description(dir, tmp.string());
-  io::save_safetensors((tmp / model_dir::MODEL).string(), q.f32, {{QUANTIZATION_METADATA_KEY, QUANTIZATION_INT8}},
-                       q.int8);
+  // Written whole, then renamed over `out`; deleted if not. Its errors are said of `out`, not of the staging directory.
+  io::StagedDirectory staged(out, force, {dir}, std::move(out_lock));
+  staged.write([&](const std::string& tmp) {
+    model_dir::copy_description(dir, tmp);
+    io::save_safetensors(model_dir::path(tmp, model_dir::MODEL), q.f32,
+                         {{QUANTIZATION_METADATA_KEY, QUANTIZATION_INT8}}, q.int8);
+  });
   if (should_stop && should_stop()) return false;
   if (fs::exists(out, ec)) refuse_replacing_other_files(out);  // (again: files put there while this ran)
   staged.commit();

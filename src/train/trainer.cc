@@ -277,16 +277,10 @@ class Run {
   Dataset ds_;
   ModelConfig mc_;
   Generator gen_;  // initialisation, then dropout
-  std::unique_ptr<io::DirectoryLock> out_lock_;  // rank 0: the run directory, for the run's life
-  // The run directory when rank 0 created it: removed again if the run leaves it empty (it failed before its first
-  // checkpoint), whether the constructor or train() threw.
-  struct CreatedDirectory {
-    std::string path;
-    ~CreatedDirectory() {
-      std::error_code ec;
-      if (!path.empty() && std::filesystem::is_empty(path, ec) && !ec) std::filesystem::remove(path, ec);
-    }
-  } created_out_;
+  // Rank 0: the run directory, made if missing and locked for the run's life (io::OutputDirectory). One this run made
+  // is removed again, under its lock, if the run leaves it empty (it failed before its first checkpoint), whether
+  // the constructor or train() threw; one it made but another run locked first is that run's, and stays.
+  std::optional<io::OutputDirectory> out_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> opt_;
   std::vector<Tensor> params_;
@@ -362,17 +356,16 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
   else if (!c_.init_from.empty()) setup_init_from();
   else setup_fresh();
 
-  std::error_code ec;
-  if (lead_ && std::filesystem::create_directories(c_.out_dir, ec)) created_out_.path = c_.out_dir;
-  if (ec) throw std::runtime_error(c_.out_dir + ": cannot create directory: " + ec.message());
-  if (lead_) io::require_writable_directory(c_.out_dir);  // now, not at the first checkpoint after the training
-  // One run at a time in a directory: a second (a fresh run, or a --resume while the first still writes) would
-  // delete the first's files or mix the two runs' (held until the run ends, by rank 0, which writes the files).
-  if (lead_)
-    out_lock_ = std::make_unique<io::DirectoryLock>(
-        c_.out_dir,
-        "another tfm train is running in this directory (it holds the directory's lock): wait for it to "
-        "end, or train into another --out");
+  if (lead_) {
+    // One run at a time in a directory: a second (a fresh run, or a --resume while the first still writes) would
+    // delete the first's files or mix the two runs' (held until the run ends, by rank 0, which writes the files).
+    // A tfm quantize, import or export --force replacing the directory holds it too.
+    out_.emplace(c_.out_dir);
+    out_->lock(
+        "another tfm train is running in this directory, or a tfm quantize, import or export is replacing it (it "
+        "holds the directory's lock): wait for it to end, or train into another --out");
+    io::require_writable_directory(c_.out_dir);  // now, not at the first checkpoint after the training
+  }
   described_ = resume;  // a fresh run describes itself with its first checkpoint (describe())
 
   model_->train();
@@ -949,18 +942,17 @@ void Run::write_best() {
   const std::string best = model_dir::path(c_.out_dir, BEST_DIR);
   const EvalRow& r = st_.history.back();
   io::StagedDirectory staged(best, /*replace=*/true);
-  const fs::path tmp = staged.path();
   try {
-    model_dir::copy_description(c_.out_dir, tmp.string());
-    io::save_safetensors((tmp / model_dir::MODEL).string(), average_ ? average_->named() : model_->named_parameters(),
-                         {{"format", "pt"}});
+    // Its errors are said of `best` (StagedDirectory::write), not of the staging directory, which is ours and gone
+    // when the message is read (staged's destructor removes it).
+    staged.write([&](const std::string& tmp) {
+      model_dir::copy_description(c_.out_dir, tmp);
+      io::save_safetensors(model_dir::path(tmp, model_dir::MODEL),
+                           average_ ? average_->named() : model_->named_parameters(), {{"format", "pt"}});
+    });
   } catch (const std::runtime_error& e) {
-    // Said of the output the user asked for: the staging directory the writer names is ours, and gone when the
-    // message is read (staged's destructor removes it).
-    std::string m = e.what();
-    for (size_t at = m.find(tmp.string()); at != std::string::npos; at = m.find(tmp.string(), at + best.size()))
-      m.replace(at, tmp.string().size(), best);
-    throw io::IoError(m + " (the best model, of step " + std::to_string(r.step) + ", was not written; " + best +
+    throw io::IoError(e.what() + std::string(" (the best model, of step ") + std::to_string(r.step) +
+                      ", was not written; " + best +
                       (fs::exists(best) ? " holds the previous one)" : " does not exist)"));
   }
   staged.commit();
@@ -991,17 +983,17 @@ void Run::checkpoint() {
     return;
   }
   const bool first = !described_;
-  describe();
   try {
+    describe();  // (inside: a failure part of the way through it leaves the files it wrote, undescribe()d below)
     write_checkpoint(c_.out_dir, *model_, *opt_, gen_, st_,
                      c_.task     ? std::string(enum_name(*c_.task))
                      : c_.text() ? c_.text_path
                                  : c_.train_path,
                      average_.get(), c_.label_smoothing, c_.text());
   } catch (...) {
-    // The first checkpoint failed (a full disk): its description goes too, so that the directory does
-    // not hold a config without weights, which neither a new run (it holds a run) nor --resume (no
-    // checkpoint) would take.
+    // The first checkpoint, or the description before it, failed (a full disk): the description goes too, so that
+    // the directory does not hold a config without weights, or vocabularies without a config, which neither a new
+    // run (it holds a run) nor --resume (no checkpoint) would take.
     if (first) undescribe();
     throw;
   }

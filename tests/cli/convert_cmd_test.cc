@@ -2,11 +2,15 @@
 // report lines, the way back, and the one-line errors with a non-zero exit (the conversions themselves
 // are tests/models/gpt2_test.cc's).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
+#include "io/file_util.h"
 #include "test_util.h"
 #include "tfm/data/bpe.h"
 #include "tfm/io/safetensors.h"
@@ -82,6 +86,73 @@ TEST(ConvertCli, BadInputIsOneLineAndNonZero) {
   EXPECT_NE(out.find("--out"), std::string::npos) << out;
   EXPECT_NE(run_command(kCli + " export gpt2 " + hf + " --out " + root + "/x 2>&1", &out), 0);  // not a tfm directory
   EXPECT_NE(out.find(hf), std::string::npos) << out;
+}
+
+// The children this process starts while f runs write files of at most `limit` bytes: a larger write fails with
+// EFBIG, as a full disk fails it (RLIMIT_FSIZE lowered and SIGXFSZ ignored, which the children inherit); both
+// restored after.
+void with_file_size_limit(size_t limit, const std::function<void()>& f) {
+  struct sigaction ignore {
+  }, old_action{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &old_action);
+  rlimit old_limit{};
+  getrlimit(RLIMIT_FSIZE, &old_limit);
+  rlimit small = old_limit;
+  small.rlim_cur = limit;
+  setrlimit(RLIMIT_FSIZE, &small);
+  f();  // (run_command and EXPECT do not throw)
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  sigaction(SIGXFSZ, &old_action, nullptr);
+}
+
+// A write that fails inside the output (a full disk; here a file-size limit the weights exceed) is said of --out,
+// the directory asked for, not of the hidden staging directory the files were written in (deleted by then); nothing
+// is left beside --out.
+TEST(ConvertCli, WriteErrorsNameTheOutNotItsStagingDirectory) {
+  const std::string hf = tiny_gpt2(), root = tfm::testing::temp_dir("cli_gpt2_efbig");
+  std::string out;
+  ASSERT_EQ(run_command(kCli + " import gpt2 " + hf + " --out " + root + "/m", &out), 0) << out;
+  fs::create_directories(root + "/full");
+  for (const auto& [cmd, dest] : std::vector<std::pair<std::string, std::string>>{
+           {" import gpt2 " + hf, root + "/full/x"}, {" export gpt2 " + root + "/m", root + "/full/y"}}) {
+    int rc = 0;
+    with_file_size_limit(1024, [&] { rc = run_command(kCli + cmd + " --out " + dest, &out); });
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_EQ(out.rfind("tfm: error: " + dest + "/", 0), 0u) << out;
+    EXPECT_NE(out.find(": write failed: File too large\n"), std::string::npos) << out;
+    EXPECT_EQ(out.find(".tmp."), std::string::npos) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
+  EXPECT_TRUE(fs::is_empty(root + "/full"));
+  fs::remove_all(root);
+  fs::remove_all(hf);
+}
+
+// --force never replaces a directory a running `tfm train` holds the lock of (its checkpoints would land beside the
+// new files, or the imported model's config beside the run's weights), nor one another `tfm quantize`, `import` or
+// `export` is replacing (which holds it too): refused as tfm quantize refuses it, the directory untouched; once the
+// lock is released it goes ahead.
+TEST(ConvertCli, ForceRefusesADirectoryARunOrAnotherWriterHolds) {
+  const std::string hf = tiny_gpt2(), root = tfm::testing::temp_dir("cli_gpt2_locked");
+  std::string out;
+  ASSERT_EQ(run_command(kCli + " import gpt2 " + hf + " --out " + root + "/m", &out), 0) << out;
+  ASSERT_EQ(run_command(kCli + " export gpt2 " + root + "/m --out " + root + "/back", &out), 0) << out;
+  for (const auto& [cmd, dest] : std::vector<std::pair<std::string, std::string>>{
+           {" import gpt2 " + hf, root + "/m"}, {" export gpt2 " + root + "/m", root + "/back"}}) {
+    const std::string config = tfm::testing::slurp(dest + "/config.json");
+    {
+      tfm::io::DirectoryLock run(dest, "held by the test, as a running tfm train holds it");
+      EXPECT_EQ(run_command(kCli + cmd + " --out " + dest + " --force", &out), 1) << out;
+      EXPECT_EQ(out, "tfm: error: " + dest +
+                         ": a tfm train is running in this directory, or a tfm quantize, import or export is replacing "
+                         "it (it holds the directory's lock): wait for it to end, or write into another --out\n");
+      EXPECT_EQ(tfm::testing::slurp(dest + "/config.json"), config);
+    }
+    EXPECT_EQ(run_command(kCli + cmd + " --out " + dest + " --force", &out), 0) << out;
+  }
+  fs::remove_all(root);
+  fs::remove_all(hf);
 }
 
 }  // namespace

@@ -9,15 +9,19 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <vector>
 
+#include "io/file_util.h"
 #include "test_util.h"
 
 namespace {
@@ -146,6 +150,68 @@ TEST_F(QuantizeCli, Refusals) {
             0);
   EXPECT_NE(out.find(*dir_ + "/int8 is an int8-quantized model directory"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(*dir_ + "/back.safetensors"));
+}
+
+// The children this process starts while f runs write files of at most `limit` bytes: a larger write fails with
+// EFBIG, as a full disk fails it (RLIMIT_FSIZE lowered and SIGXFSZ ignored, which the children inherit); both
+// restored after.
+void with_file_size_limit(size_t limit, const std::function<void()>& f) {
+  struct sigaction ignore {
+  }, old_action{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &old_action);
+  rlimit old_limit{};
+  getrlimit(RLIMIT_FSIZE, &old_limit);
+  rlimit small = old_limit;
+  small.rlim_cur = limit;
+  setrlimit(RLIMIT_FSIZE, &small);
+  f();  // (run_command and EXPECT do not throw)
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  sigaction(SIGXFSZ, &old_action, nullptr);
+}
+
+// A write that fails inside the output (a full disk; here a file-size limit) is said of --out, not of the hidden
+// staging directory it was written in (deleted by then), in the "<file>: <what>" form also when it is the copy of the
+// model's description (std::filesystem's copy, whose own text is "filesystem error: cannot copy file: ... [a] [b]");
+// nothing is left beside --out.
+TEST_F(QuantizeCli, WriteErrorsNameTheOutNotItsStagingDirectory) {
+  const std::string run = *dir_ + "/run", full = *dir_ + "/full", dest = full + "/q";
+  fs::create_directories(full);
+  size_t description = 0;
+  for (const auto& e : fs::directory_iterator(*dir_ + "/int8"))
+    if (e.path().filename() != "model.safetensors")
+      description = std::max(description, static_cast<size_t>(e.file_size()));
+  const size_t weights = fs::file_size(*dir_ + "/int8/model.safetensors");
+  ASSERT_LT(description + 1, weights);
+  std::string out;
+  int rc = 0;
+  with_file_size_limit(fs::file_size(run + "/config.json") - 1,
+                       [&] { rc = run_command(kCli + " quantize --model " + run + " --out " + dest, &out); });
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_EQ(out,
+            "tfm: error: " + dest + "/config.json: cannot copy file from " + run + "/config.json: File too large\n");
+  with_file_size_limit(description + 1,
+                       [&] { rc = run_command(kCli + " quantize --model " + run + " --out " + dest, &out); });
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_EQ(out, "tfm: error: " + dest + "/model.safetensors: write failed: File too large\n");
+  EXPECT_TRUE(fs::is_empty(full));
+  fs::remove_all(full);
+}
+
+// --force into an --out whose lock another process holds — a running tfm train, or another tfm quantize (import,
+// export) replacing it — is refused, saying who may hold it (not "a tfm train" alone: two quantize --force into one
+// --out refuse one of them so); the directory untouched.
+TEST_F(QuantizeCli, ForceIntoADirectoryAnotherProcessHoldsSaysWhoMayHoldIt) {
+  const std::string dest = *dir_ + "/int8";
+  const std::string model = tfm::testing::slurp(dest + "/model.safetensors");
+  {
+    tfm::io::StagedDirectory other(dest, /*replace=*/true);  // another quantize --force, writing its copy
+    expect_refused(kCli + " quantize --model " + *dir_ + "/run --out " + dest + " --force",
+                   "tfm: error: " + dest +
+                       ": a tfm train is running in this directory, or a tfm quantize, import or export is replacing "
+                       "it (it holds the directory's lock): wait for it to end, or write into another --out");
+  }
+  EXPECT_EQ(tfm::testing::slurp(dest + "/model.safetensors"), model);
 }
 
 // `tfm quantize` sent `sig` as soon as its stop handler is installed (its /proc/<pid>/status lists the signal as

@@ -412,6 +412,28 @@ TEST_F(TrainCliErrors, OutWhereNothingCanBeWrittenIsRefusedAtOnce) {
                "/sys/kernel: cannot write files there (Permission denied)");
 }
 
+// An --out that cannot be a directory is said to be so, before anything is made: a file, a symbolic link to a
+// directory that does not exist (named), a path under a file.
+TEST_F(TrainCliErrors, OutThatCannotBeADirectoryIsRefusedByName) {
+  const std::string afile = *dir_ + "/afile", link = *dir_ + "/dangling";
+  tfm::testing::spit(afile, "x");
+  std::filesystem::create_symlink("nowhere/dir", link);
+  const std::string args = " --max-steps 1 --threads 1";
+  expect_error("train --task reverse --out " + afile + args,
+               afile +
+                   ": cannot make the directory (Not a directory: a file of that name exists); choose another "
+                   "output directory");
+  expect_error("train --task reverse --out " + link + args,
+               link +
+                   ": cannot make the directory (No such file or directory: it is a symbolic link to 'nowhere/dir', "
+                   "which does not exist); make that directory first, or choose another output directory");
+  expect_error("train --task reverse --out " + afile + "/run" + args,
+               afile + "/run: cannot make the directory (Not a directory: " + afile + " is a file)");
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/nowhere"));
+  std::filesystem::remove(afile);
+  std::filesystem::remove(link);
+}
+
 TEST_F(TrainCliErrors, OutHoldingARunIsRefusedUnlessForced) {
   namespace fs = std::filesystem;
   const std::string run = *dir_ + "/run", copy = *dir_ + "/forced";

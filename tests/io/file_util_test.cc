@@ -16,11 +16,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "test_util.h"
+#include "tfm/io/safetensors.h"
 
 namespace tfm::io {
 namespace {
@@ -246,6 +248,189 @@ TEST(FileUtil, DirectoryLockHasOneHolder) {
   DirectoryLock again(d, "in use");  // the first is gone
   EXPECT_THROW(DirectoryLock(d + "/missing", "in use"), IoError);
   fs::remove_all(d);
+}
+
+// Two processes claiming one new output directory (two `tfm train --out d` started together): B makes it, A —
+// which found it made — locks it first, B's lock is refused. The directory is A's, whoever made it: B, destroyed after
+// its refusal, must not remove it (A would train into a directory without a name, and a third run would make and
+// lock a new one beside it). The interleaving, written out with the two steps OutputDirectory claims in.
+TEST(FileUtil, OutputDirectoryMadeByARefusedClaimantIsLeftToItsHolder) {
+  const std::string root = testing::temp_dir("out_dir_race"), d = root + "/run";
+  auto b = std::make_unique<OutputDirectory>(d);
+  EXPECT_TRUE(b->created());
+  OutputDirectory a(d);
+  EXPECT_FALSE(a.created());
+  a.lock("held by A");
+  try {
+    b->lock("in use");
+    ADD_FAILURE() << "B locked the directory A holds";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), d + ": in use");
+  }
+  b.reset();
+  EXPECT_TRUE(fs::is_directory(d)) << "the refused claimant that made the directory removed the one A holds";
+  // A's lock is on the directory named d (a third claimant is refused, it does not make another).
+  OutputDirectory c(d);
+  EXPECT_FALSE(c.created());
+  EXPECT_THROW(c.lock("in use"), IoError);
+  EXPECT_THROW(DirectoryLock(d, "in use"), IoError);
+  fs::remove_all(root);
+}
+
+// The holder that made the directory removes it again when the work left it empty (under its lock); a claimant that
+// found it made meanwhile finds it gone when it locks: it makes it again and holds that one (it is then its maker).
+// One that did not make the directory never removes it, and nothing but an empty one is removed.
+TEST(FileUtil, OutputDirectoryIsRemovedOnlyByItsMakerHoldingItsLock) {
+  const std::string root = testing::temp_dir("out_dir_cleanup"), d = root + "/a/run";
+  auto a = std::make_unique<OutputDirectory>(d);  // (its parents made too)
+  a->lock("held by A");
+  OutputDirectory c(d);
+  EXPECT_FALSE(c.created());
+  a.reset();
+  EXPECT_FALSE(fs::exists(d)) << "A made it, held it and left it empty";
+  c.lock("in use");
+  EXPECT_TRUE(c.created());
+  EXPECT_TRUE(fs::is_directory(d));
+  EXPECT_THROW(DirectoryLock(d, "in use"), IoError) << "C holds the directory named d";
+  {
+    OutputDirectory again(d);  // found, not made: kept however it ends
+    EXPECT_FALSE(again.created());
+  }
+  EXPECT_TRUE(fs::is_directory(d));
+  const std::string kept = root + "/kept";
+  {
+    OutputDirectory k(kept);
+    k.lock("in use");
+    std::ofstream(kept + "/f") << "x";  // the work wrote there: kept
+  }
+  EXPECT_TRUE(fs::exists(kept + "/f"));
+  fs::remove_all(root);
+}
+
+// An output directory path that cannot be one is refused by name before anything is made: a file, a dangling
+// symbolic link (naming its target), and a parent that is either.
+TEST(FileUtil, OutputDirectoryRefusesAFileOrADanglingLinkByName) {
+  const std::string root = testing::temp_dir("out_dir_bad");
+  std::ofstream(root + "/afile") << "x";
+  fs::create_symlink("nowhere/dir", root + "/link");
+  const auto message = [](const std::string& dir) {
+    try {
+      OutputDirectory out(dir);
+    } catch (const IoError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(message(root + "/afile"), root +
+                                          "/afile: cannot make the directory (Not a directory: a file of that name "
+                                          "exists); choose another output directory");
+  EXPECT_EQ(message(root + "/link"),
+            root +
+                "/link: cannot make the directory (No such file or directory: it is a symbolic "
+                "link to 'nowhere/dir', which does not exist); make that directory first, or "
+                "choose another output directory");
+  EXPECT_EQ(message(root + "/afile/run"),
+            root + "/afile/run: cannot make the directory (Not a directory: " + root + "/afile is a file)");
+  EXPECT_EQ(message(root + "/link/run"), root + "/link/run: cannot make the directory (No such file or directory: " +
+                                             root + "/link is a symbolic link to 'nowhere/dir', which does not exist)");
+  EXPECT_FALSE(fs::exists(root + "/nowhere"));
+  fs::create_directories(root + "/real");
+  fs::create_symlink("real", root + "/good");
+  {
+    OutputDirectory through(root + "/good");  // a link to a directory is that directory
+    EXPECT_FALSE(through.created());
+    through.lock("in use");
+    EXPECT_THROW(DirectoryLock(root + "/real", "in use"), IoError);
+  }
+  EXPECT_TRUE(fs::is_directory(root + "/real"));
+  fs::remove_all(root);
+}
+
+// A writer's errors inside a staging directory are said of the destination as the caller gave it (the staging
+// directory is gone when the message is read), keeping their type; a std::filesystem error (copy_file's) takes the
+// "<file>: <what>" form.
+TEST(FileUtil, StagedDirectoryErrorsAreSaidOfTheDestination) {
+  const std::string root = testing::temp_dir("staged_errors"), out = root + "/out";
+  StagedDirectory staged(out + "/", /*replace=*/false);
+  const std::string tmp = staged.path();
+  try {
+    staged.write([](const std::string& d) { throw IoError(d + "/model.safetensors: write failed: No space left"); });
+    ADD_FAILURE();
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), out + "/model.safetensors: write failed: No space left");
+  }
+  try {
+    staged.write([](const std::string& d) { throw std::invalid_argument(d + ": two BPEs"); });
+    ADD_FAILURE();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), out + ": two BPEs");
+  }
+  try {
+    staged.write([](const std::string& d) { throw SafeTensorsError(d + "/m: write failed"); });
+    ADD_FAILURE();
+  } catch (const SafeTensorsError& e) {
+    EXPECT_EQ(std::string(e.what()), out + "/m: write failed");
+  }
+  try {
+    staged.write([&](const std::string& d) { fs::copy_file(root + "/missing.json", d + "/config.json"); });
+    ADD_FAILURE();
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              out + "/config.json: cannot copy file from " + root + "/missing.json: " + std::strerror(ENOENT));
+  }
+  staged.write([](const std::string& d) { write_file_atomic(d + "/f", "x"); });
+  staged.commit();
+  EXPECT_EQ(read_file(out + "/f"), "x");
+  EXPECT_FALSE(fs::exists(tmp));
+  fs::remove_all(root);
+}
+
+// Every writer that replaces a directory whole holds its lock while it does (lock_for_replacing, through
+// StagedDirectory): a directory a training run holds is refused, and so is one another replacing writer holds (two
+// `tfm quantize --force` into one --out: the second is told who may hold it, not only "a tfm train"). A directory made
+// after the writer started is locked at its commit. Nothing is replaced when refused.
+TEST(FileUtil, ReplacingADirectoryTakesItsLock) {
+  const std::string root = testing::temp_dir("replace_lock"), out = root + "/out";
+  const std::string held = out +
+                           ": a tfm train is running in this directory, or a tfm quantize, import or export is "
+                           "replacing it (it holds the directory's lock): wait for it to end, or write into another "
+                           "--out";
+  fs::create_directories(out);
+  write_file_atomic(out + "/old", "old");
+  EXPECT_EQ(lock_for_replacing(root + "/absent"), nullptr);
+  {
+    OutputDirectory run(out);  // a training run in it
+    run.lock("a run");
+    try {
+      StagedDirectory replacing(out, /*replace=*/true);
+      ADD_FAILURE() << "replaced a directory a run holds";
+    } catch (const IoError& e) {
+      EXPECT_EQ(std::string(e.what()), held);
+    }
+  }
+  {
+    StagedDirectory first(out, /*replace=*/true);
+    try {
+      StagedDirectory second(out, /*replace=*/true);
+      ADD_FAILURE() << "two writers replace one directory at once";
+    } catch (const IoError& e) {
+      EXPECT_EQ(std::string(e.what()), held);
+    }
+    EXPECT_THROW(DirectoryLock(out, "a run"), IoError) << "a run starting there while it is replaced";
+    first.write([](const std::string& d) { write_file_atomic(d + "/new", "new"); });
+    first.commit();
+  }
+  EXPECT_EQ(read_file(out + "/new"), "new");
+  EXPECT_FALSE(fs::exists(out + "/old"));
+  const std::string later = root + "/later";
+  StagedDirectory staged(later, /*replace=*/true);  // nothing to replace yet
+  fs::create_directories(later);
+  {
+    DirectoryLock run(later, "a run");  // made and locked by a run meanwhile
+    EXPECT_THROW(staged.commit(), IoError);
+  }
+  EXPECT_TRUE(fs::is_empty(later)) << "the run's directory was swapped away";
+  fs::remove_all(root);
 }
 
 TEST(FileUtil, RequireWritableDirectory) {

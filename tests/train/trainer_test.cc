@@ -239,6 +239,58 @@ TEST(Trainer, FailedFirstCheckpointLeavesNoHalfWrittenModel) {
   EXPECT_EQ(file(d, "model.safetensors"), file(ref, "model.safetensors"));
 }
 
+// A fresh run whose description fails part of the way (its vocabularies written, then config.json failing: a full
+// disk; here a file-size limit config.json exceeds and the vocabularies do not) takes away what it wrote, and the
+// directory it made: nothing is left behind, as for a failure in the checkpoint after it.
+TEST(Trainer, FailedDescriptionLeavesNothingBehind) {
+  const std::string ref = testing::temp_dir("train_describe_ref"), root = testing::temp_dir("train_describe_efbig");
+  TrainConfig c = tiny(ref);
+  c.max_steps = 2;
+  run_training(c);
+  const size_t vocab = std::max(file(ref, "src_vocab.txt").size(), file(ref, "tgt_vocab.txt").size());
+  const size_t limit = (vocab + file(ref, "config.json").size()) / 2;
+  ASSERT_GT(limit, vocab);
+  ASSERT_LT(limit, file(ref, "config.json").size());
+  c.out_dir = root + "/fresh";  // made by the run
+  try {
+    with_file_size_limit(limit, [&] { run_training(c); });
+    FAIL() << "config.json was written past the limit";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), c.out_dir + "/config.json: write failed: File too large");
+  }
+  EXPECT_FALSE(std::filesystem::exists(c.out_dir)) << "the vocabularies, and the directory the run made, are left";
+  EXPECT_EQ(run_training(c).steps, 2);
+  std::filesystem::remove_all(root);
+}
+
+// An --out that cannot be a directory is refused by name before the run makes anything: a file, a symbolic link to
+// nowhere (naming its target), a path under a file.
+TEST(Trainer, OutThatCannotBeADirectoryIsRefusedByName) {
+  const std::string root = testing::temp_dir("train_bad_out");
+  testing::spit(root + "/afile", "x");
+  std::filesystem::create_symlink("nowhere/dir", root + "/link");
+  for (const auto& [out, message] : std::vector<std::pair<std::string, std::string>>{
+           {root + "/afile", root + "/afile: cannot make the directory (Not a directory: a file of that name exists); "
+                                    "choose another output directory"},
+           {root + "/link", root + "/link: cannot make the directory (No such file or directory: it is a symbolic link "
+                                   "to 'nowhere/dir', which does not exist); make that directory first, or choose "
+                                   "another output directory"},
+           {root + "/afile/run",
+            root + "/afile/run: cannot make the directory (Not a directory: " + root + "/afile is a file)"}}) {
+    TrainConfig c = tiny(out);
+    c.max_steps = 1;
+    try {
+      run_training(c);
+      ADD_FAILURE() << "trained into " << out;
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  }
+  EXPECT_EQ(testing::slurp(root + "/afile"), "x");
+  EXPECT_FALSE(std::filesystem::exists(root + "/nowhere"));
+  std::filesystem::remove_all(root);
+}
+
 // Trains `c` with 1 thread into dir_one and with 2 threads into dir_two (the thread count restored after).
 void train_with_one_and_two_threads(TrainConfig c, const std::string& dir_one, const std::string& dir_two) {
   const int saved = omp_get_max_threads();
@@ -567,8 +619,10 @@ TEST(Trainer, RunDirectoryInUseIsRefused) {
       run_training(again, {}, resume);
       ADD_FAILURE() << "ran beside the directory's holder";
     } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find(a + ": another tfm train is running in this directory"), std::string::npos)
-          << e.what();
+      // (the holder may be a run, or a tfm quantize, import or export replacing the directory: io::lock_for_replacing)
+      EXPECT_EQ(std::string(e.what()), a + ": another tfm train is running in this directory, or a tfm quantize, "
+                                           "import or export is replacing it (it holds the directory's lock): wait "
+                                           "for it to end, or train into another --out");
     }
   }
   EXPECT_EQ(testing::slurp(a + "/model.safetensors"), model);
