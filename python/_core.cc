@@ -447,6 +447,7 @@ PYBIND11_MODULE(_core, m) {
       .def("__repr__", [](const tfm::Tensor& t) { return "tfm.Tensor(" + tfm::describe(t) + ")"; });
   m.def("from_numpy", &from_numpy, py::arg("array"));
 
+  m.attr("MAX_THREADS") = tfm::kMaxThreads;  // set_num_threads' range is [1, MAX_THREADS]
   m.def("set_num_threads", [](int n) {
     if (n < 1 || n > tfm::kMaxThreads)
       throw std::invalid_argument("set_num_threads: n must be in [1, " + std::to_string(tfm::kMaxThreads) + "], got " +
@@ -576,14 +577,14 @@ PYBIND11_MODULE(_core, m) {
           py::arg("max_len") = tfm::DecodeOptions{}.max_len)
       .def(
           "generate",
-          [](const PyTrainedModel& t, const std::vector<int32_t>& prompt_ids, int64_t max_new_tokens, float temperature,
-             int64_t top_k, float top_p, uint64_t seed, std::optional<std::string> stop,
+          [](const PyTrainedModel& t, const std::vector<int32_t>& prompt_ids, int64_t max_new_tokens,
+             double temperature, int64_t top_k, double top_p, uint64_t seed, std::optional<std::string> stop,
              std::optional<py::function> on_piece, bool ignore_eos, bool prefill) {
             tfm::GenerateOptions gen;
             gen.ignore_eos = ignore_eos;
             gen.prefill = prefill;
             gen.max_new_tokens = max_new_tokens;
-            gen.sampling.temperature = temperature;
+            gen.sampling.temperature = tfm::float32_option(temperature, "temperature");
             gen.sampling.top_k = top_k;
             gen.sampling.top_p = top_p;
             gen.seed = seed;
@@ -591,7 +592,7 @@ PYBIND11_MODULE(_core, m) {
             std::string out, pending;  // pending: streamed bytes waiting for the rest of their character
             SignalPoll interrupted;
             t.infer(tfm::DataKind::TEXT, "generate needs a language model (translate() decodes the others)", [&] {
-              tfm::generate_text(t.m, prompt_ids, gen, stop.value_or(""), [&](int64_t, const std::string& piece) {
+              tfm::generate_text(t.m, prompt_ids, gen, stop, [&](int64_t, const std::string& piece) {
                 stop_if_exiting();
                 interrupted();
                 out += piece;
@@ -614,15 +615,18 @@ PYBIND11_MODULE(_core, m) {
           py::arg("prefill") = tfm::GenerateOptions{}.prefill)
       .def(
           "check_generate_options",
-          [](const PyTrainedModel&, int64_t max_new_tokens, float temperature, int64_t top_k, float top_p) {
+          [](const PyTrainedModel&, int64_t max_new_tokens, double temperature, int64_t top_k, double top_p,
+             const std::optional<std::string>& stop) {
             tfm::GenerateOptions gen;
             gen.max_new_tokens = max_new_tokens;
-            gen.sampling.temperature = temperature;
+            gen.sampling.temperature = tfm::float32_option(temperature, "temperature");
             gen.sampling.top_k = top_k;
             gen.sampling.top_p = top_p;
             tfm::check_generate_options(gen);
+            if (stop) tfm::check_stop_text(*stop);
           },
-          py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"))
+          py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
+          py::arg("stop") = py::none())
       .def(
           "logits",
           [](const PyTrainedModel& t, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& src,

@@ -99,17 +99,6 @@ def _int(name, value, lo, hi):
     return v
 
 
-def _float32(name, value):
-    """A float argument the native module takes as float32: a finite value float32 would turn into 0 or inf is a
-    ValueError naming it (the library's range check would otherwise see, and name, the rounded value)."""
-    v = float(value)
-    with _np.errstate(over="ignore"):
-        f = float(_np.float32(v)) if _np.isfinite(v) else v
-    if _np.isfinite(v) and ((f == 0.0) != (v == 0.0) or not _np.isfinite(f)):
-        raise ValueError(f"{name} must be representable as a float32, got {v!r}")
-    return v
-
-
 def _path(name, path):
     """A file or directory argument as the native module takes it: its bytes (os.fsencode). A NUL in it is a
     ValueError, as Python's open() says it: the C calls would read the path only up to the NUL."""
@@ -166,7 +155,7 @@ def set_num_threads(n):
     """Sets the number of OpenMP threads every later tfm call computes with (n >= 1), whichever Python thread makes
     it and whatever torch.set_num_threads sets afterwards; results do not depend on it. It leaves torch's count (and
     the calling thread's OpenMP setting) as it is: each tfm call sets n for itself and restores the setting after."""
-    _core.set_num_threads(_int("n", n, *_INT32))  # its range, [1, kMaxThreads], is the library's to check and say
+    _core.set_num_threads(_int("n", n, 1, _core.MAX_THREADS))
 
 
 def get_num_threads():
@@ -596,8 +585,10 @@ class Model:
 
     @staticmethod
     def _generate_args(max_new_tokens, temperature, top_k, top_p, seed):
-        return (_int("max_new_tokens", max_new_tokens, *_INT64), _float32("temperature", temperature),
-                _int("top_k", top_k, *_INT64), _float32("top_p", top_p), _int("seed", seed, *_UINT64))
+        # temperature is checked by the library as given (float32_option: a value float32 would make inf or 0 is
+        # refused by name); top_p is a double there.
+        return (_int("max_new_tokens", max_new_tokens, *_INT64), float(temperature),
+                _int("top_k", top_k, *_INT64), float(top_p), _int("seed", seed, *_UINT64))
 
     def translate(self, lines, beam=_D["beam"], batch_size=_D["decode_batch_size"], max_len=_D["max_len"]):
         """Predicted targets of source lines (a list of str in, a list of str out), as `tfm translate` (a line's own
@@ -620,12 +611,12 @@ class Model:
             _warnings.warn(note, stacklevel=2)
         return out
 
-    def _prompt_of(self, prompt, args):
+    def _prompt_of(self, prompt, args, stop):
         """The prompt to generate from as its token ids, once the options are checked: None (the default) is a
         newline, as `tfm generate` starts without a prompt; a given prompt with tokens the vocabulary lacks (read
         as <unk>) gets a UserWarning saying how many, as `tfm generate` notes it. Encoded once, as the native
         module's generate takes it."""
-        self._core.check_generate_options(*args[:4])  # a bad option is said before any warning
+        self._core.check_generate_options(*args[:4], stop)  # a bad option is said before any warning
         if prompt is None:
             return self._core.encode_prompt("\n")
         ids = self._core.encode_prompt(_utf8("prompt", prompt))
@@ -646,8 +637,9 @@ class Model:
         <unk>, with a UserWarning saying how many."""
         self._no_open_stream()
         args = self._generate_args(max_new_tokens, temperature, top_k, top_p, seed)
-        ids = self._prompt_of(prompt, args)
-        return self._core.generate(ids, *args, _utf8("stop", stop), None, bool(ignore_eos), bool(prefill))
+        stop = _utf8("stop", stop)
+        ids = self._prompt_of(prompt, args, stop)
+        return self._core.generate(ids, *args, stop, None, bool(ignore_eos), bool(prefill))
 
     def encode(self, text):
         """A language model's token ids of `text` (list of int), as it reads a prompt."""
@@ -667,8 +659,8 @@ class Model:
         generator it starts on the first next(): bad options raise, and the unknown-token warning comes, there."""
         self._no_open_stream()
         args = self._generate_args(max_new_tokens, temperature, top_k, top_p, seed)
-        ids = self._prompt_of(prompt, args)
         stop = _utf8("stop", stop)
+        ids = self._prompt_of(prompt, args, stop)
         q = _queue.Queue(maxsize=64)
         done = object()
         cancelled = _threading.Event()

@@ -2,11 +2,14 @@
 // decoder). Prints the prompt, then streams the continuation token by token; several samples are
 // separated by a line `---`. The work is tfm::generate (tfm/models/generate.h).
 #include <cstdio>
+#include <optional>
+#include <string>
 
 #include "commands.h"
 #include "tfm/inference.h"
 #include "tfm/models/generate.h"
 #include "tfm/models/model_dir.h"
+#include "tfm/models/sampling.h"
 #include "tfm/threads.h"
 
 namespace tfm::cli {
@@ -29,6 +32,7 @@ void register_generate(CLI::App& app, Runner& run) {
   struct Opts {
     std::string model, prompt, prompt_file, stop;
     GenerateOptions gen;
+    double temperature = GenerateOptions{}.sampling.temperature;  // read as a double, then float32_option's float
     int threads = 0;
     std::string dtype;  // empty: the directory's (model_dtype)
     bool no_mmap = false;
@@ -38,25 +42,28 @@ void register_generate(CLI::App& app, Runner& run) {
   auto* prompt = cmd->add_option("--prompt", o->prompt, "text to continue");
   cmd->add_option("--prompt-file", o->prompt_file, "file whose text to continue (-: standard input)")->excludes(prompt);
   cmd->add_option("--max-new-tokens", o->gen.max_new_tokens, "tokens generated per sample")->capture_default_str();
-  cmd->add_option("--temperature", o->gen.sampling.temperature, "softmax temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--temperature", o->temperature, "softmax temperature (0 = greedy)")->capture_default_str();
   cmd->add_option("--top-k", o->gen.sampling.top_k, "keep the K likeliest tokens (0 = all)")->capture_default_str();
   cmd->add_option("--top-p", o->gen.sampling.top_p, "keep the likeliest tokens of total probability ≥ P")
       ->capture_default_str();
   cmd->add_option("--num-samples", o->gen.num_samples, "samples, separated by a line ---")->capture_default_str();
   cmd->add_option("--seed", o->gen.seed, "random seed")->check(kNonNegative)->capture_default_str();
-  cmd->add_option("--stop", o->stop,
-                  "a sample ends once its continuation (the prompt not included) contains this text, printed whole")
-      ->check(CLI::Validator([](std::string& s) { return s.empty() ? std::string("empty: give the text to stop at") : ""; },
-                             "TEXT"));
+  auto* stop = cmd->add_option(
+      "--stop", o->stop,
+      "a sample ends once its continuation (the prompt not included) contains this text, printed whole");
   cmd->add_flag("--ignore-eos", o->gen.ignore_eos, "go on past the end-of-text token (by default a sample ends there)");
   cmd->add_option("--threads", o->threads, std::string("threads (default ") + tfm::kThreadsZero + ")");
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
   cmd->add_flag("--no-mmap", o->no_mmap, NO_MMAP_HELP);
-  cmd->callback([o, prompt, &run] {
+  cmd->callback([o, prompt, stop, &run] {
     const bool prompt_given = prompt->count() > 0;
-    run = [o, prompt_given] {
+    const std::optional<std::string> stop_text = stop->count() > 0 ? std::optional(o->stop) : std::nullopt;
+    run = [o, prompt_given, stop_text] {
       apply_threads(o->threads);
-      check_generate_options(o->gen);  // a bad option fails before the load (and before any note)
+      // A bad option fails before the load (and before any note).
+      o->gen.sampling.temperature = float32_option(o->temperature, "--temperature");
+      check_generate_options(o->gen);
+      if (stop_text) check_stop_text(*stop_text);
       if (!o->dtype.empty()) dtype_name(o->dtype);  // a bad name fails before the load
       const TrainedModel m = load_model_dir(o->model, weights_load(o->no_mmap));
       const InferenceMode scope(model_dtype(o->dtype, m));
@@ -92,7 +99,7 @@ void register_generate(CLI::App& app, Runner& run) {
           ++current;
         }
       };
-      generate_text(m, ids, o->gen, o->stop, [&](int64_t sample, const std::string& piece) {
+      generate_text(m, ids, o->gen, stop_text, [&](int64_t sample, const std::string& piece) {
         begin_sample(sample);
         print(piece);
         check_stdout();

@@ -15,6 +15,7 @@
 #include "tfm/data/vocab.h"
 #include "tfm/inference.h"
 #include "tfm/models/model_dir.h"
+#include "tfm/models/sampling.h"
 #include "tfm/threads.h"
 
 namespace tfm::cli {
@@ -114,6 +115,7 @@ void register_translate(CLI::App& app, Runner& run) {
   struct Opts {  // the defaults are the library's
     std::string model;
     DecodeOptions decode;
+    double temperature = DecodeOptions{}.sampling.temperature;  // read as a double, then float32_option's float
     int64_t batch_size = kDecodeBatchSize;
     int threads = 0;
     std::string dtype;  // empty: the directory's (model_dtype)
@@ -128,9 +130,9 @@ void register_translate(CLI::App& app, Runner& run) {
   cmd->add_option("--dtype", o->dtype, MODEL_DTYPE_HELP)->type_name(choices_type<Precision>());
   cmd->add_flag("--no-mmap", o->no_mmap, NO_MMAP_HELP);
   cmd->add_flag("--sample", o->decode.sample, "sample each token instead of searching (needs --beam 1)");
-  auto* temperature = cmd->add_option("--temperature", o->decode.sampling.temperature,
-                                      "with --sample: softmax temperature (0 = greedy)")
-                          ->capture_default_str();
+  auto* temperature =
+      cmd->add_option("--temperature", o->temperature, "with --sample: softmax temperature (0 = greedy)")
+          ->capture_default_str();
   auto* top_k =
       cmd->add_option("--top-k", o->decode.sampling.top_k, "with --sample: keep the K likeliest tokens (0 = all)")
           ->capture_default_str();
@@ -146,6 +148,7 @@ void register_translate(CLI::App& app, Runner& run) {
     run = [o] {
       apply_threads(o->threads);
       DecodeOptions decode = o->decode;
+      decode.sampling.temperature = float32_option(o->temperature, "--temperature");
       check_decode_options(decode);  // before the model is loaded
       if (o->batch_size < 1) throw std::invalid_argument("--batch-size must be ≥ 1");
       if (!o->dtype.empty()) dtype_name(o->dtype);  // a bad name fails before the load

@@ -442,72 +442,86 @@ LoadedModule::~LoadedModule() = default;
 LoadedModule::LoadedModule(LoadedModule&&) noexcept = default;
 LoadedModule& LoadedModule::operator=(LoadedModule&&) noexcept = default;
 
-const ModuleConfig& LoadedModule::config() const { return impl_->config; }
-Precision LoadedModule::precision() const { return impl_->precision; }
+LoadedModule::Impl& LoadedModule::impl() const {
+  if (!impl_)
+    throw std::invalid_argument(
+        "LoadedModule: holds no module (moved from): call the handle it was moved to, or load one with load_module");
+  return *impl_;
+}
+
+const ModuleConfig& LoadedModule::config() const { return impl().config; }
+Precision LoadedModule::precision() const { return impl().precision; }
 void LoadedModule::set_precision(Precision precision) {
-  impl_->precision = precision;
-  impl_->packed.clear();
+  Impl& d = impl();
+  d.precision = precision;
+  d.packed.clear();
 }
 Module& LoadedModule::module() {
-  impl_->unset = false;  // the caller may set the parameters through it
-  return impl_->call->module();
+  Impl& d = impl();
+  d.unset = false;  // the caller may set the parameters through it
+  return d.call->module();
 }
 void LoadedModule::clear_packed_weights() {
-  impl_->packed.clear();
-  impl_->finite_checked = false;  // the parameters may have changed
+  Impl& d = impl();
+  d.packed.clear();
+  d.finite_checked = false;  // the parameters may have changed
 }
-size_t LoadedModule::packed_weights() const { return impl_->packed.size(); }
-const std::vector<std::string>& LoadedModule::differentiable_inputs() const { return impl_->differentiable_inputs; }
+size_t LoadedModule::packed_weights() const { return impl().packed.size(); }
+const std::vector<std::string>& LoadedModule::differentiable_inputs() const { return impl().differentiable_inputs; }
 
 void LoadedModule::load_weights(const NamedTensors& weights, const std::string& source) {
-  impl_->packed.clear();  // the packed copies would be of the old values
-  impl_->finite_checked = false;
-  impl_->weights_source = source;
-  impl_->call->module().load_state_dict(weights, source);  // strict: every parameter, or it throws
-  impl_->unset = false;
+  Impl& d = impl();
+  d.packed.clear();  // the packed copies would be of the old values
+  d.finite_checked = false;
+  d.weights_source = source;
+  d.call->module().load_state_dict(weights, source);  // strict: every parameter, or it throws
+  d.unset = false;
 }
 
 Tensor LoadedModule::call(const NamedTensors& inputs, const std::string& source) const {
-  impl_->require_weights();
-  return impl_->call->forward(Inputs{inputs, source});
+  const Impl& d = impl();
+  d.require_weights();
+  return d.call->forward(Inputs{inputs, source});
 }
 
 NamedTensors LoadedModule::forward(const NamedTensors& inputs, const std::string& source, TorchCall as) {
-  impl_->require_weights();
+  Impl& d = impl();
+  d.require_weights();
   // int8 has no NaN or infinity: a weight holding one would quantize to a finite value and give plausible
   // numbers where float32 (and PyTorch) give NaN, so it is refused, once per set of weights.
-  if (impl_->precision == Precision::INT8 && !impl_->finite_checked) {
-    for (const auto& [key, t] : module().named_parameters()) {
+  if (d.precision == Precision::INT8 && !d.finite_checked) {
+    for (const auto& [key, t] : d.call->module().named_parameters()) {
       const float* p = t.data();
       for (int64_t i = 0, n = t.numel(); i < n; ++i)
         if (!std::isfinite(p[i]))
-          throw std::invalid_argument(impl_->weights_source + ": tensor '" + key + "' holds " +
+          throw std::invalid_argument(d.weights_source + ": tensor '" + key + "' holds " +
                                       (std::isnan(p[i]) ? "NaN" : "an infinity") + " (element " + std::to_string(i) +
                                       "), which int8 cannot represent; run it in f32 or bf16");
     }
-    impl_->finite_checked = true;
+    d.finite_checked = true;
   }
-  InferenceMode scope(impl_->precision, impl_->packed);  // no tape; each Linear weight packed once
+  InferenceMode scope(d.precision, d.packed);  // no tape; each Linear weight packed once
   NamedTensors out;
-  out.insert("output", impl_->call->forward(Inputs{inputs, source, as}));
+  out.insert("output", d.call->forward(Inputs{inputs, source, as}));
   return out;
 }
 
 NamedTensors LoadedModule::forward_backward(const NamedTensors& inputs, const Tensor& grad_output,
                                             const std::string& source) {
-  if (impl_->precision == Precision::INT8)
+  Impl& d = impl();
+  if (d.precision == Precision::INT8)
     throw std::invalid_argument(source + ": 'grad_output' asks for gradients, which int8 (inference only) does not "
                                 "compute; use f32 or bf16");
-  impl_->require_weights();
-  Module& m = impl_->call->module();
+  d.require_weights();
+  Module& m = d.call->module();
   m.zero_grad();
   NamedTensors in;
   for (const auto& [k, v] : inputs) in.insert(k, v.dtype() == DType::FLOAT32 ? v.detach() : v);  // fresh leaves
-  for (const auto& n : impl_->differentiable_inputs) {
+  for (const auto& n : d.differentiable_inputs) {
     auto it = in.find(n);
     if (it != in.end() && it->second.dtype() == DType::FLOAT32) it->second.requires_grad_(true);
   }
-  Autocast autocast(impl_->precision);  // bf16: the matmuls forward and backward (tfm/autocast.h)
+  Autocast autocast(d.precision);  // bf16: the matmuls forward and backward (tfm/autocast.h)
   Tensor y = call(in, source);
   if (!grad_output.defined() || grad_output.dtype() != DType::FLOAT32 || grad_output.shape() != y.shape())
     throw std::invalid_argument(source + ": 'grad_output' is " + describe(grad_output) + ", expected Float32" +
@@ -519,7 +533,7 @@ NamedTensors LoadedModule::forward_backward(const NamedTensors& inputs, const Te
     Tensor g = p.grad();
     out.insert("grad." + k, g.defined() ? g : Tensor::zeros(p.shape()));
   });
-  for (const auto& n : impl_->differentiable_inputs) {
+  for (const auto& n : d.differentiable_inputs) {
     auto it = in.find(n);
     if (it == in.end() || !it->second.requires_grad()) continue;
     Tensor g = it->second.grad();

@@ -314,16 +314,28 @@ TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights) {
   return m;
 }
 
+const Model& require_model(const TrainedModel& m) {
+  if (!m.model)
+    throw std::invalid_argument(
+        "TrainedModel: holds no model (default-constructed or moved from): load one with load_model_dir");
+  return *m.model;
+}
+
 void require_data(const TrainedModel& m, DataKind kind, const std::string& use) {
-  const ModelConfig& c = m.model->config();
+  const ModelConfig& c = require_model(m).config();
   if (c.family().data == kind) return;
   if (kind == DataKind::TEXT)
     throw std::invalid_argument(m.dir + " is not a language model (arch " + std::string(enum_name(c.arch)) + "); " + use);
   throw std::invalid_argument(m.dir + " is a language model: " + use);
 }
 
+void check_stop_text(const std::string& text) {
+  if (text.empty()) throw std::invalid_argument("stop: empty: give the text to stop at");
+}
+
 std::function<bool(int64_t, const std::vector<int32_t>&)> stop_at_text(const TrainedModel& m, const std::string& text) {
-  if (text.empty()) return {};
+  require_model(m);
+  check_stop_text(text);
   return [&m, text](int64_t, const std::vector<int32_t>& generated) {
     if (generated.empty()) return false;
     const auto piece = [&](size_t i) { return data::decode_text(m.tgt_vocab, m.tgt_tokenizer, {generated[i]}); };
@@ -357,6 +369,7 @@ std::string read_prompt_file(const std::string& path) {
 }
 
 std::vector<int32_t> encode_prompt(const TrainedModel& m, const std::string& prompt, const std::string& prompt_name) {
+  require_model(m);
   if (prompt.empty())
     throw std::invalid_argument((prompt_name == "prompt" || prompt_name.rfind("--", 0) == 0 ? "" : prompt_name + ": ") +
                                 "the prompt is empty (give at least one character)");  // a file's name said
@@ -364,21 +377,22 @@ std::vector<int32_t> encode_prompt(const TrainedModel& m, const std::string& pro
 }
 
 std::vector<std::string> generate_text(const TrainedModel& m, const std::string& prompt, GenerateOptions options,
-                                       const std::string& stop,
+                                       const std::optional<std::string>& stop,
                                        const std::function<void(int64_t, const std::string&)>& on_piece,
                                        const std::string& prompt_name) {
   return generate_text(m, encode_prompt(m, prompt, prompt_name), std::move(options), stop, on_piece);
 }
 
 std::vector<std::string> generate_text(const TrainedModel& m, const std::vector<int32_t>& prompt_ids,
-                                       GenerateOptions options, const std::string& stop,
+                                       GenerateOptions options, const std::optional<std::string>& stop,
                                        const std::function<void(int64_t, const std::string&)>& on_piece) {
+  const Model& model = require_model(m);
   check_generate_options(options);  // num_samples bounded before `texts` is sized by it
   const std::vector<int32_t> never = never_generated(m);
   options.suppress.insert(options.suppress.end(), never.begin(), never.end());
-  if (!stop.empty()) options.stop_after = stop_at_text(m, stop);
+  if (stop) options.stop_after = stop_at_text(m, *stop);
   std::vector<std::string> texts(static_cast<size_t>(options.num_samples));
-  generate(*m.model, prompt_ids, options, [&](int64_t sample, int32_t token) {
+  generate(model, prompt_ids, options, [&](int64_t sample, int32_t token) {
     const std::string piece = data::decode_text(m.tgt_vocab, m.tgt_tokenizer, {token});
     texts[static_cast<size_t>(sample)] += piece;
     if (on_piece) on_piece(sample, piece);
@@ -387,16 +401,19 @@ std::vector<std::string> generate_text(const TrainedModel& m, const std::vector<
 }
 
 int64_t unknown_tokens(const TrainedModel& m, const std::string& text, const std::string& prompt_name) {
+  require_model(m);
   if (m.tgt_vocab.unk_id() < 0 || text.empty()) return 0;
   return unknown_tokens(m, data::encode_text(m.tgt_vocab, m.tgt_tokenizer, text, prompt_name));
 }
 
 int64_t unknown_tokens(const TrainedModel& m, const std::vector<int32_t>& ids) {
+  require_model(m);
   const int32_t unk = m.tgt_vocab.unk_id();
   return unk < 0 ? 0 : std::count(ids.begin(), ids.end(), unk);
 }
 
 std::vector<int32_t> never_generated(const TrainedModel& m) {
+  require_model(m);
   const data::Vocab& v = m.tgt_vocab;
   std::vector<int32_t> ids;
   for (int32_t id : {v.pad_id(), v.bos_id() != v.eos_id() ? v.bos_id() : -1, v.unk_id()})
@@ -481,10 +498,11 @@ std::vector<data::Tokens> predict(const Model& model, const data::Vocab& tgt_voc
 }
 
 std::string truncation_note(const TrainedModel& m, int64_t truncated, int64_t outputs, int64_t max_len) {
+  const int64_t model_max_len = require_model(m).config().max_len;
   if (truncated <= 0) return "";
-  const std::string cap = std::to_string(m.model->config().max_len);  // the longest any output can be
+  const std::string cap = std::to_string(model_max_len);  // the longest any output can be
   const std::string raise = "; a larger max_len (--max-len) raises it, up to the model's max_len " + cap;
-  const bool at_cap = max_len >= m.model->config().max_len;
+  const bool at_cap = max_len >= model_max_len;
   const std::string limit = at_cap      ? "the model's max_len " + cap + ", its longest output"
                             : max_len > 0 ? "max_len " + std::to_string(max_len)
                                           : "by default 2·source tokens + 10, at most the model's max_len " + cap;
@@ -493,8 +511,8 @@ std::string truncation_note(const TrainedModel& m, int64_t truncated, int64_t ou
 }
 
 void check_decode_options(const TrainedModel& m, const DecodeOptions& options) {
+  const ModelConfig& c = require_model(m).config();
   check_decode_options(options);
-  const ModelConfig& c = m.model->config();
   if (c.target_layout() == data::TargetLayout::PER_POSITION) {
     const std::string model = m.dir + " (arch " + std::string(enum_name(c.arch)) + ")";
     if (options.beam > 1)
@@ -525,12 +543,13 @@ std::vector<std::string> translate_lines(const TrainedModel& m, const std::vecto
 std::vector<std::string> translate_lines(const TrainedModel& m, const std::vector<std::string>& sources,
                                          const DecodeOptions& options, int64_t batch_size, uint64_t first_stream,
                                          int64_t* truncated, int64_t* unknown) {
+  const Model& model = require_model(m);
   check_decode_options(m, options);
   std::vector<std::vector<int32_t>> ids;
   ids.reserve(sources.size());
-  const int64_t max_len = m.model->config().max_len;
+  const int64_t max_len = model.config().max_len;
   const auto translate = [&] {
-    const auto pred = predict(*m.model, m.tgt_vocab, ids, options, batch_size, first_stream, truncated);
+    const auto pred = predict(model, m.tgt_vocab, ids, options, batch_size, first_stream, truncated);
     std::vector<std::string> out;
     out.reserve(pred.size());
     for (const auto& p : pred) out.push_back(m.tgt_tokenizer.detokenize(p));

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cfloat>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -20,10 +21,11 @@
 namespace tfm {
 namespace {
 
-// x as the shortest text that reads back as the same float ("1.0000001", "-1e-07", "nan", "inf"), so a
-// message shows the value that was refused (std::to_string's 6 decimals would print 1.000000 and
-// -0.000000 for values just outside a range).
-std::string shortest(float x) {
+// x as the shortest text that reads back as the same value ("1.0000001", "-1e-07", "1e+39", "nan", "inf"), so a
+// message shows the value that was refused (std::to_string's 6 decimals would print 1.000000 and -0.000000 for
+// values just outside a range). A float's own shortest text for a float (temperature), a double's for a double.
+template <typename T>
+std::string shortest(T x) {
   char buf[32];
   const auto r = std::to_chars(buf, buf + sizeof buf, x);
   return std::string(buf, r.ptr);
@@ -70,8 +72,19 @@ void check_sampling_options(const SamplingOptions& opt) {
   if (!(opt.temperature >= 0.0f) || !std::isfinite(opt.temperature))
     throw std::invalid_argument("sampling: temperature must be finite and ≥ 0, got " + shortest(opt.temperature));
   if (opt.top_k < 0) throw std::invalid_argument("sampling: top_k must be ≥ 0, got " + std::to_string(opt.top_k));
-  if (!(opt.top_p > 0.0f && opt.top_p <= 1.0f))
+  if (!(opt.top_p > 0.0 && opt.top_p <= 1.0))
     throw std::invalid_argument("sampling: top_p must be in (0, 1], got " + shortest(opt.top_p));
+}
+
+float float32_option(double value, const std::string& name) {
+  // From FLT_MAX + half its ulp (2^128 − 2^103) on, round to nearest gives ±inf; below it the cast is defined.
+  constexpr double kRoundsToInf = 0x1.ffffffp127;
+  if (!std::isfinite(value)) return static_cast<float>(value);
+  const bool to_inf = std::fabs(value) >= kRoundsToInf;
+  const float f = to_inf ? 0.0f : static_cast<float>(value);
+  if (to_inf || (f == 0.0f && value != 0.0))  // or at most half the least subnormal: rounds to 0
+    throw std::invalid_argument(name + " must be representable as a float32, got " + shortest(value));
+  return f;
 }
 
 int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& opt, Generator& gen) {
@@ -110,8 +123,17 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& opt,
                             : std::exp((static_cast<double>(logits[ids[i]]) - zmax) * inv_t);
   double total = 0;
   for (size_t i = 0; i < n; ++i) total += p[i];
-  if (opt.top_p < 1.0f) {  // shortest prefix (already sorted by probability) with mass ≥ top_p
-    const double want = static_cast<double>(opt.top_p) * total;
+  if (opt.top_p < 1.0) {  // shortest prefix (already sorted by probability) with mass ≥ top_p
+    // Mass ≥ top_p·total, decided within the computation's own rounding, so that a prefix whose exact mass is
+    // exactly the decimal top_p the user typed (ties: ten equal logits hold 0.1 each, two reach 0.2) is found to
+    // reach it. cum and total are sums, in order, of at most n positive doubles (each exp within an ulp), so each
+    // is off by a relative (n + 1)·u at most (u = 2^-53, to first order); the double top_p is off the decimal by
+    // u, and the product rounds once more. So a prefix whose computed mass falls short of the computed
+    // top_p·total by less than (2n + 4)·u of it may hold exactly top_p, and counts as reaching it: every exact
+    // hit is kept at its shortest prefix (a hundred equal logits at 0.07 keep 7 tokens, where fl(0.07·100) =
+    // 7.000000000000001 took an 8th), and the plain comparison's decision changes only for a mass within
+    // about n·2e-16 of top_p, which untied logits do not reach in practice.
+    const double want = opt.top_p * total * (1.0 - static_cast<double>(n + 2) * DBL_EPSILON);  // ε = 2u
     double cum = 0;
     size_t keep = 0;
     while (keep < n && cum < want) cum += p[keep++];

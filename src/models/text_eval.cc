@@ -50,7 +50,7 @@ namespace {
 
 // A model directory's language model, or an error naming the directory.
 void require_language_model(const TrainedModel& m) {
-  if (m.model->family().data != DataKind::TEXT)
+  if (require_model(m).family().data != DataKind::TEXT)
     throw std::invalid_argument(m.dir + " is not a language model (arch " + std::string(enum_name(m.model->config().arch)) +
                                 "); eval --text needs arch decoder (eval --data / --task score the others)");
 }

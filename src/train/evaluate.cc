@@ -166,7 +166,7 @@ EvalSet tsv_test_set(const TrainedModel& m, const std::string& path, std::string
   // one is skipped and noted as over-long, counted before its tokens are made, as any line the reader skips). A
   // char, space or byte side comes as its text only, tokenized here.
   opt.max_tokens = std::numeric_limits<int64_t>::max();
-  opt.max_src_tokens = m.model->config().max_len;
+  opt.max_src_tokens = require_model(m).config().max_len;
   opt.keep_tokens = false;
   opt.strict = strict;
   // An encoder predicts one token per source token: a pair of unequal lengths is skipped (and noted), as training

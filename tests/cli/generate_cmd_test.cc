@@ -233,7 +233,9 @@ TEST_F(GenerateCli, Errors) {
   fails("generate" + lm + " --prompt-file " + *dir_ + "/missing.txt", "tfm: error: " + *dir_ + "/missing.txt: open failed");
   fails("generate" + lm + " --prompt-file " + *dir_, "tfm: error: " + *dir_ + ": is a directory, not a prompt file");
   fails("generate" + lm + " --prompt-file /dev/zero", "tfm: error: /dev/zero: longer than 64 MiB");  // not read forever
-  fails("generate" + lm + " --prompt ab --stop ''", "tfm: error: --stop: empty: give the text to stop at");
+  // The library's refusal, as Python's stop="" gets it; checked before the model is loaded (a missing one unread).
+  fails("generate" + lm + " --prompt ab --stop ''", "tfm: error: stop: empty: give the text to stop at\n");
+  fails("generate --model " + *dir_ + "/nowhere --stop ''", "tfm: error: stop: empty: give the text to stop at\n");
   // "-" is standard input, as it is to most tools.
   std::string piped;
   ASSERT_EQ(run_command("(printf ab | " + kCli + " generate --model " + *dir_ + "/lm --prompt-file - --seed 3 "
@@ -251,6 +253,25 @@ TEST_F(GenerateCli, Errors) {
   for (const std::string opt : {"--beam", "--max-len", "--count", "--seed"})  // a text is scored, never decoded
     fails("eval" + lm + " --text " + *dir_ + "/missing.txt " + opt + " 2", opt + " excludes --text");
   fails("translate" + lm, "is a language model: sample from it with tfm generate");
+}
+
+// A float option is refused with the value typed when float32 would turn it into inf or 0 (the library's
+// float32_option, as Python's generate refuses it), not checked as the rounded value ("got inf", "got 0") or, for a
+// temperature of 1e-50, run greedily without a word. top_p is a double: any value in (0, 1] is taken.
+TEST_F(GenerateCli, FloatOptionsAreCheckedAsTyped) {
+  const auto fails = [](const std::string& args, const std::string& message) {
+    std::string out;
+    const int rc = run_command("(" + kCli + " generate --model " + *dir_ + "/lm " + args + " </dev/null)", &out);
+    EXPECT_NE(rc, 0) << args;
+    EXPECT_EQ(out, message) << args;
+  };
+  fails("--temperature 1e39", "tfm: error: --temperature must be representable as a float32, got 1e+39\n");
+  fails("--temperature 1e-50", "tfm: error: --temperature must be representable as a float32, got 1e-50\n");
+  fails("--temperature -1e-50", "tfm: error: --temperature must be representable as a float32, got -1e-50\n");
+  fails("--temperature inf", "tfm: error: sampling: temperature must be finite and ≥ 0, got inf\n");
+  const std::string greedy = generate("--prompt 'the ' --max-new-tokens 20 --temperature 0");
+  EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 20 --top-p 1e-50 --seed 4"), greedy);
+  EXPECT_EQ(generate("--prompt 'the ' --max-new-tokens 20 --temperature 1e-30 --seed 4"), greedy);
 }
 
 TEST_F(GenerateCli, HelpShowsExamples) {

@@ -277,6 +277,9 @@ TEST_F(TranslateSample, Errors) {
   // A value just outside a range is printed as it is, not rounded into the range ("1.000000").
   fails("--sample --top-p 1.0000001", "tfm: error: sampling: top_p must be in (0, 1], got 1.0000001\n");
   fails("--sample --temperature -0.0000001", "tfm: error: sampling: temperature must be finite and ≥ 0, got -1e-07\n");
+  // Beyond what float32 holds: refused with the value typed (float32_option), not as inf or 0.
+  fails("--sample --temperature 1e39", "tfm: error: --temperature must be representable as a float32, got 1e+39\n");
+  fails("--sample --temperature 1e-50", "tfm: error: --temperature must be representable as a float32, got 1e-50\n");
   // An integer beyond its type is refused, not clamped to the largest value.
   fails("--sample --seed 18446744073709551616", "tfm: error: --seed: 18446744073709551616 is out of range");
   fails("--batch-size 9223372036854775808", "tfm: error: --batch-size: 9223372036854775808 is out of range");

@@ -255,6 +255,39 @@ TEST(LoadedModule, ForWeightsRefusesToComputeBeforeLoadWeights) {
   EXPECT_NO_THROW(m.forward(c.inputs));
 }
 
+// A handle moved from (by construction or assignment) holds no module: every member throws, saying so, instead of
+// dereferencing the moved-away state (forward segfaulted); the handle it moved to runs as before, and a handle
+// assigned to again is whole.
+TEST(LoadedModule, MovedFromHandleThrowsSayingItHoldsNoModule) {
+  const Case c = load_case("enc_layer_masks_bool");
+  LoadedModule a = LoadedModule::for_weights(parse_module_config(c.config));
+  a.load_weights(c.weights);
+  const Tensor want = a.forward(c.inputs).at("output");
+  LoadedModule b(std::move(a));
+  LoadedModule d = LoadedModule::for_weights(parse_module_config(c.config));
+  d = std::move(b);
+  const std::string said =
+      "LoadedModule: holds no module (moved from): call the handle it was moved to, or load one with load_module";
+  for (LoadedModule* m : {&a, &b}) {
+    for (const auto& run : std::vector<std::function<void()>>{
+             [&] { m->forward(c.inputs); }, [&] { m->call(c.inputs); },
+             [&] { m->forward_backward(c.inputs, Tensor::zeros({1})); }, [&] { run_forward(*m, c.inputs); },
+             [&] { m->load_weights(c.weights); }, [&] { m->config(); }, [&] { m->precision(); },
+             [&] { m->set_precision(Precision::BFLOAT16); }, [&] { m->module(); }, [&] { m->clear_packed_weights(); },
+             [&] { m->packed_weights(); }, [&] { m->differentiable_inputs(); }}) {
+      try {
+        run();
+        ADD_FAILURE() << "a moved-from handle ran";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_EQ(std::string(e.what()), said);
+      }
+    }
+  }
+  EXPECT_TRUE(testing::bitwise_equal(d.forward(c.inputs).at("output"), want, "output"));
+  a = std::move(d);  // assigned again: whole
+  EXPECT_TRUE(testing::bitwise_equal(a.forward(c.inputs).at("output"), want, "output"));
+}
+
 TEST(LoadModule, ConfigErrorsStartWithThePath) {
   const std::string dir = tfm::testing::temp_dir("load_module");
   tfm::testing::spit(dir + "/c.json", R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 3})");

@@ -814,5 +814,79 @@ TEST(Predict, CountsPredictionsStoppedByTheLengthLimit) {
   }
 }
 
+// ---- a TrainedModel without a model -------------------------------------------------------------------
+
+// A default-constructed TrainedModel (what a failed `m = load_model_dir(...)` leaves) and one moved from hold no
+// model: every function that takes one throws, naming the cause, instead of dereferencing the null model
+// (check_decode_options and translate_lines crashed) or reading its empty vocabulary (generate_text said
+// "token 'T' is not in the vocabulary").
+TEST(TrainedModelWithoutModel, EveryCallThrowsSayingItHoldsNone) {
+  const std::string none =
+      "TrainedModel: holds no model (default-constructed or moved from): load one with load_model_dir";
+  TrainedModel loaded = seq2seq_model();
+  const TrainedModel moved_to = std::move(loaded);
+  EXPECT_EQ(&require_model(moved_to), moved_to.model.get());
+  const TrainedModel fresh;
+  const TrainedModel& moved_from = loaded;
+  for (const TrainedModel* m : {&fresh, &moved_from}) {
+    const auto says_none = [&](const char* what, auto&& f) {
+      EXPECT_EQ(error_of<std::invalid_argument>(f), none) << what;
+    };
+    says_none("require_model", [&] { require_model(*m); });
+    says_none("require_data", [&] { require_data(*m, DataKind::TEXT, "unused"); });
+    says_none("translate_lines", [&] { translate_lines(*m, {"a b"}, 1, 8); });
+    says_none("translate_lines (options)", [&] { translate_lines(*m, {"a b"}, DecodeOptions{}, 8); });
+    says_none("check_decode_options", [&] { check_decode_options(*m, DecodeOptions{}); });
+    says_none("truncation_note", [&] { truncation_note(*m, 1, 2, 0); });
+    says_none("generate_text", [&] { generate_text(*m, "To", GenerateOptions{}); });
+    says_none("generate_text (ids)", [&] { generate_text(*m, std::vector<int32_t>{3}, GenerateOptions{}); });
+    says_none("encode_prompt", [&] { encode_prompt(*m, "To"); });
+    says_none("unknown_tokens", [&] { unknown_tokens(*m, "To"); });
+    says_none("unknown_tokens (ids)", [&] { unknown_tokens(*m, std::vector<int32_t>{3}); });
+    says_none("never_generated", [&] { never_generated(*m); });
+    says_none("stop_at_text", [&] { stop_at_text(*m, "\n"); });
+  }
+}
+
+// ---- generate_text's stop text ------------------------------------------------------------------------
+
+// An empty stop text is refused, by the library (so `tfm generate --stop ''` and Python's stop="" say the same):
+// every continuation contains "", and an empty text given by accident would otherwise pass for "no stop" (as
+// the Python package's stop="" did). No stop is std::nullopt, generate_text's default.
+TEST(GenerateText, AnEmptyStopTextIsRefusedAndNoStopIsNullopt) {
+  const Vocab v = Vocab::from_tokens({"<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c", "d", "e", "f", "g", "h", "i"});
+  const TrainedModel lm = in_memory(testing::small_decoder(), v, v, "lm-dir");
+  const std::string empty = "stop: empty: give the text to stop at";
+  GenerateOptions o;
+  o.max_new_tokens = 10;
+  o.ignore_eos = true;
+  o.seed = 2;
+  const std::vector<int32_t> prompt = {4, 5};
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { check_stop_text(""); }), empty);
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { stop_at_text(lm, ""); }), empty);
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { generate_text(lm, prompt, o, ""); }), empty);
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { generate_text(lm, "a b", o, std::string()); }), empty);
+  EXPECT_NO_THROW(check_stop_text("a"));
+  // No stop: every sample runs its max_new_tokens (space tokens: one text piece each, "a" or " b").
+  const std::vector<std::string> free = generate_text(lm, prompt, o);
+  EXPECT_EQ(generate_text(lm, prompt, o, std::nullopt), free);
+  ASSERT_EQ(free.size(), 1u);
+  // A stop text still stops: at the first token whose text completes it.
+  const std::vector<std::string> pieces = [&] {
+    std::vector<std::string> p;
+    generate_text(lm, prompt, o, std::nullopt, [&](int64_t, const std::string& piece) { p.push_back(piece); });
+    return p;
+  }();
+  ASSERT_EQ(pieces.size(), 10u);
+  std::string stop;  // the text of the second drawn token that has one (an <eos> has none)
+  for (size_t i = 1; i < pieces.size() && stop.empty(); ++i) stop = pieces[i];
+  ASSERT_FALSE(stop.empty());
+  size_t end = 0;
+  for (std::string text; end < pieces.size() && text.find(stop) == std::string::npos; ++end) text += pieces[end];
+  std::string want;
+  for (size_t i = 0; i < end; ++i) want += pieces[i];
+  EXPECT_EQ(generate_text(lm, prompt, o, stop), std::vector<std::string>{want});
+}
+
 }  // namespace
 }  // namespace tfm

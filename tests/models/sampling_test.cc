@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -225,11 +226,66 @@ TEST(Sampling, ErrorsShowTheRefusedValue) {
     }
     return std::string("no throw");
   };
-  EXPECT_EQ(message({1.0f, 0, 1.0000001f}), "sampling: top_p must be in (0, 1], got 1.0000001");
+  EXPECT_EQ(message({1.0f, 0, 1.0000001}), "sampling: top_p must be in (0, 1], got 1.0000001");  // a double
   EXPECT_EQ(message({-1e-7f, 0, 1.0f}), "sampling: temperature must be finite and ≥ 0, got -1e-07");
-  EXPECT_EQ(message({1.0f, 0, 1e-30f * -1.0f}), "sampling: top_p must be in (0, 1], got -1e-30");
+  EXPECT_EQ(message({1.0f, 0, -1e-30}), "sampling: top_p must be in (0, 1], got -1e-30");
   EXPECT_EQ(message({1.0f, 0, 0.0f}), "sampling: top_p must be in (0, 1], got 0");
   EXPECT_EQ(message({NAN, 0, 1.0f}), "sampling: temperature must be finite and ≥ 0, got nan");
   EXPECT_EQ(message({INFINITY, 0, 1.0f}), "sampling: temperature must be finite and ≥ 0, got inf");
   EXPECT_EQ(message({1.0f, 0, 0.25f}), "no throw");
+}
+
+// top_p is the decimal the user typed, and "sums to at least top_p" holds for it at exact ties: n equal logits
+// (probability 1/n each) at top_p k/n keep exactly k tokens, ids 0..k−1 (ties by lower id). With top_p held as a
+// float, 0.2 became 0.20000000298 and ten logits kept 3 tokens (2, 3, 4, 5, 5, 7, 7, 9, 9 for 0.1 ... 0.9); held as
+// a double but compared without the sums' rounding, a hundred logits at 0.07 kept 8 (fl(0.07 · 100)
+// = 7.000000000000001).
+TEST(Sampling, TopPKeepsExactlyTheTiedPrefixThatReachesATypedDecimal) {
+  for (const int n : {10, 100}) {
+    const std::vector<float> equal(static_cast<size_t>(n), 0.25f);
+    for (int k = 1; k < n; ++k) {
+      SamplingOptions opt;
+      opt.top_p = k / static_cast<double>(n);  // the double nearest k/n: what "0.07" reads as
+      const std::vector<int64_t> c = counts(equal, opt, 3000);
+      int kept = 0, beyond = 0;
+      for (int v = 0; v < n; ++v) (v < k ? kept : beyond) += c[static_cast<size_t>(v)] > 0;
+      EXPECT_EQ(kept, k) << n << " logits, top_p " << opt.top_p;
+      EXPECT_EQ(beyond, 0) << n << " logits, top_p " << opt.top_p;
+    }
+  }
+  // A top_p below float's least value is a top_p all the same: the argmax (float made 1e-50 a refused 0).
+  SamplingOptions opt;
+  opt.top_p = 1e-50;
+  EXPECT_NO_THROW(check_sampling_options(opt));
+  expect_frequencies(counts(kLogits, opt, 100), {0, 1, 0, 0, 0, 0}, 100);
+}
+
+// float32_option: a front end's double (a command line's text, a Python float) as the float an option is kept
+// in, refused by its name and the value given when float32 would make it inf or 0 (the range check would then
+// have named "inf" or "0", or a temperature of 1e-50 would have been greedy without a word).
+TEST(Sampling, Float32OptionRefusesWhatFloatWouldTurnIntoInfOrZeroNamingTheValueGiven) {
+  const auto message = [](double v) {
+    try {
+      float32_option(v, "--temperature");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no throw");
+  };
+  EXPECT_EQ(message(1e39), "--temperature must be representable as a float32, got 1e+39");
+  EXPECT_EQ(message(-1e300), "--temperature must be representable as a float32, got -1e+300");
+  EXPECT_EQ(message(3.5e38), "--temperature must be representable as a float32, got 3.5e+38");
+  EXPECT_EQ(message(1e-50), "--temperature must be representable as a float32, got 1e-50");
+  EXPECT_EQ(message(-1e-50), "--temperature must be representable as a float32, got -1e-50");
+  EXPECT_EQ(message(0x1p-150), "--temperature must be representable as a float32, got 7.006492321624085e-46");
+  EXPECT_EQ(message(0x1.ffffffp127), "--temperature must be representable as a float32, got 3.4028235677973366e+38");
+  EXPECT_EQ(float32_option(0.8, "t"), 0.8f);  // rounded to nearest
+  EXPECT_EQ(float32_option(3.4028235e38, "t"), FLT_MAX);
+  EXPECT_EQ(float32_option(0x1.fffffefffffffp127, "t"), FLT_MAX);  // just below the half-way point
+  EXPECT_EQ(float32_option(1e-45, "t"), 0x1p-149f);                // the least subnormal: not 0
+  EXPECT_EQ(float32_option(0.0, "t"), 0.0f);
+  EXPECT_TRUE(std::signbit(float32_option(-0.0, "t")));
+  EXPECT_EQ(float32_option(INFINITY, "t"), INFINITY);  // for the range check to name
+  EXPECT_EQ(float32_option(-INFINITY, "t"), -INFINITY);
+  EXPECT_TRUE(std::isnan(float32_option(NAN, "t")));
 }

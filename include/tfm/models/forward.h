@@ -131,6 +131,8 @@ class LoadedModule {
   static LoadedModule for_weights(const ModuleConfig& config, Precision precision = Precision::FLOAT32,
                                   uint64_t dropout_seed = 0);
   ~LoadedModule();
+  // A handle moved from holds no module: every call on it but assignment and destruction throws
+  // std::invalid_argument "LoadedModule: holds no module (moved from): ...".
   LoadedModule(LoadedModule&&) noexcept;
   LoadedModule& operator=(LoadedModule&&) noexcept;
 
@@ -176,6 +178,7 @@ class LoadedModule {
  private:
   struct Impl;
   explicit LoadedModule(std::unique_ptr<Impl> impl);
+  Impl& impl() const;  // *impl_, or the moved-from handle's error: every member goes through it
   std::unique_ptr<Impl> impl_;
 };
 

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -138,6 +139,12 @@ enum class WeightsLoad {
 // (the message ends with strerror's text) or is malformed, io::SafeTensorsError for missing or corrupt
 // weights, std::invalid_argument for weights or a config that do not fit the model.
 TrainedModel load_model_dir(const std::string& dir, WeightsLoad weights = WeightsLoad::COPY);
+// m's model. A TrainedModel that holds none — default-constructed (the target of a load_model_dir that threw),
+// or moved from — throws std::invalid_argument "TrainedModel: holds no model (default-constructed or moved
+// from): load one with load_model_dir", as does every function below that takes a TrainedModel (they check
+// with this first), instead of dereferencing a null model.
+const Model& require_model(const TrainedModel& m);
+
 // Throws std::invalid_argument unless m's model family takes `kind` data (tfm/models/family.h), naming
 // the directory and its architecture, then `use`: what the command needs and where to go instead.
 //   "<dir> is not a language model (arch seq2seq); <use>"   (kind TEXT)
@@ -151,9 +158,15 @@ void require_data(const TrainedModel& m, DataKind kind, const std::string& use);
 // a target, and its leftover probability would end a sample at random. (GPT-2's <|endoftext|> is text's own.)
 std::vector<int32_t> never_generated(const TrainedModel& m);
 
-// GenerateOptions::stop_after for a stop text (empty: none): a sample ends right after the token with
-// which its decoded continuation (the prompt not included) first contains `text`, however the tokenizer
-// cuts it (a subword may hold the stop text and more: the whole token is kept). Decodes as
+// Throws std::invalid_argument "stop: empty: give the text to stop at" for an empty stop text: every
+// continuation contains "", so it could only mean "stop before the first token", and an empty text given by
+// accident (an empty variable) would otherwise pass for "no stop". No stop is no text (std::nullopt below).
+// stop_at_text checks with it; a front end may call it first, to fail before loading the model.
+void check_stop_text(const std::string& text);
+
+// GenerateOptions::stop_after for a stop text (non-empty: check_stop_text): a sample ends right after the
+// token with which its decoded continuation (the prompt not included) first contains `text`, however the
+// tokenizer cuts it (a subword may hold the stop text and more: the whole token is kept). Decodes as
 // decode_text does token by token, i.e. as `tfm generate` prints. Stateless (one function may serve
 // any number of calls and threads); m must outlive it.
 std::function<bool(int64_t sample, const std::vector<int32_t>& generated)> stop_at_text(const TrainedModel& m,
@@ -161,19 +174,21 @@ std::function<bool(int64_t sample, const std::vector<int32_t>& generated)> stop_
 
 // A language model's text generation, text in and text out, as `tfm generate` and tfm.Model.generate run
 // it: the prompt encoded by encode_prompt, generate() with m's never_generated tokens added to
-// options.suppress and `stop` (empty: none) as stop_at_text, each drawn token's text handed to
-// on_piece(sample, bytes) at once (a piece may end inside a UTF-8 character: the bytes are the model's; a
-// sample's pieces join to its text). Returns each sample's text, the prompt not included. Runs under the
-// caller's InferenceMode; check require_data(m, TEXT, ...) first.
-std::vector<std::string> generate_text(const TrainedModel& m, const std::string& prompt, GenerateOptions options,
-                                       const std::string& stop = "",
-                                       const std::function<void(int64_t sample, const std::string& piece)>& on_piece = {},
-                                       const std::string& prompt_name = "prompt");
+// options.suppress and `stop` (std::nullopt: none; an empty text throws, check_stop_text) as stop_at_text,
+// each drawn token's text handed to on_piece(sample, bytes) at once (a piece may end inside a UTF-8
+// character: the bytes are the model's; a sample's pieces join to its text). Returns each sample's text, the prompt not
+// included. Runs under the caller's InferenceMode; check require_data(m, TEXT, ...) first.
+std::vector<std::string> generate_text(
+    const TrainedModel& m, const std::string& prompt, GenerateOptions options,
+    const std::optional<std::string>& stop = std::nullopt,
+    const std::function<void(int64_t sample, const std::string& piece)>& on_piece = {},
+    const std::string& prompt_name = "prompt");
 // The same from a prompt encode_prompt has encoded (non-empty): for a front end that also looks at the ids
 // (unknown_tokens) without encoding the prompt twice.
-std::vector<std::string> generate_text(const TrainedModel& m, const std::vector<int32_t>& prompt_ids,
-                                       GenerateOptions options, const std::string& stop = "",
-                                       const std::function<void(int64_t sample, const std::string& piece)>& on_piece = {});
+std::vector<std::string> generate_text(
+    const TrainedModel& m, const std::vector<int32_t>& prompt_ids, GenerateOptions options,
+    const std::optional<std::string>& stop = std::nullopt,
+    const std::function<void(int64_t sample, const std::string& piece)>& on_piece = {});
 
 // A language model's prompt as its token ids: `prompt` (non-empty) encoded with m's tokenizer; an empty
 // prompt or text that does not encode (invalid UTF-8 for a char or spm tokenizer) throws std::invalid_argument
