@@ -314,10 +314,11 @@ StagedDirectory::StagedDirectory(const std::string& dest, bool replace, const st
   std::error_code ec;
   while (given_.size() > 1 && given_.back() == '/') given_.pop_back();  // "out/" is said "out"
   for (const std::string& s : sources) refuse_output_holding(dest, s);
-  fs::path d = fs::path(dest).lexically_normal();
-  if (d.filename().empty()) d = d.parent_path();  // "out/" names "out"
+  // One spelling of the path for every step — the lock, the staging sibling, the renames — so that all of them
+  // name the directory the kernel resolves ("link/../out" is out beside the link's target, not ./out).
+  const fs::path d(given_);
   if (d.empty() || d.filename() == "." || d.filename() == "..") throw IoError(dest + ": not a directory name");
-  dest_ = d.string();
+  dest_ = given_;
   if (fs::exists(d, ec) && !replace)
     throw IoError(dest + ": exists (choose another output directory, or replace it with --force)");
   if (fs::exists(d, ec) && !fs::is_directory(d, ec)) throw IoError(dest + ": exists and is not a directory");
@@ -400,7 +401,12 @@ void StagedDirectory::commit() {
   std::string old;
   if (fs::exists(dest_, ec)) {
     if (!replace_) throw IoError(dest_ + ": exists (choose another output directory, or replace it with --force)");
-    if (!dest_lock_) dest_lock_ = lock_for_replacing(given_);  // made since construction: refused if held
+    // Made, or replaced by another (moved aside and made again), since the lock was taken: the one named now is
+    // locked, refused if held (a run that started there meanwhile holds it).
+    if (!dest_lock_ || !dest_lock_->names(dest_)) {
+      dest_lock_.reset();
+      dest_lock_ = lock_for_replacing(dest_);
+    }
     // One atomic swap where the file system has it: a kill at any point leaves the old or the new directory
     // at dest, never neither; the old one, now at the staging name, is deleted after.
     if (::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, dest_.c_str(), RENAME_EXCHANGE) == 0) {
@@ -506,6 +512,8 @@ DirectoryLock::~DirectoryLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
+bool DirectoryLock::names(const std::string& dir) const { return fd_ < 0 || is_named(fd_, dir); }
+
 std::unique_ptr<DirectoryLock> lock_for_replacing(const std::string& dest) {
   std::unique_ptr<DirectoryLock> lock(new DirectoryLock());
   for (int attempt = 0; attempt <= kLockAttempts; ++attempt) {
@@ -567,8 +575,8 @@ OutputDirectory::OutputDirectory(const std::string& dir) : dir_(dir) {
 
 void OutputDirectory::make() {
   namespace fs = std::filesystem;
-  fs::path p = fs::path(dir_).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
+  fs::path p(dir_);  // as given, as lock() and the cleanup name it ("out/" names "out")
+  while (p.filename().empty() && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
   std::error_code ec;
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
   if (ec) throw IoError(dir_ + ": cannot make the directory (" + ec.message() + ")");
@@ -602,8 +610,8 @@ void OutputDirectory::lock(const std::string& what) {
 
 OutputDirectory::~OutputDirectory() {
   // Removed only by the holder of its lock that made it, while holding it, and only empty (rmdir takes nothing
-  // else); where there is no flock, the directory it made and still names.
-  if (locked_ && created_ && (fd_ < 0 || is_named(fd_, dir_))) ::rmdir(dir_.c_str());
+  // else). Where the file system has no flock nothing excludes another run that found it meanwhile: it is left.
+  if (locked_ && created_ && fd_ >= 0 && is_named(fd_, dir_)) ::rmdir(dir_.c_str());
   if (fd_ >= 0) ::close(fd_);
 }
 

@@ -157,6 +157,8 @@ class DirectoryLock {
   ~DirectoryLock();
   DirectoryLock(const DirectoryLock&) = delete;
   DirectoryLock& operator=(const DirectoryLock&) = delete;
+  // Whether the directory locked is the one `dir` names now (true where no lock could be taken: NO_FLOCK).
+  bool names(const std::string& dir) const;
 
  private:
   friend std::unique_ptr<DirectoryLock> lock_for_replacing(const std::string& dest);
@@ -179,7 +181,8 @@ std::unique_ptr<DirectoryLock> lock_for_replacing(const std::string& dest);
 //   it
 // Only the holder of the lock may delete the directory: destroyed while holding it, an OutputDirectory that made the
 // directory removes it again when it is empty (the work failed before writing anything there), before releasing the
-// lock. One that made it but was refused the lock leaves it alone: between its making and its locking another
+// lock (where the file system has no flock, nothing excludes another run: it is left). One that made it but was
+// refused the lock leaves it alone: between its making and its locking another
 // process may have locked it and be working in it. And the lock is taken on the directory the path names: one removed
 // meanwhile (by its maker's cleanup, under its lock) is made again and locked. So two processes claiming one new
 // directory at once end with one of them working in it and the other refused, whatever the interleaving.

@@ -430,6 +430,34 @@ TEST(FileUtil, ReplacingADirectoryTakesItsLock) {
     EXPECT_THROW(staged.commit(), IoError);
   }
   EXPECT_TRUE(fs::is_empty(later)) << "the run's directory was swapped away";
+  // The lock taken at construction is of the directory named then: moved aside and made again meanwhile, the new
+  // one is a run's (mv out out.bak; tfm train --out out), and commit must not swap it away.
+  {
+    StagedDirectory replacing(out, /*replace=*/true);
+    fs::rename(out, root + "/out.bak");
+    fs::create_directories(out);
+    write_file_atomic(out + "/checkpoint", "run");
+    DirectoryLock run(out, "a run");
+    replacing.write([](const std::string& d) { write_file_atomic(d + "/new", "new"); });
+    try {
+      replacing.commit();
+      ADD_FAILURE() << "swapped away a directory made and locked after the writer's lock was taken";
+    } catch (const IoError& e) {
+      EXPECT_EQ(std::string(e.what()), held);
+    }
+  }
+  EXPECT_EQ(read_file(out + "/checkpoint"), "run");
+  // One spelling for the lock and the renames: "link/../out" is out beside the link's target, not ./out.
+  fs::create_directories(root + "/elsewhere/target");
+  fs::create_directory_symlink(root + "/elsewhere/target", root + "/link");
+  {
+    DirectoryLock run(out, "a run");  // root/out, which root/link/../out does not name
+    StagedDirectory other(root + "/link/../out", /*replace=*/true);
+    other.write([](const std::string& d) { write_file_atomic(d + "/new", "other"); });
+    other.commit();
+  }
+  EXPECT_EQ(read_file(out + "/checkpoint"), "run");
+  EXPECT_EQ(read_file(root + "/elsewhere/out/new"), "other");
   fs::remove_all(root);
 }
 
