@@ -1,6 +1,9 @@
 // tests/test_util.cc — the shared test helpers declared, and explained, in test_util.h.
 #include "test_util.h"
 
+#include <signal.h>
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -211,6 +214,29 @@ std::string temp_dir(const std::string& tag) {
   if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed for " + templ);
   made_temp_dirs().emplace_back(buf.data());
   return made_temp_dirs().back();
+}
+
+void with_file_size_limit(size_t limit, const std::function<void()>& f) {
+  struct sigaction ignore {
+  }, old_action{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &old_action);
+  rlimit old_limit{};
+  getrlimit(RLIMIT_FSIZE, &old_limit);
+  rlimit small = old_limit;
+  small.rlim_cur = limit;
+  setrlimit(RLIMIT_FSIZE, &small);
+  const auto restore = [&] {
+    setrlimit(RLIMIT_FSIZE, &old_limit);
+    sigaction(SIGXFSZ, &old_action, nullptr);
+  };
+  try {
+    f();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
 }
 
 }  // namespace tfm::testing

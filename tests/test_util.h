@@ -26,6 +26,7 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <ranges>
 #include <span>
 #include <string>
@@ -217,5 +218,8 @@ void spit(const std::string& path, const std::string& bytes);
 int run_command(const std::string& cmd, std::string* output = nullptr);
 // A fresh directory under the system temp dir, removed with all it holds after the last test of the process.
 std::string temp_dir(const std::string& tag);
+// Runs f with writes past `limit` bytes of a file failing with EFBIG, as a full disk fails them (SIGXFSZ ignored,
+// RLIMIT_FSIZE lowered; child processes f starts inherit both); both restored after, also when f throws.
+void with_file_size_limit(size_t limit, const std::function<void()>& f);
 
 }  // namespace tfm::testing

@@ -20,6 +20,7 @@ namespace {
 using tfm::testing::run_command;
 using tfm::testing::slurp;
 using tfm::testing::spit;
+using tfm::testing::with_file_size_limit;
 namespace fs = std::filesystem;
 
 const std::string kCli = TFM_CLI_PATH;
@@ -86,24 +87,6 @@ TEST(ConvertCli, BadInputIsOneLineAndNonZero) {
   EXPECT_NE(out.find("--out"), std::string::npos) << out;
   EXPECT_NE(run_command(kCli + " export gpt2 " + hf + " --out " + root + "/x 2>&1", &out), 0);  // not a tfm directory
   EXPECT_NE(out.find(hf), std::string::npos) << out;
-}
-
-// The children this process starts while f runs write files of at most `limit` bytes: a larger write fails with
-// EFBIG, as a full disk fails it (RLIMIT_FSIZE lowered and SIGXFSZ ignored, which the children inherit); both
-// restored after.
-void with_file_size_limit(size_t limit, const std::function<void()>& f) {
-  struct sigaction ignore {
-  }, old_action{};
-  ignore.sa_handler = SIG_IGN;
-  sigaction(SIGXFSZ, &ignore, &old_action);
-  rlimit old_limit{};
-  getrlimit(RLIMIT_FSIZE, &old_limit);
-  rlimit small = old_limit;
-  small.rlim_cur = limit;
-  setrlimit(RLIMIT_FSIZE, &small);
-  f();  // (run_command and EXPECT do not throw)
-  setrlimit(RLIMIT_FSIZE, &old_limit);
-  sigaction(SIGXFSZ, &old_action, nullptr);
 }
 
 // A write that fails inside the output (a full disk; here a file-size limit the weights exceed) is said of --out,

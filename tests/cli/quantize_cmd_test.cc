@@ -29,6 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using tfm::testing::run_command;
 using tfm::testing::temp_dir;
+using tfm::testing::with_file_size_limit;
 
 const std::string kCli = TFM_CLI_PATH;
 const std::string kSource = TFM_SOURCE_DIR;
@@ -150,24 +151,6 @@ TEST_F(QuantizeCli, Refusals) {
             0);
   EXPECT_NE(out.find(*dir_ + "/int8 is an int8-quantized model directory"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(*dir_ + "/back.safetensors"));
-}
-
-// The children this process starts while f runs write files of at most `limit` bytes: a larger write fails with
-// EFBIG, as a full disk fails it (RLIMIT_FSIZE lowered and SIGXFSZ ignored, which the children inherit); both
-// restored after.
-void with_file_size_limit(size_t limit, const std::function<void()>& f) {
-  struct sigaction ignore {
-  }, old_action{};
-  ignore.sa_handler = SIG_IGN;
-  sigaction(SIGXFSZ, &ignore, &old_action);
-  rlimit old_limit{};
-  getrlimit(RLIMIT_FSIZE, &old_limit);
-  rlimit small = old_limit;
-  small.rlim_cur = limit;
-  setrlimit(RLIMIT_FSIZE, &small);
-  f();  // (run_command and EXPECT do not throw)
-  setrlimit(RLIMIT_FSIZE, &old_limit);
-  sigaction(SIGXFSZ, &old_action, nullptr);
 }
 
 // A write that fails inside the output (a full disk; here a file-size limit) is said of --out, not of the hidden

@@ -177,30 +177,6 @@ TEST(Trainer, LengthGivenOnResumeIsKeptForTheNextResume) {
   EXPECT_EQ(r.stop_reason, StopReason::MAX_STEPS);
 }
 
-// Runs f with writes past `limit` bytes of a file failing with EFBIG, as a full disk fails them (SIGXFSZ
-// ignored, RLIMIT_FSIZE lowered); both restored after, also when f throws.
-void with_file_size_limit(size_t limit, const std::function<void()>& f) {
-  struct sigaction ignore {}, old_action {};
-  ignore.sa_handler = SIG_IGN;
-  sigaction(SIGXFSZ, &ignore, &old_action);
-  rlimit old_limit{};
-  getrlimit(RLIMIT_FSIZE, &old_limit);
-  rlimit small = old_limit;
-  small.rlim_cur = limit;
-  setrlimit(RLIMIT_FSIZE, &small);
-  const auto restore = [&] {
-    setrlimit(RLIMIT_FSIZE, &old_limit);
-    sigaction(SIGXFSZ, &old_action, nullptr);
-  };
-  try {
-    f();
-  } catch (...) {
-    restore();
-    throw;
-  }
-  restore();
-}
-
 // A checkpoint whose writing fails part of the way (here a file-size limit the state file exceeds, as a
 // full disk would stop it) leaves the previous checkpoint whole: every file of it as it was, not the model
 // of one step beside the state of another; the run then resumes from it.
@@ -217,7 +193,8 @@ TEST(Trainer, FailedCheckpointLeavesThePreviousOneWhole) {
   ASSERT_GT(limit, before["model.safetensors"].size());
   TrainConfig longer = load_train_config(d);
   longer.max_steps = 20;
-  EXPECT_THROW(with_file_size_limit(limit, [&] { run_training(longer, {}, /*resume=*/true); }), std::runtime_error);
+  EXPECT_THROW(testing::with_file_size_limit(limit, [&] { run_training(longer, {}, /*resume=*/true); }),
+               std::runtime_error);
   for (const char* f : files) EXPECT_EQ(file(d, f), before[f]) << f << " changed";
   EXPECT_EQ(run_training(longer, {}, /*resume=*/true).steps, 20);
 }
@@ -233,7 +210,7 @@ TEST(Trainer, FailedFirstCheckpointLeavesNoHalfWrittenModel) {
   const size_t limit = file(ref, "model.safetensors").size() / 2;
   ASSERT_GT(limit, file(ref, "config.json").size());
   c.out_dir = d;
-  EXPECT_THROW(with_file_size_limit(limit, [&] { run_training(c); }), std::runtime_error);
+  EXPECT_THROW(testing::with_file_size_limit(limit, [&] { run_training(c); }), std::runtime_error);
   EXPECT_TRUE(std::filesystem::is_empty(d)) << "the failed first checkpoint left files in " << d;
   EXPECT_EQ(run_training(c).steps, 3);
   EXPECT_EQ(file(d, "model.safetensors"), file(ref, "model.safetensors"));
@@ -253,7 +230,7 @@ TEST(Trainer, FailedDescriptionLeavesNothingBehind) {
   ASSERT_LT(limit, file(ref, "config.json").size());
   c.out_dir = root + "/fresh";  // made by the run
   try {
-    with_file_size_limit(limit, [&] { run_training(c); });
+    testing::with_file_size_limit(limit, [&] { run_training(c); });
     FAIL() << "config.json was written past the limit";
   } catch (const std::runtime_error& e) {
     EXPECT_EQ(std::string(e.what()), c.out_dir + "/config.json: write failed: File too large");
@@ -519,7 +496,7 @@ TEST(Trainer, FailedBestModelWriteNamesTheBestDirectory) {
   ASSERT_GT(limit, description);
   ASSERT_LT(limit, model.size());
   try {
-    with_file_size_limit(limit, [&] { run_training(load_train_config(d), {}, /*resume=*/true); });
+    testing::with_file_size_limit(limit, [&] { run_training(load_train_config(d), {}, /*resume=*/true); });
     FAIL() << "the best model was written past the limit";
   } catch (const std::runtime_error& e) {
     EXPECT_EQ(std::string(e.what()), d +
