@@ -112,6 +112,10 @@ class JsonReader {
           throw std::invalid_argument(what_ + ": " + quote_name(key) + " must be a number of magnitude at most " +
                                       ordered_json(static_cast<double>(std::numeric_limits<T>::max())).dump() +
                                       ", got " + v.dump());
+        if (x != 0 && static_cast<T>(x) == 0)  // 1e-50 would be a 0 the file does not say
+          throw std::invalid_argument(what_ + ": " + quote_name(key) + " must be 0 or of magnitude at least " +
+                                      ordered_json(static_cast<double>(std::numeric_limits<T>::denorm_min())).dump() +
+                                      ", got " + v.dump());
       }
       out = v.get<T>();
     }

@@ -284,8 +284,10 @@ class TextSetter {
       if (used != text_.size()) wrong(expected);
       if constexpr (std::is_integral_v<T>)
         if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) wrong("an integer in range");
-      if constexpr (std::is_floating_point_v<T>)  // inf, nan, or beyond float: JSON could not save the run's config
-        if (!(std::abs(v) <= static_cast<Wide>(std::numeric_limits<T>::max())))
+      // inf, nan, or beyond float (JSON could not save the run's config), or a nonzero value float would make 0
+      // (1e-50: a learning rate of 0 without a word)
+      if constexpr (std::is_floating_point_v<T>)
+        if (!(std::abs(v) <= static_cast<Wide>(std::numeric_limits<T>::max())) || (v != 0 && static_cast<T>(v) == 0))
           wrong("a finite number within float's range");
       out = static_cast<T>(v);
     }

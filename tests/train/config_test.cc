@@ -103,6 +103,7 @@ TEST(TrainConfig, SetFieldParsesCommandLineTextAndNamesTheKey) {
                "train config: weight_decay must be a finite number within float's range, got '1e39'");
   expect_error("clip_norm", "inf", "train config: clip_norm must be a finite number within float's range, got 'inf'");
   expect_error("lr", "nan", "train config: lr must be a finite number within float's range, got 'nan'");
+  expect_error("lr", "1e-50", "train config: lr must be a finite number within float's range, got '1e-50'");
   EXPECT_EQ(c.model.d_model, 32);  // a refused value changes nothing
 }
 
@@ -125,6 +126,8 @@ TEST(TrainConfig, SetFieldFromAnOptionNamesTheOption) {
                "train config: --decoder-layers must be an integer, got '-1.5'");
   expect_error("seed", "-1", "seed", "train config: --seed must be a non-negative integer, got '-1'");
   expect_error("lr", "inf", "lr", "train config: --lr must be a finite number within float's range, got 'inf'");
+  expect_error("weight_decay", "-1e-46", "weight-decay",  // float would make it 0, not the value given
+               "train config: --weight-decay must be a finite number within float's range, got '-1e-46'");
   expect_error("norm_first", "yes", "norm-first", "train config: --norm-first must be true or false, got 'yes'");
   expect_error(
       "src_tokens", "wordpiece", "tokens",
@@ -157,9 +160,18 @@ TEST(TrainConfig, JsonNumberBeyondFloatIsRefusedNamingTheKey) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("layer_norm_eps"), std::string::npos) << e.what();
   }
+  try {
+    TrainConfig::from_json(R"({"task": "reverse", "out_dir": "r", "lr": 1e-50})");
+    ADD_FAILURE() << "lr 1e-50 was accepted (as 0)";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "train config: 'lr' must be 0 or of magnitude at least 1.401298464324817e-45, got 1e-50");
+  }
   TrainConfig c = task_preset(data::Task::REVERSE, Arch::ENCODER);  // the largest float is kept as it is
   c.out_dir = "r";
   c.weight_decay = std::numeric_limits<float>::max();
+  EXPECT_EQ(TrainConfig::from_json(c.to_json()).to_json(), c.to_json());
+  c.weight_decay = std::numeric_limits<float>::denorm_min();  // and the least
   EXPECT_EQ(TrainConfig::from_json(c.to_json()).to_json(), c.to_json());
 }
 
