@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
 
     // ---- 3. train, printing a line per evaluation ---------------------------------------------------
     tfm::train::TrainHooks hooks;
+    hooks.replace_run = setup.run.force;
     hooks.progress = [&config](const tfm::train::ProgressEvent& e) {
       using Kind = tfm::train::ProgressEvent::Kind;
       if (e.kind == Kind::EVAL) {

@@ -496,6 +496,15 @@ PYBIND11_MODULE(_core, m) {
             return std::make_unique<tfm::LoadedModule>(tfm::load_module(config_path, weights_path, p));
           },
           py::arg("config_path"), py::arg("weights_path"), py::arg("dtype") = "f32")
+      .def_static(
+          "load_with_config",
+          [](const std::string& config_json, const std::string& weights_path, const std::string& dtype) {
+            const tfm::Precision p = precision_of(dtype);
+            const Computing call;
+            return std::make_unique<tfm::LoadedModule>(
+                tfm::load_module(tfm::parse_module_config(config_json), weights_path, p));
+          },
+          py::arg("config_json"), py::arg("weights_path"), py::arg("dtype") = "f32")
       .def(
           "forward",
           [](tfm::LoadedModule& mod, py::dict inputs, bool autograd) {
@@ -774,6 +783,7 @@ PYBIND11_MODULE(_core, m) {
           ThreadsForCall::set(setup.run.threads);
           config = setup.config;
           tfm::train::TrainHooks hooks;
+          hooks.replace_run = setup.run.force;
           if (progress) {
             hooks.progress = [&](const tfm::train::ProgressEvent& e) {
               py::gil_scoped_acquire gil;

@@ -41,7 +41,6 @@ import operator as _operator
 import os as _os
 import queue as _queue
 import sys as _sys
-import tempfile as _tempfile
 import threading as _threading
 import warnings as _warnings
 import weakref as _weakref
@@ -460,26 +459,6 @@ def from_torch(module, dtype="f32", mapping=None, target=None, overrides=None):
     return fast
 
 
-def _load_with_config_text(text, weights, dtype):
-    """The native module of a config's JSON text and a weights file, read as the library reads a config file and
-    its weights (tfm::load_module: the same checks, the file's dtypes refused alike): the text is written to a
-    private temporary file for it. Its path is taken out of the library's messages, which then read as they do for
-    a dict config with dict weights ("config: missing required key 'nhead'")."""
-    weights, dtype = _path("weights", weights), _dtype(dtype)
-    with _tempfile.TemporaryDirectory(prefix="tfm-config-") as tmp:
-        path = _os.path.join(tmp, "config.json")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        try:
-            return _core.Module.load(_os.fsencode(path), weights, dtype)
-        except (ValueError, RuntimeError) as e:
-            message = str(e)
-            if type(e) not in (ValueError, RuntimeError) or not message.startswith(path + ": "):
-                raise
-            error = type(e)(message[len(path) + 2:])
-        raise error from None
-
-
 def load_module(config, weights, dtype="f32"):
     """A tfm.Module from a `tfm forward` config (a JSON file's path, or a dict) and weights (a safetensors file's
     path, or a dict of arrays by PyTorch key), as tools/export_torch.py and tools/import_torch.py write them; any
@@ -509,7 +488,7 @@ def load_module(config, weights, dtype="f32"):
             raise ValueError(f"{_os.fspath(config)}: not valid JSON: {e}") from None
     if isinstance(weights, (str, bytes, _os.PathLike)):
         if isinstance(config, _Mapping):
-            return Module(_load_with_config_text(_json_text(cfg), weights, dtype), cfg)
+            return Module(_core.Module.load_with_config(_json_text(cfg), _path("weights", weights), _dtype(dtype)), cfg)
         return Module(_core.Module.load(_path("config", config), _path("weights", weights), _dtype(dtype)), cfg)
     return Module(_core.Module(_json_text(cfg), _weights(weights), _dtype(dtype), "weights"), cfg)
 

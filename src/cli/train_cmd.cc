@@ -168,6 +168,7 @@ int train_main(const train::TrainSetup& setup, MpiSession& mpi) {
   hooks.progress = [&printer](const train::ProgressEvent& e) { printer(e); };
   hooks.should_stop = [](int64_t) { return stop_signal() != 0; };
   hooks.comm = comm;
+  hooks.replace_run = setup.run.force;
   // A test hook (tests/mpi/data_parallel_test.cc, tests/cli/train_cmd_test.cc): the run's clock ticks
   // this many seconds per optimizer step, so that a time budget's fitted step count is the same on
   // every run of the test. Not for users: a real budget is wall-clock time.

@@ -544,6 +544,21 @@ NamedTensors LoadedModule::forward_backward(const NamedTensors& inputs, const Te
 }
 
 // ---- the `tfm forward` contract -------------------------------------------------------------------
+namespace {
+// Loads the weights file into m strictly: every tensor stored floating point (F32, F16, BF16, F64).
+void load_weights_file(LoadedModule& m, const std::string& weights_path) {
+  // Zero-copy: load_state_dict copies the weights into the module's parameters straight from the
+  // mapping, skipping an intermediate owned copy of the whole file; the mapping is released when
+  // `weights` goes out of scope (see io::LoadOptions for the hazard, which ends there).
+  const io::SafeTensorsFile weights = io::load_safetensors(weights_path, io::LoadOptions{.zero_copy = true});
+  for (const auto& [name, dtype] : weights.dtypes)
+    if (!is_floating(dtype))
+      throw std::invalid_argument(weights_path + ": tensor " + quote_name(name) + " must be floating point, got " +
+                                  dtype);
+  m.load_weights(weights.tensors, weights_path);
+}
+}  // namespace
+
 LoadedModule load_module(const std::string& config_path, const std::string& weights_path, Precision precision) {
   const ModuleConfig config = read_module_config(config_path);
   LoadedModule m = [&] {  // a module the config asks for but that cannot be built is the config's error
@@ -558,14 +573,13 @@ LoadedModule load_module(const std::string& config_path, const std::string& weig
       throw std::runtime_error(config_path + ": " + e.what());
     }
   }();
-  // Zero-copy: load_state_dict copies the weights into the module's parameters straight from the
-  // mapping, skipping an intermediate owned copy of the whole file; the mapping is released when
-  // `weights` goes out of scope (see io::LoadOptions for the hazard, which ends there).
-  const io::SafeTensorsFile weights = io::load_safetensors(weights_path, io::LoadOptions{.zero_copy = true});
-  for (const auto& [name, dtype] : weights.dtypes)
-    if (!is_floating(dtype))
-      throw std::invalid_argument(weights_path + ": tensor " + quote_name(name) + " must be floating point, got " + dtype);
-  m.load_weights(weights.tensors, weights_path);
+  load_weights_file(m, weights_path);
+  return m;
+}
+
+LoadedModule load_module(const ModuleConfig& config, const std::string& weights_path, Precision precision) {
+  LoadedModule m = LoadedModule::for_weights(config, precision);
+  load_weights_file(m, weights_path);
   return m;
 }
 

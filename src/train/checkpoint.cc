@@ -139,6 +139,21 @@ void write_checkpoint(const std::string& dir, Model& model, const Optimizer& opt
   st.checkpoint_step = st.step;
 }
 
+void refuse_existing_run(const std::string& out_dir) {
+  for (const char* f : {model_dir::MODEL, STATE_FILE, METRICS_FILE, model_dir::BEST}) {
+    const std::string p = model_dir::path(out_dir, f);
+    if (!std::filesystem::exists(p)) continue;
+    // --resume continues a run whose checkpoint is whole: its trainer state is the checkpoint's last file
+    const bool resumable = std::filesystem::exists(model_dir::path(out_dir, model_dir::CONFIG)) &&
+                           std::filesystem::exists(model_dir::path(out_dir, STATE_FILE));
+    throw std::invalid_argument("--out " + out_dir + " holds a run or model already (" + p + "): " +
+                                (resumable
+                                     ? "continue a run with --resume " + out_dir + ", train into another --out, or "
+                                     : "train into another --out, or ") +
+                                "give --force to delete it and start over");
+  }
+}
+
 void read_checkpoint(const std::string& dir, Model& model, Optimizer& opt, Generator& gen, State& st,
                      WeightAverage* average) {
   const std::string path = model_dir::path(dir, STATE_FILE);

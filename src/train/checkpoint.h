@@ -63,4 +63,14 @@ inline constexpr const char* METRICS_FILE = model_dir::METRICS;
 inline constexpr const char* CURVES_FILE = model_dir::CURVES;
 inline constexpr const char* CLOCK_FILE = model_dir::TRAINER_CLOCK;
 
+// A fresh run into `out_dir` deletes the files a run writes there, so one that holds a run or model (weights, a
+// trainer state, metrics or a best model) is refused unless the caller replaces it (--force). Throws
+// std::invalid_argument naming the file found and the ways on:
+//   "--out <dir> holds a run or model already (<file>): continue a run with --resume <dir>, train into another
+//    --out, or give --force to delete it and start over" (--resume offered when the checkpoint is whole).
+// A config.json beside none of them is the description of a run stopped before its first checkpoint: nothing to
+// lose. The option layer checks it early; the trainer again under the directory's lock (a run that ended between
+// the two is not overwritten).
+void refuse_existing_run(const std::string& out_dir);
+
 }  // namespace tfm::train

@@ -510,23 +510,10 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
     if (!p->empty()) *p = std::filesystem::absolute(*p).string();
   // A fresh run into another run's directory would mix the two (a kill before the first checkpoint
   // leaves the old checkpoint beside the new config), and it deletes the files a run writes: refused
-  // unless --force (the trainer then deletes the old run's files) when the directory holds weights, a
-  // trainer state, metrics or a best model. A config.json beside none of them is the description of a run
-  // stopped before its first checkpoint, which holds nothing to lose (and --resume has nothing to resume).
+  // unless --force (the trainer then deletes the old run's files), here before the data is read and by the
+  // trainer again under the directory's lock (TrainHooks::replace_run).
   if (has("init-from")) check_out_is_not_init_from(c);  // before the refusal below, which would offer --resume
-  if (!setup.run.force)
-    for (const char* f : {model_dir::MODEL, STATE_FILE, METRICS_FILE, BEST_DIR}) {
-      const std::string p = model_dir::path(c.out_dir, f);
-      if (!std::filesystem::exists(p)) continue;
-      // --resume continues a run whose checkpoint is whole: its trainer state is the checkpoint's last file
-      const bool resumable = std::filesystem::exists(model_dir::path(c.out_dir, model_dir::CONFIG)) &&
-                             std::filesystem::exists(model_dir::path(c.out_dir, STATE_FILE));
-      throw std::invalid_argument("--out " + c.out_dir + " holds a run or model already (" + p + "): " +
-                                  (resumable
-                                       ? "continue a run with --resume " + c.out_dir + ", train into another --out, or "
-                                       : "train into another --out, or ") +
-                                  "give --force to delete it and start over");
-    }
+  if (!setup.run.force) refuse_existing_run(c.out_dir);
   // A layer count for a stack the family does not have would be ignored.
   const ModelFamily& f = c.model.family();
   for (const auto& [name, has_stack] : {std::pair{"encoder-layers", f.encoder_layers}, {"decoder-layers", f.decoder_layers}})

@@ -364,6 +364,7 @@ Run::Run(const TrainConfig& config, const TrainHooks& hooks, bool resume)
     out_->lock(
         "another tfm train is running in this directory, or a tfm quantize, import or export is replacing it (it "
         "holds the directory's lock): wait for it to end, or train into another --out");
+    if (!resume && !hooks_.replace_run) refuse_existing_run(c_.out_dir);  // one that ended since the caller looked
     io::require_writable_directory(c_.out_dir);  // now, not at the first checkpoint after the training
   }
   described_ = resume;  // a fresh run describes itself with its first checkpoint (describe())

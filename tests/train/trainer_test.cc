@@ -605,6 +605,32 @@ TEST(Trainer, RunDirectoryInUseIsRefused) {
   EXPECT_EQ(testing::slurp(a + "/model.safetensors"), model);
 }
 
+// A front end looks for a run in --out before reading the data; a run that ends after that look must not be
+// overwritten by the one that then takes the lock: without replace_run (--force) the trainer looks again, under the
+// lock. With it (the C++ default), the old run's files go with the new run's first checkpoint.
+TEST(Trainer, FreshRunWithoutReplaceRunRefusesARunFoundUnderTheLock) {
+  const std::string a = testing::temp_dir("ended_meanwhile");
+  TrainConfig c = tiny(a);
+  c.max_steps = 2;
+  run_training(c);
+  const std::string model = testing::slurp(a + "/model.safetensors");
+  TrainConfig again = c;
+  again.seed = c.seed + 1;
+  TrainHooks keep;
+  keep.replace_run = false;
+  try {
+    run_training(again, keep);
+    ADD_FAILURE() << "a fresh run overwrote a finished one without --force";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "--out " + a + " holds a run or model already (" + a +
+                                         "/model.safetensors): continue a run with --resume " + a +
+                                         ", train into another --out, or give --force to delete it and start over");
+  }
+  EXPECT_EQ(testing::slurp(a + "/model.safetensors"), model);
+  run_training(again);  // replace_run: true
+  EXPECT_NE(testing::slurp(a + "/model.safetensors"), model);
+}
+
 TEST(Trainer, LoadedModelTranslatesAndEvaluates) {
   const std::string a = testing::temp_dir("loaded");
   TrainConfig c = tiny(a);

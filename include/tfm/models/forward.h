@@ -188,6 +188,10 @@ class LoadedModule {
 // the file they are about. The file is read zero-copy and released before returning.
 LoadedModule load_module(const std::string& config_path, const std::string& weights_path,
                          Precision precision = Precision::FLOAT32);
+// The same for a config already read (parse_module_config of a JSON text): what building it throws is said as
+// for_weights says it, without a file name.
+LoadedModule load_module(const ModuleConfig& config, const std::string& weights_path,
+                         Precision precision = Precision::FLOAT32);
 
 // Reads a `tfm forward` inputs file: masks ("*mask*") BOOL or F32, causal flags ("*is_causal*")
 // BOOL, every other argument F32 (grad_output included). A name no module's forward takes (the table

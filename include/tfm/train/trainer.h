@@ -126,6 +126,11 @@ struct TrainHooks {
   // taken so far (a test clock may tick per step, which makes a budget run's fitted step count
   // deterministic). Empty: std::chrono::steady_clock, the steps unused. Under MPI rank 0's decides.
   std::function<double(int64_t steps)> clock;
+  // A fresh run into a config.out_dir that holds a run or model (weights, a trainer state, metrics or a best
+  // model): true replaces it (its files deleted with the first checkpoint), false refuses it, checked once the
+  // directory's lock is held, so that a run that ended after a front end's own check is not overwritten
+  // (std::invalid_argument "--out <dir> holds a run or model already (...)"). The front ends pass --force.
+  bool replace_run = true;
 };
 
 // Why a run ended.
