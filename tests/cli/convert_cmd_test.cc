@@ -100,7 +100,8 @@ TEST(ConvertCli, WriteErrorsNameTheOutNotItsStagingDirectory) {
   for (const auto& [cmd, dest] : std::vector<std::pair<std::string, std::string>>{
            {" import gpt2 " + hf, root + "/full/x"}, {" export gpt2 " + root + "/m", root + "/full/y"}}) {
     int rc = 0;
-    with_file_size_limit(1024, [&] { rc = run_command(kCli + cmd + " --out " + dest, &out); });
+    const std::string command = kCli + cmd + " --out " + dest;  // (clang 14 captures no structured binding)
+    with_file_size_limit(1024, [&] { rc = run_command(command, &out); });
     EXPECT_EQ(rc, 1) << out;
     EXPECT_EQ(out.rfind("tfm: error: " + dest + "/", 0), 0u) << out;
     EXPECT_NE(out.find(": write failed: File too large\n"), std::string::npos) << out;
