@@ -771,6 +771,8 @@ def train_options():
 
 def _option_text(name, kind, value):
     if kind == "flag":
+        if isinstance(value, _np.bool_):  # numpy's bool, as its ints and floats are taken for the other options
+            value = bool(value)
         if not isinstance(value, bool):
             raise ValueError(f"option --{name} takes True or False, got {value!r}")
         return "true" if value else "false"

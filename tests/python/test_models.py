@@ -390,6 +390,13 @@ def test_train_option_errors(tmp_path):
         tfm.train(out=str(tmp_path / "x"), task="reverse", arch="rnn")
     with pytest.raises(ValueError, match="bias"):
         tfm.train(out=str(tmp_path / "x"), task="reverse", bias="no")
+    # numpy's bool is a flag's value, as numpy's ints and floats are the others' (bias=np.bool_(False): --no-bias).
+    np = pytest.importorskip("numpy")
+    tiny = dict(task="reverse", task_train_size=64, d_model=16, nhead=2, layers=1, dim_feedforward=32, max_steps=1,
+                threads=1)
+    tfm.train(out=str(tmp_path / "npbool"), bias=np.bool_(False), **tiny)
+    tfm.train(out=str(tmp_path / "pybool"), bias=False, **tiny)
+    assert (tmp_path / "npbool" / "model.safetensors").read_bytes() == (tmp_path / "pybool" / "model.safetensors").read_bytes()
     with pytest.raises(FileNotFoundError):
         tfm.train(out=str(tmp_path / "x"), text=str(tmp_path / "missing.txt"), max_steps=1)
     with pytest.raises(ValueError, match="--ema"):
