@@ -745,8 +745,11 @@ PYBIND11_MODULE(_core, m) {
       using T = tfm::train::OptionType;
       py::dict d;
       d["name"] = o.name;
-      d["type"] = o.type == T::FLAG ? "flag" : o.type == T::INT ? "int" : o.type == T::FLOAT ? "float"
-                  : o.type == T::CHOICE ? "choice" : "text";
+      d["type"] = o.type == T::FLAG                       ? "flag"
+                  : o.type == T::INT || o.type == T::UINT ? "int"
+                  : o.type == T::FLOAT                    ? "float"
+                  : o.type == T::CHOICE                   ? "choice"
+                                                          : "text";
       d["choices"] = o.choices;
       d["default"] = o.default_text;
       d["help"] = o.help;

@@ -112,6 +112,8 @@ class MpiSession {
 std::string type_name(const train::TrainOption& o) {
   switch (o.type) {
     case train::OptionType::INT: return "INT";
+    case train::OptionType::UINT:
+      return "UINT";
     case train::OptionType::FLOAT: return "FLOAT";
     case train::OptionType::TEXT: return "TEXT";
     case train::OptionType::FLAG: return "";

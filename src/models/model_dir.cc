@@ -501,7 +501,8 @@ std::string truncation_note(const TrainedModel& m, int64_t truncated, int64_t ou
   const int64_t model_max_len = require_model(m).config().max_len;
   if (truncated <= 0) return "";
   const std::string cap = std::to_string(model_max_len);  // the longest any output can be
-  const std::string raise = "; a larger max_len (--max-len) raises it, up to the model's max_len " + cap;
+  const std::string raise =
+      "; a larger max_len (--max-len; in Python max_len=) raises it, up to the model's max_len " + cap;
   const bool at_cap = max_len >= model_max_len;
   const std::string limit = at_cap      ? "the model's max_len " + cap + ", its longest output"
                             : max_len > 0 ? "max_len " + std::to_string(max_len)

@@ -278,7 +278,9 @@ class TextSetter {
         if constexpr (std::is_floating_point_v<T>) v = std::stod(text_, &used);
         else if constexpr (std::is_unsigned_v<T>) v = std::stoull(text_, &used);
         else v = std::stoll(text_, &used);
-      } catch (const std::logic_error&) {  // no number, or beyond the widest type
+      } catch (const std::out_of_range&) {  // beyond the widest type: a number, too large
+        wrong(std::is_floating_point_v<T> ? "a finite number within float's range" : "an integer in range");
+      } catch (const std::invalid_argument&) {  // no number
         wrong(expected);
       }
       if (used != text_.size()) wrong(expected);

@@ -59,7 +59,7 @@ struct TypeOf {
     } else if constexpr (std::is_floating_point_v<T>) {
       type = OptionType::FLOAT;
     } else {
-      type = OptionType::INT;
+      type = std::is_unsigned_v<T> ? OptionType::UINT : OptionType::INT;
     }
   }
 };

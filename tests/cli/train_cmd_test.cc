@@ -527,6 +527,12 @@ TEST_F(TrainCliErrors, CountsOutOfRange) {
   expect_error("eval --model " + run + " --data " + *dir_ + "/valid.tsv --threads -3", threads + "-3");
   expect_error("train --task reverse --out " + *dir_ + "/never --threads 5000", threads + "5000");
   EXPECT_FALSE(std::filesystem::exists(*dir_ + "/never"));
+  // Train's integers are the option table's to check, as in Python: one message, and before the other checks.
+  expect_error("train --task reverse --out " + *dir_ + "/never --max-steps 99999999999999999999",
+               "train config: --max-steps must be an integer in range, got '99999999999999999999'");
+  expect_error("train --task reverse --out " + *dir_ + "/never --seed 18446744073709551616",
+               "train config: --seed must be an integer in range, got '18446744073709551616'");
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/never"));
   expect_error("eval --model " + run + " --task reverse --count 0", "count (--count) must be ≥ 1 task sequences, got 0");
   const std::string err = *dir_ + "/stderr.txt";
   std::string out;

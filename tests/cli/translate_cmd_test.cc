@@ -112,7 +112,8 @@ class Coprocess {
 // when `err` has no such note (and a test failure when it has more than one).
 int64_t truncated_in_note(const std::string& err, int64_t outputs) {
   const std::regex note("tfm: note: (\\d+) of " + std::to_string(outputs) +
-                        " outputs? stopped at the length limit \\([^)]*\\) without an end token; a larger max_len \\(--max-len\\) raises it");
+                        " outputs? stopped at the length limit \\([^)]*\\) without an end token; a larger max_len "
+                        "\\(--max-len; in Python max_len=\\) raises it");
   std::smatch m;
   if (!std::regex_search(err, m, note)) return -1;
   EXPECT_EQ(err.find("tfm: note:", static_cast<size_t>(m.position(0)) + 1), std::string::npos) << "one note: " << err;
@@ -359,7 +360,7 @@ TEST_F(TranslateSample, LengthLimitIsNotedAndMaxLenRaisesIt) {
             "token");
   EXPECT_EQ(tfm::truncation_note(m, 1, 1, 30),
             "1 of 1 output stopped at the length limit (max_len 30) without an end token; a larger max_len "
-            "(--max-len) raises it, up to the model's max_len 512");
+            "(--max-len; in Python max_len=) raises it, up to the model's max_len 512");
   EXPECT_EQ(tfm::truncation_note(m, 0, 5, 0), "");
 }
 

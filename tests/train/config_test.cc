@@ -125,6 +125,8 @@ TEST(TrainConfig, SetFieldFromAnOptionNamesTheOption) {
   expect_error("num_decoder_layers", "-1.5", "decoder-layers",
                "train config: --decoder-layers must be an integer, got '-1.5'");
   expect_error("seed", "-1", "seed", "train config: --seed must be a non-negative integer, got '-1'");
+  expect_error("max_steps", "99999999999999999999", "max-steps",  // an integer, too large: said so
+               "train config: --max-steps must be an integer in range, got '99999999999999999999'");
   expect_error("lr", "inf", "lr", "train config: --lr must be a finite number within float's range, got 'inf'");
   expect_error("weight_decay", "-1e-46", "weight-decay",  // float would make it 0, not the value given
                "train config: --weight-decay must be a finite number within float's range, got '-1e-46'");

@@ -85,6 +85,9 @@ TEST(TrainOptions, EveryKeyIsARealFieldOfItsType) {
     switch (o.type) {
       case OptionType::FLAG: samples = {"true", "false"}; break;
       case OptionType::INT: samples = {"3"}; break;
+      case OptionType::UINT:
+        samples = {"18446744073709551615"};
+        break;
       case OptionType::FLOAT: samples = {"0.5"}; break;
       case OptionType::TEXT: samples = {"some/path"}; break;
       case OptionType::CHOICE: samples = o.choices; break;

@@ -21,7 +21,7 @@
 namespace tfm::train {
 
 // The value an option takes, as --help shows it.
-enum class OptionType { FLAG, INT, FLOAT, TEXT, CHOICE };
+enum class OptionType { FLAG, INT, UINT, FLOAT, TEXT, CHOICE };  // UINT: an unsigned field (--seed)
 
 struct TrainOption {
   std::string name;               // "d-model": --d-model on the command line, d_model in Python
