@@ -214,8 +214,8 @@ class Run {
   TrainResult train();
 
  private:
-  // The data and the model, one function per start mode; each reads a model directory only through
-  // load_model_dir.
+  // The data and the model, one function per start mode; each reads a model directory through load_model_dir
+  // (setup_resume first asks is_quantized_model_dir, to refuse an int8 directory).
   void setup_fresh();      // the data sizes a new model
   void setup_init_from();  // c_.init_from's model, weights, vocabularies and tokenizers
   void setup_resume();     // c_.out_dir's vocabularies and tokenizers; its weights come from its checkpoint
