@@ -478,9 +478,11 @@ TrainSetup resolve_train_options(const GivenOptions& given_list) {
   if (!has("task") && !has("train") && !has("text")) throw std::invalid_argument("--task or --train/--valid or --text is required");
   if (has("init-from")) {
     // A run started from a model directory takes the model from it: a model option would be ignored.
-    const std::string fixed = names([](const TrainOption& o) {
+    std::string fixed = names([](const TrainOption& o) {
       return std::any_of(o.keys.begin(), o.keys.end(), [](const std::string& k) { return fixed_by_init_from(k); });
     });
+    // A preset is a model too (its arch, sizes and tokenization), not only a training recipe.
+    if (has("preset")) fixed += (fixed.empty() ? "" : ", ") + std::string("--preset, which sets the model's options");
     if (!fixed.empty())
       throw std::invalid_argument("--init-from takes the model (and its tokenizations) from the model directory; "
                                   "only --dropout and --drop-path of the model options may be given with it (got " +

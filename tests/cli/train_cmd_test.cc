@@ -374,6 +374,9 @@ TEST_F(TrainCliErrors, InitFromRefusesModelOptions) {
   expect_error("train --init-from " + run + data + " --d-model 8", head + "--d-model)");
   expect_error("train --init-from " + run + data + " --dropout 0 --arch encoder --no-qkv-bias --src-tokens space",
                head + "--src-tokens, --arch, --qkv-bias)");
+  expect_error(
+      "train --init-from " + run + " --preset nanogpt-baby --text " + *dir_ + "/train.tsv --out " + *dir_ + "/tuned",
+      head + "--preset, which sets the model's options)");
   expect_error("train --resume " + run + " --init-from " + run,
                "--resume continues the run with the settings saved in " + run +
                    "/config.json; only --epochs, --max-steps, --time-budget, --threads, --comm-timeout, --bucket-mb (and --dtype naming the "
