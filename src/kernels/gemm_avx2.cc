@@ -1,6 +1,7 @@
 // src/kernels/gemm_avx2.cc — one panel of kernels::gemm and gemm_bias on CPUs with AVX2 but without AVX-512: a
-// blocked product of our own (gemm_backend.h says when it runs; gemm_scalar is its twin). Compiled with AVX2 and
-// FMA flags by CMake.
+// blocked product of our own (gemm_backend.h says when it runs; gemm_scalar is its twin); and, on the same kernel,
+// gemm_packed's float products against a weight packed once (gemm_avx2_rows16: B's strips are the weight's blocks,
+// only A is packed per call; gemm_rows_scalar is that one's twin). Compiled with AVX2 and FMA flags by CMake.
 //
 //   C(m,n) = alpha · op(A)(m,K) · op(B)(K,n) + beta · C  (+ bias, broadcast over rows)   operands as in gemm_scalar.h
 //
@@ -13,6 +14,7 @@
 //       for each strip of B:               its kc·16 floats (16 KiB) stay in L1 while...
 //         for each strip of A:             ...the block's strips (kMc·kc floats, 144 KiB) stream from L2
 //           6 × 16 sums in 12 ymm accumulators: acc = the sums so far (or 0), acc += a[r, k]·b[k, :]
+//           (the next tile's lines of C prefetched first: prefetch_tile16)
 // A step of the kernel is 2 loads of B, 6 broadcasts of A and 12 FMAs: the two FMA pipes are the limit.
 //
 // The numbers, as gemm_scalar's formula: each output's sum acc is one k-ascending fma chain from 0; between
@@ -203,6 +205,23 @@ float* line_aligned(float* p) {
   return p + ((64 - u % 64) % 64) / sizeof(float);
 }
 
+// One strip of B (b: kc·16 floats, `cols` ≤ 16 of them C's columns) times a packed block of A (ap: mc rows in
+// strips of 6) — the tiles down the strip: each starts from in's tile (the sums so far; nullptr: 0) and goes to
+// out's, through e on the last pass. Before a tile's k loop the next tile's lines of C are prefetched (the strip's
+// next tile, or at its end the next strip's first, `next_cols` wide; 0: no next strip).
+void strip_times_block(int64_t kc, const float* ap, int64_t mc, const float* b, int cols, int next_cols,
+                       const float* in, int64_t ldin, float* out, int64_t ldout, const Epilogue* e) {
+  for (int64_t r0 = 0; r0 < mc; r0 += kMr) {
+    const int rows = static_cast<int>(std::min<int64_t>(kMr, mc - r0));
+    if (r0 + kMr < mc)
+      prefetch_tile16(out + (r0 + kMr) * ldout, ldout, static_cast<int>(std::min<int64_t>(kMr, mc - r0 - kMr)), cols);
+    else if (next_cols > 0)
+      prefetch_tile16(out + kNr, ldout, static_cast<int>(std::min<int64_t>(kMr, mc)), next_cols);
+    kKernels[rows](kc, ap + (r0 / kMr) * a_strip_stride(kc), b, in ? in + r0 * ldin : nullptr, ldin, out + r0 * ldout,
+                   ldout, e, cols);
+  }
+}
+
 }  // namespace
 
 void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -232,18 +251,36 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
       const int64_t mc = std::min(kMc, M - i0);
       pack_a(trans_a, trans_a ? A + p0 * lda + i0 : A + i0 * lda + p0, lda, mc, kc, ap);
       for (int64_t j0 = 0; j0 < N; j0 += kNr) {
-        const int cols = static_cast<int>(std::min<int64_t>(kNr, N - j0));
-        const float* b = bp + (j0 / kNr) * b_strip_stride(kc);
-        Epilogue e{alpha, beta, bias ? bias + j0 : nullptr};
-        for (int64_t r0 = 0; r0 < mc; r0 += kMr) {
-          const int rows = static_cast<int>(std::min<int64_t>(kMr, mc - r0));
-          const float* a = ap + (r0 / kMr) * a_strip_stride(kc);
-          const int64_t i = i0 + r0;
-          const float* in = first ? nullptr : sums + i * lds + j0;
-          float* out = last ? C + i * ldc + j0 : sums + i * lds + j0;
-          const int64_t ldout = last ? ldc : lds;
-          kKernels[rows](kc, a, b, in, lds, out, ldout, last ? &e : nullptr, cols);
-        }
+        const Epilogue e{alpha, beta, bias ? bias + j0 : nullptr};
+        strip_times_block(
+            kc, ap, mc, bp + (j0 / kNr) * b_strip_stride(kc), static_cast<int>(std::min<int64_t>(kNr, N - j0)),
+            static_cast<int>(std::clamp<int64_t>(N - j0 - kNr, 0, kNr)), first ? nullptr : sums + i0 * lds + j0, lds,
+            (last ? C + i0 * ldc : sums + i0 * lds) + j0, last ? ldc : lds, last ? &e : nullptr);
+      }
+    }
+  }
+}
+
+void gemm_avx2_rows16(int64_t m, const float* A, int64_t lda, const float* W, int64_t w_stride, int64_t N, int64_t K,
+                      int64_t b0, int64_t b1, const float* bias, float* C, int64_t ldc) {
+  thread_local std::vector<float> a_buf;  // grows once per thread
+  const int64_t kc_max = std::min(K, kKc);
+  const size_t a_size = static_cast<size_t>(round_up(std::min(m, kMc), kMr) / kMr * a_strip_stride(kc_max));
+  if (a_buf.size() < a_size + 16) a_buf.resize(a_size + 16);
+  float* ap = line_aligned(a_buf.data());
+  for (int64_t p0 = 0; p0 < K; p0 += kKc) {
+    const int64_t kc = std::min(kKc, K - p0);
+    const bool first = p0 == 0, last = p0 + kc == K;
+    for (int64_t i0 = 0; i0 < m; i0 += kMc) {
+      const int64_t mc = std::min(kMc, m - i0);
+      pack_a(false, A + i0 * lda + p0, lda, mc, kc, ap);
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t j0 = b * kNr;
+        const Epilogue e{1.0f, 0.0f, bias ? bias + j0 : nullptr};
+        float* c = C + i0 * ldc + j0;
+        strip_times_block(kc, ap, mc, W + b * w_stride + p0 * kNr, static_cast<int>(std::min<int64_t>(kNr, N - j0)),
+                          b + 1 < b1 ? static_cast<int>(std::min<int64_t>(kNr, N - j0 - kNr)) : 0, first ? nullptr : c,
+                          ldc, c, ldc, last ? &e : nullptr);
       }
     }
   }

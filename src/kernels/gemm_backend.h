@@ -1,7 +1,8 @@
 // src/kernels/gemm_backend.h — internals of the fast gemm (src/kernels/gemm.cc), exposed only to
 // gemm.cc, gemm_avx2.cc (a panel's product on CPUs with AVX2 but not AVX-512), gemm_bf16.cc and gemm_packed.cc
-// (which run oneDNN on the same panel plan, or the same serial scope), attention_gemm.cc (its single-threaded
-// products) and bench/bench_gemm.cc, so the panel choice can be measured against oneDNN's own threading.
+// (which run oneDNN on the same panel plan, or the same serial scope), gemm_packed_avx2.cc (its float products on
+// gemm_avx2.cc's kernel), attention_gemm.cc (its single-threaded products) and bench/bench_gemm.cc, so the panel
+// choice can be measured against oneDNN's own threading.
 // Not part of the kernel interface: ops call gemm() from kernels.h.
 //
 // Determinism scheme. oneDNN's sgemm, when it threads, may split the K reduction between threads
@@ -78,6 +79,14 @@ bool onednn_sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                       const float* bias = nullptr);
+
+// gemm_packed's float32 and bfloat16 products on the same CPUs (gemm_packed_avx2 calls it): the columns of 16-wide
+// blocks [b0, b1) of C (m, N) = A (m, K) · W (+ bias), where W is already in the strips gemm_avx2_serial packs B
+// into — pack_rows16's layout: block b's element (k, j) at W[b·w_stride + 16k + j], zeros past column N. Only A is
+// packed, per call. Each output one k-ascending fma chain from 0, then + bias[j]: gemm_rows_scalar's sum, bit for
+// bit, for any m, block range or thread. m ≥ 0, K ≥ 1; single-threaded; call only when cpu_has_avx2().
+void gemm_avx2_rows16(int64_t m, const float* A, int64_t lda, const float* W, int64_t w_stride, int64_t N, int64_t K,
+                      int64_t b0, int64_t b1, const float* bias, float* C, int64_t ldc);
 
 // True where gemm, gemm_bias and attention's AVX2 backward run their panels on gemm_avx2_serial instead of
 // oneDNN: cpu_has_avx2() and not cpu_has_avx512().

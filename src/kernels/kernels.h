@@ -82,12 +82,12 @@
 // the backward, attention_gemm.cc, whose products are gemm_avx2.cc's), gemm_avx2.cc (training's products, a panel
 // at a time), activation_avx2.cc, cross_entropy_avx2.cc,
 // layer_norm_avx2.cc, rms_norm_avx2.cc, elementwise_avx2.cc, adam_avx2.cc, gemm_packed_avx2.cc (inference's
-// products on packed weights: f32, bf16, and int8 where the CPU has no int8 dot product) and quantize_avx2.cc (int8's
-// quantization of rows and dequantization). The other ops run their twins there. Shared pieces: onednn_primitives.h
-// (the engine, the per-thread streams and grow-only buffers of gemm_bf16 and gemm_packed), parallel_chunks.h (the fixed
-// work split, the norms' partials), common_avx512.h, dropout_hash_avx512.h and transpose_avx512.h (helpers for AVX-512
-// files only), common_avx2.h and dropout_hash_avx2.h (for AVX2 files only), gelu_erf.h (GELU's polynomials, for both
-// widths), cpu.cc (the CPU checks, the scalar switch, splitmix64).
+// products on packed weights: f32 and bf16 on gemm_avx2.cc's kernel, and int8 where the CPU has no int8 dot product)
+// and quantize_avx2.cc (int8's quantization of rows and dequantization). The other ops run their twins there. Shared
+// pieces: onednn_primitives.h (the engine, the per-thread streams and grow-only buffers of gemm_bf16 and gemm_packed),
+// parallel_chunks.h (the fixed work split, the norms' partials), common_avx512.h, dropout_hash_avx512.h and
+// transpose_avx512.h (helpers for AVX-512 files only), common_avx2.h and dropout_hash_avx2.h (for AVX2 files only),
+// gelu_erf.h (GELU's polynomials, for both widths), cpu.cc (the CPU checks, the scalar switch, splitmix64).
 //
 // To add a kernel `foo_forward`: declare it and `foo_forward_scalar` here with the shapes in
 // comments (and `foo_forward_avx512` at the end), write the scalar template in foo_scalar.h, the

@@ -464,7 +464,7 @@ TEST(GemmPacked, Avx2BodyEqualsTheRowTwinBitwise) {
       pack_rows16(W.data(), sh.N, sh.K, ld, bf16, packed.data());
       const PackedRows rows{packed.data(), sh.N, sh.K, 16, 1, 16 * sh.K};
       const auto prec = bf16 ? MatmulPrecision::MATMUL_BF16 : MatmulPrecision::MATMUL_F32;
-      for (const int64_t M : {1, 2, 5, 6, 7, 13, 20, 130}) {
+      for (const int64_t M : {1, 2, 5, 6, 7, 13, 20, 130, 150}) {  // 150: two of the kernel's blocks of rows
         const std::string what = std::string(bf16 ? "bf16" : "f32") + " M=" + std::to_string(M) +
                                  " N=" + std::to_string(sh.N) + " K=" + std::to_string(sh.K);
         std::vector<float> A = random_matrix(M, sh.K, ld, rng), a = A;
