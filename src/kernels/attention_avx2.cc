@@ -3,9 +3,10 @@
 // attention_backward_gemm (attention_gemm.cc), on oneDNN sgemm calls; its rows' element-wise work is here
 // (attention_probs_row_avx2, attention_ds_row_avx2, at the end).
 //
-// Per (b, h) and tile of query rows, the keys of the head are transposed once into kT (Dh, S), then the
-// rows in groups of kRows (each load of kT and of v serves the group), each row's arithmetic its own:
-//   s_j = scale · Σ_d q_d·kT[d][j] + mask + key padding   (−inf where causal and j > i, not computed)
+// Per (b, h) and tile of query rows, the keys and values of the head are packed once (pack_keys: blocks of 16
+// keys, each d's 16 values contiguous; pack_values: blocks of 16 columns, each key's 16 contiguous), then the
+// rows in groups of kRows (each load of the keys and of v serves the group), each row's arithmetic its own:
+//   s_j = scale · Σ_d q_d·k_j[d] + mask + key padding   (−inf where causal and j > i, not computed)
 //   mx = max_j s_j;  e_j = exp(s_j − mx);  l = Σ_j e_j;  lse = mx + log l;  p_j = e_j · keep_j / l
 //   (exp: the vector exp of common_avx2.h, ≤ 2 ulp; l summed 8 lanes apart)
 //   o = Σ_j p_j · v_j
@@ -16,7 +17,8 @@
 // kernel's rows do (tests/ops/attention_cache_test.cc). Rows whose keys are all masked give o = 0 and
 // lse = −inf. Dropout: the counter rule of kernels.h, as the twin.
 // Determinism: (b, h, tile) over the threads, each a fixed sequence on its own rows. Memory: per thread
-// kT (Dh·S floats) and kRows rows of scores (4·S), thread-local, grown once.
+// the packed keys and values ((Dh + Dv)·S floats, S rounded up to 16) and kRows rows of scores (kRows·S),
+// thread-local, grown once.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -36,7 +38,9 @@ namespace tfm::kernels {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr int64_t kTileRows = 64;  // query rows per job: the transposed keys serve this many rows
+// Query rows per job: each job packs the head's keys and values once for its rows. 192 where there are at least
+// 768 query rows (the packing's share of a long sequence's time: 8–14% less at S = 2048), else 64, so that a
+// short batch still has jobs for every thread. Only which thread computes a row depends on it, never its bits.
 
 // A thread's grow-only float buffer. Not a std::vector: its out-of-line members, compiled here with AVX2 flags,
 // would be weak symbols the linker may pick for the whole library, CPUs without AVX2 included.
@@ -49,7 +53,7 @@ struct Buffer {
   ~Buffer() { std::free(data); }
 };
 float* scratch(int slot, int64_t n) {
-  thread_local Buffer buf[2];
+  thread_local Buffer buf[3];
   Buffer& b = buf[slot];
   if (b.cap < static_cast<size_t>(n)) {
     std::free(b.data);
@@ -63,25 +67,51 @@ float* scratch(int slot, int64_t n) {
   return b.data;
 }
 
-// Query rows computed together: each load of the transposed keys (and of the values) serves this many rows.
-constexpr int64_t kRows = 4;
+// Query rows computed together: each load of the packed keys (and of the values) serves this many rows, and
+// their 6 × 16 sums fill 12 of the 16 ymm registers (the GEMM kernel's tile, gemm_avx2.cc): enough independent
+// fma chains to keep both FMA pipes busy through the FMA's latency.
+constexpr int64_t kRows = 6;
 
-// s[r][j] = Σ_d q[r][d]·kT[d·S + j] for j < n and the kRows rows: for each element one fma chain over d
-// ascending from 0, keys in the lanes (16, then 8, then the last fewer than 8 under a lane mask), so its bits do
-// not depend on the other rows or on where j falls. Under a causal mask most rows end in such a remainder.
-void dots(const float* const* q, const float* kT, int64_t S, int64_t Dh, int64_t n, float* const* s) {
+// The head's keys packed for dots: blocks of 16 keys, each Dh runs of 16 floats — kP[(j/16)·16·Dh + 16d + j%16]
+// = k_j[d] — so a block's loads are one contiguous stream. The last block's keys past S are left unwritten: dots
+// never reads them (a masked load, and lanes past n are not stored).
+void pack_keys(const float* k, int64_t k_sl, int64_t S, int64_t Dh, float* kP) {
+  for (int64_t j0 = 0; j0 < S; j0 += 16)
+    transpose_avx2(k + j0 * k_sl, k_sl, std::min<int64_t>(16, S - j0), Dh, kP + j0 * Dh, 16);
+}
+
+// The head's values' first Dv/16·16 columns packed for weighted_values: for each block of 16 columns, the S rows'
+// 16 floats one after another — vP[(d/16)·16·S + 16j + d%16] = v_j[d] — so a block's pass over the keys reads
+// one contiguous stream (v's rows are v_sl apart, a line or more each).
+void pack_values(const float* v, int64_t v_sl, int64_t S, int64_t Dv, float* vP) {
+  for (int64_t d = 0; d + 16 <= Dv; d += 16, vP += 16 * S)
+    for (int64_t j = 0; j < S; ++j) {
+      _mm256_storeu_ps(vP + 16 * j, _mm256_loadu_ps(v + j * v_sl + d));
+      _mm256_storeu_ps(vP + 16 * j + 8, _mm256_loadu_ps(v + j * v_sl + d + 8));
+    }
+}
+
+// s[r][j] = Σ_d q[r][d]·k_j[d] for j < n and the kRows rows (keys packed by pack_keys): for each element one fma
+// chain over d ascending from 0, keys in the lanes (16, then 8, then the last fewer than 8 under a lane mask), so
+// its bits do not depend on the other rows or on where j falls. Under a causal mask most rows end in such a
+// remainder.
+void dots(const float* const* q, const float* kP, int64_t Dh, int64_t n, float* const* s) {
   int64_t j = 0;
   for (; j + 16 <= n; j += 16) {
+    const float* kb = kP + j * Dh;  // the block's Dh runs of 16
     __m256 acc[kRows][2];
+#pragma GCC unroll 6
     for (int64_t r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (int64_t d = 0; d < Dh; ++d) {
-      const __m256 k0 = _mm256_loadu_ps(kT + d * S + j), k1 = _mm256_loadu_ps(kT + d * S + j + 8);
+      const __m256 k0 = _mm256_loadu_ps(kb + 16 * d), k1 = _mm256_loadu_ps(kb + 16 * d + 8);
+#pragma GCC unroll 6
       for (int64_t r = 0; r < kRows; ++r) {
-        const __m256 qd = _mm256_set1_ps(q[r][d]);
+        const __m256 qd = _mm256_broadcast_ss(q[r] + d);
         acc[r][0] = _mm256_fmadd_ps(qd, k0, acc[r][0]);
         acc[r][1] = _mm256_fmadd_ps(qd, k1, acc[r][1]);
       }
     }
+#pragma GCC unroll 6
     for (int64_t r = 0; r < kRows; ++r) {
       _mm256_storeu_ps(s[r] + j, acc[r][0]);
       _mm256_storeu_ps(s[r] + j + 8, acc[r][1]);
@@ -90,12 +120,16 @@ void dots(const float* const* q, const float* kT, int64_t S, int64_t Dh, int64_t
   for (; j < n; j += 8) {  // 8 keys, or the last n − j (lanes past n read as 0 and are not stored)
     const int64_t w = std::min<int64_t>(8, n - j);
     const __m256i live = first_n_lanes(w);
+    const float* kb = kP + (j / 16 * 16) * Dh + j % 16;  // j's block, at j's lane
     __m256 acc[kRows];
+#pragma GCC unroll 6
     for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t d = 0; d < Dh; ++d) {
-      const __m256 k0 = w == 8 ? _mm256_loadu_ps(kT + d * S + j) : _mm256_maskload_ps(kT + d * S + j, live);
-      for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(q[r][d]), k0, acc[r]);
+      const __m256 k0 = w == 8 ? _mm256_loadu_ps(kb + 16 * d) : _mm256_maskload_ps(kb + 16 * d, live);
+#pragma GCC unroll 6
+      for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(q[r] + d), k0, acc[r]);
     }
+#pragma GCC unroll 6
     for (int64_t r = 0; r < kRows; ++r) {
       if (w == 8)
         _mm256_storeu_ps(s[r] + j, acc[r]);
@@ -105,19 +139,46 @@ void dots(const float* const* q, const float* kT, int64_t S, int64_t Dh, int64_t
   }
 }
 
-// o[r][d] = Σ_j p[r][j]·v_j[d] for j < n and the first R rows: for each element one fma chain over j
-// ascending from 0, 8 columns in the lanes (the last columns one at a time, the same fma).
-void weighted_values(const float* const* p, int64_t R, const float* v, int64_t v_sl, int64_t Dv, int64_t n,
-                     float* const* o) {
+// o[r][d] = Σ_j p[r][j]·v_j[d] for j < n and the kRows rows (those past R are computed and not stored: the
+// caller points them at a live row): for each element one fma chain over j ascending from 0, 16 columns in two
+// vectors' lanes (from vP, pack_values' blocks of the S keys), then 8, then the last columns one at a time (the
+// same fma, from v).
+void weighted_values(const float* const* p, int64_t R, const float* vP, int64_t S, const float* v, int64_t v_sl,
+                     int64_t Dv, int64_t n, float* const* o) {
   int64_t d = 0;
+  for (; d + 16 <= Dv; d += 16) {
+    const float* vb = vP + d * S;  // the block's rows, 16 floats each
+    __m256 acc[kRows][2];
+#pragma GCC unroll 6
+    for (int64_t r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; ++j) {
+      const __m256 v0 = _mm256_loadu_ps(vb + 16 * j), v1 = _mm256_loadu_ps(vb + 16 * j + 8);
+#pragma GCC unroll 6
+      for (int64_t r = 0; r < kRows; ++r) {
+        const __m256 pj = _mm256_broadcast_ss(p[r] + j);
+        acc[r][0] = _mm256_fmadd_ps(pj, v0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(pj, v1, acc[r][1]);
+      }
+    }
+#pragma GCC unroll 6
+    for (int64_t r = 0; r < kRows; ++r)  // a constant bound, unrolled: acc stays in registers
+      if (r < R) {
+        _mm256_storeu_ps(o[r] + d, acc[r][0]);
+        _mm256_storeu_ps(o[r] + d + 8, acc[r][1]);
+      }
+  }
   for (; d + 8 <= Dv; d += 8) {
     __m256 acc[kRows];
+#pragma GCC unroll 6
     for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
       const __m256 vj = _mm256_loadu_ps(v + j * v_sl + d);
-      for (int64_t r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(p[r][j]), vj, acc[r]);
+#pragma GCC unroll 6
+      for (int64_t r = 0; r < kRows; ++r) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p[r] + j), vj, acc[r]);
     }
-    for (int64_t r = 0; r < R; ++r) _mm256_storeu_ps(o[r] + d, acc[r]);
+#pragma GCC unroll 6
+    for (int64_t r = 0; r < kRows; ++r)
+      if (r < R) _mm256_storeu_ps(o[r] + d, acc[r]);
   }
   for (; d < Dv; ++d)
     for (int64_t r = 0; r < R; ++r) {
@@ -220,20 +281,16 @@ void attention_ds_row_avx2(const AttentionParams& p, int64_t n, uint64_t first, 
 void attention_forward_avx2(const AttentionParams& p) {
   const int64_t S = p.S, Dh = p.Dh, Dv = p.dv(), BH = p.B * p.H;
   if (p.L <= 0 || BH <= 0) return;
-  const int64_t mt = std::min(kTileRows, p.L), tiles = (p.L + mt - 1) / mt;
+  const int64_t mt = std::min(p.L >= 768 ? int64_t{192} : int64_t{64}, p.L), tiles = (p.L + mt - 1) / mt;
   const bool dropout = p.dropout_p > 0.0f;
   auto run = [&](int64_t job) {
     const int64_t bh = job / tiles, b = bh / p.H, h = bh % p.H;
     const int64_t i0 = (job % tiles) * mt, i1 = std::min(p.L, i0 + mt);
-    // kT (Dh, S): kT[d·S + j] = k_j[d]
-    float* kT = scratch(0, Dh * S);
-    const float* k = p.k + b * p.k_sb + h * Dh;
-    for (int64_t j0 = 0; j0 < S; j0 += 16) {  // 16 keys at a time: each d writes one run of 16 floats
-      const int64_t j1 = std::min(S, j0 + 16);
-      for (int64_t d = 0; d < Dh; ++d)
-        for (int64_t j = j0; j < j1; ++j) kT[d * S + j] = k[j * p.k_sl + d];
-    }
+    float* kP = scratch(0, (S + 15) / 16 * 16 * Dh);  // pack_keys' blocks
+    pack_keys(p.k + b * p.k_sb + h * Dh, p.k_sl, S, Dh, kP);
     const float* v = p.v + b * p.v_sb + h * Dv;  // (S, Dv) at v_sl
+    float* vP = scratch(2, Dv / 16 * 16 * S);    // pack_values' blocks
+    pack_values(v, p.v_sl, S, Dv, vP);
     float* sbuf = scratch(1, kRows * S);         // the group's scores, then probabilities
     for (int64_t g0 = i0; g0 < i1; g0 += kRows) {
       const int64_t R = std::min(kRows, i1 - g0);
@@ -247,7 +304,7 @@ void attention_forward_avx2(const AttentionParams& p) {
         q[r] = p.q + b * p.q_sb + (g0 + std::min(r, R - 1)) * p.q_sl + h * Dh;  // unused rows repeat the last
         s[r] = sbuf + r * S;
       }
-      dots(q, kT, S, Dh, n_max, s);
+      dots(q, kP, Dh, n_max, s);
       float* o[kRows];
       int64_t live = 0;  // rows with a key left, in o_rows/p_rows order
       const float* p_rows[kRows];
@@ -280,7 +337,9 @@ void attention_forward_avx2(const AttentionParams& p) {
         p_rows[live] = si;
         o_rows[live++] = o[r];
       }
-      weighted_values(p_rows, live, v, p.v_sl, Dv, n_max, o_rows);
+      if (live == 0) continue;
+      for (int64_t r = live; r < kRows; ++r) p_rows[r] = p_rows[0];  // computed, not stored
+      weighted_values(p_rows, live, vP, S, v, p.v_sl, Dv, n_max, o_rows);
     }
   };
   const int64_t jobs = BH * tiles;

@@ -199,8 +199,9 @@ void attention_backward_scalar(const AttentionParams& p, const float* dout, floa
 // its own, so a row's bits do not depend on the call's other rows), the backward as single-threaded products
 // (gemm_avx2.cc's) on tiles of query rows with the softmax in AVX2 row functions (attention_gemm.cc). Float32 products
 // only (p.bf16 false), S, Dh and Dv at least 1; the backward needs p.lse. They split the work over the threads
-// themselves: the forward (b, h, tile of 64 query rows), the backward (b, h). Memory per thread, grown once:
-// the forward Dh·S + 4·S floats, the backward two tiles of at most max(64·1024, S) floats.
+// themselves: the forward (b, h, tile of 64 query rows, or 192 from 768 rows up), the backward (b, h). Memory per
+// thread, grown once: the forward (Dh + Dv + 6)·S floats (the packed keys and values, six rows of scores), the
+// backward two tiles of at most max(64·1024, S) floats.
 void attention_forward_avx2(const AttentionParams& p);
 void attention_backward_gemm(const AttentionParams& p, const float* dout, float* dq, float* dk, float* dv);
 // attention_backward_gemm's element-wise work on a query row's first n ≤ S keys, with AVX2 (attention_avx2.cc; the
