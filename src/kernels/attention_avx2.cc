@@ -41,6 +41,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // Query rows per job: each job packs the head's keys and values once for its rows. 192 where there are at least
 // 768 query rows (the packing's share of a long sequence's time: 8–14% less at S = 2048), else 64, so that a
 // short batch still has jobs for every thread. Only which thread computes a row depends on it, never its bits.
+int64_t tile_rows(int64_t L) { return std::min(L >= 768 ? int64_t{192} : int64_t{64}, L); }
 
 // A thread's grow-only float buffer. Not a std::vector: its out-of-line members, compiled here with AVX2 flags,
 // would be weak symbols the linker may pick for the whole library, CPUs without AVX2 included.
@@ -281,7 +282,7 @@ void attention_ds_row_avx2(const AttentionParams& p, int64_t n, uint64_t first, 
 void attention_forward_avx2(const AttentionParams& p) {
   const int64_t S = p.S, Dh = p.Dh, Dv = p.dv(), BH = p.B * p.H;
   if (p.L <= 0 || BH <= 0) return;
-  const int64_t mt = std::min(p.L >= 768 ? int64_t{192} : int64_t{64}, p.L), tiles = (p.L + mt - 1) / mt;
+  const int64_t mt = tile_rows(p.L), tiles = (p.L + mt - 1) / mt;
   const bool dropout = p.dropout_p > 0.0f;
   auto run = [&](int64_t job) {
     const int64_t bh = job / tiles, b = bh / p.H, h = bh % p.H;
