@@ -14,8 +14,9 @@
 // fma of p_j·v_j into every d: each output element is one fma chain in a fixed order (d, or j, ascending)
 // whichever lanes hold it, so a row's o and lse are the same bits whatever other rows the call has — a
 // decoding step (one query row against the cached keys) equals the full causal forward's row, as the flash
-// kernel's rows do (tests/ops/attention_cache_test.cc). Rows whose keys are all masked give o = 0 and
-// lse = −inf. Dropout: the counter rule of kernels.h, as the twin.
+// kernel's rows do (tests/ops/attention_cache_test.cc). (For finite values: under a causal mask a group's rows
+// run to the group's last row's keys, a row's extra keys at probability 0, and 0·inf is NaN.) Rows whose keys
+// are all masked give o = 0 and lse = −inf. Dropout: the counter rule of kernels.h, as the twin.
 // Determinism: (b, h, tile) over the threads, each a fixed sequence on its own rows. Memory: per thread
 // the packed keys and values ((Dh + Dv)·S floats, S rounded up to 16) and kRows rows of scores (kRows·S),
 // thread-local, grown once.

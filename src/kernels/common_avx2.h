@@ -75,10 +75,11 @@ inline void store_n(float* p, __m256 v, int64_t n) {
 }
 
 // Asks for the lines of a tile of C — `rows` rows of `cols` (1 … 16) floats from p, at stride ld — to be brought
-// into L1. The GEMM drivers (gemm_avx2.cc, gemm_packed_avx2.cc) call it for the next tile while the current
-// tile's k loop runs: a tile's first loads of its sums, and its stores' line fills, otherwise wait on memory once
-// C outgrows L2 (a 1024 × 1536 product: ~15% of its time). A prefetch changes no value and never faults; only
-// addresses inside the tile are formed (a row's first and last float: the row's one or two lines).
+// into L1. gemm_avx2.cc's drivers (training's panels, and the packed weights' products gemm_packed_avx2.cc calls
+// it for) ask for the next tile while the current tile's k loop runs: a tile's first loads of its sums, and its
+// stores' line fills, otherwise wait on memory once C outgrows L2 (a 1024 × 1536 product: ~15% of its time). A prefetch
+// changes no value and never faults; only addresses inside the tile are formed (a row's first and last float: the row's
+// one or two lines).
 inline void prefetch_tile16(const float* p, int64_t ld, int rows, int cols) {
   for (int r = 0; r < rows; ++r) {
     _mm_prefetch(reinterpret_cast<const char*>(p + r * ld), _MM_HINT_T0);

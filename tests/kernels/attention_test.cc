@@ -564,6 +564,41 @@ TEST(AttentionKernel, RowPathEqualsTilePath) {
   }
 }
 
+// The AVX2 forward splits the query rows into jobs of 64 rows, or of 192 from 768 rows on: the first 767 rows of an
+// 800-row case (64-row jobs; the same buffers and strides) give the bits the whole case gives them (192-row jobs),
+// and so does a call on one thread against two.
+TEST(AttentionKernel, Avx2ForwardRowsDoNotDependOnTheJobSplit) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 (or TFM_FORCE_SCALAR)";
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int saved = omp_get_max_threads();
+  uint64_t seed = 5150;
+  // Not dropout: its counters count rows of L, so a call on fewer rows draws other masks for the heads after the first.
+  for (MaskKind kind : {MaskKind::CAUSAL, MaskKind::KEY_PADDING, MaskKind::MASK_2D}) {
+    const int64_t Lbig = 800, L = 767;
+    const Case c = make_case(1, 2, Lbig, 300, 24, Layout::BATCH_FIRST, kind, seed += 10);
+    SCOPED_TRACE(c.name());
+    std::vector<float> o_all(o_elems(c), nan), lse_all(c.B * c.H * Lbig, nan);
+    omp_set_num_threads(2);
+    attention_forward_avx2(bind(c, o_all.data(), lse_all.data()));
+    std::vector<float> o(o_elems(c), nan), lse(c.B * c.H * L, nan);
+    AttentionParams p = bind(c, o.data(), lse.data());
+    p.L = L;
+    omp_set_num_threads(1);
+    attention_forward_avx2(p);
+    omp_set_num_threads(saved);
+    for (int64_t i = 0; i < L; ++i) {
+      const int64_t at = i * c.p.o_sl;
+      const std::vector<float> got(o.begin() + at, o.begin() + at + c.Ev());
+      const std::vector<float> want(o_all.begin() + at, o_all.begin() + at + c.Ev());
+      ASSERT_TRUE(bitwise_equal(got, want, "o of row " + std::to_string(i)));
+      for (int64_t h = 0; h < c.H; ++h) {
+        const float g = lse[h * L + i], w = lse_all[h * Lbig + i];
+        ASSERT_EQ(std::memcmp(&g, &w, sizeof g), 0) << "lse of h " << h << " row " << i << ": " << g << " vs " << w;
+      }
+    }
+  }
+}
+
 // Under a causal mask the flash kernel computes exactly what it computes for the additive form of that mask (0
 // where j ≤ i, −inf above), bit for bit: it leaves out the keys a causal row cannot see (whole key tiles, and on
 // the diagonal the triangle's far side), and a left-out key would have added exactly 0 to every sum and chain.
@@ -798,7 +833,8 @@ TEST(AttentionKernel, VectorExpWithinTwoUlp) {
 // per-head scheme for both (uneven and even split); L·S ≥ 256² (400², 260·300) also packs the
 // operands into contiguous per-head blocks first; one and two query rows (decoding) thread from
 // B·H·L·S·Dh ≥ 2^16. All must give the same bits. The shapes are above the kernel's threading
-// thresholds (B·H·L·S·Dh ≥ 2^21, or 2^16 for at most 16 query rows), so 2 threads really run.
+// thresholds (B·H·L·S·Dh ≥ 2^21, or 2^16 for at most 16 query rows), so 2 threads really run — but the last,
+// for the AVX2 forward's 192-row jobs, which has no threshold (on AVX-512 CPUs it runs on one thread).
 TEST(AttentionKernel, BitwiseSameForOneAndTwoThreads) {
   if (force_scalar()) GTEST_SKIP() << "TFM_FORCE_SCALAR: the twin is single-threaded";
   const int saved = omp_get_max_threads();
