@@ -389,8 +389,9 @@ TEST(AttentionKernel, FastMatchesScalarLongSequences) {
 }
 
 // Value heads of another width than the query/key heads (Dv ≠ Dh), narrower and wider, on every
-// mask kind, on the strided and (long sequences) the packed-operand paths.
-int64_t other_dv(int64_t Dh) { return Dh == 16 ? 7 : Dh == 17 ? 40 : Dh == 64 ? 5 : Dh + 2; }
+// mask kind, on the strided and (long sequences) the packed-operand paths. Dv = 29 (Dh 8) takes each of the AVX2
+// forward's column paths in one row: a block of 16, 8 columns, then 5 one at a time.
+int64_t other_dv(int64_t Dh) { return Dh == 16 ? 7 : Dh == 17 ? 40 : Dh == 64 ? 5 : Dh == 8 ? 29 : Dh + 2; }
 TEST(AttentionKernel, FastMatchesScalarValueHeadWidth) {
   for (MaskKind kind : {MaskKind::NONE, MaskKind::MASK_3D, MaskKind::KEY_PADDING, MaskKind::CAUSAL_FULLY_MASKED,
                         MaskKind::DROPOUT}) {

@@ -482,6 +482,14 @@ TEST(GemmPacked, Avx2BodyEqualsTheRowTwinBitwise) {
             ASSERT_EQ(std::bit_cast<uint32_t>(part[i * ldc + n]),
                       std::bit_cast<uint32_t>(n >= 16 && n < sh.N ? C[i * ldc + n] : -7.0f))
                 << what << " blocks from 1, row " << i << " column " << n;
+        // Block [0, 1) alone: columns 0–15, and nothing of the block after it.
+        std::vector<float> first(C.size(), -7.0f);
+        gemm_packed_avx2(rows, M, a.data(), ld, sh.bias ? b.data() : nullptr, first.data(), ldc, 0, 1);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t n = 0; n < ldc; ++n)
+            ASSERT_EQ(std::bit_cast<uint32_t>(first[i * ldc + n]),
+                      std::bit_cast<uint32_t>(n < 16 ? C[i * ldc + n] : -7.0f))
+                << what << " block 0 alone, row " << i << " column " << n;
       }
     }
 }
