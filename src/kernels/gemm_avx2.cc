@@ -205,6 +205,17 @@ float* line_aligned(float* p) {
   return p + ((64 - u % 64) % 64) / sizeof(float);
 }
 
+// The calling thread's buffer for one packed block of A (pack_a's strips of min(M, kMc) rows × min(K, kKc) k),
+// starting on a cache line; grown once per thread, shared by gemm_avx2_serial and gemm_avx2_rows16 (neither calls
+// the other).
+float* a_block_buffer(int64_t M, int64_t K) {
+  thread_local std::vector<float> buf;
+  const size_t size =
+      static_cast<size_t>(round_up(std::min(M, kMc), kMr) / kMr * a_strip_stride(std::min(K, kKc))) + 16;
+  if (buf.size() < size) buf.resize(size);
+  return line_aligned(buf.data());
+}
+
 // One strip of B (b: kc·16 floats, `cols` ≤ 16 of them C's columns) times a packed block of A (ap: mc rows in
 // strips of 6) — the tiles down the strip: each starts from in's tile (the sums so far; nullptr: 0) and goes to
 // out's, through e on the last pass. Before a tile's k loop the next tile's lines of C are prefetched (the strip's
@@ -226,14 +237,12 @@ void strip_times_block(int64_t kc, const float* ap, int64_t mc, const float* b, 
 
 void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
-  thread_local std::vector<float> a_buf, b_buf, sums_buf;  // grow once per thread
+  thread_local std::vector<float> b_buf, sums_buf;  // grow once per thread
   const int64_t kc_max = std::min(K, kKc);
   const size_t b_size = static_cast<size_t>(round_up(N, kNr) / kNr * b_strip_stride(kc_max));
-  const size_t a_size = static_cast<size_t>(round_up(std::min(M, kMc), kMr) / kMr * a_strip_stride(kc_max));
   // 16 floats of slack: B's strips start on a cache line (each k's 16 floats one line), so none of the kernel's
   // loads of B splits across two.
   if (b_buf.size() < b_size + 16) b_buf.resize(b_size + 16);
-  if (a_buf.size() < a_size + 16) a_buf.resize(a_size + 16);
   // Where the sums wait between passes: C, unless the last pass needs C's old values.
   float* sums = C;
   int64_t lds = ldc;
@@ -242,7 +251,7 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
     sums = sums_buf.data(), lds = N;
   }
   float* bp = line_aligned(b_buf.data());
-  float* ap = line_aligned(a_buf.data());
+  float* ap = a_block_buffer(M, K);
   for (int64_t p0 = 0; p0 < K; p0 += kKc) {
     const int64_t kc = std::min(kKc, K - p0);
     const bool first = p0 == 0, last = p0 + kc == K;
@@ -263,11 +272,7 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 
 void gemm_avx2_rows16(int64_t m, const float* A, int64_t lda, const float* W, int64_t w_stride, int64_t N, int64_t K,
                       int64_t b0, int64_t b1, const float* bias, float* C, int64_t ldc) {
-  thread_local std::vector<float> a_buf;  // grows once per thread
-  const int64_t kc_max = std::min(K, kKc);
-  const size_t a_size = static_cast<size_t>(round_up(std::min(m, kMc), kMr) / kMr * a_strip_stride(kc_max));
-  if (a_buf.size() < a_size + 16) a_buf.resize(a_size + 16);
-  float* ap = line_aligned(a_buf.data());
+  float* ap = a_block_buffer(m, K);
   for (int64_t p0 = 0; p0 < K; p0 += kKc) {
     const int64_t kc = std::min(kKc, K - p0);
     const bool first = p0 == 0, last = p0 + kc == K;
