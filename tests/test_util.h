@@ -37,6 +37,22 @@
 
 namespace tfm::testing {
 
+// True in the sanitized build (`make test-asan`: AddressSanitizer + UndefinedBehaviorSanitizer, every access
+// checked, the tests' own code at -O0), where a test runs 5–40× slower. A test may shrink a size or a count by it
+// where the larger run only repeats, longer, code the smaller one runs too (each such test says what it keeps);
+// the Release suite runs them whole.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // ---- random data ------------------------------------------------------------------------------------
 
 // A 64-bit linear congruential generator: state ← state·a + c (mod 2⁶⁴). Its high bits are the good
