@@ -176,11 +176,8 @@ void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                   int64_t ldc, GemmPlan p, const float* row_init) {
   const int64_t n_row = ceil_div(M, p.mt), n_col = ceil_div(N, p.nt);
   const int64_t n_panels = n_row * n_col;
-  // Panel t covers rows [i0, i0+m) and columns [j0, j0+n) of C; row-major panel order keeps each
-  // thread's static chunk on neighbouring rows (shared op(A) rows).
-  auto run_panel = [&](int64_t t) {
-    const int64_t i0 = (t / n_col) * p.mt, j0 = (t % n_col) * p.nt;
-    const int64_t m = std::min(p.mt, M - i0), n = std::min(p.nt, N - j0);
+  // Rows [i0, i0+m) and columns [j0, j0+n) of C: one panel, or (AVX2) several.
+  auto run_block = [&](int64_t i0, int64_t m, int64_t j0, int64_t n) {
     const float* a = trans_a ? A + i0 : A + i0 * lda;  // op(A) rows i0..: columns of a (K,M) A
     const float* b = trans_b ? B + j0 * ldb : B + j0;  // op(B) cols j0..: rows of an (N,K) B
     float* c = C + i0 * ldc + j0;
@@ -200,8 +197,24 @@ void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     }
     sgemm_serial(ta, trans_b, m, n, K, alpha, a, la, b, ldb, beta, c, ldc);
   };
+  // Panel t; row-major panel order keeps each thread's static chunk on neighbouring rows (shared op(A) rows).
+  auto run_panel = [&](int64_t t) {
+    const int64_t i0 = (t / n_col) * p.mt, j0 = (t % n_col) * p.nt;
+    run_block(i0, std::min(p.mt, M - i0), j0, std::min(p.nt, N - j0));
+  };
   if (n_panels == 1) {
     run_panel(0);
+    return;
+  }
+  if (use_gemm_avx2() && n_col == 1) {
+    // gemm_avx2_serial's bits do not depend on where C is cut (gemm_backend.h), so each thread runs the row panels
+    // a static schedule would give it, [q0, q1), as one call: op(B) is packed once per thread, not once a panel.
+#pragma omp parallel
+    {
+      const int64_t T = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t q0 = n_panels * t / T, q1 = n_panels * (t + 1) / T;
+      if (q0 < q1) run_block(q0 * p.mt, std::min(M, q1 * p.mt) - q0 * p.mt, 0, N);
+    }
     return;
   }
 #pragma omp parallel for schedule(static)

@@ -7,14 +7,16 @@
 //
 // GotoBLAS's loops, with both operands packed so the kernel reads them contiguously whatever their
 // transposition:
-//   for each pass of kKc consecutive k:
-//     pack op(B)'s kc rows into strips of 16 columns (k-major: 16 floats per k, zeros past n; b_strip_stride)
-//     for each block of kMc rows:
-//       pack op(A)'s block into strips of 6 rows (k-major: 6 floats per k, zeros past m; a_strip_stride)
-//       for each strip of B:               its kc·16 floats (16 KiB) stay in L1 while...
-//         for each strip of A:             ...the block's strips (kMc·kc floats, 144 KiB) stream from L2
-//           6 × 16 sums in 12 ymm accumulators: acc = the sums so far (or 0), acc += a[r, k]·b[k, :]
-//           (the next tile's lines of C prefetched first: prefetch_tile16)
+//   for each chunk of kRowChunk rows:
+//     for each pass of kKc consecutive k:
+//       pack op(B)'s kc rows into strips of 16 columns (k-major: 16 floats per k, zeros past n; b_strip_stride)
+//       (with more than one chunk, every pass of op(B) is packed once, before the first chunk)
+//       for each block of kMc rows:
+//         pack op(A)'s block into strips of 6 rows (k-major: 6 floats per k, zeros past m; a_strip_stride)
+//         for each strip of B:             its kc·16 floats (16 KiB) stay in L1 while...
+//           for each strip of A:           ...the block's strips (kMc·kc floats, 144 KiB) stream from L2
+//             6 × 16 sums in 12 ymm accumulators: acc = the sums so far (or 0), acc += a[r, k]·b[k, :]
+//             (the next tile's lines of C prefetched first: prefetch_tile16)
 // A step of the kernel is 2 loads of B, 6 broadcasts of A and 12 FMAs: the two FMA pipes are the limit.
 //
 // The numbers, as gemm_scalar's formula: each output's sum acc is one k-ascending fma chain from 0; between
@@ -44,6 +46,12 @@ namespace {
 constexpr int kMr = 6, kNr = 16;   // the kernel's tile: 6 rows × 16 columns
 constexpr int64_t kKc = 256;       // k per pass
 constexpr int64_t kMc = 24 * kMr;  // rows per packed block of A (144)
+// Rows per chunk of a call (gemm_avx2_serial): as many as gemm_paneled's largest panel (gemm.cc's kMaxPanelRows),
+// whose sums between passes (512 rows × N) stay near the core; a longer call runs chunk after chunk.
+constexpr int64_t kRowChunk = 512;
+// The largest op(B) (K·N floats, 4 MiB) a call packs whole for all its chunks: a language model's output layer
+// (N = 50,257 at GPT-2's vocabulary) would otherwise hold hundreds of MB per thread for a few percent of its time.
+constexpr int64_t kWholeB = int64_t(1) << 20;
 
 // What the last pass does to a tile's sums before storing them to C: C = alpha·acc + beta·C (+ bias).
 struct Epilogue {
@@ -197,7 +205,9 @@ void pack_a(bool trans_a, const float* A, int64_t lda, int64_t m, int64_t kc, fl
   }
 }
 
-int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 // The first 64-byte boundary at or after p (p is at least float-aligned).
 float* line_aligned(float* p) {
@@ -238,33 +248,50 @@ void strip_times_block(int64_t kc, const float* ap, int64_t mc, const float* b, 
 void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
   thread_local std::vector<float> b_buf, sums_buf;  // grow once per thread
-  const int64_t kc_max = std::min(K, kKc);
-  const size_t b_size = static_cast<size_t>(round_up(N, kNr) / kNr * b_strip_stride(kc_max));
+  const int64_t kc_max = std::min(K, kKc), n_strips = round_up(N, kNr) / kNr;
+  // Rows in chunks of kRowChunk, each chunk all its passes (its sums wait in a chunk-sized part of C or the scratch,
+  // as a panel of gemm_paneled would); with more than one chunk and op(B) of at most kWholeB floats, op(B) is packed
+  // once for all chunks, every pass in its own part of b_buf, else one pass at a time, just before its use.
+  const bool b_whole = M > kRowChunk && K * N <= kWholeB;
+  const int64_t pass_floats = n_strips * b_strip_stride(kc_max);  // one pass's strips (the last pass's fit too)
+  const size_t b_size = static_cast<size_t>(pass_floats * (b_whole ? ceil_div(K, kKc) : 1));
   // 16 floats of slack: B's strips start on a cache line (each k's 16 floats one line), so none of the kernel's
   // loads of B splits across two.
   if (b_buf.size() < b_size + 16) b_buf.resize(b_size + 16);
   // Where the sums wait between passes: C, unless the last pass needs C's old values.
+  const int64_t chunk_rows = std::min(M, kRowChunk);
   float* sums = C;
   int64_t lds = ldc;
-  if (beta != 0.0f && K > kKc) {
-    if (sums_buf.size() < static_cast<size_t>(M * N)) sums_buf.resize(static_cast<size_t>(M * N));
+  const bool scratch = beta != 0.0f && K > kKc;
+  if (scratch) {
+    if (sums_buf.size() < static_cast<size_t>(chunk_rows * N)) sums_buf.resize(static_cast<size_t>(chunk_rows * N));
     sums = sums_buf.data(), lds = N;
   }
   float* bp = line_aligned(b_buf.data());
   float* ap = a_block_buffer(M, K);
-  for (int64_t p0 = 0; p0 < K; p0 += kKc) {
-    const int64_t kc = std::min(kKc, K - p0);
-    const bool first = p0 == 0, last = p0 + kc == K;
-    pack_b(trans_b, trans_b ? B + p0 : B + p0 * ldb, ldb, kc, N, bp);
-    for (int64_t i0 = 0; i0 < M; i0 += kMc) {
-      const int64_t mc = std::min(kMc, M - i0);
-      pack_a(trans_a, trans_a ? A + p0 * lda + i0 : A + i0 * lda + p0, lda, mc, kc, ap);
-      for (int64_t j0 = 0; j0 < N; j0 += kNr) {
-        const Epilogue e{alpha, beta, bias ? bias + j0 : nullptr};
-        strip_times_block(
-            kc, ap, mc, bp + (j0 / kNr) * b_strip_stride(kc), static_cast<int>(std::min<int64_t>(kNr, N - j0)),
-            static_cast<int>(std::clamp<int64_t>(N - j0 - kNr, 0, kNr)), first ? nullptr : sums + i0 * lds + j0, lds,
-            (last ? C + i0 * ldc : sums + i0 * lds) + j0, last ? ldc : lds, last ? &e : nullptr);
+  const auto pass_strips = [&](int64_t p0) { return b_whole ? bp + p0 / kKc * pass_floats : bp; };
+  if (b_whole)
+    for (int64_t p0 = 0; p0 < K; p0 += kKc)
+      pack_b(trans_b, trans_b ? B + p0 : B + p0 * ldb, ldb, std::min(kKc, K - p0), N, pass_strips(p0));
+  for (int64_t c0 = 0; c0 < M; c0 += kRowChunk) {
+    const int64_t c1 = std::min(M, c0 + kRowChunk);
+    float* chunk_sums = scratch ? sums : sums + c0 * lds;  // the scratch holds one chunk, from its row 0
+    for (int64_t p0 = 0; p0 < K; p0 += kKc) {
+      const int64_t kc = std::min(kKc, K - p0);
+      const bool first = p0 == 0, last = p0 + kc == K;
+      const float* bpass = pass_strips(p0);
+      if (!b_whole) pack_b(trans_b, trans_b ? B + p0 : B + p0 * ldb, ldb, kc, N, bp);
+      for (int64_t i0 = c0; i0 < c1; i0 += kMc) {
+        const int64_t mc = std::min(kMc, c1 - i0);
+        pack_a(trans_a, trans_a ? A + p0 * lda + i0 : A + i0 * lda + p0, lda, mc, kc, ap);
+        float* s = chunk_sums + (i0 - c0) * lds;
+        for (int64_t j0 = 0; j0 < N; j0 += kNr) {
+          const Epilogue e{alpha, beta, bias ? bias + j0 : nullptr};
+          strip_times_block(kc, ap, mc, bpass + (j0 / kNr) * b_strip_stride(kc),
+                            static_cast<int>(std::min<int64_t>(kNr, N - j0)),
+                            static_cast<int>(std::clamp<int64_t>(N - j0 - kNr, 0, kNr)), first ? nullptr : s + j0, lds,
+                            (last ? C + i0 * ldc : s) + j0, last ? ldc : lds, last ? &e : nullptr);
+        }
       }
     }
   }

@@ -101,10 +101,11 @@ void sgemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
 void preset_rows(float* C, int64_t ldc, int64_t m, const float* row, int64_t n);
 
 // C = alpha·op(A)·op(B) + beta·C computed panel by panel (plan p), panels distributed over the
-// OpenMP team with a static schedule. Deterministic for a fixed p. alpha ≠ 0, K ≥ 1, M, N ≥ 1
-// (gemm handles the degenerate cases itself). With row_init (N floats; then alpha = beta = 1), each panel's
-// rows of C are first set to row_init (the panel's columns) by the thread that computes it (gemm_bias);
-// gemm_avx2_serial adds row_init as the product's last addition instead, the same bits.
+// OpenMP team with a static schedule (where use_gemm_avx2(), a thread's row panels run as one gemm_avx2_serial
+// call, which packs op(B) once: its bits do not depend on the cut). Deterministic for a fixed p. alpha ≠ 0, K ≥ 1, M, N
+// ≥ 1 (gemm handles the degenerate cases itself). With row_init (N floats; then alpha = beta = 1), each panel's rows of
+// C are first set to row_init (the panel's columns) by the thread that computes it (gemm_bias); gemm_avx2_serial adds
+// row_init as the product's last addition instead, the same bits.
 void gemm_paneled(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                   int64_t ldc, GemmPlan p, const float* row_init = nullptr);

@@ -194,7 +194,8 @@ TEST(Gemm, LongStrideTransposedAMatchesScalar) {
 
 // The AVX2 panel kernel (gemm_avx2.cc: what gemm runs on CPUs with AVX2 but not AVX-512), called directly so
 // it is tested on every CPU with AVX2. Against gemm_scalar within the bound above, for every transposition,
-// odd sizes and sizes past its blocks (K > 256: several passes through C; M > 144: several blocks of A), padded
+// odd sizes and sizes past its blocks (K > 256: several passes through C; M > 144: several blocks of A; M > 512:
+// several chunks of rows, op(B) packed once for all, each chunk's sums between passes in the scratch), padded
 // operands (NaN padding must not be read) and C (the padding must survive), alpha 1 and 0.5, beta 0 (C starts
 // as NaN), 1, 0.5 and 0.3. And its order of summation depends on K, alpha and beta only: any block of C computed
 // by a call of its own (the operands offset to its rows and columns) has the whole product's bits there,
@@ -203,8 +204,9 @@ TEST(Gemm, LongStrideTransposedAMatchesScalar) {
 TEST(GemmAvx2, MatchesScalarAndAnyBlockOfCHasTheWholeProductsBits) {
   if (!cpu_has_avx2()) GTEST_SKIP() << "no AVX2 (or TFM_FORCE_SCALAR)";
   Rng rng(4321);
-  const int64_t shapes[][3] = {{1, 1, 1},    {5, 17, 3},     {6, 16, 8},    {7, 15, 9},     {33, 17, 100},
-                               {100, 3, 17}, {150, 70, 600}, {13, 35, 513}, {145, 33, 257}, {40, 200, 99}};
+  const int64_t shapes[][3] = {{1, 1, 1},      {5, 17, 3},    {6, 16, 8},     {7, 15, 9},
+                               {33, 17, 100},  {100, 3, 17},  {150, 70, 600}, {13, 35, 513},
+                               {145, 33, 257}, {40, 200, 99}, {1030, 20, 260}};
   for_each_case(shapes, rng, [&](const Case& c, const Mat& A, const Mat& B, const std::vector<double>& absprod) {
     for (float alpha : {1.f, 0.5f}) {
       for (float beta : {0.f, 1.f, 0.5f, 0.3f}) {  // 0.3·c is inexact: a fused multiply-add would show
@@ -311,11 +313,13 @@ std::vector<float> run_with_threads(const Case& c, float beta, int threads) {
 
 // Bitwise identical results for 1 and 2 threads, on the transformer shapes where oneDNN's own
 // threading was measured to differ (NT 1024×512×2048 splits K), on weight-gradient shapes, and on
-// odd sizes that leave ragged last panels.
+// odd sizes that leave ragged last panels. (Where the AVX2 GEMM runs, a thread's panels are one call, in chunks of
+// 512 rows: 1100 × 1030 × 1030 packs op(B), over 2^20 floats, pass by pass in each chunk; the others pack it whole.)
 TEST(Gemm, BitwiseIdenticalAcrossThreadCounts) {
-  const Case cases[] = {{false, true, 1024, 512, 2048, 0},  {false, false, 1024, 1536, 512, 0},
-                        {true, false, 512, 512, 1024, 0},   {true, false, 2048, 512, 1024, 0},
-                        {true, true, 777, 555, 1333, 3},    {false, true, 40, 900, 700, 1}};
+  const Case cases[] = {{false, true, 1024, 512, 2048, 0}, {false, false, 1024, 1536, 512, 0},
+                        {true, false, 512, 512, 1024, 0},  {true, false, 2048, 512, 1024, 0},
+                        {true, true, 777, 555, 1333, 3},   {false, true, 40, 900, 700, 1},
+                        {false, true, 1100, 1030, 1030, 2}};
   for (const Case& c : cases) {
     for (float beta : {0.f, 1.f}) {
       const std::vector<float> one = run_with_threads(c, beta, 1);
