@@ -37,7 +37,7 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 // measurements behind the kernels").
 // TODO(gemm): machines with more than 2 cores want more panels for M = 1024; re-measure there
 // before lowering kMaxPanelRows (the plan must stay a function of the shape only).
-constexpr int64_t kMaxPanelRows = 512, kMinPanelRows = 64, kMaxPanelCols = 1024;
+constexpr int64_t kMinPanelRows = 64, kMaxPanelCols = 1024;  // kMaxPanelRows: gemm_backend.h
 
 int64_t even_count(int64_t extent, int64_t max_size) {
   const int64_t n = std::max<int64_t>(2, ceil_div(extent, max_size));

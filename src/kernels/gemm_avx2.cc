@@ -10,7 +10,7 @@
 //   for each chunk of kRowChunk rows:
 //     for each pass of kKc consecutive k:
 //       pack op(B)'s kc rows into strips of 16 columns (k-major: 16 floats per k, zeros past n; b_strip_stride)
-//       (with more than one chunk, every pass of op(B) is packed once, before the first chunk)
+//       (with more than one chunk, by the first chunk only: every pass of op(B) kept for the others)
 //       for each block of kMc rows:
 //         pack op(A)'s block into strips of 6 rows (k-major: 6 floats per k, zeros past m; a_strip_stride)
 //         for each strip of B:             its kc·16 floats (16 KiB) stay in L1 while...
@@ -46,9 +46,9 @@ namespace {
 constexpr int kMr = 6, kNr = 16;   // the kernel's tile: 6 rows × 16 columns
 constexpr int64_t kKc = 256;       // k per pass
 constexpr int64_t kMc = 24 * kMr;  // rows per packed block of A (144)
-// Rows per chunk of a call (gemm_avx2_serial): as many as gemm_paneled's largest panel (gemm.cc's kMaxPanelRows),
-// whose sums between passes (512 rows × N) stay near the core; a longer call runs chunk after chunk.
-constexpr int64_t kRowChunk = 512;
+// Rows per chunk of a call (gemm_avx2_serial): as many as gemm_paneled's tallest panel, whose sums between passes
+// (512 rows × N) stay near the core; a longer call runs chunk after chunk.
+constexpr int64_t kRowChunk = kMaxPanelRows;
 // The largest op(B) (K·N floats, 4 MiB) a call packs whole for all its chunks: a language model's output layer
 // (N = 50,257 at GPT-2's vocabulary) would otherwise hold hundreds of MB per thread for a few percent of its time.
 constexpr int64_t kWholeB = int64_t(1) << 20;
@@ -251,7 +251,8 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
   const int64_t kc_max = std::min(K, kKc), n_strips = round_up(N, kNr) / kNr;
   // Rows in chunks of kRowChunk, each chunk all its passes (its sums wait in a chunk-sized part of C or the scratch,
   // as a panel of gemm_paneled would); with more than one chunk and op(B) of at most kWholeB floats, op(B) is packed
-  // once for all chunks, every pass in its own part of b_buf, else one pass at a time, just before its use.
+  // once for all chunks (by the first, each pass just before its use), every pass in its own part of b_buf; else
+  // one pass at a time, just before its use, in every chunk.
   const bool b_whole = M > kRowChunk && K * N <= kWholeB;
   const int64_t pass_floats = n_strips * b_strip_stride(kc_max);  // one pass's strips (the last pass's fit too)
   const size_t b_size = static_cast<size_t>(pass_floats * (b_whole ? ceil_div(K, kKc) : 1));
@@ -269,18 +270,14 @@ void gemm_avx2_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
   }
   float* bp = line_aligned(b_buf.data());
   float* ap = a_block_buffer(M, K);
-  const auto pass_strips = [&](int64_t p0) { return b_whole ? bp + p0 / kKc * pass_floats : bp; };
-  if (b_whole)
-    for (int64_t p0 = 0; p0 < K; p0 += kKc)
-      pack_b(trans_b, trans_b ? B + p0 : B + p0 * ldb, ldb, std::min(kKc, K - p0), N, pass_strips(p0));
   for (int64_t c0 = 0; c0 < M; c0 += kRowChunk) {
     const int64_t c1 = std::min(M, c0 + kRowChunk);
     float* chunk_sums = scratch ? sums : sums + c0 * lds;  // the scratch holds one chunk, from its row 0
     for (int64_t p0 = 0; p0 < K; p0 += kKc) {
       const int64_t kc = std::min(kKc, K - p0);
       const bool first = p0 == 0, last = p0 + kc == K;
-      const float* bpass = pass_strips(p0);
-      if (!b_whole) pack_b(trans_b, trans_b ? B + p0 : B + p0 * ldb, ldb, kc, N, bp);
+      float* bpass = b_whole ? bp + p0 / kKc * pass_floats : bp;
+      if (!b_whole || c0 == 0) pack_b(trans_b, trans_b ? B + p0 : B + p0 * ldb, ldb, kc, N, bpass);
       for (int64_t i0 = c0; i0 < c1; i0 += kMc) {
         const int64_t mc = std::min(kMc, c1 - i0);
         pack_a(trans_a, trans_a ? A + p0 * lda + i0 : A + i0 * lda + p0, lda, mc, kc, ap);

@@ -54,6 +54,10 @@ struct GemmPlan {
 // bench_gemm to pin the break-even.
 inline constexpr int64_t kSerialWork = int64_t(1) << 21;
 
+// The tallest row panel of a plan (gemm.cc says why 512); gemm_avx2_serial runs a longer call in chunks of as many
+// rows.
+inline constexpr int64_t kMaxPanelRows = 512;
+
 // The plan for a product: a function of the shape only, never of the thread count.
 GemmPlan gemm_plan(int64_t M, int64_t N, int64_t K);
 
