@@ -314,12 +314,13 @@ std::vector<float> run_with_threads(const Case& c, float beta, int threads) {
 // Bitwise identical results for 1 and 2 threads, on the transformer shapes where oneDNN's own
 // threading was measured to differ (NT 1024×512×2048 splits K), on weight-gradient shapes, and on
 // odd sizes that leave ragged last panels. (Where the AVX2 GEMM runs, a thread's panels are one call, in chunks of
-// 512 rows: 1100 × 1030 × 1030 packs op(B), over 2^20 floats, pass by pass in each chunk; the others pack it whole.)
+// 512 rows: 1100 × 1030 × 1030 packs op(B), over 2^20 floats, pass by pass in each chunk; the others pack it whole;
+// 130 × 520 × 300, wider than tall, is cut into column panels there.)
 TEST(Gemm, BitwiseIdenticalAcrossThreadCounts) {
-  const Case cases[] = {{false, true, 1024, 512, 2048, 0}, {false, false, 1024, 1536, 512, 0},
-                        {true, false, 512, 512, 1024, 0},  {true, false, 2048, 512, 1024, 0},
-                        {true, true, 777, 555, 1333, 3},   {false, true, 40, 900, 700, 1},
-                        {false, true, 1100, 1030, 1030, 2}};
+  const Case cases[] = {{false, true, 1024, 512, 2048, 0},  {false, false, 1024, 1536, 512, 0},
+                        {true, false, 512, 512, 1024, 0},   {true, false, 2048, 512, 1024, 0},
+                        {true, true, 777, 555, 1333, 3},    {false, true, 40, 900, 700, 1},
+                        {false, true, 1100, 1030, 1030, 2}, {true, false, 130, 520, 300, 1}};
   for (const Case& c : cases) {
     for (float beta : {0.f, 1.f}) {
       const std::vector<float> one = run_with_threads(c, beta, 1);
