@@ -148,13 +148,14 @@ GemmPlan gemm_plan(int64_t M, int64_t N, int64_t K) {
 }
 
 // Where gemm_avx2_serial runs the panels (use_gemm_avx2()) each panel packs its op(A) rows and its op(B) columns, and
-// its bits do not depend on the cut: so row panels have every thread pack all of op(B), column panels all of op(A),
-// and where op(B) is wider than op(A) is tall (N > M, e.g. the weight gradient dW (128, 512) = dyᵀ·x over 768
-// tokens) the columns are cut instead, as gemm_plan cuts them for M < 128. bench_gemm on a Zen 3 (AVX2, 2 threads):
-// TN 128 × 512 × 768 152–161 → 168 GFLOP/s, 256 × 1024 × 2048 152–154 → 155–160 (panels/ rows against tfm_gemm).
-GemmPlan gemm_plan_avx2(int64_t M, int64_t N, int64_t K) {
+// its bits do not depend on the cut: row panels have every thread pack all of op(B), column panels all of op(A), so
+// where op(B) is wider than op(A) is tall (N > M, e.g. the weight gradient dW (128, 512) = dyᵀ·x over 768 tokens)
+// the columns are cut instead, as gemm_plan cuts them for M < 128 (bench_gemm's panels/ rows against tfm_gemm;
+// bench/RESULTS.md, "The AVX2 GEMM cuts wide products by columns"). Elsewhere gemm_plan's plan, unchanged.
+GemmPlan gemm_plan_f32(int64_t M, int64_t N, int64_t K) {
   GemmPlan p = gemm_plan(M, N, K);
-  if (p.mt < M && N > M) p = {M, std::min(N, round_up(ceil_div(N, even_count(N, kMaxPanelCols)), 64))};
+  if (use_gemm_avx2() && p.mt < M && N > M)
+    p = {M, std::min(N, round_up(ceil_div(N, even_count(N, kMaxPanelCols)), 64))};
   return p;
 }
 
@@ -254,9 +255,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     gemm_detail::gemm_tn_swapped(M, N, K, alpha, A, lda, B, ldb, C, ldc);
     return;
   }
-  gemm_detail::gemm_paneled(
-      trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
-      gemm_detail::use_gemm_avx2() ? gemm_detail::gemm_plan_avx2(M, N, K) : gemm_detail::gemm_plan(M, N, K));
+  gemm_detail::gemm_paneled(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                            gemm_detail::gemm_plan_f32(M, N, K));
 }
 
 // C = op(A)·op(B) + bias broadcast over rows — contract in kernels.h.
@@ -269,9 +269,8 @@ void gemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
     gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
     return;
   }
-  gemm_detail::gemm_paneled(
-      trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc,
-      gemm_detail::use_gemm_avx2() ? gemm_detail::gemm_plan_avx2(M, N, K) : gemm_detail::gemm_plan(M, N, K), bias);
+  gemm_detail::gemm_paneled(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc,
+                            gemm_detail::gemm_plan_f32(M, N, K), bias);
 }
 
 }  // namespace tfm::kernels

@@ -60,9 +60,9 @@ inline constexpr int64_t kMaxPanelRows = 512;
 
 // The plan for a product: a function of the shape only, never of the thread count.
 GemmPlan gemm_plan(int64_t M, int64_t N, int64_t K);
-// The plan gemm and gemm_bias use where use_gemm_avx2(): gemm_plan's, except that a product wider than tall (N > M)
+// The plan gemm and gemm_bias use: gemm_plan's, except that where use_gemm_avx2() a product wider than tall (N > M)
 // that gemm_plan cuts into row panels is cut into column panels (gemm.cc says why). Also of the shape only.
-GemmPlan gemm_plan_avx2(int64_t M, int64_t N, int64_t K);
+GemmPlan gemm_plan_f32(int64_t M, int64_t N, int64_t K);
 
 // Once per process, before the first oneDNN call of any GEMM (gemm, gemm_bf16, gemm_packed): glibc's
 // malloc keeps blocks below 32 MB on the heap and up to 256 MB of free heap top mapped, so that buffers
