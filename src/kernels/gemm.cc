@@ -25,10 +25,6 @@ namespace gemm_detail {
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-
 // Row panels of at most kMaxPanelRows rows, an even number of them (≥ 2) so two threads share
 // evenly; short, wide outputs with few rows (M < 128, e.g. decoding) are cut into column panels
 // instead. At most 512 rows, and no fewer than needed: a 512-row panel already amortizes A's packing

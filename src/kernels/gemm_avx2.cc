@@ -205,10 +205,6 @@ void pack_a(bool trans_a, const float* A, int64_t lda, int64_t m, int64_t kc, fl
   }
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-
 // The first 64-byte boundary at or after p (p is at least float-aligned).
 float* line_aligned(float* p) {
   const auto u = reinterpret_cast<uintptr_t>(p);

@@ -42,6 +42,10 @@ class SerialOmpScope {
   int saved_;
 };
 
+// ⌈a / b⌉ and a rounded up to a multiple of b, for a ≥ 0, b ≥ 1: the gemm files' block and panel counts.
+inline constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
 // How C is cut: panels of (mt rows × nt cols), mt ≤ M and nt ≤ N, both ≥ 1.
 struct GemmPlan {
   int64_t mt = 0, nt = 0;

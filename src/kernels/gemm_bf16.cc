@@ -42,7 +42,7 @@ using onednn::cpu_engine;
 using onednn::thread_buffer;
 using onednn::thread_stream;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using gemm_detail::ceil_div;
 
 // One panel's primitive: (m, n, K), the strides, the transposes, accumulate (beta = 1) and bias.
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, bool>;

@@ -153,7 +153,7 @@ using onednn::thread_buffer;
 using onednn::thread_stream;
 using Dt = memory::data_type;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using gemm_detail::ceil_div;
 
 // The weights' and the source's oneDNN types.
 Dt data_type(MatmulPrecision p) {
