@@ -70,11 +70,13 @@ def _no_hooks(module, root, prefix):
                 raise ValueError(f"{where} has a {what}: tfm runs the module without hooks")
 
 
-def _attention(mha, name):
-    """Raises ValueError when the nn.MultiheadAttention mha holds what tfm's attention does not."""
-    if not mha._qkv_same_embed_dim:
-        raise ValueError(f"{name} has separate q/k/v projections (kdim or vdim other than embed_dim): tfm runs "
-                         "MultiheadAttention with kdim == vdim == embed_dim only")
+def _attention(mha, name, separate_ok=False):
+    """Raises ValueError when the nn.MultiheadAttention mha holds what tfm's attention does not. separate_ok: a
+    MultiheadAttention of its own may have kdim or vdim other than embed_dim (separate q/k/v projections); one inside
+    a layer may not (the layers' attention reads the layer's width)."""
+    if not mha._qkv_same_embed_dim and not separate_ok:
+        raise ValueError(f"{name} has separate q/k/v projections (kdim or vdim other than embed_dim): tfm runs a "
+                         "layer's attention with kdim == vdim == embed_dim only")
     if mha.bias_k is not None or mha.add_zero_attn:
         raise ValueError(f"{name} has add_bias_kv or add_zero_attn: tfm does not support them")
     _exactly(mha.out_proj, f"{name}.out_proj", nn.Linear, NonDynamicallyQuantizableLinear)
@@ -176,10 +178,11 @@ def infer_config(module):
             _no_hooks(module, root, "" if cls is nn.Transformer else root + ".")
     if isinstance(module, nn.MultiheadAttention):
         _stock(module, "attention", nn.MultiheadAttention)
-        _attention(module, "attention")
+        _attention(module, "attention", separate_ok=True)
+        widths = {} if module._qkv_same_embed_dim else {"kdim": module.kdim, "vdim": module.vdim}
         return {"module": "MultiheadAttention", "embed_dim": module.embed_dim, "num_heads": module.num_heads,
                 "dropout": float(module.dropout), "bias": module.in_proj_bias is not None,
-                "batch_first": bool(module.batch_first)}
+                "batch_first": bool(module.batch_first), **widths}
     if isinstance(module, nn.TransformerEncoderLayer):
         return {"module": "TransformerEncoderLayer", **_layer_args(module)}
     if isinstance(module, nn.TransformerDecoderLayer):

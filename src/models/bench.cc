@@ -78,11 +78,19 @@ void check_options(const BenchOptions& o) {
 double bench_flop_count(const ModuleConfig& config, int64_t B, int64_t N, int64_t S, BenchMode mode) {
   FlopCounter c{mode == BenchMode::TRAIN};
   const double rows_t = static_cast<double>(B * N), rows_s = static_cast<double>(B * S);
-  if (config.kind == ModuleKind::MULTIHEAD_ATTENTION) {  // self-attention on one input that needs no gradient
-    const double D = static_cast<double>(config.attention.embed_dim);
-    const auto [A, Av] = attention_widths(config.attention.embed_dim, config.attention.num_heads, config.attention.variant);
-    c.linear(rows_t, D, 2 * A + Av, false);
-    c.attention(B, N, N, A, Av);
+  if (config.kind == ModuleKind::MULTIHEAD_ATTENTION) {  // inputs that need no gradient (bench_inputs)
+    const AttentionOptions& a = config.attention;
+    const double D = static_cast<double>(a.embed_dim);
+    const auto [A, Av] = attention_widths(a.embed_dim, a.num_heads, a.variant);
+    if (a.kdim.value_or(a.embed_dim) == a.embed_dim && a.vdim.value_or(a.embed_dim) == a.embed_dim) {
+      c.linear(rows_t, D, 2 * A + Av, false);  // self-attention
+      c.attention(B, N, N, A, Av);
+    } else {  // query (B, N, E), key (B, S, kdim), value (B, S, vdim)
+      c.linear(rows_t, D, A, false);
+      c.linear(rows_s, static_cast<double>(a.kdim.value_or(a.embed_dim)), A, false);
+      c.linear(rows_s, static_cast<double>(a.vdim.value_or(a.embed_dim)), Av, false);
+      c.attention(B, N, S, A, Av);
+    }
     c.linear(rows_t, Av, D, true);
     return c.total;
   }
@@ -134,12 +142,21 @@ double bench_flop_count(const ModuleConfig& config, int64_t B, int64_t N, int64_
 
 NamedTensors bench_inputs(const ModuleConfig& config, int64_t B, int64_t N, int64_t S, Generator& gen) {
   const int64_t D = config.kind == ModuleKind::MULTIHEAD_ATTENTION ? config.attention.embed_dim : config.layer.d_model;
-  auto seq = [&](int64_t len) { return batch_first(config) ? Shape{B, len, D} : Shape{len, B, D}; };
+  auto seq = [&](int64_t len, int64_t width = -1) {
+    const int64_t W = width < 0 ? D : width;
+    return batch_first(config) ? Shape{B, len, W} : Shape{len, B, W};
+  };
   NamedTensors in;
   switch (config.kind) {
-    case ModuleKind::MULTIHEAD_ATTENTION:
+    case ModuleKind::MULTIHEAD_ATTENTION: {
       in.insert("query", random_tensor(seq(N), gen));  // key and value default to the same tensor
+      const int64_t kdim = config.attention.kdim.value_or(D), vdim = config.attention.vdim.value_or(D);
+      if (kdim != D || vdim != D) {  // separate projections: a key and a value of their own widths, S long
+        in.insert("key", random_tensor(seq(S, kdim), gen));
+        in.insert("value", random_tensor(seq(S, vdim), gen));
+      }
       break;
+    }
     case ModuleKind::TRANSFORMER_ENCODER_LAYER:
     case ModuleKind::TRANSFORMER_ENCODER:
       in.insert("src", random_tensor(seq(N), gen));

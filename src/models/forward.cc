@@ -109,14 +109,15 @@ struct ShapeChecker {
   bool batch_first;
   int64_t B = -1;
 
-  int64_t sequence(const char* name) {  // returns T
+  int64_t sequence(const char* name, int64_t width = -1) {  // returns T; width: the last dimension (-1: E)
     const Tensor& t = in.req(name);
     const std::string layout = batch_first ? "(B, T, " : "(T, B, ";
+    if (width < 0) width = E;
     if (t.dtype() != DType::FLOAT32)
       throw std::invalid_argument(in.source + ": tensor '" + name + "' must be Float32, got " + describe(t));
-    if (t.dim() != 3 || t.size(2) != E)
+    if (t.dim() != 3 || t.size(2) != width)
       throw std::invalid_argument(in.source + ": tensor '" + name + "' has shape " + shape_str(t.shape()) +
-                                  ", expected " + layout + std::to_string(E) + ")");
+                                  ", expected " + layout + std::to_string(width) + ")");
     const int64_t b = batch_first ? t.size(0) : t.size(1);
     if (B >= 0 && b != B)
       throw std::invalid_argument(in.source + ": tensor '" + name + "' has batch size " + std::to_string(b) +
@@ -251,11 +252,17 @@ struct MhaCall : CallOf<MultiheadAttention> {
   Tensor forward(const Inputs& in) const override {
     in.check_names(arguments_of(ModuleKind::MULTIHEAD_ATTENTION));
     ShapeChecker c{in, m->embed_dim, m->num_heads, m->batch_first};
+    if (m->separate_projections())  // key and value default to the query, whose width is embed_dim
+      for (const char* name : {"key", "value"})
+        if (!in.has(name))
+          throw std::invalid_argument(in.source + ": tensor '" + name + "' is required (kdim " +
+                                      std::to_string(m->kdim) + ", vdim " + std::to_string(m->vdim) + ", embed_dim " +
+                                      std::to_string(m->embed_dim) + ")");
     const int64_t L = c.sequence("query");
-    const int64_t S = in.has("key") ? c.sequence("key") : L;
-    if (in.has("value") && c.sequence("value") != S)
-      throw std::invalid_argument(in.source + ": tensors 'key' and 'value' have different lengths (" + std::to_string(S) +
-                                  " and " + std::to_string(c.sequence("value")) + ")");
+    const int64_t S = in.has("key") ? c.sequence("key", m->kdim) : L;
+    if (in.has("value") && c.sequence("value", m->vdim) != S)
+      throw std::invalid_argument(in.source + ": tensors 'key' and 'value' have different lengths (" +
+                                  std::to_string(S) + " and " + std::to_string(c.sequence("value", m->vdim)) + ")");
     c.attn_mask("attn_mask", L, S);
     c.padding_mask("key_padding_mask", S);
     const Tensor& q = in.req("query");
@@ -357,8 +364,8 @@ std::unique_ptr<ModuleCall> make_call(const ModuleConfig& c, Generator& gen) {
   switch (c.kind) {
     case ModuleKind::MULTIHEAD_ATTENTION: {
       const AttentionOptions& a = c.attention;
-      return std::make_unique<MhaCall>(
-          std::make_unique<MultiheadAttention>(a.embed_dim, a.num_heads, a.dropout, a.bias, a.batch_first, a.variant, gen));
+      return std::make_unique<MhaCall>(std::make_unique<MultiheadAttention>(
+          a.embed_dim, a.num_heads, a.dropout, a.bias, a.batch_first, a.variant, a.kdim, a.vdim, gen));
     }
     case ModuleKind::TRANSFORMER_ENCODER_LAYER:
       return std::make_unique<EncLayerCall>(std::make_unique<TransformerEncoderLayer>(c.layer, gen));

@@ -56,12 +56,12 @@ AttentionOptions attention_options(const ordered_json& j, JsonReader& r) {
     r(flag, on);
     if (on) throw std::invalid_argument(std::string("config: ") + quote_name(flag) + " true is not supported");
   }
-  for (const char* kd : {"kdim", "vdim"}) {
-    int64_t d = a.embed_dim;
-    r(kd, d);
-    if (d != a.embed_dim)
-      throw std::invalid_argument(std::string("config: ") + quote_name(kd) + " different from embed_dim is not supported");
-  }
+  r("kdim", a.kdim);
+  r("vdim", a.vdim);
+  for (const auto& [name, d] : {std::pair{"kdim", a.kdim}, std::pair{"vdim", a.vdim}})
+    if (d && *d <= 0)
+      throw std::invalid_argument(std::string("config: ") + quote_name(name) + " must be positive, got " +
+                                  std::to_string(*d));
   return a;
 }
 

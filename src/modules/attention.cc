@@ -60,8 +60,16 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, f
 
 MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, float dropout_, bool bias,
                                        bool batch_first_, const AttentionVariant& variant, Generator& gen)
+    : MultiheadAttention(embed_dim_, num_heads_, dropout_, bias, batch_first_, variant, std::nullopt, std::nullopt,
+                         gen) {}
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, float dropout_, bool bias,
+                                       bool batch_first_, const AttentionVariant& variant, std::optional<int64_t> kdim_,
+                                       std::optional<int64_t> vdim_, Generator& gen)
     : embed_dim(embed_dim_),
       num_heads(num_heads_),
+      kdim(kdim_.value_or(embed_dim_)),
+      vdim(vdim_.value_or(embed_dim_)),
       dropout(dropout_),
       batch_first(batch_first_),
       out_proj(checked_value_width(variant, embed_dim_, num_heads_), embed_dim_, variant.out_bias.value_or(bias), gen),
@@ -71,11 +79,24 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, f
   heads_.head_dim = Dh;
   heads_.v_head_dim = variant.v_head_dim.value_or(Dh);
   heads_.scale = variant.attn_scale.value_or(1.0f / std::sqrt(static_cast<float>(Dh)));
-  in_proj_weight = Tensor::empty({2 * proj_dim() + v_proj_dim(), embed_dim});
-  init_xavier_uniform(in_proj_weight, gen);
+  if (kdim <= 0 || vdim <= 0)
+    throw std::invalid_argument("MultiheadAttention: kdim " + std::to_string(kdim) + " and vdim " +
+                                std::to_string(vdim) + " must be positive");
+  if (separate_projections()) {
+    q_proj_weight = Tensor::empty({proj_dim(), embed_dim});
+    k_proj_weight = Tensor::empty({proj_dim(), kdim});
+    v_proj_weight = Tensor::empty({v_proj_dim(), vdim});
+    for (Tensor* w : {&q_proj_weight, &k_proj_weight, &v_proj_weight}) init_xavier_uniform(*w, gen);
+    register_parameter("q_proj_weight", q_proj_weight);
+    register_parameter("k_proj_weight", k_proj_weight);
+    register_parameter("v_proj_weight", v_proj_weight);
+  } else {
+    in_proj_weight = Tensor::empty({2 * proj_dim() + v_proj_dim(), embed_dim});
+    init_xavier_uniform(in_proj_weight, gen);
+    register_parameter("in_proj_weight", in_proj_weight);
+  }
   if (variant.qkv_bias.value_or(bias)) in_proj_bias = Tensor::zeros({2 * proj_dim() + v_proj_dim()});
   if (out_proj.bias.defined()) out_proj.bias.fill_(0.0f);
-  register_parameter("in_proj_weight", in_proj_weight);
   register_parameter("in_proj_bias", in_proj_bias);
   register_module("out_proj", out_proj);
 }
@@ -84,10 +105,14 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
                                    const ops::AttentionMasks& masks, AttentionCache* cache) const {
   const int64_t A = proj_dim(), Av = v_proj_dim();
   auto rows = [&](int64_t start, int64_t n, const Tensor& t) { return t.defined() ? t.narrow0(start, n) : Tensor(); };
-  const bool self = query.same(key) && key.same(value);
+  const bool separate = separate_projections();
+  const bool self = !separate && query.same(key) && key.same(value);
   if (cache) {
     const char* why = nullptr;
-    if (!self && !key.same(value)) why = "key and value must be one tensor (self- or cross-attention)";
+    if (separate)
+      why = "kdim and vdim must equal embed_dim (one packed in_proj_weight)";
+    else if (!self && !key.same(value))
+      why = "key and value must be one tensor (self- or cross-attention)";
     else if (masks.attn_mask.defined() || masks.key_padding_mask.defined())
       why = self ? "the cache holds exactly the earlier positions, so no attn_mask or key_padding_mask"
                  : "no attn_mask or key_padding_mask (the cache's memory_len marks the padding)";
@@ -97,7 +122,11 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
     if (why) throw std::invalid_argument(std::string("MultiheadAttention with a cache: ") + why);
   }
   ops::AttentionInput q, k, v;
-  if (self) {  // self-attention: one (.., 2A+Av) projection
+  if (separate) {  // each input through its own matrix (their widths differ)
+    q = {ops::linear(query, q_proj_weight, rows(0, A, in_proj_bias)), 0};
+    k = {ops::linear(key, k_proj_weight, rows(A, A, in_proj_bias)), 0};
+    v = {ops::linear(value, v_proj_weight, rows(2 * A, Av, in_proj_bias)), 0};
+  } else if (self) {  // self-attention: one (.., 2A+Av) projection
     Tensor qkv = ops::linear(query, in_proj_weight, in_proj_bias);
     q = {qkv, 0};
     k = {qkv, A};

@@ -168,10 +168,21 @@ def distinct_layers(c, n):
 # Parameters: PyTorch state_dict keys and shapes (bias=False drops every Linear / projection / LayerNorm bias, as
 # PyTorch >= 2.1 does). D = d_model, F = dim_feedforward; a gated activation doubles linear1's outputs.
 
+def separate_projections(c):
+    """nn.MultiheadAttention's kdim or vdim other than embed_dim (its _qkv_same_embed_dim false)."""
+    d = c["d_model"]
+    return c.get("kdim", d) != d or c.get("vdim", d) != d
+
+
 def spec_mha(pre, c):
-    """in_proj (2A + Av, D) with the q, k, v rows in that order, out_proj (D, Av); A = H*Dh, Av = H*Dv."""
+    """in_proj (2A + Av, D) with the q, k, v rows in that order, out_proj (D, Av); A = H*Dh, Av = H*Dv. With kdim
+    or vdim other than D: q_proj (A, D), k_proj (A, kdim), v_proj (Av, vdim) instead of in_proj_weight."""
     d, a, av = c["d_model"], c["nhead"] * c["head_dim"], c["nhead"] * c["v_head_dim"]
-    out = [(pre + "in_proj_weight", (2 * a + av, d), "w")]
+    if separate_projections(c):
+        out = [(pre + "q_proj_weight", (a, d), "w"), (pre + "k_proj_weight", (a, c.get("kdim", d)), "w"),
+               (pre + "v_proj_weight", (av, c.get("vdim", d)), "w")]
+    else:
+        out = [(pre + "in_proj_weight", (2 * a + av, d), "w")]
     if c["qkv_bias"]:
         out.append((pre + "in_proj_bias", (2 * a + av,), "b"))
     out.append((pre + "out_proj.weight", (d, av), "w"))
@@ -286,12 +297,16 @@ def fn_mha(p, pre, query, key, value, c, batch_first, attn_mask=None, kpm=None, 
     lk = key.shape[0]  # (S, B, D)
     h, dh, dv = c["nhead"], c["head_dim"], c["v_head_dim"]
     a = h * dh
-    w = p[pre + "in_proj_weight"]  # (2A + Av, D)
+    if pre + "in_proj_weight" in p:
+        w = p[pre + "in_proj_weight"]  # (2A + Av, D)
+        wq, wk, wv = w[:a], w[a:2 * a], w[2 * a:]
+    else:  # separate projections: (A, D), (A, kdim), (Av, vdim)
+        wq, wk, wv = (p[pre + n + "_proj_weight"] for n in "qkv")
     bias = p.get(pre + "in_proj_bias")
     bq, bk, bv = (bias[:a], bias[a:2 * a], bias[2 * a:]) if bias is not None else (None, None, None)
-    q = F.linear(query, w[:a], bq).reshape(lq, b * h, dh).transpose(0, 1)  # (B*H, L, Dh)
-    k = F.linear(key, w[a:2 * a], bk).reshape(lk, b * h, dh).transpose(0, 1)  # (B*H, S, Dh)
-    v = F.linear(value, w[2 * a:], bv).reshape(lk, b * h, dv).transpose(0, 1)  # (B*H, S, Dv)
+    q = F.linear(query, wq, bq).reshape(lq, b * h, dh).transpose(0, 1)  # (B*H, L, Dh)
+    k = F.linear(key, wk, bk).reshape(lk, b * h, dh).transpose(0, 1)  # (B*H, S, Dh)
+    v = F.linear(value, wv, bv).reshape(lk, b * h, dv).transpose(0, 1)  # (B*H, S, Dv)
     scores = torch.bmm(q, k.transpose(1, 2))  # (B*H, L, S)
     scores = scores * c["attn_scale"] if "attn_scale" in c else scores / math.sqrt(dh)
     mask = combined_mask(attn_mask, kpm, causal, b, h, lq, lk, scores.dtype)
@@ -688,9 +703,11 @@ def make_inputs(case, c, rng, p_block=0.25):
     if m in ("TransformerEncoderLayer", "TransformerEncoder"):
         dims["S"] = case.L
     d = c["d_model"]
+    width = {"key": c.get("kdim", d), "value": c.get("vdim", d)} if m == "MultiheadAttention" else {}
     x = {}
     for name, sym in INPUTS[m].items():
-        shape = (dims["B"], dims[sym], d) if bf else (dims[sym], dims["B"], d)
+        w = width.get(name, d)
+        shape = (dims["B"], dims[sym], w) if bf else (dims[sym], dims["B"], w)
         x[name] = rng.standard_normal(shape).astype(np.float32)
     if case.same_qkv:
         assert m == "MultiheadAttention" and case.L == case.S
@@ -877,6 +894,12 @@ def fixed_cases():
         Case("mha_qkv_same", mha(e=8, h=2), L=6, S=6, same_qkv=True,
              note="query, key, value hold equal values; each gets its own gradient"),
         Case("mha_kdim_vdim", mha(e=8, h=4, kdim=8, vdim=8, dropout=0.1), B=1, L=3, S=4),
+        Case("mha_kdim_vdim_separate", mha(e=8, h=2, kdim=5, vdim=11), L=4, S=6,
+             note="separate q/k/v projections: q_proj_weight (8, 8), k_proj_weight (8, 5), v_proj_weight (8, 11)"),
+        Case("mha_kdim_only_bf_nobias_kpm", mha(e=6, h=3, bias=False, bf=True, kdim=4), B=3,
+             masks={"key_padding_mask": "bool", "attn_mask": "float"}),
+        Case("mha_vdim_only_head_dim", mha(e=8, h=2, vdim=3, head_dim=3, v_head_dim=5), L=3, S=5,
+             note="separate projections with tfm's head widths: q_proj (6, 8), k_proj (6, 8), v_proj (10, 3)"),
         Case("mha_mask_bool2d", mha(), masks={"attn_mask": "bool"}),
         Case("mha_mask_float2d", mha(bf=True), masks={"attn_mask": "float"}),
         Case("mha_mask_bool3d", mha(e=12, h=3), masks={"attn_mask": "bool3d"}),
@@ -1082,6 +1105,8 @@ def sample_cases(k, seed):
         if same:
             S = L
         # The attention variants, drawn last so the draws above keep their meaning.
+        if m == "MultiheadAttention" and not same and rng.random() < 0.2:
+            cfg["kdim"], cfg["vdim"] = int(rng.integers(1, 10)), int(rng.integers(1, 10))
         if rng.random() < 0.3:
             cfg["head_dim"] = int(rng.choice([1, 2, 3, 5, 8]))
         if rng.random() < 0.2:

@@ -52,6 +52,13 @@ TEST(ModuleConfig, DefaultsComeFromTheOptionStructs) {
   EXPECT_EQ(a.attention.num_heads, 4);
   EXPECT_FALSE(a.attention.bias);
   EXPECT_EQ(a.attention.dropout, 0.0f);
+  EXPECT_EQ(a.attention.kdim, 8);
+  EXPECT_FALSE(a.attention.vdim.has_value());  // PyTorch's None: embed_dim
+
+  const ModuleConfig kv = parse_module_config(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2,
+                                                  "kdim": 5, "vdim": 11})");
+  EXPECT_EQ(kv.attention.kdim, 5);
+  EXPECT_EQ(kv.attention.vdim, 11);
 }
 
 TEST(ModuleConfig, EveryKindByItsPyTorchName) {
@@ -82,8 +89,10 @@ TEST(ModuleConfig, ErrorsNameTheKey) {
             "config: num_decoder_layers must be ≥ 0, got -3");
   EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "layer_norm_eps": -1})"),
             "config: layer_norm_eps must be positive, got -1");
-  EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2, "vdim": 4})"),
-            "config: 'vdim' different from embed_dim is not supported");
+  EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2, "vdim": 0})"),
+            "config: 'vdim' must be positive, got 0");
+  EXPECT_EQ(error_of(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2, "kdim": -3})"),
+            "config: 'kdim' must be positive, got -3");
   // Integers that do not fit the key's type are refused, not narrowed (18446744073709551615 read as -1).
   EXPECT_EQ(error_of(R"({"module": "TransformerEncoderLayer", "d_model": 18446744073709551615, "nhead": 2})"),
             "config: 'd_model' must be an integer in [-9223372036854775808, 9223372036854775807], got 18446744073709551615");

@@ -223,6 +223,76 @@ TEST(MultiheadAttentionModule, KeysShapesAndInitialisation) {
   EXPECT_EQ(m.v_proj_dim(), 15);
 }
 
+// kdim or vdim other than embed_dim: PyTorch's separate projections, its keys in its order, each matrix xavier over
+// its own shape.
+TEST(MultiheadAttentionModule, KdimAndVdimGiveSeparateProjections) {
+  Generator gen{12, 0};
+  MultiheadAttention m(8, 2, 0.0f, true, true, AttentionVariant{}, 5, 11, gen);
+  EXPECT_TRUE(m.separate_projections());
+  EXPECT_FALSE(m.in_proj_weight.defined());
+  const NamedTensors sd = m.state_dict();
+  EXPECT_EQ(sd.names(), (std::vector<std::string>{"q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+                                                  "out_proj.weight", "out_proj.bias"}));
+  EXPECT_EQ(sd.at("q_proj_weight").shape(), (Shape{8, 8}));
+  EXPECT_EQ(sd.at("k_proj_weight").shape(), (Shape{8, 5}));
+  EXPECT_EQ(sd.at("v_proj_weight").shape(), (Shape{8, 11}));
+  EXPECT_EQ(sd.at("in_proj_bias").shape(), (Shape{24}));
+  for (const Tensor* w : {&m.q_proj_weight, &m.k_proj_weight, &m.v_proj_weight}) {
+    const double bound = std::sqrt(6.0 / static_cast<double>(w->size(0) + w->size(1)));
+    const double w_max = max_abs(to_double(*w));
+    EXPECT_LE(w_max, bound);
+    EXPECT_GE(w_max, 0.6 * bound);
+  }
+  // kdim = vdim = embed_dim given explicitly is the packed layout, as in PyTorch.
+  EXPECT_FALSE(MultiheadAttention(8, 2, 0.0f, true, true, AttentionVariant{}, 8, 8, gen).separate_projections());
+  expect_invalid([&] { MultiheadAttention(8, 2, 0.0f, true, true, AttentionVariant{}, 0, 8, gen); },
+                 {"MultiheadAttention: kdim 0 and vdim 8 must be positive"});
+
+  // Forward: (B, L, E) queries against (B, S, kdim) keys and (B, S, vdim) values; the same numbers as the packed
+  // module whose in_proj_weight stacks the three matrices, fed widened inputs (zeros in the extra columns).
+  const Tensor q = random_tensor({2, 3, 8}, 13), k = random_tensor({2, 4, 5}, 14), v = random_tensor({2, 4, 11}, 15);
+  const Tensor y = m.forward(q, k, v);
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 8}));
+  // Widen the inputs to 16 features, q and k at columns [0, 8) and [0, 5), v at [5, 16); the twin keeps the head
+  // width 4 (head_dim), so its in_proj_weight is (24, 16) with rows [0, 8) for q, [8, 16) for k, [16, 24) for v,
+  // and its out_proj (16, 8) is m's in its first 8 rows.
+  AttentionVariant four;
+  four.head_dim = 4;
+  MultiheadAttention packed(16, 2, 0.0f, true, true, four, gen);
+  auto widen = [](const Tensor& t, int64_t offset) {
+    Tensor w = Tensor::zeros({t.size(0), t.size(1), 16});
+    for (int64_t r = 0; r < t.size(0) * t.size(1); ++r)
+      for (int64_t j = 0; j < t.size(2); ++j) w.data()[r * 16 + offset + j] = t.data()[r * t.size(2) + j];
+    return w;
+  };
+  packed.in_proj_weight.fill_(0.0f);
+  const Tensor* parts[] = {&m.q_proj_weight, &m.k_proj_weight, &m.v_proj_weight};
+  const int64_t col0[] = {0, 0, 5};  // q at columns [0, 8), k at [0, 5), v at [5, 16)
+  for (int p = 0; p < 3; ++p)
+    for (int64_t i = 0; i < 8; ++i)
+      for (int64_t j = 0; j < parts[p]->size(1); ++j)
+        packed.in_proj_weight.data()[(p * 8 + i) * 16 + col0[p] + j] = parts[p]->data()[i * parts[p]->size(1) + j];
+  std::copy_n(m.in_proj_bias.data(), 24, packed.in_proj_bias.data());
+  packed.out_proj.weight.fill_(0.0f);
+  packed.out_proj.bias.fill_(0.0f);
+  for (int64_t i = 0; i < 8; ++i) {
+    std::copy_n(m.out_proj.weight.data() + i * 8, 8, packed.out_proj.weight.data() + i * 8);
+    packed.out_proj.bias.data()[i] = m.out_proj.bias.data()[i];
+  }
+  const Tensor y2 = packed.forward(widen(q, 0), widen(k, 0), widen(v, 5));
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t j = 0; j < 8; ++j) EXPECT_NEAR(y.data()[r * 8 + j], y2.data()[r * 16 + j], 1e-5) << r << "," << j;
+
+  // Incremental decoding reads one packed projection: refused by name.
+  NoGradGuard ng;
+  AttentionCache c;
+  expect_invalid(
+      [&] {
+        m.forward(random_tensor({2, 1, 8}, 16), k, v, {}, &c);
+      },
+      {"MultiheadAttention with a cache: kdim and vdim must equal embed_dim"});
+}
+
 TEST(MultiheadAttentionModule, VariantErrorsNameTheOption) {
   auto make = [](int64_t E, int64_t H, const AttentionVariant& v) { MultiheadAttention m(E, H, 0.0f, true, true, v); };
   expect_invalid([&] { make(6, 4, {}); },

@@ -89,6 +89,23 @@ def test_multihead_attention(batch_first):
 
 
 @pytest.mark.parametrize("batch_first", [True, False])
+def test_multihead_attention_with_kdim_and_vdim(batch_first):
+    # Separate q/k/v projections (q_proj_weight, k_proj_weight, v_proj_weight): key and value of their own widths.
+    torch.manual_seed(2)
+    rng = np.random.default_rng(2)
+    m = nn.MultiheadAttention(8, 2, kdim=5, vdim=11, batch_first=batch_first)
+    fast = tfm.from_torch(m)
+    assert {"q_proj_weight", "k_proj_weight", "v_proj_weight"} <= set(fast.state_dict())
+    assert "in_proj_weight" not in fast.state_dict()
+    seq = (lambda n, w: _seq(rng, 3, n, w)) if batch_first else (lambda n, w: _seq(rng, n, 3, w))
+    check_parity(m, {"query": seq(4, 8), "key": seq(6, 5), "value": seq(6, 11), "key_padding_mask": _pad(rng, 3, 6)},
+                 ["query", "key", "value"])
+    with pytest.raises(ValueError, match=r"tensor 'key' has shape \(3, 6, 8\), expected \(B, T, 5\)"
+                       if batch_first else r"tensor 'key' has shape \(6, 3, 8\), expected \(T, B, 5\)"):
+        fast(seq(4, 8), seq(6, 8), seq(6, 11))
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
 def test_encoder_layer_variant(batch_first):  # norm_first with GELU
     torch.manual_seed(2)
     rng = np.random.default_rng(2)
@@ -741,7 +758,6 @@ def test_modules_computing_otherwise_are_refused():
     dec_layer = nn.TransformerDecoderLayer(8, 2, 16)
     dec_layer.multihead_attn = nn.MultiheadAttention(8, 2, kdim=4, vdim=4)
     refused(dec_layer, r"^layer.multihead_attn has separate q/k/v projections")
-    refused(nn.MultiheadAttention(8, 2, vdim=4), r"^attention has separate q/k/v projections")
     layer = nn.TransformerEncoderLayer(8, 2, 16)
     layer.self_attn = nn.MultiheadAttention(8, 2, add_bias_kv=True)
     refused(layer, r"^layer.self_attn has add_bias_kv or add_zero_attn")

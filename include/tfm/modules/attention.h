@@ -69,15 +69,24 @@ struct AttentionVariant {
 
 // Keys: in_proj_weight (2A+Av, E) with the q, k, v rows in that order, in_proj_bias (2A+Av),
 // out_proj.weight (E, Av), out_proj.bias (E); a bias switched off has no key.
-// Init as PyTorch: xavier_uniform in_proj_weight, zero biases, out_proj.weight like Linear.
+// With kdim or vdim other than E (PyTorch's separate projections, `_qkv_same_embed_dim` false) the
+// packed matrix is three: q_proj_weight (A, E), k_proj_weight (A, kdim), v_proj_weight (Av, vdim),
+// and no in_proj_weight; in_proj_bias stays one vector.
+// Init as PyTorch: xavier_uniform in_proj_weight (or each of q/k/v_proj_weight), zero biases,
+// out_proj.weight like Linear.
 class MultiheadAttention : public Module {
  public:
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, float dropout = 0.0f, bool bias = true,
                      bool batch_first = false, Generator& gen = default_generator());
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, float dropout, bool bias, bool batch_first,
                      const AttentionVariant& variant, Generator& gen = default_generator());
-  // query (B, L, E) / (L, B, E); key, value (B, S, E) / (S, B, E) → attn_output like query.
-  // When key and value (or all three) are the same tensor, their projections run as one GEMM.
+  // kdim, vdim: the widths of key and value (nn.MultiheadAttention's kdim and vdim; unset: embed_dim).
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, float dropout, bool bias, bool batch_first,
+                     const AttentionVariant& variant, std::optional<int64_t> kdim, std::optional<int64_t> vdim,
+                     Generator& gen = default_generator());
+  // query (B, L, E) / (L, B, E); key (B, S, kdim) / (S, B, kdim), value (B, S, vdim) / (S, B, vdim)
+  // → attn_output like query. When key and value (or all three) are the same tensor, their
+  // projections run as one GEMM (not with separate projections: there each input has its own).
   //
   // With a cache: one decoding step, inference only. query (N, 1, E) / (1, N, E), one new position
   // per row → (N, 1, E) / (1, N, E), the same numbers the full forward computes at that position.
@@ -87,6 +96,7 @@ class MultiheadAttention : public Module {
   //   appended to the cache.
   //   Cross-attention: key and value the same memory (Bm, S, E) / (S, Bm, E) at every step (its
   //   projection is kept), no mask (the cache's memory_len stands for the key padding mask).
+  //   Not with separate projections (kdim or vdim other than E).
   Tensor forward(const Tensor& query, const Tensor& key, const Tensor& value,
                  const ops::AttentionMasks& masks = {}, AttentionCache* cache = nullptr) const;
 
@@ -96,10 +106,15 @@ class MultiheadAttention : public Module {
   int64_t v_proj_dim() const { return heads_.v_width(); }     // Av = H·Dv
   const ops::AttentionHeads& heads() const { return heads_; }  // H, Dh, Dv and the scale
 
+  // PyTorch's `_qkv_same_embed_dim` negated: q/k/v_proj_weight instead of in_proj_weight.
+  bool separate_projections() const { return kdim != embed_dim || vdim != embed_dim; }
+
   int64_t embed_dim, num_heads;
+  int64_t kdim, vdim;  // the widths of key and value
   float dropout;
   bool batch_first;
   Tensor in_proj_weight, in_proj_bias;
+  Tensor q_proj_weight, k_proj_weight, v_proj_weight;  // separate_projections() only
   Linear out_proj;
 
  private:
