@@ -772,8 +772,8 @@ def exact_products():
 
 def well_conditioned(c, case, params, x, ref, f32):
     """None when the float32 implementation of exact_products() meets, on every tensor, the bound the test holds
-    tfm to (derived from PyTorch's own float32 error, f32); else the first tensor where it does not, with both
-    errors. A draw it fails is ill-conditioned: float32 rounding anywhere moves the result by more than PyTorch's
+    tfm to (derived from PyTorch's own float32 error, f32); else the first tensor where it does not, with that run's
+    error and the bound. A draw it fails is ill-conditioned: float32 rounding anywhere moves the result by more than PyTorch's
     float32 run happened to, so the bound says nothing about an implementation there."""
     with exact_products():
         other = run_path("fn", c, case, params, x, torch.float32)
