@@ -82,13 +82,13 @@ double bench_flop_count(const ModuleConfig& config, int64_t B, int64_t N, int64_
     const AttentionOptions& a = config.attention;
     const double D = static_cast<double>(a.embed_dim);
     const auto [A, Av] = attention_widths(a.embed_dim, a.num_heads, a.variant);
-    if (a.kdim.value_or(a.embed_dim) == a.embed_dim && a.vdim.value_or(a.embed_dim) == a.embed_dim) {
+    if (!a.separate_projections()) {
       c.linear(rows_t, D, 2 * A + Av, false);  // self-attention
       c.attention(B, N, N, A, Av);
     } else {  // query (B, N, E), key (B, S, kdim), value (B, S, vdim)
       c.linear(rows_t, D, A, false);
-      c.linear(rows_s, static_cast<double>(a.kdim.value_or(a.embed_dim)), A, false);
-      c.linear(rows_s, static_cast<double>(a.vdim.value_or(a.embed_dim)), Av, false);
+      c.linear(rows_s, static_cast<double>(a.key_width()), A, false);
+      c.linear(rows_s, static_cast<double>(a.value_width()), Av, false);
       c.attention(B, N, S, A, Av);
     }
     c.linear(rows_t, Av, D, true);
@@ -150,10 +150,10 @@ NamedTensors bench_inputs(const ModuleConfig& config, int64_t B, int64_t N, int6
   switch (config.kind) {
     case ModuleKind::MULTIHEAD_ATTENTION: {
       in.insert("query", random_tensor(seq(N), gen));  // key and value default to the same tensor
-      const int64_t kdim = config.attention.kdim.value_or(D), vdim = config.attention.vdim.value_or(D);
-      if (kdim != D || vdim != D) {  // separate projections: a key and a value of their own widths, S long
-        in.insert("key", random_tensor(seq(S, kdim), gen));
-        in.insert("value", random_tensor(seq(S, vdim), gen));
+      const AttentionOptions& a = config.attention;
+      if (a.separate_projections()) {  // a key and a value of their own widths, S long
+        in.insert("key", random_tensor(seq(S, a.key_width()), gen));
+        in.insert("value", random_tensor(seq(S, a.value_width()), gen));
       }
       break;
     }

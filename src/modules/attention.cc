@@ -122,16 +122,12 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
     if (why) throw std::invalid_argument(std::string("MultiheadAttention with a cache: ") + why);
   }
   ops::AttentionInput q, k, v;
-  if (separate) {  // each input through its own matrix (their widths differ)
-    q = {ops::linear(query, q_proj_weight, rows(0, A, in_proj_bias)), 0};
-    k = {ops::linear(key, k_proj_weight, rows(A, A, in_proj_bias)), 0};
-    v = {ops::linear(value, v_proj_weight, rows(2 * A, Av, in_proj_bias)), 0};
-  } else if (self) {  // self-attention: one (.., 2A+Av) projection
+  if (self) {  // self-attention: one (.., 2A+Av) projection
     Tensor qkv = ops::linear(query, in_proj_weight, in_proj_bias);
     q = {qkv, 0};
     k = {qkv, A};
     v = {qkv, 2 * A};
-  } else if (key.same(value)) {  // cross-attention: q, and one (.., A+Av) projection of memory
+  } else if (!separate && key.same(value)) {  // cross-attention: q, and one (.., A+Av) projection of memory
     q = {ops::linear(query, rows(0, A, in_proj_weight), rows(0, A, in_proj_bias)), 0};
     Tensor kv;
     if (cache && cache->memory_kv.defined()) {
@@ -148,10 +144,11 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
     }
     k = {kv, 0};
     v = {kv, A};
-  } else {
-    q = {ops::linear(query, rows(0, A, in_proj_weight), rows(0, A, in_proj_bias)), 0};
-    k = {ops::linear(key, rows(A, A, in_proj_weight), rows(A, A, in_proj_bias)), 0};
-    v = {ops::linear(value, rows(2 * A, Av, in_proj_weight), rows(2 * A, Av, in_proj_bias)), 0};
+  } else {  // each input through its rows of in_proj_weight, or its own matrix (separate projections)
+    q = {ops::linear(query, separate ? q_proj_weight : rows(0, A, in_proj_weight), rows(0, A, in_proj_bias)), 0};
+    k = {ops::linear(key, separate ? k_proj_weight : rows(A, A, in_proj_weight), rows(A, A, in_proj_bias)), 0};
+    v = {ops::linear(value, separate ? v_proj_weight : rows(2 * A, Av, in_proj_weight), rows(2 * A, Av, in_proj_bias)),
+         0};
   }
   const Tensor o = cache ? forward_step(query, q, k, v, self, *cache)
                          : ops::attention(q, k, v, heads_, batch_first, masks, dropout, is_training(), *gen_);

@@ -77,6 +77,11 @@ struct AttentionOptions {
   bool batch_first = false;
   std::optional<int64_t> kdim, vdim;  // key's and value's widths; unset (PyTorch's None): embed_dim
   AttentionVariant variant;  // head_dim, v_head_dim, qkv_bias, out_bias, attn_scale (tfm/modules/attention.h)
+
+  int64_t key_width() const { return kdim.value_or(embed_dim); }
+  int64_t value_width() const { return vdim.value_or(embed_dim); }
+  // PyTorch's separate q/k/v projections (MultiheadAttention::separate_projections()).
+  bool separate_projections() const { return key_width() != embed_dim || value_width() != embed_dim; }
 };
 
 // One module's description. Fields that do not belong to `kind` keep their defaults.
