@@ -70,15 +70,20 @@ def _no_hooks(module, root, prefix):
                 raise ValueError(f"{where} has a {what}: tfm runs the module without hooks")
 
 
-def _attention(mha, name, separate_ok=False):
-    """Raises ValueError when the nn.MultiheadAttention mha holds what tfm's attention does not. separate_ok: a
-    MultiheadAttention of its own may have kdim or vdim other than embed_dim (separate q/k/v projections); one inside
-    a layer may not (the layers' attention reads the layer's width)."""
-    if not mha._qkv_same_embed_dim and not separate_ok:
+def _attention(mha, name, standalone=False):
+    """Raises ValueError when the nn.MultiheadAttention mha holds what tfm's attention does not. standalone: a
+    MultiheadAttention of its own may have kdim or vdim other than embed_dim (separate q/k/v projections),
+    add_bias_kv and add_zero_attn; one inside a layer may not (the layers' attention reads the layer's width and
+    has neither)."""
+    if not mha._qkv_same_embed_dim and not standalone:
         raise ValueError(f"{name} has separate q/k/v projections (kdim or vdim other than embed_dim): tfm runs a "
                          "layer's attention with kdim == vdim == embed_dim only")
-    if mha.bias_k is not None or mha.add_zero_attn:
-        raise ValueError(f"{name} has add_bias_kv or add_zero_attn: tfm does not support them")
+    if (mha.bias_k is not None or mha.add_zero_attn) and not standalone:
+        raise ValueError(f"{name} has add_bias_kv or add_zero_attn: tfm runs them in a MultiheadAttention of its own, "
+                         "not in a layer")
+    if (mha.bias_k is None) != (mha.bias_v is None):
+        raise ValueError(f"{name} has {'bias_k' if mha.bias_v is None else 'bias_v'} without "
+                         f"{'bias_v' if mha.bias_v is None else 'bias_k'}: add_bias_kv makes both")
     _exactly(mha.out_proj, f"{name}.out_proj", nn.Linear, NonDynamicallyQuantizableLinear)
     if (mha.in_proj_bias is None) != (mha.out_proj.bias is None):
         has = "has an in_proj_bias but no out_proj.bias" if mha.out_proj.bias is None else \
@@ -178,11 +183,13 @@ def infer_config(module):
             _no_hooks(module, root, "" if cls is nn.Transformer else root + ".")
     if isinstance(module, nn.MultiheadAttention):
         _stock(module, "attention", nn.MultiheadAttention)
-        _attention(module, "attention", separate_ok=True)
+        _attention(module, "attention", standalone=True)
         widths = {} if module._qkv_same_embed_dim else {"kdim": module.kdim, "vdim": module.vdim}
+        extra = {k: True for k, on in (("add_bias_kv", module.bias_k is not None),
+                                       ("add_zero_attn", bool(module.add_zero_attn))) if on}
         return {"module": "MultiheadAttention", "embed_dim": module.embed_dim, "num_heads": module.num_heads,
                 "dropout": float(module.dropout), "bias": module.in_proj_bias is not None,
-                "batch_first": bool(module.batch_first), **widths}
+                "batch_first": bool(module.batch_first), **widths, **extra}
     if isinstance(module, nn.TransformerEncoderLayer):
         return {"module": "TransformerEncoderLayer", **_layer_args(module)}
     if isinstance(module, nn.TransformerDecoderLayer):

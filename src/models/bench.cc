@@ -82,14 +82,15 @@ double bench_flop_count(const ModuleConfig& config, int64_t B, int64_t N, int64_
     const AttentionOptions& a = config.attention;
     const double D = static_cast<double>(a.embed_dim);
     const auto [A, Av] = attention_widths(a.embed_dim, a.num_heads, a.variant);
+    const int64_t added = (a.add_bias_kv ? 1 : 0) + (a.add_zero_attn ? 1 : 0);  // key positions appended
     if (!a.separate_projections()) {
       c.linear(rows_t, D, 2 * A + Av, false);  // self-attention
-      c.attention(B, N, N, A, Av);
+      c.attention(B, N, N + added, A, Av);
     } else {  // query (B, N, E), key (B, S, kdim), value (B, S, vdim)
       c.linear(rows_t, D, A, false);
       c.linear(rows_s, static_cast<double>(a.key_width()), A, false);
       c.linear(rows_s, static_cast<double>(a.value_width()), Av, false);
-      c.attention(B, N, S, A, Av);
+      c.attention(B, N, S + added, A, Av);
     }
     c.linear(rows_t, Av, D, true);
     return c.total;

@@ -364,8 +364,9 @@ std::unique_ptr<ModuleCall> make_call(const ModuleConfig& c, Generator& gen) {
   switch (c.kind) {
     case ModuleKind::MULTIHEAD_ATTENTION: {
       const AttentionOptions& a = c.attention;
-      return std::make_unique<MhaCall>(std::make_unique<MultiheadAttention>(
-          a.embed_dim, a.num_heads, a.dropout, a.bias, a.batch_first, a.variant, a.kdim, a.vdim, gen));
+      return std::make_unique<MhaCall>(std::make_unique<MultiheadAttention>(a.embed_dim, a.num_heads, a.dropout, a.bias,
+                                                                            a.batch_first, a.variant, a.kdim, a.vdim,
+                                                                            a.add_bias_kv, a.add_zero_attn, gen));
     }
     case ModuleKind::TRANSFORMER_ENCODER_LAYER:
       return std::make_unique<EncLayerCall>(std::make_unique<TransformerEncoderLayer>(c.layer, gen));

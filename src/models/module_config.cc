@@ -51,11 +51,8 @@ AttentionOptions attention_options(const ordered_json& j, JsonReader& r) {
   r("bias", a.bias);
   r("batch_first", a.batch_first);
   AttentionVariant::fields(a.variant, r);
-  for (const char* flag : {"add_bias_kv", "add_zero_attn"}) {
-    bool on = false;
-    r(flag, on);
-    if (on) throw std::invalid_argument(std::string("config: ") + quote_name(flag) + " true is not supported");
-  }
+  r("add_bias_kv", a.add_bias_kv);
+  r("add_zero_attn", a.add_zero_attn);
   r("kdim", a.kdim);
   r("vdim", a.vdim);
   for (const auto& [name, d] : {std::pair{"kdim", a.kdim}, std::pair{"vdim", a.vdim}})

@@ -66,12 +66,20 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, f
 MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, float dropout_, bool bias,
                                        bool batch_first_, const AttentionVariant& variant, std::optional<int64_t> kdim_,
                                        std::optional<int64_t> vdim_, Generator& gen)
+    : MultiheadAttention(embed_dim_, num_heads_, dropout_, bias, batch_first_, variant, kdim_, vdim_, false, false,
+                         gen) {}
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, float dropout_, bool bias,
+                                       bool batch_first_, const AttentionVariant& variant, std::optional<int64_t> kdim_,
+                                       std::optional<int64_t> vdim_, bool add_bias_kv, bool add_zero_attn_,
+                                       Generator& gen)
     : embed_dim(embed_dim_),
       num_heads(num_heads_),
       kdim(kdim_.value_or(embed_dim_)),
       vdim(vdim_.value_or(embed_dim_)),
       dropout(dropout_),
       batch_first(batch_first_),
+      add_zero_attn(add_zero_attn_),
       out_proj(checked_value_width(variant, embed_dim_, num_heads_), embed_dim_, variant.out_bias.value_or(bias), gen),
       gen_(&gen) {
   const int64_t Dh = variant.head_dim.value_or(embed_dim / num_heads);
@@ -98,6 +106,13 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim_, int64_t num_heads_, f
   if (variant.qkv_bias.value_or(bias)) in_proj_bias = Tensor::zeros({2 * proj_dim() + v_proj_dim()});
   if (out_proj.bias.defined()) out_proj.bias.fill_(0.0f);
   register_parameter("in_proj_bias", in_proj_bias);
+  if (add_bias_kv) {  // xavier_normal over (1, 1, W): fan_in = fan_out = W, std = √(2 / 2W)
+    bias_k = Tensor::empty({1, 1, proj_dim()});
+    bias_v = Tensor::empty({1, 1, v_proj_dim()});
+    for (Tensor* b : {&bias_k, &bias_v}) init_normal(*b, 1.0f / std::sqrt(static_cast<float>(b->size(2))), gen);
+    register_parameter("bias_k", bias_k);
+    register_parameter("bias_v", bias_v);
+  }
   register_module("out_proj", out_proj);
 }
 
@@ -106,11 +121,15 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   const int64_t A = proj_dim(), Av = v_proj_dim();
   auto rows = [&](int64_t start, int64_t n, const Tensor& t) { return t.defined() ? t.narrow0(start, n) : Tensor(); };
   const bool separate = separate_projections();
-  const bool self = !separate && query.same(key) && key.same(value);
+  const int64_t added = added_positions();
+  // With added positions the keys and values are appended to (append_positions): each projection its own tensor.
+  const bool self = !separate && added == 0 && query.same(key) && key.same(value);
   if (cache) {
     const char* why = nullptr;
     if (separate)
       why = "kdim and vdim must equal embed_dim (one packed in_proj_weight)";
+    else if (added_positions() > 0)
+      why = "not with add_bias_kv or add_zero_attn (the cache holds the projected positions only)";
     else if (!self && !key.same(value))
       why = "key and value must be one tensor (self- or cross-attention)";
     else if (masks.attn_mask.defined() || masks.key_padding_mask.defined())
@@ -127,7 +146,8 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
     q = {qkv, 0};
     k = {qkv, A};
     v = {qkv, 2 * A};
-  } else if (!separate && key.same(value)) {  // cross-attention: q, and one (.., A+Av) projection of memory
+  } else if (!separate && added == 0 &&
+             key.same(value)) {  // cross-attention: q, and one (.., A+Av) projection of memory
     q = {ops::linear(query, rows(0, A, in_proj_weight), rows(0, A, in_proj_bias)), 0};
     Tensor kv;
     if (cache && cache->memory_kv.defined()) {
@@ -149,6 +169,16 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
     k = {ops::linear(key, separate ? k_proj_weight : rows(A, A, in_proj_weight), rows(A, A, in_proj_bias)), 0};
     v = {ops::linear(value, separate ? v_proj_weight : rows(2 * A, Av, in_proj_weight), rows(2 * A, Av, in_proj_bias)),
          0};
+  }
+  if (added > 0 && q.src.dim() == 3 && k.src.dim() == 3 && v.src.dim() == 3) {
+    // k (B, S, A) → (B, S + added, A), v likewise; the masks padded to match (other ranks: ops::attention's error)
+    const int64_t L = q.src.size(batch_first ? 1 : 0), S = k.src.size(batch_first ? 1 : 0);
+    const int64_t zeros = add_zero_attn ? 1 : 0;
+    const Tensor k2 = ops::append_positions(k.src, bias_k, zeros, batch_first);
+    const Tensor v2 = ops::append_positions(v.src, bias_v, zeros, batch_first);
+    const Tensor o = ops::attention(q, {k2, 0}, {v2, 0}, heads_, batch_first, ops::pad_key_masks(masks, L, S, added),
+                                    dropout, is_training(), *gen_);
+    return out_proj.forward(o);
   }
   const Tensor o = cache ? forward_step(query, q, k, v, self, *cache)
                          : ops::attention(q, k, v, heads_, batch_first, masks, dropout, is_training(), *gen_);

@@ -249,4 +249,118 @@ Tensor attention(const AttentionInput& q, const AttentionInput& k, const Attenti
   return out;
 }
 
+namespace {
+
+// append_positions' backward: dx = dy's first S positions, drow = Σ_b dy[b, S] (b in order).
+struct AppendPositionsNode : Node {
+  int64_t B = 0, S = 0, n = 0, W = 0;
+  bool batch_first = false;
+  const char* name() const override { return "append_positions"; }
+  void backward(const Tensor& dy, const std::vector<Tensor*>& din) override {
+    const float* g = dy.data();
+    const int64_t T = S + n;
+    if (din[0]) {
+      Tensor dx = Tensor::empty(inputs[0].shape());
+      float* d = dx.data();
+      if (batch_first) {
+        for (int64_t b = 0; b < B; ++b) std::copy_n(g + b * T * W, S * W, d + b * S * W);
+      } else {  // (T, B, W): the first S positions are the first S·B rows
+        std::copy_n(g, S * B * W, d);
+      }
+      accumulate_grad(din[0], dx);
+    }
+    if (inputs[1].defined() && din[1]) {
+      Tensor dr = Tensor::zeros(inputs[1].shape());
+      float* d = dr.data();
+      for (int64_t b = 0; b < B; ++b) {
+        const float* src = g + (batch_first ? b * T + S : S * B + b) * W;
+        for (int64_t w = 0; w < W; ++w) d[w] += src[w];
+      }
+      accumulate_grad(din[1], dr);
+    }
+  }
+};
+
+}  // namespace
+
+Tensor append_positions(const Tensor& x, const Tensor& row, int64_t zeros, bool batch_first) {
+  const char* op = "append_positions";
+  check_float(x, op, "input");
+  check(x.dim() == 3, [&] { return std::string(op) + ": input must be 3-D, got " + describe(x); });
+  check(zeros >= 0, [&] { return std::string(op) + ": zeros must be ≥ 0, got " + std::to_string(zeros); });
+  const int64_t W = x.size(2), B = batch_first ? x.size(0) : x.size(1), S = batch_first ? x.size(1) : x.size(0);
+  if (row.defined()) {
+    check_float(row, op, "row");
+    check(row.numel() == W, [&] {
+      return std::string(op) + ": row must hold " + std::to_string(W) + " values (the input's width), got " +
+             describe(row);
+    });
+  }
+  const int64_t n = (row.defined() ? 1 : 0) + zeros, T = S + n;
+  Tensor y = Tensor::empty(batch_first ? Shape{B, T, W} : Shape{T, B, W});
+  const float* px = x.data();
+  const float* pr = row.defined() ? row.data() : nullptr;
+  float* py = y.data();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      float* dst = py + (batch_first ? b * T + t : t * B + b) * W;
+      if (t < S)
+        std::copy_n(px + (batch_first ? b * S + t : t * B + b) * W, W, dst);
+      else if (t == S && pr)
+        std::copy_n(pr, W, dst);
+      else
+        std::fill_n(dst, W, 0.0f);
+    }
+  if (needs_grad({&x, &row})) {
+    auto node = std::make_shared<AppendPositionsNode>();
+    node->B = B;
+    node->S = S;
+    node->n = n;
+    node->W = W;
+    node->batch_first = batch_first;
+    node->inputs = {x, row};
+    record(y, node);
+  }
+  return y;
+}
+
+AttentionMasks pad_key_masks(const AttentionMasks& masks, int64_t L, int64_t S, int64_t n) {
+  const int64_t T = S + n;
+  // m's rows of S additive values, each followed by n zeros.
+  auto padded = [&](const Tensor& m) {
+    const Tensor a = to_additive(m);
+    Shape shape = a.shape();
+    shape.back() = T;
+    Tensor out = Tensor::zeros(shape);
+    const int64_t rows = a.numel() / S;
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(a.data() + r * S, S, out.data() + r * T);
+    return out;
+  };
+  AttentionMasks out;
+  if (masks.attn_mask.defined()) {
+    const Tensor& m = masks.attn_mask;
+    check((m.dim() == 2 || m.dim() == 3) && m.size(-2) == L && m.size(-1) == S, [&] {
+      return "attn_mask: expected shape " + shape_str({L, S}) + " or (B·H, " + std::to_string(L) + ", " +
+             std::to_string(S) + "), got " + shape_str(m.shape());
+    });
+    out.attn_mask = padded(m);
+  } else if (masks.is_causal) {
+    out.attn_mask = Tensor::zeros({L, T});
+  }
+  if (masks.is_causal) {  // key j > query i hidden, for the first S keys only
+    float* p = out.attn_mask.data();
+    for (int64_t k = 0; k < out.attn_mask.numel() / (L * T); ++k)
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = i + 1; j < S; ++j) p[(k * L + i) * T + j] = kNegInf;
+  }
+  if (masks.key_padding_mask.defined()) {
+    const Tensor& m = masks.key_padding_mask;
+    check(m.dim() == 2 && m.size(1) == S, [&] {
+      return "key_padding_mask: expected shape (B, " + std::to_string(S) + "), got " + shape_str(m.shape());
+    });
+    out.key_padding_mask = padded(m);
+  }
+  return out;
+}
+
 }  // namespace tfm::ops

@@ -176,7 +176,8 @@ def separate_projections(c):
 
 def spec_mha(pre, c):
     """in_proj (2A + Av, D) with the q, k, v rows in that order, out_proj (D, Av); A = H*Dh, Av = H*Dv. With kdim
-    or vdim other than D: q_proj (A, D), k_proj (A, kdim), v_proj (Av, vdim) instead of in_proj_weight."""
+    or vdim other than D: q_proj (A, D), k_proj (A, kdim), v_proj (Av, vdim) instead of in_proj_weight. With
+    add_bias_kv: bias_k (1, 1, A) and bias_v (1, 1, Av), after in_proj_bias as PyTorch registers them."""
     d, a, av = c["d_model"], c["nhead"] * c["head_dim"], c["nhead"] * c["v_head_dim"]
     if separate_projections(c):
         out = [(pre + "q_proj_weight", (a, d), "w"), (pre + "k_proj_weight", (a, c.get("kdim", d)), "w"),
@@ -185,6 +186,8 @@ def spec_mha(pre, c):
         out = [(pre + "in_proj_weight", (2 * a + av, d), "w")]
     if c["qkv_bias"]:
         out.append((pre + "in_proj_bias", (2 * a + av,), "b"))
+    if c.get("add_bias_kv"):
+        out += [(pre + "bias_k", (1, 1, a), "kv"), (pre + "bias_v", (1, 1, av), "kv")]
     out.append((pre + "out_proj.weight", (d, av), "w"))
     if c["out_bias"]:
         out.append((pre + "out_proj.bias", (d,), "b"))
@@ -239,7 +242,7 @@ def param_spec(c):
 
 def random_params(c, rng):
     """Weights ~ U(-a, a) with variance 1/fan_in (keeps activations O(1)); biases and LayerNorm affine terms
-    random too, so that their gradients and a wrong bias/norm are visible."""
+    random too, so that their gradients and a wrong bias/norm are visible; bias_k / bias_v ~ N(0, 1)."""
     params = {}
     for key, shape, kind in param_spec(c):
         if kind == "w":
@@ -247,6 +250,8 @@ def random_params(c, rng):
             v = rng.uniform(-a, a, size=shape)
         elif kind == "g":
             v = 1.0 + 0.2 * rng.standard_normal(shape)
+        elif kind == "kv":  # an added key / value position: as large as the projected ones
+            v = rng.standard_normal(shape)
         else:
             v = 0.2 * rng.standard_normal(shape)
         params[key] = v.astype(np.float32)
@@ -304,9 +309,31 @@ def fn_mha(p, pre, query, key, value, c, batch_first, attn_mask=None, kpm=None, 
         wq, wk, wv = (p[pre + n + "_proj_weight"] for n in "qkv")
     bias = p.get(pre + "in_proj_bias")
     bq, bk, bv = (bias[:a], bias[a:2 * a], bias[2 * a:]) if bias is not None else (None, None, None)
+    # nn.MultiheadAttention's add_bias_kv / add_zero_attn: positions after the S keys and values of every batch row,
+    # bias_k / bias_v, then one of zeros. Every mask gains columns that block nothing (PyTorch pads with 0 / False);
+    # causal, over the first S keys only, is folded into attn_mask first (tfm's rule: 1.13's nn.MultiheadAttention
+    # has no is_causal).
+    added = [n for n in ("bias", "zero") if c.get({"bias": "add_bias_kv", "zero": "add_zero_attn"}[n])]
+    if added:
+        if causal:
+            tri = additive(torch.ones(lq, lk, dtype=torch.bool).triu(1), query.dtype)
+            attn_mask = tri if attn_mask is None else additive(attn_mask, query.dtype) + tri
+            causal = False
+        attn_mask = None if attn_mask is None else F.pad(additive(attn_mask, query.dtype), (0, len(added)))
+        kpm = None if kpm is None else F.pad(additive(kpm, query.dtype), (0, len(added)))
+
+    def heads(x, w, bias, name, width):  # (S, B, H*width) projection, positions appended -> (B*H, S', width)
+        t = F.linear(x, w, bias)
+        if added:
+            rows = [p[pre + name].expand(1, b, h * width) if n == "bias" else
+                    torch.zeros(1, b, h * width, dtype=t.dtype) for n in added]
+            t = torch.cat([t] + rows)
+        return t.reshape(t.shape[0], b * h, width).transpose(0, 1)
+
     q = F.linear(query, wq, bq).reshape(lq, b * h, dh).transpose(0, 1)  # (B*H, L, Dh)
-    k = F.linear(key, wk, bk).reshape(lk, b * h, dh).transpose(0, 1)  # (B*H, S, Dh)
-    v = F.linear(value, wv, bv).reshape(lk, b * h, dv).transpose(0, 1)  # (B*H, S, Dv)
+    k = heads(key, wk, bk, "bias_k", dh)  # (B*H, S, Dh)
+    v = heads(value, wv, bv, "bias_v", dv)  # (B*H, S, Dv)
+    lk += len(added)
     scores = torch.bmm(q, k.transpose(1, 2))  # (B*H, L, S)
     scores = scores * c["attn_scale"] if "attn_scale" in c else scores / math.sqrt(dh)
     mask = combined_mask(attn_mask, kpm, causal, b, h, lq, lk, scores.dtype)
@@ -449,7 +476,7 @@ def nn_activation(name):
 def nn_build(c):
     m = c["module"]
     if m == "MultiheadAttention":
-        kw = {k: c[k] for k in ("kdim", "vdim") if k in c}
+        kw = {k: c[k] for k in ("kdim", "vdim", "add_bias_kv", "add_zero_attn") if k in c}
         return nn.MultiheadAttention(c["embed_dim"], c["num_heads"], dropout=c["dropout"], bias=c["bias"],
                                      batch_first=c["batch_first"], **kw)
     kw = dict(dim_feedforward=c["dim_feedforward"], dropout=c["dropout"], activation=nn_activation(c["activation"]),
@@ -900,6 +927,16 @@ def fixed_cases():
              masks={"key_padding_mask": "bool", "attn_mask": "float"}),
         Case("mha_vdim_only_head_dim", mha(e=8, h=2, vdim=3, head_dim=3, v_head_dim=5), L=3, S=5,
              note="separate projections with tfm's head widths: q_proj (6, 8), k_proj (6, 8), v_proj (10, 3)"),
+        Case("mha_add_bias_kv", mha(e=8, h=2, add_bias_kv=True), L=4, S=6,
+             masks={"attn_mask": "float", "key_padding_mask": "bool"},
+             note="bias_k (1, 1, 8), bias_v (1, 1, 8) appended to every row's keys and values; the masks padded"),
+        Case("mha_add_zero_attn_bf_nobias", mha(e=6, h=3, bias=False, bf=True, add_zero_attn=True), B=3, L=5, S=4,
+             masks={"attn_mask": "bool3d", "key_padding_mask": "bool"}),
+        Case("mha_add_bias_kv_zero_attn_causal", mha(e=8, h=2, add_bias_kv=True, add_zero_attn=True), L=5, S=5,
+             masks={"key_padding_mask": "float"}, causal={"is_causal": True},
+             note="both added positions; is_causal hides only the S keys beyond each query"),
+        Case("mha_add_bias_kv_head_dim", mha(e=8, h=2, add_bias_kv=True, head_dim=3, v_head_dim=5), L=3, S=4,
+             masks={"attn_mask": "bool"}, note="tfm's head widths: bias_k (1, 1, 6), bias_v (1, 1, 10)"),
         Case("mha_mask_bool2d", mha(), masks={"attn_mask": "bool"}),
         Case("mha_mask_float2d", mha(bf=True), masks={"attn_mask": "float"}),
         Case("mha_mask_bool3d", mha(e=12, h=3), masks={"attn_mask": "bool3d"}),
@@ -1128,6 +1165,10 @@ def sample_cases(k, seed):
                 cfg["share_layers"] = True
             if rng.random() < 0.2:
                 cfg["drop_path"] = float(rng.uniform(0.0, 0.5))
+        # add_bias_kv / add_zero_attn, drawn after everything else.
+        if m == "MultiheadAttention" and rng.random() < 0.2:
+            cfg["add_bias_kv"] = bool(rng.integers(2))
+            cfg["add_zero_attn"] = not cfg["add_bias_kv"] or bool(rng.integers(2))
         out.append(Case(f"sample_{seed}_{i:03d}", cfg, B=B, L=L, S=S, masks=masks, causal=causal,
                         grad=bool(rng.random() < 0.85), same_qkv=same, conditioned=True))
     return out

@@ -59,6 +59,15 @@ TEST(ModuleConfig, DefaultsComeFromTheOptionStructs) {
                                                   "kdim": 5, "vdim": 11})");
   EXPECT_EQ(kv.attention.kdim, 5);
   EXPECT_EQ(kv.attention.vdim, 11);
+  EXPECT_FALSE(kv.attention.add_bias_kv);  // PyTorch's defaults
+  EXPECT_FALSE(kv.attention.add_zero_attn);
+
+  const ModuleConfig extra = parse_module_config(R"({"module": "MultiheadAttention", "embed_dim": 8, "num_heads": 2,
+                                                     "add_bias_kv": true, "add_zero_attn": true})");
+  EXPECT_TRUE(extra.attention.add_bias_kv);
+  EXPECT_TRUE(extra.attention.add_zero_attn);
+  LoadedModule loaded(extra);
+  EXPECT_EQ(loaded.module().state_dict().at("bias_k").shape(), (Shape{1, 1, 8}));
 }
 
 TEST(ModuleConfig, EveryKindByItsPyTorchName) {

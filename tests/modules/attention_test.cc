@@ -293,6 +293,91 @@ TEST(MultiheadAttentionModule, KdimAndVdimGiveSeparateProjections) {
       {"MultiheadAttention with a cache: kdim and vdim must equal embed_dim"});
 }
 
+// add_bias_kv and add_zero_attn against a module without them fed one more key/value position: a zero input row
+// projects to in_proj_bias's key and value parts, so with bias_k, bias_v set to those parts (and, for the zero
+// position, those parts zero) the twin's extra position is exactly the added one; the masks padded with a column
+// that blocks nothing.
+TEST(MultiheadAttentionModule, AddBiasKvAndAddZeroAttnAppendKeyPositions) {
+  Generator gen{21, 0};
+  MultiheadAttention both(64, 4, 0.0f, true, true, AttentionVariant{}, std::nullopt, std::nullopt, true, true, gen);
+  EXPECT_EQ(both.added_positions(), 2);
+  const NamedTensors sd = both.state_dict();
+  EXPECT_EQ(sd.names(), (std::vector<std::string>{"in_proj_weight", "in_proj_bias", "bias_k", "bias_v",
+                                                  "out_proj.weight", "out_proj.bias"}));
+  EXPECT_EQ(sd.at("bias_k").shape(), (Shape{1, 1, 64}));
+  EXPECT_EQ(sd.at("bias_v").shape(), (Shape{1, 1, 64}));
+  for (const Tensor* b : {&both.bias_k, &both.bias_v}) {  // xavier_normal over (1, 1, 64): std 1/8
+    double ss = 0;
+    for (int64_t i = 0; i < 64; ++i) ss += static_cast<double>(b->data()[i]) * b->data()[i];
+    const double sd_hat = std::sqrt(ss / 64);
+    EXPECT_GT(sd_hat, 0.125 * 0.6);
+    EXPECT_LT(sd_hat, 0.125 * 1.4);
+  }
+
+  const int64_t E = 8, B = 2, L = 3, S = 4;
+  for (const bool bias_kv : {true, false}) {
+    for (const bool batch_first : {true, false}) {
+      SCOPED_TRACE(std::string(bias_kv ? "add_bias_kv" : "add_zero_attn") + (batch_first ? ", batch_first" : ""));
+      MultiheadAttention m(E, 2, 0.0f, true, batch_first, AttentionVariant{}, std::nullopt, std::nullopt, bias_kv,
+                           !bias_kv, gen);
+      MultiheadAttention twin(E, 2, 0.0f, true, batch_first, gen);
+      std::copy_n(m.in_proj_weight.data(), 3 * E * E, twin.in_proj_weight.data());
+      std::copy_n(m.out_proj.weight.data(), E * E, twin.out_proj.weight.data());
+      std::copy_n(m.out_proj.bias.data(), E, twin.out_proj.bias.data());
+      if (bias_kv) {
+        std::copy_n(m.in_proj_bias.data() + E, E, m.bias_k.data());
+        std::copy_n(m.in_proj_bias.data() + 2 * E, E, m.bias_v.data());
+      } else {
+        std::fill_n(m.in_proj_bias.data() + E, 2 * E, 0.0f);
+      }
+      std::copy_n(m.in_proj_bias.data(), 3 * E, twin.in_proj_bias.data());
+      const Tensor q = random_tensor(batch_first ? Shape{B, L, E} : Shape{L, B, E}, 22);
+      const Tensor kv = random_tensor(batch_first ? Shape{B, S, E} : Shape{S, B, E}, 23);
+      // kv with a zero position after each row's S
+      Tensor kv1 = Tensor::zeros(batch_first ? Shape{B, S + 1, E} : Shape{S + 1, B, E});
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < S; ++t)
+          std::copy_n(kv.data() + (batch_first ? b * S + t : t * B + b) * E, E,
+                      kv1.data() + (batch_first ? b * (S + 1) + t : t * B + b) * E);
+      ops::AttentionMasks masks, padded;
+      masks.attn_mask = random_tensor({L, S}, 24);
+      masks.key_padding_mask = Tensor::from_bool({B, S}, {0, 0, 0, 1, 0, 1, 1, 1});
+      padded.attn_mask = Tensor::zeros({L, S + 1});
+      for (int64_t i = 0; i < L; ++i)
+        std::copy_n(masks.attn_mask.data() + i * S, S, padded.attn_mask.data() + i * (S + 1));
+      padded.key_padding_mask = Tensor::from_bool({B, S + 1}, {0, 0, 0, 1, 0, 0, 1, 1, 1, 0});
+      const Tensor y = m.forward(q, kv, kv, masks), y2 = twin.forward(q, kv1, kv1, padded);
+      ASSERT_EQ(y.shape(), y2.shape());
+      for (int64_t i = 0; i < y.numel(); ++i) EXPECT_NEAR(y.data()[i], y2.data()[i], 1e-5) << i;
+      // is_causal hides the S keys beyond each query, never the added position.
+      ops::AttentionMasks causal, causal_padded;
+      causal.is_causal = true;
+      causal_padded.attn_mask = Tensor::zeros({L, S + 1});
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = i + 1; j < S; ++j) causal_padded.attn_mask.data()[i * (S + 1) + j] = -INFINITY;
+      const Tensor yc = m.forward(q, kv, kv, causal), yc2 = twin.forward(q, kv1, kv1, causal_padded);
+      for (int64_t i = 0; i < yc.numel(); ++i) EXPECT_NEAR(yc.data()[i], yc2.data()[i], 1e-5) << i;
+    }
+  }
+
+  // A mask of the wrong key length names the mask; a cache refuses the added positions.
+  ops::AttentionMasks wrong;
+  wrong.key_padding_mask = Tensor::zeros({2, 5});
+  expect_invalid(
+      [&] {
+        both.forward(random_tensor({2, 3, 64}, 25), random_tensor({2, 4, 64}, 26), random_tensor({2, 4, 64}, 26),
+                     wrong);
+      },
+      {"key_padding_mask: expected shape (B, 4), got (2, 5)"});
+  NoGradGuard ng;
+  AttentionCache c;
+  ops::AttentionMasks causal;
+  causal.is_causal = true;
+  const Tensor x = random_tensor({2, 1, 64}, 27);
+  expect_invalid([&] { both.forward(x, x, x, causal, &c); },
+                 {"MultiheadAttention with a cache: not with add_bias_kv or add_zero_attn"});
+}
+
 TEST(MultiheadAttentionModule, VariantErrorsNameTheOption) {
   auto make = [](int64_t E, int64_t H, const AttentionVariant& v) { MultiheadAttention m(E, H, 0.0f, true, true, v); };
   expect_invalid([&] { make(6, 4, {}); },

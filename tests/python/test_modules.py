@@ -106,6 +106,25 @@ def test_multihead_attention_with_kdim_and_vdim(batch_first):
 
 
 @pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("bias_kv, zero_attn", [(True, False), (False, True), (True, True)])
+def test_multihead_attention_with_add_bias_kv_and_add_zero_attn(batch_first, bias_kv, zero_attn):
+    # bias_k / bias_v appended to every row's keys and values, then a zero position; the masks padded for them.
+    torch.manual_seed(3)
+    rng = np.random.default_rng(3)
+    m = nn.MultiheadAttention(8, 2, add_bias_kv=bias_kv, add_zero_attn=zero_attn, batch_first=batch_first)
+    fast = tfm.from_torch(m)
+    assert ({"bias_k", "bias_v"} <= set(fast.state_dict())) == bias_kv
+    seq = (lambda n: _seq(rng, 3, n, 8)) if batch_first else (lambda n: _seq(rng, n, 3, 8))
+    kv = seq(6)
+    check_parity(m, {"query": seq(4), "key": kv, "value": kv, "key_padding_mask": _pad(rng, 3, 6),
+                     "attn_mask": rng.standard_normal((4, 6)).astype(np.float32)}, ["query", "key", "value"])
+    x = seq(5)  # self-attention, a bool mask of every key but the first for the first query
+    mask = np.zeros((5, 5), dtype=bool)
+    mask[0, 1:] = True
+    check_parity(m, {"query": x, "key": x, "value": x, "attn_mask": mask}, ["query", "key", "value"])
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
 def test_encoder_layer_variant(batch_first):  # norm_first with GELU
     torch.manual_seed(2)
     rng = np.random.default_rng(2)
@@ -754,14 +773,20 @@ def test_modules_computing_otherwise_are_refused():
     dec_layer.multihead_attn = nn.MultiheadAttention(8, 4)
     refused(dec_layer, r"^layer.multihead_attn.num_heads is 4 but layer.self_attn.num_heads is 2")
 
-    # Attention tfm does not have: separate q/k/v projections, add_bias_kv / add_zero_attn, one bias of two.
+    # Attention tfm does not have: in a layer, separate q/k/v projections and add_bias_kv / add_zero_attn; one bias
+    # of two; bias_k without bias_v.
     dec_layer = nn.TransformerDecoderLayer(8, 2, 16)
     dec_layer.multihead_attn = nn.MultiheadAttention(8, 2, kdim=4, vdim=4)
     refused(dec_layer, r"^layer.multihead_attn has separate q/k/v projections")
     layer = nn.TransformerEncoderLayer(8, 2, 16)
     layer.self_attn = nn.MultiheadAttention(8, 2, add_bias_kv=True)
+    refused(layer, r"^layer.self_attn has add_bias_kv or add_zero_attn: tfm runs them in a MultiheadAttention of its "
+                   r"own, not in a layer")
+    layer.self_attn = nn.MultiheadAttention(8, 2, add_zero_attn=True)
     refused(layer, r"^layer.self_attn has add_bias_kv or add_zero_attn")
-    refused(nn.MultiheadAttention(8, 2, add_zero_attn=True), r"^attention has add_bias_kv or add_zero_attn")
+    mha = nn.MultiheadAttention(8, 2, add_bias_kv=True)
+    mha.bias_v = None
+    refused(mha, r"^attention has bias_k without bias_v: add_bias_kv makes both")
     mha = nn.MultiheadAttention(8, 2)
     mha.out_proj.bias = None
     refused(mha, r"^attention has an in_proj_bias but no out_proj.bias")

@@ -67,13 +67,14 @@ struct EnumNames<ModuleKind> {  // PyTorch's class names, the config's "module"
        {ModuleKind::TRANSFORMER, "Transformer"}}};
 };
 
-// nn.MultiheadAttention's constructor arguments as far as tfm supports them (no add_bias_kv, no
-// add_zero_attn).
+// nn.MultiheadAttention's constructor arguments, and tfm's attention variant.
 struct AttentionOptions {
   int64_t embed_dim = 0;  // E; required
   int64_t num_heads = 0;  // H; required, E % H == 0 unless variant.head_dim is set
   float dropout = 0.0f;
   bool bias = true;
+  bool add_bias_kv = false;  // keys bias_k, bias_v (tfm/modules/attention.h)
+  bool add_zero_attn = false;
   bool batch_first = false;
   std::optional<int64_t> kdim, vdim;  // key's and value's widths; unset (PyTorch's None): embed_dim
   AttentionVariant variant;  // head_dim, v_head_dim, qkv_bias, out_bias, attn_scale (tfm/modules/attention.h)

@@ -68,7 +68,8 @@ struct AttentionVariant {
 };
 
 // Keys: in_proj_weight (2A+Av, E) with the q, k, v rows in that order, in_proj_bias (2A+Av),
-// out_proj.weight (E, Av), out_proj.bias (E); a bias switched off has no key.
+// out_proj.weight (E, Av), out_proj.bias (E); a bias switched off has no key. With add_bias_kv also bias_k
+// (1, 1, A) and bias_v (1, 1, Av), xavier_normal-initialised as PyTorch does (std √(1/A), √(1/Av)).
 // With kdim or vdim other than E (PyTorch's separate projections, `_qkv_same_embed_dim` false) the
 // packed matrix is three: q_proj_weight (A, E), k_proj_weight (A, kdim), v_proj_weight (Av, vdim),
 // and no in_proj_weight; in_proj_bias stays one vector.
@@ -84,6 +85,13 @@ class MultiheadAttention : public Module {
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, float dropout, bool bias, bool batch_first,
                      const AttentionVariant& variant, std::optional<int64_t> kdim, std::optional<int64_t> vdim,
                      Generator& gen = default_generator());
+  // add_bias_kv, add_zero_attn: nn.MultiheadAttention's. add_bias_kv: learned bias_k (1, 1, A) and bias_v (1, 1, Av),
+  // appended to every batch row's projected keys and values as one more position; add_zero_attn: then one more
+  // position of zeros. The masks are padded so that every query may attend the added positions (PyTorch pads them
+  // with 0 / False), and is_causal hides only the key's own S positions beyond the query's. Not with a cache.
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, float dropout, bool bias, bool batch_first,
+                     const AttentionVariant& variant, std::optional<int64_t> kdim, std::optional<int64_t> vdim,
+                     bool add_bias_kv, bool add_zero_attn, Generator& gen = default_generator());
   // query (B, L, E) / (L, B, E); key (B, S, kdim) / (S, B, kdim), value (B, S, vdim) / (S, B, vdim)
   // → attn_output like query. When key and value (or all three) are the same tensor, their
   // projections run as one GEMM (not with separate projections: there each input has its own).
@@ -108,6 +116,8 @@ class MultiheadAttention : public Module {
 
   // PyTorch's `_qkv_same_embed_dim` negated: q/k/v_proj_weight instead of in_proj_weight.
   bool separate_projections() const { return kdim != embed_dim || vdim != embed_dim; }
+  // Positions append_positions adds to the keys and values: bias_k/bias_v's and add_zero_attn's.
+  int64_t added_positions() const { return (bias_k.defined() ? 1 : 0) + (add_zero_attn ? 1 : 0); }
 
   int64_t embed_dim, num_heads;
   int64_t kdim, vdim;  // the widths of key and value
@@ -115,6 +125,8 @@ class MultiheadAttention : public Module {
   bool batch_first;
   Tensor in_proj_weight, in_proj_bias;
   Tensor q_proj_weight, k_proj_weight, v_proj_weight;  // separate_projections() only
+  Tensor bias_k, bias_v;                               // (1, 1, A), (1, 1, Av): add_bias_kv only
+  bool add_zero_attn = false;
   Linear out_proj;
 
  private:

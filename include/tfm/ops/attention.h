@@ -51,6 +51,19 @@ Tensor attention(const AttentionInput& q, const AttentionInput& k, const Attenti
                  const AttentionHeads& heads, bool batch_first, const AttentionMasks& masks, float dropout_p,
                  bool training, Generator& gen);
 
+// nn.MultiheadAttention's add_bias_kv and add_zero_attn, on projected keys or values: x (B, S, W) batch_first or
+// (S, B, W) → (B, S + n, W) / (S + n, B, W), every batch row gaining n positions after its S: `row` (W values, any
+// shape: bias_k is (1, 1, W)) when defined, then `zeros` positions of zeros; n = (row defined) + zeros.
+// Backward: dx = dy's first S positions, drow = Σ_b dy[b, S] (in row's shape).
+Tensor append_positions(const Tensor& x, const Tensor& row, int64_t zeros, bool batch_first);
+
+// The masks of an attention whose S keys gained n more at the end (append_positions), which every query may attend,
+// as PyTorch pads its masks for them (with 0 / False): attn_mask (L, S) or (B·H, L, S) and key_padding_mask (B, S)
+// padded with n columns that mask nothing (Float32, additive); is_causal, which would hide the new keys from the
+// first queries, becomes the causal −inf over the first S keys of attn_mask. Throws std::invalid_argument when a
+// mask's key or query length is not S or L.
+AttentionMasks pad_key_masks(const AttentionMasks& masks, int64_t L, int64_t S, int64_t n);
+
 // Whether a bfloat16 autocast runs attention's products (QKᵀ, PV and their backward) in bfloat16 for L queries
 // and S keys per head: when a head's scores fill more than one 64×64 tile, L·S > 64². Below that the products are
 // a small part of the work, and rounding q, k, v and the output gradient into the bfloat16 layouts the products
