@@ -48,7 +48,7 @@ CATEGORIES = [
      r"attention|forward_tile|backward_key_tile|backward_pair|gemm_small"),
     # before GEMM and elementwise: bf16 training's rounding passes (inside gemm_bf16's panels, or fused with the
     # bias gradient and the ReLU backward)
-    ("rounding to bf16", r"convert_rows_to_bf16|convert_to_bf16|bias_grad_strip<\d+, true>|relu_round_strip"),
+    ("rounding to bf16", r"convert_rows_to_bf16|convert_to_bf16|bias_grad_strip<\d+, true\b|relu_round_strip"),
     ("GEMM (oneDNN kernels, tfm's GEMM drivers, transposes)", r"dnnl|gemm|transpose|sgemm|jit_|libdnnl"),
     ("layer norm", r"layer_norm|rms_norm"),
     ("optimizer + clip", r"(?i)adam|sgd|clip|OptimizerShards|zero_grad|optim|grad_norm|norm_block_partials"),

@@ -170,18 +170,18 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
     v = {ops::linear(value, separate ? v_proj_weight : rows(2 * A, Av, in_proj_weight), rows(2 * A, Av, in_proj_bias)),
          0};
   }
+  ops::AttentionMasks padded;  // with added positions: the masks padded for them
+  const ops::AttentionMasks* use = &masks;
   if (added > 0 && q.src.dim() == 3 && k.src.dim() == 3 && v.src.dim() == 3) {
-    // k (B, S, A) → (B, S + added, A), v likewise; the masks padded to match (other ranks: ops::attention's error)
+    // k (B, S, A) → (B, S + added, A), v likewise (other ranks: ops::attention's error)
     const int64_t L = q.src.size(batch_first ? 1 : 0), S = k.src.size(batch_first ? 1 : 0);
-    const int64_t zeros = add_zero_attn ? 1 : 0;
-    const Tensor k2 = ops::append_positions(k.src, bias_k, zeros, batch_first);
-    const Tensor v2 = ops::append_positions(v.src, bias_v, zeros, batch_first);
-    const Tensor o = ops::attention(q, {k2, 0}, {v2, 0}, heads_, batch_first, ops::pad_key_masks(masks, L, S, added),
-                                    dropout, is_training(), *gen_);
-    return out_proj.forward(o);
+    padded = ops::pad_key_masks(masks, L, S, added);
+    use = &padded;
+    k = {ops::append_positions(k.src, bias_k, add_zero_attn ? 1 : 0, batch_first), 0};
+    v = {ops::append_positions(v.src, bias_v, add_zero_attn ? 1 : 0, batch_first), 0};
   }
   const Tensor o = cache ? forward_step(query, q, k, v, self, *cache)
-                         : ops::attention(q, k, v, heads_, batch_first, masks, dropout, is_training(), *gen_);
+                         : ops::attention(q, k, v, heads_, batch_first, *use, dropout, is_training(), *gen_);
   return out_proj.forward(o);
 }
 
