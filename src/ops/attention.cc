@@ -325,6 +325,7 @@ Tensor append_positions(const Tensor& x, const Tensor& row, int64_t zeros, bool 
 }
 
 AttentionMasks pad_key_masks(const AttentionMasks& masks, int64_t L, int64_t S, int64_t n) {
+  check(n >= 1, [&] { return "pad_key_masks: n must be ≥ 1, got " + std::to_string(n); });
   const int64_t T = S + n;
   // m's rows of S additive values, each followed by n zeros.
   auto padded = [&](const Tensor& m) {
@@ -332,7 +333,7 @@ AttentionMasks pad_key_masks(const AttentionMasks& masks, int64_t L, int64_t S, 
     Shape shape = a.shape();
     shape.back() = T;
     Tensor out = Tensor::zeros(shape);
-    const int64_t rows = a.numel() / S;
+    const int64_t rows = out.numel() / T;  // T ≥ n ≥ 1 (S may be 0)
     for (int64_t r = 0; r < rows; ++r) std::copy_n(a.data() + r * S, S, out.data() + r * T);
     return out;
   };
@@ -349,7 +350,8 @@ AttentionMasks pad_key_masks(const AttentionMasks& masks, int64_t L, int64_t S, 
   }
   if (masks.is_causal) {  // key j > query i hidden, for the first S keys only
     float* p = out.attn_mask.data();
-    for (int64_t k = 0; k < out.attn_mask.numel() / (L * T); ++k)
+    const int64_t matrices = out.attn_mask.dim() == 3 ? out.attn_mask.size(0) : 1;
+    for (int64_t k = 0; k < matrices; ++k)
       for (int64_t i = 0; i < L; ++i)
         for (int64_t j = i + 1; j < S; ++j) p[(k * L + i) * T + j] = kNegInf;
   }

@@ -360,6 +360,24 @@ TEST(MultiheadAttentionModule, AddBiasKvAndAddZeroAttnAppendKeyPositions) {
     }
   }
 
+  // No keys of its own (S = 0, masks of no columns): every query attends bias_k alone, so each output row is
+  // out_proj(bias_v).
+  {
+    ops::AttentionMasks none;
+    none.attn_mask = Tensor::zeros({3, 0});
+    none.key_padding_mask = Tensor::zeros({2, 0});
+    MultiheadAttention m(E, 2, 0.0f, true, true, AttentionVariant{}, std::nullopt, std::nullopt, true, false, gen);
+    const Tensor y = m.forward(random_tensor({2, 3, E}, 28), Tensor::zeros({2, 0, E}), Tensor::zeros({2, 0, E}), none);
+    ASSERT_EQ(y.shape(), (Shape{2, 3, E}));
+    for (int64_t r = 0; r < 6; ++r)
+      for (int64_t i = 0; i < E; ++i) {
+        double want = m.out_proj.bias.data()[i];
+        for (int64_t j = 0; j < E; ++j)
+          want += static_cast<double>(m.out_proj.weight.data()[i * E + j]) * m.bias_v.data()[j];
+        EXPECT_NEAR(y.data()[r * E + i], want, 1e-5) << r << "," << i;
+      }
+  }
+
   // A mask of the wrong key length names the mask; a cache refuses the added positions.
   ops::AttentionMasks wrong;
   wrong.key_padding_mask = Tensor::zeros({2, 5});
