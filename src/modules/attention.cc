@@ -128,7 +128,7 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
     const char* why = nullptr;
     if (separate)
       why = "kdim and vdim must equal embed_dim (one packed in_proj_weight)";
-    else if (added_positions() > 0)
+    else if (added > 0)
       why = "not with add_bias_kv or add_zero_attn (the cache holds the projected positions only)";
     else if (!self && !key.same(value))
       why = "key and value must be one tensor (self- or cross-attention)";
@@ -146,8 +146,8 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
     q = {qkv, 0};
     k = {qkv, A};
     v = {qkv, 2 * A};
-  } else if (!separate && added == 0 &&
-             key.same(value)) {  // cross-attention: q, and one (.., A+Av) projection of memory
+  } else if (!separate && added == 0 && key.same(value)) {
+    // cross-attention: q, and one (.., A+Av) projection of memory
     q = {ops::linear(query, rows(0, A, in_proj_weight), rows(0, A, in_proj_bias)), 0};
     Tensor kv;
     if (cache && cache->memory_kv.defined()) {
